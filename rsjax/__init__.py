@@ -1,0 +1,29 @@
+"""rsjax: randomized smoothing in JAX.
+
+Sound, reproducible and fast Monte Carlo certification of neural networks
+(Cohen et al. 2019 and the methods built on it). The core is three steps:
+noise for an input (``rsjax.noise``), class counts on device
+(``rsjax.sample_counts``), and a certificate on the host (``rsjax.stats``).
+"""
+
+from rsjax import noise as noise
+from rsjax import stats as stats
+from rsjax._certify import ABSTAIN as ABSTAIN
+from rsjax._certify import Certificate as Certificate
+from rsjax._certify import certificate_from_counts as certificate_from_counts
+from rsjax._certify import certify as certify
+from rsjax._certify import predict as predict
+from rsjax._sampling import sample_counts as sample_counts
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ABSTAIN",
+    "Certificate",
+    "certificate_from_counts",
+    "certify",
+    "noise",
+    "predict",
+    "sample_counts",
+    "stats",
+]

@@ -1,0 +1,297 @@
+"""The counts engine: draw noise, run the base classifier, count classes (device).
+
+One engine serves every method. Its properties:
+
+* **Reproducible.** The noise of sample ``j`` of the input with id ``i`` is drawn
+  from ``fold_in(fold_in(key, i), j)``. Counts therefore do not depend on
+  ``batch_size``, on how a dataset is split into calls or ordered (pass ``ids``),
+  or on the number of devices.
+* **Bounded memory.** Work runs in static-size steps of ``batch_size`` forward
+  passes (``inputs_per_step x samples_per_step``) inside one ``lax.scan``; N
+  noisy copies are never held. Padding is masked, never counted.
+* **No host syncs while sampling.** Counts are accumulated on device.
+* **All local devices.** The steps are spread over every local device with
+  ``jax.shard_map`` and the counts summed with ``psum``: a single input's samples
+  are sharded too, so one image gets faster with more devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from rsjax import noise as noise_lib
+
+__all__ = ["sample_counts", "as_key", "SamplingPlan", "make_plan", "prepare_inputs"]
+
+ApplyFn = Callable[[Any, jax.Array], jax.Array]
+
+
+def as_key(key) -> jax.Array:
+  """Returns a typed PRNG key from a typed key, a legacy uint32 key, or an int seed."""
+  if isinstance(key, (int, np.integer)):
+    return jax.random.key(int(key))
+  if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    if key.shape != ():
+      raise ValueError(f"key: expected a single key, got shape {key.shape}")
+    return key
+  arr = jnp.asarray(key)
+  if arr.dtype == jnp.uint32 and arr.shape == (2,):
+    return jax.random.wrap_key_data(arr)
+  raise ValueError(f"key: expected a jax.random.key, a legacy PRNGKey or an int, got {key!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingPlan:
+  """Static shape of the sampling loop.
+
+  Attributes:
+    num_inputs: B, the number of inputs.
+    num: samples per input.
+    samples_per_step: s, samples of one input per forward pass.
+    inputs_per_step: g, inputs per forward pass (forward batch = g * s).
+    chunks: ceil(num / s) steps per input.
+    groups: ceil(B / g) input groups.
+    devices: number of local devices the steps are spread over.
+  """
+
+  num_inputs: int
+  num: int
+  samples_per_step: int
+  inputs_per_step: int
+  chunks: int
+  groups: int
+  devices: int
+
+  @property
+  def steps(self) -> int:
+    return self.groups * self.chunks
+
+  @property
+  def steps_per_device(self) -> int:
+    return -(-self.steps // self.devices)
+
+  @property
+  def padded_inputs(self) -> int:
+    return self.groups * self.inputs_per_step
+
+
+def make_plan(num_inputs: int, num: int, batch_size: int, devices: int) -> SamplingPlan:
+  """Chooses the step shape: ``batch_size`` forward passes per step.
+
+  When ``num < batch_size`` (e.g. the n0 selection pass) several inputs share a
+  step, so small models still see large forward batches.
+  """
+  s = min(int(batch_size), int(num))
+  g = max(1, min(int(batch_size) // s, int(num_inputs)))
+  return SamplingPlan(
+      num_inputs=int(num_inputs),
+      num=int(num),
+      samples_per_step=s,
+      inputs_per_step=g,
+      chunks=-(-int(num) // s),
+      groups=-(-int(num_inputs) // g),
+      devices=int(devices),
+  )
+
+
+def _check_positive_int(name: str, value) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+    raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+  return int(value)
+
+
+def prepare_inputs(x, sigma, ids):
+  """Validates ``x``, ``sigma`` and ``ids`` and brings them to engine form.
+
+  Args:
+    x: ``[B, *input_shape]`` inputs.
+    sigma: float, ``[B]`` or ``[B, *input_shape]``.
+    ids: ``[B]`` non-negative integer ids or None (positions in ``x``).
+
+  Returns:
+    ``(x float32 [B, *shape], sigma float32 [B, *shape or ones], ids uint32 [B])``
+    as NumPy arrays.
+
+  Raises:
+    ValueError: naming the argument, for wrong shapes, NaN/inf, sigma <= 0.
+  """
+  if isinstance(x, jax.Array):
+    x = np.asarray(jax.device_get(x))
+  x = np.asarray(x)
+  if x.ndim < 2:
+    raise ValueError(
+        f"x must have shape [B, *input_shape] (a batch of inputs), got shape {x.shape}; "
+        "add a leading batch axis for a single input (x[None])")
+  if x.shape[0] < 1:
+    raise ValueError("x must hold at least one input, got an empty batch")
+  if not np.issubdtype(x.dtype, np.number):
+    raise ValueError(f"x must be numeric, got dtype {x.dtype}")
+  x = x.astype(np.float32)
+  if not np.all(np.isfinite(x)):
+    raise ValueError("x contains NaN or inf values")
+  b, shape = x.shape[0], x.shape[1:]
+
+  sig = np.asarray(jax.device_get(sigma), dtype=np.float32)
+  if sig.ndim == 0:
+    sig = np.full((b,) + (1,) * len(shape), sig, np.float32)
+  elif sig.shape == (b,):
+    sig = sig.reshape((b,) + (1,) * len(shape))
+  elif sig.shape == x.shape or sig.shape == (b,) + (1,) * len(shape):
+    pass
+  else:
+    raise ValueError(
+        f"sigma must be a float, shape [B]={(b,)} or [B, *input_shape]={x.shape}, "
+        f"got shape {sig.shape}")
+  if not np.all(np.isfinite(sig)) or np.any(sig <= 0):
+    raise ValueError("sigma must be finite and > 0 everywhere")
+
+  if ids is None:
+    ids_arr = np.arange(b, dtype=np.uint32)
+  else:
+    ids_np = np.asarray(jax.device_get(ids))
+    if ids_np.shape != (b,):
+      raise ValueError(f"ids must have shape [B]={(b,)}, got {ids_np.shape}")
+    if not np.issubdtype(ids_np.dtype, np.integer):
+      raise ValueError(f"ids must be integers, got dtype {ids_np.dtype}")
+    if np.any(ids_np < 0) or np.any(ids_np >= 2**32):
+      raise ValueError("ids must lie in [0, 2**32)")
+    ids_arr = ids_np.astype(np.uint32)
+  return x, sig, ids_arr
+
+
+def _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, ids_g, chunk,
+                 compute_dtype):
+  """Counts of one step: ``g`` inputs x ``s`` samples -> ``[g, C]`` int32."""
+  s = plan.samples_per_step
+  g = plan.inputs_per_step
+  shape = x_g.shape[1:]
+  j = chunk * s + jnp.arange(s, dtype=jnp.uint32)
+  valid = j < plan.num
+
+  def noise_for(input_id):
+    k_i = jax.random.fold_in(key, input_id)
+    keys = jax.vmap(lambda jj: jax.random.fold_in(k_i, jj))(j)
+    return jax.vmap(lambda k: noise.sample(k, shape, jnp.float32))(keys)
+
+  eps = jax.vmap(noise_for)(ids_g)  # [g, s, *shape]
+  xn = x_g[:, None] + sig_g[:, None] * eps
+  xn = xn.reshape((g * s,) + shape)
+  if compute_dtype is not None:
+    xn = xn.astype(compute_dtype)
+  logits = apply_fn(params, xn)
+  if logits.ndim != 2 or logits.shape != (g * s, num_classes):
+    raise ValueError(
+        f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
+        f"expected [{g * s}, num_classes={num_classes}]")
+  pred = jnp.argmax(logits, axis=-1).reshape(g, s)
+  onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[None, :, None]
+  return jnp.sum(onehot, axis=1, dtype=jnp.int32)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("apply_fn", "noise", "num_classes", "plan", "mesh", "compute_dtype"))
+def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_classes, plan,
+                mesh, compute_dtype):
+  g = plan.inputs_per_step
+  steps_local = plan.steps_per_device
+
+  def per_device(key, params, x_pad, sig_pad, ids_pad):
+    dev = jax.lax.axis_index("dev")
+    counts0 = jnp.zeros((plan.padded_inputs, num_classes), jnp.int32)
+
+    def body(counts, t):
+      step = dev * steps_local + t
+      active = step < plan.steps
+      step = jnp.minimum(step, plan.steps - 1)
+      group = step // plan.chunks
+      chunk = (step % plan.chunks).astype(jnp.uint32)
+      start = group * g
+      x_g = jax.lax.dynamic_slice_in_dim(x_pad, start, g)
+      s_g = jax.lax.dynamic_slice_in_dim(sig_pad, start, g)
+      i_g = jax.lax.dynamic_slice_in_dim(ids_pad, start, g)
+      c = _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, s_g, i_g, chunk,
+                       compute_dtype)
+      old = jax.lax.dynamic_slice_in_dim(counts, start, g)
+      new = old + c * active.astype(jnp.int32)
+      return jax.lax.dynamic_update_slice_in_dim(counts, new, start, 0), None
+
+    counts, _ = jax.lax.scan(body, counts0, jnp.arange(steps_local))
+    return jax.lax.psum(counts, "dev")
+
+  fn = jax.shard_map(
+      per_device, mesh=mesh, in_specs=(P(), P(), P(), P(), P()), out_specs=P(),
+      check_vma=False)
+  return fn(key, params, x_pad, sig_pad, ids_pad)[: plan.num_inputs]
+
+
+@functools.lru_cache(maxsize=8)
+def _local_mesh(num_devices: int) -> jax.sharding.Mesh:
+  devs = np.array(jax.local_devices()[:num_devices])
+  return jax.sharding.Mesh(devs, ("dev",))
+
+
+def sample_counts(
+    key,
+    apply_fn: ApplyFn,
+    params,
+    x,
+    *,
+    sigma,
+    num_classes: int,
+    num: int,
+    batch_size: int = 1000,
+    ids=None,
+    noise: "noise_lib.Noise | str | None" = None,
+    compute_dtype=None,
+    devices: int | None = None,
+) -> jax.Array:
+  """Monte Carlo class counts of the smoothed classifier.
+
+  Args:
+    key: a ``jax.random.key`` (or int seed). Sample ``j`` of input ``ids[i]``
+      uses ``fold_in(fold_in(key, ids[i]), j)``.
+    apply_fn: ``apply_fn(params, x) -> logits``, ``x`` of shape ``[b, *input_shape]``,
+      logits ``[b, num_classes]``. Must be jit-traceable.
+    params: a pytree passed to ``apply_fn``.
+    x: ``[B, *input_shape]`` inputs (images in [0, 1]).
+    sigma: noise scale: float, ``[B]`` or ``[B, *input_shape]`` (see ``rsjax.noise``).
+    num_classes: C.
+    num: samples per input.
+    batch_size: forward passes per step (memory bound).
+    ids: ``[B]`` dataset indices of the inputs (default: positions in ``x``).
+    noise: noise family or its name (default Gaussian).
+    compute_dtype: optional dtype (e.g. ``jnp.bfloat16``) the noisy input is cast
+      to *after* the noise is added in float32; the classifier certified is then
+      ``apply_fn o cast``.
+    devices: number of local devices to use (default: all).
+
+  Returns:
+    ``[B, num_classes]`` int32 counts, on device.
+  """
+  num = _check_positive_int("num", num)
+  batch_size = _check_positive_int("batch_size", batch_size)
+  num_classes = _check_positive_int("num_classes", num_classes)
+  noise = noise_lib.get_noise(noise)
+  key = as_key(key)
+  x, sig, ids_arr = prepare_inputs(x, sigma, ids)
+  ndev = len(jax.local_devices()) if devices is None else _check_positive_int("devices", devices)
+  ndev = min(ndev, len(jax.local_devices()))
+  plan = make_plan(x.shape[0], num, batch_size, ndev)
+  pad = plan.padded_inputs - x.shape[0]
+  if pad:
+    x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
+    sig = np.concatenate([sig, np.ones((pad,) + sig.shape[1:], sig.dtype)])
+    ids_arr = np.concatenate([ids_arr, np.zeros((pad,), ids_arr.dtype)])
+  return _counts_jit(
+      key, params, jnp.asarray(x), jnp.asarray(sig), jnp.asarray(ids_arr),
+      apply_fn=apply_fn, noise=noise, num_classes=num_classes, plan=plan,
+      mesh=_local_mesh(ndev), compute_dtype=compute_dtype)

@@ -1,0 +1,34 @@
+"""Test configuration: 4 CPU devices, strict JAX settings, key-reuse checks.
+
+The device count must be set before JAX initializes its backends, so it is done
+here at import, before any test module imports jax.
+"""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in _flags:
+  os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=4").strip()
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_debug_key_reuse", True)
+
+
+@pytest.fixture
+def getkey():
+  """Returns a function giving a fresh key on each call (seeded, reproducible)."""
+  base = jax.random.key(1234)
+  counter = iter(range(1 << 30))
+
+  def _next():
+    return jax.random.fold_in(base, next(counter))
+
+  return _next
+
+
+def pytest_report_header(config):
+  return f"jax {jax.__version__}, devices: {jax.devices()}"
