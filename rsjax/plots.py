@@ -1,0 +1,89 @@
+"""Certified-accuracy curves as image files (matplotlib, Agg canvas).
+
+The figure is drawn on a ``matplotlib.figure.Figure`` with an Agg canvas, so
+plotting never changes pyplot's global backend and works without a display.
+matplotlib is imported only when a plot is made.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from rsjax import metrics
+
+__all__ = ["plot_certified_accuracy"]
+
+
+def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None = None,
+                            radius_step: float = 0.01, title: str | None = None,
+                            show_envelope: bool = False, high_prob: tuple[float, float] | None = None,
+                            dpi: int = 150) -> str:
+  """Plots certified accuracy against radius, one curve per result file.
+
+  Args:
+    path: output file; the format follows the extension (``.png``, ``.pdf``,
+      ``.svg``); ``.png`` is added when there is none.
+    results: mapping ``label -> certify results`` (e.g. one per sigma or method),
+      each with ``correct``, ``radius`` and ``predict``.
+    max_radius: right end of the x axis; default: the largest certified radius
+      of a correct row (at least 0.5), rounded up to ``radius_step``.
+    radius_step: spacing of the radius grid.
+    title: optional title.
+    show_envelope: also draw the best-over-curves envelope (dashed black).
+    high_prob: optional ``(alpha, rho)``: also draw, dotted, the
+      high-probability lower bound of each curve (Cohen et al.).
+    dpi: resolution of raster formats.
+
+  Returns:
+    The path written.
+  """
+  if not results:
+    raise ValueError("results must not be empty")
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+
+  path = os.fspath(path)
+  if not os.path.splitext(path)[1]:
+    path += ".png"
+  if max_radius is None:
+    top = 0.0
+    for res in results.values():
+      ok = np.asarray(res.correct, bool) & (np.asarray(res.predict) != -1)
+      if ok.any():
+        top = max(top, float(np.max(np.asarray(res.radius)[ok])))
+    max_radius = max(0.5, float(np.ceil(top / radius_step)) * radius_step)
+  if not max_radius > 0:
+    raise ValueError(f"max_radius must be > 0, got {max_radius!r}")
+  radii = metrics.radius_grid(max_radius, radius_step)
+
+  fig = Figure(figsize=(6.4, 4.8))
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
+  curves = []
+  for label, res in results.items():
+    acc = metrics.certified_accuracy(res.correct, res.radius, radii, predict=res.predict)
+    curves.append(acc)
+    (line,) = ax.plot(radii, acc, label=str(label))
+    if high_prob is not None:
+      alpha, rho = high_prob
+      lb = metrics.high_prob_certified_accuracy(res.correct, res.radius, radii, alpha=alpha,
+                                                rho=rho, predict=res.predict)
+      ax.plot(radii, lb, linestyle=":", color=line.get_color(), label=f"{label} (high-prob.)")
+  if show_envelope:
+    best, _ = metrics.envelope(np.stack(curves))
+    ax.plot(radii, best, linestyle="--", color="black", label="envelope")
+  ax.set_xlim(0, max_radius)
+  ax.set_ylim(0, 1)
+  ax.set_xlabel("radius")
+  ax.set_ylabel("certified accuracy")
+  ax.grid(True, alpha=0.3)
+  ax.legend(loc="upper right")
+  if title:
+    ax.set_title(title)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=dpi)
+  return path
