@@ -43,9 +43,9 @@ def as_key(key) -> jax.Array:
     if key.shape != ():
       raise ValueError(f"key: expected a single key, got shape {key.shape}")
     return key
-  arr = jnp.asarray(key)
-  if arr.dtype == jnp.uint32 and arr.shape == (2,):
-    return jax.random.wrap_key_data(arr)
+  arr = np.asarray(key) if not isinstance(key, jax.Array) else key
+  if arr.dtype == np.uint32 and arr.shape == (2,):
+    return jax.random.wrap_key_data(jnp.asarray(arr))
   raise ValueError(f"key: expected a jax.random.key, a legacy PRNGKey or an int, got {key!r}")
 
 
