@@ -203,6 +203,10 @@ def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_cl
                 mesh, compute_dtype):
   g = plan.inputs_per_step
   steps_local = plan.steps_per_device
+  if compute_dtype is not None:
+    params = jax.tree.map(
+        lambda p: p.astype(compute_dtype)
+        if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p, params)
 
   def per_device(key, params, x_pad, sig_pad, ids_pad):
     dev = jax.lax.axis_index("dev")
@@ -269,9 +273,12 @@ def sample_counts(
     batch_size: forward passes per step (memory bound).
     ids: ``[B]`` dataset indices of the inputs (default: positions in ``x``).
     noise: noise family or its name (default Gaussian).
-    compute_dtype: optional dtype (e.g. ``jnp.bfloat16``) the noisy input is cast
-      to *after* the noise is added in float32; the classifier certified is then
-      ``apply_fn o cast``.
+    compute_dtype: optional dtype (e.g. ``jnp.bfloat16``). The noise is added to
+      the input in float32, then the noisy input and the floating parameters are
+      cast to ``compute_dtype``. The certificate is then a certificate of *that*
+      reduced-precision classifier (``apply_fn`` run in ``compute_dtype``), which
+      is a different base classifier from the float32 one; compare certified
+      accuracies (``benchmarks/``) before relying on it.
     devices: number of local devices to use (default: all).
 
   Returns:
