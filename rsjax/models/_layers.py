@@ -1,0 +1,92 @@
+"""Shared layers: per-channel input normalization and PyTorch-like defaults.
+
+Normalization is the model's first layer, as in Cohen et al.'s reference code
+(``NormalizeLayer``): inputs stay in their natural [0, 1] scale, so noise is
+added (and radii are measured) in pixel units, not in normalized units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+__all__ = ["NORMALIZATION", "Normalize", "resolve_normalization"]
+
+# Per-channel (mean, std) of each dataset, in [0, 1] pixel scale.
+# CIFAR-10 values are the ones of Cohen et al.'s code (``code/datasets.py``).
+# "digits": computed on all 1,797 scikit-learn digits after dividing by 16.
+NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+    "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "mnist": ((0.1307,), (0.3081,)),
+    "mnist5k": ((0.1307,), (0.3081,)),
+    "digits": ((0.3053,), (0.3760,)),
+}
+NORMALIZATION["imagenet"] = NORMALIZATION["imagenet2012"]
+NORMALIZATION["cifar"] = NORMALIZATION["cifar10"]
+
+# PyTorch BatchNorm2d defaults (momentum 0.1 there is 1 - 0.1 here).
+BN_MOMENTUM = 0.9
+BN_EPSILON = 1e-5
+
+# He-normal on fan-out, as in the bearpaw / torchvision ResNet initialization.
+conv_init = jax.nn.initializers.variance_scaling(2.0, "fan_out", "normal")
+
+
+def resolve_normalization(normalize, num_channels: int):
+  """Turns a ``normalize`` argument into ``(mean, std)`` tuples or ``None``.
+
+  Args:
+    normalize: ``None`` (no normalization), a dataset name in ``NORMALIZATION``,
+      or a ``(mean, std)`` pair of per-channel sequences (or scalars).
+    num_channels: the number of input channels (last axis of the input).
+
+  Returns:
+    ``None`` or ``(mean, std)``, two tuples of floats of length 1 or
+    ``num_channels``.
+  """
+  if normalize is None:
+    return None
+  if isinstance(normalize, str):
+    if normalize not in NORMALIZATION:
+      raise ValueError(
+          f"normalize={normalize!r} is not a known dataset; use one of "
+          f"{sorted(NORMALIZATION)}, a (mean, std) pair, or None.")
+    mean, std = NORMALIZATION[normalize]
+  else:
+    try:
+      mean, std = normalize
+    except (TypeError, ValueError):
+      raise ValueError(
+          f"normalize must be None, a dataset name or a (mean, std) pair; got {normalize!r}."
+      ) from None
+  mean = tuple(float(m) for m in (mean if isinstance(mean, Sequence) else (mean,)))
+  std = tuple(float(s) for s in (std if isinstance(std, Sequence) else (std,)))
+  for name, v in (("mean", mean), ("std", std)):
+    if len(v) not in (1, num_channels):
+      raise ValueError(
+          f"normalize {name} has {len(v)} values but the input has {num_channels} channels.")
+  if any(s <= 0 for s in std):
+    raise ValueError(f"normalize std must be positive; got {std}.")
+  return mean, std
+
+
+class Normalize(nnx.Module):
+  """``(x - mean) / std`` over the last (channel) axis; no trainable state.
+
+  The constants are static (part of the graph definition, not of the
+  parameters), so they are never trained, checkpointed or overwritten.
+  """
+
+  def __init__(self, mean: Sequence[float], std: Sequence[float]):
+    self.mean = tuple(float(m) for m in mean)
+    self.std = tuple(float(s) for s in std)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """Normalizes ``x`` of shape ``[b, ..., C]``; keeps its dtype."""
+    mean = jnp.asarray(self.mean, dtype=x.dtype)
+    std = jnp.asarray(self.std, dtype=x.dtype)
+    return (x - mean) / std

@@ -1,0 +1,63 @@
+"""Build models by name (for configs and the command line)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+from flax import nnx
+
+from rsjax.models._resnet import ResNet18, ResNet20, ResNet50, ResNet110
+from rsjax.models._simple import CNN, MLP, LeNet
+
+__all__ = ["MODELS", "create_model"]
+
+MODELS = {
+    "mlp": MLP,
+    "cnn": CNN,
+    "lenet": LeNet,
+    "resnet20": ResNet20,
+    "resnet110": ResNet110,
+    "resnet18": ResNet18,
+    "resnet50": ResNet50,
+}
+
+# Names used by Cohen et al.'s code (``code/architectures.py``).
+_ALIASES = {"cifar_resnet20": "resnet20", "cifar_resnet110": "resnet110"}
+
+
+def create_model(name: str, *, num_classes: int, input_shape: Sequence[int],
+                 rngs: nnx.Rngs | int | jax.Array, normalize="auto", dtype=None,
+                 **kwargs) -> nnx.Module:
+  """Builds an NNX model by name, in train mode.
+
+  Args:
+    name: one of ``MODELS`` ("mlp", "cnn", "lenet", "resnet20", "resnet110",
+      "resnet18", "resnet50"), or Cohen et al.'s "cifar_resnet20" /
+      "cifar_resnet110".
+    num_classes: number of output logits.
+    input_shape: shape of one input, ``(H, W, C)`` for images.
+    rngs: ``nnx.Rngs``, an int seed or a PRNG key, for initialization.
+    normalize: "auto" (the architecture's default: CIFAR-10 statistics for
+      the CIFAR ResNets, ImageNet for ResNet-50, MNIST for LeNet, none for
+      "mlp" and "cnn"), ``None``, a dataset name from ``NORMALIZATION``, or a
+      ``(mean, std)`` pair.
+    dtype: optional computation dtype (e.g. ``jnp.bfloat16``); parameters
+      stay float32.
+    **kwargs: extra constructor options (e.g. ``hidden_sizes`` for "mlp").
+
+  Returns:
+    The model: ``model(x)`` maps ``[b, *input_shape]`` to ``[b, num_classes]``.
+  """
+  key = _ALIASES.get(name, name)
+  if key not in MODELS:
+    raise ValueError(
+        f"Unknown model name {name!r}; available: {sorted(MODELS) + sorted(_ALIASES)}.")
+  if int(num_classes) < 1:
+    raise ValueError(f"num_classes must be >= 1; got {num_classes}.")
+  if not isinstance(rngs, nnx.Rngs):
+    rngs = nnx.Rngs(rngs)
+  if normalize != "auto":
+    kwargs["normalize"] = normalize
+  return MODELS[key](input_shape=tuple(input_shape), num_classes=int(num_classes), dtype=dtype,
+                     rngs=rngs, **kwargs)

@@ -1,0 +1,232 @@
+"""ResNets: CIFAR basic-block ResNets (20, 110, 18) and ImageNet ResNet-50 (v1.5).
+
+Layouts follow the PyTorch code the randomized smoothing literature uses, so
+published checkpoints can be converted one tensor at a time:
+
+- ``CifarResNet`` / ``ResNet20`` / ``ResNet110``: Cohen et al.'s
+  ``cifar_resnet`` (from bearpaw's pytorch-classification): 3x3 stem with 16
+  channels, three stages of ``n = (depth - 2) / 6`` basic blocks with 16, 32
+  and 64 channels, 1x1 convolution + BatchNorm projection shortcuts when the
+  shape changes, global average pooling, linear head.
+- ``ResNet18``: the CIFAR ResNet-18 (kuangliu): 3x3 stem with 64 channels, no
+  max-pool, four stages of two basic blocks with 64-512 channels.
+- ``ResNet50``: torchvision ResNet-50 (v1.5: the stride is on the 3x3
+  convolution of the bottleneck), 7x7 stride-2 stem and 3x3 stride-2 max-pool.
+
+Padding is explicit and symmetric as in PyTorch (not XLA "SAME", which pads
+stride-2 convolutions asymmetrically). BatchNorm uses PyTorch's defaults
+(momentum 0.1, i.e. ``momentum=0.9`` here; epsilon 1e-5). Convolutions have no
+bias and use He-normal (fan-out) initialization.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+from flax import nnx
+
+from rsjax.models._layers import (BN_EPSILON, BN_MOMENTUM, Normalize, conv_init,
+                                  resolve_normalization)
+
+__all__ = ["BasicResNet", "CifarResNet", "ResNet20", "ResNet110", "ResNet18", "ResNet50"]
+
+
+def _conv(cin, cout, k, stride, *, dtype, rngs):
+  p = (k - 1) // 2
+  return nnx.Conv(cin, cout, (k, k), strides=(stride, stride), padding=((p, p), (p, p)),
+                  use_bias=False, kernel_init=conv_init, dtype=dtype, rngs=rngs)
+
+
+def _bn(c, *, dtype, rngs):
+  return nnx.BatchNorm(c, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype=dtype, rngs=rngs)
+
+
+def _channels(input_shape, model):
+  shape = tuple(int(s) for s in input_shape)
+  if len(shape) != 3 or min(shape) < 1:
+    raise ValueError(f"{model} needs input_shape (H, W, C) with positive sizes; got {input_shape}.")
+  return shape[-1]
+
+
+class BasicBlock(nnx.Module):
+  """conv3x3-BN-relu-conv3x3-BN + shortcut, then relu."""
+
+  def __init__(self, cin: int, cout: int, stride: int, *, dtype, rngs: nnx.Rngs):
+    self.conv1 = _conv(cin, cout, 3, stride, dtype=dtype, rngs=rngs)
+    self.bn1 = _bn(cout, dtype=dtype, rngs=rngs)
+    self.conv2 = _conv(cout, cout, 3, 1, dtype=dtype, rngs=rngs)
+    self.bn2 = _bn(cout, dtype=dtype, rngs=rngs)
+    if stride != 1 or cin != cout:
+      self.proj_conv = _conv(cin, cout, 1, stride, dtype=dtype, rngs=rngs)
+      self.proj_bn = _bn(cout, dtype=dtype, rngs=rngs)
+    else:
+      self.proj_conv = self.proj_bn = None
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    y = nnx.relu(self.bn1(self.conv1(x)))
+    y = self.bn2(self.conv2(y))
+    if self.proj_conv is not None:
+      x = self.proj_bn(self.proj_conv(x))
+    return nnx.relu(x + y)
+
+
+class Bottleneck(nnx.Module):
+  """conv1x1-BN-relu-conv3x3(stride)-BN-relu-conv1x1(4w)-BN + shortcut, relu."""
+
+  expansion = 4
+
+  def __init__(self, cin: int, width: int, stride: int, *, dtype, rngs: nnx.Rngs):
+    cout = width * self.expansion
+    self.conv1 = _conv(cin, width, 1, 1, dtype=dtype, rngs=rngs)
+    self.bn1 = _bn(width, dtype=dtype, rngs=rngs)
+    self.conv2 = _conv(width, width, 3, stride, dtype=dtype, rngs=rngs)
+    self.bn2 = _bn(width, dtype=dtype, rngs=rngs)
+    self.conv3 = _conv(width, cout, 1, 1, dtype=dtype, rngs=rngs)
+    self.bn3 = _bn(cout, dtype=dtype, rngs=rngs)
+    if stride != 1 or cin != cout:
+      self.proj_conv = _conv(cin, cout, 1, stride, dtype=dtype, rngs=rngs)
+      self.proj_bn = _bn(cout, dtype=dtype, rngs=rngs)
+    else:
+      self.proj_conv = self.proj_bn = None
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    y = nnx.relu(self.bn1(self.conv1(x)))
+    y = nnx.relu(self.bn2(self.conv2(y)))
+    y = self.bn3(self.conv3(y))
+    if self.proj_conv is not None:
+      x = self.proj_bn(self.proj_conv(x))
+    return nnx.relu(x + y)
+
+
+class BasicResNet(nnx.Module):
+  """Basic-block ResNet with a 3x3 stem and no max-pool (CIFAR-style).
+
+  Args:
+    input_shape: ``(H, W, C)``, e.g. ``(32, 32, 3)``.
+    num_classes: number of output logits.
+    stage_sizes: number of blocks per stage, e.g. ``(3, 3, 3)``.
+    widths: channels per stage; the stem has ``widths[0]`` channels. The first
+      stage has stride 1, every later stage stride 2.
+    normalize: ``None``, a dataset name or ``(mean, std)``; default CIFAR-10.
+    dtype: optional computation dtype (parameters stay float32).
+    rngs: ``nnx.Rngs`` for initialization.
+  """
+
+  def __init__(self, *, input_shape: Sequence[int], num_classes: int,
+               stage_sizes: Sequence[int], widths: Sequence[int], normalize="cifar10",
+               dtype=None, rngs: nnx.Rngs):
+    if len(stage_sizes) != len(widths) or not stage_sizes:
+      raise ValueError(f"stage_sizes {stage_sizes} and widths {widths} must have the same length.")
+    c = _channels(input_shape, type(self).__name__)
+    norm = resolve_normalization(normalize, c)
+    self.normalize = Normalize(*norm) if norm is not None else None
+    self.stem_conv = _conv(c, widths[0], 3, 1, dtype=dtype, rngs=rngs)
+    self.stem_bn = _bn(widths[0], dtype=dtype, rngs=rngs)
+    blocks = []
+    cin = widths[0]
+    for i, (n, w) in enumerate(zip(stage_sizes, widths)):
+      for j in range(n):
+        stride = 2 if (i > 0 and j == 0) else 1
+        blocks.append(BasicBlock(cin, w, stride, dtype=dtype, rngs=rngs))
+        cin = w
+    self.blocks = nnx.List(blocks)
+    self.head = nnx.Linear(cin, num_classes, dtype=dtype, rngs=rngs)
+
+  def features(self, x: jax.Array) -> jax.Array:
+    """Pooled features ``[b, widths[-1]]`` of ``x`` ``[b, H, W, C]``."""
+    if self.normalize is not None:
+      x = self.normalize(x)
+    x = nnx.relu(self.stem_bn(self.stem_conv(x)))
+    for block in self.blocks:
+      x = block(x)
+    return x.mean(axis=(1, 2))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """``x`` of shape ``[b, H, W, C]`` in [0, 1] -> logits ``[b, num_classes]``."""
+    return self.head(self.features(x))
+
+
+class CifarResNet(BasicResNet):
+  """Cohen et al.'s CIFAR ResNet of depth ``6 n + 2`` (16/32/64 channels)."""
+
+  def __init__(self, *, depth: int, input_shape: Sequence[int] = (32, 32, 3),
+               num_classes: int = 10, normalize="cifar10", dtype=None, rngs: nnx.Rngs):
+    if depth < 8 or (depth - 2) % 6:
+      raise ValueError(f"CifarResNet depth must be 6n + 2 with n >= 1 (20, 32, 110, ...); got {depth}.")
+    n = (depth - 2) // 6
+    super().__init__(input_shape=input_shape, num_classes=num_classes, stage_sizes=(n, n, n),
+                     widths=(16, 32, 64), normalize=normalize, dtype=dtype, rngs=rngs)
+
+
+class ResNet20(CifarResNet):
+  """CIFAR ResNet-20 (3 basic blocks per stage, about 0.27M parameters)."""
+
+  def __init__(self, *, input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 10,
+               normalize="cifar10", dtype=None, rngs: nnx.Rngs):
+    super().__init__(depth=20, input_shape=input_shape, num_classes=num_classes,
+                     normalize=normalize, dtype=dtype, rngs=rngs)
+
+
+class ResNet110(CifarResNet):
+  """CIFAR ResNet-110 of Cohen et al. (18 basic blocks per stage, about 1.7M parameters)."""
+
+  def __init__(self, *, input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 10,
+               normalize="cifar10", dtype=None, rngs: nnx.Rngs):
+    super().__init__(depth=110, input_shape=input_shape, num_classes=num_classes,
+                     normalize=normalize, dtype=dtype, rngs=rngs)
+
+
+class ResNet18(BasicResNet):
+  """CIFAR ResNet-18: 3x3 stem, no max-pool, 64-512 channels (about 11.2M parameters)."""
+
+  def __init__(self, *, input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 10,
+               normalize="cifar10", dtype=None, rngs: nnx.Rngs):
+    super().__init__(input_shape=input_shape, num_classes=num_classes, stage_sizes=(2, 2, 2, 2),
+                     widths=(64, 128, 256, 512), normalize=normalize, dtype=dtype, rngs=rngs)
+
+
+class ResNet50(nnx.Module):
+  """ImageNet ResNet-50 v1.5 (torchvision layout, about 25.6M parameters at 1000 classes).
+
+  Args:
+    input_shape: ``(H, W, C)``, normally ``(224, 224, 3)``; any size >= 32 works.
+    num_classes: number of output logits (1000 for ImageNet).
+    normalize: ``None``, a dataset name or ``(mean, std)``; default ImageNet.
+    dtype: optional computation dtype (parameters stay float32).
+    rngs: ``nnx.Rngs`` for initialization.
+  """
+
+  stage_sizes = (3, 4, 6, 3)
+  widths = (64, 128, 256, 512)
+
+  def __init__(self, *, input_shape: Sequence[int] = (224, 224, 3), num_classes: int = 1000,
+               normalize="imagenet2012", dtype=None, rngs: nnx.Rngs):
+    c = _channels(input_shape, "ResNet50")
+    norm = resolve_normalization(normalize, c)
+    self.normalize = Normalize(*norm) if norm is not None else None
+    self.stem_conv = _conv(c, 64, 7, 2, dtype=dtype, rngs=rngs)
+    self.stem_bn = _bn(64, dtype=dtype, rngs=rngs)
+    blocks = []
+    cin = 64
+    for i, (n, w) in enumerate(zip(self.stage_sizes, self.widths)):
+      for j in range(n):
+        stride = 2 if (i > 0 and j == 0) else 1
+        blocks.append(Bottleneck(cin, w, stride, dtype=dtype, rngs=rngs))
+        cin = w * Bottleneck.expansion
+    self.blocks = nnx.List(blocks)
+    self.head = nnx.Linear(cin, num_classes, dtype=dtype, rngs=rngs)
+
+  def features(self, x: jax.Array) -> jax.Array:
+    """Pooled features ``[b, 2048]`` of ``x`` ``[b, H, W, C]``."""
+    if self.normalize is not None:
+      x = self.normalize(x)
+    x = nnx.relu(self.stem_bn(self.stem_conv(x)))
+    x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    for block in self.blocks:
+      x = block(x)
+    return x.mean(axis=(1, 2))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """``x`` of shape ``[b, H, W, C]`` in [0, 1] -> logits ``[b, num_classes]``."""
+    return self.head(self.features(x))

@@ -1,0 +1,140 @@
+"""Small models: MLP, LeNet-5 and a Keras-style MNIST CNN.
+
+Inputs are ``[b, *input_shape]`` floats in [0, 1]; images are NHWC. Every model
+starts with an optional ``Normalize`` layer and returns logits ``[b, C]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+from flax import nnx
+
+from rsjax.models._layers import Normalize, resolve_normalization
+
+__all__ = ["MLP", "LeNet", "CNN"]
+
+
+def _image_shape(input_shape, model: str) -> tuple[int, int, int]:
+  shape = tuple(int(s) for s in input_shape)
+  if len(shape) != 3 or min(shape) < 1:
+    raise ValueError(f"{model} needs input_shape (H, W, C) with positive sizes; got {input_shape}.")
+  return shape
+
+
+class MLP(nnx.Module):
+  """Fully connected ReLU network on the flattened input.
+
+  Args:
+    input_shape: shape of one input (any rank), e.g. ``(8, 8, 1)`` or ``(2,)``.
+    num_classes: number of output logits.
+    hidden_sizes: widths of the hidden layers.
+    normalize: ``None``, a dataset name or ``(mean, std)`` per last-axis channel,
+      applied before flattening.
+    dtype: optional computation dtype (parameters stay float32).
+    rngs: ``nnx.Rngs`` for initialization.
+  """
+
+  def __init__(self, *, input_shape: Sequence[int], num_classes: int,
+               hidden_sizes: Sequence[int] = (256, 256), normalize=None, dtype=None,
+               rngs: nnx.Rngs):
+    input_shape = tuple(int(s) for s in input_shape)
+    if not input_shape or min(input_shape) < 1:
+      raise ValueError(f"MLP needs a non-empty input_shape with positive sizes; got {input_shape}.")
+    norm = resolve_normalization(normalize, input_shape[-1])
+    self.normalize = Normalize(*norm) if norm is not None else None
+    sizes = [math.prod(input_shape), *(int(h) for h in hidden_sizes)]
+    self.hidden = nnx.List([
+        nnx.Linear(a, b, dtype=dtype, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
+    self.head = nnx.Linear(sizes[-1], num_classes, dtype=dtype, rngs=rngs)
+    self.ndim = len(input_shape)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """``x`` of shape ``[b, *input_shape]`` -> logits ``[b, num_classes]``."""
+    if self.normalize is not None:
+      x = self.normalize(x)
+    x = x.reshape(x.shape[:x.ndim - self.ndim] + (-1,))
+    for layer in self.hidden:
+      x = nnx.relu(layer(x))
+    return self.head(x)
+
+
+class LeNet(nnx.Module):
+  """LeNet-5 with ReLU and max-pooling (MNIST-style, about 62k parameters).
+
+  conv5x5(6, pad 2) - relu - maxpool2 - conv5x5(16) - relu - maxpool2 -
+  fc120 - relu - fc84 - relu - fc(num_classes). Needs H, W >= 12.
+
+  Args:
+    input_shape: ``(H, W, C)``, e.g. ``(28, 28, 1)``.
+    num_classes: number of output logits.
+    normalize: ``None``, a dataset name or ``(mean, std)``; default MNIST.
+    dtype: optional computation dtype.
+    rngs: ``nnx.Rngs`` for initialization.
+  """
+
+  def __init__(self, *, input_shape: Sequence[int], num_classes: int, normalize="mnist",
+               dtype=None, rngs: nnx.Rngs):
+    h, w, c = _image_shape(input_shape, "LeNet")
+    fh, fw = (h // 2 - 4) // 2, (w // 2 - 4) // 2
+    if fh < 1 or fw < 1:
+      raise ValueError(
+          f"LeNet needs images of at least 12x12; got input_shape {tuple(input_shape)}. "
+          "Use 'cnn' or 'mlp' for smaller images.")
+    norm = resolve_normalization(normalize, c)
+    self.normalize = Normalize(*norm) if norm is not None else None
+    self.conv1 = nnx.Conv(c, 6, (5, 5), padding=((2, 2), (2, 2)), dtype=dtype, rngs=rngs)
+    self.conv2 = nnx.Conv(6, 16, (5, 5), padding="VALID", dtype=dtype, rngs=rngs)
+    self.fc1 = nnx.Linear(16 * fh * fw, 120, dtype=dtype, rngs=rngs)
+    self.fc2 = nnx.Linear(120, 84, dtype=dtype, rngs=rngs)
+    self.fc3 = nnx.Linear(84, num_classes, dtype=dtype, rngs=rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """``x`` of shape ``[b, H, W, C]`` -> logits ``[b, num_classes]``."""
+    if self.normalize is not None:
+      x = self.normalize(x)
+    x = nnx.max_pool(nnx.relu(self.conv1(x)), (2, 2), strides=(2, 2))
+    x = nnx.max_pool(nnx.relu(self.conv2(x)), (2, 2), strides=(2, 2))
+    x = x.reshape(x.shape[0], -1)
+    x = nnx.relu(self.fc1(x))
+    x = nnx.relu(self.fc2(x))
+    return self.fc3(x)
+
+
+class CNN(nnx.Module):
+  """Keras-style MNIST CNN: conv3x3(32) - conv3x3(64) - maxpool2 - fc128 - fc.
+
+  Valid padding; about 1.2M parameters at 28x28, works down to 6x6 inputs
+  (e.g. the 8x8 scikit-learn digits).
+
+  Args:
+    input_shape: ``(H, W, C)``.
+    num_classes: number of output logits.
+    normalize: ``None``, a dataset name or ``(mean, std)``.
+    dtype: optional computation dtype.
+    rngs: ``nnx.Rngs`` for initialization.
+  """
+
+  def __init__(self, *, input_shape: Sequence[int], num_classes: int, normalize=None,
+               dtype=None, rngs: nnx.Rngs):
+    h, w, c = _image_shape(input_shape, "CNN")
+    fh, fw = (h - 4) // 2, (w - 4) // 2
+    if fh < 1 or fw < 1:
+      raise ValueError(f"CNN needs images of at least 6x6; got input_shape {tuple(input_shape)}.")
+    norm = resolve_normalization(normalize, c)
+    self.normalize = Normalize(*norm) if norm is not None else None
+    self.conv1 = nnx.Conv(c, 32, (3, 3), padding="VALID", dtype=dtype, rngs=rngs)
+    self.conv2 = nnx.Conv(32, 64, (3, 3), padding="VALID", dtype=dtype, rngs=rngs)
+    self.fc1 = nnx.Linear(64 * fh * fw, 128, dtype=dtype, rngs=rngs)
+    self.fc2 = nnx.Linear(128, num_classes, dtype=dtype, rngs=rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """``x`` of shape ``[b, H, W, C]`` -> logits ``[b, num_classes]``."""
+    if self.normalize is not None:
+      x = self.normalize(x)
+    x = nnx.relu(self.conv1(x))
+    x = nnx.max_pool(nnx.relu(self.conv2(x)), (2, 2), strides=(2, 2))
+    x = x.reshape(x.shape[0], -1)
+    return self.fc2(nnx.relu(self.fc1(x)))
