@@ -1,0 +1,366 @@
+"""Gaussian-noise training of a base classifier (Cohen et al. 2019, ``code/train.py``).
+
+Each step draws fresh noise ``sigma * N(0, I)`` for every sample of the batch,
+in the [0, 1] input scale, and adds it before the model (which normalizes
+internally). The optimizer is SGD with momentum and (coupled, PyTorch-style)
+weight decay; the learning rate drops by ``gamma`` every ``lr_step`` epochs.
+Defaults are those of the reference: lr 0.1, momentum 0.9, weight decay 1e-4,
+step 30, gamma 0.1, batch 256, 90 epochs.
+
+Randomness comes from one key: the shuffle of epoch ``e`` from
+``fold_in(fold_in(key, 0), e)``, the noise of global step ``t`` from
+``fold_in(fold_in(key, 1), t)`` and the noisy evaluation of epoch ``e`` from
+``fold_in(fold_in(key, 2), e)``. With a ``workdir`` the state is checkpointed
+after every epoch and a restarted run resumes from the last finished epoch; it
+ends with the same weights as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from tqdm.auto import tqdm
+
+from rsjax._sampling import as_key
+from rsjax.checkpoint import Checkpoints
+from rsjax.training import workdir as wd
+
+__all__ = ["TrainConfig", "train", "make_optimizer"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Hyperparameters of Gaussian-noise training (defaults of Cohen et al.).
+
+  Attributes:
+    sigma: noise level, >= 0, in [0, 1] input units (0 is clean training).
+    epochs: number of epochs.
+    batch_size: training batch size.
+    lr: initial learning rate.
+    momentum: SGD momentum.
+    weight_decay: L2 weight decay added to the gradient (as torch SGD).
+    lr_step: epochs between learning-rate drops.
+    gamma: learning-rate factor at each drop.
+    drop_last: drop the last incomplete batch of each epoch (the reference
+      keeps it).
+    eval_batch_size: batch size of the per-epoch evaluation.
+  """
+
+  sigma: float
+  epochs: int = 90
+  batch_size: int = 256
+  lr: float = 0.1
+  momentum: float = 0.9
+  weight_decay: float = 1e-4
+  lr_step: int = 30
+  gamma: float = 0.1
+  drop_last: bool = False
+  eval_batch_size: int = 1000
+
+  def __post_init__(self):
+    def bad(name, why):
+      raise ValueError(f"{name} {why}, got {getattr(self, name)!r}")
+
+    if not (math.isfinite(self.sigma) and self.sigma >= 0):
+      bad("sigma", "must be a finite number >= 0")
+    for name in ("epochs",):
+      if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 0:
+        bad(name, "must be an integer >= 0")
+    for name in ("batch_size", "lr_step", "eval_batch_size"):
+      if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
+        bad(name, "must be an integer >= 1")
+    if not (math.isfinite(self.lr) and self.lr > 0):
+      bad("lr", "must be > 0")
+    if not 0 <= self.momentum < 1:
+      bad("momentum", "must lie in [0, 1)")
+    if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+      bad("weight_decay", "must be >= 0")
+    if not 0 < self.gamma <= 1:
+      bad("gamma", "must lie in (0, 1]")
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def make_optimizer(config: TrainConfig, steps_per_epoch: int) -> optax.GradientTransformation:
+  """SGD with momentum, coupled weight decay and a step learning-rate schedule.
+
+  Matches ``torch.optim.SGD(lr, momentum, weight_decay)`` with
+  ``StepLR(lr_step, gamma)`` stepped once per epoch: the decay is added to the
+  gradient before the momentum, and the rate is ``lr * gamma ** (epoch //
+  lr_step)``.
+  """
+  schedule = optax.exponential_decay(
+      init_value=config.lr, transition_steps=config.lr_step * steps_per_epoch,
+      decay_rate=config.gamma, staircase=True)
+  parts = []
+  if config.weight_decay > 0:
+    parts.append(optax.add_decayed_weights(config.weight_decay))
+  parts.append(optax.sgd(schedule, momentum=config.momentum or None))
+  return optax.chain(*parts)
+
+
+def _check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
+  try:
+    x, y = data
+  except (TypeError, ValueError):
+    raise ValueError(f"{name} must be a pair (x, y) of arrays") from None
+  x = np.asarray(x)
+  y = np.asarray(y)
+  if not np.issubdtype(x.dtype, np.floating):
+    raise ValueError(f"{name}: x must be floating point in [0, 1], got dtype {x.dtype}")
+  if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
+    raise ValueError(f"{name}: expected x [N, ...] and y [N] with N >= 1, got {x.shape} and {y.shape}")
+  if not np.issubdtype(y.dtype, np.integer):
+    raise ValueError(f"{name}: y must be integer labels, got dtype {y.dtype}")
+  if y.min() < 0:
+    raise ValueError(f"{name}: labels must be >= 0")
+  lo, hi = float(np.min(x)), float(np.max(x))
+  if not (math.isfinite(lo) and math.isfinite(hi)):
+    raise ValueError(f"{name}: x contains NaN or inf")
+  if lo < -1e-6 or hi > 1 + 1e-6:
+    raise ValueError(
+        f"{name}: x must lie in [0, 1] (noise is added in pixel scale and the model normalizes), "
+        f"got range [{lo:.4g}, {hi:.4g}]")
+  return x.astype(np.float32, copy=False), y.astype(np.int32, copy=False)
+
+
+def _optimizer_spec(config: TrainConfig) -> TrainConfig:
+  """The config with the fields the optimizer does not use normalized (a jit cache key)."""
+  return dataclasses.replace(config, sigma=0.0, epochs=0, drop_last=False, eval_batch_size=1)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "spec", "steps_per_epoch"))
+def _train_step(params, rest, opt_state, x, y, key, sigma, *, graphdef, spec, steps_per_epoch):
+  """One SGD step on a noisy batch; returns the new state, summed loss and #correct."""
+  tx = make_optimizer(spec, steps_per_epoch)
+  noise = sigma * jax.random.normal(key, x.shape, x.dtype)
+
+  def loss_fn(p, r):
+    # copy=True: fresh NNX variables owned by this (grad) trace, so BatchNorm
+    # can update its statistics here.
+    model = nnx.merge(graphdef, p, r, copy=True)
+    logits = model(x + noise)
+    new_rest = nnx.state(model, nnx.Not(nnx.Param))
+    logits = logits.astype(jnp.float32)
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    return loss, (new_rest, logits)
+
+  (loss, (new_rest, logits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  params = optax.apply_updates(params, updates)
+  correct = jnp.sum(jnp.argmax(logits, axis=-1) == y)
+  return params, new_rest, opt_state, loss * x.shape[0], correct
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn",))
+def _eval_step(variables, x, y, mask, key, sigma, *, apply_fn):
+  """Numbers of correct clean and noisy (one draw) predictions among the unmasked rows."""
+  noise = sigma * jax.random.normal(key, x.shape, x.dtype)
+  clean = jnp.argmax(apply_fn(variables, x), axis=-1) == y
+  noisy = jnp.argmax(apply_fn(variables, x + noise), axis=-1) == y
+  return jnp.sum(clean & mask), jnp.sum(noisy & mask)
+
+
+def _evaluate(eval_fn, variables, x, y, key, batch_size) -> tuple[float, float]:
+  n = x.shape[0]
+  b = min(batch_size, n)
+  clean = noisy = 0
+  for i, start in enumerate(range(0, n, b)):
+    xb, yb = x[start:start + b], y[start:start + b]
+    m = xb.shape[0]
+    mask = np.arange(b) < m
+    if m < b:  # pad to a static shape; padding is masked out
+      xb = np.concatenate([xb, np.zeros((b - m, *xb.shape[1:]), xb.dtype)])
+      yb = np.concatenate([yb, np.zeros((b - m,), yb.dtype)])
+    c, z = eval_fn(variables, xb, yb, mask, jax.random.fold_in(key, i))
+    clean, noisy = clean + c, noisy + z
+  return float(clean) / n, float(noisy) / n
+
+
+_COMPAT_IGNORED = ("epochs",)
+
+
+def _check_compatible(saved: Mapping, current: Mapping, what: str) -> None:
+  diff = {k: (saved.get(k), current.get(k)) for k in set(saved) | set(current)
+          if k not in _COMPAT_IGNORED and saved.get(k) != current.get(k)}
+  if diff:
+    items = ", ".join(f"{k}: saved {a!r} vs now {b!r}" for k, (a, b) in sorted(diff.items()))
+    raise ValueError(
+        f"cannot resume: the {what} differs from the checkpointed run ({items}); use the same "
+        "arguments, a new workdir, or resume=False")
+
+
+def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
+          batch_size: int = 256, lr: float = 0.1, momentum: float = 0.9,
+          weight_decay: float = 1e-4, lr_step: int = 30, gamma: float = 0.1,
+          drop_last: bool = False, eval_data=None, eval_batch_size: int = 1000,
+          workdir=None, resume: bool = True, model_config: Mapping | None = None,
+          keep_checkpoints: int = 2, progress: bool = True,
+          on_epoch_end: Callable[[dict], None] | None = None):
+  """Trains an NNX classifier with Gaussian noise augmentation.
+
+  Args:
+    key: a ``jax.random.key`` (or int seed) for shuffling, noise and evaluation.
+    model: a Flax NNX model ``model(x) -> logits`` taking ``[b, *input_shape]``
+      in [0, 1]. BatchNorm/Dropout run in train mode for the updates and in
+      eval mode for the evaluation (the model's own flags are not changed).
+      Its weights are updated in place and it is returned.
+    train_data: ``(x [N, ...] float in [0, 1], y [N] int)`` NumPy arrays.
+    sigma: training noise level (>= 0) in [0, 1] input units.
+    epochs, batch_size, lr, momentum, weight_decay, lr_step, gamma, drop_last,
+      eval_batch_size: see :class:`TrainConfig`.
+    eval_data: optional held-out ``(x, y)``; clean and noisy (one draw of
+      sigma-noise per input) accuracy are computed after every epoch.
+    workdir: optional directory for ``config.json``, ``history.json`` and
+      per-epoch orbax checkpoints (model state, optimizer state, epoch, key).
+    resume: with a workdir holding checkpoints, continue from the last
+      finished epoch (the training config, except ``epochs``, and the key must
+      match). If False and checkpoints exist, raise instead of overwriting.
+    model_config: JSON-serializable description of the model saved in
+      ``config.json`` so that :func:`rsjax.training.load_model` can rebuild it,
+      e.g. ``{"model": "lenet", "num_classes": 10, "input_shape": [28, 28, 1]}``
+      (optional ``"model_kwargs"`` for ``create_model``).
+    keep_checkpoints: number of epoch checkpoints kept.
+    progress: show a tqdm progress bar and a line per epoch.
+    on_epoch_end: optional callback receiving each epoch's history entry.
+
+  Returns:
+    ``(model, history)``: the trained model (same object) and a list with one
+    dict per epoch: ``epoch`` (1-based), ``lr``, ``train_loss``, ``train_acc``
+    (on the noisy training batches), ``clean_acc`` and ``noisy_acc`` (None
+    without ``eval_data``) and ``seconds``.
+  """
+  from rsjax.models import to_apply_fn, to_train_fn
+
+  config = TrainConfig(sigma=float(sigma), epochs=epochs, batch_size=batch_size, lr=float(lr),
+                       momentum=float(momentum), weight_decay=float(weight_decay),
+                       lr_step=lr_step, gamma=float(gamma), drop_last=bool(drop_last),
+                       eval_batch_size=eval_batch_size)
+  key = as_key(key)
+  x, y = _check_data(train_data, "train_data")
+  ev = _check_data(eval_data, "eval_data") if eval_data is not None else None
+  n = x.shape[0]
+  if drop_last and n < config.batch_size:
+    raise ValueError(f"batch_size {config.batch_size} > number of training inputs {n} with drop_last")
+  steps_per_epoch = n // config.batch_size if drop_last else -(-n // config.batch_size)
+
+  train_fn, params, rest = to_train_fn(model)
+  apply_fn, _ = to_apply_fn(model)
+  logits_shape = jax.eval_shape(train_fn, params, rest, x[:1])[0].shape
+  num_classes = logits_shape[-1]
+  for name, labels in (("train_data", y), ("eval_data", None if ev is None else ev[1])):
+    if labels is not None and labels.max() >= num_classes:
+      raise ValueError(f"{name}: label {labels.max()} >= number of model outputs {num_classes}")
+  tx = make_optimizer(config, steps_per_epoch)
+  opt_state = tx.init(params)
+
+  shuffle_key = jax.random.fold_in(key, 0)
+  noise_key = jax.random.fold_in(key, 1)
+  eval_key = jax.random.fold_in(key, 2)
+  key_data = np.asarray(jax.random.key_data(key)).tolist()
+  data_info = {"num_train": int(n), "input_shape": list(x.shape[1:]), "num_classes": int(num_classes)}
+
+  history: list[dict] = []
+  start_epoch = 0
+  ckpt = None
+  if workdir is not None:
+    workdir = os.fspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    ckpt = Checkpoints(os.path.join(workdir, wd.CHECKPOINT_DIR), max_to_keep=keep_checkpoints)
+    try:
+      latest = ckpt.latest_step()
+      if latest is not None and not resume:
+        raise ValueError(
+            f"workdir {workdir!r} already holds checkpoints (epoch {latest}); pass resume=True to "
+            "continue, or use a new workdir")
+      if latest is not None:
+        items, meta = ckpt.restore(latest, targets={
+            "model": {"params": params, "rest": rest},
+            "train": {"opt_state": opt_state, "key": jax.random.key_data(key)}})
+        _check_compatible(meta["config"], config.to_json(), "training config")
+        _check_compatible(meta["data"], data_info, "training data")
+        if meta["key"] != key_data:
+          raise ValueError("cannot resume: key differs from the key of the checkpointed run")
+        params, rest = items["model"]["params"], items["model"]["rest"]
+        opt_state = items["train"]["opt_state"]
+        start_epoch = int(meta["epoch"])
+        history = list(meta["history"])
+      else:
+        cfg = dict(model_config or {})
+        for reserved in ("sigma", "train", "data"):
+          if reserved in cfg:
+            raise ValueError(f"model_config must not contain the key {reserved!r}")
+        cfg.update(sigma=config.sigma, train=config.to_json(), data=data_info)
+        wd.write_json(os.path.join(workdir, wd.CONFIG_FILE), cfg)
+    except BaseException:
+      ckpt.close()
+      raise
+
+  # One committed placement for fresh and restored state alike, so a resumed run
+  # reuses the compiled step (single-device training).
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  params, rest, opt_state = jax.device_put((params, rest, opt_state), device)
+  sigma_arr = jax.device_put(jnp.float32(config.sigma), device)
+  step_fn = functools.partial(_train_step, sigma=sigma_arr, graphdef=train_fn.graphdef,
+                              spec=_optimizer_spec(config), steps_per_epoch=steps_per_epoch)
+  eval_fn = functools.partial(_eval_step, sigma=sigma_arr, apply_fn=apply_fn)
+  schedule_lr = lambda epoch: config.lr * config.gamma ** (epoch // config.lr_step)  # noqa: E731
+
+  try:
+    for epoch in range(start_epoch, config.epochs):
+      t0 = time.perf_counter()
+      perm = np.asarray(jax.random.permutation(jax.random.fold_in(shuffle_key, epoch), n))
+      loss_sum = correct_sum = 0
+      seen = 0
+      bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}",
+                 disable=not progress, leave=False, dynamic_ncols=True)
+      for b in range(steps_per_epoch):
+        idx = perm[b * config.batch_size:(b + 1) * config.batch_size]
+        step = epoch * steps_per_epoch + b
+        params, rest, opt_state, loss, correct = step_fn(
+            params, rest, opt_state, x[idx], y[idx], jax.random.fold_in(noise_key, step))
+        loss_sum, correct_sum, seen = loss_sum + loss, correct_sum + correct, seen + idx.shape[0]
+        bar.update(1)
+        if progress and (b % 50 == 49 or b == steps_per_epoch - 1):
+          bar.set_postfix(loss=f"{float(loss_sum) / seen:.4f}", acc=f"{float(correct_sum) / seen:.3f}")
+      bar.close()
+      entry = {"epoch": epoch + 1, "lr": schedule_lr(epoch), "train_loss": float(loss_sum) / seen,
+               "train_acc": float(correct_sum) / seen, "clean_acc": None, "noisy_acc": None}
+      if ev is not None:
+        variables = nnx.merge_state(params, rest)
+        entry["clean_acc"], entry["noisy_acc"] = _evaluate(
+            eval_fn, variables, ev[0], ev[1], jax.random.fold_in(eval_key, epoch),
+            config.eval_batch_size)
+      entry["seconds"] = time.perf_counter() - t0
+      history.append(entry)
+      if ckpt is not None:
+        ckpt.save(epoch + 1, items={
+            "model": {"params": params, "rest": rest},
+            "train": {"opt_state": opt_state, "key": jax.random.key_data(key)}},
+            meta={"epoch": epoch + 1, "config": config.to_json(), "data": data_info,
+                  "key": key_data, "history": history})
+        wd.write_json(os.path.join(workdir, wd.HISTORY_FILE), history)
+      if progress:
+        msg = (f"epoch {epoch + 1}/{config.epochs}  lr {entry['lr']:.4g}  loss {entry['train_loss']:.4f}"
+               f"  train acc {entry['train_acc']:.4f}")
+        if ev is not None:
+          msg += f"  clean acc {entry['clean_acc']:.4f}  noisy acc {entry['noisy_acc']:.4f}"
+        tqdm.write(msg + f"  ({entry['seconds']:.1f} s)")
+      if on_epoch_end is not None:
+        on_epoch_end(entry)
+  finally:
+    if ckpt is not None:
+      ckpt.close()
+  nnx.update(model, params, rest)
+  return model, history
