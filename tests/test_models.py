@@ -1,5 +1,7 @@
 """Tests of rsjax.models: architectures, normalization inside, the pure bridge."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,7 +25,9 @@ ARCHS = [
 ]
 
 
+@functools.cache
 def _abstract(name, input_shape, num_classes):
+  """Model with abstract (shape-only) variables: nothing allocated; cached, never mutated."""
   return nnx.eval_shape(lambda: models.create_model(
       name, num_classes=num_classes, input_shape=input_shape, rngs=0))
 
@@ -37,20 +41,20 @@ def test_param_counts(name, input_shape, num_classes, expected):
     assert n == expected
 
 
-@pytest.mark.parametrize("name,input_shape,batch", [
-    ("resnet110", (32, 32, 3), 2),
-    ("resnet18", (32, 32, 3), 2),
-    ("resnet50", (64, 64, 3), 2),
-    ("resnet50", (224, 224, 3), 1),
-    ("lenet", (28, 28, 1), 3),
-    ("cnn", (8, 8, 1), 3),
-    ("mlp", (5,), 3),
+@pytest.mark.parametrize("name,input_shape,num_classes,batch", [
+    ("resnet110", (32, 32, 3), 10, 2),
+    ("resnet18", (32, 32, 3), 10, 2),
+    ("resnet50", (64, 64, 3), 7, 2),
+    ("resnet50", (224, 224, 3), 1000, 1),
+    ("lenet", (28, 28, 1), 10, 3),
+    ("cnn", (8, 8, 1), 7, 3),
+    ("mlp", (5,), 7, 3),
 ])
-def test_output_shapes_abstract(name, input_shape, batch):
-  model = _abstract(name, input_shape, 7)
+def test_output_shapes_abstract(name, input_shape, num_classes, batch):
+  model = _abstract(name, input_shape, num_classes)
   apply_fn, variables = models.to_apply_fn(model)
   out = jax.eval_shape(apply_fn, variables, jax.ShapeDtypeStruct((batch, *input_shape), jnp.float32))
-  assert out.shape == (batch, 7)
+  assert out.shape == (batch, num_classes)
   assert out.dtype == jnp.float32
 
 
@@ -63,66 +67,77 @@ def test_forward_real(name, input_shape, getkey):
   logits = jax.jit(apply_fn)(variables, x)
   assert logits.shape == (2, 10)
   assert np.all(np.isfinite(np.asarray(logits)))
-  # Eval mode: each input's logits do not depend on the rest of the batch.
-  np.testing.assert_allclose(apply_fn(variables, x[1:]), logits[1:], rtol=1e-4, atol=1e-5)
 
 
-def _tiny_resnet(normalize="cifar10", seed=0):
+@pytest.fixture(scope="module")
+def tiny_resnet():
+  """A 2-stage basic-block ResNet with BatchNorm (the ResNet-20/110/18 code path), built once."""
   return models.BasicResNet(input_shape=(8, 8, 3), num_classes=5, stage_sizes=(1, 1),
-                            widths=(4, 8), normalize=normalize, rngs=nnx.Rngs(seed))
+                            widths=(4, 8), normalize="cifar10", rngs=nnx.Rngs(0))
+
+
+@nnx.jit
+def _nnx_forward(model, x):
+  return model(x)
 
 
 def _warm_batch_stats(model, key, steps=3):
-  """Runs train-mode forwards so BatchNorm running averages move off (0, 1)."""
+  """Train-mode forwards (jitted) so BatchNorm running averages move off (0, 1)."""
+  train_fn, params, rest = models.to_train_fn(model)
+  step = jax.jit(train_fn)
   for i in range(steps):
-    model(2.0 * jax.random.uniform(jax.random.fold_in(key, i), (16, 8, 8, 3)))
+    _, rest = step(params, rest, 2.0 * jax.random.uniform(jax.random.fold_in(key, i), (16, 8, 8, 3)))
+  nnx.update(model, rest)
 
 
-def test_eval_apply_uses_running_averages(getkey):
-  model = _tiny_resnet()
+def test_eval_apply_uses_running_averages(tiny_resnet, getkey):
+  model = nnx.clone(tiny_resnet)
   _warm_batch_stats(model, getkey())
   x = jax.random.uniform(getkey(), (4, 8, 8, 3))
   apply_fn, variables = models.to_apply_fn(model)
-  out = apply_fn(variables, x)
+  out = jax.jit(apply_fn)(variables, x)
   # Equals the NNX model's own eval forward, is deterministic, and differs
   # from the train-mode forward (batch statistics).
   eval_model = nnx.view(model, use_running_average=True)
-  np.testing.assert_allclose(out, eval_model(x), rtol=1e-5, atol=1e-6)
-  np.testing.assert_array_equal(out, apply_fn(variables, x))
-  np.testing.assert_array_equal(jax.jit(apply_fn)(variables, x), jax.jit(apply_fn)(variables, x))
-  train_out = nnx.view(model, use_running_average=False)(x)
+  np.testing.assert_allclose(out, _nnx_forward(eval_model, x), rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(out, jax.jit(apply_fn)(variables, x))
+  np.testing.assert_allclose(out, apply_fn(variables, x), rtol=1e-5, atol=1e-6)
+  train_out = _nnx_forward(nnx.clone(model), x)
   assert np.max(np.abs(np.asarray(train_out - out))) > 1e-3
+  # Eval mode: each input's logits do not depend on the rest of the batch.
+  np.testing.assert_allclose(jax.jit(apply_fn)(variables, x[:1]), out[:1], rtol=1e-5, atol=1e-6)
   # to_apply_fn neither switched the model to eval mode nor moved its statistics.
   assert model.stem_bn.use_running_average is False
   stats = nnx.state(model, nnx.BatchStat)
-  apply_fn(variables, x)
+  jax.jit(apply_fn)(variables, x)
   jax.tree.map(np.testing.assert_array_equal, stats, nnx.state(model, nnx.BatchStat))
 
 
-def test_normalization_is_inside_the_model(getkey):
+def test_normalization_is_inside_the_model(tiny_resnet, getkey):
   mean, std = models.NORMALIZATION["cifar10"]
-  with_norm = _tiny_resnet("cifar10")
-  without = _tiny_resnet(None)  # same seed: the same weights
+  with_norm = tiny_resnet
+  without = nnx.clone(tiny_resnet)  # the same weights, no normalization layer
+  without.normalize = None
   x = jax.random.uniform(getkey(), (3, 8, 8, 3))
   f1, v1 = models.to_apply_fn(with_norm)
   f0, v0 = models.to_apply_fn(without)
   manual = (x - jnp.asarray(mean)) / jnp.asarray(std)
-  np.testing.assert_allclose(f1(v1, x), f0(v0, manual), rtol=1e-4, atol=1e-5)
-  assert np.max(np.abs(np.asarray(f1(v1, x) - f0(v0, x)))) > 1e-3
+  np.testing.assert_allclose(jax.jit(f1)(v1, x), jax.jit(f0)(v0, manual), rtol=1e-4, atol=1e-5)
+  assert np.max(np.abs(np.asarray(jax.jit(f1)(v1, x) - jax.jit(f0)(v0, x)))) > 1e-3
   # The constants are not parameters (not trained, not in the state).
   assert all("normalize" not in str(path) for path, _ in nnx.to_flat_state(v1))
 
 
 def test_default_normalizations():
   def stats(name, shape):
-    m = _abstract(name, shape, 10)
+    m = _abstract(name, shape, 1000 if name == "resnet50" else 10)
     return (m.normalize.mean, m.normalize.std) if m.normalize is not None else None
   assert stats("resnet110", (32, 32, 3)) == ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
   assert stats("resnet20", (32, 32, 3)) == models.NORMALIZATION["cifar10"]
   assert stats("resnet18", (32, 32, 3)) == models.NORMALIZATION["cifar10"]
-  assert stats("resnet50", (64, 64, 3)) == ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+  assert stats("resnet50", (224, 224, 3)) == ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
   assert stats("lenet", (28, 28, 1)) == ((0.1307,), (0.3081,))
-  assert stats("mlp", (4,)) is None
+  assert stats("mlp", (8, 8, 1)) is None
   m = nnx.eval_shape(lambda: models.create_model(
       "resnet20", num_classes=10, input_shape=(32, 32, 3), rngs=0, normalize=None))
   assert m.normalize is None
@@ -131,8 +146,8 @@ def test_default_normalizations():
   assert (m.normalize.mean, m.normalize.std) == ((0.5,), (0.25,))
 
 
-def test_apply_fn_is_static_and_reused_without_retracing(getkey):
-  model = _tiny_resnet()
+def test_apply_fn_is_static_and_reused_without_retracing(tiny_resnet, getkey):
+  model = tiny_resnet
   apply_fn, variables = models.to_apply_fn(model)
   apply_again, _ = models.to_apply_fn(model)
   assert hash(apply_fn) == hash(apply_again) and apply_fn == apply_again
@@ -152,8 +167,8 @@ def test_apply_fn_is_static_and_reused_without_retracing(getkey):
   assert not np.array_equal(a, b)
 
 
-def test_train_fn_updates_batch_stats_and_matches_eval_after_merge(getkey):
-  model = _tiny_resnet()
+def test_train_fn_updates_batch_stats_and_matches_eval_after_merge(tiny_resnet, getkey):
+  model = nnx.clone(tiny_resnet)
   train_fn, params, rest = models.to_train_fn(model)
   x = jax.random.uniform(getkey(), (8, 8, 8, 3))
   y = jnp.arange(8) % 5
@@ -169,13 +184,14 @@ def test_train_fn_updates_batch_stats_and_matches_eval_after_merge(getkey):
   moved = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(rest), jax.tree.leaves(new_rest))]
   assert any(moved)
   # Train-mode logits use batch statistics: equal to the NNX train forward.
-  np.testing.assert_allclose(train_fn(params, rest, x)[0], model(x), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(jax.jit(train_fn)(params, rest, x)[0], _nnx_forward(nnx.clone(model), x),
+                             rtol=1e-4, atol=1e-5)
   # Eval apply on merged (params, new_rest) equals the model updated in place.
   apply_fn, _ = models.to_apply_fn(model)
   merged = nnx.merge_state(params, new_rest)
   nnx.update(model, params, new_rest)
   apply2, variables2 = models.to_apply_fn(model)
-  np.testing.assert_allclose(apply_fn(merged, x), apply2(variables2, x), rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(jax.jit(apply_fn)(merged, x), jax.jit(apply2)(variables2, x))
 
 
 def test_bfloat16_compute_dtype(getkey):

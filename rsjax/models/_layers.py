@@ -7,13 +7,14 @@ added (and radii are measured) in pixel units, not in normalized units.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-__all__ = ["NORMALIZATION", "Normalize", "resolve_normalization"]
+__all__ = ["NORMALIZATION", "Normalize", "conv_init", "resolve_normalization", "torch_default_init"]
 
 # Per-channel (mean, std) of each dataset, in [0, 1] pixel scale.
 # CIFAR-10 values are the ones of Cohen et al.'s code (``code/datasets.py``).
@@ -32,9 +33,31 @@ NORMALIZATION["cifar"] = NORMALIZATION["cifar10"]
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
 
-# He-normal on fan-out, as in the bearpaw / torchvision ResNet initialization.
-conv_init = jax.nn.initializers.variance_scaling(2.0, "fan_out", "normal")
 
+
+def _flat_sample(sampler, key, shape, dtype):
+  # Eager initialization compiles one sampling program per shape, and XLA
+  # compiles a 4-d random normal several times slower than a 1-d one. Drawing
+  # a flat vector of a power-of-two size (few distinct programs) and slicing
+  # it keeps model construction fast; the values are i.i.d. all the same.
+  n = math.prod(shape)
+  size = max(1024, 1 << (n - 1).bit_length())
+  return sampler(key, (size,), dtype)[:n].reshape(shape)
+
+
+def conv_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+  """He-normal on fan-out, ``N(0, 2 / (k_h k_w c_out))``: bearpaw / torchvision ResNets."""
+  fan_out = math.prod(shape[:-2]) * shape[-1]
+  std = math.sqrt(2.0 / fan_out)
+  return _flat_sample(jax.random.normal, key, shape, dtype) * jnp.asarray(std, dtype)
+
+
+def torch_default_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+  """PyTorch's default weight init for Linear/Conv: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``."""
+  fan_in = math.prod(shape[:-1])
+  bound = 1.0 / math.sqrt(fan_in)
+  return _flat_sample(
+      lambda k, s, d: jax.random.uniform(k, s, d, minval=-bound, maxval=bound), key, shape, dtype)
 
 def resolve_normalization(normalize, num_channels: int):
   """Turns a ``normalize`` argument into ``(mean, std)`` tuples or ``None``.

@@ -27,7 +27,7 @@ import jax
 from flax import nnx
 
 from rsjax.models._layers import (BN_EPSILON, BN_MOMENTUM, Normalize, conv_init,
-                                  resolve_normalization)
+                                  resolve_normalization, torch_default_init)
 
 __all__ = ["BasicResNet", "CifarResNet", "ResNet20", "ResNet110", "ResNet18", "ResNet50"]
 
@@ -131,7 +131,8 @@ class BasicResNet(nnx.Module):
         blocks.append(BasicBlock(cin, w, stride, dtype=dtype, rngs=rngs))
         cin = w
     self.blocks = nnx.List(blocks)
-    self.head = nnx.Linear(cin, num_classes, dtype=dtype, rngs=rngs)
+    self.head = nnx.Linear(cin, num_classes, kernel_init=torch_default_init, dtype=dtype,
+                           rngs=rngs)
 
   def features(self, x: jax.Array) -> jax.Array:
     """Pooled features ``[b, widths[-1]]`` of ``x`` ``[b, H, W, C]``."""
@@ -215,7 +216,8 @@ class ResNet50(nnx.Module):
         blocks.append(Bottleneck(cin, w, stride, dtype=dtype, rngs=rngs))
         cin = w * Bottleneck.expansion
     self.blocks = nnx.List(blocks)
-    self.head = nnx.Linear(cin, num_classes, dtype=dtype, rngs=rngs)
+    self.head = nnx.Linear(cin, num_classes, kernel_init=torch_default_init, dtype=dtype,
+                           rngs=rngs)
 
   def features(self, x: jax.Array) -> jax.Array:
     """Pooled features ``[b, 2048]`` of ``x`` ``[b, H, W, C]``."""

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 import jax
 from flax import nnx
 
-from rsjax.models._layers import Normalize, resolve_normalization
+from rsjax.models._layers import Normalize, resolve_normalization, torch_default_init
+
+_W = torch_default_init
 
 __all__ = ["MLP", "LeNet", "CNN"]
 
@@ -47,8 +49,8 @@ class MLP(nnx.Module):
     self.normalize = Normalize(*norm) if norm is not None else None
     sizes = [math.prod(input_shape), *(int(h) for h in hidden_sizes)]
     self.hidden = nnx.List([
-        nnx.Linear(a, b, dtype=dtype, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
-    self.head = nnx.Linear(sizes[-1], num_classes, dtype=dtype, rngs=rngs)
+        nnx.Linear(a, b, kernel_init=_W, dtype=dtype, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
+    self.head = nnx.Linear(sizes[-1], num_classes, kernel_init=_W, dtype=dtype, rngs=rngs)
     self.ndim = len(input_shape)
 
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -85,11 +87,11 @@ class LeNet(nnx.Module):
           "Use 'cnn' or 'mlp' for smaller images.")
     norm = resolve_normalization(normalize, c)
     self.normalize = Normalize(*norm) if norm is not None else None
-    self.conv1 = nnx.Conv(c, 6, (5, 5), padding=((2, 2), (2, 2)), dtype=dtype, rngs=rngs)
-    self.conv2 = nnx.Conv(6, 16, (5, 5), padding="VALID", dtype=dtype, rngs=rngs)
-    self.fc1 = nnx.Linear(16 * fh * fw, 120, dtype=dtype, rngs=rngs)
-    self.fc2 = nnx.Linear(120, 84, dtype=dtype, rngs=rngs)
-    self.fc3 = nnx.Linear(84, num_classes, dtype=dtype, rngs=rngs)
+    self.conv1 = nnx.Conv(c, 6, (5, 5), padding=((2, 2), (2, 2)), kernel_init=_W, dtype=dtype, rngs=rngs)
+    self.conv2 = nnx.Conv(6, 16, (5, 5), padding="VALID", kernel_init=_W, dtype=dtype, rngs=rngs)
+    self.fc1 = nnx.Linear(16 * fh * fw, 120, kernel_init=_W, dtype=dtype, rngs=rngs)
+    self.fc2 = nnx.Linear(120, 84, kernel_init=_W, dtype=dtype, rngs=rngs)
+    self.fc3 = nnx.Linear(84, num_classes, kernel_init=_W, dtype=dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """``x`` of shape ``[b, H, W, C]`` -> logits ``[b, num_classes]``."""
@@ -125,10 +127,10 @@ class CNN(nnx.Module):
       raise ValueError(f"CNN needs images of at least 6x6; got input_shape {tuple(input_shape)}.")
     norm = resolve_normalization(normalize, c)
     self.normalize = Normalize(*norm) if norm is not None else None
-    self.conv1 = nnx.Conv(c, 32, (3, 3), padding="VALID", dtype=dtype, rngs=rngs)
-    self.conv2 = nnx.Conv(32, 64, (3, 3), padding="VALID", dtype=dtype, rngs=rngs)
-    self.fc1 = nnx.Linear(64 * fh * fw, 128, dtype=dtype, rngs=rngs)
-    self.fc2 = nnx.Linear(128, num_classes, dtype=dtype, rngs=rngs)
+    self.conv1 = nnx.Conv(c, 32, (3, 3), padding="VALID", kernel_init=_W, dtype=dtype, rngs=rngs)
+    self.conv2 = nnx.Conv(32, 64, (3, 3), padding="VALID", kernel_init=_W, dtype=dtype, rngs=rngs)
+    self.fc1 = nnx.Linear(64 * fh * fw, 128, kernel_init=_W, dtype=dtype, rngs=rngs)
+    self.fc2 = nnx.Linear(128, num_classes, kernel_init=_W, dtype=dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """``x`` of shape ``[b, H, W, C]`` -> logits ``[b, num_classes]``."""
