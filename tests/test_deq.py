@@ -1,0 +1,223 @@
+"""Tests of rsjax.deq solvers and implicit differentiation (fast, CPU)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rsjax import deq
+from rsjax.deq import solvers
+
+
+def _affine_problem(key, b=4, d=20, norm=0.9, lo=0.0, dtype=jnp.float32):
+  """Per-sample affine maps z -> A_i z + c_i, A_i symmetric with eigenvalues
+  spread over [lo, norm] (plain iteration contracts by ``norm`` per step)."""
+  ka, kc = jax.random.split(key)
+  q, _ = jnp.linalg.qr(jax.random.normal(ka, (b, d, d), dtype))
+  lam = jnp.linspace(lo, norm, d, dtype=dtype)
+  a = jnp.einsum("bij,j,bkj->bik", q, lam, q)
+  c = jax.random.normal(kc, (b, d), dtype)
+  z_star = jnp.linalg.solve(jnp.eye(d, dtype=dtype)[None] - a, c[..., None])[..., 0]
+  f = lambda z: jnp.einsum("bij,bj->bi", a, z) + c
+  return f, z_star
+
+
+def _solve(f, z0, config, **kw):
+  """Jitted ``deq.solve`` (one compile instead of many eager dispatches)."""
+  return jax.jit(lambda z: deq.solve(f, z, config, **kw))(z0)
+
+
+def _err(z, z_star):
+  return np.asarray(jnp.linalg.norm(z - z_star, axis=1) / jnp.linalg.norm(z_star, axis=1))
+
+
+@pytest.mark.parametrize("name", ["anderson", "iteration"])
+def test_solvers_reach_affine_fixed_point(getkey, name):
+  f, z_star = _affine_problem(getkey(), norm=0.7, lo=-0.7)
+  steps = 30 if name == "anderson" else 80
+  r = _solve(f, jnp.zeros_like(z_star), name, steps=steps)
+  assert r.z.shape == z_star.shape and r.residual.shape == (4,)
+  assert np.all(_err(r.z, z_star) < 1e-3)
+  assert np.all(np.asarray(r.residual) < 1e-3)
+  assert int(r.steps) == steps
+  # MDEQ's absolute ridge lam=1e-4 limits the accuracy on this tiny (D=20) problem;
+  # with a smaller ridge Anderson converges to float32 precision.
+  tight = deq.SolverConfig(name=name, steps=steps, lam=1e-8)
+  r = _solve(f, jnp.zeros_like(z_star), tight)
+  assert np.all(_err(r.z, z_star) < 3e-5)
+
+
+def test_anderson_beats_iteration_at_equal_steps(getkey):
+  f, z_star = _affine_problem(getkey(), norm=0.95)
+  z0 = jnp.zeros_like(z_star)
+  run = lambda z, name, steps: _solve(f, z, name, steps=steps)
+  for steps in (8, 12, 20, 30):
+    ra = run(z0, "anderson", steps)
+    ri = run(z0, "iteration", steps)
+    assert np.all(_err(ra.z, z_star) < _err(ri.z, z_star)), steps
+    assert np.all(np.asarray(ra.residual) < np.asarray(ri.residual)), steps
+  # Plain iteration contracts by about 0.95 per step; Anderson is far faster.
+  assert np.all(_err(run(z0, "anderson", 20).z, z_star) < 0.3 * _err(run(z0, "iteration", 20).z,
+                                                                     z_star))
+
+
+def test_anderson_mixing_and_memory(getkey):
+  f, z_star = _affine_problem(getkey(), norm=0.9)
+  z0 = jnp.zeros_like(z_star)
+  plain = _solve(f, z0, "iteration", steps=40)
+  for cfg in (deq.SolverConfig(m=2, steps=40, lam=1e-8),
+              deq.SolverConfig(m=6, beta=0.7, steps=40, lam=1e-8)):
+    r = _solve(f, z0, cfg)
+    assert np.all(_err(r.z, z_star) < 1e-2), cfg
+  # Memory 1 is plain iteration (damped by beta).
+  one = _solve(f, z0, deq.SolverConfig(m=1, steps=40))
+  np.testing.assert_allclose(one.z, plain.z, rtol=1e-5, atol=1e-5)
+  damped = _solve(f, z0, deq.SolverConfig(m=1, beta=0.5, steps=3))
+  z = z0
+  for _ in range(3):
+    z = 0.5 * f(z) + 0.5 * z
+  np.testing.assert_allclose(damped.z, z, rtol=1e-5, atol=1e-5)
+
+
+def test_one_anderson_step_is_one_plain_step_and_residual_is_reported(getkey):
+  f, z_star = _affine_problem(getkey())
+  z0 = jax.random.normal(getkey(), z_star.shape)
+  ra = _solve(f, z0, "anderson", steps=1)
+  ri = _solve(f, z0, "iteration", steps=1)
+  np.testing.assert_allclose(ra.z, f(z0), rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(ri.z, f(z0), rtol=1e-6, atol=1e-6)
+  expect = jnp.linalg.norm(f(z0) - z0, axis=1) / (jnp.linalg.norm(f(z0), axis=1) + 1e-8)
+  np.testing.assert_allclose(ra.residual, expect, rtol=1e-5)
+  np.testing.assert_allclose(ri.residual, expect, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["anderson", "iteration"])
+def test_warm_start_lowers_residual(getkey, name):
+  f, z_star = _affine_problem(getkey(), norm=0.9)
+  cold = _solve(f, jnp.zeros_like(z_star), name, steps=3)
+  warm_init = z_star + 0.01 * jax.random.normal(getkey(), z_star.shape)
+  warm = _solve(f, warm_init, name, steps=3)
+  assert np.all(np.asarray(warm.residual) < np.asarray(cold.residual))
+  assert np.all(_err(warm.z, z_star) < _err(cold.z, z_star))
+  # Continuing from a result is a warm start too.
+  again = _solve(f, cold.z, name, steps=3)
+  assert np.all(np.asarray(again.residual) < np.asarray(cold.residual))
+
+
+@pytest.mark.parametrize("name", ["anderson", "iteration"])
+def test_tolerance_early_stop_and_report(getkey, name):
+  f, z_star = _affine_problem(getkey(), norm=0.5)
+  z0 = jnp.zeros_like(z_star)
+  r = _solve(f, z0, deq.SolverConfig(name=name, steps=200, tol=1e-4))
+  assert 1 < int(r.steps) < 200
+  assert bool(jnp.all(r.converged)) and np.all(np.asarray(r.residual) <= 1e-4)
+  # Report only: all steps run, convergence flagged per sample.
+  r2 = _solve(f, z0, deq.SolverConfig(name=name, steps=3, tol=1e-4, early_stop=False))
+  assert int(r2.steps) == 3
+  np.testing.assert_array_equal(r2.converged, np.asarray(r2.residual) <= 1e-4)
+  assert not bool(jnp.any(r2.converged))
+
+
+def test_per_sample_residuals_are_independent(getkey):
+  """A sample's result does not depend on the other rows of the batch."""
+  f, z_star = _affine_problem(getkey(), b=4, norm=0.9)
+  z0 = jax.random.normal(getkey(), z_star.shape)
+  full = _solve(f, z0, "anderson", steps=6)
+  # Replace rows 1..3 by other states: row 0's result must not change.
+  other = z0.at[1:].set(jax.random.normal(getkey(), z0[1:].shape))
+  part = _solve(f, other, "anderson", steps=6)
+  np.testing.assert_allclose(part.z[0], full.z[0], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(part.residual[0], full.residual[0], rtol=1e-5)
+  assert not np.allclose(part.z[1:], full.z[1:])
+
+
+def test_solver_config_validation():
+  with pytest.raises(ValueError, match="solver"):
+    deq.SolverConfig(name="broyden")
+  with pytest.raises(ValueError, match="steps"):
+    deq.SolverConfig(steps=0)
+  with pytest.raises(ValueError, match="beta"):
+    deq.SolverConfig(beta=0.0)
+  with pytest.raises(ValueError, match="tol"):
+    deq.SolverConfig(tol=-1.0)
+  with pytest.raises(ValueError, match="m "):
+    deq.SolverConfig(m=0)
+  assert deq.SolverConfig(name="naive").name == "iteration"
+  assert solvers.as_solver_config("A", 3) == deq.SolverConfig(name="anderson", steps=3)
+  hash(deq.SolverConfig())
+
+
+def _small_deq(key, dtype):
+  kw, ku, kx = jax.random.split(key, 3)
+  d, b = 6, 3
+  w = 0.3 * jax.random.normal(kw, (d, d), dtype) / np.sqrt(d)
+  u = jax.random.normal(ku, (d, d), dtype)
+  x = jax.random.normal(kx, (b, d), dtype)
+  f = lambda th, z: jnp.tanh(z @ th["w"].T + x @ th["u"].T)
+  return f, {"w": w, "u": u}, x
+
+
+def test_implicit_gradient_matches_finite_differences(getkey):
+  key = getkey()
+  with jax.enable_x64(True):
+    f, theta, x = _small_deq(key, jnp.float64)
+    z0 = jnp.zeros_like(x)
+    cfg = deq.SolverConfig(steps=60)
+    c = jnp.linspace(-1.0, 1.0, x.shape[0] * x.shape[1], dtype=jnp.float64).reshape(x.shape)
+
+    @jax.jit
+    def loss(th):
+      return jnp.sum(c * deq.fixed_point(f, th, z0, forward=cfg))
+
+    g = jax.grad(loss)(theta)
+    assert g["w"].dtype == jnp.float64
+    eps = 1e-6
+    for name in ("w", "u"):
+      flat = np.asarray(theta[name]).ravel()
+      fd = np.zeros_like(flat)
+      for i in range(flat.size):
+        e = np.zeros_like(flat)
+        e[i] = eps
+        plus = dict(theta, **{name: jnp.asarray((flat + e).reshape(theta[name].shape))})
+        minus = dict(theta, **{name: jnp.asarray((flat - e).reshape(theta[name].shape))})
+        fd[i] = (loss(plus) - loss(minus)) / (2 * eps)
+      np.testing.assert_allclose(np.asarray(g[name]).ravel(), fd, rtol=1e-6, atol=1e-8)
+    # The backward solver can differ from the forward one.
+    g2 = jax.grad(lambda th: jnp.sum(c * deq.fixed_point(
+        f, th, z0, forward=cfg, backward=deq.SolverConfig(name="iteration", steps=80))))(theta)
+    np.testing.assert_allclose(g2["w"], g["w"], rtol=1e-6, atol=1e-9)
+
+
+def test_implicit_gradient_float32_and_jit(getkey):
+  f, theta, x = _small_deq(getkey(), jnp.float32)
+  z0 = jnp.zeros_like(x)
+
+  def loss_implicit(th):
+    return jnp.sum(deq.fixed_point(f, th, z0, forward="anderson") ** 2)
+
+  def loss_unrolled(th):  # backprop through 60 plain iterations: same fixed point
+    z = jax.lax.fori_loop(0, 60, lambda _, z: f(th, z), z0)
+    return jnp.sum(z ** 2)
+
+  g = jax.jit(jax.grad(loss_implicit))(theta)
+  g_ref = jax.jit(jax.grad(loss_unrolled))(theta)
+  for name in g:
+    np.testing.assert_allclose(g[name], g_ref[name], rtol=1e-3, atol=1e-5)
+  # z0 gets a zero gradient.
+  gz = jax.grad(lambda z: jnp.sum(deq.fixed_point(f, theta, z)))(z0)
+  np.testing.assert_array_equal(gz, np.zeros_like(gz))
+
+
+def test_jacobian_frobenius_estimate(getkey):
+  b, d = 2, 10
+  a = jax.random.normal(getkey(), (b, d, d))
+  f = lambda z: jnp.einsum("bij,bj->bi", a, z)
+  exact = np.asarray(jnp.sum(a ** 2, axis=(1, 2)) / d)
+  est = deq.jacobian_frobenius_sq(getkey(), f, jnp.zeros((b, d)), num_vectors=400)
+  assert est.shape == (b,)
+  np.testing.assert_allclose(est, exact, rtol=0.2)
+  # Differentiable with respect to what f closes over: d/da ||a||_F^2 / d = 2a/d.
+  g = jax.grad(lambda aa: jnp.sum(deq.jacobian_frobenius_sq(
+      jax.random.key(0), lambda z: jnp.einsum("bij,bj->bi", aa, z), jnp.zeros((b, d)),
+      num_vectors=1)))(a)
+  assert g.shape == a.shape and bool(jnp.any(g != 0))
