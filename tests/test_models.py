@@ -53,7 +53,8 @@ def test_param_counts(name, input_shape, num_classes, expected):
 def test_output_shapes_abstract(name, input_shape, num_classes, batch):
   model = _abstract(name, input_shape, num_classes)
   apply_fn, variables = models.to_apply_fn(model)
-  out = jax.eval_shape(apply_fn, variables, jax.ShapeDtypeStruct((batch, *input_shape), jnp.float32))
+  x = jax.ShapeDtypeStruct((batch, *input_shape), jnp.float32)
+  out = jax.eval_shape(apply_fn, variables, x)
   assert out.shape == (batch, num_classes)
   assert out.dtype == jnp.float32
 
@@ -86,7 +87,8 @@ def _warm_batch_stats(model, key, steps=3):
   train_fn, params, rest = models.to_train_fn(model)
   step = jax.jit(train_fn)
   for i in range(steps):
-    _, rest = step(params, rest, 2.0 * jax.random.uniform(jax.random.fold_in(key, i), (16, 8, 8, 3)))
+    x = 2.0 * jax.random.uniform(jax.random.fold_in(key, i), (16, 8, 8, 3))
+    _, rest = step(params, rest, x)
   nnx.update(model, rest)
 
 
@@ -184,7 +186,8 @@ def test_train_fn_updates_batch_stats_and_matches_eval_after_merge(tiny_resnet, 
   moved = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(rest), jax.tree.leaves(new_rest))]
   assert any(moved)
   # Train-mode logits use batch statistics: equal to the NNX train forward.
-  np.testing.assert_allclose(jax.jit(train_fn)(params, rest, x)[0], _nnx_forward(nnx.clone(model), x),
+  np.testing.assert_allclose(jax.jit(train_fn)(params, rest, x)[0],
+                             _nnx_forward(nnx.clone(model), x),
                              rtol=1e-4, atol=1e-5)
   # Eval apply on merged (params, new_rest) equals the model updated in place.
   apply_fn, _ = models.to_apply_fn(model)

@@ -154,7 +154,8 @@ class CifarResNet(BasicResNet):
   def __init__(self, *, depth: int, input_shape: Sequence[int] = (32, 32, 3),
                num_classes: int = 10, normalize="cifar10", dtype=None, rngs: nnx.Rngs):
     if depth < 8 or (depth - 2) % 6:
-      raise ValueError(f"CifarResNet depth must be 6n + 2 with n >= 1 (20, 32, 110, ...); got {depth}.")
+      raise ValueError(
+          f"CifarResNet depth must be 6n + 2 with n >= 1 (20, 32, 110, ...); got {depth}.")
     n = (depth - 2) // 6
     super().__init__(input_shape=input_shape, num_classes=num_classes, stage_sizes=(n, n, n),
                      widths=(16, 32, 64), normalize=normalize, dtype=dtype, rngs=rngs)

