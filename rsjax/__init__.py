@@ -17,6 +17,18 @@ from rsjax._sampling import sample_counts as sample_counts
 
 __version__ = "0.1.0"
 
+# Method modules are imported on first use, so ``import rsjax`` stays light and
+# the core never imports flax: ``rsjax.models``, ``rsjax.idrs``, ... just work.
+_LAZY_MODULES = ("anisotropic", "data", "deq", "demo", "distributed", "idrs", "io", "metrics",
+                 "models", "plots", "runner", "training", "cli", "checkpoint")
+
+
+def __getattr__(name):
+  if name in _LAZY_MODULES:
+    import importlib
+    return importlib.import_module(f"rsjax.{name}")
+  raise AttributeError(f"module 'rsjax' has no attribute {name!r}")
+
 __all__ = [
     "ABSTAIN",
     "Certificate",

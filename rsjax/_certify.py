@@ -143,7 +143,7 @@ def certify(
   """Cohen et al.'s CERTIFY for a batch of inputs.
 
   Selection (``n0`` samples) and estimation (``n`` samples) use independent keys
-  (``jax.random.split(key)``); the top class of the selection counts is certified
+  (``fold_in(key, 0)`` and ``fold_in(key, 1)``); the top class of the selection counts is certified
   with the one-sided Clopper-Pearson bound of its estimation count.
 
   Args:
@@ -175,7 +175,9 @@ def certify(
   stats.check_sample_size(n, alpha)
   key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  k_sel, k_est = jax.random.split(key)
+  # fold_in, not split: the same key certifies every chunk of a dataset (the
+  # noise is a function of key, input id and sample index), so it is not consumed.
+  k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
   kw = dict(sigma=sig, num_classes=num_classes, batch_size=batch_size, ids=ids_arr, noise=noise,
             compute_dtype=compute_dtype)
   c0 = sample_counts(k_sel, apply_fn, params, x_np, num=n0, **kw)

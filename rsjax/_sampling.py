@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from rsjax import _memory
 from rsjax import noise as noise_lib
 
 __all__ = ["sample_counts", "as_key", "SamplingPlan", "make_plan", "prepare_inputs"]
@@ -252,7 +253,7 @@ def sample_counts(
     sigma,
     num_classes: int,
     num: int,
-    batch_size: int = 1000,
+    batch_size: int | str = 1000,
     ids=None,
     noise: "noise_lib.Noise | str | None" = None,
     compute_dtype=None,
@@ -270,7 +271,8 @@ def sample_counts(
     sigma: noise scale: float, ``[B]`` or ``[B, *input_shape]`` (see ``rsjax.noise``).
     num_classes: C.
     num: samples per input.
-    batch_size: forward passes per step (memory bound).
+    batch_size: forward passes per step (memory bound), or ``"auto"`` to pick
+      it from the device memory (``rsjax._memory.auto_batch_size``).
     ids: ``[B]`` dataset indices of the inputs (default: positions in ``x``).
     noise: noise family or its name (default Gaussian).
     compute_dtype: optional dtype (e.g. ``jnp.bfloat16``). The noise is added to
@@ -285,11 +287,16 @@ def sample_counts(
     ``[B, num_classes]`` int32 counts, on device.
   """
   num = _check_positive_int("num", num)
-  batch_size = _check_positive_int("batch_size", batch_size)
+  auto_batch = isinstance(batch_size, str) and batch_size == "auto"
+  if not auto_batch:
+    batch_size = _check_positive_int("batch_size", batch_size)
   num_classes = _check_positive_int("num_classes", num_classes)
   noise = noise_lib.get_noise(noise)
   key = as_key(key)
   x, sig, ids_arr = prepare_inputs(x, sigma, ids)
+  if auto_batch:
+    batch_size = _memory.auto_batch_size(apply_fn, params, x.shape[1:], num=num,
+                                         compute_dtype=compute_dtype)
   ndev = len(jax.local_devices()) if devices is None else _check_positive_int("devices", devices)
   ndev = min(ndev, len(jax.local_devices()))
   plan = make_plan(x.shape[0], num, batch_size, ndev)
@@ -298,7 +305,12 @@ def sample_counts(
     x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
     sig = np.concatenate([sig, np.ones((pad,) + sig.shape[1:], sig.dtype)])
     ids_arr = np.concatenate([ids_arr, np.zeros((pad,), ids_arr.dtype)])
+  mesh = _local_mesh(ndev)
+  # Everything enters replicated over the mesh (a no-op for arrays already placed
+  # so), whatever device the caller's key or parameters were committed to.
+  replicated = jax.sharding.NamedSharding(mesh, P())
+  key, params, x, sig, ids_arr = jax.device_put((key, params, x, sig, ids_arr), replicated)
   return _counts_jit(
-      key, params, jnp.asarray(x), jnp.asarray(sig), jnp.asarray(ids_arr),
+      key, params, x, sig, ids_arr,
       apply_fn=apply_fn, noise=noise, num_classes=num_classes, plan=plan,
-      mesh=_local_mesh(ndev), compute_dtype=compute_dtype)
+      mesh=mesh, compute_dtype=compute_dtype)

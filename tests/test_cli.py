@@ -1,0 +1,122 @@
+"""The rsjax command: errors, train-resume, and certify surviving kill -9."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from rsjax import cli, io
+
+
+def run_cli(*argv):
+  return cli.main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  out = tmp_path_factory.mktemp("model") / "mlp_digits"
+  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25",
+                 "--epochs", "2", "--batch", "64", "--lr", "0.1", "--out", out, "--quiet") == 0
+  return out
+
+
+def test_train_writes_config_and_resumes(trained, capsys):
+  import json
+  hist = json.loads((trained / "history.json").read_text())
+  assert [h["epoch"] for h in hist] == [1, 2]
+  assert hist[-1]["clean_acc"] > 0.5
+  # Asking for one more epoch resumes from epoch 2 instead of starting over.
+  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs",
+                 "3", "--batch", "64", "--lr", "0.1", "--out", trained, "--quiet") == 0
+  hist = json.loads((trained / "history.json").read_text())
+  assert [h["epoch"] for h in hist] == [1, 2, 3]
+  assert "epoch 3" in capsys.readouterr().out
+
+
+def test_certify_analyze_and_predict(trained, tmp_path, capsys):
+  out = tmp_path / "c.tsv"
+  assert run_cli("certify", trained, out, "--N", "500", "--N0", "50", "--skip", "30",
+                 "--batch", "500", "--quiet") == 0
+  res = io.read_certify(out)
+  assert len(res.idx) == 10 and list(res.idx) == list(range(0, 300, 30))
+  assert np.mean(res.correct) > 0.5
+  png = tmp_path / "curve.png"
+  assert run_cli("analyze", out, "--radii", "0", "0.25", "--plot", png) == 0
+  text = capsys.readouterr().out
+  assert "r=0.25" in text and "ACR" in text
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  pout = tmp_path / "p.tsv"
+  assert run_cli("predict", trained, pout, "--N", "200", "--alpha", "0.01", "--max", "5",
+                 "--quiet") == 0
+  assert len(io.read_predict(pout).idx) == 5
+
+
+def test_certify_survives_kill_9(trained, tmp_path):
+  args = ["certify", str(trained), None, "--N", "3000", "--N0", "50", "--batch", "500",
+          "--max", "24", "--inputs-per-call", "1", "--seed", "5", "--quiet"]
+  full = tmp_path / "full.tsv"
+  assert run_cli(*[a if a is not None else full for a in args]) == 0
+  part = tmp_path / "part.tsv"
+  cmd = [sys.executable, "-m", "rsjax.cli"] + [a if a is not None else str(part) for a in args]
+  env = dict(os.environ)
+  proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  deadline = time.time() + 120
+  rows = 0
+  while time.time() < deadline and proc.poll() is None:
+    if part.exists():
+      rows = max(0, len(part.read_text().splitlines()) - 1)
+      if rows >= 3:
+        break
+    time.sleep(0.05)
+  assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read()!r}"
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  done_before = len(io.read_certify(part).idx) if part.read_text().count("\n") > 1 else 0
+  assert 0 < done_before < 24
+  assert run_cli(*[a if a is not None else part for a in args]) == 0
+  a, b = io.read_certify(full), io.read_certify(part)
+  np.testing.assert_array_equal(a.idx, b.idx)
+  np.testing.assert_array_equal(a.predict, b.predict)
+  np.testing.assert_array_equal(a.radius, b.radius)
+  assert len(set(b.idx.tolist())) == 24
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["certify", "MISSING_DIR", "out.tsv"], "does not exist"),
+        (["train", "--dataset", "mnist", "--data-dir", "EMPTY", "--model", "lenet", "--out",
+          "OUT"], "tfds build"),
+        (["train", "--dataset", "nosuchset", "--model", "mlp", "--out", "OUT"], "mnist5k"),
+        (["train", "--dataset", "digits", "--model", "nosuchnet", "--out", "OUT"], "lenet"),
+        (["analyze", "MISSING.tsv"], "does not exist"),
+    ],
+)
+def test_errors_name_the_problem_and_the_fix(argv, needle, tmp_path, capsys):
+  (tmp_path / "EMPTY").mkdir()
+  argv = [str(tmp_path / a) if a.isupper() or a.endswith("_DIR") or a.startswith("MISSING")
+          else a for a in argv]
+  assert run_cli(*argv) == 2
+  assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--N", "0"], "--N"),
+        (["--alpha", "1.5"], "--alpha"),
+        (["--sigma", "-0.5"], "--sigma"),
+        (["--skip", "zero"], "--skip"),
+        (["--batch", "-3"], "--batch"),
+        (["--noise", "cauchy"], "--noise"),
+    ],
+)
+def test_bad_flags(flags, needle, capsys):
+  with pytest.raises(SystemExit) as e:
+    run_cli("certify", "model", "out.tsv", *flags)
+  assert e.value.code == 2
+  assert needle in capsys.readouterr().err
