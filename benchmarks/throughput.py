@@ -1,0 +1,432 @@
+"""Throughput of rsjax's counts engine, side by side with the PyTorch reference loop.
+
+One command measures, per model (random weights, one input):
+
+* rsjax (``rsjax.sample_counts`` / ``rsjax.certify``): steady-state samples per
+  second, compile time, seconds per certified image (n0 = 100 plus N), the
+  compiled step's memory (``memory_analysis()``), peak process RSS (CPU) or
+  peak device memory (GPU/TPU), FLOPs per forward pass (XLA
+  ``cost_analysis()``) and model-FLOP utilization when the device peak is known
+  (``--peak-gflops`` on a CPU);
+* the reference (``benchmarks.reference_torch``: Cohen et al.'s ``_sample_noise``
+  loop, float32, batch 400, host counting) on a PyTorch copy of *the same
+  weights* (the logits are checked to agree before timing), when PyTorch is
+  installed; and the ratio rsjax / reference;
+* optionally (``--bf16``) rsjax with ``compute_dtype=jnp.bfloat16``, its speed and
+  how far its counts are from float32 on the same noise.
+
+rsjax and the reference are timed alternately, repetition by repetition, so a
+shared machine slows both alike; the best repetition of each is reported (and
+the median). Seconds per certified image at N = 100,000 are *measured* when
+``--num`` is 100,000 and *extrapolated* from the measured steady state
+otherwise (``t(certify at num) + (100000 - num) / rate``); the output says which.
+
+Commands::
+
+  python -m benchmarks.throughput --quick                     # all models, small N (CPU)
+  python -m benchmarks.throughput --models lenet,mlp --num 100000
+  python -m benchmarks.throughput --models resnet20 --bf16 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+try:  # PyTorch first: importing it after JAX's thread pools exist is fine, but keep it simple.
+  import torch
+except ImportError:  # benchmark-only extra
+  torch = None
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import monitoring  # noqa: E402
+
+import rsjax  # noqa: E402
+from rsjax import _memory  # noqa: E402
+from rsjax import models  # noqa: E402
+
+N_CERT = 100_000
+N0 = 100
+SIGMA = 0.25
+REF_BATCH = 400  # Cohen et al.'s paper runs (experiments.MD: --batch 400)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """A benchmark workload: model, input shape, classes and sample counts."""
+
+  name: str
+  input_shape: tuple[int, ...]
+  num_classes: int
+  num_quick: int
+  num_default: int
+  kwargs: tuple = ()
+
+
+SPECS = {
+    "mlp": Spec("mlp", (28, 28, 1), 10, 20_000, 100_000),
+    "cnn": Spec("cnn", (28, 28, 1), 10, 4_000, 20_000),
+    "lenet": Spec("lenet", (28, 28, 1), 10, 10_000, 100_000),
+    "resnet20": Spec("resnet20", (32, 32, 3), 10, 1_200, 6_000),
+    "resnet110": Spec("resnet110", (32, 32, 3), 10, 200, 1_000),
+    "resnet50": Spec("resnet50", (224, 224, 3), 1000, 8, 32),
+}
+
+# Dense peak GFLOP/s of known accelerators (float32 without tensor cores, bfloat16 dense).
+_PEAKS = {
+    "H100": {"float32": 67_000.0, "bfloat16": 989_000.0},
+    "H200": {"float32": 67_000.0, "bfloat16": 989_000.0},
+    "A100": {"float32": 19_500.0, "bfloat16": 312_000.0},
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# Measurement helpers
+# ------------------------------------------------------------------------------------------------
+
+
+class CompileClock:
+  """Sums JAX's compile-phase durations (trace, lowering, backend compile)."""
+
+  _EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+             "/jax/core/compile/jaxpr_to_mlir_module_duration",
+             "/jax/core/compile/backend_compile_duration")
+
+  def __init__(self):
+    self.total = 0.0
+    monitoring.register_event_duration_secs_listener(self._on_event)
+
+  def _on_event(self, name, duration, **_):
+    if name in self._EVENTS:
+      self.total += duration
+
+
+def _read_status_kb(field: str) -> float | None:
+  try:
+    with open("/proc/self/status", encoding="ascii") as f:
+      for line in f:
+        if line.startswith(field + ":"):
+          return float(line.split()[1])
+  except OSError:
+    return None
+  return None
+
+
+def reset_peak_rss() -> bool:
+  """Resets the process' peak RSS (Linux ``clear_refs`` 5); False when unsupported."""
+  try:
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+      f.write("5")
+    return True
+  except OSError:
+    return False
+
+
+def peak_rss_mb() -> float | None:
+  kb = _read_status_kb("VmHWM")
+  return None if kb is None else kb / 1024.0
+
+
+def device_peak_mb() -> float | None:
+  try:
+    stats = jax.local_devices()[0].memory_stats()
+  except Exception:  # noqa: BLE001
+    return None
+  if not stats or "peak_bytes_in_use" not in stats:
+    return None
+  return stats["peak_bytes_in_use"] / 2**20
+
+
+def forward_flops(apply_fn, params, input_shape, batch: int = 8) -> float:
+  """XLA ``cost_analysis()`` FLOPs of one forward pass (per sample)."""
+  x = jax.ShapeDtypeStruct((batch,) + tuple(input_shape), jnp.float32)
+  cost = jax.jit(apply_fn).lower(params, x).compile().cost_analysis()
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else {}
+  return float((cost or {}).get("flops", 0.0)) / batch
+
+
+def peak_gflops(dtype: str, cpu_peak: float | None) -> float | None:
+  dev = jax.local_devices()[0]
+  if dev.platform == "cpu":
+    return cpu_peak
+  for name, peaks in _PEAKS.items():
+    if name in dev.device_kind:
+      return peaks.get(dtype)
+  return None
+
+
+def cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+def environment(threads: int) -> dict:
+  env = {
+      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+      "cpu": cpu_model(),
+      "cores": os.cpu_count(),
+      "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+      "python": platform.python_version(),
+      "jax": jax.__version__,
+      "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None,
+      "devices": [str(d) for d in jax.local_devices()],
+      "device_kind": jax.local_devices()[0].device_kind,
+      "matmul_precision": str(jax.config.jax_default_matmul_precision),
+      "xla_flags": os.environ.get("XLA_FLAGS", ""),
+      "torch": torch.__version__ if torch is not None else None,
+      "torch_threads": threads if torch is not None else None,
+  }
+  try:
+    import jaxlib
+    env["jaxlib"] = jaxlib.__version__
+  except ImportError:
+    pass
+  try:
+    import flax
+    env["flax"] = flax.__version__
+  except ImportError:
+    pass
+  return env
+
+
+def _timed(fn):
+  t = time.perf_counter()
+  out = fn()
+  return time.perf_counter() - t, out
+
+
+# ------------------------------------------------------------------------------------------------
+# One workload
+# ------------------------------------------------------------------------------------------------
+
+
+def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, bf16: bool,
+              cpu_peak: float | None, clock: CompileClock, seed: int = 0,
+              log=print) -> dict:
+  """Benchmarks one model; returns a dict of measurements (see the module docstring)."""
+  res: dict = {"model": spec.name, "input_shape": list(spec.input_shape),
+               "num_classes": spec.num_classes, "num": num}
+  model = models.create_model(spec.name, num_classes=spec.num_classes,
+                              input_shape=spec.input_shape, rngs=seed, **dict(spec.kwargs))
+  apply_fn, variables = models.to_apply_fn(model)
+  rng = np.random.default_rng(seed)
+  x = rng.random((1,) + spec.input_shape, dtype=np.float32)
+
+  res["flops_per_sample"] = forward_flops(apply_fn, variables, spec.input_shape)
+  if batch_size == "auto":
+    bs = _memory.auto_batch_size(apply_fn, variables, spec.input_shape, num=num)
+  else:
+    bs = int(batch_size)
+  res["batch_size"] = bs
+  res["batch_size_mode"] = "auto" if batch_size == "auto" else "fixed"
+  probe = _memory.probe_step(apply_fn, variables, spec.input_shape, batch=bs)
+  res["step_memory_mb"] = (probe.bytes_per_sample * bs + probe.param_bytes) / 2**20
+  res["param_mb"] = probe.param_bytes / 2**20
+
+  def run_jax(key, n=num, dtype=None):
+    return rsjax.sample_counts(key, apply_fn, variables, x, sigma=SIGMA,
+                               num_classes=spec.num_classes, num=n, batch_size=bs,
+                               compute_dtype=dtype).block_until_ready()
+
+  # Warm-up (compile) of rsjax: the N program and the n0 program of certify.
+  rss_ok = reset_peak_rss()
+  clock.total = 0.0
+  first, _ = _timed(lambda: run_jax(jax.random.key(10_000)))
+  cert_first, _ = _timed(lambda: rsjax.certify(
+      jax.random.key(10_001), apply_fn, variables, x, sigma=SIGMA, num_classes=spec.num_classes,
+      n0=N0, n=num, batch_size=bs))
+  res["compile_s"] = clock.total
+  res["first_call_s"] = first
+  res["rsjax_peak_rss_mb"] = peak_rss_mb() if rss_ok else None
+  res["device_peak_mb"] = device_peak_mb()
+  log(f"  {spec.name}: batch {bs}, compile {clock.total:.1f} s, "
+      f"{res['flops_per_sample'] / 1e6:.2f} MFLOP/sample")
+
+  # Reference: same weights in PyTorch, checked on a noisy batch before timing.
+  tmod = None
+  if reference and torch is not None:
+    from benchmarks import reference_torch as rt
+    tmod = rt.from_flax(model, spec.input_shape)
+    xb = np.clip(x + SIGMA * rng.standard_normal((8,) + spec.input_shape, dtype=np.float32),
+                 -3, 4).astype(np.float32)
+    res["logits_check"] = rt.check_same_logits(tmod, apply_fn, variables, xb)
+    tx = torch.from_numpy(np.ascontiguousarray(rt.to_torch_layout(x)[0]))
+    ref_bs = min(REF_BATCH, num)
+    res["reference_batch_size"] = ref_bs
+
+    def run_ref(n=num):
+      return rt.sample_noise_reference(tmod, tx, n, ref_bs, sigma=SIGMA,
+                                       num_classes=spec.num_classes)
+
+    rss_ok = reset_peak_rss()
+    run_ref(min(num, 2 * ref_bs))  # warm-up
+    res["reference_peak_rss_mb"] = peak_rss_mb() if rss_ok else None
+
+  # Steady state, alternating rsjax and the reference.
+  t_jax, t_ref = [], []
+  counts_jax = counts_ref = None
+  for r in range(reps):
+    dt, c = _timed(lambda r=r: run_jax(jax.random.key(r)))
+    t_jax.append(dt)
+    counts_jax = np.asarray(c)[0]
+    if tmod is not None:
+      torch.manual_seed(r)
+      dt, counts_ref = _timed(run_ref)
+      t_ref.append(dt)
+  res["rsjax_samples_per_s"] = num / min(t_jax)
+  res["rsjax_samples_per_s_median"] = num / statistics.median(t_jax)
+  res["rsjax_top_fraction"] = float(counts_jax.max() / num)
+
+  # Seconds per certified image.
+  t_cert, _ = _timed(lambda: rsjax.certify(
+      jax.random.key(20_000), apply_fn, variables, x, sigma=SIGMA, num_classes=spec.num_classes,
+      n0=N0, n=num, batch_size=bs))
+  res["rsjax_certify_s_at_num"] = t_cert
+  if num >= N_CERT:
+    res["rsjax_s_per_image"] = t_cert * N_CERT / num
+    res["s_per_image_kind"] = "measured"
+  else:
+    res["rsjax_s_per_image"] = t_cert + (N_CERT - num) / res["rsjax_samples_per_s"]
+    res["s_per_image_kind"] = f"extrapolated from N={num}"
+
+  gflops = res["flops_per_sample"] * res["rsjax_samples_per_s"] / 1e9
+  res["rsjax_gflops"] = gflops
+  peak = peak_gflops("float32", cpu_peak)
+  res["mfu"] = gflops / peak if peak else None
+
+  if tmod is not None:
+    res["reference_samples_per_s"] = num / min(t_ref)
+    res["reference_samples_per_s_median"] = num / statistics.median(t_ref)
+    res["reference_top_fraction"] = float(counts_ref.max() / num)
+    t_n0, _ = _timed(lambda: rt.sample_noise_reference(
+        tmod, tx, N0, REF_BATCH, sigma=SIGMA, num_classes=spec.num_classes))
+    res["reference_s_per_image"] = t_n0 + N_CERT / res["reference_samples_per_s"]
+    res["ratio"] = res["rsjax_samples_per_s"] / res["reference_samples_per_s"]
+    res["ratio_median"] = (res["rsjax_samples_per_s_median"]
+                           / res["reference_samples_per_s_median"])
+
+  if bf16:
+    clock.total = 0.0
+    c32 = np.asarray(run_jax(jax.random.key(30_000)))[0]
+    c16 = np.asarray(run_jax(jax.random.key(30_000), dtype=jnp.bfloat16))[0]
+    res["bf16_compile_s"] = clock.total
+    t16 = [_timed(lambda r=r: run_jax(jax.random.key(r), dtype=jnp.bfloat16))[0]
+           for r in range(reps)]
+    res["bf16_samples_per_s"] = num / min(t16)
+    res["bf16_speedup"] = res["bf16_samples_per_s"] / res["rsjax_samples_per_s"]
+    # Same noise, different precision: at least this share of samples changed class.
+    res["bf16_changed_fraction_lower_bound"] = float(np.abs(c32 - c16).sum() / 2 / num)
+    res["bf16_same_top_class"] = bool(c32.argmax() == c16.argmax())
+  return res
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line
+# ------------------------------------------------------------------------------------------------
+
+
+def _fmt(v, spec="{:.0f}"):
+  return "-" if v is None else spec.format(v)
+
+
+def table(results: list[dict]) -> str:
+  """Markdown table of the main figures."""
+  head = ("| model | N | batch | rsjax samples/s | reference samples/s | ratio (best / median) "
+          "| rsjax s/image @100k | reference s/image @100k | compile s | step MB | MFLOP/sample "
+          "| GFLOP/s | bf16 samples/s |")
+  rows = [head, "|" + "---|" * (head.count("|") - 1)]
+  for r in results:
+    ratio = ("-" if "ratio" not in r
+             else f"{r['ratio']:.2f} / {r['ratio_median']:.2f}")
+    rows.append(
+        f"| {r['model']} | {r['num']} | {r['batch_size']} | {_fmt(r['rsjax_samples_per_s'])} | "
+        f"{_fmt(r.get('reference_samples_per_s'))} | {ratio} | "
+        f"{_fmt(r['rsjax_s_per_image'], '{:.1f}')} ({'meas.' if r['s_per_image_kind'] == 'measured' else 'extrap.'}) | "
+        f"{_fmt(r.get('reference_s_per_image'), '{:.1f}')} | {r['compile_s']:.1f} | "
+        f"{r['step_memory_mb']:.0f} | {r['flops_per_sample'] / 1e6:.2f} | "
+        f"{r['rsjax_gflops']:.1f} | {_fmt(r.get('bf16_samples_per_s'))} |")
+  return "\n".join(rows)
+
+
+GOALS = {"lenet": 1.5, "mlp": 1.5, "resnet20": 1.0}
+
+
+def main(argv=None) -> list[dict]:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--quick", action="store_true", help="small N for a shared CPU (minutes)")
+  p.add_argument("--models", default="mlp,cnn,lenet,resnet20,resnet110,resnet50",
+                 help=f"comma-separated, from {sorted(SPECS)}")
+  p.add_argument("--num", type=int, default=None,
+                 help="samples per timed run (default: per model, smaller with --quick)")
+  p.add_argument("--reps", type=int, default=None, help="timed repetitions (default 2 quick, 3)")
+  p.add_argument("--batch-size", default="auto", help="rsjax forward batch: 'auto' or an int")
+  p.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
+  p.add_argument("--bf16", action="store_true", help="also time compute_dtype=bfloat16")
+  p.add_argument("--threads", type=int, default=os.cpu_count(),
+                 help="torch.set_num_threads (default: all cores)")
+  p.add_argument("--peak-gflops", type=float, default=None,
+                 help="device peak GFLOP/s for MFU on a CPU (GPU peaks are known)")
+  p.add_argument("--json", default=None, help="write the results as JSON here")
+  args = p.parse_args(argv)
+
+  names = [m.strip() for m in args.models.split(",") if m.strip()]
+  for n in names:
+    if n not in SPECS:
+      p.error(f"unknown model {n!r}; choose from {sorted(SPECS)}")
+  reps = args.reps or (2 if args.quick else 3)
+  batch_size = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
+  if torch is not None:
+    torch.set_num_threads(args.threads)
+  env = environment(args.threads)
+  print("# rsjax throughput benchmark", flush=True)
+  for k, v in env.items():
+    print(f"#   {k}: {v}")
+  if torch is None and not args.no_reference:
+    print("#   PyTorch is not installed: no reference (pip install torch)")
+  clock = CompileClock()
+  results = []
+  for name in names:
+    spec = SPECS[name]
+    num = args.num or (spec.num_quick if args.quick else spec.num_default)
+    print(f"# {name} (N = {num}) ...", flush=True)
+    res = run_model(spec, num=num, reps=reps, batch_size=batch_size,
+                    reference=not args.no_reference, bf16=args.bf16,
+                    cpu_peak=args.peak_gflops, clock=clock,
+                    log=lambda s: print(s, flush=True))
+    results.append(res)
+    print("  " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
+                             for k, v in res.items()}), flush=True)
+  print()
+  print(table(results))
+  for r in results:
+    goal = GOALS.get(r["model"])
+    if goal is not None and "ratio" in r:
+      verdict = "met" if r["ratio"] >= goal else "MISSED"
+      print(f"goal {r['model']}: >= {goal}x reference: {r['ratio']:.2f}x ({verdict})")
+  if args.json:
+    with open(args.json, "w", encoding="utf-8") as f:
+      json.dump({"environment": env, "results": results}, f, indent=1)
+  return results
+
+
+if __name__ == "__main__":
+  sys.exit(0 if main() else 1)

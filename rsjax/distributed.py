@@ -1,0 +1,225 @@
+"""Certifying a dataset with several processes (hosts) through ``jax.distributed``.
+
+Randomized smoothing needs no communication between inputs, so a multi-host run
+is many independent single-host runs: each process certifies its own share of
+the dataset ids on its local devices and writes its own rows file; one process
+merges the files at the end. Because the noise of an input depends only on the
+key and the input's dataset id (see ``rsjax.sample_counts``), the merged
+results are identical to a single-process run.
+
+Typical use (one call per process, e.g. in ``rsjax certify``)::
+
+  pid, count = rsjax.distributed.initialize("10.0.0.1:1234", num_processes=2, process_id=i)
+  mine = rsjax.distributed.split_indices(all_ids)            # this process' share
+  cert = rsjax.certify(key, apply_fn, params, x[mine], ids=mine, ...)
+  ... write rows to rsjax.distributed.process_path("certify.tsv") ...
+  rsjax.distributed.barrier("rows-written")
+  if pid == 0:
+    rsjax.distributed.merge_rows(
+        [rsjax.distributed.process_path("certify.tsv", process_index=p) for p in range(count)],
+        "certify.tsv")
+
+The arguments of ``initialize`` may also come from the environment:
+``RSJAX_COORDINATOR_ADDRESS``, ``RSJAX_NUM_PROCESSES`` and ``RSJAX_PROCESS_ID``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+__all__ = ["initialize", "split_indices", "process_path", "merge_rows", "barrier"]
+
+ENV_COORDINATOR = "RSJAX_COORDINATOR_ADDRESS"
+ENV_NUM_PROCESSES = "RSJAX_NUM_PROCESSES"
+ENV_PROCESS_ID = "RSJAX_PROCESS_ID"
+
+
+def _env_int(name: str) -> int | None:
+  value = os.environ.get(name)
+  if value is None or value == "":
+    return None
+  try:
+    return int(value)
+  except ValueError:
+    raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from None
+
+
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, *, local_device_ids=None,
+               initialization_timeout: int = 300) -> tuple[int, int]:
+  """Joins a multi-process run (``jax.distributed.initialize``); a no-op for one process.
+
+  Must be called before any other JAX call of the process.
+
+  Args:
+    coordinator_address: ``"host:port"`` of process 0's coordinator service
+      (default: ``$RSJAX_COORDINATOR_ADDRESS``).
+    num_processes: number of processes (default: ``$RSJAX_NUM_PROCESSES``).
+    process_id: this process' id in ``[0, num_processes)`` (default:
+      ``$RSJAX_PROCESS_ID``).
+    local_device_ids: restricts the devices this process uses (passed on).
+    initialization_timeout: seconds to wait for all processes to connect.
+
+  Returns:
+    ``(process_index, process_count)``. ``(0, 1)`` without initializing when
+    ``num_processes`` is 1 or nothing is given.
+
+  Raises:
+    ValueError: for a missing or malformed ``coordinator_address``, a bad
+      ``num_processes`` or a ``process_id`` outside ``[0, num_processes)``.
+  """
+  if coordinator_address is None:
+    coordinator_address = os.environ.get(ENV_COORDINATOR) or None
+  if num_processes is None:
+    num_processes = _env_int(ENV_NUM_PROCESSES)
+  if process_id is None:
+    process_id = _env_int(ENV_PROCESS_ID)
+  if coordinator_address is None and num_processes is None and process_id is None:
+    return 0, 1
+  if isinstance(num_processes, bool) or not isinstance(num_processes, (int, np.integer)) \
+      or num_processes < 1:
+    raise ValueError(f"num_processes must be an integer >= 1, got {num_processes!r}")
+  if num_processes == 1 and process_id in (None, 0):
+    return 0, 1
+  if isinstance(process_id, bool) or not isinstance(process_id, (int, np.integer)) \
+      or not 0 <= process_id < num_processes:
+    raise ValueError(f"process_id must be an integer in [0, {num_processes}), got {process_id!r}")
+  if not coordinator_address or not isinstance(coordinator_address, str) \
+      or ":" not in coordinator_address:
+    raise ValueError(
+        f"coordinator_address must be 'host:port', got {coordinator_address!r}")
+  host, _, port = coordinator_address.rpartition(":")
+  if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ValueError(f"coordinator_address must be 'host:port', got {coordinator_address!r}")
+  if jax.distributed.is_initialized():
+    if (jax.process_count(), jax.process_index()) != (int(num_processes), int(process_id)):
+      raise ValueError(
+          f"jax.distributed is already initialized as process {jax.process_index()} of "
+          f"{jax.process_count()}, not {process_id} of {num_processes}")
+    return jax.process_index(), jax.process_count()
+  jax.distributed.initialize(
+      coordinator_address=coordinator_address, num_processes=int(num_processes),
+      process_id=int(process_id), local_device_ids=local_device_ids,
+      initialization_timeout=int(initialization_timeout))
+  return jax.process_index(), jax.process_count()
+
+
+def split_indices(indices, *, process_index: int | None = None,
+                  process_count: int | None = None) -> np.ndarray:
+  """This process' share of a list of dataset indices: ``indices[p::count]``.
+
+  The split is strided, so every process gets inputs from the whole list (the
+  cost per input is similar everywhere), each index goes to exactly one
+  process, and the order inside a share follows ``indices``.
+
+  Args:
+    indices: ``[M]`` integer dataset indices.
+    process_index: ``p`` (default ``jax.process_index()``).
+    process_count: number of processes (default ``jax.process_count()``).
+
+  Returns:
+    ``[ceil((M - p) / count)]`` int64 array.
+  """
+  arr = np.asarray(indices)
+  if arr.ndim != 1:
+    raise ValueError(f"indices must be one-dimensional, got shape {arr.shape}")
+  if arr.size and not np.issubdtype(arr.dtype, np.integer):
+    raise ValueError(f"indices must be integers, got dtype {arr.dtype}")
+  count = jax.process_count() if process_count is None else process_count
+  index = jax.process_index() if process_index is None else process_index
+  if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
+    raise ValueError(f"process_count must be an integer >= 1, got {count!r}")
+  if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
+      or not 0 <= index < count:
+    raise ValueError(f"process_index must be an integer in [0, {count}), got {index!r}")
+  return arr[int(index)::int(count)].astype(np.int64)
+
+
+def process_path(path, *, process_index: int | None = None,
+                 process_count: int | None = None) -> str:
+  """The rows file of one process: ``path.part-00001-of-00002``.
+
+  Args:
+    path: the final (merged) results path.
+    process_index: default ``jax.process_index()``.
+    process_count: default ``jax.process_count()``.
+  """
+  count = jax.process_count() if process_count is None else int(process_count)
+  index = jax.process_index() if process_index is None else int(process_index)
+  if count < 1 or not 0 <= index < count:
+    raise ValueError(f"process_index must lie in [0, {count}), got {index}")
+  return f"{os.fspath(path)}.part-{index:05d}-of-{count:05d}"
+
+
+def _read_rows(path) -> tuple[str, list[str]]:
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  if not lines:
+    raise ValueError(f"rows file {os.fspath(path)!r} is empty (no header)")
+  rows = [ln for ln in lines[1:] if ln.strip()]
+  return lines[0], rows
+
+
+def merge_rows(paths: Sequence, out_path=None) -> list[str]:
+  """Merges per-process tab-separated rows files (one header line each), sorted by idx.
+
+  The first column of every row is the integer dataset index. Rows repeated
+  verbatim (e.g. after a resumed run) are kept once; two different rows for the
+  same index are an error.
+
+  Args:
+    paths: the rows files, all with the same header.
+    out_path: where to write the merged file (atomically); ``None`` writes nothing.
+
+  Returns:
+    The merged lines, header first (no trailing newlines).
+
+  Raises:
+    ValueError: for no paths, different headers, a non-integer idx or
+      conflicting rows for one idx.
+  """
+  paths = list(paths)
+  if not paths:
+    raise ValueError("paths must name at least one rows file")
+  header = None
+  by_idx: dict[int, str] = {}
+  for p in paths:
+    h, rows = _read_rows(p)
+    if header is None:
+      header = h
+    elif h != header:
+      raise ValueError(f"rows file {os.fspath(p)!r} has header {h!r}, expected {header!r}")
+    for row in rows:
+      first = row.split("\t", 1)[0]
+      try:
+        idx = int(first)
+      except ValueError:
+        raise ValueError(f"rows file {os.fspath(p)!r}: idx {first!r} is not an integer") from None
+      if idx in by_idx and by_idx[idx] != row:
+        raise ValueError(f"conflicting rows for idx {idx}: {by_idx[idx]!r} and {row!r}")
+      by_idx[idx] = row
+  lines = [header] + [by_idx[i] for i in sorted(by_idx)]
+  if out_path is not None:
+    tmp = f"{os.fspath(out_path)}.tmp-merge-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.write("\n".join(lines) + "\n")
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, out_path)
+  return lines
+
+
+def barrier(name: str) -> None:
+  """Waits until every process reaches the barrier ``name`` (no-op for one process).
+
+  Uses a cross-process collective (``multihost_utils.sync_global_devices``);
+  on CPU this needs JAX's CPU collectives (``jax_cpu_collectives_implementation``,
+  ``"gloo"`` by default).
+  """
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
