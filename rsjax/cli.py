@@ -182,6 +182,11 @@ def _method_certify_fn(args, key, apply_fn, params, num_classes, model, config, 
 
 
 def cmd_certify(args) -> int:
+  from rsjax import distributed
+  try:
+    pid, nproc = distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+  except ValueError as e:
+    raise CliError(str(e)) from None
   import jax
   from rsjax import models, runner
   model, config = _load_model(args.model_dir)
@@ -198,13 +203,26 @@ def cmd_certify(args) -> int:
                                                 model, config, ds)
   inputs_per_call = args.inputs_per_call or max(1, min(16, args.batch * 4 // max(args.N, 1)))
   os.makedirs(os.path.dirname(os.path.abspath(args.outfile)), exist_ok=True)
+  # Several processes (hosts): each certifies a strided share of the indices into
+  # its own rows file; process 0 merges them. The noise of an input depends only
+  # on the key and its index, so the merged file equals a single-process run.
+  mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
+  path = args.outfile if nproc == 1 else distributed.process_path(
+      args.outfile, process_index=pid, process_count=nproc)
   t0 = time.perf_counter()
-  wrote = runner.certify_dataset(fn, ds.get_batch, indices, args.outfile,
+  wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
                                  inputs_per_call=inputs_per_call, extra_columns=extra_cols,
                                  extra_fn=extra_fn, progress=not args.quiet,
                                  resume=not args.restart)
+  if nproc > 1:
+    distributed.barrier("rsjax-certify-rows-written")
+    if pid == 0:
+      distributed.merge_rows(
+          [distributed.process_path(args.outfile, process_index=p, process_count=nproc)
+           for p in range(nproc)], args.outfile)
   print(f"certified {wrote} new inputs in {time.perf_counter() - t0:.1f}s "
-        f"({len(indices)} selected); results in {args.outfile}")
+        f"({len(mine)} of {len(indices)} selected in process {pid} of {nproc}); "
+        f"results in {args.outfile}")
   return 0
 
 
@@ -332,6 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--deq-warmup-steps", type=_positive_int, default=10)
   c.add_argument("--srs-m", type=_positive_int, default=200, help="SRS check samples")
   c.add_argument("--srs-correction", default="paper", choices=["paper", "authors_code"])
+  c.add_argument("--coordinator", default=None,
+                 help="host:port of process 0 for a multi-process run (jax.distributed); "
+                 "or $RSJAX_COORDINATOR_ADDRESS")
+  c.add_argument("--num-processes", type=_positive_int, default=None,
+                 help="number of processes (or $RSJAX_NUM_PROCESSES)")
+  c.add_argument("--process-id", type=int, default=None,
+                 help="this process' id (or $RSJAX_PROCESS_ID)")
   c.set_defaults(func=cmd_certify)
 
   pr = sub.add_parser("predict", help="predict with abstention (PREDICT of Cohen et al.)")

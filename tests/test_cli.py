@@ -120,3 +120,39 @@ def test_bad_flags(flags, needle, capsys):
     run_cli("certify", "model", "out.tsv", *flags)
   assert e.value.code == 2
   assert needle in capsys.readouterr().err
+
+
+def test_certify_across_two_processes_matches_one(trained, tmp_path):
+  import socket
+  args = ["certify", str(trained), None, "--N", "400", "--N0", "50", "--batch", "400",
+          "--skip", "25", "--seed", "3", "--quiet"]
+  single = tmp_path / "single.tsv"
+  assert run_cli(*[a if a is not None else single for a in args]) == 0
+  multi = tmp_path / "multi.tsv"
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  for attempt in range(2):  # a free port may be taken between choosing and binding it
+    with socket.socket() as s:
+      s.bind(("127.0.0.1", 0))
+      port = s.getsockname()[1]
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "rsjax.cli"] + [a if a is not None else str(multi) for a in args]
+        + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = []
+    for p in procs:
+      try:
+        outs.append((p.wait(timeout=180), p.stdout.read(), p.stderr.read()))
+      except subprocess.TimeoutExpired:
+        for q in procs:
+          q.kill()
+        pytest.fail("two-process certify timed out")
+    if all(rc == 0 for rc, _, _ in outs):
+      break
+  for rc, out, err in outs:
+    assert rc == 0, err[-3000:]
+  assert "process 1 of 2" in outs[1][1]
+  a, b = io.read_certify(single), io.read_certify(multi)
+  np.testing.assert_array_equal(a.idx, b.idx)
+  np.testing.assert_array_equal(a.predict, b.predict)
+  np.testing.assert_array_equal(a.radius, b.radius)
