@@ -345,6 +345,8 @@ def test_constant_design_and_make_design():
   assert v.sigma.dtype == np.float32 and np.all(v.sigma == np.float32(0.25)) and v.rate == 0.0
   d = idrs.make_design(train, sigma=0.12, rate=0.01, k=20, dataset="mnist5k")
   assert isinstance(d, idrs.KnnSigma) and d.m == 1.5 and d.rate == 0.01 and d.k == 20
+  flat = idrs.KnnSigma(train, 0.3, 0.0, k=3).evaluate(rng.random((4, 4, 5)))
+  assert flat.rate == 0.0 and np.all(flat.slack == 0) and np.all(flat.sigma == np.float32(0.3))
   with pytest.raises(ValueError, match="m is required"):
     idrs.make_design(train, sigma=0.12, rate=0.01, dataset="svhn")
   with pytest.raises(ValueError, match="train_x"):

@@ -115,7 +115,7 @@ def _knn_mean_block(x, train, num_train, *, k: int, chunk: int):
   return jnp.mean(jnp.sqrt(best), axis=1)
 
 
-def mean_knn_distance(x, train, *, k: int, train_chunk: int = 512, max_elements: int = 2**22):
+def mean_knn_distance(x, train, *, k: int, train_chunk: int = 512, max_elements: int = 2**28):
   """Mean L2 distance of each input to its k nearest training points (device, float32).
 
   Args:
@@ -123,8 +123,10 @@ def mean_knn_distance(x, train, *, k: int, train_chunk: int = 512, max_elements:
     train: ``[N, *shape]`` training points.
     k: number of neighbours (``1 <= k <= N``).
     train_chunk: training points per scan step.
-    max_elements: bound on ``inputs_per_block * train_chunk * D`` (the largest
-      temporary); inputs are processed in blocks of that size.
+    max_elements: bound on ``inputs_per_block * train_chunk * D``, the size of
+      the difference tensor if the backend did not fuse it into the reduction
+      (XLA fuses it on CPU and GPU, where the temporaries stay at
+      ``[block, chunk]``); inputs are processed in blocks of that size.
 
   Returns:
     ``[B]`` float32 jax array.
@@ -168,12 +170,12 @@ class KnnSigma:
     sigma_min: optional lower clip of sigma(x).
     sigma_max: optional upper clip of sigma(x).
     train_chunk: training points per step of the device scan.
-    max_elements: bound on the largest temporary (inputs x chunk x D).
+    max_elements: bound on inputs x chunk x D per device step (see ``mean_knn_distance``).
   """
 
   def __init__(self, train_x, sigma_b: float, rate: float, k: int = 20, m: float = 0.0, *,
                sigma_min: float | None = None, sigma_max: float | None = None,
-               train_chunk: int = 512, max_elements: int = 2**22):
+               train_chunk: int = 512, max_elements: int = 2**28):
     train = np.asarray(jax.device_get(train_x), dtype=np.float32)
     if train.ndim < 2 or train.shape[0] < 1:
       raise ValueError(f"train_x must have shape [N, *input_shape], got {train.shape}")
@@ -239,6 +241,8 @@ class KnnSigma:
     """
     d = np.asarray(jax.device_get(self.mean_distance(x)), np.float64)
     sigma = self._sigma_from_distance(d)
+    if self.rate == 0.0:  # the same float32 value at every input: exactly constant
+      return SigmaValues(sigma, 0.0, np.zeros_like(d))
     eps = self.eps
     slack = 2.0 * self.rate * eps * d / (1.0 - eps) + 3.0 * _U32
     return SigmaValues(sigma, self.rate * (1.0 + eps), slack)
