@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -377,7 +378,7 @@ def test_certify_constant_design_equals_core_certify():
   rng = np.random.default_rng(3)
   apply_fn, params = _linear(rng.standard_normal(_D), 0.1)
   x = rng.random((_B, _D)).astype(np.float32)
-  key = 7  # an int seed: the same key for both calls
+  key = jax.random.key(7)  # not consumed: certify derives its keys by fold_in
   got = idrs.certify(key, apply_fn, params, x, design=idrs.ConstantSigma(0.3), num_classes=2,
                      n0=_N0, n=_N, batch_size=1000)
   want = rsjax.certify(key, apply_fn, params, x, sigma=0.3, num_classes=2, n0=_N0, n=_N,

@@ -56,8 +56,9 @@ def certify(
   """Certifies a batch with input-dependent noise sigma(x) (IDRS Thm 3.2).
 
   Selection (``n0``) and estimation (``n``) samples use independent keys
-  (``jax.random.split(key)``, as ``rsjax.certify``); with ``ConstantSigma`` the
-  result equals ``rsjax.certify`` at that sigma.
+  (``fold_in(key, 0)`` and ``fold_in(key, 1)``, as ``rsjax.certify``: the key is
+  not consumed, so one key serves every chunk of a dataset); with
+  ``ConstantSigma`` the result equals ``rsjax.certify`` at that sigma.
 
   Args:
     key: ``jax.random.key`` or int seed.
@@ -98,7 +99,7 @@ def certify(
   sigma = np.asarray(values.sigma, np.float32)
   if sigma.shape != (x_np.shape[0],):
     raise ValueError(f"design returned sigma of shape {sigma.shape}, expected {(x_np.shape[0],)}")
-  k_sel, k_est = jax.random.split(key)
+  k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
   kw = dict(sigma=sigma, num_classes=num_classes, batch_size=batch_size, ids=ids_arr,
             compute_dtype=compute_dtype)
   c0 = sample_counts(k_sel, apply_fn, params, x_np, num=n0, **kw)
