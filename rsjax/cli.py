@@ -156,10 +156,15 @@ def _method_certify_fn(args, key, apply_fn, params, num_classes, model, config, 
     return fn, (), None
   if args.method == "idrs":
     from rsjax import idrs
-    train = _load_dataset(config.get("dataset", args.dataset), "train", args.data_dir)
-    xtr, _ = train.arrays()
-    design = idrs.KnnSigma(xtr, sigma_b=args.sigma, rate=args.idrs_rate, k=args.idrs_k,
-                           m=args.idrs_m)
+    name = args.dataset or config.get("dataset")
+    xtr = None
+    if args.idrs_rate > 0:
+      xtr, _ = _load_dataset(name, "train", args.data_dir).arrays()
+    try:
+      design = idrs.make_design(xtr, sigma=args.sigma, rate=args.idrs_rate, k=args.idrs_k,
+                                m=args.idrs_m, dataset=name)
+    except ValueError as e:
+      raise CliError(f"{e} (set --idrs-m)") from None
 
     def fn(x, ids):
       return idrs.certify(key, apply_fn, params, x, design=design, ids=ids, **common)
@@ -344,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--method", default="cohen", choices=["cohen", "idrs", "deq-standard", "srs"])
   c.add_argument("--idrs-rate", type=float, default=0.01, help="IDRS semi-elasticity r")
   c.add_argument("--idrs-k", type=_positive_int, default=20, help="IDRS nearest neighbours k")
-  c.add_argument("--idrs-m", type=float, default=1.5, help="IDRS offset m")
+  c.add_argument("--idrs-m", type=float, default=None,
+                 help="IDRS offset m (default by dataset: 1.5 for MNIST, 5 for CIFAR-10)")
   c.add_argument("--deq-solver", default="anderson", choices=["anderson", "naive", "broyden"])
   c.add_argument("--deq-steps", type=_positive_int, default=30)
   c.add_argument("--deq-warmup-steps", type=_positive_int, default=10)

@@ -156,3 +156,19 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path):
   np.testing.assert_array_equal(a.idx, b.idx)
   np.testing.assert_array_equal(a.predict, b.predict)
   np.testing.assert_array_equal(a.radius, b.radius)
+
+
+def test_certify_idrs_method(trained, tmp_path):
+  out = tmp_path / "idrs.tsv"
+  assert run_cli("certify", trained, out, "--method", "idrs", "--idrs-rate", "0.05", "--idrs-k",
+                 "5", "--idrs-m", "1.0", "--N", "300", "--N0", "30", "--batch", "300", "--skip",
+                 "60", "--quiet") == 0
+  res = io.read_certify(out)
+  assert len(res.idx) == 5
+  header = out.read_text().splitlines()[0].split("\t")
+  assert header[-1] == "sigma"
+  sig = np.array([float(line.split("\t")[-1]) for line in out.read_text().splitlines()[1:]])
+  assert np.all(sig > 0) and np.ptp(sig) > 0  # sigma really depends on the input
+  # No default m for 'digits': the error says which flag to set.
+  assert run_cli("certify", trained, tmp_path / "x.tsv", "--method", "idrs", "--idrs-rate",
+                 "0.05", "--N", "100", "--max", "1", "--quiet") == 2
