@@ -191,6 +191,43 @@ def fixed_point_iteration(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
   return SolverResult(z=z, residual=res, steps=k, converged=_converged(res, cfg))
 
 
+def _spd_solve_ones(a: jax.Array) -> jax.Array:
+  """``a^{-1} 1`` for a batch of small SPD matrices ``a [B, n, n]`` -> ``[B, n]``.
+
+  Jacobi-scaled Cholesky and triangular solves in ``lax.fori_loop`` over the
+  size ``n`` (plain jnp ops, small programs). There is deliberately no LAPACK
+  custom call: batched LAPACK solves inside a multi-device CPU ``shard_map``
+  were seen to deadlock (2 cores, 4 forced host devices).
+  """
+  n = a.shape[-1]
+  rows = jnp.arange(n)
+  inv_sqrt_d = jax.lax.rsqrt(jnp.diagonal(a, axis1=1, axis2=2))  # [B, n]
+  a = a * inv_sqrt_d[:, :, None] * inv_sqrt_d[:, None, :]
+
+  def chol(j, low):  # column j of the Cholesky factor (columns >= j of low are 0)
+    v = a[:, :, j] - jnp.einsum("bik,bk->bi", low, low[:, j, :])
+    v = jnp.where(rows >= j, v, 0.0)
+    piv = jnp.maximum(jnp.take(v, j, axis=1), 1e-30)
+    return low.at[:, :, j].set(v * jax.lax.rsqrt(piv)[:, None])
+
+  low = jax.lax.fori_loop(0, n, chol, jnp.zeros_like(a))
+  diag = jnp.diagonal(low, axis1=1, axis2=2)
+
+  def fwd(i, w):  # low w = inv_sqrt_d
+    acc = jnp.take(inv_sqrt_d, i, axis=1) - jnp.einsum("bk,bk->b", low[:, i, :], w)
+    return w.at[:, i].set(acc / jnp.take(diag, i, axis=1))
+
+  w = jax.lax.fori_loop(0, n, fwd, jnp.zeros_like(inv_sqrt_d))
+
+  def bwd(t, y):  # low^T y = w
+    i = n - 1 - t
+    acc = jnp.take(w, i, axis=1) - jnp.einsum("bk,bk->b", low[:, :, i], y)
+    return y.at[:, i].set(acc / jnp.take(diag, i, axis=1))
+
+  y = jax.lax.fori_loop(0, n, bwd, jnp.zeros_like(inv_sqrt_d))
+  return y * inv_sqrt_d
+
+
 def _anderson_mix(X, F, count, cfg: SolverConfig):
   """Anderson extrapolation from a ring-buffer history.
 
@@ -203,19 +240,18 @@ def _anderson_mix(X, F, count, cfg: SolverConfig):
   Returns:
     ``[B, D]`` the next iterate ``sum_j a_j (beta F_j + (1 - beta) X_j)`` with the
     weights ``a`` minimizing ``||sum_j a_j (F_j - X_j)||^2 + lam ||a||^2`` subject
-    to ``sum_j a_j = 1``, solved per sample as the ``(m+1) x (m+1)`` KKT system.
+    to ``sum_j a_j = 1``: ``a = H^{-1} 1 / (1^T H^{-1} 1)`` with the per-sample
+    ``m x m`` matrix ``H = G G^T + lam I`` (equivalent to MDEQ's ``(m+1) x (m+1)``
+    KKT system). Unused slots get ``H_jj = 1``, no coupling and weight 0.
   """
-  b, m, _ = X.shape
+  m = X.shape[1]
   valid = (jnp.arange(m) < count).astype(jnp.float32)  # [m]
   G = (F - X).astype(jnp.float32)
   gram = jnp.einsum("bid,bjd->bij", G, G, precision=jax.lax.Precision.HIGHEST)
   gram = gram * (valid[:, None] * valid[None, :])
-  gram = gram + jnp.diag(cfg.lam * valid + (1.0 - valid))
-  H = jnp.zeros((b, m + 1, m + 1), jnp.float32)
-  H = H.at[:, 0, 1:].set(valid).at[:, 1:, 0].set(valid).at[:, 1:, 1:].set(gram)
-  y = jnp.zeros((b, m + 1), jnp.float32).at[:, 0].set(1.0)
-  alpha = jnp.linalg.solve(H, y[..., None])[:, 1:, 0] * valid  # [B, m]
-  alpha = alpha.astype(F.dtype)
+  gram = gram + jnp.diag(jnp.maximum(cfg.lam, 1e-30) * valid + (1.0 - valid))
+  y = _spd_solve_ones(gram) * valid
+  alpha = (y / jnp.sum(y, axis=1, keepdims=True)).astype(F.dtype)  # [B, m]
   mixed = jnp.einsum("bj,bjd->bd", alpha, F)
   if cfg.beta != 1.0:
     mixed = cfg.beta * mixed + (1.0 - cfg.beta) * jnp.einsum("bj,bjd->bd", alpha, X)

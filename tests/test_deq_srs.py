@@ -1,0 +1,282 @@
+"""Tests of serialized randomized smoothing for DEQs (rsjax.deq.srs / certify)."""
+
+import dataclasses
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats as st
+
+import rsjax
+from rsjax import deq, stats
+from rsjax.deq import srs
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearDEQ:
+  """Toy DEQ: z = A z + W x, logits = [0, v.z + b]. Its fixed point is linear in x,
+  so the converged DEQ is the linear classifier sign(w.x + b), w = W^T (I - A)^-T v."""
+
+  def __call__(self, params, x, z0, solver):
+    u = x.reshape(x.shape[0], -1) @ params["W"].T
+    z0 = jnp.zeros_like(u) if z0 is None else z0
+    res = deq.solve(lambda z: z @ params["A"].T + u, z0, solver)
+    score = res.z @ params["v"] + params["b"]
+    return jnp.stack([jnp.zeros_like(score), score], axis=-1), res
+
+
+def _linear_deq(key, d_in=3, d=8, rho=0.9):
+  ka, kw, kv = jax.random.split(key, 3)
+  q, _ = jnp.linalg.qr(jax.random.normal(ka, (d, d)))
+  a = (q * jnp.linspace(0.0, rho, d)) @ q.T
+  params = {"A": a, "W": jax.random.normal(kw, (d, d_in)), "v": jax.random.normal(kv, (d,)),
+            "b": jnp.float32(0.0)}
+  w = np.asarray(params["W"]).T @ np.linalg.solve(np.eye(d) - np.asarray(a).T, np.asarray(params["v"]))
+  return LinearDEQ(), params, w.astype(np.float64)
+
+
+def _inputs_at_margins(w, margins):
+  """Inputs x with w.x = margin * ||w|| (signed distance to the boundary)."""
+  u = w / np.linalg.norm(w)
+  return np.stack([0.5 + mg * u for mg in margins]).astype(np.float32)
+
+
+def _true_pa(w, x, sigma):
+  """P[class of sign(w.(x+eps))] for the predicted class, and its class."""
+  dist = (x.astype(np.float64) @ w) / np.linalg.norm(w)
+  cls = (dist > 0).astype(int)
+  return st.norm.cdf(np.abs(dist) / sigma), cls
+
+
+# ---------------------------------------------------------------------------
+# Host statistics of the two-stage certificate.
+
+def test_srs_bound_never_exceeds_uncorrected_bound():
+  rng = np.random.default_rng(0)
+  n = rng.integers(1, 5000, 3000)
+  n_a = (rng.random(3000) * (n + 1)).astype(int).clip(0, n)
+  m_a = rng.integers(0, 500, 3000)
+  k = (rng.random(3000) * (m_a + 1)).astype(int).clip(0, m_a)
+  for alpha in (0.001, 0.05):
+    p, r = deq.srs_p_lower(n_a, n, k, m_a, alpha)
+    plain = stats.clopper_pearson_lower(n_a, n, alpha)
+    assert np.all(p <= plain + 1e-12)
+    assert np.all(p <= stats.clopper_pearson_lower(n_a, n, alpha / 2) + 1e-12)
+    assert np.all((r >= 0) & (r <= 1))
+    # The authors' code's form is never more conservative than the paper's (where
+    # N r >= 1 trials remain; below that it gives 0).
+    p_code, _ = deq.srs_p_lower(n_a, n, k, m_a, alpha, correction="authors_code")
+    big = n * r >= 1
+    assert np.all(p_code[big] >= p[big] - 1e-12) and np.all(p_code[~big] == 0)
+  # No mismatch seen: r = (alpha/2)^(1/m_A), paper bound = LCB(N_A r, N, alpha/2).
+  p, r = deq.srs_p_lower(1000, 1000, 200, 200, 0.001)
+  np.testing.assert_allclose(r, 0.0005 ** (1 / 200))
+  np.testing.assert_allclose(p, st.beta.ppf(0.0005, 1000 * r, 1000 - 1000 * r + 1))
+  # No check sample of the class: nothing certified.
+  p, r = deq.srs_p_lower(1000, 1000, 0, 0, 0.001)
+  assert p == 0 and r == 0
+  with pytest.raises(ValueError, match="correction"):
+    deq.srs_p_lower(1, 2, 1, 1, 0.1, correction="none")
+
+
+def _simulate_two_stage(rng, trials, n, m, p_a, flip_in, flip_out, alpha, run=1):
+  """Two-stage bounds on simulated (SRS, DEQ) label pairs.
+
+  DEQ labels t_j ~ Bernoulli(p_a) i.i.d. (1 = top class). SRS labels copy t_j but
+  are flipped to the top class with prob ``flip_in`` and away from it with prob
+  ``flip_out``; flips come in runs of ``run`` consecutive samples (chain-like
+  dependence). Check positions are uniform with replacement.
+  """
+  t = rng.random((trials, n)) < p_a
+  nb = -(-n // run)
+  u_in = np.repeat(rng.random((trials, nb)) < flip_in, run, axis=1)[:, :n]
+  u_out = np.repeat(rng.random((trials, nb)) < flip_out, run, axis=1)[:, :n]
+  s = np.where(t, ~u_out, u_in)
+  n_a = s.sum(1)
+  idx = rng.integers(0, n, (trials, m))
+  s_c = np.take_along_axis(s, idx, 1)
+  t_c = np.take_along_axis(t, idx, 1)
+  m_a = s_c.sum(1)
+  k = (s_c & t_c).sum(1)
+  p_paper, _ = deq.srs_p_lower(n_a, n, k, m_a, alpha)
+  p_naive = stats.clopper_pearson_lower(n_a, n, alpha)
+  return p_paper, p_naive
+
+
+@pytest.mark.parametrize("run", [1, 25])
+def test_two_stage_coverage_under_simulated_mismatch(run):
+  """The final bound exceeds the true p_A in at most ~alpha of the trials, while
+  Clopper-Pearson on the SRS counts alone (the same counts, no correction) does
+  so almost always when SRS over-reports the top class."""
+  rng = np.random.default_rng(123 + run)
+  alpha, trials, n, m, p_a = 0.2, 2000, 1000, 200, 0.7
+  p_paper, p_naive = _simulate_two_stage(rng, trials, n, m, p_a, 0.25, 0.02, alpha, run)
+  fail = np.mean(p_paper > p_a)
+  assert fail <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / trials)
+  assert np.mean(p_naive > p_a) > 0.9
+  assert np.all(p_paper <= p_naive)
+  # Exactly matching labels: the bound is still valid and close to CP at alpha/2.
+  p_same, _ = _simulate_two_stage(rng, trials, n, m, p_a, 0.0, 0.0, alpha, run)
+  assert np.mean(p_same > p_a) <= alpha / 2 + 3 * np.sqrt(alpha / 2 / trials)
+  assert np.mean(p_same) > p_a - 0.08
+
+
+def test_srs_certificate_from_counts():
+  c0 = np.array([[90, 10], [10, 90], [40, 60]])
+  c1 = np.array([[1000, 0], [100, 900], [500, 500]])
+  s = np.array([[0] * 100, [1] * 90 + [0] * 10, [0] * 100])
+  t = s.copy()
+  t[1, :5] = 0  # five mismatches of class 1
+  cert = deq.srs_certificate(c0, c1, s, t, n=1000, alpha=0.001, scale=0.5)
+  assert isinstance(cert, rsjax.Certificate)
+  np.testing.assert_array_equal(cert.prediction, [0, 1, -1])
+  np.testing.assert_array_equal(cert.check_selected, [100, 90, 0])
+  np.testing.assert_array_equal(cert.check_agree, [100, 85, 0])
+  r1 = st.beta.ppf(0.0005, 85, 90 - 85 + 1)
+  p1 = st.beta.ppf(0.0005, 900 * r1, 1000 - 900 * r1 + 1)
+  np.testing.assert_allclose(cert.p_lower[1], p1)
+  np.testing.assert_allclose(cert.radius[1], 0.5 * st.norm.ppf(p1))
+  assert cert.radius[2] == 0 and cert.p_lower[2] == 0
+  assert "paper form" in cert.guarantee
+  code = deq.srs_certificate(c0, c1, s, t, n=1000, alpha=0.001, scale=0.5,
+                             correction="authors_code")
+  assert np.all(code.p_lower >= cert.p_lower) and "NOT a proven guarantee" in code.guarantee
+  # The code's class comes from the check subset: class 0 for input 2, whose
+  # certified class (from the n0 pass) is 1.
+  assert code.check_class[2] == 0 and cert.check_class[2] == 1
+  with pytest.raises(ValueError, match="missing"):
+    deq.srs_certificate(c0, c1, np.full_like(s, -1), t, n=1000, alpha=0.001, scale=0.5)
+
+
+# ---------------------------------------------------------------------------
+# Device sampler.
+
+def _reference_srs(deq_fn, params, x, sigma, key, num, chains, solver, warmup, check_idx,
+                   check_solver):
+  """Python loop over chunks for one input: counts, SRS labels, full-solver labels."""
+  k_i = jax.random.fold_in(key, 0)
+  eps = jax.vmap(lambda j: jax.random.normal(jax.random.fold_in(k_i, j), x.shape))(
+      jnp.arange(num, dtype=jnp.uint32))
+  xn = x[None] + sigma * eps
+  deq_fn = jax.jit(deq_fn, static_argnums=3)
+  labels = np.zeros(num, int)
+  z = None
+  for t in range(-(-num // chains)):
+    idx = np.arange(t * chains, (t + 1) * chains)
+    batch = xn[np.minimum(idx, num - 1)]
+    logits, res = deq_fn(params, batch, z, warmup if t == 0 else solver)
+    z = res.z
+    ok = idx < num
+    labels[idx[ok]] = np.asarray(jnp.argmax(logits, -1))[ok]
+  full = np.asarray(jnp.argmax(deq_fn(params, xn[check_idx], None, check_solver)[0], -1))
+  return np.bincount(labels, minlength=2), labels[check_idx], full
+
+
+def test_srs_sampler_matches_reference_loop(getkey):
+  deq_fn, params, w = _linear_deq(getkey())
+  x = _inputs_at_margins(w, [0.3])
+  key, ckey = getkey(), getkey()
+  sol = deq.SolverConfig(name="iteration", steps=1)
+  warm = deq.SolverConfig(name="iteration", steps=4)
+  full = deq.SolverConfig(name="iteration", steps=80)
+  # num=23, chains=5: 5 chunks, the last one partial; m=7 is not a multiple of 5.
+  out = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, chains=5,
+                       solver=sol, steps=None, warmup=warm, warmup_steps=None, m=7, check_key=ckey,
+                       check_solver=full, check_steps=None)
+  idx = np.asarray(out.check_idx[0])
+  assert idx.shape == (7,) and idx.min() >= 0 and idx.max() < 23
+  np.testing.assert_array_equal(idx, np.asarray(srs.check_indices(
+      ckey, 0, srs.make_srs_plan(23, 5, 7, 4))))
+  counts, s_ref, t_ref = _reference_srs(deq_fn, params, jnp.asarray(x[0]), 0.5, key, 23, 5, sol,
+                                        warm, idx, full)
+  np.testing.assert_array_equal(out.counts[0], counts)
+  np.testing.assert_array_equal(out.srs_labels[0], s_ref)
+  np.testing.assert_array_equal(out.check_labels[0], t_ref)
+  assert int(out.counts.sum()) == 23
+  assert np.isfinite(float(out.residual[0])) and float(out.check_residual[0]) < 1e-2
+  # Same results on one device.
+  one = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, chains=5,
+                       solver=sol, steps=None, warmup=warm, warmup_steps=None, m=7, check_key=ckey,
+                       check_solver=full, check_steps=None, devices=1)
+  for a, b in zip(out[:4], one[:4]):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_srs_with_full_solver_sees_the_engine_noise(getkey):
+  """With the full solver in every chunk SRS labels = standard labels, so its counts
+  equal the core engine's counts with the same key (same noise per sample)."""
+  deq_fn, params, w = _linear_deq(getkey())
+  x = _inputs_at_margins(w, [0.1, -0.2, 0.05])
+  key = getkey()
+  full = deq.SolverConfig(steps=40, lam=1e-9)  # converged to float32 precision
+  out = deq.srs_sample(key, deq_fn, params, x, sigma=0.4, num_classes=2, num=300, chains=64,
+                       solver=full, steps=None, warmup=full, warmup_steps=None, ids=[5, 9, 2])
+  ref = rsjax.sample_counts(key, deq.DEQApply(deq_fn, full), params, x, sigma=0.4, num_classes=2,
+                            num=300, batch_size=64, ids=[5, 9, 2])
+  np.testing.assert_array_equal(out.counts, ref)
+  assert out.srs_labels.shape == (3, 0)
+
+
+def test_certify_deq_sound_on_linear_deq(getkey):
+  """SRS with one cheap step (labels differ from the converged DEQ) still certifies
+  radii below the true radius of the smoothed linear classifier."""
+  deq_fn, params, w = _linear_deq(getkey(), rho=0.95)
+  sigma = 0.5
+  margins = [0.9, -0.6, 0.3, 0.05]
+  x = _inputs_at_margins(w, margins)
+  p_true, cls = _true_pa(w, x, sigma)
+  r_true = sigma * st.norm.ppf(p_true)
+  cert = deq.certify_deq(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2, method="srs",
+                         solver="iteration", steps=1, warmup_steps=5, check_steps=40,
+                         check_solver=deq.SolverConfig(lam=1e-9), m=150,
+                         n0=50, n=2000, alpha=0.001, batch_size=100)
+  assert isinstance(cert, deq.SRSCertificate)
+  assert np.all(cert.p_lower <= p_true)
+  assert np.all(cert.radius <= r_true)
+  ok = cert.prediction >= 0
+  np.testing.assert_array_equal(cert.prediction[ok], cls[ok])
+  assert ok[0] and cert.radius[0] > 0.5 * r_true[0]
+  # One-step chains do mismatch the converged DEQ: the correction is active.
+  assert np.any(cert.check_agree < cert.check_selected)
+  assert np.all(cert.mismatch_upper > 0)
+  assert "40 anderson steps" in cert.guarantee
+  # Standard RS certifies the same classifier.
+  std_cert = deq.certify_deq(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2,
+                             method="standard", solver=deq.SolverConfig(lam=1e-9), steps=40,
+                             n0=50, n=2000, alpha=0.001, batch_size=1000)
+  assert np.all(std_cert.p_lower <= p_true) and "standard RS" in std_cert.guarantee
+
+
+def test_certify_deq_options_and_errors(getkey):
+  deq_fn, params, w = _linear_deq(getkey())
+  x = _inputs_at_margins(w, [0.8])
+  kw = dict(sigma=0.25, num_classes=2, n0=20, n=300, m=40, batch_size=50, alpha=0.01,
+            warmup_solver="iteration", check_solver="iteration", check_steps=60)
+  a = deq.certify_deq(7, deq_fn, params, x, **kw)
+  b = deq.certify_deq(7, deq_fn, params, x, **kw)
+  np.testing.assert_array_equal(a.counts, b.counts)
+  np.testing.assert_array_equal(a.p_lower, b.p_lower)
+  assert a.prediction[0] == 1 and a.check_total == 40
+  with warnings.catch_warnings(record=True) as rec:
+    warnings.simplefilter("always")
+    c = deq.certify_deq(7, deq_fn, params, x, check="consecutive", correction="authors_code",
+                        **dict(kw, m=5))
+  assert any("never certify" in str(r.message) for r in rec)
+  assert c.check_total == 5 and "NOT a proven guarantee" in c.guarantee
+  np.testing.assert_array_equal(c.counts, a.counts)  # same noise, same chains
+  with pytest.raises(ValueError, match="method"):
+    deq.certify_deq(7, deq_fn, params, x, method="fast", **kw)
+  with pytest.raises(ValueError, match="correction"):
+    deq.certify_deq(7, deq_fn, params, x, correction="none", **kw)
+  with pytest.raises(ValueError, match="check"):
+    deq.certify_deq(7, deq_fn, params, x, check="first", **kw)
+  with pytest.raises(ValueError, match="consecutive"):
+    deq.certify_deq(7, deq_fn, params, x, check="consecutive", **dict(kw, m=290))
+  with pytest.raises(ValueError, match="m must"):
+    deq.certify_deq(7, deq_fn, params, x, **dict(kw, m=0))
+  with pytest.raises(ValueError, match="sigma"):
+    deq.certify_deq(7, deq_fn, params, x, **dict(kw, sigma=-1.0))
+  with pytest.raises(ValueError, match="params"):
+    deq.certify_deq(7, deq.DEQClassifier(channels=4, rngs=0), params, x, **kw)
