@@ -17,7 +17,9 @@ One command measures, per model (random weights, one input):
 
 rsjax and the reference are timed alternately, repetition by repetition, so a
 shared machine slows both alike; the best repetition of each is reported (and
-the median). Seconds per certified image at N = 100,000 are *measured* when
+the median). The reference runs at each ``--threads`` setting of
+``torch.set_num_threads`` (default: all cores, and 1) and the fastest counts:
+PyTorch's multi-threaded pool can collapse when other processes load the cores. Seconds per certified image at N = 100,000 are *measured* when
 ``--num`` is 100,000 and *extrapolated* from the measured steady state
 otherwise (``t(certify at num) + (100000 - num) / rate``); the output says which.
 
