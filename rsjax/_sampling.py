@@ -11,8 +11,9 @@ One engine serves every method. Its properties:
   noisy copies are never held. Padding is masked, never counted.
 * **No host syncs while sampling.** Counts are accumulated on device.
 * **All local devices.** The steps are spread over every local device with
-  ``jax.shard_map`` and the counts summed with ``psum``: a single input's samples
-  are sharded too, so one image gets faster with more devices.
+  ``jax.shard_map``; each device returns its partial counts and the host adds
+  them up (no collective, so devices never wait on each other). A single
+  input's samples are sharded too, so one image gets faster with more devices.
 """
 
 from __future__ import annotations
@@ -230,12 +231,15 @@ def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_cl
       return jax.lax.dynamic_update_slice_in_dim(counts, new, start, 0), None
 
     counts, _ = jax.lax.scan(body, counts0, jnp.arange(steps_local))
-    return jax.lax.psum(counts, "dev")
+    return counts[None]
 
+  # Each device returns its partial counts; they are summed on the host. The
+  # program has no collective, so devices never wait on each other (in-process
+  # CPU collectives can deadlock when devices outnumber cores).
   fn = jax.shard_map(
-      per_device, mesh=mesh, in_specs=(P(), P(), P(), P(), P()), out_specs=P(),
+      per_device, mesh=mesh, in_specs=(P(), P(), P(), P(), P()), out_specs=P("dev"),
       check_vma=False)
-  return fn(key, params, x_pad, sig_pad, ids_pad)[: plan.num_inputs]
+  return fn(key, params, x_pad, sig_pad, ids_pad)
 
 
 @functools.lru_cache(maxsize=8)
@@ -258,7 +262,7 @@ def sample_counts(
     noise: "noise_lib.Noise | str | None" = None,
     compute_dtype=None,
     devices: int | None = None,
-) -> jax.Array:
+) -> np.ndarray:
   """Monte Carlo class counts of the smoothed classifier.
 
   Args:
@@ -284,7 +288,8 @@ def sample_counts(
     devices: number of local devices to use (default: all).
 
   Returns:
-    ``[B, num_classes]`` int32 counts, on device.
+    ``[B, num_classes]`` int32 NumPy counts. Counting happens on device; each
+    device's partial counts are summed on the host (no cross-device collective).
   """
   num = _check_positive_int("num", num)
   auto_batch = isinstance(batch_size, str) and batch_size == "auto"
@@ -310,7 +315,10 @@ def sample_counts(
   # so), whatever device the caller's key or parameters were committed to.
   replicated = jax.sharding.NamedSharding(mesh, P())
   key, params, x, sig, ids_arr = jax.device_put((key, params, x, sig, ids_arr), replicated)
-  return _counts_jit(
+  partial = _counts_jit(
       key, params, x, sig, ids_arr,
       apply_fn=apply_fn, noise=noise, num_classes=num_classes, plan=plan,
       mesh=mesh, compute_dtype=compute_dtype)
+  # [devices, B_pad, C] partial counts -> [B, C] on the host (a few KB).
+  total = np.asarray(jax.device_get(partial), dtype=np.int64).sum(axis=0)[: plan.num_inputs]
+  return total.astype(np.int32)
