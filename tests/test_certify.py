@@ -58,8 +58,15 @@ def test_gaussian_linear_soundness_and_tightness():
   # No wrong class certified; no radius above the exact one.
   assert np.all(cert.prediction[certified] == label[certified])
   assert np.all(cert.radius <= dist + 1e-6), np.max(cert.radius - dist)
-  ratio = cert.radius / dist
-  print(f"tightness: min {ratio.min():.4f} median {np.median(ratio):.4f}")
+  # Tightness. CERTIFY abstains when its n0 = 100 selection samples pick the
+  # wrong class, which happens with probability up to ~2% at p_A = 0.6; the
+  # estimate is then never used. Every input whose selection was right must reach
+  # 85% of the exact radius.
+  selected_right = cert.counts_selection.argmax(1) == label
+  assert np.mean(~selected_right) <= 0.02
+  ratio = cert.radius[selected_right] / dist[selected_right]
+  print(f"tightness: min {ratio.min():.4f} median {np.median(ratio):.4f}; "
+        f"wrong selections {np.sum(~selected_right)}")
   assert ratio.min() >= 0.85
   # Multiclass form (simultaneous bounds) is sound too.
   cm = rsjax.certificate_from_counts(cert.counts_selection, cert.counts, n=100_000, alpha=0.001,
