@@ -115,7 +115,7 @@ def main(argv=None) -> dict:
     def run(fn, nz, key):
       return rsjax.sample_counts(key, fn, variables, x, sigma=0.25, num_classes=10,
                                  num=args.num, batch_size=args.batch_size,
-                                 noise=nz).block_until_ready()
+                                 noise=nz)  # NumPy: already synced
 
     runs = {k: (lambda r, fn=fn, nz=nz: run(fn, nz, r)) for k, (fn, nz) in cfg.items()}
     if torch is not None:

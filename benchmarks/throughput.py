@@ -250,7 +250,7 @@ def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, b
   def run_jax(key, n=num, dtype=None):
     return rsjax.sample_counts(key, apply_fn, variables, x, sigma=SIGMA,
                                num_classes=spec.num_classes, num=n, batch_size=bs,
-                               compute_dtype=dtype).block_until_ready()
+                               compute_dtype=dtype)  # NumPy: already synced
 
   # Warm-up (compile) of rsjax: the N program and the n0 program of certify.
   rss_ok = reset_peak_rss()
