@@ -119,7 +119,7 @@ def certificate_from_counts(counts_selection, counts, *, n, alpha, scale, dim, n
       counts_selection=counts0,
       norm=noise.norm,
       guarantee=guarantee or desc + f"; holds with prob >= 1 - {alpha} per input for the given "
-      "sigma held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs, rsjax.ddrs)",
+      "sigma held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)",
   )
 
 
