@@ -157,7 +157,8 @@ def _reference_srs(deq_fn, params, x, sigma, key, num, chains, solver, warmup, c
                    check_solver):
   """Python loop over chunks for one input: counts, SRS labels, full-solver labels."""
   k_i = jax.random.fold_in(key, 0)
-  eps = jax.vmap(lambda j: jax.random.normal(jax.random.fold_in(k_i, j), x.shape))(
+  gauss = rsjax.noise.get_noise("gaussian")  # the engine's unit Gaussian sampler
+  eps = jax.vmap(lambda j: gauss.sample(jax.random.fold_in(k_i, j), x.shape))(
       jnp.arange(num, dtype=jnp.uint32))
   xn = x[None] + sigma * eps
   deq_fn = jax.jit(deq_fn, static_argnums=3)
@@ -259,6 +260,11 @@ def test_certify_deq_options_and_errors(getkey):
   np.testing.assert_array_equal(a.counts, b.counts)
   np.testing.assert_array_equal(a.p_lower, b.p_lower)
   assert a.prediction[0] == 1 and a.check_total == 40
+  # Keys: selection noise is rsjax.certify's; the selection chunk (n0 <= chains) is
+  # solved from z = 0 with the warm-up solver, so it equals standard RS with that solver.
+  std = deq.certify_deq(7, deq_fn, params, x, method="standard", solver="iteration", steps=10,
+                        sigma=0.25, num_classes=2, n0=20, n=300, batch_size=50, alpha=0.01)
+  np.testing.assert_array_equal(std.counts_selection, a.counts_selection)
   with warnings.catch_warnings(record=True) as rec:
     warnings.simplefilter("always")
     c = deq.certify_deq(7, deq_fn, params, x, check="consecutive", correction="authors_code",

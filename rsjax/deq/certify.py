@@ -255,9 +255,10 @@ def certify_deq(
   ``check_steps`` of SRS equal ``solver`` / ``steps`` of standard RS: the DEQ
   solved from z = 0 with that solver (e.g. 30 Anderson steps, "30A").
 
-  Keys: ``k_sel, k_est, k_chk = jax.random.split(key, 3)``; selection and
-  estimation noise are those of ``rsjax.certify`` with the same key (standard
-  and SRS see the same noisy inputs); ``k_chk`` draws the check positions.
+  Keys: ``fold_in(key, 0)`` (selection), ``fold_in(key, 1)`` (estimation),
+  ``fold_in(key, 2)`` (check positions). The selection and estimation noise
+  are those of ``rsjax.certify`` with the same key, so standard RS and SRS see
+  the same noisy inputs, and one key serves every chunk of a dataset.
 
   Args:
     key: ``jax.random.key`` or int seed.
@@ -324,13 +325,13 @@ def certify_deq(
   chk = solvers.as_solver_config(check_solver, check_steps)
   key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  k_sel, k_est, k_chk = jax.random.split(key, 3)
+  k_sel, k_est, k_chk = (jax.random.fold_in(key, i) for i in range(3))
   common = dict(sigma=sig, num_classes=num_classes, chains=batch_size, solver=cfg, steps=None,
                 warmup=warm, warmup_steps=None, ids=ids_arr, noise=noise, devices=devices)
   sel = srs.srs_sample(k_sel, deq_fn, params, x_np, num=n0, m=0, **common)
   est = srs.srs_sample(k_est, deq_fn, params, x_np, num=n, m=m, check_key=k_chk, check=check,
                        check_solver=chk, check_steps=None, **common)
-  c0, est = jax.device_get((sel.counts, est))
+  c0 = sel.counts
   scale, aniso = _scale_per_input(sig)
   desc = (f"the DEQ solved from z = 0 with {_describe(chk)} (SRS chains: {_describe(warm)} "
           f"warm-up, then {_describe(cfg)} per chunk of {min(batch_size, n)})")

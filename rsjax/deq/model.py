@@ -5,7 +5,7 @@ Architecture (an MDEQ-style block at one resolution, Bai et al. 2020)::
   x in [0, 1] -> normalize -> stem conv (stride s) + GroupNorm      = u   (injection)
   f(z, u)  = GN3(relu(z + GN2(conv2(relu(GN1(conv1(z)))) + u)))
   z*       = f(z*, u)       (fixed point, solver from z = 0 or a warm start)
-  logits   = fc(mean_hw(relu(GN(conv_s2(z*)))))
+  logits   = fc(flatten(relu(GN(conv_s2(z*)))))
 
 Everything is per sample (GroupNorm, no BatchNorm), as the batched solvers
 require. ``__call__`` solves with ``solver`` and differentiates implicitly
@@ -51,21 +51,23 @@ class DEQCell(nnx.Module):
     groups: GroupNorm groups (must divide ``channels`` and ``hidden``).
     init_std: std of the normal initialization of the convolutions (MDEQ uses
       0.01 with weight normalization; small weights keep ``f`` contractive).
+    dtype: optional computation dtype (parameters stay float32).
     rngs: ``nnx.Rngs``.
   """
 
   def __init__(self, channels: int, *, hidden: int | None = None, groups: int = 4,
-               init_std: float = 0.01, rngs: nnx.Rngs):
+               init_std: float = 0.01, dtype=None, rngs: nnx.Rngs):
     hidden = int(hidden or channels)
     for name, c in (("channels", channels), ("hidden", hidden)):
       if c % groups:
         raise ValueError(f"{name}={c} must be a multiple of groups={groups}")
     w = _normal(init_std)
-    self.conv1 = nnx.Conv(channels, hidden, (3, 3), use_bias=False, kernel_init=w, rngs=rngs)
-    self.gn1 = nnx.GroupNorm(hidden, num_groups=groups, rngs=rngs)
-    self.conv2 = nnx.Conv(hidden, channels, (3, 3), use_bias=False, kernel_init=w, rngs=rngs)
-    self.gn2 = nnx.GroupNorm(channels, num_groups=groups, rngs=rngs)
-    self.gn3 = nnx.GroupNorm(channels, num_groups=groups, rngs=rngs)
+    kw = dict(dtype=dtype, rngs=rngs)
+    self.conv1 = nnx.Conv(channels, hidden, (3, 3), use_bias=False, kernel_init=w, **kw)
+    self.gn1 = nnx.GroupNorm(hidden, num_groups=groups, **kw)
+    self.conv2 = nnx.Conv(hidden, channels, (3, 3), use_bias=False, kernel_init=w, **kw)
+    self.gn2 = nnx.GroupNorm(channels, num_groups=groups, **kw)
+    self.gn3 = nnx.GroupNorm(channels, num_groups=groups, **kw)
 
   def __call__(self, z: jax.Array, u: jax.Array) -> jax.Array:
     """``z, u [b, H, W, C] -> f(z, u) [b, H, W, C]``."""
@@ -90,6 +92,8 @@ class DEQClassifier(nnx.Module):
     steps: steps of ``solver`` when it is given by name.
     backward: solver of the adjoint fixed point in training (default: ``solver``).
     init_std: std of the cell's convolution weights at initialization.
+    dtype: optional computation dtype (parameters stay float32); the
+      signature matches ``rsjax.models.create_model``'s constructors.
     rngs: ``nnx.Rngs`` or an int seed.
   """
 
@@ -98,7 +102,7 @@ class DEQClassifier(nnx.Module):
                stem_stride: int = 2, normalize="mnist",
                solver: "solvers.SolverConfig | str" = "anderson", steps: int = 12,
                backward: "solvers.SolverConfig | str | None" = None, init_std: float = 0.01,
-               rngs: "nnx.Rngs | int" = 0):
+               dtype=None, rngs: "nnx.Rngs | int" = 0):
     if isinstance(rngs, int):
       rngs = nnx.Rngs(rngs)
     shape = tuple(int(s) for s in input_shape)
@@ -110,14 +114,15 @@ class DEQClassifier(nnx.Module):
     self.num_classes = int(num_classes)
     norm = resolve_normalization(normalize, shape[-1])
     self.normalize = Normalize(*norm) if norm is not None else None
-    self.stem = nnx.Conv(shape[-1], channels, (3, 3), strides=stem_stride, use_bias=False,
-                         rngs=rngs)
-    self.stem_gn = nnx.GroupNorm(channels, num_groups=groups, rngs=rngs)
-    self.cell = DEQCell(channels, hidden=hidden, groups=groups, init_std=init_std, rngs=rngs)
-    self.head_conv = nnx.Conv(channels, 2 * channels, (3, 3), strides=2, use_bias=False,
-                              rngs=rngs)
-    self.head_gn = nnx.GroupNorm(2 * channels, num_groups=groups, rngs=rngs)
-    self.fc = nnx.Linear(2 * channels, self.num_classes, rngs=rngs)
+    kw = dict(dtype=dtype, rngs=rngs)
+    self.stem = nnx.Conv(shape[-1], channels, (3, 3), strides=stem_stride, use_bias=False, **kw)
+    self.stem_gn = nnx.GroupNorm(channels, num_groups=groups, **kw)
+    self.cell = DEQCell(channels, hidden=hidden, groups=groups, init_std=init_std, **kw)
+    self.head_conv = nnx.Conv(channels, 2 * channels, (3, 3), strides=2, use_bias=False, **kw)
+    self.head_gn = nnx.GroupNorm(2 * channels, num_groups=groups, **kw)
+    h = -(-(-(-shape[0] // stem_stride)) // 2)
+    w = -(-(-(-shape[1] // stem_stride)) // 2)
+    self.fc = nnx.Linear(h * w * 2 * channels, self.num_classes, **kw)
     fwd = solvers.as_solver_config(solver, steps if isinstance(solver, str) else None)
     self.solver = fwd
     self.backward = fwd if backward is None else solvers.as_solver_config(backward)
@@ -135,7 +140,7 @@ class DEQClassifier(nnx.Module):
   def head(self, z: jax.Array) -> jax.Array:
     """Fixed point ``z [b, h, w, C]`` -> logits ``[b, num_classes]``."""
     y = nnx.relu(self.head_gn(self.head_conv(z)))
-    return self.fc(jnp.mean(y, axis=(1, 2)))
+    return self.fc(y.reshape(y.shape[0], -1))
 
   def _f(self):
     graphdef, state = nnx.split(self.cell)

@@ -20,8 +20,10 @@ certified. Their SRS labels are recorded during the chain scan, so the pairs
 
 Devices: the chains of an input are spread over the local devices
 (``jax.shard_map``): a device runs chains ``[d * cpd, (d + 1) * cpd)`` and its
-share of the check solves; counts are summed with ``psum``. Chain ``c`` sees
-the same samples on any number of devices.
+share of the check solves. Each device returns partial results that are
+combined on the host (as in the core engine: the program has no collective, so
+CPU devices outnumbering cores cannot deadlock). Chain ``c`` sees the same
+samples on any number of devices.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ CHECK_MODES = ("random", "consecutive")
 
 
 class SRSCounts(NamedTuple):
-  """Output of ``srs_sample`` (device arrays).
+  """Output of ``srs_sample`` (NumPy arrays).
 
   Attributes:
     counts: ``[B, C]`` int32 class counts of all ``num`` SRS samples.
@@ -203,12 +205,8 @@ def _per_input(deq_fn, params, key, key_check, x, sig, input_id, *, plan, noise,
 
     (t_check, chk_sum), _ = jax.lax.scan(check_step, (t_check, chk_sum),
                                          jnp.arange(plan.check_steps, dtype=jnp.int32))
-  counts = jax.lax.psum(counts, "dev")
-  s_check = jax.lax.pmax(s_check, "dev")
-  t_check = jax.lax.pmax(t_check, "dev")
-  res_mean = jax.lax.psum(res_sum, "dev") / plan.num
-  chk_mean = (jax.lax.psum(chk_sum, "dev") / plan.m) if plan.m else jnp.float32(jnp.nan)
-  return counts, check_idx, s_check, t_check, res_mean, chk_mean
+  # Partial results of this device; combined on the host.
+  return counts, check_idx, s_check, t_check, res_sum, chk_sum
 
 
 @functools.partial(jax.jit, static_argnames=(
@@ -222,9 +220,11 @@ def _srs_jit(key, key_check, params, x, sig, ids, *, deq_fn, plan, noise, num_cl
                         num_classes=num_classes, solver=solver, warmup=warmup,
                         check_solver=check_solver)
 
-    return jax.lax.map(one, (x, sig, ids))
+    out = jax.lax.map(one, (x, sig, ids))
+    return jax.tree.map(lambda a: a[None], out)
 
-  fn = jax.shard_map(per_device, mesh=mesh, in_specs=(P(),) * 6, out_specs=P(), check_vma=False)
+  fn = jax.shard_map(per_device, mesh=mesh, in_specs=(P(),) * 6, out_specs=P("dev"),
+                     check_vma=False)
   return fn(key, key_check, params, x, sig, ids)
 
 
@@ -277,7 +277,7 @@ def srs_sample(
     devices: local devices to spread the chains over (default all).
 
   Returns:
-    ``SRSCounts`` of device arrays.
+    ``SRSCounts`` of NumPy arrays.
   """
   num_classes = int(num_classes)
   if num_classes < 1:
@@ -296,11 +296,26 @@ def srs_sample(
     check_key = as_key(check_key)
   else:
     check_key = jax.random.key(0)  # unused
+  mesh = _local_mesh(ndev)
+  # Everything enters replicated over the mesh, as in the core engine.
+  replicated = jax.sharding.NamedSharding(mesh, P())
+  key, check_key, params, x_np, sig, ids_arr = jax.device_put(
+      (key, check_key, params, x_np, sig, ids_arr), replicated)
   out = _srs_jit(
-      key, check_key, params, jnp.asarray(x_np), jnp.asarray(sig), jnp.asarray(ids_arr),
+      key, check_key, params, x_np, sig, ids_arr,
       deq_fn=deq_fn, plan=plan, noise=noise, num_classes=num_classes,
       solver=solvers.as_solver_config(solver, steps),
       warmup=solvers.as_solver_config(warmup, warmup_steps),
       check_solver=solvers.as_solver_config(check_solver, check_steps),
-      mesh=_local_mesh(ndev))
-  return SRSCounts(*out)
+      mesh=mesh)
+  counts, check_idx, s_check, t_check, res_sum, chk_sum = jax.device_get(out)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    chk_mean = (chk_sum.sum(0) / plan.m).astype(np.float32) if plan.m else np.full(
+        counts.shape[1], np.nan, np.float32)
+  return SRSCounts(
+      counts=counts.sum(0, dtype=np.int64).astype(np.int32),
+      check_idx=check_idx[0],
+      srs_labels=s_check.max(0),
+      check_labels=t_check.max(0),
+      residual=(res_sum.sum(0) / plan.num).astype(np.float32),
+      check_residual=chk_mean)
