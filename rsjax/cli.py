@@ -98,10 +98,10 @@ def _setup_jax(args) -> None:
 
 def _create_model(name, *, num_classes, input_shape, rngs, **kwargs):
   """Model constructor by name: the zoo of ``rsjax.models`` plus ``deq`` models."""
-  if name.startswith("deq"):
+  if name == "deq":
     from rsjax import deq
-    return deq.create_deq(name, num_classes=num_classes, input_shape=input_shape, rngs=rngs,
-                          **kwargs)
+    return deq.DEQClassifier(num_classes=num_classes, input_shape=tuple(input_shape), rngs=rngs,
+                             **kwargs)
   from rsjax import models
   return models.create_model(name, num_classes=num_classes, input_shape=input_shape, rngs=rngs,
                              **kwargs)
@@ -176,10 +176,13 @@ def _method_certify_fn(args, key, apply_fn, params, num_classes, model, config, 
       raise CliError(f"--method {args.method} needs a DEQ model (trained with --model deq)")
     method = "srs" if args.method == "srs" else "standard"
 
+    steps = args.deq_steps if args.deq_steps is not None else (3 if method == "srs" else 30)
+
     def fn(x, ids):
-      return deq.certify_deq(key, model, x, sigma=args.sigma, ids=ids, method=method,
-                             steps=args.deq_steps, solver=args.deq_solver,
+      return deq.certify_deq(key, model, None, x, sigma=args.sigma, ids=ids, method=method,
+                             steps=steps, solver=args.deq_solver,
                              warmup_steps=args.deq_warmup_steps, m=args.srs_m,
+                             check_steps=args.srs_check_steps,
                              correction=args.srs_correction, **common)
 
     return fn, (), None
@@ -305,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
 
   t = sub.add_parser("train", help="train a base classifier with Gaussian noise (Cohen et al.)")
   data_flags(t, dataset_required=True)
-  t.add_argument("--model", required=True, help="mlp, cnn, lenet, resnet20, resnet110, ...")
+  t.add_argument("--model", required=True,
+                 help="mlp, cnn, lenet, resnet20, resnet110, resnet18, resnet50, deq")
   t.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
   t.add_argument("--out", required=True, help="output directory (checkpoints, config)")
   t.add_argument("--epochs", type=_positive_int, default=90)
@@ -351,10 +355,16 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--idrs-k", type=_positive_int, default=20, help="IDRS nearest neighbours k")
   c.add_argument("--idrs-m", type=float, default=None,
                  help="IDRS offset m (default by dataset: 1.5 for MNIST, 5 for CIFAR-10)")
-  c.add_argument("--deq-solver", default="anderson", choices=["anderson", "naive", "broyden"])
-  c.add_argument("--deq-steps", type=_positive_int, default=30)
-  c.add_argument("--deq-warmup-steps", type=_positive_int, default=10)
-  c.add_argument("--srs-m", type=_positive_int, default=200, help="SRS check samples")
+  c.add_argument("--deq-solver", default="anderson", choices=["anderson", "naive"],
+                 help="DEQ fixed-point solver (naive = plain iteration)")
+  c.add_argument("--deq-steps", type=_positive_int, default=None,
+                 help="solver steps per sample (default: 30 for deq-standard, 3 for srs)")
+  c.add_argument("--deq-warmup-steps", type=_positive_int, default=10,
+                 help="SRS: steps on the first chunk of each chain")
+  c.add_argument("--srs-m", type=_positive_int, default=400,
+                 help="SRS: check samples re-solved from scratch")
+  c.add_argument("--srs-check-steps", type=_positive_int, default=30,
+                 help="SRS: solver steps of the check samples (the certified classifier)")
   c.add_argument("--srs-correction", default="paper", choices=["paper", "authors_code"])
   c.add_argument("--coordinator", default=None,
                  help="host:port of process 0 for a multi-process run (jax.distributed); "

@@ -172,3 +172,20 @@ def test_certify_idrs_method(trained, tmp_path):
   # No default m for 'digits': the error says which flag to set.
   assert run_cli("certify", trained, tmp_path / "x.tsv", "--method", "idrs", "--idrs-rate",
                  "0.05", "--N", "100", "--max", "1", "--quiet") == 2
+
+
+def test_train_and_certify_a_deq_standard_and_srs(tmp_path):
+  out = tmp_path / "deq"
+  assert run_cli("train", "--dataset", "digits", "--model", "deq", "--sigma", "0.25", "--epochs",
+                 "1", "--batch", "64", "--lr", "0.05", "--out", out, "--quiet") == 0
+  common = ["--N", "300", "--N0", "30", "--max", "3", "--quiet"]
+  assert run_cli("certify", out, tmp_path / "srs.tsv", "--method", "srs", "--srs-m", "60",
+                 "--batch", "100", *common) == 0
+  assert run_cli("certify", out, tmp_path / "std.tsv", "--method", "deq-standard", "--batch",
+                 "300", *common) == 0
+  srs, std = io.read_certify(tmp_path / "srs.tsv"), io.read_certify(tmp_path / "std.tsv")
+  assert len(srs.idx) == len(std.idx) == 3
+  assert np.all(srs.radius >= 0) and np.all(std.radius >= 0)
+  assert np.mean(std.correct) > 0  # the DEQ learned something in one epoch
+  # A non-DEQ model refuses the DEQ methods with a clear error.
+  assert run_cli("certify", tmp_path / "nomodel", tmp_path / "x.tsv", "--method", "srs") == 2
