@@ -1,0 +1,396 @@
+"""DDRS: data-dependent smoothing (Alfarra, Bibi, Torr, Ghanem, UAI 2022).
+
+Three parts:
+
+* ``optimize_sigma``: per-input sigma by gradient ascent on the soft smoothed
+  margin ``R(sigma) = sigma/2 * (Phi^-1(clip(psi_A)) - Phi^-1(clip(psi_B)))``
+  (Algorithm 1), jit-compiled, all inputs in parallel.
+* ``MemoryCertifier``: the memory-based post-processing (Algorithm 3) that keeps
+  certified balls of different classes disjoint over a deployment run.
+* ``certify``: Cohen's CERTIFY at the optimized per-input sigma, then the memory.
+
+Soundness: a sigma chosen from x itself (as ``optimize_sigma`` does) changes the
+smoothed classifier from input to input, so Cohen's radius at that sigma is NOT
+a certificate of a fixed smoothed classifier (Súkeník et al., IDRS App. C). With
+a ``MemoryCertifier`` the result is the memory-based guarantee of DDRS §3.5: it
+holds for this deployment run, in this input order, only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rsjax._certify import ABSTAIN, Certificate
+from rsjax._certify import certify as _cohen_certify
+from rsjax._sampling import as_key, prepare_inputs
+
+__all__ = ["optimize_sigma", "smoothing_objective", "MemoryCertifier", "DDRSCertificate",
+           "certify"]
+
+
+# ----------------------------------------------------------------------------- objective
+
+
+def _objective(apply_fn, params, x, sigma, z, lo, hi):
+  """R(sigma) of one input: x ``[*shape]``, z ``[n, *shape]``, sigma scalar."""
+  logits = apply_fn(params, x[None] + sigma * z)  # [n, C]
+  psi = jnp.mean(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), axis=0)
+  top2, _ = jax.lax.top_k(psi, 2)  # class not fixed across steps
+  top2 = jnp.clip(top2, lo, hi)  # zero gradient when saturated, like the in-place clamp
+  return sigma / 2 * (jax.scipy.special.ndtri(top2[0]) - jax.scipy.special.ndtri(top2[1]))
+
+
+def _noise(key, step, ids, shape, num_samples):
+  """``[B, n, *shape]`` standard normals; input i at step t from fold_in(fold_in(key, t), id_i)."""
+  k_t = jax.random.fold_in(key, step)
+  keys = jax.vmap(lambda i: jax.random.fold_in(k_t, i))(ids)
+  return jax.vmap(lambda k: jax.random.normal(k, (num_samples, *shape), jnp.float32))(keys)
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "steps", "num_samples"))
+def _optimize(key, params, x, sigma0, ids, lr, lo, hi, sigma_min, *, apply_fn, steps, num_samples):
+  params = jax.lax.stop_gradient(params)  # the classifier is frozen
+  grad_fn = jax.vmap(jax.grad(functools.partial(_objective, apply_fn, params), argnums=1),
+                     in_axes=(0, 0, 0, None, None))
+
+  def body(t, sigma):
+    z = _noise(key, t, ids, x.shape[1:], num_samples)
+    g = grad_fn(x, sigma, z, lo, hi)
+    return jnp.maximum(sigma + lr * g, sigma_min)  # plain ascent; projection (see docstring)
+
+  return jax.lax.fori_loop(0, steps, body, sigma0)
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "num_samples"))
+def _evaluate(key, params, x, sigma, ids, lo, hi, *, apply_fn, num_samples):
+  z = _noise(key, 0, ids, x.shape[1:], num_samples)
+  fn = functools.partial(_objective, apply_fn, params)
+  return jax.vmap(fn, in_axes=(0, 0, 0, None, None))(x, sigma, z, lo, hi)
+
+
+def _check_common(x, sigma, ids, clip):
+  x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
+  b = x_np.shape[0]
+  sig = np.asarray(sigma, np.float64)
+  if sig.ndim == 0:
+    sig = np.full((b,), float(sig))
+  if sig.shape != (b,):
+    raise ValueError(f"sigma0/sigma must be a float or of shape [B]={(b,)}, got shape {sig.shape}")
+  if not np.all(np.isfinite(sig)) or np.any(sig <= 0):
+    raise ValueError("sigma0/sigma must be finite and > 0")
+  try:
+    lo, hi = (float(c) for c in clip)
+  except (TypeError, ValueError):
+    raise ValueError(f"clip must be a pair (lo, hi), got {clip!r}") from None
+  if not 0.0 < lo < hi < 1.0:
+    raise ValueError(f"clip must satisfy 0 < lo < hi < 1, got {clip!r}")
+  return x_np, sig.astype(np.float32), ids_arr, lo, hi
+
+
+def _check_int(name, v, minimum):
+  if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+  return int(v)
+
+
+def optimize_sigma(key, apply_fn, params, x, *, sigma0, steps: int = 100, lr: float = 1e-4,
+                   num_samples: int = 1, clip=(0.02, 0.98), sigma_min: float = 1e-3,
+                   ids=None) -> np.ndarray:
+  """Per-input sigma by gradient ascent on the soft smoothed margin (DDRS Algorithm 1).
+
+  For each input, ``steps`` steps of plain gradient ascent
+  ``sigma <- max(sigma + lr * dR/dsigma, sigma_min)`` on
+  ``R(sigma) = sigma/2 * (Phi^-1(clip(psi_A)) - Phi^-1(clip(psi_B)))``, with
+  ``psi = mean softmax(apply_fn(x + sigma * z_j))`` over ``num_samples`` fresh
+  normals per step (reparameterized: the gradient flows through the noise and the
+  prefactor) and ``psi_A >= psi_B`` its two largest entries (the class is not
+  fixed across steps). ``jnp.clip`` gives zero gradient to a saturated entry, as
+  the reference's in-place clamp. All inputs run in parallel; the whole loop is one
+  compiled program per (apply_fn, shapes, steps, num_samples).
+
+  Deviation from the reference: sigma is kept ``>= sigma_min`` (the reference has
+  no projection, so a sigma could become <= 0).
+
+  Args:
+    key: ``jax.random.key`` or int seed (noise of input id i at step t from
+      ``fold_in(fold_in(key, t), i)``; the key is not consumed).
+    apply_fn: ``apply_fn(params, x) -> logits``; must be a hashable function
+      (it is a static argument of the compiled loop).
+    params: pytree for ``apply_fn``; not differentiated.
+    x: ``[B, *input_shape]`` inputs.
+    sigma0: float or ``[B]`` initial sigma (DDRS: the training sigma).
+    steps: K, number of ascent steps (paper 100).
+    lr: step size alpha (paper 1e-4).
+    num_samples: noise samples per step (paper 1).
+    clip: ``(lo, hi)`` clamp of psi (DDRS scripts (0.02, 0.98)).
+    sigma_min: lower bound kept on sigma.
+    ids: ``[B]`` dataset indices (reproducible noise per input; default positions).
+
+  Returns:
+    ``[B]`` float32 NumPy array of optimized sigmas.
+
+  Raises:
+    ValueError: for bad arguments (named in the message).
+  """
+  steps = _check_int("steps", steps, 0)
+  num_samples = _check_int("num_samples", num_samples, 1)
+  lr, sigma_min = float(lr), float(sigma_min)
+  if not np.isfinite(lr) or lr < 0:
+    raise ValueError(f"lr must be finite and >= 0, got {lr!r}")
+  if not np.isfinite(sigma_min) or sigma_min <= 0:
+    raise ValueError(f"sigma_min must be finite and > 0, got {sigma_min!r}")
+  x_np, sig0, ids_arr, lo, hi = _check_common(x, sigma0, ids, clip)
+  sig0 = np.maximum(sig0, np.float32(sigma_min))
+  f32 = np.float32
+  out = _optimize(as_key(key), params, x_np, sig0, ids_arr, f32(lr), f32(lo), f32(hi),
+                  f32(sigma_min), apply_fn=apply_fn, steps=steps, num_samples=num_samples)
+  return np.asarray(jax.device_get(out), np.float32)
+
+
+def smoothing_objective(key, apply_fn, params, x, *, sigma, num_samples: int = 256,
+                        clip=(0.02, 0.98), ids=None) -> np.ndarray:
+  """Monte-Carlo estimate of R(sigma) per input (the quantity ``optimize_sigma`` ascends).
+
+  Args:
+    key: ``jax.random.key`` or int seed (same noise layout as ``optimize_sigma`` step 0).
+    apply_fn: ``apply_fn(params, x) -> logits`` (hashable).
+    params: pytree for ``apply_fn``.
+    x: ``[B, *input_shape]`` inputs.
+    sigma: float or ``[B]``.
+    num_samples: noise samples per input.
+    clip: ``(lo, hi)`` clamp of psi.
+    ids: ``[B]`` dataset indices.
+
+  Returns:
+    ``[B]`` float32 NumPy array of R estimates.
+  """
+  num_samples = _check_int("num_samples", num_samples, 1)
+  x_np, sig, ids_arr, lo, hi = _check_common(x, sigma, ids, clip)
+  out = _evaluate(as_key(key), params, x_np, sig, ids_arr, np.float32(lo), np.float32(hi),
+                  apply_fn=apply_fn, num_samples=num_samples)
+  return np.asarray(jax.device_get(out), np.float32)
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def _toward_zero(v: float) -> float:
+  """One float64 ulp toward zero: keeps touching balls disjoint despite rounding."""
+  return float(np.nextafter(v, 0.0)) if v > 0 else 0.0
+
+
+class MemoryCertifier:
+  """Memory-based certification (DDRS Algorithm 3), host NumPy float64.
+
+  Inputs are processed in a fixed order; the memory holds triples
+  ``(x_j, c_j, r_j)``. For a new ``(x, c, r)``, with ``d_j = ||x - x_j||_2`` on the
+  flattened raw inputs, ball j intersects iff ``d_j < r_j + r``; ``J`` are the
+  intersecting balls of another class. If ``J`` is empty ``(c, r)`` is kept;
+  otherwise ``m = min_J (d_j - r_j)`` at ``j* = argmin`` (taken explicitly: the
+  authors' ``rad, idx = torch.min(t)`` unpack fails on a 0-d tensor):
+
+  * ``m < 0`` (x inside ``B(x_j*, r_j*)``): prediction ``c_j*``, radius ``|m|``
+    (LargestInSubset);
+  * ``m >= 0``: radius ``m`` (LargestOutSubset).
+
+  The result is appended. Abstentions (class -1) are recorded but never form
+  balls. Invariant: balls of different classes never intersect (new radii are
+  rounded one ulp toward zero so that this also holds in floating point).
+  """
+
+  def __init__(self):
+    self._x = None
+    self._cls = np.zeros((0,), np.int64)
+    self._radius = np.zeros((0,), np.float64)
+    self._size = 0
+
+  def __len__(self) -> int:
+    return self._size
+
+  @property
+  def points(self) -> np.ndarray:
+    """``[M, D]`` float64 flattened inputs in processing order."""
+    return np.zeros((0, 0)) if self._x is None else self._x[:self._size].copy()
+
+  @property
+  def classes(self) -> np.ndarray:
+    """``[M]`` int64 recorded classes (-1: abstain)."""
+    return self._cls[:self._size].copy()
+
+  @property
+  def radii(self) -> np.ndarray:
+    """``[M]`` float64 recorded radii."""
+    return self._radius[:self._size].copy()
+
+  def _append(self, x, cls, radius):
+    if self._x is None:
+      cap = 16
+      self._x = np.zeros((cap, x.shape[0]), np.float64)
+      self._cls = np.zeros((cap,), np.int64)
+      self._radius = np.zeros((cap,), np.float64)
+    elif self._size == self._x.shape[0]:
+      cap = 2 * self._size
+      self._x = np.concatenate([self._x, np.zeros_like(self._x)])[:cap]
+      self._cls = np.concatenate([self._cls, np.zeros_like(self._cls)])[:cap]
+      self._radius = np.concatenate([self._radius, np.zeros_like(self._radius)])[:cap]
+    self._x[self._size] = x
+    self._cls[self._size] = cls
+    self._radius[self._size] = radius
+    self._size += 1
+
+  def update(self, x, cls, radius) -> tuple[int, float]:
+    """Processes one certified input and records it.
+
+    Args:
+      x: ``[*input_shape]`` raw input (flattened for distances).
+      cls: certified class, or -1 (abstain).
+      radius: certified L2 radius (>= 0).
+
+    Returns:
+      ``(cls, radius)`` after the memory check.
+
+    Raises:
+      ValueError: for a bad radius/class or an input of another size than the memory's.
+    """
+    xf = np.asarray(x, np.float64).reshape(-1)
+    cls = int(cls)
+    radius = float(radius)
+    if not np.isfinite(radius) or radius < 0:
+      raise ValueError(f"radius must be finite and >= 0, got {radius!r}")
+    if cls < ABSTAIN:
+      raise ValueError(f"cls must be a class index or -1 (abstain), got {cls}")
+    if not np.all(np.isfinite(xf)):
+      raise ValueError("x must be finite")
+    if self._x is not None and xf.shape[0] != self._x.shape[1]:
+      raise ValueError(f"x has {xf.shape[0]} values, the memory holds inputs of {self._x.shape[1]}")
+    if cls != ABSTAIN and self._size:
+      mem_x = self._x[:self._size]
+      mem_c = self._cls[:self._size]
+      mem_r = self._radius[:self._size]
+      d = np.sqrt(np.sum((mem_x - xf) ** 2, axis=1))
+      in_j = (mem_c != ABSTAIN) & (mem_c != cls) & (d < mem_r + radius)
+      if np.any(in_j):
+        idx = np.flatnonzero(in_j)
+        gaps = d[idx] - mem_r[idx]
+        j_star = idx[int(np.argmin(gaps))]
+        m = float(d[j_star] - mem_r[j_star])
+        if m < 0:  # LargestInSubset: x lies inside a ball of another class
+          cls, radius = int(mem_c[j_star]), _toward_zero(-m)
+        else:  # LargestOutSubset
+          radius = _toward_zero(m)
+    self._append(xf, cls, radius)
+    return cls, radius
+
+  def update_batch(self, x, cls, radius) -> tuple[np.ndarray, np.ndarray]:
+    """``update`` for each input of a batch, in order.
+
+    Args:
+      x: ``[B, *input_shape]`` raw inputs.
+      cls: ``[B]`` classes (-1 abstain).
+      radius: ``[B]`` radii.
+
+    Returns:
+      ``(cls [B] int64, radius [B] float64)`` after the memory.
+    """
+    x = np.asarray(x)
+    cls = np.asarray(cls).reshape(-1)
+    radius = np.asarray(radius, np.float64).reshape(-1)
+    if x.ndim < 1 or not x.shape[0] == cls.shape[0] == radius.shape[0]:
+      raise ValueError(f"x, cls and radius must share the batch size, got {x.shape}, "
+                       f"{cls.shape}, {radius.shape}")
+    out_c = np.empty(cls.shape[0], np.int64)
+    out_r = np.empty(cls.shape[0], np.float64)
+    for i in range(cls.shape[0]):
+      out_c[i], out_r[i] = self.update(x[i], cls[i], radius[i])
+    return out_c, out_r
+
+
+# ----------------------------------------------------------------------------- certify
+
+
+@dataclasses.dataclass(frozen=True)
+class DDRSCertificate(Certificate):
+  """A ``Certificate`` at per-input optimized sigma, optionally after the memory.
+
+  Attributes:
+    sigma: ``[B]`` float64 sigma used at each input.
+    prediction_mc: ``[B]`` Monte-Carlo prediction before the memory.
+    radius_mc: ``[B]`` Monte-Carlo radius before the memory.
+    memory_used: whether a ``MemoryCertifier`` post-processed the result.
+  """
+
+  sigma: np.ndarray | None = None
+  prediction_mc: np.ndarray | None = None
+  radius_mc: np.ndarray | None = None
+  memory_used: bool = False
+
+
+def certify(key, apply_fn, params, x, *, sigma, num_classes: int, n0: int = 100,
+            n: int = 100_000, alpha: float = 0.001, batch_size: int = 1000, ids=None,
+            memory: MemoryCertifier | None = None) -> DDRSCertificate:
+  """Cohen's CERTIFY at per-input sigma (DDRS ``certify_ds``), then the optional memory.
+
+  Args:
+    key: ``jax.random.key`` or int seed (passed to ``rsjax.certify``: selection
+      and estimation keys ``fold_in(key, 0)`` / ``fold_in(key, 1)``).
+    apply_fn: ``apply_fn(params, x) -> logits``.
+    params: pytree for ``apply_fn``.
+    x: ``[B, *input_shape]`` inputs.
+    sigma: ``[B]`` per-input sigma (e.g. from ``optimize_sigma``).
+    num_classes: number of classes C.
+    n0: selection samples.
+    n: estimation samples.
+    alpha: failure probability per input.
+    batch_size: forward passes per step.
+    ids: ``[B]`` dataset indices.
+    memory: a ``MemoryCertifier``; when given, the inputs are passed through it in
+      their order (the memory is updated in place).
+
+  Returns:
+    ``DDRSCertificate``; ``guarantee`` says what (little) it guarantees.
+
+  Raises:
+    ValueError: for bad arguments.
+  """
+  x_np, _, _ = prepare_inputs(x, 1.0, ids)
+  sig = np.asarray(sigma, np.float32)
+  if sig.shape != (x_np.shape[0],):
+    raise ValueError(f"sigma must have shape [B]={(x_np.shape[0],)}, got {sig.shape}")
+  if memory is not None and not isinstance(memory, MemoryCertifier):
+    raise ValueError(f"memory must be a MemoryCertifier or None, got {memory!r}")
+  base = _cohen_certify(key, apply_fn, params, x_np, sigma=sig, num_classes=num_classes, n0=n0,
+                        n=n, alpha=alpha, batch_size=batch_size, ids=ids)
+  pred, rad = base.prediction, base.radius
+  if memory is None:
+    guarantee = (
+        "NOT A CERTIFICATE of a fixed classifier: Cohen's radius (binary Gaussian L2, one-sided "
+        f"Clopper-Pearson, alpha={alpha}) at a sigma optimized for each input (DDRS); the smoothed "
+        "classifier changes with sigma, so the radius is not sound for any fixed smoothed "
+        "classifier (Súkeník et al., IDRS App. C). Use a MemoryCertifier (DDRS memory-based "
+        "guarantee) or rsjax.idrs for a sound input-dependent certificate")
+  else:
+    pred, rad = memory.update_batch(x_np, pred, rad)
+    guarantee = (
+        "DDRS memory-based guarantee (Alfarra et al. 2022, Algorithm 3): Cohen's radius (binary "
+        f"Gaussian L2, one-sided Clopper-Pearson, alpha={alpha} per input) at the per-input "
+        "optimized sigma, post-processed so that certified balls of different classes never "
+        "intersect; valid only for this deployment run and this input order (the memory's "
+        "earlier inputs), not a certificate of a fixed smoothed classifier")
+  return DDRSCertificate(
+      prediction=np.asarray(pred, np.int64),
+      radius=np.asarray(rad, np.float64),
+      p_lower=base.p_lower,
+      counts=base.counts,
+      counts_selection=base.counts_selection,
+      norm="l2",
+      guarantee=guarantee,
+      sigma=sig.astype(np.float64),
+      prediction_mc=base.prediction,
+      radius_mc=base.radius,
+      memory_used=memory is not None,
+  )
