@@ -35,7 +35,7 @@ import numpy as np
 from rsjax import noise as noise_lib
 from rsjax import stats
 from rsjax._certify import Certificate, _check_alpha, certificate_from_counts
-from rsjax._sampling import as_key, prepare_inputs, sample_counts
+from rsjax._sampling import _check_positive_int, as_key, prepare_inputs, sample_counts
 
 __all__ = [
     "AnisotropicCertificate",
@@ -242,9 +242,8 @@ def certify(
   if input_dependent and not allow_unsound:
     raise ValueError(_UNSOUND)
   alpha = _check_alpha(alpha)
-  for name, v in (("n0", n0), ("n", n)):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-      raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+  n0 = _check_positive_int("n0", n0)
+  n = _check_positive_int("n", n)
   stats.check_sample_size(n, alpha)
   noise = noise_lib.get_noise(noise)
   x_np, _, _ = prepare_inputs(x, 1.0, ids)

@@ -15,7 +15,7 @@ import numpy as np
 
 from rsjax import stats
 from rsjax._certify import ABSTAIN, Certificate, _check_alpha, certificate_from_counts
-from rsjax._sampling import as_key, prepare_inputs, sample_counts
+from rsjax._sampling import _check_positive_int, as_key, prepare_inputs, sample_counts
 from rsjax.idrs._radius import certified_radius
 
 __all__ = ["IDRSCertificate", "certify"]
@@ -87,9 +87,8 @@ def certify(
     IDRSNumericalError: if a radius cannot be computed reliably.
   """
   alpha = _check_alpha(alpha)
-  for name, v in (("n0", n0), ("n", n)):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-      raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+  n0 = _check_positive_int("n0", n0)
+  n = _check_positive_int("n", n)
   if not hasattr(design, "evaluate"):
     raise ValueError(f"design must be a sigma(x) design (KnnSigma, ConstantSigma), got {design!r}")
   stats.check_sample_size(n, alpha)

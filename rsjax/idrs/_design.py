@@ -131,15 +131,26 @@ def mean_knn_distance(x, train, *, k: int, train_chunk: int = 512, max_elements:
   Returns:
     ``[B]`` float32 jax array.
   """
-  train = jnp.asarray(train, jnp.float32).reshape(np.shape(train)[0], -1)
-  n, d = train.shape
+  n = np.shape(train)[0]
   if not 1 <= k <= n:
     raise ValueError(f"k must lie in [1, number of training points = {n}], got {k!r}")
+  train, chunk = _pad_train(train, train_chunk)
+  return _mean_knn_padded(x, train, n, train.shape[1], k, chunk, max_elements)
+
+
+def _pad_train(train, train_chunk: int):
+  """Flattens ``train [N, *shape]`` to float32 ``[N_pad, D]``, zero rows up to a chunk multiple.
+
+  Returns:
+    ``(train_pad, chunk)`` with ``chunk = min(train_chunk, N)``.
+  """
+  train = jnp.asarray(train, jnp.float32).reshape(np.shape(train)[0], -1)
+  n, d = train.shape
   chunk = int(min(train_chunk, n))
   pad = -n % chunk
   if pad:
     train = jnp.concatenate([train, jnp.zeros((pad, d), jnp.float32)])
-  return _mean_knn_padded(x, train, n, d, k, chunk, max_elements)
+  return train, chunk
 
 
 def _mean_knn_padded(x, train_pad, n, d, k, chunk, max_elements):
@@ -203,12 +214,7 @@ class KnnSigma:
     self.input_shape = train.shape[1:]
     self.num_train = train.shape[0]
     self.dim = int(np.prod(self.input_shape))
-    flat = train.reshape(self.num_train, -1)
-    self._chunk = int(min(train_chunk, self.num_train))
-    pad = -self.num_train % self._chunk
-    if pad:
-      flat = np.concatenate([flat, np.zeros((pad, self.dim), np.float32)])
-    self._train = jnp.asarray(flat)
+    self._train, self._chunk = _pad_train(train, train_chunk)
     self._max_elements = int(max_elements)
     #: relative error bound of the computed mean distance.
     self.eps = (self.dim + 2 * self.k + 8) * _U32

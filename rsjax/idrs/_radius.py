@@ -18,6 +18,7 @@ import numpy as np
 from scipy import optimize as _opt
 from scipy import stats as _st
 
+from rsjax._sampling import _check_positive_int
 from rsjax.idrs._xi import IDRSNumericalError, MIN_P_B, _check_dim, _side
 
 __all__ = [
@@ -245,9 +246,7 @@ def sigma_ratio_threshold(p_a, dim: int, *, method: str = "theorem", side: str =
     float64 ratio(s). The theorem's and corollary's values are sufficient
     conditions: they lie beyond the exact threshold.
   """
-  if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or int(dim) < 1:
-    raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
-  n = int(dim)
+  n = _check_positive_int("dim", dim)  # no MAX_DIM: only central chi-square here
   p = np.asarray(p_a, np.float64)
   if np.any(~np.isfinite(p)) or np.any(p <= 0.0) or np.any(p >= 1.0):
     raise ValueError("p_a must lie in (0, 1)")

@@ -101,6 +101,16 @@ def _check_distance(a) -> np.ndarray:
   return a
 
 
+def _check_args(a, sigma0, sigma1, p_a, dim):
+  """Validated float64 ``(a, sigma0, sigma1, p_a, p_b)`` and the int ``dim``."""
+  dim = _check_dim(dim)
+  a = _check_distance(a)
+  s0 = _check_positive("sigma0", sigma0)
+  s1 = _check_positive("sigma1", sigma1)
+  p_a, p_b = _check_p_a(p_a)
+  return a, s0, s1, p_a, p_b, dim
+
+
 def _ncx2(fn: str, x, dim: int, lam) -> np.ndarray:
   """``scipy.stats.ncx2.<fn>`` with the central ``chi2`` where ``lam == 0``."""
   x, lam = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(lam, np.float64))
@@ -162,23 +172,6 @@ def _side(u, one_minus, rho2, p_b, dim: int, greater: bool):
   return val, q, lam0, lam1
 
 
-def _xi_log_ratio(u, t, p_b, dim: int):
-  """``xi`` on normalized arguments with ``t = log(sigma1 / sigma0) != 0``.
-
-  ``t < 0`` gives ``xi_>``, ``t > 0`` gives ``xi_<``; mixed signs are allowed.
-  ``|1 - rho^2| = |expm1(2 t)|`` is exact even for ``rho`` next to 1.
-  """
-  u, t, p_b = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in (u, t, p_b)))
-  if np.any(t == 0.0):
-    raise ValueError("log-ratio t must be nonzero (sigma1 == sigma0 is Cohen's case)")
-  out = np.empty(u.shape, np.float64)
-  for greater, mask in ((True, t < 0.0), (False, t > 0.0)):
-    if np.any(mask):
-      out[mask] = _side(u[mask], np.abs(np.expm1(2.0 * t[mask])), np.exp(2.0 * t[mask]),
-                        p_b[mask], dim, greater)[0]
-  return out
-
-
 def _finish(v):
   v = np.asarray(v, np.float64)
   return v[()] if v.ndim == 0 else v
@@ -201,11 +194,7 @@ def xi_greater(a, *, sigma0, sigma1, p_a, dim: int):
     ValueError: for bad arguments (``sigma1 >= sigma0`` included).
     IDRSNumericalError: where the value cannot be computed reliably.
   """
-  dim = _check_dim(dim)
-  a = _check_distance(a)
-  s0 = _check_positive("sigma0", sigma0)
-  s1 = _check_positive("sigma1", sigma1)
-  _, p_b = _check_p_a(p_a)
+  a, s0, s1, _, p_b, dim = _check_args(a, sigma0, sigma1, p_a, dim)
   if np.any(s1 >= s0):
     raise ValueError("xi_greater needs sigma1 < sigma0 (use xi_less for sigma1 > sigma0)")
   rho = s1 / s0
@@ -229,11 +218,7 @@ def xi_less(a, *, sigma0, sigma1, p_a, dim: int):
     ValueError: for bad arguments (``sigma1 <= sigma0`` included).
     IDRSNumericalError: where the value cannot be computed reliably.
   """
-  dim = _check_dim(dim)
-  a = _check_distance(a)
-  s0 = _check_positive("sigma0", sigma0)
-  s1 = _check_positive("sigma1", sigma1)
-  _, p_b = _check_p_a(p_a)
+  a, s0, s1, _, p_b, dim = _check_args(a, sigma0, sigma1, p_a, dim)
   if np.any(s1 <= s0):
     raise ValueError("xi_less needs sigma1 > sigma0 (use xi_greater for sigma1 < sigma0)")
   rho = s1 / s0
@@ -249,11 +234,7 @@ def xi(a, *, sigma0, sigma1, p_a, dim: int):
   Returns:
     float64, broadcast over the arguments.
   """
-  dim = _check_dim(dim)
-  a = _check_distance(a)
-  s0 = _check_positive("sigma0", sigma0)
-  s1 = _check_positive("sigma1", sigma1)
-  p_a, p_b = _check_p_a(p_a)
+  a, s0, s1, p_a, p_b, dim = _check_args(a, sigma0, sigma1, p_a, dim)
   a, s0, s1, p_a, p_b = np.broadcast_arrays(a, s0, s1, p_a, p_b)
   out = np.array(_st.norm.cdf(a / s0 - _st.norm.isf(p_b)), dtype=np.float64)
   rho = s1 / s0
@@ -282,11 +263,8 @@ def worst_case_ball(a, *, sigma0, sigma1, p_a, dim: int):
     ``sigma1 < sigma0`` the ball is the class-B region (``is_class_b`` True);
     for ``sigma1 > sigma0`` it is the class-A region and B is its complement.
   """
-  dim = _check_dim(dim)
-  a = float(_check_distance(a))
-  s0 = float(_check_positive("sigma0", sigma0))
-  s1 = float(_check_positive("sigma1", sigma1))
-  _, p_b = _check_p_a(p_a)
+  a, s0, s1, _, p_b, dim = _check_args(a, sigma0, sigma1, p_a, dim)
+  a, s0, s1 = float(a), float(s0), float(s1)
   if s1 == s0:
     raise ValueError("sigma1 == sigma0: the worst case is Cohen's half-space, not a ball")
   greater = s1 < s0
