@@ -25,13 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import rsjax
-from rsjax import data, models, training
+from rsjax import data, metrics, models, training
 
 RADII = (0.0, 0.25, 0.5, 0.75)
-
-
-def certified_accuracy(cert, labels, r: float) -> float:
-  return float(np.mean((cert.prediction == labels) & (cert.radius >= r)))
 
 
 def main(argv=None) -> dict:
@@ -70,8 +66,8 @@ def main(argv=None) -> dict:
     t = time.perf_counter()
     certs[name] = rsjax.certify(jax.random.key(2), apply_fn, variables, x, **kw)
     out[f"{name}_s"] = time.perf_counter() - t
-    out[f"{name}_certified_accuracy"] = {
-        str(r): certified_accuracy(certs[name], y, r) for r in RADII}
+    acc = metrics.certified_accuracy(certs[name].prediction == y, certs[name].radius, RADII)
+    out[f"{name}_certified_accuracy"] = {str(r): float(a) for r, a in zip(RADII, acc)}
   c32, c16 = certs["float32"], certs["bfloat16"]
   out["prediction_agreement"] = float(np.mean(c32.prediction == c16.prediction))
   out["max_abs_radius_diff"] = float(np.max(np.abs(c32.radius - c16.radius)))

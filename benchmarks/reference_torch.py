@@ -157,14 +157,11 @@ class MLP(nn.Module):
   def __init__(self, m, input_shape):
     super().__init__()
     self.normalize = _normalize(m.normalize)
-    chw = len(input_shape) == 3
+    # The first linear layer reads the flattened image: NHWC -> NCHW feature order.
+    perm = input_shape if len(input_shape) == 3 else None
     self.hidden = nn.ModuleList(
-        [_linear(layer, permute_from=input_shape if (i == 0 and chw) else None)
-         for i, layer in enumerate(m.hidden)])
-    if not list(m.hidden):
-      self.head = _linear(m.head, permute_from=input_shape if chw else None)
-    else:
-      self.head = _linear(m.head)
+        [_linear(layer, permute_from=perm if i == 0 else None) for i, layer in enumerate(m.hidden)])
+    self.head = _linear(m.head, permute_from=None if len(self.hidden) else perm)
 
   def forward(self, x):
     x = self.normalize(x).flatten(1)
@@ -173,15 +170,24 @@ class MLP(nn.Module):
     return self.head(x)
 
 
-class LeNet(nn.Module):
+class _TwoConvNet(nn.Module):
+  """The layers LeNet and CNN share: normalize, conv1, conv2, fc1 (reading the
+  ``flat_hwc`` feature map flattened in Flax's NHWC order), fc2."""
 
-  def __init__(self, m, input_shape):
+  def __init__(self, m, flat_hwc):
     super().__init__()
-    h, w, _ = input_shape
     self.normalize = _normalize(m.normalize)
     self.conv1, self.conv2 = _conv(m.conv1), _conv(m.conv2)
-    self.fc1 = _linear(m.fc1, permute_from=((h // 2 - 4) // 2, (w // 2 - 4) // 2, 16))
-    self.fc2, self.fc3 = _linear(m.fc2), _linear(m.fc3)
+    self.fc1 = _linear(m.fc1, permute_from=flat_hwc)
+    self.fc2 = _linear(m.fc2)
+
+
+class LeNet(_TwoConvNet):
+
+  def __init__(self, m, input_shape):
+    h, w, _ = input_shape
+    super().__init__(m, ((h // 2 - 4) // 2, (w // 2 - 4) // 2, 16))
+    self.fc3 = _linear(m.fc3)
 
   def forward(self, x):
     x = self.normalize(x)
@@ -191,15 +197,11 @@ class LeNet(nn.Module):
     return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
 
 
-class CNN(nn.Module):
+class CNN(_TwoConvNet):
 
   def __init__(self, m, input_shape):
-    super().__init__()
     h, w, _ = input_shape
-    self.normalize = _normalize(m.normalize)
-    self.conv1, self.conv2 = _conv(m.conv1), _conv(m.conv2)
-    self.fc1 = _linear(m.fc1, permute_from=((h - 4) // 2, (w - 4) // 2, 64))
-    self.fc2 = _linear(m.fc2)
+    super().__init__(m, ((h - 4) // 2, (w - 4) // 2, 64))
 
   def forward(self, x):
     x = self.normalize(x)

@@ -19,9 +19,10 @@ rsjax and the reference are timed alternately, repetition by repetition, so a
 shared machine slows both alike; the best repetition of each is reported (and
 the median). The reference runs at each ``--threads`` setting of
 ``torch.set_num_threads`` (default: all cores, and 1) and the fastest counts:
-PyTorch's multi-threaded pool can collapse when other processes load the cores. Seconds per certified image at N = 100,000 are *measured* when
-``--num`` is 100,000 and *extrapolated* from the measured steady state
-otherwise (``t(certify at num) + (100000 - num) / rate``); the output says which.
+PyTorch's multi-threaded pool can collapse when other processes load the cores.
+Seconds per certified image at N = 100,000 are *measured* when ``--num`` is
+100,000 and *extrapolated* from the measured steady state otherwise
+(``t(certify at num) + (100000 - num) / rate``); the output says which.
 
 Commands::
 
@@ -36,7 +37,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import math
 import os
 import platform
 import statistics
@@ -74,7 +74,6 @@ class Spec:
   num_classes: int
   num_quick: int
   num_default: int
-  kwargs: tuple = ()
 
 
 SPECS = {
@@ -189,7 +188,7 @@ def environment(threads) -> dict:
       "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
       "python": platform.python_version(),
       "jax": jax.__version__,
-      "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None,
+      "jaxlib": None,
       "devices": [str(d) for d in jax.local_devices()],
       "device_kind": jax.local_devices()[0].device_kind,
       "matmul_precision": str(jax.config.jax_default_matmul_precision),
@@ -231,7 +230,7 @@ def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, b
   res: dict = {"model": spec.name, "input_shape": list(spec.input_shape),
                "num_classes": spec.num_classes, "num": num}
   model = models.create_model(spec.name, num_classes=spec.num_classes,
-                              input_shape=spec.input_shape, rngs=seed, **dict(spec.kwargs))
+                              input_shape=spec.input_shape, rngs=seed)
   apply_fn, variables = models.to_apply_fn(model)
   rng = np.random.default_rng(seed)
   x = rng.random((1,) + spec.input_shape, dtype=np.float32)

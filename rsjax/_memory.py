@@ -95,7 +95,6 @@ def _probe_cached(apply_fn, treedef, leaf_sig, input_shape, batch, compute_dtype
     temp, args = 0, 0
   param_bytes = max(args - x_bytes, 0)
   per_sample = (temp + x_bytes) / batch
-  flops = 0.0
   try:
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):

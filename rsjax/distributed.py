@@ -31,6 +31,8 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from rsjax._sampling import _check_positive_int
+
 __all__ = ["initialize", "split_indices", "process_path", "merge_rows", "barrier"]
 
 ENV_COORDINATOR = "RSJAX_COORDINATOR_ADDRESS"
@@ -80,29 +82,24 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     process_id = _env_int(ENV_PROCESS_ID)
   if coordinator_address is None and num_processes is None and process_id is None:
     return 0, 1
-  if isinstance(num_processes, bool) or not isinstance(num_processes, (int, np.integer)) \
-      or num_processes < 1:
-    raise ValueError(f"num_processes must be an integer >= 1, got {num_processes!r}")
+  num_processes = _check_positive_int("num_processes", num_processes)
   if num_processes == 1 and process_id in (None, 0):
     return 0, 1
   if isinstance(process_id, bool) or not isinstance(process_id, (int, np.integer)) \
       or not 0 <= process_id < num_processes:
     raise ValueError(f"process_id must be an integer in [0, {num_processes}), got {process_id!r}")
-  if not coordinator_address or not isinstance(coordinator_address, str) \
-      or ":" not in coordinator_address:
-    raise ValueError(
-        f"coordinator_address must be 'host:port', got {coordinator_address!r}")
-  host, _, port = coordinator_address.rpartition(":")
+  host, _, port = (coordinator_address.rpartition(":") if isinstance(coordinator_address, str)
+                   else ("", "", ""))
   if not host or not port.isdigit() or not 0 < int(port) < 65536:
     raise ValueError(f"coordinator_address must be 'host:port', got {coordinator_address!r}")
   if jax.distributed.is_initialized():
-    if (jax.process_count(), jax.process_index()) != (int(num_processes), int(process_id)):
+    if (jax.process_count(), jax.process_index()) != (num_processes, int(process_id)):
       raise ValueError(
           f"jax.distributed is already initialized as process {jax.process_index()} of "
           f"{jax.process_count()}, not {process_id} of {num_processes}")
     return jax.process_index(), jax.process_count()
   jax.distributed.initialize(
-      coordinator_address=coordinator_address, num_processes=int(num_processes),
+      coordinator_address=coordinator_address, num_processes=num_processes,
       process_id=int(process_id), local_device_ids=local_device_ids,
       initialization_timeout=int(initialization_timeout))
   return jax.process_index(), jax.process_count()
@@ -131,8 +128,7 @@ def split_indices(indices, *, process_index: int | None = None,
     raise ValueError(f"indices must be integers, got dtype {arr.dtype}")
   count = jax.process_count() if process_count is None else process_count
   index = jax.process_index() if process_index is None else process_index
-  if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
-    raise ValueError(f"process_count must be an integer >= 1, got {count!r}")
+  count = _check_positive_int("process_count", count)
   if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
       or not 0 <= index < count:
     raise ValueError(f"process_index must be an integer in [0, {count}), got {index!r}")

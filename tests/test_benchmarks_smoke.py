@@ -25,6 +25,15 @@ def _has_torch() -> bool:
   return True
 
 
+def _reference_torch():
+  sys.path.insert(0, ROOT)
+  try:
+    from benchmarks import reference_torch
+  finally:
+    sys.path.remove(ROOT)
+  return reference_torch
+
+
 def test_throughput_command_reports_all_figures(tmp_path):
   out = tmp_path / "bench.json"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -51,28 +60,24 @@ def test_throughput_command_reports_all_figures(tmp_path):
     assert r["logits_check"]["argmax_agree"] == 1.0
 
 
-@pytest.mark.parametrize("name,shape,kwargs", [
-    ("mlp", (6, 6, 2), {}),
-    ("lenet", (28, 28, 1), {}),
-    ("cnn", (10, 10, 1), {}),
-    ("resnet20", (8, 8, 3), {}),
+@pytest.mark.parametrize("name,shape", [
+    ("mlp", (6, 6, 2)),
+    ("lenet", (28, 28, 1)),
+    ("cnn", (10, 10, 1)),
+    ("resnet20", (8, 8, 3)),
 ])
-def test_torch_twin_has_the_same_logits(name, shape, kwargs):
-  pytest.importorskip("torch")
-  sys.path.insert(0, ROOT)
-  try:
-    from benchmarks import reference_torch as rt
-  finally:
-    sys.path.remove(ROOT)
+def test_torch_twin_has_the_same_logits(name, shape):
+  torch = pytest.importorskip("torch")
+  rt = _reference_torch()
   from rsjax import models
-  model = models.create_model(name, num_classes=7, input_shape=shape, rngs=3, **kwargs)
+  model = models.create_model(name, num_classes=7, input_shape=shape, rngs=3)
   apply_fn, variables = models.to_apply_fn(model)
   twin = rt.from_flax(model, shape)
   x = np.random.default_rng(0).random((5,) + shape, dtype=np.float32)
   check = rt.check_same_logits(twin, apply_fn, variables, x)
   assert check["max_abs_diff"] <= 1e-4 * max(check["logit_scale"], 1.0)
   # A wrong weight layout is caught (the check can fail).
-  with __import__("torch").no_grad():
+  with torch.no_grad():
     p = next(twin.parameters())
     p.mul_(-1.5)
   with pytest.raises(AssertionError, match="differs"):
@@ -81,11 +86,7 @@ def test_torch_twin_has_the_same_logits(name, shape, kwargs):
 
 def test_reference_loop_counts_every_sample():
   torch = pytest.importorskip("torch")
-  sys.path.insert(0, ROOT)
-  try:
-    from benchmarks import reference_torch as rt
-  finally:
-    sys.path.remove(ROOT)
+  rt = _reference_torch()
   lin = torch.nn.Linear(4, 3)
   with torch.no_grad():
     lin.weight.zero_()
