@@ -13,7 +13,8 @@ import numpy as np
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._sampling import as_key, prepare_inputs, sample_counts
+from rsjax._sampling import (_check_positive_int, as_key, counts_prepared, prepare_inputs,
+                             sample_counts)
 
 __all__ = ["Certificate", "certify", "predict", "ABSTAIN", "certificate_from_counts"]
 
@@ -50,14 +51,7 @@ class Certificate:
     return int(self.prediction.shape[0])
 
 
-def _check_alpha(alpha) -> float:
-  try:
-    a = float(alpha)
-  except (TypeError, ValueError):
-    raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}") from None
-  if not 0.0 < a < 1.0:
-    raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
-  return a
+_check_alpha = stats.check_alpha
 
 
 def _scale_per_input(sig: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -99,8 +93,7 @@ def certificate_from_counts(counts_selection, counts, *, n, alpha, scale, dim, n
   if multiclass:
     if noise.norm != "l2" or not isinstance(noise, noise_lib.Gaussian):
       raise ValueError("multiclass=True is available for Gaussian noise (L2) only")
-    others = np.delete(counts, guess, axis=1) if b == 0 else np.stack(
-        [np.delete(counts[i], guess[i]) for i in range(b)])
+    others = counts[np.arange(counts.shape[1]) != guess[:, None]].reshape(b, -1)
     p_lower, p_upper_b = stats.multiclass_bounds(n_a, others, n, alpha)
     ok = p_lower > p_upper_b
     radius = np.where(ok, stats.multiclass_radius(p_lower, p_upper_b, scale), 0.0)
@@ -169,20 +162,18 @@ def certify(
     ValueError: for bad arguments (named in the message).
   """
   alpha = _check_alpha(alpha)
-  for name, v in (("n0", n0), ("n", n)):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-      raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+  n0 = _check_positive_int("n0", n0)
+  n = _check_positive_int("n", n)
   stats.check_sample_size(n, alpha)
   key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
   # fold_in, not split: the same key certifies every chunk of a dataset (the
   # noise is a function of key, input id and sample index), so it is not consumed.
   k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-  kw = dict(sigma=sig, num_classes=num_classes, batch_size=batch_size, ids=ids_arr, noise=noise,
+  kw = dict(num_classes=num_classes, batch_size=batch_size, noise=noise,
             compute_dtype=compute_dtype)
-  c0 = sample_counts(k_sel, apply_fn, params, x_np, num=n0, **kw)
-  c1 = sample_counts(k_est, apply_fn, params, x_np, num=n, **kw)
-  c0, c1 = jax.device_get((c0, c1))
+  c0 = counts_prepared(k_sel, apply_fn, params, x_np, sig, ids_arr, num=n0, **kw)
+  c1 = counts_prepared(k_est, apply_fn, params, x_np, sig, ids_arr, num=n, **kw)
   scale, aniso = _scale_per_input(sig)
   dim = int(np.prod(x_np.shape[1:]))
   cert = certificate_from_counts(c0, c1, n=n, alpha=alpha, scale=scale, dim=dim, noise=noise,
@@ -216,11 +207,9 @@ def predict(
     ``[B]`` int NumPy array of classes (-1 = abstain).
   """
   alpha = _check_alpha(alpha)
-  if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-    raise ValueError(f"n must be an integer >= 1, got {n!r}")
-  counts = np.asarray(jax.device_get(sample_counts(
-      as_key(key), apply_fn, params, x, sigma=sigma, num_classes=num_classes, num=n,
-      batch_size=batch_size, ids=ids, noise=noise, compute_dtype=compute_dtype)))
+  n = _check_positive_int("n", n)
+  counts = sample_counts(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, num=n,
+                         batch_size=batch_size, ids=ids, noise=noise, compute_dtype=compute_dtype)
   order = np.argsort(-counts, axis=1, kind="stable")
   top = order[:, 0]
   n1 = counts[np.arange(len(top)), top]

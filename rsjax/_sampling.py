@@ -32,7 +32,7 @@ from jax.sharding import PartitionSpec as P
 from rsjax import _memory
 from rsjax import noise as noise_lib
 
-__all__ = ["sample_counts", "as_key", "SamplingPlan", "make_plan", "prepare_inputs"]
+__all__ = ["sample_counts", "counts_prepared", "as_key", "SamplingPlan", "make_plan", "prepare_inputs"]
 
 ApplyFn = Callable[[Any, jax.Array], jax.Array]
 
@@ -291,14 +291,26 @@ def sample_counts(
     ``[B, num_classes]`` int32 NumPy counts. Counting happens on device; each
     device's partial counts are summed on the host (no cross-device collective).
   """
+  x, sig, ids_arr = prepare_inputs(x, sigma, ids)
+  return counts_prepared(as_key(key), apply_fn, params, x, sig, ids_arr, num=num,
+                         num_classes=num_classes, batch_size=batch_size, noise=noise,
+                         compute_dtype=compute_dtype, devices=devices)
+
+
+def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes, batch_size,
+                    noise=None, compute_dtype=None, devices=None) -> np.ndarray:
+  """:func:`sample_counts` for inputs already validated by :func:`prepare_inputs`.
+
+  ``key`` is a typed key (:func:`as_key`); ``x``, ``sig``, ``ids_arr`` are the
+  NumPy arrays :func:`prepare_inputs` returns. Callers that draw several count
+  passes over the same inputs (``certify``: n0 then n) validate once.
+  """
   num = _check_positive_int("num", num)
   auto_batch = isinstance(batch_size, str) and batch_size == "auto"
   if not auto_batch:
     batch_size = _check_positive_int("batch_size", batch_size)
   num_classes = _check_positive_int("num_classes", num_classes)
   noise = noise_lib.get_noise(noise)
-  key = as_key(key)
-  x, sig, ids_arr = prepare_inputs(x, sigma, ids)
   if auto_batch:
     batch_size = _memory.auto_batch_size(apply_fn, params, x.shape[1:], num=num,
                                          compute_dtype=compute_dtype)

@@ -24,44 +24,26 @@ class CliError(Exception):
 # ----------------------------------------------------------------------------- helpers
 
 
-def _positive_int(text: str) -> int:
-  try:
-    v = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-  if v < 1:
-    raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-  return v
+def _number(convert, ok, requirement: str):
+  """An argparse ``type=``: ``convert`` the text, then require ``ok(value)``."""
+  kind = "an integer" if convert is int else "a number"
+
+  def parse(text: str):
+    try:
+      v = convert(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+    if not ok(v):
+      raise argparse.ArgumentTypeError(f"must be {requirement}, got {text}")
+    return v
+
+  return parse
 
 
-def _count(text: str) -> int:
-  try:
-    v = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-  if v < -1:
-    raise argparse.ArgumentTypeError(f"must be >= 0 or -1 (all), got {v}")
-  return v
-
-
-def _positive_float(text: str) -> float:
-  try:
-    v = float(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-  if not v > 0 or not np.isfinite(v):
-    raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-  return v
-
-
-def _probability(text: str) -> float:
-  try:
-    v = float(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-  if not 0.0 < v < 1.0:
-    raise argparse.ArgumentTypeError(f"must lie in (0, 1), got {text}")
-  return v
+_positive_int = _number(int, lambda v: v >= 1, ">= 1")
+_count = _number(int, lambda v: v >= -1, ">= 0 or -1 (all)")
+_positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
+_probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
 
 
 def _load_dataset(name: str, split: str, data_dir: str | None):
@@ -141,10 +123,10 @@ def cmd_train(args) -> int:
 # ----------------------------------------------------------------------------- certify
 
 
-def _method_certify_fn(args, key, apply_fn, params, num_classes, model, config, dataset):
+def _method_certify_fn(args, key, apply_fn, params, model, ds):
   """The per-chunk certify function and extra result columns for ``--method``."""
   import rsjax
-  common = dict(num_classes=num_classes, n0=args.N0, n=args.N, alpha=args.alpha,
+  common = dict(num_classes=ds.num_classes, n0=args.N0, n=args.N, alpha=args.alpha,
                 batch_size=args.batch)
   if args.method == "cohen":
     sigma = args.sigma
@@ -156,7 +138,7 @@ def _method_certify_fn(args, key, apply_fn, params, num_classes, model, config, 
     return fn, (), None
   if args.method == "idrs":
     from rsjax import idrs
-    name = args.dataset or config.get("dataset")
+    name = ds.name
     xtr = None
     if args.idrs_rate > 0:
       xtr, _ = _load_dataset(name, "train", args.data_dir).arrays()
@@ -189,12 +171,10 @@ def _method_certify_fn(args, key, apply_fn, params, num_classes, model, config, 
   raise CliError(f"unknown --method {args.method!r}")
 
 
-def cmd_certify(args) -> int:
-  from rsjax import distributed
-  try:
-    pid, nproc = distributed.initialize(args.coordinator, args.num_processes, args.process_id)
-  except ValueError as e:
-    raise CliError(str(e)) from None
+def _sampling_run(args):
+  """What ``certify`` and ``predict`` share: the trained model, its config, the
+  dataset, the model's pure apply, the selected indices and the key. Fills in
+  ``args.sigma`` (default: the training sigma)."""
   import jax
   from rsjax import models, runner
   model, config = _load_model(args.model_dir)
@@ -206,9 +186,18 @@ def cmd_certify(args) -> int:
     args.sigma = float(config["sigma"])
   apply_fn, params = models.to_apply_fn(model)
   indices = runner.select_indices(len(ds), skip=args.skip, max_count=args.max, start=args.start)
-  key = jax.random.key(args.seed)
-  fn, extra_cols, extra_fn = _method_certify_fn(args, key, apply_fn, params, ds.num_classes,
-                                                model, config, ds)
+  return model, config, ds, apply_fn, params, indices, jax.random.key(args.seed)
+
+
+def cmd_certify(args) -> int:
+  from rsjax import distributed
+  try:
+    pid, nproc = distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+  except ValueError as e:
+    raise CliError(str(e)) from None
+  from rsjax import runner
+  model, _, ds, apply_fn, params, indices, key = _sampling_run(args)
+  fn, extra_cols, extra_fn = _method_certify_fn(args, key, apply_fn, params, model, ds)
   inputs_per_call = args.inputs_per_call or max(1, min(16, args.batch * 4 // max(args.N, 1)))
   os.makedirs(os.path.dirname(os.path.abspath(args.outfile)), exist_ok=True)
   # Several processes (hosts): each certifies a strided share of the indices into
@@ -235,21 +224,15 @@ def cmd_certify(args) -> int:
 
 
 def cmd_predict(args) -> int:
-  import jax
   import rsjax
-  from rsjax import models, runner
-  model, config = _load_model(args.model_dir)
-  ds = _load_dataset(args.dataset or config.get("dataset"), args.split, args.data_dir)
-  sigma = args.sigma if args.sigma is not None else float(config["sigma"])
-  apply_fn, params = models.to_apply_fn(model)
-  key = jax.random.key(args.seed)
+  from rsjax import runner
+  _, _, ds, apply_fn, params, indices, key = _sampling_run(args)
 
   def fn(x, ids):
-    return rsjax.predict(key, apply_fn, params, x, sigma=sigma, num_classes=ds.num_classes,
+    return rsjax.predict(key, apply_fn, params, x, sigma=args.sigma, num_classes=ds.num_classes,
                          n=args.N, alpha=args.alpha, batch_size=args.batch, ids=ids,
                          noise=args.noise)
 
-  indices = runner.select_indices(len(ds), skip=args.skip, max_count=args.max, start=args.start)
   wrote = runner.predict_dataset(fn, ds.get_batch, indices, args.outfile,
                                  inputs_per_call=args.inputs_per_call or 8,
                                  progress=not args.quiet, resume=not args.restart)

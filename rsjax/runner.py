@@ -39,9 +39,34 @@ def select_indices(num: int, *, skip: int = 1, max_count: int = -1, start: int =
   return idx
 
 
-def _chunks(todo: np.ndarray, size: int):
-  for s in range(0, len(todo), size):
-    yield todo[s:s + size]
+def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, row_fn,
+         extra_columns: Sequence[str] = (), progress: bool, resume: bool) -> int:
+  """The resumable loop shared by certify and predict.
+
+  ``row_fn(result, j) -> dict`` gives the ``predict``/``radius``/extra fields of
+  row ``j`` of one call's ``result = fn(x, ids)``.
+  """
+  if inputs_per_call < 1:
+    raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
+  indices = np.asarray(indices, dtype=np.int64)
+  written = 0
+  with io.ResultsWriter(out_path, kind=kind, resume=resume,
+                        extra_columns=extra_columns) as writer:
+    todo = np.array([i for i in indices if int(i) not in writer.done], dtype=np.int64)
+    bar = tqdm(total=len(indices), initial=len(indices) - len(todo), disable=not progress,
+               desc=kind, unit="input")
+    for start in range(0, len(todo), inputs_per_call):
+      chunk = todo[start:start + inputs_per_call]
+      x, labels = get_batch(chunk)
+      t0 = time.perf_counter()
+      result = fn(np.asarray(x), chunk)
+      dt = (time.perf_counter() - t0) / len(chunk)
+      for j, i in enumerate(chunk):
+        writer.write(idx=int(i), label=int(labels[j]), time=dt, **row_fn(result, j))
+        written += 1
+      bar.update(len(chunk))
+    bar.close()
+  return written
 
 
 def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tuple], indices,
@@ -66,50 +91,20 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
   Returns:
     The number of rows written by this call.
   """
-  if inputs_per_call < 1:
-    raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
-  indices = np.asarray(indices, dtype=np.int64)
-  written = 0
-  with io.ResultsWriter(out_path, kind="certify", resume=resume,
-                        extra_columns=extra_columns) as writer:
-    todo = np.array([i for i in indices if int(i) not in writer.done], dtype=np.int64)
-    bar = tqdm(total=len(indices), initial=len(indices) - len(todo), disable=not progress,
-               desc="certify", unit="input")
-    for chunk in _chunks(todo, inputs_per_call):
-      x, labels = get_batch(chunk)
-      t0 = time.perf_counter()
-      cert = certify_fn(np.asarray(x), chunk)
-      dt = (time.perf_counter() - t0) / len(chunk)
-      for j, i in enumerate(chunk):
-        extra = extra_fn(cert, j) if extra_fn is not None else {}
-        writer.write(idx=int(i), label=int(labels[j]), predict=int(cert.prediction[j]),
-                     radius=float(cert.radius[j]), time=dt, **extra)
-        written += 1
-      bar.update(len(chunk))
-    bar.close()
-  return written
+
+  def row(cert, j):
+    extra = extra_fn(cert, j) if extra_fn is not None else {}
+    return dict(predict=int(cert.prediction[j]), radius=float(cert.radius[j]), **extra)
+
+  return _run("certify", certify_fn, get_batch, indices, out_path,
+              inputs_per_call=inputs_per_call, row_fn=row, extra_columns=extra_columns,
+              progress=progress, resume=resume)
 
 
 def predict_dataset(predict_fn: PredictFn, get_batch: Callable[[np.ndarray], tuple], indices,
                     out_path, *, inputs_per_call: int = 1, progress: bool = True,
                     resume: bool = True) -> int:
   """Like :func:`certify_dataset` for PREDICT (``predict_fn(x, ids) -> [b] classes``)."""
-  if inputs_per_call < 1:
-    raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
-  indices = np.asarray(indices, dtype=np.int64)
-  written = 0
-  with io.ResultsWriter(out_path, kind="predict", resume=resume) as writer:
-    todo = np.array([i for i in indices if int(i) not in writer.done], dtype=np.int64)
-    bar = tqdm(total=len(indices), initial=len(indices) - len(todo), disable=not progress,
-               desc="predict", unit="input")
-    for chunk in _chunks(todo, inputs_per_call):
-      x, labels = get_batch(chunk)
-      t0 = time.perf_counter()
-      pred = np.asarray(predict_fn(np.asarray(x), chunk))
-      dt = (time.perf_counter() - t0) / len(chunk)
-      for j, i in enumerate(chunk):
-        writer.write(idx=int(i), label=int(labels[j]), predict=int(pred[j]), time=dt)
-        written += 1
-      bar.update(len(chunk))
-    bar.close()
-  return written
+  return _run("predict", predict_fn, get_batch, indices, out_path,
+              inputs_per_call=inputs_per_call, row_fn=lambda pred, j: {"predict": int(pred[j])},
+              progress=progress, resume=resume)

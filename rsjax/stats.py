@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats as _st
 
 __all__ = [
+    "check_alpha",
     "clopper_pearson_lower",
     "clopper_pearson_upper",
     "binomial_test_half",
@@ -38,11 +39,18 @@ __all__ = [
 ]
 
 
-def _check_alpha(alpha: float) -> float:
-  alpha = float(alpha)
-  if not 0.0 < alpha < 1.0 or math.isnan(alpha):
+def check_alpha(alpha) -> float:
+  """Returns ``alpha`` as a float, or raises ``ValueError`` unless it lies in (0, 1)."""
+  try:
+    a = float(alpha)
+  except (TypeError, ValueError):
+    raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}") from None
+  if not 0.0 < a < 1.0:  # also rejects NaN
     raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
-  return alpha
+  return a
+
+
+_check_alpha = check_alpha
 
 
 def _counts(k, n):
