@@ -59,7 +59,7 @@ from flax import nnx
 from rsjax import noise as noise_lib
 from rsjax import stats
 from rsjax._certify import ABSTAIN, Certificate, _check_alpha, _scale_per_input, certify
-from rsjax._sampling import as_key, prepare_inputs
+from rsjax._sampling import _check_positive_int, as_key, prepare_inputs
 from rsjax.deq import solvers, srs
 from rsjax.deq.model import DEQApply, to_deq_fn
 
@@ -217,12 +217,6 @@ def _describe(cfg: solvers.SolverConfig) -> str:
   return f"{cfg.steps} {cfg.name} step{'s' if cfg.steps != 1 else ''}"
 
 
-def _check_int(name, v, lo):
-  if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-    raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-  return int(v)
-
-
 def certify_deq(
     key,
     deq,
@@ -293,9 +287,9 @@ def certify_deq(
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
   alpha = _check_alpha(alpha)
-  n0 = _check_int("n0", n0, 1)
-  n = _check_int("n", n, 1)
-  batch_size = _check_int("batch_size", batch_size, 1)
+  n0 = _check_positive_int("n0", n0)
+  n = _check_positive_int("n", n)
+  batch_size = _check_positive_int("batch_size", batch_size)
   if isinstance(deq, nnx.Module):
     if params is not None:
       raise ValueError("params must be None when deq is an NNX module (its variables are used)")
@@ -318,7 +312,7 @@ def certify_deq(
 
   if correction not in CORRECTIONS:
     raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-  m = _check_int("m", m, 1)
+  m = _check_positive_int("m", m)
   stats.check_sample_size(n, alpha / 2)
   stats.check_sample_size(m, alpha / 2)
   warm = solvers.as_solver_config(warmup_solver, warmup_steps)

@@ -151,13 +151,18 @@ class DEQClassifier(nnx.Module):
 
     return f, state
 
-  # -- forward passes ---------------------------------------------------------
-  def __call__(self, x: jax.Array) -> jax.Array:
-    """Logits with the implicit gradient (training): ``[b, H, W, C_in] -> [b, K]``."""
+  def _equilibrium(self, x: jax.Array):
+    """Implicitly differentiated fixed point ``z*`` from zeros, and ``z -> f(z, u)``."""
     u = self.inject(x)
     f, state = self._f()
     z = implicit.fixed_point(f, (state, u), jnp.zeros_like(u), forward=self.solver,
                              backward=self.backward)
+    return z, lambda zz: f((state, u), zz)
+
+  # -- forward passes ---------------------------------------------------------
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """Logits with the implicit gradient (training): ``[b, H, W, C_in] -> [b, K]``."""
+    z, _ = self._equilibrium(x)
     return self.head(z)
 
   def forward(self, x: jax.Array, *, solver: "solvers.SolverConfig | str | None" = None,
@@ -185,12 +190,8 @@ class DEQClassifier(nnx.Module):
 
     MDEQ adds ``JAC_LOSS_WEIGHT * mean(jac)`` to the loss (Bai et al. 2021).
     """
-    u = self.inject(x)
-    f, state = self._f()
-    z = implicit.fixed_point(f, (state, u), jnp.zeros_like(u), forward=self.solver,
-                             backward=self.backward)
-    jac = implicit.jacobian_frobenius_sq(key, lambda zz: f((state, u), zz), z,
-                                         num_vectors=num_vectors)
+    z, f_u = self._equilibrium(x)
+    jac = implicit.jacobian_frobenius_sq(key, f_u, z, num_vectors=num_vectors)
     return self.head(z), jac
 
   def state_shape(self, batch: int = 1) -> tuple[int, ...]:

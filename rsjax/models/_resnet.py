@@ -49,7 +49,24 @@ def _channels(input_shape, model):
   return shape[-1]
 
 
-class BasicBlock(nnx.Module):
+class _ResidualBlock(nnx.Module):
+  """Shared shortcut of the blocks: identity, or 1x1 conv + BN when the shape changes."""
+
+  def _init_shortcut(self, cin: int, cout: int, stride: int, *, dtype, rngs: nnx.Rngs):
+    if stride != 1 or cin != cout:
+      self.proj_conv = _conv(cin, cout, 1, stride, dtype=dtype, rngs=rngs)
+      self.proj_bn = _bn(cout, dtype=dtype, rngs=rngs)
+    else:
+      self.proj_conv = self.proj_bn = None
+
+  def _add_shortcut(self, x: jax.Array, y: jax.Array) -> jax.Array:
+    """``relu(shortcut(x) + y)``."""
+    if self.proj_conv is not None:
+      x = self.proj_bn(self.proj_conv(x))
+    return nnx.relu(x + y)
+
+
+class BasicBlock(_ResidualBlock):
   """conv3x3-BN-relu-conv3x3-BN + shortcut, then relu."""
 
   def __init__(self, cin: int, cout: int, stride: int, *, dtype, rngs: nnx.Rngs):
@@ -57,21 +74,15 @@ class BasicBlock(nnx.Module):
     self.bn1 = _bn(cout, dtype=dtype, rngs=rngs)
     self.conv2 = _conv(cout, cout, 3, 1, dtype=dtype, rngs=rngs)
     self.bn2 = _bn(cout, dtype=dtype, rngs=rngs)
-    if stride != 1 or cin != cout:
-      self.proj_conv = _conv(cin, cout, 1, stride, dtype=dtype, rngs=rngs)
-      self.proj_bn = _bn(cout, dtype=dtype, rngs=rngs)
-    else:
-      self.proj_conv = self.proj_bn = None
+    self._init_shortcut(cin, cout, stride, dtype=dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     y = nnx.relu(self.bn1(self.conv1(x)))
     y = self.bn2(self.conv2(y))
-    if self.proj_conv is not None:
-      x = self.proj_bn(self.proj_conv(x))
-    return nnx.relu(x + y)
+    return self._add_shortcut(x, y)
 
 
-class Bottleneck(nnx.Module):
+class Bottleneck(_ResidualBlock):
   """conv1x1-BN-relu-conv3x3(stride)-BN-relu-conv1x1(4w)-BN + shortcut, relu."""
 
   expansion = 4
@@ -84,19 +95,13 @@ class Bottleneck(nnx.Module):
     self.bn2 = _bn(width, dtype=dtype, rngs=rngs)
     self.conv3 = _conv(width, cout, 1, 1, dtype=dtype, rngs=rngs)
     self.bn3 = _bn(cout, dtype=dtype, rngs=rngs)
-    if stride != 1 or cin != cout:
-      self.proj_conv = _conv(cin, cout, 1, stride, dtype=dtype, rngs=rngs)
-      self.proj_bn = _bn(cout, dtype=dtype, rngs=rngs)
-    else:
-      self.proj_conv = self.proj_bn = None
+    self._init_shortcut(cin, cout, stride, dtype=dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     y = nnx.relu(self.bn1(self.conv1(x)))
     y = nnx.relu(self.bn2(self.conv2(y)))
     y = self.bn3(self.conv3(y))
-    if self.proj_conv is not None:
-      x = self.proj_bn(self.proj_conv(x))
-    return nnx.relu(x + y)
+    return self._add_shortcut(x, y)
 
 
 class BasicResNet(nnx.Module):

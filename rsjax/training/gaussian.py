@@ -73,9 +73,8 @@ class TrainConfig:
 
     if not (math.isfinite(self.sigma) and self.sigma >= 0):
       bad("sigma", "must be a finite number >= 0")
-    for name in ("epochs",):
-      if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 0:
-        bad(name, "must be an integer >= 0")
+    if int(self.epochs) != self.epochs or self.epochs < 0:
+      bad("epochs", "must be an integer >= 0")
     for name in ("batch_size", "lr_step", "eval_batch_size"):
       if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
         bad(name, "must be an integer >= 1")
@@ -269,6 +268,12 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
   noise_key = jax.random.fold_in(key, 1)
   eval_key = jax.random.fold_in(key, 2)
   key_data = np.asarray(jax.random.key_data(key)).tolist()
+
+  def state_items(params, rest, opt_state):
+    """The checkpointed pytrees (also the restore targets)."""
+    return {"model": {"params": params, "rest": rest},
+            "train": {"opt_state": opt_state, "key": jax.random.key_data(key)}}
+
   data_info = {"num_train": int(n), "input_shape": list(x.shape[1:]), "num_classes": int(num_classes)}
 
   history: list[dict] = []
@@ -285,9 +290,7 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
             f"workdir {workdir!r} already holds checkpoints (epoch {latest}); pass resume=True to "
             "continue, or use a new workdir")
       if latest is not None:
-        items, meta = ckpt.restore(latest, targets={
-            "model": {"params": params, "rest": rest},
-            "train": {"opt_state": opt_state, "key": jax.random.key_data(key)}})
+        items, meta = ckpt.restore(latest, targets=state_items(params, rest, opt_state))
         _check_compatible(meta["config"], config.to_json(), "training config")
         _check_compatible(meta["data"], data_info, "training data")
         if meta["key"] != key_data:
@@ -345,11 +348,9 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
       entry["seconds"] = time.perf_counter() - t0
       history.append(entry)
       if ckpt is not None:
-        ckpt.save(epoch + 1, items={
-            "model": {"params": params, "rest": rest},
-            "train": {"opt_state": opt_state, "key": jax.random.key_data(key)}},
-            meta={"epoch": epoch + 1, "config": config.to_json(), "data": data_info,
-                  "key": key_data, "history": history})
+        ckpt.save(epoch + 1, items=state_items(params, rest, opt_state),
+                  meta={"epoch": epoch + 1, "config": config.to_json(), "data": data_info,
+                        "key": key_data, "history": history})
         wd.write_json(os.path.join(workdir, wd.HISTORY_FILE), history)
       if progress:
         msg = (f"epoch {epoch + 1}/{config.epochs}  lr {entry['lr']:.4g}  loss {entry['train_loss']:.4f}"
