@@ -116,6 +116,26 @@ def certificate_from_counts(counts_selection, counts, *, n, alpha, scale, dim, n
   )
 
 
+def certify_prepared(key, apply_fn, params, x_np, sig, ids_arr, *, num_classes, n0, n, alpha,
+                     batch_size, noise=None, multiclass=False, compute_dtype=None) -> Certificate:
+  """CERTIFY on inputs already validated by ``prepare_inputs`` (typed ``key``).
+
+  Method modules that compute sigma themselves (``rsjax.idrs``) call this after
+  their own ``prepare_inputs``, so inputs are validated once.
+  """
+  # fold_in, not split: the same key certifies every chunk of a dataset (the
+  # noise is a function of key, input id and sample index), so it is not consumed.
+  k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
+  kw = dict(num_classes=num_classes, batch_size=batch_size, noise=noise,
+            compute_dtype=compute_dtype)
+  c0 = counts_prepared(k_sel, apply_fn, params, x_np, sig, ids_arr, num=n0, **kw)
+  c1 = counts_prepared(k_est, apply_fn, params, x_np, sig, ids_arr, num=n, **kw)
+  scale, _ = _scale_per_input(sig)
+  dim = int(np.prod(x_np.shape[1:]))
+  return certificate_from_counts(c0, c1, n=n, alpha=alpha, scale=scale, dim=dim, noise=noise,
+                                 multiclass=multiclass)
+
+
 def certify(
     key,
     apply_fn,
@@ -165,19 +185,12 @@ def certify(
   n0 = _check_positive_int("n0", n0)
   n = _check_positive_int("n", n)
   stats.check_sample_size(n, alpha)
-  key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  # fold_in, not split: the same key certifies every chunk of a dataset (the
-  # noise is a function of key, input id and sample index), so it is not consumed.
-  k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-  kw = dict(num_classes=num_classes, batch_size=batch_size, noise=noise,
-            compute_dtype=compute_dtype)
-  c0 = counts_prepared(k_sel, apply_fn, params, x_np, sig, ids_arr, num=n0, **kw)
-  c1 = counts_prepared(k_est, apply_fn, params, x_np, sig, ids_arr, num=n, **kw)
-  scale, aniso = _scale_per_input(sig)
-  dim = int(np.prod(x_np.shape[1:]))
-  cert = certificate_from_counts(c0, c1, n=n, alpha=alpha, scale=scale, dim=dim, noise=noise,
-                                 multiclass=multiclass)
+  cert = certify_prepared(as_key(key), apply_fn, params, x_np, sig, ids_arr,
+                          num_classes=num_classes, n0=n0, n=n, alpha=alpha,
+                          batch_size=batch_size, noise=noise, multiclass=multiclass,
+                          compute_dtype=compute_dtype)
+  _, aniso = _scale_per_input(sig)
   if aniso:
     cert = dataclasses.replace(
         cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R "

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 
 from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate, _check_alpha, certificate_from_counts
-from rsjax._sampling import _check_positive_int, as_key, prepare_inputs, sample_counts
+from rsjax._certify import ABSTAIN, Certificate, _check_alpha, certify_prepared
+from rsjax._sampling import _check_positive_int, as_key, prepare_inputs
 from rsjax.idrs._radius import certified_radius
 
 __all__ = ["IDRSCertificate", "certify"]
@@ -98,15 +97,14 @@ def certify(
   sigma = np.asarray(values.sigma, np.float32)
   if sigma.shape != (x_np.shape[0],):
     raise ValueError(f"design returned sigma of shape {sigma.shape}, expected {(x_np.shape[0],)}")
-  k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-  kw = dict(sigma=sigma, num_classes=num_classes, batch_size=batch_size, ids=ids_arr,
-            compute_dtype=compute_dtype)
-  c0 = sample_counts(k_sel, apply_fn, params, x_np, num=n0, **kw)
-  c1 = sample_counts(k_est, apply_fn, params, x_np, num=n, **kw)
-  c0, c1 = jax.device_get((c0, c1))
+  if not np.all(np.isfinite(sigma)) or np.any(sigma <= 0):
+    raise ValueError("sigma must be finite and > 0 everywhere (the design returned otherwise)")
+  sig = sigma.reshape((-1,) + (1,) * (x_np.ndim - 1))
+  base = certify_prepared(key, apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes,
+                          n0=n0, n=n, alpha=alpha, batch_size=batch_size,
+                          compute_dtype=compute_dtype)
   dim = int(np.prod(x_np.shape[1:]))
   sigma64 = sigma.astype(np.float64)
-  base = certificate_from_counts(c0, c1, n=n, alpha=alpha, scale=sigma64, dim=dim)
   rate = float(values.rate)
   slack = np.asarray(values.slack, np.float64)
   constant = rate == 0.0 and np.all(slack == 0.0) and thresholds is None
