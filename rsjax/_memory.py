@@ -67,12 +67,12 @@ def _probe_cached(apply_fn, treedef, leaf_sig, input_shape, batch, compute_dtype
   abstract_params = jax.tree.unflatten(
       treedef, [jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in leaf_sig])
 
+  from rsjax import noise as noise_lib
+  from rsjax._sampling import cast_floating, sample_noise  # imports this module
+
   def step(key, params, x, sigma):
-    if compute_dtype is not None:
-      params = jax.tree.map(
-          lambda p: p.astype(compute_dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p,
-          params)
-    eps = jax.random.normal(key, x.shape, jnp.float32)
+    params = cast_floating(params, compute_dtype)
+    eps = sample_noise(noise_lib.GAUSSIAN, key, 0, jnp.arange(batch), input_shape)
     xn = x + sigma * eps
     if compute_dtype is not None:
       xn = xn.astype(compute_dtype)

@@ -170,6 +170,27 @@ def prepare_inputs(x, sigma, ids):
   return x, sig, ids_arr
 
 
+def sample_noise(noise, key: jax.Array, input_id, j: jax.Array, shape) -> jax.Array:
+  """Unit noise of samples ``j`` of the input with id ``input_id``: ``[len(j), *shape]``.
+
+  Sample ``j`` is drawn from ``fold_in(fold_in(key, input_id), j)``. This is the
+  one definition of rsjax's reproducible noise; every sampler (the engine, SRS
+  chains, the memory probe) draws through it.
+  """
+  k_i = jax.random.fold_in(key, input_id)
+  keys = jax.vmap(lambda jj: jax.random.fold_in(k_i, jj))(jnp.asarray(j, jnp.uint32))
+  return jax.vmap(lambda k: noise.sample(k, tuple(shape), jnp.float32))(keys)
+
+
+def cast_floating(params, dtype):
+  """``params`` with every floating array cast to ``dtype`` (None: unchanged)."""
+  if dtype is None:
+    return params
+  return jax.tree.map(
+      lambda p: p.astype(dtype)
+      if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+
+
 def _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, ids_g, chunk,
                  compute_dtype):
   """Counts of one step: ``g`` inputs x ``s`` samples -> ``[g, C]`` int32."""
@@ -179,12 +200,7 @@ def _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, id
   j = chunk * s + jnp.arange(s, dtype=jnp.uint32)
   valid = j < plan.num
 
-  def noise_for(input_id):
-    k_i = jax.random.fold_in(key, input_id)
-    keys = jax.vmap(lambda jj: jax.random.fold_in(k_i, jj))(j)
-    return jax.vmap(lambda k: noise.sample(k, shape, jnp.float32))(keys)
-
-  eps = jax.vmap(noise_for)(ids_g)  # [g, s, *shape]
+  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
   xn = x_g[:, None] + sig_g[:, None] * eps
   xn = xn.reshape((g * s,) + shape)
   if compute_dtype is not None:
@@ -205,10 +221,7 @@ def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_cl
                 mesh, compute_dtype):
   g = plan.inputs_per_step
   steps_local = plan.steps_per_device
-  if compute_dtype is not None:
-    params = jax.tree.map(
-        lambda p: p.astype(compute_dtype)
-        if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+  params = cast_floating(params, compute_dtype)
 
   def per_device(key, params, x_pad, sig_pad, ids_pad):
     dev = jax.lax.axis_index("dev")

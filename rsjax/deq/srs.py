@@ -38,7 +38,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from rsjax import noise as noise_lib
-from rsjax._sampling import _local_mesh, as_key, prepare_inputs
+from rsjax._sampling import _local_mesh, as_key, prepare_inputs, sample_noise
 from rsjax.deq import solvers
 
 __all__ = ["SRSCounts", "SRSPlan", "make_srs_plan", "srs_sample", "check_indices"]
@@ -146,12 +146,8 @@ def _per_input(deq_fn, params, key, key_check, x, sig, input_id, *, plan, noise,
   shape = x.shape
   chain = dev * cpd + jnp.arange(cpd, dtype=jnp.int32)
   chain_ok = chain < plan.chains
-  k_i = jax.random.fold_in(key, input_id)
-
   def noisy(j):
-    keys = jax.vmap(lambda jj: jax.random.fold_in(k_i, jj))(j.astype(jnp.uint32))
-    eps = jax.vmap(lambda k: noise.sample(k, shape, jnp.float32))(keys)
-    return x[None] + sig[None] * eps
+    return x[None] + sig[None] * sample_noise(noise, key, input_id, j, shape)
 
   check_idx = check_indices(key_check, input_id, plan)
 
