@@ -187,6 +187,21 @@ def _evaluate(eval_fn, variables, x, y, key, batch_size) -> tuple[float, float]:
   return float(clean) / n, float(noisy) / n
 
 
+@jax.jit
+def _first_bad_step(first_bad, loss, step):
+  """``step`` if ``loss`` is the first non-finite one (``first_bad < 0``), else ``first_bad``."""
+  return jnp.where((first_bad < 0) & ~jnp.isfinite(loss), jnp.asarray(step, jnp.int32), first_bad)
+
+
+def _check_finite_loss(first_bad: int, epoch: int, steps_per_epoch: int) -> None:
+  """Raises ``FloatingPointError`` naming the step where the loss stopped being finite."""
+  if first_bad >= 0:
+    raise FloatingPointError(
+        f"training loss became non-finite (NaN or inf) at step {first_bad + 1} (epoch {epoch + 1}, "
+        f"batch {first_bad - epoch * steps_per_epoch + 1} of {steps_per_epoch}); epoch "
+        f"{epoch + 1} was not saved. Lower the learning rate or check the data and model")
+
+
 _COMPAT_IGNORED = ("epochs",)
 
 
@@ -233,6 +248,10 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
     keep_checkpoints: number of epoch checkpoints kept.
     progress: show a tqdm progress bar and a line per epoch.
     on_epoch_end: optional callback receiving each epoch's history entry.
+
+  Raises:
+    FloatingPointError: the training loss became NaN or inf (checked at the end
+      of each epoch, before its checkpoint; the message names the step).
 
   Returns:
     ``(model, history)``: the trained model (same object) and a list with one
@@ -299,6 +318,9 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
         opt_state = items["train"]["opt_state"]
         start_epoch = int(meta["epoch"])
         history = list(meta["history"])
+        if progress:
+          tqdm.write(f"resuming {workdir} after epoch {start_epoch} of {config.epochs} "
+                     "(a new workdir starts over)")
       else:
         cfg = dict(model_config or {})
         for reserved in ("sigma", "train", "data"):
@@ -326,6 +348,7 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
       perm = np.asarray(jax.random.permutation(jax.random.fold_in(shuffle_key, epoch), n))
       loss_sum = correct_sum = 0
       seen = 0
+      first_bad = jnp.int32(-1)  # first step of the epoch with a non-finite loss (on device)
       bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}",
                  disable=not progress, leave=False, dynamic_ncols=True)
       for b in range(steps_per_epoch):
@@ -334,10 +357,12 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
         params, rest, opt_state, loss, correct = step_fn(
             params, rest, opt_state, x[idx], y[idx], jax.random.fold_in(noise_key, step))
         loss_sum, correct_sum, seen = loss_sum + loss, correct_sum + correct, seen + idx.shape[0]
+        first_bad = _first_bad_step(first_bad, loss, step)
         bar.update(1)
         if progress and (b % 50 == 49 or b == steps_per_epoch - 1):
           bar.set_postfix(loss=f"{float(loss_sum) / seen:.4f}", acc=f"{float(correct_sum) / seen:.3f}")
       bar.close()
+      _check_finite_loss(int(first_bad), epoch, steps_per_epoch)
       entry = {"epoch": epoch + 1, "lr": schedule_lr(epoch), "train_loss": float(loss_sum) / seen,
                "train_acc": float(correct_sum) / seen, "clean_acc": None, "noisy_acc": None}
       if ev is not None:
