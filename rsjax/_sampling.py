@@ -193,7 +193,11 @@ def cast_floating(params, dtype):
 
 def _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, ids_g, chunk,
                  compute_dtype):
-  """Counts of one step: ``g`` inputs x ``s`` samples -> ``[g, C]`` int32."""
+  """Counts of one step: ``g`` inputs x ``s`` samples -> ``[g, C + 1]`` int32.
+
+  Column ``C`` counts the samples whose logits are not all finite (their argmax
+  is meaningless; the host refuses to use counts where it is nonzero).
+  """
   s = plan.samples_per_step
   g = plan.inputs_per_step
   shape = x_g.shape[1:]
@@ -205,14 +209,22 @@ def _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, id
   xn = xn.reshape((g * s,) + shape)
   if compute_dtype is not None:
     xn = xn.astype(compute_dtype)
-  logits = apply_fn(params, xn)
+  try:
+    logits = apply_fn(params, xn)
+  except (TypeError, ValueError) as e:
+    raise ValueError(
+        f"apply_fn failed on inputs of shape {tuple(shape)} (x must be [B, *input_shape]; for a "
+        f"single input add a batch axis, x[None]): {type(e).__name__}: "
+        f"{(str(e).splitlines() or [''])[0]}") from e
   if logits.ndim != 2 or logits.shape != (g * s, num_classes):
     raise ValueError(
         f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
         f"expected [{g * s}, num_classes={num_classes}]")
   pred = jnp.argmax(logits, axis=-1).reshape(g, s)
   onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[None, :, None]
-  return jnp.sum(onehot, axis=1, dtype=jnp.int32)
+  bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid[None, :]
+  return jnp.concatenate([jnp.sum(onehot, axis=1, dtype=jnp.int32),
+                          jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]], axis=1)
 
 
 @functools.partial(
@@ -225,7 +237,7 @@ def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_cl
 
   def per_device(key, params, x_pad, sig_pad, ids_pad):
     dev = jax.lax.axis_index("dev")
-    counts0 = jnp.zeros((plan.padded_inputs, num_classes), jnp.int32)
+    counts0 = jnp.zeros((plan.padded_inputs, num_classes + 1), jnp.int32)
 
     def body(counts, t):
       step = dev * steps_local + t
@@ -303,6 +315,10 @@ def sample_counts(
   Returns:
     ``[B, num_classes]`` int32 NumPy counts. Counting happens on device; each
     device's partial counts are summed on the host (no cross-device collective).
+
+  Raises:
+    FloatingPointError: ``apply_fn`` returned NaN or inf logits for some noise
+      sample; the message names the input ids (no counts from a broken model).
   """
   x, sig, ids_arr = prepare_inputs(x, sigma, ids)
   return counts_prepared(as_key(key), apply_fn, params, x, sig, ids_arr, num=num,
@@ -335,6 +351,7 @@ def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
     x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
     sig = np.concatenate([sig, np.ones((pad,) + sig.shape[1:], sig.dtype)])
     ids_arr = np.concatenate([ids_arr, np.zeros((pad,), ids_arr.dtype)])
+  ids_given = ids_arr[: plan.num_inputs]
   mesh = _local_mesh(ndev)
   # Everything enters replicated over the mesh (a no-op for arrays already placed
   # so), whatever device the caller's key or parameters were committed to.
@@ -346,4 +363,26 @@ def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
       mesh=mesh, compute_dtype=compute_dtype)
   # [devices, B_pad, C] partial counts -> [B, C] on the host (a few KB).
   total = np.asarray(jax.device_get(partial), dtype=np.int64).sum(axis=0)[: plan.num_inputs]
-  return total.astype(np.int32)
+  check_finite_outputs(total[:, -1], ids_given, num)
+  return total[:, :-1].astype(np.int32)
+
+
+def check_finite_outputs(num_bad, ids, num: int) -> None:
+  """Raises if any input had noise samples with non-finite logits.
+
+  Args:
+    num_bad: ``[B]`` number of samples with NaN/inf logits per input.
+    ids: ``[B]`` ids of the inputs (named in the message).
+    num: samples drawn per input.
+
+  Raises:
+    FloatingPointError: naming the ids of the affected inputs.
+  """
+  num_bad = np.asarray(num_bad)
+  if np.any(num_bad > 0):
+    hit = np.flatnonzero(num_bad > 0)
+    names = ", ".join(str(int(ids[i])) for i in hit[:10]) + (", ..." if len(hit) > 10 else "")
+    raise FloatingPointError(
+        f"the base classifier returned NaN or inf logits for {int(num_bad.sum())} of "
+        f"{num * len(num_bad)} noise samples, on the inputs with ids [{names}]; no certificate or "
+        "prediction is made from non-finite outputs")

@@ -51,3 +51,36 @@ def test_train_finite_loss_runs(tmp_path):
   _, history = training.train(0, model, (x, y), sigma=0.1, epochs=1, batch_size=16,
                               progress=False)
   assert math.isfinite(history[0]["train_loss"])
+
+
+def _nan_apply(params, x):
+  """Linear logits, NaN for noisy inputs whose first pixel exceeds 0.9."""
+  import jax.numpy as jnp
+  x = x.reshape(x.shape[0], -1)
+  return jnp.where(x[:, :1] > 0.9, jnp.nan, x @ params)
+
+
+@pytest.mark.parametrize("fn", ["certify", "predict", "sample_counts"])
+def test_non_finite_logits_raise_naming_the_ids(fn):
+  import rsjax
+  w = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+  x = np.full((4, 16), 0.1, np.float32)
+  x[2, 0] = 0.95  # input with id 7 gives NaN logits
+  kw = dict(sigma=0.01, num_classes=3, ids=np.array([5, 6, 7, 8]), batch_size=64)
+  kw.update({"certify": dict(n0=10, n=100), "predict": dict(n=100),
+             "sample_counts": dict(num=100)}[fn])
+  with pytest.raises(FloatingPointError, match=r"NaN or inf logits .* ids \[7\]"):
+    getattr(rsjax, fn)(0, _nan_apply, w, x, **kw)
+  x[2, 0] = 0.5  # all finite: counts as usual
+  out = getattr(rsjax, fn)(0, _nan_apply, w, x, **kw)
+  assert len(out) == 4
+
+
+def test_unbatched_input_gets_a_clear_error():
+  import rsjax
+  from rsjax import models
+  apply_fn, params = models.to_apply_fn(
+      models.create_model("mlp", num_classes=10, input_shape=(8, 8, 1), rngs=0))
+  with pytest.raises(ValueError, match=r"add a batch axis, x\[None\]"):
+    rsjax.certify(0, apply_fn, params, np.zeros((8, 8, 1), np.float32), sigma=0.25,
+                  num_classes=10, n0=10, n=100)
