@@ -21,15 +21,36 @@ Writers append one row at a time and flush and fsync each row, so a run killed
 at any point (even with SIGKILL) loses at most the row in flight. On restart
 :func:`resume` drops a truncated last line and returns the indices already done.
 Extra columns (for example a per-input sigma) may follow the standard ones.
+
+Rows are checked when read (by :func:`resume` and the readers): a wrong number
+of fields, a non-numeric field or a repeated ``idx`` is an error naming the file
+and line. Only an incomplete last line (no newline: a crash mid-write) is
+dropped.
+
+**Run record.** A writer given ``run`` (a JSON dict identifying the run: method,
+model fingerprint, dataset, sigma, N, ...) keeps it next to the rows in
+``<file>.run.json``, so readers that know nothing of it (pandas
+``read_csv(f, sep="\t")``, Cohen et al.'s ``analyze.py``) read the file as
+before. Resuming a file whose record differs raises :class:`RunMismatchError`
+naming the differing fields.
+
+**One writer at a time.** A writer holds an exclusive ``fcntl`` lock on the file
+while it is open; a second writer raises :class:`ResultsLockedError`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+
+try:
+  import fcntl
+except ImportError:  # not POSIX: no lock
+  fcntl = None
 
 import numpy as np
 
@@ -38,12 +59,17 @@ __all__ = [
     "PREDICT_COLUMNS",
     "CertifyResults",
     "PredictResults",
+    "ResultsLockedError",
     "ResultsWriter",
+    "RunMismatchError",
     "parse_time",
     "read_certify",
     "read_predict",
     "read_results",
+    "read_run_record",
     "resume",
+    "run_record_path",
+    "write_run_record",
 ]
 
 CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time")
@@ -147,6 +173,61 @@ def _check_header(names: Sequence[str], kind: str, path) -> list[str]:
   return list(names[len(cols):])
 
 
+def _int_field(text: str, lo: int) -> int:
+  v = int(text)
+  if v < lo:
+    raise ValueError
+  return v
+
+
+def _radius_field(text: str) -> float:
+  v = float(text)
+  if not (math.isfinite(v) and v >= 0):
+    raise ValueError
+  return v
+
+
+# Check of each standard column: (parse, what a valid value is).
+_FIELDS = {
+    "idx": (lambda t: _int_field(t, 0), "an integer >= 0"),
+    "label": (lambda t: _int_field(t, 0), "an integer >= 0"),
+    "predict": (lambda t: _int_field(t, -1), "an integer >= -1"),
+    "radius": (_radius_field, "a finite number >= 0"),
+    "correct": (lambda t: {"0": 0, "1": 1}[t], "0 or 1"),
+    "time": (parse_time, "seconds or H:MM:SS"),
+}
+
+
+def _parse_rows(path, lines: Sequence[str], header: Sequence[str]) -> dict[str, list]:
+  """Parses and checks complete rows (file lines 2, 3, ...) into columns.
+
+  Raises:
+    ValueError: naming the file and line, for a wrong number of fields, a bad
+      value in a standard column, or an ``idx`` seen before.
+  """
+  ncols = len(header)
+  cols: dict[str, list] = {name: [] for name in header}
+  first_line: dict[int, int] = {}
+  for lineno, line in enumerate(lines, start=2):
+    where = f"{os.fspath(path)!r} line {lineno}"
+    fields = line.rstrip("\r").split("\t")
+    if len(fields) != ncols:
+      raise ValueError(f"{where}: {len(fields)} fields, expected {ncols} ({' '.join(header)})")
+    for name, text in zip(header, fields):
+      if name in _FIELDS:
+        parse, valid = _FIELDS[name]
+        try:
+          text = parse(text)
+        except (ValueError, KeyError):
+          raise ValueError(f"{where}: {name} must be {valid}, got {text!r}") from None
+      cols[name].append(text)
+    idx = cols["idx"][-1]
+    if idx in first_line:
+      raise ValueError(f"{where}: duplicate idx {idx} (also on line {first_line[idx]})")
+    first_line[idx] = lineno
+  return cols
+
+
 def _parse_extra(values: list[str]) -> np.ndarray:
   try:
     return np.asarray([float(v) for v in values], dtype=np.float64)
@@ -164,33 +245,31 @@ def _read(path, kind: str | None):
   if kind is None:
     kind = "certify" if "radius" in header else "predict"
   extra_names = _check_header(header, kind, path)
-  ncols = len(header)
-  rows = []
   body = lines[1:]
-  # The text ends with "\n", so the last element is "" for a clean file.
-  if body and body[-1] == "":
-    body = body[:-1]
-  for lineno, line in enumerate(body, start=2):
-    fields = line.rstrip("\r").split("\t")
-    if len(fields) != ncols:
-      raise ValueError(f"{os.fspath(path)!r} line {lineno}: {len(fields)} fields, expected {ncols}")
-    rows.append(fields)
-  cols = list(zip(*rows)) if rows else [()] * ncols
-  get = dict(zip(header, cols))
+  # The text ends with "\n", so the last element is "" for a clean file; a last
+  # line without newline is a row being written (or cut by a crash): it is kept
+  # only if it is a valid row.
+  partial = body.pop() if body else ""
+  get = _parse_rows(path, body, header)
+  if partial:
+    try:
+      get = _parse_rows(path, body + [partial], header)
+    except ValueError:
+      pass
 
   def ints(name):
-    return np.asarray([int(v) for v in get[name]], dtype=np.int64)
+    return np.asarray(get[name], dtype=np.int64)
 
   common = dict(
       idx=ints("idx"),
       label=ints("label"),
       predict=ints("predict"),
       correct=ints("correct").astype(bool),
-      time=np.asarray([parse_time(v) for v in get["time"]], dtype=np.float64),
+      time=np.asarray(get["time"], dtype=np.float64),
       extra={name: _parse_extra(list(get[name])) for name in extra_names},
   )
   if kind == "certify":
-    radius = np.asarray([float(v) for v in get["radius"]], dtype=np.float64)
+    radius = np.asarray(get["radius"], dtype=np.float64)
     return CertifyResults(radius=radius, **common)
   return PredictResults(**common)
 
@@ -205,7 +284,9 @@ def read_certify(path) -> CertifyResults:
     A :class:`CertifyResults` of NumPy arrays, in file order.
 
   Raises:
-    ValueError: wrong header or a malformed row.
+    ValueError: wrong header, a malformed row or a repeated idx (naming the
+      line). An incomplete last line (no newline) that is not a valid row is
+      ignored.
   """
   return _read(path, "certify")
 
@@ -260,7 +341,8 @@ def resume(path, *, kind: str = "certify", extra_columns: Sequence[str] = ()) ->
 
   Raises:
     ValueError: the header does not match ``kind`` / ``extra_columns``, or a
-      complete row (not the last partial one) is malformed.
+      complete row (not the last partial one) is malformed or repeats an idx
+      (the message names the file and line).
   """
   cols = _check_kind(kind) + tuple(extra_columns)
   header = "\t".join(cols) + "\n"
@@ -282,26 +364,98 @@ def resume(path, *, kind: str = "certify", extra_columns: Sequence[str] = ()) ->
   got_extra = _check_header(names, kind, path)
   if tuple(got_extra) != tuple(extra_columns):
     raise ValueError(f"{os.fspath(path)!r} has extra columns {got_extra}, expected {list(extra_columns)}")
+  body = data[:end].decode("utf-8", errors="replace").split("\n")[1:-1]
+  done = set(_parse_rows(path, body, names)["idx"])  # checked before the repair
   if end < len(data):
     with open(path, "r+b") as f:
       f.truncate(end)
       f.flush()
       os.fsync(f.fileno())
-  done: set[int] = set()
-  body = data[:end].decode("utf-8").split("\n")[1:-1]
-  for lineno, line in enumerate(body, start=2):
-    fields = line.rstrip("\r").split("\t")
-    if len(fields) != len(cols):
-      raise ValueError(
-          f"{os.fspath(path)!r} line {lineno}: {len(fields)} fields, expected {len(cols)}")
-    try:
-      done.add(int(fields[0]))
-    except ValueError:
-      raise ValueError(f"{os.fspath(path)!r} line {lineno}: bad idx {fields[0]!r}") from None
   return done
 
 
 _resume = resume
+
+RUN_RECORD_SUFFIX = ".run.json"
+
+
+class RunMismatchError(ValueError):
+  """A result file holds rows of another run (its run record differs)."""
+
+
+class ResultsLockedError(RuntimeError):
+  """Another writer holds the lock of a result file."""
+
+
+def run_record_path(path) -> str:
+  """The run record kept next to a result file: ``<path>.run.json``."""
+  return os.fspath(path) + RUN_RECORD_SUFFIX
+
+
+def read_run_record(path) -> dict | None:
+  """The run record of a result file, or None if it has none."""
+  rec = run_record_path(path)
+  if not os.path.exists(rec):
+    return None
+  with open(rec, encoding="utf-8") as f:
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"run record {rec!r} is not valid JSON ({e})") from None
+
+
+def write_run_record(path, run: Mapping) -> None:
+  """Writes the run record of a result file atomically (temporary file, fsync, rename)."""
+  rec = run_record_path(path)
+  tmp = f"{rec}.tmp-{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(dict(run), f, indent=1, sort_keys=True)
+    f.write("\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, rec)
+  _fsync_dir(rec)
+
+
+def _has_rows(path) -> bool:
+  """Whether the file holds at least one complete row after its header."""
+  if not os.path.exists(path):
+    return False
+  with open(path, "rb") as f:
+    return f.read().count(b"\n") >= 2
+
+
+def _check_run(path, run: Mapping) -> None:
+  """Raises :class:`RunMismatchError` if the rows in ``path`` come from another run."""
+  if not _has_rows(path):
+    return
+  saved = read_run_record(path)
+  p = os.fspath(path)
+  if saved is None:
+    raise RunMismatchError(
+        f"{p!r} has rows but no run record ({os.path.basename(run_record_path(p))}), so it cannot "
+        "be told apart from another run; start over (--overwrite) or write to another file")
+  run = json.loads(json.dumps(dict(run)))  # as it would be read back
+  diff = [k for k in sorted(set(saved) | set(run)) if saved.get(k) != run.get(k)]
+  if diff:
+    what = "; ".join(f"{k} {saved.get(k)!r} in the file, {run.get(k)!r} now" for k in diff)
+    raise RunMismatchError(
+        f"{p!r} holds another run ({what}); start over (--overwrite) or write to another file")
+
+
+def _lock(path) -> int | None:
+  """Opens (creating) ``path`` and takes an exclusive lock; returns the descriptor."""
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  if fcntl is None:
+    return fd
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    os.close(fd)
+    raise ResultsLockedError(
+        f"{os.fspath(path)!r} is being written by another run (it is locked); wait for that run "
+        "or write to another file") from None
+  return fd
 
 
 def _fmt_float(x) -> str:
@@ -330,8 +484,8 @@ class ResultsWriter:
   """
 
   def __init__(self, path, *, kind: str = "certify", resume: bool = True,
-               extra_columns: Sequence[str] = ()):
-    """Opens a result file for appending.
+               extra_columns: Sequence[str] = (), run: Mapping | None = None):
+    """Opens a result file for appending, holding its lock until :meth:`close`.
 
     Args:
       path: the file.
@@ -340,17 +494,36 @@ class ResultsWriter:
         truncated last line) and refuse to write their ``idx`` again; if False
         start a new file, replacing any existing one.
       extra_columns: names of extra columns written after the standard ones.
+      run: optional JSON-serializable identity of the run, kept in
+        ``<path>.run.json``. Rows already in the file are resumed only if
+        their record equals ``run``.
+
+    Raises:
+      ResultsLockedError: another writer has the file open.
+      RunMismatchError: ``resume`` and the rows in the file come from another
+        run (the message names the differing fields), or from an unknown run.
+      ValueError: a malformed row (see :func:`resume`).
+      OSError: the file cannot be created or written.
     """
     self.kind = kind
     self.columns = _check_kind(kind) + tuple(extra_columns)
     self.extra_columns = tuple(extra_columns)
     self.path = os.fspath(path)
-    if resume:
-      self.done = _resume(path, kind=kind, extra_columns=extra_columns)
-    else:
-      _write_header(path, "\t".join(self.columns) + "\n")
-      self.done = set()
-    self._f = open(path, "a", encoding="utf-8", newline="")
+    self._lock_fd = _lock(self.path)
+    try:
+      if resume:
+        if run is not None:
+          _check_run(path, run)
+        self.done = _resume(path, kind=kind, extra_columns=extra_columns)
+      else:
+        _write_header(path, "\t".join(self.columns) + "\n")
+        self.done = set()
+      if run is not None:
+        write_run_record(path, run)
+      self._f = open(path, "a", encoding="utf-8", newline="")
+    except BaseException:
+      os.close(self._lock_fd)
+      raise
 
   def write(self, *, idx, label, predict, radius=None, time=0.0, **extra) -> None:
     """Appends one row and makes it durable (flush + fsync).
@@ -423,8 +596,10 @@ class ResultsWriter:
                  **{k: v[j] for k, v in extra.items()})
 
   def close(self) -> None:
+    """Closes the file and releases its lock."""
     if not self._f.closed:
       self._f.close()
+      os.close(self._lock_fd)
 
   def __enter__(self) -> ResultsWriter:
     return self

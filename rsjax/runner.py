@@ -9,8 +9,12 @@ Because each input's noise derives from the key and its dataset index
 
 from __future__ import annotations
 
+import hashlib
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+
+import jax
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -18,29 +22,48 @@ from tqdm.auto import tqdm
 from rsjax import io
 from rsjax._certify import Certificate
 
-__all__ = ["select_indices", "certify_dataset", "predict_dataset"]
+__all__ = ["select_indices", "certify_dataset", "predict_dataset", "fingerprint"]
 
 CertifyFn = Callable[[np.ndarray, np.ndarray], Certificate]
 PredictFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def select_indices(num: int, *, skip: int = 1, max_count: int = -1, start: int = 0) -> np.ndarray:
-  """Dataset indices ``start, start + skip, ...``, at most ``max_count`` of them (-1: all).
+def select_indices(num: int, *, skip: int = 1, max_count: int = -1, start: int = 0,
+                   stop: int = -1) -> np.ndarray:
+  """Dataset indices ``start, start + skip, ...`` below ``stop``, at most ``max_count`` of them.
 
-  Unlike the reference code, ``max_count`` is a count of inputs, not an index bound.
+  ``stop`` is the index bound of Cohen et al.'s ``--max`` (``certify.py`` stops
+  at index ``max``); ``max_count`` is a count of inputs. -1 means no limit.
   """
   if skip < 1:
     raise ValueError(f"skip must be >= 1, got {skip}")
   if start < 0:
     raise ValueError(f"start must be >= 0, got {start}")
+  if stop is not None and stop >= 0:
+    num = min(num, stop)
   idx = np.arange(start, num, skip)
   if max_count is not None and max_count >= 0:
     idx = idx[:max_count]
   return idx
 
 
+def fingerprint(params) -> str:
+  """A short hash of a pytree's arrays (names, dtypes, shapes and values).
+
+  Two models with the same fingerprint compute the same function (for the same
+  architecture); it identifies the model in a result file's run record.
+  """
+  h = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    a = np.asarray(jax.device_get(leaf))
+    h.update(f"{jax.tree_util.keystr(path)}|{a.dtype}|{a.shape}|".encode())
+    h.update(np.ascontiguousarray(a).tobytes())
+  return h.hexdigest()[:16]
+
+
 def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, row_fn,
-         extra_columns: Sequence[str] = (), progress: bool, resume: bool) -> int:
+         extra_columns: Sequence[str] = (), progress: bool, resume: bool,
+         run: Mapping | None = None) -> int:
   """The resumable loop shared by certify and predict.
 
   ``row_fn(result, j) -> dict`` gives the ``predict``/``radius``/extra fields of
@@ -50,9 +73,12 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
     raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
   indices = np.asarray(indices, dtype=np.int64)
   written = 0
-  with io.ResultsWriter(out_path, kind=kind, resume=resume,
-                        extra_columns=extra_columns) as writer:
+  with io.ResultsWriter(out_path, kind=kind, resume=resume, extra_columns=extra_columns,
+                        run=run) as writer:
     todo = np.array([i for i in indices if int(i) not in writer.done], dtype=np.int64)
+    if progress and len(todo) < len(indices):
+      print(f"resuming: {len(indices) - len(todo)} of {len(indices)} rows done ({out_path})",
+            file=sys.stderr, flush=True)
     bar = tqdm(total=len(indices), initial=len(indices) - len(todo), disable=not progress,
                desc=kind, unit="input")
     for start in range(0, len(todo), inputs_per_call):
@@ -72,7 +98,8 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
 def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tuple], indices,
                     out_path, *, inputs_per_call: int = 1, extra_columns: Sequence[str] = (),
                     extra_fn: Callable[[Certificate, int], dict] | None = None,
-                    progress: bool = True, resume: bool = True) -> int:
+                    progress: bool = True, resume: bool = True,
+                    run: Mapping | None = None) -> int:
   """Certifies ``indices`` of a dataset and appends one row per input to ``out_path``.
 
   Args:
@@ -87,9 +114,18 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
     extra_fn: ``extra_fn(cert, j) -> {column: value}`` for row ``j`` of a call.
     progress: show a progress bar.
     resume: keep rows already in ``out_path`` and skip their indices.
+    run: optional identity of the run (JSON dict, e.g. method, model
+      :func:`fingerprint`, dataset, sigma, N, alpha, seed), kept in
+      ``<out_path>.run.json``; resuming rows of a different run raises
+      ``rsjax.io.RunMismatchError``.
 
   Returns:
     The number of rows written by this call.
+
+  Raises:
+    rsjax.io.ResultsLockedError: another run is writing ``out_path``.
+    rsjax.io.RunMismatchError: see ``run``.
+    ValueError: a malformed row in ``out_path`` (named by line).
   """
 
   def row(cert, j):
@@ -98,13 +134,13 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
 
   return _run("certify", certify_fn, get_batch, indices, out_path,
               inputs_per_call=inputs_per_call, row_fn=row, extra_columns=extra_columns,
-              progress=progress, resume=resume)
+              progress=progress, resume=resume, run=run)
 
 
 def predict_dataset(predict_fn: PredictFn, get_batch: Callable[[np.ndarray], tuple], indices,
                     out_path, *, inputs_per_call: int = 1, progress: bool = True,
-                    resume: bool = True) -> int:
+                    resume: bool = True, run: Mapping | None = None) -> int:
   """Like :func:`certify_dataset` for PREDICT (``predict_fn(x, ids) -> [b] classes``)."""
   return _run("predict", predict_fn, get_batch, indices, out_path,
               inputs_per_call=inputs_per_call, row_fn=lambda pred, j: {"predict": int(pred[j])},
-              progress=progress, resume=resume)
+              progress=progress, resume=resume, run=run)

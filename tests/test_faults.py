@@ -84,3 +84,91 @@ def test_unbatched_input_gets_a_clear_error():
   with pytest.raises(ValueError, match=r"add a batch axis, x\[None\]"):
     rsjax.certify(0, apply_fn, params, np.zeros((8, 8, 1), np.float32), sigma=0.25,
                   num_classes=10, n0=10, n=100)
+
+
+# ----------------------------------------------------------------------------- result files
+
+
+def _write_rows(path, idx, run=None, resume=True):
+  from rsjax import io
+  with io.ResultsWriter(path, kind="certify", run=run, resume=resume) as w:
+    for i in idx:
+      w.write(idx=i, label=1, predict=1, radius=0.5, time=0.1)
+
+
+def test_pandas_reads_files_with_a_run_record(tmp_path):
+  pd = pytest.importorskip("pandas")
+  from rsjax import io
+  path = tmp_path / "o.tsv"
+  _write_rows(path, [0, 1, 2], run={"N": 100, "sigma": 0.25})
+  assert io.read_run_record(path) == {"N": 100, "sigma": 0.25}
+  df = pd.read_csv(path, sep="\t")  # as Cohen et al.'s analyze.py reads it
+  assert list(df.columns) == list(io.CERTIFY_COLUMNS) and len(df) == 3
+  assert df["radius"].tolist() == [0.5] * 3
+
+
+def test_mismatched_resume_names_the_differing_fields(tmp_path):
+  from rsjax import io
+  path = tmp_path / "o.tsv"
+  run = {"N": 2000, "sigma": 0.25, "alpha": 0.001, "model": "abc"}
+  _write_rows(path, [0, 1], run=run)
+  _write_rows(path, [2], run=dict(run))  # the same run resumes
+  with pytest.raises(io.RunMismatchError,
+                     match=r"N 2000 in the file, 500 now; alpha 0.001 .* 0.1 now") as e:
+    _write_rows(path, [3], run=dict(run, N=500, alpha=0.1))
+  assert "sigma" not in str(e.value) and "\n" not in str(e.value)
+  assert list(io.read_certify(path).idx) == [0, 1, 2]  # untouched
+  _write_rows(path, [7], run=dict(run, N=500), resume=False)  # overwrite starts over
+  assert list(io.read_certify(path).idx) == [7]
+  assert io.read_run_record(path)["N"] == 500
+  (tmp_path / "o.tsv.run.json").unlink()  # rows of an unknown run are not resumed
+  with pytest.raises(io.RunMismatchError, match="no run record"):
+    _write_rows(path, [8], run=run)
+
+
+@pytest.mark.parametrize("row, needle", [
+    ("55\tx\ty\tzz\tq\tw", r"line 4: label must be an integer >= 0, got 'x'"),
+    ("55\t1\t1\t0.5\t1", r"line 4: 5 fields, expected 6"),
+    ("1\t1\t1\t0.5\t1\t0.1", r"line 4: duplicate idx 1 \(also on line 3\)"),
+    ("56\t1\t1\tnan\t1\t0.1", r"line 4: radius must be a finite number >= 0, got 'nan'"),
+])
+def test_corrupted_rows_are_errors_naming_file_and_line(tmp_path, row, needle):
+  from rsjax import io
+  path = tmp_path / "o.tsv"
+  _write_rows(path, [0, 1])
+  with open(path, "a") as f:
+    f.write(row + "\n2\t1\t1\t0.5\t1\t0.1\n")
+  for read in (lambda: io.resume(path), lambda: io.read_certify(path)):
+    with pytest.raises(ValueError, match="o.tsv' " + needle):
+      read()
+
+
+def test_only_an_incomplete_last_line_is_repaired(tmp_path):
+  from rsjax import io
+  path = tmp_path / "o.tsv"
+  _write_rows(path, [0, 1])
+  with open(path, "a") as f:
+    f.write("2\t1\t1\t0.4")  # killed mid-row
+  assert list(io.read_certify(path).idx) == [0, 1]
+  assert io.resume(path) == {0, 1}
+  assert path.read_text().endswith("0.1\n")
+
+
+def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
+  import subprocess
+  import sys
+  from rsjax import io
+  path = tmp_path / "o.tsv"
+  with io.ResultsWriter(path, kind="certify") as w:
+    w.write(idx=0, label=1, predict=1, radius=0.5, time=0.1)
+    # A real second process (flock is per open file, so this also holds across processes).
+    code = ("import sys; from rsjax import io\n"
+            "try:\n  io.ResultsWriter(sys.argv[1], kind='certify')\n"
+            "except io.ResultsLockedError as e:\n  print(e); sys.exit(3)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stderr
+    assert "being written by another run" in proc.stdout
+    with pytest.raises(io.ResultsLockedError):
+      io.ResultsWriter(path, kind="certify", resume=False)  # not even overwrite
+  assert list(io.read_certify(path).idx) == [0]
+  _write_rows(path, [1])  # released on close
