@@ -3,6 +3,8 @@
 import math
 
 import jax
+import jax.extend.random as jex_random
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats as st
@@ -14,6 +16,7 @@ from rsjax import noise
     "family, dist",
     [
         (noise.Gaussian(), st.norm()),
+        (noise.Gaussian(stream="threefry13"), st.norm()),
         (noise.Laplace(), st.laplace()),
         (noise.Uniform(), st.uniform(loc=-1, scale=2)),
     ],
@@ -54,3 +57,58 @@ def test_get_noise():
     noise.get_noise("cauchy")
   with pytest.raises(ValueError, match="norm"):
     noise.Uniform(norm="l2")
+
+
+@pytest.mark.parametrize("shape", [(784,), (7,), (3, 5, 1), (1,), (32, 32, 3)])
+def test_default_stream_is_unchanged(shape):
+  # The default stream is the one rsjax always drew: jax's threefry_2x32 on the
+  # counters 0..n-1, then jax.random.normal's uniform -> sqrt(2) erfinv transform.
+  key = jax.random.fold_in(jax.random.key(11), 5)
+  n = int(np.prod(shape))
+  bits = jex_random.threefry_2x32(jax.random.key_data(key), jnp.arange(n, dtype=jnp.uint32))
+  f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+  lo = np.nextafter(np.float32(-1), np.float32(1))
+  want = np.sqrt(np.float32(2)) * jax.lax.erf_inv(jnp.maximum(lo, f * (1 - lo) + lo))
+  got = noise.standard_normal(key, shape)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want).reshape(shape))
+  np.testing.assert_array_equal(np.asarray(noise.Gaussian().sample(key, shape)), np.asarray(got))
+
+
+@pytest.mark.parametrize("rounds, ctr, key, out", [
+    # Random123 known-answer vectors (tests/kat_vectors): rounds, counter, key, output.
+    (13, (0, 0), (0, 0), (0x9d1c5ec6, 0x8bd50731)),
+    (13, (0xffffffff,) * 2, (0xffffffff,) * 2, (0xfd36d048, 0x2d17272c)),
+    (13, (0x243f6a88, 0x85a308d3), (0x13198a2e, 0x03707344), (0xba3e4725, 0xf27d669e)),
+    (20, (0, 0), (0, 0), (0x6b200159, 0x99ba4efe)),
+    (20, (0x243f6a88, 0x85a308d3), (0x13198a2e, 0x03707344), (0xc4923a9c, 0x483df7a0)),
+])
+def test_threefry_known_answers(rounds, ctr, key, out):
+  u = lambda v: jnp.uint32(v)
+  got = noise._threefry2x32(u(key[0]), u(key[1]), u(ctr[0]), u(ctr[1]), rounds)
+  assert tuple(int(g) for g in got) == out
+
+
+def test_fast_stream_is_a_different_standard_normal():
+  key = jax.random.key(4)
+  fast = np.asarray(noise.standard_normal(key, (200_000,), stream="threefry13"), np.float64)
+  slow = np.asarray(noise.standard_normal(key, (200_000,)), np.float64)
+  assert np.mean(fast == slow) < 0.01  # another stream, not a copy
+  assert abs(np.corrcoef(fast, slow)[0, 1]) < 0.02
+  # Moments of N(0, 1): mean 0, var 1, skew 0, kurtosis 3 (4-5 standard errors).
+  assert abs(fast.mean()) < 0.01 and abs(fast.var() - 1) < 0.015
+  assert abs(st.skew(fast)) < 0.03 and abs(st.kurtosis(fast)) < 0.06
+  assert abs(np.corrcoef(fast[0::2], fast[1::2])[0, 1]) < 0.02
+  # Tails: the (-1, 1) uniform reaches ~5.3 sigma; tail masses match Phi.
+  for t in (2.0, 3.0):
+    assert np.mean(np.abs(fast) > t) == pytest.approx(2 * st.norm.sf(t), rel=0.1)
+  # Giles' erfinv agrees with XLA's to float32 precision.
+  u = noise._uniform_open(jnp.arange(1 << 16, dtype=jnp.uint32) * jnp.uint32(65537 * 4099))
+  np.testing.assert_allclose(np.asarray(noise._erfinv_giles(u)), np.asarray(jax.lax.erf_inv(u)),
+                             rtol=2e-5, atol=1e-6)
+
+
+def test_stream_names():
+  assert noise.get_noise("gaussian_fast") == noise.Gaussian(stream="threefry13")
+  assert noise.get_noise("gaussian_fast").name == "gaussian"
+  with pytest.raises(ValueError, match="stream"):
+    noise.Gaussian(stream="philox")

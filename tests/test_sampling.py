@@ -80,6 +80,22 @@ def test_counts_identical_across_device_counts(data, devices):
   np.testing.assert_array_equal(counts(x, params, devices=devices), counts(x, params))
 
 
+@pytest.mark.parametrize("variant", [dict(batch_size=7), dict(batch_size=700), dict(devices=3),
+                                     dict(split=True)])
+def test_fast_stream_counts_identical_across_batch_splits_devices(data, variant):
+  # The cheaper Gaussian stream keeps every reproducibility property.
+  params, x = data
+  ref = counts(x, params, noise="gaussian_fast")
+  assert not np.array_equal(ref, counts(x, params))  # it is another stream
+  if variant.get("split"):
+    ids = np.arange(13)
+    got = np.concatenate([counts(x[:4], params, ids=ids[:4], noise="gaussian_fast"),
+                          counts(x[4:], params, ids=ids[4:], noise="gaussian_fast")])
+  else:
+    got = counts(x, params, noise="gaussian_fast", **variant)
+  np.testing.assert_array_equal(got, ref)
+
+
 def test_single_input_is_sharded_over_devices():
   plan = _sampling.make_plan(1, 100_000, 1000, 4)
   assert plan.steps == 100 and plan.steps_per_device == 25
