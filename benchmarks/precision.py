@@ -9,6 +9,10 @@ certified accuracy at a few radii, agreement of the certified predictions
 (abstentions included), radius differences, the share of noisy samples whose
 class changed (a lower bound from the counts) and the time of each run.
 
+Parity (PERFORMANCE.md section 6, item 7): bf16 passes when its certified
+accuracy is within 1 point of fp32's at every radius
+(:func:`certified_accuracy_parity`).
+
 Command::
 
   python -m benchmarks.precision --model lenet --epochs 3 --images 40 --n 4000
@@ -28,6 +32,30 @@ import rsjax
 from rsjax import data, metrics, models, training
 
 RADII = (0.0, 0.25, 0.5, 0.75)
+
+
+def certified_accuracy_parity(labels, cert_a, cert_b, radii=RADII, max_points: float = 1.0) -> dict:
+  """Statistical parity of two certifications of the same inputs (e.g. fp32 and bf16).
+
+  Args:
+    labels: ``[B]`` true classes.
+    cert_a: certificate (``prediction``, ``radius``: ``[B]``), e.g. float32.
+    cert_b: certificate of the same inputs, e.g. bfloat16.
+    radii: radii at which certified accuracy is compared.
+    max_points: largest allowed |difference| in percentage points.
+
+  Returns:
+    ``{"radii", "accuracy_a", "accuracy_b", "max_abs_diff_points", "within"}``:
+    certified accuracies, the largest |difference| over ``radii`` in points and
+    whether it is at most ``max_points``.
+  """
+  labels = np.asarray(labels)
+  acc = [metrics.certified_accuracy(np.asarray(c.prediction) == labels, c.radius, radii)
+         for c in (cert_a, cert_b)]
+  diff = float(np.max(np.abs(np.asarray(acc[0]) - np.asarray(acc[1])))) * 100.0
+  return {"radii": [float(r) for r in radii], "accuracy_a": [float(a) for a in acc[0]],
+          "accuracy_b": [float(a) for a in acc[1]], "max_abs_diff_points": diff,
+          "within": diff <= max_points + 1e-9}
 
 
 def main(argv=None) -> dict:
@@ -72,6 +100,7 @@ def main(argv=None) -> dict:
   out["prediction_agreement"] = float(np.mean(c32.prediction == c16.prediction))
   out["max_abs_radius_diff"] = float(np.max(np.abs(c32.radius - c16.radius)))
   out["mean_abs_radius_diff"] = float(np.mean(np.abs(c32.radius - c16.radius)))
+  out["parity"] = certified_accuracy_parity(y, c32, c16, RADII)
   changed = np.abs(c32.counts.astype(np.int64) - c16.counts).sum(1) / 2 / args.n
   out["changed_sample_fraction_lower_bound_mean"] = float(changed.mean())
   out["changed_sample_fraction_lower_bound_max"] = float(changed.max())
@@ -88,6 +117,9 @@ def main(argv=None) -> dict:
         f"{out['mean_abs_radius_diff']:.4f}, max {out['max_abs_radius_diff']:.4f}; samples whose "
         f"class changed >= {out['changed_sample_fraction_lower_bound_mean']:.4f} (mean), "
         f"{out['changed_sample_fraction_lower_bound_max']:.4f} (max)")
+  par = out["parity"]
+  print(f"parity: certified accuracy differs by at most {par['max_abs_diff_points']:.2f} points "
+        f"({'within' if par['within'] else 'NOT within'} 1 point)")
   if args.json:
     with open(args.json, "w", encoding="utf-8") as f:
       json.dump(out, f, indent=1)

@@ -1,6 +1,6 @@
 """PyTorch reference: Cohen et al.'s sampling loop and the rsjax models in PyTorch.
 
-This is the baseline the throughput benchmark compares against. It has two parts:
+This is the baseline the throughput benchmark compares against. It has three parts:
 
 * ``sample_noise_reference``: a faithful re-implementation of
   ``Smooth._sample_noise`` of the reference code (``locuslab/smoothing``,
@@ -15,6 +15,12 @@ This is the baseline the throughput benchmark compares against. It has two parts
   weights, so both sides run *the same network with the same weights*. Inputs of
   the PyTorch modules are NCHW (as in the reference); flattening layers permute
   their weights so that the NCHW flatten order matches Flax's NHWC order.
+* ``tuned_module`` / ``tuned_counts`` / ``tuned_certify``: the *tuned* twin of
+  PERFORMANCE.md section 6 (baseline b): the same network and weights on the
+  fastest PyTorch path we know: noise drawn on the device and added by
+  broadcasting (no ``repeat``), one large batch, channels-last memory format,
+  optional bfloat16 autocast and ``torch.compile``, counting on the device
+  (``scatter_add_``, no host sync until the counts are read), cuDNN autotuning.
 
 PyTorch is a benchmark-only extra (``pip install torch``); rsjax never imports it.
 """
@@ -28,7 +34,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["sample_noise_reference", "from_flax", "check_same_logits"]
+__all__ = ["sample_noise_reference", "from_flax", "check_same_logits", "tuned_module",
+           "tuned_counts", "tuned_certify"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -314,8 +321,10 @@ def check_same_logits(torch_module: nn.Module, apply_fn, variables, x: np.ndarra
   import jax
 
   ref = np.asarray(jax.jit(apply_fn)(variables, x), np.float64)
+  dev = next(torch_module.parameters()).device
   with torch.no_grad():
-    out = torch_module(torch.from_numpy(np.ascontiguousarray(to_torch_layout(x)))).double().numpy()
+    xt = torch.from_numpy(np.ascontiguousarray(to_torch_layout(x))).to(dev)
+    out = torch_module(xt).double().cpu().numpy()
   diff = float(np.max(np.abs(out - ref)))
   scale = float(np.max(np.abs(ref))) + 1e-12
   agree = float(np.mean(out.argmax(1) == ref.argmax(1)))
@@ -324,3 +333,122 @@ def check_same_logits(torch_module: nn.Module, apply_fn, variables, x: np.ndarra
         f"PyTorch twin differs from rsjax: max |logit diff| {diff:.3g} (scale {scale:.3g}), "
         f"argmax agreement {agree:.3f}")
   return {"max_abs_diff": diff, "logit_scale": scale, "argmax_agree": agree}
+
+
+# ------------------------------------------------------------------------------------------------
+# The tuned twin (PERFORMANCE.md section 6, baseline b).
+# ------------------------------------------------------------------------------------------------
+
+
+def torch_device() -> torch.device:
+  """The first CUDA device when there is one, else the CPU."""
+  return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def torch_generator(seed: int) -> torch.Generator:
+  return torch.Generator(device=torch_device()).manual_seed(int(seed))
+
+
+def reset_peak_memory() -> None:
+  if torch.cuda.is_available():
+    torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_mb() -> float | None:
+  """Peak CUDA memory allocated by PyTorch since the last reset (None on a CPU)."""
+  return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+
+
+def tuned_module(model, input_shape, *, compile_mode: str = "none") -> tuple[nn.Module, str]:
+  """The PyTorch twin of an ``rsjax.models`` model, set up for speed on :func:`torch_device`.
+
+  Args:
+    model: an NNX model from ``rsjax.models``.
+    input_shape: shape of one input as rsjax sees it (``(H, W, C)``).
+    compile_mode: ``"none"`` or a ``torch.compile`` mode (``"default"``,
+      ``"reduce-overhead"``, ``"max-autotune"``, ...).
+
+  Returns:
+    ``(module, compile)``: the module (channels-last for images) and the compile
+    mode in effect (``"none (Error)"`` when ``torch.compile`` is unavailable).
+  """
+  dev = torch_device()
+  mod = from_flax(model, input_shape).to(dev)
+  if len(input_shape) == 3:
+    mod = mod.to(memory_format=torch.channels_last)
+  if dev.type == "cuda":
+    torch.backends.cudnn.benchmark = True
+  if compile_mode == "none":
+    return mod, "none"
+  try:
+    compiled = torch.compile(mod, mode=None if compile_mode == "default" else compile_mode)
+    with torch.inference_mode():  # compile errors surface on the first call
+      compiled(torch.zeros((2,) + _torch_shape(input_shape), device=dev))
+  except Exception as e:  # noqa: BLE001 - no compiler toolchain: eager is the twin
+    return mod, f"none ({type(e).__name__})"
+  return compiled, compile_mode
+
+
+def _torch_shape(input_shape) -> tuple[int, ...]:
+  s = tuple(int(v) for v in input_shape)
+  return (s[2], s[0], s[1]) if len(s) == 3 else s
+
+
+def tuned_counts(module: nn.Module, x: np.ndarray, num: int, batch_size: int, *, sigma: float,
+                 num_classes: int, autocast_dtype: str = "fp32",
+                 generator: torch.Generator | None = None) -> np.ndarray:
+  """Class counts of ``num`` noisy copies of one input, computed on the module's device.
+
+  Args:
+    module: from :func:`tuned_module`.
+    x: one input in rsjax's layout (``[H, W, C]``), NumPy.
+    num: samples.
+    batch_size: forward batch (every batch is full; the extra rows of the last
+      one are not counted).
+    sigma: Gaussian noise standard deviation.
+    num_classes: number of classes.
+    autocast_dtype: ``"fp32"`` or ``"bf16"`` (``torch.autocast``).
+    generator: a ``torch.Generator`` on the module's device.
+
+  Returns:
+    ``[num_classes]`` int64 counts (NumPy); the only host sync is reading them.
+  """
+  dev = next(module.parameters()).device
+  xt = torch.from_numpy(np.ascontiguousarray(to_torch_layout(np.asarray(x, np.float32)[None])))[0]
+  xt = xt.to(dev)
+  b = min(int(batch_size), int(num))
+  counts = torch.zeros(num_classes, dtype=torch.int64, device=dev)
+  ones = torch.ones(b, dtype=torch.int64, device=dev)
+  image = xt.dim() == 3
+  with torch.inference_mode(), torch.autocast(dev.type, dtype=torch.bfloat16,
+                                              enabled=autocast_dtype == "bf16"):
+    for start in range(0, num, b):
+      noise = torch.randn((b,) + tuple(xt.shape), device=dev, generator=generator)
+      batch = torch.addcmul(xt, noise, torch.tensor(sigma, device=dev))
+      if image:
+        batch = batch.contiguous(memory_format=torch.channels_last)
+      pred = module(batch).argmax(1)
+      k = min(b, num - start)
+      counts.scatter_add_(0, pred[:k], ones[:k])
+  return counts.cpu().numpy()
+
+
+def tuned_certify(module: nn.Module, x: np.ndarray, *, n0: int, n: int, alpha: float,
+                  sigma: float, num_classes: int, batch_size: int, autocast_dtype: str = "fp32",
+                  generator: torch.Generator | None = None) -> tuple[int, float]:
+  """Cohen et al.'s CERTIFY for one input with :func:`tuned_counts`.
+
+  Returns:
+    ``(prediction, radius)``; ``(-1, 0.0)`` when it abstains. The statistics are
+    rsjax's (one-sided Clopper-Pearson, ``sigma * Phi^-1(p_lower)``).
+  """
+  from rsjax import stats  # local import: the benchmark imports torch first
+
+  kw = dict(sigma=sigma, num_classes=num_classes, autocast_dtype=autocast_dtype,
+            generator=generator)
+  top = int(np.argmax(tuned_counts(module, x, n0, batch_size, **kw)))
+  k = int(tuned_counts(module, x, n, batch_size, **kw)[top])
+  p_lower = float(stats.clopper_pearson_lower(k, n, alpha))
+  if p_lower < 0.5:
+    return -1, 0.0
+  return top, float(stats.gaussian_radius(p_lower, sigma))

@@ -29,6 +29,7 @@ Commands::
   python -m benchmarks.throughput --quick                     # all models, small N (CPU)
   python -m benchmarks.throughput --models lenet,mlp --num 100000
   python -m benchmarks.throughput --models resnet20 --bf16 --json out.json
+  python -m benchmarks.throughput --suite gpu                 # PERFORMANCE.md section 6 (benchmarks.suite)
 """
 
 from __future__ import annotations
@@ -195,6 +196,8 @@ def environment(threads) -> dict:
       "xla_flags": os.environ.get("XLA_FLAGS", ""),
       "torch": torch.__version__ if torch is not None else None,
       "torch_threads_tried": list(threads) if torch is not None else None,
+      "torch_cuda_device": (torch.cuda.get_device_name(0)
+                            if torch is not None and torch.cuda.is_available() else None),
   }
   try:
     import jaxlib
@@ -209,7 +212,7 @@ def environment(threads) -> dict:
   return env
 
 
-def _timed(fn):
+def timed(fn):
   with warnings.catch_warnings():
     # A small timing N "can never certify"; the warning is right and irrelevant here.
     warnings.filterwarnings("ignore", message=".*can never certify.*")
@@ -225,10 +228,10 @@ def _timed(fn):
 
 def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, bf16: bool,
               cpu_peak: float | None, clock: CompileClock, threads=(1,), seed: int = 0,
-              log=print) -> dict:
+              noise: str = "gaussian", log=print) -> dict:
   """Benchmarks one model; returns a dict of measurements (see the module docstring)."""
   res: dict = {"model": spec.name, "input_shape": list(spec.input_shape),
-               "num_classes": spec.num_classes, "num": num}
+               "num_classes": spec.num_classes, "num": num, "noise": noise}
   model = models.create_model(spec.name, num_classes=spec.num_classes,
                               input_shape=spec.input_shape, rngs=seed)
   apply_fn, variables = models.to_apply_fn(model)
@@ -249,15 +252,15 @@ def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, b
   def run_jax(key, n=num, dtype=None):
     return rsjax.sample_counts(key, apply_fn, variables, x, sigma=SIGMA,
                                num_classes=spec.num_classes, num=n, batch_size=bs,
-                               compute_dtype=dtype)  # NumPy: already synced
+                               compute_dtype=dtype, noise=noise)  # NumPy: already synced
 
   # Warm-up (compile) of rsjax: the N program and the n0 program of certify.
   rss_ok = reset_peak_rss()
   clock.total = 0.0
-  first, _ = _timed(lambda: run_jax(jax.random.key(10_000)))
-  cert_first, _ = _timed(lambda: rsjax.certify(
+  first, _ = timed(lambda: run_jax(jax.random.key(10_000)))
+  cert_first, _ = timed(lambda: rsjax.certify(
       jax.random.key(10_001), apply_fn, variables, x, sigma=SIGMA, num_classes=spec.num_classes,
-      n0=N0, n=num, batch_size=bs))
+      n0=N0, n=num, batch_size=bs, noise=noise))
   res["compile_s"] = clock.total
   res["first_call_s"] = first
   res["rsjax_peak_rss_mb"] = peak_rss_mb() if rss_ok else None
@@ -292,23 +295,23 @@ def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, b
   t_ref = {t: [] for t in threads}
   counts_jax = counts_ref = None
   for r in range(reps):
-    dt, c = _timed(lambda r=r: run_jax(jax.random.key(r)))
+    dt, c = timed(lambda r=r: run_jax(jax.random.key(r)))
     t_jax.append(dt)
     counts_jax = np.asarray(c)[0]
     if tmod is not None:
       for t in threads:
         torch.set_num_threads(t)
         torch.manual_seed(r)
-        dt, counts_ref = _timed(run_ref)
+        dt, counts_ref = timed(run_ref)
         t_ref[t].append(dt)
   res["rsjax_samples_per_s"] = num / min(t_jax)
   res["rsjax_samples_per_s_median"] = num / statistics.median(t_jax)
   res["rsjax_top_fraction"] = float(counts_jax.max() / num)
 
   # Seconds per certified image.
-  t_cert, _ = _timed(lambda: rsjax.certify(
+  t_cert, _ = timed(lambda: rsjax.certify(
       jax.random.key(20_000), apply_fn, variables, x, sigma=SIGMA, num_classes=spec.num_classes,
-      n0=N0, n=num, batch_size=bs))
+      n0=N0, n=num, batch_size=bs, noise=noise))
   res["rsjax_certify_s_at_num"] = t_cert
   if num >= N_CERT:
     res["rsjax_s_per_image"] = t_cert * N_CERT / num
@@ -332,7 +335,7 @@ def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, b
     res["reference_samples_per_s_median"] = num / statistics.median(t_ref[best_t])
     res["reference_top_fraction"] = float(counts_ref.max() / num)
     torch.set_num_threads(best_t)
-    t_n0, _ = _timed(lambda: rt.sample_noise_reference(
+    t_n0, _ = timed(lambda: rt.sample_noise_reference(
         tmod, tx, N0, REF_BATCH, sigma=SIGMA, num_classes=spec.num_classes))
     res["reference_s_per_image"] = t_n0 + N_CERT / res["reference_samples_per_s"]
     res["ratio"] = res["rsjax_samples_per_s"] / res["reference_samples_per_s"]
@@ -344,7 +347,7 @@ def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, b
     c32 = np.asarray(run_jax(jax.random.key(30_000)))[0]
     c16 = np.asarray(run_jax(jax.random.key(30_000), dtype=jnp.bfloat16))[0]
     res["bf16_compile_s"] = clock.total
-    t16 = [_timed(lambda r=r: run_jax(jax.random.key(r), dtype=jnp.bfloat16))[0]
+    t16 = [timed(lambda r=r: run_jax(jax.random.key(r), dtype=jnp.bfloat16))[0]
            for r in range(reps)]
     res["bf16_samples_per_s"] = num / min(t16)
     res["bf16_speedup"] = res["bf16_samples_per_s"] / res["rsjax_samples_per_s"]
@@ -385,18 +388,46 @@ def table(results: list[dict]) -> str:
 GOALS = {"lenet": 1.5, "mlp": 1.5, "resnet20": 1.0}
 
 
+def enable_compile_cache(path: str) -> None:
+  """Keeps every compiled XLA program in ``path`` (JAX's persistent compilation
+  cache), so a later process skips compilation. The environment variable
+  ``JAX_COMPILATION_CACHE_DIR`` does the same for any rsjax program."""
+  os.makedirs(path, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 def main(argv=None) -> list[dict]:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--suite", choices=("throughput", "gpu"), default="throughput",
+                 help="'gpu': PERFORMANCE.md section 6 certification suite against the tuned "
+                      "twin (benchmarks.suite), writes benchmarks/results/gpu.json")
   p.add_argument("--quick", action="store_true", help="small N for a shared CPU (minutes)")
-  p.add_argument("--models", default="mlp,cnn,lenet,resnet20,resnet110,resnet50",
-                 help=f"comma-separated, from {sorted(SPECS)}")
+  p.add_argument("--models", default=None,
+                 help=f"comma-separated, from {sorted(SPECS)} (default: all; with --suite gpu "
+                      "lenet,resnet20,resnet110,resnet50)")
   p.add_argument("--num", type=int, default=None,
-                 help="samples per timed run (default: per model, smaller with --quick)")
+                 help="samples per timed run (default: per model, smaller with --quick; "
+                      "100,000 with --suite gpu)")
+  p.add_argument("--n0", type=int, default=N0, help="--suite gpu: selection samples")
+  p.add_argument("--images", type=int, default=50,
+                 help="--suite gpu: images certified after the warm-up image")
+  p.add_argument("--precisions", default="fp32,bf16", help="--suite gpu: fp32,bf16")
+  p.add_argument("--twin-compile", default="default",
+                 help="--suite gpu: torch.compile mode of the tuned twin, or 'none'")
+  p.add_argument("--device-peaks", default=None,
+                 help="--suite gpu: 'bf16_tflops,fp32_tflops,hbm_tbps' for MFU and the "
+                      "section 3 bound (H100/H200 are built in)")
+  p.add_argument("--compile-cache", default=None,
+                 help="directory of JAX's persistent compilation cache (reused across runs)")
   p.add_argument("--reps", type=int, default=None, help="timed repetitions (default 2 quick, 3)")
   p.add_argument("--batch-size", default="auto", help="rsjax forward batch: 'auto' or an int")
   p.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
   p.add_argument("--bf16", action="store_true", help="also time compute_dtype=bfloat16")
+  p.add_argument("--noise", default="gaussian",
+                 help="rsjax noise: 'gaussian' (default stream) or 'gaussian_fast' (threefry13)")
   p.add_argument("--threads", default=None,
                  help="comma-separated torch.set_num_threads values for the reference; each is "
                       "timed and the fastest counts (default: all cores, and 1)")
@@ -404,8 +435,19 @@ def main(argv=None) -> list[dict]:
                  help="device peak GFLOP/s for MFU on a CPU (GPU peaks are known)")
   p.add_argument("--json", default=None, help="write the results as JSON here")
   args = p.parse_args(argv)
+  if args.compile_cache:
+    enable_compile_cache(args.compile_cache)
+  if args.suite == "gpu":
+    # rsjax and PyTorch share one accelerator: JAX must not take 75% of it up front.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
+    from benchmarks import suite
+    env = environment(())
+    print("# rsjax certification suite (PERFORMANCE.md section 6)", flush=True)
+    for k, v in env.items():
+      print(f"#   {k}: {v}")
+    return suite.run(args, env, CompileClock())
 
-  names = [m.strip() for m in args.models.split(",") if m.strip()]
+  names = [m.strip() for m in (args.models or ",".join(SPECS)).split(",") if m.strip()]
   for n in names:
     if n not in SPECS:
       p.error(f"unknown model {n!r}; choose from {sorted(SPECS)}")
@@ -429,7 +471,7 @@ def main(argv=None) -> list[dict]:
     res = run_model(spec, num=num, reps=reps, batch_size=batch_size,
                     reference=not args.no_reference, bf16=args.bf16,
                     cpu_peak=args.peak_gflops, clock=clock, threads=threads,
-                    log=lambda s: print(s, flush=True))
+                    noise=args.noise, log=lambda s: print(s, flush=True))
     results.append(res)
     print("  " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
                              for k, v in res.items()}), flush=True)

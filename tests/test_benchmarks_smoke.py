@@ -60,6 +60,67 @@ def test_throughput_command_reports_all_figures(tmp_path):
     assert r["logits_check"]["argmax_agree"] == 1.0
 
 
+def test_gpu_suite_runs_on_cpu(tmp_path):
+  # The --suite gpu command at a tiny N on the CPU (so it cannot rot), with the
+  # persistent compilation cache on.
+  out, cache = tmp_path / "gpu.json", tmp_path / "cache"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.throughput", "--suite", "gpu", "--models", "mlp",
+       "--num", "100", "--n0", "10", "--images", "2", "--batch-size", "50",
+       "--twin-compile", "none", "--device-peaks", "1,0.5,0.05", "--json", str(out),
+       "--compile-cache", str(cache)],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads(out.read_text())["results"]
+  assert [(r["model"], r["precision"]) for r in results] == [("mlp", "fp32"), ("mlp", "bf16")]
+  for r in results:
+    rs = r["rsjax"]
+    assert rs["images"] == 2 and len(rs["predictions"]) == 2
+    for k in ("samples_per_s", "seconds_per_image", "seconds_per_image_p50", "compile_s"):
+      assert rs[k] > 0, k
+    assert r["mfu"] > 0 and r["bound"]["bound_s"] > 0 and r["bound_fraction"] > 0
+    assert r["activation_elements_per_sample"] == 256 + 256 + 10  # the MLP's dense outputs
+    if _has_torch():
+      assert r["twin"]["seconds_per_image"] > 0 and r["ratio_to_twin"] > 0
+      assert r["logits_check"]["argmax_agree"] == 1.0
+  assert any(cache.iterdir())  # compiled programs were kept
+
+
+def test_suite_json_keeps_other_entries(tmp_path):
+  sys.path.insert(0, ROOT)
+  try:
+    from benchmarks import suite
+  finally:
+    sys.path.remove(ROOT)
+  path = str(tmp_path / "r" / "gpu.json")
+  suite.write_json(path, {"d": 1}, [{"model": "a", "precision": "fp32", "v": 1},
+                                    {"model": "a", "precision": "bf16", "v": 2}])
+  suite.write_json(path, {"d": 2}, [{"model": "a", "precision": "bf16", "v": 3}])
+  got = {(r["model"], r["precision"]): r["v"] for r in json.loads(open(path).read())["results"]}
+  assert got == {("a", "fp32"): 1, ("a", "bf16"): 3}
+
+
+def test_certified_accuracy_parity():
+  sys.path.insert(0, ROOT)
+  try:
+    from benchmarks import precision
+  finally:
+    sys.path.remove(ROOT)
+  from types import SimpleNamespace as C
+  y = np.arange(100) % 10
+  a = C(prediction=y.copy(), radius=np.linspace(0, 1, 100))
+  same = precision.certified_accuracy_parity(y, a, C(prediction=y.copy(), radius=a.radius.copy()))
+  assert same["within"] and same["max_abs_diff_points"] == 0
+  b = C(prediction=y.copy(), radius=a.radius.copy())
+  b.prediction[:2] = -1  # two abstentions among 100 inputs: 2 points at radius 0
+  par = precision.certified_accuracy_parity(y, a, b, radii=(0.0, 0.5))
+  assert par["max_abs_diff_points"] == pytest.approx(2.0) and not par["within"]
+  assert precision.certified_accuracy_parity(y, a, b, max_points=2.0)["within"]
+  assert par["accuracy_a"][0] == 1.0 and par["accuracy_b"][0] == pytest.approx(0.98)
+
+
 @pytest.mark.parametrize("name,shape", [
     ("mlp", (6, 6, 2)),
     ("lenet", (28, 28, 1)),
@@ -97,3 +158,39 @@ def test_reference_loop_counts_every_sample():
   lin2 = torch.nn.Linear(4, 3)
   counts = rt.sample_noise_reference(lin2, torch.zeros(4), 999, 400, sigma=1.0, num_classes=3)
   assert counts.sum() == 999 and (counts > 0).sum() >= 2
+
+
+def test_tuned_twin_counts_every_sample_once():
+  torch = pytest.importorskip("torch")
+  rt = _reference_torch()
+  lin = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+  with torch.no_grad():
+    lin[1].weight.zero_()
+    lin[1].bias.copy_(torch.tensor([0.0, 1.0, 0.0]))
+  x = np.zeros((4,), np.float32)
+  counts = rt.tuned_counts(lin, x, 1001, 400, sigma=0.5, num_classes=3)
+  assert counts.tolist() == [0, 1001, 0]  # the last, partial batch is counted once
+  torch.manual_seed(0)
+  lin2 = torch.nn.Linear(4, 3)
+  gen = rt.torch_generator(0)
+  c = rt.tuned_counts(lin2, x, 999, 400, sigma=1.0, num_classes=3, generator=gen)
+  assert c.sum() == 999 and (c > 0).sum() >= 2
+  pred, radius = rt.tuned_certify(lin, x, n0=10, n=1000, alpha=0.001, sigma=0.5, num_classes=3,
+                                  batch_size=300)
+  # All 1,000 samples on class 1: Clopper-Pearson p_lower = 0.001 ** (1 / 1000).
+  from scipy import stats as st
+  assert pred == 1 and radius == pytest.approx(0.5 * st.norm.ppf(0.001 ** (1 / 1000)), rel=1e-6)
+
+
+def test_profile_reports_every_piece():
+  sys.path.insert(0, ROOT)
+  try:
+    from benchmarks import profile
+  finally:
+    sys.path.remove(ROOT)
+  out = profile.profile("mlp", num=20, batch_size=10, reps=1)
+  assert out["steps"] == 2
+  for piece in ("engine", "noise", "forward", "count + rest", "launch", "host statistics"):
+    assert out["times"][piece]["wall_s"] >= 0, piece
+  assert out["times"]["engine"]["wall_s"] > 0
+  assert "| noise |" in profile.report(out)

@@ -1,0 +1,272 @@
+"""The certification suite of PERFORMANCE.md section 6: rsjax against the tuned PyTorch twin.
+
+``python -m benchmarks.throughput --suite gpu`` runs, on one device and in one
+process, Cohen et al.'s CERTIFY (n0 = 100, N = 100,000, alpha = 0.001) for
+LeNet, ResNet-20, ResNet-110 (CIFAR) and ResNet-50 (ImageNet size), in float32
+and bfloat16, with rsjax and with the tuned PyTorch twin
+(``benchmarks.reference_torch.tuned_certify``: same weights, noise made on the
+device, large batch, channels-last, bf16 autocast, counting on the device,
+optionally ``torch.compile``). One warm-up image (compile time), then
+``--images`` images (50 by default), rsjax and the twin alternating image by
+image. Per model and precision it writes into ``benchmarks/results/gpu.json``
+(entries of other models and precisions already there are kept):
+
+* ``samples_per_s`` = (n0 + N) / mean seconds per image, ``seconds_per_image``
+  (mean and p50, wall time of one ``certify`` call on one image, host
+  statistics included), ``compile_s`` (JAX's trace + lowering + compile events of
+  the warm-up image), ``peak_memory_mb`` (device peak so far in the process:
+  run one model per command for per-model peaks), for rsjax and for the twin;
+* ``ratio_to_twin`` = twin seconds per image / rsjax seconds per image;
+* ``mfu`` = FLOPs per sample (XLA ``cost_analysis``) x samples/s / device peak,
+  and ``bound_fraction`` = section 3 bound / measured seconds per image, with the
+  bound from section 3's model: max(FLOPs / peak, 2.5 x conv and dense output
+  elements x bytes / HBM bandwidth), peaks 800 TFLOP/s bf16, 60 TFLOP/s fp32 and
+  3.35 TB/s on an H100 (``--device-peaks`` elsewhere);
+* the section 6 goals that apply and whether each was met.
+
+The same suite runs on a CPU with a small N (``tests/test_benchmarks_smoke.py``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import rsjax
+from rsjax import _memory, models
+
+N0 = 100
+ALPHA = 0.001
+SIGMA = 0.25
+GPU_MODELS = ("lenet", "resnet20", "resnet110", "resnet50")
+PRECISIONS = {"fp32": None, "bf16": jnp.bfloat16}
+DEFAULT_JSON = os.path.join("benchmarks", "results", "gpu.json")
+
+# PERFORMANCE.md section 3 assumptions: FLOP/s (bf16 dense, fp32 without tensor cores), HBM B/s.
+DEVICE_PEAKS = {
+    "H100": {"bf16": 800e12, "fp32": 60e12, "hbm": 3.35e12},
+    "H200": {"bf16": 800e12, "fp32": 60e12, "hbm": 4.8e12},
+}
+
+# PERFORMANCE.md section 6 goals at N = 100,000: (model, precision) -> (seconds per image, ratio).
+GOALS = {
+    ("resnet110", "bf16"): (0.5, 1.5),
+    ("resnet110", "fp32"): (1.5, None),
+    ("resnet50", "bf16"): (3.0, None),
+    ("lenet", "bf16"): (0.02, None),
+}
+
+
+def device_peaks(override: str | None = None) -> dict | None:
+  """Section 3 peaks of the first device, or ``"bf16_tflops,fp32_tflops,hbm_tbps"``."""
+  if override:
+    bf16, fp32, hbm = (float(v) for v in override.split(","))
+    return {"bf16": bf16 * 1e12, "fp32": fp32 * 1e12, "hbm": hbm * 1e12}
+  kind = jax.local_devices()[0].device_kind
+  for name, peaks in DEVICE_PEAKS.items():
+    if name in kind:
+      return peaks
+  return None
+
+
+def activation_elements(apply_fn, params, input_shape) -> int:
+  """Output elements of the convolutions and dense layers of one forward pass (one sample)."""
+  from jax.extend import core as jex_core
+
+  closed = jax.make_jaxpr(apply_fn)(params, jnp.zeros((1,) + tuple(input_shape), jnp.float32))
+
+  def walk(jaxpr) -> int:
+    total = 0
+    for eqn in jaxpr.eqns:
+      if eqn.primitive.name in ("conv_general_dilated", "dot_general"):
+        total += math.prod(eqn.outvars[0].aval.shape)
+      for v in eqn.params.values():
+        for sub in (v if isinstance(v, (list, tuple)) else (v,)):
+          if isinstance(sub, jex_core.ClosedJaxpr):
+            total += walk(sub.jaxpr)
+          elif isinstance(sub, jex_core.Jaxpr):
+            total += walk(sub)
+    return total
+
+  return walk(closed.jaxpr)
+
+
+def bound_seconds(flops_per_sample: float, act_elements: int, precision: str, peaks: dict,
+                  samples: int) -> dict:
+  """Section 3's bound for ``samples`` forward passes: compute, memory and their max."""
+  compute = flops_per_sample * samples / peaks[precision]
+  memory = 2.5 * act_elements * (2 if precision == "bf16" else 4) * samples / peaks["hbm"]
+  return {"compute_s": compute, "memory_s": memory, "bound_s": max(compute, memory),
+          "bound": "compute" if compute >= memory else "memory"}
+
+
+def _summary(times, samples_per_image) -> dict:
+  mean = statistics.fmean(times)
+  return {"seconds_per_image": mean, "seconds_per_image_p50": statistics.median(times),
+          "samples_per_s": samples_per_image / mean, "images": len(times)}
+
+
+def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, batch_size,
+                 twin: bool, twin_compile: str, peaks: dict | None, clock, seed: int = 0,
+                 log=print) -> dict:
+  """Certifies ``images`` random inputs of one model with rsjax and the twin; returns figures."""
+  from benchmarks import throughput as tp
+
+  spec = tp.SPECS[name]
+  dtype = PRECISIONS[precision]
+  model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
+                              rngs=seed)
+  apply_fn, variables = models.to_apply_fn(model)
+  xs = np.random.default_rng(seed).random((images + 1,) + spec.input_shape, dtype=np.float32)
+  if batch_size == "auto":
+    bs = _memory.auto_batch_size(apply_fn, variables, spec.input_shape, num=num,
+                                 compute_dtype=dtype)
+  else:
+    bs = int(batch_size)
+  flops = tp.forward_flops(apply_fn, variables, spec.input_shape)
+  acts = activation_elements(apply_fn, variables, spec.input_shape)
+  res = {"model": name, "precision": precision, "input_shape": list(spec.input_shape),
+         "num_classes": spec.num_classes, "n0": n0, "num": num, "alpha": ALPHA, "sigma": SIGMA,
+         "batch_size": bs, "flops_per_sample": flops, "activation_elements_per_sample": acts}
+
+  def rsjax_certify(i):
+    return rsjax.certify(jax.random.key(seed), apply_fn, variables, xs[i:i + 1], ids=[i],
+                         sigma=SIGMA, num_classes=spec.num_classes, n0=n0, n=num, alpha=ALPHA,
+                         batch_size=bs, compute_dtype=dtype)
+
+  clock.total = 0.0
+  first, _ = tp.timed(lambda: rsjax_certify(0))  # warm-up image: compiles n0 and N programs
+  rs = {"compile_s": clock.total, "first_call_s": first}
+
+  tw = None
+  if twin and tp.torch is not None:
+    from benchmarks import reference_torch as rt
+    tw = {}
+    t = time.perf_counter()
+    tmod, tw["compile"] = rt.tuned_module(model, spec.input_shape, compile_mode=twin_compile)
+    xb = np.clip(xs[:4] + SIGMA * np.random.default_rng(1).standard_normal(xs[:4].shape),
+                 0, 1).astype(np.float32)
+    res["logits_check"] = rt.check_same_logits(tmod, apply_fn, variables, xb)
+    gen = rt.torch_generator(seed)
+
+    def twin_certify(i):
+      return rt.tuned_certify(tmod, xs[i], n0=n0, n=num, alpha=ALPHA, sigma=SIGMA,
+                              num_classes=spec.num_classes, batch_size=bs,
+                              autocast_dtype=precision, generator=gen)
+
+    rt.reset_peak_memory()
+    twin_certify(0)
+    tw["compile_s"] = time.perf_counter() - t  # module set-up, compile and first image
+
+  log(f"  {name} {precision}: batch {bs}, compile {rs['compile_s']:.1f} s, "
+      f"{flops / 1e6:.2f} MFLOP/sample")
+  t_rs, t_tw = [], []
+  pred_rs, pred_tw = [], []
+  for i in range(1, images + 1):
+    dt, cert = tp.timed(lambda i=i: rsjax_certify(i))
+    t_rs.append(dt)
+    pred_rs.append(int(cert.prediction[0]))
+    if tw is not None:
+      dt, (pred, _) = tp.timed(lambda i=i: twin_certify(i))
+      t_tw.append(dt)
+      pred_tw.append(int(pred))
+  rs.update(_summary(t_rs, n0 + num))
+  rs["peak_memory_mb"] = tp.device_peak_mb()
+  rs["predictions"] = pred_rs
+  res["rsjax"] = rs
+  if tw is not None:
+    tw.update(_summary(t_tw, n0 + num))
+    tw["peak_memory_mb"] = rt.peak_memory_mb()
+    tw["predictions"] = pred_tw
+    res["twin"] = tw
+    res["ratio_to_twin"] = tw["seconds_per_image"] / rs["seconds_per_image"]
+    res["prediction_agreement"] = float(np.mean(np.asarray(pred_rs) == np.asarray(pred_tw)))
+
+  res["mfu"] = res["bound"] = res["bound_fraction"] = None
+  if peaks is not None:
+    res["mfu"] = flops * rs["samples_per_s"] / peaks[precision]
+    res["bound"] = bound_seconds(flops, acts, precision, peaks, n0 + num)
+    res["bound_fraction"] = res["bound"]["bound_s"] / rs["seconds_per_image"]
+  res["goals"] = []
+  goal = GOALS.get((name, precision))
+  if goal is not None and num == 100_000:
+    max_s, min_ratio = goal
+    res["goals"].append({"goal": f"<= {max_s} s/image", "value": rs["seconds_per_image"],
+                         "met": rs["seconds_per_image"] <= max_s})
+    if min_ratio is not None and "ratio_to_twin" in res:
+      res["goals"].append({"goal": f">= {min_ratio}x the tuned twin",
+                           "value": res["ratio_to_twin"], "met": res["ratio_to_twin"] >= min_ratio})
+  return res
+
+
+def table(results: list[dict]) -> str:
+  """Markdown table of a suite run."""
+  head = ("| model | precision | N | batch | rsjax s/image (p50) | rsjax samples/s | twin s/image "
+          "| ratio to twin | compile s (rsjax / twin) | peak MB (rsjax / twin) | MFU | bound s "
+          "| fraction of bound |")
+  rows = [head, "|" + "---|" * (head.count("|") - 1)]
+  f = lambda v, s="{:.3g}": "-" if v is None else s.format(v)
+  for r in results:
+    rs, tw = r["rsjax"], r.get("twin", {})
+    rows.append(
+        f"| {r['model']} | {r['precision']} | {r['num']} | {r['batch_size']} "
+        f"| {f(rs['seconds_per_image'])} ({f(rs['seconds_per_image_p50'])}) "
+        f"| {f(rs['samples_per_s'], '{:.0f}')} | {f(tw.get('seconds_per_image'))} "
+        f"| {f(r.get('ratio_to_twin'), '{:.2f}')} "
+        f"| {f(rs['compile_s'], '{:.1f}')} / {f(tw.get('compile_s'), '{:.1f}')} "
+        f"| {f(rs['peak_memory_mb'], '{:.0f}')} / {f(tw.get('peak_memory_mb'), '{:.0f}')} "
+        f"| {f(r['mfu'], '{:.3f}')} | {f((r['bound'] or {}).get('bound_s'))} "
+        f"| {f(r['bound_fraction'], '{:.2f}')} |")
+  return "\n".join(rows)
+
+
+def write_json(path: str, env: dict, results: list[dict]) -> None:
+  """Merges ``results`` into the JSON at ``path`` (one entry per model and precision)."""
+  old = []
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as fh:
+      old = json.load(fh).get("results", [])
+  keys = {(r["model"], r["precision"]) for r in results}
+  merged = [r for r in old if (r["model"], r["precision"]) not in keys]
+  merged += [dict(r, environment=env) for r in results]
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  with open(path, "w", encoding="utf-8") as fh:
+    json.dump({"written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "results": merged}, fh, indent=1)
+
+
+def run(args, env: dict, clock) -> list[dict]:
+  """Runs the suite for the parsed ``throughput`` arguments; prints and writes the results."""
+  names = [m.strip() for m in (args.models or ",".join(GPU_MODELS)).split(",") if m.strip()]
+  precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+  for p in precisions:
+    if p not in PRECISIONS:
+      raise SystemExit(f"--precisions: unknown precision {p!r}; choose from {sorted(PRECISIONS)}")
+  peaks = device_peaks(args.device_peaks)
+  num = args.num or 100_000
+  batch_size = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
+  results = []
+  for name in names:
+    for precision in precisions:
+      print(f"# {name} {precision} (n0 = {args.n0}, N = {num}, {args.images} images) ...",
+            flush=True)
+      results.append(run_workload(
+          name, precision, num=num, n0=args.n0, images=args.images, batch_size=batch_size,
+          twin=not args.no_reference, twin_compile=args.twin_compile, peaks=peaks, clock=clock,
+          log=lambda s: print(s, flush=True)))
+  print()
+  print(table(results))
+  for r in results:
+    for g in r["goals"]:
+      print(f"goal {r['model']} {r['precision']}: {g['goal']}: {g['value']:.3g} "
+            f"({'met' if g['met'] else 'MISSED'})")
+  write_json(args.json or DEFAULT_JSON, env, results)
+  return results
