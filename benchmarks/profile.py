@@ -128,7 +128,7 @@ def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dic
   if torch is not None:
     from benchmarks import reference_torch as rt
     tmod = rt.from_flax(model, spec.input_shape)
-    xt = torch.from_numpy(np.ascontiguousarray(rt.to_torch_layout(np.asarray(xb))))
+    xt = torch.from_numpy(np.array(rt.to_torch_layout(np.asarray(xb))))
     for threads in sorted({1, torch.get_num_threads()}):
       torch.set_num_threads(threads)
       with torch.no_grad():
