@@ -1,0 +1,177 @@
+"""Golden outputs of every public certify path (fixed keys, tiny models, small n).
+
+``tests/test_golden.py`` compares these cases bit for bit with ``tests/golden.npz``,
+which was recorded from the code before the certify pipeline was refactored
+(issue 11). Regenerate only when a change is *meant* to change results:
+
+    python tests/golden_cases.py
+
+(it forces 4 CPU devices, as the test suite does; counts do not depend on the
+device count anyway).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+if __name__ == "__main__":
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                             + " --xla_force_host_platform_device_count=4").strip()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden.npz")
+SHAPE = (4, 4, 1)
+C = 3
+
+
+def mlp_apply(params, x):
+  """Tiny MLP on flattened inputs: ``[b, *SHAPE] -> [b, C]``."""
+  h = jnp.tanh(x.reshape(x.shape[0], -1) @ params["w1"] + params["b1"])
+  return h @ params["w2"] + params["b2"]
+
+
+def linear_apply(params, x):
+  """Binary linear classifier ``[-z, z]``, ``z = w.x + b``."""
+  z = x.reshape(x.shape[0], -1) @ params["w"] + params["b"]
+  return jnp.stack([-z, z], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearDEQ:
+  """Toy DEQ ``z = A z + W x``, logits ``[0, v.z + b]`` (as in test_deq_srs)."""
+
+  def __call__(self, params, x, z0, solver):
+    from rsjax import deq
+    u = x.reshape(x.shape[0], -1) @ params["W"].T
+    z0 = jnp.zeros_like(u) if z0 is None else z0
+    res = deq.solve(lambda z: z @ params["A"].T + u, z0, solver)
+    score = res.z @ params["v"] + params["b"]
+    return jnp.stack([jnp.zeros_like(score), score], axis=-1), res
+
+
+def _problem():
+  rng = np.random.default_rng(11)
+  d = int(np.prod(SHAPE))
+  mlp = {"w1": rng.normal(size=(d, 8)).astype(np.float32),
+         "b1": rng.normal(size=8).astype(np.float32) * 0.1,
+         "w2": rng.normal(size=(8, C)).astype(np.float32),
+         "b2": np.zeros(C, np.float32)}
+  lin = {"w": rng.normal(size=d).astype(np.float32), "b": np.float32(0.05)}
+  x = rng.uniform(0, 1, size=(5,) + SHAPE).astype(np.float32)
+  sig_b = np.array([0.2, 0.3, 0.25, 0.5, 0.15], np.float32)
+  sig_d = rng.uniform(0.1, 0.4, size=(5,) + SHAPE).astype(np.float32)
+  train = rng.uniform(0, 1, size=(30,) + SHAPE).astype(np.float32)
+  dq = 6
+  q, _ = np.linalg.qr(rng.normal(size=(dq, dq)))
+  deq_params = {"A": ((q * np.linspace(0, 0.8, dq)) @ q.T).astype(np.float32),
+                "W": rng.normal(size=(dq, 3)).astype(np.float32),
+                "v": rng.normal(size=dq).astype(np.float32), "b": np.float32(0.0)}
+  x_deq = rng.uniform(0, 1, size=(3, 3)).astype(np.float32)
+  return mlp, lin, x, sig_b, sig_d, train, deq_params, x_deq
+
+
+def _cert(prefix, cert, out):
+  out[prefix + "/prediction"] = np.asarray(cert.prediction)
+  out[prefix + "/radius"] = np.asarray(cert.radius)
+  out[prefix + "/p_lower"] = np.asarray(cert.p_lower)
+  out[prefix + "/counts"] = np.asarray(cert.counts)
+  if cert.counts_selection is not None:
+    out[prefix + "/counts_selection"] = np.asarray(cert.counts_selection)
+  for extra in ("normalized_radius", "alm", "sigma", "slack", "prediction_mc", "radius_mc",
+                "mismatch_upper", "check_selected", "check_agree", "residual", "check_residual"):
+    v = getattr(cert, extra, None)
+    if v is not None:
+      out[f"{prefix}/{extra}"] = np.asarray(v)
+
+
+def compute() -> dict[str, np.ndarray]:
+  """Runs every case and returns ``{name: array}``."""
+  import rsjax
+  from rsjax import anisotropic, ddrs, deq, idrs
+
+  mlp, lin, x, sig_b, sig_d, train, deq_params, x_deq = _problem()
+  out = {}
+  small = dict(n0=20, n=400, alpha=0.01, batch_size=64)
+  ids = np.array([3, 9, 1, 40, 7])
+
+  # The cases share sample sizes, shapes and models where they can, so that the
+  # engine compiles few programs (this test must stay fast).
+  # rsjax.sample_counts: every noise and sigma shape.
+  for noise in ("gaussian", "laplace", "uniform"):
+    for name, sig in (("scalar", 0.3), ("input", sig_b), ("dim", sig_d)):
+      out[f"counts/{noise}/{name}"] = rsjax.sample_counts(
+          jax.random.key(1), mlp_apply, mlp, x, sigma=sig, num_classes=C, num=400,
+          batch_size=64, ids=ids, noise=noise)
+  out["counts/bf16"] = rsjax.sample_counts(
+      2, mlp_apply, mlp, x, sigma=0.3, num_classes=C, num=400, batch_size=64,
+      compute_dtype=jnp.bfloat16)
+
+  # rsjax.certify / predict.
+  for noise in ("gaussian", "laplace", "uniform"):
+    _cert(f"certify/{noise}", rsjax.certify(jax.random.key(3), mlp_apply, mlp, x, sigma=0.4,
+                                            num_classes=C, noise=noise, ids=ids, **small), out)
+  _cert("certify/multiclass", rsjax.certify(jax.random.key(4), mlp_apply, mlp, x, sigma=sig_b,
+                                            num_classes=C, multiclass=True, **small), out)
+  _cert("certify/per_dim", rsjax.certify(5, mlp_apply, mlp, x, sigma=sig_d, num_classes=C,
+                                         **small), out)
+  _cert("certify/linear", rsjax.certify(6, linear_apply, lin, x, sigma=0.5, num_classes=2,
+                                        **small), out)
+  out["predict/gaussian"] = rsjax.predict(jax.random.key(7), mlp_apply, mlp, x, sigma=0.3,
+                                          num_classes=C, n=400, alpha=0.01, batch_size=64)
+  out["predict/laplace"] = rsjax.predict(8, mlp_apply, mlp, x, sigma=sig_b, num_classes=C, n=400,
+                                         alpha=0.05, batch_size=64, noise="laplace", ids=ids)
+
+  # rsjax.idrs.
+  _cert("idrs/constant", idrs.certify(9, mlp_apply, mlp, x, design=idrs.ConstantSigma(0.3),
+                                      num_classes=C, **small), out)
+  knn = idrs.KnnSigma(train, 0.3, 0.05, k=3, m=1.0)
+  _cert("idrs/knn", idrs.certify(10, linear_apply, lin, x, design=knn, num_classes=2, ids=ids,
+                                 **small), out)
+
+  # rsjax.anisotropic (UCAN).
+  pat = anisotropic.pattern_sigma(SHAPE, pattern="l2") * 0.3
+  _cert("ucan/pattern", anisotropic.certify(11, mlp_apply, mlp, x, sigma=pat, num_classes=C,
+                                            **small), out)
+  _cert("ucan/mu", anisotropic.certify(12, mlp_apply, mlp, x, sigma=sig_d, mu=0.05 * sig_d,
+                                       num_classes=C, noise="laplace", ids=ids, **small), out)
+  _cert("ucan/unsound", anisotropic.certify(13, mlp_apply, mlp, x, sigma=sig_d, num_classes=C,
+                                            input_dependent=True, allow_unsound=True,
+                                            multiclass=True, **small), out)
+
+  # rsjax.ddrs.
+  opt = ddrs.optimize_sigma(14, mlp_apply, mlp, x, sigma0=0.25, steps=5, lr=0.05, num_samples=4)
+  out["ddrs/sigma"] = opt
+  out["ddrs/objective"] = ddrs.smoothing_objective(15, mlp_apply, mlp, x, sigma=opt,
+                                                   num_samples=4)
+  _cert("ddrs/plain", ddrs.certify(16, mlp_apply, mlp, x, sigma=opt, num_classes=C, **small), out)
+  mem = ddrs.MemoryCertifier()
+  for i, order in enumerate((np.arange(5), np.array([4, 0, 3, 1, 2]))):
+    _cert(f"ddrs/memory{i}", ddrs.certify(17 + i, linear_apply, lin, x[order] + 0.01 * i,
+                                          sigma=opt[order] * 2, num_classes=2, memory=mem,
+                                          ids=order, **small), out)
+
+  # rsjax.deq: standard RS and SRS (the paper's bound and the authors' code's).
+  deq_fn = LinearDEQ()
+  dsmall = dict(n0=16, n=200, alpha=0.05)
+  _cert("deq/standard", deq.certify_deq(19, deq_fn, deq_params, x_deq, sigma=0.3, num_classes=2,
+                                        method="standard", steps=20, batch_size=64, **dsmall), out)
+  srs_kw = dict(num_classes=2, method="srs", steps=2, warmup_steps=8, check_steps=20, m=40,
+                batch_size=32, **dsmall)
+  _cert("deq/srs", deq.certify_deq(20, deq_fn, deq_params, x_deq, sigma=[0.2, 0.3, 0.4],
+                                   **srs_kw), out)
+  _cert("deq/srs_code", deq.certify_deq(21, deq_fn, deq_params, x_deq, sigma=0.3,
+                                        correction="authors_code", **srs_kw), out)
+  return out
+
+
+if __name__ == "__main__":
+  results = compute()
+  np.savez_compressed(GOLDEN, **results)
+  print(f"wrote {len(results)} arrays to {GOLDEN} ({os.path.getsize(GOLDEN)} bytes)",
+        file=sys.stderr)
