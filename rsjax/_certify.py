@@ -152,6 +152,7 @@ def certify(
     noise=None,
     multiclass: bool = False,
     compute_dtype=None,
+    budget=None,
 ) -> Certificate:
   """Cohen et al.'s CERTIFY for a batch of inputs.
 
@@ -174,13 +175,25 @@ def certify(
     noise: noise family (default Gaussian, L2).
     multiclass: Cohen's multiclass radius with simultaneous bounds.
     compute_dtype: optional reduced precision for the classifier (see ``sample_counts``).
+    budget: a radius grid (``rsjax.budgeted.Budget`` or a sequence of radii):
+      budgeted CERTIFY, which stops each input once its certified grid radius
+      can no longer change, with at most ``n`` estimation samples and the same
+      guarantee (``rsjax.budgeted.certify``; binary radius only).
 
   Returns:
-    ``Certificate`` with NumPy fields.
+    ``Certificate`` with NumPy fields (a ``BudgetedCertificate``, which also
+    holds ``num_samples``, with ``budget``).
 
   Raises:
     ValueError: for bad arguments (named in the message).
   """
+  if budget is not None:
+    if multiclass:
+      raise ValueError("budget= gives the binary radius only, not multiclass=True")
+    from rsjax import budgeted  # lazy: budgeted builds on this module
+    return budgeted.certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
+                            budget=budget, n0=n0, n_max=n, alpha=alpha, batch_size=batch_size,
+                            ids=ids, noise=noise, compute_dtype=compute_dtype)
   alpha = _check_alpha(alpha)
   n0 = _check_positive_int("n0", n0)
   n = _check_positive_int("n", n)

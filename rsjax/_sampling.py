@@ -32,7 +32,8 @@ from jax.sharding import PartitionSpec as P
 from rsjax import _memory
 from rsjax import noise as noise_lib
 
-__all__ = ["sample_counts", "counts_prepared", "as_key", "SamplingPlan", "make_plan", "prepare_inputs"]
+__all__ = ["sample_counts", "counts_prepared", "noisy_counts", "as_key", "SamplingPlan", "make_plan",
+           "prepare_inputs"]
 
 ApplyFn = Callable[[Any, jax.Array], jax.Array]
 
@@ -191,19 +192,21 @@ def cast_floating(params, dtype):
       if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p, params)
 
 
-def _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, ids_g, chunk,
-                 compute_dtype):
-  """Counts of one step: ``g`` inputs x ``s`` samples -> ``[g, C + 1]`` int32.
+def noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, valid,
+                 compute_dtype=None) -> jax.Array:
+  """Class counts of samples ``j`` of ``g`` inputs: ``[g, C + 1]`` int32 (traceable).
 
-  Column ``C`` counts the samples whose logits are not all finite (their argmax
-  is meaningless; the host refuses to use counts where it is nonzero).
+  Draws the noise of samples ``j`` (``[s]`` uint32, the same indices for every
+  input) with :func:`sample_noise`, runs ``apply_fn`` on the ``g * s`` noisy
+  inputs in one forward batch and counts the argmax classes of the samples
+  where ``valid`` (``[s]`` bool) holds. Column ``C`` counts the samples whose
+  logits are not all finite (their argmax is meaningless; the host refuses to
+  use counts where it is nonzero, :func:`check_finite_outputs`). Every sampler
+  of the engine (the planned passes here, the rounds of ``rsjax.budgeted``)
+  counts through this function.
   """
-  s = plan.samples_per_step
-  g = plan.inputs_per_step
+  g, s = x_g.shape[0], j.shape[0]
   shape = x_g.shape[1:]
-  j = chunk * s + jnp.arange(s, dtype=jnp.uint32)
-  valid = j < plan.num
-
   eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
   xn = x_g[:, None] + sig_g[:, None] * eps
   xn = xn.reshape((g * s,) + shape)
@@ -225,6 +228,14 @@ def _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, id
   bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid[None, :]
   return jnp.concatenate([jnp.sum(onehot, axis=1, dtype=jnp.int32),
                           jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]], axis=1)
+
+
+def _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, ids_g, chunk,
+                 compute_dtype):
+  """Counts of one step: ``g`` inputs x ``s`` samples -> ``[g, C + 1]`` int32."""
+  j = chunk * plan.samples_per_step + jnp.arange(plan.samples_per_step, dtype=jnp.uint32)
+  return noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j,
+                      j < plan.num, compute_dtype)
 
 
 @functools.partial(

@@ -46,6 +46,18 @@ _positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
 _probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
 
 
+def _grid(text: str) -> tuple[float, ...]:
+  """An argparse ``type=`` for a radius grid ``0,0.25,0.5``: ascending radii >= 0."""
+  try:
+    radii = tuple(float(v) for v in text.split(","))
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected comma-separated radii, got {text!r}") from None
+  if not all(np.isfinite(r) and r >= 0 for r in radii) or any(
+      b <= a for a, b in zip(radii, radii[1:])):
+    raise argparse.ArgumentTypeError(f"radii must be >= 0 and strictly increasing, got {text}")
+  return radii
+
+
 def _load_dataset(name: str, split: str, data_dir: str | None):
   from rsjax import data
   try:
@@ -128,13 +140,17 @@ def _method_certify_fn(args, key, apply_fn, params, model, ds):
   import rsjax
   common = dict(num_classes=ds.num_classes, n0=args.N0, n=args.N, alpha=args.alpha,
                 batch_size=args.batch)
+  if args.grid is not None and (args.method != "cohen" or args.multiclass):
+    raise CliError("--grid (budgeted CERTIFY) works with --method cohen and the binary radius only")
   if args.method == "cohen":
     sigma = args.sigma
 
     def fn(x, ids):
       return rsjax.certify(key, apply_fn, params, x, sigma=sigma, ids=ids, noise=args.noise,
-                           multiclass=args.multiclass, **common)
+                           multiclass=args.multiclass, budget=args.grid, **common)
 
+    if args.grid is not None:
+      return fn, ("samples",), lambda cert, j: {"samples": int(cert.num_samples[j])}
     return fn, (), None
   if args.method == "idrs":
     from rsjax import idrs
@@ -198,7 +214,9 @@ def cmd_certify(args) -> int:
   from rsjax import runner
   model, _, ds, apply_fn, params, indices, key = _sampling_run(args)
   fn, extra_cols, extra_fn = _method_certify_fn(args, key, apply_fn, params, model, ds)
-  inputs_per_call = args.inputs_per_call or max(1, min(16, args.batch * 4 // max(args.N, 1)))
+  # Budgeted inputs stop independently and share launches: certify 16 per call.
+  inputs_per_call = args.inputs_per_call or (
+      16 if args.grid is not None else max(1, min(16, args.batch * 4 // max(args.N, 1))))
   os.makedirs(os.path.dirname(os.path.abspath(args.outfile)), exist_ok=True)
   # Several processes (hosts): each certifies a strided share of the indices into
   # its own rows file; process 0 merges them. The noise of an input depends only
@@ -333,6 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--N0", type=_positive_int, default=100, help="selection samples")
   c.add_argument("--multiclass", action="store_true",
                  help="multiclass radius with simultaneous bounds (Gaussian only)")
+  c.add_argument("--grid", type=_grid, default=None,
+                 help="budgeted CERTIFY for this radius grid (e.g. 0,0.25,0.5,0.75): stop each "
+                 "input once its certified grid radius is decided, at most --N samples; adds a "
+                 "'samples' column")
   c.add_argument("--method", default="cohen", choices=["cohen", "idrs", "deq-standard", "srs"])
   c.add_argument("--idrs-rate", type=float, default=0.01, help="IDRS semi-elasticity r")
   c.add_argument("--idrs-k", type=_positive_int, default=20, help="IDRS nearest neighbours k")

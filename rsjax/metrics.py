@@ -34,6 +34,7 @@ __all__ = [
     "format_table",
     "high_prob_certified_accuracy",
     "radius_grid",
+    "samples_summary",
     "summarize",
 ]
 
@@ -204,6 +205,29 @@ def best_over_sigma(results: Sequence, radii) -> tuple[np.ndarray, np.ndarray]:
   return envelope(np.stack(curves))
 
 
+def samples_summary(samples) -> dict:
+  """Mean and distribution of the samples used per input (budgeted CERTIFY).
+
+  Args:
+    samples: ``[N]`` estimation samples per input (the ``samples`` column).
+
+  Returns:
+    A dict with ``mean``, ``min``, ``p10``, ``median``, ``p90`` and ``max``.
+  """
+  s = np.asarray(samples, dtype=np.float64)
+  if s.ndim != 1 or s.shape[0] == 0 or not np.all(np.isfinite(s)):
+    raise ValueError(f"samples must be a non-empty 1-D array of numbers, got shape {s.shape}")
+  q = np.percentile(s, [0, 10, 50, 90, 100])
+  return {"mean": float(s.mean()), "min": q[0], "p10": q[1], "median": q[2], "p90": q[3],
+          "max": q[4]}
+
+
+def _samples_of(results):
+  extra = getattr(results, "extra", None) or {}
+  s = extra.get("samples")
+  return None if s is None or s.dtype == object else s
+
+
 def summarize(results, radii) -> dict:
   """Summary of one certify file.
 
@@ -216,13 +240,16 @@ def summarize(results, radii) -> dict:
     A dict with ``n``, ``accuracy`` (certified accuracy at radius 0, i.e. the
     accuracy of the smoothed classifier with abstain counted wrong),
     ``abstention``, ``acr``, ``radii`` ``[R]``, ``certified_accuracy`` ``[R]`` and
-    ``mean_time`` (seconds, NaN when there is no time column).
+    ``mean_time`` (seconds, NaN when there is no time column) and, for files of
+    budgeted CERTIFY (a ``samples`` column), ``samples`` (:func:`samples_summary`).
   """
   correct, radius, predict = _fields(results)
   radii = np.atleast_1d(np.asarray(radii, dtype=np.float64))
   correct_b, _ = _arrays(correct, radius, predict)
   t = getattr(results, "time", None)
+  samples = _samples_of(results)
   return {
+      **({"samples": samples_summary(samples)} if samples is not None else {}),
       "n": int(correct_b.shape[0]),
       "accuracy": float(np.mean(correct_b)),
       "abstention": abstention_rate(predict) if predict is not None else float("nan"),
@@ -238,7 +265,9 @@ def format_table(results: Mapping, radii, *, fmt: str = "text", digits: int = 3,
   """Table of certified accuracy at radii, with ACR and abstention, one row per file.
 
   The best value of each radius column is marked (``*``) when there are several
-  rows, as in the reference ``analyze.py``.
+  rows, as in the reference ``analyze.py``. When a file has a ``samples`` column
+  (budgeted CERTIFY), the mean and the 10% / 50% / 90% quantiles of the samples
+  per input follow the certified accuracies.
 
   Args:
     results: mapping ``label -> certify results`` (insertion order kept).
@@ -260,14 +289,21 @@ def format_table(results: Mapping, radii, *, fmt: str = "text", digits: int = 3,
   acc = np.stack([s["certified_accuracy"] for s in sums])
   best = acc.max(axis=0)
   mark = len(sums) > 1
+  budgeted = any("samples" in s for s in sums)
   header = ["", *[f"r={r:g}" for r in radii], "ACR", "abstain", "n"]
+  header += ["samples mean", "p10/p50/p90"] if budgeted else []
   rows = []
   for label, s, a in zip(labels, sums, acc):
     cells = [f"{v:.{digits}f}" + ("*" if mark and v == b else "") for v, b in zip(a, best)]
     rows.append([label, *cells, f"{s['acr']:.{digits}f}", f"{s['abstention']:.{digits}f}",
                  str(s["n"])])
+    if budgeted:
+      q = s.get("samples")
+      rows[-1] += ["", ""] if q is None else [
+          f"{q['mean']:.0f}", f"{q['p10']:.0f}/{q['median']:.0f}/{q['p90']:.0f}"]
   if show_envelope:
-    rows.append(["envelope", *[f"{v:.{digits}f}" for v in best], "", "", ""])
+    rows.append(["envelope", *[f"{v:.{digits}f}" for v in best], "", "", ""]
+                + ["", ""] * budgeted)
   if fmt == "markdown":
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

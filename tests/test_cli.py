@@ -55,6 +55,19 @@ def test_certify_analyze_and_predict(trained, tmp_path, capsys):
   assert len(io.read_predict(pout).idx) == 5
 
 
+def test_certify_grid_budgeted_and_analyze(trained, tmp_path, capsys):
+  out = tmp_path / "b.tsv"
+  assert run_cli("certify", trained, out, "--N", "4000", "--N0", "50", "--skip", "30",
+                 "--batch", "500", "--grid", "0,0.25,0.5", "--quiet") == 0
+  res = io.read_certify(out)
+  samples = res.extra["samples"]
+  assert len(res.idx) == 10 and np.all((samples >= 1000) & (samples <= 4000))
+  assert np.mean(res.correct) > 0.5
+  assert run_cli("analyze", out, "--radii", "0", "0.25") == 0
+  assert "samples mean" in capsys.readouterr().out
+  assert run_cli("certify", trained, tmp_path / "m.tsv", "--grid", "0,0.5", "--multiclass") == 2
+
+
 def test_certify_survives_kill_9(trained, tmp_path):
   args = ["certify", str(trained), None, "--N", "3000", "--N0", "50", "--batch", "500",
           "--max", "24", "--inputs-per-call", "1", "--seed", "5", "--quiet"]
@@ -113,6 +126,7 @@ def test_errors_name_the_problem_and_the_fix(argv, needle, tmp_path, capsys):
         (["--skip", "zero"], "--skip"),
         (["--batch", "-3"], "--batch"),
         (["--noise", "cauchy"], "--noise"),
+        (["--grid", "0.5,0.25"], "--grid"),
     ],
 )
 def test_bad_flags(flags, needle, capsys):

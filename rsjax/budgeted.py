@@ -1,0 +1,404 @@
+"""Budgeted CERTIFY: sound early stopping for a radius grid.
+
+Cohen et al.'s CERTIFY spends ``n`` samples on every input, although most
+inputs are decided long before: a clean input clears the largest radius of a
+paper's table after a few thousand samples, a hopeless one shows
+``p_A < 1/2`` after a few hundred. :func:`certify` (``rsjax.certify(...,
+budget=Budget(grid=...))``) samples in rounds and stops each input as soon as
+its certified *grid* radius can no longer change, up to ``n_max`` samples.
+
+**The bound: a fixed grid of looks with the error split between them.** The
+estimation samples of an input are looked at only after ``n_1 < n_2 < ... <
+n_K = n_max`` of them (:meth:`Budget.looks`; fixed before any sample is drawn,
+a function of ``n_max`` and the budget only). Look ``k`` gets the one-sided
+Clopper-Pearson lower bound ``LB_k`` of the top-class count at level
+``alpha_k`` with ``sum_k alpha_k = alpha`` (:meth:`Budget.alphas`). An input
+that stops at look ``tau`` (any rule, however data-dependent) reports
+``LB_tau``; then::
+
+  P(LB_tau > p_A) <= P(exists k: LB_k > p_A) <= sum_k P(LB_k > p_A) <= sum_k alpha_k = alpha
+
+(the union bound; each ``LB_k`` is an exact level-``alpha_k`` bound for the
+fixed sample size ``n_k`` of i.i.d. Bernoulli(p_A) draws). So the certificate
+holds with probability at least ``1 - alpha`` per input, exactly as CERTIFY's,
+and the rule may stop on whatever it sees. This is the "alpha spending" of
+group-sequential tests (Pocock 1977, "Group sequential methods in the design
+and analysis of clinical trials", Biometrika 64(2); Lan and DeMets 1983) with
+Clopper-Pearson intervals (Clopper and Pearson 1934). It was chosen over an
+anytime-valid confidence sequence (Robbins 1970 mixtures; Waudby-Smith and
+Ramdas 2023, "Estimating means of bounded random variables by betting") because
+with a handful of geometric looks it loses only ``log(K)`` in the exponent,
+and at ``n_max`` it gives nearly CERTIFY's bound (half of ``alpha`` is kept for
+the last look by default), which an anytime sequence does not.
+
+**The stopping rule** (never needed for soundness, only for efficiency): with
+``level(p)`` the index of the largest grid radius ``<= radius(p)`` (``-1``:
+abstain, ``p < 1/2``), an input stops at look ``k`` when ``level(LB_k)``
+already equals the highest level it could still end at: the smaller of
+``level(UB_k)`` (a Clopper-Pearson upper bound, the "cannot reach the next
+level" test) and the level of the best bound any later look could give if every
+remaining sample were a success. This covers "clears the largest grid radius",
+"cannot reach the next level", "even all successes up to ``n_max`` would not
+reach it" and "abstain is certain".
+
+**Reproducible rounds.** Sample ``j`` of input ``i`` is drawn from
+``fold_in(fold_in(k_est, ids[i]), j)`` with the same ``k_est = fold_in(key, 1)``
+as :func:`rsjax.certify`, so a later round continues the same stream, the counts
+at ``n_k`` equal ``rsjax.sample_counts(k_est, ..., num=n_k)`` and an input that
+runs to ``n_max`` has exactly fixed-N CERTIFY's counts. The selection pass
+(``n0`` samples, ``fold_in(key, 0)``) stays separate, as in CERTIFY.
+
+**Shared launches.** Inputs stop independently, but each round is one list of
+``(input, sample range)`` work items over the inputs still running, spread over
+the local devices and launched in a few fixed-size scans, so the device stays
+busy and wall time falls with the samples used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from rsjax import noise as noise_lib
+from rsjax import stats
+from rsjax._certify import ABSTAIN, Certificate
+from rsjax._sampling import (as_key, cast_floating, check_finite_outputs, counts_prepared,
+                             noisy_counts, prepare_inputs)
+
+__all__ = ["Budget", "BudgetedCertificate", "certify", "certify_prepared", "sequential_bounds",
+           "grid_level"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+  """How budgeted CERTIFY looks at its samples.
+
+  Attributes:
+    grid: the radii whose certified accuracy matters, ascending, >= 0 (0 is
+      added when missing). An input stops once its certified grid radius can
+      no longer change.
+    first: samples at the first look.
+    ratio: growth of the looks, ``n_{k+1} = ceil(ratio * n_k)`` (the last one
+      is ``n_max``).
+    final_share: the share of ``alpha`` kept for the last look ``n_max``; the
+      rest is split evenly over the earlier looks.
+    stop_alpha: level of the Clopper-Pearson upper bound of the "cannot reach
+      the next level" test. It only decides when to stop (the guarantee does
+      not depend on it); a larger value stops earlier and, with probability up
+      to about ``stop_alpha`` per look, one level below what more samples would
+      have certified.
+  """
+
+  grid: tuple[float, ...]
+  first: int = 1000
+  ratio: float = 2.0
+  final_share: float = 0.5
+  stop_alpha: float = 0.001
+
+  def __post_init__(self):
+    try:
+      g = np.asarray(self.grid, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+      raise ValueError(f"grid must be a sequence of radii, got {self.grid!r}") from None
+    if g.size == 0 or not np.all(np.isfinite(g)) or np.any(g < 0) or np.any(np.diff(g) <= 0):
+      raise ValueError(
+          f"grid must be non-empty, finite, >= 0 and strictly increasing, got {self.grid!r}")
+    if g[0] != 0.0:
+      g = np.concatenate([[0.0], g])
+    object.__setattr__(self, "grid", tuple(float(r) for r in g))
+    if isinstance(self.first, bool) or not isinstance(self.first, (int, np.integer)) or self.first < 1:
+      raise ValueError(f"first must be an integer >= 1, got {self.first!r}")
+    if not float(self.ratio) > 1.0:
+      raise ValueError(f"ratio must be > 1, got {self.ratio!r}")
+    if not 0.0 < float(self.final_share) <= 1.0:
+      raise ValueError(f"final_share must lie in (0, 1], got {self.final_share!r}")
+    stats.check_alpha(self.stop_alpha)
+
+  def looks(self, n_max: int) -> np.ndarray:
+    """The sample counts ``n_1 < ... < n_K = n_max`` at which bounds are computed: ``[K]`` int64."""
+    n_max = int(n_max)
+    looks = []
+    n = min(int(self.first), n_max)
+    while n < n_max:
+      looks.append(n)
+      n = max(n + 1, math.ceil(n * float(self.ratio)))
+    looks.append(n_max)
+    return np.asarray(looks, dtype=np.int64)
+
+  def alphas(self, alpha: float, n_max: int) -> np.ndarray:
+    """The level ``alpha_k`` of each look: ``[K]`` float64 summing to ``alpha``.
+
+    The last look gets ``final_share * alpha`` and the ``K - 1`` earlier ones
+    ``(1 - final_share) * alpha / (K - 1)`` each (all of ``alpha`` when ``K = 1``).
+    By the union bound the probability that *any* look's lower bound exceeds
+    ``p_A`` is at most the sum, ``alpha`` (module docstring).
+    """
+    alpha = stats.check_alpha(alpha)
+    k = len(self.looks(n_max))
+    if k == 1:
+      return np.asarray([alpha])
+    early = (1.0 - float(self.final_share)) * alpha / (k - 1)
+    return np.asarray([early] * (k - 1) + [float(self.final_share) * alpha])
+
+
+def grid_level(p, grid, *, noise=None, scale=1.0, dim: int = 1) -> np.ndarray:
+  """Grid level of a probability bound: the index of the largest ``grid`` radius
+  ``<= radius(p)``, or -1 (abstain) where ``p < 1/2``.
+
+  ``grid`` starts at 0, so ``p >= 1/2`` gives a level >= 0, as CERTIFY predicts
+  at ``p_lower >= 1/2`` with radius 0 at exactly 1/2. The comparison is
+  ``radius >= r``, the one of ``rsjax.metrics.certified_accuracy``.
+  """
+  noise = noise_lib.get_noise(noise)
+  p = np.asarray(p, dtype=np.float64)
+  r = np.asarray(noise.radius(p, scale, dim), dtype=np.float64)
+  lvl = np.searchsorted(np.asarray(grid, np.float64), r, side="right") - 1
+  return np.where(p >= 0.5, lvl, -1)
+
+
+CountFn = Callable[[np.ndarray, int, int], np.ndarray]
+
+
+def sequential_bounds(count_fn: CountFn, num_inputs: int, *, n_max: int, alpha: float,
+                      budget: Budget, noise=None, scale=1.0, dim: int = 1):
+  """The looks, bounds and stopping rule on the host, for any source of counts.
+
+  Args:
+    count_fn: ``count_fn(active [m] int, start, stop) -> [m]`` top-class
+      successes among samples ``start .. stop - 1`` of the inputs ``active``
+      (positions in ``0 .. num_inputs - 1``). The device engine in
+      :func:`certify_prepared`; simulated binomial counts in the coverage test.
+    num_inputs: B.
+    n_max: the largest number of estimation samples per input.
+    alpha: the error level per input (split over the looks).
+    budget: grid and looks.
+    noise: noise family of the radius.
+    scale: ``[B]`` (or scalar) noise scale of the radius.
+    dim: input dimension (Linf radius of uniform noise).
+
+  Returns:
+    ``(successes [B] int64, samples [B] int64, p_lower [B] float64)``: the
+    top-class count, the number of estimation samples used and the lower bound
+    at the look where each input stopped.
+  """
+  noise = noise_lib.get_noise(noise)
+  looks, alphas = budget.looks(n_max), budget.alphas(alpha, n_max)
+  scale = np.broadcast_to(np.asarray(scale, np.float64), (num_inputs,))
+  successes = np.zeros(num_inputs, np.int64)
+  samples = np.zeros(num_inputs, np.int64)
+  p_lower = np.zeros(num_inputs, np.float64)
+  active = np.arange(num_inputs)
+  start = 0
+  for k, (n_k, a_k) in enumerate(zip(looks, alphas)):
+    successes[active] += np.asarray(count_fn(active, start, int(n_k)), np.int64)
+    samples[active] = n_k
+    s_a = successes[active]
+    lb = stats.clopper_pearson_lower(s_a, n_k, a_k)
+    level = functools.partial(grid_level, grid=budget.grid, noise=noise, scale=scale[active],
+                              dim=dim)
+    lo = level(lb)
+    if k + 1 < len(looks):
+      ub = stats.clopper_pearson_upper(s_a, n_k, budget.stop_alpha)
+      # The best bound a later look j could give: all its n_j - n_k new samples succeed.
+      later = zip(looks[k + 1:], alphas[k + 1:])
+      best = np.max([stats.clopper_pearson_lower(s_a + n_j - n_k, n_j, a_j) for n_j, a_j in later],
+                    axis=0)
+      stop = lo >= np.minimum(level(ub), level(best))
+    else:
+      stop = np.ones(len(active), bool)
+    p_lower[active[stop]] = lb[stop]
+    active = active[~stop]
+    start = int(n_k)
+    if active.size == 0:
+      break
+  return successes, samples, p_lower
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetedCertificate(Certificate):
+  """A :class:`rsjax.Certificate` of budgeted CERTIFY, plus the samples used.
+
+  Attributes:
+    num_samples: ``[B]`` int64 estimation samples used per input (the ``n0``
+      selection samples come on top).
+    grid: the radius grid it stopped on.
+  """
+
+  num_samples: np.ndarray | None = None
+  grid: tuple[float, ...] = ()
+
+
+def _mesh(devices: int) -> jax.sharding.Mesh:
+  return jax.sharding.Mesh(np.array(jax.local_devices()[:devices]), ("dev",))
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "noise", "num_classes", "samples_per_step",
+                                             "mesh", "compute_dtype"))
+def _items_jit(key, params, x, sig, ids, items, *, apply_fn, noise, num_classes, samples_per_step,
+               mesh, compute_dtype):
+  """Counts of a list of work items ``[devices, T, 3]`` uint32 ``(input, first, end)``.
+
+  Item ``(i, a, b)`` counts samples ``a .. min(a + s, b) - 1`` of input ``i``
+  (``s = samples_per_step``); padding items have ``a == b``. Each device scans
+  its row of items and returns partial counts ``[B, C + 1]`` (column ``C``:
+  samples with non-finite logits, as in the engine).
+  """
+  params = cast_floating(params, compute_dtype)
+
+  def per_device(key, params, x, sig, ids, items):
+    def body(counts, item):
+      i, a, b = item[0], item[1], item[2]
+      j = a + jnp.arange(samples_per_step, dtype=jnp.uint32)
+      take = lambda arr: jax.lax.dynamic_index_in_dim(arr, i, keepdims=True)
+      c = noisy_counts(apply_fn, params, noise, num_classes, key, take(x), take(sig), take(ids),
+                       j, j < b, compute_dtype)
+      return counts.at[i].add(c[0]), None
+
+    counts0 = jnp.zeros((x.shape[0], num_classes + 1), jnp.int32)
+    counts, _ = jax.lax.scan(body, counts0, items[0])
+    return counts[None]
+
+  fn = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(), P(), P(), P(), P("dev")),
+                     out_specs=P("dev"), check_vma=False)
+  return fn(key, params, x, sig, ids, items)
+
+
+def _round_items(active: np.ndarray, start: int, stop: int, s: int) -> np.ndarray:
+  """Work items ``[m * chunks, 3]`` covering samples ``start .. stop - 1`` of each active input."""
+  firsts = np.arange(start, stop, s, dtype=np.int64)
+  inp = np.repeat(active, len(firsts))
+  a = np.tile(firsts, len(active))
+  return np.stack([inp, a, np.minimum(a + s, stop)], axis=1).astype(np.uint32)
+
+
+def certify_prepared(key, apply_fn, params, x_np, sig, ids_arr, *, num_classes: int, budget: Budget,
+                     n0: int, n_max: int, alpha: float, batch_size: int, noise=None,
+                     compute_dtype=None, devices: int | None = None,
+                     max_steps_per_launch: int = 64) -> BudgetedCertificate:
+  """Budgeted CERTIFY on inputs validated by ``prepare_inputs`` (typed ``key``).
+
+  See :func:`certify`; ``max_steps_per_launch`` bounds the scan length of one
+  launch per device (launch sizes are powers of 4 up to it, so a run compiles
+  a handful of programs).
+  """
+  noise = noise_lib.get_noise(noise)
+  k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
+  c0 = counts_prepared(k_sel, apply_fn, params, x_np, sig, ids_arr, num=n0, num_classes=num_classes,
+                       batch_size=batch_size, noise=noise, compute_dtype=compute_dtype,
+                       devices=devices)
+  guess = c0.argmax(axis=1)
+  b = x_np.shape[0]
+  ndev = len(jax.local_devices()) if devices is None else min(int(devices), len(jax.local_devices()))
+  mesh = _mesh(ndev)
+  s = min(int(batch_size), int(n_max))
+  replicated = jax.sharding.NamedSharding(mesh, P())
+  dev_args = jax.device_put((k_est, params, x_np, sig, ids_arr), replicated)
+  counts = np.zeros((b, num_classes), np.int64)
+
+  def count_fn(active, start, stop):
+    items = _round_items(active, start, stop, s)
+    partials = []
+    while len(items):
+      # The largest launch size (a power of 4, at most max_steps_per_launch steps
+      # per device) that the remaining items fill: few programs, and padding only
+      # in the last launch of a round (fewer than `devices` items).
+      per_dev = -(-len(items) // ndev)
+      t = min(max_steps_per_launch, 4 ** int(math.log(per_dev, 4) + 1e-9))
+      launch, items = items[:t * ndev], items[t * ndev:]
+      pad = t * ndev - len(launch)
+      if pad:  # padding items (0, 0, 0) count nothing
+        launch = np.concatenate([launch, np.zeros((pad, 3), np.uint32)])
+      # Round-robin over devices so a short launch still spreads over all of them.
+      launch = launch.reshape(t, ndev, 3).transpose(1, 0, 2)
+      partials.append(_items_jit(*dev_args, launch, apply_fn=apply_fn, noise=noise,
+                                 num_classes=num_classes, samples_per_step=s, mesh=mesh,
+                                 compute_dtype=compute_dtype))
+    # One host sync per round: the launches above were dispatched asynchronously.
+    new = sum(np.asarray(jax.device_get(p), np.int64).sum(axis=0) for p in partials)
+    check_finite_outputs(new[active, -1], ids_arr[active], stop - start)
+    counts[active] += new[active, :-1]
+    return new[active, guess[active]]
+
+  scale = sig.reshape(b, -1).astype(np.float64).min(axis=1)
+  dim = int(np.prod(x_np.shape[1:]))
+  _, used, p_lower = sequential_bounds(count_fn, b, n_max=n_max, alpha=alpha, budget=budget,
+                                       noise=noise, scale=scale, dim=dim)
+  ok = p_lower >= 0.5
+  radius = np.where(ok & (p_lower > 0.5), noise.radius(p_lower, scale, dim), 0.0)
+  k = len(budget.looks(n_max))
+  return BudgetedCertificate(
+      prediction=np.where(ok, guess, ABSTAIN).astype(np.int64),
+      radius=np.asarray(radius, np.float64),
+      p_lower=np.asarray(p_lower, np.float64),
+      counts=counts.astype(np.int32),
+      counts_selection=c0,
+      norm=noise.norm,
+      guarantee=(
+          f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
+          f"{k} fixed looks up to n_max={n_max} with alpha split over them, union bound); holds "
+          f"with prob >= 1 - {alpha} per input for the given sigma held fixed (not a guarantee "
+          "if sigma was chosen from x: see rsjax.idrs)"),
+      num_samples=used,
+      grid=budget.grid,
+  )
+
+
+def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget | Sequence[float],
+            n0: int = 100, n_max: int = 100_000, alpha: float = 0.001, batch_size: int = 1000,
+            ids=None, noise=None, compute_dtype=None, devices: int | None = None
+            ) -> BudgetedCertificate:
+  """Budgeted CERTIFY: stop each input once its certified grid radius is decided.
+
+  Also reached as ``rsjax.certify(..., budget=...)`` (with ``n`` as ``n_max``).
+  The guarantee is CERTIFY's (``P(radius wrong) <= alpha`` per input) under
+  data-dependent stopping, by Clopper-Pearson bounds at fixed looks with
+  ``alpha`` split between them (union bound; Pocock 1977, Lan and DeMets
+  1983); see the module docstring for the derivation and the stopping rule.
+
+  Args:
+    key: ``jax.random.key`` or int seed. Selection uses ``fold_in(key, 0)`` and
+      estimation ``fold_in(key, 1)``, as :func:`rsjax.certify`.
+    apply_fn: ``apply_fn(params, x) -> logits``.
+    params: pytree for ``apply_fn``.
+    x: ``[B, *input_shape]`` inputs.
+    sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
+    num_classes: C.
+    budget: a :class:`Budget`, or the radius grid (a sequence of radii) for
+      the default looks.
+    n0: selection samples.
+    n_max: the most estimation samples any input gets.
+    alpha: failure probability per input.
+    batch_size: forward passes per step (samples of one input per step).
+    ids: ``[B]`` dataset indices (reproducible noise per input).
+    noise: noise family (default Gaussian, L2).
+    compute_dtype: optional reduced precision (see ``rsjax.sample_counts``).
+    devices: number of local devices (default all).
+
+  Returns:
+    A :class:`BudgetedCertificate`: ``prediction``, ``radius`` (the sound
+    radius of the bound at the stopping look, at least its grid radius),
+    ``p_lower``, ``counts`` ``[B, C]`` of the samples used, ``num_samples``
+    ``[B]``.
+
+  Raises:
+    ValueError: for bad arguments (named in the message).
+  """
+  if not isinstance(budget, Budget):
+    budget = Budget(grid=tuple(np.asarray(budget, np.float64).reshape(-1)))
+  alpha = stats.check_alpha(alpha)
+  for name, v in (("n0", n0), ("n_max", n_max), ("batch_size", batch_size)):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
+      raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+  stats.check_sample_size(n_max, alpha)
+  x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
+  return certify_prepared(as_key(key), apply_fn, params, x_np, sig, ids_arr,
+                          num_classes=num_classes, budget=budget, n0=int(n0), n_max=int(n_max),
+                          alpha=alpha, batch_size=int(batch_size), noise=noise,
+                          compute_dtype=compute_dtype, devices=devices)
