@@ -41,7 +41,8 @@ def _number(convert, ok, requirement: str):
 
 
 _positive_int = _number(int, lambda v: v >= 1, ">= 1")
-_count = _number(int, lambda v: v >= -1, ">= 0 or -1 (all)")
+_count = _number(int, lambda v: v >= -1, ">= 0 or -1 (no limit)")
+_nonneg_int = _number(int, lambda v: v >= 0, ">= 0")
 _positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
 _probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
 
@@ -76,7 +77,32 @@ def _load_model(model_dir: str):
   try:
     return training.load_model(model_dir, create_fn=_create_model)
   except (FileNotFoundError, ValueError) as e:
-    raise CliError(f"no usable trained model in {model_dir!r}: {e}") from None
+    if "tree structures do not match" not in str(e):
+      raise CliError(f"no usable trained model in {model_dir!r}: {e}") from None
+  # orbax reports another architecture as a long tree dump: say which one it holds.
+  config = training.read_config(model_dir)
+  named = config.get("model")
+  held = _architecture_held(model_dir, config)
+  holds = f"holds a {held!r} model" if held else "holds another architecture"
+  raise CliError(f"the checkpoint in {model_dir!r} {holds}, but its config.json says {named!r} "
+                 f"(num_classes {config.get('num_classes')}, input_shape "
+                 f"{config.get('input_shape')}); retrain or fix config.json")
+
+
+def _architecture_held(model_dir: str, config: dict) -> str | None:
+  """The zoo architecture whose weights the checkpoint holds, if any."""
+  from rsjax import models, training
+  for name in models.MODELS:
+    if name == config.get("model"):
+      continue
+    try:
+      model = _create_model(name, num_classes=int(config["num_classes"]),
+                            input_shape=tuple(config["input_shape"]), rngs=0)
+      training.restore_model(model_dir, model)
+    except Exception:  # noqa: BLE001 -- not this one
+      continue
+    return name
+  return None
 
 
 def _setup_jax(args) -> None:
@@ -198,11 +224,45 @@ def _sampling_run(args):
   if dataset_name is None:
     raise CliError("--dataset is required (the model directory does not name one)")
   ds = _load_dataset(dataset_name, args.split, args.data_dir)
+  want = config.get("input_shape")
+  if want is not None and tuple(want) != tuple(ds.input_shape):
+    shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
+    raise CliError(f"model expects {shape(want)} inputs, {dataset_name} is "
+                   f"{shape(ds.input_shape)} (the model was trained on "
+                   f"{config.get('dataset', 'another dataset')})")
   if args.sigma is None:
     args.sigma = float(config["sigma"])
+    if not args.sigma > 0:
+      raise CliError(f"the model in {args.model_dir!r} was trained without noise (sigma "
+                     f"{args.sigma:g}): pass the certification noise level with --sigma")
   apply_fn, params = models.to_apply_fn(model)
-  indices = runner.select_indices(len(ds), skip=args.skip, max_count=args.max, start=args.start)
+  indices = runner.select_indices(len(ds), skip=args.skip, start=args.start, stop=args.max)
+  if not len(indices):
+    raise CliError(f"no input selected: {dataset_name} {args.split} has {len(ds)} inputs, "
+                   f"--start {args.start} --max {args.max}")
+  args.run_record = _run_record(args, config, dataset_name, params)
   return model, config, ds, apply_fn, params, indices, jax.random.key(args.seed)
+
+
+# Flags that do not change the rows (how fast, where from, how loud).
+_NOT_RUN_IDENTITY = frozenset({
+    "func", "command", "model_dir", "outfile", "data_dir", "batch", "inputs_per_call", "quiet",
+    "overwrite", "debug", "compilation_cache", "coordinator", "num_processes", "process_id",
+    "run_record"})
+
+
+def _run_record(args, config: dict, dataset_name: str, params) -> dict:
+  """The identity of a certify/predict run, kept with its result file.
+
+  Every flag counts except those in ``_NOT_RUN_IDENTITY``, so a new flag is
+  part of the identity unless it is listed there.
+  """
+  import rsjax
+  from rsjax import runner
+  run = {k: v for k, v in vars(args).items() if k not in _NOT_RUN_IDENTITY}
+  run.update(command=args.command, dataset=dataset_name, architecture=config.get("model"),
+             model=runner.fingerprint(params), rsjax=rsjax.__version__)
+  return run
 
 
 def cmd_certify(args) -> int:
@@ -228,13 +288,15 @@ def cmd_certify(args) -> int:
   wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
                                  inputs_per_call=inputs_per_call, extra_columns=extra_cols,
                                  extra_fn=extra_fn, progress=not args.quiet,
-                                 resume=not args.restart)
+                                 resume=not args.overwrite, run=args.run_record)
   if nproc > 1:
     distributed.barrier("rsjax-certify-rows-written")
     if pid == 0:
+      from rsjax import io
       distributed.merge_rows(
           [distributed.process_path(args.outfile, process_index=p, process_count=nproc)
            for p in range(nproc)], args.outfile)
+      io.write_run_record(args.outfile, args.run_record)
   print(f"certified {wrote} new inputs in {time.perf_counter() - t0:.1f}s "
         f"({len(mine)} of {len(indices)} selected in process {pid} of {nproc}); "
         f"results in {args.outfile}")
@@ -253,8 +315,13 @@ def cmd_predict(args) -> int:
 
   wrote = runner.predict_dataset(fn, ds.get_batch, indices, args.outfile,
                                  inputs_per_call=args.inputs_per_call or 8,
-                                 progress=not args.quiet, resume=not args.restart)
-  print(f"predicted {wrote} new inputs; results in {args.outfile}")
+                                 progress=not args.quiet, resume=not args.overwrite,
+                                 run=args.run_record)
+  from rsjax import io, metrics
+  res = io.read_predict(args.outfile)
+  print(f"predicted {wrote} new inputs; {len(res)} inputs in {args.outfile}: accuracy "
+        f"{np.mean(res.correct):.4f}, abstained {metrics.abstention_rate(res.predict):.4f} "
+        f"(N={args.N}, alpha={args.alpha})")
   return 0
 
 
@@ -270,16 +337,52 @@ def cmd_analyze(args) -> int:
   for label, path in zip(labels, args.files):
     if not os.path.exists(path):
       raise CliError(f"result file {path!r} does not exist")
-    try:
-      results[label] = io.read_certify(path)
-    except ValueError as e:
-      raise CliError(f"{path}: {e}") from None
+    results[label] = io.read_certify(path)
+    if not len(results[label]):
+      raise CliError(f"{path!r} has a header but no rows (nothing certified yet)")
+  envelope = len(results) > 1
+  if envelope:
+    _warn_if_inputs_differ(results)
   radii = np.asarray(args.radii, dtype=np.float64)
-  print(metrics.format_table(results, radii, fmt=args.format, show_envelope=len(results) > 1))
+  print(metrics.format_table(results, radii, fmt=args.format, show_envelope=envelope))
   if args.plot:
-    out = plots.plot_certified_accuracy(args.plot, results, show_envelope=len(results) > 1)
+    title = _plot_title([io.read_run_record(p) for p in args.files], results)
+    out = plots.plot_certified_accuracy(args.plot, results, show_envelope=envelope, title=title)
     print(f"plot written to {out}")
   return 0
+
+
+def _warn_if_inputs_differ(results: dict) -> None:
+  """Warns (stderr) when the files of an envelope certify different inputs."""
+  sets = {label: set(res.idx.tolist()) for label, res in results.items()}
+  common = set.intersection(*sets.values())
+  if any(len(v) != len(common) for v in sets.values()):
+    sizes = ", ".join(f"{label}: {len(v)}" for label, v in sets.items())
+    print(f"rsjax analyze: warning: the envelope mixes files over different inputs ({sizes}; "
+          f"{len(common)} in common); compare runs over the same inputs", file=sys.stderr)
+
+
+def _plot_title(records: list, results: dict) -> str:
+  """sigma, noise (norm), N, alpha and number of inputs, from the files' run records."""
+  from rsjax import noise as noise_lib
+
+  def values(key):
+    vals = [r.get(key) for r in records if r is not None and r.get(key) is not None]
+    return ", ".join(dict.fromkeys(f"{v:g}" if isinstance(v, float) else str(v) for v in vals))
+
+  parts = []
+  if values("sigma"):
+    parts.append(f"sigma={values('sigma')}")
+  noises = [r.get("noise") for r in records if r is not None and r.get("noise")]
+  if noises:
+    parts.append(", ".join(dict.fromkeys(
+        f"{n} ({noise_lib.get_noise(n).norm})" for n in noises)))
+  for key in ("N", "alpha"):
+    if values(key):
+      parts.append(f"{key}={values(key)}")
+  counts = ", ".join(dict.fromkeys(str(len(r)) for r in results.values()))
+  parts.append(f"{counts} inputs")
+  return "certified accuracy: " + "; ".join(parts)
 
 
 # ----------------------------------------------------------------------------- demo
@@ -295,58 +398,98 @@ def cmd_demo(args) -> int:
 # ----------------------------------------------------------------------------- parser
 
 
+class _Parser(argparse.ArgumentParser):
+  """An argument parser whose usage errors are one line."""
+
+  def error(self, message):
+    self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+  """Adds each flag's default to its help, unless the help already tells it."""
+
+  def _get_help_string(self, action):
+    text = action.help or ""
+    if (not action.option_strings or "default" in text
+        or any(action.default is v for v in (None, False, argparse.SUPPRESS))):
+      return text
+    return text + " (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(
-      prog="rsjax", description="Randomized smoothing in JAX: train, certify, predict, analyze.")
+  from rsjax import __version__
+  fmt = _HelpFormatter
+  p = _Parser(
+      prog="rsjax", description="Randomized smoothing in JAX: train, certify, predict, analyze.",
+      formatter_class=fmt)
+  p.add_argument("--version", action="version", version=f"rsjax {__version__}")
   p.add_argument("--compilation-cache", default=None,
-                 help="directory of JAX's persistent compilation cache")
-  sub = p.add_subparsers(dest="command", required=True)
+                 help="directory of JAX's persistent compilation cache "
+                 "(or $RSJAX_COMPILATION_CACHE)")
+  p.add_argument("--debug", action="store_true",
+                 help="show the full traceback of an error instead of one line")
+  sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+  # --debug also after the command (SUPPRESS: unset there, the top-level default stays).
+  common = argparse.ArgumentParser(add_help=False)
+  common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                      help="show the full traceback of an error instead of one line")
 
   def data_flags(q, dataset_required=False):
     q.add_argument("--dataset", required=dataset_required, default=None,
                    help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS)")
     q.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
 
-  t = sub.add_parser("train", help="train a base classifier with Gaussian noise (Cohen et al.)")
+  t = sub.add_parser("train", parents=[common], formatter_class=fmt,
+                     help="train a base classifier with Gaussian noise (Cohen et al.)")
   data_flags(t, dataset_required=True)
   t.add_argument("--model", required=True,
                  help="mlp, cnn, lenet, resnet20, resnet110, resnet18, resnet50, deq")
   t.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
   t.add_argument("--out", required=True, help="output directory (checkpoints, config)")
-  t.add_argument("--epochs", type=_positive_int, default=90)
-  t.add_argument("--batch", type=_positive_int, default=256)
-  t.add_argument("--lr", type=_positive_float, default=0.1)
-  t.add_argument("--lr-step-size", type=_positive_int, default=30)
-  t.add_argument("--gamma", type=_positive_float, default=0.1)
-  t.add_argument("--momentum", type=float, default=0.9)
-  t.add_argument("--weight-decay", type=float, default=1e-4)
-  t.add_argument("--seed", type=int, default=0)
-  t.add_argument("--restart", action="store_true", help="do not resume: fail if OUT already holds checkpoints")
-  t.add_argument("--quiet", action="store_true")
+  t.add_argument("--epochs", type=_positive_int, default=90, help="number of epochs")
+  t.add_argument("--batch", type=_positive_int, default=256, help="training batch size")
+  t.add_argument("--lr", type=_positive_float, default=0.1, help="initial learning rate (SGD)")
+  t.add_argument("--lr-step-size", type=_positive_int, default=30,
+                 help="epochs between learning-rate drops")
+  t.add_argument("--gamma", type=_positive_float, default=0.1,
+                 help="learning-rate factor at each drop")
+  t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+  t.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
+  t.add_argument("--seed", type=int, default=0, help="seed of initialization, shuffling and noise")
+  t.add_argument("--restart", action="store_true",
+                 help="do not resume: fail if OUT already holds checkpoints (a run in OUT "
+                 "resumes from its last epoch by default; use a new --out to start over)")
+  t.add_argument("--quiet", action="store_true", help="no progress bars")
   t.set_defaults(func=cmd_train)
 
   def sampling_flags(q):
     q.add_argument("model_dir", help="directory written by 'rsjax train'")
     q.add_argument("outfile", help="result file (tab-separated, Cohen et al.'s format)")
     data_flags(q)
-    q.add_argument("--split", default="test")
+    q.add_argument("--split", default="test", help="dataset split")
     q.add_argument("--sigma", type=_positive_float, default=None,
                    help="noise level (default: the training sigma)")
     q.add_argument("--N", type=_positive_int, default=100_000, help="estimation samples")
     q.add_argument("--alpha", type=_probability, default=0.001, help="failure probability")
     q.add_argument("--batch", type=_positive_int, default=1000, help="forward passes per step")
-    q.add_argument("--skip", type=_positive_int, default=1, help="certify every skip-th input")
-    q.add_argument("--max", type=_count, default=-1, help="at most this many inputs (-1: all)")
-    q.add_argument("--start", type=int, default=0, help="first dataset index")
+    q.add_argument("--skip", type=_positive_int, default=1,
+                   help="use every skip-th input (Cohen et al.'s --skip)")
+    q.add_argument("--max", type=_count, default=-1,
+                   help="stop at dataset index max, exclusive, as Cohen et al.'s --max (-1: no limit)")
+    q.add_argument("--start", type=_nonneg_int, default=0, help="first dataset index")
     q.add_argument("--seed", type=int, default=0, help="PRNG seed of the noise")
     q.add_argument("--noise", default="gaussian",
-                   choices=["gaussian", "laplace", "uniform", "uniform_l1", "uniform_linf"])
+                   choices=["gaussian", "laplace", "uniform", "uniform_l1", "uniform_linf"],
+                   help="noise family (sets the norm of the radius)")
     q.add_argument("--inputs-per-call", type=_positive_int, default=None,
                    help="inputs certified per engine call (rows are written after each call)")
-    q.add_argument("--restart", action="store_true", help="overwrite outfile instead of resuming")
-    q.add_argument("--quiet", action="store_true")
+    q.add_argument("--overwrite", "--restart", dest="overwrite", action="store_true",
+                   help="start outfile over instead of resuming it (resuming needs the same run: "
+                   "model, data, sigma, N, ...)")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
 
-  c = sub.add_parser("certify", help="certify a dataset (CERTIFY of Cohen et al.)")
+  c = sub.add_parser("certify", parents=[common], formatter_class=fmt,
+                     help="certify a dataset (CERTIFY of Cohen et al.)")
   sampling_flags(c)
   c.add_argument("--N0", type=_positive_int, default=100, help="selection samples")
   c.add_argument("--multiclass", action="store_true",
@@ -355,7 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="budgeted CERTIFY for this radius grid (e.g. 0,0.25,0.5,0.75): stop each "
                  "input once its certified grid radius is decided, at most --N samples; adds a "
                  "'samples' column")
-  c.add_argument("--method", default="cohen", choices=["cohen", "idrs", "deq-standard", "srs"])
+  c.add_argument("--method", default="cohen", choices=["cohen", "idrs", "deq-standard", "srs"],
+                 help="certification method")
   c.add_argument("--idrs-rate", type=float, default=0.01, help="IDRS semi-elasticity r")
   c.add_argument("--idrs-k", type=_positive_int, default=20, help="IDRS nearest neighbours k")
   c.add_argument("--idrs-m", type=float, default=None,
@@ -370,7 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="SRS: check samples re-solved from scratch")
   c.add_argument("--srs-check-steps", type=_positive_int, default=30,
                  help="SRS: solver steps of the check samples (the certified classifier)")
-  c.add_argument("--srs-correction", default="paper", choices=["paper", "authors_code"])
+  c.add_argument("--srs-correction", default="paper", choices=["paper", "authors_code"],
+                 help="SRS: correction of the bound (the paper's, or the authors' code)")
   c.add_argument("--coordinator", default=None,
                  help="host:port of process 0 for a multi-process run (jax.distributed); "
                  "or $RSJAX_COORDINATOR_ADDRESS")
@@ -380,38 +525,69 @@ def build_parser() -> argparse.ArgumentParser:
                  help="this process' id (or $RSJAX_PROCESS_ID)")
   c.set_defaults(func=cmd_certify)
 
-  pr = sub.add_parser("predict", help="predict with abstention (PREDICT of Cohen et al.)")
+  pr = sub.add_parser("predict", parents=[common], formatter_class=fmt,
+                     help="predict with abstention (PREDICT of Cohen et al.)")
   sampling_flags(pr)
   pr.set_defaults(func=cmd_predict)
 
-  a = sub.add_parser("analyze", help="tables and plots from certify result files")
-  a.add_argument("files", nargs="+")
-  a.add_argument("--labels", nargs="+", default=None)
-  a.add_argument("--radii", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0])
-  a.add_argument("--format", default="text", choices=["text", "markdown"])
+  a = sub.add_parser("analyze", parents=[common], formatter_class=fmt,
+                     help="tables and plots from certify result files")
+  a.add_argument("files", nargs="+", help="certify result files")
+  a.add_argument("--labels", nargs="+", default=None,
+                 help="one name per file for the table and the plot (default: file names)")
+  a.add_argument("--radii", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0],
+                 help="radii of the table's columns")
+  a.add_argument("--format", default="text", choices=["text", "markdown"], help="table format")
   a.add_argument("--plot", default=None, help="write the certified-accuracy curves here (PNG)")
   a.set_defaults(func=cmd_analyze)
 
-  d = sub.add_parser("demo", help="train and certify LeNet on the embedded MNIST (minutes, CPU)")
-  d.add_argument("--out", default="runs/demo")
-  d.add_argument("--sigmas", nargs="+", type=_positive_float, default=[0.25, 0.5])
-  d.add_argument("--epochs", type=_positive_int, default=None)
-  d.add_argument("--N", type=_positive_int, default=None)
-  d.add_argument("--images", type=_positive_int, default=None)
-  d.add_argument("--seed", type=int, default=0)
-  d.add_argument("--quiet", action="store_true")
+  d = sub.add_parser("demo", parents=[common], formatter_class=fmt,
+                     help="train and certify LeNet on the embedded MNIST (minutes, CPU)")
+  d.add_argument("--out", default="runs/demo", help="output directory")
+  d.add_argument("--sigmas", nargs="+", type=_positive_float, default=[0.25, 0.5],
+                 help="noise levels, one model each")
+  d.add_argument("--epochs", type=_positive_int, default=None,
+                 help="training epochs (default: the demo's setting)")
+  d.add_argument("--N", type=_positive_int, default=None,
+                 help="estimation samples (default: the demo's setting)")
+  d.add_argument("--images", type=_positive_int, default=None,
+                 help="test images certified (default: the demo's setting)")
+  d.add_argument("--seed", type=int, default=0, help="PRNG seed")
+  d.add_argument("--quiet", action="store_true", help="no progress bars")
   d.set_defaults(func=cmd_demo)
   return p
 
 
+def _one_line(e: BaseException) -> str:
+  """The message of an error as one line (an OSError names its file)."""
+  if isinstance(e, OSError) and e.strerror:
+    text = f"{e.strerror}: {e.filename!r}" if e.filename else e.strerror
+  else:
+    text = str(e) or type(e).__name__
+    if not isinstance(e, (CliError, ValueError, FloatingPointError, RuntimeError)):
+      text = f"{type(e).__name__}: {text}"
+  return " ".join(text.split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+  """Runs the command; every error ends as one line on stderr and a non-zero status.
+
+  ``--debug`` re-raises instead, showing the traceback.
+  """
   parser = build_parser()
   args = parser.parse_args(argv)
-  _setup_jax(args)
   try:
+    _setup_jax(args)
     return int(args.func(args) or 0)
-  except CliError as e:
-    print(f"rsjax {args.command}: error: {e}", file=sys.stderr)
+  except KeyboardInterrupt:
+    if args.debug:
+      raise
+    print(f"rsjax {args.command}: interrupted", file=sys.stderr)
+    return 130
+  except Exception as e:  # noqa: BLE001 -- one line for the user; --debug shows the traceback
+    if args.debug:
+      raise
+    print(f"rsjax {args.command}: error: {_one_line(e)}", file=sys.stderr)
     return 2
 
 

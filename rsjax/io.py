@@ -445,6 +445,10 @@ def _check_run(path, run: Mapping) -> None:
 
 def _lock(path) -> int | None:
   """Opens (creating) ``path`` and takes an exclusive lock; returns the descriptor."""
+  if os.path.exists(path) and not os.path.isfile(path):
+    kind = "a directory" if os.path.isdir(path) else "not a regular file"
+    raise IsADirectoryError(21 if os.path.isdir(path) else 22,
+                            f"cannot write results: {kind}", os.fspath(path))
   fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
   if fcntl is None:
     return fd
@@ -560,9 +564,12 @@ class ResultsWriter:
     fields.append(str(int(predict == label)))
     fields.append(_fmt_float(time))
     fields.extend(str(extra[name]) for name in self.extra_columns)
-    self._f.write("\t".join(fields) + "\n")
-    self._f.flush()
-    os.fsync(self._f.fileno())
+    try:
+      self._f.write("\t".join(fields) + "\n")
+      self._f.flush()
+      os.fsync(self._f.fileno())
+    except OSError as e:  # e.g. a full disk: name the file
+      raise OSError(e.errno, e.strerror, self.path) from e
     self.done.add(idx)
 
   def write_many(self, *, idx: Iterable, label: Iterable, predict: Iterable, radius=None,

@@ -21,7 +21,10 @@ def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None 
                             radius_step: float = 0.01, title: str | None = None,
                             show_envelope: bool = False, high_prob: tuple[float, float] | None = None,
                             dpi: int = 150) -> str:
-  """Plots certified accuracy against radius, one curve per result file.
+  """Plots certified accuracy against radius, one step curve per result file.
+
+  Each curve is exact: it drops by ``1/n`` at the radius of each correctly
+  certified input (no interpolation between grid points).
 
   Args:
     path: output file; the format follows the extension (``.png``, ``.pdf``,
@@ -66,7 +69,7 @@ def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None 
   for label, res in results.items():
     acc = metrics.certified_accuracy(res.correct, res.radius, radii, predict=res.predict)
     curves.append(acc)
-    (line,) = ax.plot(radii, acc, label=str(label))
+    (line,) = ax.step(*_step_curve(res, max_radius), where="post", label=str(label))
     if high_prob is not None:
       alpha, rho = high_prob
       lb = metrics.high_prob_certified_accuracy(res.correct, res.radius, radii, alpha=alpha,
@@ -74,7 +77,7 @@ def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None 
       ax.plot(radii, lb, linestyle=":", color=line.get_color(), label=f"{label} (high-prob.)")
   if show_envelope:
     best, _ = metrics.envelope(np.stack(curves))
-    ax.plot(radii, best, linestyle="--", color="black", label="envelope")
+    ax.step(radii, best, where="post", linestyle="--", color="black", label="envelope")
   ax.set_xlim(0, max_radius)
   ax.set_ylim(0, 1)
   ax.set_xlabel("radius")
@@ -87,3 +90,14 @@ def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None 
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, dpi=dpi)
   return path
+
+
+def _step_curve(res, max_radius: float) -> tuple[np.ndarray, np.ndarray]:
+  """``(x, y)`` for ``step(where="post")``: the fraction of inputs certified
+  correctly at radius >= x, with a breakpoint at each certified radius."""
+  ok = np.asarray(res.correct, bool) & (np.asarray(res.predict) != -1)
+  r = np.sort(np.asarray(res.radius, np.float64)[ok])
+  m, n = r.shape[0], max(len(np.asarray(res.correct)), 1)
+  x = np.concatenate([[0.0], r, [max(max_radius, r[-1] if m else 0.0)]])
+  y = np.concatenate([[m], m - 1 - np.arange(m), [0]]) / n
+  return x, y

@@ -172,3 +172,270 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
       io.ResultsWriter(path, kind="certify", resume=False)  # not even overwrite
   assert list(io.read_certify(path).idx) == [0]
   _write_rows(path, [1])  # released on close
+
+
+# ----------------------------------------------------------------------------- the rsjax command
+
+
+def run_cli(*argv):
+  from rsjax import cli
+  return cli.main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+  out = tmp_path_factory.mktemp("faults") / "mlp"
+  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs",
+                 "1", "--batch", "64", "--out", out, "--quiet") == 0
+  return out
+
+
+FAST_PREDICT = ["--N", "200", "--batch", "200", "--quiet"]
+FAST = FAST_PREDICT + ["--N0", "20"]
+
+
+def _popen(*argv):
+  import subprocess
+  import sys
+  return subprocess.Popen([sys.executable, "-m", "rsjax.cli"] + [str(a) for a in argv],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_rows(proc, path, rows, timeout=180):
+  import time
+  deadline = time.time() + timeout
+  while time.time() < deadline and proc.poll() is None:
+    if path.exists() and path.read_text().count("\n") > rows:
+      return
+    time.sleep(0.05)
+  raise AssertionError(f"no {rows} rows before the run ended: {proc.communicate()[1][-2000:]}")
+
+
+def _kill_9(proc):
+  import os
+  import signal
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+
+
+@pytest.mark.parametrize("command", ["certify", "predict"])
+def test_kill_9_and_a_concurrent_writer(model_dir, tmp_path, capsys, command):
+  """A second writer is refused while the first runs; after kill -9 the run resumes
+  and ends with exactly the rows of an uninterrupted run."""
+  from rsjax import io
+  args = [command, model_dir, None, "--N", "3000", "--batch", "500", "--max", "40",
+          "--inputs-per-call", "1", "--seed", "4"]
+  full = tmp_path / "full.tsv"
+  assert run_cli(*[full if a is None else a for a in args], "--quiet") == 0
+  part = tmp_path / "part.tsv"
+  proc = _popen(*[part if a is None else a for a in args], "--quiet")
+  try:
+    _wait_for_rows(proc, part, 3)
+    capsys.readouterr()
+    assert run_cli(*[part if a is None else a for a in args], "--quiet") == 2
+    err = capsys.readouterr().err
+    assert "being written by another run" in err and err.count("\n") == 1
+  finally:
+    _kill_9(proc)
+  done = part.read_text().count("\n") - 1
+  assert 0 < done < 40
+  assert run_cli(*[part if a is None else a for a in args]) == 0
+  assert f"resuming: {done} of 40 rows done" in capsys.readouterr().err
+  a, b = io.read_results(full), io.read_results(part)
+  np.testing.assert_array_equal(a.idx, b.idx)
+  np.testing.assert_array_equal(a.predict, b.predict)
+  if command == "certify":
+    np.testing.assert_array_equal(a.radius, b.radius)
+
+
+def test_kill_9_during_train_resumes(tmp_path):
+  import json
+  out = tmp_path / "m"
+  args = ["train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs", "40",
+          "--batch", "64", "--out", out]
+  proc = _popen(*args, "--quiet")
+  import time
+  deadline = time.time() + 180
+  while time.time() < deadline and proc.poll() is None and not (out / "history.json").exists():
+    time.sleep(0.05)
+  assert proc.poll() is None, proc.communicate()[1][-2000:]
+  _kill_9(proc)
+  done = len(json.loads((out / "history.json").read_text()))
+  assert 1 <= done < 40
+  args[args.index("40")] = str(done + 1)
+  proc = _popen(*args)
+  text = "".join(proc.communicate(timeout=180))
+  assert proc.returncode == 0, text[-2000:]
+  assert f"resuming {out} after epoch {done} of {done + 1} (a new workdir starts over)" in text
+  assert len(json.loads((out / "history.json").read_text())) == done + 1
+
+
+def test_mismatched_resume_and_overwrite(model_dir, tmp_path, capsys):
+  out = tmp_path / "o.tsv"
+  assert run_cli("certify", model_dir, out, *FAST, "--max", "4") == 0
+  capsys.readouterr()
+  assert run_cli("certify", model_dir, out, *FAST, "--max", "4", "--sigma", "0.5", "--alpha",
+                 "0.1") == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "alpha 0.001 in the file, 0.1 now" in err
+  assert "sigma 0.25 in the file, 0.5 now" in err and "--overwrite" in err
+  # --method idrs on a plain file: the same one line, naming the method.
+  assert run_cli("certify", model_dir, out, *FAST, "--max", "4", "--method", "idrs",
+                 "--idrs-m", "1.5") == 2
+  assert "method 'cohen' in the file, 'idrs' now" in capsys.readouterr().err
+  assert run_cli("certify", model_dir, out, *FAST, "--max", "4", "--sigma", "0.5",
+                 "--overwrite") == 0
+  from rsjax import io
+  assert io.read_run_record(out)["sigma"] == 0.5 and len(io.read_certify(out)) == 4
+
+
+def test_max_is_an_index_bound_as_in_cohen(model_dir, tmp_path):
+  from rsjax import io
+  out = tmp_path / "o.tsv"
+  assert run_cli("certify", model_dir, out, *FAST, "--skip", "5", "--max", "22") == 0
+  assert list(io.read_certify(out).idx) == [0, 5, 10, 15, 20]
+
+
+def _nan_model(model_dir, tmp_path):
+  """A copy of ``model_dir`` whose latest checkpoint has NaN weights."""
+  import shutil
+
+  import jax
+
+  from rsjax.checkpoint import Checkpoints
+  from rsjax.models import to_train_fn
+  bad = tmp_path / "nan_model"
+  shutil.copytree(model_dir, bad)
+  model, _ = training.load_model(bad)
+  _, params, rest = to_train_fn(model)
+  params = jax.tree.map(lambda a: a * np.nan, params)
+  with Checkpoints(bad / "checkpoints", max_to_keep=None) as ckpt:
+    ckpt.save(ckpt.latest_step() + 1, items={"model": {"params": params, "rest": rest}})
+  return bad
+
+
+def test_nan_model_gets_no_certificate_from_the_cli(model_dir, tmp_path, capsys):
+  bad = _nan_model(model_dir, tmp_path)
+  for command in ("certify", "predict"):
+    out = tmp_path / f"{command}.tsv"
+    flags = FAST if command == "certify" else FAST_PREDICT
+    assert run_cli(command, bad, out, *flags, "--start", "3", "--max", "5") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NaN or inf logits" in err and "ids [3, 4]" in err
+    assert out.read_text().count("\n") == 1  # the header, no row
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("directory", "a directory"),
+    ("unwritable", "Permission denied"),
+    ("full", "File too large"),
+])
+def test_unwritable_output_is_one_line(model_dir, tmp_path, case, needle):
+  import os
+  import resource
+  import signal
+  import subprocess
+  import sys
+  out = tmp_path / "o.tsv"
+  preexec = None
+  if case == "directory":
+    out.mkdir()
+  elif case == "unwritable":
+    if os.geteuid() == 0:
+      pytest.skip("root writes anywhere")
+    (tmp_path / "ro").mkdir(mode=0o500)
+    out = tmp_path / "ro" / "o.tsv"
+  else:  # a full disk, as far as a user can make one: a file size limit (EFBIG)
+
+    def preexec():
+      signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+      resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+
+  proc = subprocess.run([sys.executable, "-m", "rsjax.cli", "certify", str(model_dir), str(out),
+                         *FAST, "--max", "20"], capture_output=True, text=True,
+                        preexec_fn=preexec)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
+  assert "Traceback" not in proc.stderr
+
+
+def test_cli_mistakes_are_one_line(model_dir, tmp_path, capsys):
+  import shutil
+
+  from rsjax.training import workdir
+  clean = tmp_path / "clean"
+  shutil.copytree(model_dir, clean)
+  cfg = workdir.read_config(clean)
+  workdir.write_json(clean / "config.json", dict(cfg, sigma=0.0))
+  other = tmp_path / "other"
+  shutil.copytree(model_dir, other)
+  workdir.write_json(other / "config.json", dict(cfg, model="cnn"))
+  header_only = tmp_path / "h.tsv"
+  header_only.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n")
+  cases = [
+      (["certify", model_dir, tmp_path / "a.tsv", "--dataset", "mnist5k", *FAST],
+       "model expects 8x8x1 inputs, mnist5k is 28x28x1"),
+      (["certify", clean, tmp_path / "b.tsv", *FAST], "trained without noise"),
+      (["certify", other, tmp_path / "c.tsv", *FAST],
+       "holds a 'mlp' model, but its config.json says 'cnn'"),
+      (["analyze", header_only], "has a header but no rows"),
+  ]
+  for argv, needle in cases:
+    assert run_cli(*argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+  with pytest.raises(SystemExit) as e:
+    run_cli("certify", model_dir, tmp_path / "d.tsv", "--start", "-1")
+  assert e.value.code == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "--start: must be >= 0" in err
+  from rsjax import cli
+  with pytest.raises(cli.CliError, match="has a header but no rows"):  # --debug: the exception
+    run_cli("analyze", header_only, "--debug")
+
+
+def test_help_version_and_predict_summary(model_dir, tmp_path, capsys):
+  from rsjax import __version__, cli
+  with pytest.raises(SystemExit):
+    run_cli("--version")
+  assert capsys.readouterr().out.strip() == f"rsjax {__version__}"
+  for command in ("train", "certify", "predict", "analyze", "demo"):
+    sub = cli.build_parser()._subparsers._group_actions[0].choices[command]
+    for action in sub._actions:
+      if action.option_strings and action.dest != "help":
+        assert action.help, f"{command} {action.option_strings} has no help"
+  with pytest.raises(SystemExit):
+    run_cli("certify", "--help")
+  text = " ".join(capsys.readouterr().out.split())
+  assert "--N N" in text and "(default: 100000)" in text and "Cohen et al.'s --max" in text
+  assert run_cli("predict", model_dir, tmp_path / "p.tsv", *FAST_PREDICT, "--max", "10") == 0
+  out = capsys.readouterr().out
+  assert "10 inputs in" in out and "accuracy 0." in out and "abstained 0." in out
+
+
+def test_analyze_title_steps_and_envelope_warning(model_dir, tmp_path, capsys):
+  a, b = tmp_path / "a.tsv", tmp_path / "b.tsv"
+  assert run_cli("certify", model_dir, a, *FAST, "--max", "6") == 0
+  assert run_cli("certify", model_dir, b, *FAST, "--max", "3", "--sigma", "0.5") == 0
+  capsys.readouterr()
+  assert run_cli("analyze", a, b, "--plot", tmp_path / "c.png") == 0
+  err = capsys.readouterr().err
+  assert "envelope mixes files over different inputs (a.tsv: 6, b.tsv: 3; 3 in common)" in err
+  from rsjax import cli, io
+  title = cli._plot_title([io.read_run_record(a), io.read_run_record(b)],
+                          {"a": io.read_certify(a), "b": io.read_certify(b)})
+  assert title == ("certified accuracy: sigma=0.25, 0.5; gaussian (l2); N=200; alpha=0.001; "
+                   "6, 3 inputs")
+
+
+def test_step_curve_equals_certified_accuracy():
+  from rsjax import io, metrics, plots
+  res = io.CertifyResults(idx=np.arange(5), label=np.zeros(5, int), predict=np.array([0, 0, -1, 0, 1]),
+                          radius=np.array([0.3, 0.1, 0.0, 0.7, 0.5]),
+                          correct=np.array([1, 1, 0, 1, 0], bool), time=np.zeros(5))
+  x, y = plots._step_curve(res, 1.0)
+  grid = np.linspace(0, 1, 101)
+  step = y[np.searchsorted(x, grid, side="left").clip(1) - 1]  # value left of each breakpoint
+  step[grid == 0] = y[0]
+  np.testing.assert_allclose(step, metrics.certified_accuracy(res.correct, res.radius, grid,
+                                                              predict=res.predict))
