@@ -14,9 +14,16 @@ shared machine can be read too):
   NHWC and NCHW layouts against PyTorch (NCHW) at the same batch, and the
   whole forward in PyTorch (when installed), to show which kernels lose.
 
-Command::
+``--noise`` instead times the Gaussian noise streams alone (1,000 samples of
+784 normals, one key per sample as in the engine): ``jax.random.normal``,
+rsjax's previous implementation (``jax.extend.random.threefry_2x32``, which JAX
+lowers on CPU to a rolled loop), the default stream (same bits, written out) and
+``gaussian_fast`` (13 rounds).
+
+Commands::
 
   python -m benchmarks.profile --model resnet110 --num 416 --reps 3
+  python -m benchmarks.profile --noise --reps 5
 """
 
 from __future__ import annotations
@@ -139,6 +146,37 @@ def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dic
   return out
 
 
+def _previous_standard_normal(key, shape):
+  """rsjax's default stream as it was computed before (JAX's threefry_2x32 primitive)."""
+  import jax.extend.random as jex_random
+
+  n = int(np.prod(shape))
+  bits = jex_random.threefry_2x32(jax.random.key_data(key), jnp.arange(n, dtype=jnp.uint32))
+  f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+  lo = jnp.nextafter(jnp.float32(-1.0), jnp.float32(1.0))
+  return (jnp.float32(np.sqrt(2.0)) * jax.lax.erf_inv(jnp.maximum(lo, f * (1.0 - lo) + lo))
+          ).reshape(shape)
+
+
+def noise_streams(reps: int, samples: int = 1000, shape=(784,)) -> dict:
+  """Million normals per second (wall and CPU) of each Gaussian stream, engine-shaped."""
+  streams = {
+      "jax.random.normal": jax.random.normal,
+      "previous (jax threefry_2x32)": _previous_standard_normal,
+      "threefry20 (default)": noise_lib.standard_normal,
+      "threefry13 (gaussian_fast)": lambda k, s: noise_lib.standard_normal(k, s,
+                                                                           stream="threefry13"),
+  }
+  out = {}
+  for name, fn in streams.items():
+    f = jax.jit(lambda key, fn=fn: jax.vmap(lambda k: fn(k, shape))(
+        jax.vmap(lambda j: jax.random.fold_in(key, j))(jnp.arange(samples, dtype=jnp.uint32))))
+    t = best_time(lambda f=f: _sync(f(jax.random.key(0))), reps)
+    n = samples * int(np.prod(shape)) / 1e6
+    out[name] = {"M_normals_per_wall_s": n / t["wall_s"], "M_normals_per_cpu_s": n / t["cpu_s"]}
+  return out
+
+
 def report(out: dict) -> str:
   t = out["times"]
   total = t["engine"]["wall_s"]
@@ -168,8 +206,18 @@ def main(argv=None) -> dict:
   p.add_argument("--num", type=int, default=416, help="samples of the engine run")
   p.add_argument("--batch-size", default="auto")
   p.add_argument("--reps", type=int, default=3)
+  p.add_argument("--noise", action="store_true", help="time the Gaussian noise streams only")
   p.add_argument("--json", default=None)
   args = p.parse_args(argv)
+  if args.noise:
+    out = noise_streams(args.reps)
+    print("| stream | M normals / wall s | M normals / CPU s |\n|---|---|---|")
+    for k, v in out.items():
+      print(f"| {k} | {v['M_normals_per_wall_s']:.0f} | {v['M_normals_per_cpu_s']:.0f} |")
+    if args.json:
+      with open(args.json, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1)
+    return out
   out = profile(args.model, num=args.num,
                 batch_size=args.batch_size if args.batch_size == "auto" else int(args.batch_size),
                 reps=args.reps)

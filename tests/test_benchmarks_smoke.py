@@ -194,3 +194,6 @@ def test_profile_reports_every_piece():
     assert out["times"][piece]["wall_s"] >= 0, piece
   assert out["times"]["engine"]["wall_s"] > 0
   assert "| noise |" in profile.report(out)
+
+  streams = profile.noise_streams(reps=1, samples=4, shape=(10,))
+  assert len(streams) == 4 and all(v["M_normals_per_wall_s"] > 0 for v in streams.values())
