@@ -15,10 +15,9 @@ shared machine can be read too):
   whole forward in PyTorch (when installed), to show which kernels lose.
 
 ``--noise`` instead times the Gaussian noise streams alone (1,000 samples of
-784 normals, one key per sample as in the engine): ``jax.random.normal``,
-rsjax's previous implementation (``jax.extend.random.threefry_2x32``, which JAX
-lowers on CPU to a rolled loop), the default stream (same bits, written out) and
-``gaussian_fast`` (13 rounds).
+784 normals, one key per sample as in the engine): ``jax.random.normal``, the
+default stream (``jax.extend.random.threefry_2x32``, which JAX lowers on CPU to a
+rolled loop) and ``gaussian_fast`` (13 rounds, written out, fused).
 
 Commands::
 
@@ -146,23 +145,10 @@ def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dic
   return out
 
 
-def _previous_standard_normal(key, shape):
-  """rsjax's default stream as it was computed before (JAX's threefry_2x32 primitive)."""
-  import jax.extend.random as jex_random
-
-  n = int(np.prod(shape))
-  bits = jex_random.threefry_2x32(jax.random.key_data(key), jnp.arange(n, dtype=jnp.uint32))
-  f = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
-  lo = jnp.nextafter(jnp.float32(-1.0), jnp.float32(1.0))
-  return (jnp.float32(np.sqrt(2.0)) * jax.lax.erf_inv(jnp.maximum(lo, f * (1.0 - lo) + lo))
-          ).reshape(shape)
-
-
 def noise_streams(reps: int, samples: int = 1000, shape=(784,)) -> dict:
   """Million normals per second (wall and CPU) of each Gaussian stream, engine-shaped."""
   streams = {
       "jax.random.normal": jax.random.normal,
-      "previous (jax threefry_2x32)": _previous_standard_normal,
       "threefry20 (default)": noise_lib.standard_normal,
       "threefry13 (gaussian_fast)": lambda k, s: noise_lib.standard_normal(k, s,
                                                                            stream="threefry13"),

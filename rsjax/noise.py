@@ -32,6 +32,7 @@ import dataclasses
 import math
 
 import jax
+import jax.extend.random as jex_random
 import jax.numpy as jnp
 import numpy as np
 
@@ -68,9 +69,12 @@ def _threefry2x32(k0, k1, x0, x1, rounds: int = 20):
   numbers: as easy as 1, 2, 3") with ``rounds`` rounds, written out in jnp.
 
   With 20 rounds (Random123's and JAX's default) the output equals
-  ``jax.extend.random.threefry_2x32``. JAX lowers that on CPU to a rolled loop of
-  5 iterations whose intermediates go through memory; written out, XLA fuses the
-  whole hash into one loop (about 1.5x cheaper on CPU, same bits).
+  ``jax.extend.random.threefry_2x32``, which JAX lowers on CPU to a rolled loop
+  of 5 iterations whose intermediates go through memory; written out, XLA fuses
+  the whole hash into one loop (about 1.5x cheaper on CPU). The default stream
+  still calls JAX's primitive: the same noise computed by a different program
+  can round the noisy input ``x + sigma * eps`` differently in the last bit
+  (FMA contraction in another fusion), and the default must stay bit-identical.
   """
   ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA))
   x0, x1 = x0 + ks[0], x1 + ks[1]
@@ -161,8 +165,11 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32,
     raise ValueError(f"stream: unknown Gaussian stream {stream!r}; choose from {sorted(_STREAMS)}"
                      ) from None
   n = math.prod(shape)
-  a, b = _threefry_word_halves(key, n, rounds)
   to_normal = lambda w: jnp.float32(math.sqrt(2.0)) * erfinv(_uniform_open(w))
+  if stream == "threefry20":  # JAX's primitive: the program rsjax always ran
+    bits = jex_random.threefry_2x32(jax.random.key_data(key), jnp.arange(n, dtype=jnp.uint32))
+    return to_normal(bits).reshape(shape).astype(dtype)
+  a, b = _threefry_word_halves(key, n, rounds)
   # The barrier keeps each hash computed once: without it XLA fuses the hash into
   # the concatenation and evaluates it once per output word, i.e. twice.
   za, zb = jax.lax.optimization_barrier((to_normal(a), to_normal(b)))

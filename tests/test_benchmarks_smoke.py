@@ -196,4 +196,4 @@ def test_profile_reports_every_piece():
   assert "| noise |" in profile.report(out)
 
   streams = profile.noise_streams(reps=1, samples=4, shape=(10,))
-  assert len(streams) == 4 and all(v["M_normals_per_wall_s"] > 0 for v in streams.values())
+  assert len(streams) == 3 and all(v["M_normals_per_wall_s"] > 0 for v in streams.values())
