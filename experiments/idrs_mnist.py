@@ -30,7 +30,7 @@ Commands::
 
 Quick mode uses n = 10,000 (largest lower bound 0.99931, so Cohen's radius is
 at most 3.2 sigma) and 200 test images, so differences of one or two images
-(0.005-0.01) are noise. Output: ``experiments/results/idrs_mnist[_full].json``
+(0.005-0.01) are noise. Output: ``results/idrs_mnist[_full].json``
 and ``idrs_mnist[_full].png``.
 
 Numbers produced (quick mode, seed 0, 297 s; trained at sigma_tr = 0.1257,
@@ -62,6 +62,7 @@ certified accuracy at large sigma_b (0.5, r = 0.02: ACR 0.883 vs 0.954).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -71,12 +72,39 @@ import numpy as np
 
 from rsjax import data, idrs, metrics, models, stats, training
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+# Fixed settings of the paper (both modes).
 SIGMA_B = (0.12, 0.25, 0.5)
 RATES = (0.005, 0.01, 0.02)
 K, M = 20, 1.5
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 N0, ALPHA = 100, 0.001
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  n: int = 10_000  # estimation samples per input
+  per_class: int = 20  # test images per class
+  batch_size: int = 1_000
+  epochs: int = 30
+  seed: int = 0
+  suffix: str = ""  # of the output files
+
+
+def get_config(quick: bool = True) -> Config:
+  """The settings of one run (the numbers they produced are in the module docstring).
+
+  Commands::
+
+    python experiments/idrs_mnist.py          # get_config(True): 200 images, n = 10,000 (~7 min)
+    python experiments/idrs_mnist.py --full   # get_config(False): 1,000 images, n = 100,000
+
+  sigma_b, the rates, k, m, n0 and alpha (``SIGMA_B``, ``RATES``, ``K``, ``M``,
+  ``N0``, ``ALPHA``) are the paper's and the same in both modes.
+  """
+  if quick:
+    return Config()
+  return Config(n=100_000, per_class=100, batch_size=10_000, suffix="_full")
 
 
 def stratified_subset(y, per_class):
@@ -118,19 +146,9 @@ def evaluate(key, apply_fn, variables, x, y, ids, design, n, label, batch_size, 
   return row
 
 
-def main():
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--full", action="store_true", help="1,000 test images, n = 100,000")
-  ap.add_argument("--n", type=int, default=None, help="override the number of samples")
-  ap.add_argument("--per-class", type=int, default=None, help="test images per class")
-  ap.add_argument("--epochs", type=int, default=30)
-  ap.add_argument("--seed", type=int, default=0)
-  args = ap.parse_args()
-  n = args.n or (100_000 if args.full else 10_000)
-  per_class = args.per_class or (100 if args.full else 20)
-  batch_size = 10_000 if args.full else 1_000
-  suffix = "_full" if args.full else ""
-  os.makedirs(OUT, exist_ok=True)
+def run(cfg: Config, out_dir: str = RESULTS) -> None:
+  n, per_class, batch_size, suffix = cfg.n, cfg.per_class, cfg.batch_size, cfg.suffix
+  os.makedirs(out_dir, exist_ok=True)
   t0 = time.time()
 
   x_tr, y_tr = data.load("mnist5k", "train").arrays()
@@ -139,7 +157,7 @@ def main():
   x_te, y_te = x_te_all[ids], y_te_all[ids]
   print(f"mnist5k: train {len(x_tr)}, test subset {len(x_te)} ({per_class}/class), n = {n}")
 
-  key = jax.random.key(args.seed)
+  key = jax.random.key(cfg.seed)
   blocks = []
   for sigma_b in SIGMA_B:
     designs = {r: idrs.KnnSigma(x_tr, sigma_b, r, k=K, m=M) for r in RATES}
@@ -149,7 +167,7 @@ def main():
     model = models.create_model("mlp", num_classes=10, input_shape=(28, 28, 1),
                                 rngs=int(jax.random.randint(k_init, (), 0, 2**30)))
     tt = time.time()
-    model, hist = training.train(k_train, model, (x_tr, y_tr), sigma=sigma_tr, epochs=args.epochs,
+    model, hist = training.train(k_train, model, (x_tr, y_tr), sigma=sigma_tr, epochs=cfg.epochs,
                                  batch_size=256, lr=0.1, lr_step=10, eval_data=(x_te, y_te),
                                  progress=False)
     print(f"  trained in {time.time() - tt:.0f} s: clean acc {hist[-1]['clean_acc']:.3f}, "
@@ -183,13 +201,13 @@ def main():
     ax.set_ylabel("certified accuracy")
     ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(os.path.join(OUT, f"idrs_mnist{suffix}.png"), dpi=120)
+  fig.savefig(os.path.join(out_dir, f"idrs_mnist{suffix}.png"), dpi=120)
   plt.close(fig)
 
   summary = dict(dataset="mnist5k", n=n, n0=N0, alpha=ALPHA, test_per_class=per_class,
-                 k=K, m=M, model="mlp 784-256-256-10", epochs=args.epochs, blocks=blocks,
+                 k=K, m=M, model="mlp 784-256-256-10", epochs=cfg.epochs, blocks=blocks,
                  seconds=time.time() - t0)
-  with open(os.path.join(OUT, f"idrs_mnist{suffix}.json"), "w") as f:
+  with open(os.path.join(out_dir, f"idrs_mnist{suffix}.json"), "w") as f:
     json.dump(summary, f, indent=1)
   print("\nsigma_b  design              acc    abst   ACR    class-std  mean-sigma  beyond  "
         + "  ".join(f"@{r}" for r in RADII))
@@ -200,6 +218,20 @@ def main():
             f"{row['acr']:.3f}  {row['class_accuracy_std']:.4f}     {row['mean_sigma']:.3f}      "
             f"{row['beyond_certified_accuracy']:.3f}   " + "  ".join(f"{a:.3f}" for a in row["certified_accuracy"]))
   print(f"done in {time.time() - t0:.0f} s")
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--full", action="store_true", help="1,000 test images, n = 100,000")
+  ap.add_argument("--n", type=int, default=None, help="override the number of samples")
+  ap.add_argument("--per-class", type=int, default=None, help="test images per class")
+  ap.add_argument("--epochs", type=int, default=None, help="training epochs (default 30)")
+  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--out", default=RESULTS, help="output directory")
+  args = ap.parse_args(argv)
+  over = {k: v for k, v in dict(n=args.n, per_class=args.per_class, epochs=args.epochs).items()
+          if v is not None}
+  run(dataclasses.replace(get_config(not args.full), seed=args.seed, **over), args.out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ Command (about 1.5 minutes on 2 cores)::
 
   python experiments/idrs_numerics.py
 
-Output: ``experiments/results/idrs_numerics.json`` and ``idrs_numerics.png``.
+Output: ``results/idrs_numerics.json`` and ``idrs_numerics.png``.
 Numbers produced (376 grid points; N in {2, 784, 3072, 150528, 1048576}, p_B in
 {1e-12, 7e-5, 1e-2, 0.3}, t in {+-0.05, +-1e-3, +-1e-5}, u in {1e-3, 0.5, 3},
 plus t = +-1e-4 at u = 3 for the two largest N)::
@@ -27,6 +27,8 @@ plus t = +-1e-4 at u = 3 for the two largest N)::
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -38,19 +40,36 @@ from rsjax import idrs
 from rsjax.idrs import _xi
 from rsjax.idrs._reference import ball_probability
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-DIMS = [2, 784, 3072, 150528, 1048576]
-P_B = [1e-12, 7e-5, 1e-2, 0.3]
-TS = [-0.05, -1e-3, -1e-5, 1e-5, 1e-3, 0.05]
-US = [1e-3, 0.5, 3.0]
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
-def main():
+@dataclasses.dataclass(frozen=True)
+class Config:
+  dims: tuple[int, ...] = (2, 784, 3072, 150528, 1048576)
+  p_b: tuple[float, ...] = (1e-12, 7e-5, 1e-2, 0.3)
+  ts: tuple[float, ...] = (-0.05, -1e-3, -1e-5, 1e-5, 1e-3, 0.05)  # log(sigma1 / sigma0)
+  us: tuple[float, ...] = (1e-3, 0.5, 3.0)  # a / sigma0
+  # plus t = +-1e-4 at u = 3 for the two largest dims
+  extra_ts: tuple[float, ...] = (-1e-4, 1e-4)
+
+
+def get_config(quick: bool = True) -> Config:
+  """The grid of the run (the numbers it produced are in the module docstring).
+
+  Command (about 1.5 minutes on 2 cores; there is no longer mode, ``quick`` is ignored)::
+
+    python experiments/idrs_numerics.py
+  """
+  del quick
+  return Config()
+
+
+def run(cfg: Config, out_dir: str = RESULTS) -> dict:
   t0 = time.time()
-  os.makedirs(OUT, exist_ok=True)
+  os.makedirs(out_dir, exist_ok=True)
   rows = []
-  grid = list(itertools.product(DIMS, P_B, TS, US))
-  grid += [(d, pb, t, 3.0) for d in DIMS[-2:] for pb in P_B for t in (-1e-4, 1e-4)]
+  grid = list(itertools.product(cfg.dims, cfg.p_b, cfg.ts, cfg.us))
+  grid += [(d, pb, t, 3.0) for d in cfg.dims[-2:] for pb in cfg.p_b for t in cfg.extra_ts]
   refused = 0
   for dim, p_b, t, u in grid:
     greater = t < 0
@@ -70,7 +89,8 @@ def main():
   summary = dict(
       evaluated=len(ok), refused=refused,
       max_xi_abs_err=max(r["xi_abs_err"] for r in ok),
-      max_xi_abs_err_by_dim={d: max(r["xi_abs_err"] for r in ok if r["dim"] == d) for d in DIMS},
+      max_xi_abs_err_by_dim={d: max(r["xi_abs_err"] for r in ok if r["dim"] == d)
+                             for d in cfg.dims},
       max_p_b_rel_err=max(r["p_b_rel_err"] for r in ok),
       refused_noncentralities=sorted({r["refused"].split()[1] for r in rows if "refused" in r}),
       seconds=time.time() - t0)
@@ -80,7 +100,7 @@ def main():
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   fig, ax = plt.subplots(figsize=(6.5, 4.0))
-  for i, d in enumerate(DIMS):
+  for i, d in enumerate(cfg.dims):
     pts = [r for r in ok if r["dim"] == d]
     ax.scatter([max(r["nc"], 1e-8) for r in pts], [max(r["xi_abs_err"], 1e-18) for r in pts],
                s=10, color=f"C{i}", label=f"N={d}")
@@ -91,11 +111,19 @@ def main():
   ax.set_title("IDRS xi: scipy ncx2 vs independent quadrature")
   ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(os.path.join(OUT, "idrs_numerics.png"), dpi=130)
+  fig.savefig(os.path.join(out_dir, "idrs_numerics.png"), dpi=130)
   plt.close(fig)
-  with open(os.path.join(OUT, "idrs_numerics.json"), "w") as f:
+  with open(os.path.join(out_dir, "idrs_numerics.json"), "w") as f:
     json.dump(dict(summary=summary, rows=rows), f, indent=1)
-  print(f"wrote {OUT}/idrs_numerics.json in {time.time() - t0:.0f} s")
+  print(f"wrote {out_dir}/idrs_numerics.json in {time.time() - t0:.0f} s")
+  return summary
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--out", default=RESULTS, help="output directory")
+  args = ap.parse_args(argv)
+  run(get_config(), args.out)
 
 
 if __name__ == "__main__":

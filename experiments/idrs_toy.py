@@ -34,7 +34,7 @@ Commands::
   python experiments/idrs_toy.py          # quick: n = 10,000 (about 1.5 minutes on 2 cores)
   python experiments/idrs_toy.py --full   # n = 100,000 as in the paper
 
-Output: ``experiments/results/idrs_toy[_full].json``, ``idrs_toy_2d[_full].png``,
+Output: ``results/idrs_toy[_full].json``, ``idrs_toy_2d[_full].png``,
 ``idrs_toy_cone[_full].png``.
 
 Numbers produced (quick mode, n = 10,000, seed 0; accuracy = certified accuracy
@@ -68,6 +68,7 @@ are 0.943/0.96/0.943, 0.946/0.963, 0.86/0.886, 0.83/0.85/0.83, 0.713/0.726,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -78,11 +79,33 @@ import numpy as np
 
 from rsjax import idrs, metrics, sample_counts
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+# Fixed settings of the paper (both modes).
 K = 20
 ALPHA = 0.001
 N0 = 100
 RATES_2D = (0.2, 0.5, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  n: int = 10_000  # estimation samples per input
+  seed: int = 0
+  suffix: str = ""  # of the output files
+
+
+def get_config(quick: bool = True) -> Config:
+  """The settings of one run (the numbers they produced are in the module docstring).
+
+  Commands::
+
+    python experiments/idrs_toy.py          # get_config(True): n = 10,000 (~1.5 min, 2 cores)
+    python experiments/idrs_toy.py --full   # get_config(False): n = 100,000 as in the paper
+
+  The data, rates and cone settings (``K``, ``ALPHA``, ``N0``, ``RATES_2D``,
+  ``CONE``) are the paper's and the same in both modes.
+  """
+  return Config() if quick else Config(n=100_000, suffix="_full")
 
 
 def cone_data(rng, n_per_class: int, dim: int, theta: float, scale: float = 2.0):
@@ -228,7 +251,7 @@ def part_b(key, n, rng):
   return out
 
 
-def plots(a, vis, b, suffix):
+def plots(a, vis, b, suffix, out_dir):
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -269,7 +292,7 @@ def plots(a, vis, b, suffix):
   ax.set_title("2-D toy: certified accuracy")
   ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(os.path.join(OUT, f"idrs_toy_2d{suffix}.png"), dpi=120)
+  fig.savefig(os.path.join(out_dir, f"idrs_toy_2d{suffix}.png"), dpi=120)
   plt.close(fig)
 
   fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
@@ -282,28 +305,32 @@ def plots(a, vis, b, suffix):
     ax.set_ylabel("certified accuracy")
     ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(os.path.join(OUT, f"idrs_toy_cone{suffix}.png"), dpi=120)
+  fig.savefig(os.path.join(out_dir, f"idrs_toy_cone{suffix}.png"), dpi=120)
   plt.close(fig)
 
 
-def main():
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--full", action="store_true", help="n = 100,000 (the paper's setting)")
-  ap.add_argument("--seed", type=int, default=0)
-  args = ap.parse_args()
-  n = 100_000 if args.full else 10_000
-  suffix = "_full" if args.full else ""
-  os.makedirs(OUT, exist_ok=True)
+def run(cfg: Config, out_dir: str = RESULTS) -> None:
+  n, suffix = cfg.n, cfg.suffix
+  os.makedirs(out_dir, exist_ok=True)
   t0 = time.time()
-  rng = np.random.default_rng(args.seed)
-  ka, kb = jax.random.split(jax.random.key(args.seed))
+  rng = np.random.default_rng(cfg.seed)
+  ka, kb = jax.random.split(jax.random.key(cfg.seed))
   a, vis = part_a(ka, n, rng)
   b = part_b(kb, n, rng)
-  plots(a, vis, b, suffix)
-  with open(os.path.join(OUT, f"idrs_toy{suffix}.json"), "w") as f:
+  plots(a, vis, b, suffix, out_dir)
+  with open(os.path.join(out_dir, f"idrs_toy{suffix}.json"), "w") as f:
     json.dump(dict(n=n, n0=N0, alpha=ALPHA, k=K, base_classifier="exact cone indicator",
                    part_a=a, part_b=b, seconds=time.time() - t0), f, indent=1)
   print(f"done in {time.time() - t0:.0f} s")
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--full", action="store_true", help="n = 100,000 (the paper's setting)")
+  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--out", default=RESULTS, help="output directory")
+  args = ap.parse_args(argv)
+  run(dataclasses.replace(get_config(not args.full), seed=args.seed), args.out)
 
 
 if __name__ == "__main__":

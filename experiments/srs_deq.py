@@ -108,7 +108,24 @@ class Config:
   seed: int = 0
 
 
-QUICK = Config(epochs=5, images_every=20, n=2_000, m=200, chains=100)
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+
+
+def get_config(quick: bool = False) -> Config:
+  """The settings of one run (the numbers they produced are in the module docstring).
+
+  Commands::
+
+    python experiments/srs_deq.py --quick   # get_config(True): results/srs_deq_quick.json
+    python experiments/srs_deq.py           # get_config(False): results/srs_deq.json
+
+  Args:
+    quick: 5 epochs, 50 images, N = 2,000, m = 200, 100 chains (~10 min on 2 cores)
+      instead of the full 20 epochs, 200 images, N = 10,000, m = 400, 400 chains.
+  """
+  if quick:
+    return Config(epochs=5, images_every=20, n=2_000, m=200, chains=100)
+  return Config()
 
 
 def train_model(cfg: Config, x: np.ndarray, y: np.ndarray, x_eval, y_eval, log):
@@ -268,11 +285,8 @@ def main(argv=None):
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=None, help="output JSON path")
   args = parser.parse_args(argv)
-  cfg = dataclasses.replace(QUICK if args.quick else Config(), seed=args.seed)
-  here = os.path.dirname(os.path.abspath(__file__))
-  # The repository's results/ folder (the issue names results/srs_deq_quick.json).
-  out = args.out or os.path.join(os.path.dirname(here), "results",
-                                 "srs_deq_quick.json" if args.quick else "srs_deq.json")
+  cfg = dataclasses.replace(get_config(args.quick), seed=args.seed)
+  out = args.out or os.path.join(RESULTS, "srs_deq_quick.json" if args.quick else "srs_deq.json")
   run(cfg, out)
 
 

@@ -47,18 +47,6 @@ _positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
 _probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
 
 
-def _grid(text: str) -> tuple[float, ...]:
-  """An argparse ``type=`` for a radius grid ``0,0.25,0.5``: ascending radii >= 0."""
-  try:
-    radii = tuple(float(v) for v in text.split(","))
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected comma-separated radii, got {text!r}") from None
-  if not all(np.isfinite(r) and r >= 0 for r in radii) or any(
-      b <= a for a, b in zip(radii, radii[1:])):
-    raise argparse.ArgumentTypeError(f"radii must be >= 0 and strictly increasing, got {text}")
-  return radii
-
-
 def _load_dataset(name: str, split: str, data_dir: str | None):
   from rsjax import data
   try:
@@ -75,7 +63,7 @@ def _load_model(model_dir: str):
     raise CliError(f"model directory {model_dir!r} does not exist; train one with "
                    "'rsjax train --dataset mnist5k --model lenet --sigma 0.25 --out DIR'")
   try:
-    return training.load_model(model_dir, create_fn=_create_model)
+    return training.load_model(model_dir)
   except (FileNotFoundError, ValueError) as e:
     if "tree structures do not match" not in str(e):
       raise CliError(f"no usable trained model in {model_dir!r}: {e}") from None
@@ -116,27 +104,16 @@ def _setup_jax(args) -> None:
 # ----------------------------------------------------------------------------- train
 
 
-def _create_model(name, *, num_classes, input_shape, rngs, **kwargs):
-  """Model constructor by name: the zoo of ``rsjax.models`` plus ``deq`` models."""
-  if name == "deq":
-    from rsjax import deq
-    return deq.DEQClassifier(num_classes=num_classes, input_shape=tuple(input_shape), rngs=rngs,
-                             **kwargs)
-  from rsjax import models
-  return models.create_model(name, num_classes=num_classes, input_shape=input_shape, rngs=rngs,
-                             **kwargs)
-
-
 def cmd_train(args) -> int:
   import jax
-  from rsjax import training
+  from rsjax import models, training
   ds_train = _load_dataset(args.dataset, "train", args.data_dir)
   ds_test = _load_dataset(args.dataset, "test", args.data_dir)
   x, y = ds_train.arrays()
   xt, yt = ds_test.arrays()
   try:
-    model = _create_model(args.model, num_classes=ds_train.num_classes,
-                          input_shape=tuple(ds_train.input_shape), rngs=args.seed)
+    model = models.create_model(args.model, num_classes=ds_train.num_classes,
+                                input_shape=tuple(ds_train.input_shape), rngs=args.seed)
   except ValueError as e:
     raise CliError(str(e)) from None
   model_config = {"model": args.model, "num_classes": int(ds_train.num_classes),
@@ -161,56 +138,37 @@ def cmd_train(args) -> int:
 # ----------------------------------------------------------------------------- certify
 
 
-def _method_certify_fn(args, key, apply_fn, params, model, ds):
-  """The per-chunk certify function and extra result columns for ``--method``."""
-  import rsjax
-  common = dict(num_classes=ds.num_classes, n0=args.N0, n=args.N, alpha=args.alpha,
-                batch_size=args.batch)
-  if args.grid is not None and (args.method != "cohen" or args.multiclass):
-    raise CliError("--grid (budgeted CERTIFY) works with --method cohen and the binary radius only")
-  if args.method == "cohen":
-    sigma = args.sigma
+def _method_plan(args, key, model, apply_fn, params, ds):
+  """The registry entry of ``--method`` built with its flags (``rsjax.methods``)."""
+  from rsjax import methods
+  method = methods.METHODS[args.method]
+  for other in methods.METHODS.values():
+    for o in other.options:
+      if o not in method.options and getattr(args, o.name) != o.default:
+        users = [m.name for m in methods.METHODS.values() if o in m.options]
+        raise CliError(f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
+                       f"not {args.method}")
+  ctx = methods.Context(
+      key=key, model=model, apply_fn=apply_fn, params=params, dataset=ds, sigma=args.sigma,
+      sampling=dict(n0=args.N0, n=args.N, alpha=args.alpha, batch_size=args.batch),
+      noise=args.noise, multiclass=args.multiclass, workdir=args.model_dir,
+      load_split=lambda split: _load_dataset(ds.name, split, args.data_dir))
+  try:
+    return method.build(ctx, **{o.name: getattr(args, o.name) for o in method.options})
+  except ValueError as e:
+    raise CliError(str(e)) from None
 
-    def fn(x, ids):
-      return rsjax.certify(key, apply_fn, params, x, sigma=sigma, ids=ids, noise=args.noise,
-                           multiclass=args.multiclass, budget=args.grid, **common)
 
-    if args.grid is not None:
-      return fn, ("samples",), lambda cert, j: {"samples": int(cert.num_samples[j])}
-    return fn, (), None
-  if args.method == "idrs":
-    from rsjax import idrs
-    name = ds.name
-    xtr = None
-    if args.idrs_rate > 0:
-      xtr, _ = _load_dataset(name, "train", args.data_dir).arrays()
-    try:
-      design = idrs.make_design(xtr, sigma=args.sigma, rate=args.idrs_rate, k=args.idrs_k,
-                                m=args.idrs_m, dataset=name)
-    except ValueError as e:
-      raise CliError(f"{e} (set --idrs-m)") from None
-
-    def fn(x, ids):
-      return idrs.certify(key, apply_fn, params, x, design=design, ids=ids, **common)
-
-    return fn, ("sigma",), lambda cert, j: {"sigma": repr(float(cert.sigma[j]))}
-  if args.method in ("deq-standard", "srs"):
-    from rsjax import deq
-    if not isinstance(model, deq.DEQClassifier):
-      raise CliError(f"--method {args.method} needs a DEQ model (trained with --model deq)")
-    method = "srs" if args.method == "srs" else "standard"
-
-    steps = args.deq_steps if args.deq_steps is not None else (3 if method == "srs" else 30)
-
-    def fn(x, ids):
-      return deq.certify_deq(key, model, None, x, sigma=args.sigma, ids=ids, method=method,
-                             steps=steps, solver=args.deq_solver,
-                             warmup_steps=args.deq_warmup_steps, m=args.srs_m,
-                             check_steps=args.srs_check_steps,
-                             correction=args.srs_correction, **common)
-
-    return fn, (), None
-  raise CliError(f"unknown --method {args.method!r}")
+def _restore(plan, path, ds) -> None:
+  """Replays the rows already in ``path`` into a stateful plan (the DDRS memory)."""
+  from rsjax import io, methods
+  if plan.restore is None or not os.path.exists(path):
+    return
+  try:
+    io.resume(path, kind="certify", extra_columns=plan.columns)  # repairs a cut last row
+    methods.restore_plan(plan, io.read_certify(path), ds.get_batch)
+  except ValueError as e:
+    raise CliError(str(e)) from None
 
 
 def _sampling_run(args):
@@ -273,10 +231,17 @@ def cmd_certify(args) -> int:
     raise CliError(str(e)) from None
   from rsjax import runner
   model, _, ds, apply_fn, params, indices, key = _sampling_run(args)
-  fn, extra_cols, extra_fn = _method_certify_fn(args, key, apply_fn, params, model, ds)
-  # Budgeted inputs stop independently and share launches: certify 16 per call.
-  inputs_per_call = args.inputs_per_call or (
-      16 if args.grid is not None else max(1, min(16, args.batch * 4 // max(args.N, 1))))
+  plan = _method_plan(args, key, model, apply_fn, params, ds)
+  if plan.sequential and nproc > 1:
+    raise CliError(f"--method {args.method} certifies inputs one after another in one process")
+  last = []
+
+  def fn(x, ids):
+    last[:] = [plan.certify_fn(x, ids)]
+    return last[0]
+
+  inputs_per_call = (args.inputs_per_call or plan.inputs_per_call
+                     or max(1, min(16, args.batch * 4 // max(args.N, 1))))
   os.makedirs(os.path.dirname(os.path.abspath(args.outfile)), exist_ok=True)
   # Several processes (hosts): each certifies a strided share of the indices into
   # its own rows file; process 0 merges them. The noise of an input depends only
@@ -284,10 +249,12 @@ def cmd_certify(args) -> int:
   mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
   path = args.outfile if nproc == 1 else distributed.process_path(
       args.outfile, process_index=pid, process_count=nproc)
+  if not args.overwrite:
+    _restore(plan, path, ds)
   t0 = time.perf_counter()
   wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
-                                 inputs_per_call=inputs_per_call, extra_columns=extra_cols,
-                                 extra_fn=extra_fn, progress=not args.quiet,
+                                 inputs_per_call=inputs_per_call, extra_columns=plan.columns,
+                                 extra_fn=plan.row, progress=not args.quiet,
                                  resume=not args.overwrite, run=args.run_record)
   if nproc > 1:
     distributed.barrier("rsjax-certify-rows-written")
@@ -300,6 +267,9 @@ def cmd_certify(args) -> int:
   print(f"certified {wrote} new inputs in {time.perf_counter() - t0:.1f}s "
         f"({len(mine)} of {len(indices)} selected in process {pid} of {nproc}); "
         f"results in {args.outfile}")
+  print(f"method: {plan.describe}")
+  if last:
+    print(f"guarantee: {last[0].guarantee}")
   return 0
 
 
@@ -328,6 +298,23 @@ def cmd_predict(args) -> int:
 # ----------------------------------------------------------------------------- analyze
 
 
+def _extra_summary(label: str, res) -> str:
+  """One line on a result file's extra columns (method outputs such as sigma or alm)."""
+  parts = []
+  for name, values in res.extra.items():
+    numeric = values.dtype != object and len(values) > 0
+    if name == "sound" and numeric:
+      bad = int(np.sum(values == 0))
+      parts.append(f"sound=1 on all {len(values)} rows" if bad == 0 else
+                   f"sound=0 (NOT a certificate) on {bad} of {len(values)} rows")
+    elif numeric:
+      parts.append(f"{name}: mean {np.mean(values):.4g} [{np.min(values):.4g}, "
+                   f"{np.max(values):.4g}]")
+    else:
+      parts.append(f"{name}: {len(set(values))} distinct values")
+  return f"{label} extra columns: " + "; ".join(parts)
+
+
 def cmd_analyze(args) -> int:
   from rsjax import io, metrics, plots
   results = {}
@@ -345,6 +332,9 @@ def cmd_analyze(args) -> int:
     _warn_if_inputs_differ(results)
   radii = np.asarray(args.radii, dtype=np.float64)
   print(metrics.format_table(results, radii, fmt=args.format, show_envelope=envelope))
+  for label, res in results.items():
+    if res.extra:
+      print(_extra_summary(label, res))
   if args.plot:
     title = _plot_title([io.read_run_record(p) for p in args.files], results)
     out = plots.plot_certified_accuracy(args.plot, results, show_envelope=envelope, title=title)
@@ -398,6 +388,37 @@ def cmd_demo(args) -> int:
 # ----------------------------------------------------------------------------- parser
 
 
+def _option_type(option):
+  """The argparse ``type=`` of a method option."""
+  if option.type in (int, float) and option.positive:
+    return _positive_int if option.type is int else _positive_float
+  if option.type in (int, float, str):
+    return option.type
+
+  def parse(text: str):
+    try:
+      return option.type(text)
+    except ValueError as e:
+      raise argparse.ArgumentTypeError(str(e)) from None
+
+  return parse
+
+
+def _method_flags(parser) -> None:
+  """One ``--flag`` per option of the registered methods (a shared option once)."""
+  from rsjax import methods
+  options, users = {}, {}
+  for method in methods.METHODS.values():
+    for o in method.options:
+      if options.setdefault(o.name, o) != o:
+        raise AssertionError(f"methods declare option {o.name!r} differently")
+      users.setdefault(o.name, []).append(method.name)
+  for name, o in options.items():
+    parser.add_argument("--" + name.replace("_", "-"), dest=name, default=o.default,
+                        type=_option_type(o), choices=o.choices,
+                        help=f"{o.help} (--method {', '.join(users[name])})")
+
+
 class _Parser(argparse.ArgumentParser):
   """An argument parser whose usage errors are one line."""
 
@@ -417,7 +438,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-  from rsjax import __version__
+  from rsjax import __version__, methods, models, noise
   fmt = _HelpFormatter
   p = _Parser(
       prog="rsjax", description="Randomized smoothing in JAX: train, certify, predict, analyze.",
@@ -442,8 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
   t = sub.add_parser("train", parents=[common], formatter_class=fmt,
                      help="train a base classifier with Gaussian noise (Cohen et al.)")
   data_flags(t, dataset_required=True)
-  t.add_argument("--model", required=True,
-                 help="mlp, cnn, lenet, resnet20, resnet110, resnet18, resnet50, deq")
+  t.add_argument("--model", required=True, help=", ".join(models.MODELS))
   t.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
   t.add_argument("--out", required=True, help="output directory (checkpoints, config)")
   t.add_argument("--epochs", type=_positive_int, default=90, help="number of epochs")
@@ -478,8 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop at dataset index max, exclusive, as Cohen et al.'s --max (-1: no limit)")
     q.add_argument("--start", type=_nonneg_int, default=0, help="first dataset index")
     q.add_argument("--seed", type=int, default=0, help="PRNG seed of the noise")
-    q.add_argument("--noise", default="gaussian",
-                   choices=["gaussian", "laplace", "uniform", "uniform_l1", "uniform_linf"],
+    q.add_argument("--noise", default="gaussian", choices=list(noise.NOISES),
                    help="noise family (sets the norm of the radius)")
     q.add_argument("--inputs-per-call", type=_positive_int, default=None,
                    help="inputs certified per engine call (rows are written after each call)")
@@ -494,28 +513,10 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--N0", type=_positive_int, default=100, help="selection samples")
   c.add_argument("--multiclass", action="store_true",
                  help="multiclass radius with simultaneous bounds (Gaussian only)")
-  c.add_argument("--grid", type=_grid, default=None,
-                 help="budgeted CERTIFY for this radius grid (e.g. 0,0.25,0.5,0.75): stop each "
-                 "input once its certified grid radius is decided, at most --N samples; adds a "
-                 "'samples' column")
-  c.add_argument("--method", default="cohen", choices=["cohen", "idrs", "deq-standard", "srs"],
-                 help="certification method")
-  c.add_argument("--idrs-rate", type=float, default=0.01, help="IDRS semi-elasticity r")
-  c.add_argument("--idrs-k", type=_positive_int, default=20, help="IDRS nearest neighbours k")
-  c.add_argument("--idrs-m", type=float, default=None,
-                 help="IDRS offset m (default by dataset: 1.5 for MNIST, 5 for CIFAR-10)")
-  c.add_argument("--deq-solver", default="anderson", choices=["anderson", "naive"],
-                 help="DEQ fixed-point solver (naive = plain iteration)")
-  c.add_argument("--deq-steps", type=_positive_int, default=None,
-                 help="solver steps per sample (default: 30 for deq-standard, 3 for srs)")
-  c.add_argument("--deq-warmup-steps", type=_positive_int, default=10,
-                 help="SRS: steps on the first chunk of each chain")
-  c.add_argument("--srs-m", type=_positive_int, default=400,
-                 help="SRS: check samples re-solved from scratch")
-  c.add_argument("--srs-check-steps", type=_positive_int, default=30,
-                 help="SRS: solver steps of the check samples (the certified classifier)")
-  c.add_argument("--srs-correction", default="paper", choices=["paper", "authors_code"],
-                 help="SRS: correction of the bound (the paper's, or the authors' code)")
+  c.add_argument("--method", default="cohen", choices=list(methods.METHODS),
+                 help="certification method: " + "; ".join(
+                     f"{m.name}: {m.summary}" for m in methods.METHODS.values()))
+  _method_flags(c)
   c.add_argument("--coordinator", default=None,
                  help="host:port of process 0 for a multi-process run (jax.distributed); "
                  "or $RSJAX_COORDINATOR_ADDRESS")

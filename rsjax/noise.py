@@ -38,7 +38,8 @@ import numpy as np
 
 from rsjax import stats
 
-__all__ = ["standard_normal", "Noise", "Gaussian", "Laplace", "Uniform", "GAUSSIAN", "get_noise"]
+__all__ = ["standard_normal", "Noise", "Gaussian", "Laplace", "Uniform", "GAUSSIAN", "NOISES",
+           "get_noise"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +249,8 @@ class Uniform(Noise):
 
 GAUSSIAN = Gaussian()
 
-_BY_NAME = {
+# The registry of noise families by name (the ``--noise`` choices of the command).
+NOISES = {
     "gaussian": Gaussian(),
     "gaussian_fast": Gaussian(stream="threefry13"),
     "laplace": Laplace(),
@@ -266,6 +268,6 @@ def get_noise(noise: "Noise | str | None") -> Noise:
   if isinstance(noise, Noise):
     return noise
   try:
-    return _BY_NAME[str(noise).lower()]
+    return NOISES[str(noise).lower()]
   except KeyError:
-    raise ValueError(f"noise: unknown family {noise!r}; choose from {sorted(_BY_NAME)}") from None
+    raise ValueError(f"noise: unknown family {noise!r}; choose from {sorted(NOISES)}") from None

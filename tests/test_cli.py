@@ -201,5 +201,91 @@ def test_train_and_certify_a_deq_standard_and_srs(tmp_path):
   assert len(srs.idx) == len(std.idx) == 3
   assert np.all(srs.radius >= 0) and np.all(std.radius >= 0)
   assert np.mean(std.correct) > 0  # the DEQ learned something in one epoch
+  # The library rebuilds the DEQ from its workdir too (the model registry knows "deq").
+  from rsjax import deq, training
+  model, config = training.load_model(out)
+  assert isinstance(model, deq.DEQClassifier) and config["model"] == "deq"
   # A non-DEQ model refuses the DEQ methods with a clear error.
   assert run_cli("certify", tmp_path / "nomodel", tmp_path / "x.tsv", "--method", "srs") == 2
+
+
+def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
+  from rsjax import anisotropic, methods
+  common = ["--N", "400", "--N0", "40", "--batch", "400", "--skip", "60", "--quiet"]
+  out = tmp_path / "ucan.tsv"
+  assert run_cli("certify", trained, out, "--method", "ucan", "--ucan-pattern", "linf",
+                 "--ucan-kappa", "0.5", "--sigma", "0.3", *common) == 0
+  printed = capsys.readouterr().out
+  assert "pattern-wise" in printed and "guarantee:" in printed and "UCAN Thm 3.2" in printed
+  res = io.read_certify(out)
+  assert len(res.idx) == 5 and list(res.extra) == ["normalized_radius", "alm", "sound"]
+  sigma = 0.3 * anisotropic.pattern_sigma((8, 8, 1), pattern="linf", kappa=0.5)
+  # radius is the sound isotropic ball min(sigma) * R; alm = geometric mean(sigma) * R.
+  r = res.extra["normalized_radius"]
+  np.testing.assert_allclose(res.radius, sigma.min() * r, rtol=1e-12)
+  np.testing.assert_allclose(res.extra["alm"], np.exp(np.mean(np.log(sigma))) * r, rtol=1e-6)
+  assert np.all(res.extra["sound"] == 1) and np.any(res.radius > 0)
+  # A frozen dataset-wise (mu, sigma) saved in the workdir takes precedence.
+  rng = np.random.default_rng(0)
+  wd = tmp_path / "wd"
+  import shutil
+  shutil.copytree(trained, wd)
+  dsig = rng.uniform(0.1, 0.4, (8, 8, 1)).astype(np.float32)
+  methods.save_universal_noise(wd, mu=np.zeros((8, 8, 1)), sigma=dsig)
+  out2 = tmp_path / "ucan_ds.tsv"
+  assert run_cli("certify", wd, out2, "--method", "ucan", *common) == 0
+  assert "dataset-wise" in capsys.readouterr().out
+  res2 = io.read_certify(out2)
+  np.testing.assert_allclose(res2.radius, dsig.min() * res2.extra["normalized_radius"],
+                             rtol=1e-6)
+  # analyze reads the rows back and reports the extra columns.
+  assert run_cli("analyze", out, out2, "--radii", "0", "0.1") == 0
+  text = capsys.readouterr().out
+  assert "r=0.1" in text and "alm: mean" in text and "sound=1 on all 5 rows" in text
+  # dataset-wise without a saved noise: one clear error.
+  assert run_cli("certify", trained, tmp_path / "x.tsv", "--method", "ucan", "--ucan-sigma",
+                 "dataset", *common) == 2
+  assert methods.UNIVERSAL_NOISE_FILE in capsys.readouterr().err
+
+
+def _balls_of_other_classes_disjoint(x, predict, radius):
+  flat = x.reshape(len(x), -1).astype(np.float64)
+  for i in range(len(x)):
+    for j in range(i):
+      if predict[i] >= 0 and predict[j] >= 0 and predict[i] != predict[j]:
+        assert np.linalg.norm(flat[i] - flat[j]) >= radius[i] + radius[j]
+
+
+def test_certify_ddrs_memory_guarantee_and_resume(trained, tmp_path, capsys):
+  from rsjax import data
+  common = ["--method", "ddrs", "--ddrs-steps", "10", "--ddrs-lr", "0.01", "--N", "300",
+            "--N0", "30", "--batch", "300", "--skip", "40", "--max", "8",
+            "--inputs-per-call", "1", "--quiet"]
+  full = tmp_path / "ddrs.tsv"
+  assert run_cli("certify", trained, full, *common) == 0
+  assert "DDRS memory-based guarantee" in capsys.readouterr().out
+  res = io.read_certify(full)
+  assert list(res.extra) == ["sigma", "predict_mc", "radius_mc", "sound"]
+  sig = res.extra["sigma"]
+  assert np.all(sig > 0) and np.ptp(sig) > 0 and np.any(sig != 0.25)  # optimized per input
+  assert np.all(res.extra["sound"] == 1)
+  x, _ = data.load("digits", "test").get_batch(res.idx)
+  _balls_of_other_classes_disjoint(np.asarray(x), res.predict, res.radius)
+  # A run cut after 3 rows resumes with the memory rebuilt from them: same rows.
+  part = tmp_path / "part.tsv"
+  lines = full.read_text().splitlines(keepends=True)
+  part.write_text("".join(lines[:len(lines) - 5]))
+  assert run_cli("certify", trained, part, *common) == 0
+  again = io.read_certify(part)
+  np.testing.assert_array_equal(again.predict, res.predict)
+  np.testing.assert_array_equal(again.radius, res.radius)
+  # Without the memory the output says it is not a certificate, and analyze reports it.
+  off = tmp_path / "off.tsv"
+  assert run_cli("certify", trained, off, *common, "--ddrs-memory", "off") == 0
+  assert "NOT A CERTIFICATE" in capsys.readouterr().out
+  res_off = io.read_certify(off)
+  assert np.all(res_off.extra["sound"] == 0)
+  np.testing.assert_array_equal(res_off.radius, res.extra["radius_mc"])
+  assert run_cli("analyze", full, off) == 0
+  text = capsys.readouterr().out
+  assert "sound=0 (NOT a certificate) on 8 of 8 rows" in text and "sigma: mean" in text

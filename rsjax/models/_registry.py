@@ -12,6 +12,13 @@ from rsjax.models._simple import CNN, MLP, LeNet
 
 __all__ = ["MODELS", "create_model"]
 
+
+def _deq(**kwargs) -> nnx.Module:
+  """``rsjax.deq.DEQClassifier`` (imported on use: ``rsjax.deq`` builds on ``rsjax.models``)."""
+  from rsjax.deq import DEQClassifier
+  return DEQClassifier(**kwargs)
+
+
 MODELS = {
     "mlp": MLP,
     "cnn": CNN,
@@ -20,6 +27,7 @@ MODELS = {
     "resnet110": ResNet110,
     "resnet18": ResNet18,
     "resnet50": ResNet50,
+    "deq": _deq,
 }
 
 # Names used by Cohen et al.'s code (``code/architectures.py``).
@@ -33,8 +41,8 @@ def create_model(name: str, *, num_classes: int, input_shape: Sequence[int],
 
   Args:
     name: one of ``MODELS`` ("mlp", "cnn", "lenet", "resnet20", "resnet110",
-      "resnet18", "resnet50"), or Cohen et al.'s "cifar_resnet20" /
-      "cifar_resnet110".
+      "resnet18", "resnet50", "deq": ``rsjax.deq.DEQClassifier``), or Cohen et
+      al.'s "cifar_resnet20" / "cifar_resnet110".
     num_classes: number of output logits.
     input_shape: shape of one input, ``(H, W, C)`` for images.
     rngs: ``nnx.Rngs``, an int seed or a PRNG key, for initialization.

@@ -1,0 +1,50 @@
+"""Smoke test of experiments/: each script imports, its get_config works, its results exist.
+
+The experiments themselves take minutes to hours; they are not run here.
+"""
+
+import dataclasses
+import importlib.util
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "experiments"))
+                 if f.endswith(".py") and not f.startswith("_"))
+
+
+def _load(name):
+  spec = importlib.util.spec_from_file_location(f"experiments_{name}",
+                                                os.path.join(ROOT, "experiments", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # dataclasses look their module up there
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_there_are_experiments():
+  assert {"idrs_table1", "srs_deq"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_script_has_config_command_numbers_and_one_results_dir(name):
+  module = _load(name)
+  quick, full = module.get_config(True), module.get_config(False)
+  assert dataclasses.is_dataclass(quick) and dataclasses.is_dataclass(full)
+  assert type(quick) is type(full)
+  assert f"python experiments/{name}.py" in module.get_config.__doc__
+  assert "Numbers produced" in module.__doc__
+  # Everything goes to the repository's one results/ directory.
+  assert os.path.samefile(module.RESULTS, os.path.join(ROOT, "results"))
+  assert "experiments/results" not in module.__doc__
+  assert callable(module.run) and callable(module.main)
+
+
+def test_recorded_results_are_in_results_dir():
+  have = set(os.listdir(os.path.join(ROOT, "results")))
+  for name in ("idrs_table1.json", "idrs_numerics.json", "idrs_toy.json", "idrs_mnist.json",
+               "srs_deq_quick.json"):
+    assert name in have
+  assert not os.path.exists(os.path.join(ROOT, "experiments", "results"))
