@@ -154,19 +154,7 @@ def _method_plan(args, key, model, apply_fn, params, ds):
       noise=args.noise, multiclass=args.multiclass, workdir=args.model_dir,
       load_split=lambda split: _load_dataset(ds.name, split, args.data_dir))
   try:
-    return method.build(ctx, **{o.name: getattr(args, o.name) for o in method.options})
-  except ValueError as e:
-    raise CliError(str(e)) from None
-
-
-def _restore(plan, path, ds) -> None:
-  """Replays the rows already in ``path`` into a stateful plan (the DDRS memory)."""
-  from rsjax import io, methods
-  if plan.restore is None or not os.path.exists(path):
-    return
-  try:
-    io.resume(path, kind="certify", extra_columns=plan.columns)  # repairs a cut last row
-    methods.restore_plan(plan, io.read_certify(path), ds.get_batch)
+    return method.plan(ctx, **{o.name: getattr(args, o.name) for o in method.options})
   except ValueError as e:
     raise CliError(str(e)) from None
 
@@ -229,7 +217,7 @@ def cmd_certify(args) -> int:
     pid, nproc = distributed.initialize(args.coordinator, args.num_processes, args.process_id)
   except ValueError as e:
     raise CliError(str(e)) from None
-  from rsjax import runner
+  from rsjax import methods, runner
   model, _, ds, apply_fn, params, indices, key = _sampling_run(args)
   plan = _method_plan(args, key, model, apply_fn, params, ds)
   if plan.sequential and nproc > 1:
@@ -249,13 +237,12 @@ def cmd_certify(args) -> int:
   mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
   path = args.outfile if nproc == 1 else distributed.process_path(
       args.outfile, process_index=pid, process_count=nproc)
-  if not args.overwrite:
-    _restore(plan, path, ds)
   t0 = time.perf_counter()
   wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
                                  inputs_per_call=inputs_per_call, extra_columns=plan.columns,
                                  extra_fn=plan.row, progress=not args.quiet,
-                                 resume=not args.overwrite, run=args.run_record)
+                                 resume=not args.overwrite, run=args.run_record,
+                                 restore=methods.restorer(plan, ds))
   if nproc > 1:
     distributed.barrier("rsjax-certify-rows-written")
     if pid == 0:

@@ -6,9 +6,11 @@ options (name, default, help; the command turns each into a ``--flag``), and a
 function, the extra result columns and how to fill them. Adding a method is one
 entry in :data:`METHODS`::
 
-  plan = rsjax.methods.METHODS["ucan"].build(context, ucan_pattern="l1")
+  method = rsjax.methods.METHODS["ucan"]
+  plan = method.plan(context, ucan_pattern="l1")   # the other options at their defaults
   runner.certify_dataset(plan.certify_fn, ds.get_batch, indices, "out.tsv",
-                         extra_columns=plan.columns, extra_fn=plan.row)
+                         extra_columns=plan.columns, extra_fn=plan.row,
+                         restore=rsjax.methods.restorer(plan, ds))
 
 Every entry states what its radius guarantees (``Certificate.guarantee``) and
 writes a ``sound`` column (1: a certificate; 0: numbers reported for comparison
@@ -28,7 +30,7 @@ import numpy as np
 from rsjax.deq import solvers
 
 __all__ = ["Context", "METHODS", "Method", "Option", "Plan", "UNIVERSAL_NOISE_FILE",
-           "load_universal_noise", "restore_plan", "save_universal_noise"]
+           "load_universal_noise", "restorer", "save_universal_noise"]
 
 UNIVERSAL_NOISE_FILE = "universal_noise.npz"
 
@@ -134,19 +136,34 @@ class Method:
     """``{option: default}``."""
     return {o.name: o.default for o in self.options}
 
+  def plan(self, context: Context, **options) -> Plan:
+    """``build`` with the given options over the defaults.
 
-def restore_plan(plan: Plan, results, get_batch) -> None:
-  """Replays rows already in a result file into a plan's state (resume).
+    Raises:
+      ValueError: an unknown option, or settings the method cannot run.
+    """
+    unknown = sorted(set(options) - {o.name for o in self.options})
+    if unknown:
+      raise ValueError(f"method {self.name!r} has no option {unknown}; its options: "
+                       f"{sorted(self.defaults())}")
+    return self.build(context, **{**self.defaults(), **options})
 
-  Args:
-    plan: the plan.
-    results: ``rsjax.io.CertifyResults`` of the file, in file (processing) order.
-    get_batch: ``get_batch(indices) -> (x, labels)`` of the dataset.
+
+def restorer(plan: Plan, dataset) -> Callable | None:
+  """The ``restore`` hook of ``rsjax.runner.certify_dataset`` for a plan (None if stateless).
+
+  It replays the rows already in the result file (their inputs from
+  ``dataset.get_batch``) into the plan's state, e.g. the DDRS memory.
   """
-  if plan.restore is None or len(results.idx) == 0:
-    return
-  x, _ = get_batch(np.asarray(results.idx))
-  plan.restore(np.asarray(x), np.asarray(results.predict), np.asarray(results.radius))
+  if plan.restore is None:
+    return None
+
+  def restore(results) -> None:
+    if len(results.idx):
+      x, _ = dataset.get_batch(np.asarray(results.idx))
+      plan.restore(np.asarray(x), np.asarray(results.predict), np.asarray(results.radius))
+
+  return restore
 
 
 def _sound_column(cert, j) -> dict:

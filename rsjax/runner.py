@@ -63,7 +63,7 @@ def fingerprint(params) -> str:
 
 def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, row_fn,
          extra_columns: Sequence[str] = (), progress: bool, resume: bool,
-         run: Mapping | None = None) -> int:
+         run: Mapping | None = None, restore: Callable | None = None) -> int:
   """The resumable loop shared by certify and predict.
 
   ``row_fn(result, j) -> dict`` gives the ``predict``/``radius``/extra fields of
@@ -76,6 +76,8 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
   with io.ResultsWriter(out_path, kind=kind, resume=resume, extra_columns=extra_columns,
                         run=run) as writer:
     todo = np.array([i for i in indices if int(i) not in writer.done], dtype=np.int64)
+    if restore is not None and writer.done:
+      restore(io.read_certify(out_path))  # rows already written, in processing order
     if progress and len(todo) < len(indices):
       print(f"resuming: {len(indices) - len(todo)} of {len(indices)} rows done ({out_path})",
             file=sys.stderr, flush=True)
@@ -99,7 +101,8 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
                     out_path, *, inputs_per_call: int = 1, extra_columns: Sequence[str] = (),
                     extra_fn: Callable[[Certificate, int], dict] | None = None,
                     progress: bool = True, resume: bool = True,
-                    run: Mapping | None = None) -> int:
+                    run: Mapping | None = None,
+                    restore: Callable[[io.CertifyResults], None] | None = None) -> int:
   """Certifies ``indices`` of a dataset and appends one row per input to ``out_path``.
 
   Args:
@@ -118,6 +121,9 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
       :func:`fingerprint`, dataset, sigma, N, alpha, seed), kept in
       ``<out_path>.run.json``; resuming rows of a different run raises
       ``rsjax.io.RunMismatchError``.
+    restore: optional ``restore(results)``, called with the rows already in
+      ``out_path`` (file order) before resuming: a method with state across
+      inputs (the DDRS memory) rebuilds it from them.
 
   Returns:
     The number of rows written by this call.
@@ -134,7 +140,7 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
 
   return _run("certify", certify_fn, get_batch, indices, out_path,
               inputs_per_call=inputs_per_call, row_fn=row, extra_columns=extra_columns,
-              progress=progress, resume=resume, run=run)
+              progress=progress, resume=resume, run=run, restore=restore)
 
 
 def predict_dataset(predict_fn: PredictFn, get_batch: Callable[[np.ndarray], tuple], indices,
