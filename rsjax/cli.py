@@ -84,8 +84,8 @@ def _architecture_held(model_dir: str, config: dict) -> str | None:
     if name == config.get("model"):
       continue
     try:
-      model = _create_model(name, num_classes=int(config["num_classes"]),
-                            input_shape=tuple(config["input_shape"]), rngs=0)
+      model = models.create_model(name, num_classes=int(config["num_classes"]),
+                                  input_shape=tuple(config["input_shape"]), rngs=0)
       training.restore_model(model_dir, model)
     except Exception:  # noqa: BLE001 -- not this one
       continue

@@ -259,7 +259,7 @@ def _balls_of_other_classes_disjoint(x, predict, radius):
 def test_certify_ddrs_memory_guarantee_and_resume(trained, tmp_path, capsys):
   from rsjax import data
   common = ["--method", "ddrs", "--ddrs-steps", "10", "--ddrs-lr", "0.01", "--N", "300",
-            "--N0", "30", "--batch", "300", "--skip", "40", "--max", "8",
+            "--N0", "30", "--batch", "300", "--skip", "40", "--max", "320",
             "--inputs-per-call", "1", "--quiet"]
   full = tmp_path / "ddrs.tsv"
   assert run_cli("certify", trained, full, *common) == 0
@@ -275,6 +275,8 @@ def test_certify_ddrs_memory_guarantee_and_resume(trained, tmp_path, capsys):
   part = tmp_path / "part.tsv"
   lines = full.read_text().splitlines(keepends=True)
   part.write_text("".join(lines[:len(lines) - 5]))
+  import shutil
+  shutil.copy(io.run_record_path(full), io.run_record_path(part))  # same run
   assert run_cli("certify", trained, part, *common) == 0
   again = io.read_certify(part)
   np.testing.assert_array_equal(again.predict, res.predict)
