@@ -74,9 +74,9 @@ def main(argv=None) -> dict:
   test = data.load("mnist5k", "test")
   model = models.create_model(args.model, num_classes=10, input_shape=(28, 28, 1), rngs=0)
   t = time.perf_counter()
-  training.train(jax.random.key(0), model, (train_x, train_y), sigma=args.sigma,
-                 epochs=args.epochs, batch_size=128, lr=0.05, lr_step=max(args.epochs, 1),
-                 progress=False)
+  cfg = training.TrainConfig(sigma=args.sigma, epochs=args.epochs, batch_size=128, lr=0.05,
+                             lr_step=max(args.epochs, 1))
+  training.train(jax.random.key(0), model, (train_x, train_y), cfg, progress=False)
   train_s = time.perf_counter() - t
   apply_fn, variables = models.to_apply_fn(model)
   ids = np.linspace(0, len(test) - 1, args.images).astype(np.int64)

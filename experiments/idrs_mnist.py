@@ -167,8 +167,9 @@ def run(cfg: Config, out_dir: str = RESULTS) -> None:
     model = models.create_model("mlp", num_classes=10, input_shape=(28, 28, 1),
                                 rngs=int(jax.random.randint(k_init, (), 0, 2**30)))
     tt = time.time()
-    model, hist = training.train(k_train, model, (x_tr, y_tr), sigma=sigma_tr, epochs=cfg.epochs,
-                                 batch_size=256, lr=0.1, lr_step=10, eval_data=(x_te, y_te),
+    tcfg = training.TrainConfig(sigma=sigma_tr, epochs=cfg.epochs, batch_size=256, lr=0.1,
+                                lr_step=10)
+    model, hist = training.train(k_train, model, (x_tr, y_tr), tcfg, eval_data=(x_te, y_te),
                                  progress=False)
     print(f"  trained in {time.time() - tt:.0f} s: clean acc {hist[-1]['clean_acc']:.3f}, "
           f"noisy acc {hist[-1]['noisy_acc']:.3f}", flush=True)

@@ -104,6 +104,29 @@ def _setup_jax(args) -> None:
 # ----------------------------------------------------------------------------- train
 
 
+def _objective(args):
+  """The training objective from ``--objective``, ``--num-noise``, ``--objective-arg`` and
+  ``--sphere-attack``."""
+  from rsjax import training
+  hyper = {}
+  for item in args.objective_arg:
+    name, sep, value = item.partition("=")
+    if not sep:
+      raise CliError(f"--objective-arg expects NAME=VALUE, got {item!r}")
+    try:
+      hyper[name.strip().replace("-", "_")] = int(value) if value.strip().isdigit() else float(value)
+    except ValueError:
+      raise CliError(f"--objective-arg {name}: expected a number, got {value!r}") from None
+  if args.num_noise is not None:
+    hyper["num_noise"] = args.num_noise
+  if args.sphere_attack is not None:
+    if args.objective != "gaussian":
+      raise CliError("--sphere-attack works with --objective gaussian (Sun et al.'s strategy)")
+    hyper["attack"] = training.SphereAttack(steps=args.attack_steps, step_size=args.attack_step,
+                                            norm=args.attack_norm, start_epoch=args.sphere_attack)
+  return training.make_objective(args.objective, **hyper)
+
+
 def cmd_train(args) -> int:
   import jax
   from rsjax import models, training
@@ -119,12 +142,16 @@ def cmd_train(args) -> int:
   model_config = {"model": args.model, "num_classes": int(ds_train.num_classes),
                   "input_shape": list(ds_train.input_shape), "dataset": args.dataset}
   try:
+    config = training.TrainConfig(
+        sigma=args.sigma, epochs=args.epochs, batch_size=args.batch, lr=args.lr,
+        momentum=args.momentum, weight_decay=args.weight_decay, lr_step=args.lr_step_size,
+        gamma=args.gamma, objective=_objective(args),
+        discard=None if args.discard is None else training.Discard(
+            epoch=args.discard, threshold=args.discard_threshold),
+        reweigh=None if args.reweigh is None else training.Reweigh(epoch=args.reweigh))
     _, history = training.train(
-        jax.random.key(args.seed), model, (x, y), sigma=args.sigma, epochs=args.epochs,
-        batch_size=args.batch, lr=args.lr, momentum=args.momentum,
-        weight_decay=args.weight_decay, lr_step=args.lr_step_size, gamma=args.gamma,
-        eval_data=(xt, yt), workdir=args.out, resume=not args.restart,
-        model_config=model_config, progress=not args.quiet)
+        jax.random.key(args.seed), model, (x, y), config, eval_data=(xt, yt), workdir=args.out,
+        resume=not args.restart, model_config=model_config, progress=not args.quiet)
   except ValueError as e:
     raise CliError(str(e)) from None
   if history:
@@ -211,6 +238,19 @@ def _run_record(args, config: dict, dataset_name: str, params) -> dict:
   return run
 
 
+def _with_counts(extra_cols, extra_fn):
+  """Adds the estimation counts column (``--save-counts``; p_A for ``analyze --pa-cdf``)."""
+  from rsjax import metrics
+
+  def fn(cert, j):
+    if getattr(cert, "counts", None) is None:
+      raise CliError("--save-counts: this method's certificate has no counts")
+    out = extra_fn(cert, j) if extra_fn is not None else {}
+    return {**out, metrics.COUNTS_COLUMN: metrics.format_counts(cert.counts[j])}
+
+  return (*extra_cols, metrics.COUNTS_COLUMN), fn
+
+
 def cmd_certify(args) -> int:
   from rsjax import distributed
   try:
@@ -222,6 +262,9 @@ def cmd_certify(args) -> int:
   plan = _method_plan(args, key, model, apply_fn, params, ds)
   if plan.sequential and nproc > 1:
     raise CliError(f"--method {args.method} certifies inputs one after another in one process")
+  columns, row = plan.columns, plan.row
+  if args.save_counts:
+    columns, row = _with_counts(columns, row)
   last = []
 
   def fn(x, ids):
@@ -239,8 +282,8 @@ def cmd_certify(args) -> int:
       args.outfile, process_index=pid, process_count=nproc)
   t0 = time.perf_counter()
   wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
-                                 inputs_per_call=inputs_per_call, extra_columns=plan.columns,
-                                 extra_fn=plan.row, progress=not args.quiet,
+                                 inputs_per_call=inputs_per_call, extra_columns=columns,
+                                 extra_fn=row, progress=not args.quiet,
                                  resume=not args.overwrite, run=args.run_record,
                                  restore=methods.restorer(plan, ds))
   if nproc > 1:
@@ -326,6 +369,14 @@ def cmd_analyze(args) -> int:
     title = _plot_title([io.read_run_record(p) for p in args.files], results)
     out = plots.plot_certified_accuracy(args.plot, results, show_envelope=envelope, title=title)
     print(f"plot written to {out}")
+  try:
+    if args.pa_cdf:
+      pa = {label: metrics.label_probability(res) for label, res in results.items()}
+      print(f"p_A CDF written to {plots.plot_pa_cdf(args.pa_cdf, pa)}")
+    if args.easy_hard:
+      _print_easy_hard(results, args.easy_hard, radii)
+  except ValueError as e:
+    raise CliError(str(e)) from None
   return 0
 
 
@@ -360,6 +411,25 @@ def _plot_title(records: list, results: dict) -> str:
   counts = ", ".join(dict.fromkeys(str(len(r)) for r in results.values()))
   parts.append(f"{counts} inputs")
   return "certified accuracy: " + "; ".join(parts)
+
+
+def _print_easy_hard(results, reference_path: str, radii) -> None:
+  """Certified accuracy on easy / hard inputs (p_A >= / < 0.5 under the reference file's model)."""
+  from rsjax import io, metrics
+  if not os.path.exists(reference_path):
+    raise CliError(f"reference file {reference_path!r} does not exist")
+  ref = io.read_certify(reference_path)
+  ref_pa = (ref.idx, metrics.label_probability(ref))
+  print(f"\ncertified accuracy on easy / hard inputs (p_A >= / < 0.5 under {reference_path})")
+  head = ["", "subset", "n", *[f"r={r:g}" for r in radii]]
+  rows = []
+  for label, res in results.items():
+    split = metrics.easy_hard_accuracy(res, ref_pa, radii)
+    for sub in ("easy", "hard"):
+      rows.append([label, sub, str(split[f"num_{sub}"]), *[f"{v:.3f}" for v in split[sub]]])
+  widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
+  for r in [head, *rows]:
+    print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
 
 
 # ----------------------------------------------------------------------------- demo
@@ -448,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
 
   t = sub.add_parser("train", parents=[common], formatter_class=fmt,
-                     help="train a base classifier with Gaussian noise (Cohen et al.)")
+                     help="train a base classifier on noisy inputs (Gaussian, Consistency, "
+                          "SmoothAdv, MACER; Sun et al.'s strategies)")
   data_flags(t, dataset_required=True)
   t.add_argument("--model", required=True, help=", ".join(models.MODELS))
   t.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
@@ -463,6 +534,28 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
   t.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
   t.add_argument("--seed", type=int, default=0, help="seed of initialization, shuffling and noise")
+  t.add_argument("--objective", default="gaussian", choices=["gaussian", "consistency", "smoothadv", "macer"],
+                 help="training loss (rsjax.training.objectives; default gaussian, Cohen et al.)")
+  t.add_argument("--num-noise", type=_positive_int, default=None,
+                 help="noise draws per input m (default: the objective's: 1 gaussian, 2 consistency, "
+                      "4 smoothadv, 16 macer)")
+  t.add_argument("--objective-arg", action="append", default=[], metavar="NAME=VALUE",
+                 help="objective hyperparameter, e.g. lbd=20 (consistency), epsilon=0.5 "
+                      "(smoothadv), gamma=8 (macer); repeatable")
+  t.add_argument("--discard", type=_nonneg_int, default=None, metavar="E",
+                 help="Sun et al.: after E epochs drop inputs with p_A < --discard-threshold "
+                      "(100 noisy copies), then resample with replacement")
+  t.add_argument("--discard-threshold", type=float, default=0.4, help="p_t of --discard")
+  t.add_argument("--reweigh", type=_nonneg_int, default=None, metavar="E",
+                 help="Sun et al.: from E epochs on, every 10 epochs, sample inputs in proportion "
+                      "to their approximate certified radius (16 noisy copies)")
+  t.add_argument("--sphere-attack", type=_nonneg_int, default=None, metavar="E",
+                 help="Sun et al.: from E epochs on, replace each noise draw by the adaptive attack "
+                      "on its sphere (gaussian objective)")
+  t.add_argument("--attack-steps", type=_positive_int, default=6, help="T of --sphere-attack")
+  t.add_argument("--attack-step", type=_positive_float, default=0.25,
+                 help="step eps of --sphere-attack (L2; for linf the paper's sqrt(d)*eps)")
+  t.add_argument("--attack-norm", choices=["l2", "linf"], default="l2")
   t.add_argument("--restart", action="store_true",
                  help="do not resume: fail if OUT already holds checkpoints (a run in OUT "
                  "resumes from its last epoch by default; use a new --out to start over)")
@@ -504,6 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
                  help="certification method: " + "; ".join(
                      f"{m.name}: {m.summary}" for m in methods.METHODS.values()))
   _method_flags(c)
+  c.add_argument("--save-counts", action="store_true",
+                 help="add a 'counts' column (the N estimation counts per class) for "
+                      "'analyze --pa-cdf / --easy-hard'")
   c.add_argument("--coordinator", default=None,
                  help="host:port of process 0 for a multi-process run (jax.distributed); "
                  "or $RSJAX_COORDINATOR_ADDRESS")
@@ -527,6 +623,12 @@ def build_parser() -> argparse.ArgumentParser:
                  help="radii of the table's columns")
   a.add_argument("--format", default="text", choices=["text", "markdown"], help="table format")
   a.add_argument("--plot", default=None, help="write the certified-accuracy curves here (PNG)")
+  a.add_argument("--pa-cdf", default=None, metavar="PNG",
+                 help="plot the empirical CDF of p_A per file (Sun et al. Fig. 3; needs files "
+                      "certified with --save-counts)")
+  a.add_argument("--easy-hard", default=None, metavar="REFERENCE",
+                 help="certified accuracy on easy / hard inputs, split by p_A >= 0.5 in this "
+                      "reference result file (e.g. the Gaussian model's, with --save-counts)")
   a.set_defaults(func=cmd_analyze)
 
   d = sub.add_parser("demo", parents=[common], formatter_class=fmt,

@@ -57,10 +57,11 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
     model = models.create_model(cfg["model"], num_classes=train.num_classes,
                                 input_shape=train.input_shape, rngs=seed)
     t0 = time.perf_counter()
+    config = training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=cfg["batch_size"],
+                                  lr=cfg["lr"], lr_step=cfg["lr_step"])
     model, history = training.train(
-        jax.random.key(seed), model, (x, y), sigma=sigma, epochs=epochs,
-        batch_size=cfg["batch_size"], lr=cfg["lr"], lr_step=cfg["lr_step"],
-        eval_data=(xt, yt), workdir=workdir, progress=progress,
+        jax.random.key(seed), model, (x, y), config, eval_data=(xt, yt), workdir=workdir,
+        progress=progress,
         model_config={"model": cfg["model"], "num_classes": int(train.num_classes),
                       "input_shape": list(train.input_shape), "dataset": cfg["dataset"]})
     t_train = time.perf_counter() - t0

@@ -14,7 +14,32 @@ import numpy as np
 
 from rsjax import metrics
 
-__all__ = ["plot_certified_accuracy"]
+__all__ = ["plot_certified_accuracy", "plot_pa_cdf"]
+
+
+def _png(path) -> str:
+  path = os.fspath(path)
+  return path if os.path.splitext(path)[1] else path + ".png"
+
+
+def _axes():
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+
+  fig = Figure(figsize=(6.4, 4.8))
+  FigureCanvasAgg(fig)
+  return fig, fig.add_subplot()
+
+
+def _save(fig, ax, path: str, *, title, dpi, legend: str) -> str:
+  ax.grid(True, alpha=0.3)
+  ax.legend(loc=legend)
+  if title:
+    ax.set_title(title)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=dpi)
+  return path
 
 
 def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None = None,
@@ -45,12 +70,7 @@ def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None 
   """
   if not results:
     raise ValueError("results must not be empty")
-  from matplotlib.backends.backend_agg import FigureCanvasAgg
-  from matplotlib.figure import Figure
-
-  path = os.fspath(path)
-  if not os.path.splitext(path)[1]:
-    path += ".png"
+  path = _png(path)
   if max_radius is None:
     top = 0.0
     for res in results.values():
@@ -62,9 +82,7 @@ def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None 
     raise ValueError(f"max_radius must be > 0, got {max_radius!r}")
   radii = metrics.radius_grid(max_radius, radius_step)
 
-  fig = Figure(figsize=(6.4, 4.8))
-  FigureCanvasAgg(fig)
-  ax = fig.add_subplot()
+  fig, ax = _axes()
   curves = []
   for label, res in results.items():
     acc = metrics.certified_accuracy(res.correct, res.radius, radii, predict=res.predict)
@@ -82,14 +100,7 @@ def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None 
   ax.set_ylim(0, 1)
   ax.set_xlabel("radius")
   ax.set_ylabel("certified accuracy")
-  ax.grid(True, alpha=0.3)
-  ax.legend(loc="upper right")
-  if title:
-    ax.set_title(title)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=dpi)
-  return path
+  return _save(fig, ax, path, title=title, dpi=dpi, legend="upper right")
 
 
 def _step_curve(res, max_radius: float) -> tuple[np.ndarray, np.ndarray]:
@@ -101,3 +112,35 @@ def _step_curve(res, max_radius: float) -> tuple[np.ndarray, np.ndarray]:
   x = np.concatenate([[0.0], r, [max(max_radius, r[-1] if m else 0.0)]])
   y = np.concatenate([[m], m - 1 - np.arange(m), [0]]) / n
   return x, y
+
+
+def plot_pa_cdf(path, pa: Mapping, *, title: str | None = None, dpi: int = 150) -> str:
+  """Empirical CDF of ``p_A`` per model (Sun et al. 2025, Figure 3).
+
+  Args:
+    path: output file (extension picks the format; ``.png`` added when none).
+    pa: mapping ``label -> [N] p_A`` (e.g. :func:`rsjax.metrics.label_probability`
+      of each model's certify results).
+    title: optional title.
+    dpi: resolution of raster formats.
+
+  Returns:
+    The path written.
+  """
+  if not pa:
+    raise ValueError("pa must not be empty")
+  path = _png(path)
+  fig, ax = _axes()
+  for label, p in pa.items():
+    p = np.sort(np.asarray(p, np.float64))
+    if p.size == 0:
+      raise ValueError(f"no p_A values for {label!r}")
+    ax.step(np.concatenate([[0.0], p, [1.0]]),
+            np.concatenate([[0.0], np.arange(1, p.size + 1) / p.size, [1.0]]),
+            where="post", label=str(label))
+  ax.axvline(0.5, color="gray", linestyle=":", linewidth=1)
+  ax.set_xlim(0, 1)
+  ax.set_ylim(0, 1)
+  ax.set_xlabel("p_A (fraction of noisy samples on the label)")
+  ax.set_ylabel("fraction of inputs with p_A <= x")
+  return _save(fig, ax, path, title=title, dpi=dpi, legend="upper left")

@@ -78,6 +78,6 @@ def test_generic_trainer_trains_a_deq():
   left = (np.arange(8) < 4)[None, None, :, None]
   x = np.where(y[:, None, None, None] == 0, left, ~left) * 0.8 + 0.1
   x = np.clip(x + 0.1 * rng.normal(size=(64, 8, 8, 1)), 0, 1).astype(np.float32)
-  model, hist = rsjax.training.train(0, model, (x, y), sigma=0.1, epochs=4, batch_size=16,
-                                     lr=0.05, eval_data=(x, y), progress=False)
+  cfg = rsjax.training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
+  model, hist = rsjax.training.train(0, model, (x, y), cfg, eval_data=(x, y), progress=False)
   assert hist[-1]["clean_acc"] > 0.9

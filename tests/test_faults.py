@@ -40,15 +40,16 @@ def test_train_non_finite_loss_stops_and_names_the_step(tmp_path):
   # Inputs with mean > 0.55 give NaN logits: the first batch that holds one.
   model = NanAfter(16, 2, threshold=0.55, rngs=nnx.Rngs(0))
   with pytest.raises(FloatingPointError, match=r"non-finite .* at step 1 \(epoch 1, batch 1 of 4\)"):
-    training.train(0, model, (x, y), sigma=0.0, epochs=2, batch_size=16, workdir=tmp_path / "w",
-                   progress=False)
+    training.train(0, model, (x, y), training.TrainConfig(sigma=0.0, epochs=2, batch_size=16),
+                   workdir=tmp_path / "w", progress=False)
   assert not (tmp_path / "w" / "checkpoints" / "1").exists()
 
 
 def test_train_finite_loss_runs(tmp_path):
   x, y = _digits()
   model = NanAfter(16, 2, rngs=nnx.Rngs(0))
-  _, history = training.train(0, model, (x, y), sigma=0.1, epochs=1, batch_size=16,
+  _, history = training.train(0, model, (x, y),
+                              training.TrainConfig(sigma=0.1, epochs=1, batch_size=16),
                               progress=False)
   assert math.isfinite(history[0]["train_loss"])
 

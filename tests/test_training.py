@@ -1,5 +1,6 @@
 """Tests of rsjax.training: Gaussian-noise training, checkpoints and exact resume."""
 
+import dataclasses
 import json
 import math
 
@@ -48,6 +49,15 @@ def digits():
   return (x[:1200], y[:1200]), (x[1200:], y[1200:])
 
 
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(training.TrainConfig)}
+
+
+def _train(key, model, data, **kw):
+  """``training.train`` with the TrainConfig fields given as keywords."""
+  cfg = training.TrainConfig(**{k: v for k, v in kw.items() if k in _CONFIG_FIELDS})
+  return training.train(key, model, data, cfg, **{k: v for k, v in kw.items() if k not in _CONFIG_FIELDS})
+
+
 def _accuracy(model, x, y):
   apply_fn, variables = to_apply_fn(model)
   return float(np.mean(np.argmax(np.asarray(apply_fn(variables, x)), -1) == y))
@@ -58,7 +68,7 @@ def test_training_improves_accuracy(digits, tmp_path):
   model = TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(0))
   before = _accuracy(model, xe, ye)
   seen = []
-  model, hist = training.train(
+  model, hist = _train(
       jax.random.key(0), model, (xt, yt), sigma=0.25, epochs=3, batch_size=64, lr=0.1,
       lr_step=2, eval_data=(xe, ye), eval_batch_size=64, workdir=tmp_path, progress=False,
       on_epoch_end=seen.append,
@@ -90,7 +100,7 @@ def test_noise_is_added_per_step(digits):
   """With a huge sigma the noisy training batches are at chance level."""
   (xt, yt), _ = digits
   model = TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(0))
-  _, hist = training.train(jax.random.key(1), model, (xt, yt), sigma=20.0, epochs=1,
+  _, hist = _train(jax.random.key(1), model, (xt, yt), sigma=20.0, epochs=1,
                            batch_size=64, lr=0.1, lr_step=2, progress=False)
   assert hist[0]["train_acc"] < 0.25 and hist[0]["clean_acc"] is None
 
@@ -110,14 +120,14 @@ def test_resume_is_exact(digits, tmp_path):
   data = (xt, yt)  # 1200 = 18 * 64 + 48: a partial last batch
   kw = dict(sigma=0.5, batch_size=64, lr=0.1, lr_step=1, eval_data=(xe[:100], ye[:100]),
             eval_batch_size=64, progress=False)
-  full, hist_full = training.train(jax.random.key(7), TinyNet(input_shape=(8, 8, 1), num_classes=10,
+  full, hist_full = _train(jax.random.key(7), TinyNet(input_shape=(8, 8, 1), num_classes=10,
                                                              rngs=nnx.Rngs(3)),
                                    data, epochs=2, workdir=tmp_path / "a", **kw)
   # run 1 epoch, "kill", restart the same command with 2 epochs on a fresh model object
-  training.train(jax.random.key(7), TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3)),
+  _train(jax.random.key(7), TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3)),
                  data, epochs=1, workdir=tmp_path / "b", **kw)
   fresh = TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3))
-  resumed, hist_res = training.train(jax.random.key(7), fresh, data, epochs=2,
+  resumed, hist_res = _train(jax.random.key(7), fresh, data, epochs=2,
                                      workdir=tmp_path / "b", **kw)
   a, b = _state_leaves(full), _state_leaves(resumed)
   assert a.keys() == b.keys()
@@ -132,7 +142,7 @@ def test_resume_is_exact(digits, tmp_path):
   with Checkpoints(tmp_path / "b" / "checkpoints") as ck:
     assert ck.all_steps() == [1, 2]
   # resuming a finished run trains nothing and returns the same weights
-  again, hist_again = training.train(
+  again, hist_again = _train(
       jax.random.key(7), TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3)),
       data, epochs=2, workdir=tmp_path / "b", **kw)
   c = _state_leaves(again)
@@ -146,16 +156,16 @@ def test_resume_checks(digits, tmp_path):
   data = (xt, yt)
   kw = dict(sigma=0.25, batch_size=64, lr=0.1, lr_step=2, progress=False)
   make = lambda: TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(0))  # noqa: E731
-  training.train(jax.random.key(0), make(), data, epochs=1, workdir=tmp_path, **kw)
+  _train(jax.random.key(0), make(), data, epochs=1, workdir=tmp_path, **kw)
   with pytest.raises(ValueError, match="resume=True"):
-    training.train(jax.random.key(0), make(), data, epochs=2, workdir=tmp_path, resume=False, **kw)
+    _train(jax.random.key(0), make(), data, epochs=2, workdir=tmp_path, resume=False, **kw)
   with pytest.raises(ValueError, match="sigma"):
-    training.train(jax.random.key(0), make(), data, epochs=2, workdir=tmp_path,
+    _train(jax.random.key(0), make(), data, epochs=2, workdir=tmp_path,
                    **{**kw, "sigma": 0.5})
   with pytest.raises(ValueError, match="key"):
-    training.train(jax.random.key(1), make(), data, epochs=2, workdir=tmp_path, **kw)
+    _train(jax.random.key(1), make(), data, epochs=2, workdir=tmp_path, **kw)
   with pytest.raises(ValueError, match="num_train"):
-    training.train(jax.random.key(0), make(), (xt[:1000], yt[:1000]), epochs=2, workdir=tmp_path, **kw)
+    _train(jax.random.key(0), make(), (xt[:1000], yt[:1000]), epochs=2, workdir=tmp_path, **kw)
 
 
 def test_bad_arguments(digits):
@@ -163,15 +173,15 @@ def test_bad_arguments(digits):
   make = lambda: TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(0))  # noqa: E731
   key = jax.random.key(0)
   with pytest.raises(ValueError, match="sigma"):
-    training.train(key, make(), (xt, yt), sigma=-1.0, progress=False)
+    _train(key, make(), (xt, yt), sigma=-1.0, progress=False)
   with pytest.raises(ValueError, match=r"\[0, 1\]"):
-    training.train(key, make(), (xt * 255, yt), sigma=0.25, progress=False)
+    _train(key, make(), (xt * 255, yt), sigma=0.25, progress=False)
   with pytest.raises(ValueError, match="label"):
-    training.train(key, make(), (xt, yt + 10), sigma=0.25, progress=False)
+    _train(key, make(), (xt, yt + 10), sigma=0.25, progress=False)
   with pytest.raises(ValueError, match="batch_size"):
-    training.train(key, make(), (xt, yt), sigma=0.25, batch_size=0, progress=False)
+    _train(key, make(), (xt, yt), sigma=0.25, batch_size=0, progress=False)
   with pytest.raises(ValueError, match="y must be integer"):
-    training.train(key, make(), (xt, yt.astype(float)), sigma=0.25, progress=False)
+    _train(key, make(), (xt, yt.astype(float)), sigma=0.25, progress=False)
 
 
 def test_optimizer_matches_torch_sgd_step():
@@ -192,3 +202,37 @@ def test_optimizer_matches_torch_sgd_step():
     upd, state = tx.update(g, state, p)
     p = {"w": np.asarray(p["w"] + upd["w"])}
     np.testing.assert_allclose(p["w"], pt, rtol=1e-6)
+
+
+def test_strategies_discard_reweigh_attack_and_resume(digits, tmp_path):
+  """Sun et al.'s three strategies together: the discard keeps exactly p_A >= p_t, the
+  sampling weights survive a restart, and a resumed run equals an uninterrupted one."""
+  (xt, yt), _ = digits
+  data = (xt[:400], yt[:400])
+  kw = dict(sigma=0.5, batch_size=64, lr=0.1, lr_step=5, progress=False,
+            objective=training.Gaussian(num_noise=2, attack=training.SphereAttack(
+                steps=2, step_size=0.5, start_epoch=1)),
+            discard=training.Discard(epoch=1, threshold=0.5, num_noise=20),
+            reweigh=training.Reweigh(epoch=1, every=1))
+  make = lambda: TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3))  # noqa: E731
+  full, hist = _train(jax.random.key(5), make(), data, epochs=3, workdir=tmp_path / "a", **kw)
+  assert "kept_fraction" in hist[0] and hist[0]["kept_fraction"] == 1.0
+  # the discard at the start of epoch 2 (index 1) used the epoch-1 model and the documented key
+  _train(jax.random.key(5), make(), data, epochs=1, workdir=tmp_path / "b", **kw)
+  m1, _ = training.restore_model(tmp_path / "b", make(), step=1)
+  apply_fn, variables = to_apply_fn(m1)
+  count_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(5), 3), 1)
+  counts = training.correct_counts(jax.random.fold_in(count_key, 0), apply_fn, variables,
+                                   data[0], data[1], sigma=0.5, num=20, num_classes=10,
+                                   ids=np.arange(400))
+  kept = training.discard_mask(counts, 20, 0.5)
+  assert 0 < kept.mean() < 1
+  assert hist[1]["kept_fraction"] == pytest.approx(kept.mean())
+  assert hist[2]["kept_fraction"] == hist[1]["kept_fraction"]
+  resumed, hist_b = _train(jax.random.key(5), make(), data, epochs=3, workdir=tmp_path / "b", **kw)
+  a, b = _state_leaves(full), _state_leaves(resumed)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+  assert cfg["train"]["objective"]["attack"]["start_epoch"] == 1
+  assert cfg["train"]["discard"] == {"epoch": 1, "threshold": 0.5, "num_noise": 20}

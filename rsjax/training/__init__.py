@@ -1,16 +1,43 @@
 """Training of base classifiers for randomized smoothing.
 
-* :func:`train`: Gaussian-noise training (Cohen et al. 2019) of any Flax NNX
-  model, with per-epoch evaluation, orbax checkpoints and exact resume.
+* :func:`train` with a :class:`TrainConfig`: any objective of
+  :mod:`rsjax.training.objectives` (Gaussian noise by default, Cohen et al.
+  2019; Consistency, SmoothAdv, MACER; Gaussian with the adaptive sphere
+  attack of Sun et al. 2025) on a Flax NNX model, optionally with the data
+  strategies of Sun et al. (:class:`Discard`, :class:`Reweigh`), with per-epoch
+  evaluation, orbax checkpoints and exact resume.
 * :func:`load_model` / :func:`restore_model`: rebuild a trained model from its
   workdir (``config.json`` + checkpoints).
+* :func:`per_sample_gradient_norms` / :func:`gradient_norm_table`: Table 1 of
+  the ACR study (easy vs hard inputs); p_A and the easy/hard split are in
+  :mod:`rsjax.metrics`.
 """
 
-from rsjax.training.gaussian import TrainConfig as TrainConfig
-from rsjax.training.gaussian import make_optimizer as make_optimizer
-from rsjax.training.gaussian import train as train
+from rsjax.training.analysis import gradient_norm_table as gradient_norm_table
+from rsjax.training.analysis import per_sample_gradient_norms as per_sample_gradient_norms
+from rsjax.training.objectives import MACER as MACER
+from rsjax.training.objectives import OBJECTIVES as OBJECTIVES
+from rsjax.training.objectives import Consistency as Consistency
+from rsjax.training.objectives import Gaussian as Gaussian
+from rsjax.training.objectives import Objective as Objective
+from rsjax.training.objectives import SmoothAdv as SmoothAdv
+from rsjax.training.objectives import SphereAttack as SphereAttack
+from rsjax.training.objectives import make_objective as make_objective
+from rsjax.training.strategies import Discard as Discard
+from rsjax.training.strategies import Reweigh as Reweigh
+from rsjax.training.strategies import correct_counts as correct_counts
+from rsjax.training.strategies import discard_mask as discard_mask
+from rsjax.training.strategies import resample as resample
+from rsjax.training.strategies import reweigh_weights as reweigh_weights
+from rsjax.training.trainer import TrainConfig as TrainConfig
+from rsjax.training.trainer import make_optimizer as make_optimizer
+from rsjax.training.trainer import train as train
 from rsjax.training.workdir import load_model as load_model
 from rsjax.training.workdir import read_config as read_config
 from rsjax.training.workdir import restore_model as restore_model
 
-__all__ = ["TrainConfig", "load_model", "make_optimizer", "read_config", "restore_model", "train"]
+__all__ = ["Consistency", "Discard", "Gaussian", "MACER", "OBJECTIVES", "Objective", "Reweigh",
+           "SmoothAdv", "SphereAttack", "TrainConfig", "correct_counts", "discard_mask", "gradient_norm_table",
+           "load_model", "make_objective", "make_optimizer",
+           "per_sample_gradient_norms", "read_config", "resample", "restore_model", "reweigh_weights",
+           "train"]

@@ -1,16 +1,20 @@
-"""Gaussian-noise training of a base classifier (Cohen et al. 2019, ``code/train.py``).
+"""The trainer: any objective of :mod:`rsjax.training.objectives` on an NNX model.
 
-Each step draws fresh noise ``sigma * N(0, I)`` for every sample of the batch,
-in the [0, 1] input scale, and adds it before the model (which normalizes
-internally). The optimizer is SGD with momentum and (coupled, PyTorch-style)
-weight decay; the learning rate drops by ``gamma`` every ``lr_step`` epochs.
-Defaults are those of the reference: lr 0.1, momentum 0.9, weight decay 1e-4,
-step 30, gamma 0.1, batch 256, 90 epochs.
+Each step draws fresh noise for every input of the batch, in the [0, 1] input
+scale, and adds it before the model (which normalizes internally); what the
+step minimizes is the configured objective (Gaussian noise by default, Cohen et
+al. 2019, ``code/train.py``), compiled with the optimizer update into one
+``jax.jit`` program. The optimizer is SGD with momentum and (coupled,
+PyTorch-style) weight decay; the learning rate drops by ``gamma`` every
+``lr_step`` epochs. Defaults are those of the reference: lr 0.1, momentum 0.9,
+weight decay 1e-4, step 30, gamma 0.1, batch 256, 90 epochs.
 
 Randomness comes from one key: the shuffle of epoch ``e`` from
 ``fold_in(fold_in(key, 0), e)``, the noise of global step ``t`` from
-``fold_in(fold_in(key, 1), t)`` and the noisy evaluation of epoch ``e`` from
-``fold_in(fold_in(key, 2), e)``. With a ``workdir`` the state is checkpointed
+``fold_in(fold_in(key, 1), t)``, the noisy evaluation of epoch ``e`` from
+``fold_in(fold_in(key, 2), e)`` and the counts of the data strategies
+(:mod:`rsjax.training.strategies`) at epoch ``e`` from
+``fold_in(fold_in(key, 3), e)``. With a ``workdir`` the state is checkpointed
 after every epoch and a restarted run resumes from the last finished epoch; it
 ends with the same weights as an uninterrupted run.
 """
@@ -34,13 +38,16 @@ from tqdm.auto import tqdm
 from rsjax._sampling import as_key
 from rsjax.checkpoint import Checkpoints
 from rsjax.training import workdir as wd
+from rsjax.training.objectives import Gaussian, Objective
+from rsjax.training.strategies import (Discard, Reweigh, correct_counts, discard_mask, resample,
+                                      reweigh_weights)
 
 __all__ = ["TrainConfig", "train", "make_optimizer"]
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Hyperparameters of Gaussian-noise training (defaults of Cohen et al.).
+  """Hyperparameters of training (defaults of Cohen et al.).
 
   Attributes:
     sigma: noise level, >= 0, in [0, 1] input units (0 is clean training).
@@ -53,7 +60,13 @@ class TrainConfig:
     gamma: learning-rate factor at each drop.
     drop_last: drop the last incomplete batch of each epoch (the reference
       keeps it).
-    eval_batch_size: batch size of the per-epoch evaluation.
+    eval_batch_size: batch size of the per-epoch evaluation and of the
+      strategies' counts.
+    objective: the loss (:mod:`rsjax.training.objectives`); default Gaussian
+      noise with one draw per input (Cohen et al.). ``batch_size`` counts
+      inputs: a step sees ``batch_size * objective.num_noise`` noisy images.
+    discard: optional :class:`~rsjax.training.strategies.Discard` (Sun et al.).
+    reweigh: optional :class:`~rsjax.training.strategies.Reweigh` (Sun et al.).
   """
 
   sigma: float
@@ -66,6 +79,9 @@ class TrainConfig:
   gamma: float = 0.1
   drop_last: bool = False
   eval_batch_size: int = 1000
+  objective: Objective = Gaussian()
+  discard: Discard | None = None
+  reweigh: Reweigh | None = None
 
   def __post_init__(self):
     def bad(name, why):
@@ -86,9 +102,29 @@ class TrainConfig:
       bad("weight_decay", "must be >= 0")
     if not 0 < self.gamma <= 1:
       bad("gamma", "must lie in (0, 1]")
+    if not (isinstance(self.objective, Objective) and callable(self.objective)):
+      bad("objective", "must be an rsjax.training.objectives.Objective")
+    for name, cls in (("discard", Discard), ("reweigh", Reweigh)):
+      if getattr(self, name) is not None and not isinstance(getattr(self, name), cls):
+        bad(name, f"must be None or a {cls.__name__}")
+
+  @property
+  def strategy_epoch(self) -> int | None:
+    """First epoch from which inputs are resampled (None without strategies)."""
+    epochs = [s.epoch for s in (self.discard, self.reweigh) if s is not None]
+    return min(epochs) if epochs else None
 
   def to_json(self) -> dict:
-    return dataclasses.asdict(self)
+    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    out["objective"] = self.objective.to_json()
+    for name in ("discard", "reweigh"):
+      if out[name] is not None:
+        out[name] = dataclasses.asdict(out[name])
+    return out
+
+
+#: JSON of the fields added after the first release, as older workdirs lack them.
+_LATER_FIELDS = {"objective": Gaussian().to_json(), "discard": None, "reweigh": None}
 
 
 def make_optimizer(config: TrainConfig, steps_per_epoch: int) -> optax.GradientTransformation:
@@ -136,30 +172,38 @@ def _check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _optimizer_spec(config: TrainConfig) -> TrainConfig:
   """The config with the fields the optimizer does not use normalized (a jit cache key)."""
-  return dataclasses.replace(config, sigma=0.0, epochs=0, drop_last=False, eval_batch_size=1)
+  return dataclasses.replace(config, sigma=0.0, epochs=0, drop_last=False, eval_batch_size=1,
+                             objective=Gaussian(), discard=None, reweigh=None)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "spec", "steps_per_epoch"))
-def _train_step(params, rest, opt_state, x, y, key, sigma, *, graphdef, spec, steps_per_epoch):
-  """One SGD step on a noisy batch; returns the new state, summed loss and #correct."""
+@functools.partial(jax.jit, static_argnames=("graphdef", "eval_fn", "objective", "spec",
+                                             "steps_per_epoch"))
+def _train_step(params, rest, opt_state, x, y, sigma, key, epoch, *, graphdef, eval_fn,
+                objective, spec, steps_per_epoch):
+  """One optimizer step of ``objective`` on a batch; returns the new state, summed loss and aux."""
   tx = make_optimizer(spec, steps_per_epoch)
-  noise = sigma * jax.random.normal(key, x.shape, x.dtype)
 
   def loss_fn(p, r):
-    # copy=True: fresh NNX variables owned by this (grad) trace, so BatchNorm
-    # can update its statistics here.
-    model = nnx.merge(graphdef, p, r, copy=True)
-    logits = model(x + noise)
-    new_rest = nnx.state(model, nnx.Not(nnx.Param))
-    logits = logits.astype(jnp.float32)
-    loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-    return loss, (new_rest, logits)
+    last_rest = [r]
 
-  (loss, (new_rest, logits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest)
+    def apply_fn(p_, x_):
+      # copy=True: fresh NNX variables owned by this (grad) trace, so BatchNorm
+      # can update its statistics here; the statistics of the last call are kept.
+      model = nnx.merge(graphdef, p_, r, copy=True)
+      logits = model(x_)
+      last_rest[0] = nnx.state(model, nnx.Not(nnx.Param))
+      return logits
+
+    def eval_apply(p_, x_):
+      return eval_fn(nnx.merge_state(p_, r), x_)
+
+    loss, aux = objective(key, apply_fn, p, x, y, sigma=sigma, epoch=epoch, eval_fn=eval_apply)
+    return loss, (last_rest[0], aux)
+
+  (loss, (new_rest, aux)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest)
   updates, opt_state = tx.update(grads, opt_state, params)
   params = optax.apply_updates(params, updates)
-  correct = jnp.sum(jnp.argmax(logits, axis=-1) == y)
-  return params, new_rest, opt_state, loss * x.shape[0], correct
+  return params, new_rest, opt_state, loss * x.shape[0], aux
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn",))
@@ -206,6 +250,8 @@ _COMPAT_IGNORED = ("epochs",)
 
 
 def _check_compatible(saved: Mapping, current: Mapping, what: str) -> None:
+  if what == "training config":
+    saved = {**_LATER_FIELDS, **saved}
   diff = {k: (saved.get(k), current.get(k)) for k in set(saved) | set(current)
           if k not in _COMPAT_IGNORED and saved.get(k) != current.get(k)}
   if diff:
@@ -215,29 +261,42 @@ def _check_compatible(saved: Mapping, current: Mapping, what: str) -> None:
         "arguments, a new workdir, or resume=False")
 
 
-def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
-          batch_size: int = 256, lr: float = 0.1, momentum: float = 0.9,
-          weight_decay: float = 1e-4, lr_step: int = 30, gamma: float = 0.1,
-          drop_last: bool = False, eval_data=None, eval_batch_size: int = 1000,
+def _split_sigma(train_data):
+  """``(x, y)`` or ``(x, y, sigma [N])`` -> ``((x, y), sigma or None)``."""
+  if isinstance(train_data, (tuple, list)) and len(train_data) == 3:
+    x, y, sig = train_data
+    sig = np.asarray(sig, np.float32)
+    if sig.ndim != 1 or sig.shape[0] != np.shape(x)[0]:
+      raise ValueError(f"train_data: per-input sigma must have shape [N] = [{np.shape(x)[0]}], "
+                       f"got {sig.shape}")
+    if not (np.all(np.isfinite(sig)) and np.all(sig >= 0)):
+      raise ValueError("train_data: per-input sigma must be finite and >= 0")
+    return (x, y), sig
+  return train_data, None
+
+
+def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=None,
           workdir=None, resume: bool = True, model_config: Mapping | None = None,
           keep_checkpoints: int = 2, progress: bool = True,
           on_epoch_end: Callable[[dict], None] | None = None):
-  """Trains an NNX classifier with Gaussian noise augmentation.
+  """Trains an NNX classifier on noisy inputs with the configured objective.
 
   Args:
     key: a ``jax.random.key`` (or int seed) for shuffling, noise and evaluation.
     model: a Flax NNX model ``model(x) -> logits`` taking ``[b, *input_shape]``
       in [0, 1]. BatchNorm/Dropout run in train mode for the updates and in
-      eval mode for the evaluation (the model's own flags are not changed).
-      Its weights are updated in place and it is returned.
-    train_data: ``(x [N, ...] float in [0, 1], y [N] int)`` NumPy arrays.
-    sigma: training noise level (>= 0) in [0, 1] input units.
-    epochs, batch_size, lr, momentum, weight_decay, lr_step, gamma, drop_last,
-      eval_batch_size: see :class:`TrainConfig`.
+      eval mode for the evaluation, the attacks of the objectives and the
+      strategies' counts (the model's own flags are not changed). Its weights
+      are updated in place and it is returned.
+    train_data: ``(x [N, ...] float in [0, 1], y [N] int)`` NumPy arrays, or
+      ``(x, y, sigma [N])`` with one training noise level per input (it then
+      replaces ``config.sigma`` for training and the strategies).
+    config: a :class:`TrainConfig` (sigma, schedule, objective, strategies).
     eval_data: optional held-out ``(x, y)``; clean and noisy (one draw of
       sigma-noise per input) accuracy are computed after every epoch.
     workdir: optional directory for ``config.json``, ``history.json`` and
-      per-epoch orbax checkpoints (model state, optimizer state, epoch, key).
+      per-epoch orbax checkpoints (model state, optimizer state, epoch, key,
+      and the strategies' sampling weights).
     resume: with a workdir holding checkpoints, continue from the last
       finished epoch (the training config, except ``epochs``, and the key must
       match). If False and checkpoints exist, raise instead of overwriting.
@@ -256,22 +315,22 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
   Returns:
     ``(model, history)``: the trained model (same object) and a list with one
     dict per epoch: ``epoch`` (1-based), ``lr``, ``train_loss``, ``train_acc``
-    (on the noisy training batches), ``clean_acc`` and ``noisy_acc`` (None
-    without ``eval_data``) and ``seconds``.
+    (on the noisy training copies), ``clean_acc`` and ``noisy_acc`` (None
+    without ``eval_data``), ``seconds``, and with a strategy ``kept_fraction``
+    (the fraction of training inputs with a nonzero sampling weight).
   """
   from rsjax.models import to_apply_fn, to_train_fn
 
-  config = TrainConfig(sigma=float(sigma), epochs=epochs, batch_size=batch_size, lr=float(lr),
-                       momentum=float(momentum), weight_decay=float(weight_decay),
-                       lr_step=lr_step, gamma=float(gamma), drop_last=bool(drop_last),
-                       eval_batch_size=eval_batch_size)
+  if not isinstance(config, TrainConfig):
+    raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
   key = as_key(key)
+  train_data, train_sigma = _split_sigma(train_data)
   x, y = _check_data(train_data, "train_data")
   ev = _check_data(eval_data, "eval_data") if eval_data is not None else None
   n = x.shape[0]
-  if drop_last and n < config.batch_size:
+  if config.drop_last and n < config.batch_size:
     raise ValueError(f"batch_size {config.batch_size} > number of training inputs {n} with drop_last")
-  steps_per_epoch = n // config.batch_size if drop_last else -(-n // config.batch_size)
+  steps_per_epoch = n // config.batch_size if config.drop_last else -(-n // config.batch_size)
 
   train_fn, params, rest = to_train_fn(model)
   apply_fn, _ = to_apply_fn(model)
@@ -282,18 +341,25 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
       raise ValueError(f"{name}: label {labels.max()} >= number of model outputs {num_classes}")
   tx = make_optimizer(config, steps_per_epoch)
   opt_state = tx.init(params)
+  strategies = config.strategy_epoch is not None
+  weights = np.ones(n, np.float32)  # sampling weights of the strategies (0 = discarded)
 
   shuffle_key = jax.random.fold_in(key, 0)
   noise_key = jax.random.fold_in(key, 1)
   eval_key = jax.random.fold_in(key, 2)
+  count_key = jax.random.fold_in(key, 3)
   key_data = np.asarray(jax.random.key_data(key)).tolist()
 
-  def state_items(params, rest, opt_state):
+  def state_items(params, rest, opt_state, weights):
     """The checkpointed pytrees (also the restore targets)."""
-    return {"model": {"params": params, "rest": rest},
-            "train": {"opt_state": opt_state, "key": jax.random.key_data(key)}}
+    state = {"opt_state": opt_state, "key": jax.random.key_data(key)}
+    if strategies:
+      state["weights"] = jnp.asarray(weights)
+    return {"model": {"params": params, "rest": rest}, "train": state}
 
   data_info = {"num_train": int(n), "input_shape": list(x.shape[1:]), "num_classes": int(num_classes)}
+  if train_sigma is not None:
+    data_info["per_input_sigma"] = True
 
   history: list[dict] = []
   start_epoch = 0
@@ -309,13 +375,15 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
             f"workdir {workdir!r} already holds checkpoints (epoch {latest}); pass resume=True to "
             "continue, or use a new workdir")
       if latest is not None:
-        items, meta = ckpt.restore(latest, targets=state_items(params, rest, opt_state))
+        items, meta = ckpt.restore(latest, targets=state_items(params, rest, opt_state, weights))
         _check_compatible(meta["config"], config.to_json(), "training config")
         _check_compatible(meta["data"], data_info, "training data")
         if meta["key"] != key_data:
           raise ValueError("cannot resume: key differs from the key of the checkpointed run")
         params, rest = items["model"]["params"], items["model"]["rest"]
         opt_state = items["train"]["opt_state"]
+        if strategies:
+          weights = np.asarray(items["train"]["weights"], np.float32)
         start_epoch = int(meta["epoch"])
         history = list(meta["history"])
         if progress:
@@ -337,15 +405,49 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   params, rest, opt_state = jax.device_put((params, rest, opt_state), device)
   sigma_arr = jax.device_put(jnp.float32(config.sigma), device)
-  step_fn = functools.partial(_train_step, sigma=sigma_arr, graphdef=train_fn.graphdef,
-                              spec=_optimizer_spec(config), steps_per_epoch=steps_per_epoch)
+  step_fn = functools.partial(_train_step, graphdef=train_fn.graphdef, eval_fn=apply_fn,
+                              objective=config.objective, spec=_optimizer_spec(config),
+                              steps_per_epoch=steps_per_epoch)
   eval_fn = functools.partial(_eval_step, sigma=sigma_arr, apply_fn=apply_fn)
   schedule_lr = lambda epoch: config.lr * config.gamma ** (epoch // config.lr_step)  # noqa: E731
+
+  def update_weights(epoch, weights):
+    """Applies the discard / reweigh due at the start of ``epoch``."""
+    due = [(s, i) for i, s in enumerate((config.discard, config.reweigh))
+           if s is not None and s.due(epoch)]
+    if not due:
+      return weights
+    variables = nnx.merge_state(params, rest)
+    for s, i in due:
+      kept = np.flatnonzero(weights > 0)
+      counts = correct_counts(
+          jax.random.fold_in(jax.random.fold_in(count_key, epoch), i), apply_fn, variables,
+          x[kept], y[kept], num=s.num_noise, num_classes=num_classes, ids=kept,
+          sigma=config.sigma if train_sigma is None else train_sigma[kept],
+          batch_size=config.eval_batch_size)
+      weights = weights.copy()
+      if isinstance(s, Discard):
+        weights[kept] = np.where(discard_mask(counts, s.num_noise, s.threshold), weights[kept], 0.0)
+      else:
+        weights[kept] = reweigh_weights(counts, s.num_noise, alpha=s.alpha, p_min=s.p_min)
+    if not np.any(weights > 0):
+      raise ValueError(f"epoch {epoch + 1}: the discard kept no training input; lower the "
+                       "threshold or discard later")
+    return weights
+
+  def epoch_order(epoch, weights):
+    ekey = jax.random.fold_in(shuffle_key, epoch)
+    if not strategies or epoch < config.strategy_epoch:
+      return np.asarray(jax.random.permutation(ekey, n))
+    return resample(ekey, weights, n)  # |D| draws with replacement from the kept inputs
 
   try:
     for epoch in range(start_epoch, config.epochs):
       t0 = time.perf_counter()
-      perm = np.asarray(jax.random.permutation(jax.random.fold_in(shuffle_key, epoch), n))
+      if strategies:
+        weights = update_weights(epoch, weights)
+      perm = epoch_order(epoch, weights)
+      epoch_arr = jax.device_put(jnp.int32(epoch), device)
       loss_sum = correct_sum = 0
       seen = 0
       first_bad = jnp.int32(-1)  # first step of the epoch with a non-finite loss (on device)
@@ -354,9 +456,12 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
       for b in range(steps_per_epoch):
         idx = perm[b * config.batch_size:(b + 1) * config.batch_size]
         step = epoch * steps_per_epoch + b
-        params, rest, opt_state, loss, correct = step_fn(
-            params, rest, opt_state, x[idx], y[idx], jax.random.fold_in(noise_key, step))
-        loss_sum, correct_sum, seen = loss_sum + loss, correct_sum + correct, seen + idx.shape[0]
+        sig = sigma_arr if train_sigma is None else train_sigma[idx]
+        params, rest, opt_state, loss, aux = step_fn(
+            params, rest, opt_state, x[idx], y[idx], sig, jax.random.fold_in(noise_key, step),
+            epoch_arr)
+        loss_sum, correct_sum = loss_sum + loss, correct_sum + aux["correct"]
+        seen += idx.shape[0]
         first_bad = _first_bad_step(first_bad, loss, step)
         bar.update(1)
         if progress and (b % 50 == 49 or b == steps_per_epoch - 1):
@@ -370,10 +475,12 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
         entry["clean_acc"], entry["noisy_acc"] = _evaluate(
             eval_fn, variables, ev[0], ev[1], jax.random.fold_in(eval_key, epoch),
             config.eval_batch_size)
+      if strategies:
+        entry["kept_fraction"] = float(np.mean(weights > 0))
       entry["seconds"] = time.perf_counter() - t0
       history.append(entry)
       if ckpt is not None:
-        ckpt.save(epoch + 1, items=state_items(params, rest, opt_state),
+        ckpt.save(epoch + 1, items=state_items(params, rest, opt_state, weights),
                   meta={"epoch": epoch + 1, "config": config.to_json(), "data": data_info,
                         "key": key_data, "history": history})
         wd.write_json(os.path.join(workdir, wd.HISTORY_FILE), history)
@@ -382,6 +489,8 @@ def train(key, model: nnx.Module, train_data, *, sigma: float, epochs: int = 90,
                f"  train acc {entry['train_acc']:.4f}")
         if ev is not None:
           msg += f"  clean acc {entry['clean_acc']:.4f}  noisy acc {entry['noisy_acc']:.4f}"
+        if strategies:
+          msg += f"  kept {entry['kept_fraction']:.3f}"
         tqdm.write(msg + f"  ({entry['seconds']:.1f} s)")
       if on_epoch_end is not None:
         on_epoch_end(entry)

@@ -1,0 +1,420 @@
+"""Certified-training objectives: pure losses with ``m`` noise draws per input.
+
+Every objective is a small frozen dataclass holding its hyperparameters (so it
+is hashable, a static argument of ``jax.jit``, and written to ``config.json``)
+and called as a pure function::
+
+  loss, aux = objective(key, apply_fn, params, x, y, sigma=sigma, epoch=epoch)
+
+* ``key``: a ``jax.random.key``; all noise of the batch derives from it.
+* ``apply_fn(params, x) -> logits``: the classifier being trained (train mode).
+* ``x``: ``[B, *input_shape]`` clean inputs in [0, 1]; ``y``: ``[B]`` int labels.
+* ``sigma``: the noise level, a scalar or ``[B]`` (one per input: data-dependent
+  sigma, as DDRS trains).
+* ``epoch``: the (0-based, possibly traced) epoch, for warm-ups and strategies
+  that start at an epoch.
+* ``eval_fn``: optional eval-mode classifier ``eval_fn(params, x) -> logits``
+  used for attacks and noise selection (the reference codes run those with
+  ``model.eval()``); default ``apply_fn``. Attacks see ``stop_gradient(params)``.
+
+``loss`` is a float32 scalar (differentiate it with respect to ``params``) and
+``aux`` a dict of float32 scalars holding at least ``correct``: the number of
+correct predictions on the noisy training copies divided by ``m`` (so that
+``correct / B`` is the noisy training accuracy).
+
+Batch convention (Salman et al. 2019, Jeong & Shin 2020, Sun et al. 2025): each
+of the ``B`` inputs is replicated ``m`` times with independent noise, so one
+step sees ``B * m`` noisy images; the reference codes split a loader batch of
+``B * m`` into ``m`` chunks of ``B`` inputs, each its own step. Copies are
+input-major: rows ``i * m .. i * m + m - 1`` are the copies of input ``i``.
+
+Defaults are the papers' CIFAR-10 values; each docstring says how they carry
+over to MNIST. Quantities measured in input-space L2 norm (sigma, attack radii)
+keep their value, since certified radii are compared in the same L2 units
+whatever the input dimension; per-coordinate steps (Linf) scale with
+``1 / sqrt(d)``; epoch counts (warm-ups) scale with the length of training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.scipy.special import ndtri, xlogy
+
+__all__ = ["Objective", "Gaussian", "Consistency", "SmoothAdv", "MACER", "SphereAttack",
+           "OBJECTIVES", "make_objective", "replicate"]
+
+
+def replicate(key, x, y, sigma, m: int):
+  """``m`` Gaussian copies of each input (input-major).
+
+  Args:
+    key: a ``jax.random.key``.
+    x: ``[B, *input_shape]`` inputs.
+    y: ``[B]`` labels.
+    sigma: scalar or ``[B]`` noise level.
+    m: copies per input.
+
+  Returns:
+    ``(xr, yr, delta)``: ``xr [B*m, ...]`` the repeated clean inputs, ``yr
+    [B*m]`` their labels and ``delta [B*m, ...]`` the noise ``sigma * N(0, I)``.
+  """
+  if m != 1:
+    x, y = jnp.repeat(x, m, axis=0), jnp.repeat(y, m, axis=0)
+  sigma = jnp.asarray(sigma, x.dtype)
+  if sigma.ndim == 1:  # one sigma per input
+    sigma = jnp.repeat(sigma, m).reshape((-1,) + (1,) * (x.ndim - 1))
+  return x, y, sigma * jax.random.normal(key, x.shape, x.dtype)
+
+
+def _ce(logits, y):
+  return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), y)
+
+
+def _correct(logits, y, m: int):
+  return jnp.sum(jnp.argmax(logits, axis=-1) == y).astype(jnp.float32) / m
+
+
+def _row_norm(v):
+  return jnp.sqrt(jnp.sum(jnp.square(v.reshape(v.shape[0], -1)), axis=1))
+
+
+def _per_row(s, like):
+  return s.reshape((-1,) + (1,) * (like.ndim - 1))
+
+
+class Objective:
+  """Base of the objectives: a pure ``(key, apply_fn, params, x, y, *, sigma,
+  epoch=0, eval_fn=None) -> (loss, aux)`` with hyperparameters as fields."""
+
+  name: ClassVar[str] = ""
+
+  #: noise draws per input (``m``).
+  num_noise: int = 1
+
+  def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
+    raise NotImplementedError
+
+  def to_json(self) -> dict:
+    """``{"name": ..., **hyperparameters}`` (nested dataclasses as dicts)."""
+    return {"name": self.name, **dataclasses.asdict(self)}
+
+  def __post_init__(self):
+    if int(self.num_noise) != self.num_noise or self.num_noise < 1:
+      raise ValueError(f"num_noise must be an integer >= 1, got {self.num_noise!r}")
+
+  def noisy_logits(self, key, apply_fn, params, x, y, sigma):
+    """Float32 logits ``[B*m, C]`` of the ``m`` Gaussian copies of each input, and their labels."""
+    xr, yr, delta = replicate(key, x, y, sigma, self.num_noise)
+    return apply_fn(params, xr + delta).astype(jnp.float32), yr
+
+
+@dataclasses.dataclass(frozen=True)
+class SphereAttack:
+  """Adaptive attack on the noise sphere (Sun et al. 2025, Algorithm 1; ``radius_PGD``).
+
+  Starting from a Gaussian draw ``delta0``, up to ``steps`` PGD steps ascend the
+  cross-entropy of the base classifier at ``x + delta`` and project back onto
+  the sphere ``||delta||_2 = ||delta0||_2`` (a Gaussian has equal density
+  there, Theorem 2). A copy is frozen at the first iterate the classifier gets
+  wrong (checked before each step), so copies that are misclassified from the
+  start are unchanged; without a misclassification the last iterate is kept.
+
+  * L2 step: ``delta += step_size * g / (||g||_2 + 1e-8)``.
+  * Linf step: ``delta += (step_size / sqrt(d)) * sign(g)``: ``step_size`` is
+    the paper's ``sqrt(d) * eps`` (0.25 in its App. C.2), the per-coordinate
+    step then shrinks with the input dimension ``d``.
+
+  Defaults: CIFAR-10 at sigma = 0.5 (Table 4: T = 6, eps = 0.25, L2), active
+  from ``start_epoch`` = E_t. For MNIST the L2 step is kept (it is a distance on
+  the same sphere of radius ~ sigma * sqrt(d), relative moves only get smaller
+  as d grows); scale ``start_epoch`` with the number of epochs (70 of 150).
+
+  Attributes:
+    steps: T, the maximum number of PGD steps.
+    step_size: eps (L2) or sqrt(d) * eps (Linf).
+    norm: ``"l2"`` or ``"linf"``.
+    start_epoch: first (0-based) epoch in which the attack runs; before it the
+      noise is plain Gaussian.
+  """
+
+  steps: int = 6
+  step_size: float = 0.25
+  norm: str = "l2"
+  start_epoch: int = 0
+
+  def __post_init__(self):
+    if int(self.steps) != self.steps or self.steps < 1:
+      raise ValueError(f"steps must be an integer >= 1, got {self.steps!r}")
+    if not (math.isfinite(self.step_size) and self.step_size > 0):
+      raise ValueError(f"step_size must be > 0, got {self.step_size!r}")
+    if self.norm not in ("l2", "linf"):
+      raise ValueError(f"norm must be 'l2' or 'linf', got {self.norm!r}")
+    if int(self.start_epoch) != self.start_epoch or self.start_epoch < 0:
+      raise ValueError(f"start_epoch must be an integer >= 0, got {self.start_epoch!r}")
+
+  def __call__(self, apply_fn, params, x, y, delta0):
+    """Runs Algorithm 1 on every row.
+
+    Args:
+      apply_fn: ``apply_fn(params, x) -> logits`` (eval mode in training).
+      params: the classifier's parameters (not differentiated).
+      x: ``[n, *input_shape]`` clean inputs; ``y``: ``[n]`` labels.
+      delta0: ``[n, *input_shape]`` initial Gaussian noise.
+
+    Returns:
+      ``delta [n, *input_shape]`` with ``||delta_i||_2 = ||delta0_i||_2``.
+    """
+    params = jax.lax.stop_gradient(params)
+    radius = _row_norm(delta0)
+    dim = math.prod(x.shape[1:])
+
+    def loss(d):
+      logits = apply_fn(params, x + d)
+      return jnp.sum(_ce(logits, y)), logits
+
+    def body(_, carry):
+      delta, active = carry
+      (_, logits), g = jax.value_and_grad(loss, has_aux=True)(delta)
+      active = active & (jnp.argmax(logits, axis=-1) == y)
+      if self.norm == "l2":
+        step = self.step_size * g / _per_row(_row_norm(g) + 1e-8, g)
+      else:
+        step = (self.step_size / math.sqrt(dim)) * jnp.sign(g)
+      new = delta + step
+      norm = _row_norm(new)
+      new = new * _per_row(jnp.where(norm > 0, radius / jnp.where(norm > 0, norm, 1.0), 1.0), new)
+      return jnp.where(_per_row(active, delta), new, delta), active
+
+    active = jnp.ones(y.shape, bool)
+    delta, _ = jax.lax.fori_loop(0, self.steps, body, (delta0, active))
+    return jax.lax.stop_gradient(delta)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gaussian(Objective):
+  """Gaussian-noise training (Cohen et al. 2019) with ``m`` draws per input.
+
+  ``loss = mean over the B * m copies of CE(f(x + delta), y)``, ``delta ~
+  N(0, sigma^2 I)``. ``num_noise = 1`` is Cohen et al.'s recipe (the rsjax
+  default, bit-identical to earlier releases); ``num_noise = 4`` is the
+  baseline of Sun et al. 2025 ("ACR is a poor metric", m = 4). With
+  ``attack`` the noise of each copy is replaced by the adaptive sphere attack
+  of Sun et al. (:class:`SphereAttack`) from ``attack.start_epoch`` on.
+
+  Attributes:
+    num_noise: m, noise draws per input.
+    attack: optional :class:`SphereAttack`.
+  """
+
+  name: ClassVar[str] = "gaussian"
+  num_noise: int = 1
+  attack: SphereAttack | None = None
+
+  def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
+    m = self.num_noise
+    xr, yr, delta = replicate(key, x, y, sigma, m)
+    if self.attack is not None:
+      attack_fn = eval_fn or apply_fn
+      delta = jax.lax.cond(
+          jnp.asarray(epoch) >= self.attack.start_epoch,
+          lambda d: self.attack(attack_fn, params, xr, yr, d), lambda d: d, delta)
+    logits = apply_fn(params, xr + delta)
+    loss = _ce(logits, yr).mean()
+    return loss, {"correct": _correct(logits, yr, m)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Consistency(Objective):
+  """Consistency regularization (Jeong & Shin, NeurIPS 2020; ``train_consistency.py``).
+
+  With ``p_i = softmax(f(x + delta_i))`` and ``p_bar`` their mean over the
+  ``m`` copies of an input::
+
+    loss = mean_i CE(f(x + delta_i), y)
+           + mean_x [ lbd * mean_i KL(p_bar || p_i) + eta * H(p_bar) ]
+
+  Defaults: the paper's CIFAR-10 recipe (m = 2, eta = 0.5, lbd = 10; it uses
+  lbd = 20 for some sigma). The terms compare class distributions, not inputs,
+  so nothing depends on the input dimension and MNIST keeps these values.
+
+  Attributes:
+    num_noise: m (2 in the paper).
+    lbd: weight of the consistency (KL) term.
+    eta: weight of the entropy term.
+  """
+
+  name: ClassVar[str] = "consistency"
+  num_noise: int = 2
+  lbd: float = 10.0
+  eta: float = 0.5
+
+  def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
+    m = self.num_noise
+    logits, yr = self.noisy_logits(key, apply_fn, params, x, y, sigma)
+    xent = _ce(logits, yr).mean()
+    logp = jax.nn.log_softmax(logits).reshape(x.shape[0], m, -1)
+    avg = jnp.exp(logp).mean(axis=1)  # [B, C]
+    kl = (jnp.sum(xlogy(avg, avg), -1)[:, None] - jnp.sum(avg[:, None] * logp, -1)).mean(1)
+    ent = -jnp.sum(avg * jnp.log(avg + 1e-10), -1)
+    loss = xent + jnp.mean(self.lbd * kl + self.eta * ent)
+    return loss, {"correct": _correct(logits, yr, m), "xent": xent, "kl": kl.mean(),
+                  "entropy": ent.mean()}
+
+
+@dataclasses.dataclass(frozen=True)
+class SmoothAdv(Objective):
+  """SmoothAdv (Salman et al., NeurIPS 2019; ``train_pgd.py``, multi-noise PGD).
+
+  An L2 PGD attack on the *soft* smoothed classifier finds ``x'`` with
+  ``||x' - x||_2 <= eps`` maximizing ``-log(mean_i softmax(f(x' + delta_i))_y)``
+  over the same ``m`` noise draws ``delta_i``; then the loss is the mean
+  cross-entropy of ``f(x' + delta_i)``. PGD as in the reference: start at
+  ``x' = x``, ``steps`` steps of size ``2 eps / steps`` along the normalized
+  gradient, ``x'`` clipped to [0, 1], then projected onto the eps-ball. The
+  radius warms up linearly: ``eps_t = min(eps, (epoch + 1) * eps / warmup)``.
+
+  Defaults: CIFAR-10 at sigma = 0.5 in the range the paper searched
+  (eps = 1.0, 2 steps, m = 4, warm-up 10 of 150 epochs). For MNIST eps stays
+  (an L2 radius in the same units as the certified radius), and ``warmup``
+  should keep the paper's fraction of training (1/15 of the epochs).
+
+  Attributes:
+    num_noise: m.
+    epsilon: attack radius (L2, [0, 1] pixel units).
+    steps: PGD steps.
+    warmup: epochs over which eps grows linearly to ``epsilon`` (>= 1).
+  """
+
+  name: ClassVar[str] = "smoothadv"
+  num_noise: int = 4
+  epsilon: float = 1.0
+  steps: int = 2
+  warmup: int = 10
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
+      raise ValueError(f"epsilon must be >= 0, got {self.epsilon!r}")
+    for name in ("steps", "warmup"):
+      v = getattr(self, name)
+      if int(v) != v or v < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
+  def epsilon_at(self, epoch):
+    """The warmed-up radius of a (0-based) epoch."""
+    return jnp.minimum(self.epsilon, (jnp.asarray(epoch, jnp.float32) + 1) * self.epsilon / self.warmup)
+
+  def attack(self, apply_fn, params, x, y, noise, eps):
+    """PGD on the soft smoothed classifier; returns ``x' [B, ...]`` with ``||x' - x|| <= eps``.
+
+    ``noise`` is ``[B*m, ...]`` (input-major copies of each input).
+    """
+    m = self.num_noise
+    params = jax.lax.stop_gradient(params)
+    step = 2.0 * eps / self.steps
+
+    def neg_log_smoothed(adv):
+      logits = apply_fn(params, jnp.repeat(adv, m, axis=0) + noise).astype(jnp.float32)
+      p = jax.nn.softmax(logits).reshape(x.shape[0], m, -1).mean(1)
+      p_y = jnp.take_along_axis(p, y[:, None], axis=1)[:, 0]
+      return -jnp.sum(jnp.log(jnp.maximum(p_y, 1e-20)))
+
+    def body(_, delta):
+      g = jax.grad(neg_log_smoothed)(x + delta)
+      delta = delta + step * g / _per_row(_row_norm(g) + 1e-12, g)
+      delta = jnp.clip(x + delta, 0.0, 1.0) - x
+      norm = _row_norm(delta)
+      scale = jnp.where(norm > eps, eps / jnp.where(norm > 0, norm, 1.0), 1.0)
+      return delta * _per_row(scale, delta)
+
+    delta = jax.lax.fori_loop(0, self.steps, body, jnp.zeros_like(x))
+    return jax.lax.stop_gradient(x + delta)
+
+  def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
+    m = self.num_noise
+    eps = self.epsilon_at(epoch)
+    _, yr, noise = replicate(key, x, y, sigma, m)
+    adv = self.attack(eval_fn or apply_fn, params, x, y, noise, eps)
+    logits = apply_fn(params, jnp.repeat(adv, m, axis=0) + noise)
+    loss = _ce(logits, yr).mean()
+    return loss, {"correct": _correct(logits, yr, m), "epsilon": eps,
+                  "max_perturbation": jnp.max(_row_norm(adv - x))}
+
+
+@dataclasses.dataclass(frozen=True)
+class MACER(Objective):
+  """MACER (Zhai et al., ICLR 2020; ``macer.py``): maximize the certified radius.
+
+  With the soft smoothed probabilities ``p = mean_i softmax(f(x + delta_i))``
+  over ``m`` draws::
+
+    loss = mean_x [ -log(p_y + 1e-10)
+                    + lbd * sigma / 2 * (gamma - xi) * 1{correct, finite, xi <= gamma} ]
+
+  where ``xi = Phi^-1(q_1) - Phi^-1(q_2)`` over the two largest entries of
+  ``q = mean_i softmax(beta * f(x + delta_i))`` (the hinge on the radius), and
+  "correct" means the top entry of ``q`` is ``y``. ``sigma`` is per input
+  when the trainer gives one.
+
+  Defaults: CIFAR-10 (m = 16, lbd = 12, gamma = 8, beta = 16; the paper lowers
+  lbd for sigma = 1). The hinge is in units of Phi^-1 (radius / sigma), so
+  MNIST keeps these values; the quick ACR study lowers m to 4 (a quarter of
+  the cost, the m of the other objectives there).
+
+  Attributes:
+    num_noise: m.
+    lbd: weight of the robustness term.
+    gamma: hinge of the radius term (in units of sigma * Phi^-1).
+    beta: inverse temperature of the robustness softmax.
+  """
+
+  name: ClassVar[str] = "macer"
+  num_noise: int = 16
+  lbd: float = 12.0
+  gamma: float = 8.0
+  beta: float = 16.0
+
+  def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
+    m = self.num_noise
+    b = x.shape[0]
+    logits, yr = self.noisy_logits(key, apply_fn, params, x, y, sigma)
+    p = jax.nn.softmax(logits).reshape(b, m, -1).mean(1)
+    p_y = jnp.take_along_axis(p, y[:, None], axis=1)[:, 0]
+    xent = -jnp.log(p_y + 1e-10)
+    q = jax.nn.softmax(self.beta * logits).reshape(b, m, -1).mean(1)
+    top, idx = jax.lax.top_k(q, 2)
+    ok = (top[:, 0] < 1) & (top[:, 1] > 0)  # Phi^-1 finite (the reference drops inf/nan)
+    xi = ndtri(jnp.where(ok, top[:, 0], 0.75)) - ndtri(jnp.where(ok, top[:, 1], 0.25))
+    hinge = ok & (idx[:, 0] == y) & (xi <= self.gamma)
+    sig = jnp.broadcast_to(jnp.asarray(sigma, jnp.float32), (b,))
+    robust = jnp.where(hinge, (self.gamma - xi) * sig / 2, 0.0)
+    loss = jnp.mean(xent + self.lbd * robust)
+    return loss, {"correct": _correct(logits, yr, m), "xent": xent.mean(),
+                  "robust": robust.mean()}
+
+
+#: Objectives by name (the CLI's ``--objective`` choices).
+OBJECTIVES: dict[str, Any] = {cls.name: cls for cls in (Gaussian, Consistency, SmoothAdv, MACER)}
+
+
+def make_objective(name: str, **hyperparameters) -> Objective:
+  """The objective called ``name`` (a key of :data:`OBJECTIVES`) with the given hyperparameters.
+
+  Raises:
+    ValueError: unknown name or hyperparameter (one line naming the valid ones).
+  """
+  if name not in OBJECTIVES:
+    raise ValueError(f"unknown objective {name!r}; choose from {', '.join(sorted(OBJECTIVES))}")
+  cls = OBJECTIVES[name]
+  fields = {f.name for f in dataclasses.fields(cls)}
+  unknown = sorted(set(hyperparameters) - fields)
+  if unknown:
+    raise ValueError(f"objective {name!r} has no hyperparameter {', '.join(unknown)}; "
+                     f"it takes {', '.join(sorted(fields))}")
+  return cls(**hyperparameters)
