@@ -555,7 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--attack-steps", type=_positive_int, default=6, help="T of --sphere-attack")
   t.add_argument("--attack-step", type=_positive_float, default=0.25,
                  help="step eps of --sphere-attack (L2; for linf the paper's sqrt(d)*eps)")
-  t.add_argument("--attack-norm", choices=["l2", "linf"], default="l2")
+  t.add_argument("--attack-norm", choices=["l2", "linf"], default="l2",
+                 help="norm of the --sphere-attack steps (the sphere is always L2)")
   t.add_argument("--restart", action="store_true",
                  help="do not resume: fail if OUT already holds checkpoints (a run in OUT "
                  "resumes from its last epoch by default; use a new --out to start over)")
