@@ -38,8 +38,13 @@ rows with their counts in ``results/acr_study[_quick]/<method>.tsv`` (so
 results/acr_study_quick/gaussian.tsv`` redoes the analyses). Training
 checkpoints go to ``runs/`` (git-ignored); every step resumes.
 
-Numbers produced: see the table at the end of this docstring (filled in from
-the JSON of the run named there).
+Numbers produced: none complete yet. The first ``--quick`` run (2026-11-23)
+was started on a 2-core machine shared with other jobs (load average 30-40)
+and stopped at the session deadline after training Gaussian, SmoothAdv and
+half of the others; it wrote no JSON. Estimated cost on 2 quiet cores, from
+the objectives' step counts: about 410k training forward/backward passes of
+LeNet and 3M certification forwards (~6-10 min). Run it and paste the table
+that ``main`` prints here.
 """
 
 from __future__ import annotations
