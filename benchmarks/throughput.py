@@ -442,6 +442,9 @@ def main(argv=None) -> list[dict]:
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
     from benchmarks import suite
     env = environment(())
+    if torch is not None:  # fp32 on GPU: both sides may use TF32 (JAX's default precision)
+      env["torch_cudnn_allow_tf32"] = torch.backends.cudnn.allow_tf32
+      env["torch_matmul_allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
     print("# rsjax certification suite (PERFORMANCE.md section 6)", flush=True)
     for k, v in env.items():
       print(f"#   {k}: {v}")
