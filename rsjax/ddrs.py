@@ -29,48 +29,109 @@ from rsjax._certify import ABSTAIN, Certificate
 from rsjax._certify import certify as _cohen_certify
 from rsjax._sampling import as_key, prepare_inputs
 
-__all__ = ["optimize_sigma", "smoothing_objective", "MemoryCertifier", "DDRSCertificate",
-           "certify"]
+__all__ = ["optimize_sigma", "sigma_ascent", "smoothing_objective", "MemoryCertifier",
+           "DDRSCertificate", "certify", "FAMILIES", "PARAMETRIZATIONS"]
 
 
 # ----------------------------------------------------------------------------- objective
 
+#: The two objectives: ``"gaussian"`` (L2, Cohen-style soft margin) and
+#: ``"uniform"`` (L1, Yang et al.: noise ``U[-lambda, lambda]^d``, sigma IS lambda).
+FAMILIES = ("gaussian", "uniform")
+#: How sigma is stepped: ``"sigma"`` (the paper: ascent on sigma) or ``"log"``
+#: (ascent on log sigma: ``sigma <- sigma * exp(lr * sigma * dR/dsigma)``).
+PARAMETRIZATIONS = ("sigma", "log")
 
-def _objective(apply_fn, params, x, sigma, z, lo, hi):
-  """R(sigma) of one input: x ``[*shape]``, z ``[n, *shape]``, sigma scalar."""
+
+def _objective(apply_fn, params, x, sigma, z, lo, hi, family="gaussian"):
+  """R(sigma) of one input: x ``[*shape]``, z ``[n, *shape]`` unit noise, sigma scalar.
+
+  Gaussian: ``sigma/2 (Phi^-1(clip psi_A) - Phi^-1(clip psi_B))``; uniform:
+  ``sigma (psi_A - psi_B)`` (no clamp, DDRS §4.4).
+  """
   logits = apply_fn(params, x[None] + sigma * z)  # [n, C]
   psi = jnp.mean(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), axis=0)
   top2, _ = jax.lax.top_k(psi, 2)  # class not fixed across steps
+  if family == "uniform":
+    return sigma * (top2[0] - top2[1])
   top2 = jnp.clip(top2, lo, hi)  # zero gradient when saturated, like the in-place clamp
   return sigma / 2 * (jax.scipy.special.ndtri(top2[0]) - jax.scipy.special.ndtri(top2[1]))
 
 
-def _noise(key, step, ids, shape, num_samples):
-  """``[B, n, *shape]`` standard normals; input i at step t from fold_in(fold_in(key, t), id_i)."""
+def _unit_noise(family, key, shape):
+  if family == "uniform":
+    return jax.random.uniform(key, shape, jnp.float32, minval=-1.0, maxval=1.0)
+  return jax.random.normal(key, shape, jnp.float32)
+
+
+def _noise(key, step, ids, shape, num_samples, family="gaussian"):
+  """``[B, n, *shape]`` unit noise; input i at step t from fold_in(fold_in(key, t), id_i)."""
   k_t = jax.random.fold_in(key, step)
   keys = jax.vmap(lambda i: jax.random.fold_in(k_t, i))(ids)
-  return jax.vmap(lambda k: jax.random.normal(k, (num_samples, *shape), jnp.float32))(keys)
+  return jax.vmap(lambda k: _unit_noise(family, k, (num_samples, *shape)))(keys)
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "steps", "num_samples"))
-def _optimize(key, params, x, sigma0, ids, lr, lo, hi, sigma_min, *, apply_fn, steps, num_samples):
+def sigma_ascent(key, apply_fn, params, x, sigma0, ids, *, lr, steps: int, num_samples: int,
+                 lo, hi, sigma_min, family: str = "gaussian", parametrization: str = "sigma",
+                 return_path: bool = False):
+  """The traceable ascent loop of :func:`optimize_sigma` (use inside ``jax.jit``).
+
+  Args:
+    key: a ``jax.random.key``; noise of input ``ids[i]`` at step t from
+      ``fold_in(fold_in(key, t), ids[i])``.
+    apply_fn: ``apply_fn(params, x) -> logits``.
+    params: the classifier's pytree (not differentiated: wrapped in stop_gradient).
+    x: ``[B, *input_shape]``.
+    sigma0: ``[B]`` starting sigma.
+    ids: ``[B]`` integer ids.
+    lr, lo, hi, sigma_min: step size, psi clamp, lower bound on sigma (scalars).
+    steps, num_samples: K and the noise draws per step (static).
+    family, parametrization: see ``FAMILIES`` and ``PARAMETRIZATIONS`` (static).
+    return_path: also return the ``[steps + 1, B]`` sigmas along the path.
+
+  Returns:
+    ``[B]`` optimized sigma (and the path when ``return_path``).
+  """
   params = jax.lax.stop_gradient(params)  # the classifier is frozen
-  grad_fn = jax.vmap(jax.grad(functools.partial(_objective, apply_fn, params), argnums=1),
-                     in_axes=(0, 0, 0, None, None))
+  obj = functools.partial(_objective, apply_fn, params, family=family)
+  grad_fn = jax.vmap(jax.grad(obj, argnums=1), in_axes=(0, 0, 0, None, None))
 
-  def body(t, sigma):
-    z = _noise(key, t, ids, x.shape[1:], num_samples)
+  def body(sigma, t):
+    z = _noise(key, t, ids, x.shape[1:], num_samples, family)
     g = grad_fn(x, sigma, z, lo, hi)
-    return jnp.maximum(sigma + lr * g, sigma_min)  # plain ascent; projection (see docstring)
+    if parametrization == "log":  # d R / d log sigma = sigma * dR/dsigma
+      new = sigma * jnp.exp(lr * sigma * g)
+    else:
+      new = sigma + lr * g  # plain ascent (the paper)
+    new = jnp.maximum(new, sigma_min)  # projection (see optimize_sigma)
+    return new, new
 
-  return jax.lax.fori_loop(0, steps, body, sigma0)
+  sigma, path = jax.lax.scan(body, sigma0, jnp.arange(steps))
+  if return_path:
+    return sigma, jnp.concatenate([sigma0[None], path], axis=0)
+  return sigma
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "num_samples"))
-def _evaluate(key, params, x, sigma, ids, lo, hi, *, apply_fn, num_samples):
-  z = _noise(key, 0, ids, x.shape[1:], num_samples)
-  fn = functools.partial(_objective, apply_fn, params)
+@functools.partial(jax.jit, static_argnames=("apply_fn", "steps", "num_samples", "family",
+                                             "parametrization", "return_path"))
+def _optimize(key, params, x, sigma0, ids, lr, lo, hi, sigma_min, *, apply_fn, steps, num_samples,
+              family, parametrization, return_path):
+  return sigma_ascent(key, apply_fn, params, x, sigma0, ids, lr=lr, steps=steps,
+                      num_samples=num_samples, lo=lo, hi=hi, sigma_min=sigma_min, family=family,
+                      parametrization=parametrization, return_path=return_path)
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "num_samples", "family"))
+def _evaluate(key, params, x, sigma, ids, lo, hi, *, apply_fn, num_samples, family):
+  z = _noise(key, 0, ids, x.shape[1:], num_samples, family)
+  fn = functools.partial(_objective, apply_fn, params, family=family)
   return jax.vmap(fn, in_axes=(0, 0, 0, None, None))(x, sigma, z, lo, hi)
+
+
+def _check_choice(name, v, choices):
+  if v not in choices:
+    raise ValueError(f"{name} must be one of {choices}, got {v!r}")
+  return v
 
 
 def _check_common(x, sigma, ids, clip):
@@ -100,10 +161,11 @@ def _check_int(name, v, minimum):
 
 def optimize_sigma(key, apply_fn, params, x, *, sigma0, steps: int = 100, lr: float = 1e-4,
                    num_samples: int = 1, clip=(0.02, 0.98), sigma_min: float = 1e-3,
-                   ids=None) -> np.ndarray:
+                   ids=None, family: str = "gaussian", parametrization: str = "sigma",
+                   return_path: bool = False):
   """Per-input sigma by gradient ascent on the soft smoothed margin (DDRS Algorithm 1).
 
-  For each input, ``steps`` steps of plain gradient ascent
+  For each input, ``steps`` steps of gradient ascent
   ``sigma <- max(sigma + lr * dR/dsigma, sigma_min)`` on
   ``R(sigma) = sigma/2 * (Phi^-1(clip(psi_A)) - Phi^-1(clip(psi_B)))``, with
   ``psi = mean softmax(apply_fn(x + sigma * z_j))`` over ``num_samples`` fresh
@@ -111,7 +173,27 @@ def optimize_sigma(key, apply_fn, params, x, *, sigma0, steps: int = 100, lr: fl
   prefactor) and ``psi_A >= psi_B`` its two largest entries (the class is not
   fixed across steps). ``jnp.clip`` gives zero gradient to a saturated entry, as
   the reference's in-place clamp. All inputs run in parallel; the whole loop is one
-  compiled program per (apply_fn, shapes, steps, num_samples).
+  compiled program per (apply_fn, shapes, steps, num_samples, family,
+  parametrization).
+
+  What the paper's settings do (step 1e-4, K = 100, one draw; the defaults
+  here): on our MNIST LeNets sigma moves by about 1e-3 in total, i.e. it stays
+  at sigma0 (``experiments/ddrs_sigma_study.py`` measures it). The gradient
+  dR/dsigma is O(1) at most, so 100 steps of 1e-4 cannot move sigma by more than
+  ~0.01. Settings that do move sigma where the radius can grow: ``lr`` 1e-2 to
+  5e-2 with ``num_samples`` 8-32 (fewer draws make the path a random walk), or
+  ``parametrization="log"`` (a multiplicative step, the same relative change at
+  every scale). Because psi is clamped at 0.98, the soft objective keeps growing
+  with sigma while psi_A stays above 0.98 (its gradient is then sigma's
+  prefactor alone): K and lr act as the only stopping rule (IDRS App. C).
+
+  L1 / uniform variant (``family="uniform"``, DDRS §4.4): noise
+  ``U[-lambda, lambda]^d`` and the objective ``lambda (psi_A - psi_B)``, no clamp.
+  Convention: the optimized "sigma" IS the half-width lambda, as everywhere in
+  rsjax (``rsjax.noise.Uniform``); to start from a Gaussian-equivalent standard
+  deviation s pass ``sigma0 = sqrt(3) * s`` (the ``sigma *= 3**-0.5`` of the
+  ddsmoothing scripts goes the other way and is not used). Certify it with
+  ``certify(..., noise="uniform")``: radius ``2 lambda (p_A_lower - 1/2)``.
 
   Deviation from the reference: sigma is kept ``>= sigma_min`` (the reference has
   no projection, so a sigma could become <= 0).
@@ -127,18 +209,24 @@ def optimize_sigma(key, apply_fn, params, x, *, sigma0, steps: int = 100, lr: fl
     steps: K, number of ascent steps (paper 100).
     lr: step size alpha (paper 1e-4).
     num_samples: noise samples per step (paper 1).
-    clip: ``(lo, hi)`` clamp of psi (DDRS scripts (0.02, 0.98)).
+    clip: ``(lo, hi)`` clamp of psi (DDRS scripts (0.02, 0.98); Gaussian only).
     sigma_min: lower bound kept on sigma.
     ids: ``[B]`` dataset indices (reproducible noise per input; default positions).
+    family: ``"gaussian"`` (L2) or ``"uniform"`` (L1, sigma = lambda).
+    parametrization: ``"sigma"`` (the paper) or ``"log"`` (ascent on log sigma).
+    return_path: also return the ``[steps + 1, B]`` sigmas along the path.
 
   Returns:
-    ``[B]`` float32 NumPy array of optimized sigmas.
+    ``[B]`` float32 NumPy array of optimized sigmas (with ``return_path`` a pair
+    ``(sigma, path)``).
 
   Raises:
     ValueError: for bad arguments (named in the message).
   """
   steps = _check_int("steps", steps, 0)
   num_samples = _check_int("num_samples", num_samples, 1)
+  _check_choice("family", family, FAMILIES)
+  _check_choice("parametrization", parametrization, PARAMETRIZATIONS)
   lr, sigma_min = float(lr), float(sigma_min)
   if not np.isfinite(lr) or lr < 0:
     raise ValueError(f"lr must be finite and >= 0, got {lr!r}")
@@ -148,12 +236,16 @@ def optimize_sigma(key, apply_fn, params, x, *, sigma0, steps: int = 100, lr: fl
   sig0 = np.maximum(sig0, np.float32(sigma_min))
   f32 = np.float32
   out = _optimize(as_key(key), params, x_np, sig0, ids_arr, f32(lr), f32(lo), f32(hi),
-                  f32(sigma_min), apply_fn=apply_fn, steps=steps, num_samples=num_samples)
-  return np.asarray(jax.device_get(out), np.float32)
+                  f32(sigma_min), apply_fn=apply_fn, steps=steps, num_samples=num_samples,
+                  family=family, parametrization=parametrization, return_path=bool(return_path))
+  out = jax.device_get(out)
+  if return_path:
+    return np.asarray(out[0], np.float32), np.asarray(out[1], np.float32)
+  return np.asarray(out, np.float32)
 
 
 def smoothing_objective(key, apply_fn, params, x, *, sigma, num_samples: int = 256,
-                        clip=(0.02, 0.98), ids=None) -> np.ndarray:
+                        clip=(0.02, 0.98), ids=None, family: str = "gaussian") -> np.ndarray:
   """Monte-Carlo estimate of R(sigma) per input (the quantity ``optimize_sigma`` ascends).
 
   Args:
@@ -165,14 +257,16 @@ def smoothing_objective(key, apply_fn, params, x, *, sigma, num_samples: int = 2
     num_samples: noise samples per input.
     clip: ``(lo, hi)`` clamp of psi.
     ids: ``[B]`` dataset indices.
+    family: ``"gaussian"`` or ``"uniform"`` (see ``optimize_sigma``).
 
   Returns:
     ``[B]`` float32 NumPy array of R estimates.
   """
   num_samples = _check_int("num_samples", num_samples, 1)
+  _check_choice("family", family, FAMILIES)
   x_np, sig, ids_arr, lo, hi = _check_common(x, sigma, ids, clip)
   out = _evaluate(as_key(key), params, x_np, sig, ids_arr, np.float32(lo), np.float32(hi),
-                  apply_fn=apply_fn, num_samples=num_samples)
+                  apply_fn=apply_fn, num_samples=num_samples, family=family)
   return np.asarray(jax.device_get(out), np.float32)
 
 
@@ -185,7 +279,10 @@ def _toward_zero(v: float) -> float:
 
 
 class MemoryCertifier:
-  """Memory-based certification (DDRS Algorithm 3), host NumPy float64.
+  """Memory-based certification (DDRS Algorithm 3), exact in float64.
+
+  ``update_batch`` computes the distances of a batch to all stored points in one
+  device call and rechecks the few candidate balls exactly on the host.
 
   Inputs are processed in a fixed order; the memory holds triples
   ``(x_j, c_j, r_j)``. For a new ``(x, c, r)``, with ``d_j = ||x - x_j||_2`` on the
@@ -243,6 +340,48 @@ class MemoryCertifier:
     self._radius[self._size] = radius
     self._size += 1
 
+  def _check(self, xf, cls, radius):
+    if not np.isfinite(radius) or radius < 0:
+      raise ValueError(f"radius must be finite and >= 0, got {radius!r}")
+    if cls < ABSTAIN:
+      raise ValueError(f"cls must be a class index or -1 (abstain), got {cls}")
+    if not np.all(np.isfinite(xf)):
+      raise ValueError("x must be finite")
+    if self._x is not None and xf.shape[0] != self._x.shape[1]:
+      raise ValueError(f"x has {xf.shape[0]} values, the memory holds inputs of {self._x.shape[1]}")
+
+  def _decide(self, xf, cls, radius, d_approx=None):
+    """Algorithm 3 for one input against the memory, then append.
+
+    ``d_approx`` (``[len(self)]`` float32 distances computed on device) only
+    selects candidates: a stored ball can intersect only if
+    ``d_approx - tol < r_j + r`` with ``tol`` far above float32 rounding; the
+    candidates' distances are then recomputed exactly in float64 here.
+    """
+    if cls != ABSTAIN and self._size:
+      mem_c = self._cls[:self._size]
+      mem_r = self._radius[:self._size]
+      other = (mem_c != ABSTAIN) & (mem_c != cls)
+      if d_approx is not None:
+        d_approx = np.asarray(d_approx, np.float64)
+        tol = _DIST_RTOL * d_approx + _DIST_ATOL
+        other &= d_approx - tol < mem_r + radius
+      idx = np.flatnonzero(other)
+      if idx.size:
+        d = np.sqrt(np.sum((self._x[idx] - xf) ** 2, axis=1))  # exact float64
+        hit = d < mem_r[idx] + radius
+        if np.any(hit):
+          idx, d = idx[hit], d[hit]
+          gaps = d - mem_r[idx]
+          k = int(np.argmin(gaps))
+          j_star, m = idx[k], float(gaps[k])
+          if m < 0:  # LargestInSubset: x lies inside a ball of another class
+            cls, radius = int(mem_c[j_star]), _toward_zero(-m)
+          else:  # LargestOutSubset
+            radius = _toward_zero(m)
+    self._append(xf, cls, radius)
+    return cls, radius
+
   def update(self, x, cls, radius) -> tuple[int, float]:
     """Processes one certified input and records it.
 
@@ -258,36 +397,17 @@ class MemoryCertifier:
       ValueError: for a bad radius/class or an input of another size than the memory's.
     """
     xf = np.asarray(x, np.float64).reshape(-1)
-    cls = int(cls)
-    radius = float(radius)
-    if not np.isfinite(radius) or radius < 0:
-      raise ValueError(f"radius must be finite and >= 0, got {radius!r}")
-    if cls < ABSTAIN:
-      raise ValueError(f"cls must be a class index or -1 (abstain), got {cls}")
-    if not np.all(np.isfinite(xf)):
-      raise ValueError("x must be finite")
-    if self._x is not None and xf.shape[0] != self._x.shape[1]:
-      raise ValueError(f"x has {xf.shape[0]} values, the memory holds inputs of {self._x.shape[1]}")
-    if cls != ABSTAIN and self._size:
-      mem_x = self._x[:self._size]
-      mem_c = self._cls[:self._size]
-      mem_r = self._radius[:self._size]
-      d = np.sqrt(np.sum((mem_x - xf) ** 2, axis=1))
-      in_j = (mem_c != ABSTAIN) & (mem_c != cls) & (d < mem_r + radius)
-      if np.any(in_j):
-        idx = np.flatnonzero(in_j)
-        gaps = d[idx] - mem_r[idx]
-        j_star = idx[int(np.argmin(gaps))]
-        m = float(d[j_star] - mem_r[j_star])
-        if m < 0:  # LargestInSubset: x lies inside a ball of another class
-          cls, radius = int(mem_c[j_star]), _toward_zero(-m)
-        else:  # LargestOutSubset
-          radius = _toward_zero(m)
-    self._append(xf, cls, radius)
-    return cls, radius
+    cls, radius = int(cls), float(radius)
+    self._check(xf, cls, radius)
+    return self._decide(xf, cls, radius)
 
   def update_batch(self, x, cls, radius) -> tuple[np.ndarray, np.ndarray]:
-    """``update`` for each input of a batch, in order.
+    """``update`` for each input of a batch, in order, with distances on device.
+
+    The distances of the batch to every stored point and to each other are
+    computed in one compiled call (float32, ``[B, M + B]``); they only select
+    the few stored balls that can intersect, whose distances are recomputed
+    exactly in float64 (so the result equals ``update`` input by input).
 
     Args:
       x: ``[B, *input_shape]`` raw inputs.
@@ -303,11 +423,29 @@ class MemoryCertifier:
     if x.ndim < 1 or not x.shape[0] == cls.shape[0] == radius.shape[0]:
       raise ValueError(f"x, cls and radius must share the batch size, got {x.shape}, "
                        f"{cls.shape}, {radius.shape}")
-    out_c = np.empty(cls.shape[0], np.int64)
-    out_r = np.empty(cls.shape[0], np.float64)
-    for i in range(cls.shape[0]):
-      out_c[i], out_r[i] = self.update(x[i], cls[i], radius[i])
+    b = cls.shape[0]
+    xf = x.reshape(b, -1).astype(np.float64)
+    for i in range(b):
+      self._check(xf[i], int(cls[i]), float(radius[i]))
+    m0 = self._size
+    pts = xf if m0 == 0 else np.concatenate([self._x[:m0], xf])
+    d_all = np.asarray(jax.device_get(_distances(xf.astype(np.float32), pts.astype(np.float32))))
+    out_c = np.empty(b, np.int64)
+    out_r = np.empty(b, np.float64)
+    for i in range(b):
+      out_c[i], out_r[i] = self._decide(xf[i], int(cls[i]), float(radius[i]), d_all[i, :m0 + i])
     return out_c, out_r
+
+
+#: Tolerance on the float32 device distances used to pick candidate balls
+#: (float32 rounding of a 10^5-term sum of squares is below 1e-5 relative).
+_DIST_RTOL, _DIST_ATOL = 1e-3, 1e-5
+
+
+@jax.jit
+def _distances(a, b):
+  """``[A, D]``, ``[M, D]`` -> ``[A, M]`` float32 L2 distances (row by row)."""
+  return jax.lax.map(lambda ai: jnp.sqrt(jnp.sum((b - ai) ** 2, axis=1)), a)
 
 
 # ----------------------------------------------------------------------------- certify
