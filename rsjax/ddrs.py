@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -451,6 +452,20 @@ def _distances(a, b):
 # ----------------------------------------------------------------------------- certify
 
 
+_NOT_A_CERTIFICATE = (
+    "NOT A CERTIFICATE of a fixed classifier: Cohen's radius (binary, one-sided "
+    "Clopper-Pearson) at a sigma optimized for each input (DDRS); the smoothed classifier changes "
+    "with sigma, so the radius is not sound for any fixed smoothed classifier (Súkeník et al., "
+    "IDRS App. C). Use the memory (DDRS memory-based guarantee) or rsjax.idrs for a sound "
+    "input-dependent certificate")
+_MEMORY_GUARANTEE = (
+    "DDRS memory-based guarantee (Alfarra et al. 2022, Algorithm 3): Cohen's radius (binary "
+    "Gaussian L2, one-sided Clopper-Pearson) at the per-input optimized sigma, post-processed so "
+    "that certified balls of different classes never intersect; valid only for this deployment "
+    "run and this input order (the memory's earlier inputs), not a certificate of a fixed "
+    "smoothed classifier")
+
+
 @dataclasses.dataclass(frozen=True)
 class DDRSCertificate(Certificate):
   """A ``Certificate`` at per-input optimized sigma, optionally after the memory.
@@ -470,7 +485,7 @@ class DDRSCertificate(Certificate):
 
 def certify(key, apply_fn, params, x, *, sigma, num_classes: int, n0: int = 100,
             n: int = 100_000, alpha: float = 0.001, batch_size: int = 1000, ids=None,
-            memory: MemoryCertifier | None = None) -> DDRSCertificate:
+            memory: MemoryCertifier | None = None, noise=None) -> DDRSCertificate:
   """Cohen's CERTIFY at per-input sigma (DDRS ``certify_ds``), then the optional memory.
 
   Args:
@@ -487,7 +502,10 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, n0: int = 100,
     batch_size: forward passes per step.
     ids: ``[B]`` dataset indices.
     memory: a ``MemoryCertifier``; when given, the inputs are passed through it in
-      their order (the memory is updated in place).
+      their order (the memory is updated in place). Gaussian noise only (the
+      memory works with L2 balls).
+    noise: ``None`` (Gaussian, L2) or ``"uniform"`` (the L1 variant: sigma is
+      the half-width lambda, radius ``2 lambda (p_A_lower - 1/2)``, Yang et al.).
 
   Returns:
     ``DDRSCertificate``; ``guarantee`` says what (little) it guarantees.
@@ -501,24 +519,16 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, n0: int = 100,
     raise ValueError(f"sigma must have shape [B]={(x_np.shape[0],)}, got {sig.shape}")
   if memory is not None and not isinstance(memory, MemoryCertifier):
     raise ValueError(f"memory must be a MemoryCertifier or None, got {memory!r}")
+  if noise is not None and memory is not None:
+    raise ValueError("the memory works with L2 balls: use Gaussian noise (noise=None) with it")
   base = _cohen_certify(key, apply_fn, params, x_np, sigma=sig, num_classes=num_classes, n0=n0,
-                        n=n, alpha=alpha, batch_size=batch_size, ids=ids)
+                        n=n, alpha=alpha, batch_size=batch_size, ids=ids, noise=noise)
   pred, rad = base.prediction, base.radius
   if memory is None:
-    guarantee = (
-        "NOT A CERTIFICATE of a fixed classifier: Cohen's radius (binary Gaussian L2, one-sided "
-        f"Clopper-Pearson, alpha={alpha}) at a sigma optimized for each input (DDRS); the smoothed "
-        "classifier changes with sigma, so the radius is not sound for any fixed smoothed "
-        "classifier (Súkeník et al., IDRS App. C). Use a MemoryCertifier (DDRS memory-based "
-        "guarantee) or rsjax.idrs for a sound input-dependent certificate")
+    guarantee = _NOT_A_CERTIFICATE + f" (alpha={alpha}, {noise or 'gaussian'} noise)"
   else:
     pred, rad = memory.update_batch(x_np, pred, rad)
-    guarantee = (
-        "DDRS memory-based guarantee (Alfarra et al. 2022, Algorithm 3): Cohen's radius (binary "
-        f"Gaussian L2, one-sided Clopper-Pearson, alpha={alpha} per input) at the per-input "
-        "optimized sigma, post-processed so that certified balls of different classes never "
-        "intersect; valid only for this deployment run and this input order (the memory's "
-        "earlier inputs), not a certificate of a fixed smoothed classifier")
+    guarantee = _MEMORY_GUARANTEE + f" (alpha={alpha} per input)"
   return DDRSCertificate(
       prediction=np.asarray(pred, np.int64),
       radius=np.asarray(rad, np.float64),
@@ -532,3 +542,98 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, n0: int = 100,
       radius_mc=base.radius,
       memory_used=memory is not None,
   )
+
+
+# ----------------------------------------------------------------------------- a dataset
+
+
+def memory_path(out_path) -> str:
+  """The Monte-Carlo rows (before the memory) of :func:`certify_dataset`'s ``out_path``."""
+  return os.fspath(out_path) + ".mc.tsv"
+
+
+MC_COLUMNS = ("sigma",)
+MEMORY_COLUMNS = ("sigma", "predict_mc", "radius_mc", "memory_changed")
+
+
+def certify_dataset(key, apply_fn, params, get_batch, indices, out_path, *, sigma0: float,
+                    num_classes: int, steps: int = 100, lr: float = 1e-4, num_samples: int = 1,
+                    clip=(0.02, 0.98), parametrization: str = "sigma", family: str = "gaussian",
+                    n0: int = 100, n: int = 100_000, alpha: float = 0.001,
+                    batch_size: int = 1000, inputs_per_call: int = 8, memory: bool = True,
+                    run: dict | None = None, progress: bool = True, resume: bool = True) -> dict:
+  """DDRS for a dataset: optimize sigma per input, CERTIFY with it, then the memory.
+
+  1. For each chunk of ``indices`` (in order): ``optimize_sigma`` (key
+     ``fold_in(key, 2)``), then Cohen's CERTIFY at the optimized sigma (``key``);
+     the rows, with the per-input ``sigma`` column, go to
+     ``memory_path(out_path)`` (``<out>.mc.tsv``), resumably (``rsjax.runner``).
+  2. With ``memory``, the memory step (Algorithm 3) over those rows in the file's
+     order (= the order of ``indices``, recorded in the row order of
+     ``out_path``), written to ``out_path`` with columns ``sigma``,
+     ``predict_mc``, ``radius_mc``, ``memory_changed``. It is recomputed from
+     the Monte-Carlo rows on every call (it is cheap and deterministic).
+
+  Guarantee: the rows of ``out_path`` carry the DDRS memory-based guarantee (for
+  this deployment run and this order). The Monte-Carlo rows alone are NOT a
+  certificate of any fixed smoothed classifier (``certify``'s docstring).
+
+  Args:
+    key: ``jax.random.key`` or int seed.
+    apply_fn, params: the classifier.
+    get_batch: ``get_batch(indices) -> (x [b, ...], labels [b])``.
+    indices: dataset indices, in the processing order.
+    out_path: final result file (Cohen's format plus the columns above).
+    sigma0, steps, lr, num_samples, clip, parametrization, family: see
+      ``optimize_sigma``.
+    num_classes, n0, n, alpha, batch_size: CERTIFY settings.
+    inputs_per_call: inputs per chunk.
+    memory: run the memory step (False: only the Monte-Carlo rows).
+    run: extra identity of the run for the result files' run records.
+    progress: progress bar.
+    resume: keep the Monte-Carlo rows already written.
+
+  Returns:
+    ``{"mc_path", "out_path" (None without memory), "changed": number of
+    certificates the memory changed, "guarantee"}``.
+  """
+  from rsjax import io, runner
+
+  key = as_key(key)
+  k_opt = jax.random.fold_in(key, 2)
+  noise = "uniform" if family == "uniform" else None
+  settings = dict(method="ddrs", sigma0=float(sigma0), steps=int(steps), lr=float(lr),
+                  num_samples=int(num_samples), clip=[float(c) for c in clip],
+                  parametrization=parametrization, family=family, n0=int(n0), n=int(n),
+                  alpha=float(alpha), key=np.asarray(jax.random.key_data(key)).tolist(),
+                  **(run or {}))
+
+  def fn(x, ids):
+    sig = optimize_sigma(k_opt, apply_fn, params, x, sigma0=sigma0, steps=steps, lr=lr,
+                         num_samples=num_samples, clip=clip, ids=ids, family=family,
+                         parametrization=parametrization)
+    return certify(key, apply_fn, params, x, sigma=sig, num_classes=num_classes, n0=n0, n=n,
+                   alpha=alpha, batch_size=batch_size, ids=ids, noise=noise)
+
+  mc = memory_path(out_path)
+  runner.certify_dataset(fn, get_batch, indices, mc, inputs_per_call=inputs_per_call,
+                         extra_columns=MC_COLUMNS,
+                         extra_fn=lambda cert, j: {"sigma": repr(float(cert.sigma[j]))},
+                         progress=progress, resume=resume, run=settings)
+  out = {"mc_path": mc, "out_path": None, "changed": 0, "guarantee": _NOT_A_CERTIFICATE}
+  if not memory:
+    return out
+  rows = io.read_certify(mc)
+  x, _ = get_batch(rows.idx)
+  mem = MemoryCertifier()
+  pred, rad = mem.update_batch(np.asarray(x), rows.predict, rows.radius)
+  changed = (pred != rows.predict) | (rad != rows.radius)
+  with io.ResultsWriter(out_path, kind="certify", resume=False, extra_columns=MEMORY_COLUMNS,
+                        run=dict(settings, memory=True, guarantee=_MEMORY_GUARANTEE)) as w:
+    for j in range(len(rows)):
+      w.write(idx=int(rows.idx[j]), label=int(rows.label[j]), predict=int(pred[j]),
+              radius=float(rad[j]) if pred[j] >= 0 else 0.0, time=float(rows.time[j]),
+              sigma=repr(float(rows.extra["sigma"][j])), predict_mc=int(rows.predict[j]),
+              radius_mc=repr(float(rows.radius[j])), memory_changed=int(changed[j]))
+  return dict(out, out_path=os.fspath(out_path), changed=int(changed.sum()),
+              guarantee=_MEMORY_GUARANTEE)

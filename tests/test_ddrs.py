@@ -194,3 +194,94 @@ def test_certify_guarantees_and_memory(getkey):
   np.testing.assert_array_equal(with_mem.radius, want_r)
   with pytest.raises(ValueError, match="sigma"):
     ddrs.certify(key, linear_fn, W, x, **dict(kw, sigma=0.1 * np.ones(3)))
+
+
+# ----------------------------------------------------------------------------- the optimizer's optimum
+
+
+STEEP = jnp.array([[-1000.0, 0.0, 0.0, 0.0], [1000.0, 0.0, 0.0, 0.0]]) / 2
+
+
+@pytest.mark.parametrize("parametrization,lr", [("sigma", 0.02), ("log", 0.2)])
+def test_optimizer_reaches_known_optimum_on_a_hard_linear_model(getkey, parametrization, lr):
+  # Nearly hard linear classifier at distance d: psi_A = Phi(d / sigma), so with the
+  # clamp at 0.98 R(sigma) = sigma * Phi^-1(0.98) up to sigma* = d / Phi^-1(0.98) and
+  # R = d (its maximum) beyond: the ascent must climb to sigma* and reach R = d.
+  d = np.array([0.1, 0.2, 0.3])
+  x = _inputs(0.5 + d)
+  z98 = float(jax.scipy.special.ndtri(0.98))
+  sig = ddrs.optimize_sigma(getkey(), linear_fn, STEEP, x, sigma0=0.02, steps=100, lr=lr,
+                            num_samples=16, parametrization=parametrization)
+  np.testing.assert_array_less(0.85 * d / z98, sig)
+  r = ddrs.smoothing_objective(getkey(), linear_fn, STEEP, x, sigma=sig, num_samples=4096)
+  np.testing.assert_allclose(r, d, rtol=0.1)
+  r0 = ddrs.smoothing_objective(getkey(), linear_fn, STEEP, x, sigma=0.02, num_samples=4096)
+  np.testing.assert_allclose(r0, 0.02 * z98, rtol=1e-3)
+
+
+def test_paper_settings_barely_move_sigma(getkey):
+  # |dR/dsigma| <= (Phi^-1(0.98) - Phi^-1(0.02)) / 2 + (noise term); K = 100 steps of
+  # 1e-4 move sigma by ~0.02 at most: the paper's defaults keep sigma near sigma0.
+  x = _inputs(0.5 + np.array([0.1, 0.2, 0.3]))
+  sig, path = ddrs.optimize_sigma(getkey(), linear_fn, STEEP, x, sigma0=0.02, return_path=True)
+  assert path.shape == (101, 3)
+  np.testing.assert_array_equal(path[0], np.float32(0.02))
+  np.testing.assert_array_equal(path[-1], sig)
+  assert np.all(np.abs(sig - 0.02) <= 100 * 1e-4 * 2.1)
+
+
+def test_uniform_variant_radius_is_yang_l1(getkey):
+  x = _inputs([0.9, 0.1, 0.7])
+  lam = np.array([0.3, 0.5, 0.2], np.float32)
+  cert = ddrs.certify(getkey(), linear_fn, W, x, sigma=lam, num_classes=2, n0=64, n=2000,
+                      alpha=0.01, batch_size=500, noise="uniform")
+  ok = cert.prediction >= 0
+  assert ok.all()
+  np.testing.assert_allclose(cert.radius, 2 * lam * (cert.p_lower - 0.5), rtol=1e-6)
+  assert "NOT A CERTIFICATE" in cert.guarantee
+  # the uniform objective lambda (psi_A - psi_B) grows lambda towards the boundary distance
+  s = ddrs.optimize_sigma(getkey(), linear_fn, STEEP, x, sigma0=0.05, steps=100, lr=0.02,
+                          num_samples=16, family="uniform")
+  assert np.all(s > 0.1)
+  with pytest.raises(ValueError, match="L2 balls"):
+    ddrs.certify(getkey(), linear_fn, W, x, sigma=lam, num_classes=2, n=100, noise="uniform",
+                 memory=ddrs.MemoryCertifier())
+
+
+def test_memory_batch_on_device_equals_one_by_one():
+  rng = np.random.default_rng(1)
+  b = 120
+  x = rng.uniform(0, 1, (b, 5)).astype(np.float32)
+  cls = rng.integers(-1, 3, b)
+  rad = np.where(cls >= 0, rng.uniform(0, 0.8, b), 0.0)
+  m1, m2 = ddrs.MemoryCertifier(), ddrs.MemoryCertifier()
+  c1, r1 = m1.update_batch(x[:50], cls[:50], rad[:50])  # two batches: memory + batch distances
+  c1b, r1b = m1.update_batch(x[50:], cls[50:], rad[50:])
+  one = [m2.update(x[i], cls[i], rad[i]) for i in range(b)]
+  np.testing.assert_array_equal(np.concatenate([c1, c1b]), [c for c, _ in one])
+  np.testing.assert_array_equal(np.concatenate([r1, r1b]), [r for _, r in one])
+  assert np.any(np.concatenate([c1, c1b]) != cls)  # both branches ran
+
+
+def test_certify_dataset_saves_sigma_resumes_and_applies_memory(getkey, tmp_path):
+  from rsjax import io
+  xs = _inputs([0.9, 0.1, 0.52, 0.95, 0.3, 0.7])
+  labels = (xs[:, 0] > 0.5).astype(np.int64)
+  get_batch = lambda idx: (xs[idx], labels[idx])
+  out = tmp_path / "ddrs.tsv"
+  key = getkey()
+  kw = dict(sigma0=0.05, num_classes=2, steps=20, lr=0.01, num_samples=8, n0=32, n=500,
+            alpha=0.01, batch_size=250, inputs_per_call=2, progress=False)
+  res = ddrs.certify_dataset(key, linear_fn, W, get_batch, np.arange(4), out, **kw)
+  res2 = ddrs.certify_dataset(key, linear_fn, W, get_batch, np.arange(6), out, **kw)  # resumes
+  mc = io.read_certify(res2["mc_path"])
+  final = io.read_certify(out)
+  assert list(mc.idx) == list(range(6)) and list(final.idx) == list(range(6))
+  want = ddrs.optimize_sigma(jax.random.fold_in(key, 2), linear_fn, W, xs, sigma0=0.05, steps=20,
+                             lr=0.01, num_samples=8, ids=np.arange(6))
+  np.testing.assert_allclose(mc.extra["sigma"], want, rtol=1e-6)
+  np.testing.assert_array_equal(final.extra["predict_mc"], mc.predict)
+  c, r = ddrs.MemoryCertifier().update_batch(xs, mc.predict, mc.radius)
+  np.testing.assert_array_equal(final.predict, c)
+  np.testing.assert_allclose(final.radius, r)
+  assert res["changed"] >= 0 and "memory-based" in res2["guarantee"]
