@@ -7,6 +7,7 @@ never at import of the library.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -141,6 +142,10 @@ def cmd_train(args) -> int:
     raise CliError(str(e)) from None
   model_config = {"model": args.model, "num_classes": int(ds_train.num_classes),
                   "input_shape": list(ds_train.input_shape), "dataset": args.dataset}
+  if args.method == "ddrs":
+    return _train_ddrs(args, model, (x, y), (xt, yt), model_config)
+  if args.generator is not None:
+    return _train_ucan(args, model, (x, y), model_config)
   try:
     config = training.TrainConfig(
         sigma=args.sigma, epochs=args.epochs, batch_size=args.batch, lr=args.lr,
@@ -159,6 +164,55 @@ def cmd_train(args) -> int:
     print(f"trained {args.model} on {args.dataset} at sigma={args.sigma}: epoch {last['epoch']}, "
           f"clean accuracy {last['clean_acc']:.4f}, noisy accuracy {last['noisy_acc']:.4f}; "
           f"saved in {args.out}")
+  return 0
+
+
+def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
+  import jax
+  from rsjax import training
+  from rsjax.training import ddrs as ddrs_training
+  try:
+    tc = training.TrainConfig(sigma=args.sigma, epochs=args.epochs, batch_size=args.batch,
+                              lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay,
+                              lr_step=args.lr_step_size, gamma=args.gamma)
+    cfg = ddrs_training.DDRSConfig(sigma0=args.sigma, sigma_steps=args.sigma_steps,
+                                   sigma_lr=args.sigma_lr, sigma_draws=args.sigma_draws,
+                                   parametrization=args.sigma_param,
+                                   warmup_epochs=args.ddrs_warmup_epochs)
+    _, history, mem = ddrs_training.train_ddrs(
+        jax.random.key(args.seed), model, train_xy, ddrs_config=cfg, train_config=tc,
+        eval_data=test_xy, workdir=args.out, resume=not args.restart, model_config=model_config,
+        progress=not args.quiet)
+  except ValueError as e:
+    raise CliError(str(e)) from None
+  if history:
+    last = history[-1]
+    print(f"trained {args.model} with DDRS (sigma0={args.sigma}): epoch {last['epoch']}, clean "
+          f"accuracy {last['clean_acc']:.4f}, training sigma {mem.mean():.4f} +- {mem.std():.4f}; "
+          f"saved in {args.out}")
+  return 0
+
+
+def _train_ucan(args, model, train_xy, model_config) -> int:
+  """``train --generator``: fine-tune ``--init`` (or a fresh model) with UCAN noise."""
+  import jax
+  from rsjax.training import ucan
+  if args.generator == "input":
+    raise CliError("--generator input (UCAN's input-dependent CNN generator) is not available: "
+                   "its certificate is not sound (the noise at x + delta differs from the noise "
+                   "at x); use pattern-l1|pattern-l2|pattern-linf|universal")
+  if args.init is not None:
+    model, _ = _load_model(args.init)
+  try:
+    _, mu, sig, _ = ucan.train_ucan(
+        jax.random.key(args.seed), model, train_xy, generator=args.generator, sigma=args.sigma,
+        epochs=args.epochs, batch_size=args.batch, lr=args.lr, draws=args.ucan_draws,
+        workdir=args.out, model_config=model_config, progress=not args.quiet)
+  except ValueError as e:
+    raise CliError(str(e)) from None
+  print(f"trained {args.model} with UCAN {args.generator} noise (lambda={args.sigma}): sigma in "
+        f"[{sig.min():.4f}, {sig.max():.4f}], mean |mu| {abs(mu).mean():.4f}, frozen in "
+        f"{os.path.join(args.out, ucan.NOISE_FILE)}")
   return 0
 
 
@@ -355,6 +409,12 @@ def cmd_analyze(args) -> int:
     if not os.path.exists(path):
       raise CliError(f"result file {path!r} does not exist")
     results[label] = io.read_certify(path)
+    if args.radius_column:
+      res = results[label]
+      if args.radius_column not in res.extra:
+        raise CliError(f"{path} has no column {args.radius_column!r} (has {sorted(res.extra)})")
+      rad = np.where(res.predict >= 0, np.asarray(res.extra[args.radius_column], np.float64), 0.0)
+      results[label] = dataclasses.replace(res, radius=rad)
     if not len(results[label]):
       raise CliError(f"{path!r} has a header but no rows (nothing certified yet)")
   envelope = len(results) > 1
@@ -560,6 +620,23 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--restart", action="store_true",
                  help="do not resume: fail if OUT already holds checkpoints (a run in OUT "
                  "resumes from its last epoch by default; use a new --out to start over)")
+  t.add_argument("--method", default="gaussian", choices=["gaussian", "ddrs"],
+                 help="gaussian: Cohen et al.; ddrs: per-example optimized sigma (DDRS Alg. 2), "
+                      "--sigma is sigma0")
+  t.add_argument("--sigma-steps", type=int, default=1, help="DDRS: sigma ascent steps per batch")
+  t.add_argument("--sigma-lr", type=float, default=1e-2, help="DDRS: sigma ascent step size")
+  t.add_argument("--sigma-draws", type=_positive_int, default=4,
+                 help="DDRS: noise draws per ascent step")
+  t.add_argument("--sigma-param", default="sigma", choices=["sigma", "log"],
+                 help="DDRS: ascend sigma (paper) or log sigma")
+  t.add_argument("--ddrs-warmup-epochs", type=int, default=0,
+                 help="first epochs at the fixed sigma0 (ddrs)")
+  t.add_argument("--generator", default=None,
+                 choices=["pattern-l1", "pattern-l2", "pattern-linf", "universal", "input"],
+                 help="UCAN anisotropic noise (--sigma is the base lambda; --lr 0.001 as UCAN); "
+                      "the noise is frozen in OUT/ucan_noise.npz")
+  t.add_argument("--init", default=None, help="UCAN: fine-tune the model of this workdir")
+  t.add_argument("--ucan-draws", type=_positive_int, default=5, help="UCAN noise draws per step")
   t.add_argument("--quiet", action="store_true", help="no progress bars")
   t.set_defaults(func=cmd_train)
 
@@ -623,6 +700,9 @@ def build_parser() -> argparse.ArgumentParser:
   a.add_argument("--radii", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0],
                  help="radii of the table's columns")
   a.add_argument("--format", default="text", choices=["text", "markdown"], help="table format")
+  a.add_argument("--radius-column", default=None,
+                 help="read radii from this extra column (e.g. 'alm' of --method ucan; ALM is "
+                      "not a ball guarantee)")
   a.add_argument("--plot", default=None, help="write the certified-accuracy curves here (PNG)")
   a.add_argument("--pa-cdf", default=None, metavar="PNG",
                  help="plot the empirical CDF of p_A per file (Sun et al. Fig. 3; needs files "

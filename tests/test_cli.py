@@ -291,3 +291,44 @@ def test_certify_ddrs_memory_guarantee_and_resume(trained, tmp_path, capsys):
   assert run_cli("analyze", full, off) == 0
   text = capsys.readouterr().out
   assert "sound=0 (NOT a certificate) on 8 of 8 rows" in text and "sigma: mean" in text
+
+
+def test_train_and_certify_ddrs(tmp_path, capsys):
+  out = tmp_path / "ddrs"
+  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs",
+                 "2", "--batch", "64", "--lr", "0.1", "--out", out, "--method", "ddrs",
+                 "--sigma-steps", "1", "--sigma-lr", "0.02", "--sigma-draws", "2", "--quiet") == 0
+  assert "training sigma" in capsys.readouterr().out
+  res_file = tmp_path / "ddrs.tsv"
+  assert run_cli("certify", out, res_file, "--method", "ddrs", "--ddrs-steps", "10", "--ddrs-lr",
+                 "0.01", "--ddrs-draws", "4", "--N", "300", "--N0", "30", "--batch", "300",
+                 "--max", "4", "--quiet") == 0
+  text = capsys.readouterr().out
+  assert "memory-based" in text
+  res = io.read_certify(res_file)
+  assert len(res.idx) == 4
+  assert set(res.extra) >= {"sigma", "predict_mc", "radius_mc"}
+  assert np.all(res.extra["sigma"] > 0)
+  assert run_cli("analyze", res_file) == 0
+
+
+def test_train_and_certify_ucan(trained, tmp_path, capsys):
+  out = tmp_path / "ucan"
+  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs",
+                 "1", "--batch", "64", "--lr", "0.01", "--out", out, "--generator", "universal",
+                 "--init", trained, "--ucan-draws", "2", "--quiet") == 0
+  assert (out / "ucan_noise.npz").exists()
+  res_file = tmp_path / "ucan.tsv"
+  assert run_cli("certify", out, res_file, "--method", "ucan", "--ucan-sigma", "dataset", "--N",
+                 "300", "--N0", "30",
+                 "--batch", "300", "--max", "4", "--quiet") == 0
+  res = io.read_certify(res_file)
+  assert len(res.idx) == 4 and np.all(res.extra["sound"] == 1)
+  assert np.all(res.extra["alm"] >= res.radius)
+  capsys.readouterr()
+  assert run_cli("analyze", res_file, "--radius-column", "alm") == 0
+  assert "ACR" in capsys.readouterr().out
+  # the unsound input-dependent generator is refused with the reason
+  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--out", tmp_path / "x",
+                 "--generator", "input", "--quiet") == 2
+  assert "not sound" in capsys.readouterr().err

@@ -1,0 +1,58 @@
+"""Tests of rsjax.training.ucan: UCAN generators trained, frozen and certified."""
+
+import numpy as np
+import pytest
+
+from rsjax import anisotropic, models
+from rsjax.training import ucan
+
+
+@pytest.fixture(scope="module")
+def digits():
+  from sklearn.datasets import load_digits
+  d = load_digits()
+  x = (d.images / 16.0).astype(np.float32)[..., None][:256]
+  return x, d.target[:256].astype(np.int32)
+
+
+def _model():
+  return models.create_model("mlp", num_classes=10, input_shape=(8, 8, 1), rngs=0)
+
+
+def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits, tmp_path):
+  model, mu, sig, hist = ucan.train_ucan(0, _model(), digits, generator="universal", sigma=0.25,
+                                         epochs=1, batch_size=64, lr=0.05, draws=2,
+                                         workdir=tmp_path)
+  assert mu.shape == sig.shape == (8, 8, 1) and len(hist) == 1
+  assert not np.allclose(sig, 0.25) and not np.allclose(mu, 0.0)  # the generator trained
+  mu2, sig2, gen = ucan.load_noise(tmp_path)
+  assert gen == "universal"
+  np.testing.assert_array_equal(mu2, mu)
+  np.testing.assert_array_equal(sig2, sig)
+  # a finished workdir is loaded, not retrained: same frozen noise, same weights
+  again, mu3, sig3, _ = ucan.train_ucan(1, _model(), digits, generator="universal", sigma=0.25,
+                                        epochs=1, workdir=tmp_path)
+  np.testing.assert_array_equal(sig3, sig)
+  apply_fn, params = models.to_apply_fn(model)
+  apply2, params2 = models.to_apply_fn(again)
+  x = digits[0][:4]
+  kw = dict(num_classes=10, n0=32, n=300, alpha=0.01, batch_size=300)
+  a = anisotropic.certify(3, apply_fn, params, x, sigma=sig, mu=mu, **kw)
+  b = anisotropic.certify(3, apply2, params2, x, sigma=sig2, mu=mu2, **kw)
+  np.testing.assert_array_equal(a.radius, b.radius)
+  assert a.sound
+  np.testing.assert_allclose(a.radius, sig.min() * a.normalized_radius)
+  with pytest.raises(ValueError, match="holds a 'universal'"):
+    ucan.train_ucan(0, _model(), digits, generator="pattern-l2", sigma=0.25, workdir=tmp_path)
+
+
+def test_pattern_noise_is_the_fixed_map(digits):
+  _, mu, sig, _ = ucan.train_ucan(0, _model(), digits, generator="pattern-linf", sigma=0.5,
+                                  epochs=1, batch_size=128, draws=1)
+  np.testing.assert_array_equal(mu, 0.0)
+  np.testing.assert_allclose(sig, 0.5 * anisotropic.pattern_sigma((8, 8, 1), pattern="linf"))
+
+
+def test_input_dependent_generator_refused(digits):
+  with pytest.raises(ValueError, match="not sound"):
+    ucan.train_ucan(0, _model(), digits, generator="input", sigma=0.25)
