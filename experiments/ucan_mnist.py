@@ -125,8 +125,12 @@ def plot(result: dict, path: str) -> None:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--quick", action="store_true")
+  p.add_argument("--sigmas", type=float, nargs="+", default=None,
+                 help="run only these sigma0 (default 0.25 0.5); recorded in the JSON's config")
   args = p.parse_args(argv)
   cfg = get_config(args.quick)
+  if args.sigmas:
+    cfg["sigmas"] = tuple(args.sigmas)
   result = run(cfg, log=lambda m: print(m, flush=True))
   os.makedirs(os.path.dirname(cfg["results"]), exist_ok=True)
   with open(cfg["results"] + ".json", "w") as f:

@@ -101,9 +101,11 @@ def sigma_ascent(key, apply_fn, params, x, sigma0, ids, *, lr, steps: int, num_s
     z = _noise(key, t, ids, x.shape[1:], num_samples, family)
     g = grad_fn(x, sigma, z, lo, hi)
     if parametrization == "log":  # d R / d log sigma = sigma * dR/dsigma
-      new = sigma * jnp.exp(lr * sigma * g)
+      # at most a factor e^(+-1/2) per step: the gradient is heavy-tailed near the boundary
+      new = sigma * jnp.exp(jnp.clip(lr * sigma * g, -0.5, 0.5))
     else:
       new = sigma + lr * g  # plain ascent (the paper)
+    new = jnp.where(jnp.isfinite(new), new, sigma)  # a non-finite gradient skips the step
     new = jnp.maximum(new, sigma_min)  # projection (see optimize_sigma)
     return new, new
 
@@ -186,7 +188,8 @@ def optimize_sigma(key, apply_fn, params, x, *, sigma0, steps: int = 100, lr: fl
   move sigma where the radius can grow: ``lr`` around 1e-2 with ``num_samples``
   8-16 (one draw makes the path a random walk), or ``parametrization="log"``
   (multiplicative steps; it needs a larger ``lr``, around 1-2, since
-  ``dR/dlog sigma = sigma dR/dsigma``). Because psi is clamped, the soft
+  ``dR/dlog sigma = sigma dR/dsigma``; without the step clip it overflowed to NaN
+  on a steep linear model). Because psi is clamped, the soft
   objective grows with sigma as long as psi_A stays above 0.98, and on a nearly
   hard classifier it is flat (R ~ distance to the boundary) beyond: K and lr are
   the only stopping rule (IDRS App. C). Large plain steps on steep models are
@@ -203,8 +206,9 @@ def optimize_sigma(key, apply_fn, params, x, *, sigma0, steps: int = 100, lr: fl
   ddsmoothing scripts goes the other way and is not used). Certify it with
   ``certify(..., noise="uniform")``: radius ``2 lambda (p_A_lower - 1/2)``.
 
-  Deviation from the reference: sigma is kept ``>= sigma_min`` (the reference has
-  no projection, so a sigma could become <= 0).
+  Deviations from the reference: sigma is kept ``>= sigma_min`` (the reference has
+  no projection, so a sigma could become <= 0); a step with a non-finite gradient
+  is skipped; the log step is clipped to a factor ``e^(+-1/2)``.
 
   Args:
     key: ``jax.random.key`` or int seed (noise of input id i at step t from
