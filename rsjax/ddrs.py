@@ -188,8 +188,11 @@ def optimize_sigma(key, apply_fn, params, x, *, sigma0, steps: int = 100, lr: fl
   move sigma where the radius can grow: ``lr`` around 1e-2 with ``num_samples``
   8-16 (one draw makes the path a random walk), or ``parametrization="log"``
   (multiplicative steps; it needs a larger ``lr``, around 1-2, since
-  ``dR/dlog sigma = sigma dR/dsigma``; without the step clip it overflowed to NaN
-  on a steep linear model). Because psi is clamped, the soft
+  ``dR/dlog sigma = sigma dR/dsigma``). Use the log form with care: on a
+  slope-100 linear model with lr 2 and 16 draws it ran sigma away to 1e2-1e9
+  (without the step clip: NaN), because at large sigma the Monte-Carlo top-2 gap
+  is biased upward (the larger of two noisy estimates), so the estimated R grows
+  like sigma; multiplicative steps follow that drift exponentially. Because psi is clamped, the soft
   objective grows with sigma as long as psi_A stays above 0.98, and on a nearly
   hard classifier it is flat (R ~ distance to the boundary) beyond: K and lr are
   the only stopping rule (IDRS App. C). Large plain steps on steep models are
