@@ -120,9 +120,9 @@ def run(cfg: dict, log=print) -> dict:
     t0 = time.perf_counter()
     gauss = models.create_model(cfg["model"], num_classes=10, input_shape=train.input_shape,
                                 rngs=cfg["seed"])
-    gauss, _ = training.train(cfg["seed"], gauss, (x, y), sigma=s0, eval_data=(xt, yt),
-                              workdir=os.path.join(cfg["out"], f"gauss_{tag}"), model_config=mcfg,
-                              progress=False, **tc)
+    gauss, _ = training.train(cfg["seed"], gauss, (x, y), training.TrainConfig(sigma=s0, **tc),
+                              eval_data=(xt, yt), workdir=os.path.join(cfg["out"], f"gauss_{tag}"),
+                              model_config=mcfg, progress=False)
     dmodel = models.create_model(cfg["model"], num_classes=10, input_shape=train.input_shape,
                                  rngs=cfg["seed"])
     dcfg = DDRSConfig(sigma0=s0, warmup_epochs=cfg["ddrs_warmup_epochs"], **cfg["ddrs_train"])

@@ -111,8 +111,9 @@ def run(cfg: dict, log=print) -> dict:
     base_dir = os.path.join(cfg["out"], f"gauss_{tag}")
     base = models.create_model(cfg["model"], num_classes=10, input_shape=train.input_shape,
                                rngs=cfg["seed"])
-    training.train(cfg["seed"], base, (x, y), sigma=s0, epochs=cfg["epochs"],
-                   batch_size=cfg["batch_size"], lr=cfg["lr"], lr_step=cfg["lr_step"],
+    training.train(cfg["seed"], base, (x, y),
+                   training.TrainConfig(sigma=s0, epochs=cfg["epochs"], batch_size=cfg["batch_size"],
+                                        lr=cfg["lr"], lr_step=cfg["lr_step"]),
                    workdir=base_dir, model_config=mcfg, progress=False)
     certify_row(f"isotropic_s{tag}", base, None, np.full(train.input_shape, s0, np.float32), s0)
     for gen in cfg["generators"]:

@@ -43,7 +43,8 @@ from rsjax import ddrs
 from rsjax._sampling import as_key
 from rsjax.checkpoint import Checkpoints
 from rsjax.training import workdir as wd
-from rsjax.training.gaussian import TrainConfig, make_optimizer
+from rsjax.training.objectives import Gaussian
+from rsjax.training.trainer import TrainConfig, make_optimizer
 
 __all__ = ["DDRSConfig", "train_ddrs", "SIGMA_FILE"]
 
@@ -166,6 +167,9 @@ def train_ddrs(key, model: nnx.Module, train_data, *, ddrs_config: DDRSConfig,
   cfg = ddrs_config
   tc = train_config or TrainConfig(sigma=cfg.sigma0)
   tc = dataclasses.replace(tc, sigma=cfg.sigma0)
+  if tc.objective != Gaussian() or tc.discard is not None or tc.reweigh is not None:
+    raise ValueError("DDRS training uses the Gaussian objective with per-example sigma only "
+                     "(train_config.objective/discard/reweigh must be left at their defaults)")
   key = as_key(key)
   x, y = _check_xy(train_data, "train_data")
   ev = _check_xy(eval_data, "eval_data") if eval_data is not None else None
@@ -217,7 +221,8 @@ def train_ddrs(key, model: nnx.Module, train_data, *, ddrs_config: DDRSConfig,
   step = functools.partial(
       _ddrs_step, sig_lr=f32(cfg.sigma_lr), lo=f32(cfg.clip[0]), hi=f32(cfg.clip[1]),
       sigma_min=f32(cfg.sigma_min), graphdef=train_fn.graphdef, eval_graphdef=apply_fn,
-      spec=dataclasses.replace(tc, sigma=0.0, epochs=0, drop_last=False, eval_batch_size=1),
+      spec=dataclasses.replace(tc, sigma=0.0, epochs=0, drop_last=False, eval_batch_size=1,
+                              objective=Gaussian(), discard=None, reweigh=None),
       steps_per_epoch=steps_per_epoch, sigma_draws=cfg.sigma_draws,
       parametrization=cfg.parametrization)
   shuffle_key, noise_key, sig_key = (jax.random.fold_in(key, i) for i in (0, 1, 3))
