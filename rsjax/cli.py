@@ -1,4 +1,4 @@
-"""The ``rsjax`` command: train, certify, predict, analyze, demo.
+"""The ``rsjax`` command: train, certify, predict, analyze, convert, demo.
 
 Global JAX configuration (compilation cache) is set here, in ``main`` only,
 never at import of the library.
@@ -240,28 +240,52 @@ def _method_plan(args, key, model, apply_fn, params, ds):
     raise CliError(str(e)) from None
 
 
+def _load_torch(path: str, arch: str | None, input_shape=None):
+  from rsjax import models
+  try:
+    return models.load_torch(path, arch, input_shape=input_shape)
+  except (FileNotFoundError, ImportError, ValueError) as e:
+    raise CliError(str(e)) from None
+
+
 def _sampling_run(args):
-  """What ``certify`` and ``predict`` share: the trained model, its config, the
-  dataset, the model's pure apply, the selected indices and the key. Fills in
-  ``args.sigma`` (default: the training sigma)."""
+  """What ``certify`` and ``predict`` share: the model (a workdir of 'rsjax train' or
+  'rsjax convert', or a PyTorch checkpoint), its config, the dataset, the model's
+  pure apply, the selected indices and the key. Fills in ``args.sigma`` (default:
+  the training sigma)."""
   import jax
   from rsjax import models, runner
-  model, config = _load_model(args.model_dir)
-  dataset_name = args.dataset or config.get("dataset")
-  if dataset_name is None:
-    raise CliError("--dataset is required (the model directory does not name one)")
-  ds = _load_dataset(dataset_name, args.split, args.data_dir)
-  want = config.get("input_shape")
-  if want is not None and tuple(want) != tuple(ds.input_shape):
-    shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
-    raise CliError(f"model expects {shape(want)} inputs, {dataset_name} is "
-                   f"{shape(ds.input_shape)} (the model was trained on "
-                   f"{config.get('dataset', 'another dataset')})")
+  if args.torch_checkpoint is not None:
+    if args.model_dir is not None:
+      raise CliError("give either MODEL_DIR or --torch-checkpoint, not both")
+    if args.dataset is None:
+      raise CliError("--dataset is required with --torch-checkpoint")
+    dataset_name = args.dataset
+    ds = _load_dataset(dataset_name, args.split, args.data_dir)
+    model, config = _load_torch(args.torch_checkpoint, args.torch_arch, ds.input_shape)
+  else:
+    if args.model_dir is None:
+      raise CliError("give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or "
+                     "--torch-checkpoint F.pth")
+    model, config = _load_model(args.model_dir)
+    dataset_name = args.dataset or config.get("dataset")
+    if dataset_name is None:
+      raise CliError("--dataset is required (the model directory does not name one)")
+    ds = _load_dataset(dataset_name, args.split, args.data_dir)
+    want = config.get("input_shape")
+    if want is not None and tuple(want) != tuple(ds.input_shape):
+      shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
+      raise CliError(f"model expects {shape(want)} inputs, {dataset_name} is "
+                     f"{shape(ds.input_shape)} (the model was trained on "
+                     f"{config.get('dataset', 'another dataset')})")
   if args.sigma is None:
+    if "sigma" not in config:
+      raise CliError("--sigma is required (the model does not record its training sigma)")
     args.sigma = float(config["sigma"])
     if not args.sigma > 0:
-      raise CliError(f"the model in {args.model_dir!r} was trained without noise (sigma "
-                     f"{args.sigma:g}): pass the certification noise level with --sigma")
+      raise CliError(f"the model in {args.model_dir or args.torch_checkpoint!r} was trained "
+                     f"without noise (sigma {args.sigma:g}): pass the certification noise "
+                     "level with --sigma")
   apply_fn, params = models.to_apply_fn(model)
   indices = runner.select_indices(len(ds), skip=args.skip, start=args.start, stop=args.max)
   if not len(indices):
@@ -273,7 +297,8 @@ def _sampling_run(args):
 
 # Flags that do not change the rows (how fast, where from, how loud).
 _NOT_RUN_IDENTITY = frozenset({
-    "func", "command", "model_dir", "outfile", "data_dir", "batch", "inputs_per_call", "quiet",
+    "func", "command", "model_dir", "torch_checkpoint", "outfile", "data_dir", "batch",
+    "inputs_per_call", "quiet",
     "overwrite", "debug", "compilation_cache", "coordinator", "num_processes", "process_id",
     "run_record"})
 
@@ -492,6 +517,26 @@ def _print_easy_hard(results, reference_path: str, radii) -> None:
     print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
 
 
+# ----------------------------------------------------------------------------- convert
+
+
+def cmd_convert(args) -> int:
+  from rsjax import training
+  model, config = _load_torch(args.checkpoint, args.arch)
+  config["source"] = os.path.basename(args.checkpoint)
+  if args.dataset is not None:
+    config["dataset"] = args.dataset
+  if args.sigma is not None:
+    config["sigma"] = args.sigma
+  try:
+    training.save_model(args.out, model, config)
+  except ValueError as e:
+    raise CliError(str(e)) from None
+  print(f"converted {config['torch_arch']} ({config['num_classes']} classes) from "
+        f"{args.checkpoint}; saved in {args.out}")
+  return 0
+
+
 # ----------------------------------------------------------------------------- demo
 
 
@@ -641,7 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
   t.set_defaults(func=cmd_train)
 
   def sampling_flags(q):
-    q.add_argument("model_dir", help="directory written by 'rsjax train'")
+    q.add_argument("model_dir", nargs="?", default=None,
+                   help="directory written by 'rsjax train' or 'rsjax convert'")
     q.add_argument("outfile", help="result file (tab-separated, Cohen et al.'s format)")
     data_flags(q)
     q.add_argument("--split", default="test", help="dataset split")
@@ -664,6 +710,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start outfile over instead of resuming it (resuming needs the same run: "
                    "model, data, sigma, N, ...)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.add_argument("--torch-checkpoint", default=None, metavar="F.pth",
+                   help="certify a PyTorch checkpoint (Cohen et al.'s format, torchvision "
+                   "ResNet, LeNet) instead of MODEL_DIR; needs rsjax[torch]")
+    q.add_argument("--torch-arch", default=None,
+                   help="architecture of --torch-checkpoint (default: its 'arch' entry or "
+                   "recognized from its keys)")
 
   c = sub.add_parser("certify", parents=[common], formatter_class=fmt,
                      help="certify a dataset (CERTIFY of Cohen et al.)")
@@ -711,6 +763,20 @@ def build_parser() -> argparse.ArgumentParser:
                  help="certified accuracy on easy / hard inputs, split by p_A >= 0.5 in this "
                       "reference result file (e.g. the Gaussian model's, with --save-counts)")
   a.set_defaults(func=cmd_analyze)
+
+  cv = sub.add_parser("convert", parents=[common], formatter_class=fmt,
+                      help="convert a PyTorch checkpoint into a model directory "
+                      "(certify it later without PyTorch)")
+  cv.add_argument("checkpoint", help="PyTorch checkpoint (.pth, .pth.tar)")
+  cv.add_argument("out", help="output model directory (as written by 'rsjax train')")
+  cv.add_argument("--arch", default=None,
+                  help="architecture (default: the checkpoint's 'arch' entry or recognized from "
+                  "its keys): cifar_resnet20, cifar_resnet110, resnet18, resnet50, lenet, ...")
+  cv.add_argument("--dataset", default=None,
+                  help="record the dataset (the default dataset of certify)")
+  cv.add_argument("--sigma", type=_positive_float, default=None,
+                  help="record the training sigma (the default sigma of certify)")
+  cv.set_defaults(func=cmd_convert)
 
   d = sub.add_parser("demo", parents=[common], formatter_class=fmt,
                      help="train and certify LeNet on the embedded MNIST (minutes, CPU)")

@@ -41,6 +41,19 @@ def test_param_counts(name, input_shape, num_classes, expected):
     assert n == expected
 
 
+def test_torch_layout_options():
+  """torchvision's ResNet-18 and the literature's MNIST LeNet (counts as in PyTorch)."""
+  def count(name, input_shape, num_classes, **kw):
+    return models.count_params(nnx.eval_shape(lambda: models.create_model(
+        name, num_classes=num_classes, input_shape=input_shape, rngs=0, **kw)))
+
+  assert count("imagenet_resnet", (224, 224, 3), 1000, block="basic",
+               stage_sizes=(2, 2, 2, 2)) == 11_689_512
+  assert count("lenet", (28, 28, 1), 10, channels=(20, 50), hidden_sizes=(500,),
+               padding=0) == 431_080
+  assert count("cifar_resnet", (32, 32, 3), 10, depth=20) == count("resnet20", (32, 32, 3), 10)
+
+
 @pytest.mark.parametrize("name,input_shape,num_classes,batch", [
     ("resnet110", (32, 32, 3), 10, 2),
     ("resnet18", (32, 32, 3), 10, 2),

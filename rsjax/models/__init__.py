@@ -11,6 +11,12 @@ Typical use::
   # ... train ``model`` (train mode) ...
   apply_fn, variables = rsjax.models.to_apply_fn(model)   # eval mode, pure
   cert = rsjax.certify(key, apply_fn, variables, x, sigma=0.25, num_classes=10)
+
+PyTorch checkpoints of the literature (Cohen et al.'s format, torchvision
+ResNets, LeNet) convert with ``from_torch`` (needs ``rsjax[torch]`` to read a
+file)::
+
+  apply_fn, variables = rsjax.models.from_torch("checkpoint.pth.tar")
 """
 
 from rsjax.models._bridge import EvalApply as EvalApply
@@ -24,6 +30,7 @@ from rsjax.models._registry import MODELS as MODELS
 from rsjax.models._registry import create_model as create_model
 from rsjax.models._resnet import BasicResNet as BasicResNet
 from rsjax.models._resnet import CifarResNet as CifarResNet
+from rsjax.models._resnet import ImageNetResNet as ImageNetResNet
 from rsjax.models._resnet import ResNet18 as ResNet18
 from rsjax.models._resnet import ResNet20 as ResNet20
 from rsjax.models._resnet import ResNet50 as ResNet50
@@ -31,12 +38,16 @@ from rsjax.models._resnet import ResNet110 as ResNet110
 from rsjax.models._simple import CNN as CNN
 from rsjax.models._simple import MLP as MLP
 from rsjax.models._simple import LeNet as LeNet
+from rsjax.models._torch import TORCH_ARCHITECTURES as TORCH_ARCHITECTURES
+from rsjax.models._torch import from_torch as from_torch
+from rsjax.models._torch import load_torch as load_torch
 
 __all__ = [
     "BasicResNet",
     "CNN",
     "CifarResNet",
     "EvalApply",
+    "ImageNetResNet",
     "LeNet",
     "MLP",
     "MODELS",
@@ -46,9 +57,12 @@ __all__ = [
     "ResNet18",
     "ResNet20",
     "ResNet50",
+    "TORCH_ARCHITECTURES",
     "TrainApply",
     "count_params",
     "create_model",
+    "from_torch",
+    "load_torch",
     "to_apply_fn",
     "to_train_fn",
 ]

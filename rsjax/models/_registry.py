@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import jax
 from flax import nnx
 
-from rsjax.models._resnet import ResNet18, ResNet20, ResNet50, ResNet110
+from rsjax.models._resnet import (CifarResNet, ImageNetResNet, ResNet18, ResNet20, ResNet50,
+                                  ResNet110)
 from rsjax.models._simple import CNN, MLP, LeNet
 
 __all__ = ["MODELS", "create_model"]
@@ -28,6 +29,10 @@ MODELS = {
     "resnet18": ResNet18,
     "resnet50": ResNet50,
     "deq": _deq,
+    # General forms (used by converted PyTorch checkpoints): ``depth`` of a
+    # CIFAR ResNet; ``block`` and ``stage_sizes`` of a torchvision ResNet.
+    "cifar_resnet": CifarResNet,
+    "imagenet_resnet": ImageNetResNet,
 }
 
 # Names used by Cohen et al.'s code (``code/architectures.py``).
@@ -41,8 +46,9 @@ def create_model(name: str, *, num_classes: int, input_shape: Sequence[int],
 
   Args:
     name: one of ``MODELS`` ("mlp", "cnn", "lenet", "resnet20", "resnet110",
-      "resnet18", "resnet50", "deq": ``rsjax.deq.DEQClassifier``), or Cohen et
-      al.'s "cifar_resnet20" / "cifar_resnet110".
+      "resnet18", "resnet50", "deq": ``rsjax.deq.DEQClassifier``; the general
+      "cifar_resnet" (``depth=``) and "imagenet_resnet" (``block=``,
+      ``stage_sizes=``)), or Cohen et al.'s "cifar_resnet20" / "cifar_resnet110".
     num_classes: number of output logits.
     input_shape: shape of one input, ``(H, W, C)`` for images.
     rngs: ``nnx.Rngs``, an int seed or a PRNG key, for initialization.

@@ -1,4 +1,4 @@
-"""ResNets: CIFAR basic-block ResNets (20, 110, 18) and ImageNet ResNet-50 (v1.5).
+"""ResNets: CIFAR basic-block ResNets (20, 110, 18) and torchvision's ImageNet ResNets (v1.5).
 
 Layouts follow the PyTorch code the randomized smoothing literature uses, so
 published checkpoints can be converted one tensor at a time:
@@ -10,8 +10,9 @@ published checkpoints can be converted one tensor at a time:
   shape changes, global average pooling, linear head.
 - ``ResNet18``: the CIFAR ResNet-18 (kuangliu): 3x3 stem with 64 channels, no
   max-pool, four stages of two basic blocks with 64-512 channels.
-- ``ResNet50``: torchvision ResNet-50 (v1.5: the stride is on the 3x3
-  convolution of the bottleneck), 7x7 stride-2 stem and 3x3 stride-2 max-pool.
+- ``ImageNetResNet`` / ``ResNet50``: torchvision's ResNet-18/34/50/101/152
+  (v1.5: the stride is on the 3x3 convolution of the bottleneck), 7x7 stride-2
+  stem and 3x3 stride-2 max-pool.
 
 Padding is explicit and symmetric as in PyTorch (not XLA "SAME", which pads
 stride-2 convolutions asymmetrically). BatchNorm uses PyTorch's defaults
@@ -29,7 +30,8 @@ from flax import nnx
 from rsjax.models._layers import (BN_EPSILON, BN_MOMENTUM, Normalize, conv_init,
                                   resolve_normalization, torch_default_init)
 
-__all__ = ["BasicResNet", "CifarResNet", "ResNet20", "ResNet110", "ResNet18", "ResNet50"]
+__all__ = ["BasicResNet", "CifarResNet", "ImageNetResNet", "ResNet20", "ResNet110", "ResNet18",
+           "ResNet50"]
 
 
 def _conv(cin, cout, k, stride, *, dtype, rngs):
@@ -68,6 +70,8 @@ class _ResidualBlock(nnx.Module):
 
 class BasicBlock(_ResidualBlock):
   """conv3x3-BN-relu-conv3x3-BN + shortcut, then relu."""
+
+  expansion = 1
 
   def __init__(self, cin: int, cout: int, stride: int, *, dtype, rngs: nnx.Rngs):
     self.conv1 = _conv(cin, cout, 3, stride, dtype=dtype, rngs=rngs)
@@ -193,40 +197,54 @@ class ResNet18(BasicResNet):
                      widths=(64, 128, 256, 512), normalize=normalize, dtype=dtype, rngs=rngs)
 
 
-class ResNet50(nnx.Module):
-  """ImageNet ResNet-50 v1.5 (torchvision layout, about 25.6M parameters at 1000 classes).
+class ImageNetResNet(nnx.Module):
+  """torchvision's ImageNet ResNets: 7x7 stride-2 stem, 3x3 stride-2 max-pool, four stages.
+
+  Basic blocks give ResNet-18 (``stage_sizes=(2, 2, 2, 2)``) and ResNet-34
+  (``(3, 4, 6, 3)``); bottleneck blocks (v1.5: the stride is on the 3x3
+  convolution) give ResNet-50 (``(3, 4, 6, 3)``), -101 (``(3, 4, 23, 3)``) and
+  -152 (``(3, 8, 36, 3)``). Stage widths are 64, 128, 256 and 512 (times 4 at
+  the output of a bottleneck).
 
   Args:
     input_shape: ``(H, W, C)``, normally ``(224, 224, 3)``; any size >= 32 works.
     num_classes: number of output logits (1000 for ImageNet).
+    block: "basic" or "bottleneck".
+    stage_sizes: number of blocks in each of the four stages.
     normalize: ``None``, a dataset name or ``(mean, std)``; default ImageNet.
     dtype: optional computation dtype (parameters stay float32).
     rngs: ``nnx.Rngs`` for initialization.
   """
 
-  stage_sizes = (3, 4, 6, 3)
   widths = (64, 128, 256, 512)
 
   def __init__(self, *, input_shape: Sequence[int] = (224, 224, 3), num_classes: int = 1000,
+               block: str = "bottleneck", stage_sizes: Sequence[int] = (3, 4, 6, 3),
                normalize="imagenet2012", dtype=None, rngs: nnx.Rngs):
-    c = _channels(input_shape, "ResNet50")
+    blocks_by_name = {"basic": BasicBlock, "bottleneck": Bottleneck}
+    if block not in blocks_by_name:
+      raise ValueError(f"block must be 'basic' or 'bottleneck'; got {block!r}.")
+    if len(stage_sizes) != 4 or min(stage_sizes) < 1:
+      raise ValueError(f"stage_sizes must be four positive counts; got {tuple(stage_sizes)}.")
+    block_cls = blocks_by_name[block]
+    c = _channels(input_shape, type(self).__name__)
     norm = resolve_normalization(normalize, c)
     self.normalize = Normalize(*norm) if norm is not None else None
     self.stem_conv = _conv(c, 64, 7, 2, dtype=dtype, rngs=rngs)
     self.stem_bn = _bn(64, dtype=dtype, rngs=rngs)
     blocks = []
     cin = 64
-    for i, (n, w) in enumerate(zip(self.stage_sizes, self.widths)):
-      for j in range(n):
+    for i, (n, w) in enumerate(zip(stage_sizes, self.widths)):
+      for j in range(int(n)):
         stride = 2 if (i > 0 and j == 0) else 1
-        blocks.append(Bottleneck(cin, w, stride, dtype=dtype, rngs=rngs))
-        cin = w * Bottleneck.expansion
+        blocks.append(block_cls(cin, w, stride, dtype=dtype, rngs=rngs))
+        cin = w * block_cls.expansion
     self.blocks = nnx.List(blocks)
     self.head = nnx.Linear(cin, num_classes, kernel_init=torch_default_init, dtype=dtype,
                            rngs=rngs)
 
   def features(self, x: jax.Array) -> jax.Array:
-    """Pooled features ``[b, 2048]`` of ``x`` ``[b, H, W, C]``."""
+    """Pooled features ``[b, 512 or 2048]`` of ``x`` ``[b, H, W, C]``."""
     if self.normalize is not None:
       x = self.normalize(x)
     x = nnx.relu(self.stem_bn(self.stem_conv(x)))
@@ -238,3 +256,22 @@ class ResNet50(nnx.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     """``x`` of shape ``[b, H, W, C]`` in [0, 1] -> logits ``[b, num_classes]``."""
     return self.head(self.features(x))
+
+
+class ResNet50(ImageNetResNet):
+  """ImageNet ResNet-50 v1.5 (torchvision layout, about 25.6M parameters at 1000 classes).
+
+  Args:
+    input_shape: ``(H, W, C)``, normally ``(224, 224, 3)``; any size >= 32 works.
+    num_classes: number of output logits (1000 for ImageNet).
+    normalize: ``None``, a dataset name or ``(mean, std)``; default ImageNet.
+    dtype: optional computation dtype (parameters stay float32).
+    rngs: ``nnx.Rngs`` for initialization.
+  """
+
+  stage_sizes = (3, 4, 6, 3)
+
+  def __init__(self, *, input_shape: Sequence[int] = (224, 224, 3), num_classes: int = 1000,
+               normalize="imagenet2012", dtype=None, rngs: nnx.Rngs):
+    super().__init__(input_shape=input_shape, num_classes=num_classes, block="bottleneck",
+                     stage_sizes=self.stage_sizes, normalize=normalize, dtype=dtype, rngs=rngs)

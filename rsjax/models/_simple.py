@@ -99,50 +99,66 @@ def _single_channel_conv(conv: nnx.Conv, x: jax.Array, *, pad: int) -> jax.Array
 
 
 class LeNet(nnx.Module):
-  """LeNet-5 with ReLU and max-pooling (MNIST-style, about 62k parameters).
+  """LeNet with ReLU and max-pooling (MNIST-style).
 
-  conv5x5(6, pad 2) - relu - maxpool2 - conv5x5(16) - relu - maxpool2 -
-  fc120 - relu - fc84 - relu - fc(num_classes). Needs H, W >= 12.
+  conv5x5(channels[0], pad ``padding``) - relu - maxpool2 - conv5x5(channels[1])
+  - relu - maxpool2 - fc(hidden_sizes[0]) - relu - ... - fc(num_classes). The
+  layers are named ``conv1``, ``conv2``, ``fc1``, ``fc2``, ...
+
+  The default is LeNet-5 (6 and 16 channels, padding 2, hidden 120 and 84,
+  about 62k parameters; needs H, W >= 12). ``channels=(20, 50),
+  hidden_sizes=(500,), padding=0`` is the "LeNet" of the smoothing literature's
+  PyTorch code (Consistency, MACER; about 431k parameters at 28x28).
 
   Args:
     input_shape: ``(H, W, C)``, e.g. ``(28, 28, 1)``.
     num_classes: number of output logits.
     normalize: ``None``, a dataset name or ``(mean, std)``; default MNIST.
+    channels: output channels of the two convolutions.
+    hidden_sizes: widths of the hidden fully connected layers.
+    padding: symmetric zero padding of the first convolution.
     dtype: optional computation dtype.
     rngs: ``nnx.Rngs`` for initialization.
   """
 
   def __init__(self, *, input_shape: Sequence[int], num_classes: int, normalize="mnist",
-               dtype=None, rngs: nnx.Rngs):
+               channels: Sequence[int] = (6, 16), hidden_sizes: Sequence[int] = (120, 84),
+               padding: int = 2, dtype=None, rngs: nnx.Rngs):
     h, w, c = _image_shape(input_shape, "LeNet")
-    fh, fw = (h // 2 - 4) // 2, (w // 2 - 4) // 2
+    c1, c2 = (int(v) for v in channels)
+    self.padding = int(padding)
+    fh, fw = ((h + 2 * self.padding - 4) // 2 - 4) // 2, ((w + 2 * self.padding - 4) // 2 - 4) // 2
     if fh < 1 or fw < 1:
+      least = 16 - 2 * self.padding
       raise ValueError(
-          f"LeNet needs images of at least 12x12; got input_shape {tuple(input_shape)}. "
-          "Use 'cnn' or 'mlp' for smaller images.")
+          f"LeNet needs images of at least {least}x{least} (padding {self.padding}); got "
+          f"input_shape {tuple(input_shape)}. Use 'cnn' or 'mlp' for smaller images.")
     norm = resolve_normalization(normalize, c)
     self.normalize = Normalize(*norm) if norm is not None else None
-    self.conv1 = nnx.Conv(c, 6, (5, 5), padding=((2, 2), (2, 2)), kernel_init=_W, dtype=dtype,
+    p = self.padding
+    self.conv1 = nnx.Conv(c, c1, (5, 5), padding=((p, p), (p, p)), kernel_init=_W, dtype=dtype,
                           rngs=rngs)
-    self.conv2 = nnx.Conv(6, 16, (5, 5), padding="VALID", kernel_init=_W, dtype=dtype, rngs=rngs)
-    self.fc1 = nnx.Linear(16 * fh * fw, 120, kernel_init=_W, dtype=dtype, rngs=rngs)
-    self.fc2 = nnx.Linear(120, 84, kernel_init=_W, dtype=dtype, rngs=rngs)
-    self.fc3 = nnx.Linear(84, num_classes, kernel_init=_W, dtype=dtype, rngs=rngs)
+    self.conv2 = nnx.Conv(c1, c2, (5, 5), padding="VALID", kernel_init=_W, dtype=dtype, rngs=rngs)
+    sizes = [c2 * fh * fw, *(int(s) for s in hidden_sizes), num_classes]
+    self.num_fc = len(sizes) - 1
+    for i in range(self.num_fc):
+      setattr(self, f"fc{i + 1}", nnx.Linear(sizes[i], sizes[i + 1], kernel_init=_W, dtype=dtype,
+                                             rngs=rngs))
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """``x`` of shape ``[b, H, W, C]`` -> logits ``[b, num_classes]``."""
     if self.normalize is not None:
       x = self.normalize(x)
-    if self.conv1.in_features == 1:
-      x = _single_channel_conv(self.conv1, x, pad=2)
+    if self.conv1.in_features == 1 and self.conv1.out_features <= 8:
+      x = _single_channel_conv(self.conv1, x, pad=self.padding)
     else:
       x = self.conv1(x)
     x = nnx.max_pool(nnx.relu(x), (2, 2), strides=(2, 2))
     x = nnx.max_pool(nnx.relu(self.conv2(x)), (2, 2), strides=(2, 2))
     x = x.reshape(x.shape[0], -1)
-    x = nnx.relu(self.fc1(x))
-    x = nnx.relu(self.fc2(x))
-    return self.fc3(x)
+    for i in range(1, self.num_fc):
+      x = nnx.relu(getattr(self, f"fc{i}")(x))
+    return getattr(self, f"fc{self.num_fc}")(x)
 
 
 class CNN(nnx.Module):

@@ -7,7 +7,8 @@
   strategies of Sun et al. (:class:`Discard`, :class:`Reweigh`), with per-epoch
   evaluation, orbax checkpoints and exact resume.
 * :func:`load_model` / :func:`restore_model`: rebuild a trained model from its
-  workdir (``config.json`` + checkpoints).
+  workdir (``config.json`` + checkpoints); :func:`save_model` writes such a
+  workdir for a model trained elsewhere (e.g. a converted PyTorch checkpoint).
 * :func:`per_sample_gradient_norms` / :func:`gradient_norm_table`: Table 1 of
   the ACR study (easy vs hard inputs); p_A and the easy/hard split are in
   :mod:`rsjax.metrics`.
@@ -35,9 +36,10 @@ from rsjax.training.trainer import train as train
 from rsjax.training.workdir import load_model as load_model
 from rsjax.training.workdir import read_config as read_config
 from rsjax.training.workdir import restore_model as restore_model
+from rsjax.training.workdir import save_model as save_model
 
 __all__ = ["Consistency", "Discard", "Gaussian", "MACER", "OBJECTIVES", "Objective", "Reweigh",
            "SmoothAdv", "SphereAttack", "TrainConfig", "correct_counts", "discard_mask", "gradient_norm_table",
            "load_model", "make_objective", "make_optimizer",
            "per_sample_gradient_norms", "read_config", "resample", "restore_model", "reweigh_weights",
-           "train"]
+           "save_model", "train"]

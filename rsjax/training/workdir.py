@@ -22,7 +22,7 @@ from collections.abc import Callable
 from rsjax.checkpoint import Checkpoints
 
 __all__ = ["CONFIG_FILE", "HISTORY_FILE", "CHECKPOINT_DIR", "read_config", "load_model",
-           "restore_model", "write_json"]
+           "restore_model", "save_model", "write_json"]
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -75,6 +75,37 @@ def restore_model(workdir, model, *, step: int | None = None):
     items, meta = ckpt.restore(step, targets={"model": {"params": params, "rest": rest}})
   nnx.update(model, items["model"]["params"], items["model"]["rest"])
   return model, meta
+
+
+def save_model(workdir, model, config, *, step: int = 0, meta=None) -> None:
+  """Writes a model as a workdir that ``load_model`` (and ``rsjax certify WORKDIR``) reads.
+
+  For models that were not trained by :func:`rsjax.training.train`, e.g. ones
+  converted with ``rsjax.models.load_torch``.
+
+  Args:
+    workdir: the directory (created); must not hold checkpoints yet.
+    model: the NNX model.
+    config: JSON-serializable dict with ``model``, ``num_classes``,
+      ``input_shape`` and optionally ``model_kwargs`` (rebuilds the model with
+      ``create_model``), plus anything else worth recording (``sigma``,
+      ``dataset``, the source).
+    step: the checkpoint step.
+    meta: optional JSON metadata of the checkpoint.
+  """
+  from rsjax.models import to_train_fn
+
+  workdir = os.fspath(workdir)
+  for name in ("model", "num_classes", "input_shape"):
+    if name not in config:
+      raise ValueError(f"config needs {name!r} to rebuild the model; got keys {sorted(config)}")
+  os.makedirs(workdir, exist_ok=True)
+  _, params, rest = to_train_fn(model)
+  with Checkpoints(os.path.join(workdir, CHECKPOINT_DIR), max_to_keep=None) as ckpt:
+    if ckpt.latest_step() is not None:
+      raise ValueError(f"workdir {workdir!r} already holds checkpoints; use a new directory")
+    write_json(os.path.join(workdir, CONFIG_FILE), dict(config))
+    ckpt.save(step, items={"model": {"params": params, "rest": rest}}, meta=meta)
 
 
 def load_model(workdir, *, step: int | None = None, rngs=0,
