@@ -440,3 +440,30 @@ def test_step_curve_equals_certified_accuracy():
   step[grid == 0] = y[0]
   np.testing.assert_allclose(step, metrics.certified_accuracy(res.correct, res.radius, grid,
                                                               predict=res.predict))
+
+
+def test_srs_refuses_non_finite_logits(getkey):
+  import dataclasses
+
+  import jax.numpy as jnp
+
+  from rsjax import deq
+
+  @dataclasses.dataclass(frozen=True)
+  class NanDEQ:
+    """z = 0.5 z + x; logits [0, sum z], NaN where the first noisy pixel exceeds 0.9."""
+
+    def __call__(self, params, x, z0, solver):
+      u = x.reshape(x.shape[0], -1)
+      res = deq.solve(lambda z: 0.5 * z + u, jnp.zeros_like(u) if z0 is None else z0, solver)
+      score = jnp.where(u[:, 0] > 0.9, jnp.nan, res.z.sum(-1) * params)
+      return jnp.stack([jnp.zeros_like(score), score], axis=-1), res
+
+  x = np.full((3, 4), 0.1, np.float32)
+  x[1, 0] = 0.95
+  kw = dict(sigma=0.01, num_classes=2, num=40, chains=8, m=4, check_key=getkey(), ids=[4, 5, 6])
+  with pytest.raises(FloatingPointError, match=r"ids \[5\]"):
+    deq.srs_sample(getkey(), NanDEQ(), jnp.float32(1.0), x, **kw)
+  x[1, 0] = 0.5
+  out = deq.srs_sample(getkey(), NanDEQ(), jnp.float32(1.0), x, **kw)
+  assert out.counts.sum() == 3 * 40

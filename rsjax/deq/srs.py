@@ -38,7 +38,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from rsjax import noise as noise_lib
-from rsjax._sampling import _local_mesh, as_key, prepare_inputs, sample_noise
+from rsjax._sampling import _local_mesh, as_key, check_finite_outputs, prepare_inputs, sample_noise
 from rsjax.deq import solvers
 
 __all__ = ["SRSCounts", "SRSPlan", "make_srs_plan", "srs_sample", "check_indices"]
@@ -138,6 +138,13 @@ def check_indices(key, input_id, plan: SRSPlan) -> jax.Array:
   return jax.random.randint(k, (plan.m,), 0, plan.num, dtype=jnp.int32)
 
 
+def _labels(logits):
+  """Argmax classes ``[b]`` int32; -1 where the logits are not all finite (counted in no
+  class; the host refuses such counts)."""
+  ok = jnp.all(jnp.isfinite(logits), axis=-1)
+  return jnp.where(ok, jnp.argmax(logits, axis=-1), -1).astype(jnp.int32)
+
+
 def _per_input(deq_fn, params, key, key_check, x, sig, input_id, *, plan, noise, num_classes,
                solver, warmup, check_solver):
   """Counts, check pairs and residuals of one input on this device's chains."""
@@ -159,7 +166,7 @@ def _per_input(deq_fn, params, key, key_check, x, sig, input_id, *, plan, noise,
     if logits.shape != (cpd, num_classes):
       raise ValueError(f"deq_fn returned logits of shape {logits.shape} for a batch of {cpd}; "
                        f"expected [{cpd}, num_classes={num_classes}]")
-    labels = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    labels = _labels(logits)
     counts = counts + jnp.sum((labels[:, None] == jnp.arange(num_classes)) & valid[:, None],
                               axis=0, dtype=jnp.int32)
     res_sum = res_sum + jnp.sum(jnp.where(valid, res.residual, 0.0))
@@ -193,7 +200,7 @@ def _per_input(deq_fn, params, key, key_check, x, sig, input_id, *, plan, noise,
       ok = (p < plan.m) & (p < (dev + 1) * plan.check_per_device)
       p = jnp.minimum(p, plan.m - 1)
       logits, res = deq_fn(params, noisy(check_idx[p]), None, check_solver)
-      labels = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+      labels = _labels(logits)
       # Scatter this step's labels; padding rows write nothing.
       t_check = t_check.at[jnp.where(ok, p, plan.m)].set(labels, mode="drop")
       chk_sum = chk_sum + jnp.sum(jnp.where(ok, res.residual, 0.0))
@@ -305,6 +312,9 @@ def srs_sample(
       check_solver=solvers.as_solver_config(check_solver, check_steps),
       mesh=mesh)
   counts, check_idx, s_check, t_check, res_sum, chk_sum = jax.device_get(out)
+  # Samples with non-finite logits were counted in no class; every check sample has a label.
+  num_bad = plan.num - counts.sum(axis=(0, 2)) + (t_check.max(0) < 0).sum(axis=1)
+  check_finite_outputs(num_bad, np.asarray(ids_arr), plan.num)
   with np.errstate(invalid="ignore", divide="ignore"):
     chk_mean = (chk_sum.sum(0) / plan.m).astype(np.float32) if plan.m else np.full(
         counts.shape[1], np.nan, np.float32)
