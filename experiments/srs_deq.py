@@ -203,7 +203,7 @@ def certify_all(cfg: Config, model, x, y, ids, method: str, steps: int, log):
   rows, times = [], []
   for i in range(len(x)):
     t0 = time.perf_counter()
-    cert = deq.certify_deq(key, deq_fn, variables, x[i:i + 1], ids=ids[i:i + 1], **kw)
+    cert = deq.certify(key, deq_fn, variables, x[i:i + 1], ids=ids[i:i + 1], **kw)
     times.append(time.perf_counter() - t0)
     row = {"id": int(ids[i]), "label": int(y[i]), "predict": int(cert.prediction[0]),
            "radius": float(cert.radius[0]), "p_lower": float(cert.p_lower[0])}

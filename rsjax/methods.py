@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rsjax.deq import solvers
+from rsjax.deq import SOLVERS, SolverConfig
 
 __all__ = ["Context", "METHODS", "Method", "Option", "Plan", "UNIVERSAL_NOISE_FILE",
            "load_universal_noise", "restorer", "save_universal_noise"]
@@ -354,7 +354,7 @@ def _deq(ctx: Context, method: str, *, deq_solver, deq_steps, deq_warmup_steps, 
   steps = deq_steps if deq_steps is not None else (3 if method == "srs" else 30)
 
   def fn(x, ids):
-    return deq.certify_deq(ctx.key, ctx.model, None, x, sigma=ctx.sigma, ids=ids, method=method,
+    return deq.certify(ctx.key, ctx.model, None, x, sigma=ctx.sigma, ids=ids, method=method,
                            steps=steps, solver=deq_solver, warmup_steps=deq_warmup_steps,
                            m=srs_m, check_steps=srs_check_steps, correction=srs_correction,
                            num_classes=ctx.dataset.num_classes, **ctx.sampling)
@@ -364,12 +364,12 @@ def _deq(ctx: Context, method: str, *, deq_solver, deq_steps, deq_warmup_steps, 
 
 def _solver_name(text: str) -> str:
   """A solver name or alias (``naive``, ``A``, ...) -> its registry name."""
-  return solvers.SolverConfig(name=text).name
+  return SolverConfig(name=text).name
 
 
 _DEQ_OPTIONS = (
     Option("deq_solver", "anderson", "DEQ fixed-point solver (naive: plain iteration)",
-           _solver_name, choices=solvers.SOLVERS),
+           _solver_name, choices=SOLVERS),
     Option("deq_steps", None, "solver steps per sample (default: 30 for deq-standard, 3 for srs)",
            int, positive=True),
 )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rsjax import deq
-from rsjax.deq import solvers
+
 
 
 def _affine_problem(key, b=4, d=20, norm=0.9, lo=0.0, dtype=jnp.float32):
@@ -143,7 +143,7 @@ def test_solver_config_validation():
   with pytest.raises(ValueError, match="m "):
     deq.SolverConfig(m=0)
   assert deq.SolverConfig(name="naive").name == "iteration"
-  assert solvers.as_solver_config("A", 3) == deq.SolverConfig(name="anderson", steps=3)
+  assert deq.as_solver_config("A", 3) == deq.SolverConfig(name="anderson", steps=3)
   hash(deq.SolverConfig())
 
 
@@ -167,7 +167,7 @@ def test_implicit_gradient_matches_finite_differences(getkey):
 
     @jax.jit
     def loss(th):
-      return jnp.sum(c * deq.fixed_point(f, th, z0, forward=cfg))
+      return jnp.sum(c * deq.implicit_fixed_point(f, th, z0, forward=cfg))
 
     g = jax.grad(loss)(theta)
     assert g["w"].dtype == jnp.float64
@@ -183,7 +183,7 @@ def test_implicit_gradient_matches_finite_differences(getkey):
         fd[i] = (loss(plus) - loss(minus)) / (2 * eps)
       np.testing.assert_allclose(np.asarray(g[name]).ravel(), fd, rtol=1e-6, atol=1e-8)
     # The backward solver can differ from the forward one.
-    g2 = jax.grad(lambda th: jnp.sum(c * deq.fixed_point(
+    g2 = jax.grad(lambda th: jnp.sum(c * deq.implicit_fixed_point(
         f, th, z0, forward=cfg, backward=deq.SolverConfig(name="iteration", steps=80))))(theta)
     np.testing.assert_allclose(g2["w"], g["w"], rtol=1e-6, atol=1e-9)
 
@@ -193,7 +193,7 @@ def test_implicit_gradient_float32_and_jit(getkey):
   z0 = jnp.zeros_like(x)
 
   def loss_implicit(th):
-    return jnp.sum(deq.fixed_point(f, th, z0, forward="anderson") ** 2)
+    return jnp.sum(deq.implicit_fixed_point(f, th, z0, forward="anderson") ** 2)
 
   def loss_unrolled(th):  # backprop through 60 plain iterations: same fixed point
     z = jax.lax.fori_loop(0, 60, lambda _, z: f(th, z), z0)
@@ -204,7 +204,7 @@ def test_implicit_gradient_float32_and_jit(getkey):
   for name in g:
     np.testing.assert_allclose(g[name], g_ref[name], rtol=1e-3, atol=1e-5)
   # z0 gets a zero gradient.
-  gz = jax.grad(lambda z: jnp.sum(deq.fixed_point(f, theta, z)))(z0)
+  gz = jax.grad(lambda z: jnp.sum(deq.implicit_fixed_point(f, theta, z)))(z0)
   np.testing.assert_array_equal(gz, np.zeros_like(gz))
 
 

@@ -11,7 +11,7 @@ from scipy import stats as st
 
 import rsjax
 from rsjax import deq, stats
-from rsjax.deq import srs
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,8 +188,8 @@ def test_srs_sampler_matches_reference_loop(getkey):
                        check_solver=full, check_steps=None)
   idx = np.asarray(out.check_idx[0])
   assert idx.shape == (7,) and idx.min() >= 0 and idx.max() < 23
-  np.testing.assert_array_equal(idx, np.asarray(srs.check_indices(
-      ckey, 0, srs.make_srs_plan(23, 5, 7, 4))))
+  np.testing.assert_array_equal(idx, np.asarray(deq.check_indices(
+      ckey, 0, deq.make_srs_plan(23, 5, 7, 4))))
   counts, s_ref, t_ref = _reference_srs(deq_fn, params, jnp.asarray(x[0]), 0.5, key, 23, 5, sol,
                                         warm, idx, full)
   np.testing.assert_array_equal(out.counts[0], counts)
@@ -229,7 +229,7 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   x = _inputs_at_margins(w, margins)
   p_true, cls = _true_pa(w, x, sigma)
   r_true = sigma * st.norm.ppf(p_true)
-  cert = deq.certify_deq(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2, method="srs",
+  cert = deq.certify(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2, method="srs",
                          solver="iteration", steps=1, warmup_steps=5, check_steps=40,
                          check_solver=deq.SolverConfig(lam=1e-9), m=150,
                          n0=50, n=2000, alpha=0.001, batch_size=100)
@@ -246,7 +246,7 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   # Standard RS certifies the same classifier.
   # lam=1e-6: with lam=1e-9 Anderson returns NaN for 1 of 8000 samples here, which the
   # engine refuses to count (FloatingPointError).
-  std_cert = deq.certify_deq(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2,
+  std_cert = deq.certify(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2,
                              method="standard", solver=deq.SolverConfig(lam=1e-6), steps=40,
                              n0=50, n=2000, alpha=0.001, batch_size=1000)
   assert np.all(std_cert.p_lower <= p_true) and "standard RS" in std_cert.guarantee
@@ -257,34 +257,34 @@ def test_certify_deq_options_and_errors(getkey):
   x = _inputs_at_margins(w, [0.8])
   kw = dict(sigma=0.25, num_classes=2, n0=20, n=300, m=40, batch_size=50, alpha=0.01,
             warmup_solver="iteration", check_solver="iteration", check_steps=60)
-  a = deq.certify_deq(7, deq_fn, params, x, **kw)
-  b = deq.certify_deq(7, deq_fn, params, x, **kw)
+  a = deq.certify(7, deq_fn, params, x, **kw)
+  b = deq.certify(7, deq_fn, params, x, **kw)
   np.testing.assert_array_equal(a.counts, b.counts)
   np.testing.assert_array_equal(a.p_lower, b.p_lower)
   assert a.prediction[0] == 1 and a.check_total == 40
   # Keys: selection noise is rsjax.certify's; the selection chunk (n0 <= chains) is
   # solved from z = 0 with the warm-up solver, so it equals standard RS with that solver.
-  std = deq.certify_deq(7, deq_fn, params, x, method="standard", solver="iteration", steps=10,
+  std = deq.certify(7, deq_fn, params, x, method="standard", solver="iteration", steps=10,
                         sigma=0.25, num_classes=2, n0=20, n=300, batch_size=50, alpha=0.01)
   np.testing.assert_array_equal(std.counts_selection, a.counts_selection)
   with warnings.catch_warnings(record=True) as rec:
     warnings.simplefilter("always")
-    c = deq.certify_deq(7, deq_fn, params, x, check="consecutive", correction="authors_code",
+    c = deq.certify(7, deq_fn, params, x, check="consecutive", correction="authors_code",
                         **dict(kw, m=5))
   assert any("never certify" in str(r.message) for r in rec)
   assert c.check_total == 5 and "NOT a proven guarantee" in c.guarantee
   np.testing.assert_array_equal(c.counts, a.counts)  # same noise, same chains
   with pytest.raises(ValueError, match="method"):
-    deq.certify_deq(7, deq_fn, params, x, method="fast", **kw)
+    deq.certify(7, deq_fn, params, x, method="fast", **kw)
   with pytest.raises(ValueError, match="correction"):
-    deq.certify_deq(7, deq_fn, params, x, correction="none", **kw)
+    deq.certify(7, deq_fn, params, x, correction="none", **kw)
   with pytest.raises(ValueError, match="check"):
-    deq.certify_deq(7, deq_fn, params, x, check="first", **kw)
+    deq.certify(7, deq_fn, params, x, check="first", **kw)
   with pytest.raises(ValueError, match="consecutive"):
-    deq.certify_deq(7, deq_fn, params, x, check="consecutive", **dict(kw, m=290))
+    deq.certify(7, deq_fn, params, x, check="consecutive", **dict(kw, m=290))
   with pytest.raises(ValueError, match="m must"):
-    deq.certify_deq(7, deq_fn, params, x, **dict(kw, m=0))
+    deq.certify(7, deq_fn, params, x, **dict(kw, m=0))
   with pytest.raises(ValueError, match="sigma"):
-    deq.certify_deq(7, deq_fn, params, x, **dict(kw, sigma=-1.0))
+    deq.certify(7, deq_fn, params, x, **dict(kw, sigma=-1.0))
   with pytest.raises(ValueError, match="params"):
-    deq.certify_deq(7, deq.DEQClassifier(channels=4, rngs=0), params, x, **kw)
+    deq.certify(7, deq.DEQClassifier(channels=4, rngs=0), params, x, **kw)

@@ -3,59 +3,74 @@
 Gao, Hou, Xu, Liu, "Certified Robustness for Deep Equilibrium Models via
 Serialized Random Smoothing", NeurIPS 2024.
 
-* ``solvers``: batched fixed-point solvers with a static step count
-  (plain iteration, Anderson), per-sample residuals, warm starts.
-* ``implicit``: implicit-gradient fixed point (custom VJP) and the Hutchinson
-  Jacobian regularizer.
-* ``model``: a single-scale convolutional DEQ classifier in Flax NNX and its
+A flat API over private modules:
+
+* ``_solvers``: batched fixed-point solvers with a static step count
+  (``fixed_point_iteration``, ``anderson``, ``solve`` with a ``SolverConfig``),
+  per-sample residuals, warm starts.
+* ``_implicit``: ``implicit_fixed_point`` (the fixed point with an implicit
+  gradient, custom VJP) and the Hutchinson Jacobian regularizer.
+* ``_model``: a single-scale convolutional DEQ classifier in Flax NNX and its
   pure functions (``DEQForward`` with warm starts, ``DEQApply`` for the core
   engine).
-* ``srs``: serialized sampling (warm-started chains in a ``lax.scan``) with
-  check samples.
-* ``certify``: ``certify_deq`` (standard RS or SRS) and the two-stage
-  correlation-eliminated certificate.
+* ``_srs``: serialized sampling (``srs_sample``: warm-started chains in a
+  ``lax.scan``) with check samples.
+* ``_certify``: ``certify`` (standard RS or SRS), ``SRSCertificate`` and the
+  two-stage correlation-eliminated certificate.
 """
 
-from rsjax.deq.certify import CORRECTIONS as CORRECTIONS
-from rsjax.deq.certify import METHODS as METHODS
-from rsjax.deq.certify import SRSCertificate as SRSCertificate
-from rsjax.deq.certify import certify_deq as certify_deq
-from rsjax.deq.certify import srs_certificate as srs_certificate
-from rsjax.deq.certify import srs_p_lower as srs_p_lower
-from rsjax.deq.implicit import fixed_point as fixed_point
-from rsjax.deq.implicit import jacobian_frobenius_sq as jacobian_frobenius_sq
-from rsjax.deq.model import DEQApply as DEQApply
-from rsjax.deq.model import DEQCell as DEQCell
-from rsjax.deq.model import DEQClassifier as DEQClassifier
-from rsjax.deq.model import DEQForward as DEQForward
-from rsjax.deq.model import make_apply_fn as make_apply_fn
-from rsjax.deq.model import to_deq_fn as to_deq_fn
-from rsjax.deq.solvers import SolverConfig as SolverConfig
-from rsjax.deq.solvers import SolverResult as SolverResult
-from rsjax.deq.solvers import anderson as anderson
-from rsjax.deq.solvers import fixed_point_iteration as fixed_point_iteration
-from rsjax.deq.solvers import relative_residual as relative_residual
-from rsjax.deq.solvers import solve as solve
-from rsjax.deq.srs import SRSCounts as SRSCounts
-from rsjax.deq.srs import srs_sample as srs_sample
+from rsjax.deq._certify import CORRECTIONS as CORRECTIONS
+from rsjax.deq._certify import METHODS as METHODS
+from rsjax.deq._certify import SRSCertificate as SRSCertificate
+from rsjax.deq._certify import certify as certify
+from rsjax.deq._certify import srs_certificate as srs_certificate
+from rsjax.deq._certify import srs_p_lower as srs_p_lower
+from rsjax.deq._implicit import implicit_fixed_point as implicit_fixed_point
+from rsjax.deq._implicit import jacobian_frobenius_sq as jacobian_frobenius_sq
+from rsjax.deq._model import DEQApply as DEQApply
+from rsjax.deq._model import DEQCell as DEQCell
+from rsjax.deq._model import DEQClassifier as DEQClassifier
+from rsjax.deq._model import DEQForward as DEQForward
+from rsjax.deq._model import make_apply_fn as make_apply_fn
+from rsjax.deq._model import to_deq_fn as to_deq_fn
+from rsjax.deq._solvers import SOLVERS as SOLVERS
+from rsjax.deq._solvers import SolverConfig as SolverConfig
+from rsjax.deq._solvers import SolverResult as SolverResult
+from rsjax.deq._solvers import anderson as anderson
+from rsjax.deq._solvers import as_solver_config as as_solver_config
+from rsjax.deq._solvers import fixed_point_iteration as fixed_point_iteration
+from rsjax.deq._solvers import relative_residual as relative_residual
+from rsjax.deq._solvers import solve as solve
+from rsjax.deq._srs import CHECK_MODES as CHECK_MODES
+from rsjax.deq._srs import SRSCounts as SRSCounts
+from rsjax.deq._srs import SRSPlan as SRSPlan
+from rsjax.deq._srs import check_indices as check_indices
+from rsjax.deq._srs import make_srs_plan as make_srs_plan
+from rsjax.deq._srs import srs_sample as srs_sample
 
 __all__ = [
+    "CHECK_MODES",
     "CORRECTIONS",
     "DEQApply",
     "DEQCell",
     "DEQClassifier",
     "DEQForward",
     "METHODS",
+    "SOLVERS",
     "SRSCertificate",
     "SRSCounts",
+    "SRSPlan",
     "SolverConfig",
     "SolverResult",
     "anderson",
-    "certify_deq",
-    "fixed_point",
+    "as_solver_config",
+    "certify",
+    "check_indices",
     "fixed_point_iteration",
+    "implicit_fixed_point",
     "jacobian_frobenius_sq",
     "make_apply_fn",
+    "make_srs_plan",
     "relative_residual",
     "solve",
     "srs_certificate",

@@ -5,7 +5,7 @@ implicit function theorem, for a cotangent ``g`` on ``z*``,
 ``g^T dz*/dtheta = u^T df/dtheta`` with ``u`` the solution of the adjoint fixed
 point ``u = g + J^T u`` (``J = df/dz`` at ``z*``). ``fixed_point`` solves the
 forward problem without storing the iterations and the adjoint problem with a
-batched solver of ``rsjax.deq.solvers``; memory is that of one evaluation of
+batched solver of ``rsjax.deq.solve``; memory is that of one evaluation of
 ``f``.
 """
 
@@ -18,18 +18,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rsjax.deq import solvers
+from rsjax.deq._solvers import SolverConfig, as_solver_config, solve
 
-__all__ = ["fixed_point", "jacobian_frobenius_sq"]
+__all__ = ["implicit_fixed_point", "jacobian_frobenius_sq"]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
 def _fixed_point(f, theta, z0, forward, backward):
-  return solvers.solve(lambda z: f(theta, z), z0, forward).z
+  return solve(lambda z: f(theta, z), z0, forward).z
 
 
 def _fixed_point_fwd(f, theta, z0, forward, backward):
-  z = solvers.solve(lambda z: f(theta, z), jax.lax.stop_gradient(z0), forward).z
+  z = solve(lambda z: f(theta, z), jax.lax.stop_gradient(z0), forward).z
   return z, (theta, z, z0)
 
 
@@ -37,7 +37,7 @@ def _fixed_point_bwd(f, forward, backward, res, g):
   theta, z, z0 = res
   _, vjp_z = jax.vjp(lambda zz: f(theta, zz), z)
   # Adjoint fixed point u = g + J^T u, started at g.
-  u = solvers.solve(lambda u: vjp_z(u)[0] + g, g, backward).z
+  u = solve(lambda u: vjp_z(u)[0] + g, g, backward).z
   _, vjp_theta = jax.vjp(lambda th: f(th, z), theta)
   (g_theta,) = vjp_theta(u)
   return g_theta, jax.tree.map(jnp.zeros_like, z0)
@@ -46,9 +46,9 @@ def _fixed_point_bwd(f, forward, backward, res, g):
 _fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)
 
 
-def fixed_point(f: Callable[[Any, jax.Array], jax.Array], theta, z0: jax.Array, *,
-                forward: "solvers.SolverConfig | str" = "anderson",
-                backward: "solvers.SolverConfig | str | None" = None) -> jax.Array:
+def implicit_fixed_point(f: Callable[[Any, jax.Array], jax.Array], theta, z0: jax.Array, *,
+                forward: "SolverConfig | str" = "anderson",
+                backward: "SolverConfig | str | None" = None) -> jax.Array:
   """Differentiable fixed point ``z* = f(theta, z*)`` (implicit gradient).
 
   Args:
@@ -64,8 +64,8 @@ def fixed_point(f: Callable[[Any, jax.Array], jax.Array], theta, z0: jax.Array, 
     ``[B, ...]`` the forward solver's estimate of ``z*``; its gradient is the
     implicit-function-theorem gradient at that point.
   """
-  fwd = solvers.as_solver_config(forward)
-  bwd = fwd if backward is None else solvers.as_solver_config(backward)
+  fwd = as_solver_config(forward)
+  bwd = fwd if backward is None else as_solver_config(backward)
   return _fixed_point(f, theta, z0, fwd, bwd)
 
 

@@ -9,7 +9,7 @@ Architecture (an MDEQ-style block at one resolution, Bai et al. 2020)::
 
 Everything is per sample (GroupNorm, no BatchNorm), as the batched solvers
 require. ``__call__`` solves with ``solver`` and differentiates implicitly
-(``rsjax.deq.fixed_point``), so the module trains like any other NNX
+(``rsjax.deq.implicit_fixed_point``), so the module trains like any other NNX
 classifier (e.g. with ``rsjax.training.train``). For certification use the pure
 functions:
 
@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rsjax.deq import implicit, solvers
+from rsjax.deq._implicit import implicit_fixed_point, jacobian_frobenius_sq
+from rsjax.deq._solvers import SolverConfig, as_solver_config, solve
 from rsjax.models._layers import Normalize, resolve_normalization
 
 __all__ = ["DEQCell", "DEQClassifier", "DEQForward", "DEQApply", "to_deq_fn", "make_apply_fn"]
@@ -100,8 +101,8 @@ class DEQClassifier(nnx.Module):
   def __init__(self, *, input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
                channels: int = 16, hidden: int | None = None, groups: int = 4,
                stem_stride: int = 2, normalize="mnist",
-               solver: "solvers.SolverConfig | str" = "anderson", steps: int = 12,
-               backward: "solvers.SolverConfig | str | None" = None, init_std: float = 0.01,
+               solver: "SolverConfig | str" = "anderson", steps: int = 12,
+               backward: "SolverConfig | str | None" = None, init_std: float = 0.01,
                dtype=None, rngs: "nnx.Rngs | int" = 0):
     if isinstance(rngs, int):
       rngs = nnx.Rngs(rngs)
@@ -123,9 +124,9 @@ class DEQClassifier(nnx.Module):
     h = -(-(-(-shape[0] // stem_stride)) // 2)
     w = -(-(-(-shape[1] // stem_stride)) // 2)
     self.fc = nnx.Linear(h * w * 2 * channels, self.num_classes, **kw)
-    fwd = solvers.as_solver_config(solver, steps if isinstance(solver, str) else None)
+    fwd = as_solver_config(solver, steps if isinstance(solver, str) else None)
     self.solver = fwd
-    self.backward = fwd if backward is None else solvers.as_solver_config(backward)
+    self.backward = fwd if backward is None else as_solver_config(backward)
 
   # -- pieces ---------------------------------------------------------------
   def inject(self, x: jax.Array) -> jax.Array:
@@ -155,7 +156,7 @@ class DEQClassifier(nnx.Module):
     """Implicitly differentiated fixed point ``z*`` from zeros, and ``z -> f(z, u)``."""
     u = self.inject(x)
     f, state = self._f()
-    z = implicit.fixed_point(f, (state, u), jnp.zeros_like(u), forward=self.solver,
+    z = implicit_fixed_point(f, (state, u), jnp.zeros_like(u), forward=self.solver,
                              backward=self.backward)
     return z, lambda zz: f((state, u), zz)
 
@@ -165,7 +166,7 @@ class DEQClassifier(nnx.Module):
     z, _ = self._equilibrium(x)
     return self.head(z)
 
-  def forward(self, x: jax.Array, *, solver: "solvers.SolverConfig | str | None" = None,
+  def forward(self, x: jax.Array, *, solver: "SolverConfig | str | None" = None,
               steps: int | None = None, z0: jax.Array | None = None):
     """Forward solve without implicit differentiation (certification).
 
@@ -178,11 +179,11 @@ class DEQClassifier(nnx.Module):
     Returns:
       ``(logits [b, K], SolverResult)``; ``SolverResult.z`` is the final state.
     """
-    cfg = solvers.as_solver_config(self.solver if solver is None else solver, steps)
+    cfg = as_solver_config(self.solver if solver is None else solver, steps)
     u = self.inject(x)
     f, state = self._f()
     z0 = jnp.zeros_like(u) if z0 is None else z0.astype(u.dtype)
-    res = solvers.solve(lambda z: f((state, u), z), z0, cfg)
+    res = solve(lambda z: f((state, u), z), z0, cfg)
     return self.head(res.z), res
 
   def jacobian_loss(self, x: jax.Array, key, *, num_vectors: int = 1):
@@ -191,7 +192,7 @@ class DEQClassifier(nnx.Module):
     MDEQ adds ``JAC_LOSS_WEIGHT * mean(jac)`` to the loss (Bai et al. 2021).
     """
     z, f_u = self._equilibrium(x)
-    jac = implicit.jacobian_frobenius_sq(key, f_u, z, num_vectors=num_vectors)
+    jac = jacobian_frobenius_sq(key, f_u, z, num_vectors=num_vectors)
     return self.head(z), jac
 
   def state_shape(self, batch: int = 1) -> tuple[int, ...]:
@@ -211,7 +212,7 @@ class DEQForward:
   graphdef: Any
 
   def __call__(self, variables, x: jax.Array, z0: jax.Array | None,
-               solver: solvers.SolverConfig):
+               solver: SolverConfig):
     model = nnx.merge(self.graphdef, variables, copy=True)
     return model.forward(x, solver=solver, z0=z0)
 
@@ -225,7 +226,7 @@ class DEQApply:
   """
 
   deq_fn: Any
-  solver: solvers.SolverConfig
+  solver: SolverConfig
 
   def __call__(self, variables, x: jax.Array) -> jax.Array:
     return self.deq_fn(variables, x, None, self.solver)[0]
@@ -237,7 +238,7 @@ def to_deq_fn(model: nnx.Module) -> tuple[DEQForward, nnx.State]:
   return DEQForward(graphdef), variables
 
 
-def make_apply_fn(model_or_fn, *, solver: "solvers.SolverConfig | str" = "anderson",
+def make_apply_fn(model_or_fn, *, solver: "SolverConfig | str" = "anderson",
                   steps: int | None = 30):
   """Standard ``apply_fn(variables, x) -> logits`` of a DEQ: zero init, ``steps`` steps.
 
@@ -249,7 +250,7 @@ def make_apply_fn(model_or_fn, *, solver: "solvers.SolverConfig | str" = "anders
   Returns:
     ``(apply_fn, variables)`` for a module; ``apply_fn`` for a ``deq_fn``.
   """
-  cfg = solvers.as_solver_config(solver, steps)
+  cfg = as_solver_config(solver, steps)
   if isinstance(model_or_fn, nnx.Module):
     deq_fn, variables = to_deq_fn(model_or_fn)
     return DEQApply(deq_fn, cfg), variables

@@ -39,7 +39,7 @@ from jax.sharding import PartitionSpec as P
 
 from rsjax import noise as noise_lib
 from rsjax._sampling import _local_mesh, as_key, check_finite_outputs, prepare_inputs, sample_noise
-from rsjax.deq import solvers
+from rsjax.deq._solvers import SolverConfig, as_solver_config
 
 __all__ = ["SRSCounts", "SRSPlan", "make_srs_plan", "srs_sample", "check_indices"]
 
@@ -241,14 +241,14 @@ def srs_sample(
     num_classes: int,
     num: int,
     chains: int = 400,
-    solver: "solvers.SolverConfig | str" = "anderson",
+    solver: "SolverConfig | str" = "anderson",
     steps: int | None = 3,
-    warmup: "solvers.SolverConfig | str" = "anderson",
+    warmup: "SolverConfig | str" = "anderson",
     warmup_steps: int | None = 10,
     m: int = 0,
     check_key=None,
     check: str = "random",
-    check_solver: "solvers.SolverConfig | str" = "anderson",
+    check_solver: "SolverConfig | str" = "anderson",
     check_steps: int | None = 30,
     ids=None,
     noise=None,
@@ -307,9 +307,9 @@ def srs_sample(
   out = _srs_jit(
       key, check_key, params, x_np, sig, ids_arr,
       deq_fn=deq_fn, plan=plan, noise=noise, num_classes=num_classes,
-      solver=solvers.as_solver_config(solver, steps),
-      warmup=solvers.as_solver_config(warmup, warmup_steps),
-      check_solver=solvers.as_solver_config(check_solver, check_steps),
+      solver=as_solver_config(solver, steps),
+      warmup=as_solver_config(warmup, warmup_steps),
+      check_solver=as_solver_config(check_solver, check_steps),
       mesh=mesh)
   counts, check_idx, s_check, t_check, res_sum, chk_sum = jax.device_get(out)
   # Samples with non-finite logits were counted in no class; every check sample has a label.

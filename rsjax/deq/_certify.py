@@ -5,7 +5,7 @@ fixed solver ("30A") for every sample: it is the core engine
 (``rsjax.certify``) applied to ``DEQApply``.
 
 SRS (``method="srs"``, Gao et al. 2024) samples with warm-started chains
-(``rsjax.deq.srs``), which makes the labels dependent and different from those
+(``rsjax.deq.srs_sample``), which makes the labels dependent and different from those
 of the DEQ solved from scratch, so Clopper-Pearson on the SRS counts alone is
 not a guarantee. The correlation-eliminated certificate (paper form, eqs. 9,
 12-14 of the rebuttal) is, per input, with ``alpha' = alpha / 2``:
@@ -58,12 +58,14 @@ from flax import nnx
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate, _check_alpha, _scale_per_input, certify
+from rsjax._certify import ABSTAIN, Certificate, _check_alpha, _scale_per_input
+from rsjax._certify import certify as cohen_certify
 from rsjax._sampling import _check_positive_int, as_key, prepare_inputs
-from rsjax.deq import solvers, srs
-from rsjax.deq.model import DEQApply, to_deq_fn
+from rsjax.deq._model import DEQApply, to_deq_fn
+from rsjax.deq._solvers import SolverConfig, as_solver_config
+from rsjax.deq._srs import srs_sample
 
-__all__ = ["SRSCertificate", "certify_deq", "srs_certificate", "srs_p_lower", "CORRECTIONS",
+__all__ = ["SRSCertificate", "certify", "srs_certificate", "srs_p_lower", "CORRECTIONS",
            "METHODS"]
 
 CORRECTIONS = ("paper", "authors_code")
@@ -213,11 +215,11 @@ def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: in
   )
 
 
-def _describe(cfg: solvers.SolverConfig) -> str:
+def _describe(cfg: SolverConfig) -> str:
   return f"{cfg.steps} {cfg.name} step{'s' if cfg.steps != 1 else ''}"
 
 
-def certify_deq(
+def certify(
     key,
     deq,
     params,
@@ -226,11 +228,11 @@ def certify_deq(
     sigma,
     num_classes: int,
     method: str = "srs",
-    solver: "solvers.SolverConfig | str" = "anderson",
+    solver: "SolverConfig | str" = "anderson",
     steps: int | None = None,
-    warmup_solver: "solvers.SolverConfig | str" = "anderson",
+    warmup_solver: "SolverConfig | str" = "anderson",
     warmup_steps: int = 10,
-    check_solver: "solvers.SolverConfig | str" = "anderson",
+    check_solver: "SolverConfig | str" = "anderson",
     check_steps: int = 30,
     m: int = 400,
     n0: int = 100,
@@ -300,12 +302,12 @@ def certify_deq(
     raise ValueError(f"deq must be a DEQ NNX module or a deq_fn callable, got {type(deq)}")
   if steps is None:
     steps = 30 if method == "standard" else 3
-  cfg = solvers.as_solver_config(solver, steps)
+  cfg = as_solver_config(solver, steps)
 
   if method == "standard":
     apply_fn = DEQApply(deq_fn, cfg)
-    cert = certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, n0=n0, n=n,
-                   alpha=alpha, batch_size=batch_size, ids=ids, noise=noise)
+    cert = cohen_certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, n0=n0, n=n,
+                         alpha=alpha, batch_size=batch_size, ids=ids, noise=noise)
     return dataclasses.replace(
         cert, guarantee=cert.guarantee + f"; base classifier: the DEQ solved from z = 0 with "
         f"{_describe(cfg)} (standard RS, every sample from scratch)")
@@ -315,15 +317,15 @@ def certify_deq(
   m = _check_positive_int("m", m)
   stats.check_sample_size(n, alpha / 2)
   stats.check_sample_size(m, alpha / 2)
-  warm = solvers.as_solver_config(warmup_solver, warmup_steps)
-  chk = solvers.as_solver_config(check_solver, check_steps)
+  warm = as_solver_config(warmup_solver, warmup_steps)
+  chk = as_solver_config(check_solver, check_steps)
   key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
   k_sel, k_est, k_chk = (jax.random.fold_in(key, i) for i in range(3))
   common = dict(sigma=sig, num_classes=num_classes, chains=batch_size, solver=cfg, steps=None,
                 warmup=warm, warmup_steps=None, ids=ids_arr, noise=noise, devices=devices)
-  sel = srs.srs_sample(k_sel, deq_fn, params, x_np, num=n0, m=0, **common)
-  est = srs.srs_sample(k_est, deq_fn, params, x_np, num=n, m=m, check_key=k_chk, check=check,
+  sel = srs_sample(k_sel, deq_fn, params, x_np, num=n0, m=0, **common)
+  est = srs_sample(k_est, deq_fn, params, x_np, num=n, m=m, check_key=k_chk, check=check,
                        check_solver=chk, check_steps=None, **common)
   c0 = sel.counts
   scale, aniso = _scale_per_input(sig)

@@ -1,0 +1,113 @@
+"""UCAN's noise generators: fixed patterns and dataset-wise ("universal") (mu, sigma)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rsjax.anisotropic._region import NORM_ORDERS
+
+__all__ = ["UniversalNoise", "pattern_sigma", "universal_loss"]
+
+
+def pattern_sigma(input_shape, *, pattern: str = "l2", kappa: float = 0.2,
+                  iota: float = 0.8) -> np.ndarray:
+  """UCAN's fixed pattern-wise scales ``P(a, b) = kappa * ||(a, b)||_p^2 + iota``.
+
+  ``(a, b)`` are pixel coordinates normalized to ``[-1, 1]`` (centre 0). The
+  authors' code divides by ``(SIZE - 1) * 2`` instead, so its coordinates span
+  ``[-1/4, 1/4]`` and P barely varies (``[0.80, 0.825]`` for l2); that bug is
+  fixed here. The map is shared across channels.
+
+  Args:
+    input_shape: ``(H, W)`` or ``(H, W, C)``.
+    pattern: ``"l2"``, ``"l1"`` or ``"linf"`` (the p of the coordinate norm).
+    kappa: curvature.
+    iota: value at the centre.
+
+  Returns:
+    float32 ``input_shape`` array of scales (multiply by the base lambda).
+  """
+  order = NORM_ORDERS.get(pattern)
+  if order is None:
+    raise ValueError(f"pattern must be one of {sorted(NORM_ORDERS)}, got {pattern!r}")
+  shape = tuple(int(s) for s in input_shape)
+  if len(shape) not in (2, 3) or min(shape) < 1:
+    raise ValueError(f"input_shape must be (H, W) or (H, W, C), got {input_shape!r}")
+
+  def coords(size):
+    return np.zeros(1) if size == 1 else np.linspace(-1.0, 1.0, size)
+
+  a, b = np.meshgrid(coords(shape[0]), coords(shape[1]), indexing="ij")
+  if order == np.inf:
+    r = np.maximum(np.abs(a), np.abs(b))
+  else:
+    r = (np.abs(a) ** order + np.abs(b) ** order) ** (1.0 / order)
+  p = kappa * r ** 2 + iota
+  if not np.all(p > 0):
+    raise ValueError(f"kappa={kappa!r}, iota={iota!r} give scales <= 0")
+  if len(shape) == 3:
+    p = np.repeat(p[:, :, None], shape[2], axis=2)
+  return p.astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class UniversalNoise:
+  """Dataset-wise ("universal") ``(mu, sigma)``: free vectors through tanh.
+
+  ``mu = tanh(a)``, ``sigma = |tanh(b)| * scale``. UCAN's generator is an MLP on
+  the constant input 1 whose training-mode BatchNorm makes it a learned constant
+  vector, so this is the same family without the MLP (an assumption, see
+  METHODS). Certify with the *frozen* values ``noise(params)``.
+
+  Attributes:
+    input_shape: shape of one input.
+    scale: the factor ``s`` on sigma.
+  """
+
+  input_shape: tuple[int, ...]
+  scale: float = 1.0
+
+  def init(self, *, mu0: float = 0.0, sigma0: float = 0.5) -> dict:
+    """Params giving ``mu = mu0`` and ``sigma = sigma0`` everywhere."""
+    if not -1.0 < mu0 < 1.0:
+      raise ValueError(f"mu0 must lie in (-1, 1), got {mu0!r}")
+    if not 0.0 < sigma0 < self.scale:
+      raise ValueError(f"sigma0 must lie in (0, scale={self.scale}), got {sigma0!r}")
+    shape = tuple(self.input_shape)
+    return {"a": jnp.full(shape, np.arctanh(mu0), jnp.float32),
+            "b": jnp.full(shape, np.arctanh(sigma0 / self.scale), jnp.float32)}
+
+  def __call__(self, params) -> tuple[jax.Array, jax.Array]:
+    """Returns ``(mu, sigma)``, each ``input_shape``."""
+    return jnp.tanh(params["a"]), jnp.abs(jnp.tanh(params["b"])) * self.scale
+
+
+def universal_loss(logits_fn, x, y, eps, *, mu, sigma, weight: float = 5.0) -> jax.Array:
+  """UCAN's dataset-wise loss ``sum_j CE(f(x + mu + eps_j * sigma), y) - weight * sum_j min|sigma|``.
+
+  Args:
+    logits_fn: ``logits_fn(x) -> [B, C]`` logits.
+    x: ``[B, *input_shape]`` inputs.
+    y: ``[B]`` int labels.
+    eps: ``[m, B, *input_shape]`` base noise draws (already scaled by lambda;
+      the authors use m = 5).
+    mu: ``input_shape`` shift.
+    sigma: ``input_shape`` scales.
+    weight: the factor on the sigma term (5 in the authors' code).
+
+  Returns:
+    Scalar loss (CE averaged over the batch, summed over draws).
+  """
+
+  def ce(e):
+    logits = logits_fn(x + mu + e * sigma)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
+
+  m = eps.shape[0]
+  total_ce = jnp.sum(jax.vmap(ce)(eps))
+  return total_ce - weight * m * jnp.min(jnp.abs(sigma))
