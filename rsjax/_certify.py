@@ -13,8 +13,8 @@ import numpy as np
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._sampling import (_check_positive_int, as_key, counts_prepared, prepare_inputs,
-                             sample_counts)
+from rsjax._sampling import counts_prepared, prepare_inputs, sample_counts
+from rsjax.util import as_key, check_alpha, check_int, scale_per_input
 
 __all__ = ["Certificate", "certify", "predict", "ABSTAIN", "certificate_from_counts"]
 
@@ -51,10 +51,7 @@ class Certificate:
     return int(self.prediction.shape[0])
 
 
-_check_alpha = stats.check_alpha
-
-
-def _scale_per_input(sig: np.ndarray) -> tuple[np.ndarray, bool]:
+def scale_per_input(sig: np.ndarray) -> tuple[np.ndarray, bool]:
   """Scalar scale per input for the radius: the minimum over dimensions.
 
   For anisotropic noise ``sigma_i * eps`` the region ``||delta / sigma||_p <= R``
@@ -84,7 +81,7 @@ def certificate_from_counts(counts_selection, counts, *, n, alpha, scale, dim, n
     A ``Certificate``.
   """
   noise = noise_lib.get_noise(noise)
-  alpha = _check_alpha(alpha)
+  alpha = check_alpha(alpha)
   counts0 = np.asarray(counts_selection)
   counts = np.asarray(counts)
   b = counts.shape[0]
@@ -130,7 +127,7 @@ def certify_prepared(key, apply_fn, params, x_np, sig, ids_arr, *, num_classes, 
             compute_dtype=compute_dtype)
   c0 = counts_prepared(k_sel, apply_fn, params, x_np, sig, ids_arr, num=n0, **kw)
   c1 = counts_prepared(k_est, apply_fn, params, x_np, sig, ids_arr, num=n, **kw)
-  scale, _ = _scale_per_input(sig)
+  scale, _ = scale_per_input(sig)
   dim = int(np.prod(x_np.shape[1:]))
   return certificate_from_counts(c0, c1, n=n, alpha=alpha, scale=scale, dim=dim, noise=noise,
                                  multiclass=multiclass)
@@ -194,16 +191,16 @@ def certify(
     return budgeted.certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
                             budget=budget, n0=n0, n_max=n, alpha=alpha, batch_size=batch_size,
                             ids=ids, noise=noise, compute_dtype=compute_dtype)
-  alpha = _check_alpha(alpha)
-  n0 = _check_positive_int("n0", n0)
-  n = _check_positive_int("n", n)
+  alpha = check_alpha(alpha)
+  n0 = check_int("n0", n0)
+  n = check_int("n", n)
   stats.check_sample_size(n, alpha)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
   cert = certify_prepared(as_key(key), apply_fn, params, x_np, sig, ids_arr,
                           num_classes=num_classes, n0=n0, n=n, alpha=alpha,
                           batch_size=batch_size, noise=noise, multiclass=multiclass,
                           compute_dtype=compute_dtype)
-  _, aniso = _scale_per_input(sig)
+  _, aniso = scale_per_input(sig)
   if aniso:
     cert = dataclasses.replace(
         cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R "
@@ -232,8 +229,8 @@ def predict(
   Returns:
     ``[B]`` int NumPy array of classes (-1 = abstain).
   """
-  alpha = _check_alpha(alpha)
-  n = _check_positive_int("n", n)
+  alpha = check_alpha(alpha)
+  n = check_int("n", n)
   counts = sample_counts(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, num=n,
                          batch_size=batch_size, ids=ids, noise=noise, compute_dtype=compute_dtype)
   order = np.argsort(-counts, axis=1, kind="stable")

@@ -1,9 +1,9 @@
 """Automatic step size for the counts engine: forward passes per step from device memory.
 
-``auto_batch_size`` compiles one engine-like step (noise, forward, argmax,
-count) at a small probe batch for abstract inputs (nothing is allocated or run),
-reads the compiled program's ``memory_analysis()`` to get the bytes each sample
-needs, and fits as many samples as a fraction of the device memory allows:
+``auto_batch_size`` compiles the engine's own step (``rsjax._step.step_counts``:
+noise, forward, argmax, count) at a small probe batch for abstract inputs
+(nothing is allocated or run), reads the compiled program's
+``memory_analysis()`` to get the bytes each sample needs, and fits as many samples as a fraction of the device memory allows:
 
 * GPU/TPU: ``device.memory_stats()["bytes_limit"]`` minus what is in use, times
   ``memory_fraction``; at most ``accelerator_cap`` (16384).
@@ -29,6 +29,10 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
+from rsjax import noise as noise_lib
+from rsjax._step import cast_floating, make_plan, step_counts
+from rsjax.util import check_int
+
 __all__ = ["auto_batch_size", "StepProbe", "probe_step"]
 
 _PROBE_BATCH = 16
@@ -44,7 +48,7 @@ class StepProbe:
     batch: the probe batch the step was compiled for.
     bytes_per_sample: temporary + input bytes of the step divided by ``batch``
       (an over-estimate: fixed buffers are charged to the samples too).
-    param_bytes: bytes of the parameters (argument size minus the inputs).
+    param_bytes: bytes of the parameters (from their shapes and dtypes).
     flops_per_sample: XLA's ``cost_analysis()`` FLOPs of the step divided by
       ``batch`` (0 when the backend does not report them).
   """
@@ -67,33 +71,32 @@ def _probe_cached(apply_fn, treedef, leaf_sig, input_shape, batch, compute_dtype
   abstract_params = jax.tree.unflatten(
       treedef, [jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in leaf_sig])
 
-  from rsjax import noise as noise_lib
-  from rsjax._sampling import cast_floating, sample_noise  # imports this module
+  # The engine's own step (``rsjax._step.step_counts``) for one input and
+  # ``batch`` samples: what is measured is what the engine runs.
+  num_classes = int(jax.eval_shape(
+      apply_fn, abstract_params, jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)).shape[-1])
+  plan = make_plan(1, batch, batch, 1)
 
   def step(key, params, x, sigma):
     params = cast_floating(params, compute_dtype)
-    eps = sample_noise(noise_lib.GAUSSIAN, key, 0, jnp.arange(batch), input_shape)
-    xn = x + sigma * eps
-    if compute_dtype is not None:
-      xn = xn.astype(compute_dtype)
-    logits = apply_fn(params, xn)
-    pred = jnp.argmax(logits, axis=-1)
-    return jnp.sum(pred[:, None] == jnp.arange(logits.shape[-1]), axis=0, dtype=jnp.int32)
+    return step_counts(apply_fn, params, noise_lib.GAUSSIAN, num_classes, plan, key, x, sigma,
+                       jnp.zeros((1,), jnp.uint32), jnp.uint32(0), compute_dtype)
 
-  x_spec = jax.ShapeDtypeStruct((batch,) + input_shape, jnp.float32)
+  x_spec = jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)
   key_spec = jax.eval_shape(lambda: jax.random.key(0))
   sharding = jax.sharding.SingleDeviceSharding(device)
   lowered = jax.jit(step, in_shardings=sharding, out_shardings=sharding).lower(
-      key_spec, abstract_params, x_spec, jax.ShapeDtypeStruct((), jnp.float32))
+      key_spec, abstract_params, x_spec, jax.ShapeDtypeStruct((1,) + (1,) * len(input_shape),
+                                                              jnp.float32))
   compiled = lowered.compile()
   mem = compiled.memory_analysis()
   x_bytes = batch * math.prod(input_shape) * 4
   if mem is not None:
     temp = int(getattr(mem, "temp_size_in_bytes", 0))
-    args = int(getattr(mem, "argument_size_in_bytes", 0))
   else:
-    temp, args = 0, 0
-  param_bytes = max(args - x_bytes, 0)
+    temp = 0
+  # Each sample is charged its noisy copy on top of the step's temporaries.
+  param_bytes = sum(math.prod(s) * jnp.dtype(d).itemsize for s, d in leaf_sig)
   per_sample = (temp + x_bytes) / batch
   try:
     cost = compiled.cost_analysis()
@@ -124,8 +127,7 @@ def probe_step(apply_fn, params, input_shape: Sequence[int], *, batch: int = _PR
   Returns:
     A ``StepProbe``.
   """
-  if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-    raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+  batch = check_int("batch", batch)
   input_shape = tuple(int(s) for s in input_shape)
   device = jax.local_devices()[0] if device is None else device
   treedef, leaf_sig = _params_signature(params)
@@ -175,8 +177,7 @@ def auto_batch_size(apply_fn, params, input_shape: Sequence[int], *, num: int,
   Raises:
     ValueError: for a bad ``num``, ``memory_fraction`` or ``cpu_budget_bytes``.
   """
-  if isinstance(num, bool) or not isinstance(num, int) or num < 1:
-    raise ValueError(f"num must be an integer >= 1, got {num!r}")
+  num = check_int("num", num)
   if not 0.0 < float(memory_fraction) <= 1.0:
     raise ValueError(f"memory_fraction must lie in (0, 1], got {memory_fraction!r}")
   if int(cpu_budget_bytes) < 1:

@@ -18,98 +18,24 @@ One engine serves every method. Its properties:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec as P
 
-from rsjax import _memory
+from rsjax._memory import auto_batch_size
 from rsjax import noise as noise_lib
+from rsjax._step import (SamplingPlan, cast_floating, make_plan, noisy_counts, sample_noise,
+                         step_counts)
+from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
 
 __all__ = ["sample_counts", "counts_prepared", "noisy_counts", "as_key", "SamplingPlan", "make_plan",
            "prepare_inputs"]
 
 ApplyFn = Callable[[Any, jax.Array], jax.Array]
-
-
-def as_key(key) -> jax.Array:
-  """Returns a typed PRNG key from a typed key, a legacy uint32 key, or an int seed."""
-  if isinstance(key, (int, np.integer)):
-    return jax.random.key(int(key))
-  if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-    if key.shape != ():
-      raise ValueError(f"key: expected a single key, got shape {key.shape}")
-    return key
-  arr = np.asarray(key) if not isinstance(key, jax.Array) else key
-  if arr.dtype == np.uint32 and arr.shape == (2,):
-    return jax.random.wrap_key_data(jnp.asarray(arr))
-  raise ValueError(f"key: expected a jax.random.key, a legacy PRNGKey or an int, got {key!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingPlan:
-  """Static shape of the sampling loop.
-
-  Attributes:
-    num_inputs: B, the number of inputs.
-    num: samples per input.
-    samples_per_step: s, samples of one input per forward pass.
-    inputs_per_step: g, inputs per forward pass (forward batch = g * s).
-    chunks: ceil(num / s) steps per input.
-    groups: ceil(B / g) input groups.
-    devices: number of local devices the steps are spread over.
-  """
-
-  num_inputs: int
-  num: int
-  samples_per_step: int
-  inputs_per_step: int
-  chunks: int
-  groups: int
-  devices: int
-
-  @property
-  def steps(self) -> int:
-    return self.groups * self.chunks
-
-  @property
-  def steps_per_device(self) -> int:
-    return -(-self.steps // self.devices)
-
-  @property
-  def padded_inputs(self) -> int:
-    return self.groups * self.inputs_per_step
-
-
-def make_plan(num_inputs: int, num: int, batch_size: int, devices: int) -> SamplingPlan:
-  """Chooses the step shape: ``batch_size`` forward passes per step.
-
-  When ``num < batch_size`` (e.g. the n0 selection pass) several inputs share a
-  step, so small models still see large forward batches.
-  """
-  s = min(int(batch_size), int(num))
-  g = max(1, min(int(batch_size) // s, int(num_inputs)))
-  return SamplingPlan(
-      num_inputs=int(num_inputs),
-      num=int(num),
-      samples_per_step=s,
-      inputs_per_step=g,
-      chunks=-(-int(num) // s),
-      groups=-(-int(num_inputs) // g),
-      devices=int(devices),
-  )
-
-
-def _check_positive_int(name: str, value) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
-    raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-  return int(value)
 
 
 def prepare_inputs(x, sigma, ids):
@@ -171,73 +97,6 @@ def prepare_inputs(x, sigma, ids):
   return x, sig, ids_arr
 
 
-def sample_noise(noise, key: jax.Array, input_id, j: jax.Array, shape) -> jax.Array:
-  """Unit noise of samples ``j`` of the input with id ``input_id``: ``[len(j), *shape]``.
-
-  Sample ``j`` is drawn from ``fold_in(fold_in(key, input_id), j)``. This is the
-  one definition of rsjax's reproducible noise; every sampler (the engine, SRS
-  chains, the memory probe) draws through it.
-  """
-  k_i = jax.random.fold_in(key, input_id)
-  keys = jax.vmap(lambda jj: jax.random.fold_in(k_i, jj))(jnp.asarray(j, jnp.uint32))
-  return jax.vmap(lambda k: noise.sample(k, tuple(shape), jnp.float32))(keys)
-
-
-def cast_floating(params, dtype):
-  """``params`` with every floating array cast to ``dtype`` (None: unchanged)."""
-  if dtype is None:
-    return params
-  return jax.tree.map(
-      lambda p: p.astype(dtype)
-      if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p, params)
-
-
-def noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, valid,
-                 compute_dtype=None) -> jax.Array:
-  """Class counts of samples ``j`` of ``g`` inputs: ``[g, C + 1]`` int32 (traceable).
-
-  Draws the noise of samples ``j`` (``[s]`` uint32, the same indices for every
-  input) with :func:`sample_noise`, runs ``apply_fn`` on the ``g * s`` noisy
-  inputs in one forward batch and counts the argmax classes of the samples
-  where ``valid`` (``[s]`` bool) holds. Column ``C`` counts the samples whose
-  logits are not all finite (their argmax is meaningless; the host refuses to
-  use counts where it is nonzero, :func:`check_finite_outputs`). Every sampler
-  of the engine (the planned passes here, the rounds of ``rsjax.budgeted``)
-  counts through this function.
-  """
-  g, s = x_g.shape[0], j.shape[0]
-  shape = x_g.shape[1:]
-  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
-  xn = x_g[:, None] + sig_g[:, None] * eps
-  xn = xn.reshape((g * s,) + shape)
-  if compute_dtype is not None:
-    xn = xn.astype(compute_dtype)
-  try:
-    logits = apply_fn(params, xn)
-  except (TypeError, ValueError) as e:
-    raise ValueError(
-        f"apply_fn failed on inputs of shape {tuple(shape)} (x must be [B, *input_shape]; for a "
-        f"single input add a batch axis, x[None]): {type(e).__name__}: "
-        f"{(str(e).splitlines() or [''])[0]}") from e
-  if logits.ndim != 2 or logits.shape != (g * s, num_classes):
-    raise ValueError(
-        f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
-        f"expected [{g * s}, num_classes={num_classes}]")
-  pred = jnp.argmax(logits, axis=-1).reshape(g, s)
-  onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[None, :, None]
-  bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid[None, :]
-  return jnp.concatenate([jnp.sum(onehot, axis=1, dtype=jnp.int32),
-                          jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]], axis=1)
-
-
-def _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, ids_g, chunk,
-                 compute_dtype):
-  """Counts of one step: ``g`` inputs x ``s`` samples -> ``[g, C + 1]`` int32."""
-  j = chunk * plan.samples_per_step + jnp.arange(plan.samples_per_step, dtype=jnp.uint32)
-  return noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j,
-                      j < plan.num, compute_dtype)
-
-
 @functools.partial(
     jax.jit, static_argnames=("apply_fn", "noise", "num_classes", "plan", "mesh", "compute_dtype"))
 def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_classes, plan,
@@ -260,7 +119,7 @@ def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_cl
       x_g = jax.lax.dynamic_slice_in_dim(x_pad, start, g)
       s_g = jax.lax.dynamic_slice_in_dim(sig_pad, start, g)
       i_g = jax.lax.dynamic_slice_in_dim(ids_pad, start, g)
-      c = _step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, s_g, i_g, chunk,
+      c = step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, s_g, i_g, chunk,
                        compute_dtype)
       old = jax.lax.dynamic_slice_in_dim(counts, start, g)
       new = old + c * active.astype(jnp.int32)
@@ -272,16 +131,7 @@ def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_cl
   # Each device returns its partial counts; they are summed on the host. The
   # program has no collective, so devices never wait on each other (in-process
   # CPU collectives can deadlock when devices outnumber cores).
-  fn = jax.shard_map(
-      per_device, mesh=mesh, in_specs=(P(), P(), P(), P(), P()), out_specs=P("dev"),
-      check_vma=False)
-  return fn(key, params, x_pad, sig_pad, ids_pad)
-
-
-@functools.lru_cache(maxsize=8)
-def _local_mesh(num_devices: int) -> jax.sharding.Mesh:
-  devs = np.array(jax.local_devices()[:num_devices])
-  return jax.sharding.Mesh(devs, ("dev",))
+  return run_on_devices(per_device, mesh, key, params, x_pad, sig_pad, ids_pad)
 
 
 def sample_counts(
@@ -345,17 +195,16 @@ def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
   NumPy arrays :func:`prepare_inputs` returns. Callers that draw several count
   passes over the same inputs (``certify``: n0 then n) validate once.
   """
-  num = _check_positive_int("num", num)
+  num = check_int("num", num)
   auto_batch = isinstance(batch_size, str) and batch_size == "auto"
   if not auto_batch:
-    batch_size = _check_positive_int("batch_size", batch_size)
-  num_classes = _check_positive_int("num_classes", num_classes)
+    batch_size = check_int("batch_size", batch_size)
+  num_classes = check_int("num_classes", num_classes)
   noise = noise_lib.get_noise(noise)
   if auto_batch:
-    batch_size = _memory.auto_batch_size(apply_fn, params, x.shape[1:], num=num,
+    batch_size = auto_batch_size(apply_fn, params, x.shape[1:], num=num,
                                          compute_dtype=compute_dtype)
-  ndev = len(jax.local_devices()) if devices is None else _check_positive_int("devices", devices)
-  ndev = min(ndev, len(jax.local_devices()))
+  ndev = num_local_devices(devices)
   plan = make_plan(x.shape[0], num, batch_size, ndev)
   pad = plan.padded_inputs - x.shape[0]
   if pad:
@@ -363,11 +212,10 @@ def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
     sig = np.concatenate([sig, np.ones((pad,) + sig.shape[1:], sig.dtype)])
     ids_arr = np.concatenate([ids_arr, np.zeros((pad,), ids_arr.dtype)])
   ids_given = ids_arr[: plan.num_inputs]
-  mesh = _local_mesh(ndev)
+  mesh = local_mesh(ndev)
   # Everything enters replicated over the mesh (a no-op for arrays already placed
   # so), whatever device the caller's key or parameters were committed to.
-  replicated = jax.sharding.NamedSharding(mesh, P())
-  key, params, x, sig, ids_arr = jax.device_put((key, params, x, sig, ids_arr), replicated)
+  key, params, x, sig, ids_arr = replicate(mesh, (key, params, x, sig, ids_arr))
   partial = _counts_jit(
       key, params, x, sig, ids_arr,
       apply_fn=apply_fn, noise=noise, num_classes=num_classes, plan=plan,

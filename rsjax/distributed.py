@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from rsjax._sampling import _check_positive_int
+from rsjax.util import check_int
 
 __all__ = ["initialize", "split_indices", "process_path", "merge_rows", "barrier"]
 
@@ -82,7 +82,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     process_id = _env_int(ENV_PROCESS_ID)
   if coordinator_address is None and num_processes is None and process_id is None:
     return 0, 1
-  num_processes = _check_positive_int("num_processes", num_processes)
+  num_processes = check_int("num_processes", num_processes)
   if num_processes == 1 and process_id in (None, 0):
     return 0, 1
   if isinstance(process_id, bool) or not isinstance(process_id, (int, np.integer)) \
@@ -128,7 +128,7 @@ def split_indices(indices, *, process_index: int | None = None,
     raise ValueError(f"indices must be integers, got dtype {arr.dtype}")
   count = jax.process_count() if process_count is None else process_count
   index = jax.process_index() if process_index is None else process_index
-  count = _check_positive_int("process_count", count)
+  count = check_int("process_count", count)
   if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
       or not 0 <= index < count:
     raise ValueError(f"process_index must be an integer in [0, {count}), got {index!r}")

@@ -9,9 +9,10 @@ import numpy as np
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._certify import Certificate, _check_alpha, certificate_from_counts
-from rsjax._sampling import _check_positive_int, as_key, prepare_inputs, sample_counts
+from rsjax._certify import Certificate, certificate_from_counts
+from rsjax._sampling import prepare_inputs, sample_counts
 from rsjax.anisotropic._region import alm, isotropic_radius
+from rsjax.util import as_key, check_alpha, check_int
 
 __all__ = ["AnisotropicCertificate", "certify"]
 
@@ -117,9 +118,9 @@ def certify(
   """
   if input_dependent and not allow_unsound:
     raise ValueError(_UNSOUND)
-  alpha = _check_alpha(alpha)
-  n0 = _check_positive_int("n0", n0)
-  n = _check_positive_int("n", n)
+  alpha = check_alpha(alpha)
+  n0 = check_int("n0", n0)
+  n = check_int("n", n)
   stats.check_sample_size(n, alpha)
   noise = noise_lib.get_noise(noise)
   x_np, _, _ = prepare_inputs(x, 1.0, ids)

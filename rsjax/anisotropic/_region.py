@@ -1,4 +1,4 @@
-"""The anisotropic certified region ``||delta / sigma||_p <= R`` and its summaries (host, float64)."""
+"""The anisotropic certified region ``||delta / sigma||_p <= R`` and its radii (host, float64)."""
 
 from __future__ import annotations
 

@@ -58,12 +58,13 @@ from flax import nnx
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate, _check_alpha, _scale_per_input
+from rsjax._certify import ABSTAIN, Certificate
 from rsjax._certify import certify as cohen_certify
-from rsjax._sampling import _check_positive_int, as_key, prepare_inputs
+from rsjax._sampling import prepare_inputs
 from rsjax.deq._model import DEQApply, to_deq_fn
 from rsjax.deq._solvers import SolverConfig, as_solver_config
 from rsjax.deq._srs import srs_sample
+from rsjax.util import as_key, check_alpha, check_int, scale_per_input
 
 __all__ = ["SRSCertificate", "certify", "srs_certificate", "srs_p_lower", "CORRECTIONS",
            "METHODS"]
@@ -120,7 +121,7 @@ def srs_p_lower(n_a, n, k, m_a, alpha: float, correction: str = "paper"):
   Returns:
     ``(p_lower, r)`` float64 arrays; ``r = LCB(k, m_A, alpha/2)`` (0 if m_A = 0).
   """
-  alpha = _check_alpha(alpha)
+  alpha = check_alpha(alpha)
   if correction not in CORRECTIONS:
     raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
   a2 = alpha / 2
@@ -158,7 +159,7 @@ def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: in
     ``SRSCertificate``.
   """
   noise = noise_lib.get_noise(noise)
-  alpha = _check_alpha(alpha)
+  alpha = check_alpha(alpha)
   if correction not in CORRECTIONS:
     raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
   c0 = np.asarray(counts_selection)
@@ -288,10 +289,10 @@ def certify(
   """
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-  alpha = _check_alpha(alpha)
-  n0 = _check_positive_int("n0", n0)
-  n = _check_positive_int("n", n)
-  batch_size = _check_positive_int("batch_size", batch_size)
+  alpha = check_alpha(alpha)
+  n0 = check_int("n0", n0)
+  n = check_int("n", n)
+  batch_size = check_int("batch_size", batch_size)
   if isinstance(deq, nnx.Module):
     if params is not None:
       raise ValueError("params must be None when deq is an NNX module (its variables are used)")
@@ -314,7 +315,7 @@ def certify(
 
   if correction not in CORRECTIONS:
     raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-  m = _check_positive_int("m", m)
+  m = check_int("m", m)
   stats.check_sample_size(n, alpha / 2)
   stats.check_sample_size(m, alpha / 2)
   warm = as_solver_config(warmup_solver, warmup_steps)
@@ -328,7 +329,7 @@ def certify(
   est = srs_sample(k_est, deq_fn, params, x_np, num=n, m=m, check_key=k_chk, check=check,
                        check_solver=chk, check_steps=None, **common)
   c0 = sel.counts
-  scale, aniso = _scale_per_input(sig)
+  scale, aniso = scale_per_input(sig)
   desc = (f"the DEQ solved from z = 0 with {_describe(chk)} (SRS chains: {_describe(warm)} "
           f"warm-up, then {_describe(cfg)} per chunk of {min(batch_size, n)})")
   cert = srs_certificate(c0, est.counts, est.srs_labels, est.check_labels, n=n, alpha=alpha,

@@ -32,6 +32,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rsjax.util import check_int
+
 __all__ = [
     "SolverConfig",
     "SolverResult",
@@ -95,10 +97,8 @@ class SolverConfig:
     if name is None:
       raise ValueError(f"solver must be one of {SOLVERS} (or an alias), got {self.name!r}")
     object.__setattr__(self, "name", name)
-    if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-      raise ValueError(f"steps must be an integer >= 1, got {self.steps!r}")
-    if isinstance(self.m, bool) or not isinstance(self.m, int) or self.m < 1:
-      raise ValueError(f"m (Anderson memory) must be an integer >= 1, got {self.m!r}")
+    check_int("steps", self.steps)
+    check_int("m (Anderson memory)", self.m)
     if not self.lam >= 0:
       raise ValueError(f"lam must be >= 0, got {self.lam!r}")
     if not 0 < self.beta <= 1:
@@ -333,6 +333,8 @@ def solve(f: Callable[[jax.Array], jax.Array], z0: jax.Array,
 
   Examples:
     >>> import jax.numpy as jnp
+
+from rsjax.util import check_int
     >>> f = lambda z: 0.5 * z + 1.0            # fixed point z* = 2
     >>> r = solve(f, jnp.zeros((3, 4)), "anderson", steps=5)
     >>> bool(jnp.allclose(r.z, 2.0, atol=1e-4))

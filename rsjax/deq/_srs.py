@@ -35,11 +35,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec as P
 
 from rsjax import noise as noise_lib
-from rsjax._sampling import _local_mesh, as_key, check_finite_outputs, prepare_inputs, sample_noise
+from rsjax._sampling import check_finite_outputs, prepare_inputs
+from rsjax._step import sample_noise
 from rsjax.deq._solvers import SolverConfig, as_solver_config
+from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
 
 __all__ = ["SRSCounts", "SRSPlan", "make_srs_plan", "srs_sample", "check_indices"]
 
@@ -106,8 +107,7 @@ class SRSPlan:
 def make_srs_plan(num: int, chains: int, m: int, devices: int, check: str = "random") -> SRSPlan:
   """Validates and builds an ``SRSPlan`` (``chains`` is capped at ``num``)."""
   for name, v, lo in (("num", num, 1), ("chains", chains, 1), ("m", m, 0), ("devices", devices, 1)):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-      raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    check_int(name, v, lo)
   if check not in CHECK_MODES:
     raise ValueError(f"check must be one of {CHECK_MODES}, got {check!r}")
   chains = min(int(chains), int(num))
@@ -226,9 +226,7 @@ def _srs_jit(key, key_check, params, x, sig, ids, *, deq_fn, plan, noise, num_cl
     out = jax.lax.map(one, (x, sig, ids))
     return jax.tree.map(lambda a: a[None], out)
 
-  fn = jax.shard_map(per_device, mesh=mesh, in_specs=(P(),) * 6, out_specs=P("dev"),
-                     check_vma=False)
-  return fn(key, key_check, params, x, sig, ids)
+  return run_on_devices(per_device, mesh, key, key_check, params, x, sig, ids)
 
 
 def srs_sample(
@@ -282,16 +280,11 @@ def srs_sample(
   Returns:
     ``SRSCounts`` of NumPy arrays.
   """
-  num_classes = int(num_classes)
-  if num_classes < 1:
-    raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+  num_classes = check_int("num_classes", num_classes)
   noise = noise_lib.get_noise(noise)
   key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  ndev = len(jax.local_devices()) if devices is None else int(devices)
-  if ndev < 1:
-    raise ValueError(f"devices must be >= 1, got {devices!r}")
-  ndev = min(ndev, len(jax.local_devices()))
+  ndev = num_local_devices(devices)
   plan = make_srs_plan(num, chains, m, ndev, check)
   if plan.m and plan.check == "random":
     if check_key is None:
@@ -299,11 +292,10 @@ def srs_sample(
     check_key = as_key(check_key)
   else:
     check_key = jax.random.key(0)  # unused
-  mesh = _local_mesh(ndev)
+  mesh = local_mesh(ndev)
   # Everything enters replicated over the mesh, as in the core engine.
-  replicated = jax.sharding.NamedSharding(mesh, P())
-  key, check_key, params, x_np, sig, ids_arr = jax.device_put(
-      (key, check_key, params, x_np, sig, ids_arr), replicated)
+  key, check_key, params, x_np, sig, ids_arr = replicate(
+      mesh, (key, check_key, params, x_np, sig, ids_arr))
   out = _srs_jit(
       key, check_key, params, x_np, sig, ids_arr,
       deq_fn=deq_fn, plan=plan, noise=noise, num_classes=num_classes,

@@ -13,9 +13,10 @@ import dataclasses
 import numpy as np
 
 from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate, _check_alpha, certify_prepared
-from rsjax._sampling import _check_positive_int, as_key, prepare_inputs
+from rsjax._certify import ABSTAIN, Certificate, certify_prepared
+from rsjax._sampling import prepare_inputs
 from rsjax.idrs._radius import certified_radius
+from rsjax.util import as_key, check_alpha, check_int
 
 __all__ = ["IDRSCertificate", "certify"]
 
@@ -85,9 +86,9 @@ def certify(
     ValueError: for bad arguments.
     IDRSNumericalError: if a radius cannot be computed reliably.
   """
-  alpha = _check_alpha(alpha)
-  n0 = _check_positive_int("n0", n0)
-  n = _check_positive_int("n", n)
+  alpha = check_alpha(alpha)
+  n0 = check_int("n0", n0)
+  n = check_int("n", n)
   if not hasattr(design, "evaluate"):
     raise ValueError(f"design must be a sigma(x) design (KnnSigma, ConstantSigma), got {design!r}")
   stats.check_sample_size(n, alpha)

@@ -18,8 +18,8 @@ import numpy as np
 from scipy import optimize as _opt
 from scipy import stats as _st
 
-from rsjax._sampling import _check_positive_int
-from rsjax.idrs._xi import IDRSNumericalError, MIN_P_B, _check_dim, _side
+from rsjax.util import check_int
+from rsjax.idrs._xi import IDRSNumericalError, MIN_P_B, check_dim, xi_side
 
 __all__ = [
     "THRESHOLD_PRESETS",
@@ -79,7 +79,7 @@ def threshold_ratios(thresholds, p_b) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _prepare(p_lower, sigma, rate, slack, dim):
-  dim = _check_dim(dim)
+  dim = check_dim(dim)
   rate = float(rate)
   if not math.isfinite(rate) or rate < 0.0:
     raise ValueError(f"rate must be finite and >= 0, got {rate!r}")
@@ -120,8 +120,8 @@ def _passes(radius, s0, p_b, rate, slack, t_lo, t_hi, dim) -> np.ndarray:
   out = np.zeros(u.shape, bool)
   if np.any(ok):
     a, b = np.minimum(t_gt[ok], _MAX_LOG_RATIO), np.minimum(t_lt[ok], _MAX_LOG_RATIO)
-    xi_gt = _side(u[ok], -np.expm1(-2.0 * a), np.exp(-2.0 * a), p_b[ok], dim, True)[0]
-    xi_lt = _side(u[ok], np.expm1(2.0 * b), np.exp(2.0 * b), p_b[ok], dim, False)[0]
+    xi_gt = xi_side(u[ok], -np.expm1(-2.0 * a), np.exp(-2.0 * a), p_b[ok], dim, True)[0]
+    xi_lt = xi_side(u[ok], np.expm1(2.0 * b), np.exp(2.0 * b), p_b[ok], dim, False)[0]
     out[ok] = (xi_gt < 0.5 - XI_MARGIN) & (xi_lt < 0.5 - XI_MARGIN)
   return out
 
@@ -246,7 +246,7 @@ def sigma_ratio_threshold(p_a, dim: int, *, method: str = "theorem", side: str =
     float64 ratio(s). The theorem's and corollary's values are sufficient
     conditions: they lie beyond the exact threshold.
   """
-  n = _check_positive_int("dim", dim)  # no MAX_DIM: only central chi-square here
+  n = check_int("dim", dim)  # no MAX_DIM: only central chi-square here
   p = np.asarray(p_a, np.float64)
   if np.any(~np.isfinite(p)) or np.any(p <= 0.0) or np.any(p >= 1.0):
     raise ValueError("p_a must lie in (0, 1)")
@@ -322,7 +322,7 @@ def renyi_radius(p_a, *, sigma0: float, sigma1: float, dim: int, p_b=None,
   Returns:
     The radius (0 when no alpha gives a positive bound).
   """
-  n = _check_dim(dim)
+  n = check_dim(dim)
   pa = float(p_a)
   pb = 1.0 - pa if p_b is None else float(p_b)
   if not (0.0 < pa < 1.0) or not (0.0 < pb < 1.0) or pa + pb > 1.0 + 1e-12 or pb >= pa:

@@ -36,6 +36,8 @@ import math
 import numpy as np
 from scipy import stats as _st
 
+from rsjax.util import check_int
+
 __all__ = [
     "IDRSNumericalError",
     "MAX_DIM",
@@ -64,10 +66,8 @@ class IDRSNumericalError(ValueError):
   """The noncentral chi-square evaluation would not be reliable for these arguments."""
 
 
-def _check_dim(dim) -> int:
-  if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or int(dim) < 1:
-    raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
-  dim = int(dim)
+def check_dim(dim) -> int:
+  dim = check_int("dim", dim)
   if dim > MAX_DIM:
     raise IDRSNumericalError(
         f"dim={dim} exceeds MAX_DIM={MAX_DIM}, the largest dimension at which the noncentral "
@@ -103,7 +103,7 @@ def _check_distance(a) -> np.ndarray:
 
 def _check_args(a, sigma0, sigma1, p_a, dim):
   """Validated float64 ``(a, sigma0, sigma1, p_a, p_b)`` and the int ``dim``."""
-  dim = _check_dim(dim)
+  dim = check_dim(dim)
   a = _check_distance(a)
   s0 = _check_positive("sigma0", sigma0)
   s1 = _check_positive("sigma1", sigma1)
@@ -124,7 +124,7 @@ def _ncx2(fn: str, x, dim: int, lam) -> np.ndarray:
   return out
 
 
-def _side(u, one_minus, rho2, p_b, dim: int, greater: bool):
+def xi_side(u, one_minus, rho2, p_b, dim: int, greater: bool):
   """One side on normalized arguments.
 
   Args:
@@ -198,7 +198,7 @@ def xi_greater(a, *, sigma0, sigma1, p_a, dim: int):
   if np.any(s1 >= s0):
     raise ValueError("xi_greater needs sigma1 < sigma0 (use xi_less for sigma1 > sigma0)")
   rho = s1 / s0
-  return _finish(_side(a / s0, (1.0 - rho) * (1.0 + rho), rho * rho, p_b, dim, True)[0])
+  return _finish(xi_side(a / s0, (1.0 - rho) * (1.0 + rho), rho * rho, p_b, dim, True)[0])
 
 
 def xi_less(a, *, sigma0, sigma1, p_a, dim: int):
@@ -222,7 +222,7 @@ def xi_less(a, *, sigma0, sigma1, p_a, dim: int):
   if np.any(s1 <= s0):
     raise ValueError("xi_less needs sigma1 > sigma0 (use xi_greater for sigma1 < sigma0)")
   rho = s1 / s0
-  return _finish(_side(a / s0, (rho - 1.0) * (rho + 1.0), rho * rho, p_b, dim, False)[0])
+  return _finish(xi_side(a / s0, (rho - 1.0) * (rho + 1.0), rho * rho, p_b, dim, False)[0])
 
 
 def xi(a, *, sigma0, sigma1, p_a, dim: int):
@@ -241,7 +241,7 @@ def xi(a, *, sigma0, sigma1, p_a, dim: int):
   for greater, mask in ((True, s1 < s0), (False, s1 > s0)):
     if np.any(mask):
       r = rho[mask]
-      out[mask] = _side(a[mask] / s0[mask], np.abs((1.0 - r) * (1.0 + r)), r * r, p_b[mask],
+      out[mask] = xi_side(a[mask] / s0[mask], np.abs((1.0 - r) * (1.0 + r)), r * r, p_b[mask],
                         dim, greater)[0]
   return _finish(out)
 
@@ -269,6 +269,6 @@ def worst_case_ball(a, *, sigma0, sigma1, p_a, dim: int):
     raise ValueError("sigma1 == sigma0: the worst case is Cohen's half-space, not a ball")
   greater = s1 < s0
   rho = s1 / s0
-  _, q, _, _ = _side(a / s0, abs((1.0 - rho) * (1.0 + rho)), rho * rho, p_b, dim, greater)
+  _, q, _, _ = xi_side(a / s0, abs((1.0 - rho) * (1.0 + rho)), rho * rho, p_b, dim, greater)
   center = s0 * s0 / (s0 * s0 - s1 * s1) * a
   return center, s0 * math.sqrt(float(q)), greater

@@ -1,0 +1,137 @@
+"""One step of the counts engine (device): noise, forward pass, argmax, count.
+
+The engine (``rsjax._sampling``) scans this step; the memory probe
+(``rsjax._memory``) compiles the very same function to measure what a step
+costs, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["SamplingPlan", "cast_floating", "make_plan", "noisy_counts", "sample_noise",
+           "step_counts"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingPlan:
+  """Static shape of the sampling loop.
+
+  Attributes:
+    num_inputs: B, the number of inputs.
+    num: samples per input.
+    samples_per_step: s, samples of one input per forward pass.
+    inputs_per_step: g, inputs per forward pass (forward batch = g * s).
+    chunks: ceil(num / s) steps per input.
+    groups: ceil(B / g) input groups.
+    devices: number of local devices the steps are spread over.
+  """
+
+  num_inputs: int
+  num: int
+  samples_per_step: int
+  inputs_per_step: int
+  chunks: int
+  groups: int
+  devices: int
+
+  @property
+  def steps(self) -> int:
+    return self.groups * self.chunks
+
+  @property
+  def steps_per_device(self) -> int:
+    return -(-self.steps // self.devices)
+
+  @property
+  def padded_inputs(self) -> int:
+    return self.groups * self.inputs_per_step
+
+
+def make_plan(num_inputs: int, num: int, batch_size: int, devices: int) -> SamplingPlan:
+  """Chooses the step shape: ``batch_size`` forward passes per step.
+
+  When ``num < batch_size`` (e.g. the n0 selection pass) several inputs share a
+  step, so small models still see large forward batches.
+  """
+  s = min(int(batch_size), int(num))
+  g = max(1, min(int(batch_size) // s, int(num_inputs)))
+  return SamplingPlan(
+      num_inputs=int(num_inputs),
+      num=int(num),
+      samples_per_step=s,
+      inputs_per_step=g,
+      chunks=-(-int(num) // s),
+      groups=-(-int(num_inputs) // g),
+      devices=int(devices),
+  )
+
+
+def sample_noise(noise, key: jax.Array, input_id, j: jax.Array, shape) -> jax.Array:
+  """Unit noise of samples ``j`` of the input with id ``input_id``: ``[len(j), *shape]``.
+
+  Sample ``j`` is drawn from ``fold_in(fold_in(key, input_id), j)``. This is the
+  one definition of rsjax's reproducible noise; every sampler (the engine, SRS
+  chains, the memory probe) draws through it.
+  """
+  k_i = jax.random.fold_in(key, input_id)
+  keys = jax.vmap(lambda jj: jax.random.fold_in(k_i, jj))(jnp.asarray(j, jnp.uint32))
+  return jax.vmap(lambda k: noise.sample(k, tuple(shape), jnp.float32))(keys)
+
+
+def cast_floating(params, dtype):
+  """``params`` with every floating array cast to ``dtype`` (None: unchanged)."""
+  if dtype is None:
+    return params
+  return jax.tree.map(
+      lambda p: p.astype(dtype)
+      if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+
+
+def noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, valid,
+                 compute_dtype=None) -> jax.Array:
+  """Class counts of samples ``j`` of ``g`` inputs: ``[g, C + 1]`` int32 (traceable).
+
+  Draws the noise of samples ``j`` (``[s]`` uint32, the same indices for every
+  input) with :func:`sample_noise`, runs ``apply_fn`` on the ``g * s`` noisy
+  inputs in one forward batch and counts the argmax classes of the samples
+  where ``valid`` (``[s]`` bool) holds. Column ``C`` counts the samples whose
+  logits are not all finite (their argmax is meaningless; the host refuses to
+  use counts where it is nonzero, ``rsjax._sampling.check_finite_outputs``). Every sampler
+  of the engine (the planned passes here, the rounds of ``rsjax.budgeted``)
+  counts through this function.
+  """
+  g, s = x_g.shape[0], j.shape[0]
+  shape = x_g.shape[1:]
+  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
+  xn = x_g[:, None] + sig_g[:, None] * eps
+  xn = xn.reshape((g * s,) + shape)
+  if compute_dtype is not None:
+    xn = xn.astype(compute_dtype)
+  try:
+    logits = apply_fn(params, xn)
+  except (TypeError, ValueError) as e:
+    raise ValueError(
+        f"apply_fn failed on inputs of shape {tuple(shape)} (x must be [B, *input_shape]; for a "
+        f"single input add a batch axis, x[None]): {type(e).__name__}: "
+        f"{(str(e).splitlines() or [''])[0]}") from e
+  if logits.ndim != 2 or logits.shape != (g * s, num_classes):
+    raise ValueError(
+        f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
+        f"expected [{g * s}, num_classes={num_classes}]")
+  pred = jnp.argmax(logits, axis=-1).reshape(g, s)
+  onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[None, :, None]
+  bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid[None, :]
+  return jnp.concatenate([jnp.sum(onehot, axis=1, dtype=jnp.int32),
+                          jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]], axis=1)
+
+
+def step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, ids_g, chunk,
+                compute_dtype):
+  """Counts of one planned step: ``g`` inputs x ``s`` samples -> ``[g, C + 1]`` int32."""
+  j = chunk * plan.samples_per_step + jnp.arange(plan.samples_per_step, dtype=jnp.uint32)
+  return noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j,
+                      j < plan.num, compute_dtype)
