@@ -16,7 +16,7 @@ def _private_imports(path: pathlib.Path):
       pkg = ROOT.parent.joinpath(*node.module.split("."))
       for alias in node.names:
         is_submodule = (pkg / f"{alias.name}.py").exists() or (pkg / alias.name).is_dir()
-        if alias.name.startswith("_") and not is_submodule:
+        if alias.name.startswith("_") and not alias.name.startswith("__") and not is_submodule:
           yield node.lineno, node.module, alias.name
 
 
