@@ -1,4 +1,4 @@
-"""Tests of the NNX DEQ classifier (rsjax.deq.model)."""
+"""Tests of the NNX DEQ classifier (rsjax.deq)."""
 
 import jax
 import jax.numpy as jnp

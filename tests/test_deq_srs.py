@@ -1,4 +1,4 @@
-"""Tests of serialized randomized smoothing for DEQs (rsjax.deq.srs / certify)."""
+"""Tests of serialized randomized smoothing for DEQs (rsjax.deq.srs_sample / certify)."""
 
 import dataclasses
 import warnings
