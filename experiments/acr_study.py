@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import dataclasses
 import os
 import sys
 import time
@@ -61,12 +62,39 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
+RESULTS = os.path.join(ROOT, "results")
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
 
 
-def get_config(quick: bool) -> dict:
-  """The study's settings; ``quick`` is the small CPU run (minutes on 2 cores)."""
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """The study's settings (``get_config`` fills them)."""
+  quick: bool
+  dataset: str
+  model: str
+  sigma: float
+  seed: int
+  epochs: int
+  batch_size: int
+  lr: float
+  lr_step: int
+  discard: dict  # training.Discard fields
+  reweigh: dict  # training.Reweigh fields
+  attack: dict  # training.SphereAttack fields
+  methods: dict  # name -> objective and strategy switches
+  test_skip: int
+  n0: int
+  n: int
+  alpha: float
+  grad_num_noise: int
+  radii: list
+  command: str
+
+
+def get_config(quick: bool) -> Config:
+  """The study's settings; ``quick`` is ``python experiments/acr_study.py --quick`` (minutes on 2
+  cores), otherwise ``python experiments/acr_study.py``."""
   epochs = 6 if quick else 40
   m = 2 if quick else 4  # noise draws per input (the paper's m = 4; Consistency's own is 2)
   frac = lambda f: max(1, round(f * epochs))  # noqa: E731  (paper epochs / 150)
@@ -83,62 +111,62 @@ def get_config(quick: bool) -> dict:
   if not quick:
     for s in ("discard", "reweigh", "attack"):
       methods[f"gaussian+{s}"] = {"objective": "gaussian", "num_noise": m, s: True}
-  return {
-      "quick": quick, "dataset": "mnist5k", "model": "lenet", "sigma": 0.5, "seed": 0,
-      "epochs": epochs, "batch_size": 64, "lr": 0.05, "lr_step": frac(50 / 150),
-      "discard": {"epoch": e_t, "threshold": 0.4, "num_noise": 100},
-      "reweigh": {"epoch": e_t, "every": frac(10 / 150), "num_noise": 16, "alpha": 0.1,
-                  "p_min": 0.75},
-      "attack": {"start_epoch": e_t, "steps": 3 if quick else 6, "step_size": 0.25, "norm": "l2"},
-      "methods": methods,
+  return Config(
+      quick=quick, dataset="mnist5k", model="lenet", sigma=0.5, seed=0,
+      epochs=epochs, batch_size=64, lr=0.05, lr_step=frac(50 / 150),
+      discard={"epoch": e_t, "threshold": 0.4, "num_noise": 100},
+      reweigh={"epoch": e_t, "every": frac(10 / 150), "num_noise": 16, "alpha": 0.1,
+               "p_min": 0.75},
+      attack={"start_epoch": e_t, "steps": 3 if quick else 6, "step_size": 0.25, "norm": "l2"},
+      methods=methods,
       # N = 6,000 is the smallest round budget that can certify r = 1.5 at sigma = 0.5
-      "test_skip": 10 if quick else 2, "n0": 100, "n": 6000 if quick else 10_000, "alpha": 0.001,
-      "grad_num_noise": 4, "radii": list(RADII),
-      "command": "python experiments/acr_study.py" + (" --quick" if quick else ""),
-  }
+      test_skip=10 if quick else 2, n0=100, n=6000 if quick else 10_000, alpha=0.001,
+      grad_num_noise=4, radii=list(RADII),
+      command="python experiments/acr_study.py" + (" --quick" if quick else ""),
+  )
 
 
-def train_config(cfg: dict, spec: dict):
+def train_config(cfg: Config, spec: dict):
   """The ``TrainConfig`` of one method."""
   from rsjax import training
   hyper = {k: v for k, v in spec.items() if k not in ("objective", "discard", "reweigh", "attack")}
   if spec.get("attack"):
-    hyper["attack"] = training.SphereAttack(**cfg["attack"])
+    hyper["attack"] = training.SphereAttack(**cfg.attack)
   return training.TrainConfig(
-      sigma=cfg["sigma"], epochs=cfg["epochs"], batch_size=cfg["batch_size"], lr=cfg["lr"],
-      lr_step=cfg["lr_step"], objective=training.make_objective(spec["objective"], **hyper),
-      discard=training.Discard(**cfg["discard"]) if spec.get("discard") else None,
-      reweigh=training.Reweigh(**cfg["reweigh"]) if spec.get("reweigh") else None)
+      sigma=cfg.sigma, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+      lr_step=cfg.lr_step, objective=training.make_objective(spec["objective"], **hyper),
+      discard=training.Discard(**cfg.discard) if spec.get("discard") else None,
+      reweigh=training.Reweigh(**cfg.reweigh) if spec.get("reweigh") else None)
 
 
-def train_and_certify(cfg: dict, methods: dict, results_dir: str, work_dir: str,
+def train_and_certify(cfg: Config, methods: dict, results_dir: str, work_dir: str,
                       progress: bool = True) -> dict:
   """Trains and certifies ``methods`` (resuming finished work); returns
   ``{name: (certify results, summary entry, apply_fn, params)}``."""
   import rsjax
   from rsjax import data, io, metrics, models, runner, training
 
-  rows_dir = os.path.join(results_dir, "acr_study" + ("_quick" if cfg["quick"] else ""))
+  rows_dir = os.path.join(results_dir, "acr_study" + ("_quick" if cfg.quick else ""))
   os.makedirs(rows_dir, exist_ok=True)
-  train_ds, test_ds = data.load(cfg["dataset"], "train"), data.load(cfg["dataset"], "test")
+  train_ds, test_ds = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
   x, y = train_ds.arrays()
   xt, yt = test_ds.arrays()
-  indices = runner.select_indices(len(test_ds), skip=cfg["test_skip"])
+  indices = runner.select_indices(len(test_ds), skip=cfg.test_skip)
   out = {}
   for name, spec in methods.items():
-    model = models.create_model(cfg["model"], num_classes=10, input_shape=train_ds.input_shape,
-                                rngs=cfg["seed"])
+    model = models.create_model(cfg.model, num_classes=10, input_shape=train_ds.input_shape,
+                                rngs=cfg.seed)
     model, history = training.train(
-        jax.random.key(cfg["seed"]), model, (x, y), train_config(cfg, spec),
+        jax.random.key(cfg.seed), model, (x, y), train_config(cfg, spec),
         eval_data=(xt, yt), workdir=os.path.join(work_dir, name), progress=progress,
-        model_config={"model": cfg["model"], "num_classes": 10,
-                      "input_shape": list(train_ds.input_shape), "dataset": cfg["dataset"]})
+        model_config={"model": cfg.model, "num_classes": 10,
+                      "input_shape": list(train_ds.input_shape), "dataset": cfg.dataset})
     apply_fn, params = models.to_apply_fn(model)
-    key = jax.random.fold_in(jax.random.key(cfg["seed"]), 1)
+    key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
 
     def certify_fn(xb, ids, apply_fn=apply_fn, params=params, key=key):
-      return rsjax.certify(key, apply_fn, params, xb, sigma=cfg["sigma"], num_classes=10,
-                           n0=cfg["n0"], n=cfg["n"], alpha=cfg["alpha"], batch_size=2000, ids=ids)
+      return rsjax.certify(key, apply_fn, params, xb, sigma=cfg.sigma, num_classes=10,
+                           n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=2000, ids=ids)
 
     path = os.path.join(rows_dir, f"{name.replace('+', '_')}.tsv")
     runner.certify_dataset(certify_fn, test_ds.get_batch, indices, path, inputs_per_call=10,
@@ -150,8 +178,8 @@ def train_and_certify(cfg: dict, methods: dict, results_dir: str, work_dir: str,
     entry = {
         "acr": metrics.average_certified_radius(res.correct, res.radius, predict=res.predict),
         "certified_accuracy": dict(zip(
-            [f"{r:g}" for r in cfg["radii"]],
-            metrics.certified_accuracy(res.correct, res.radius, cfg["radii"],
+            [f"{r:g}" for r in cfg.radii],
+            metrics.certified_accuracy(res.correct, res.radius, cfg.radii,
                                        predict=res.predict).tolist())),
         "kept_fraction": last.get("kept_fraction", 1.0),
         # the epochs' seconds as recorded (also when a finished run is resumed)
@@ -165,7 +193,7 @@ def train_and_certify(cfg: dict, methods: dict, results_dir: str, work_dir: str,
   return out
 
 
-def run(cfg: dict, results_dir: str, work_dir: str, progress: bool = True,
+def run(cfg: Config, results_dir: str, work_dir: str, progress: bool = True,
         methods: list | None = None) -> dict:
   """Trains, certifies and analyzes the methods (default all; ``gaussian`` is
   always included, it is the reference of the easy/hard split); returns the
@@ -173,20 +201,20 @@ def run(cfg: dict, results_dir: str, work_dir: str, progress: bool = True,
   from rsjax import data, metrics, plots, training
 
   t_start = time.perf_counter()
-  names = ["gaussian"] + [k for k in (methods or cfg["methods"]) if k != "gaussian"]
-  done = train_and_certify(cfg, {k: cfg["methods"][k] for k in names}, results_dir, work_dir,
+  names = ["gaussian"] + [k for k in (methods or cfg.methods) if k != "gaussian"]
+  done = train_and_certify(cfg, {k: cfg.methods[k] for k in names}, results_dir, work_dir,
                            progress)
-  test_ds = data.load(cfg["dataset"], "test")
+  test_ds = data.load(cfg.dataset, "test")
   # easy / hard split by the Gaussian model's p_A (the paper's reference)
   ref = done["gaussian"][0]
   ref_pa = metrics.label_probability(ref)
   per_method, pa_by_method = {}, {}
   for name, (res, m, apply_fn, params) in done.items():
-    split = metrics.easy_hard_accuracy(res, (ref.idx, ref_pa), cfg["radii"])
+    split = metrics.easy_hard_accuracy(res, (ref.idx, ref_pa), cfg.radii)
     m["num_easy"], m["num_hard"] = split["num_easy"], split["num_hard"]
     m["accuracy_hard"] = float(split["hard"][0])
     m["accuracy_easy"] = float(split["easy"][0])
-    m["certified_accuracy_hard"] = dict(zip([f"{r:g}" for r in cfg["radii"]], split["hard"].tolist()))
+    m["certified_accuracy_hard"] = dict(zip([f"{r:g}" for r in cfg.radii], split["hard"].tolist()))
     pa = metrics.label_probability(res)
     pa_by_method[name] = pa
     m["mean_pa"] = float(pa.mean())
@@ -194,14 +222,14 @@ def run(cfg: dict, results_dir: str, work_dir: str, progress: bool = True,
     m["fraction_pa_above_0.99"] = float(np.mean(pa > 0.99))
     xb, yb = test_ds.get_batch(res.idx)
     norms = training.per_sample_gradient_norms(
-        jax.random.fold_in(jax.random.key(cfg["seed"]), 2), apply_fn, params, xb, yb,
-        sigma=cfg["sigma"], num_noise=cfg["grad_num_noise"])
+        jax.random.fold_in(jax.random.key(cfg.seed), 2), apply_fn, params, xb, yb,
+        sigma=cfg.sigma, num_noise=cfg.grad_num_noise)
     m["grad_norm"] = training.gradient_norm_table(norms, ref_pa)
     per_method[name] = m
-  tag = "_quick" if cfg["quick"] else ""
+  tag = "_quick" if cfg.quick else ""
   png = plots.plot_pa_cdf(os.path.join(results_dir, f"acr_study_pa_cdf{tag}.png"), pa_by_method,
-                          title=f"p_A on {len(ref.idx)} test digits, sigma={cfg['sigma']}, N={cfg['n']}")
-  return {"config": cfg, "methods": per_method, "plot": os.path.relpath(png, ROOT),
+                          title=f"p_A on {len(ref.idx)} test digits, sigma={cfg.sigma}, N={cfg.n}")
+  return {"config": dataclasses.asdict(cfg), "methods": per_method, "plot": os.path.relpath(png, ROOT),
           "seconds_this_run": time.perf_counter() - t_start}
 
 
@@ -221,7 +249,7 @@ def format_table(summary: dict) -> str:
 def main(argv=None) -> dict:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--quick", action="store_true", help="the small CPU run (minutes on 2 cores)")
-  p.add_argument("--results-dir", default=os.path.join(ROOT, "results"))
+  p.add_argument("--results-dir", default=RESULTS)
   p.add_argument("--work-dir", default=None, help="training checkpoints (default runs/acr_study[_quick])")
   p.add_argument("--methods", default=None,
                  help="comma-separated subset to train and certify now (e.g. to run methods in "
@@ -232,12 +260,12 @@ def main(argv=None) -> dict:
   args = p.parse_args(argv)
   cfg = get_config(args.quick)
   for flag in (args.methods, args.report):
-    if flag and set(flag.split(",")) - set(cfg["methods"]):
-      p.error(f"unknown methods in {flag!r}; choose from {', '.join(cfg['methods'])}")
+    if flag and set(flag.split(",")) - set(cfg.methods):
+      p.error(f"unknown methods in {flag!r}; choose from {', '.join(cfg.methods)}")
   tag = "_quick" if args.quick else ""
   work = args.work_dir or os.path.join(ROOT, "runs", f"acr_study{tag}")
   if args.methods:
-    train_and_certify(cfg, {k: cfg["methods"][k] for k in args.methods.split(",")},
+    train_and_certify(cfg, {k: cfg.methods[k] for k in args.methods.split(",")},
                       args.results_dir, work, progress=not args.quiet)
     return {}
   summary = run(cfg, args.results_dir, work, progress=not args.quiet,

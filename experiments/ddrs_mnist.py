@@ -50,6 +50,7 @@ certificate, as the paper reports.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -57,12 +58,41 @@ import time
 
 import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "results")
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def get_config(quick: bool) -> dict:
-  """Settings; ``quick`` is the ``--quick`` run (under 20 minutes on 2 CPU cores)."""
-  return dict(
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """The experiment's settings (``get_config`` fills them)."""
+  sigmas: tuple
+  model: str
+  dataset: str
+  epochs: int
+  batch_size: int
+  lr: float
+  lr_step: int
+  ddrs_warmup_epochs: int
+  ddrs_train: dict  # DDRSConfig fields for Algorithm 2
+  paper: dict  # optimize_sigma settings of the paper
+  tuned: dict  # optimize_sigma settings that move sigma
+  skip: int
+  n0: int
+  n: int
+  alpha: float
+  study_inputs: int
+  study_every: int
+  study_samples: int
+  seed: int
+  out: str
+  results: str
+
+
+def get_config(quick: bool) -> Config:
+  """Settings; ``quick`` is ``python experiments/ddrs_mnist.py --quick`` (under 20 minutes on 2 CPU
+  cores), otherwise ``python experiments/ddrs_mnist.py``."""
+  return Config(
       sigmas=(0.25, 0.5),
       model="lenet",
       dataset="mnist5k",
@@ -82,8 +112,8 @@ def get_config(quick: bool) -> dict:
       study_every=10,
       study_samples=512,
       seed=0,
-      out="runs/ddrs_quick" if quick else "runs/ddrs",
-      results="results/ddrs_quick" if quick else "results/ddrs",
+      out=os.path.join(ROOT, "runs", "ddrs_quick" if quick else "ddrs"),
+      results=os.path.join(RESULTS, "ddrs_quick" if quick else "ddrs"),
   )
 
 
@@ -95,7 +125,7 @@ def _summary(predict, label, radius, **extra) -> dict:
               certified_accuracy={f"{r:g}": float(a) for r, a in zip(RADII, acc)}, **extra)
 
 
-def run(cfg: dict, log=print) -> dict:
+def run(cfg: Config, log=print) -> dict:
   import jax
 
   import rsjax
@@ -103,43 +133,43 @@ def run(cfg: dict, log=print) -> dict:
   from rsjax.training.ddrs import DDRSConfig, train_ddrs
 
   t_all = time.perf_counter()
-  train, test = data.load(cfg["dataset"], "train"), data.load(cfg["dataset"], "test")
+  train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
   x, y = train.arrays()
   xt, yt = test.arrays()
-  idx = runner.select_indices(len(test), skip=cfg["skip"])
-  os.makedirs(cfg["out"], exist_ok=True)
-  mcfg = {"model": cfg["model"], "num_classes": 10, "input_shape": list(train.input_shape),
-          "dataset": cfg["dataset"]}
-  tc = dict(epochs=cfg["epochs"], batch_size=cfg["batch_size"], lr=cfg["lr"],
-            lr_step=cfg["lr_step"])
+  idx = runner.select_indices(len(test), skip=cfg.skip)
+  os.makedirs(cfg.out, exist_ok=True)
+  mcfg = {"model": cfg.model, "num_classes": 10, "input_shape": list(train.input_shape),
+          "dataset": cfg.dataset}
+  tc = dict(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+            lr_step=cfg.lr_step)
   methods, study, timing = {}, {}, {}
-  cert_kw = dict(num_classes=10, n0=cfg["n0"], n=cfg["n"], alpha=cfg["alpha"], batch_size=1000)
-  for s0 in cfg["sigmas"]:
+  cert_kw = dict(num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=1000)
+  for s0 in cfg.sigmas:
     tag = f"{s0:g}"
     # --- models: Gaussian at sigma0, and DDRS Algorithm 2
     t0 = time.perf_counter()
-    gauss = models.create_model(cfg["model"], num_classes=10, input_shape=train.input_shape,
-                                rngs=cfg["seed"])
-    gauss, _ = training.train(cfg["seed"], gauss, (x, y), training.TrainConfig(sigma=s0, **tc),
-                              eval_data=(xt, yt), workdir=os.path.join(cfg["out"], f"gauss_{tag}"),
+    gauss = models.create_model(cfg.model, num_classes=10, input_shape=train.input_shape,
+                                rngs=cfg.seed)
+    gauss, _ = training.train(cfg.seed, gauss, (x, y), training.TrainConfig(sigma=s0, **tc),
+                              eval_data=(xt, yt), workdir=os.path.join(cfg.out, f"gauss_{tag}"),
                               model_config=mcfg, progress=False)
-    dmodel = models.create_model(cfg["model"], num_classes=10, input_shape=train.input_shape,
-                                 rngs=cfg["seed"])
-    dcfg = DDRSConfig(sigma0=s0, warmup_epochs=cfg["ddrs_warmup_epochs"], **cfg["ddrs_train"])
+    dmodel = models.create_model(cfg.model, num_classes=10, input_shape=train.input_shape,
+                                 rngs=cfg.seed)
+    dcfg = DDRSConfig(sigma0=s0, warmup_epochs=cfg.ddrs_warmup_epochs, **cfg.ddrs_train)
     dmodel, dhist, _ = train_ddrs(
-        cfg["seed"], dmodel, (x, y), ddrs_config=dcfg,
+        cfg.seed, dmodel, (x, y), ddrs_config=dcfg,
         train_config=training.TrainConfig(sigma=s0, **tc), eval_data=(xt, yt),
-        workdir=os.path.join(cfg["out"], f"ddrs_{tag}"), model_config=mcfg, progress=False)
+        workdir=os.path.join(cfg.out, f"ddrs_{tag}"), model_config=mcfg, progress=False)
     timing[f"train_{tag}"] = time.perf_counter() - t0
     log(f"sigma0 {tag}: trained ({timing[f'train_{tag}']:.0f}s); DDRS train sigma "
         f"{dhist[-1]['sigma_mean']:.3f} +- {dhist[-1]['sigma_std']:.3f}")
-    key = jax.random.key(cfg["seed"])
+    key = jax.random.key(cfg.seed)
     g_apply, g_params = models.to_apply_fn(gauss)
     d_apply, d_params = models.to_apply_fn(dmodel)
 
     # --- fixed sigma (sound)
     t0 = time.perf_counter()
-    path = os.path.join(cfg["out"], f"fixed_{tag}.tsv")
+    path = os.path.join(cfg.out, f"fixed_{tag}.tsv")
     runner.certify_dataset(
         lambda xb, ids: rsjax.certify(key, g_apply, g_params, xb, sigma=s0, ids=ids, **cert_kw),
         test.get_batch, idx, path, inputs_per_call=8, progress=False)
@@ -148,10 +178,10 @@ def run(cfg: dict, log=print) -> dict:
                                         sigma_mean=s0, sigma_std=0.0)
     # --- DDRS rows
     for name, (apply_fn, params, opt) in {
-        "ddrs-paper": (g_apply, g_params, cfg["paper"]),
-        "ddrs-tuned": (g_apply, g_params, cfg["tuned"]),
-        "ddrs-trained": (d_apply, d_params, cfg["tuned"])}.items():
-      out = os.path.join(cfg["out"], f"{name}_{tag}.tsv")
+        "ddrs-paper": (g_apply, g_params, cfg.paper),
+        "ddrs-tuned": (g_apply, g_params, cfg.tuned),
+        "ddrs-trained": (d_apply, d_params, cfg.tuned)}.items():
+      out = os.path.join(cfg.out, f"{name}_{tag}.tsv")
       res = ddrs.certify_dataset(key, apply_fn, params, test.get_batch, idx, out, sigma0=s0,
                                  progress=False, **opt, **cert_kw)
       r = io.read_certify(out)
@@ -167,22 +197,22 @@ def run(cfg: dict, log=print) -> dict:
           sigma_opt=opt)
     timing[f"certify_{tag}"] = time.perf_counter() - t0
     # --- sigma study: R(sigma) along the path (paper vs tuned)
-    xs, ids = xt[idx[:cfg["study_inputs"]]], idx[:cfg["study_inputs"]]
+    xs, ids = xt[idx[:cfg.study_inputs]], idx[:cfg.study_inputs]
     k_opt = jax.random.fold_in(key, 2)
     study[tag] = {"ids": ids.tolist()}
     for name in ("paper", "tuned"):
       _, p = ddrs.optimize_sigma(k_opt, g_apply, g_params, xs, sigma0=s0, ids=ids,
-                                 return_path=True, **cfg[name])
-      steps = np.arange(0, p.shape[0], cfg["study_every"])
+                                 return_path=True, **getattr(cfg, name))
+      steps = np.arange(0, p.shape[0], cfg.study_every)
       rs = np.stack([ddrs.smoothing_objective(jax.random.fold_in(key, 7), g_apply, g_params, xs,
-                                              sigma=p[t], num_samples=cfg["study_samples"],
+                                              sigma=p[t], num_samples=cfg.study_samples,
                                               ids=ids) for t in steps])
       study[tag][name] = {"steps": steps.tolist(), "sigma": p[steps].T.tolist(),
                           "R": rs.T.tolist()}
     log(json.dumps({k: v for k, v in methods.items() if k.endswith(tag)}, default=str)[:2000])
   timing["total"] = time.perf_counter() - t_all
   return {"methods": methods, "sigma_study": study, "seconds": timing,
-          "config": {k: v for k, v in cfg.items()}}
+          "config": dataclasses.asdict(cfg)}
 
 
 def plot(result: dict, path: str) -> None:
@@ -225,19 +255,19 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   cfg = get_config(args.quick)
   if args.sigmas:
-    cfg["sigmas"] = tuple(args.sigmas)
+    cfg = dataclasses.replace(cfg, sigmas=tuple(args.sigmas))
   result = run(cfg, log=lambda m: print(m, flush=True))
   from rsjax import io
   result["sigma_hist"] = {}
   for name in result["methods"]:
     if name.startswith("ddrs"):
-      r = io.read_certify(os.path.join(cfg["out"], name.replace("_s", "_", 1) + ".tsv"))
+      r = io.read_certify(os.path.join(cfg.out, name.replace("_s", "_", 1) + ".tsv"))
       result["sigma_hist"][name] = r.extra["sigma"].tolist()
-  os.makedirs(os.path.dirname(cfg["results"]), exist_ok=True)
-  with open(cfg["results"] + ".json", "w") as f:
+  os.makedirs(os.path.dirname(cfg.results), exist_ok=True)
+  with open(cfg.results + ".json", "w") as f:
     json.dump(result, f, indent=1, default=str)
-  plot(result, cfg["results"] + ".png")
-  print(f"wrote {cfg['results']}.json and .png in {result['seconds']['total']:.0f}s")
+  plot(result, cfg.results + ".png")
+  print(f"wrote {cfg.results}.json and .png in {result['seconds']['total']:.0f}s")
   return 0
 
 

@@ -42,6 +42,7 @@ are ALM gains; none shows in a sound radius at this scale.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -49,18 +50,44 @@ import time
 
 import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "results")
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def get_config(quick: bool) -> dict:
-  """Settings; ``quick`` is the ``--quick`` run."""
-  return dict(sigmas=(0.25, 0.5), model="lenet", dataset="mnist5k",
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """The experiment's settings (``get_config`` fills them)."""
+  sigmas: tuple
+  model: str
+  dataset: str
+  epochs: int
+  batch_size: int
+  lr: float
+  lr_step: int
+  generators: tuple
+  ucan_epochs: int
+  ucan_lr: float
+  ucan_draws: int
+  skip: int
+  n0: int
+  n: int
+  alpha: float
+  seed: int
+  out: str
+  results: str
+
+
+def get_config(quick: bool) -> Config:
+  """Settings; ``quick`` is ``python experiments/ucan_mnist.py --quick``, otherwise
+  ``python experiments/ucan_mnist.py``."""
+  return Config(sigmas=(0.25, 0.5), model="lenet", dataset="mnist5k",
               epochs=6 if quick else 20, batch_size=128, lr=0.05, lr_step=3 if quick else 8,
               generators=("pattern-l1", "pattern-l2", "pattern-linf", "universal"),
               ucan_epochs=1 if quick else 10, ucan_lr=1e-3, ucan_draws=2 if quick else 5,
               skip=20 if quick else 2, n0=100, n=2_000 if quick else 100_000, alpha=0.001,
-              seed=0, out="runs/ucan_quick" if quick else "runs/ucan",
-              results="results/ucan_quick" if quick else "results/ucan")
+              seed=0, out=os.path.join(ROOT, "runs", "ucan_quick" if quick else "ucan"),
+              results=os.path.join(RESULTS, "ucan_quick" if quick else "ucan"))
 
 
 def _curve(correct, radius) -> dict:
@@ -69,27 +96,27 @@ def _curve(correct, radius) -> dict:
   return {f"{r:g}": float(a) for r, a in zip(RADII, acc)}
 
 
-def run(cfg: dict, log=print) -> dict:
+def run(cfg: Config, log=print) -> dict:
   import jax
 
   from rsjax import anisotropic, data, metrics, models, runner, training
   from rsjax.training import ucan
 
   t_all = time.perf_counter()
-  train, test = data.load(cfg["dataset"], "train"), data.load(cfg["dataset"], "test")
+  train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
   x, y = train.arrays()
   xt, yt = test.arrays()
-  idx = runner.select_indices(len(test), skip=cfg["skip"])
+  idx = runner.select_indices(len(test), skip=cfg.skip)
   xs, ys = xt[idx], yt[idx]
-  mcfg = {"model": cfg["model"], "num_classes": 10, "input_shape": list(train.input_shape),
-          "dataset": cfg["dataset"]}
-  key = jax.random.key(cfg["seed"])
+  mcfg = {"model": cfg.model, "num_classes": 10, "input_shape": list(train.input_shape),
+          "dataset": cfg.dataset}
+  key = jax.random.key(cfg.seed)
   methods, timing = {}, {}
 
   def certify_row(name, model, mu, sigma, s0):
     apply_fn, params = models.to_apply_fn(model)
     cert = anisotropic.certify(key, apply_fn, params, xs, sigma=sigma, mu=mu, num_classes=10,
-                               n0=cfg["n0"], n=cfg["n"], alpha=cfg["alpha"], batch_size=1000,
+                               n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=1000,
                                ids=idx)
     correct = cert.prediction == ys
     sig = np.asarray(sigma, np.float64)
@@ -105,27 +132,27 @@ def run(cfg: dict, log=print) -> dict:
     log(f"{name}: ACR {methods[name]['acr']:.3f} (ALM {methods[name]['acr_alm']:.3f}) "
         f"{methods[name]['certified_accuracy']}")
 
-  for s0 in cfg["sigmas"]:
+  for s0 in cfg.sigmas:
     tag = f"{s0:g}"
     t0 = time.perf_counter()
-    base_dir = os.path.join(cfg["out"], f"gauss_{tag}")
-    base = models.create_model(cfg["model"], num_classes=10, input_shape=train.input_shape,
-                               rngs=cfg["seed"])
-    training.train(cfg["seed"], base, (x, y),
-                   training.TrainConfig(sigma=s0, epochs=cfg["epochs"], batch_size=cfg["batch_size"],
-                                        lr=cfg["lr"], lr_step=cfg["lr_step"]),
+    base_dir = os.path.join(cfg.out, f"gauss_{tag}")
+    base = models.create_model(cfg.model, num_classes=10, input_shape=train.input_shape,
+                               rngs=cfg.seed)
+    training.train(cfg.seed, base, (x, y),
+                   training.TrainConfig(sigma=s0, epochs=cfg.epochs, batch_size=cfg.batch_size,
+                                        lr=cfg.lr, lr_step=cfg.lr_step),
                    workdir=base_dir, model_config=mcfg, progress=False)
     certify_row(f"isotropic_s{tag}", base, None, np.full(train.input_shape, s0, np.float32), s0)
-    for gen in cfg["generators"]:
+    for gen in cfg.generators:
       model, _ = training.load_model(base_dir)  # fine-tune a copy of the Gaussian model
       model, mu, sig, _ = ucan.train_ucan(
-          cfg["seed"], model, (x, y), generator=gen, sigma=s0, epochs=cfg["ucan_epochs"],
-          batch_size=cfg["batch_size"], lr=cfg["ucan_lr"], draws=cfg["ucan_draws"],
-          workdir=os.path.join(cfg["out"], f"{gen}_{tag}"), model_config=mcfg, progress=False)
+          cfg.seed, model, (x, y), generator=gen, sigma=s0, epochs=cfg.ucan_epochs,
+          batch_size=cfg.batch_size, lr=cfg.ucan_lr, draws=cfg.ucan_draws,
+          workdir=os.path.join(cfg.out, f"{gen}_{tag}"), model_config=mcfg, progress=False)
       certify_row(f"{gen}_s{tag}", model, mu, sig, s0)
     timing[tag] = time.perf_counter() - t0
   timing["total"] = time.perf_counter() - t_all
-  return {"methods": methods, "seconds": timing, "config": cfg}
+  return {"methods": methods, "seconds": timing, "config": dataclasses.asdict(cfg)}
 
 
 def plot(result: dict, path: str) -> None:
@@ -153,13 +180,13 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   cfg = get_config(args.quick)
   if args.sigmas:
-    cfg["sigmas"] = tuple(args.sigmas)
+    cfg = dataclasses.replace(cfg, sigmas=tuple(args.sigmas))
   result = run(cfg, log=lambda m: print(m, flush=True))
-  os.makedirs(os.path.dirname(cfg["results"]), exist_ok=True)
-  with open(cfg["results"] + ".json", "w") as f:
+  os.makedirs(os.path.dirname(cfg.results), exist_ok=True)
+  with open(cfg.results + ".json", "w") as f:
     json.dump(result, f, indent=1, default=str)
-  plot(result, cfg["results"] + ".png")
-  print(f"wrote {cfg['results']}.json and .png in {result['seconds']['total']:.0f}s")
+  plot(result, cfg.results + ".png")
+  print(f"wrote {cfg.results}.json and .png in {result['seconds']['total']:.0f}s")
   return 0
 
 
