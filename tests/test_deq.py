@@ -31,10 +31,10 @@ def _err(z, z_star):
   return np.asarray(jnp.linalg.norm(z - z_star, axis=1) / jnp.linalg.norm(z_star, axis=1))
 
 
-@pytest.mark.parametrize("name", ["anderson", "iteration"])
+@pytest.mark.parametrize("name", ["anderson", "iteration", "broyden"])
 def test_solvers_reach_affine_fixed_point(getkey, name):
   f, z_star = _affine_problem(getkey(), norm=0.7, lo=-0.7)
-  steps = 30 if name == "anderson" else 80
+  steps = 80 if name == "iteration" else 30
   r = _solve(f, jnp.zeros_like(z_star), name, steps=steps)
   assert r.z.shape == z_star.shape and r.residual.shape == (4,)
   assert np.all(_err(r.z, z_star) < 1e-3)
@@ -79,6 +79,46 @@ def test_anderson_mixing_and_memory(getkey):
   np.testing.assert_allclose(damped.z, z, rtol=1e-5, atol=1e-5)
 
 
+def test_broyden_reaches_the_fixed_point_of_the_other_solvers(getkey):
+  """On a contractive nonlinear map, 30 Broyden steps land on the fixed point that long
+  plain iteration and Anderson reach."""
+  k1, k2, k3 = jax.random.split(getkey(), 3)
+  b, d = 5, 24
+  w = jax.random.normal(k1, (d, d)) / jnp.sqrt(d)
+  w = 0.9 * w / jnp.linalg.norm(w, 2)  # tanh is 1-Lipschitz: f contracts by 0.9
+  c = jax.random.normal(k2, (b, d))
+  f = lambda z: jnp.tanh(z @ w.T + c)
+  z0 = jax.random.normal(k3, (b, d))
+  ref = _solve(f, z0, deq.SolverConfig(name="iteration", steps=400)).z
+  np.testing.assert_allclose(_solve(f, z0, deq.SolverConfig(steps=40, lam=1e-8)).z, ref, atol=1e-4)
+  rb = _solve(f, z0, "broyden", steps=30)
+  np.testing.assert_allclose(rb.z, ref, atol=1e-4)
+  assert np.all(np.asarray(rb.residual) < 1e-4)
+  # On a slowly contracting affine map it is far faster than plain iteration.
+  fa, za = _affine_problem(getkey(), norm=0.95)
+  zero = jnp.zeros_like(za)
+  assert np.all(_err(_solve(fa, zero, "broyden", steps=12).z, za)
+                < 0.2 * _err(_solve(fa, zero, "iteration", steps=12).z, za))
+  # One Broyden step is one plain step; the paper's labels name the solvers.
+  np.testing.assert_allclose(_solve(f, z0, "1B").z, f(z0), rtol=1e-6, atol=1e-6)
+  assert deq.as_solver_config("3B") == deq.SolverConfig(name="broyden", steps=3)
+  assert [deq.as_solver_config(x).label for x in ("30A", "1n", "14B")] == ["30A", "1N", "14B"]
+
+
+def test_anderson_falls_back_to_a_plain_step_when_the_solve_breaks_down():
+  """A tiny ridge with repeated residuals makes the Anderson system singular; the
+  affected step is a plain step instead of NaN."""
+  c = jnp.ones((3, 20))
+  for lam in (1e-9, 0.0):
+    # f(z) = z + c: every residual is c, so G G^T is rank one.
+    r = _solve(lambda z: z + c, jnp.zeros((3, 20)), deq.SolverConfig(lam=lam, steps=8))
+    np.testing.assert_allclose(r.z, 8.0 * c)
+    # Started at the fixed point: all residuals vanish.
+    r = _solve(lambda z: 0.5 * z + 1.0, jnp.full((3, 20), 2.0), deq.SolverConfig(lam=lam, steps=40))
+    np.testing.assert_allclose(r.z, 2.0, atol=1e-6)
+    assert np.all(np.isfinite(np.asarray(r.residual)))
+
+
 def test_one_anderson_step_is_one_plain_step_and_residual_is_reported(getkey):
   f, z_star = _affine_problem(getkey())
   z0 = jax.random.normal(getkey(), z_star.shape)
@@ -91,7 +131,7 @@ def test_one_anderson_step_is_one_plain_step_and_residual_is_reported(getkey):
   np.testing.assert_allclose(ri.residual, expect, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["anderson", "iteration"])
+@pytest.mark.parametrize("name", ["anderson", "iteration", "broyden"])
 def test_warm_start_lowers_residual(getkey, name):
   f, z_star = _affine_problem(getkey(), norm=0.9)
   cold = _solve(f, jnp.zeros_like(z_star), name, steps=3)
@@ -104,7 +144,7 @@ def test_warm_start_lowers_residual(getkey, name):
   assert np.all(np.asarray(again.residual) < np.asarray(cold.residual))
 
 
-@pytest.mark.parametrize("name", ["anderson", "iteration"])
+@pytest.mark.parametrize("name", ["anderson", "iteration", "broyden"])
 def test_tolerance_early_stop_and_report(getkey, name):
   f, z_star = _affine_problem(getkey(), norm=0.5)
   z0 = jnp.zeros_like(z_star)
@@ -133,7 +173,9 @@ def test_per_sample_residuals_are_independent(getkey):
 
 def test_solver_config_validation():
   with pytest.raises(ValueError, match="solver"):
-    deq.SolverConfig(name="broyden")
+    deq.SolverConfig(name="newton")
+  with pytest.raises(ValueError, match="solver"):
+    deq.as_solver_config("3X")
   with pytest.raises(ValueError, match="steps"):
     deq.SolverConfig(steps=0)
   with pytest.raises(ValueError, match="beta"):

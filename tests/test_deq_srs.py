@@ -243,13 +243,35 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   assert np.any(cert.check_agree < cert.check_selected)
   assert np.all(cert.mismatch_upper > 0)
   assert "40 anderson steps" in cert.guarantee
-  # Standard RS certifies the same classifier.
-  # lam=1e-6: with lam=1e-9 Anderson returns NaN for 1 of 8000 samples here, which the
-  # engine refuses to count (FloatingPointError).
+  # Standard RS certifies the same classifier (lam=1e-9 once gave NaN for 1 of 8000
+  # samples here; a breakdown of the Anderson solve is now a plain step).
   std_cert = deq.certify(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2,
-                             method="standard", solver=deq.SolverConfig(lam=1e-6), steps=40,
+                             method="standard", solver=deq.SolverConfig(lam=1e-9), steps=40,
                              n0=50, n=2000, alpha=0.001, batch_size=1000)
   assert np.all(std_cert.p_lower <= p_true) and "standard RS" in std_cert.guarantee
+
+
+def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
+  """SRS-2B chains (Broyden warm-up and check solver too) certify radii below the
+  true radius, and 2 Broyden steps per chunk disagree with the converged DEQ less
+  often than 1 plain step."""
+  deq_fn, params, w = _linear_deq(getkey(), rho=0.95)
+  sigma = 0.5
+  x = _inputs_at_margins(w, [0.9, -0.6, 0.3, 0.05])
+  p_true, cls = _true_pa(w, x, sigma)
+  kw = dict(sigma=sigma, num_classes=2, method="srs", warmup_solver="broyden", warmup_steps=5,
+            check_solver="30B", check_steps=30, m=150, n0=50, n=2000, alpha=0.001,
+            batch_size=100)
+  key = getkey()
+  cert = deq.certify(key, deq_fn, params, x, solver="broyden", steps=2, **kw)
+  assert np.all(cert.p_lower <= p_true)
+  assert np.all(cert.radius <= sigma * st.norm.ppf(p_true))
+  ok = cert.prediction >= 0
+  np.testing.assert_array_equal(cert.prediction[ok], cls[ok])
+  assert ok[0] and "30 broyden steps" in cert.guarantee
+  naive = deq.certify(key, deq_fn, params, x, solver="naive", steps=1, **kw)
+  miss = lambda c: np.sum(c.check_selected - c.check_agree)
+  assert miss(cert) < miss(naive)
 
 
 def test_certify_deq_options_and_errors(getkey):

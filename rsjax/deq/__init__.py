@@ -6,7 +6,8 @@ Serialized Random Smoothing", NeurIPS 2024.
 A flat API over private modules:
 
 * ``_solvers``: batched fixed-point solvers with a static step count
-  (``fixed_point_iteration``, ``anderson``, ``solve`` with a ``SolverConfig``),
+  (``fixed_point_iteration``, ``anderson``, ``broyden``; ``solve`` with a
+  ``SolverConfig`` or a paper label such as ``"30A"``, ``"3B"``, ``"1N"``),
   per-sample residuals, warm starts.
 * ``_implicit``: ``implicit_fixed_point`` (the fixed point with an implicit
   gradient, custom VJP) and the Hutchinson Jacobian regularizer.
@@ -37,6 +38,7 @@ from rsjax.deq._solvers import SOLVERS as SOLVERS
 from rsjax.deq._solvers import SolverConfig as SolverConfig
 from rsjax.deq._solvers import SolverResult as SolverResult
 from rsjax.deq._solvers import anderson as anderson
+from rsjax.deq._solvers import broyden as broyden
 from rsjax.deq._solvers import as_solver_config as as_solver_config
 from rsjax.deq._solvers import fixed_point_iteration as fixed_point_iteration
 from rsjax.deq._solvers import relative_residual as relative_residual
@@ -64,6 +66,7 @@ __all__ = [
     "SolverResult",
     "anderson",
     "as_solver_config",
+    "broyden",
     "certify",
     "check_indices",
     "fixed_point_iteration",

@@ -12,20 +12,28 @@ the loop may stop early, but only once *every* sample has converged (a batch
 runs as fast as its slowest sample); with ``early_stop=False`` the tolerance is
 only reported in ``SolverResult.converged``.
 
+Three solvers, named as in the paper by their letter after the step count:
+plain iteration ("kN", ``"iteration"`` alias ``"naive"``), Anderson
+acceleration ("kA") and Broyden's method ("kB"). ``SolverConfig.label`` gives the
+name ("30A") and ``as_solver_config("3B")`` parses it. One step of any of them
+from ``z0`` is one plain step ``f(z0)``.
+
 The relative residual reported is the one of MDEQ (Bai et al. 2020):
 ``||f(x) - x|| / (||f(x)|| + 1e-8)`` at the last point ``x`` where ``f`` was
 evaluated. The returned state ``z`` is the solver's next iterate (``f(x)`` for
 plain iteration, the Anderson extrapolation for Anderson), so one more step of
-either solver from ``z`` continues the same sequence (warm starts).
+either solver from ``z`` continues the same sequence (warm starts; Broyden
+restarts its Jacobian estimate from ``-I`` at every call, as in MDEQ).
 
-Broyden's method is not provided: it stores one rank-one update of size ``D``
-per step and per sample (``steps x D`` floats, against ``2 m D`` for Anderson),
-the paper uses it only for its ImageNet models, and nothing here needs it.
+Memory per sample: Anderson keeps ``2 m D`` floats of history; Broyden keeps
+two rank-one factors of size ``D`` per step (``2 (steps - 1) D`` floats), which
+is why the paper uses it only with few steps or small states.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -36,6 +44,7 @@ from rsjax.util import check_int
 
 __all__ = [
     "SolverConfig",
+    "broyden",
     "SolverResult",
     "SOLVERS",
     "as_solver_config",
@@ -45,9 +54,12 @@ __all__ = [
     "solve",
 ]
 
-SOLVERS = ("anderson", "iteration")
+SOLVERS = ("anderson", "iteration", "broyden")
 _ALIASES = {"anderson": "anderson", "a": "anderson", "iteration": "iteration", "naive": "iteration",
-            "n": "iteration", "fixed_point": "iteration", "picard": "iteration"}
+            "n": "iteration", "fixed_point": "iteration", "picard": "iteration",
+            "broyden": "broyden", "b": "broyden"}
+_LETTERS = {"anderson": "A", "iteration": "N", "broyden": "B"}
+_LABEL = re.compile(r"^\s*(\d+)\s*([ANBanb])\s*$")
 _EPS = 1e-8
 
 
@@ -74,7 +86,8 @@ class SolverConfig:
   """Hyperparameters of a solver (hashable: usable as a static jit argument).
 
   Attributes:
-    name: ``"anderson"`` or ``"iteration"`` (aliases ``"naive"``, ``"A"``, ``"N"``).
+    name: ``"anderson"``, ``"iteration"`` or ``"broyden"`` (aliases ``"naive"``,
+      ``"A"``, ``"N"``, ``"B"``).
     steps: number of evaluations of ``f`` (>= 1).
     m: Anderson memory (history size, >= 1).
     lam: Anderson ridge regularization of the ``G G^T`` Gram matrix.
@@ -109,9 +122,25 @@ class SolverConfig:
   def replace(self, **kw) -> "SolverConfig":
     return dataclasses.replace(self, **kw)
 
+  @property
+  def label(self) -> str:
+    """The paper's name of this solver: ``"30A"``, ``"3B"``, ``"1N"``."""
+    return f"{self.steps}{_LETTERS[self.name]}"
+
 
 def as_solver_config(solver: "SolverConfig | str", steps: int | None = None, **kw) -> SolverConfig:
-  """Builds a ``SolverConfig`` from a name or a config, overriding ``steps`` and ``kw``."""
+  """Builds a ``SolverConfig`` from a name, a paper label or a config.
+
+  Args:
+    solver: a ``SolverConfig``, a solver name (``"anderson"``, ``"naive"``,
+      ``"broyden"``, ...) or a label ``"kA"`` / ``"kN"`` / ``"kB"`` such as
+      ``"30A"`` (then ``steps`` defaults to ``k``).
+    steps: overrides the number of steps.
+    **kw: other ``SolverConfig`` fields to override.
+
+  Returns:
+    The ``SolverConfig``.
+  """
   if isinstance(solver, SolverConfig):
     over = dict(kw)
     if steps is not None:
@@ -119,6 +148,10 @@ def as_solver_config(solver: "SolverConfig | str", steps: int | None = None, **k
     return solver.replace(**over) if over else solver
   if not isinstance(solver, str):
     raise ValueError(f"solver must be a name in {SOLVERS} or a SolverConfig, got {solver!r}")
+  label = _LABEL.match(solver)
+  if label:
+    solver = label.group(2)
+    kw.setdefault("steps", int(label.group(1)))
   if steps is not None:
     kw["steps"] = steps
   return SolverConfig(name=solver, **kw)
@@ -228,7 +261,7 @@ def _spd_solve_ones(a: jax.Array) -> jax.Array:
   return y * inv_sqrt_d
 
 
-def _anderson_mix(X, F, count, cfg: SolverConfig):
+def _anderson_mix(X, F, count, latest, cfg: SolverConfig):
   """Anderson extrapolation from a ring-buffer history.
 
   Args:
@@ -236,6 +269,7 @@ def _anderson_mix(X, F, count, cfg: SolverConfig):
     F: ``[B, m, D]`` their images ``f(X)``.
     count: int scalar, number of valid history slots (``<= m``); valid slots are
       ``0 .. count-1`` (the ring buffer fills in order).
+    latest: int scalar, the slot of the last evaluation.
 
   Returns:
     ``[B, D]`` the next iterate ``sum_j a_j (beta F_j + (1 - beta) X_j)`` with the
@@ -243,6 +277,9 @@ def _anderson_mix(X, F, count, cfg: SolverConfig):
     to ``sum_j a_j = 1``: ``a = H^{-1} 1 / (1^T H^{-1} 1)`` with the per-sample
     ``m x m`` matrix ``H = G G^T + lam I`` (equivalent to MDEQ's ``(m+1) x (m+1)``
     KKT system). Unused slots get ``H_jj = 1``, no coupling and weight 0.
+    Where the solve breaks down (``H`` numerically singular: a tiny ``lam`` with
+    a repeated or vanishing residual; non-finite weights or result), that sample
+    takes a plain (damped) step from the last evaluation instead of NaN.
   """
   m = X.shape[1]
   valid = (jnp.arange(m) < count).astype(jnp.float32)  # [m]
@@ -253,9 +290,21 @@ def _anderson_mix(X, F, count, cfg: SolverConfig):
   y = _spd_solve_ones(gram) * valid
   alpha = (y / jnp.sum(y, axis=1, keepdims=True)).astype(F.dtype)  # [B, m]
   mixed = jnp.einsum("bj,bjd->bd", alpha, F)
+  plain = jax.lax.dynamic_index_in_dim(F, latest, 1, keepdims=False)
   if cfg.beta != 1.0:
     mixed = cfg.beta * mixed + (1.0 - cfg.beta) * jnp.einsum("bj,bjd->bd", alpha, X)
-  return mixed
+    plain = cfg.beta * plain + (1.0 - cfg.beta) * jax.lax.dynamic_index_in_dim(
+        X, latest, 1, keepdims=False)
+  ok = jnp.all(jnp.isfinite(alpha), axis=1) & jnp.all(jnp.isfinite(mixed), axis=1)
+  return jnp.where(ok[:, None], mixed, plain)
+
+
+def _first_evaluation(f, z0):
+  """``(ff, x0, f(x0), residual)`` on flat ``[B, D]`` states; ``ff`` is ``f`` on flat states."""
+  ff = lambda x: _flat(f(x.reshape(z0.shape)))
+  x0 = _flat(z0)
+  f0 = ff(x0)
+  return ff, x0, f0, relative_residual(f0, x0)
 
 
 def anderson(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
@@ -281,20 +330,15 @@ def anderson(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
     ``SolverResult``.
   """
   cfg = _resolve(config, "anderson", steps, tol)
-  shape = z0.shape
-  b = shape[0]
   m = cfg.m
-  ff = lambda x: _flat(f(x.reshape(shape)))
-  x0 = _flat(z0)
-  d = x0.shape[1]
-  f0 = ff(x0)
+  ff, x0, f0, res0 = _first_evaluation(f, z0)
+  b, d = x0.shape
   X = jnp.zeros((b, m, d), x0.dtype).at[:, 0].set(x0)
   F = jnp.zeros((b, m, d), f0.dtype).at[:, 0].set(f0)
-  res0 = relative_residual(f0, x0)
 
   def step(k, carry):
     X, F = carry
-    x = _anderson_mix(X, F, jnp.minimum(k, m), cfg)
+    x = _anderson_mix(X, F, jnp.minimum(k, m), (k - 1) % m, cfg)
     fx = ff(x)
     slot = k % m
     X = jax.lax.dynamic_update_index_in_dim(X, x, slot, 1)
@@ -302,7 +346,58 @@ def anderson(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
     return (X, F), relative_residual(fx, x)
 
   (X, F), res, k = _loop(step, (X, F), res0, cfg, 1)
-  z = _anderson_mix(X, F, jnp.minimum(k, m), cfg).reshape(shape)
+  z = _anderson_mix(X, F, jnp.minimum(k, m), (k - 1) % m, cfg).reshape(z0.shape)
+  return SolverResult(z=z, residual=res, steps=k, converged=_converged(res, cfg))
+
+
+def _lowrank(U, V, x, transpose=False):
+  """``H x`` (or ``x^T H``) for ``H = -I + sum_j U_j V_j^T``; ``U, V [B, S, D]``, ``x [B, D]``."""
+  if transpose:
+    return -x + jnp.einsum("bs,bsd->bd", jnp.einsum("bd,bsd->bs", x, U), V)
+  return -x + jnp.einsum("bs,bsd->bd", jnp.einsum("bd,bsd->bs", x, V), U)
+
+
+def broyden(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
+            config: SolverConfig | None = None, steps: int | None = None,
+            tol: float | None = None) -> SolverResult:
+  """Broyden's method ("good" Broyden on ``g(z) = f(z) - z``, as in MDEQ), batched.
+
+  The inverse Jacobian estimate of ``g`` starts at ``H = -I`` and receives one
+  rank-one update ``u v^T`` per step (Sherman-Morrison form of Broyden's good
+  update, no line search); the factors live in ``[B, steps - 1, D]`` buffers of
+  the loop carry. Evaluation ``k`` is at ``x_k``: ``x_0 = z0``,
+  ``x_{k+1} = x_k - H_k g(x_k)`` (so ``x_1 = f(z0)``: one Broyden step is one
+  plain step). After ``steps`` evaluations the result is ``x_steps``. An update
+  whose denominator ``v^T dg`` vanishes or is not finite is skipped, for that
+  sample only.
+
+  Args and returns as ``anderson``; the config's ``m``, ``lam`` and ``beta`` are
+  not used.
+  """
+  cfg = _resolve(config, "broyden", steps, tol)
+  ff, x0, f0, res0 = _first_evaluation(f, z0)
+  g0 = (f0 - x0).astype(jnp.float32)
+  U = jnp.zeros((x0.shape[0], max(cfg.steps - 1, 1), x0.shape[1]), jnp.float32)
+  V = jnp.zeros_like(U)
+
+  def step(k, carry):
+    x, g, d, U, V = carry
+    x_new = (x.astype(jnp.float32) + d).astype(x.dtype)
+    fx = ff(x_new)
+    g_new = (fx - x_new).astype(jnp.float32)
+    dx, dg = d, g_new - g
+    v = _lowrank(U, V, dx, transpose=True)
+    den = jnp.sum(v * dg, axis=1)
+    ok = jnp.isfinite(den) & (jnp.abs(den) > 1e-30)
+    u = (dx - _lowrank(U, V, dg)) / jnp.where(ok, den, 1.0)[:, None]
+    ok = ok & jnp.all(jnp.isfinite(u), axis=1) & jnp.all(jnp.isfinite(v), axis=1)
+    U = jax.lax.dynamic_update_index_in_dim(U, jnp.where(ok[:, None], u, 0.0), k - 1, 1)
+    V = jax.lax.dynamic_update_index_in_dim(V, jnp.where(ok[:, None], v, 0.0), k - 1, 1)
+    d_new = -_lowrank(U, V, g_new)
+    return (x_new, g_new, d_new, U, V), relative_residual(fx, x_new)
+
+  (x, _, d, _, _), res, k = _loop(step, (x0, g0, g0, U, V), res0, cfg, 1)
+  z = (x.astype(jnp.float32) + d).astype(x0.dtype).reshape(z0.shape)
   return SolverResult(z=z, residual=res, steps=k, converged=_converged(res, cfg))
 
 
@@ -324,7 +419,8 @@ def solve(f: Callable[[jax.Array], jax.Array], z0: jax.Array,
   Args:
     f: batched per-sample map ``[B, ...] -> [B, ...]``.
     z0: ``[B, ...]`` initial state (zeros or a warm start).
-    config: ``SolverConfig`` or a solver name (``"anderson"``, ``"iteration"``).
+    config: ``SolverConfig``, a solver name (``"anderson"``, ``"iteration"``,
+      ``"broyden"``) or a label such as ``"30A"``.
     steps: evaluations of ``f`` (overrides the config).
     tol: relative residual tolerance (overrides the config).
 
@@ -333,14 +429,13 @@ def solve(f: Callable[[jax.Array], jax.Array], z0: jax.Array,
 
   Examples:
     >>> import jax.numpy as jnp
-
-from rsjax.util import check_int
     >>> f = lambda z: 0.5 * z + 1.0            # fixed point z* = 2
     >>> r = solve(f, jnp.zeros((3, 4)), "anderson", steps=5)
     >>> bool(jnp.allclose(r.z, 2.0, atol=1e-4))
     True
   """
   cfg = as_solver_config(config) if not isinstance(config, SolverConfig) else config
-  if cfg.name == "anderson":
-    return anderson(f, z0, config=cfg, steps=steps, tol=tol)
-  return fixed_point_iteration(f, z0, config=cfg, steps=steps, tol=tol)
+  return _SOLVE[cfg.name](f, z0, config=cfg, steps=steps, tol=tol)
+
+
+_SOLVE = {"anderson": anderson, "iteration": fixed_point_iteration, "broyden": broyden}
