@@ -30,9 +30,12 @@ Commands::
 
 ``--quick`` uses SMALL settings: 5 training epochs, 50 test images (every 20th
 of the 1,000 held-out digits), n0 = 100, N = 2,000, m = 200 check samples,
-100 chains, alpha = 0.001. With m = 200 the mismatch bound alone caps
-p_lower near 0.965 (R <= 0.9 at sigma = 0.5), and N = 2,000 caps standard RS
-at R = 1.36, so the large radii are not comparable to the paper's N = 10,000.
+100 chains, alpha = 0.001. With m = 200 the mismatch budget caps p_lower at
+0.947 (``rsjax.deq.max_certifiable_radius``: R <= 0.81 at sigma = 0.5), and
+N = 2,000 caps standard RS at R = 1.36, so the large radii are not comparable
+to the paper's N = 10,000. Without ``m`` in the config, m is chosen per run by
+``rsjax.deq.min_check_samples`` as the smallest m whose cap reaches
+``cap_sigmas * sigma``; both caps are written to the JSON.
 
 Output: ``results/srs_deq_quick.json`` (``--quick``) or ``results/srs_deq.json``
 (in the repository root).
@@ -61,7 +64,7 @@ clock follows the f-eval ratio; the 30A check samples are half of SRS's cost at
 m = 200), but the accuracy cost is larger than the paper's one point: 4-6
 points at radius 0, about 10 at 0.25, and nothing certified from radius 1.0 on.
 Two causes: (1) with m = 200 the mismatch bound alone gives
-r <= (alpha/2)^(1/m_A) ~ 0.96, so p_lower <= 0.96 and R <= 0.88 even with
+r <= (alpha/2)^(1/m_A) ~ 0.96, so p_lower <= 0.947 and R <= 0.81 even with
 perfect agreement (the paper uses m = 400 with N = 10,000); (2) the warm-started
 chains disagree with the 30A DEQ on 3-6% of the samples, concentrated on the
 hard images (agreement 0.61-0.93 on the worst dozen), which lowers r further
@@ -84,7 +87,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from rsjax import data, deq, metrics
+from rsjax import data, deq, metrics, stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +102,8 @@ class Config:
   images_every: int = 5
   n0: int = 100
   n: int = 10_000
-  m: int = 400
+  m: int | None = None  # None: the smallest m whose cap reaches cap_sigmas * sigma
+  cap_sigmas: float = 2.0
   chains: int = 400
   alpha: float = 0.001
   standard_steps: int = 30
@@ -121,11 +125,19 @@ def get_config(quick: bool = False) -> Config:
 
   Args:
     quick: 5 epochs, 50 images, N = 2,000, m = 200, 100 chains (~10 min on 2 cores)
-      instead of the full 20 epochs, 200 images, N = 10,000, m = 400, 400 chains.
+      instead of the full 20 epochs, 200 images, N = 10,000, m from the mismatch budget
+      (420: the smallest m that can certify 2 sigma), 400 chains.
   """
   if quick:
     return Config(epochs=5, images_every=20, n=2_000, m=200, chains=100)
   return Config()
+
+
+def check_samples(cfg: Config) -> int:
+  """The run's number of SRS check samples: ``cfg.m``, or from the mismatch budget."""
+  if cfg.m is not None:
+    return cfg.m
+  return deq.min_check_samples(cfg.cap_sigmas * cfg.sigma, cfg.n, cfg.alpha, cfg.sigma)
 
 
 def train_model(cfg: Config, x: np.ndarray, y: np.ndarray, x_eval, y_eval, log):
@@ -187,7 +199,7 @@ def f_evals(cfg: Config, method: str, steps: int) -> int:
     c = min(cfg.chains, num)
     return c * cfg.warmup_steps + (num - c) * steps
 
-  return chain_evals(cfg.n0) + chain_evals(cfg.n) + cfg.m * cfg.standard_steps
+  return chain_evals(cfg.n0) + chain_evals(cfg.n) + check_samples(cfg) * cfg.standard_steps
 
 
 def certify_all(cfg: Config, model, x, y, ids, method: str, steps: int, log):
@@ -198,7 +210,7 @@ def certify_all(cfg: Config, model, x, y, ids, method: str, steps: int, log):
     kw.update(method="standard", solver="anderson", steps=steps)
   else:
     kw.update(method="srs", solver="anderson", steps=steps, warmup_steps=cfg.warmup_steps,
-              check_solver="anderson", check_steps=cfg.standard_steps, m=cfg.m)
+              check_solver="anderson", check_steps=cfg.standard_steps, m=check_samples(cfg))
   deq_fn, variables = deq.to_deq_fn(model)
   rows, times = [], []
   for i in range(len(x)):
@@ -262,6 +274,9 @@ def run(cfg: Config, out_path: str, log=print) -> dict:
     res["f_eval_ratio_vs_standard"] = base["f_evals_per_image"] / res["f_evals_per_image"]
   report = {
       "config": dataclasses.asdict(cfg),
+      "m": check_samples(cfg),
+      "srs_radius_cap": deq.max_certifiable_radius(cfg.n, check_samples(cfg), cfg.alpha, cfg.sigma),
+      "standard_radius_cap": float(stats.max_radius(cfg.n, cfg.alpha, cfg.sigma)),
       "dataset": "mnist5k (train 4000 / test 1000)",
       "images": ids.tolist(),
       "num_params": int(sum(v.size for v in jax.tree.leaves(nnx.state(model, nnx.Param)))),

@@ -16,10 +16,16 @@ A flat API over private modules:
   engine).
 * ``_srs``: serialized sampling (``srs_sample``: warm-started chains in a
   ``lax.scan``) with check samples.
+* ``_budget``: the mismatch budget (``max_certifiable_radius``,
+  ``min_check_samples``, ``mismatch_cap``): the largest radius SRS can certify
+  with ``N`` samples and ``m`` check samples, and the ``m`` a radius needs.
 * ``_certify``: ``certify`` (standard RS or SRS), ``SRSCertificate`` and the
   two-stage correlation-eliminated certificate.
 """
 
+from rsjax.deq._budget import max_certifiable_radius as max_certifiable_radius
+from rsjax.deq._budget import min_check_samples as min_check_samples
+from rsjax.deq._budget import mismatch_cap as mismatch_cap
 from rsjax.deq._certify import CORRECTIONS as CORRECTIONS
 from rsjax.deq._certify import METHODS as METHODS
 from rsjax.deq._certify import SRSCertificate as SRSCertificate
@@ -74,6 +80,9 @@ __all__ = [
     "jacobian_frobenius_sq",
     "make_apply_fn",
     "make_srs_plan",
+    "max_certifiable_radius",
+    "min_check_samples",
+    "mismatch_cap",
     "relative_residual",
     "solve",
     "srs_certificate",
