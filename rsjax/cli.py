@@ -171,10 +171,13 @@ def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
   import jax
   from rsjax import training
   from rsjax.training import ddrs as ddrs_training
+  if args.discard is not None or args.reweigh is not None:
+    raise CliError("--method ddrs cannot be combined with --discard or --reweigh")
   try:
     tc = training.TrainConfig(sigma=args.sigma, epochs=args.epochs, batch_size=args.batch,
                               lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay,
-                              lr_step=args.lr_step_size, gamma=args.gamma)
+                              lr_step=args.lr_step_size, gamma=args.gamma,
+                              objective=_objective(args))
     cfg = ddrs_training.DDRSConfig(sigma0=args.sigma, sigma_steps=args.sigma_steps,
                                    sigma_lr=args.sigma_lr, sigma_draws=args.sigma_draws,
                                    parametrization=args.sigma_param,

@@ -297,8 +297,13 @@ def test_train_and_certify_ddrs(tmp_path, capsys):
   out = tmp_path / "ddrs"
   assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs",
                  "2", "--batch", "64", "--lr", "0.1", "--out", out, "--method", "ddrs",
-                 "--sigma-steps", "1", "--sigma-lr", "0.02", "--sigma-draws", "2", "--quiet") == 0
+                 "--sigma-steps", "1", "--sigma-lr", "0.02", "--sigma-draws", "2", "--objective",
+                 "macer", "--num-noise", "2", "--quiet") == 0
   assert "training sigma" in capsys.readouterr().out
+  import json
+  saved = json.loads((out / "config.json").read_text())
+  assert saved["method"] == "ddrs" and saved["train"]["objective"]["name"] == "macer"
+  assert saved["train"]["batch_sigma"]["sigma_steps"] == 1  # DDRS Algorithm 2 with MACER
   res_file = tmp_path / "ddrs.tsv"
   assert run_cli("certify", out, res_file, "--method", "ddrs", "--ddrs-steps", "10", "--ddrs-lr",
                  "0.01", "--ddrs-draws", "4", "--N", "300", "--N0", "30", "--batch", "300",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rsjax import models
-from rsjax.training import TrainConfig
+from rsjax.training import MACER, TrainConfig
 from rsjax.training.ddrs import SIGMA_FILE, DDRSConfig, train_ddrs
 
 
@@ -49,6 +49,31 @@ def test_zero_steps_is_fixed_sigma_training(digits):
                             train_config=TrainConfig(sigma=0.3, epochs=1, batch_size=64),
                             progress=False)
   np.testing.assert_array_equal(mem, np.float32(0.3))
+
+
+def test_macer_with_per_example_sigma_trains():
+  # DDRS's CIFAR recipe: MACER with the memory's per-example sigma in its hinge. lbd = 1
+  # lets the cross-entropy part lead from scratch (at lbd = 12 the hinge term grows as inputs
+  # become correct, so the total loss need not fall on a fresh model).
+  from sklearn.datasets import load_digits
+  d = load_digits()
+  x, y = (d.images / 16.0).astype(np.float32)[..., None], d.target.astype(np.int32)
+  tc = TrainConfig(sigma=0.25, epochs=3, batch_size=64, lr=0.1,
+                   objective=MACER(num_noise=4, lbd=1.0))
+  cfg = DDRSConfig(sigma0=0.25, sigma_steps=1, sigma_lr=0.02, sigma_draws=2)
+  _, hist, mem = train_ddrs(0, _model(), (x, y), ddrs_config=cfg, train_config=tc,
+                            progress=False)
+  losses = [h["train_loss"] for h in hist]
+  assert losses[-1] < 0.5 * losses[0], losses
+  assert hist[-1]["train_acc"] > 0.6  # noisy training accuracy, chance is 0.1
+  assert np.ptp(mem) > 0 and hist[-1]["sigma_std"] > 0  # the memory moved per example
+
+
+def test_memory_is_the_trainer_batch_sigma(digits):
+  # the DDRS memory cannot be combined with the strategies' resampling
+  from rsjax.training import Discard
+  with pytest.raises(ValueError, match="batch_sigma"):
+    TrainConfig(sigma=0.25, batch_sigma=DDRSConfig(sigma0=0.25), discard=Discard(epoch=1))
 
 
 def test_bad_config():

@@ -4,7 +4,8 @@
   :mod:`rsjax.training.objectives` (Gaussian noise by default, Cohen et al.
   2019; Consistency, SmoothAdv, MACER; Gaussian with the adaptive sphere
   attack of Sun et al. 2025) on a Flax NNX model, optionally with the data
-  strategies of Sun et al. (:class:`Discard`, :class:`Reweigh`), with per-epoch
+  strategies of Sun et al. (:class:`Discard`, :class:`Reweigh`) or a per-batch
+  data-dependent sigma (:class:`BatchSigma`, e.g. DDRS), with per-epoch
   evaluation, orbax checkpoints and exact resume.
 * :func:`load_model` / :func:`restore_model`: rebuild a trained model from its
   workdir (``config.json`` + checkpoints); :func:`save_model` writes such a
@@ -30,6 +31,7 @@ from rsjax.training.strategies import correct_counts as correct_counts
 from rsjax.training.strategies import discard_mask as discard_mask
 from rsjax.training.strategies import resample as resample
 from rsjax.training.strategies import reweigh_weights as reweigh_weights
+from rsjax.training.trainer import BatchSigma as BatchSigma
 from rsjax.training.trainer import TrainConfig as TrainConfig
 from rsjax.training.trainer import make_optimizer as make_optimizer
 from rsjax.training.trainer import train as train
@@ -38,7 +40,7 @@ from rsjax.training.workdir import read_config as read_config
 from rsjax.training.workdir import restore_model as restore_model
 from rsjax.training.workdir import save_model as save_model
 
-__all__ = ["Consistency", "Discard", "Gaussian", "MACER", "OBJECTIVES", "Objective", "Reweigh",
+__all__ = ["BatchSigma", "Consistency", "Discard", "Gaussian", "MACER", "OBJECTIVES", "Objective", "Reweigh",
            "SmoothAdv", "SphereAttack", "TrainConfig", "correct_counts", "discard_mask", "gradient_norm_table",
            "load_model", "make_objective", "make_optimizer",
            "per_sample_gradient_norms", "read_config", "resample", "restore_model", "reweigh_weights",

@@ -14,9 +14,11 @@ Randomness comes from one key: the shuffle of epoch ``e`` from
 ``fold_in(fold_in(key, 1), t)``, the noisy evaluation of epoch ``e`` from
 ``fold_in(fold_in(key, 2), e)`` and the counts of the data strategies
 (:mod:`rsjax.training.strategies`) at epoch ``e`` from
-``fold_in(fold_in(key, 3), e)``. With a ``workdir`` the state is checkpointed
-after every epoch and a restarted run resumes from the last finished epoch; it
-ends with the same weights as an uninterrupted run.
+``fold_in(fold_in(key, 3), e)`` and the per-batch sigma of a
+:class:`BatchSigma` at step ``t`` from ``fold_in(fold_in(key, 4), t)``. With a
+``workdir`` the state is checkpointed after every epoch and a restarted run
+resumes from the last finished epoch; it ends with the same weights as an
+uninterrupted run.
 """
 
 from __future__ import annotations
@@ -42,7 +44,38 @@ from rsjax.training.objectives import Gaussian, Objective
 from rsjax.training.strategies import (Discard, Reweigh, correct_counts, discard_mask, resample,
                                       reweigh_weights)
 
-__all__ = ["TrainConfig", "train", "make_optimizer"]
+__all__ = ["BatchSigma", "TrainConfig", "train", "make_optimizer"]
+
+
+class BatchSigma:
+  """Per-input training sigma computed on device before each step, with a state of its own.
+
+  The trainer's extension point for data-dependent sigma (DDRS Algorithm 2,
+  :class:`rsjax.training.ddrs.DDRSConfig`): subclasses are frozen dataclasses
+  (hashable: a static argument of the compiled step; ``to_json`` goes into the
+  training config) that implement
+
+  * ``init(n) -> state``: the initial state, a pytree of arrays (e.g. a ``[n]``
+    sigma memory); it stays on device, is checkpointed with the model and
+    restored on resume;
+  * ``__call__(key, state, eval_fn, variables, x, idx, epoch) -> (state,
+    sigma [B])``: traced inside the training step, before the objective, which
+    then sees ``sigma`` (``eval_fn(variables, x)`` is the eval-mode classifier,
+    ``idx [B]`` the dataset indices of the batch, ``epoch`` traced);
+  * ``summary(state) -> dict``: JSON numbers added to each epoch's history.
+  """
+
+  def init(self, n: int):
+    raise NotImplementedError
+
+  def __call__(self, key, state, eval_fn, variables, x, idx, epoch):
+    raise NotImplementedError
+
+  def summary(self, state) -> dict:
+    return {}
+
+  def to_json(self) -> dict:
+    return {"name": type(self).__name__, **dataclasses.asdict(self)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +100,9 @@ class TrainConfig:
       inputs: a step sees ``batch_size * objective.num_noise`` noisy images.
     discard: optional :class:`~rsjax.training.strategies.Discard` (Sun et al.).
     reweigh: optional :class:`~rsjax.training.strategies.Reweigh` (Sun et al.).
+    batch_sigma: optional :class:`BatchSigma` giving each batch its per-input
+      sigma (then ``sigma`` is only the level of the per-epoch noisy evaluation);
+      not combined with the strategies or with per-input sigma in the data.
   """
 
   sigma: float
@@ -82,6 +118,7 @@ class TrainConfig:
   objective: Objective = Gaussian()
   discard: Discard | None = None
   reweigh: Reweigh | None = None
+  batch_sigma: BatchSigma | None = None
 
   def __post_init__(self):
     def bad(name, why):
@@ -107,6 +144,11 @@ class TrainConfig:
     for name, cls in (("discard", Discard), ("reweigh", Reweigh)):
       if getattr(self, name) is not None and not isinstance(getattr(self, name), cls):
         bad(name, f"must be None or a {cls.__name__}")
+    if self.batch_sigma is not None:
+      if not isinstance(self.batch_sigma, BatchSigma):
+        bad("batch_sigma", "must be None or an rsjax.training.BatchSigma")
+      if self.discard is not None or self.reweigh is not None:
+        bad("batch_sigma", "cannot be combined with discard or reweigh")
 
   @property
   def strategy_epoch(self) -> int | None:
@@ -120,11 +162,14 @@ class TrainConfig:
     for name in ("discard", "reweigh"):
       if out[name] is not None:
         out[name] = dataclasses.asdict(out[name])
+    if self.batch_sigma is not None:
+      out["batch_sigma"] = self.batch_sigma.to_json()
     return out
 
 
 #: JSON of the fields added after the first release, as older workdirs lack them.
-_LATER_FIELDS = {"objective": Gaussian().to_json(), "discard": None, "reweigh": None}
+_LATER_FIELDS = {"objective": Gaussian().to_json(), "discard": None, "reweigh": None,
+                 "batch_sigma": None}
 
 
 def make_optimizer(config: TrainConfig, steps_per_epoch: int) -> optax.GradientTransformation:
@@ -173,26 +218,39 @@ def _check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
 def _optimizer_spec(config: TrainConfig) -> TrainConfig:
   """The config with the fields the optimizer does not use normalized (a jit cache key)."""
   return dataclasses.replace(config, sigma=0.0, epochs=0, drop_last=False, eval_batch_size=1,
-                             objective=Gaussian(), discard=None, reweigh=None)
+                             objective=Gaussian(), discard=None, reweigh=None,
+                             batch_sigma=None)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "eval_fn", "objective", "spec",
-                                             "steps_per_epoch"))
-def _train_step(params, rest, opt_state, x, y, sigma, key, epoch, *, graphdef, eval_fn,
-                objective, spec, steps_per_epoch):
-  """One optimizer step of ``objective`` on a batch; returns the new state, summed loss and aux."""
+                                             "steps_per_epoch", "batch_sigma"))
+def _train_step(params, rest, opt_state, x, y, sigma, key, epoch, sigma_state=None, idx=None,
+                sigma_key=None, *, graphdef, eval_fn, objective, spec, steps_per_epoch,
+                batch_sigma=None):
+  """One optimizer step of ``objective`` on a batch.
+
+  With ``batch_sigma`` the batch's per-input sigma comes from it (and its state),
+  computed before the objective. Returns the new state, the summed loss, aux and
+  the new ``sigma_state``.
+  """
   tx = make_optimizer(spec, steps_per_epoch)
+  if batch_sigma is not None:
+    sigma_state, sigma = batch_sigma(sigma_key, sigma_state, eval_fn, nnx.merge_state(params, rest),
+                                     x, idx, epoch)
+    sigma = jax.lax.stop_gradient(sigma)
 
   def loss_fn(p, r):
     last_rest = [r]
 
-    def apply_fn(p_, x_):
+    def apply_fn(p_, x_, *args, method=None):
       # copy=True: fresh NNX variables owned by this (grad) trace, so BatchNorm
-      # can update its statistics here; the statistics of the last call are kept.
-      model = nnx.merge(graphdef, p_, r, copy=True)
-      logits = model(x_)
+      # can update its statistics here; each call starts from the statistics of
+      # the previous one, and those of the last call are kept. ``method`` calls
+      # another method of the model (e.g. a noise generator, UCAN).
+      model = nnx.merge(graphdef, p_, last_rest[0], copy=True)
+      out = (model if method is None else getattr(model, method))(x_, *args)
       last_rest[0] = nnx.state(model, nnx.Not(nnx.Param))
-      return logits
+      return out
 
     def eval_apply(p_, x_):
       return eval_fn(nnx.merge_state(p_, r), x_)
@@ -203,7 +261,7 @@ def _train_step(params, rest, opt_state, x, y, sigma, key, epoch, *, graphdef, e
   (loss, (new_rest, aux)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest)
   updates, opt_state = tx.update(grads, opt_state, params)
   params = optax.apply_updates(params, updates)
-  return params, new_rest, opt_state, loss * x.shape[0], aux
+  return params, new_rest, opt_state, loss * x.shape[0], aux, sigma_state
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn",))
@@ -278,7 +336,7 @@ def _split_sigma(train_data):
 def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=None,
           workdir=None, resume: bool = True, model_config: Mapping | None = None,
           keep_checkpoints: int = 2, progress: bool = True,
-          on_epoch_end: Callable[[dict], None] | None = None):
+          on_epoch_end: Callable[[dict], None] | None = None, return_state: bool = False):
   """Trains an NNX classifier on noisy inputs with the configured objective.
 
   Args:
@@ -307,6 +365,8 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
     keep_checkpoints: number of epoch checkpoints kept.
     progress: show a tqdm progress bar and a line per epoch.
     on_epoch_end: optional callback receiving each epoch's history entry.
+    return_state: also return the final state of ``config.batch_sigma`` (NumPy
+      arrays; None without one).
 
   Raises:
     FloatingPointError: the training loss became NaN or inf (checked at the end
@@ -317,7 +377,9 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
     dict per epoch: ``epoch`` (1-based), ``lr``, ``train_loss``, ``train_acc``
     (on the noisy training copies), ``clean_acc`` and ``noisy_acc`` (None
     without ``eval_data``), ``seconds``, and with a strategy ``kept_fraction``
-    (the fraction of training inputs with a nonzero sampling weight).
+    (the fraction of training inputs with a nonzero sampling weight), and
+    with ``config.batch_sigma`` its ``summary`` of the state. With
+    ``return_state``: ``(model, history, state)``.
   """
   from rsjax.models import to_apply_fn, to_train_fn
 
@@ -325,6 +387,9 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
     raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
   key = as_key(key)
   train_data, train_sigma = _split_sigma(train_data)
+  batch_sigma = config.batch_sigma
+  if batch_sigma is not None and train_sigma is not None:
+    raise ValueError("train_data with per-input sigma cannot be combined with config.batch_sigma")
   x, y = _check_data(train_data, "train_data")
   ev = _check_data(eval_data, "eval_data") if eval_data is not None else None
   n = x.shape[0]
@@ -343,18 +408,22 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
   opt_state = tx.init(params)
   strategies = config.strategy_epoch is not None
   weights = np.ones(n, np.float32)  # sampling weights of the strategies (0 = discarded)
+  sigma_state = None if batch_sigma is None else batch_sigma.init(n)
 
   shuffle_key = jax.random.fold_in(key, 0)
   noise_key = jax.random.fold_in(key, 1)
   eval_key = jax.random.fold_in(key, 2)
   count_key = jax.random.fold_in(key, 3)
+  batch_sigma_key = jax.random.fold_in(key, 4)
   key_data = np.asarray(jax.random.key_data(key)).tolist()
 
-  def state_items(params, rest, opt_state, weights):
+  def state_items(params, rest, opt_state, weights, sigma_state):
     """The checkpointed pytrees (also the restore targets)."""
     state = {"opt_state": opt_state, "key": jax.random.key_data(key)}
     if strategies:
       state["weights"] = jnp.asarray(weights)
+    if batch_sigma is not None:
+      state["batch_sigma"] = sigma_state
     return {"model": {"params": params, "rest": rest}, "train": state}
 
   data_info = {"num_train": int(n), "input_shape": list(x.shape[1:]), "num_classes": int(num_classes)}
@@ -375,7 +444,8 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
             f"workdir {workdir!r} already holds checkpoints (epoch {latest}); pass resume=True to "
             "continue, or use a new workdir")
       if latest is not None:
-        items, meta = ckpt.restore(latest, targets=state_items(params, rest, opt_state, weights))
+        items, meta = ckpt.restore(
+            latest, targets=state_items(params, rest, opt_state, weights, sigma_state))
         _check_compatible(meta["config"], config.to_json(), "training config")
         _check_compatible(meta["data"], data_info, "training data")
         if meta["key"] != key_data:
@@ -384,6 +454,8 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
         opt_state = items["train"]["opt_state"]
         if strategies:
           weights = np.asarray(items["train"]["weights"], np.float32)
+        if batch_sigma is not None:
+          sigma_state = items["train"]["batch_sigma"]
         start_epoch = int(meta["epoch"])
         history = list(meta["history"])
         if progress:
@@ -403,11 +475,12 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
   # One committed placement for fresh and restored state alike, so a resumed run
   # reuses the compiled step (single-device training).
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  params, rest, opt_state = jax.device_put((params, rest, opt_state), device)
+  params, rest, opt_state, sigma_state = jax.device_put((params, rest, opt_state, sigma_state),
+                                                        device)
   sigma_arr = jax.device_put(jnp.float32(config.sigma), device)
   step_fn = functools.partial(_train_step, graphdef=train_fn.graphdef, eval_fn=apply_fn,
                               objective=config.objective, spec=_optimizer_spec(config),
-                              steps_per_epoch=steps_per_epoch)
+                              steps_per_epoch=steps_per_epoch, batch_sigma=batch_sigma)
   eval_fn = functools.partial(_eval_step, sigma=sigma_arr, apply_fn=apply_fn)
   schedule_lr = lambda epoch: config.lr * config.gamma ** (epoch // config.lr_step)  # noqa: E731
 
@@ -457,9 +530,11 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
         idx = perm[b * config.batch_size:(b + 1) * config.batch_size]
         step = epoch * steps_per_epoch + b
         sig = sigma_arr if train_sigma is None else train_sigma[idx]
-        params, rest, opt_state, loss, aux = step_fn(
+        extra = () if batch_sigma is None else (
+            sigma_state, idx.astype(np.int32), jax.random.fold_in(batch_sigma_key, step))
+        params, rest, opt_state, loss, aux, sigma_state = step_fn(
             params, rest, opt_state, x[idx], y[idx], sig, jax.random.fold_in(noise_key, step),
-            epoch_arr)
+            epoch_arr, *extra)
         loss_sum, correct_sum = loss_sum + loss, correct_sum + aux["correct"]
         seen += idx.shape[0]
         first_bad = _first_bad_step(first_bad, loss, step)
@@ -477,10 +552,12 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
             config.eval_batch_size)
       if strategies:
         entry["kept_fraction"] = float(np.mean(weights > 0))
+      if batch_sigma is not None:
+        entry.update(batch_sigma.summary(sigma_state))
       entry["seconds"] = time.perf_counter() - t0
       history.append(entry)
       if ckpt is not None:
-        ckpt.save(epoch + 1, items=state_items(params, rest, opt_state, weights),
+        ckpt.save(epoch + 1, items=state_items(params, rest, opt_state, weights, sigma_state),
                   meta={"epoch": epoch + 1, "config": config.to_json(), "data": data_info,
                         "key": key_data, "history": history})
         wd.write_json(os.path.join(workdir, wd.HISTORY_FILE), history)
@@ -491,6 +568,8 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
           msg += f"  clean acc {entry['clean_acc']:.4f}  noisy acc {entry['noisy_acc']:.4f}"
         if strategies:
           msg += f"  kept {entry['kept_fraction']:.3f}"
+        if batch_sigma is not None:
+          msg += "".join(f"  {k} {v:.4g}" for k, v in batch_sigma.summary(sigma_state).items())
         tqdm.write(msg + f"  ({entry['seconds']:.1f} s)")
       if on_epoch_end is not None:
         on_epoch_end(entry)
@@ -498,4 +577,6 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
     if ckpt is not None:
       ckpt.close()
   nnx.update(model, params, rest)
+  if return_state:
+    return model, history, jax.device_get(sigma_state)
   return model, history
