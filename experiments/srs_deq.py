@@ -207,10 +207,12 @@ def certify_all(cfg: Config, model, x, y, ids, method: str, steps: int, log):
   kw = dict(sigma=cfg.sigma, num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
             batch_size=cfg.chains)
   if method == "standard":
-    kw.update(method="standard", solver="anderson", steps=steps)
+    kw.update(method="standard", solver=deq.SolverConfig("anderson", steps))
   else:
-    kw.update(method="srs", solver="anderson", steps=steps, warmup_steps=cfg.warmup_steps,
-              check_solver="anderson", check_steps=cfg.standard_steps, m=check_samples(cfg))
+    kw.update(method="srs", solver=deq.SolverConfig("anderson", cfg.standard_steps),
+              srs=deq.SRSConfig(solver=deq.SolverConfig("anderson", steps),
+                                warmup=deq.SolverConfig("anderson", cfg.warmup_steps),
+                                m=check_samples(cfg)))
   deq_fn, variables = deq.to_deq_fn(model)
   rows, times = [], []
   for i in range(len(x)):

@@ -10,6 +10,7 @@ from rsjax import noise as noise
 from rsjax import stats as stats
 from rsjax._certify import ABSTAIN as ABSTAIN
 from rsjax._certify import Certificate as Certificate
+from rsjax._certify import Sampling as Sampling
 from rsjax._certify import certificate_from_counts as certificate_from_counts
 from rsjax._certify import certify as certify
 from rsjax._certify import predict as predict
@@ -32,6 +33,7 @@ def __getattr__(name):
 __all__ = [
     "ABSTAIN",
     "Certificate",
+    "Sampling",
     "certificate_from_counts",
     "certify",
     "noise",

@@ -1,4 +1,5 @@
-"""CERTIFY and PREDICT of Cohen et al. for many inputs at once.
+"""CERTIFY and PREDICT of Cohen et al. for many inputs at once, and the one
+CERTIFY driver that every method runs (:func:`run_certify`).
 
 Counts come from the device engine (``rsjax._sampling``); the certificate is
 computed on the host in float64 (``rsjax.stats``).
@@ -7,6 +8,8 @@ computed on the host in float64 (``rsjax.stats``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -16,9 +19,71 @@ from rsjax import stats
 from rsjax._sampling import counts_prepared, prepare_inputs, sample_counts
 from rsjax.util import as_key, check_alpha, check_int, scale_per_input
 
-__all__ = ["Certificate", "certify", "predict", "ABSTAIN", "certificate_from_counts"]
+__all__ = ["ABSTAIN", "Certificate", "Sampling", "certificate_from_counts", "certify",
+           "engine_counts", "predict", "run_certify"]
 
 ABSTAIN = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+  """How CERTIFY samples: the settings every method's ``certify`` takes (``settings=``).
+
+  Every ``certify`` also accepts these fields as keywords
+  (``rsjax.certify(..., n0=100, n=100_000, alpha=0.001, batch_size=1000)``),
+  which build this object (:meth:`of`).
+
+  Attributes:
+    n0: selection samples per input.
+    n: estimation samples per input (budgeted CERTIFY: the most any input gets).
+    alpha: failure probability per input.
+    batch_size: forward passes per step (SRS: the number of parallel chains),
+      or ``"auto"`` (``rsjax.sample_counts``).
+    noise: noise family or its name (None: Gaussian, L2); stored resolved.
+    compute_dtype: optional reduced precision of the classifier (see
+      ``rsjax.sample_counts``).
+    devices: number of local devices to use (None: all).
+  """
+
+  n0: int = 100
+  n: int = 100_000
+  alpha: float = 0.001
+  batch_size: int | str = 1000
+  noise: Any = None
+  compute_dtype: Any = None
+  devices: int | None = None
+
+  def __post_init__(self):
+    set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen: normalize
+    set_("n0", check_int("n0", self.n0))
+    set_("n", check_int("n", self.n))
+    set_("alpha", check_alpha(self.alpha))
+    if self.batch_size != "auto":
+      set_("batch_size", check_int("batch_size", self.batch_size))
+    if self.devices is not None:
+      set_("devices", check_int("devices", self.devices))
+    set_("noise", noise_lib.get_noise(self.noise))
+
+  @classmethod
+  def of(cls, settings: "Sampling | None" = None, **fields) -> "Sampling":
+    """``settings`` (default ``Sampling()``) with ``fields`` replaced.
+
+    Raises:
+      TypeError: for a keyword that is not a field.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(fields) - names)
+    if unknown:
+      raise TypeError(f"unexpected keyword argument(s) {unknown}; sampling settings are "
+                      f"{sorted(names)}")
+    if settings is None:
+      return cls(**fields)
+    if not isinstance(settings, cls):
+      raise ValueError(f"settings must be an rsjax.Sampling, got {settings!r}")
+    return dataclasses.replace(settings, **fields) if fields else settings
+
+  def replace(self, **fields) -> "Sampling":
+    return dataclasses.replace(self, **fields)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +98,11 @@ class Certificate:
     counts_selection: ``[B, C]`` int selection counts (n0 samples).
     norm: the norm of the radius (``"l2"``, ``"l1"``, ``"linf"``).
     guarantee: what the radius guarantees, in words.
+    sound: whether the radius is a certificate (holds with probability at
+      least ``1 - alpha`` per input, as ``guarantee`` states). False for
+      numbers reported only for comparison: per-input sigma chosen from ``x``
+      without the DDRS memory, UCAN's input-dependent generators, SRS with the
+      authors' code's bound or consecutive check positions.
   """
 
   prediction: np.ndarray
@@ -42,6 +112,7 @@ class Certificate:
   counts_selection: np.ndarray | None = None
   norm: str = "l2"
   guarantee: str = ""
+  sound: bool = True
 
   @property
   def abstained(self) -> np.ndarray:
@@ -51,14 +122,10 @@ class Certificate:
     return int(self.prediction.shape[0])
 
 
-def scale_per_input(sig: np.ndarray) -> tuple[np.ndarray, bool]:
-  """Scalar scale per input for the radius: the minimum over dimensions.
-
-  For anisotropic noise ``sigma_i * eps`` the region ``||delta / sigma||_p <= R``
-  contains the ball of radius ``min_i sigma_i * R`` (UCAN Corollary 3.3).
-  """
-  flat = sig.reshape(sig.shape[0], -1).astype(np.float64)
-  return flat.min(axis=1), bool(flat.shape[1] > 1 and np.any(flat.max(1) != flat.min(1)))
+#: ``counts(key, num, *, selection=None, aux_key=None) -> counts`` (see :func:`run_certify`).
+CountsFn = Callable[..., Any]
+#: ``rule(selection, estimation) -> Certificate`` (see :func:`run_certify`).
+RuleFn = Callable[[Any, Any], Certificate]
 
 
 def certificate_from_counts(counts_selection, counts, *, n, alpha, scale, dim, noise=None,
@@ -113,24 +180,59 @@ def certificate_from_counts(counts_selection, counts, *, n, alpha, scale, dim, n
   )
 
 
-def certify_prepared(key, apply_fn, params, x_np, sig, ids_arr, *, num_classes, n0, n, alpha,
-                     batch_size, noise=None, multiclass=False, compute_dtype=None) -> Certificate:
-  """CERTIFY on inputs already validated by ``prepare_inputs`` (typed ``key``).
+def engine_counts(apply_fn, params, x_np, sig, ids_arr, *, num_classes: int,
+                  settings: Sampling) -> CountsFn:
+  """The counts source of the core engine for inputs validated by ``prepare_inputs``.
 
-  Method modules that compute sigma themselves (``rsjax.idrs``) call this after
-  their own ``prepare_inputs``, so inputs are validated once.
+  Returns:
+    ``counts(key, num, **_) -> [B, C]`` int32 counts of ``num`` samples per input
+    (the driver's extra keywords are ignored).
   """
-  # fold_in, not split: the same key certifies every chunk of a dataset (the
-  # noise is a function of key, input id and sample index), so it is not consumed.
-  k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-  kw = dict(num_classes=num_classes, batch_size=batch_size, noise=noise,
-            compute_dtype=compute_dtype)
-  c0 = counts_prepared(k_sel, apply_fn, params, x_np, sig, ids_arr, num=n0, **kw)
-  c1 = counts_prepared(k_est, apply_fn, params, x_np, sig, ids_arr, num=n, **kw)
-  scale, _ = scale_per_input(sig)
-  dim = int(np.prod(x_np.shape[1:]))
-  return certificate_from_counts(c0, c1, n=n, alpha=alpha, scale=scale, dim=dim, noise=noise,
-                                 multiclass=multiclass)
+
+  def counts(key, num, **_):
+    return counts_prepared(key, apply_fn, params, x_np, sig, ids_arr, num=num,
+                           num_classes=num_classes, batch_size=settings.batch_size,
+                           noise=settings.noise, compute_dtype=settings.compute_dtype,
+                           devices=settings.devices)
+
+  return counts
+
+
+def run_certify(key, counts: CountsFn, rule: RuleFn, settings: Sampling, *,
+                tests: int = 1) -> Certificate:
+  """CERTIFY, the one driver of every method: selection, estimation, certificate.
+
+  A method supplies what differs: its source of counts (the engine; the
+  shifted input of UCAN; SRS chains) and its certificate rule (Cohen's bound,
+  IDRS's radius, UCAN's region, SRS's two-stage test), which states the
+  guarantee and sets ``sound``. The driver derives the keys and runs the
+  passes, so that selection and estimation never share samples.
+
+  Keys: selection ``fold_in(key, 0)``, estimation ``fold_in(key, 1)``, and
+  ``fold_in(key, 2)`` for auxiliary randomness of the estimation pass (SRS's
+  check positions). They are folded, not split: the same key certifies every
+  chunk of a dataset (the noise is a function of key, input id and sample
+  index), so it is not consumed.
+
+  Args:
+    key: ``jax.random.key`` or int seed.
+    counts: ``counts(key, num, *, selection=None, aux_key=None)``: the counts
+      of ``num`` samples per input (``[B, C]`` int, or a method's record). The
+      estimation pass gets the selection counts and the auxiliary key.
+    rule: ``rule(selection, estimation) -> Certificate``.
+    settings: the sampling settings.
+    tests: the number of tests ``alpha`` is split over (for the sample-size
+      warning; SRS: 2).
+
+  Returns:
+    The rule's ``Certificate``.
+  """
+  key = as_key(key)
+  stats.check_sample_size(settings.n, settings.alpha / tests)
+  selection = counts(jax.random.fold_in(key, 0), settings.n0)
+  estimation = counts(jax.random.fold_in(key, 1), settings.n, selection=selection,
+                      aux_key=jax.random.fold_in(key, 2))
+  return rule(selection, estimation)
 
 
 def certify(
@@ -141,15 +243,11 @@ def certify(
     *,
     sigma,
     num_classes: int,
-    n0: int = 100,
-    n: int = 100_000,
-    alpha: float = 0.001,
-    batch_size: int = 1000,
+    settings: Sampling | None = None,
     ids=None,
-    noise=None,
     multiclass: bool = False,
-    compute_dtype=None,
     budget=None,
+    **sampling,
 ) -> Certificate:
   """Cohen et al.'s CERTIFY for a batch of inputs.
 
@@ -164,18 +262,17 @@ def certify(
     x: ``[B, *input_shape]`` inputs.
     sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
     num_classes: number of classes C.
-    n0: selection samples.
-    n: estimation samples.
-    alpha: failure probability per input.
-    batch_size: forward passes per step.
+    settings: a :class:`Sampling` (``n0``, ``n``, ``alpha``, ``batch_size``,
+      ``noise``, ``compute_dtype``, ``devices``; default ``Sampling()``).
     ids: ``[B]`` dataset indices (reproducible noise per input).
-    noise: noise family (default Gaussian, L2).
     multiclass: Cohen's multiclass radius with simultaneous bounds.
-    compute_dtype: optional reduced precision for the classifier (see ``sample_counts``).
     budget: a radius grid (``rsjax.budgeted.Budget`` or a sequence of radii):
       budgeted CERTIFY, which stops each input once its certified grid radius
       can no longer change, with at most ``n`` estimation samples and the same
       guarantee (``rsjax.budgeted.certify``; binary radius only).
+    **sampling: fields of :class:`Sampling` given as keywords (``n0=100,
+      n=100_000, alpha=0.001, batch_size=1000, noise=None, ...``); they override
+      ``settings``.
 
   Returns:
     ``Certificate`` with NumPy fields (a ``BudgetedCertificate``, which also
@@ -184,28 +281,29 @@ def certify(
   Raises:
     ValueError: for bad arguments (named in the message).
   """
+  settings = Sampling.of(settings, **sampling)
   if budget is not None:
     if multiclass:
       raise ValueError("budget= gives the binary radius only, not multiclass=True")
     from rsjax import budgeted  # lazy: budgeted builds on this module
     return budgeted.certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
-                            budget=budget, n0=n0, n_max=n, alpha=alpha, batch_size=batch_size,
-                            ids=ids, noise=noise, compute_dtype=compute_dtype)
-  alpha = check_alpha(alpha)
-  n0 = check_int("n0", n0)
-  n = check_int("n", n)
-  stats.check_sample_size(n, alpha)
+                            budget=budget, settings=settings, ids=ids)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  cert = certify_prepared(as_key(key), apply_fn, params, x_np, sig, ids_arr,
-                          num_classes=num_classes, n0=n0, n=n, alpha=alpha,
-                          batch_size=batch_size, noise=noise, multiclass=multiclass,
-                          compute_dtype=compute_dtype)
-  _, aniso = scale_per_input(sig)
-  if aniso:
-    cert = dataclasses.replace(
-        cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R "
-        "(UCAN Cor. 3.3; see rsjax.anisotropic for the full region)")
-  return cert
+  scale, aniso = scale_per_input(sig)
+  dim = int(np.prod(x_np.shape[1:]))
+
+  def rule(c0, c1):
+    cert = certificate_from_counts(c0, c1, n=settings.n, alpha=settings.alpha, scale=scale,
+                                   dim=dim, noise=settings.noise, multiclass=multiclass)
+    if aniso:
+      cert = dataclasses.replace(
+          cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R "
+          "(UCAN Cor. 3.3; see rsjax.anisotropic for the full region)")
+    return cert
+
+  counts = engine_counts(apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes,
+                         settings=settings)
+  return run_certify(key, counts, rule, settings)
 
 
 def predict(
@@ -216,26 +314,27 @@ def predict(
     *,
     sigma,
     num_classes: int,
-    n: int = 100_000,
-    alpha: float = 0.001,
-    batch_size: int = 1000,
+    settings: Sampling | None = None,
     ids=None,
-    noise=None,
-    compute_dtype=None,
+    **sampling,
 ) -> np.ndarray:
   """Cohen et al.'s PREDICT: the top class, or -1 when the two-sided binomial test
   of the top two counts at 1/2 has p-value above ``alpha``.
 
+  Uses ``n`` samples (key ``key`` itself), ``alpha``, ``batch_size``, ``noise``,
+  ``compute_dtype`` and ``devices`` of the settings (``settings`` and/or the
+  same keywords as :func:`certify`).
+
   Returns:
     ``[B]`` int NumPy array of classes (-1 = abstain).
   """
-  alpha = check_alpha(alpha)
-  n = check_int("n", n)
-  counts = sample_counts(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, num=n,
-                         batch_size=batch_size, ids=ids, noise=noise, compute_dtype=compute_dtype)
+  s = Sampling.of(settings, **sampling)
+  counts = sample_counts(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, num=s.n,
+                         batch_size=s.batch_size, ids=ids, noise=s.noise,
+                         compute_dtype=s.compute_dtype, devices=s.devices)
   order = np.argsort(-counts, axis=1, kind="stable")
   top = order[:, 0]
   n1 = counts[np.arange(len(top)), top]
   n2 = counts[np.arange(len(top)), order[:, 1]] if counts.shape[1] > 1 else np.zeros_like(n1)
   pval = stats.binomial_test_half(n1, n2)
-  return np.where(pval <= alpha, top, ABSTAIN).astype(np.int64)
+  return np.where(pval <= s.alpha, top, ABSTAIN).astype(np.int64)

@@ -68,12 +68,11 @@ from jax.sharding import PartitionSpec as P
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate
-from rsjax._sampling import (as_key, cast_floating, check_finite_outputs, counts_prepared,
-                             noisy_counts, prepare_inputs)
+from rsjax._certify import ABSTAIN, Certificate, Sampling, engine_counts, run_certify
+from rsjax._sampling import cast_floating, check_finite_outputs, noisy_counts, prepare_inputs
+from rsjax.util import local_mesh, num_local_devices, replicate, scale_per_input
 
-__all__ = ["Budget", "BudgetedCertificate", "certify", "certify_prepared", "sequential_bounds",
-           "grid_level"]
+__all__ = ["Budget", "BudgetedCertificate", "certify", "sequential_bounds", "grid_level"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,10 +234,6 @@ class BudgetedCertificate(Certificate):
   grid: tuple[float, ...] = ()
 
 
-def _mesh(devices: int) -> jax.sharding.Mesh:
-  return jax.sharding.Mesh(np.array(jax.local_devices()[:devices]), ("dev",))
-
-
 @functools.partial(jax.jit, static_argnames=("apply_fn", "noise", "num_classes", "samples_per_step",
                                              "mesh", "compute_dtype"))
 def _items_jit(key, params, x, sig, ids, items, *, apply_fn, noise, num_classes, samples_per_step,
@@ -278,28 +273,21 @@ def _round_items(active: np.ndarray, start: int, stop: int, s: int) -> np.ndarra
   return np.stack([inp, a, np.minimum(a + s, stop)], axis=1).astype(np.uint32)
 
 
-def certify_prepared(key, apply_fn, params, x_np, sig, ids_arr, *, num_classes: int, budget: Budget,
-                     n0: int, n_max: int, alpha: float, batch_size: int, noise=None,
-                     compute_dtype=None, devices: int | None = None,
-                     max_steps_per_launch: int = 64) -> BudgetedCertificate:
-  """Budgeted CERTIFY on inputs validated by ``prepare_inputs`` (typed ``key``).
+def _estimation(k_est, apply_fn, params, inputs, guess, *, num_classes, budget, settings,
+                max_steps_per_launch=64):
+  """The sequential estimation pass: ``(counts [B, C] int32, used [B], p_lower [B])``.
 
-  See :func:`certify`; ``max_steps_per_launch`` bounds the scan length of one
-  launch per device (launch sizes are powers of 4 up to it, so a run compiles
-  a handful of programs).
+  Rounds of work items over the inputs still running, launched in scans whose
+  length is a power of 4 up to ``max_steps_per_launch`` steps per device (a
+  run compiles a handful of programs).
   """
-  noise = noise_lib.get_noise(noise)
-  k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-  c0 = counts_prepared(k_sel, apply_fn, params, x_np, sig, ids_arr, num=n0, num_classes=num_classes,
-                       batch_size=batch_size, noise=noise, compute_dtype=compute_dtype,
-                       devices=devices)
-  guess = c0.argmax(axis=1)
+  x_np, sig, ids_arr = inputs
+  noise = settings.noise
   b = x_np.shape[0]
-  ndev = len(jax.local_devices()) if devices is None else min(int(devices), len(jax.local_devices()))
-  mesh = _mesh(ndev)
-  s = min(int(batch_size), int(n_max))
-  replicated = jax.sharding.NamedSharding(mesh, P())
-  dev_args = jax.device_put((k_est, params, x_np, sig, ids_arr), replicated)
+  ndev = num_local_devices(settings.devices)
+  mesh = local_mesh(ndev)
+  s = min(int(settings.batch_size), settings.n)
+  dev_args = replicate(mesh, (k_est, params, x_np, sig, ids_arr))
   counts = np.zeros((b, num_classes), np.int64)
 
   def count_fn(active, start, stop):
@@ -319,48 +307,31 @@ def certify_prepared(key, apply_fn, params, x_np, sig, ids_arr, *, num_classes: 
       launch = launch.reshape(t, ndev, 3).transpose(1, 0, 2)
       partials.append(_items_jit(*dev_args, launch, apply_fn=apply_fn, noise=noise,
                                  num_classes=num_classes, samples_per_step=s, mesh=mesh,
-                                 compute_dtype=compute_dtype))
+                                 compute_dtype=settings.compute_dtype))
     # One host sync per round: the launches above were dispatched asynchronously.
     new = sum(np.asarray(jax.device_get(p), np.int64).sum(axis=0) for p in partials)
     check_finite_outputs(new[active, -1], ids_arr[active], stop - start)
     counts[active] += new[active, :-1]
     return new[active, guess[active]]
 
-  scale = sig.reshape(b, -1).astype(np.float64).min(axis=1)
-  dim = int(np.prod(x_np.shape[1:]))
-  _, used, p_lower = sequential_bounds(count_fn, b, n_max=n_max, alpha=alpha, budget=budget,
-                                       noise=noise, scale=scale, dim=dim)
-  ok = p_lower >= 0.5
-  radius = np.where(ok & (p_lower > 0.5), noise.radius(p_lower, scale, dim), 0.0)
-  k = len(budget.looks(n_max))
-  return BudgetedCertificate(
-      prediction=np.where(ok, guess, ABSTAIN).astype(np.int64),
-      radius=np.asarray(radius, np.float64),
-      p_lower=np.asarray(p_lower, np.float64),
-      counts=counts.astype(np.int32),
-      counts_selection=c0,
-      norm=noise.norm,
-      guarantee=(
-          f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
-          f"{k} fixed looks up to n_max={n_max} with alpha split over them, union bound); holds "
-          f"with prob >= 1 - {alpha} per input for the given sigma held fixed (not a guarantee "
-          "if sigma was chosen from x: see rsjax.idrs)"),
-      num_samples=used,
-      grid=budget.grid,
-  )
+  scale, _ = scale_per_input(sig)
+  _, used, p_lower = sequential_bounds(count_fn, b, n_max=settings.n, alpha=settings.alpha,
+                                       budget=budget, noise=noise, scale=scale,
+                                       dim=int(np.prod(x_np.shape[1:])))
+  return counts.astype(np.int32), used, p_lower
 
 
 def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget | Sequence[float],
-            n0: int = 100, n_max: int = 100_000, alpha: float = 0.001, batch_size: int = 1000,
-            ids=None, noise=None, compute_dtype=None, devices: int | None = None
-            ) -> BudgetedCertificate:
+            settings: Sampling | None = None, ids=None, **sampling) -> BudgetedCertificate:
   """Budgeted CERTIFY: stop each input once its certified grid radius is decided.
 
-  Also reached as ``rsjax.certify(..., budget=...)`` (with ``n`` as ``n_max``).
-  The guarantee is CERTIFY's (``P(radius wrong) <= alpha`` per input) under
-  data-dependent stopping, by Clopper-Pearson bounds at fixed looks with
-  ``alpha`` split between them (union bound; Pocock 1977, Lan and DeMets
-  1983); see the module docstring for the derivation and the stopping rule.
+  Also reached as ``rsjax.certify(..., budget=...)``. The guarantee is
+  CERTIFY's (``P(radius wrong) <= alpha`` per input) under data-dependent
+  stopping, by Clopper-Pearson bounds at fixed looks with ``alpha`` split
+  between them (union bound; Pocock 1977, Lan and DeMets 1983); see the module
+  docstring for the derivation and the stopping rule. It runs the driver
+  :func:`rsjax.run_certify` (the selection pass of the engine, then this
+  module's sequential estimation pass).
 
   Args:
     key: ``jax.random.key`` or int seed. Selection uses ``fold_in(key, 0)`` and
@@ -372,14 +343,10 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget
     num_classes: C.
     budget: a :class:`Budget`, or the radius grid (a sequence of radii) for
       the default looks.
-    n0: selection samples.
-    n_max: the most estimation samples any input gets.
-    alpha: failure probability per input.
-    batch_size: forward passes per step (samples of one input per step).
+    settings: an :class:`rsjax.Sampling`; ``n`` is the most estimation samples
+      any input gets, ``batch_size`` the samples of one input per step.
     ids: ``[B]`` dataset indices (reproducible noise per input).
-    noise: noise family (default Gaussian, L2).
-    compute_dtype: optional reduced precision (see ``rsjax.sample_counts``).
-    devices: number of local devices (default all).
+    **sampling: :class:`rsjax.Sampling` fields as keywords (override ``settings``).
 
   Returns:
     A :class:`BudgetedCertificate`: ``prediction``, ``radius`` (the sound
@@ -392,13 +359,40 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget
   """
   if not isinstance(budget, Budget):
     budget = Budget(grid=tuple(np.asarray(budget, np.float64).reshape(-1)))
-  alpha = stats.check_alpha(alpha)
-  for name, v in (("n0", n0), ("n_max", n_max), ("batch_size", batch_size)):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
-      raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-  stats.check_sample_size(n_max, alpha)
-  x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  return certify_prepared(as_key(key), apply_fn, params, x_np, sig, ids_arr,
-                          num_classes=num_classes, budget=budget, n0=int(n0), n_max=int(n_max),
-                          alpha=alpha, batch_size=int(batch_size), noise=noise,
-                          compute_dtype=compute_dtype, devices=devices)
+  settings = Sampling.of(settings, **sampling)
+  if settings.batch_size == "auto":
+    raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
+  inputs = prepare_inputs(x, sigma, ids)
+  engine = engine_counts(apply_fn, params, *inputs, num_classes=num_classes, settings=settings)
+
+  def counts(key, num, selection=None, **_):
+    if selection is None:
+      return engine(key, num)
+    return _estimation(key, apply_fn, params, inputs, selection.argmax(axis=1),
+                       num_classes=num_classes, budget=budget, settings=settings)
+
+  def rule(c0, estimation):
+    counts1, used, p_lower = estimation
+    noise, n, alpha = settings.noise, settings.n, settings.alpha
+    scale, _ = scale_per_input(inputs[1])
+    ok = p_lower >= 0.5
+    radius = np.where(ok & (p_lower > 0.5),
+                      noise.radius(p_lower, scale, int(np.prod(inputs[0].shape[1:]))), 0.0)
+    k = len(budget.looks(n))
+    return BudgetedCertificate(
+        prediction=np.where(ok, c0.argmax(axis=1), ABSTAIN).astype(np.int64),
+        radius=np.asarray(radius, np.float64),
+        p_lower=np.asarray(p_lower, np.float64),
+        counts=counts1,
+        counts_selection=c0,
+        norm=noise.norm,
+        guarantee=(
+            f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
+            f"{k} fixed looks up to n_max={n} with alpha split over them, union bound); holds "
+            f"with prob >= 1 - {alpha} per input for the given sigma held fixed (not a guarantee "
+            "if sigma was chosen from x: see rsjax.idrs)"),
+        num_samples=used,
+        grid=budget.grid,
+    )
+
+  return run_certify(key, counts, rule, settings)

@@ -224,7 +224,7 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
 
 def _method_plan(args, key, model, apply_fn, params, ds):
   """The registry entry of ``--method`` built with its flags (``rsjax.methods``)."""
-  from rsjax import methods
+  from rsjax import Sampling, methods
   method = methods.METHODS[args.method]
   for other in methods.METHODS.values():
     for o in other.options:
@@ -232,12 +232,13 @@ def _method_plan(args, key, model, apply_fn, params, ds):
         users = [m.name for m in methods.METHODS.values() if o in m.options]
         raise CliError(f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
                        f"not {args.method}")
-  ctx = methods.Context(
-      key=key, model=model, apply_fn=apply_fn, params=params, dataset=ds, sigma=args.sigma,
-      sampling=dict(n0=args.N0, n=args.N, alpha=args.alpha, batch_size=args.batch),
-      noise=args.noise, multiclass=args.multiclass, workdir=args.model_dir,
-      load_split=lambda split: _load_dataset(ds.name, split, args.data_dir))
   try:
+    ctx = methods.Context(
+        key=key, model=model, apply_fn=apply_fn, params=params, dataset=ds, sigma=args.sigma,
+        sampling=Sampling(n0=args.N0, n=args.N, alpha=args.alpha, batch_size=args.batch,
+                          noise=args.noise),
+        multiclass=args.multiclass, workdir=args.model_dir,
+        load_split=lambda split: _load_dataset(ds.name, split, args.data_dir))
     return method.plan(ctx, **{o.name: getattr(args, o.name) for o in method.options})
   except ValueError as e:
     raise CliError(str(e)) from None

@@ -26,9 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rsjax._certify import ABSTAIN, Certificate
-from rsjax._certify import certify as _cohen_certify
-from rsjax._sampling import as_key, prepare_inputs
+from rsjax._certify import ABSTAIN, Certificate, Sampling
+from rsjax._certify import certify as cohen_certify
+from rsjax._sampling import prepare_inputs
+from rsjax.util import as_key
 
 __all__ = ["optimize_sigma", "sigma_ascent", "smoothing_objective", "MemoryCertifier",
            "DDRSCertificate", "certify", "FAMILIES", "PARAMETRIZATIONS"]
@@ -497,9 +498,8 @@ class DDRSCertificate(Certificate):
   memory_used: bool = False
 
 
-def certify(key, apply_fn, params, x, *, sigma, num_classes: int, n0: int = 100,
-            n: int = 100_000, alpha: float = 0.001, batch_size: int = 1000, ids=None,
-            memory: MemoryCertifier | None = None, noise=None) -> DDRSCertificate:
+def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
+            ids=None, memory: MemoryCertifier | None = None, **sampling) -> DDRSCertificate:
   """Cohen's CERTIFY at per-input sigma (DDRS ``certify_ds``), then the optional memory.
 
   Args:
@@ -510,47 +510,48 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, n0: int = 100,
     x: ``[B, *input_shape]`` inputs.
     sigma: ``[B]`` per-input sigma (e.g. from ``optimize_sigma``).
     num_classes: number of classes C.
-    n0: selection samples.
-    n: estimation samples.
-    alpha: failure probability per input.
-    batch_size: forward passes per step.
+    settings: an ``rsjax.Sampling``. Its noise is Gaussian (L2) or
+      ``"uniform"`` (the L1 variant: sigma is the half-width lambda, radius
+      ``2 lambda (p_A_lower - 1/2)``, Yang et al.).
     ids: ``[B]`` dataset indices.
     memory: a ``MemoryCertifier``; when given, the inputs are passed through it in
       their order (the memory is updated in place). Gaussian noise only (the
       memory works with L2 balls).
-    noise: ``None`` (Gaussian, L2) or ``"uniform"`` (the L1 variant: sigma is
-      the half-width lambda, radius ``2 lambda (p_A_lower - 1/2)``, Yang et al.).
+    **sampling: ``rsjax.Sampling`` fields as keywords (override ``settings``).
 
   Returns:
-    ``DDRSCertificate``; ``guarantee`` says what (little) it guarantees.
+    ``DDRSCertificate``; ``guarantee`` says what (little) it guarantees, and
+    ``sound`` is True only with the memory (its deployment-run guarantee).
 
   Raises:
     ValueError: for bad arguments.
   """
+  settings = Sampling.of(settings, **sampling)
   x_np, _, _ = prepare_inputs(x, 1.0, ids)
   sig = np.asarray(sigma, np.float32)
   if sig.shape != (x_np.shape[0],):
     raise ValueError(f"sigma must have shape [B]={(x_np.shape[0],)}, got {sig.shape}")
   if memory is not None and not isinstance(memory, MemoryCertifier):
     raise ValueError(f"memory must be a MemoryCertifier or None, got {memory!r}")
-  if noise is not None and memory is not None:
+  if memory is not None and settings.noise.norm != "l2":
     raise ValueError("the memory works with L2 balls: use Gaussian noise (noise=None) with it")
-  base = _cohen_certify(key, apply_fn, params, x_np, sigma=sig, num_classes=num_classes, n0=n0,
-                        n=n, alpha=alpha, batch_size=batch_size, ids=ids, noise=noise)
+  base = cohen_certify(key, apply_fn, params, x_np, sigma=sig, num_classes=num_classes,
+                       settings=settings, ids=ids)
   pred, rad = base.prediction, base.radius
   if memory is None:
-    guarantee = _NOT_A_CERTIFICATE + f" (alpha={alpha}, {noise or 'gaussian'} noise)"
+    guarantee = _NOT_A_CERTIFICATE + f" (alpha={settings.alpha}, {settings.noise.name} noise)"
   else:
     pred, rad = memory.update_batch(x_np, pred, rad)
-    guarantee = _MEMORY_GUARANTEE + f" (alpha={alpha} per input)"
+    guarantee = _MEMORY_GUARANTEE + f" (alpha={settings.alpha} per input)"
   return DDRSCertificate(
       prediction=np.asarray(pred, np.int64),
       radius=np.asarray(rad, np.float64),
       p_lower=base.p_lower,
       counts=base.counts,
       counts_selection=base.counts_selection,
-      norm="l2",
+      norm=base.norm,
       guarantee=guarantee,
+      sound=memory is not None,
       sigma=sig.astype(np.float64),
       prediction_mc=base.prediction,
       radius_mc=base.radius,

@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from rsjax._certify import Sampling
 from rsjax.deq import SOLVERS, SolverConfig
 
 __all__ = ["Context", "METHODS", "Method", "Option", "Plan", "UNIVERSAL_NOISE_FILE",
@@ -69,8 +70,8 @@ class Context:
     params: variables of ``apply_fn``.
     dataset: the dataset certified (``num_classes``, ``input_shape``, ``name``).
     sigma: the noise level (float; by default the training sigma).
-    sampling: ``n0``, ``n``, ``alpha``, ``batch_size`` keywords of the certify functions.
-    noise: noise family name.
+    sampling: the ``rsjax.Sampling`` of every certify call (``n0``, ``n``,
+      ``alpha``, ``batch_size``, the noise family, ...).
     multiclass: the multiclass radius with simultaneous bounds.
     workdir: the training workdir (methods may read saved state from it), or None.
     load_split: ``load_split(split) -> Dataset`` of the same dataset (e.g. the
@@ -83,8 +84,7 @@ class Context:
   params: Any
   dataset: Any
   sigma: float
-  sampling: dict
-  noise: str = "gaussian"
+  sampling: Sampling = Sampling()
   multiclass: bool = False
   workdir: str | None = None
   load_split: Callable | None = None
@@ -167,7 +167,7 @@ def restorer(plan: Plan, dataset) -> Callable | None:
 
 
 def _sound_column(cert, j) -> dict:
-  return {"sound": int(bool(getattr(cert, "sound", True)))}
+  return {"sound": int(bool(cert.sound))}
 
 
 # ----------------------------------------------------------------------------- cohen
@@ -193,10 +193,10 @@ def _cohen(ctx: Context, *, grid) -> Plan:
 
   def fn(x, ids):
     return rsjax.certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=ctx.sigma, ids=ids,
-                         num_classes=ctx.dataset.num_classes, noise=ctx.noise,
-                         multiclass=ctx.multiclass, budget=grid, **ctx.sampling)
+                         num_classes=ctx.dataset.num_classes, settings=ctx.sampling,
+                         multiclass=ctx.multiclass, budget=grid)
 
-  what = f"Cohen et al.'s CERTIFY, {ctx.noise} noise, sigma={ctx.sigma}"
+  what = f"Cohen et al.'s CERTIFY, {ctx.sampling.noise.name} noise, sigma={ctx.sigma}"
   if grid is None:
     return Plan(fn, describe=what)
   # Budgeted inputs stop independently and share launches: certify 16 per call.
@@ -219,7 +219,7 @@ def _idrs(ctx: Context, *, idrs_rate, idrs_k, idrs_m) -> Plan:
 
   def fn(x, ids):
     return idrs.certify(ctx.key, ctx.apply_fn, ctx.params, x, design=design, ids=ids,
-                        num_classes=ctx.dataset.num_classes, **ctx.sampling)
+                        num_classes=ctx.dataset.num_classes, settings=ctx.sampling)
 
   return Plan(fn, ("sigma",), lambda cert, j: {"sigma": repr(float(cert.sigma[j]))},
               describe=f"IDRS, design {design!r}")
@@ -289,8 +289,8 @@ def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> P
 
   def fn(x, ids):
     return anisotropic.certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=sigma, mu=mu, ids=ids,
-                               num_classes=ctx.dataset.num_classes, noise=ctx.noise,
-                               multiclass=ctx.multiclass, **ctx.sampling)
+                               num_classes=ctx.dataset.num_classes, settings=ctx.sampling,
+                               multiclass=ctx.multiclass)
 
   def row(cert, j):
     return {"normalized_radius": repr(float(cert.normalized_radius[j])),
@@ -305,7 +305,7 @@ def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> P
 
 def _ddrs(ctx: Context, *, ddrs_steps, ddrs_lr, ddrs_draws, ddrs_memory) -> Plan:
   from rsjax import ddrs
-  if ctx.noise != "gaussian" or ctx.multiclass:
+  if ctx.sampling.noise.name != "gaussian" or ctx.multiclass:
     raise ValueError("--method ddrs certifies with Gaussian noise and the binary radius only")
   if ddrs_steps < 0 or not ddrs_lr >= 0:
     raise ValueError(f"--ddrs-steps and --ddrs-lr must be >= 0, got {ddrs_steps}, {ddrs_lr}")
@@ -318,10 +318,11 @@ def _ddrs(ctx: Context, *, ddrs_steps, ddrs_lr, ddrs_draws, ddrs_memory) -> Plan
     sigma = ddrs.optimize_sigma(key_opt, ctx.apply_fn, ctx.params, x, sigma0=ctx.sigma,
                                 steps=ddrs_steps, lr=ddrs_lr, num_samples=ddrs_draws, ids=ids)
     return ddrs.certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=sigma, ids=ids,
-                        num_classes=ctx.dataset.num_classes, memory=memory, **ctx.sampling)
+                        num_classes=ctx.dataset.num_classes, memory=memory,
+                        settings=ctx.sampling)
 
   def row(cert, j):
-    sound = bool(getattr(cert, "sound", cert.memory_used))
+    sound = bool(cert.sound)
     return {"sigma": repr(float(cert.sigma[j])), "predict_mc": int(cert.prediction_mc[j]),
             "radius_mc": repr(float(cert.radius_mc[j])), "sound": int(sound)}
 
@@ -352,12 +353,19 @@ def _deq(ctx: Context, method: str, *, deq_solver, deq_steps, deq_warmup_steps, 
     raise ValueError(f"--method {'srs' if method == 'srs' else 'deq-standard'} needs a DEQ model "
                      "(trained with --model deq)")
   steps = deq_steps if deq_steps is not None else (3 if method == "srs" else 30)
+  if method == "srs":
+    # --deq-solver sets the chains; warm-up and check solves use Anderson.
+    solver = SolverConfig("anderson", srs_check_steps)
+    srs = deq.SRSConfig(solver=SolverConfig(deq_solver, steps),
+                        warmup=SolverConfig("anderson", deq_warmup_steps), m=srs_m,
+                        correction=srs_correction)
+  else:
+    solver, srs = SolverConfig(deq_solver, steps), None
 
   def fn(x, ids):
     return deq.certify(ctx.key, ctx.model, None, x, sigma=ctx.sigma, ids=ids, method=method,
-                           steps=steps, solver=deq_solver, warmup_steps=deq_warmup_steps,
-                           m=srs_m, check_steps=srs_check_steps, correction=srs_correction,
-                           num_classes=ctx.dataset.num_classes, **ctx.sampling)
+                       solver=solver, srs=srs, num_classes=ctx.dataset.num_classes,
+                       settings=ctx.sampling)
 
   return Plan(fn, describe=f"DEQ {method} RS, {steps} {deq_solver} steps per sample")
 

@@ -160,13 +160,15 @@ def compute() -> dict[str, np.ndarray]:
   deq_fn = LinearDEQ()
   dsmall = dict(n0=16, n=200, alpha=0.05)
   _cert("deq/standard", deq.certify(19, deq_fn, deq_params, x_deq, sigma=0.3, num_classes=2,
-                                        method="standard", steps=20, batch_size=64, **dsmall), out)
-  srs_kw = dict(num_classes=2, method="srs", steps=2, warmup_steps=8, check_steps=20, m=40,
-                batch_size=32, **dsmall)
-  _cert("deq/srs", deq.certify(20, deq_fn, deq_params, x_deq, sigma=[0.2, 0.3, 0.4],
-                                   **srs_kw), out)
+                                    method="standard", solver=deq.SolverConfig(steps=20),
+                                    batch_size=64, **dsmall), out)
+  srs = deq.SRSConfig(solver=deq.SolverConfig(steps=2), warmup=deq.SolverConfig(steps=8),
+                      check_solver=deq.SolverConfig(steps=20), m=40)
+  srs_kw = dict(num_classes=2, method="srs", batch_size=32, **dsmall)
+  _cert("deq/srs", deq.certify(20, deq_fn, deq_params, x_deq, sigma=[0.2, 0.3, 0.4], srs=srs,
+                               **srs_kw), out)
   _cert("deq/srs_code", deq.certify(21, deq_fn, deq_params, x_deq, sigma=0.3,
-                                        correction="authors_code", **srs_kw), out)
+                                    srs=srs.replace(correction="authors_code"), **srs_kw), out)
   return out
 
 

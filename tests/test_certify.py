@@ -158,3 +158,27 @@ def test_anisotropic_sigma_uses_min_scale():
   want = 0.5 * st.norm.ppf(cert.p_lower)
   np.testing.assert_allclose(cert.radius, want, rtol=1e-12)
   assert "anisotropic" in cert.guarantee
+
+
+def test_sampling_settings_equal_the_keyword_form():
+  rng = np.random.default_rng(5)
+  w = rng.normal(size=D).astype(np.float32)
+  params = (w, np.float32(0.0))
+  x = rng.normal(size=(3, D)).astype(np.float32)
+  settings = rsjax.Sampling(n0=20, n=500, alpha=0.01, batch_size=128)
+  a = rsjax.certify(3, linear_apply, params, x, sigma=0.5, num_classes=2, settings=settings)
+  b = rsjax.certify(3, linear_apply, params, x, sigma=0.5, num_classes=2, n0=20, n=500,
+                    alpha=0.01, batch_size=128)
+  np.testing.assert_array_equal(a.counts, b.counts)
+  np.testing.assert_array_equal(a.radius, b.radius)
+  assert a.sound and b.sound
+  # Keywords override the settings object; unknown ones and bad values are refused.
+  c = rsjax.certify(3, linear_apply, params, x, sigma=0.5, num_classes=2, settings=settings,
+                    n=300)
+  assert c.counts.sum() == 3 * 300
+  with pytest.raises(TypeError, match="sampling settings"):
+    rsjax.certify(3, linear_apply, params, x, sigma=0.5, num_classes=2, n_max=300)
+  with pytest.raises(ValueError, match="alpha"):
+    rsjax.Sampling(alpha=1.5)
+  with pytest.raises(ValueError, match="n0"):
+    rsjax.Sampling(n0=0)

@@ -179,7 +179,7 @@ def test_certify_guarantees_and_memory(getkey):
   kw = dict(sigma=sig, num_classes=2, n0=64, n=1000, alpha=0.01, batch_size=256)
   plain = ddrs.certify(key, linear_fn, W, x, **kw)
   assert "NOT A CERTIFICATE of a fixed classifier" in plain.guarantee
-  assert not plain.memory_used
+  assert not plain.memory_used and not plain.sound
   np.testing.assert_array_equal(plain.sigma, sig.astype(np.float64))
   assert plain.prediction[0] == 1 and plain.prediction[1] == 0
   assert plain.radius[0] > 0 and plain.radius[0] <= 0.4  # exact distance to the boundary
@@ -187,7 +187,7 @@ def test_certify_guarantees_and_memory(getkey):
   with_mem = ddrs.certify(key, linear_fn, W, x, memory=mem, **kw)
   assert "memory-based" in with_mem.guarantee and "this input order" in with_mem.guarantee
   assert "this deployment run" in with_mem.guarantee
-  assert len(mem) == 4
+  assert len(mem) == 4 and with_mem.sound
   np.testing.assert_array_equal(with_mem.prediction_mc, plain.prediction)
   want_c, want_r = ddrs.MemoryCertifier().update_batch(x, plain.prediction, plain.radius)
   np.testing.assert_array_equal(with_mem.prediction, want_c)

@@ -183,9 +183,9 @@ def test_srs_sampler_matches_reference_loop(getkey):
   warm = deq.SolverConfig(name="iteration", steps=4)
   full = deq.SolverConfig(name="iteration", steps=80)
   # num=23, chains=5: 5 chunks, the last one partial; m=7 is not a multiple of 5.
-  out = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, chains=5,
-                       solver=sol, steps=None, warmup=warm, warmup_steps=None, m=7, check_key=ckey,
-                       check_solver=full, check_steps=None)
+  cfg = deq.SRSConfig(solver=sol, warmup=warm, check_solver=full, m=7)
+  out = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, config=cfg,
+                       settings=rsjax.Sampling(batch_size=5), check_key=ckey)
   idx = np.asarray(out.check_idx[0])
   assert idx.shape == (7,) and idx.min() >= 0 and idx.max() < 23
   np.testing.assert_array_equal(idx, np.asarray(deq.check_indices(
@@ -198,9 +198,8 @@ def test_srs_sampler_matches_reference_loop(getkey):
   assert int(out.counts.sum()) == 23
   assert np.isfinite(float(out.residual[0])) and float(out.check_residual[0]) < 1e-2
   # Same results on one device.
-  one = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, chains=5,
-                       solver=sol, steps=None, warmup=warm, warmup_steps=None, m=7, check_key=ckey,
-                       check_solver=full, check_steps=None, devices=1)
+  one = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, config=cfg,
+                       settings=rsjax.Sampling(batch_size=5, devices=1), check_key=ckey)
   for a, b in zip(out[:4], one[:4]):
     np.testing.assert_array_equal(a, b)
 
@@ -212,8 +211,9 @@ def test_srs_with_full_solver_sees_the_engine_noise(getkey):
   x = _inputs_at_margins(w, [0.1, -0.2, 0.05])
   key = getkey()
   full = deq.SolverConfig(steps=40, lam=1e-9)  # converged to float32 precision
-  out = deq.srs_sample(key, deq_fn, params, x, sigma=0.4, num_classes=2, num=300, chains=64,
-                       solver=full, steps=None, warmup=full, warmup_steps=None, ids=[5, 9, 2])
+  out = deq.srs_sample(key, deq_fn, params, x, sigma=0.4, num_classes=2, num=300,
+                       config=deq.SRSConfig(solver=full, warmup=full, m=0),
+                       settings=rsjax.Sampling(batch_size=64), ids=[5, 9, 2])
   ref = rsjax.sample_counts(key, deq.DEQApply(deq_fn, full), params, x, sigma=0.4, num_classes=2,
                             num=300, batch_size=64, ids=[5, 9, 2])
   np.testing.assert_array_equal(out.counts, ref)
@@ -229,10 +229,11 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   x = _inputs_at_margins(w, margins)
   p_true, cls = _true_pa(w, x, sigma)
   r_true = sigma * st.norm.ppf(p_true)
+  srs = deq.SRSConfig(solver=deq.SolverConfig("iteration", 1),
+                      warmup=deq.SolverConfig("anderson", 5), m=150)
   cert = deq.certify(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2, method="srs",
-                         solver="iteration", steps=1, warmup_steps=5, check_steps=40,
-                         check_solver=deq.SolverConfig(lam=1e-9), m=150,
-                         n0=50, n=2000, alpha=0.001, batch_size=100)
+                     solver=deq.SolverConfig(steps=40, lam=1e-9), srs=srs,
+                     n0=50, n=2000, alpha=0.001, batch_size=100)
   assert isinstance(cert, deq.SRSCertificate)
   assert np.all(cert.p_lower <= p_true)
   assert np.all(cert.radius <= r_true)
@@ -246,9 +247,10 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   # Standard RS certifies the same classifier (lam=1e-9 once gave NaN for 1 of 8000
   # samples here; a breakdown of the Anderson solve is now a plain step).
   std_cert = deq.certify(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2,
-                             method="standard", solver=deq.SolverConfig(lam=1e-9), steps=40,
-                             n0=50, n=2000, alpha=0.001, batch_size=1000)
+                         method="standard", solver=deq.SolverConfig(steps=40, lam=1e-9),
+                         n0=50, n=2000, alpha=0.001, batch_size=1000)
   assert np.all(std_cert.p_lower <= p_true) and "standard RS" in std_cert.guarantee
+  assert cert.sound and std_cert.sound
 
 
 def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
@@ -259,17 +261,19 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
   sigma = 0.5
   x = _inputs_at_margins(w, [0.9, -0.6, 0.3, 0.05])
   p_true, cls = _true_pa(w, x, sigma)
-  kw = dict(sigma=sigma, num_classes=2, method="srs", warmup_solver="broyden", warmup_steps=5,
-            check_solver="30B", check_steps=30, m=150, n0=50, n=2000, alpha=0.001,
+  srs = deq.SRSConfig(solver=deq.SolverConfig("broyden", 2),
+                      warmup=deq.SolverConfig("broyden", 5), m=150)
+  kw = dict(sigma=sigma, num_classes=2, method="srs", solver="30B", n0=50, n=2000, alpha=0.001,
             batch_size=100)
   key = getkey()
-  cert = deq.certify(key, deq_fn, params, x, solver="broyden", steps=2, **kw)
+  cert = deq.certify(key, deq_fn, params, x, srs=srs, **kw)
   assert np.all(cert.p_lower <= p_true)
   assert np.all(cert.radius <= sigma * st.norm.ppf(p_true))
   ok = cert.prediction >= 0
   np.testing.assert_array_equal(cert.prediction[ok], cls[ok])
   assert ok[0] and "30 broyden steps" in cert.guarantee
-  naive = deq.certify(key, deq_fn, params, x, solver="naive", steps=1, **kw)
+  naive = deq.certify(key, deq_fn, params, x,
+                      srs=srs.replace(solver=deq.SolverConfig("naive", 1)), **kw)
   miss = lambda c: np.sum(c.check_selected - c.check_agree)
   assert miss(cert) < miss(naive)
 
@@ -277,8 +281,9 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
 def test_certify_deq_options_and_errors(getkey):
   deq_fn, params, w = _linear_deq(getkey())
   x = _inputs_at_margins(w, [0.8])
-  kw = dict(sigma=0.25, num_classes=2, n0=20, n=300, m=40, batch_size=50, alpha=0.01,
-            warmup_solver="iteration", check_solver="iteration", check_steps=60)
+  srs = deq.SRSConfig(warmup=deq.SolverConfig("iteration", 10),
+                      check_solver=deq.SolverConfig("iteration", 60), m=40)
+  kw = dict(sigma=0.25, num_classes=2, n0=20, n=300, batch_size=50, alpha=0.01, srs=srs)
   a = deq.certify(7, deq_fn, params, x, **kw)
   b = deq.certify(7, deq_fn, params, x, **kw)
   np.testing.assert_array_equal(a.counts, b.counts)
@@ -286,26 +291,28 @@ def test_certify_deq_options_and_errors(getkey):
   assert a.prediction[0] == 1 and a.check_total == 40
   # Keys: selection noise is rsjax.certify's; the selection chunk (n0 <= chains) is
   # solved from z = 0 with the warm-up solver, so it equals standard RS with that solver.
-  std = deq.certify(7, deq_fn, params, x, method="standard", solver="iteration", steps=10,
-                        sigma=0.25, num_classes=2, n0=20, n=300, batch_size=50, alpha=0.01)
+  std = deq.certify(7, deq_fn, params, x, method="standard",
+                    solver=deq.SolverConfig("iteration", 10), sigma=0.25, num_classes=2, n0=20,
+                    n=300, batch_size=50, alpha=0.01)
   np.testing.assert_array_equal(std.counts_selection, a.counts_selection)
   with warnings.catch_warnings(record=True) as rec:
     warnings.simplefilter("always")
-    c = deq.certify(7, deq_fn, params, x, check="consecutive", correction="authors_code",
-                        **dict(kw, m=5))
+    c = deq.certify(7, deq_fn, params, x, **dict(kw, srs=srs.replace(
+        check="consecutive", correction="authors_code", m=5)))
   assert any("never certify" in str(r.message) for r in rec)
   assert c.check_total == 5 and "NOT a proven guarantee" in c.guarantee
+  assert a.sound and not c.sound
   np.testing.assert_array_equal(c.counts, a.counts)  # same noise, same chains
   with pytest.raises(ValueError, match="method"):
     deq.certify(7, deq_fn, params, x, method="fast", **kw)
   with pytest.raises(ValueError, match="correction"):
-    deq.certify(7, deq_fn, params, x, correction="none", **kw)
+    srs.replace(correction="none")
   with pytest.raises(ValueError, match="check"):
-    deq.certify(7, deq_fn, params, x, check="first", **kw)
+    srs.replace(check="first")
   with pytest.raises(ValueError, match="consecutive"):
-    deq.certify(7, deq_fn, params, x, check="consecutive", **dict(kw, m=290))
+    deq.certify(7, deq_fn, params, x, **dict(kw, srs=srs.replace(check="consecutive", m=290)))
   with pytest.raises(ValueError, match="m must"):
-    deq.certify(7, deq_fn, params, x, **dict(kw, m=0))
+    deq.certify(7, deq_fn, params, x, **dict(kw, srs=srs.replace(m=0)))
   with pytest.raises(ValueError, match="sigma"):
     deq.certify(7, deq_fn, params, x, **dict(kw, sigma=-1.0))
   with pytest.raises(ValueError, match="params"):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import rsjax
 from rsjax import training
 
 
@@ -461,7 +462,8 @@ def test_srs_refuses_non_finite_logits(getkey):
 
   x = np.full((3, 4), 0.1, np.float32)
   x[1, 0] = 0.95
-  kw = dict(sigma=0.01, num_classes=2, num=40, chains=8, m=4, check_key=getkey(), ids=[4, 5, 6])
+  kw = dict(sigma=0.01, num_classes=2, num=40, config=deq.SRSConfig(m=4),
+            settings=rsjax.Sampling(batch_size=8), check_key=getkey(), ids=[4, 5, 6])
   with pytest.raises(FloatingPointError, match=r"ids \[5\]"):
     deq.srs_sample(getkey(), NanDEQ(), jnp.float32(1.0), x, **kw)
   x[1, 0] = 0.5

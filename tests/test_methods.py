@@ -20,7 +20,7 @@ def _context(sigma=0.5, **kw):
   ds = types.SimpleNamespace(name="toy", num_classes=2, input_shape=(2,))
   return methods.Context(key=jax.random.key(3), model=None, apply_fn=_linear, params=w,
                          dataset=ds, sigma=sigma,
-                         sampling=dict(n0=50, n=2000, alpha=0.001, batch_size=500), **kw)
+                         sampling=rsjax.Sampling(n0=50, n=2000, alpha=0.001, batch_size=500), **kw)
 
 
 def _x():
@@ -33,7 +33,7 @@ def test_cohen_entry_is_rsjax_certify():
   ids = np.array([4, 9, 2, 7])
   got = plan.certify_fn(_x(), ids)
   want = rsjax.certify(ctx.key, _linear, ctx.params, _x(), sigma=0.5, num_classes=2, ids=ids,
-                       **ctx.sampling)
+                       settings=ctx.sampling)
   np.testing.assert_array_equal(got.counts, want.counts)
   np.testing.assert_array_equal(got.radius, want.radius)
   assert plan.columns == () and plan.restore is None

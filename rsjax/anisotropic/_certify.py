@@ -7,12 +7,9 @@ import dataclasses
 import jax
 import numpy as np
 
-from rsjax import noise as noise_lib
-from rsjax import stats
-from rsjax._certify import Certificate, certificate_from_counts
-from rsjax._sampling import prepare_inputs, sample_counts
+from rsjax._certify import Certificate, Sampling, certificate_from_counts, engine_counts, run_certify
+from rsjax._sampling import prepare_inputs
 from rsjax.anisotropic._region import alm, isotropic_radius
-from rsjax.util import as_key, check_alpha, check_int
 
 __all__ = ["AnisotropicCertificate", "certify"]
 
@@ -29,13 +26,10 @@ class AnisotropicCertificate(Certificate):
       ``{delta : ||delta / sigma||_p <= R}`` (0 on abstain).
     alm: ``[B]`` float64 volume-equivalent radius ``exp(mean log sigma) * R``
       (see :func:`alm`; not a ball guarantee).
-    sound: False when ``(mu, sigma)`` came from the input (``input_dependent``):
-      then nothing here is a certificate.
   """
 
   normalized_radius: np.ndarray | None = None
   alm: np.ndarray | None = None
-  sound: bool = True
 
 
 def _per_input(v, name, x_shape, default=None) -> np.ndarray:
@@ -69,22 +63,19 @@ def certify(
     sigma,
     mu=None,
     num_classes: int,
-    noise=None,
-    n0: int = 100,
-    n: int = 100_000,
-    alpha: float = 0.001,
-    batch_size: int = 1000,
+    settings: Sampling | None = None,
     ids=None,
+    multiclass: bool = False,
     input_dependent: bool = False,
     allow_unsound: bool = False,
-    multiclass: bool = False,
-    compute_dtype=None,
+    **sampling,
 ) -> AnisotropicCertificate:
   """Certifies ``g(x) = argmax_c P[f(x + mu + sigma * eps) = c]`` (UCAN Theorem 3.2).
 
-  Cohen et al.'s CERTIFY on the shifted input ``x + mu`` with per-dimension
-  ``sigma``; selection and estimation keys are ``fold_in(key, 0)`` and
-  ``fold_in(key, 1)`` (the key is not consumed). The region is centered at ``x``.
+  Cohen et al.'s CERTIFY (``rsjax.run_certify``) on the shifted input ``x + mu``
+  with per-dimension ``sigma``; selection and estimation keys are
+  ``fold_in(key, 0)`` and ``fold_in(key, 1)`` (the key is not consumed). The
+  region is centered at ``x``.
 
   Args:
     key: ``jax.random.key`` or int seed.
@@ -96,18 +87,14 @@ def certify(
       lambda into sigma).
     mu: None (0), float, ``[*input_shape]`` or ``[B, *input_shape]`` shift.
     num_classes: number of classes C.
-    noise: base noise family (default Gaussian, L2).
-    n0: selection samples.
-    n: estimation samples.
-    alpha: failure probability per input.
-    batch_size: forward passes per step.
+    settings: an ``rsjax.Sampling``; its noise is the base noise family.
     ids: ``[B]`` dataset indices (reproducible noise per input).
+    multiclass: Cohen's multiclass radius for the unit noise (Gaussian only).
     input_dependent: whether ``(mu, sigma)`` were computed from ``x``. Raises
       unless ``allow_unsound``.
     allow_unsound: compute the radii of an input-dependent generator anyway,
       labelled ``NOT A CERTIFICATE`` (``sound=False``).
-    multiclass: Cohen's multiclass radius for the unit noise (Gaussian only).
-    compute_dtype: optional reduced precision for the classifier.
+    **sampling: ``rsjax.Sampling`` fields as keywords (override ``settings``).
 
   Returns:
     ``AnisotropicCertificate``: ``radius`` = ``min_i sigma_i * R``,
@@ -118,36 +105,23 @@ def certify(
   """
   if input_dependent and not allow_unsound:
     raise ValueError(_UNSOUND)
-  alpha = check_alpha(alpha)
-  n0 = check_int("n0", n0)
-  n = check_int("n", n)
-  stats.check_sample_size(n, alpha)
-  noise = noise_lib.get_noise(noise)
+  settings = Sampling.of(settings, **sampling)
+  noise = settings.noise
   x_np, _, _ = prepare_inputs(x, 1.0, ids)
   sig = _per_input(sigma, "sigma", x_np.shape)
   shift = _per_input(mu, "mu", x_np.shape, default=0.0)
   if not np.all(np.isfinite(shift)):
     raise ValueError("mu contains NaN or inf values")
   x_shift, sig, ids_arr = prepare_inputs(x_np + shift, sig, ids)
-  key = as_key(key)
-  k_sel, k_est = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-  kw = dict(sigma=sig, num_classes=num_classes, batch_size=batch_size, ids=ids_arr, noise=noise,
-            compute_dtype=compute_dtype)
-  c0 = np.asarray(sample_counts(k_sel, apply_fn, params, x_shift, num=n0, **kw))
-  c1 = np.asarray(sample_counts(k_est, apply_fn, params, x_shift, num=n, **kw))
   b = x_np.shape[0]
   dim = int(np.prod(x_np.shape[1:]))
-  base = certificate_from_counts(c0, c1, n=n, alpha=alpha, scale=np.ones(b), dim=dim, noise=noise,
-                                 multiclass=multiclass)
-  r = base.radius  # unit-noise radius: the normalized R
-  iso = isotropic_radius(r, sig)
-  vol = alm(r, sig)
   p = noise.norm
-  region = (f"with prob >= 1 - {alpha} per input, g(x + delta) = prediction for every delta with "
-            f"||delta / sigma||_{p[1:]} <= normalized_radius (UCAN Thm 3.2, {noise.name} base noise, "
-            f"{'multiclass' if multiclass else 'binary'} Clopper-Pearson CERTIFY), for the given "
-            f"(mu, sigma) held fixed; radius = min(sigma) * normalized_radius is the {p} ball inside "
-            "it (Cor. 3.3); alm is a volume-equivalent radius, not a ball guarantee")
+  region = (f"with prob >= 1 - {settings.alpha} per input, g(x + delta) = prediction for every "
+            f"delta with ||delta / sigma||_{p[1:]} <= normalized_radius (UCAN Thm 3.2, "
+            f"{noise.name} base noise, {'multiclass' if multiclass else 'binary'} "
+            "Clopper-Pearson CERTIFY), for the given (mu, sigma) held fixed; radius = min(sigma) "
+            f"* normalized_radius is the {p} ball inside it (Cor. 3.3); alm is a "
+            "volume-equivalent radius, not a ball guarantee")
   if input_dependent:
     guarantee = ("NOT A CERTIFICATE: (mu, sigma) were computed from x (input-dependent generator), "
                  "so the deployed classifier at x + delta uses other noise; the radii are reported "
@@ -155,7 +129,16 @@ def certify(
   else:
     guarantee = (region + "; valid for input-independent (mu, sigma): fixed patterns or "
                  "dataset-wise generators frozen after training")
-  return AnisotropicCertificate(
-      prediction=base.prediction, radius=iso, p_lower=base.p_lower, counts=base.counts,
-      counts_selection=base.counts_selection, norm=p, guarantee=guarantee,
-      normalized_radius=r, alm=vol, sound=not input_dependent)
+
+  def rule(c0, c1):
+    base = certificate_from_counts(c0, c1, n=settings.n, alpha=settings.alpha, scale=np.ones(b),
+                                   dim=dim, noise=noise, multiclass=multiclass)
+    r = base.radius  # unit-noise radius: the normalized R
+    return AnisotropicCertificate(
+        prediction=base.prediction, radius=isotropic_radius(r, sig), p_lower=base.p_lower,
+        counts=base.counts, counts_selection=base.counts_selection, norm=p, guarantee=guarantee,
+        sound=not input_dependent, normalized_radius=r, alm=alm(r, sig))
+
+  counts = engine_counts(apply_fn, params, x_shift, sig, ids_arr, num_classes=num_classes,
+                         settings=settings)
+  return run_certify(key, counts, rule, settings)

@@ -50,6 +50,7 @@ from rsjax.deq._solvers import fixed_point_iteration as fixed_point_iteration
 from rsjax.deq._solvers import relative_residual as relative_residual
 from rsjax.deq._solvers import solve as solve
 from rsjax.deq._srs import CHECK_MODES as CHECK_MODES
+from rsjax.deq._srs import SRSConfig as SRSConfig
 from rsjax.deq._srs import SRSCounts as SRSCounts
 from rsjax.deq._srs import SRSPlan as SRSPlan
 from rsjax.deq._srs import check_indices as check_indices
@@ -66,6 +67,7 @@ __all__ = [
     "METHODS",
     "SOLVERS",
     "SRSCertificate",
+    "SRSConfig",
     "SRSCounts",
     "SRSPlan",
     "SolverConfig",

@@ -58,18 +58,17 @@ from flax import nnx
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate
+from rsjax._certify import ABSTAIN, Certificate, Sampling, run_certify
 from rsjax._certify import certify as cohen_certify
 from rsjax._sampling import prepare_inputs
 from rsjax.deq._model import DEQApply, to_deq_fn
 from rsjax.deq._solvers import SolverConfig, as_solver_config
-from rsjax.deq._srs import srs_sample
-from rsjax.util import as_key, check_alpha, check_int, scale_per_input
+from rsjax.deq._srs import CORRECTIONS, SRSConfig, srs_sample
+from rsjax.util import check_alpha, check_int, scale_per_input
 
 __all__ = ["SRSCertificate", "certify", "srs_certificate", "srs_p_lower", "CORRECTIONS",
            "METHODS"]
 
-CORRECTIONS = ("paper", "authors_code")
 METHODS = ("srs", "standard")
 
 
@@ -211,6 +210,7 @@ def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: in
       check_selected=np.asarray(m_a, np.int64),
       check_agree=np.asarray(k, np.int64),
       check_total=int(m),
+      sound=correction == "paper",
       residual=None if residual is None else np.asarray(residual, np.float64),
       check_residual=None if check_residual is None else np.asarray(check_residual, np.float64),
   )
@@ -218,6 +218,16 @@ def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: in
 
 def _describe(cfg: SolverConfig) -> str:
   return f"{cfg.steps} {cfg.name} step{'s' if cfg.steps != 1 else ''}"
+
+
+def _as_deq_fn(deq, params):
+  if isinstance(deq, nnx.Module):
+    if params is not None:
+      raise ValueError("params must be None when deq is an NNX module (its variables are used)")
+    return to_deq_fn(deq)
+  if callable(deq):
+    return deq, params
+  raise ValueError(f"deq must be a DEQ NNX module or a deq_fn callable, got {type(deq)}")
 
 
 def certify(
@@ -229,33 +239,24 @@ def certify(
     sigma,
     num_classes: int,
     method: str = "srs",
-    solver: "SolverConfig | str" = "anderson",
-    steps: int | None = None,
-    warmup_solver: "SolverConfig | str" = "anderson",
-    warmup_steps: int = 10,
-    check_solver: "SolverConfig | str" = "anderson",
-    check_steps: int = 30,
-    m: int = 400,
-    n0: int = 100,
-    n: int = 10_000,
-    alpha: float = 0.001,
-    batch_size: int = 400,
+    solver: "SolverConfig | str | None" = None,
+    srs: SRSConfig | None = None,
+    settings: Sampling | None = None,
     ids=None,
-    noise=None,
-    correction: str = "paper",
-    check: str = "random",
-    devices: int | None = None,
+    **sampling,
 ) -> Certificate:
   """Certifies a DEQ classifier with standard RS or serialized RS (SRS).
 
-  Both methods certify the same base classifier when ``check_solver`` /
-  ``check_steps`` of SRS equal ``solver`` / ``steps`` of standard RS: the DEQ
-  solved from z = 0 with that solver (e.g. 30 Anderson steps, "30A").
+  Both methods certify the same base classifier, the DEQ solved from z = 0
+  with ``solver`` (default 30 Anderson steps, "30A"): standard RS solves every
+  sample so; SRS samples with warm-started chains (``srs``) and re-solves its
+  check samples so.
 
   Keys: ``fold_in(key, 0)`` (selection), ``fold_in(key, 1)`` (estimation),
-  ``fold_in(key, 2)`` (check positions). The selection and estimation noise
-  are those of ``rsjax.certify`` with the same key, so standard RS and SRS see
-  the same noisy inputs, and one key serves every chunk of a dataset.
+  ``fold_in(key, 2)`` (check positions), from the driver ``rsjax.run_certify``.
+  The selection and estimation noise are those of ``rsjax.certify`` with the
+  same key, so standard RS and SRS see the same noisy inputs, and one key
+  serves every chunk of a dataset.
 
   Args:
     key: ``jax.random.key`` or int seed.
@@ -266,80 +267,67 @@ def certify(
     sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
     num_classes: number of classes C.
     method: ``"srs"`` or ``"standard"``.
-    solver: standard: the solver of every sample; SRS: the solver of the
-      warm-started chunks.
-    steps: its steps (default 30 for standard, 3 for SRS: "30A", "SRS-3A").
-    warmup_solver, warmup_steps: SRS solver of the first chunk from z = 0.
-    check_solver, check_steps: SRS full solver of the check samples, from
-      z = 0: the certified classifier (default 30 Anderson steps, "30A").
-    m: SRS check samples per input (any number; >= a few dozen to certify).
-    n0: selection samples; n: estimation samples.
-    alpha: failure probability per input.
-    batch_size: forward batch: the number of parallel chains in SRS.
+    solver: the solver of the certified classifier (a ``SolverConfig`` or a
+      name; default ``SolverConfig("anderson", 30)``). With SRS it replaces
+      ``srs.check_solver``.
+    srs: an :class:`SRSConfig` (chain and warm-up solvers, ``m`` check samples,
+      check positions, correction); default ``SRSConfig()``.
+    settings: an ``rsjax.Sampling``; with SRS ``batch_size`` is the number of
+      parallel chains.
     ids: ``[B]`` dataset indices (reproducible noise per input).
-    noise: noise family (default Gaussian).
-    correction: SRS bound, ``"paper"`` (sound) or ``"authors_code"`` (less
-      conservative; reproduces the authors' numbers).
-    check: SRS check positions, ``"random"`` (sound) or ``"consecutive"``.
-    devices: local devices to use (default all).
+    **sampling: ``rsjax.Sampling`` fields as keywords (override ``settings``).
 
   Returns:
     A ``Certificate`` (an ``SRSCertificate`` for SRS) whose ``guarantee`` names
-    the method and the certified classifier.
+    the method and the certified classifier; ``sound`` is False for the
+    authors' code's bound or consecutive check positions.
   """
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-  alpha = check_alpha(alpha)
-  n0 = check_int("n0", n0)
-  n = check_int("n", n)
-  batch_size = check_int("batch_size", batch_size)
-  if isinstance(deq, nnx.Module):
-    if params is not None:
-      raise ValueError("params must be None when deq is an NNX module (its variables are used)")
-    deq_fn, params = to_deq_fn(deq)
-  elif callable(deq):
-    deq_fn = deq
-  else:
-    raise ValueError(f"deq must be a DEQ NNX module or a deq_fn callable, got {type(deq)}")
-  if steps is None:
-    steps = 30 if method == "standard" else 3
-  cfg = as_solver_config(solver, steps)
+  settings = Sampling.of(settings, **sampling)
+  if settings.batch_size == "auto":
+    raise ValueError("DEQ certification needs an integer batch_size, not 'auto'")
+  deq_fn, params = _as_deq_fn(deq, params)
+  if solver is not None:
+    solver = as_solver_config(solver)
 
   if method == "standard":
-    apply_fn = DEQApply(deq_fn, cfg)
-    cert = cohen_certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, n0=n0, n=n,
-                         alpha=alpha, batch_size=batch_size, ids=ids, noise=noise)
+    cfg = solver or SolverConfig("anderson", 30)
+    cert = cohen_certify(key, DEQApply(deq_fn, cfg), params, x, sigma=sigma,
+                         num_classes=num_classes, settings=settings, ids=ids)
     return dataclasses.replace(
         cert, guarantee=cert.guarantee + f"; base classifier: the DEQ solved from z = 0 with "
         f"{_describe(cfg)} (standard RS, every sample from scratch)")
 
-  if correction not in CORRECTIONS:
-    raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-  m = check_int("m", m)
-  stats.check_sample_size(n, alpha / 2)
-  stats.check_sample_size(m, alpha / 2)
-  warm = as_solver_config(warmup_solver, warmup_steps)
-  chk = as_solver_config(check_solver, check_steps)
-  key = as_key(key)
+  srs = SRSConfig() if srs is None else srs
+  if solver is not None:
+    srs = srs.replace(check_solver=solver)
+  n, alpha = settings.n, settings.alpha
+  check_int("m", srs.m)
+  stats.check_sample_size(srs.m, alpha / 2)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  k_sel, k_est, k_chk = (jax.random.fold_in(key, i) for i in range(3))
-  common = dict(sigma=sig, num_classes=num_classes, chains=batch_size, solver=cfg, steps=None,
-                warmup=warm, warmup_steps=None, ids=ids_arr, noise=noise, devices=devices)
-  sel = srs_sample(k_sel, deq_fn, params, x_np, num=n0, m=0, **common)
-  est = srs_sample(k_est, deq_fn, params, x_np, num=n, m=m, check_key=k_chk, check=check,
-                       check_solver=chk, check_steps=None, **common)
-  c0 = sel.counts
+
+  def counts(key, num, selection=None, aux_key=None):
+    cfg = srs if selection is not None else srs.replace(m=0)
+    return srs_sample(key, deq_fn, params, x_np, sigma=sig, num_classes=num_classes, num=num,
+                      config=cfg, settings=settings, check_key=aux_key, ids=ids_arr)
+
   scale, aniso = scale_per_input(sig)
-  desc = (f"the DEQ solved from z = 0 with {_describe(chk)} (SRS chains: {_describe(warm)} "
-          f"warm-up, then {_describe(cfg)} per chunk of {min(batch_size, n)})")
-  cert = srs_certificate(c0, est.counts, est.srs_labels, est.check_labels, n=n, alpha=alpha,
-                         scale=scale, dim=int(np.prod(x_np.shape[1:])), noise=noise,
-                         correction=correction, description=desc, residual=est.residual,
-                         check_residual=est.check_residual)
-  if check != "random" and correction == "paper":
-    cert = dataclasses.replace(cert, guarantee=cert.guarantee + "; WARNING: check='consecutive' "
-                               "positions are not random, the argument above does not apply")
-  if aniso:
-    cert = dataclasses.replace(cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic "
-                               "radius min(sigma) * R")
-  return cert
+  desc = (f"the DEQ solved from z = 0 with {_describe(srs.check_solver)} (SRS chains: "
+          f"{_describe(srs.warmup)} warm-up, then {_describe(srs.solver)} per chunk of "
+          f"{min(settings.batch_size, n)})")
+
+  def rule(sel, est):
+    cert = srs_certificate(sel.counts, est.counts, est.srs_labels, est.check_labels, n=n,
+                           alpha=alpha, scale=scale, dim=int(np.prod(x_np.shape[1:])),
+                           noise=settings.noise, correction=srs.correction, description=desc,
+                           residual=est.residual, check_residual=est.check_residual)
+    if srs.check != "random" and srs.correction == "paper":
+      cert = dataclasses.replace(cert, guarantee=cert.guarantee + "; WARNING: check='consecutive' "
+                                 "positions are not random, the argument above does not apply")
+    if aniso:
+      cert = dataclasses.replace(cert, guarantee=cert.guarantee + "; anisotropic sigma: "
+                                 "isotropic radius min(sigma) * R")
+    return dataclasses.replace(cert, sound=srs.sound)
+
+  return run_certify(key, counts, rule, settings, tests=2)

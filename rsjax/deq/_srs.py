@@ -36,15 +36,57 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rsjax import noise as noise_lib
+from rsjax._certify import Sampling
 from rsjax._sampling import check_finite_outputs, prepare_inputs
 from rsjax._step import sample_noise
 from rsjax.deq._solvers import SolverConfig, as_solver_config
 from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
 
-__all__ = ["SRSCounts", "SRSPlan", "make_srs_plan", "srs_sample", "check_indices"]
+__all__ = ["SRSConfig", "SRSCounts", "SRSPlan", "make_srs_plan", "srs_sample", "check_indices"]
 
 CHECK_MODES = ("random", "consecutive")
+CORRECTIONS = ("paper", "authors_code")
+
+
+@dataclasses.dataclass(frozen=True)
+class SRSConfig:
+  """Serialized randomized smoothing: the chains, the check samples and the bound.
+
+  Attributes:
+    solver: solver of the warm-started chunks ("SRS-3A": 3 Anderson steps).
+    warmup: solver of chunk 0 of every chain, from z = 0.
+    check_solver: the full solver from z = 0 of the check samples: the base
+      classifier being certified ("30A").
+    m: check samples per input (any number; >= a few dozen to certify).
+    check: check positions, ``"random"`` (sound) or ``"consecutive"`` (the
+      authors' code; no guarantee).
+    correction: the bound, ``"paper"`` (sound) or ``"authors_code"`` (less
+      conservative; reproduces the authors' numbers, no guarantee).
+  """
+
+  solver: SolverConfig = SolverConfig("anderson", 3)
+  warmup: SolverConfig = SolverConfig("anderson", 10)
+  check_solver: SolverConfig = SolverConfig("anderson", 30)
+  m: int = 400
+  check: str = "random"
+  correction: str = "paper"
+
+  def __post_init__(self):
+    for name in ("solver", "warmup", "check_solver"):
+      object.__setattr__(self, name, as_solver_config(getattr(self, name)))
+    check_int("m", self.m, 0)
+    if self.check not in CHECK_MODES:
+      raise ValueError(f"check must be one of {CHECK_MODES}, got {self.check!r}")
+    if self.correction not in CORRECTIONS:
+      raise ValueError(f"correction must be one of {CORRECTIONS}, got {self.correction!r}")
+
+  @property
+  def sound(self) -> bool:
+    """Whether the certificate is a proven guarantee (the paper's bound at random positions)."""
+    return self.correction == "paper" and self.check == "random"
+
+  def replace(self, **kw) -> "SRSConfig":
+    return dataclasses.replace(self, **kw)
 
 
 class SRSCounts(NamedTuple):
@@ -238,19 +280,10 @@ def srs_sample(
     sigma,
     num_classes: int,
     num: int,
-    chains: int = 400,
-    solver: "SolverConfig | str" = "anderson",
-    steps: int | None = 3,
-    warmup: "SolverConfig | str" = "anderson",
-    warmup_steps: int | None = 10,
-    m: int = 0,
+    config: SRSConfig | None = None,
+    settings: Sampling | None = None,
     check_key=None,
-    check: str = "random",
-    check_solver: "SolverConfig | str" = "anderson",
-    check_steps: int | None = 30,
     ids=None,
-    noise=None,
-    devices: int | None = None,
 ) -> SRSCounts:
   """Serialized (warm-started) Monte Carlo counts of a DEQ, with check samples.
 
@@ -264,24 +297,23 @@ def srs_sample(
     sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
     num_classes: C.
     num: samples per input.
-    chains: samples per chunk (parallel chains; the forward batch).
-    solver, steps: solver of the warm-started chunks (e.g. ``"anderson", 3``).
-    warmup, warmup_steps: solver of chunk 0, from z = 0 (e.g. 10 Anderson).
-    m: number of check samples per input (0: none).
+    config: an :class:`SRSConfig`: the chain, warm-up and check solvers, the
+      number ``m`` of check samples per input (0: none) and their positions.
+    settings: an ``rsjax.Sampling``: ``batch_size`` is the number of parallel
+      chains (samples per chunk), and ``noise`` and ``devices`` (the local
+      devices the chains are spread over) are used.
     check_key: key of the random check positions (required when ``m > 0`` and
       ``check="random"``; must be independent of ``key``).
-    check: ``"random"`` (with replacement, sound) or ``"consecutive"``.
-    check_solver, check_steps: the full solver from z = 0 of the check samples
-      (the base classifier being certified).
     ids: ``[B]`` dataset indices (default positions in ``x``).
-    noise: noise family (default Gaussian).
-    devices: local devices to spread the chains over (default all).
 
   Returns:
     ``SRSCounts`` of NumPy arrays.
   """
+  config = SRSConfig() if config is None else config
+  settings = Sampling() if settings is None else settings
+  chains, noise, devices, m, check = (settings.batch_size, settings.noise, settings.devices,
+                                      config.m, config.check)
   num_classes = check_int("num_classes", num_classes)
-  noise = noise_lib.get_noise(noise)
   key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
   ndev = num_local_devices(devices)
@@ -299,10 +331,7 @@ def srs_sample(
   out = _srs_jit(
       key, check_key, params, x_np, sig, ids_arr,
       deq_fn=deq_fn, plan=plan, noise=noise, num_classes=num_classes,
-      solver=as_solver_config(solver, steps),
-      warmup=as_solver_config(warmup, warmup_steps),
-      check_solver=as_solver_config(check_solver, check_steps),
-      mesh=mesh)
+      solver=config.solver, warmup=config.warmup, check_solver=config.check_solver, mesh=mesh)
   counts, check_idx, s_check, t_check, res_sum, chk_sum = jax.device_get(out)
   # Samples with non-finite logits were counted in no class; every check sample has a label.
   num_bad = plan.num - counts.sum(axis=(0, 2)) + (t_check.max(0) < 0).sum(axis=1)

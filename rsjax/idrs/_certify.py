@@ -12,11 +12,11 @@ import dataclasses
 
 import numpy as np
 
-from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate, certify_prepared
+from rsjax._certify import (ABSTAIN, Certificate, Sampling, certificate_from_counts,
+                            engine_counts, run_certify)
 from rsjax._sampling import prepare_inputs
 from rsjax.idrs._radius import certified_radius
-from rsjax.util import as_key, check_alpha, check_int
+from rsjax.noise import Gaussian
 
 __all__ = ["IDRSCertificate", "certify"]
 
@@ -44,14 +44,11 @@ def certify(
     *,
     design,
     num_classes: int,
-    n0: int = 100,
-    n: int = 100_000,
-    alpha: float = 0.001,
-    batch_size: int = 1000,
+    settings: Sampling | None = None,
     ids=None,
     thresholds=None,
-    compute_dtype=None,
     rtol: float = 1e-4,
+    **sampling,
 ) -> IDRSCertificate:
   """Certifies a batch with input-dependent noise sigma(x) (IDRS Thm 3.2).
 
@@ -65,18 +62,16 @@ def certify(
     apply_fn: ``apply_fn(params, x) -> logits``.
     params: pytree for ``apply_fn``.
     x: ``[B, *input_shape]`` inputs.
-    design: a sigma(x) design with ``evaluate(x) -> SigmaValues`` (``KnnSigma``,
+    design: a sigma source, ``evaluate(x) -> SigmaValues`` (``KnnSigma``,
       ``ConstantSigma``); its rate enters the radius.
     num_classes: number of classes C.
-    n0: selection samples.
-    n: estimation samples.
-    alpha: failure probability per input.
-    batch_size: forward passes per step.
+    settings: an ``rsjax.Sampling`` (Gaussian noise only).
     ids: ``[B]`` dataset indices (reproducible noise per input).
     thresholds: optional numerical thresholds (``"mnist"``, ``"cifar10"``, a pair
       or a callable; see ``certified_radius``). Sound but conservative.
-    compute_dtype: optional reduced precision for the classifier.
     rtol: bisection tolerance of the radius relative to Cohen's radius.
+    **sampling: ``rsjax.Sampling`` fields as keywords (``n0``, ``n``, ``alpha``,
+      ``batch_size``, ``compute_dtype``, ...; override ``settings``).
 
   Returns:
     ``IDRSCertificate``: prediction (-1 abstain), radius, p_lower, counts,
@@ -86,13 +81,11 @@ def certify(
     ValueError: for bad arguments.
     IDRSNumericalError: if a radius cannot be computed reliably.
   """
-  alpha = check_alpha(alpha)
-  n0 = check_int("n0", n0)
-  n = check_int("n", n)
+  settings = Sampling.of(settings, **sampling)
+  if not isinstance(settings.noise, Gaussian):
+    raise ValueError(f"IDRS certifies Gaussian noise only, got noise={settings.noise.name!r}")
   if not hasattr(design, "evaluate"):
     raise ValueError(f"design must be a sigma(x) design (KnnSigma, ConstantSigma), got {design!r}")
-  stats.check_sample_size(n, alpha)
-  key = as_key(key)
   x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
   values = design.evaluate(x_np)
   sigma = np.asarray(values.sigma, np.float32)
@@ -101,41 +94,39 @@ def certify(
   if not np.all(np.isfinite(sigma)) or np.any(sigma <= 0):
     raise ValueError("sigma must be finite and > 0 everywhere (the design returned otherwise)")
   sig = sigma.reshape((-1,) + (1,) * (x_np.ndim - 1))
-  base = certify_prepared(key, apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes,
-                          n0=n0, n=n, alpha=alpha, batch_size=batch_size,
-                          compute_dtype=compute_dtype)
   dim = int(np.prod(x_np.shape[1:]))
   sigma64 = sigma.astype(np.float64)
   rate = float(values.rate)
   slack = np.asarray(values.slack, np.float64)
-  constant = rate == 0.0 and np.all(slack == 0.0) and thresholds is None
-  ok = base.prediction != ABSTAIN
-  radius = np.zeros(len(base), np.float64)
-  if constant:
-    radius = np.asarray(base.radius, np.float64)
-  elif np.any(ok):
-    radius[ok] = certified_radius(base.p_lower[ok], sigma=sigma64[ok], rate=rate, dim=dim,
-                                  slack=slack[ok], thresholds=thresholds, rtol=rtol)
-  if constant:
-    guarantee = f"constant sigma (rate 0, Cohen's radius): {base.guarantee}"
-  else:
-    guarantee = (
-        f"input-dependent sigma(x) (IDRS, Súkeník et al. ICML 2022, Thm 3.2, both sides checked) "
-        f"for an r-semi-elastic sigma(x), rate r={rate:.6g} (design rate {design.rate:.6g} with "
-        f"float-rounding margin); binary Gaussian L2, one-sided Clopper-Pearson; holds with "
-        f"prob >= 1 - {alpha} per input for the smoothed classifier that uses sigma(x) "
-        f"everywhere (the design fixed before seeing the test inputs)")
-    if thresholds is not None:
-      guarantee += f"; numerical thresholds {thresholds!r} (sound by Thm 3.1, conservative)"
-  return IDRSCertificate(
-      prediction=base.prediction,
-      radius=radius,
-      p_lower=base.p_lower,
-      counts=base.counts,
-      counts_selection=base.counts_selection,
-      norm="l2",
-      guarantee=guarantee,
-      sigma=sigma64,
-      rate=rate,
-      slack=slack,
-  )
+  alpha = settings.alpha
+
+  def rule(c0, c1):
+    base = certificate_from_counts(c0, c1, n=settings.n, alpha=alpha, scale=sigma64, dim=dim)
+    constant = rate == 0.0 and np.all(slack == 0.0) and thresholds is None
+    ok = base.prediction != ABSTAIN
+    radius = np.zeros(len(base), np.float64)
+    if constant:
+      radius = np.asarray(base.radius, np.float64)
+    elif np.any(ok):
+      radius[ok] = certified_radius(base.p_lower[ok], sigma=sigma64[ok], rate=rate, dim=dim,
+                                    slack=slack[ok], thresholds=thresholds, rtol=rtol)
+    if constant:
+      guarantee = f"constant sigma (rate 0, Cohen's radius): {base.guarantee}"
+    else:
+      guarantee = (
+          f"input-dependent sigma(x) (IDRS, Súkeník et al. ICML 2022, Thm 3.2, both sides "
+          f"checked) for an r-semi-elastic sigma(x), rate r={rate:.6g} (design rate "
+          f"{design.rate:.6g} with float-rounding margin); binary Gaussian L2, one-sided "
+          f"Clopper-Pearson; holds with prob >= 1 - {alpha} per input for the smoothed "
+          f"classifier that uses sigma(x) everywhere (the design fixed before seeing the test "
+          f"inputs)")
+      if thresholds is not None:
+        guarantee += f"; numerical thresholds {thresholds!r} (sound by Thm 3.1, conservative)"
+    return IDRSCertificate(
+        prediction=base.prediction, radius=radius, p_lower=base.p_lower, counts=base.counts,
+        counts_selection=base.counts_selection, norm="l2", guarantee=guarantee, sound=True,
+        sigma=sigma64, rate=rate, slack=slack)
+
+  counts = engine_counts(apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes,
+                         settings=settings)
+  return run_certify(key, counts, rule, settings)
