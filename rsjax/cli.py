@@ -144,8 +144,10 @@ def cmd_train(args) -> int:
                   "input_shape": list(ds_train.input_shape), "dataset": args.dataset}
   if args.method == "ddrs":
     return _train_ddrs(args, model, (x, y), (xt, yt), model_config)
-  if args.generator is not None:
+  if args.method == "ucan" or args.generator is not None:
     return _train_ucan(args, model, (x, y), model_config)
+  if args.allow_unsound:
+    raise CliError("--allow-unsound works with --method ucan --generator input")
   try:
     config = training.TrainConfig(
         sigma=args.sigma, epochs=args.epochs, batch_size=args.batch, lr=args.lr,
@@ -200,19 +202,27 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
   """``train --generator``: fine-tune ``--init`` (or a fresh model) with UCAN noise."""
   import jax
   from rsjax.training import ucan
-  if args.generator == "input":
-    raise CliError("--generator input (UCAN's input-dependent CNN generator) is not available: "
-                   "its certificate is not sound (the noise at x + delta differs from the noise "
-                   "at x); use pattern-l1|pattern-l2|pattern-linf|universal")
+  if args.generator is None:
+    raise CliError("--method ucan needs --generator pattern-l1|pattern-l2|pattern-linf|universal|"
+                   "input")
+  if args.allow_unsound and args.generator != "input":
+    raise CliError("--allow-unsound works with --generator input only")
   if args.init is not None:
     model, _ = _load_model(args.init)
   try:
     _, mu, sig, _ = ucan.train_ucan(
         jax.random.key(args.seed), model, train_xy, generator=args.generator, sigma=args.sigma,
         epochs=args.epochs, batch_size=args.batch, lr=args.lr, draws=args.ucan_draws,
-        workdir=args.out, model_config=model_config, progress=not args.quiet)
+        workdir=args.out, model_config=model_config, progress=not args.quiet,
+        allow_unsound=args.allow_unsound)
   except ValueError as e:
     raise CliError(str(e)) from None
+  if sig is None:
+    print(f"trained {args.model} with UCAN's input-dependent generator (lambda={args.sigma}) in "
+          f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.training.ucan."
+          "certify_input_dependent with allow_unsound=True computes them); the sound alternative "
+          "is --generator universal")
+    return 0
   print(f"trained {args.model} with UCAN {args.generator} noise (lambda={args.sigma}): sigma in "
         f"[{sig.min():.4f}, {sig.max():.4f}], mean |mu| {abs(mu).mean():.4f}, frozen in "
         f"{os.path.join(args.out, ucan.NOISE_FILE)}")
@@ -669,9 +679,9 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--restart", action="store_true",
                  help="do not resume: fail if OUT already holds checkpoints (a run in OUT "
                  "resumes from its last epoch by default; use a new --out to start over)")
-  t.add_argument("--method", default="gaussian", choices=["gaussian", "ddrs"],
+  t.add_argument("--method", default="gaussian", choices=["gaussian", "ddrs", "ucan"],
                  help="gaussian: Cohen et al.; ddrs: per-example optimized sigma (DDRS Alg. 2), "
-                      "--sigma is sigma0")
+                      "--sigma is sigma0; ucan: anisotropic noise of --generator")
   t.add_argument("--sigma-steps", type=int, default=1, help="DDRS: sigma ascent steps per batch")
   t.add_argument("--sigma-lr", type=float, default=1e-2, help="DDRS: sigma ascent step size")
   t.add_argument("--sigma-draws", type=_positive_int, default=4,
@@ -686,6 +696,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "the noise is frozen in OUT/ucan_noise.npz")
   t.add_argument("--init", default=None, help="UCAN: fine-tune the model of this workdir")
   t.add_argument("--ucan-draws", type=_positive_int, default=5, help="UCAN noise draws per step")
+  t.add_argument("--allow-unsound", action="store_true",
+                 help="UCAN: train the input-dependent generator (its radii are NOT a certificate)")
   t.add_argument("--quiet", action="store_true", help="no progress bars")
   t.set_defaults(func=cmd_train)
 

@@ -333,7 +333,13 @@ def test_train_and_certify_ucan(trained, tmp_path, capsys):
   capsys.readouterr()
   assert run_cli("analyze", res_file, "--radius-column", "alm") == 0
   assert "ACR" in capsys.readouterr().out
-  # the unsound input-dependent generator is refused with the reason
-  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--out", tmp_path / "x",
-                 "--generator", "input", "--quiet") == 2
+  # the unsound input-dependent generator is refused with the reason, and trains with the opt-in
+  unsound = ["train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs", "1",
+             "--batch", "64", "--lr", "0.01", "--out", tmp_path / "x", "--method", "ucan",
+             "--generator", "input", "--init", trained, "--ucan-draws", "1", "--quiet"]
+  assert run_cli(*unsound) == 2
   assert "not sound" in capsys.readouterr().err
+  assert run_cli(*unsound, "--allow-unsound") == 0
+  assert "NOT SOUND" in capsys.readouterr().out
+  import json
+  assert json.loads((tmp_path / "x" / "config.json").read_text())["sound"] is False

@@ -99,7 +99,7 @@ class DDRSConfig(BatchSigma):
     return jnp.full((n,), self.sigma0, jnp.float32)
 
   def __call__(self, key, state, eval_fn, variables, x, idx, epoch):
-    """OptimizeSigma from the memory (after the warm-up), written back; returns ``(memory, sigma_b)``."""
+    """OptimizeSigma from the memory (after the warm-up), written back: ``(memory, sigma_b)``."""
     sig = state[idx]
     if self.sigma_steps > 0:
       def ascend(s):

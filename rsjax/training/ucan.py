@@ -1,183 +1,349 @@
-"""UCAN training with input-independent anisotropic noise (Hong et al., seed 000 §3.3).
+"""UCAN training with anisotropic noise (Hong et al., seed 000 §3.3) on the generic trainer.
 
-Two of the paper's three noise-parameter generators, both input-independent (so
-the certificate of ``rsjax.anisotropic.certify`` is sound for the deployed
-classifier):
+The classifier and its noise-parameter generator form one NNX model
+(:class:`UCANModel`: ``model(x)`` is the classifier, ``model.noise(x, lam)`` the
+generator's ``(mu, sigma)``), trained by :func:`rsjax.training.train` with the
+objective :class:`UCANLoss`: noise ``mu + lam * sigma * eps`` (``eps`` standard
+Gaussian, ``lam`` the base scale lambda = ``TrainConfig.sigma``), loss
+``sum_{j<draws} CE(f(x + noise_j), y) - weight * draws * min|sigma|``. The
+generators:
 
 * ``pattern-l1|pattern-l2|pattern-linf``: the fixed map ``P`` of
-  :func:`rsjax.anisotropic.pattern_sigma` (coordinates normalized to [-1, 1]);
-  noise ``lambda * P * eps``, loss ``sum_{j<draws} CE(f(x + noise_j), y)``.
+  :func:`rsjax.anisotropic.pattern_sigma` (coordinates normalized to [-1, 1]),
+  ``mu = 0`` (no sigma term: nothing to train in the noise).
 * ``universal`` (dataset-wise): free ``mu = tanh(a)``, ``sigma = |tanh(b)| * 2``
   (:class:`rsjax.anisotropic.UniversalNoise`, initialized at ``mu = 0``,
-  ``sigma = 1``), noise ``mu + lambda * sigma * eps``, loss
-  :func:`rsjax.anisotropic.universal_loss` (``- weight * draws * min|sigma|``).
-  After training ``(mu, lambda * sigma)`` are **frozen** and saved in the workdir
-  (``ucan_noise.npz``); certification reads them from there.
+  ``sigma = 1``).
+* ``input`` (certification-wise): two CNNs (conv3x3 c->16, a dense block of four
+  conv3x3 with growth 16 and LeakyReLU 0.2, conv3x3 80->16, conv3x3 16->c, tanh);
+  ``mu = lam * G1(x)``, ``sigma = |G2(x + mu)|``.
 
-Both start from the given model (UCAN fine-tunes a Gaussian-trained one) and use
+After training, the noise of the input-independent generators is **frozen**:
+``(mu, lam * sigma)`` saved in the workdir (``ucan_noise.npz``; the universal one
+also for ``rsjax certify --method ucan --ucan-sigma dataset``) and certified with
+:func:`rsjax.anisotropic.certify`, a sound certificate of that fixed smoothed
+classifier.
+
+The input-dependent generator gives no certificate: the classifier deployed at
+``x + delta`` smooths with ``mu(x + delta), sigma(x + delta)``, not with the
+noise the region around ``x`` was computed for (UCAN's reviewers, citing DDRS,
+ANCER and IDRS). Training it needs ``allow_unsound=True`` (CLI
+``--allow-unsound``), and so does :func:`certify_input_dependent`, whose result is
+marked ``sound=False``. The sound alternative offered and measured
+(``experiments/ucan_mnist.py``) is the **frozen dataset-wise noise**
+(``universal``): it certifies a fixed smoothed classifier for every input and
+any order. The other candidate, the DDRS memory applied to the inscribed ball
+``min sigma(x) * R``, only guarantees consistency within one deployment run and
+one input order (DDRS §3.5), a weaker statement, so it was not chosen.
+
+All start from the given model (UCAN fine-tunes a Gaussian-trained one) and use
 SGD with momentum 0.9, weight decay 1e-4 and a constant learning rate (the
 authors' schedulers are never stepped). Deviation: the noise parameters step on
-every batch with the classifier (the authors accumulate 20 batches).
-
-The input-dependent (certification-wise) CNN generators are not implemented: their
-certificate is not sound (``rsjax.anisotropic.certify`` refuses it without
-``allow_unsound``).
+every batch with the classifier (the authors accumulate 20 batches for the
+universal generator). Workdir: ``config.json``, ``history.json`` and
+``checkpoints/`` of the classifier (``rsjax.training.load_model`` reads it),
+``ucan_noise.npz``, and ``ucan_train/``: the trainer's resumable run of the
+classifier with its generator.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import os
-import time
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from tqdm.auto import tqdm
 
 from rsjax import anisotropic
-from rsjax._sampling import as_key
+from rsjax.checkpoint import Checkpoints
+from rsjax.models import to_train_fn
 from rsjax.training import workdir as wd
+from rsjax.training.objectives import Objective
+from rsjax.training.trainer import TrainConfig, train
+from rsjax.util import as_key
 
-__all__ = ["GENERATORS", "NOISE_FILE", "train_ucan", "load_noise"]
+__all__ = ["GENERATORS", "SOUND_GENERATORS", "NOISE_FILE", "TRAIN_DIR", "UCANLoss", "UCANModel",
+           "make_generator", "train_ucan", "load_noise", "load_ucan_model",
+           "certify_input_dependent"]
 
-GENERATORS = ("pattern-l1", "pattern-l2", "pattern-linf", "universal")
+GENERATORS = ("pattern-l1", "pattern-l2", "pattern-linf", "universal", "input")
+#: The generators whose noise does not depend on the input (a sound certificate once frozen).
+SOUND_GENERATORS = GENERATORS[:4]
 #: The frozen ``mu`` and per-pixel ``sigma`` (lambda folded in) of a trained model.
 NOISE_FILE = "ucan_noise.npz"
+#: Subdirectory of the workdir with the trainer's run (classifier + generator).
+TRAIN_DIR = "ucan_train"
 _UNIVERSAL_SCALE = 2.0
+
+_UNSOUND = ("generator 'input' (UCAN's input-dependent CNN generator) is not sound: the noise at "
+            "x + delta differs from the noise at x, so its radii are no certificate; pass "
+            "allow_unsound=True (CLI --allow-unsound) to run it anyway, or use the sound "
+            "dataset-wise 'universal' generator")
+
+
+class _Frozen(nnx.Variable):
+  """A fixed array of a generator (not an ``nnx.Param``: never trained)."""
+
+
+class PatternNoise(nnx.Module):
+  """UCAN's fixed pattern map: ``mu = 0``, ``sigma = P``."""
+
+  def __init__(self, input_shape, pattern: str):
+    self.map = _Frozen(jnp.asarray(anisotropic.pattern_sigma(input_shape, pattern=pattern)))
+
+  def __call__(self, x, lam):
+    return jnp.zeros_like(x), jnp.broadcast_to(self.map[...], x.shape)
+
+
+class UniversalGenerator(nnx.Module):
+  """Dataset-wise ``(mu, sigma)``: free vectors through tanh (``anisotropic.UniversalNoise``)."""
+
+  def __init__(self, input_shape, *, scale: float = _UNIVERSAL_SCALE, sigma0: float = 1.0):
+    self.shape, self.scale = tuple(int(s) for s in input_shape), float(scale)
+    p = anisotropic.UniversalNoise(input_shape=self.shape, scale=self.scale).init(sigma0=sigma0)
+    self.a, self.b = nnx.Param(p["a"]), nnx.Param(p["b"])
+
+  def __call__(self, x, lam):
+    noise = anisotropic.UniversalNoise(input_shape=self.shape, scale=self.scale)
+    mu, sigma = noise({"a": self.a[...], "b": self.b[...]})
+    return jnp.broadcast_to(mu, x.shape), jnp.broadcast_to(sigma, x.shape)
+
+
+class _NoiseCNN(nnx.Module):
+  """UCAN's ``NoiseGenerator`` CNN: c -> 16, dense block (4 x growth 16), 80 -> 16 -> c, tanh."""
+
+  def __init__(self, channels: int, *, rngs: nnx.Rngs, width: int = 16, growth: int = 16):
+    conv = lambda i, o: nnx.Conv(i, o, (3, 3), padding="SAME", rngs=rngs)  # noqa: E731
+    self.stem = conv(channels, width)
+    self.block = nnx.List([conv(width + k * growth, growth) for k in range(4)])
+    self.fuse = conv(width + 4 * growth, width)
+    self.head = conv(width, channels)
+
+  def __call__(self, x):
+    h = self.stem(x)
+    for layer in self.block:
+      h = jnp.concatenate([h, jax.nn.leaky_relu(layer(h), 0.2)], axis=-1)
+    return jnp.tanh(self.head(self.fuse(h)))
+
+
+class InputGenerator(nnx.Module):
+  """Certification-wise ``mu = lam * G1(x)``, ``sigma = |G2(x + mu)|`` (unsound)."""
+
+  def __init__(self, channels: int, *, rngs: nnx.Rngs):
+    self.g_mu = _NoiseCNN(channels, rngs=rngs)
+    self.g_sigma = _NoiseCNN(channels, rngs=rngs)
+
+  def __call__(self, x, lam):
+    mu = lam * self.g_mu(x)
+    return mu, jnp.abs(self.g_sigma(x + mu))
+
+
+def make_generator(generator: str, input_shape, *, rngs=0) -> nnx.Module:
+  """The noise generator called ``generator`` (one of ``GENERATORS``) for ``input_shape``.
+
+  ``rngs`` (an int seed or ``jax.random.key``) initializes the input generator's CNNs.
+  """
+  if generator not in GENERATORS:
+    raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r}")
+  if generator == "universal":
+    return UniversalGenerator(input_shape)
+  if generator == "input":
+    return InputGenerator(int(input_shape[-1]), rngs=nnx.Rngs(rngs))
+  return PatternNoise(input_shape, generator.split("-")[1])
+
+
+class UCANModel(nnx.Module):
+  """A classifier with its noise generator: ``model(x)`` classifies, ``model.noise(x, lam)``
+  returns ``(mu, sigma)``, each ``[B, *input_shape]`` (the noise is ``mu + lam * sigma * eps``)."""
+
+  def __init__(self, classifier: nnx.Module, generator: nnx.Module):
+    self.classifier, self.generator = classifier, generator
+
+  def __call__(self, x):
+    return self.classifier(x)
+
+  def noise(self, x, lam):
+    return self.generator(x, lam)
+
+
+@dataclasses.dataclass(frozen=True)
+class UCANLoss(Objective):
+  """UCAN's loss on a :class:`UCANModel` (``sigma`` of the trainer is lambda).
+
+  ``sum_j CE(f(x + mu + lam * sigma * eps_j), y) - weight * draws * min|sigma|``
+  (CE averaged over the batch, summed over the draws; the min over the batch's
+  sigma, as the authors' ``--IsoMeasure`` target for the isotropic radius).
+
+  Attributes:
+    num_noise: draws per input (UCAN 5).
+    weight: factor on the sigma term (UCAN 5; 0 for the fixed patterns).
+  """
+
+  name: ClassVar[str] = "ucan"
+  num_noise: int = 5
+  weight: float = 5.0
+
+  def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
+    m, b = self.num_noise, x.shape[0]
+    mu, scale = apply_fn(params, x, sigma, method="noise")
+    eps = sigma * jax.random.normal(key, (m, *x.shape), x.dtype)
+    logits = apply_fn(params, (x + mu + eps * scale).reshape(m * b, *x.shape[1:]))
+    yr = jnp.tile(y, m)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), yr)
+    loss = m * jnp.mean(ce) - self.weight * m * jnp.min(jnp.abs(scale))
+    correct = jnp.sum(jnp.argmax(logits, axis=-1) == yr).astype(jnp.float32) / m
+    return loss, {"correct": correct}
 
 
 def load_noise(workdir) -> tuple[np.ndarray, np.ndarray, str]:
   """``(mu, sigma, generator)`` frozen after UCAN training (sigma includes lambda)."""
   path = os.path.join(os.fspath(workdir), NOISE_FILE)
   if not os.path.exists(path):
-    raise FileNotFoundError(f"no {NOISE_FILE} in {os.fspath(workdir)!r}: train with a UCAN "
-                            "generator first")
+    raise FileNotFoundError(f"no {NOISE_FILE} in {os.fspath(workdir)!r}: train with an "
+                            "input-independent UCAN generator first")
   with np.load(path) as f:
     return f["mu"], f["sigma"], str(f["generator"])
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "noise_def", "draws", "tx"))
-def _step(params, rest, noise_params, opt_state, x, y, key, lam, pattern, weight, *, graphdef,
-          noise_def, draws, tx):
-  eps = lam * jax.random.normal(key, (draws, *x.shape), x.dtype)
+def _finished(workdir) -> dict | None:
+  try:
+    cfg = wd.read_config(workdir)
+  except FileNotFoundError:
+    return None
+  ckpt = os.path.join(os.fspath(workdir), wd.CHECKPOINT_DIR)
+  return cfg if cfg.get("method") == "ucan" and os.path.isdir(ckpt) else None
 
-  def loss_fn(p, r, npar):
-    model = nnx.merge(graphdef, p, r, copy=True)
-    if noise_def is None:
-      mu, sigma = jnp.zeros(x.shape[1:]), pattern
-    else:
-      mu, sigma = noise_def(npar)
-    loss = anisotropic.universal_loss(lambda z: model(z).astype(jnp.float32), x, y, eps, mu=mu,
-                                      sigma=sigma, weight=0.0 if noise_def is None else weight)
-    return loss, nnx.state(model, nnx.Not(nnx.Param))
 
-  (loss, new_rest), grads = jax.value_and_grad(loss_fn, argnums=(0, 2), has_aux=True)(
-      params, rest, noise_params)
-  updates, opt_state = tx.update(grads, opt_state, (params, noise_params))
-  params, noise_params = optax.apply_updates((params, noise_params), updates)
-  return params, new_rest, noise_params, opt_state, loss
+def load_ucan_model(workdir, *, allow_unsound: bool = False) -> tuple[UCANModel, dict]:
+  """The trained classifier with its generator (``model.noise``) from a UCAN workdir.
+
+  Raises:
+    ValueError: an input-dependent generator without ``allow_unsound``.
+  """
+  cfg = _finished(workdir)
+  if cfg is None:
+    raise FileNotFoundError(f"{os.fspath(workdir)!r} holds no finished UCAN training")
+  gen = cfg["ucan"]["generator"]
+  if gen not in SOUND_GENERATORS and not allow_unsound:
+    raise ValueError(_UNSOUND)
+  classifier, _ = wd.load_model(workdir)
+  model = UCANModel(classifier, make_generator(gen, tuple(cfg["input_shape"])))
+  wd.restore_model(os.path.join(os.fspath(workdir), TRAIN_DIR), model)
+  return model, cfg
 
 
 def train_ucan(key, model: nnx.Module, train_data, *, generator: str, sigma: float,
                epochs: int = 5, batch_size: int = 128, lr: float = 1e-3, draws: int = 5,
-               weight: float = 5.0, workdir=None, model_config=None, progress: bool = True):
+               weight: float = 5.0, workdir=None, model_config=None, progress: bool = True,
+               allow_unsound: bool = False):
   """Fine-tunes ``model`` with a UCAN noise generator; returns ``(model, mu, sigma, history)``.
 
   Args:
-    key: ``jax.random.key`` or int seed (shuffle of epoch e from
-      ``fold_in(fold_in(key, 0), e)``, noise of step t from ``fold_in(fold_in(key, 1), t)``).
+    key: ``jax.random.key`` or int seed (as :func:`rsjax.training.train`; the
+      input generator's initialization from ``fold_in(key, 5)``).
     model: NNX classifier on ``[b, *input_shape]`` in [0, 1]; updated in place.
     train_data: ``(x [N, ...], y [N])``.
     generator: one of ``GENERATORS``.
     sigma: base noise scale lambda (Gaussian std).
     epochs, batch_size, lr: SGD (momentum 0.9, weight decay 1e-4, constant lr).
     draws: noise draws per example and step (UCAN 5).
-    weight: factor on ``min|sigma|`` (universal; UCAN 5).
-    workdir: optional directory: ``config.json``, ``history.json``, the model
-      checkpoint (loadable with ``rsjax.training.load_model``) and
-      ``ucan_noise.npz`` (the frozen ``mu`` and ``sigma``), written at the end. A
-      finished workdir is loaded instead of retrained (same generator required);
-      an unfinished one is retrained from the start.
-    model_config: JSON description of the model.
+    weight: factor on ``min|sigma|`` (universal and input; UCAN 5).
+    workdir: optional directory (see the module docstring). An unfinished run
+      resumes from its last epoch (``ucan_train/``); a finished workdir is loaded
+      instead of retrained (same generator required).
+    model_config: JSON description of the classifier (needed with a workdir to
+      reload it).
     progress: progress bar.
+    allow_unsound: required for ``generator="input"`` (no certificate).
 
   Returns:
     ``(model, mu [*input_shape], sigma [*input_shape], history)``; ``sigma`` is
     the per-pixel standard deviation of the deployed noise (lambda folded in).
+    For ``"input"`` ``mu`` and ``sigma`` are None (they depend on the input: use
+    :func:`load_ucan_model` or the trained generator).
   """
-  from rsjax.checkpoint import Checkpoints
-  from rsjax.models import to_train_fn
-
   if generator not in GENERATORS:
-    raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r} (the "
-                     "input-dependent generator is not available: its certificate is not sound)")
+    raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r}")
+  if generator not in SOUND_GENERATORS and not allow_unsound:
+    raise ValueError(_UNSOUND)
   if not (np.isfinite(sigma) and sigma > 0):
     raise ValueError(f"sigma must be > 0, got {sigma!r}")
-  if workdir is not None and os.path.exists(os.path.join(os.fspath(workdir), NOISE_FILE)):
-    mu, sig, gen = load_noise(workdir)
-    if gen != generator:
-      raise ValueError(f"workdir {os.fspath(workdir)!r} holds a {gen!r} model, not {generator!r}")
+  if workdir is not None and _finished(workdir) is not None:
+    done = _finished(workdir)
+    if done["ucan"]["generator"] != generator:
+      raise ValueError(f"workdir {os.fspath(workdir)!r} holds a {done['ucan']['generator']!r} "
+                       f"model, not {generator!r}")
     model, meta = wd.restore_model(workdir, model)
-    return model, mu, sig, list(meta["history"])
+    if generator in SOUND_GENERATORS:
+      mu, sig, _ = load_noise(workdir)
+      return model, mu, sig, list(meta["history"])
+    return model, None, None, list(meta["history"])
+  shape = tuple(np.shape(train_data[0])[1:])
   key = as_key(key)
-  x, y = (np.asarray(a) for a in train_data)
-  x, y = x.astype(np.float32), y.astype(np.int32)
-  shape = x.shape[1:]
-  if generator == "universal":
-    noise_def = anisotropic.UniversalNoise(input_shape=tuple(shape), scale=_UNIVERSAL_SCALE)
-    noise_params = noise_def.init(mu0=0.0, sigma0=1.0)
-    pattern = jnp.ones(shape, jnp.float32)
-  else:
-    noise_def, noise_params = None, {"unused": jnp.zeros(())}
-    pattern = jnp.asarray(anisotropic.pattern_sigma(shape, pattern=generator.split("-")[1]))
-  train_fn, params, rest = to_train_fn(model)
-  tx = optax.chain(optax.add_decayed_weights(1e-4), optax.sgd(lr, momentum=0.9))
-  opt_state = tx.init((params, noise_params))
-  n = x.shape[0]
-  steps = -(-n // batch_size)
-  history = []
-  t = 0
-  for epoch in range(epochs):
-    t0 = time.perf_counter()
-    perm = np.asarray(jax.random.permutation(jax.random.fold_in(jax.random.fold_in(key, 0), epoch),
-                                             n))
-    total = 0.0
-    for b in tqdm(range(steps), desc=f"ucan {generator} {epoch + 1}/{epochs}", leave=False,
-                  disable=not progress):
-      idx = perm[b * batch_size:(b + 1) * batch_size]
-      params, rest, noise_params, opt_state, loss = _step(
-          params, rest, noise_params, opt_state, x[idx], y[idx],
-          jax.random.fold_in(jax.random.fold_in(key, 1), t), np.float32(sigma), pattern,
-          np.float32(weight), graphdef=train_fn.graphdef, noise_def=noise_def, draws=draws, tx=tx)
-      total += float(loss) * idx.shape[0]
-      t += 1
-    if not np.isfinite(total):
-      raise FloatingPointError(f"UCAN training loss became non-finite in epoch {epoch + 1}")
-    history.append({"epoch": epoch + 1, "train_loss": total / n,
-                    "seconds": time.perf_counter() - t0})
-  if noise_def is None:
-    mu, sig = np.zeros(shape, np.float32), np.asarray(pattern) * np.float32(sigma)
-  else:
-    m, s = noise_def(noise_params)
-    mu, sig = np.asarray(m, np.float32), np.asarray(s, np.float32) * np.float32(sigma)
-  nnx.update(model, params, rest)
+  wrapped = UCANModel(model, make_generator(generator, shape, rngs=jax.random.fold_in(key, 5)))
+  loss = UCANLoss(num_noise=draws, weight=0.0 if generator.startswith("pattern") else weight)
+  config = TrainConfig(sigma=float(sigma), epochs=epochs, batch_size=batch_size, lr=lr,
+                       momentum=0.9, weight_decay=1e-4, lr_step=1, gamma=1.0,  # constant lr
+                       objective=loss)
+  train_dir = None if workdir is None else os.path.join(os.fspath(workdir), TRAIN_DIR)
+  ucan_cfg = {"generator": generator, "epochs": epochs, "batch_size": batch_size, "lr": lr,
+              "draws": draws, "weight": weight}
+  wrapped, history = train(key, wrapped, train_data, config, workdir=train_dir,
+                           model_config={**(model_config or {}), "ucan": ucan_cfg},
+                           progress=progress)
+  model = wrapped.classifier
+  mu = sig = None
+  if generator in SOUND_GENERATORS:  # freeze (mu, lambda * sigma)
+    m, s = wrapped.noise(jnp.zeros((1, *shape), jnp.float32), jnp.float32(sigma))
+    mu, sig = np.asarray(m[0], np.float32), np.asarray(s[0], np.float32) * np.float32(sigma)
   if workdir is not None:
     workdir = os.fspath(workdir)
-    os.makedirs(workdir, exist_ok=True)
-    cfg = dict(model_config or {})
-    cfg.update(sigma=float(sigma), method="ucan",
-               ucan={"generator": generator, "epochs": epochs, "batch_size": batch_size,
-                     "lr": lr, "draws": draws, "weight": weight})
-    wd.write_json(os.path.join(workdir, wd.CONFIG_FILE), cfg)
-    wd.write_json(os.path.join(workdir, wd.HISTORY_FILE), history)
-    with Checkpoints(os.path.join(workdir, wd.CHECKPOINT_DIR), max_to_keep=1) as ckpt:
-      ckpt.save(epochs, items={"model": {"params": params, "rest": rest}},
-                meta={"epoch": epochs, "history": history})
+    if generator in SOUND_GENERATORS:
+      np.savez(os.path.join(workdir, NOISE_FILE), mu=mu, sigma=sig, generator=generator)
     if generator == "universal":  # read by ``rsjax certify --method ucan --ucan-sigma dataset``
       from rsjax import methods
       methods.save_universal_noise(workdir, mu=mu, sigma=sig)
-    np.savez(os.path.join(workdir, NOISE_FILE), mu=mu, sigma=sig, generator=generator)
+    cfg = {**(model_config or {}), "sigma": float(sigma), "method": "ucan", "ucan": ucan_cfg,
+           "sound": generator in SOUND_GENERATORS}
+    wd.write_json(os.path.join(workdir, wd.CONFIG_FILE), cfg)
+    wd.write_json(os.path.join(workdir, wd.HISTORY_FILE), history)
+    _, params, rest = to_train_fn(model)
+    with Checkpoints(os.path.join(workdir, wd.CHECKPOINT_DIR), max_to_keep=1) as ckpt:
+      ckpt.save(int(epochs), items={"model": {"params": params, "rest": rest}},
+                meta={"epoch": int(epochs), "history": history})
   return model, mu, sig, history
+
+
+def certify_input_dependent(key, model: UCANModel, x, *, sigma: float, num_classes: int,
+                            allow_unsound: bool = False, **kwargs):
+  """UCAN's numbers for the input-dependent generator: NOT a certificate.
+
+  Computes ``(mu(x), sigma(x))`` per input and runs
+  :func:`rsjax.anisotropic.certify` with ``input_dependent=True``; the result has
+  ``sound=False``. For a sound certificate train the ``universal`` generator and
+  certify its frozen noise.
+
+  Args:
+    key: ``jax.random.key`` or int seed.
+    model: a trained :class:`UCANModel` (``load_ucan_model``).
+    x: ``[B, *input_shape]`` inputs.
+    sigma: lambda of training.
+    num_classes: number of classes.
+    allow_unsound: must be True (otherwise ValueError).
+    **kwargs: passed to :func:`rsjax.anisotropic.certify` (n0, n, alpha, ids, ...).
+
+  Returns:
+    ``rsjax.anisotropic.AnisotropicCertificate`` with ``sound=False``.
+  """
+  if not allow_unsound:
+    raise ValueError(_UNSOUND)
+  from rsjax.models import to_apply_fn
+  mu, scale = model.noise(jnp.asarray(x, jnp.float32), jnp.float32(sigma))
+  apply_fn, params = to_apply_fn(model.classifier)
+  return anisotropic.certify(key, apply_fn, params, x, sigma=np.asarray(scale) * np.float32(sigma),
+                             mu=np.asarray(mu), num_classes=num_classes, input_dependent=True,
+                             allow_unsound=True, **kwargs)
