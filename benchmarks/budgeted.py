@@ -81,8 +81,9 @@ def _train(workdir, dataset, sigma, epochs, shape_fn):
   config = {"model": "lenet", "num_classes": 10, "input_shape": list(shape), "dataset": dataset}
   run_dir = os.path.join(workdir, f"lenet_{dataset}_sigma_{sigma:g}")
   model, history = training.train(
-      jax.random.key(0), model, (x, y), sigma=sigma, epochs=epochs, batch_size=128, lr=0.05,
-      lr_step=8, eval_data=(xt, yt), workdir=run_dir, model_config=config, progress=False)
+      jax.random.key(0), model, (x, y),
+      training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=128, lr=0.05, lr_step=8),
+      eval_data=(xt, yt), workdir=run_dir, model_config=config, progress=False)
   apply_fn, params = models.to_apply_fn(model)
   return apply_fn, params, xt, yt, history[-1]["clean_acc"] if history else float("nan")
 
