@@ -183,7 +183,9 @@ def run(cfg: Config, log=print) -> dict:
         "ddrs-trained": (d_apply, d_params, cfg.tuned)}.items():
       out = os.path.join(cfg.out, f"{name}_{tag}.tsv")
       res = ddrs.certify_dataset(key, apply_fn, params, test.get_batch, idx, out, sigma0=s0,
-                                 progress=False, **opt, **cert_kw)
+                                 num_classes=10, ascent=ddrs.SigmaAscent(**opt),
+                                 settings=rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
+                                                         batch_size=1000), progress=False)
       r = io.read_certify(out)
       sig = r.extra["sigma"]
       mc = io.read_certify(res["mc_path"])

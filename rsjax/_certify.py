@@ -235,20 +235,8 @@ def run_certify(key, counts: CountsFn, rule: RuleFn, settings: Sampling, *,
   return rule(selection, estimation)
 
 
-def certify(
-    key,
-    apply_fn,
-    params,
-    x,
-    *,
-    sigma,
-    num_classes: int,
-    settings: Sampling | None = None,
-    ids=None,
-    multiclass: bool = False,
-    budget=None,
-    **sampling,
-) -> Certificate:
+def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
+            ids=None, multiclass: bool = False, budget=None, **sampling) -> Certificate:
   """Cohen et al.'s CERTIFY for a batch of inputs.
 
   Selection (``n0`` samples) and estimation (``n`` samples) use independent keys
@@ -306,18 +294,8 @@ def certify(
   return run_certify(key, counts, rule, settings)
 
 
-def predict(
-    key,
-    apply_fn,
-    params,
-    x,
-    *,
-    sigma,
-    num_classes: int,
-    settings: Sampling | None = None,
-    ids=None,
-    **sampling,
-) -> np.ndarray:
+def predict(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
+            ids=None, **sampling) -> np.ndarray:
   """Cohen et al.'s PREDICT: the top class, or -1 when the two-sided binomial test
   of the top two counts at 1/2 has p-value above ``alpha``.
 

@@ -44,7 +44,11 @@ def linear_apply(params, x):
 
 @dataclasses.dataclass(frozen=True)
 class LinearDEQ:
-  """Toy DEQ ``z = A z + W x``, logits ``[0, v.z + b]`` (as in test_deq_srs)."""
+  """Toy DEQ ``z = A z + W x``, logits ``[0, v.z + b]`` (also used by test_deq_srs).
+
+  Its fixed point is linear in x, so the converged DEQ is the linear classifier
+  ``sign(w.x + b)``, ``w = W^T (I - A)^-T v``.
+  """
 
   def __call__(self, params, x, z0, solver):
     from rsjax import deq

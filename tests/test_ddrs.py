@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import rsjax
 from rsjax import ddrs
 
 SLOPE = 10.0
@@ -270,8 +271,9 @@ def test_certify_dataset_saves_sigma_resumes_and_applies_memory(getkey, tmp_path
   get_batch = lambda idx: (xs[idx], labels[idx])
   out = tmp_path / "ddrs.tsv"
   key = getkey()
-  kw = dict(sigma0=0.05, num_classes=2, steps=20, lr=0.01, num_samples=8, n0=32, n=500,
-            alpha=0.01, batch_size=250, inputs_per_call=2, progress=False)
+  kw = dict(sigma0=0.05, num_classes=2, ascent=ddrs.SigmaAscent(steps=20, lr=0.01, num_samples=8),
+            settings=rsjax.Sampling(n0=32, n=500, alpha=0.01, batch_size=250),
+            inputs_per_call=2, progress=False)
   res = ddrs.certify_dataset(key, linear_fn, W, get_batch, np.arange(4), out, **kw)
   res2 = ddrs.certify_dataset(key, linear_fn, W, get_batch, np.arange(6), out, **kw)  # resumes
   mc = io.read_certify(res2["mc_path"])
@@ -285,3 +287,16 @@ def test_certify_dataset_saves_sigma_resumes_and_applies_memory(getkey, tmp_path
   np.testing.assert_array_equal(final.predict, c)
   np.testing.assert_allclose(final.radius, r)
   assert res["changed"] >= 0 and "memory-based" in res2["guarantee"]
+
+
+def test_optimized_sigma_is_a_sigma_source(getkey):
+  # The IDRS designs' protocol: evaluate(x) -> SigmaValues; no rate bound (inf).
+  x, key = _inputs(X0[:4]), getkey()
+  ascent = ddrs.SigmaAscent(steps=5, lr=0.01, num_samples=4)
+  values = ddrs.OptimizedSigma(key, linear_fn, W, 0.1, ascent).evaluate(x, ids=np.arange(4) + 7)
+  want = ddrs.optimize_sigma(key, linear_fn, W, x, sigma0=0.1, steps=5, lr=0.01, num_samples=4,
+                             ids=np.arange(4) + 7)
+  np.testing.assert_array_equal(values.sigma, want)
+  assert values.rate == np.inf and values.slack.shape == (4,)
+  with pytest.raises(ValueError, match="clip"):
+    ddrs.SigmaAscent(clip=(0.9, 0.1))

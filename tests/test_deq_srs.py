@@ -1,6 +1,5 @@
 """Tests of serialized randomized smoothing for DEQs (rsjax.deq.srs_sample / certify)."""
 
-import dataclasses
 import warnings
 
 import jax
@@ -10,21 +9,8 @@ import pytest
 from scipy import stats as st
 
 import rsjax
+from golden_cases import LinearDEQ  # z = A z + W x, logits [0, v.z + b]
 from rsjax import deq, stats
-
-
-
-@dataclasses.dataclass(frozen=True)
-class LinearDEQ:
-  """Toy DEQ: z = A z + W x, logits = [0, v.z + b]. Its fixed point is linear in x,
-  so the converged DEQ is the linear classifier sign(w.x + b), w = W^T (I - A)^-T v."""
-
-  def __call__(self, params, x, z0, solver):
-    u = x.reshape(x.shape[0], -1) @ params["W"].T
-    z0 = jnp.zeros_like(u) if z0 is None else z0
-    res = deq.solve(lambda z: z @ params["A"].T + u, z0, solver)
-    score = res.z @ params["v"] + params["b"]
-    return jnp.stack([jnp.zeros_like(score), score], axis=-1), res
 
 
 def _linear_deq(key, d_in=3, d=8, rho=0.9):

@@ -136,7 +136,7 @@ def srs_p_lower(n_a, n, k, m_a, alpha: float, correction: str = "paper"):
 
 def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: int, alpha: float,
                     scale, dim: int = 1, noise=None, correction: str = "paper",
-                    description: str = "", residual=None, check_residual=None) -> SRSCertificate:
+                    description: str = "") -> SRSCertificate:
   """The correlation-eliminated certificate from SRS counts and check pairs (host).
 
   Args:
@@ -152,7 +152,6 @@ def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: in
     noise: noise family (default Gaussian).
     correction: ``"paper"`` (default, sound) or ``"authors_code"``.
     description: the base classifier, for ``guarantee``.
-    residual, check_residual: optional ``[B]`` diagnostics stored as they are.
 
   Returns:
     ``SRSCertificate``.
@@ -211,8 +210,6 @@ def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: in
       check_agree=np.asarray(k, np.int64),
       check_total=int(m),
       sound=correction == "paper",
-      residual=None if residual is None else np.asarray(residual, np.float64),
-      check_residual=None if check_residual is None else np.asarray(check_residual, np.float64),
   )
 
 
@@ -320,8 +317,9 @@ def certify(
   def rule(sel, est):
     cert = srs_certificate(sel.counts, est.counts, est.srs_labels, est.check_labels, n=n,
                            alpha=alpha, scale=scale, dim=int(np.prod(x_np.shape[1:])),
-                           noise=settings.noise, correction=srs.correction, description=desc,
-                           residual=est.residual, check_residual=est.check_residual)
+                           noise=settings.noise, correction=srs.correction, description=desc)
+    cert = dataclasses.replace(cert, residual=np.asarray(est.residual, np.float64),
+                               check_residual=np.asarray(est.check_residual, np.float64))
     if srs.check != "random" and srs.correction == "paper":
       cert = dataclasses.replace(cert, guarantee=cert.guarantee + "; WARNING: check='consecutive' "
                                  "positions are not random, the argument above does not apply")

@@ -89,6 +89,13 @@ class DDRSConfig(BatchSigma):
     if not (math.isfinite(self.sigma_min) and 0 < self.sigma_min <= self.sigma0):
       raise ValueError(f"sigma_min must lie in (0, sigma0], got {self.sigma_min!r}")
 
+  @property
+  def ascent(self) -> ddrs.SigmaAscent:
+    """The per-batch sigma ascent as a :class:`rsjax.ddrs.SigmaAscent`."""
+    return ddrs.SigmaAscent(steps=self.sigma_steps, lr=self.sigma_lr, num_samples=self.sigma_draws,
+                            clip=self.clip, sigma_min=self.sigma_min,
+                            parametrization=self.parametrization)
+
   def to_json(self) -> dict:
     d = {"name": "ddrs", **dataclasses.asdict(self)}
     d["clip"] = list(self.clip)
@@ -103,10 +110,7 @@ class DDRSConfig(BatchSigma):
     sig = state[idx]
     if self.sigma_steps > 0:
       def ascend(s):
-        return ddrs.sigma_ascent(key, eval_fn, variables, x, s, idx, lr=self.sigma_lr,
-                                 steps=self.sigma_steps, num_samples=self.sigma_draws,
-                                 lo=self.clip[0], hi=self.clip[1], sigma_min=self.sigma_min,
-                                 parametrization=self.parametrization)
+        return ddrs.sigma_ascent(key, eval_fn, variables, x, s, idx, config=self.ascent)
       sig = jax.lax.cond(epoch >= self.warmup_epochs, ascend, lambda s: s, sig)
     return state.at[idx].set(sig), sig
 
