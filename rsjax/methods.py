@@ -349,9 +349,9 @@ def _ddrs(ctx: Context, *, ddrs_steps, ddrs_lr, ddrs_draws, ddrs_memory) -> Plan
 def _deq(ctx: Context, method: str, *, deq_solver, deq_steps, deq_warmup_steps, srs_m,
          srs_check_steps, srs_correction) -> Plan:
   from rsjax import deq
-  if not isinstance(ctx.model, deq.DEQClassifier):
+  if not isinstance(ctx.model, deq.DEQModel):
     raise ValueError(f"--method {'srs' if method == 'srs' else 'deq-standard'} needs a DEQ model "
-                     "(trained with --model deq)")
+                     "(trained with --model deq or mdeq)")
   steps = deq_steps if deq_steps is not None else (3 if method == "srs" else 30)
   if method == "srs":
     # --deq-solver sets the chains; warm-up and check solves use Anderson.

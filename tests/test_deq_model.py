@@ -68,16 +68,59 @@ def test_implicit_gradient_trains(small):
   assert float(jnp.abs(g.cell.conv1.kernel[...]).sum()) > 0
 
 
-def test_generic_trainer_trains_a_deq():
-  model = deq.DEQClassifier(input_shape=(8, 8, 1), num_classes=2, channels=4, groups=2,
-                            stem_stride=1, steps=6, normalize=None, rngs=1)
-  rng = np.random.default_rng(0)
-  y = rng.integers(0, 2, 64).astype(np.int32)
-  # Class 0: bright left half; class 1: bright right half (GroupNorm removes
-  # global brightness, not position).
-  left = (np.arange(8) < 4)[None, None, :, None]
+def _two_halves(n=64, size=8, seed=0):
+  """Class 0: bright left half; class 1: bright right half (GroupNorm removes global
+  brightness, not position)."""
+  rng = np.random.default_rng(seed)
+  y = rng.integers(0, 2, n).astype(np.int32)
+  left = (np.arange(size) < size // 2)[None, None, :, None]
   x = np.where(y[:, None, None, None] == 0, left, ~left) * 0.8 + 0.1
-  x = np.clip(x + 0.1 * rng.normal(size=(64, 8, 8, 1)), 0, 1).astype(np.float32)
+  return np.clip(x + 0.1 * rng.normal(size=(n, size, size, 1)), 0, 1).astype(np.float32), y
+
+
+def test_generic_trainer_trains_a_deq():
+  """Gaussian augmentation, the Jacobian regularizer (an AuxLoss the trainer adds) and
+  the solver's residual and steps logged per epoch, all through rsjax.training.train."""
+  x, y = _two_halves()
   cfg = rsjax.training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
-  model, hist = rsjax.training.train(0, model, (x, y), cfg, eval_data=(x, y), progress=False)
-  assert hist[-1]["clean_acc"] > 0.9
+  hists = {}
+  for weight in (0.0, 5.0):
+    model = deq.DEQClassifier(input_shape=(8, 8, 1), num_classes=2, channels=4, groups=2,
+                              stem_stride=1, steps=6, normalize=None, jac_weight=weight, rngs=1)
+    model, hists[weight] = rsjax.training.train(0, model, (x, y), cfg, eval_data=(x, y),
+                                                progress=False)
+    assert hists[weight][-1]["clean_acc"] > 0.9
+  plain, reg = hists[0.0], hists[5.0]
+  for h in plain + reg:
+    assert h["solver_steps"] == 6 and 0 < h["solver_residual"] < 0.5
+  assert "jacobian" not in plain[-1] and "aux_loss" not in plain[-1]
+  # The regularizer is in the loss (5 x the Jacobian estimate) and it lowers the Jacobian.
+  np.testing.assert_allclose(reg[-1]["aux_loss"], 5.0 * reg[-1]["jacobian"], rtol=1e-4)
+  assert reg[-1]["train_loss"] > reg[-1]["aux_loss"]
+  assert reg[-1]["jacobian"] < reg[0]["jacobian"]
+
+
+def test_mdeq_trains_through_the_generic_trainer_and_reloads(tmp_path):
+  model = deq.MDEQClassifier(input_shape=(8, 8, 1), num_classes=2, channels=(4, 4), groups=2,
+                             stem_stride=1, steps=8, normalize=None, jac_weight=0.5, rngs=2)
+  assert model.state_shape(3) == (3, 8 * 8 * 4 + 4 * 4 * 4)
+  x, y = _two_halves(seed=1)
+  cfg = rsjax.training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
+  spec = {"model": "mdeq", "num_classes": 2, "input_shape": [8, 8, 1],
+          "model_kwargs": {"channels": [4, 4], "groups": 2, "stem_stride": 1, "steps": 8,
+                           "normalize": None, "jac_weight": 0.5}}
+  model, hist = rsjax.training.train(0, model, (x, y), cfg, eval_data=(x, y), progress=False,
+                                     workdir=tmp_path / "mdeq", model_config=spec)
+  assert hist[-1]["clean_acc"] > 0.9 and hist[-1]["solver_steps"] == 8
+  assert "jacobian" in hist[-1]
+  loaded, _ = rsjax.training.load_model(tmp_path / "mdeq")
+  assert isinstance(loaded, deq.MDEQClassifier)
+  deq_fn, variables = deq.to_deq_fn(model)
+  run = jax.jit(deq_fn, static_argnums=3)
+  logits, res = run(variables, x[:8], None, deq.SolverConfig(steps=30))
+  assert float(res.residual.max()) < 1e-3
+  logits_l, _ = run(deq.to_deq_fn(loaded)[1], x[:8], None, deq.SolverConfig(steps=30))
+  np.testing.assert_allclose(logits_l, logits, atol=1e-5)
+  # Broyden and plain iteration reach the same equilibrium of the two-stream state.
+  for cfg_b in (deq.SolverConfig(name="broyden", steps=30), deq.SolverConfig(name="naive", steps=80)):
+    np.testing.assert_allclose(run(variables, x[:8], None, cfg_b)[0], logits, atol=1e-3)

@@ -14,6 +14,8 @@ A flat API over private modules:
 * ``_model``: a single-scale convolutional DEQ classifier in Flax NNX and its
   pure functions (``DEQForward`` with warm starts, ``DEQApply`` for the core
   engine).
+* ``_mdeq``: a two-resolution MDEQ-style classifier (``MDEQClassifier``) on
+  the same ``DEQModel`` base (training diagnostics, Jacobian regularizer).
 * ``_srs``: serialized sampling (``srs_sample``: warm-started chains in a
   ``lax.scan``) with check samples.
 * ``_budget``: the mismatch budget (``max_certifiable_radius``,
@@ -38,8 +40,11 @@ from rsjax.deq._model import DEQApply as DEQApply
 from rsjax.deq._model import DEQCell as DEQCell
 from rsjax.deq._model import DEQClassifier as DEQClassifier
 from rsjax.deq._model import DEQForward as DEQForward
+from rsjax.deq._model import DEQModel as DEQModel
 from rsjax.deq._model import make_apply_fn as make_apply_fn
 from rsjax.deq._model import to_deq_fn as to_deq_fn
+from rsjax.deq._mdeq import MDEQCell as MDEQCell
+from rsjax.deq._mdeq import MDEQClassifier as MDEQClassifier
 from rsjax.deq._solvers import SOLVERS as SOLVERS
 from rsjax.deq._solvers import SolverConfig as SolverConfig
 from rsjax.deq._solvers import SolverResult as SolverResult
@@ -64,6 +69,9 @@ __all__ = [
     "DEQCell",
     "DEQClassifier",
     "DEQForward",
+    "DEQModel",
+    "MDEQCell",
+    "MDEQClassifier",
     "METHODS",
     "SOLVERS",
     "SRSCertificate",

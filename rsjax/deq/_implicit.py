@@ -25,15 +25,17 @@ __all__ = ["implicit_fixed_point", "jacobian_frobenius_sq"]
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
 def _fixed_point(f, theta, z0, forward, backward):
-  return solve(lambda z: f(theta, z), z0, forward).z
+  r = solve(lambda z: f(theta, z), z0, forward)
+  return r.z, r.residual, r.steps
 
 
 def _fixed_point_fwd(f, theta, z0, forward, backward):
-  z = solve(lambda z: f(theta, z), jax.lax.stop_gradient(z0), forward).z
-  return z, (theta, z, z0)
+  r = solve(lambda z: f(theta, z), jax.lax.stop_gradient(z0), forward)
+  return (r.z, r.residual, r.steps), (theta, r.z, z0)
 
 
-def _fixed_point_bwd(f, forward, backward, res, g):
+def _fixed_point_bwd(f, forward, backward, res, cotangents):
+  g = cotangents[0]  # the residual and step count are diagnostics, not differentiated
   theta, z, z0 = res
   _, vjp_z = jax.vjp(lambda zz: f(theta, zz), z)
   # Adjoint fixed point u = g + J^T u, started at g.
@@ -48,7 +50,7 @@ _fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)
 
 def implicit_fixed_point(f: Callable[[Any, jax.Array], jax.Array], theta, z0: jax.Array, *,
                 forward: "SolverConfig | str" = "anderson",
-                backward: "SolverConfig | str | None" = None) -> jax.Array:
+                backward: "SolverConfig | str | None" = None, return_info: bool = False):
   """Differentiable fixed point ``z* = f(theta, z*)`` (implicit gradient).
 
   Args:
@@ -59,14 +61,18 @@ def implicit_fixed_point(f: Callable[[Any, jax.Array], jax.Array], theta, z0: ja
       does not depend on it).
     forward: solver for ``z = f(theta, z)`` (``SolverConfig`` or name).
     backward: solver for the adjoint ``u = g + J^T u`` (default: ``forward``).
+    return_info: also return the forward solve's diagnostics.
 
   Returns:
     ``[B, ...]`` the forward solver's estimate of ``z*``; its gradient is the
-    implicit-function-theorem gradient at that point.
+    implicit-function-theorem gradient at that point. With ``return_info``,
+    ``(z*, residual [B], steps)``: the relative residual of the forward solve
+    and its number of evaluations of ``f`` (not differentiated).
   """
   fwd = as_solver_config(forward)
   bwd = fwd if backward is None else as_solver_config(backward)
-  return _fixed_point(f, theta, z0, fwd, bwd)
+  z, residual, steps = _fixed_point(f, theta, z0, fwd, bwd)
+  return (z, residual, steps) if return_info else z
 
 
 def jacobian_frobenius_sq(key, f: Callable[[jax.Array], jax.Array], z: jax.Array, *,

@@ -32,9 +32,10 @@ from flax import nnx
 
 from rsjax.deq._implicit import implicit_fixed_point, jacobian_frobenius_sq
 from rsjax.deq._solvers import SolverConfig, as_solver_config, solve
+from rsjax.models._aux import AuxLoss, Diagnostic
 from rsjax.models._layers import Normalize, resolve_normalization
 
-__all__ = ["DEQCell", "DEQClassifier", "DEQForward", "DEQApply", "to_deq_fn", "make_apply_fn"]
+__all__ = ["DEQCell", "DEQModel", "DEQClassifier", "DEQForward", "DEQApply", "to_deq_fn", "make_apply_fn"]
 
 
 def _normal(std):
@@ -77,71 +78,52 @@ class DEQCell(nnx.Module):
     return self.gn3(nnx.relu(z + y))
 
 
-class DEQClassifier(nnx.Module):
-  """Single-scale convolutional DEQ for MNIST/CIFAR-sized NHWC images in [0, 1].
+class DEQModel(nnx.Module):
+  """What every DEQ classifier here shares: a subclass defines ``inject(x) -> u``,
+  ``head(z) -> logits``, the equilibrium map ``self.cell(z, u)``, ``input_shape``,
+  and calls ``setup_solver`` in its ``__init__``.
 
-  Args:
-    input_shape: ``(H, W, C_in)``, e.g. ``(28, 28, 1)``.
-    num_classes: number of logits.
-    channels: channels of the equilibrium state.
-    hidden: inner channels of the cell (default ``channels``).
-    groups: GroupNorm groups.
-    stem_stride: stride of the stem convolution (state is ``H/s x W/s``).
-    normalize: ``None``, a dataset name (``"mnist"``, ``"cifar10"``) or
-      ``(mean, std)``; applied first, so noise is added in [0, 1] pixel scale.
-    solver: forward solver of ``__call__`` (training): ``SolverConfig`` or name.
-    steps: steps of ``solver`` when it is given by name.
-    backward: solver of the adjoint fixed point in training (default: ``solver``).
-    init_std: std of the cell's convolution weights at initialization.
-    dtype: optional computation dtype (parameters stay float32); the
-      signature matches ``rsjax.models.create_model``'s constructors.
-    rngs: ``nnx.Rngs`` or an int seed.
+  In train mode (``deterministic=False``, as after construction or in
+  ``rsjax.training.train``) ``__call__`` records the forward solve's mean
+  relative residual and step count (``Diagnostic`` variables, logged per epoch
+  by the trainer) and, with ``jac_weight > 0``, the Jacobian regularizer
+  ``jac_weight * mean ||J_f(z*)||_F^2 / D`` (an ``AuxLoss`` the trainer adds to
+  the loss; one Hutchinson probe per call, Bai et al. 2021).
   """
 
-  def __init__(self, *, input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
-               channels: int = 16, hidden: int | None = None, groups: int = 4,
-               stem_stride: int = 2, normalize="mnist",
-               solver: "SolverConfig | str" = "anderson", steps: int = 12,
-               backward: "SolverConfig | str | None" = None, init_std: float = 0.01,
-               dtype=None, rngs: "nnx.Rngs | int" = 0):
-    if isinstance(rngs, int):
-      rngs = nnx.Rngs(rngs)
+  def setup_input(self, input_shape, num_classes: int, normalize) -> tuple[int, int, int]:
+    """Validates and stores ``input_shape``, ``num_classes`` and the normalization layer."""
     shape = tuple(int(s) for s in input_shape)
     if len(shape) != 3 or min(shape) < 1:
       raise ValueError(f"input_shape must be (H, W, C) with positive sizes, got {input_shape}")
-    if channels % groups:
-      raise ValueError(f"channels={channels} must be a multiple of groups={groups}")
     self.input_shape = shape
     self.num_classes = int(num_classes)
     norm = resolve_normalization(normalize, shape[-1])
     self.normalize = Normalize(*norm) if norm is not None else None
-    kw = dict(dtype=dtype, rngs=rngs)
-    self.stem = nnx.Conv(shape[-1], channels, (3, 3), strides=stem_stride, use_bias=False, **kw)
-    self.stem_gn = nnx.GroupNorm(channels, num_groups=groups, **kw)
-    self.cell = DEQCell(channels, hidden=hidden, groups=groups, init_std=init_std, **kw)
-    self.head_conv = nnx.Conv(channels, 2 * channels, (3, 3), strides=2, use_bias=False, **kw)
-    self.head_gn = nnx.GroupNorm(2 * channels, num_groups=groups, **kw)
-    h = -(-(-(-shape[0] // stem_stride)) // 2)
-    w = -(-(-(-shape[1] // stem_stride)) // 2)
-    self.fc = nnx.Linear(h * w * 2 * channels, self.num_classes, **kw)
-    fwd = as_solver_config(solver, steps if isinstance(solver, str) else None)
-    self.solver = fwd
-    self.backward = fwd if backward is None else as_solver_config(backward)
+    return shape
 
-  # -- pieces ---------------------------------------------------------------
-  def inject(self, x: jax.Array) -> jax.Array:
-    """``x [b, H, W, C_in]`` in [0, 1] -> injection ``u [b, h, w, C]``."""
+  def normalized(self, x: jax.Array) -> jax.Array:
+    """Checks ``x [b, H, W, C_in]`` and applies the normalization layer."""
     if x.ndim != 4 or tuple(x.shape[1:]) != self.input_shape:
       raise ValueError(f"x must have shape [b, {', '.join(map(str, self.input_shape))}], "
                        f"got {x.shape}")
-    if self.normalize is not None:
-      x = self.normalize(x)
-    return self.stem_gn(self.stem(x))
+    return x if self.normalize is None else self.normalize(x)
 
-  def head(self, z: jax.Array) -> jax.Array:
-    """Fixed point ``z [b, h, w, C]`` -> logits ``[b, num_classes]``."""
-    y = nnx.relu(self.head_gn(self.head_conv(z)))
-    return self.fc(y.reshape(y.shape[0], -1))
+  def setup_solver(self, solver, steps, backward, jac_weight: float, rngs: nnx.Rngs):
+    """Training solver, adjoint solver, Jacobian weight and the train-mode variables."""
+    fwd = as_solver_config(solver, steps if isinstance(solver, str) else None)
+    self.solver = fwd
+    self.backward = fwd if backward is None else as_solver_config(backward)
+    if not jac_weight >= 0:
+      raise ValueError(f"jac_weight must be >= 0, got {jac_weight!r}")
+    self.jac_weight = float(jac_weight)
+    self.deterministic = False
+    self.solver_residual = Diagnostic(jnp.float32(0.0))
+    self.solver_steps = Diagnostic(jnp.float32(0.0))
+    if self.jac_weight > 0:
+      self.jacobian = Diagnostic(jnp.float32(0.0))
+      self.jacobian_loss_term = AuxLoss(jnp.float32(0.0))
+      self.jacobian_key = nnx.Rngs(jacobian=rngs.params())
 
   def _f(self):
     graphdef, state = nnx.split(self.cell)
@@ -153,17 +135,29 @@ class DEQClassifier(nnx.Module):
     return f, state
 
   def _equilibrium(self, x: jax.Array):
-    """Implicitly differentiated fixed point ``z*`` from zeros, and ``z -> f(z, u)``."""
+    """Implicitly differentiated fixed point ``z*`` from zeros, ``z -> f(z, u)``, and the
+    forward solve's residual ``[b]`` and steps."""
     u = self.inject(x)
     f, state = self._f()
-    z = implicit_fixed_point(f, (state, u), jnp.zeros_like(u), forward=self.solver,
-                             backward=self.backward)
-    return z, lambda zz: f((state, u), zz)
+    z, residual, steps = implicit_fixed_point(f, (state, u), jnp.zeros_like(u),
+                                              forward=self.solver, backward=self.backward,
+                                              return_info=True)
+    return z, lambda zz: f((state, u), zz), residual, steps
 
   # -- forward passes ---------------------------------------------------------
   def __call__(self, x: jax.Array) -> jax.Array:
-    """Logits with the implicit gradient (training): ``[b, H, W, C_in] -> [b, K]``."""
-    z, _ = self._equilibrium(x)
+    """Logits with the implicit gradient (training): ``[b, H, W, C_in] -> [b, K]``.
+
+    In train mode it also sets the ``Diagnostic`` and ``AuxLoss`` variables.
+    """
+    z, f_u, residual, steps = self._equilibrium(x)
+    if not self.deterministic:
+      self.solver_residual.set_value(jnp.mean(residual))
+      self.solver_steps.set_value(steps.astype(jnp.float32))
+      if self.jac_weight > 0:
+        jac = jnp.mean(jacobian_frobenius_sq(self.jacobian_key.jacobian(), f_u, z))
+        self.jacobian.set_value(jax.lax.stop_gradient(jac))
+        self.jacobian_loss_term.set_value(self.jac_weight * jac)
     return self.head(z)
 
   def forward(self, x: jax.Array, *, solver: "SolverConfig | str | None" = None,
@@ -191,13 +185,70 @@ class DEQClassifier(nnx.Module):
 
     MDEQ adds ``JAC_LOSS_WEIGHT * mean(jac)`` to the loss (Bai et al. 2021).
     """
-    z, f_u = self._equilibrium(x)
+    z, f_u, _, _ = self._equilibrium(x)
     jac = jacobian_frobenius_sq(key, f_u, z, num_vectors=num_vectors)
     return self.head(z), jac
 
   def state_shape(self, batch: int = 1) -> tuple[int, ...]:
     """Shape of the equilibrium state for a batch of ``batch`` inputs."""
     return jax.eval_shape(lambda: self.inject(jnp.zeros((batch, *self.input_shape)))).shape
+
+
+class DEQClassifier(DEQModel):
+  """Single-scale convolutional DEQ for MNIST/CIFAR-sized NHWC images in [0, 1].
+
+  Args:
+    input_shape: ``(H, W, C_in)``, e.g. ``(28, 28, 1)``.
+    num_classes: number of logits.
+    channels: channels of the equilibrium state.
+    hidden: inner channels of the cell (default ``channels``).
+    groups: GroupNorm groups.
+    stem_stride: stride of the stem convolution (state is ``H/s x W/s``).
+    normalize: ``None``, a dataset name (``"mnist"``, ``"cifar10"``) or
+      ``(mean, std)``; applied first, so noise is added in [0, 1] pixel scale.
+    solver: forward solver of ``__call__`` (training): ``SolverConfig`` or name.
+    steps: steps of ``solver`` when it is given by name.
+    backward: solver of the adjoint fixed point in training (default: ``solver``).
+    init_std: std of the cell's convolution weights at initialization.
+    jac_weight: weight of the Jacobian regularizer added to the training loss
+      by ``rsjax.training.train`` (0: none; MDEQ uses 0.4 to 2).
+    dtype: optional computation dtype (parameters stay float32); the
+      signature matches ``rsjax.models.create_model``'s constructors.
+    rngs: ``nnx.Rngs`` or an int seed.
+  """
+
+  def __init__(self, *, input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
+               channels: int = 16, hidden: int | None = None, groups: int = 4,
+               stem_stride: int = 2, normalize="mnist",
+               solver: "SolverConfig | str" = "anderson", steps: int = 12,
+               backward: "SolverConfig | str | None" = None, init_std: float = 0.01,
+               jac_weight: float = 0.0, dtype=None, rngs: "nnx.Rngs | int" = 0):
+    rngs = nnx.Rngs(rngs) if isinstance(rngs, int) else rngs
+    shape = self.setup_input(input_shape, num_classes, normalize)
+    if channels % groups:
+      raise ValueError(f"channels={channels} must be a multiple of groups={groups}")
+    kw = dict(dtype=dtype, rngs=rngs)
+    self.stem = nnx.Conv(shape[-1], channels, (3, 3), strides=stem_stride, use_bias=False, **kw)
+    self.stem_gn = nnx.GroupNorm(channels, num_groups=groups, **kw)
+    self.cell = DEQCell(channels, hidden=hidden, groups=groups, init_std=init_std, **kw)
+    self.head_conv = nnx.Conv(channels, 2 * channels, (3, 3), strides=2, use_bias=False, **kw)
+    self.head_gn = nnx.GroupNorm(2 * channels, num_groups=groups, **kw)
+    h = -(-(-(-shape[0] // stem_stride)) // 2)
+    w = -(-(-(-shape[1] // stem_stride)) // 2)
+    self.fc = nnx.Linear(h * w * 2 * channels, self.num_classes, **kw)
+    self.setup_solver(solver, steps, backward, jac_weight, rngs)
+
+  # -- pieces ---------------------------------------------------------------
+  def inject(self, x: jax.Array) -> jax.Array:
+    """``x [b, H, W, C_in]`` in [0, 1] -> injection ``u [b, h, w, C]``."""
+    x = self.normalized(x)
+    return self.stem_gn(self.stem(x))
+
+  def head(self, z: jax.Array) -> jax.Array:
+    """Fixed point ``z [b, h, w, C]`` -> logits ``[b, num_classes]``."""
+    y = nnx.relu(self.head_gn(self.head_conv(z)))
+    return self.fc(y.reshape(y.shape[0], -1))
+
 
 
 @dataclasses.dataclass(frozen=True)

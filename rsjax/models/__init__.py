@@ -19,6 +19,8 @@ file)::
   apply_fn, variables = rsjax.models.from_torch("checkpoint.pth.tar")
 """
 
+from rsjax.models._aux import AuxLoss as AuxLoss
+from rsjax.models._aux import Diagnostic as Diagnostic
 from rsjax.models._bridge import EvalApply as EvalApply
 from rsjax.models._bridge import TrainApply as TrainApply
 from rsjax.models._bridge import count_params as count_params
@@ -43,9 +45,11 @@ from rsjax.models._torch import from_torch as from_torch
 from rsjax.models._torch import load_torch as load_torch
 
 __all__ = [
+    "AuxLoss",
     "BasicResNet",
     "CNN",
     "CifarResNet",
+    "Diagnostic",
     "EvalApply",
     "ImageNetResNet",
     "LeNet",

@@ -20,6 +20,12 @@ def _deq(**kwargs) -> nnx.Module:
   return DEQClassifier(**kwargs)
 
 
+def _mdeq(**kwargs) -> nnx.Module:
+  """``rsjax.deq.MDEQClassifier``, the two-resolution DEQ (imported on use)."""
+  from rsjax.deq import MDEQClassifier
+  return MDEQClassifier(**kwargs)
+
+
 MODELS = {
     "mlp": MLP,
     "cnn": CNN,
@@ -29,6 +35,7 @@ MODELS = {
     "resnet18": ResNet18,
     "resnet50": ResNet50,
     "deq": _deq,
+    "mdeq": _mdeq,
     # General forms (used by converted PyTorch checkpoints): ``depth`` of a
     # CIFAR ResNet; ``block`` and ``stage_sizes`` of a torchvision ResNet.
     "cifar_resnet": CifarResNet,
@@ -46,7 +53,8 @@ def create_model(name: str, *, num_classes: int, input_shape: Sequence[int],
 
   Args:
     name: one of ``MODELS`` ("mlp", "cnn", "lenet", "resnet20", "resnet110",
-      "resnet18", "resnet50", "deq": ``rsjax.deq.DEQClassifier``; the general
+      "resnet18", "resnet50", "deq": ``rsjax.deq.DEQClassifier``, "mdeq":
+      ``rsjax.deq.MDEQClassifier``; the general
       "cifar_resnet" (``depth=``) and "imagenet_resnet" (``block=``,
       ``stage_sizes=``)), or Cohen et al.'s "cifar_resnet20" / "cifar_resnet110".
     num_classes: number of output logits.

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from rsjax._sampling import as_key
 from rsjax.checkpoint import Checkpoints
+from rsjax.models import AuxLoss, Diagnostic
 from rsjax.training import workdir as wd
 from rsjax.training.objectives import Gaussian, Objective
 from rsjax.training.strategies import (Discard, Reweigh, correct_counts, discard_mask, resample,
@@ -241,6 +242,7 @@ def _train_step(params, rest, opt_state, x, y, sigma, key, epoch, sigma_state=No
 
   def loss_fn(p, r):
     last_rest = [r]
+    reported = []  # (model AuxLoss terms, Diagnostic values) of each train-mode call
 
     def apply_fn(p_, x_, *args, method=None):
       # copy=True: fresh NNX variables owned by this (grad) trace, so BatchNorm
@@ -250,18 +252,49 @@ def _train_step(params, rest, opt_state, x, y, sigma, key, epoch, sigma_state=No
       model = nnx.merge(graphdef, p_, last_rest[0], copy=True)
       out = (model if method is None else getattr(model, method))(x_, *args)
       last_rest[0] = nnx.state(model, nnx.Not(nnx.Param))
+      reported.append(_model_reports(model))
       return out
 
     def eval_apply(p_, x_):
       return eval_fn(nnx.merge_state(p_, r), x_)
 
     loss, aux = objective(key, apply_fn, p, x, y, sigma=sigma, epoch=epoch, eval_fn=eval_apply)
+    loss, aux = _add_model_reports(loss, aux, reported)
     return loss, (last_rest[0], aux)
 
   (loss, (new_rest, aux)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest)
   updates, opt_state = tx.update(grads, opt_state, params)
   params = optax.apply_updates(params, updates)
   return params, new_rest, opt_state, loss * x.shape[0], aux, sigma_state
+
+
+def _model_reports(model: nnx.Module):
+  """``(aux_loss, diagnostics)`` a model set in its last train-mode call.
+
+  ``aux_loss`` is the sum of its ``rsjax.models.AuxLoss`` variables (None if it
+  has none); ``diagnostics`` maps the name of each ``rsjax.models.Diagnostic``
+  variable to its value.
+  """
+  losses = jax.tree.leaves(nnx.state(model, AuxLoss))
+  diags = {"/".join(str(k) for k in path): jnp.asarray(v.get_value(), jnp.float32)
+           for path, v in nnx.to_flat_state(nnx.state(model, Diagnostic))}
+  return (sum(losses) if losses else None), diags
+
+
+def _add_model_reports(loss, aux: dict, reported):
+  """Adds the mean ``AuxLoss`` of the model's calls to ``loss`` and their mean
+  diagnostics (and that loss term, as ``aux_loss``) to ``aux["diagnostics"]``."""
+  if not reported:
+    return loss, aux
+  diags = {k: sum(d[k] for _, d in reported) / len(reported) for k in reported[0][1]}
+  terms = [a for a, _ in reported if a is not None]
+  if terms:
+    extra = sum(terms) / len(terms)
+    loss = loss + extra
+    diags["aux_loss"] = jax.lax.stop_gradient(extra)
+  if diags:
+    aux = dict(aux, diagnostics=diags)
+  return loss, aux
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn",))
@@ -376,9 +409,12 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
     ``(model, history)``: the trained model (same object) and a list with one
     dict per epoch: ``epoch`` (1-based), ``lr``, ``train_loss``, ``train_acc``
     (on the noisy training copies), ``clean_acc`` and ``noisy_acc`` (None
-    without ``eval_data``), ``seconds``, and with a strategy ``kept_fraction``
-    (the fraction of training inputs with a nonzero sampling weight), and
-    with ``config.batch_sigma`` its ``summary`` of the state. With
+    without ``eval_data``), ``seconds``, with a strategy ``kept_fraction``
+    (the fraction of training inputs with a nonzero sampling weight), with
+    ``config.batch_sigma`` its ``summary`` of the state, and the epoch means of
+    the model's ``rsjax.models.Diagnostic`` variables by name (a DEQ's
+    ``solver_residual``, ``solver_steps``, ``jacobian``) and of its ``AuxLoss``
+    terms (``aux_loss``), which the step adds to the loss. With
     ``return_state``: ``(model, history, state)``.
   """
   from rsjax.models import to_apply_fn, to_train_fn
@@ -522,6 +558,7 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
       perm = epoch_order(epoch, weights)
       epoch_arr = jax.device_put(jnp.int32(epoch), device)
       loss_sum = correct_sum = 0
+      diag_sum = {}  # the model's Diagnostic values (and aux_loss), summed over the steps
       seen = 0
       first_bad = jnp.int32(-1)  # first step of the epoch with a non-finite loss (on device)
       bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}",
@@ -536,6 +573,7 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
             params, rest, opt_state, x[idx], y[idx], sig, jax.random.fold_in(noise_key, step),
             epoch_arr, *extra)
         loss_sum, correct_sum = loss_sum + loss, correct_sum + aux["correct"]
+        diag_sum = {k: diag_sum.get(k, 0.0) + v for k, v in aux.get("diagnostics", {}).items()}
         seen += idx.shape[0]
         first_bad = _first_bad_step(first_bad, loss, step)
         bar.update(1)
@@ -554,6 +592,7 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
         entry["kept_fraction"] = float(np.mean(weights > 0))
       if batch_sigma is not None:
         entry.update(batch_sigma.summary(sigma_state))
+      entry.update({k: float(v) / steps_per_epoch for k, v in diag_sum.items()})
       entry["seconds"] = time.perf_counter() - t0
       history.append(entry)
       if ckpt is not None:
