@@ -61,18 +61,16 @@ certified accuracy at large sigma_b (0.5, r = 0.02: ACR 0.883 vs 0.954).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import time
 
 import jax
 import numpy as np
 
+from _common import RESULTS, parser, save_figure, write_json
 from rsjax import data, idrs, metrics, models, stats, training
 
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 # Fixed settings of the paper (both modes).
 SIGMA_B = (0.12, 0.25, 0.5)
 RATES = (0.005, 0.01, 0.02)
@@ -201,15 +199,12 @@ def run(cfg: Config, out_dir: str = RESULTS) -> None:
     ax.set_xlabel("radius (dotted: largest radius of constant sigma with n samples)")
     ax.set_ylabel("certified accuracy")
     ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, f"idrs_mnist{suffix}.png"), dpi=120)
-  plt.close(fig)
+  save_figure(fig, out_dir, f"idrs_mnist{suffix}.png", dpi=120)
 
   summary = dict(dataset="mnist5k", n=n, n0=N0, alpha=ALPHA, test_per_class=per_class,
                  k=K, m=M, model="mlp 784-256-256-10", epochs=cfg.epochs, blocks=blocks,
                  seconds=time.time() - t0)
-  with open(os.path.join(out_dir, f"idrs_mnist{suffix}.json"), "w") as f:
-    json.dump(summary, f, indent=1)
+  write_json(out_dir, f"idrs_mnist{suffix}.json", summary)
   print("\nsigma_b  design              acc    abst   ACR    class-std  mean-sigma  beyond  "
         + "  ".join(f"@{r}" for r in RADII))
   for block in blocks:
@@ -222,13 +217,12 @@ def run(cfg: Config, out_dir: str = RESULTS) -> None:
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap = parser(__doc__)
   ap.add_argument("--full", action="store_true", help="1,000 test images, n = 100,000")
   ap.add_argument("--n", type=int, default=None, help="override the number of samples")
   ap.add_argument("--per-class", type=int, default=None, help="test images per class")
   ap.add_argument("--epochs", type=int, default=None, help="training epochs (default 30)")
   ap.add_argument("--seed", type=int, default=0)
-  ap.add_argument("--out", default=RESULTS, help="output directory")
   args = ap.parse_args(argv)
   over = {k: v for k, v in dict(n=args.n, per_class=args.per_class, epochs=args.epochs).items()
           if v is not None}

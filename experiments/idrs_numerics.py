@@ -27,7 +27,6 @@ plus t = +-1e-4 at u = 3 for the two largest N)::
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import json
@@ -36,11 +35,10 @@ import time
 
 import numpy as np
 
+from _common import RESULTS, parser, save_figure, write_json
 from rsjax import idrs
 from rsjax.idrs import _xi
 from rsjax.idrs._reference import ball_probability
-
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,20 +108,14 @@ def run(cfg: Config, out_dir: str = RESULTS) -> dict:
   ax.set_ylabel("|xi (scipy ncx2) - xi (quadrature)|")
   ax.set_title("IDRS xi: scipy ncx2 vs independent quadrature")
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, "idrs_numerics.png"), dpi=130)
-  plt.close(fig)
-  with open(os.path.join(out_dir, "idrs_numerics.json"), "w") as f:
-    json.dump(dict(summary=summary, rows=rows), f, indent=1)
+  save_figure(fig, out_dir, "idrs_numerics.png", dpi=130)
+  write_json(out_dir, "idrs_numerics.json", dict(summary=summary, rows=rows))
   print(f"wrote {out_dir}/idrs_numerics.json in {time.time() - t0:.0f} s")
   return summary
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--out", default=RESULTS, help="output directory")
-  args = ap.parse_args(argv)
-  run(get_config(), args.out)
+  run(get_config(), parser(__doc__).parse_args(argv).out)
 
 
 if __name__ == "__main__":

@@ -38,18 +38,16 @@ N = 1, 10, 100, 300, 784, 3072)::
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 import os
 import time
 
 import numpy as np
 
+from _common import RESULTS, parser, save_figure, write_json
 from rsjax import idrs
 
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 # Table 1 as printed in the paper (to compare with, not a setting).
 PAPER = {"MNIST": [0.946, 0.924, 0.908, 0.892], "CIFAR-10": [0.973, 0.961, 0.953, 0.945],
          "ImageNet": [0.997, 0.995, 0.994, 0.993]}
@@ -152,9 +150,7 @@ def run(cfg: Config, out_dir: str = RESULTS) -> bool:
   ax.set_ylabel("smallest usable sigma1 / sigma0")
   ax.set_title("IDRS curse of dimensionality (Table 1 / Fig. 3)")
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-  fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, "idrs_table1_ratio.png"), dpi=130)
-  plt.close(fig)
+  save_figure(fig, out_dir, "idrs_table1_ratio.png", dpi=130)
 
   fig, ax = plt.subplots(figsize=(8.0, 4.0))
   for i, (k, v) in enumerate(renyi.items()):
@@ -165,24 +161,19 @@ def run(cfg: Config, out_dir: str = RESULTS) -> bool:
   ax.set_ylabel("pairwise radius (sigma0 = 0.5, p_A = 0.99)")
   ax.set_title("Rényi bound collapses with dimension (Fig. 11)")
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-  fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, "idrs_renyi_vs_dim.png"), dpi=130)
-  plt.close(fig)
+  save_figure(fig, out_dir, "idrs_renyi_vs_dim.png", dpi=130)
 
-  with open(os.path.join(out_dir, "idrs_table1.json"), "w") as f:
-    json.dump(dict(p_a=list(cfg.p_a), table=table, max_abs_deviation_from_paper=max_dev,
-                   ratio_vs_dim=dict(dims=dims.tolist(), curves=curves),
-                   renyi=dict(dims=renyi_dims, p_a=0.99, sigma0=0.5, curves=renyi),
-                   seconds=time.time() - t0), f, indent=1)
+  write_json(out_dir, "idrs_table1.json",
+             dict(p_a=list(cfg.p_a), table=table, max_abs_deviation_from_paper=max_dev,
+                  ratio_vs_dim=dict(dims=dims.tolist(), curves=curves),
+                  renyi=dict(dims=renyi_dims, p_a=0.99, sigma0=0.5, curves=renyi),
+                  seconds=time.time() - t0))
   print(f"wrote {out_dir}/idrs_table1.json and plots in {time.time() - t0:.1f} s")
   return math.isfinite(max_dev)
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--out", default=RESULTS, help="output directory")
-  args = ap.parse_args(argv)
-  run(get_config(), args.out)
+  run(get_config(), parser(__doc__).parse_args(argv).out)
 
 
 if __name__ == "__main__":

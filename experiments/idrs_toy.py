@@ -67,9 +67,7 @@ are 0.943/0.96/0.943, 0.946/0.963, 0.86/0.886, 0.83/0.85/0.83, 0.713/0.726,
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import time
 
@@ -77,9 +75,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from _common import RESULTS, parser, save_figure, write_json
 from rsjax import idrs, metrics, sample_counts
 
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 # Fixed settings of the paper (both modes).
 K = 20
 ALPHA = 0.001
@@ -291,9 +289,7 @@ def plots(a, vis, b, suffix, out_dir):
   ax.set_ylabel("certified accuracy")
   ax.set_title("2-D toy: certified accuracy")
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, f"idrs_toy_2d{suffix}.png"), dpi=120)
-  plt.close(fig)
+  save_figure(fig, out_dir, f"idrs_toy_2d{suffix}.png", dpi=120)
 
   fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
   for ax, block in zip(axes.ravel(), b):
@@ -304,9 +300,7 @@ def plots(a, vis, b, suffix, out_dir):
     ax.set_xlabel("radius")
     ax.set_ylabel("certified accuracy")
     ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, f"idrs_toy_cone{suffix}.png"), dpi=120)
-  plt.close(fig)
+  save_figure(fig, out_dir, f"idrs_toy_cone{suffix}.png", dpi=120)
 
 
 def run(cfg: Config, out_dir: str = RESULTS) -> None:
@@ -318,17 +312,16 @@ def run(cfg: Config, out_dir: str = RESULTS) -> None:
   a, vis = part_a(ka, n, rng)
   b = part_b(kb, n, rng)
   plots(a, vis, b, suffix, out_dir)
-  with open(os.path.join(out_dir, f"idrs_toy{suffix}.json"), "w") as f:
-    json.dump(dict(n=n, n0=N0, alpha=ALPHA, k=K, base_classifier="exact cone indicator",
-                   part_a=a, part_b=b, seconds=time.time() - t0), f, indent=1)
+  write_json(out_dir, f"idrs_toy{suffix}.json",
+             dict(n=n, n0=N0, alpha=ALPHA, k=K, base_classifier="exact cone indicator",
+                  part_a=a, part_b=b, seconds=time.time() - t0))
   print(f"done in {time.time() - t0:.0f} s")
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap = parser(__doc__)
   ap.add_argument("--full", action="store_true", help="n = 100,000 (the paper's setting)")
   ap.add_argument("--seed", type=int, default=0)
-  ap.add_argument("--out", default=RESULTS, help="output directory")
   args = ap.parse_args(argv)
   run(dataclasses.replace(get_config(not args.full), seed=args.seed), args.out)
 

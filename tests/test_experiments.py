@@ -11,6 +11,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))  # as `python experiments/x.py` has it: for _common
 SCRIPTS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "experiments"))
                  if f.endswith(".py") and not f.startswith("_"))
 
