@@ -4,29 +4,39 @@ Gao et al. (NeurIPS 2024), Table 1 in spirit: a deep equilibrium model trained
 with Gaussian noise, certified with
 
 * standard RS, every sample solved from z = 0 with 30 Anderson steps ("30A");
-* SRS with 1 and 3 Anderson steps per chunk ("SRS-1A", "SRS-3A"): parallel
-  chains warm-started from the previous chunk's fixed points, a 10-Anderson
-  warm-up chunk, and the correlation-eliminated two-stage certificate in the
-  paper's form, whose check samples are solved with the same 30A solver, so all
-  three rows certify the same classifier (the DEQ solved with 30A from z = 0).
+* SRS with 1 and 3 Anderson or Broyden steps per chunk ("SRS-1A", "SRS-3A",
+  "SRS-1B", "SRS-3B"; full mode has all four, quick mode the A rows): parallel
+  chains warm-started from the previous chunk's fixed points, a 10-step warm-up
+  chunk of the same solver, and the correlation-eliminated two-stage
+  certificate in the paper's form, whose check samples are solved with the same
+  30A solver, so all rows certify the same classifier (the DEQ solved with 30A
+  from z = 0). One step of either solver is one plain step, so SRS-1A and
+  SRS-1B differ only in their warm-up chunk.
 
 Same held-out images, same key (standard RS and SRS see the same noisy inputs),
 images certified one at a time (as in the paper); seconds per image exclude the
 first call (compilation), which is reported separately. ``f_evals_per_image``
-counts evaluations of the equilibrium map, a hardware-independent cost.
+counts evaluations of the equilibrium map, a hardware-independent cost, and
+``solver_steps_per_sample`` divides it by the ``n0 + N`` samples. For SRS,
+``check_f_eval_share`` is the share of those evaluations spent in the m 30A
+check solves and ``check_time_share`` the measured share of the estimation
+time (``srs_sample`` with and without checks on ``share_images`` images; the
+chains and the check solves of an image run in one compiled program).
 
 Model: ``rsjax.deq.DEQClassifier`` (single-scale MDEQ-style block, 16 channels
 at 14x14, flatten head, 25k parameters), trained here on the embedded
 ``mnist5k`` train split (4,000 real MNIST digits) with Gaussian noise
-sigma = 0.5, Adam + cosine schedule, implicit gradients (8 Anderson steps
-forward and backward) and Jacobian regularization (weight 2.0), as in MDEQ. The
-generic ``rsjax.training.train`` (SGD, no Jacobian term) can train the same
-module; this script uses its own short Adam loop.
+sigma (one model per sigma) through ``rsjax.training.train``: SGD, implicit
+gradients (8 Anderson steps forward and backward), the Jacobian regularizer
+(weight 2.0, as in MDEQ) and the solver's residual and steps in the training
+history. Models and per-image rows live in ``runs/srs_deq_<quick|full>_seed<s>``:
+rerunning the same command resumes (training from its last epoch, certification
+from the first image without a row), so the full mode can run in pieces.
 
 Commands::
 
-  python experiments/srs_deq.py --quick   # ~9-10 min on 2 CPU cores, training included
-  python experiments/srs_deq.py           # full: N = 10,000, m = 400, 200 images
+  python experiments/srs_deq.py --quick   # ~10 min on 2 CPU cores, training included
+  python experiments/srs_deq.py           # full: hours; stop and rerun to resume
 
 ``--quick`` uses SMALL settings: 5 training epochs, 50 test images (every 20th
 of the 1,000 held-out digits), n0 = 100, N = 2,000, m = 200 check samples,
@@ -37,8 +47,16 @@ to the paper's N = 10,000. Without ``m`` in the config, m is chosen per run by
 ``rsjax.deq.min_check_samples`` as the smallest m whose cap reaches
 ``cap_sigmas * sigma``; both caps are written to the JSON.
 
-Output: ``results/srs_deq_quick.json`` (``--quick``) or ``results/srs_deq.json``
-(in the repository root).
+Output: ``results/srs_deq_quick.json`` (``--quick``) or
+``results/srs_deq_full.json``, and a certified-accuracy plot next to it
+(``.png``). Full mode: sigma 0.25 and 0.5, 20 epochs, 200 images (every 5th),
+n0 = 100, N = 10,000, alpha = 0.001, 400 chains, m = 420 per sigma from the
+mismatch budget (the smallest m whose cap reaches 2 sigma; the paper uses 400,
+which caps the paper-form radius at 1.98 sigma). It has not been run yet.
+
+The numbers below are those of the previous version of this script (its own
+Adam loop, sigma 0.5 only, Anderson only); the quick mode has not been rerun
+since it trains through ``rsjax.training.train``.
 
 Numbers produced (``--quick``, seed 0, 1 CPU device on 2 shared cores, 524 s in
 all; training 5 epochs: noisy test accuracy 0.918 with 30A, 0.908 with 3A and
@@ -81,23 +99,23 @@ import dataclasses
 import json
 import os
 import time
+import types
 
 import jax
 import numpy as np
-import optax
-from flax import nnx
 
+import rsjax
 from rsjax import data, deq, metrics, stats
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  sigma: float = 0.5
+  sigmas: tuple[float, ...] = (0.25, 0.5)
   channels: int = 16
   train_steps: int = 8
   epochs: int = 20
   batch: int = 64
-  lr: float = 2e-3
+  lr: float = 0.05
   jac_weight: float = 2.0
   images_every: int = 5
   n0: int = 100
@@ -106,13 +124,17 @@ class Config:
   cap_sigmas: float = 2.0
   chains: int = 400
   alpha: float = 0.001
-  standard_steps: int = 30
+  standard: str = "30A"
   warmup_steps: int = 10
-  srs_steps: tuple[int, ...] = (1, 3)
+  srs: tuple[str, ...] = ("1A", "3A", "1B", "3B")
+  share_images: int = 2  # images on which the time share of the check solves is measured
+  train_size: int | None = None  # None: all 4,000 training digits
   seed: int = 0
 
 
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "results")
+RUNS = os.path.join(ROOT, "runs")
 
 
 def get_config(quick: bool = False) -> Config:
@@ -121,178 +143,219 @@ def get_config(quick: bool = False) -> Config:
   Commands::
 
     python experiments/srs_deq.py --quick   # get_config(True): results/srs_deq_quick.json
-    python experiments/srs_deq.py           # get_config(False): results/srs_deq.json
+    python experiments/srs_deq.py           # get_config(False): results/srs_deq_full.json
 
   Args:
-    quick: 5 epochs, 50 images, N = 2,000, m = 200, 100 chains (~10 min on 2 cores)
-      instead of the full 20 epochs, 200 images, N = 10,000, m from the mismatch budget
-      (420: the smallest m that can certify 2 sigma), 400 chains.
+    quick: sigma 0.5 only, 5 epochs, 50 images, N = 2,000, m = 200, 100 chains,
+      SRS-1A and SRS-3A (~10 min on 2 cores) instead of the full sigma 0.25 and
+      0.5, 20 epochs, 200 images, N = 10,000, m from the mismatch budget (420:
+      the smallest m that can certify 2 sigma), 400 chains, SRS-1A/3A/1B/3B.
   """
   if quick:
-    return Config(epochs=5, images_every=20, n=2_000, m=200, chains=100)
+    return Config(sigmas=(0.5,), epochs=5, images_every=20, n=2_000, m=200, chains=100,
+                  srs=("1A", "3A"))
   return Config()
 
 
-def check_samples(cfg: Config) -> int:
+def check_samples(cfg: Config, sigma: float) -> int:
   """The run's number of SRS check samples: ``cfg.m``, or from the mismatch budget."""
   if cfg.m is not None:
     return cfg.m
-  return deq.min_check_samples(cfg.cap_sigmas * cfg.sigma, cfg.n, cfg.alpha, cfg.sigma)
+  return deq.min_check_samples(cfg.cap_sigmas * sigma, cfg.n, cfg.alpha, sigma)
 
 
-def train_model(cfg: Config, x: np.ndarray, y: np.ndarray, x_eval, y_eval, log):
-  """Gaussian-noise training with implicit gradients and the Jacobian loss."""
-  model = deq.DEQClassifier(input_shape=x.shape[1:], num_classes=10, channels=cfg.channels,
-                            groups=4, solver="anderson", steps=cfg.train_steps,
-                            rngs=cfg.seed)
-  steps_per_epoch = len(x) // cfg.batch
-  sched = optax.cosine_decay_schedule(cfg.lr, cfg.epochs * steps_per_epoch)
-  opt = nnx.Optimizer(model, optax.adam(sched), wrt=nnx.Param)
-  sigma = cfg.sigma
-
-  @nnx.jit
-  def step(model, opt, xb, yb, key):
-    k_noise, k_jac = jax.random.split(key)
-    xn = xb + sigma * jax.random.normal(k_noise, xb.shape)
-
-    def loss_fn(model):
-      logits, jac = model.jacobian_loss(xn, k_jac)
-      ce = optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
-      return ce + cfg.jac_weight * jac.mean(), (ce, jac.mean())
-
-    (_, aux), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
-    opt.update(model, grads)
-    return aux
-
-  deq_fn, _ = deq.to_deq_fn(model)
+def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log):
+  """Gaussian-noise training through ``rsjax.training.train`` (implicit gradients,
+  the Jacobian regularizer, solver residual and steps logged); resumes from ``workdir``."""
+  spec = {"model": "deq", "num_classes": 10, "input_shape": list(train.x.shape[1:]),
+          "model_kwargs": {"channels": cfg.channels, "groups": 4, "steps": cfg.train_steps,
+                           "jac_weight": cfg.jac_weight}}
+  model = rsjax.models.create_model("deq", num_classes=10, input_shape=train.x.shape[1:],
+                                    rngs=cfg.seed, **spec["model_kwargs"])
+  tcfg = rsjax.training.TrainConfig(sigma=sigma, epochs=cfg.epochs, batch_size=cfg.batch,
+                                    lr=cfg.lr, lr_step=max(cfg.epochs // 2, 1), gamma=0.2,
+                                    eval_batch_size=250)
+  n = len(train.x) if cfg.train_size is None else cfg.train_size
+  model, history = rsjax.training.train(cfg.seed, model, (train.x[:n], train.y[:n].astype(np.int32)),
+                                        tcfg, eval_data=held_out, workdir=workdir,
+                                        model_config=spec, progress=False,
+                                        on_epoch_end=lambda e: log(json.dumps(e)))
+  # Accuracy under one draw of noise with cheap and full solvers from z = 0.
+  deq_fn, variables = deq.to_deq_fn(model)
   run = jax.jit(deq_fn, static_argnums=3)
-  key = jax.random.key(cfg.seed)
-  rng = np.random.default_rng(cfg.seed)
-  eval_noise = cfg.sigma * rng.standard_normal(x_eval.shape).astype(np.float32)
-  history = []
-  for epoch in range(cfg.epochs):
-    t0 = time.perf_counter()
-    perm = rng.permutation(len(x))
-    ce_sum = jac_sum = 0.0
-    for b in range(steps_per_epoch):
-      idx = perm[b * cfg.batch:(b + 1) * cfg.batch]
-      ce, jac = step(model, opt, x[idx], y[idx], jax.random.fold_in(key, epoch * steps_per_epoch + b))
-      ce_sum, jac_sum = ce_sum + ce, jac_sum + jac
-    _, variables = nnx.split(model)
-    entry = {"epoch": epoch + 1, "ce": float(ce_sum) / steps_per_epoch,
-             "jac": float(jac_sum) / steps_per_epoch, "seconds": time.perf_counter() - t0}
-    for k in (1, 3, cfg.standard_steps):
-      logits, res = run(variables, x_eval + eval_noise, None, deq.SolverConfig(steps=k))
-      entry[f"noisy_acc_{k}A"] = float(np.mean(np.asarray(logits).argmax(1) == y_eval))
-      entry[f"residual_{k}A"] = float(np.mean(res.residual))
-    history.append(entry)
-    log(json.dumps(entry))
-  return model, history
+  noise = sigma * np.random.default_rng(cfg.seed).standard_normal(held_out[0].shape)
+  acc = {}
+  for label in sorted({cfg.standard, *cfg.srs}):
+    logits, res = run(variables, (held_out[0] + noise).astype(np.float32), None,
+                      deq.as_solver_config(label))
+    acc[label] = {"noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
+                  "residual": float(np.mean(res.residual))}
+  return model, history, acc
 
 
-def f_evals(cfg: Config, method: str, steps: int) -> int:
+def f_evals(cfg: Config, variant: str, m: int) -> int:
   """Evaluations of the equilibrium map per image (selection + estimation + checks)."""
-  if method == "standard":
+  steps = deq.as_solver_config(variant).steps
+  full = deq.as_solver_config(cfg.standard).steps
+  if variant == cfg.standard:
     return (cfg.n0 + cfg.n) * steps
 
   def chain_evals(num):  # warm-up chunk, then `steps` per sample
     c = min(cfg.chains, num)
     return c * cfg.warmup_steps + (num - c) * steps
 
-  return chain_evals(cfg.n0) + chain_evals(cfg.n) + check_samples(cfg) * cfg.standard_steps
+  return chain_evals(cfg.n0) + chain_evals(cfg.n) + m * full
 
 
-def certify_all(cfg: Config, model, x, y, ids, method: str, steps: int, log):
-  key = jax.random.key(cfg.seed + 1)
-  kw = dict(sigma=cfg.sigma, num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
-            batch_size=cfg.chains)
-  if method == "standard":
-    kw.update(method="standard", solver=deq.SolverConfig("anderson", steps))
+def _srs_config(cfg: Config, variant: str, m: int) -> deq.SRSConfig:
+  chain = deq.as_solver_config(variant)
+  return deq.SRSConfig(solver=chain, warmup=chain.replace(steps=cfg.warmup_steps),
+                       check_solver=deq.as_solver_config(cfg.standard), m=m)
+
+
+def _read_rows(path: str) -> list[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path) as fh:
+    return [json.loads(line) for line in fh if line.strip()]
+
+
+def certify_rows(cfg: Config, model, sigma: float, variant: str, x, y, ids, path: str, log):
+  """Certifies the images not yet in ``path`` (one JSON line per image: resumable)."""
+  m = check_samples(cfg, sigma)
+  kw = dict(sigma=sigma, num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
+            batch_size=cfg.chains, solver=deq.as_solver_config(cfg.standard))
+  if variant == cfg.standard:
+    kw.update(method="standard")
   else:
-    kw.update(method="srs", solver=deq.SolverConfig("anderson", cfg.standard_steps),
-              srs=deq.SRSConfig(solver=deq.SolverConfig("anderson", steps),
-                                warmup=deq.SolverConfig("anderson", cfg.warmup_steps),
-                                m=check_samples(cfg)))
+    kw.update(method="srs", srs=_srs_config(cfg, variant, m))
   deq_fn, variables = deq.to_deq_fn(model)
-  rows, times = [], []
-  for i in range(len(x)):
+  key = jax.random.key(cfg.seed + 1)
+  done = {r["id"] for r in _read_rows(path)}
+  first = True
+  with open(path, "a") as fh:
+    for i in range(len(x)):
+      if int(ids[i]) in done:
+        continue
+      t0 = time.perf_counter()
+      cert = deq.certify(key, deq_fn, variables, x[i:i + 1], ids=ids[i:i + 1], **kw)
+      row = {"id": int(ids[i]), "label": int(y[i]), "predict": int(cert.prediction[0]),
+             "radius": float(cert.radius[0]), "p_lower": float(cert.p_lower[0]),
+             "seconds": time.perf_counter() - t0, "compile": first}
+      if variant != cfg.standard:
+        row.update(mismatch_upper=float(cert.mismatch_upper[0]),
+                   check_selected=int(cert.check_selected[0]),
+                   check_agree=int(cert.check_agree[0]), residual=float(cert.residual[0]))
+      fh.write(json.dumps(row) + "\n")
+      fh.flush()
+      first = False
+  rows = _read_rows(path)
+  log(f"sigma {sigma} {variant}: {len(rows)} images")
+  return rows
+
+
+def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> float:
+  """Measured share of SRS estimation time spent in the m check solves (30A from z = 0):
+  the same ``srs_sample`` call with and without check samples, after compilation."""
+  m = check_samples(cfg, sigma)
+  deq_fn, variables = deq.to_deq_fn(model)
+  settings = rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.chains)
+  times = {}
+  for mm in (0, m):
+    call = lambda i: deq.srs_sample(  # noqa: E731
+        jax.random.key(cfg.seed + 1), deq_fn, variables, x[i:i + 1], sigma=sigma,
+        num_classes=10, num=cfg.n, config=_srs_config(cfg, variant, mm), settings=settings,
+        check_key=jax.random.key(cfg.seed + 2), ids=ids[i:i + 1])
+    call(0)  # compile
     t0 = time.perf_counter()
-    cert = deq.certify(key, deq_fn, variables, x[i:i + 1], ids=ids[i:i + 1], **kw)
-    times.append(time.perf_counter() - t0)
-    row = {"id": int(ids[i]), "label": int(y[i]), "predict": int(cert.prediction[0]),
-           "radius": float(cert.radius[0]), "p_lower": float(cert.p_lower[0])}
-    if method == "srs":
-      row.update(mismatch_upper=float(cert.mismatch_upper[0]),
-                 check_selected=int(cert.check_selected[0]),
-                 check_agree=int(cert.check_agree[0]), residual=float(cert.residual[0]))
-    rows.append(row)
-  name = f"standard-{steps}A" if method == "standard" else f"SRS-{steps}A"
-  log(f"{name}: first call {times[0]:.1f}s, then {np.mean(times[1:]):.3f}s/image")
-  return name, rows, times
+    for i in range(cfg.share_images):
+      call(i)
+    times[mm] = time.perf_counter() - t0
+  return float(max(0.0, 1.0 - times[0] / times[m]))
 
 
-def summarize(cfg: Config, rows, times, method, steps, radii):
+def summarize(cfg: Config, rows, variant: str, sigma: float, radii):
   pred = np.array([r["predict"] for r in rows])
   label = np.array([r["label"] for r in rows])
   radius = np.array([r["radius"] for r in rows])
   correct = pred == label
+  warm = [r["seconds"] for r in rows if not r["compile"]]
+  m = check_samples(cfg, sigma)
+  evals = f_evals(cfg, variant, m)
   out = {
-      "seconds_per_image": float(np.mean(times[1:])),
-      "first_call_seconds": float(times[0]),
-      "f_evals_per_image": f_evals(cfg, method, steps),
+      "images": len(rows),
+      "seconds_per_image": float(np.mean(warm)) if warm else float("nan"),
+      "first_call_seconds": float(np.mean([r["seconds"] for r in rows if r["compile"]])),
+      "f_evals_per_image": evals,
+      "solver_steps_per_sample": evals / (cfg.n0 + cfg.n),
       "certified_accuracy": {f"{r:g}": float(a) for r, a in
                              zip(radii, metrics.certified_accuracy(correct, radius, radii))},
       "acr": metrics.average_certified_radius(correct, radius),
       "abstain_rate": float(np.mean(pred < 0)),
   }
-  if method == "srs":
+  if variant != cfg.standard:
+    out["check_f_eval_share"] = m * deq.as_solver_config(cfg.standard).steps / evals
     out["mean_mismatch_upper"] = float(np.mean([r["mismatch_upper"] for r in rows]))
     sel = np.array([r["check_selected"] for r in rows])
     agree = np.array([r["check_agree"] for r in rows])
     out["check_agreement"] = float(agree.sum() / max(sel.sum(), 1))
     out["mean_srs_residual"] = float(np.mean([r["residual"] for r in rows]))
-  return out
+  return out, correct, radius
 
 
-def run(cfg: Config, out_path: str, log=print) -> dict:
+def run(cfg: Config, out_path: str, workdir: str, log=print) -> dict:
+  """Trains (or reloads) one DEQ per sigma, certifies with every variant, writes the JSON
+  and a plot next to it. Rerunning the same command resumes where it stopped."""
   t_start = time.perf_counter()
   train = data.load("mnist5k", "train")
   test = data.load("mnist5k", "test")
   ids = np.arange(0, len(test.x), cfg.images_every)
   x_cert, y_cert = test.x[ids], test.y[ids].astype(np.int64)
-  model, history = train_model(cfg, train.x, train.y.astype(np.int32), test.x[:500],
-                               test.y[:500], log)
-  radii = metrics.radius_grid(1.5, 0.25)
-  results = {}
-  per_image = {}
-  for method, steps in [("standard", cfg.standard_steps)] + [("srs", k) for k in cfg.srs_steps]:
-    name, rows, times = certify_all(cfg, model, x_cert, y_cert, ids, method, steps, log)
-    results[name] = summarize(cfg, rows, times, method, steps, radii)
-    per_image[name] = rows
-    log(f"{name}: " + json.dumps(results[name]))
-  base = results[f"standard-{cfg.standard_steps}A"]
-  for name, res in results.items():
-    res["speedup_vs_standard"] = base["seconds_per_image"] / res["seconds_per_image"]
-    res["f_eval_ratio_vs_standard"] = base["f_evals_per_image"] / res["f_evals_per_image"]
-  report = {
-      "config": dataclasses.asdict(cfg),
-      "m": check_samples(cfg),
-      "srs_radius_cap": deq.max_certifiable_radius(cfg.n, check_samples(cfg), cfg.alpha, cfg.sigma),
-      "standard_radius_cap": float(stats.max_radius(cfg.n, cfg.alpha, cfg.sigma)),
-      "dataset": "mnist5k (train 4000 / test 1000)",
-      "images": ids.tolist(),
-      "num_params": int(sum(v.size for v in jax.tree.leaves(nnx.state(model, nnx.Param)))),
-      "train_history": history,
-      "results": results,
-      "per_image": per_image,
-      "total_seconds": time.perf_counter() - t_start,
-      "jax": jax.__version__,
-      "devices": [str(d) for d in jax.devices()],
-  }
+  held_out = (test.x[:500], test.y[:500].astype(np.int32))
+  os.makedirs(workdir, exist_ok=True)
+  report = {"config": dataclasses.asdict(cfg), "dataset": "mnist5k (train 4000 / test 1000)",
+            "images": ids.tolist(), "sigmas": {}, "jax": jax.__version__,
+            "devices": [str(d) for d in jax.devices()]}
+  curves = {}
+  for sigma in cfg.sigmas:
+    model, history, acc = train_model(cfg, sigma, os.path.join(workdir, f"model_sigma{sigma}"),
+                                      train, held_out, log)
+    m = check_samples(cfg, sigma)
+    radii = metrics.radius_grid(3.25 * sigma, sigma / 4)
+    results, per_image = {}, {}
+    for variant in (cfg.standard, *cfg.srs):
+      name = f"standard-{variant}" if variant == cfg.standard else f"SRS-{variant}"
+      rows = certify_rows(cfg, model, sigma, variant, x_cert, y_cert, ids,
+                          os.path.join(workdir, f"rows_sigma{sigma}_{name}.jsonl"), log)
+      results[name], correct, radius = summarize(cfg, rows, variant, sigma, radii)
+      if variant != cfg.standard and cfg.share_images:
+        results[name]["check_time_share"] = check_time_share(cfg, model, sigma, variant,
+                                                             x_cert, ids)
+      per_image[name] = rows
+      curves[f"sigma={sigma} {name}"] = types.SimpleNamespace(
+          correct=correct, radius=radius, predict=np.array([r["predict"] for r in rows]))
+      log(f"sigma {sigma} {name}: " + json.dumps(results[name]))
+    base = results[f"standard-{cfg.standard}"]
+    for res in results.values():
+      res["speedup_vs_standard"] = base["seconds_per_image"] / res["seconds_per_image"]
+      res["f_eval_ratio_vs_standard"] = base["f_evals_per_image"] / res["f_evals_per_image"]
+    report["sigmas"][f"{sigma:g}"] = {
+        "m": m,
+        "srs_radius_cap": deq.max_certifiable_radius(cfg.n, m, cfg.alpha, sigma),
+        "standard_radius_cap": float(stats.max_radius(cfg.n, cfg.alpha, sigma)),
+        "num_params": rsjax.models.count_params(model),
+        "train_history": history,
+        "noisy_accuracy_from_zero": acc,
+        "results": results,
+        "per_image": per_image,
+    }
+  report["total_seconds"] = time.perf_counter() - t_start
   os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
   with open(out_path, "w") as fh:
     json.dump(report, fh, indent=1)
-  log(f"wrote {out_path} ({report['total_seconds']:.0f}s)")
+  rsjax.plots.plot_certified_accuracy(os.path.splitext(out_path)[0] + ".png", curves,
+                                      title="SRS vs standard RS (DEQ, MNIST)")
+  log(f"wrote {out_path} ({report['total_seconds']:.0f}s in this call)")
   return report
 
 
@@ -301,10 +364,13 @@ def main(argv=None):
   parser.add_argument("--quick", action="store_true", help="small settings (~10 min on 2 CPUs)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=None, help="output JSON path")
+  parser.add_argument("--workdir", default=None,
+                      help="models and per-image rows (resume: rerun the same command)")
   args = parser.parse_args(argv)
   cfg = dataclasses.replace(get_config(args.quick), seed=args.seed)
-  out = args.out or os.path.join(RESULTS, "srs_deq_quick.json" if args.quick else "srs_deq.json")
-  run(cfg, out)
+  tag = "quick" if args.quick else "full"
+  out = args.out or os.path.join(RESULTS, f"srs_deq_{tag}.json")
+  run(cfg, out, args.workdir or os.path.join(RUNS, f"srs_deq_{tag}_seed{args.seed}"))
 
 
 if __name__ == "__main__":
