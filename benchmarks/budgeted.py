@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import time
 
@@ -57,6 +56,7 @@ import jax
 import numpy as np
 
 import rsjax
+from benchmarks.common import dump_json
 from rsjax import budgeted, data, metrics, models, runner, training
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
@@ -174,10 +174,7 @@ def main(argv=None) -> dict:
                 "batch_size": args.batch_size, "chunk": args.chunk, "budget": budget,
                 "looks": [int(v) for v in budgeted.Budget(GRID).looks(args.n)],
                 "jax": jax.__version__, "device": str(jax.devices()[0]), "runs": out}
-      os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-      with open(args.json + ".tmp", "w") as fh:
-        json.dump(result, fh, indent=1)
-      os.replace(args.json + ".tmp", args.json)
+      dump_json(args.json, result)
   return out
 
 

@@ -23,12 +23,12 @@ same m (one forward/backward of B*m images plus cheap terms); SmoothAdv adds
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import numpy as np
 
+from benchmarks.common import dump_json
 from rsjax import data, models, training
 
 
@@ -80,9 +80,7 @@ def main(argv=None) -> dict:
                   "ratio_vs_gaussian_same_m": t / base_m, "ratio_vs_gaussian_m1": t / base_1}
     print(f"{name:38s} {1e3 * t / steps:9.1f} {t / base_m:17.2f} {t / base_1:8.2f}")
   out = {"config": vars(args), "objectives": rows, "time": time.strftime("%Y-%m-%d %H:%M")}
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(out, f, indent=1)
+  dump_json(args.json, out)
   return out
 
 

@@ -21,7 +21,6 @@ Command::
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
@@ -29,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rsjax
+from benchmarks.common import dump_json
 from rsjax import data, metrics, models, training
 
 RADII = (0.0, 0.25, 0.5, 0.75)
@@ -120,9 +120,7 @@ def main(argv=None) -> dict:
   par = out["parity"]
   print(f"parity: certified accuracy differs by at most {par['max_abs_diff_points']:.2f} points "
         f"({'within' if par['within'] else 'NOT within'} 1 point)")
-  if args.json:
-    with open(args.json, "w", encoding="utf-8") as f:
-      json.dump(out, f, indent=1)
+  dump_json(args.json, out)
   return out
 
 

@@ -28,7 +28,6 @@ Commands::
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -42,6 +41,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import rsjax  # noqa: E402
+from benchmarks.common import dump_json  # noqa: E402
 from rsjax import _memory, _sampling, models, noise as noise_lib, stats  # noqa: E402
 
 SIGMA = 0.25
@@ -200,17 +200,12 @@ def main(argv=None) -> dict:
     print("| stream | M normals / wall s | M normals / CPU s |\n|---|---|---|")
     for k, v in out.items():
       print(f"| {k} | {v['M_normals_per_wall_s']:.0f} | {v['M_normals_per_cpu_s']:.0f} |")
-    if args.json:
-      with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=1)
-    return out
-  out = profile(args.model, num=args.num,
-                batch_size=args.batch_size if args.batch_size == "auto" else int(args.batch_size),
-                reps=args.reps)
-  print(report(out))
-  if args.json:
-    with open(args.json, "w", encoding="utf-8") as f:
-      json.dump(out, f, indent=1)
+  else:
+    out = profile(args.model, num=args.num,
+                  batch_size=args.batch_size if args.batch_size == "auto" else int(args.batch_size),
+                  reps=args.reps)
+    print(report(out))
+  dump_json(args.json, out)
   return out
 
 

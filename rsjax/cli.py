@@ -128,6 +128,24 @@ def _objective(args):
   return training.make_objective(args.objective, **hyper)
 
 
+def _train_config(args, **more):
+  """The ``TrainConfig`` of the training flags (``more``: its other fields)."""
+  from rsjax import training
+  return training.TrainConfig(
+      sigma=args.sigma, epochs=args.epochs, batch_size=args.batch, lr=args.lr,
+      momentum=args.momentum, weight_decay=args.weight_decay, lr_step=args.lr_step_size,
+      gamma=args.gamma, objective=_objective(args), **more)
+
+
+def _print_trained(args, history, what: str, more) -> int:
+  """Prints the last epoch of ``history`` (``more(last)``: its method's own numbers); returns 0."""
+  if history:
+    last = history[-1]
+    print(f"trained {args.model} {what}: epoch {last['epoch']}, clean accuracy "
+          f"{last['clean_acc']:.4f}, {more(last)}; saved in {args.out}")
+  return 0
+
+
 def cmd_train(args) -> int:
   import jax
   from rsjax import models, training
@@ -149,11 +167,8 @@ def cmd_train(args) -> int:
   if args.allow_unsound:
     raise CliError("--allow-unsound works with --method ucan --generator input")
   try:
-    config = training.TrainConfig(
-        sigma=args.sigma, epochs=args.epochs, batch_size=args.batch, lr=args.lr,
-        momentum=args.momentum, weight_decay=args.weight_decay, lr_step=args.lr_step_size,
-        gamma=args.gamma, objective=_objective(args),
-        discard=None if args.discard is None else training.Discard(
+    config = _train_config(
+        args, discard=None if args.discard is None else training.Discard(
             epoch=args.discard, threshold=args.discard_threshold),
         reweigh=None if args.reweigh is None else training.Reweigh(epoch=args.reweigh))
     _, history = training.train(
@@ -161,25 +176,17 @@ def cmd_train(args) -> int:
         resume=not args.restart, model_config=model_config, progress=not args.quiet)
   except ValueError as e:
     raise CliError(str(e)) from None
-  if history:
-    last = history[-1]
-    print(f"trained {args.model} on {args.dataset} at sigma={args.sigma}: epoch {last['epoch']}, "
-          f"clean accuracy {last['clean_acc']:.4f}, noisy accuracy {last['noisy_acc']:.4f}; "
-          f"saved in {args.out}")
-  return 0
+  return _print_trained(args, history, f"on {args.dataset} at sigma={args.sigma}",
+                        lambda last: f"noisy accuracy {last['noisy_acc']:.4f}")
 
 
 def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
   import jax
-  from rsjax import training
   from rsjax.training import ddrs as ddrs_training
   if args.discard is not None or args.reweigh is not None:
     raise CliError("--method ddrs cannot be combined with --discard or --reweigh")
   try:
-    tc = training.TrainConfig(sigma=args.sigma, epochs=args.epochs, batch_size=args.batch,
-                              lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay,
-                              lr_step=args.lr_step_size, gamma=args.gamma,
-                              objective=_objective(args))
+    tc = _train_config(args)
     cfg = ddrs_training.DDRSConfig(sigma0=args.sigma, sigma_steps=args.sigma_steps,
                                    sigma_lr=args.sigma_lr, sigma_draws=args.sigma_draws,
                                    parametrization=args.sigma_param,
@@ -190,12 +197,8 @@ def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
         progress=not args.quiet)
   except ValueError as e:
     raise CliError(str(e)) from None
-  if history:
-    last = history[-1]
-    print(f"trained {args.model} with DDRS (sigma0={args.sigma}): epoch {last['epoch']}, clean "
-          f"accuracy {last['clean_acc']:.4f}, training sigma {mem.mean():.4f} +- {mem.std():.4f}; "
-          f"saved in {args.out}")
-  return 0
+  return _print_trained(args, history, f"with DDRS (sigma0={args.sigma})",
+                        lambda last: f"training sigma {mem.mean():.4f} +- {mem.std():.4f}")
 
 
 def _train_ucan(args, model, train_xy, model_config) -> int:

@@ -104,32 +104,6 @@ def parse_time(text: str) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class CertifyResults:
-  """Rows of a certify file, as NumPy arrays of length ``N``.
-
-  Attributes:
-    idx: ``[N]`` int64 index of the input in its dataset.
-    label: ``[N]`` int64 true label.
-    predict: ``[N]`` int64 certified class, -1 on abstain.
-    radius: ``[N]`` float64 certified radius (0.0 on abstain).
-    correct: ``[N]`` bool, ``predict == label``.
-    time: ``[N]`` float64 seconds spent on the input.
-    extra: extra columns by name, ``[N]`` float64 (or str where not numeric).
-  """
-
-  idx: np.ndarray
-  label: np.ndarray
-  predict: np.ndarray
-  radius: np.ndarray
-  correct: np.ndarray
-  time: np.ndarray
-  extra: dict = dataclasses.field(default_factory=dict)
-
-  def __len__(self) -> int:
-    return int(self.idx.shape[0])
-
-
-@dataclasses.dataclass(frozen=True)
 class PredictResults:
   """Rows of a predict file, as NumPy arrays of length ``N``.
 
@@ -139,7 +113,7 @@ class PredictResults:
     predict: ``[N]`` int64 predicted class, -1 on abstain.
     correct: ``[N]`` bool, ``predict == label``.
     time: ``[N]`` float64 seconds spent on the input.
-    extra: extra columns by name.
+    extra: extra columns by name, ``[N]`` float64 (or str where not numeric).
   """
 
   idx: np.ndarray
@@ -151,6 +125,18 @@ class PredictResults:
 
   def __len__(self) -> int:
     return int(self.idx.shape[0])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CertifyResults(PredictResults):
+  """Rows of a certify file: those of a predict file (``predict``: the certified class, -1 on
+  abstain) and
+
+  Attributes:
+    radius: ``[N]`` float64 certified radius (0.0 on abstain).
+  """
+
+  radius: np.ndarray
 
 
 def _check_kind(kind: str) -> tuple[str, ...]:

@@ -17,11 +17,6 @@ from rsjax import metrics
 __all__ = ["plot_certified_accuracy", "plot_pa_cdf"]
 
 
-def _png(path) -> str:
-  path = os.fspath(path)
-  return path if os.path.splitext(path)[1] else path + ".png"
-
-
 def _axes():
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
@@ -31,7 +26,11 @@ def _axes():
   return fig, fig.add_subplot()
 
 
-def _save(fig, ax, path: str, *, title, dpi, legend: str) -> str:
+def _save(fig, ax, path, *, title, dpi, legend: str) -> str:
+  """Finishes ``ax`` and writes ``fig`` to ``path`` (``.png`` added when it has no extension)."""
+  path = os.fspath(path)
+  if not os.path.splitext(path)[1]:
+    path += ".png"
   ax.grid(True, alpha=0.3)
   ax.legend(loc=legend)
   if title:
@@ -70,7 +69,6 @@ def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None 
   """
   if not results:
     raise ValueError("results must not be empty")
-  path = _png(path)
   if max_radius is None:
     top = 0.0
     for res in results.values():
@@ -129,7 +127,6 @@ def plot_pa_cdf(path, pa: Mapping, *, title: str | None = None, dpi: int = 150) 
   """
   if not pa:
     raise ValueError("pa must not be empty")
-  path = _png(path)
   fig, ax = _axes()
   for label, p in pa.items():
     p = np.sort(np.asarray(p, np.float64))

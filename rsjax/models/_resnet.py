@@ -108,7 +108,50 @@ class Bottleneck(_ResidualBlock):
     return self._add_shortcut(x, y)
 
 
-class BasicResNet(nnx.Module):
+class _ResNet(nnx.Module):
+  """What the ResNets share: input normalization, a conv + BN stem (followed by a 3x3 stride-2
+  max-pool when ``stem_max_pool``), stages of residual blocks, global average pooling and a
+  linear head."""
+
+  stem_max_pool = False
+
+  def _build(self, input_shape, num_classes, normalize, block_cls, stage_sizes, widths, *,
+             stem_kernel: int, stem_stride: int, dtype, rngs: nnx.Rngs):
+    """Creates the layers; the stem has ``widths[0]`` channels, stage ``i > 0`` starts with
+    stride 2."""
+    c = _channels(input_shape, type(self).__name__)
+    norm = resolve_normalization(normalize, c)
+    self.normalize = Normalize(*norm) if norm is not None else None
+    self.stem_conv = _conv(c, widths[0], stem_kernel, stem_stride, dtype=dtype, rngs=rngs)
+    self.stem_bn = _bn(widths[0], dtype=dtype, rngs=rngs)
+    blocks = []
+    cin = widths[0]
+    for i, (n, w) in enumerate(zip(stage_sizes, widths)):
+      for j in range(int(n)):
+        stride = 2 if (i > 0 and j == 0) else 1
+        blocks.append(block_cls(cin, w, stride, dtype=dtype, rngs=rngs))
+        cin = w * block_cls.expansion
+    self.blocks = nnx.List(blocks)
+    self.head = nnx.Linear(cin, num_classes, kernel_init=torch_default_init, dtype=dtype,
+                           rngs=rngs)
+
+  def features(self, x: jax.Array) -> jax.Array:
+    """Pooled features ``[b, widths[-1] * block expansion]`` of ``x`` ``[b, H, W, C]``."""
+    if self.normalize is not None:
+      x = self.normalize(x)
+    x = nnx.relu(self.stem_bn(self.stem_conv(x)))
+    if self.stem_max_pool:
+      x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    for block in self.blocks:
+      x = block(x)
+    return x.mean(axis=(1, 2))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """``x`` of shape ``[b, H, W, C]`` in [0, 1] -> logits ``[b, num_classes]``."""
+    return self.head(self.features(x))
+
+
+class BasicResNet(_ResNet):
   """Basic-block ResNet with a 3x3 stem and no max-pool (CIFAR-style).
 
   Args:
@@ -127,34 +170,8 @@ class BasicResNet(nnx.Module):
                dtype=None, rngs: nnx.Rngs):
     if len(stage_sizes) != len(widths) or not stage_sizes:
       raise ValueError(f"stage_sizes {stage_sizes} and widths {widths} must have the same length.")
-    c = _channels(input_shape, type(self).__name__)
-    norm = resolve_normalization(normalize, c)
-    self.normalize = Normalize(*norm) if norm is not None else None
-    self.stem_conv = _conv(c, widths[0], 3, 1, dtype=dtype, rngs=rngs)
-    self.stem_bn = _bn(widths[0], dtype=dtype, rngs=rngs)
-    blocks = []
-    cin = widths[0]
-    for i, (n, w) in enumerate(zip(stage_sizes, widths)):
-      for j in range(n):
-        stride = 2 if (i > 0 and j == 0) else 1
-        blocks.append(BasicBlock(cin, w, stride, dtype=dtype, rngs=rngs))
-        cin = w
-    self.blocks = nnx.List(blocks)
-    self.head = nnx.Linear(cin, num_classes, kernel_init=torch_default_init, dtype=dtype,
-                           rngs=rngs)
-
-  def features(self, x: jax.Array) -> jax.Array:
-    """Pooled features ``[b, widths[-1]]`` of ``x`` ``[b, H, W, C]``."""
-    if self.normalize is not None:
-      x = self.normalize(x)
-    x = nnx.relu(self.stem_bn(self.stem_conv(x)))
-    for block in self.blocks:
-      x = block(x)
-    return x.mean(axis=(1, 2))
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    """``x`` of shape ``[b, H, W, C]`` in [0, 1] -> logits ``[b, num_classes]``."""
-    return self.head(self.features(x))
+    self._build(input_shape, num_classes, normalize, BasicBlock, stage_sizes, widths,
+                stem_kernel=3, stem_stride=1, dtype=dtype, rngs=rngs)
 
 
 class CifarResNet(BasicResNet):
@@ -197,7 +214,7 @@ class ResNet18(BasicResNet):
                      widths=(64, 128, 256, 512), normalize=normalize, dtype=dtype, rngs=rngs)
 
 
-class ImageNetResNet(nnx.Module):
+class ImageNetResNet(_ResNet):
   """torchvision's ImageNet ResNets: 7x7 stride-2 stem, 3x3 stride-2 max-pool, four stages.
 
   Basic blocks give ResNet-18 (``stage_sizes=(2, 2, 2, 2)``) and ResNet-34
@@ -217,6 +234,7 @@ class ImageNetResNet(nnx.Module):
   """
 
   widths = (64, 128, 256, 512)
+  stem_max_pool = True
 
   def __init__(self, *, input_shape: Sequence[int] = (224, 224, 3), num_classes: int = 1000,
                block: str = "bottleneck", stage_sizes: Sequence[int] = (3, 4, 6, 3),
@@ -226,36 +244,8 @@ class ImageNetResNet(nnx.Module):
       raise ValueError(f"block must be 'basic' or 'bottleneck'; got {block!r}.")
     if len(stage_sizes) != 4 or min(stage_sizes) < 1:
       raise ValueError(f"stage_sizes must be four positive counts; got {tuple(stage_sizes)}.")
-    block_cls = blocks_by_name[block]
-    c = _channels(input_shape, type(self).__name__)
-    norm = resolve_normalization(normalize, c)
-    self.normalize = Normalize(*norm) if norm is not None else None
-    self.stem_conv = _conv(c, 64, 7, 2, dtype=dtype, rngs=rngs)
-    self.stem_bn = _bn(64, dtype=dtype, rngs=rngs)
-    blocks = []
-    cin = 64
-    for i, (n, w) in enumerate(zip(stage_sizes, self.widths)):
-      for j in range(int(n)):
-        stride = 2 if (i > 0 and j == 0) else 1
-        blocks.append(block_cls(cin, w, stride, dtype=dtype, rngs=rngs))
-        cin = w * block_cls.expansion
-    self.blocks = nnx.List(blocks)
-    self.head = nnx.Linear(cin, num_classes, kernel_init=torch_default_init, dtype=dtype,
-                           rngs=rngs)
-
-  def features(self, x: jax.Array) -> jax.Array:
-    """Pooled features ``[b, 512 or 2048]`` of ``x`` ``[b, H, W, C]``."""
-    if self.normalize is not None:
-      x = self.normalize(x)
-    x = nnx.relu(self.stem_bn(self.stem_conv(x)))
-    x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
-    for block in self.blocks:
-      x = block(x)
-    return x.mean(axis=(1, 2))
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    """``x`` of shape ``[b, H, W, C]`` in [0, 1] -> logits ``[b, num_classes]``."""
-    return self.head(self.features(x))
+    self._build(input_shape, num_classes, normalize, blocks_by_name[block], stage_sizes,
+                self.widths, stem_kernel=7, stem_stride=2, dtype=dtype, rngs=rngs)
 
 
 class ResNet50(ImageNetResNet):

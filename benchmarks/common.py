@@ -1,0 +1,17 @@
+"""What the benchmark commands share."""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def dump_json(path: str | None, obj) -> None:
+  """Writes ``obj`` as indented JSON to ``path`` (its folder created, the file replaced whole);
+  nothing when ``path`` is None (no ``--json``)."""
+  if not path:
+    return
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    json.dump(obj, f, indent=1)
+  os.replace(path + ".tmp", path)
