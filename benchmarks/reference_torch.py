@@ -232,15 +232,12 @@ class BasicBlock(nn.Module):
     return F.relu(self.shortcut(x) + y)
 
 
-class Bottleneck(nn.Module):
+class Bottleneck(BasicBlock):
+  """The basic block's layers, a relu after the second and a third 1x1 conv + BN."""
 
   def __init__(self, b):
-    super().__init__()
-    self.conv1, self.bn1 = _conv(b.conv1), _bn(b.bn1)
-    self.conv2, self.bn2 = _conv(b.conv2), _bn(b.bn2)
+    super().__init__(b)
     self.conv3, self.bn3 = _conv(b.conv3), _bn(b.bn3)
-    self.shortcut = (nn.Sequential(_conv(b.proj_conv), _bn(b.proj_bn))
-                     if b.proj_conv is not None else nn.Identity())
 
   def forward(self, x):
     y = F.relu(self.bn1(self.conv1(x)))

@@ -34,14 +34,14 @@ __all__ = ["BasicResNet", "CifarResNet", "ImageNetResNet", "ResNet20", "ResNet11
            "ResNet50"]
 
 
-def _conv(cin, cout, k, stride, *, dtype, rngs):
+def _conv_bn(cin, cout, k, stride, *, dtype, rngs):
+  """A ``k x k`` convolution without bias (PyTorch's symmetric padding) and the BatchNorm of its
+  ``cout`` outputs."""
   p = (k - 1) // 2
-  return nnx.Conv(cin, cout, (k, k), strides=(stride, stride), padding=((p, p), (p, p)),
+  conv = nnx.Conv(cin, cout, (k, k), strides=(stride, stride), padding=((p, p), (p, p)),
                   use_bias=False, kernel_init=conv_init, dtype=dtype, rngs=rngs)
-
-
-def _bn(c, *, dtype, rngs):
-  return nnx.BatchNorm(c, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype=dtype, rngs=rngs)
+  return conv, nnx.BatchNorm(cout, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype=dtype,
+                             rngs=rngs)
 
 
 def _channels(input_shape, model):
@@ -56,8 +56,7 @@ class _ResidualBlock(nnx.Module):
 
   def _init_shortcut(self, cin: int, cout: int, stride: int, *, dtype, rngs: nnx.Rngs):
     if stride != 1 or cin != cout:
-      self.proj_conv = _conv(cin, cout, 1, stride, dtype=dtype, rngs=rngs)
-      self.proj_bn = _bn(cout, dtype=dtype, rngs=rngs)
+      self.proj_conv, self.proj_bn = _conv_bn(cin, cout, 1, stride, dtype=dtype, rngs=rngs)
     else:
       self.proj_conv = self.proj_bn = None
 
@@ -74,10 +73,8 @@ class BasicBlock(_ResidualBlock):
   expansion = 1
 
   def __init__(self, cin: int, cout: int, stride: int, *, dtype, rngs: nnx.Rngs):
-    self.conv1 = _conv(cin, cout, 3, stride, dtype=dtype, rngs=rngs)
-    self.bn1 = _bn(cout, dtype=dtype, rngs=rngs)
-    self.conv2 = _conv(cout, cout, 3, 1, dtype=dtype, rngs=rngs)
-    self.bn2 = _bn(cout, dtype=dtype, rngs=rngs)
+    self.conv1, self.bn1 = _conv_bn(cin, cout, 3, stride, dtype=dtype, rngs=rngs)
+    self.conv2, self.bn2 = _conv_bn(cout, cout, 3, 1, dtype=dtype, rngs=rngs)
     self._init_shortcut(cin, cout, stride, dtype=dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -93,12 +90,9 @@ class Bottleneck(_ResidualBlock):
 
   def __init__(self, cin: int, width: int, stride: int, *, dtype, rngs: nnx.Rngs):
     cout = width * self.expansion
-    self.conv1 = _conv(cin, width, 1, 1, dtype=dtype, rngs=rngs)
-    self.bn1 = _bn(width, dtype=dtype, rngs=rngs)
-    self.conv2 = _conv(width, width, 3, stride, dtype=dtype, rngs=rngs)
-    self.bn2 = _bn(width, dtype=dtype, rngs=rngs)
-    self.conv3 = _conv(width, cout, 1, 1, dtype=dtype, rngs=rngs)
-    self.bn3 = _bn(cout, dtype=dtype, rngs=rngs)
+    self.conv1, self.bn1 = _conv_bn(cin, width, 1, 1, dtype=dtype, rngs=rngs)
+    self.conv2, self.bn2 = _conv_bn(width, width, 3, stride, dtype=dtype, rngs=rngs)
+    self.conv3, self.bn3 = _conv_bn(width, cout, 1, 1, dtype=dtype, rngs=rngs)
     self._init_shortcut(cin, cout, stride, dtype=dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -122,8 +116,8 @@ class _ResNet(nnx.Module):
     c = _channels(input_shape, type(self).__name__)
     norm = resolve_normalization(normalize, c)
     self.normalize = Normalize(*norm) if norm is not None else None
-    self.stem_conv = _conv(c, widths[0], stem_kernel, stem_stride, dtype=dtype, rngs=rngs)
-    self.stem_bn = _bn(widths[0], dtype=dtype, rngs=rngs)
+    self.stem_conv, self.stem_bn = _conv_bn(c, widths[0], stem_kernel, stem_stride, dtype=dtype,
+                                            rngs=rngs)
     blocks = []
     cin = widths[0]
     for i, (n, w) in enumerate(zip(stage_sizes, widths)):
