@@ -20,6 +20,7 @@ only) when the method can produce results that are not certificates.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -266,9 +267,23 @@ def load_universal_noise(workdir) -> tuple[np.ndarray, np.ndarray] | None:
     return np.asarray(f["mu"], np.float32), np.asarray(f["sigma"], np.float32)
 
 
+def _trained_unsound(workdir) -> bool:
+  """Whether ``workdir``'s ``config.json`` marks its training noise as not sound."""
+  path = os.path.join(os.fspath(workdir), "config.json") if workdir else None
+  if not path or not os.path.exists(path):
+    return False
+  with open(path) as f:
+    return json.load(f).get("sound", True) is False
+
+
 def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> Plan:
   from rsjax import anisotropic
   shape = tuple(ctx.dataset.input_shape)
+  if ucan_sigma == "auto" and _trained_unsound(ctx.workdir):
+    raise ValueError("the model was trained with UCAN's input-dependent generator, which gives no "
+                     "certificate (rsjax.training.ucan.certify_input_dependent reports its unsound "
+                     "numbers); pass --ucan-sigma pattern to certify the classifier with pattern-wise "
+                     "noise instead")
   saved = load_universal_noise(ctx.workdir) if ucan_sigma != "pattern" else None
   if ucan_sigma == "dataset" and saved is None:
     raise ValueError(f"--ucan-sigma dataset needs {UNIVERSAL_NOISE_FILE} in the model directory "

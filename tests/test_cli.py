@@ -343,3 +343,8 @@ def test_train_and_certify_ucan(trained, tmp_path, capsys):
   assert "NOT SOUND" in capsys.readouterr().out
   import json
   assert json.loads((tmp_path / "x" / "config.json").read_text())["sound"] is False
+  # certify refuses its workdir unless the noise is chosen explicitly (pattern-wise noise is sound)
+  capsys.readouterr()
+  assert run_cli("certify", tmp_path / "x", tmp_path / "x.tsv", "--method", "ucan", "--N", "100",
+                 "--N0", "10", "--max", "1", "--quiet") == 2
+  assert "input-dependent" in capsys.readouterr().err
