@@ -13,6 +13,7 @@ if "xla_force_host_platform_device_count" not in _flags:
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_debug_key_reuse", True)
@@ -28,6 +29,16 @@ def getkey():
     return jax.random.fold_in(base, next(counter))
 
   return _next
+
+
+@pytest.fixture(scope="session")
+def digits256():
+  """The first 256 of scikit-learn's 8x8 digits: ``x`` ``[256, 8, 8, 1]`` in [0, 1] and the
+  labels ``y`` ``[256]``."""
+  from sklearn.datasets import load_digits
+  d = load_digits()
+  x = (d.images / 16.0).astype(np.float32)[..., None][:256]
+  return x, d.target[:256].astype(np.int32)
 
 
 def pytest_report_header(config):

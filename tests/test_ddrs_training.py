@@ -10,22 +10,14 @@ from rsjax.training import MACER, TrainConfig
 from rsjax.training.ddrs import SIGMA_FILE, DDRSConfig, train_ddrs
 
 
-@pytest.fixture(scope="module")
-def digits():
-  from sklearn.datasets import load_digits
-  d = load_digits()
-  x = (d.images / 16.0).astype(np.float32)[..., None][:256]
-  return x, d.target[:256].astype(np.int32)
-
-
 def _model():
   return models.create_model("mlp", num_classes=10, input_shape=(8, 8, 1), rngs=0)
 
 
-def test_sigma_memory_carried_across_epochs_and_resumed(digits, tmp_path):
+def test_sigma_memory_carried_across_epochs_and_resumed(digits256, tmp_path):
   tc = TrainConfig(sigma=0.25, epochs=3, batch_size=64, lr=0.05)
   cfg = DDRSConfig(sigma0=0.25, sigma_steps=2, sigma_lr=0.02, sigma_draws=4, warmup_epochs=1)
-  _, hist, mem = train_ddrs(0, _model(), digits, ddrs_config=cfg, train_config=tc,
+  _, hist, mem = train_ddrs(0, _model(), digits256, ddrs_config=cfg, train_config=tc,
                             workdir=tmp_path / "a", progress=False)
   assert mem.shape == (256,) and np.all(mem >= cfg.sigma_min)
   assert hist[0]["sigma_std"] == 0.0 and hist[0]["sigma_mean"] == pytest.approx(0.25)  # warm-up
@@ -33,19 +25,19 @@ def test_sigma_memory_carried_across_epochs_and_resumed(digits, tmp_path):
   # each epoch starts from the previous memory: 2 epochs x 2 steps of <= 0.02 * |dR/dsigma|
   np.testing.assert_array_equal(np.load(tmp_path / "a" / SIGMA_FILE), mem)
   # interrupted after 2 epochs then resumed: same memory and weights as uninterrupted
-  _, _, _ = train_ddrs(0, _model(), digits, ddrs_config=cfg,
+  _, _, _ = train_ddrs(0, _model(), digits256, ddrs_config=cfg,
                        train_config=TrainConfig(sigma=0.25, epochs=2, batch_size=64, lr=0.05),
                        workdir=tmp_path / "b", progress=False)
-  _, hist_b, mem_b = train_ddrs(0, _model(), digits, ddrs_config=cfg, train_config=tc,
+  _, hist_b, mem_b = train_ddrs(0, _model(), digits256, ddrs_config=cfg, train_config=tc,
                                 workdir=tmp_path / "b", progress=False)
   np.testing.assert_array_equal(mem_b, mem)
   assert hist_b[-1]["train_loss"] == pytest.approx(hist[-1]["train_loss"], rel=1e-6)
   assert os.path.exists(tmp_path / "b" / "config.json")
 
 
-def test_zero_steps_is_fixed_sigma_training(digits):
+def test_zero_steps_is_fixed_sigma_training(digits256):
   cfg = DDRSConfig(sigma0=0.3, sigma_steps=0)
-  _, hist, mem = train_ddrs(1, _model(), digits, ddrs_config=cfg,
+  _, hist, mem = train_ddrs(1, _model(), digits256, ddrs_config=cfg,
                             train_config=TrainConfig(sigma=0.3, epochs=1, batch_size=64),
                             progress=False)
   np.testing.assert_array_equal(mem, np.float32(0.3))
@@ -69,7 +61,7 @@ def test_macer_with_per_example_sigma_trains():
   assert np.ptp(mem) > 0 and hist[-1]["sigma_std"] > 0  # the memory moved per example
 
 
-def test_memory_is_the_trainer_batch_sigma(digits):
+def test_memory_is_the_trainer_batch_sigma(digits256):
   # the DDRS memory cannot be combined with the strategies' resampling
   from rsjax.training import Discard
   with pytest.raises(ValueError, match="batch_sigma"):

@@ -7,20 +7,12 @@ from rsjax import anisotropic, models
 from rsjax.training import ucan
 
 
-@pytest.fixture(scope="module")
-def digits():
-  from sklearn.datasets import load_digits
-  d = load_digits()
-  x = (d.images / 16.0).astype(np.float32)[..., None][:256]
-  return x, d.target[:256].astype(np.int32)
-
-
 def _model():
   return models.create_model("mlp", num_classes=10, input_shape=(8, 8, 1), rngs=0)
 
 
-def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits, tmp_path):
-  model, mu, sig, hist = ucan.train_ucan(0, _model(), digits, generator="universal", sigma=0.25,
+def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits256, tmp_path):
+  model, mu, sig, hist = ucan.train_ucan(0, _model(), digits256, generator="universal", sigma=0.25,
                                          epochs=1, batch_size=64, lr=0.05, draws=2,
                                          workdir=tmp_path)
   assert mu.shape == sig.shape == (8, 8, 1) and len(hist) == 1
@@ -30,12 +22,12 @@ def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits, tmp_pa
   np.testing.assert_array_equal(mu2, mu)
   np.testing.assert_array_equal(sig2, sig)
   # a finished workdir is loaded, not retrained: same frozen noise, same weights
-  again, mu3, sig3, _ = ucan.train_ucan(1, _model(), digits, generator="universal", sigma=0.25,
+  again, mu3, sig3, _ = ucan.train_ucan(1, _model(), digits256, generator="universal", sigma=0.25,
                                         epochs=1, workdir=tmp_path)
   np.testing.assert_array_equal(sig3, sig)
   apply_fn, params = models.to_apply_fn(model)
   apply2, params2 = models.to_apply_fn(again)
-  x = digits[0][:4]
+  x = digits256[0][:4]
   kw = dict(num_classes=10, n0=32, n=300, alpha=0.01, batch_size=300)
   a = anisotropic.certify(3, apply_fn, params, x, sigma=sig, mu=mu, **kw)
   b = anisotropic.certify(3, apply2, params2, x, sigma=sig2, mu=mu2, **kw)
@@ -43,20 +35,20 @@ def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits, tmp_pa
   assert a.sound
   np.testing.assert_allclose(a.radius, sig.min() * a.normalized_radius)
   with pytest.raises(ValueError, match="holds a 'universal'"):
-    ucan.train_ucan(0, _model(), digits, generator="pattern-l2", sigma=0.25, workdir=tmp_path)
+    ucan.train_ucan(0, _model(), digits256, generator="pattern-l2", sigma=0.25, workdir=tmp_path)
 
 
-def test_pattern_noise_is_the_fixed_map(digits):
-  _, mu, sig, _ = ucan.train_ucan(0, _model(), digits, generator="pattern-linf", sigma=0.5,
+def test_pattern_noise_is_the_fixed_map(digits256):
+  _, mu, sig, _ = ucan.train_ucan(0, _model(), digits256, generator="pattern-linf", sigma=0.5,
                                   epochs=1, batch_size=128, draws=1)
   np.testing.assert_array_equal(mu, 0.0)
   np.testing.assert_allclose(sig, 0.5 * anisotropic.pattern_sigma((8, 8, 1), pattern="linf"))
 
 
-def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits, tmp_path):
+def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits256, tmp_path):
   with pytest.raises(ValueError, match="not sound"):
-    ucan.train_ucan(0, _model(), digits, generator="input", sigma=0.25)
-  model, mu, sig, hist = ucan.train_ucan(0, _model(), digits, generator="input", sigma=0.25,
+    ucan.train_ucan(0, _model(), digits256, generator="input", sigma=0.25)
+  model, mu, sig, hist = ucan.train_ucan(0, _model(), digits256, generator="input", sigma=0.25,
                                          epochs=1, batch_size=64, lr=0.05, draws=2,
                                          workdir=tmp_path, allow_unsound=True,
                                          model_config={"model": "mlp", "num_classes": 10,
@@ -67,7 +59,7 @@ def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits
     ucan.load_ucan_model(tmp_path)
   wrapped, cfg = ucan.load_ucan_model(tmp_path, allow_unsound=True)
   assert cfg["sound"] is False
-  x = digits[0][:3]
+  x = digits256[0][:3]
   mu_x, sig_x = wrapped.noise(x, 0.25)
   assert mu_x.shape == sig_x.shape == x.shape
   assert float(np.max(np.ptp(np.asarray(mu_x), axis=0))) > 0  # the noise differs per input
@@ -83,16 +75,16 @@ def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits
                                 models.to_apply_fn(model)[0](models.to_apply_fn(model)[1], x))
 
 
-def test_ucan_training_resumes(digits, tmp_path):
+def test_ucan_training_resumes(digits256, tmp_path):
   kw = dict(generator="universal", sigma=0.25, batch_size=64, lr=0.05, draws=2, progress=False)
-  _, mu, sig, _ = ucan.train_ucan(0, _model(), digits, epochs=2, workdir=tmp_path / "a", **kw)
+  _, mu, sig, _ = ucan.train_ucan(0, _model(), digits256, epochs=2, workdir=tmp_path / "a", **kw)
   # cut after epoch 1 (the run directory without its final save), then resumed
-  ucan.train_ucan(0, _model(), digits, epochs=1, workdir=tmp_path / "b", **kw)
+  ucan.train_ucan(0, _model(), digits256, epochs=1, workdir=tmp_path / "b", **kw)
   import shutil
   for name in ("config.json", "checkpoints", ucan.NOISE_FILE):
     p = tmp_path / "b" / name
     shutil.rmtree(p) if p.is_dir() else p.unlink()
-  _, mu_b, sig_b, hist_b = ucan.train_ucan(0, _model(), digits, epochs=2, workdir=tmp_path / "b",
+  _, mu_b, sig_b, hist_b = ucan.train_ucan(0, _model(), digits256, epochs=2, workdir=tmp_path / "b",
                                            **kw)
   assert [h["epoch"] for h in hist_b] == [1, 2]
   np.testing.assert_array_equal(sig_b, sig)
