@@ -58,7 +58,6 @@ generic trainer (which draws the sigma-ascent noise from other keys, so
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -67,21 +66,15 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "results")
+from _common import (RESULTS, ROOT, BaseTraining, load_splits, save_figure, save_results,
+                     sigmas_config)
+
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  """The experiment's settings (``get_config`` fills them)."""
-  sigmas: tuple
-  model: str
-  dataset: str
-  epochs: int
-  batch_size: int
-  lr: float
-  lr_step: int
+class Config(BaseTraining):
+  """The experiment's settings (``get_config`` fills them; the base models' first)."""
   ddrs_warmup_epochs: int
   ddrs_train: dict  # DDRSConfig fields for Algorithm 2
   macer: dict  # MACER hyperparameters of the ddrs-macer row
@@ -144,17 +137,15 @@ def run(cfg: Config, log=print) -> dict:
   import jax
 
   import rsjax
-  from rsjax import data, ddrs, io, models, runner, training
+  from rsjax import ddrs, io, models, runner, training
   from rsjax.training.ddrs import DDRSConfig, train_ddrs
 
   t_all = time.perf_counter()
-  train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
+  train, test, idx = load_splits(cfg.dataset, cfg.skip)
   x, y = train.arrays()
   xt, yt = test.arrays()
-  idx = runner.select_indices(len(test), skip=cfg.skip)
   os.makedirs(cfg.out, exist_ok=True)
-  mcfg = {"model": cfg.model, "num_classes": 10, "input_shape": list(train.input_shape),
-          "dataset": cfg.dataset}
+  mcfg = cfg.model_config(train.input_shape)
   tc = dict(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
             lr_step=cfg.lr_step)
   methods, study, timing = {}, {}, {}
@@ -270,19 +261,11 @@ def plot(result: dict, path: str) -> None:
                label=name, color=f"C{i % 10}")
   ax[2].set(xlabel="L2 radius", ylabel="certified accuracy", title="certified accuracy")
   ax[2].legend(fontsize=6)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  save_figure(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--sigmas", type=float, nargs="+", default=None,
-                 help="run only these sigma0 (default 0.25 0.5); recorded in the JSON's config")
-  args = p.parse_args(argv)
-  cfg = get_config(args.quick)
-  if args.sigmas:
-    cfg = dataclasses.replace(cfg, sigmas=tuple(args.sigmas))
+  cfg = sigmas_config(__doc__, get_config, argv)
   result = run(cfg, log=lambda m: print(m, flush=True))
   from rsjax import io
   result["sigma_hist"] = {}
@@ -290,11 +273,7 @@ def main(argv=None) -> int:
     if name.startswith("ddrs"):
       r = io.read_certify(os.path.join(cfg.out, name.replace("_s", "_", 1) + ".tsv"))
       result["sigma_hist"][name] = r.extra["sigma"].tolist()
-  os.makedirs(os.path.dirname(cfg.results), exist_ok=True)
-  with open(cfg.results + ".json", "w") as f:
-    json.dump(result, f, indent=1, default=str)
-  plot(result, cfg.results + ".png")
-  print(f"wrote {cfg.results}.json and .png in {result['seconds']['total']:.0f}s")
+  save_results(result, cfg.results, plot)
   return 0
 
 

@@ -199,7 +199,7 @@ def run(cfg: Config, out_dir: str = RESULTS) -> None:
     ax.set_xlabel("radius (dotted: largest radius of constant sigma with n samples)")
     ax.set_ylabel("certified accuracy")
     ax.legend(fontsize=7)
-  save_figure(fig, out_dir, f"idrs_mnist{suffix}.png", dpi=120)
+  save_figure(fig, os.path.join(out_dir, f"idrs_mnist{suffix}.png"), dpi=120)
 
   summary = dict(dataset="mnist5k", n=n, n0=N0, alpha=ALPHA, test_per_class=per_class,
                  k=K, m=M, model="mlp 784-256-256-10", epochs=cfg.epochs, blocks=blocks,

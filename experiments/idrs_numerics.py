@@ -108,7 +108,7 @@ def run(cfg: Config, out_dir: str = RESULTS) -> dict:
   ax.set_ylabel("|xi (scipy ncx2) - xi (quadrature)|")
   ax.set_title("IDRS xi: scipy ncx2 vs independent quadrature")
   ax.legend(fontsize=7)
-  save_figure(fig, out_dir, "idrs_numerics.png", dpi=130)
+  save_figure(fig, os.path.join(out_dir, "idrs_numerics.png"), dpi=130)
   write_json(out_dir, "idrs_numerics.json", dict(summary=summary, rows=rows))
   print(f"wrote {out_dir}/idrs_numerics.json in {time.time() - t0:.0f} s")
   return summary

@@ -150,7 +150,7 @@ def run(cfg: Config, out_dir: str = RESULTS) -> bool:
   ax.set_ylabel("smallest usable sigma1 / sigma0")
   ax.set_title("IDRS curse of dimensionality (Table 1 / Fig. 3)")
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-  save_figure(fig, out_dir, "idrs_table1_ratio.png", dpi=130)
+  save_figure(fig, os.path.join(out_dir, "idrs_table1_ratio.png"), dpi=130)
 
   fig, ax = plt.subplots(figsize=(8.0, 4.0))
   for i, (k, v) in enumerate(renyi.items()):
@@ -161,7 +161,7 @@ def run(cfg: Config, out_dir: str = RESULTS) -> bool:
   ax.set_ylabel("pairwise radius (sigma0 = 0.5, p_A = 0.99)")
   ax.set_title("Rényi bound collapses with dimension (Fig. 11)")
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-  save_figure(fig, out_dir, "idrs_renyi_vs_dim.png", dpi=130)
+  save_figure(fig, os.path.join(out_dir, "idrs_renyi_vs_dim.png"), dpi=130)
 
   write_json(out_dir, "idrs_table1.json",
              dict(p_a=list(cfg.p_a), table=table, max_abs_deviation_from_paper=max_dev,

@@ -289,7 +289,7 @@ def plots(a, vis, b, suffix, out_dir):
   ax.set_ylabel("certified accuracy")
   ax.set_title("2-D toy: certified accuracy")
   ax.legend(fontsize=7)
-  save_figure(fig, out_dir, f"idrs_toy_2d{suffix}.png", dpi=120)
+  save_figure(fig, os.path.join(out_dir, f"idrs_toy_2d{suffix}.png"), dpi=120)
 
   fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
   for ax, block in zip(axes.ravel(), b):
@@ -300,7 +300,7 @@ def plots(a, vis, b, suffix, out_dir):
     ax.set_xlabel("radius")
     ax.set_ylabel("certified accuracy")
     ax.legend(fontsize=7)
-  save_figure(fig, out_dir, f"idrs_toy_cone{suffix}.png", dpi=120)
+  save_figure(fig, os.path.join(out_dir, f"idrs_toy_cone{suffix}.png"), dpi=120)
 
 
 def run(cfg: Config, out_dir: str = RESULTS) -> None:

@@ -49,30 +49,22 @@ need a rerun of the command above.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "results")
+from _common import (RESULTS, ROOT, BaseTraining, load_splits, save_figure, save_results,
+                     sigmas_config)
+
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-  """The experiment's settings (``get_config`` fills them)."""
-  sigmas: tuple
-  model: str
-  dataset: str
-  epochs: int
-  batch_size: int
-  lr: float
-  lr_step: int
+class Config(BaseTraining):
+  """The experiment's settings (``get_config`` fills them; the base models' first)."""
   generators: tuple  # input-independent generators (sound rows)
   unsound_generators: tuple  # run with allow_unsound=True, rows marked sound=False
   ucan_epochs: int
@@ -109,17 +101,15 @@ def _curve(correct, radius) -> dict:
 def run(cfg: Config, log=print) -> dict:
   import jax
 
-  from rsjax import anisotropic, data, metrics, models, runner, training
+  from rsjax import anisotropic, metrics, models, training
   from rsjax.training import ucan
 
   t_all = time.perf_counter()
-  train, test = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
+  train, test, idx = load_splits(cfg.dataset, cfg.skip)
   x, y = train.arrays()
   xt, yt = test.arrays()
-  idx = runner.select_indices(len(test), skip=cfg.skip)
   xs, ys = xt[idx], yt[idx]
-  mcfg = {"model": cfg.model, "num_classes": 10, "input_shape": list(train.input_shape),
-          "dataset": cfg.dataset}
+  mcfg = cfg.model_config(train.input_shape)
   key = jax.random.key(cfg.seed)
   methods, timing = {}, {}
 
@@ -197,25 +187,13 @@ def plot(result: dict, path: str) -> None:
             ylabel="certified accuracy")
   ax[1].set(xlabel="ALM exp(mean log sigma) R (not a ball guarantee)")
   ax[1].legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  save_figure(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--sigmas", type=float, nargs="+", default=None,
-                 help="run only these sigma0 (default 0.25 0.5); recorded in the JSON's config")
-  args = p.parse_args(argv)
-  cfg = get_config(args.quick)
-  if args.sigmas:
-    cfg = dataclasses.replace(cfg, sigmas=tuple(args.sigmas))
+  cfg = sigmas_config(__doc__, get_config, argv)
   result = run(cfg, log=lambda m: print(m, flush=True))
-  os.makedirs(os.path.dirname(cfg.results), exist_ok=True)
-  with open(cfg.results + ".json", "w") as f:
-    json.dump(result, f, indent=1, default=str)
-  plot(result, cfg.results + ".png")
-  print(f"wrote {cfg.results}.json and .png in {result['seconds']['total']:.0f}s")
+  save_results(result, cfg.results, plot)
   return 0
 
 
