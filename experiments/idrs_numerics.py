@@ -3,7 +3,7 @@
 For every (dimension N, p_B, log-ratio t = log(sigma1/sigma0), distance
 u = a/sigma0) of a grid, ``rsjax.idrs`` computes the worst-case ball (quantile
 ``ncx2.ppf``/``isf``) and xi (``ncx2.cdf``/``sf``). The reference
-(``rsjax.idrs._reference.ball_probability``) integrates the exact 1-D Gaussian
+(``rsjax.idrs.ball_probability``) integrates the exact 1-D Gaussian
 slice probability against the central chi2_{N-1} density with adaptive
 quadrature, using no noncentral code. We report the relative error of
 ``P0(ball) = p_B`` and the absolute error of xi, and count the cases that
@@ -37,8 +37,7 @@ import numpy as np
 
 from _common import RESULTS, parser, save_figure, write_json
 from rsjax import idrs
-from rsjax.idrs import _xi
-from rsjax.idrs._reference import ball_probability
+from rsjax.idrs import ball_probability, xi_side
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +71,7 @@ def run(cfg: Config, out_dir: str = RESULTS) -> dict:
   for dim, p_b, t, u in grid:
     greater = t < 0
     try:
-      val, q, lam0, lam1 = _xi._side(np.array(u), abs(np.expm1(2 * t)), np.exp(2 * t),
+      val, q, lam0, lam1 = xi_side(np.array(u), abs(np.expm1(2 * t)), np.exp(2 * t),
                                      np.array(p_b), dim, greater)
     except idrs.IDRSNumericalError as e:
       refused += 1

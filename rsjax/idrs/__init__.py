@@ -36,6 +36,8 @@ from rsjax.idrs._xi import worst_case_ball as worst_case_ball
 from rsjax.idrs._xi import xi as xi
 from rsjax.idrs._xi import xi_greater as xi_greater
 from rsjax.idrs._xi import xi_less as xi_less
+from rsjax.idrs._xi import xi_side as xi_side
+from rsjax.idrs._reference import ball_probability as ball_probability
 
 __all__ = [
     "ConstantSigma",
@@ -59,4 +61,6 @@ __all__ = [
     "xi",
     "xi_greater",
     "xi_less",
+    "xi_side",
+    "ball_probability",
 ]
