@@ -617,7 +617,8 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-  from rsjax import __version__, methods, models, noise
+  from rsjax import __version__, methods, models, noise, training
+  from rsjax.training import ucan
   fmt = _HelpFormatter
   p = _Parser(
       prog="rsjax", description="Randomized smoothing in JAX: train, certify, predict, analyze.",
@@ -656,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
   t.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
   t.add_argument("--seed", type=int, default=0, help="seed of initialization, shuffling and noise")
-  t.add_argument("--objective", default="gaussian", choices=["gaussian", "consistency", "smoothadv", "macer"],
+  t.add_argument("--objective", default="gaussian", choices=list(training.OBJECTIVES),
                  help="training loss (rsjax.training.objectives; default gaussian, Cohen et al.)")
   t.add_argument("--num-noise", type=_positive_int, default=None,
                  help="noise draws per input m (default: the objective's: 1 gaussian, 2 consistency, "
@@ -694,7 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--ddrs-warmup-epochs", type=int, default=0,
                  help="first epochs at the fixed sigma0 (ddrs)")
   t.add_argument("--generator", default=None,
-                 choices=["pattern-l1", "pattern-l2", "pattern-linf", "universal", "input"],
+                 choices=list(ucan.GENERATORS),
                  help="UCAN anisotropic noise (--sigma is the base lambda; --lr 0.001 as UCAN); "
                       "the noise is frozen in OUT/ucan_noise.npz")
   t.add_argument("--init", default=None, help="UCAN: fine-tune the model of this workdir")
