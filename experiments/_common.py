@@ -6,8 +6,11 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # the scripts run from a clone without an install
+  sys.path.insert(0, ROOT)
 RESULTS = os.path.join(ROOT, "results")
 
 
