@@ -388,7 +388,7 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget
         norm=noise.norm,
         guarantee=(
             f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
-            f"{k} fixed looks up to n_max={n} with alpha split over them, union bound); holds "
+            f"{k} fixed looks up to n={n} samples with alpha split over them, union bound); holds "
             f"with prob >= 1 - {alpha} per input for the given sigma held fixed (not a guarantee "
             "if sigma was chosen from x: see rsjax.idrs)"),
         num_samples=used,
