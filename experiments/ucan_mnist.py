@@ -115,14 +115,14 @@ def run(cfg: Config, log=print) -> dict:
 
   kw = dict(num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=1000, ids=idx)
 
-  def certify_row(name, model, mu, sigma, s0, **extra):
+  def certify_row(name, model, noise, s0, **extra):
     if isinstance(model, ucan.UCANModel):  # input-dependent: NOT a certificate (opt-in)
       cert = ucan.certify_input_dependent(key, model, xs, sigma=s0, allow_unsound=True, **kw)
-      mu, scale = model.noise(xs, np.float32(s0))  # per input, for the summary below
-      mu, sigma = np.asarray(mu), np.asarray(scale) * s0
-    else:
+      noise = model.noise_source(s0).evaluate(xs)  # per input, for the summary below
+    else:  # a FrozenNoise: a certificate
       apply_fn, params = models.to_apply_fn(model)
-      cert = anisotropic.certify(key, apply_fn, params, xs, sigma=sigma, mu=mu, **kw)
+      cert = anisotropic.certify(key, apply_fn, params, xs, sigma=noise, **kw)
+    mu, sigma = noise.mu, noise.sigma
     correct = cert.prediction == ys
     sig = np.asarray(sigma, np.float64)
     methods[name] = dict(
@@ -150,23 +150,26 @@ def run(cfg: Config, log=print) -> dict:
                    training.TrainConfig(sigma=s0, epochs=cfg.epochs, batch_size=cfg.batch_size,
                                         lr=cfg.lr, lr_step=cfg.lr_step),
                    workdir=base_dir, model_config=mcfg, progress=False)
-    certify_row(f"isotropic_s{tag}", base, None, np.full(train.input_shape, s0, np.float32), s0)
+    iso = anisotropic.FrozenNoise(np.full(train.input_shape, s0, np.float32))
+    certify_row(f"isotropic_s{tag}", base, iso, s0)
+
+    def ucan_config(gen):
+      return ucan.UCANConfig(gen, s0, epochs=cfg.ucan_epochs, batch_size=cfg.batch_size,
+                             lr=cfg.ucan_lr, draws=cfg.ucan_draws)
+
     for gen in cfg.generators:
       model, _ = training.load_model(base_dir)  # fine-tune a copy of the Gaussian model
-      model, mu, sig, _ = ucan.train_ucan(
-          cfg.seed, model, (x, y), generator=gen, sigma=s0, epochs=cfg.ucan_epochs,
-          batch_size=cfg.batch_size, lr=cfg.ucan_lr, draws=cfg.ucan_draws,
-          workdir=os.path.join(cfg.out, f"{gen}_{tag}"), model_config=mcfg, progress=False)
-      certify_row(f"{gen}_s{tag}", model, mu, sig, s0)
+      model, noise, _ = ucan.train_ucan(cfg.seed, model, (x, y), ucan_config(gen),
+                                        workdir=os.path.join(cfg.out, f"{gen}_{tag}"),
+                                        model_config=mcfg, progress=False)
+      certify_row(f"{gen}_s{tag}", model, noise, s0)
     for gen in cfg.unsound_generators:
       model, _ = training.load_model(base_dir)
       wdir = os.path.join(cfg.out, f"{gen}_{tag}")
-      ucan.train_ucan(cfg.seed, model, (x, y), generator=gen, sigma=s0, epochs=cfg.ucan_epochs,
-                      batch_size=cfg.batch_size, lr=cfg.ucan_lr, draws=cfg.ucan_draws,
-                      workdir=wdir, model_config=mcfg, progress=False, allow_unsound=True)
+      ucan.train_ucan(cfg.seed, model, (x, y), ucan_config(gen), workdir=wdir, model_config=mcfg,
+                      progress=False, allow_unsound=True)
       wrapped, _ = ucan.load_ucan_model(wdir, allow_unsound=True)
-      certify_row(f"{gen}_s{tag}", wrapped, None, None, s0,
-                  sound_alternative=f"universal_s{tag}")
+      certify_row(f"{gen}_s{tag}", wrapped, None, s0, sound_alternative=f"universal_s{tag}")
     timing[tag] = time.perf_counter() - t0
   timing["total"] = time.perf_counter() - t_all
   return {"methods": methods, "seconds": timing, "config": dataclasses.asdict(cfg)}

@@ -15,6 +15,8 @@ from rsjax._certify import certificate_from_counts as certificate_from_counts
 from rsjax._certify import certify as certify
 from rsjax._certify import predict as predict
 from rsjax._sampling import sample_counts as sample_counts
+from rsjax.sigma import SigmaSource as SigmaSource
+from rsjax.sigma import SigmaValues as SigmaValues
 
 __version__ = "0.1.0"
 
@@ -34,6 +36,8 @@ __all__ = [
     "ABSTAIN",
     "Certificate",
     "Sampling",
+    "SigmaSource",
+    "SigmaValues",
     "certificate_from_counts",
     "certify",
     "noise",

@@ -213,21 +213,22 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
   if args.init is not None:
     model, _ = _load_model(args.init)
   try:
-    _, mu, sig, _ = ucan.train_ucan(
-        jax.random.key(args.seed), model, train_xy, generator=args.generator, sigma=args.sigma,
-        epochs=args.epochs, batch_size=args.batch, lr=args.lr, draws=args.ucan_draws,
-        workdir=args.out, model_config=model_config, progress=not args.quiet,
-        allow_unsound=args.allow_unsound)
+    config = ucan.UCANConfig(generator=args.generator, sigma=args.sigma, epochs=args.epochs,
+                             batch_size=args.batch, lr=args.lr, draws=args.ucan_draws)
+    _, noise, _ = ucan.train_ucan(jax.random.key(args.seed), model, train_xy, config,
+                                  workdir=args.out, model_config=model_config,
+                                  progress=not args.quiet, allow_unsound=args.allow_unsound)
   except ValueError as e:
     raise CliError(str(e)) from None
-  if sig is None:
+  if args.generator not in ucan.SOUND_GENERATORS:
     print(f"trained {args.model} with UCAN's input-dependent generator (lambda={args.sigma}) in "
           f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.training.ucan."
           "certify_input_dependent with allow_unsound=True computes them); the sound alternative "
           "is --generator universal")
     return 0
   print(f"trained {args.model} with UCAN {args.generator} noise (lambda={args.sigma}): sigma in "
-        f"[{sig.min():.4f}, {sig.max():.4f}], mean |mu| {abs(mu).mean():.4f}, frozen in "
+        f"[{noise.sigma.min():.4f}, {noise.sigma.max():.4f}], mean |mu| "
+        f"{abs(noise.mu).mean():.4f}, frozen in "
         f"{os.path.join(args.out, ucan.NOISE_FILE)}")
   return 0
 

@@ -256,15 +256,20 @@ def save_universal_noise(workdir, *, mu, sigma) -> str:
   return path
 
 
-def load_universal_noise(workdir) -> tuple[np.ndarray, np.ndarray] | None:
-  """The ``(mu, sigma)`` saved by :func:`save_universal_noise`, or None if there is none."""
+def load_universal_noise(workdir):
+  """The noise saved by :func:`save_universal_noise`, or None if there is none.
+
+  Returns:
+    ``rsjax.anisotropic.FrozenNoise`` (float32 ``mu``, ``sigma``) or None.
+  """
+  from rsjax.anisotropic import FrozenNoise
   if workdir is None:
     return None
   path = os.path.join(os.fspath(workdir), UNIVERSAL_NOISE_FILE)
   if not os.path.exists(path):
     return None
   with np.load(path) as f:
-    return np.asarray(f["mu"], np.float32), np.asarray(f["sigma"], np.float32)
+    return FrozenNoise(np.asarray(f["sigma"], np.float32), mu=np.asarray(f["mu"], np.float32))
 
 
 def _trained_unsound(workdir) -> bool:
@@ -284,26 +289,24 @@ def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> P
                      "certificate (rsjax.training.ucan.certify_input_dependent reports its unsound "
                      "numbers); pass --ucan-sigma pattern to certify the classifier with pattern-wise "
                      "noise instead")
-  saved = load_universal_noise(ctx.workdir) if ucan_sigma != "pattern" else None
-  if ucan_sigma == "dataset" and saved is None:
+  noise = load_universal_noise(ctx.workdir) if ucan_sigma != "pattern" else None
+  if ucan_sigma == "dataset" and noise is None:
     raise ValueError(f"--ucan-sigma dataset needs {UNIVERSAL_NOISE_FILE} in the model directory "
                      "(rsjax.methods.save_universal_noise); use --ucan-sigma pattern")
-  if saved is not None:
-    mu, sigma = saved
-    if sigma.shape != shape:
-      raise ValueError(f"{UNIVERSAL_NOISE_FILE} holds sigma of shape {sigma.shape}, the dataset's "
-                       f"inputs are {shape}")
+  if noise is not None:
+    if noise.sigma.shape != shape:
+      raise ValueError(f"{UNIVERSAL_NOISE_FILE} holds sigma of shape {noise.sigma.shape}, the "
+                       f"dataset's inputs are {shape}")
     what = (f"dataset-wise (mu, sigma) from {UNIVERSAL_NOISE_FILE} (sigma in "
-            f"[{sigma.min():.4g}, {sigma.max():.4g}])")
+            f"[{noise.sigma.min():.4g}, {noise.sigma.max():.4g}])")
   else:
-    mu = None
-    sigma = ctx.sigma * anisotropic.pattern_sigma(shape, pattern=ucan_pattern, kappa=ucan_kappa,
-                                                  iota=ucan_iota)
+    noise = anisotropic.FrozenNoise(ctx.sigma * anisotropic.pattern_sigma(
+        shape, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota))
     what = (f"pattern-wise sigma = {ctx.sigma} * ({ucan_kappa} ||(a, b)||_{ucan_pattern[1:]}^2 + "
-            f"{ucan_iota}) in [{sigma.min():.4g}, {sigma.max():.4g}]")
+            f"{ucan_iota}) in [{noise.sigma.min():.4g}, {noise.sigma.max():.4g}]")
 
   def fn(x, ids):
-    return anisotropic.certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=sigma, mu=mu, ids=ids,
+    return anisotropic.certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=noise, ids=ids,
                                num_classes=ctx.dataset.num_classes, settings=ctx.sampling,
                                multiclass=ctx.multiclass)
 

@@ -161,14 +161,44 @@ def test_pattern_sigma(pattern, corner):
 def test_input_dependent_refused_or_labelled():
   _, (w, b), x, sigma, mu = make_problem(4, 2)
   params = (jnp.asarray(w), jnp.asarray(b))
-  kw = dict(sigma=sigma, mu=mu, num_classes=2, n0=50, n=2_000, batch_size=1_000)
-  with pytest.raises(ValueError, match="input_dependent.*not give a certificate"):
-    an.certify(0, linear_apply, params, x, input_dependent=True, **kw)
-  bad = an.certify(0, linear_apply, params, x, input_dependent=True, allow_unsound=True, **kw)
-  good = an.certify(0, linear_apply, params, x, **kw)
+  kw = dict(num_classes=2, n0=50, n=2_000, batch_size=1_000)
+  source = an.InputDependentNoise(lambda x_: (mu, sigma))  # rate inf: computed from x
+  assert source.evaluate(x).rate == np.inf
+  with pytest.raises(ValueError, match="input-dependent noise.*not sound"):
+    an.certify(0, linear_apply, params, x, sigma=source, **kw)
+  bad = an.certify(0, linear_apply, params, x, sigma=source, allow_unsound=True, **kw)
+  good = an.certify(0, linear_apply, params, x, sigma=sigma, mu=mu, **kw)
   assert not bad.sound and good.sound
   assert bad.guarantee.startswith("NOT A CERTIFICATE") and "NOT A CERTIFICATE" not in good.guarantee
   np.testing.assert_array_equal(bad.radius, good.radius)  # same numbers, only the label differs
+
+
+def test_frozen_noise_is_the_raw_arrays():
+  _, (w, b), x, sigma, mu = make_problem(5, 3)
+  params = (jnp.asarray(w), jnp.asarray(b))
+  kw = dict(num_classes=2, n0=50, n=2_000, batch_size=1_000, ids=np.arange(7, 12))
+  frozen = an.FrozenNoise(sigma[0], mu=mu)
+  values = frozen.evaluate(x)
+  assert isinstance(frozen, rsjax.SigmaSource) and values.rate == 0.0
+  assert values.sigma.shape == values.mu.shape == x.shape and values.slack.shape == (5,)
+  raw = an.certify(4, linear_apply, params, x, sigma=sigma[0], mu=mu, **kw)
+  src = an.certify(4, linear_apply, params, x, sigma=frozen, **kw)
+  assert raw.sound and src.sound and raw.guarantee == src.guarantee
+  for field in ("prediction", "counts", "counts_selection", "p_lower", "radius",
+                "normalized_radius", "alm"):
+    np.testing.assert_array_equal(getattr(src, field), getattr(raw, field))
+  with pytest.raises(ValueError, match="mu must be None"):
+    an.certify(4, linear_apply, params, x, sigma=frozen, mu=mu, **kw)
+  # A source with one scale per input ([B], e.g. an IDRS design) is isotropic per input;
+  # its rate 0.05 > 0 is no anisotropic certificate.
+  knn = rsjax.idrs.KnnSigma(x + 1.0, 0.5, 0.05, k=2, m=1.0)
+  per_input = knn.evaluate(x).sigma
+  with pytest.raises(ValueError, match="not sound"):
+    an.certify(4, linear_apply, params, x, sigma=knn, **kw)
+  iso = an.certify(4, linear_apply, params, x, sigma=knn, allow_unsound=True, **kw)
+  ref = an.certify(4, linear_apply, params, x, sigma=per_input[:, None] * np.ones_like(x), **kw)
+  np.testing.assert_array_equal(iso.counts, ref.counts)
+  assert not iso.sound and ref.sound
 
 
 def test_bad_arguments():

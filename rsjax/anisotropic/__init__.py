@@ -20,12 +20,16 @@ generator computes ``mu(x), sigma(x)`` from the input; the classifier deployed a
 ``x + delta`` then smooths with ``mu(x + delta), sigma(x + delta)``, which the
 region around ``x`` says nothing about (the objection of the reviewers, citing
 DDRS, ANCER and IDRS: input-dependent noise needs a memory or an IDRS-style
-bound). :func:`certify` refuses that case unless ``allow_unsound=True`` and then
-labels the result ``NOT A CERTIFICATE``.
+bound). The noise is a sigma source (``rsjax.sigma``): :class:`FrozenNoise`
+(rate 0) or :class:`InputDependentNoise` (rate inf); :func:`certify` takes
+either (or raw ``sigma``/``mu`` arrays, i.e. ``FrozenNoise``), refuses rate inf
+unless ``allow_unsound=True``, and then labels the result ``NOT A CERTIFICATE``.
 """
 
 from rsjax.anisotropic._certify import AnisotropicCertificate as AnisotropicCertificate
 from rsjax.anisotropic._certify import certify as certify
+from rsjax.anisotropic._generators import FrozenNoise as FrozenNoise
+from rsjax.anisotropic._generators import InputDependentNoise as InputDependentNoise
 from rsjax.anisotropic._generators import UniversalNoise as UniversalNoise
 from rsjax.anisotropic._generators import pattern_sigma as pattern_sigma
 from rsjax.anisotropic._generators import universal_loss as universal_loss
@@ -37,6 +41,8 @@ from rsjax.anisotropic._region import normalized_radius as normalized_radius
 
 __all__ = [
     "AnisotropicCertificate",
+    "FrozenNoise",
+    "InputDependentNoise",
     "NORM_ORDERS",
     "UniversalNoise",
     "alm",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 
 from rsjax._certify import Certificate, Sampling, certificate_from_counts, engine_counts, run_certify
 from rsjax._sampling import prepare_inputs
+from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
+from rsjax.sigma import SigmaSource
 
 __all__ = ["AnisotropicCertificate", "certify"]
 
@@ -32,26 +33,29 @@ class AnisotropicCertificate(Certificate):
   alm: np.ndarray | None = None
 
 
-def _per_input(v, name, x_shape, default=None) -> np.ndarray:
-  """float, ``[*input_shape]`` (shared) or ``[B, *input_shape]`` -> ``[B, *input_shape]``."""
-  if v is None:
-    return np.full(x_shape, default, np.float32)
-  arr = np.asarray(jax.device_get(v), np.float32)
-  if arr.ndim == 0 or arr.shape == x_shape[1:]:
-    return np.broadcast_to(arr, x_shape).copy()
-  if arr.shape == x_shape:
-    return arr
-  raise ValueError(f"{name} must be a float, shape [*input_shape]={x_shape[1:]} or "
-                   f"[B, *input_shape]={x_shape}, got shape {arr.shape}")
-
-
 _UNSOUND = (
-    "input_dependent=True: (mu, sigma) computed from x (UCAN's certification-wise generator) does "
-    "not give a certificate: the classifier deployed at x + delta smooths with mu(x + delta), "
-    "sigma(x + delta), not with the (mu, sigma) the region around x was computed for (the "
-    "objection of UCAN's reviewers; see IDRS for a sound input-dependent bound and DDRS/ANCER "
-    "for memory-based schemes). Pass allow_unsound=True to compute the paper's numbers anyway, "
-    "labelled NOT A CERTIFICATE.")
+    "input-dependent noise (a sigma source with rate inf: (mu, sigma) computed from x, e.g. UCAN's "
+    "certification-wise generator) is not sound: the classifier deployed at x + delta smooths "
+    "with mu(x + delta), sigma(x + delta), not with the (mu, sigma) the region around x was "
+    "computed for (the objection of UCAN's reviewers; see IDRS for a sound input-dependent bound "
+    "and DDRS/ANCER for memory-based schemes). Pass allow_unsound=True to compute the paper's "
+    "numbers anyway, labelled NOT A CERTIFICATE.")
+
+
+def _noise_arrays(values, x_shape) -> tuple[np.ndarray, np.ndarray]:
+  """``(sigma, mu)`` of a source's values as float32 ``[B, *input_shape]`` (mu 0 if None)."""
+  sig = np.asarray(values.sigma, np.float32)
+  if sig.shape == x_shape[:1]:  # one scale per input (e.g. an IDRS design)
+    sig = np.broadcast_to(sig.reshape(x_shape[:1] + (1,) * (len(x_shape) - 1)), x_shape)
+  if sig.shape != x_shape:
+    raise ValueError(f"the sigma source returned sigma of shape {sig.shape}, expected [B]="
+                     f"{x_shape[:1]} or [B, *input_shape]={x_shape}")
+  shift = np.zeros(x_shape, np.float32) if values.mu is None else np.asarray(values.mu, np.float32)
+  if shift.shape != x_shape:
+    raise ValueError(f"the sigma source returned mu of shape {shift.shape}, expected {x_shape}")
+  if not np.all(np.isfinite(shift)):
+    raise ValueError("mu contains NaN or inf values")
+  return sig, shift
 
 
 def certify(
@@ -66,7 +70,6 @@ def certify(
     settings: Sampling | None = None,
     ids=None,
     multiclass: bool = False,
-    input_dependent: bool = False,
     allow_unsound: bool = False,
     **sampling,
 ) -> AnisotropicCertificate:
@@ -84,16 +87,18 @@ def certify(
     x: ``[B, *input_shape]`` inputs.
     sigma: float, ``[*input_shape]`` (shared) or ``[B, *input_shape]`` scales > 0
       (the noise is ``sigma * eps`` with ``eps`` unit base noise; fold the family's
-      lambda into sigma).
-    mu: None (0), float, ``[*input_shape]`` or ``[B, *input_shape]`` shift.
+      lambda into sigma), or a sigma source (``rsjax.SigmaSource``: ``FrozenNoise``,
+      ``InputDependentNoise``, ``UCANModel.noise_source``) whose ``evaluate(x)``
+      gives sigma ``[B]`` or ``[B, *input_shape]``, mu and the rate. Arrays
+      mean ``FrozenNoise(sigma, mu)``.
+    mu: None (0), float, ``[*input_shape]`` or ``[B, *input_shape]`` shift (with
+      array sigma only).
     num_classes: number of classes C.
     settings: an ``rsjax.Sampling``; its noise is the base noise family.
     ids: ``[B]`` dataset indices (reproducible noise per input).
     multiclass: Cohen's multiclass radius for the unit noise (Gaussian only).
-    input_dependent: whether ``(mu, sigma)`` were computed from ``x``. Raises
-      unless ``allow_unsound``.
-    allow_unsound: compute the radii of an input-dependent generator anyway,
-      labelled ``NOT A CERTIFICATE`` (``sound=False``).
+    allow_unsound: certify noise whose rate is not 0 (``(mu, sigma)`` computed
+      from ``x``) anyway, labelled ``NOT A CERTIFICATE`` (``sound=False``).
     **sampling: ``rsjax.Sampling`` fields as keywords (override ``settings``).
 
   Returns:
@@ -101,19 +106,23 @@ def certify(
     ``normalized_radius`` = R, ``alm``.
 
   Raises:
-    ValueError: for bad arguments, or ``input_dependent`` without ``allow_unsound``.
+    ValueError: for bad arguments, or input-dependent noise without ``allow_unsound``.
   """
-  if input_dependent and not allow_unsound:
-    raise ValueError(_UNSOUND)
   settings = Sampling.of(settings, **sampling)
   noise = settings.noise
   x_np, _, _ = prepare_inputs(x, 1.0, ids)
-  sig = _per_input(sigma, "sigma", x_np.shape)
-  shift = _per_input(mu, "mu", x_np.shape, default=0.0)
-  if not np.all(np.isfinite(shift)):
-    raise ValueError("mu contains NaN or inf values")
-  x_shift, sig, ids_arr = prepare_inputs(x_np + shift, sig, ids)
+  if isinstance(sigma, SigmaSource):
+    if mu is not None:
+      raise ValueError("mu must be None when sigma is a sigma source (the source gives mu)")
+    values = sigma.evaluate(x_np)
+  else:
+    values = FrozenNoise(sigma, mu).evaluate(x_np)
+  input_dependent = values.rate != 0.0
+  if input_dependent and not allow_unsound:
+    raise ValueError(_UNSOUND)
   b = x_np.shape[0]
+  sig, shift = _noise_arrays(values, x_np.shape)
+  x_shift, sig, ids_arr = prepare_inputs(x_np + shift, sig, ids)
   dim = int(np.prod(x_np.shape[1:]))
   p = noise.norm
   region = (f"with prob >= 1 - {settings.alpha} per input, g(x + delta) = prediction for every "
@@ -123,7 +132,8 @@ def certify(
             f"* normalized_radius is the {p} ball inside it (Cor. 3.3); alm is a "
             "volume-equivalent radius, not a ball guarantee")
   if input_dependent:
-    guarantee = ("NOT A CERTIFICATE: (mu, sigma) were computed from x (input-dependent generator), "
+    guarantee = (f"NOT A CERTIFICATE: (mu, sigma) were computed from x (rate {values.rate:g}: "
+                 "input-dependent noise), "
                  "so the deployed classifier at x + delta uses other noise; the radii are reported "
                  "only to compare with the UCAN paper. Formula used: " + region)
   else:

@@ -1,16 +1,87 @@
-"""UCAN's noise generators: fixed patterns and dataset-wise ("universal") (mu, sigma)."""
+"""UCAN's noise: fixed patterns, dataset-wise ("universal") (mu, sigma), and their sigma sources.
+
+The sigma sources (``rsjax.sigma``) that ``certify`` takes: :class:`FrozenNoise`
+(fixed ``(mu, sigma)``, rate 0: a certificate) and :class:`InputDependentNoise`
+(``(mu, sigma)`` computed from the input, rate inf: no certificate).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rsjax.anisotropic._region import NORM_ORDERS
+from rsjax.sigma import SigmaValues
 
-__all__ = ["UniversalNoise", "pattern_sigma", "universal_loss"]
+__all__ = ["FrozenNoise", "InputDependentNoise", "UniversalNoise", "pattern_sigma",
+           "universal_loss"]
+
+
+def _per_input(v, name, x_shape, default=None) -> np.ndarray:
+  """float, ``[*input_shape]`` (shared) or ``[B, *input_shape]`` -> ``[B, *input_shape]``."""
+  if v is None:
+    return np.full(x_shape, default, np.float32)
+  arr = np.asarray(jax.device_get(v), np.float32)
+  if arr.ndim == 0 or arr.shape == x_shape[1:]:
+    return np.broadcast_to(arr, x_shape).copy()
+  if arr.shape == x_shape:
+    return arr
+  raise ValueError(f"{name} must be a float, shape [*input_shape]={x_shape[1:]} or "
+                   f"[B, *input_shape]={x_shape}, got shape {arr.shape}")
+
+
+def _values(x, mu, sigma, rate: float) -> SigmaValues:
+  shape = np.shape(x)
+  return SigmaValues(sigma=_per_input(sigma, "sigma", shape), rate=rate,
+                     slack=np.zeros(shape[:1], np.float64),
+                     mu=None if mu is None else _per_input(mu, "mu", shape))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FrozenNoise:
+  """Fixed anisotropic noise ``mu + sigma * eps``: rate 0, so its region is a certificate.
+
+  UCAN's pattern-wise sigma (``lam * pattern_sigma(...)``) and a dataset-wise
+  generator frozen after training.
+
+  Attributes:
+    sigma: float, ``[*input_shape]`` (shared) or ``[B, *input_shape]`` scales > 0.
+    mu: None (0), float, ``[*input_shape]`` or ``[B, *input_shape]`` shift.
+  """
+
+  sigma: np.ndarray | float
+  mu: np.ndarray | float | None = None
+
+  def evaluate(self, x) -> SigmaValues:
+    """``SigmaValues`` of ``x [B, *input_shape]``: ``sigma``, ``mu`` ``[B, *input_shape]``, rate 0."""
+    return _values(x, self.mu, self.sigma, 0.0)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class InputDependentNoise:
+  """Noise computed from the input, ``(mu(x), sigma(x)) = fn(x)``: rate inf, NOT a certificate.
+
+  UCAN's certification-wise generator: the classifier deployed at ``x + delta``
+  smooths with ``mu(x + delta), sigma(x + delta)``, not with the noise the
+  region around ``x`` was computed for, so ``certify`` refuses it unless
+  ``allow_unsound=True`` (and then marks the result ``sound=False``).
+
+  Attributes:
+    fn: ``fn(x [B, *input_shape]) -> (mu or None, sigma)``, each a float,
+      ``[*input_shape]`` or ``[B, *input_shape]``.
+  """
+
+  fn: Callable
+
+  def evaluate(self, x) -> SigmaValues:
+    """``SigmaValues`` of ``x [B, *input_shape]``: ``fn(x)`` per input, rate inf."""
+    mu, sigma = self.fn(x)
+    return _values(x, mu, sigma, math.inf)
 
 
 def pattern_sigma(input_shape, *, pattern: str = "l2", kappa: float = 0.2,

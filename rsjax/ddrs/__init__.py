@@ -6,7 +6,7 @@ A flat API over private modules:
   sigma by gradient ascent on the soft smoothed margin
   ``R(sigma) = sigma/2 * (Phi^-1(clip(psi_A)) - Phi^-1(clip(psi_B)))``
   (Algorithm 1), jit-compiled, all inputs in parallel; ``OptimizedSigma``, the
-  sigma source (``evaluate(x) -> SigmaValues``, as the IDRS designs).
+  sigma source (``rsjax.SigmaSource``: ``evaluate(x) -> SigmaValues``, rate inf).
 * ``_memory``: ``MemoryCertifier``, the memory-based post-processing
   (Algorithm 3) that keeps certified balls of different classes disjoint over a
   deployment run.

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rsjax._sampling import prepare_inputs
+from rsjax.sigma import SigmaValues
 from rsjax.util import as_key, check_int
 
 __all__ = ["FAMILIES", "PARAMETRIZATIONS", "OptimizedSigma", "SigmaAscent", "optimize_sigma",
@@ -308,8 +309,7 @@ def smoothing_objective(key, apply_fn, params, x, *, sigma, num_samples: int = 2
 class OptimizedSigma:
   """DDRS's sigma source: ``evaluate(x, ids) -> SigmaValues`` with sigma optimized per input.
 
-  The protocol of the sigma sources (``rsjax.idrs`` designs, this): the
-  per-input sigma and what a certificate may assume about it. DDRS's sigma
+  A :class:`rsjax.SigmaSource` (the protocol of ``rsjax.sigma``). DDRS's sigma
   depends on the input itself with no rate bound (``rate = inf``), so a radius
   at it is sound only after the memory (``rsjax.ddrs.certify(memory=...)``).
 
@@ -328,7 +328,6 @@ class OptimizedSigma:
 
   def evaluate(self, x, ids=None):
     """``SigmaValues`` of ``x`` ``[B, *input_shape]``: sigma ``[B]`` float32, rate inf."""
-    from rsjax.idrs import SigmaValues
     sigma = optimize_sigma(self.key, self.apply_fn, self.params, x, sigma0=self.sigma0,
                            config=self.config, ids=ids)
     return SigmaValues(sigma=sigma, rate=float("inf"), slack=np.zeros(sigma.shape))

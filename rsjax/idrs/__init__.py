@@ -20,7 +20,6 @@ from rsjax.idrs._certify import certify as certify
 from rsjax.idrs._design import DEFAULT_M as DEFAULT_M
 from rsjax.idrs._design import ConstantSigma as ConstantSigma
 from rsjax.idrs._design import KnnSigma as KnnSigma
-from rsjax.idrs._design import SigmaValues as SigmaValues
 from rsjax.idrs._design import make_design as make_design
 from rsjax.idrs._design import mean_knn_distance as mean_knn_distance
 from rsjax.idrs._radius import THRESHOLD_PRESETS as THRESHOLD_PRESETS
@@ -38,6 +37,7 @@ from rsjax.idrs._xi import xi_greater as xi_greater
 from rsjax.idrs._xi import xi_less as xi_less
 from rsjax.idrs._xi import xi_side as xi_side
 from rsjax.idrs._reference import ball_probability as ball_probability
+from rsjax.sigma import SigmaValues as SigmaValues  # re-exported: defined in the core
 
 __all__ = [
     "ConstantSigma",

@@ -17,6 +17,7 @@ from rsjax._certify import (ABSTAIN, Certificate, Sampling, certificate_from_cou
 from rsjax._sampling import prepare_inputs
 from rsjax.idrs._radius import certified_radius
 from rsjax.noise import Gaussian
+from rsjax.sigma import SigmaSource
 
 __all__ = ["IDRSCertificate", "certify"]
 
@@ -84,10 +85,15 @@ def certify(
   settings = Sampling.of(settings, **sampling)
   if not isinstance(settings.noise, Gaussian):
     raise ValueError(f"IDRS certifies Gaussian noise only, got noise={settings.noise.name!r}")
-  if not hasattr(design, "evaluate"):
+  if not isinstance(design, SigmaSource):
     raise ValueError(f"design must be a sigma(x) design (KnnSigma, ConstantSigma), got {design!r}")
   x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
   values = design.evaluate(x_np)
+  if values.mu is not None:
+    raise ValueError("IDRS certifies zero-mean noise; the design returned a shift mu")
+  if not np.isfinite(values.rate):
+    raise ValueError("the design's sigma(x) has rate inf (no bound on its change with x): no IDRS "
+                     "certificate; DDRS's optimized sigma is certified by rsjax.ddrs.certify")
   sigma = np.asarray(values.sigma, np.float32)
   if sigma.shape != (x_np.shape[0],):
     raise ValueError(f"design returned sigma of shape {sigma.shape}, expected {(x_np.shape[0],)}")

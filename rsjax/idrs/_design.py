@@ -2,8 +2,9 @@
 
 A design maps a batch of inputs to one noise level each and carries the rate r
 of its semi-elasticity ``|log s(x) - log s(y)| <= r ||x - y||_2``, which the
-certificate (Thm 3.2) needs. The certificate takes the rate from the design
-(``evaluate``), never from a second argument.
+certificate (Thm 3.2) needs. Designs are sigma sources (``rsjax.sigma``): the
+certificate takes the rate from the design (``evaluate``), never from a second
+argument.
 
 * ``ConstantSigma(sigma)``: rate 0 (Cohen et al.).
 * ``KnnSigma(train_x, sigma_b, rate, k, m)``: the paper's eq. (1),
@@ -29,35 +30,19 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["ConstantSigma", "KnnSigma", "SigmaValues", "DEFAULT_M", "make_design",
-           "mean_knn_distance"]
+from rsjax.sigma import SigmaValues
+
+__all__ = ["ConstantSigma", "KnnSigma", "DEFAULT_M", "make_design", "mean_knn_distance"]
 
 #: The paper's normalization constants m (mean k-NN distance offsets) in [0, 1] pixel space.
 DEFAULT_M = {"mnist": 1.5, "cifar10": 5.0}
 
 _U32 = 2.0**-24
-
-
-class SigmaValues(NamedTuple):
-  """Noise levels of a batch and their semi-elastic envelope.
-
-  Attributes:
-    sigma: ``[B]`` float32, the noise levels used for sampling (and sigma0 of
-      the certificate).
-    rate: effective semi-elasticity (the design's rate, inflated by float rounding).
-    slack: ``[B]`` float64 additive slack s: for every x1 at distance a,
-      ``sigma0 e^{-rate a - s} <= sigma(x1) <= sigma0 e^{rate a + s}``.
-  """
-
-  sigma: np.ndarray
-  rate: float
-  slack: np.ndarray
 
 
 def _batch_size(x) -> int:

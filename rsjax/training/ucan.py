@@ -18,11 +18,14 @@ generators:
   conv3x3 with growth 16 and LeakyReLU 0.2, conv3x3 80->16, conv3x3 16->c, tanh);
   ``mu = lam * G1(x)``, ``sigma = |G2(x + mu)|``.
 
+Every trained generator is a sigma source (``rsjax.sigma``),
+``UCANModel.noise_source(lam)``, which :func:`rsjax.anisotropic.certify` takes.
 After training, the noise of the input-independent generators is **frozen**:
-``(mu, lam * sigma)`` saved in the workdir (``ucan_noise.npz``; the universal one
-also for ``rsjax certify --method ucan --ucan-sigma dataset``) and certified with
-:func:`rsjax.anisotropic.certify`, a sound certificate of that fixed smoothed
-classifier.
+``rsjax.anisotropic.FrozenNoise(lam * sigma, mu)`` (rate 0), saved in the workdir
+(``ucan_noise.npz``, read by :func:`load_noise`; the universal one also for
+``rsjax certify --method ucan --ucan-sigma dataset``): a sound certificate of
+that fixed smoothed classifier. The input generator's source is an
+``rsjax.anisotropic.InputDependentNoise`` (rate inf).
 
 The input-dependent generator gives no certificate: the classifier deployed at
 ``x + delta`` smooths with ``mu(x + delta), sigma(x + delta)``, not with the
@@ -64,10 +67,10 @@ from rsjax.models import to_train_fn
 from rsjax.training import workdir as wd
 from rsjax.training.objectives import Objective
 from rsjax.training.trainer import TrainConfig, train
-from rsjax.util import as_key
+from rsjax.util import as_key, check_int
 
-__all__ = ["GENERATORS", "SOUND_GENERATORS", "NOISE_FILE", "TRAIN_DIR", "UCANLoss", "UCANModel",
-           "make_generator", "train_ucan", "load_noise", "load_ucan_model",
+__all__ = ["GENERATORS", "SOUND_GENERATORS", "NOISE_FILE", "TRAIN_DIR", "UCANConfig", "UCANLoss",
+           "UCANModel", "make_generator", "train_ucan", "load_noise", "load_ucan_model",
            "certify_input_dependent"]
 
 GENERATORS = ("pattern-l1", "pattern-l2", "pattern-linf", "universal", "input")
@@ -93,6 +96,7 @@ class PatternNoise(nnx.Module):
   """UCAN's fixed pattern map: ``mu = 0``, ``sigma = P``."""
 
   def __init__(self, input_shape, pattern: str):
+    self.shape = tuple(int(s) for s in input_shape)
     self.map = _Frozen(jnp.asarray(anisotropic.pattern_sigma(input_shape, pattern=pattern)))
 
   def __call__(self, x, lam):
@@ -169,6 +173,26 @@ class UCANModel(nnx.Module):
   def noise(self, x, lam):
     return self.generator(x, lam)
 
+  def noise_source(self, lam: float):
+    """The deployed noise ``mu + lam * sigma * eps`` as a sigma source (``rsjax.sigma``).
+
+    Returns:
+      ``rsjax.anisotropic.FrozenNoise(lam * sigma, mu)`` (rate 0) for the
+      input-independent generators, ``rsjax.anisotropic.InputDependentNoise``
+      (rate inf, no certificate) for the input generator.
+    """
+    lam32 = np.float32(lam)
+    if isinstance(self.generator, InputGenerator):
+
+      def fn(x):
+        mu, scale = self.noise(jnp.asarray(x, jnp.float32), jnp.float32(lam))
+        return np.asarray(mu), np.asarray(scale) * lam32
+
+      return anisotropic.InputDependentNoise(fn)
+    m, s = self.noise(jnp.zeros((1, *self.generator.shape), jnp.float32), jnp.float32(lam))
+    return anisotropic.FrozenNoise(np.asarray(s[0], np.float32) * lam32,
+                                   mu=np.asarray(m[0], np.float32))
+
 
 @dataclasses.dataclass(frozen=True)
 class UCANLoss(Objective):
@@ -199,14 +223,45 @@ class UCANLoss(Objective):
     return loss, {"correct": correct}
 
 
-def load_noise(workdir) -> tuple[np.ndarray, np.ndarray, str]:
-  """``(mu, sigma, generator)`` frozen after UCAN training (sigma includes lambda)."""
+@dataclasses.dataclass(frozen=True)
+class UCANConfig:
+  """What :func:`train_ucan` trains (SGD, momentum 0.9, weight decay 1e-4, constant lr).
+
+  Attributes:
+    generator: one of ``GENERATORS``.
+    sigma: base noise scale lambda (Gaussian std).
+    epochs: passes over the training data.
+    batch_size: examples per step.
+    lr: learning rate.
+    draws: noise draws per example and step (UCAN 5).
+    weight: factor on ``min|sigma|`` (universal and input; UCAN 5).
+  """
+
+  generator: str
+  sigma: float
+  epochs: int = 5
+  batch_size: int = 128
+  lr: float = 1e-3
+  draws: int = 5
+  weight: float = 5.0
+
+  def __post_init__(self):
+    if self.generator not in GENERATORS:
+      raise ValueError(f"generator must be one of {GENERATORS}, got {self.generator!r}")
+    if not (np.isfinite(self.sigma) and self.sigma > 0):
+      raise ValueError(f"sigma must be > 0, got {self.sigma!r}")
+    for name in ("epochs", "batch_size", "draws"):
+      object.__setattr__(self, name, check_int(name, getattr(self, name)))
+
+
+def load_noise(workdir) -> anisotropic.FrozenNoise:
+  """The noise frozen after UCAN training: ``FrozenNoise(sigma, mu)`` (sigma includes lambda)."""
   path = os.path.join(os.fspath(workdir), NOISE_FILE)
   if not os.path.exists(path):
     raise FileNotFoundError(f"no {NOISE_FILE} in {os.fspath(workdir)!r}: train with an "
                             "input-independent UCAN generator first")
   with np.load(path) as f:
-    return f["mu"], f["sigma"], str(f["generator"])
+    return anisotropic.FrozenNoise(f["sigma"], mu=f["mu"])
 
 
 def _finished(workdir) -> dict | None:
@@ -231,27 +286,26 @@ def load_ucan_model(workdir, *, allow_unsound: bool = False) -> tuple[UCANModel,
   if gen not in SOUND_GENERATORS and not allow_unsound:
     raise ValueError(_UNSOUND)
   classifier, _ = wd.load_model(workdir)
-  model = UCANModel(classifier, make_generator(gen, tuple(cfg["input_shape"])))
+  return _restore_generator(workdir, classifier, gen, tuple(cfg["input_shape"])), cfg
+
+
+def _restore_generator(workdir, classifier, generator: str, shape) -> UCANModel:
+  """``classifier`` with its trained generator (and weights) from the workdir's ``TRAIN_DIR``."""
+  model = UCANModel(classifier, make_generator(generator, shape))
   wd.restore_model(os.path.join(os.fspath(workdir), TRAIN_DIR), model)
-  return model, cfg
+  return model
 
 
-def train_ucan(key, model: nnx.Module, train_data, *, generator: str, sigma: float,
-               epochs: int = 5, batch_size: int = 128, lr: float = 1e-3, draws: int = 5,
-               weight: float = 5.0, workdir=None, model_config=None, progress: bool = True,
-               allow_unsound: bool = False):
-  """Fine-tunes ``model`` with a UCAN noise generator; returns ``(model, mu, sigma, history)``.
+def train_ucan(key, model: nnx.Module, train_data, config: UCANConfig, *, workdir=None,
+               model_config=None, progress: bool = True, allow_unsound: bool = False):
+  """Fine-tunes ``model`` with a UCAN noise generator; returns ``(model, noise, history)``.
 
   Args:
     key: ``jax.random.key`` or int seed (as :func:`rsjax.training.train`; the
       input generator's initialization from ``fold_in(key, 5)``).
     model: NNX classifier on ``[b, *input_shape]`` in [0, 1]; updated in place.
     train_data: ``(x [N, ...], y [N])``.
-    generator: one of ``GENERATORS``.
-    sigma: base noise scale lambda (Gaussian std).
-    epochs, batch_size, lr: SGD (momentum 0.9, weight decay 1e-4, constant lr).
-    draws: noise draws per example and step (UCAN 5).
-    weight: factor on ``min|sigma|`` (universal and input; UCAN 5).
+    config: the :class:`UCANConfig` (generator, lambda, SGD settings).
     workdir: optional directory (see the module docstring). An unfinished run
       resumes from its last epoch (``ucan_train/``); a finished workdir is loaded
       instead of retrained (same generator required).
@@ -261,17 +315,17 @@ def train_ucan(key, model: nnx.Module, train_data, *, generator: str, sigma: flo
     allow_unsound: required for ``generator="input"`` (no certificate).
 
   Returns:
-    ``(model, mu [*input_shape], sigma [*input_shape], history)``; ``sigma`` is
-    the per-pixel standard deviation of the deployed noise (lambda folded in).
-    For ``"input"`` ``mu`` and ``sigma`` are None (they depend on the input: use
-    :func:`load_ucan_model` or the trained generator).
+    ``(model, noise, history)``: ``noise`` is the trained generator's sigma
+    source (``UCANModel.noise_source``): ``rsjax.anisotropic.FrozenNoise`` with
+    ``mu``, ``sigma`` ``[*input_shape]`` (sigma is the per-pixel standard
+    deviation of the deployed noise, lambda folded in) for the
+    input-independent generators, ``InputDependentNoise`` (rate inf) for
+    ``"input"``.
   """
-  if generator not in GENERATORS:
-    raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r}")
+  generator, sigma = config.generator, config.sigma
   if generator not in SOUND_GENERATORS and not allow_unsound:
     raise ValueError(_UNSOUND)
-  if not (np.isfinite(sigma) and sigma > 0):
-    raise ValueError(f"sigma must be > 0, got {sigma!r}")
+  shape = tuple(np.shape(train_data[0])[1:])
   if workdir is not None and _finished(workdir) is not None:
     done = _finished(workdir)
     if done["ucan"]["generator"] != generator:
@@ -279,53 +333,51 @@ def train_ucan(key, model: nnx.Module, train_data, *, generator: str, sigma: flo
                        f"model, not {generator!r}")
     model, meta = wd.restore_model(workdir, model)
     if generator in SOUND_GENERATORS:
-      mu, sig, _ = load_noise(workdir)
-      return model, mu, sig, list(meta["history"])
-    return model, None, None, list(meta["history"])
-  shape = tuple(np.shape(train_data[0])[1:])
+      return model, load_noise(workdir), list(meta["history"])
+    noise = _restore_generator(workdir, model, generator, shape).noise_source(sigma)
+    return model, noise, list(meta["history"])
   key = as_key(key)
   wrapped = UCANModel(model, make_generator(generator, shape, rngs=jax.random.fold_in(key, 5)))
-  loss = UCANLoss(num_noise=draws, weight=0.0 if generator.startswith("pattern") else weight)
-  config = TrainConfig(sigma=float(sigma), epochs=epochs, batch_size=batch_size, lr=lr,
-                       momentum=0.9, weight_decay=1e-4, lr_step=1, gamma=1.0,  # constant lr
-                       objective=loss)
+  loss = UCANLoss(num_noise=config.draws,
+                  weight=0.0 if generator.startswith("pattern") else config.weight)
+  train_config = TrainConfig(sigma=float(sigma), epochs=config.epochs,
+                             batch_size=config.batch_size, lr=config.lr, momentum=0.9,
+                             weight_decay=1e-4, lr_step=1, gamma=1.0,  # constant lr
+                             objective=loss)
   train_dir = None if workdir is None else os.path.join(os.fspath(workdir), TRAIN_DIR)
-  ucan_cfg = {"generator": generator, "epochs": epochs, "batch_size": batch_size, "lr": lr,
-              "draws": draws, "weight": weight}
-  wrapped, history = train(key, wrapped, train_data, config, workdir=train_dir,
+  ucan_cfg = {k: v for k, v in dataclasses.asdict(config).items() if k != "sigma"}
+  wrapped, history = train(key, wrapped, train_data, train_config, workdir=train_dir,
                            model_config={**(model_config or {}), "ucan": ucan_cfg},
                            progress=progress)
   model = wrapped.classifier
-  mu = sig = None
-  if generator in SOUND_GENERATORS:  # freeze (mu, lambda * sigma)
-    m, s = wrapped.noise(jnp.zeros((1, *shape), jnp.float32), jnp.float32(sigma))
-    mu, sig = np.asarray(m[0], np.float32), np.asarray(s[0], np.float32) * np.float32(sigma)
+  noise = wrapped.noise_source(sigma)  # frozen (mu, lambda * sigma) unless input-dependent
   if workdir is not None:
     workdir = os.fspath(workdir)
     if generator in SOUND_GENERATORS:
-      np.savez(os.path.join(workdir, NOISE_FILE), mu=mu, sigma=sig, generator=generator)
+      np.savez(os.path.join(workdir, NOISE_FILE), mu=noise.mu, sigma=noise.sigma,
+               generator=generator)
     if generator == "universal":  # read by ``rsjax certify --method ucan --ucan-sigma dataset``
       from rsjax import methods
-      methods.save_universal_noise(workdir, mu=mu, sigma=sig)
+      methods.save_universal_noise(workdir, mu=noise.mu, sigma=noise.sigma)
     cfg = {**(model_config or {}), "sigma": float(sigma), "method": "ucan", "ucan": ucan_cfg,
            "sound": generator in SOUND_GENERATORS}
     wd.write_json(os.path.join(workdir, wd.CONFIG_FILE), cfg)
     wd.write_json(os.path.join(workdir, wd.HISTORY_FILE), history)
     _, params, rest = to_train_fn(model)
     with Checkpoints(os.path.join(workdir, wd.CHECKPOINT_DIR), max_to_keep=1) as ckpt:
-      ckpt.save(int(epochs), items={"model": {"params": params, "rest": rest}},
-                meta={"epoch": int(epochs), "history": history})
-  return model, mu, sig, history
+      ckpt.save(int(config.epochs), items={"model": {"params": params, "rest": rest}},
+                meta={"epoch": int(config.epochs), "history": history})
+  return model, noise, history
 
 
 def certify_input_dependent(key, model: UCANModel, x, *, sigma: float, num_classes: int,
                             allow_unsound: bool = False, **kwargs):
   """UCAN's numbers for the input-dependent generator: NOT a certificate.
 
-  Computes ``(mu(x), sigma(x))`` per input and runs
-  :func:`rsjax.anisotropic.certify` with ``input_dependent=True``; the result has
-  ``sound=False``. For a sound certificate train the ``universal`` generator and
-  certify its frozen noise.
+  Runs :func:`rsjax.anisotropic.certify` with the generator's sigma source
+  (``model.noise_source(sigma)``: for the input generator ``(mu(x), sigma(x))``
+  per input, rate inf); the result has ``sound=False``. For a sound certificate
+  train the ``universal`` generator and certify its frozen noise.
 
   Args:
     key: ``jax.random.key`` or int seed.
@@ -333,17 +385,14 @@ def certify_input_dependent(key, model: UCANModel, x, *, sigma: float, num_class
     x: ``[B, *input_shape]`` inputs.
     sigma: lambda of training.
     num_classes: number of classes.
-    allow_unsound: must be True (otherwise ValueError).
+    allow_unsound: must be True for the input generator (otherwise ValueError).
     **kwargs: passed to :func:`rsjax.anisotropic.certify` (n0, n, alpha, ids, ...).
 
   Returns:
-    ``rsjax.anisotropic.AnisotropicCertificate`` with ``sound=False``.
+    ``rsjax.anisotropic.AnisotropicCertificate`` (``sound=False`` for the input
+    generator).
   """
-  if not allow_unsound:
-    raise ValueError(_UNSOUND)
   from rsjax.models import to_apply_fn
-  mu, scale = model.noise(jnp.asarray(x, jnp.float32), jnp.float32(sigma))
   apply_fn, params = to_apply_fn(model.classifier)
-  return anisotropic.certify(key, apply_fn, params, x, sigma=np.asarray(scale) * np.float32(sigma),
-                             mu=np.asarray(mu), num_classes=num_classes, input_dependent=True,
-                             allow_unsound=True, **kwargs)
+  return anisotropic.certify(key, apply_fn, params, x, sigma=model.noise_source(sigma),
+                             num_classes=num_classes, allow_unsound=allow_unsound, **kwargs)
