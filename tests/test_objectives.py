@@ -118,6 +118,27 @@ def test_macer_matches_formula():
   np.testing.assert_allclose(float(aux["robust"]), robust.mean(), rtol=1e-5)
 
 
+def test_macer_deferred_switches_the_hinge_on_at_its_epoch():
+  """Before ``deferred`` the loss is the smoothed cross-entropy alone; from it on, the hinge adds."""
+  logits = np.array([[0.8, 0.0, -1.0], [0.4, 0.0, 0.0]], np.float32)
+
+  def const_apply(params, x):
+    return jnp.asarray(logits)[jnp.arange(x.shape[0]) // 2]
+
+  o = obj.MACER(num_noise=2, lbd=3.0, gamma=2.0, beta=1.5, deferred=2)
+  args = (const_apply, None, jnp.zeros((2, 2)), jnp.zeros(2, jnp.int32))
+  early = [o(jax.random.key(0), *args, sigma=0.5, epoch=e) for e in (0, 1)]
+  late = [o(jax.random.key(0), *args, sigma=0.5, epoch=e) for e in (2, 5)]
+  for loss, aux in early:
+    np.testing.assert_allclose(float(loss), float(aux["xent"]), rtol=1e-6)
+  assert float(late[0][1]["robust"]) > 0
+  for loss, aux in late:
+    np.testing.assert_allclose(float(loss), float(aux["xent"]) + 3.0 * float(aux["robust"]),
+                               rtol=1e-6)
+  with pytest.raises(ValueError, match="deferred"):
+    obj.MACER(deferred=-1)
+
+
 def test_smoothadv_perturbation_within_epsilon(small):
   x, y = small
   params = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(64, 10)), jnp.float32),
