@@ -42,7 +42,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import rsjax  # noqa: E402
 from benchmarks.common import dump_json  # noqa: E402
-from rsjax import _memory, _sampling, models, noise as noise_lib, stats  # noqa: E402
+from rsjax import batching, models, noise as noise_lib, stats  # noqa: E402
 
 SIGMA = 0.25
 
@@ -98,7 +98,7 @@ def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dic
                               rngs=seed)
   apply_fn, variables = models.to_apply_fn(model)
   x = np.random.default_rng(seed).random((1,) + spec.input_shape, dtype=np.float32)
-  b = (_memory.auto_batch_size(apply_fn, variables, spec.input_shape, num=num)
+  b = (batching.auto_batch_size(apply_fn, variables, spec.input_shape, num=num)
        if batch_size == "auto" else int(batch_size))
   steps = -(-num // b)
   out = {"model": name, "num": num, "batch_size": b, "steps": steps,
@@ -109,7 +109,7 @@ def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dic
                                num_classes=spec.num_classes, num=n, batch_size=bs)
 
   gauss = noise_lib.get_noise("gaussian")
-  noise_fn = jax.jit(lambda key, j: _sampling.sample_noise(gauss, key, 0, j, spec.input_shape))
+  noise_fn = jax.jit(lambda key, j: rsjax.sample_noise(gauss, key, 0, j, spec.input_shape))
   j = jnp.arange(b, dtype=jnp.uint32)
   fwd = jax.jit(apply_fn)
   xb = jnp.asarray(np.repeat(x, b, axis=0))

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rsjax
-from rsjax import _memory, models
+from rsjax import batching, models
 
 N0 = 100
 ALPHA = 0.001
@@ -127,7 +127,7 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
   apply_fn, variables = models.to_apply_fn(model)
   xs = np.random.default_rng(seed).random((images + 1,) + spec.input_shape, dtype=np.float32)
   if batch_size == "auto":
-    bs = _memory.auto_batch_size(apply_fn, variables, spec.input_shape, num=num,
+    bs = batching.auto_batch_size(apply_fn, variables, spec.input_shape, num=num,
                                  compute_dtype=dtype)
   else:
     bs = int(batch_size)

@@ -57,7 +57,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import monitoring  # noqa: E402
 
 import rsjax  # noqa: E402
-from rsjax import _memory  # noqa: E402
+from rsjax import batching  # noqa: E402
 from rsjax import models  # noqa: E402
 
 N_CERT = 100_000
@@ -240,12 +240,12 @@ def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, b
 
   res["flops_per_sample"] = forward_flops(apply_fn, variables, spec.input_shape)
   if batch_size == "auto":
-    bs = _memory.auto_batch_size(apply_fn, variables, spec.input_shape, num=num)
+    bs = batching.auto_batch_size(apply_fn, variables, spec.input_shape, num=num)
   else:
     bs = int(batch_size)
   res["batch_size"] = bs
   res["batch_size_mode"] = "auto" if batch_size == "auto" else "fixed"
-  probe = _memory.probe_step(apply_fn, variables, spec.input_shape, batch=bs)
+  probe = batching.probe_step(apply_fn, variables, spec.input_shape, batch=bs)
   res["step_memory_mb"] = (probe.bytes_per_sample * bs + probe.param_bytes) / 2**20
   res["param_mb"] = probe.param_bytes / 2**20
 

@@ -15,6 +15,7 @@ from rsjax._certify import certificate_from_counts as certificate_from_counts
 from rsjax._certify import certify as certify
 from rsjax._certify import predict as predict
 from rsjax._sampling import sample_counts as sample_counts
+from rsjax._step import sample_noise as sample_noise
 from rsjax.sigma import SigmaSource as SigmaSource
 from rsjax.sigma import SigmaValues as SigmaValues
 
@@ -43,5 +44,6 @@ __all__ = [
     "noise",
     "predict",
     "sample_counts",
+    "sample_noise",
     "stats",
 ]

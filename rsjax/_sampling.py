@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rsjax._memory import auto_batch_size
+from rsjax.batching import auto_batch_size
 from rsjax import noise as noise_lib
 from rsjax._step import (SamplingPlan, cast_floating, make_plan, noisy_counts, sample_noise,
                          step_counts)
@@ -162,7 +162,7 @@ def sample_counts(
     num_classes: C.
     num: samples per input.
     batch_size: forward passes per step (memory bound), or ``"auto"`` to pick
-      it from the device memory (``rsjax._memory.auto_batch_size``).
+      it from the device memory (``rsjax.batching.auto_batch_size``).
     ids: ``[B]`` dataset indices of the inputs (default: positions in ``x``).
     noise: noise family or its name (default Gaussian).
     compute_dtype: optional dtype (e.g. ``jnp.bfloat16``). The noise is added to

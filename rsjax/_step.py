@@ -1,7 +1,7 @@
 """One step of the counts engine (device): noise, forward pass, argmax, count.
 
 The engine (``rsjax._sampling``) scans this step; the memory probe
-(``rsjax._memory``) compiles the very same function to measure what a step
+(``rsjax.batching``) compiles the very same function to measure what a step
 costs, so the two cannot drift apart.
 """
 

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats as st
 
 import rsjax
-from rsjax import _sampling, budgeted, noise
+from rsjax import budgeted, noise
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -117,7 +117,7 @@ def test_engine_rounds_continue_the_certify_stream():
   # estimation stream: sample j of input i from fold_in(fold_in(fold_in(key, 1), i), j).
   k_est, j = jax.random.fold_in(key, 1), np.arange(n_max)
   for i in range(5):
-    eps = _sampling.sample_noise(noise.get_noise(None), k_est, int(ids[i]), j, (16,))
+    eps = rsjax.sample_noise(noise.get_noise(None), k_est, int(ids[i]), j, (16,))
     pred = np.asarray(apply_fn(w, x[i] + eps)).argmax(1)[:cert.num_samples[i]]
     np.testing.assert_array_equal(np.bincount(pred, minlength=2), cert.counts[i])
   # Sound radius (true distance |margin|, class sign(margin)); clear inputs stop early.

@@ -28,5 +28,26 @@ def test_no_cross_module_import_of_underscore_names():
 
 def test_the_check_sees_an_underscore_import(tmp_path):
   bad = tmp_path / "bad.py"
-  bad.write_text("from rsjax._certify import _nothing\nfrom rsjax import _memory\n")
+  bad.write_text("from rsjax._certify import _nothing\nfrom rsjax import _sampling\n")
   assert [name for _, _, name in _private_imports(bad)] == ["_nothing"]
+
+
+def _underscore_uses(path: pathlib.Path):
+  """``(line, text)`` of every import of an underscore module or name of rsjax."""
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rsjax"):
+      parts = node.module.split(".") + [a.name for a in node.names]
+      if any(p.startswith("_") and not p.startswith("__") for p in parts):
+        yield node.lineno, f"from {node.module} import {', '.join(a.name for a in node.names)}"
+    elif isinstance(node, ast.Import):
+      for a in node.names:
+        if a.name.startswith("rsjax") and any(p.startswith("_") for p in a.name.split(".")):
+          yield node.lineno, f"import {a.name}"
+
+
+def test_scripts_use_only_the_public_api():
+  """Benchmarks and experiments are users of rsjax: they import no private module or name."""
+  found = [f"{p.relative_to(ROOT.parent)}:{line}: {text}"
+           for d in ("benchmarks", "experiments") for p in sorted(ROOT.parent.joinpath(d).glob("*.py"))
+           for line, text in _underscore_uses(p)]
+  assert not found, "\n".join(found)

@@ -1,4 +1,4 @@
-"""rsjax._memory: the automatic step size."""
+"""rsjax.batching: the automatic step size."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import rsjax
-from rsjax import _memory
+from rsjax import batching
 
 
 def _mlp(params, x):
@@ -21,7 +21,7 @@ def _params(d, h=32, c=4):
 
 
 def test_probe_reports_memory_and_flops():
-  p = _memory.probe_step(_mlp, _params(64), (8, 8), batch=16)
+  p = batching.probe_step(_mlp, _params(64), (8, 8), batch=16)
   assert p.batch == 16
   # At least the input and the noise of every sample, at most a few times the activations.
   assert 64 * 4 <= p.bytes_per_sample < 64 * 4 * 50
@@ -31,28 +31,28 @@ def test_probe_reports_memory_and_flops():
 
 def test_auto_batch_size_follows_the_budget_and_the_caps():
   params = _params(64)
-  p = _memory.probe_step(_mlp, params, (8, 8))
+  p = batching.probe_step(_mlp, params, (8, 8))
   # A budget of ~10 samples gives ~10 samples; a huge budget hits the CPU cap.
-  small = _memory.auto_batch_size(_mlp, params, (8, 8), num=100_000,
+  small = batching.auto_batch_size(_mlp, params, (8, 8), num=100_000,
                                   cpu_budget_bytes=int(10.5 * p.bytes_per_sample))
   assert small == 10
-  big = _memory.auto_batch_size(_mlp, params, (8, 8), num=100_000, cpu_budget_bytes=2**40)
+  big = batching.auto_batch_size(_mlp, params, (8, 8), num=100_000, cpu_budget_bytes=2**40)
   assert big <= 1024 and big % 8 == 0 and big >= 1000
   # Bigger inputs need more memory per sample, so fewer fit in the same budget.
   params_big = _params(64 * 64)
-  b_big = _memory.auto_batch_size(_mlp, params_big, (64, 64), num=100_000,
+  b_big = batching.auto_batch_size(_mlp, params_big, (64, 64), num=100_000,
                                   cpu_budget_bytes=64 * 2**20)
-  b_small = _memory.auto_batch_size(_mlp, params, (8, 8), num=100_000,
+  b_small = batching.auto_batch_size(_mlp, params, (8, 8), num=100_000,
                                     cpu_budget_bytes=64 * 2**20)
   assert 1 <= b_big < b_small
 
 
 def test_even_steps_keep_padding_small():
-  assert _memory._even_steps(1024, 100_000) == 1024  # 98 steps of 1021 -> 1024 (multiple of 8)
-  assert _memory._even_steps(1000, 1500) == 752     # 2 steps, not 1000 + 500
-  assert _memory._even_steps(512, 100) == 512        # several inputs share a step
+  assert batching._even_steps(1024, 100_000) == 1024  # 98 steps of 1021 -> 1024 (multiple of 8)
+  assert batching._even_steps(1000, 1500) == 752     # 2 steps, not 1000 + 500
+  assert batching._even_steps(512, 100) == 512        # several inputs share a step
   for batch, num in ((1000, 1500), (1024, 100_000), (300, 1001)):
-    s = _memory._even_steps(batch, num)
+    s = batching._even_steps(batch, num)
     assert s <= batch and -(-num // s) == -(-num // batch)
 
 
@@ -70,25 +70,25 @@ def test_auto_batch_in_sample_counts_gives_the_same_counts(getkey):
 def test_bad_arguments():
   params = _params(16)
   with pytest.raises(ValueError, match="num"):
-    _memory.auto_batch_size(_mlp, params, (4, 4), num=0)
+    batching.auto_batch_size(_mlp, params, (4, 4), num=0)
   with pytest.raises(ValueError, match="memory_fraction"):
-    _memory.auto_batch_size(_mlp, params, (4, 4), num=10, memory_fraction=0.0)
+    batching.auto_batch_size(_mlp, params, (4, 4), num=10, memory_fraction=0.0)
   with pytest.raises(ValueError, match="batch_size"):
     rsjax.sample_counts(0, _mlp, params, np.zeros((1, 4, 4), np.float32), sigma=0.5,
                         num_classes=4, num=10, batch_size="big")
 
 
 def test_accelerator_budget_uses_bytes_limit():
-  probe = _memory.StepProbe(batch=16, bytes_per_sample=1e6, param_bytes=10**8,
+  probe = batching.StepProbe(batch=16, bytes_per_sample=1e6, param_bytes=10**8,
                             flops_per_sample=0.0)
   kw = dict(memory_fraction=0.5, cpu_budget_bytes=2**30, accelerator_cap=16384)
   stats = {"bytes_limit": 80 * 10**9, "bytes_in_use": 10**9}
   # 0.5 * 79e9 - 1e8 bytes at 1e6 per sample: 39,400 samples, capped at 16384.
-  assert _memory._batch_from_budget(probe, stats, 3072, **kw) == 16384
+  assert batching._batch_from_budget(probe, stats, 3072, **kw) == 16384
   stats = {"bytes_limit": 2 * 10**9, "bytes_in_use": 0}
-  assert _memory._batch_from_budget(probe, stats, 3072, **kw) == 896  # (1e9 - 1e8) / 1e6 -> 900 -> 896
+  assert batching._batch_from_budget(probe, stats, 3072, **kw) == 896  # (1e9 - 1e8) / 1e6 -> 900 -> 896
   # No memory_stats (CPU): the fixed budget and the input-size cap.
-  assert _memory._batch_from_budget(probe, None, 3072, **kw) == 512
-  assert _memory._batch_from_budget(probe, None, 150528, **kw) == 256
+  assert batching._batch_from_budget(probe, None, 3072, **kw) == 512
+  assert batching._batch_from_budget(probe, None, 150528, **kw) == 256
   # Never below one sample, even when nothing fits.
-  assert _memory._batch_from_budget(probe, {"bytes_limit": 10}, 3072, **kw) == 1
+  assert batching._batch_from_budget(probe, {"bytes_limit": 10}, 3072, **kw) == 1
