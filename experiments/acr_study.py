@@ -185,10 +185,17 @@ def train_and_certify(cfg: Config, methods: dict, results_dir: str, work_dir: st
                            n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=2000, ids=ids)
 
     path = os.path.join(rows_dir, f"{name.replace('+', '_')}.tsv")
-    runner.certify_dataset(certify_fn, test_ds.get_batch, indices, path, inputs_per_call=10,
-                           extra_columns=(metrics.COUNTS_COLUMN,),
-                           extra_fn=lambda c, j: {metrics.COUNTS_COLUMN: metrics.format_counts(c.counts[j])},
-                           progress=progress)
+    # the rows' run record names the model, so rows of an earlier model are never reused
+    run_id = {"method": name, "model": runner.fingerprint(params), "sigma": cfg.sigma,
+              "n0": cfg.n0, "n": cfg.n, "alpha": cfg.alpha, "seed": cfg.seed}
+    kw = dict(inputs_per_call=10, extra_columns=(metrics.COUNTS_COLUMN,), progress=progress,
+              extra_fn=lambda c, j: {metrics.COUNTS_COLUMN: metrics.format_counts(c.counts[j])},
+              run=run_id)
+    try:
+      runner.certify_dataset(certify_fn, test_ds.get_batch, indices, path, **kw)
+    except io.RunMismatchError as e:  # this run trained another model: start the rows over
+      print(f"[{name}] {e}: certifying again", flush=True)
+      runner.certify_dataset(certify_fn, test_ds.get_batch, indices, path, resume=False, **kw)
     res = io.read_certify(path)
     last = history[-1]
     entry = {
