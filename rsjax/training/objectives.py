@@ -97,6 +97,9 @@ class Objective:
   #: noise draws per input (``m``).
   num_noise: int = 1
 
+  #: names of the fields that count epochs (checked to be integers >= 0).
+  epoch_fields: ClassVar[tuple[str, ...]] = ()
+
   def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
     raise NotImplementedError
 
@@ -107,6 +110,10 @@ class Objective:
   def __post_init__(self):
     if int(self.num_noise) != self.num_noise or self.num_noise < 1:
       raise ValueError(f"num_noise must be an integer >= 1, got {self.num_noise!r}")
+    for name in self.epoch_fields:
+      v = getattr(self, name)
+      if int(v) != v or v < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
 
   def noisy_logits(self, key, apply_fn, params, x, y, sigma):
     """Float32 logits ``[B*m, C]`` of the ``m`` Gaussian copies of each input, and their labels."""
@@ -385,16 +392,12 @@ class MACER(Objective):
   """
 
   name: ClassVar[str] = "macer"
+  epoch_fields: ClassVar[tuple[str, ...]] = ("deferred",)
   num_noise: int = 16
   lbd: float = 12.0
   gamma: float = 8.0
   beta: float = 16.0
   deferred: int = 0
-
-  def __post_init__(self):
-    super().__post_init__()
-    if int(self.deferred) != self.deferred or self.deferred < 0:
-      raise ValueError(f"deferred must be an integer >= 0, got {self.deferred!r}")
 
   def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
     m = self.num_noise
