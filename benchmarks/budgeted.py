@@ -28,7 +28,7 @@ fresh clone at 38a3e1b)::
   python -m benchmarks.budgeted --images 100 --skip 10 --cifar-images 20 --cifar-epochs 5
 
 (``--skip 10``: the bundled test split has 1,000 digits, so 100 inputs need
-every 10th.) CPU, JAX 0.10.2, 2 cores; for most of its 86 minutes it shared the
+every 10th.) CPU, JAX 0.10.2, 2 cores; for most of its ~90 minutes it shared the
 machine with other runs (an experiment, then the test suite), which the
 alternating chunks spread over both methods. Grid 0, 0.25, ..., 1.5; n0 = 100,
 N = N_max = 100,000, alpha = 0.001, looks 1k, 2k, 4k, ..., 64k, 100k::
