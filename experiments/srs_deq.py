@@ -54,9 +54,12 @@ n0 = 100, N = 10,000, alpha = 0.001, 400 chains, m = 420 per sigma from the
 mismatch budget (the smallest m whose cap reaches 2 sigma; the paper uses 400,
 which caps the paper-form radius at 1.98 sigma). It has not been run yet.
 
-The numbers below are those of the previous version of this script (its own
-Adam loop, sigma 0.5 only, Anderson only); the quick mode has not been rerun
-since it trains through ``rsjax.training.train``.
+``results/srs_deq_quick.json`` was rewritten by ``--quick`` from a fresh clone
+at 2bfff8a (2026-11-23, 18 min 54 s on 2 cores, training through
+``rsjax.training.train``): standard-30A 11.9 s/image, SRS-1A 1.83 s/image
+(6.5x faster), SRS-3A 3.05 s/image, certified accuracy at r = 0: 0.96 vs 0.94.
+The table below is still that of the previous version of this script (its
+own Adam loop, Anderson only).
 
 Numbers produced (``--quick``, seed 0, 1 CPU device on 2 shared cores, 524 s in
 all; training 5 epochs: noisy test accuracy 0.918 with 30A, 0.908 with 3A and
