@@ -20,7 +20,6 @@ only) when the method can produce results that are not certificates.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -274,11 +273,10 @@ def load_universal_noise(workdir):
 
 def _trained_unsound(workdir) -> bool:
   """Whether ``workdir``'s ``config.json`` marks its training noise as not sound."""
-  path = os.path.join(os.fspath(workdir), "config.json") if workdir else None
-  if not path or not os.path.exists(path):
+  from rsjax.training import workdir as wd
+  if not workdir or not os.path.exists(os.path.join(os.fspath(workdir), wd.CONFIG_FILE)):
     return False
-  with open(path) as f:
-    return json.load(f).get("sound", True) is False
+  return wd.read_config(workdir).get("sound", True) is False
 
 
 def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> Plan:
