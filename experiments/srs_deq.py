@@ -54,45 +54,35 @@ n0 = 100, N = 10,000, alpha = 0.001, 400 chains, m = 420 per sigma from the
 mismatch budget (the smallest m whose cap reaches 2 sigma; the paper uses 400,
 which caps the paper-form radius at 1.98 sigma). It has not been run yet.
 
-``results/srs_deq_quick.json`` was rewritten by ``--quick`` from a fresh clone
-at 2bfff8a (2026-11-23, 18 min 54 s on 2 cores, training through
-``rsjax.training.train``): standard-30A 11.9 s/image, SRS-1A 1.83 s/image
-(6.5x faster), SRS-3A 3.05 s/image, certified accuracy at r = 0: 0.96 vs 0.94.
-The table below is still that of the previous version of this script (its
-own Adam loop, Anderson only).
-
-Numbers produced (``--quick``, seed 0, 1 CPU device on 2 shared cores, 524 s in
-all; training 5 epochs: noisy test accuracy 0.918 with 30A, 0.908 with 3A and
-0.818 with 1A from z = 0)::
+Numbers produced (``--quick`` from a fresh clone at 2bfff8a, 2026-11-23, seed 0,
+1 CPU device on 2 idle cores, 18 min 54 s wall, 1,128 s in the script; training
+5 epochs through ``rsjax.training.train``: noisy test accuracy from z = 0 0.942
+with 30A, 0.940 with 3A, 0.918 with 1A), the run in ``results/srs_deq_quick.json``::
 
                   s/image  f-evals  speed-up   certified accuracy at radius
-                                               0     0.25  0.5   0.75  1.0   1.25  1.5
-  standard-30A     5.69    63,000    1.0x     0.98  0.90  0.80  0.70  0.60  0.46  0.00
-  SRS-1A           0.89     9,900    6.4x     0.92  0.80  0.74  0.52  0.00  0.00  0.00
-  SRS-3A           1.23    13,700    4.6x     0.94  0.80  0.74  0.50  0.00  0.00  0.00
+                                               0     0.125 0.25  0.375 0.5   0.625 0.75  0.875 1.0   1.25
+  standard-30A    11.89    63,000    1.0x     0.96  0.96  0.88  0.80  0.76  0.74  0.72  0.68  0.60  0.42
+  SRS-1A           1.83     9,900    6.5x     0.94  0.90  0.80  0.74  0.70  0.68  0.54  0.00  0.00  0.00
+  SRS-3A           3.05    13,700    3.9x     0.96  0.92  0.82  0.78  0.74  0.68  0.58  0.00  0.00  0.00
 
-  SRS-1A: SRS/30A label agreement on the check samples 0.940, mean p_m_bar 0.123
-  SRS-3A: agreement 0.968, mean p_m_bar 0.095 (mean SRS residual 0.067)
+  SRS-1A: SRS/30A agreement on the check samples 0.973, mean mismatch bound 0.089,
+          check solves 61% of the f-evals and 62% of the estimation time
+  SRS-3A: agreement 0.997, mean mismatch bound 0.048, check solves 44% of the
+          f-evals and 51% of the time
 
-Re-run from a fresh clone after the code review (same command, quiet machine, 452 s
-in all, 7 min 34 s wall): identical certified accuracies; seconds per image 4.79
-(standard-30A), 0.835 (SRS-1A, 5.7x), 1.22 (SRS-3A, 3.9x). That run is the one in
-``results/srs_deq_quick.json``. The speed-ups move with machine load (the table
-above was taken while other jobs ran).
-
-What this shows, honestly: the speed-up, 4.6-6.4x, is near the paper's 5-7x (the wall
-clock follows the f-eval ratio; the 30A check samples are half of SRS's cost at
-m = 200), but the accuracy cost is larger than the paper's one point: 4-6
-points at radius 0, about 10 at 0.25, and nothing certified from radius 1.0 on.
-Two causes: (1) with m = 200 the mismatch bound alone gives
-r <= (alpha/2)^(1/m_A) ~ 0.96, so p_lower <= 0.947 and R <= 0.81 even with
-perfect agreement (the paper uses m = 400 with N = 10,000); (2) the warm-started
-chains disagree with the 30A DEQ on 3-6% of the samples, concentrated on the
-hard images (agreement 0.61-0.93 on the worst dozen), which lowers r further
-and makes those images abstain. A stronger Jacobian penalty helps: with weight
-0.5 instead of 2.0 the agreement was 0.952 / 0.961 and certified accuracy at
-radius 0 was 0.94 for both SRS rows (against 0.98 for 30A). Timings vary by
-about 20% with the load of the shared machine.
+What this shows, honestly: SRS-1A is 6.5x faster per image than standard 30A
+(the wall clock follows the f-eval ratio, 6.4x), near the paper's ~7x, but the
+accuracy cost is larger than the paper's one point: 0-2 points at radius 0,
+6-8 at 0.25 and 14-18 at 0.75, and nothing certified beyond the mismatch cap
+(R <= 0.81). Two causes: (1) with m = 200 the mismatch bound alone gives
+r <= (alpha/2)^(1/m) ~ 0.96, so p_lower <= 0.947 and R <= 0.81 even with
+perfect agreement (full mode uses N = 10,000 and m = 420); (2) where the
+chains do agree (3A: 99.7%), the two-stage bound still pays for the mismatch
+upper bound (mean 0.048), which lowers p_lower on every image, so the
+middle radii lose points even without disagreement. The check solves are half
+of SRS's cost at m = 200, so a larger m (needed for the larger radii) lowers the
+speed-up: the trade-off ``rsjax.deq.max_certifiable_radius`` makes explicit.
+Timings vary by about 20% with machine load.
 """
 
 from __future__ import annotations
