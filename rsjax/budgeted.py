@@ -35,11 +35,27 @@ the last look by default), which an anytime sequence does not.
 ``level(p)`` the index of the largest grid radius ``<= radius(p)`` (``-1``:
 abstain, ``p < 1/2``), an input stops at look ``k`` when ``level(LB_k)``
 already equals the highest level it could still end at: the smaller of
-``level(UB_k)`` (a Clopper-Pearson upper bound, the "cannot reach the next
-level" test) and the level of the best bound any later look could give if every
-remaining sample were a success. This covers "clears the largest grid radius",
-"cannot reach the next level", "even all successes up to ``n_max`` would not
-reach it" and "abstain is certain".
+``level(UB_k)`` (``UB_k`` the Clopper-Pearson upper bound at level
+``stop_alpha``: ``p_A`` itself is below the next level) and the level of the
+best bound a later look ``j`` could give with a plausible best count: ``p_A``
+at ``UB_k`` and the ``n_j - n_k`` new samples at the upper ``stop_alpha``
+quantile of ``Binomial(n_j - n_k, UB_k)`` (even if ``p_A`` is above the next
+level, ``n_max`` samples are too few to show it). This covers "clears the
+largest grid radius", "cannot reach the next level", "cannot reach it within
+``n_max``" and "abstain is certain".
+
+What stopping can cost: if look ``j`` would certify a higher level than look
+``k`` stopped at, then either ``p_A > UB_k`` (probability ``<= stop_alpha``)
+or the new samples exceed their ``stop_alpha`` quantile at ``UB_k >= p_A``
+(probability ``<= stop_alpha``, as ``Binomial(d, p)`` is stochastically
+increasing in ``p`` and the new samples are independent of the old), or (the
+``UB_k`` test) ``LB_j > p_A`` (probability ``<= alpha_j``). So an input ends
+below the level that running on would have given with probability at most
+about ``(K - 1) (2 stop_alpha + alpha)``, far less in practice, as the bounds
+are rarely all tight at once. The plain "all remaining samples succeed" test is
+the deterministic special case (quantile ``n_j - n_k``); replacing it by the
+quantile matters where ``p_A`` sits just above a level, which without it runs to
+``n_max`` (on the MNIST benchmark at sigma 0.5, more than 10% of the inputs).
 
 **Reproducible rounds.** Sample ``j`` of input ``i`` is drawn from
 ``fold_in(fold_in(k_est, ids[i]), j)`` with the same ``k_est = fold_in(key, 1)``
@@ -64,6 +80,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.stats
 from jax.sharding import PartitionSpec as P
 
 from rsjax import noise as noise_lib
@@ -88,11 +105,12 @@ class Budget:
       is ``n_max``).
     final_share: the share of ``alpha`` kept for the last look ``n_max``; the
       rest is split evenly over the earlier looks.
-    stop_alpha: level of the Clopper-Pearson upper bound of the "cannot reach
-      the next level" test. It only decides when to stop (the guarantee does
+    stop_alpha: level of the "cannot reach the next level" tests (the
+      Clopper-Pearson upper bound of ``p_A`` and the binomial quantile of the
+      samples still to come). It only decides when to stop (the guarantee does
       not depend on it); a larger value stops earlier and, with probability up
-      to about ``stop_alpha`` per look, one level below what more samples would
-      have certified.
+      to about ``2 stop_alpha`` per look, one level below what more samples
+      would have certified.
   """
 
   grid: tuple[float, ...]
@@ -205,10 +223,12 @@ def sequential_bounds(count_fn: CountFn, num_inputs: int, *, n_max: int, alpha: 
     lo = level(lb)
     if k + 1 < len(looks):
       ub = stats.clopper_pearson_upper(s_a, n_k, budget.stop_alpha)
-      # The best bound a later look j could give: all its n_j - n_k new samples succeed.
+      # The best bound a later look j could plausibly give (module docstring): p_A at its
+      # upper bound ub and the n_j - n_k new samples at their upper stop_alpha quantile.
       later = zip(looks[k + 1:], alphas[k + 1:])
-      best = np.max([stats.clopper_pearson_lower(s_a + n_j - n_k, n_j, a_j) for n_j, a_j in later],
-                    axis=0)
+      best = np.max([stats.clopper_pearson_lower(
+          s_a + scipy.stats.binom.ppf(1.0 - budget.stop_alpha, n_j - n_k, ub), n_j, a_j)
+                     for n_j, a_j in later], axis=0)
       stop = lo >= np.minimum(level(ub), level(best))
     else:
       stop = np.ones(len(active), bool)

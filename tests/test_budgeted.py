@@ -154,3 +154,58 @@ def test_samples_summary_and_table():
   assert "samples mean" in table and "26750" in table
   with pytest.raises(ValueError):
     metrics.samples_summary([])
+
+
+
+# A grid that reaches p_A = Phi(3) = 0.99865, like the benchmark's grid 0 .. 1.5 at sigma 0.5.
+HIGH_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
+
+
+def test_cannot_reach_within_n_max_stops_early():
+  # p_A just above the top level, too close for n_max = 100,000 samples to show it
+  # (n_max certifies level 5 only): stops before n_max at that level. The plain
+  # "all remaining samples succeed" test ran these inputs to n_max.
+  budget = budgeted.Budget(grid=HIGH_GRID, first=100, ratio=2.0)
+  frac = np.array([0.998, 0.9985])
+
+  def count_fn(active, start, stop):
+    return np.floor(frac[active] * stop) - np.floor(frac[active] * start)
+
+  _, used, p_lower = budgeted.sequential_bounds(count_fn, 2, n_max=100_000, alpha=0.001,
+                                                budget=budget)
+  at_n_max = rsjax.stats.clopper_pearson_lower(np.floor(frac * 100_000), 100_000,
+                                               budget.alphas(0.001, 100_000)[-1])
+  assert np.all(budgeted.grid_level(at_n_max, HIGH_GRID) == 5)
+  assert np.all(budgeted.grid_level(p_lower, HIGH_GRID) == 5)
+  assert np.all(used <= 51_200), used
+
+
+def test_stopping_early_rarely_costs_a_level():
+  # p_A just above the top level, where n_max certifies it about half the time:
+  # an input that stops early ends below the level its own samples certify at
+  # n_max with probability <= (K - 1)(2 stop_alpha + alpha) (module docstring).
+  alpha, reps, n_max = 0.001, 20_000, 51_200
+  budget = budgeted.Budget(grid=HIGH_GRID, first=100, ratio=2.0, stop_alpha=0.01)
+  looks, alphas = budget.looks(n_max), budget.alphas(alpha, n_max)
+  thr = st.norm.cdf(3.0)
+  p = next(k for k in range(int(thr * n_max), n_max)
+           if rsjax.stats.clopper_pearson_lower(k, n_max, alphas[-1]) >= thr) / n_max
+  rng = np.random.default_rng(3)
+  steps = np.diff(np.concatenate([[0], looks]))
+  cum = np.concatenate([np.zeros((reps, 1), np.int64),
+                        np.cumsum(rng.binomial(steps, p, size=(reps, len(looks))), 1)], 1)
+  look_index = {int(n): i + 1 for i, n in enumerate(looks)} | {0: 0}
+
+  def count_fn(active, start, stop):
+    return cum[active, look_index[stop]] - cum[active, look_index[start]]
+
+  _, used, p_lower = budgeted.sequential_bounds(count_fn, reps, n_max=n_max, alpha=alpha,
+                                                budget=budget)
+  level = budgeted.grid_level(p_lower, HIGH_GRID)
+  final = budgeted.grid_level(rsjax.stats.clopper_pearson_lower(cum[:, -1], n_max, alphas[-1]),
+                              HIGH_GRID)
+  assert 0.3 < np.mean(final == 6) < 0.7  # the top level is a coin flip at n_max
+  assert np.mean(used < n_max) > 0.03  # some inputs stop early all the same
+  lost = int(np.sum((level < final) & (used < n_max)))
+  bound = (len(looks) - 1) * (2 * budget.stop_alpha + alpha)
+  assert lost <= st.binom.ppf(0.999, reps, bound), lost / reps
