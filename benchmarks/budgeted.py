@@ -113,6 +113,8 @@ def _summary(rows, grid):
       "wall_s_without_first_chunk": float(sum(times[1:])),
       "certified_accuracy": {f"{r:g}": float(a) for r, a in
                              zip(grid, metrics.certified_accuracy(correct, radius, grid))},
+      "per_input": {"samples": [int(v) for v in samples], "radius": [float(v) for v in radius],
+                    "correct": [bool(v) for v in correct]},
   }
 
 
