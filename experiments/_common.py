@@ -57,6 +57,23 @@ def load_splits(dataset: str, skip: int):
   return train, test, runner.select_indices(len(test), skip=skip)
 
 
+def certify_rows(certify_dataset, *args, **kwargs):
+  """``certify_dataset(*args, **kwargs)``, started over when its rows are another run's.
+
+  ``certify_dataset`` is a resumable dataset runner (``rsjax.runner`` or
+  ``rsjax.ddrs`` ``certify_dataset``) whose ``run`` record names the model
+  (``rsjax.runner.fingerprint``). Rows left by another model or setting raise
+  ``rsjax.io.RunMismatchError`` on resume; then every row is certified again
+  (``resume=False``), so a rerun never mixes rows of two models.
+  """
+  from rsjax import io
+  try:
+    return certify_dataset(*args, **kwargs)
+  except io.RunMismatchError as e:
+    print(f"{e}: certifying again", flush=True)
+    return certify_dataset(*args, **{**kwargs, "resume": False})
+
+
 def save_results(result: dict, results: str, plot) -> None:
   """Writes ``result`` to ``results.json`` and ``plot(result, results.png)``; says so."""
   os.makedirs(os.path.dirname(results), exist_ok=True)

@@ -70,16 +70,12 @@ import argparse
 import json
 import dataclasses
 import os
-import sys
 import time
 
 import jax
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)
-RESULTS = os.path.join(ROOT, "results")
+from _common import RESULTS, ROOT, certify_rows
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
 
@@ -194,11 +190,7 @@ def train_and_certify(cfg: Config, methods: dict, results_dir: str, work_dir: st
     kw = dict(inputs_per_call=10, extra_columns=(metrics.COUNTS_COLUMN,), progress=progress,
               extra_fn=lambda c, j: {metrics.COUNTS_COLUMN: metrics.format_counts(c.counts[j])},
               run=run_id)
-    try:
-      runner.certify_dataset(certify_fn, test_ds.get_batch, indices, path, **kw)
-    except io.RunMismatchError as e:  # this run trained another model: start the rows over
-      print(f"[{name}] {e}: certifying again", flush=True)
-      runner.certify_dataset(certify_fn, test_ds.get_batch, indices, path, resume=False, **kw)
+    certify_rows(runner.certify_dataset, certify_fn, test_ds.get_batch, indices, path, **kw)
     res = io.read_certify(path)
     last = history[-1]
     entry = {

@@ -70,8 +70,8 @@ import time
 
 import numpy as np
 
-from _common import (RESULTS, ROOT, BaseTraining, load_splits, save_figure, save_results,
-                     sigmas_config)
+from _common import (RESULTS, ROOT, BaseTraining, certify_rows, load_splits, save_figure,
+                     save_results, sigmas_config)
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -189,9 +189,11 @@ def run(cfg: Config, log=print) -> dict:
     # --- fixed sigma (sound)
     t0 = time.perf_counter()
     path = os.path.join(cfg.out, f"fixed_{tag}.tsv")
-    runner.certify_dataset(
+    certify_rows(
+        runner.certify_dataset,
         lambda xb, ids: rsjax.certify(key, g_apply, g_params, xb, sigma=s0, ids=ids, **cert_kw),
-        test.get_batch, idx, path, inputs_per_call=8, progress=False)
+        test.get_batch, idx, path, inputs_per_call=8, progress=False,
+        run={"method": "fixed", "model": runner.fingerprint(g_params), "sigma": s0, **cert_kw})
     r = io.read_certify(path)
     methods[f"fixed_s{tag}"] = _summary(r.predict, r.label, r.radius, sigma0=s0, sound=True,
                                         sigma_mean=s0, sigma_std=0.0)
@@ -202,7 +204,8 @@ def run(cfg: Config, log=print) -> dict:
         "ddrs-trained": (d_apply, d_params, cfg.tuned),
         "ddrs-macer": (m_apply, m_params, cfg.tuned)}.items():
       out = os.path.join(cfg.out, f"{name}_{tag}.tsv")
-      res = ddrs.certify_dataset(key, apply_fn, params, test.get_batch, idx, out, sigma0=s0,
+      res = certify_rows(ddrs.certify_dataset, key, apply_fn, params, test.get_batch,
+                                 idx, out, sigma0=s0,
                                  num_classes=10, ascent=ddrs.SigmaAscent(**opt),
                                  settings=rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
                                                          batch_size=1000), progress=False)

@@ -287,6 +287,9 @@ def test_certify_dataset_saves_sigma_resumes_and_applies_memory(getkey, tmp_path
   np.testing.assert_array_equal(final.predict, c)
   np.testing.assert_allclose(final.radius, r)
   assert res["changed"] >= 0 and "memory-based" in res2["guarantee"]
+  # The run record names the model: rows of another model are never resumed.
+  with pytest.raises(io.RunMismatchError):
+    ddrs.certify_dataset(key, linear_fn, W * 2, get_batch, np.arange(6), out, **kw)
 
 
 def test_optimized_sigma_is_a_sigma_source(getkey):

@@ -49,3 +49,30 @@ def test_recorded_results_are_in_results_dir():
                "srs_deq_quick.json"):
     assert name in have
   assert not os.path.exists(os.path.join(ROOT, "experiments", "results"))
+
+
+
+def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
+  import types
+
+  import _common
+  import numpy as np
+  from rsjax import io, runner
+  xs, labels = np.arange(4, dtype=np.float32)[:, None], np.zeros(4, np.int64)
+  calls = []
+
+  def certify_fn(offset):
+    def fn(x, ids):
+      calls.append(len(ids))
+      return types.SimpleNamespace(prediction=np.zeros(len(x), np.int64),
+                                   radius=x[:, 0].astype(float) + offset)
+    return fn
+
+  path = str(tmp_path / "rows.tsv")
+  get_batch = lambda idx: (xs[idx], labels[idx])
+  for model, offset in (("a", 0.0), ("a", 0.0), ("b", 10.0)):
+    _common.certify_rows(runner.certify_dataset, certify_fn(offset), get_batch, np.arange(4),
+                         path, inputs_per_call=2, progress=False, run={"model": model})
+  # model a twice: the second call resumes (no calls); model b: every row again, with b's radii
+  assert calls == [2, 2, 2, 2]
+  np.testing.assert_allclose(io.read_certify(path).radius, xs[:, 0] + 10.0)

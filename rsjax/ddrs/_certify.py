@@ -169,7 +169,7 @@ def certify_dataset(key, apply_fn, params, get_batch, indices, out_path, *, sigm
   if ascent.family == "uniform":
     settings = settings.replace(noise="uniform")
   run_options.setdefault("inputs_per_call", 8)
-  run = dict(method="ddrs", sigma0=float(sigma0), steps=ascent.steps, lr=ascent.lr,
+  run = dict(method="ddrs", model=runner.fingerprint(params), sigma0=float(sigma0), steps=ascent.steps, lr=ascent.lr,
              num_samples=ascent.num_samples, clip=list(ascent.clip),
              parametrization=ascent.parametrization, family=ascent.family, n0=settings.n0,
              n=settings.n, alpha=settings.alpha,
