@@ -33,7 +33,7 @@ from rsjax.deq import SOLVERS, SolverConfig
 __all__ = ["Context", "METHODS", "Method", "Option", "Plan", "UNIVERSAL_NOISE_FILE",
            "load_universal_noise", "restorer", "save_universal_noise"]
 
-UNIVERSAL_NOISE_FILE = "universal_noise.npz"
+UNIVERSAL_NOISE_FILE = "ucan_noise.npz"  # rsjax.training.ucan.NOISE_FILE, generator "universal"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,7 +232,8 @@ def save_universal_noise(workdir, *, mu, sigma) -> str:
   """Saves a frozen dataset-wise ``(mu, sigma)`` (UCAN's universal generator) in a workdir.
 
   ``rsjax certify --method ucan`` certifies with it (``--ucan-sigma auto`` or
-  ``dataset``).
+  ``dataset``). It is the file ``rsjax.training.ucan.train_ucan`` writes for
+  the universal generator (``ucan_noise.npz``, generator ``"universal"``).
 
   Args:
     workdir: the training workdir of the classifier.
@@ -242,33 +243,29 @@ def save_universal_noise(workdir, *, mu, sigma) -> str:
   Returns:
     The path written.
   """
+  from rsjax.anisotropic import FrozenNoise
+  from rsjax.training import ucan
   mu = np.asarray(jax.device_get(mu), np.float32)
   sigma = np.asarray(jax.device_get(sigma), np.float32)
   if mu.shape != sigma.shape:
     raise ValueError(f"mu and sigma must have the same shape, got {mu.shape} and {sigma.shape}")
   if not np.all(np.isfinite(sigma)) or np.any(sigma <= 0) or not np.all(np.isfinite(mu)):
     raise ValueError("sigma must be finite and > 0, mu finite")
-  path = os.path.join(os.fspath(workdir), UNIVERSAL_NOISE_FILE)
-  tmp = path + ".tmp.npz"
-  np.savez(tmp, mu=mu, sigma=sigma)
-  os.replace(tmp, path)
-  return path
+  return ucan.save_noise(workdir, FrozenNoise(sigma, mu=mu), "universal")
 
 
 def load_universal_noise(workdir):
-  """The noise saved by :func:`save_universal_noise`, or None if there is none.
+  """The noise saved by :func:`save_universal_noise` (or a universal UCAN training), or None.
 
   Returns:
-    ``rsjax.anisotropic.FrozenNoise`` (float32 ``mu``, ``sigma``) or None.
+    ``rsjax.anisotropic.FrozenNoise`` (float32 ``mu``, ``sigma``), or None when
+    the workdir holds no frozen noise of the universal generator (none, or a
+    pattern's).
   """
-  from rsjax.anisotropic import FrozenNoise
-  if workdir is None:
+  from rsjax.training import ucan
+  if workdir is None or ucan.saved_generator(workdir) != "universal":
     return None
-  path = os.path.join(os.fspath(workdir), UNIVERSAL_NOISE_FILE)
-  if not os.path.exists(path):
-    return None
-  with np.load(path) as f:
-    return FrozenNoise(np.asarray(f["sigma"], np.float32), mu=np.asarray(f["mu"], np.float32))
+  return ucan.load_noise(workdir)
 
 
 def _trained_unsound(workdir) -> bool:
@@ -289,7 +286,8 @@ def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> P
                      "noise instead")
   noise = load_universal_noise(ctx.workdir) if ucan_sigma != "pattern" else None
   if ucan_sigma == "dataset" and noise is None:
-    raise ValueError(f"--ucan-sigma dataset needs {UNIVERSAL_NOISE_FILE} in the model directory "
+    raise ValueError(f"--ucan-sigma dataset needs the universal generator's "
+                     f"{UNIVERSAL_NOISE_FILE} in the model directory "
                      "(rsjax.methods.save_universal_noise); use --ucan-sigma pattern")
   if noise is not None:
     if noise.sigma.shape != shape:
@@ -434,7 +432,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("ucan", "anisotropic (mu, sigma) noise, UCAN's certified region (pattern-wise or "
            "dataset-wise sigma)", _ucan, (
                Option("ucan_sigma", "auto", "dataset: the workdir's saved "
-                      f"{UNIVERSAL_NOISE_FILE}; pattern: --sigma times the pattern; auto: "
+                      f"universal {UNIVERSAL_NOISE_FILE}; pattern: --sigma times the pattern; auto: "
                       "dataset if saved, else pattern", str, choices=("auto", "pattern",
                                                                       "dataset")),
                Option("ucan_pattern", "l2", "norm p of the pattern kappa ||(a, b)||_p^2 + iota",

@@ -26,6 +26,10 @@ def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits256, tmp
   saved = ucan.load_noise(tmp_path)
   np.testing.assert_array_equal(saved.mu, mu)
   np.testing.assert_array_equal(saved.sigma, sig)
+  # one file, read both as the trained noise and as the CLI's dataset-wise noise
+  from rsjax import methods
+  assert sorted(p.name for p in tmp_path.glob("*.npz")) == [ucan.NOISE_FILE]
+  np.testing.assert_array_equal(methods.load_universal_noise(tmp_path).sigma, sig)
   # a finished workdir is loaded, not retrained: same frozen noise, same weights
   again, noise3, _ = ucan.train_ucan(1, _model(), digits256, ucan.UCANConfig("universal", 0.25),
                                      workdir=tmp_path)
@@ -121,3 +125,18 @@ def test_ucan_training_resumes(digits256, tmp_path):
   assert [h["epoch"] for h in hist_b] == [1, 2]
   np.testing.assert_array_equal(noise_b.sigma, noise.sigma)
   np.testing.assert_array_equal(noise_b.mu, noise.mu)
+
+
+def test_only_universal_noise_is_the_dataset_wise_noise(tmp_path):
+  from rsjax import methods
+  noise = anisotropic.FrozenNoise(np.full((4, 4, 1), 0.3, np.float32),
+                                  mu=np.zeros((4, 4, 1), np.float32))
+  assert methods.load_universal_noise(tmp_path) is None
+  ucan.save_noise(tmp_path, noise, "pattern-l2")
+  assert ucan.saved_generator(tmp_path) == "pattern-l2"
+  assert methods.load_universal_noise(tmp_path) is None  # a pattern's noise is not dataset-wise
+  np.testing.assert_array_equal(ucan.load_noise(tmp_path).sigma, noise.sigma)
+  methods.save_universal_noise(tmp_path, mu=noise.mu, sigma=noise.sigma)
+  np.testing.assert_array_equal(methods.load_universal_noise(tmp_path).sigma, noise.sigma)
+  with pytest.raises(ValueError, match="frozen"):
+    ucan.save_noise(tmp_path, noise, "input")

@@ -70,6 +70,7 @@ from rsjax.training.trainer import TrainConfig, train
 from rsjax.util import as_key, check_int
 
 __all__ = ["GENERATORS", "SOUND_GENERATORS", "NOISE_FILE", "TRAIN_DIR", "UCANConfig", "UCANLoss",
+           "save_noise", "saved_generator",
            "UCANModel", "make_generator", "train_ucan", "load_noise", "load_ucan_model",
            "certify_input_dependent"]
 
@@ -254,6 +255,34 @@ class UCANConfig:
       object.__setattr__(self, name, check_int(name, getattr(self, name)))
 
 
+def save_noise(workdir, noise: anisotropic.FrozenNoise, generator: str) -> str:
+  """Writes a frozen noise to ``workdir/ucan_noise.npz`` (atomically); returns the path.
+
+  Args:
+    workdir: the model's directory.
+    noise: the frozen ``(mu, sigma)``, ``sigma`` in pixel units.
+    generator: the UCAN generator it came from (``"universal"``: the dataset-wise
+      noise that ``rsjax certify --method ucan --ucan-sigma dataset`` reads).
+  """
+  if generator not in SOUND_GENERATORS:
+    raise ValueError(f"only the noise of {SOUND_GENERATORS} is frozen, got {generator!r}")
+  path = os.path.join(os.fspath(workdir), NOISE_FILE)
+  tmp = path + ".tmp.npz"
+  np.savez(tmp, mu=np.asarray(noise.mu, np.float32), sigma=np.asarray(noise.sigma, np.float32),
+           generator=generator)
+  os.replace(tmp, path)
+  return path
+
+
+def saved_generator(workdir) -> str | None:
+  """The generator of the noise in ``workdir/ucan_noise.npz``, or None when there is none."""
+  path = os.path.join(os.fspath(workdir), NOISE_FILE)
+  if not os.path.exists(path):
+    return None
+  with np.load(path) as f:
+    return str(f["generator"])
+
+
 def load_noise(workdir) -> anisotropic.FrozenNoise:
   """The noise frozen after UCAN training: ``FrozenNoise(sigma, mu)`` (sigma includes lambda)."""
   path = os.path.join(os.fspath(workdir), NOISE_FILE)
@@ -353,12 +382,8 @@ def train_ucan(key, model: nnx.Module, train_data, config: UCANConfig, *, workdi
   noise = wrapped.noise_source(sigma)  # frozen (mu, lambda * sigma) unless input-dependent
   if workdir is not None:
     workdir = os.fspath(workdir)
-    if generator in SOUND_GENERATORS:
-      np.savez(os.path.join(workdir, NOISE_FILE), mu=noise.mu, sigma=noise.sigma,
-               generator=generator)
-    if generator == "universal":  # read by ``rsjax certify --method ucan --ucan-sigma dataset``
-      from rsjax import methods
-      methods.save_universal_noise(workdir, mu=noise.mu, sigma=noise.sigma)
+    if generator in SOUND_GENERATORS:  # the universal one is also the CLI's dataset-wise noise
+      save_noise(workdir, noise, generator)
     cfg = {**(model_config or {}), "sigma": float(sigma), "method": "ucan", "ucan": ucan_cfg,
            "sound": generator in SOUND_GENERATORS}
     wd.write_json(os.path.join(workdir, wd.CONFIG_FILE), cfg)
