@@ -96,6 +96,7 @@ import os
 import time
 import types
 
+from flax import nnx
 import jax
 import numpy as np
 
@@ -187,6 +188,28 @@ def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log):
     acc[label] = {"noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
                   "residual": float(np.mean(res.residual))}
   return model, history, acc
+
+
+def train_resnet(cfg: Config, sigma: float, workdir: str, train, held_out) -> dict:
+  """The standard network next to the DEQ: a ResNet of about the DEQ's size (one basic block
+  per stage, widths 9/18/36: 25k parameters) with the DEQ's training recipe and noise; its
+  accuracy on the same noisy held-out digits. Resumes from ``workdir``."""
+  spec = {"stage_sizes": (1, 1, 1), "widths": (9, 18, 36), "normalize": "mnist"}
+  model = rsjax.models.BasicResNet(input_shape=train.x.shape[1:], num_classes=10,
+                                   rngs=nnx.Rngs(cfg.seed), **spec)
+  tcfg = rsjax.training.TrainConfig(sigma=sigma, epochs=cfg.epochs, batch_size=cfg.batch,
+                                    lr=cfg.lr, lr_step=max(cfg.epochs // 2, 1), gamma=0.2,
+                                    eval_batch_size=250)
+  n = len(train.x) if cfg.train_size is None else cfg.train_size
+  model, history = rsjax.training.train(cfg.seed, model, (train.x[:n], train.y[:n].astype(np.int32)),
+                                        tcfg, eval_data=held_out, workdir=workdir,
+                                        progress=False)
+  apply_fn, params = rsjax.models.to_apply_fn(model)
+  noise = sigma * np.random.default_rng(cfg.seed).standard_normal(held_out[0].shape)
+  logits = apply_fn(params, (held_out[0] + noise).astype(np.float32))
+  return {"model": "BasicResNet " + json.dumps(spec), "num_params": rsjax.models.count_params(model),
+          "noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
+          "clean_acc": float(history[-1]["clean_acc"]) if history else None}
 
 
 def f_evals(cfg: Config, variant: str, m: int) -> int:
@@ -317,6 +340,9 @@ def run(cfg: Config, out_path: str, workdir: str, log=print) -> dict:
   for sigma in cfg.sigmas:
     model, history, acc = train_model(cfg, sigma, os.path.join(workdir, f"model_sigma{sigma}"),
                                       train, held_out, log)
+    resnet = train_resnet(cfg, sigma, os.path.join(workdir, f"resnet_sigma{sigma}"), train,
+                          held_out)
+    log(f"sigma {sigma} ResNet of the same size: " + json.dumps(resnet))
     m = check_samples(cfg, sigma)
     radii = metrics.radius_grid(3.25 * sigma, sigma / 4)
     results, per_image = {}, {}
@@ -343,6 +369,7 @@ def run(cfg: Config, out_path: str, workdir: str, log=print) -> dict:
         "num_params": rsjax.models.count_params(model),
         "train_history": history,
         "noisy_accuracy_from_zero": acc,
+        "resnet_same_size": resnet,
         "results": results,
         "per_image": per_image,
     }
