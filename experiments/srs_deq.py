@@ -161,6 +161,17 @@ def check_samples(cfg: Config, sigma: float) -> int:
   return deq.min_check_samples(cfg.cap_sigmas * sigma, cfg.n, cfg.alpha, sigma)
 
 
+def _train(cfg: Config, sigma: float, model, train, held_out, workdir: str, **kw):
+  """The experiment's recipe through ``rsjax.training.train``: SGD, the lr cut by 5 at half
+  of the epochs, Gaussian noise ``sigma``; resumes from ``workdir``."""
+  tcfg = rsjax.training.TrainConfig(sigma=sigma, epochs=cfg.epochs, batch_size=cfg.batch,
+                                    lr=cfg.lr, lr_step=max(cfg.epochs // 2, 1), gamma=0.2,
+                                    eval_batch_size=250)
+  n = len(train.x) if cfg.train_size is None else cfg.train_size
+  return rsjax.training.train(cfg.seed, model, (train.x[:n], train.y[:n].astype(np.int32)), tcfg,
+                              eval_data=held_out, workdir=workdir, progress=False, **kw)
+
+
 def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log):
   """Gaussian-noise training through ``rsjax.training.train`` (implicit gradients,
   the Jacobian regularizer, solver residual and steps logged); resumes from ``workdir``."""
@@ -169,14 +180,8 @@ def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log):
                            "jac_weight": cfg.jac_weight}}
   model = rsjax.models.create_model("deq", num_classes=10, input_shape=train.x.shape[1:],
                                     rngs=cfg.seed, **spec["model_kwargs"])
-  tcfg = rsjax.training.TrainConfig(sigma=sigma, epochs=cfg.epochs, batch_size=cfg.batch,
-                                    lr=cfg.lr, lr_step=max(cfg.epochs // 2, 1), gamma=0.2,
-                                    eval_batch_size=250)
-  n = len(train.x) if cfg.train_size is None else cfg.train_size
-  model, history = rsjax.training.train(cfg.seed, model, (train.x[:n], train.y[:n].astype(np.int32)),
-                                        tcfg, eval_data=held_out, workdir=workdir,
-                                        model_config=spec, progress=False,
-                                        on_epoch_end=lambda e: log(json.dumps(e)))
+  model, history = _train(cfg, sigma, model, train, held_out, workdir, model_config=spec,
+                          on_epoch_end=lambda e: log(json.dumps(e)))
   # Accuracy under one draw of noise with cheap and full solvers from z = 0.
   deq_fn, variables = deq.to_deq_fn(model)
   run = jax.jit(deq_fn, static_argnums=3)
@@ -197,13 +202,7 @@ def train_resnet(cfg: Config, sigma: float, workdir: str, train, held_out) -> di
   spec = {"stage_sizes": (1, 1, 1), "widths": (9, 18, 36), "normalize": "mnist"}
   model = rsjax.models.BasicResNet(input_shape=train.x.shape[1:], num_classes=10,
                                    rngs=nnx.Rngs(cfg.seed), **spec)
-  tcfg = rsjax.training.TrainConfig(sigma=sigma, epochs=cfg.epochs, batch_size=cfg.batch,
-                                    lr=cfg.lr, lr_step=max(cfg.epochs // 2, 1), gamma=0.2,
-                                    eval_batch_size=250)
-  n = len(train.x) if cfg.train_size is None else cfg.train_size
-  model, history = rsjax.training.train(cfg.seed, model, (train.x[:n], train.y[:n].astype(np.int32)),
-                                        tcfg, eval_data=held_out, workdir=workdir,
-                                        progress=False)
+  model, history = _train(cfg, sigma, model, train, held_out, workdir)
   apply_fn, params = rsjax.models.to_apply_fn(model)
   noise = sigma * np.random.default_rng(cfg.seed).standard_normal(held_out[0].shape)
   logits = apply_fn(params, (held_out[0] + noise).astype(np.float32))
