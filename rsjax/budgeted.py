@@ -44,18 +44,19 @@ level, ``n_max`` samples are too few to show it). This covers "clears the
 largest grid radius", "cannot reach the next level", "cannot reach it within
 ``n_max``" and "abstain is certain".
 
-What stopping can cost: if look ``j`` would certify a higher level than look
-``k`` stopped at, then either ``p_A > UB_k`` (probability ``<= stop_alpha``)
-or the new samples exceed their ``stop_alpha`` quantile at ``UB_k >= p_A``
-(probability ``<= stop_alpha``, as ``Binomial(d, p)`` is stochastically
-increasing in ``p`` and the new samples are independent of the old), or (the
-``UB_k`` test) ``LB_j > p_A`` (probability ``<= alpha_j``). So an input ends
-below the level that running on would have given with probability at most
-about ``(K - 1) (2 stop_alpha + alpha)``, far less in practice, as the bounds
-are rarely all tight at once. The plain "all remaining samples succeed" test is
-the deterministic special case (quantile ``n_j - n_k``); replacing it by the
-quantile matters where ``p_A`` sits just above a level, which without it runs to
-``n_max`` (on the MNIST benchmark at sigma 0.5, more than 10% of the inputs).
+What stopping can cost: say look ``k`` stops an input, and the last look
+``n_max`` would certify a higher level on the same samples. Then ``p_A >
+UB_k`` (probability ``<= stop_alpha``), or the ``n_max - n_k`` new samples
+exceed their ``stop_alpha`` quantile at ``UB_k >= p_A`` (probability ``<=
+stop_alpha``: ``Binomial(d, p)`` is stochastically increasing in ``p``, and the
+new samples are independent of the old), or, under the ``UB_k`` test,
+``LB_K > p_A`` (probability ``<= alpha_K``). Over the looks, an input ends
+below the level of its own ``n_max`` samples with probability at most
+``2 (K - 1) stop_alpha + alpha_K``, and far less in practice. The plain "all
+remaining samples succeed" test is the special case with quantile
+``n_j - n_k``, which never errs. The quantile matters where ``p_A`` sits just
+above a level: without it, such inputs run to ``n_max`` (more than 10% of the
+inputs on the MNIST benchmark at sigma 0.5).
 
 **Reproducible rounds.** Sample ``j`` of input ``i`` is drawn from
 ``fold_in(fold_in(k_est, ids[i]), j)`` with the same ``k_est = fold_in(key, 1)``
@@ -109,7 +110,7 @@ class Budget:
       Clopper-Pearson upper bound of ``p_A`` and the binomial quantile of the
       samples still to come). It only decides when to stop (the guarantee does
       not depend on it); a larger value stops earlier and, with probability up
-      to about ``2 stop_alpha`` per look, one level below what more samples
+      to ``2 stop_alpha`` per look, one level below what ``n_max`` samples
       would have certified.
   """
 

@@ -183,7 +183,7 @@ def test_cannot_reach_within_n_max_stops_early():
 def test_stopping_early_rarely_costs_a_level():
   # p_A just above the top level, where n_max certifies it about half the time:
   # an input that stops early ends below the level its own samples certify at
-  # n_max with probability <= (K - 1)(2 stop_alpha + alpha) (module docstring).
+  # n_max with probability <= 2 (K - 1) stop_alpha + alpha_K (module docstring).
   alpha, reps, n_max = 0.001, 20_000, 51_200
   budget = budgeted.Budget(grid=HIGH_GRID, first=100, ratio=2.0, stop_alpha=0.01)
   looks, alphas = budget.looks(n_max), budget.alphas(alpha, n_max)
@@ -207,5 +207,5 @@ def test_stopping_early_rarely_costs_a_level():
   assert 0.3 < np.mean(final == 6) < 0.7  # the top level is a coin flip at n_max
   assert np.mean(used < n_max) > 0.03  # some inputs stop early all the same
   lost = int(np.sum((level < final) & (used < n_max)))
-  bound = (len(looks) - 1) * (2 * budget.stop_alpha + alpha)
+  bound = 2 * (len(looks) - 1) * budget.stop_alpha + alphas[-1]
   assert lost <= st.binom.ppf(0.999, reps, bound), lost / reps
