@@ -20,41 +20,48 @@ all sigmas meet the same machine load. Written to ``--json`` after every chunk:
 per model and sigma, for ``fixed`` and ``budgeted``, the mean samples per input
 (estimation samples; the ``n0`` selection samples come on top of both), the
 wall seconds (all chunks, and without the first chunk, which holds the
-compilation), and the certified accuracy at each grid radius.
+compilation), the certified accuracy at each grid radius, and each input's
+samples, radius and correctness (``per_input``, in ``test_indices`` order).
 
 Command (the run that wrote ``benchmarks/results/budgeted.json``, 2026-11-23,
-fresh clone at 38a3e1b)::
+fresh clone at 9729e85; the three models were the previous run's, reused from
+its ``--workdir``)::
 
   python -m benchmarks.budgeted --images 100 --skip 10 --cifar-images 20 --cifar-epochs 5
 
 (``--skip 10``: the bundled test split has 1,000 digits, so 100 inputs need
-every 10th.) CPU, JAX 0.10.2, 2 cores; for most of its ~90 minutes it shared the
-machine with other runs (an experiment, then the test suite), which the
-alternating chunks spread over both methods. Grid 0, 0.25, ..., 1.5; n0 = 100,
-N = N_max = 100,000, alpha = 0.001, looks 1k, 2k, 4k, ..., 64k, 100k::
+every 10th.) CPU, JAX 0.10.2, 2 cores, 60 min 34 s; for its first 27 minutes
+the machine also trained a DEQ (another experiment), which the alternating
+chunks spread over both methods. Grid 0, 0.25, ..., 1.5; n0 = 100, N = N_max =
+100,000, alpha = 0.001, looks 1k, 2k, 4k, ..., 64k, 100k, ``stop_alpha`` 0.001::
 
   model / sigma            inputs  mean samples    wall s         certified accuracy at 0 .. 1.5
                                    fixed budgeted  fixed budgeted
-  LeNet sigma 0.25          100   100000  11310    1715   230   fixed    0.96 0.95 0.89 0.83 0.00 0.00 0.00
+  LeNet sigma 0.25          100   100000  10460    1069   123   fixed    0.96 0.95 0.89 0.83 0.00 0.00 0.00
                                                                 budgeted 0.96 0.95 0.88 0.83 0.00 0.00 0.00
-  LeNet sigma 0.5           100   100000  26710    1730   493   fixed    0.94 0.91 0.85 0.75 0.62 0.50 0.34
+  LeNet sigma 0.5           100   100000  23190    1084   271   fixed    0.94 0.91 0.85 0.75 0.62 0.50 0.34
                                                                 budgeted 0.94 0.91 0.85 0.75 0.62 0.50 0.34
-  CIFAR-shaped LeNet 0.25    20   100000   9900     909   100   fixed    1.00 0.95 0.95 0.80 0.00 0.00 0.00
+  CIFAR-shaped LeNet 0.25    20   100000   9900     990    88   fixed    1.00 0.95 0.95 0.80 0.00 0.00 0.00
                                                                 budgeted 1.00 0.95 0.95 0.80 0.00 0.00 0.00
 
-Ratios (fixed / budgeted): samples 8.8x, wall 7.4x at sigma 0.25; samples
-3.7x, wall 3.5x at sigma 0.5; samples 10.1x, wall 9.1x on the CIFAR-shaped
-model. Largest certified-accuracy gap: 1 point (one digit certified at 0.5 by
-fixed N and at 0.25 by the budgeted mode, sigma 0.25); none at sigma 0.5.
+Ratios (fixed / budgeted): samples 9.6x, wall 8.7x at sigma 0.25; samples
+4.3x, wall 4.0x at sigma 0.5; samples 10.1x, wall 11.3x on the CIFAR-shaped
+model. Largest certified-accuracy gap: 1 point, one digit (test index 360,
+sigma 0.25) that both methods ran to 100,000 samples: fixed N certifies radius
+0.50020, the budgeted mode 0.49976, because its last look has alpha/2 (the
+price of the looks before it), so the digit falls below the 0.5 grid radius.
 
-Where sigma 0.5 falls short of 4x fewer samples: the median input stops at
-12,000 samples, but more than 10% run all 100,000 (p90 = 100,000). The likely
-cause (the run does not break it down by level): at sigma 0.5 the levels sit
-at p_A thresholds up to Phi(3) = 0.99865 (r = 1.5), and an input whose p_A is
-just above a threshold can neither clear it nor be shown unable to before
-N_max, with the "cannot reach" test at level ``stop_alpha`` = 0.001. A looser
-``stop_alpha`` (it decides only when to stop, not the guarantee) would stop
-such inputs earlier at some risk of a one-level gap; that trade-off is not measured yet.
+Where the samples go (the JSON keeps each input's samples and radius): at
+sigma 0.5 the median input stops at 8,000 samples, but 11 of the 100 run to
+100,000 and use 47% of all samples. Fixed N certifies those 11 at radii 0.741,
+0.756, 0.991, 1.005, 1.227, 1.235, 1.265, 1.266, 1.456, 1.508, 1.509: each
+within 0.05 of a grid radius, where only the last samples decide the level. At
+sigma 0.25, 2 inputs run to 100,000 (19% of the samples).
+
+The previous run (the same command at 38a3e1b, before the "cannot reach it
+within ``n_max``" test of ``rsjax.budgeted``) used 26,710 samples per input at
+sigma 0.5 (3.7x), with the same certified accuracies: inputs just above a
+level then ran to ``n_max`` even when ``n_max`` samples could not show it.
 """
 
 from __future__ import annotations
