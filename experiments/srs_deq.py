@@ -54,7 +54,37 @@ Output: ``results/srs_deq_quick.json`` (``--quick``) or
 (``.png``). Full mode: sigma 0.25 and 0.5, 20 epochs, 200 images (every 5th),
 n0 = 100, N = 10,000, alpha = 0.001, 400 chains, m = 420 per sigma from the
 mismatch budget (the smallest m whose cap reaches 2 sigma; the paper uses 400,
-which caps the paper-form radius at 1.98 sigma). It has not been run yet.
+which caps the paper-form radius at 1.98 sigma). The whole full mode has not
+run (about 10.5 CPU-hours here: 95 s per image for the five rows, 400 images).
+
+A piece of it ran: ``python experiments/srs_deq.py --sigmas 0.25 --images 20``
+(2026-11-23, fresh clone at cce99da, 2 idle cores, 38 min 10 s with the DEQ
+trained beforehand in 18 min 34 s; ``results/srs_deq_full_sigma0.25_first20.json``
+and ``.png``), the first 20 of the full run's 200 images at sigma 0.25, m = 420
+(SRS cap R <= 0.5001), full settings otherwise. The DEQ (25,242 parameters)
+reaches noisy held-out accuracy 0.954 with 30A from z = 0; the ResNet of the same
+size (24,967 parameters, same recipe) 0.980::
+
+                  s/image  f-evals  speed-up  steps/   certified accuracy at radius
+                                              sample   0     0.125 0.25  0.375 0.4375 0.5   0.75
+  standard-30A    59.64   303,000    1.0x     30.0    0.95  0.90  0.85  0.85  0.85   0.85  0.80
+  SRS-1A           7.88    27,200    7.6x      2.7    0.90  0.90  0.85  0.85  0.80   0.75  0.00
+  SRS-3A          11.31    46,400    5.3x      4.6    0.95  0.90  0.85  0.85  0.85   0.70  0.00
+  SRS-1B           6.72    27,200    8.9x      2.7    0.90  0.90  0.85  0.85  0.80   0.75  0.00
+  SRS-3B           9.32    46,400    6.4x      4.6    0.95  0.90  0.85  0.85  0.85   0.70  0.00
+
+  check solves: 46% of the f-evals (1A/1B, agreement 0.992) and 27% (3A/3B,
+  agreement 1.000); 61-65% and 44-52% of the measured estimation time
+
+On these 20 images SRS-3B is 6.4x faster than standard 30A and has the same
+certified accuracy at every radius below the cap (0 to 0.4375 on the grid of
+sigma/16 steps). At the cap itself, r = 0.5, it loses 3 of the 20 images: m = 420
+is the smallest m whose cap reaches 2 sigma, so r = 2 sigma needs perfect
+agreement and a top-class count near N. A cap some way above the largest radius
+reported (``cap_sigmas`` > 2, a larger m) would close that at the cost of more
+check solves. Twenty images are 5 points each: the 1-point goal needs the full
+run.
+
 
 Numbers produced (``--quick`` from a fresh clone at 2bfff8a, 2026-11-23, seed 0,
 1 CPU device on 2 idle cores, 18 min 54 s wall, 1,128 s in the script; training
