@@ -245,13 +245,7 @@ def save_universal_noise(workdir, *, mu, sigma) -> str:
   """
   from rsjax.anisotropic import FrozenNoise
   from rsjax.training import ucan
-  mu = np.asarray(jax.device_get(mu), np.float32)
-  sigma = np.asarray(jax.device_get(sigma), np.float32)
-  if mu.shape != sigma.shape:
-    raise ValueError(f"mu and sigma must have the same shape, got {mu.shape} and {sigma.shape}")
-  if not np.all(np.isfinite(sigma)) or np.any(sigma <= 0) or not np.all(np.isfinite(mu)):
-    raise ValueError("sigma must be finite and > 0, mu finite")
-  return ucan.save_noise(workdir, FrozenNoise(sigma, mu=mu), "universal")
+  return ucan.save_noise(workdir, FrozenNoise(sigma, mu=mu), "universal")  # checks the arrays
 
 
 def load_universal_noise(workdir):
@@ -263,9 +257,8 @@ def load_universal_noise(workdir):
     pattern's).
   """
   from rsjax.training import ucan
-  if workdir is None or ucan.saved_generator(workdir) != "universal":
-    return None
-  return ucan.load_noise(workdir)
+  saved = None if workdir is None else ucan.read_noise(workdir)
+  return saved[0] if saved is not None and saved[1] == "universal" else None
 
 
 def _trained_unsound(workdir) -> bool:

@@ -133,10 +133,13 @@ def test_only_universal_noise_is_the_dataset_wise_noise(tmp_path):
                                   mu=np.zeros((4, 4, 1), np.float32))
   assert methods.load_universal_noise(tmp_path) is None
   ucan.save_noise(tmp_path, noise, "pattern-l2")
-  assert ucan.saved_generator(tmp_path) == "pattern-l2"
+  assert ucan.read_noise(tmp_path)[1] == "pattern-l2"
+  assert methods.UNIVERSAL_NOISE_FILE == ucan.NOISE_FILE  # one file, named twice
   assert methods.load_universal_noise(tmp_path) is None  # a pattern's noise is not dataset-wise
   np.testing.assert_array_equal(ucan.load_noise(tmp_path).sigma, noise.sigma)
   methods.save_universal_noise(tmp_path, mu=noise.mu, sigma=noise.sigma)
   np.testing.assert_array_equal(methods.load_universal_noise(tmp_path).sigma, noise.sigma)
   with pytest.raises(ValueError, match="frozen"):
     ucan.save_noise(tmp_path, noise, "input")
+  with pytest.raises(ValueError, match="> 0"):
+    methods.save_universal_noise(tmp_path, mu=noise.mu, sigma=-noise.sigma)

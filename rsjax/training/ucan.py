@@ -70,7 +70,7 @@ from rsjax.training.trainer import TrainConfig, train
 from rsjax.util import as_key, check_int
 
 __all__ = ["GENERATORS", "SOUND_GENERATORS", "NOISE_FILE", "TRAIN_DIR", "UCANConfig", "UCANLoss",
-           "save_noise", "saved_generator",
+           "save_noise", "read_noise",
            "UCANModel", "make_generator", "train_ucan", "load_noise", "load_ucan_model",
            "certify_input_dependent"]
 
@@ -260,37 +260,45 @@ def save_noise(workdir, noise: anisotropic.FrozenNoise, generator: str) -> str:
 
   Args:
     workdir: the model's directory.
-    noise: the frozen ``(mu, sigma)``, ``sigma`` in pixel units.
+    noise: the frozen ``(mu, sigma)``, ``sigma`` in pixel units, of one shape.
     generator: the UCAN generator it came from (``"universal"``: the dataset-wise
       noise that ``rsjax certify --method ucan --ucan-sigma dataset`` reads).
+
+  Raises:
+    ValueError: an input-dependent generator, shapes that differ, or a sigma
+      that is not finite and > 0 (or a mu that is not finite).
   """
   if generator not in SOUND_GENERATORS:
     raise ValueError(f"only the noise of {SOUND_GENERATORS} is frozen, got {generator!r}")
+  mu = np.asarray(jax.device_get(noise.mu), np.float32)
+  sigma = np.asarray(jax.device_get(noise.sigma), np.float32)
+  if mu.shape != sigma.shape:
+    raise ValueError(f"mu and sigma must have the same shape, got {mu.shape} and {sigma.shape}")
+  if not np.all(np.isfinite(sigma)) or np.any(sigma <= 0) or not np.all(np.isfinite(mu)):
+    raise ValueError("sigma must be finite and > 0, mu finite")
   path = os.path.join(os.fspath(workdir), NOISE_FILE)
   tmp = path + ".tmp.npz"
-  np.savez(tmp, mu=np.asarray(noise.mu, np.float32), sigma=np.asarray(noise.sigma, np.float32),
-           generator=generator)
+  np.savez(tmp, mu=mu, sigma=sigma, generator=generator)
   os.replace(tmp, path)
   return path
 
 
-def saved_generator(workdir) -> str | None:
-  """The generator of the noise in ``workdir/ucan_noise.npz``, or None when there is none."""
+def read_noise(workdir) -> tuple[anisotropic.FrozenNoise, str] | None:
+  """``(noise, generator)`` saved by :func:`save_noise`, or None when there is none."""
   path = os.path.join(os.fspath(workdir), NOISE_FILE)
   if not os.path.exists(path):
     return None
   with np.load(path) as f:
-    return str(f["generator"])
+    return anisotropic.FrozenNoise(f["sigma"], mu=f["mu"]), str(f["generator"])
 
 
 def load_noise(workdir) -> anisotropic.FrozenNoise:
   """The noise frozen after UCAN training: ``FrozenNoise(sigma, mu)`` (sigma includes lambda)."""
-  path = os.path.join(os.fspath(workdir), NOISE_FILE)
-  if not os.path.exists(path):
+  saved = read_noise(workdir)
+  if saved is None:
     raise FileNotFoundError(f"no {NOISE_FILE} in {os.fspath(workdir)!r}: train with an "
                             "input-independent UCAN generator first")
-  with np.load(path) as f:
-    return anisotropic.FrozenNoise(f["sigma"], mu=f["mu"])
+  return saved[0]
 
 
 def _finished(workdir) -> dict | None:
