@@ -191,6 +191,13 @@ def check_samples(cfg: Config, sigma: float) -> int:
   return deq.min_check_samples(cfg.cap_sigmas * sigma, cfg.n, cfg.alpha, sigma)
 
 
+def _noisy_held_out(cfg: Config, sigma: float, held_out) -> np.ndarray:
+  """The held-out digits under one fixed draw of Gaussian noise (the DEQ and the ResNet see
+  the same draw): float32 ``[n, 28, 28, 1]``."""
+  noise = sigma * np.random.default_rng(cfg.seed).standard_normal(held_out[0].shape)
+  return (held_out[0] + noise).astype(np.float32)
+
+
 def _train(cfg: Config, sigma: float, model, train, held_out, workdir: str, **kw):
   """The experiment's recipe through ``rsjax.training.train``: SGD, the lr cut by 5 at half
   of the epochs, Gaussian noise ``sigma``; resumes from ``workdir``."""
@@ -215,10 +222,10 @@ def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log):
   # Accuracy under one draw of noise with cheap and full solvers from z = 0.
   deq_fn, variables = deq.to_deq_fn(model)
   run = jax.jit(deq_fn, static_argnums=3)
-  noise = sigma * np.random.default_rng(cfg.seed).standard_normal(held_out[0].shape)
+  noisy = _noisy_held_out(cfg, sigma, held_out)
   acc = {}
   for label in sorted({cfg.standard, *cfg.srs}):
-    logits, res = run(variables, (held_out[0] + noise).astype(np.float32), None,
+    logits, res = run(variables, noisy, None,
                       deq.as_solver_config(label))
     acc[label] = {"noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
                   "residual": float(np.mean(res.residual))}
@@ -234,8 +241,7 @@ def train_resnet(cfg: Config, sigma: float, workdir: str, train, held_out) -> di
                                    rngs=nnx.Rngs(cfg.seed), **spec)
   model, history = _train(cfg, sigma, model, train, held_out, workdir)
   apply_fn, params = rsjax.models.to_apply_fn(model)
-  noise = sigma * np.random.default_rng(cfg.seed).standard_normal(held_out[0].shape)
-  logits = apply_fn(params, (held_out[0] + noise).astype(np.float32))
+  logits = apply_fn(params, _noisy_held_out(cfg, sigma, held_out))
   return {"model": "BasicResNet " + json.dumps(spec), "num_params": rsjax.models.count_params(model),
           "noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
           "clean_acc": float(history[-1]["clean_acc"]) if history else None}
