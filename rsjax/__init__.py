@@ -7,6 +7,7 @@ noise for an input (``rsjax.noise``), class counts on device
 """
 
 from rsjax import noise as noise
+from rsjax import precision as precision
 from rsjax import stats as stats
 from rsjax._certify import ABSTAIN as ABSTAIN
 from rsjax._certify import Certificate as Certificate
@@ -42,6 +43,7 @@ __all__ = [
     "certificate_from_counts",
     "certify",
     "noise",
+    "precision",
     "predict",
     "sample_counts",
     "sample_noise",

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from rsjax import noise as noise_lib
+from rsjax import precision as precision_lib
 from rsjax import stats
 from rsjax._sampling import counts_prepared, prepare_inputs, sample_counts
 from rsjax.util import as_key, check_alpha, check_int, scale_per_input
@@ -40,9 +41,12 @@ class Sampling:
     batch_size: forward passes per step (SRS: the number of parallel chains),
       or ``"auto"`` (``rsjax.sample_counts``).
     noise: noise family or its name (None: Gaussian, L2); stored resolved.
-    compute_dtype: optional reduced precision of the classifier (see
-      ``rsjax.sample_counts``).
+    compute_dtype: the dtype the classifier runs in, set by ``precision``
+      (``compute_dtype=jnp.bfloat16`` alone is ``precision="bfloat16"``).
     devices: number of local devices to use (None: all).
+    precision: the declared precision of the classifier (``rsjax.precision``):
+      ``"float32"`` (default: full-precision float32 matmuls, also on GPUs
+      whose JAX default is TF32), ``"tf32"`` or ``"bfloat16"``. Stored resolved.
   """
 
   n0: int = 100
@@ -52,6 +56,7 @@ class Sampling:
   noise: Any = None
   compute_dtype: Any = None
   devices: int | None = None
+  precision: str | None = None
 
   def __post_init__(self):
     set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen: normalize
@@ -63,6 +68,8 @@ class Sampling:
     if self.devices is not None:
       set_("devices", check_int("devices", self.devices))
     set_("noise", noise_lib.get_noise(self.noise))
+    set_("precision", precision_lib.resolve(self.precision, self.compute_dtype))
+    set_("compute_dtype", precision_lib.compute_dtype(self.precision))
 
   @classmethod
   def of(cls, settings: "Sampling | None" = None, **fields) -> "Sampling":
@@ -192,7 +199,7 @@ def engine_counts(apply_fn, params, x_np, sig, ids_arr, *, num_classes: int,
   def counts(key, num, **_):
     return counts_prepared(key, apply_fn, params, x_np, sig, ids_arr, num=num,
                            num_classes=num_classes, batch_size=settings.batch_size,
-                           noise=settings.noise, compute_dtype=settings.compute_dtype,
+                           noise=settings.noise, precision=settings.precision,
                            devices=settings.devices)
 
   return counts
@@ -229,9 +236,12 @@ def run_certify(key, counts: CountsFn, rule: RuleFn, settings: Sampling, *,
   """
   key = as_key(key)
   stats.check_sample_size(settings.n, settings.alpha / tests)
-  selection = counts(jax.random.fold_in(key, 0), settings.n0)
-  estimation = counts(jax.random.fold_in(key, 1), settings.n, selection=selection,
-                      aux_key=jax.random.fold_in(key, 2))
+  # Every program the passes trace (the engine, SRS chains, budgeted rounds)
+  # computes the classifier at the run's declared precision.
+  with precision_lib.context(settings.precision):
+    selection = counts(jax.random.fold_in(key, 0), settings.n0)
+    estimation = counts(jax.random.fold_in(key, 1), settings.n, selection=selection,
+                        aux_key=jax.random.fold_in(key, 2))
   return rule(selection, estimation)
 
 
@@ -300,7 +310,7 @@ def predict(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Samp
   of the top two counts at 1/2 has p-value above ``alpha``.
 
   Uses ``n`` samples (key ``key`` itself), ``alpha``, ``batch_size``, ``noise``,
-  ``compute_dtype`` and ``devices`` of the settings (``settings`` and/or the
+  ``precision`` and ``devices`` of the settings (``settings`` and/or the
   same keywords as :func:`certify`).
 
   Returns:
@@ -309,7 +319,7 @@ def predict(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Samp
   s = Sampling.of(settings, **sampling)
   counts = sample_counts(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, num=s.n,
                          batch_size=s.batch_size, ids=ids, noise=s.noise,
-                         compute_dtype=s.compute_dtype, devices=s.devices)
+                         precision=s.precision, devices=s.devices)
   order = np.argsort(-counts, axis=1, kind="stable")
   top = order[:, 0]
   n1 = counts[np.arange(len(top)), top]

@@ -28,6 +28,7 @@ import numpy as np
 
 from rsjax.batching import auto_batch_size
 from rsjax import noise as noise_lib
+from rsjax import precision as precision_lib
 from rsjax._step import (SamplingPlan, cast_floating, make_plan, noisy_counts, sample_noise,
                          step_counts)
 from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
@@ -148,6 +149,7 @@ def sample_counts(
     noise: "noise_lib.Noise | str | None" = None,
     compute_dtype=None,
     devices: int | None = None,
+    precision: str | None = None,
 ) -> np.ndarray:
   """Monte Carlo class counts of the smoothed classifier.
 
@@ -165,13 +167,14 @@ def sample_counts(
       it from the device memory (``rsjax.batching.auto_batch_size``).
     ids: ``[B]`` dataset indices of the inputs (default: positions in ``x``).
     noise: noise family or its name (default Gaussian).
-    compute_dtype: optional dtype (e.g. ``jnp.bfloat16``). The noise is added to
-      the input in float32, then the noisy input and the floating parameters are
-      cast to ``compute_dtype``. The certificate is then a certificate of *that*
-      reduced-precision classifier (``apply_fn`` run in ``compute_dtype``), which
-      is a different base classifier from the float32 one; compare certified
-      accuracies (``benchmarks/``) before relying on it.
+    compute_dtype: ``jnp.bfloat16`` is ``precision="bfloat16"`` (kept for
+      older callers).
     devices: number of local devices to use (default: all).
+    precision: the declared precision of the classifier (``rsjax.precision``):
+      ``"float32"`` (default: float32 with full-precision matmuls, on every
+      backend), ``"tf32"``, or ``"bfloat16"`` (the noise is added in float32,
+      then the noisy input and the floating parameters are cast to bfloat16;
+      the certificate is then one of *that* reduced-precision classifier).
 
   Returns:
     ``[B, num_classes]`` int32 NumPy counts. Counting happens on device; each
@@ -184,17 +187,21 @@ def sample_counts(
   x, sig, ids_arr = prepare_inputs(x, sigma, ids)
   return counts_prepared(as_key(key), apply_fn, params, x, sig, ids_arr, num=num,
                          num_classes=num_classes, batch_size=batch_size, noise=noise,
-                         compute_dtype=compute_dtype, devices=devices)
+                         precision=precision_lib.resolve(precision, compute_dtype),
+                         devices=devices)
 
 
 def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes, batch_size,
-                    noise=None, compute_dtype=None, devices=None) -> np.ndarray:
+                    noise=None, precision=None, devices=None) -> np.ndarray:
   """:func:`sample_counts` for inputs already validated by :func:`prepare_inputs`.
 
   ``key`` is a typed key (:func:`as_key`); ``x``, ``sig``, ``ids_arr`` are the
   NumPy arrays :func:`prepare_inputs` returns. Callers that draw several count
   passes over the same inputs (``certify``: n0 then n) validate once.
+  ``precision`` is a name of ``rsjax.precision`` (None: the default).
   """
+  precision = precision_lib.resolve(precision)
+  compute_dtype = precision_lib.compute_dtype(precision)
   num = check_int("num", num)
   auto_batch = isinstance(batch_size, str) and batch_size == "auto"
   if not auto_batch:
@@ -216,10 +223,11 @@ def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
   # Everything enters replicated over the mesh (a no-op for arrays already placed
   # so), whatever device the caller's key or parameters were committed to.
   key, params, x, sig, ids_arr = replicate(mesh, (key, params, x, sig, ids_arr))
-  partial = _counts_jit(
-      key, params, x, sig, ids_arr,
-      apply_fn=apply_fn, noise=noise, num_classes=num_classes, plan=plan,
-      mesh=mesh, compute_dtype=compute_dtype)
+  with precision_lib.context(precision):
+    partial = _counts_jit(
+        key, params, x, sig, ids_arr,
+        apply_fn=apply_fn, noise=noise, num_classes=num_classes, plan=plan,
+        mesh=mesh, compute_dtype=compute_dtype)
   # [devices, B_pad, C] partial counts -> [B, C] on the host (a few KB).
   total = np.asarray(jax.device_get(partial), dtype=np.int64).sum(axis=0)[: plan.num_inputs]
   check_finite_outputs(total[:, -1], ids_given, num)

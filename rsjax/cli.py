@@ -250,7 +250,7 @@ def _method_plan(args, key, model, apply_fn, params, ds):
     ctx = methods.Context(
         key=key, model=model, apply_fn=apply_fn, params=params, dataset=ds, sigma=args.sigma,
         sampling=Sampling(n0=args.N0, n=args.N, alpha=args.alpha, batch_size=args.batch,
-                          noise=args.noise),
+                          noise=args.noise, precision=args.precision),
         multiclass=args.multiclass, workdir=args.model_dir,
         load_split=lambda split: _load_dataset(ds.name, split, args.data_dir))
     return method.plan(ctx, **{o.name: getattr(args, o.name) for o in method.options})
@@ -394,7 +394,7 @@ def cmd_certify(args) -> int:
   print(f"certified {wrote} new inputs in {time.perf_counter() - t0:.1f}s "
         f"({len(mine)} of {len(indices)} selected in process {pid} of {nproc}); "
         f"results in {args.outfile}")
-  print(f"method: {plan.describe}")
+  print(f"method: {plan.describe}; precision: {args.precision}")
   if last:
     print(f"guarantee: {last[0].guarantee}")
   return 0
@@ -408,7 +408,7 @@ def cmd_predict(args) -> int:
   def fn(x, ids):
     return rsjax.predict(key, apply_fn, params, x, sigma=args.sigma, num_classes=ds.num_classes,
                          n=args.N, alpha=args.alpha, batch_size=args.batch, ids=ids,
-                         noise=args.noise)
+                         noise=args.noise, precision=args.precision)
 
   wrote = runner.predict_dataset(fn, ds.get_batch, indices, args.outfile,
                                  inputs_per_call=args.inputs_per_call or 8,
@@ -618,7 +618,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-  from rsjax import __version__, methods, models, noise, training
+  from rsjax import __version__, methods, models, noise, precision, training
   from rsjax.training import ucan
   fmt = _HelpFormatter
   p = _Parser(
@@ -725,6 +725,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--seed", type=int, default=0, help="PRNG seed of the noise")
     q.add_argument("--noise", default="gaussian", choices=list(noise.NOISES),
                    help="noise family (sets the norm of the radius)")
+    q.add_argument("--precision", default=precision.DEFAULT, choices=list(precision.PRECISIONS),
+                   help="how the classifier is computed: float32 with full-precision matmuls "
+                   "(also on GPUs, whose JAX default is TF32), tf32, or bfloat16; part of the "
+                   "run's identity (a resume at another precision is refused)")
     q.add_argument("--inputs-per-call", type=_positive_int, default=None,
                    help="inputs certified per engine call (rows are written after each call)")
     q.add_argument("--overwrite", "--restart", dest="overwrite", action="store_true",

@@ -73,13 +73,6 @@ def test_counts_identical_across_splits_and_orders(data):
   np.testing.assert_array_equal(shuffled, full[perm])
 
 
-@pytest.mark.parametrize("devices", [1, 2, 3])
-def test_counts_identical_across_device_counts(data, devices):
-  params, x = data
-  assert len(jax.local_devices()) == 4
-  np.testing.assert_array_equal(counts(x, params, devices=devices), counts(x, params))
-
-
 @pytest.mark.parametrize("variant", [dict(batch_size=7), dict(batch_size=700), dict(devices=3),
                                      dict(split=True)])
 def test_fast_stream_counts_identical_across_batch_splits_devices(data, variant):
