@@ -17,7 +17,7 @@ import numpy as np
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
 from rsjax import stats
-from rsjax._sampling import counts_prepared, prepare_inputs, sample_counts
+from rsjax._sampling import dispatch_counts, prepare_inputs, resolve_counts, sample_counts
 from rsjax.util import as_key, check_alpha, check_int, scale_per_input
 
 __all__ = ["ABSTAIN", "Certificate", "Sampling", "certificate_from_counts", "certify",
@@ -192,12 +192,14 @@ def engine_counts(apply_fn, params, x_np, sig, ids_arr, *, num_classes: int,
   """The counts source of the core engine for inputs validated by ``prepare_inputs``.
 
   Returns:
-    ``counts(key, num, **_) -> [B, C]`` int32 counts of ``num`` samples per input
-    (the driver's extra keywords are ignored).
+    ``counts(key, num, **_) -> PendingCounts``: the ``[B, C]`` int32 counts of
+    ``num`` samples per input, dispatched (one launch) and brought to the host by
+    the driver (``rsjax._sampling.resolve_counts``); the driver's extra keywords
+    are ignored.
   """
 
   def counts(key, num, **_):
-    return counts_prepared(key, apply_fn, params, x_np, sig, ids_arr, num=num,
+    return dispatch_counts(key, apply_fn, params, x_np, sig, ids_arr, num=num,
                            num_classes=num_classes, batch_size=settings.batch_size,
                            noise=settings.noise, precision=settings.precision,
                            devices=settings.devices)
@@ -217,7 +219,13 @@ def run_certify(key, counts: CountsFn, rule: RuleFn, settings: Sampling, *,
 
   Keys: selection ``fold_in(key, 0)``, estimation ``fold_in(key, 1)``, and
   ``fold_in(key, 2)`` for auxiliary randomness of the estimation pass (SRS's
-  check positions). They are folded, not split: the same key certifies every
+  check positions).
+
+  Counts may come back pending (``rsjax._sampling.PendingCounts``, from the
+  engine): both passes are then dispatched before the host waits, once, for
+  both (one round trip per call, whatever ``n`` and the number of inputs). A
+  source whose estimation reads the selection counts resolves them first
+  (``resolve_counts``). They are folded, not split: the same key certifies every
   chunk of a dataset (the noise is a function of key, input id and sample
   index), so it is not consumed.
 
@@ -242,7 +250,7 @@ def run_certify(key, counts: CountsFn, rule: RuleFn, settings: Sampling, *,
     selection = counts(jax.random.fold_in(key, 0), settings.n0)
     estimation = counts(jax.random.fold_in(key, 1), settings.n, selection=selection,
                         aux_key=jax.random.fold_in(key, 2))
-  return rule(selection, estimation)
+  return rule(resolve_counts(selection), resolve_counts(estimation))
 
 
 def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,

@@ -33,8 +33,8 @@ from rsjax._step import (SamplingPlan, cast_floating, make_plan, noisy_counts, s
                          step_counts)
 from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
 
-__all__ = ["sample_counts", "counts_prepared", "noisy_counts", "as_key", "SamplingPlan", "make_plan",
-           "prepare_inputs"]
+__all__ = ["PendingCounts", "sample_counts", "counts_prepared", "dispatch_counts", "noisy_counts",
+           "as_key", "SamplingPlan", "make_plan", "prepare_inputs", "resolve_counts"]
 
 ApplyFn = Callable[[Any, jax.Array], jax.Array]
 
@@ -200,6 +200,55 @@ def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
   passes over the same inputs (``certify``: n0 then n) validate once.
   ``precision`` is a name of ``rsjax.precision`` (None: the default).
   """
+  return dispatch_counts(key, apply_fn, params, x, sig, ids_arr, num=num,
+                         num_classes=num_classes, batch_size=batch_size, noise=noise,
+                         precision=precision, devices=devices).result()
+
+
+class PendingCounts:
+  """Counts of one engine launch, dispatched but not yet brought to the host.
+
+  JAX dispatches the launch asynchronously; :meth:`result` waits for it and
+  transfers the counts (the only device-to-host transfer of a pass), so a
+  caller can dispatch several passes (CERTIFY's selection and estimation)
+  before the host waits once.
+  """
+
+  def __init__(self, partial, num_inputs: int, ids, num: int):
+    self._partial, self._num_inputs, self._ids, self._num = partial, num_inputs, ids, num
+    self._result = None
+
+  def result(self) -> np.ndarray:
+    """``[B, num_classes]`` int32 NumPy counts (waits for the launch once).
+
+    Raises:
+      FloatingPointError: some sample's logits were NaN or inf.
+    """
+    if self._result is None:
+      # [devices, B_pad, C + 1] partial counts -> [B, C] on the host (a few KB).
+      total = np.asarray(jax.device_get(self._partial), dtype=np.int64).sum(axis=0)
+      total = total[: self._num_inputs]
+      check_finite_outputs(total[:, -1], self._ids, self._num)
+      self._result, self._partial = total[:, :-1].astype(np.int32), None
+    return self._result
+
+
+def resolve_counts(counts):
+  """``counts`` itself, or the NumPy counts of a :class:`PendingCounts`."""
+  return counts.result() if isinstance(counts, PendingCounts) else counts
+
+
+def dispatch_counts(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes, batch_size,
+                    noise=None, precision=None, devices=None) -> PendingCounts:
+  """Launches the counts of :func:`counts_prepared` without waiting for them.
+
+  One compiled program does every step of the pass (a device-side ``lax.scan``
+  over all inputs and sample chunks), so a pass is one launch whatever ``num``
+  and the number of inputs; its inputs are placed explicitly (``device_put``).
+
+  Returns:
+    A :class:`PendingCounts`; its ``result()`` is what :func:`counts_prepared` returns.
+  """
   precision = precision_lib.resolve(precision)
   compute_dtype = precision_lib.compute_dtype(precision)
   num = check_int("num", num)
@@ -210,7 +259,7 @@ def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
   noise = noise_lib.get_noise(noise)
   if auto_batch:
     batch_size = auto_batch_size(apply_fn, params, x.shape[1:], num=num,
-                                         compute_dtype=compute_dtype)
+                                 compute_dtype=compute_dtype)
   ndev = num_local_devices(devices)
   plan = make_plan(x.shape[0], num, batch_size, ndev)
   pad = plan.padded_inputs - x.shape[0]
@@ -228,10 +277,7 @@ def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
         key, params, x, sig, ids_arr,
         apply_fn=apply_fn, noise=noise, num_classes=num_classes, plan=plan,
         mesh=mesh, compute_dtype=compute_dtype)
-  # [devices, B_pad, C] partial counts -> [B, C] on the host (a few KB).
-  total = np.asarray(jax.device_get(partial), dtype=np.int64).sum(axis=0)[: plan.num_inputs]
-  check_finite_outputs(total[:, -1], ids_given, num)
-  return total[:, :-1].astype(np.int32)
+  return PendingCounts(partial, plan.num_inputs, ids_given, num)
 
 
 def check_finite_outputs(num_bad, ids, num: int) -> None:

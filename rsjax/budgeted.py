@@ -87,7 +87,8 @@ from jax.sharding import PartitionSpec as P
 from rsjax import noise as noise_lib
 from rsjax import stats
 from rsjax._certify import ABSTAIN, Certificate, Sampling, engine_counts, run_certify
-from rsjax._sampling import cast_floating, check_finite_outputs, noisy_counts, prepare_inputs
+from rsjax._sampling import (cast_floating, check_finite_outputs, noisy_counts, prepare_inputs,
+                             resolve_counts)
 from rsjax.util import local_mesh, num_local_devices, replicate, scale_per_input
 
 __all__ = ["Budget", "BudgetedCertificate", "certify", "sequential_bounds", "grid_level"]
@@ -389,7 +390,7 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget
   def counts(key, num, selection=None, **_):
     if selection is None:
       return engine(key, num)
-    return _estimation(key, apply_fn, params, inputs, selection.argmax(axis=1),
+    return _estimation(key, apply_fn, params, inputs, resolve_counts(selection).argmax(axis=1),
                        num_classes=num_classes, budget=budget, settings=settings)
 
   def rule(c0, estimation):
