@@ -404,12 +404,17 @@ def tuned_counts(module: nn.Module, x: np.ndarray, num: int, batch_size: int, *,
       one are not counted).
     sigma: Gaussian noise standard deviation.
     num_classes: number of classes.
-    autocast_dtype: ``"fp32"`` or ``"bf16"`` (``torch.autocast``).
+    autocast_dtype: ``"fp32"`` (full-precision float32: TF32 off for matmuls and
+      cuDNN convolutions), ``"tf32"`` (TF32 on for both) or ``"bf16"``
+      (``torch.autocast``), as rsjax's declared precisions.
     generator: a ``torch.Generator`` on the module's device.
 
   Returns:
     ``[num_classes]`` int64 counts (NumPy); the only host sync is reading them.
   """
+  tf32 = autocast_dtype == "tf32"
+  torch.backends.cuda.matmul.allow_tf32 = tf32
+  torch.backends.cudnn.allow_tf32 = tf32
   dev = next(module.parameters()).device
   xt = torch.from_numpy(np.ascontiguousarray(to_torch_layout(np.asarray(x, np.float32)[None])))[0]
   xt = xt.to(dev)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import statistics
 import time
@@ -43,17 +42,23 @@ import numpy as np
 import rsjax
 from rsjax import batching, models
 
+from benchmarks.costs import activation_elements, matmul_flops
+
 N0 = 100
 ALPHA = 0.001
 SIGMA = 0.25
 GPU_MODELS = ("lenet", "resnet20", "resnet110", "resnet50")
-PRECISIONS = {"fp32": None, "bf16": jnp.bfloat16}
+# The suite's precision names -> rsjax's declared precision (``rsjax.precision``); the twin
+# computes the same way (TF32 off for fp32, on for tf32, bf16 autocast).
+PRECISIONS = {"fp32": "float32", "tf32": "tf32", "bf16": "bfloat16"}
 DEFAULT_JSON = os.path.join("benchmarks", "results", "gpu.json")
 
-# PERFORMANCE.md section 3 assumptions: FLOP/s (bf16 dense, fp32 without tensor cores), HBM B/s.
+# PERFORMANCE.md section 3 assumptions: FLOP/s (bf16 dense, TF32 dense at half of it, fp32
+# without tensor cores: spec sheet 989 / 495 / 67 for the SXM H100), HBM B/s. "fp32" is rsjax's
+# default precision (full-precision matmuls), so its peak is the fp32 one, not TF32's.
 DEVICE_PEAKS = {
-    "H100": {"bf16": 800e12, "fp32": 60e12, "hbm": 3.35e12},
-    "H200": {"bf16": 800e12, "fp32": 60e12, "hbm": 4.8e12},
+    "H100": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 3.35e12},
+    "H200": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 4.8e12},
 }
 
 # PERFORMANCE.md section 6 goals at N = 100,000: (model, precision) -> (seconds per image, ratio).
@@ -66,37 +71,19 @@ GOALS = {
 
 
 def device_peaks(override: str | None = None) -> dict | None:
-  """Section 3 peaks of the first device, or ``"bf16_tflops,fp32_tflops,hbm_tbps"``."""
+  """Section 3 peaks of the first device, or ``"bf16_tflops,fp32_tflops,hbm_tbps"`` (TF32
+  taken as half the bf16 peak) or ``"bf16_tflops,tf32_tflops,fp32_tflops,hbm_tbps"``."""
   if override:
-    bf16, fp32, hbm = (float(v) for v in override.split(","))
-    return {"bf16": bf16 * 1e12, "fp32": fp32 * 1e12, "hbm": hbm * 1e12}
+    values = [float(v) * 1e12 for v in override.split(",")]
+    if len(values) == 3:
+      values.insert(1, values[0] / 2)
+    bf16, tf32, fp32, hbm = values
+    return {"bf16": bf16, "tf32": tf32, "fp32": fp32, "hbm": hbm}
   kind = jax.local_devices()[0].device_kind
   for name, peaks in DEVICE_PEAKS.items():
     if name in kind:
       return peaks
   return None
-
-
-def activation_elements(apply_fn, params, input_shape) -> int:
-  """Output elements of the convolutions and dense layers of one forward pass (one sample)."""
-  from jax.extend import core as jex_core
-
-  closed = jax.make_jaxpr(apply_fn)(params, jnp.zeros((1,) + tuple(input_shape), jnp.float32))
-
-  def walk(jaxpr) -> int:
-    total = 0
-    for eqn in jaxpr.eqns:
-      if eqn.primitive.name in ("conv_general_dilated", "dot_general"):
-        total += math.prod(eqn.outvars[0].aval.shape)
-      for v in eqn.params.values():
-        for sub in (v if isinstance(v, (list, tuple)) else (v,)):
-          if isinstance(sub, jex_core.ClosedJaxpr):
-            total += walk(sub.jaxpr)
-          elif isinstance(sub, jex_core.Jaxpr):
-            total += walk(sub)
-    return total
-
-  return walk(closed.jaxpr)
 
 
 def bound_seconds(flops_per_sample: float, act_elements: int, precision: str, peaks: dict,
@@ -121,7 +108,8 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
   from benchmarks import throughput as tp
 
   spec = tp.SPECS[name]
-  dtype = PRECISIONS[precision]
+  declared = PRECISIONS[precision]
+  dtype = rsjax.precision.compute_dtype(declared)
   model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
                               rngs=seed)
   apply_fn, variables = models.to_apply_fn(model)
@@ -131,7 +119,7 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
                                  compute_dtype=dtype)
   else:
     bs = int(batch_size)
-  flops = tp.forward_flops(apply_fn, variables, spec.input_shape)
+  flops = matmul_flops(apply_fn, variables, spec.input_shape)
   acts = activation_elements(apply_fn, variables, spec.input_shape)
   res = {"model": name, "precision": precision, "input_shape": list(spec.input_shape),
          "num_classes": spec.num_classes, "n0": n0, "num": num, "alpha": ALPHA, "sigma": SIGMA,
@@ -140,7 +128,7 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
   def rsjax_certify(i):
     return rsjax.certify(jax.random.key(seed), apply_fn, variables, xs[i:i + 1], ids=[i],
                          sigma=SIGMA, num_classes=spec.num_classes, n0=n0, n=num, alpha=ALPHA,
-                         batch_size=bs, compute_dtype=dtype)
+                         batch_size=bs, precision=declared)
 
   clock.total = 0.0
   first, _ = tp.timed(lambda: rsjax_certify(0))  # warm-up image: compiles n0 and N programs
@@ -207,6 +195,66 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
   return res
 
 
+def run_dataset_workload(name: str, precision: str, *, num: int, n0: int, images: int,
+                         batch_size, twin: bool, twin_compile: str, grid=(0.0, 0.25, 0.5, 0.75, 1.0),
+                         inputs_per_call: int = 16, seed: int = 0, log=print) -> dict:
+  """The figure a user cares about: wall time to certify ``images`` test-set-size inputs.
+
+  rsjax certifies them ``inputs_per_call`` at a time (one program per pass over
+  all of them), at fixed N and with budgeted CERTIFY on ``grid`` (at most N
+  samples per input); the twin certifies one image after another at fixed N (it
+  has no budgeted mode). Compilation is done on a warm-up chunk first.
+  """
+  from benchmarks import throughput as tp
+
+  spec = tp.SPECS[name]
+  declared = PRECISIONS[precision]
+  model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
+                              rngs=seed)
+  apply_fn, variables = models.to_apply_fn(model)
+  xs = np.random.default_rng(seed + 1).random((images,) + spec.input_shape, dtype=np.float32)
+  bs = (batching.auto_batch_size(apply_fn, variables, spec.input_shape, num=num,
+                                 compute_dtype=rsjax.precision.compute_dtype(declared))
+        if batch_size == "auto" else int(batch_size))
+  kw = dict(sigma=SIGMA, num_classes=spec.num_classes, n0=n0, n=num, alpha=ALPHA, batch_size=bs,
+            precision=declared)
+
+  def certify_all(budget):
+    samples = []
+    for start in range(0, images, inputs_per_call):
+      ids = np.arange(start, min(images, start + inputs_per_call))
+      cert = rsjax.certify(jax.random.key(seed), apply_fn, variables, xs[ids], ids=ids,
+                           budget=budget, **kw)
+      samples.extend(getattr(cert, "num_samples", np.full(len(ids), num)).tolist())
+    return samples
+
+  warm = xs[:min(images, inputs_per_call)]
+  rsjax.certify(jax.random.key(seed), apply_fn, variables, warm, **kw)  # compile
+  rsjax.certify(jax.random.key(seed), apply_fn, variables, warm, budget=grid, **kw)
+  res = {"model": name, "precision": precision, "task": f"dataset{images}", "images": images,
+         "num": num, "n0": n0, "batch_size": bs, "inputs_per_call": inputs_per_call,
+         "grid": list(grid)}
+  res["rsjax_fixed_s"], _ = tp.timed(lambda: certify_all(None))
+  res["rsjax_budgeted_s"], samples = tp.timed(lambda: certify_all(grid))
+  res["budgeted_mean_samples"] = float(np.mean(samples))
+  log(f"  {name} {precision}, {images} images: rsjax fixed {res['rsjax_fixed_s']:.1f} s, "
+      f"budgeted {res['rsjax_budgeted_s']:.1f} s (mean {res['budgeted_mean_samples']:.0f} samples)")
+  if twin and tp.torch is not None:
+    from benchmarks import reference_torch as rt
+    tmod, _ = rt.tuned_module(model, spec.input_shape, compile_mode=twin_compile)
+    gen = rt.torch_generator(seed)
+    one = lambda i: rt.tuned_certify(tmod, xs[i], n0=n0, n=num, alpha=ALPHA, sigma=SIGMA,  # noqa: E731
+                                     num_classes=spec.num_classes, batch_size=bs,
+                                     autocast_dtype=precision, generator=gen)
+    one(0)  # compile
+    res["twin_fixed_s"], _ = tp.timed(lambda: [one(i) for i in range(images)])
+    res["ratio_fixed"] = res["twin_fixed_s"] / res["rsjax_fixed_s"]
+    res["ratio_budgeted"] = res["twin_fixed_s"] / res["rsjax_budgeted_s"]
+    log(f"  twin fixed {res['twin_fixed_s']:.1f} s: rsjax {res['ratio_fixed']:.2f}x fixed, "
+        f"{res['ratio_budgeted']:.2f}x budgeted")
+  return res
+
+
 def table(results: list[dict]) -> str:
   """Markdown table of a suite run."""
   head = ("| model | precision | N | batch | rsjax s/image (p50) | rsjax samples/s | twin s/image "
@@ -215,6 +263,8 @@ def table(results: list[dict]) -> str:
   rows = [head, "|" + "---|" * (head.count("|") - 1)]
   f = lambda v, s="{:.3g}": "-" if v is None else s.format(v)
   for r in results:
+    if "task" in r:
+      continue
     rs, tw = r["rsjax"], r.get("twin", {})
     rows.append(
         f"| {r['model']} | {r['precision']} | {r['num']} | {r['batch_size']} "
@@ -234,8 +284,9 @@ def write_json(path: str, env: dict, results: list[dict]) -> None:
   if os.path.exists(path):
     with open(path, encoding="utf-8") as fh:
       old = json.load(fh).get("results", [])
-  keys = {(r["model"], r["precision"]) for r in results}
-  merged = [r for r in old if (r["model"], r["precision"]) not in keys]
+  key = lambda r: (r["model"], r["precision"], r.get("task", "image"))  # noqa: E731
+  keys = {key(r) for r in results}
+  merged = [r for r in old if key(r) not in keys]
   merged += [dict(r, environment=env) for r in results]
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   with open(path, "w", encoding="utf-8") as fh:
@@ -262,10 +313,18 @@ def run(args, env: dict, clock) -> list[dict]:
           name, precision, num=num, n0=args.n0, images=args.images, batch_size=batch_size,
           twin=not args.no_reference, twin_compile=args.twin_compile, peaks=peaks, clock=clock,
           log=lambda s: print(s, flush=True)))
+  if args.dataset_images:
+    for precision in precisions:
+      print(f"# {args.dataset_model} {precision}: {args.dataset_images} images, fixed N and budgeted ...",
+            flush=True)
+      results.append(run_dataset_workload(
+          args.dataset_model, precision, num=num, n0=args.n0, images=args.dataset_images,
+          batch_size=batch_size, twin=not args.no_reference, twin_compile=args.twin_compile,
+          log=lambda s: print(s, flush=True)))
   print()
   print(table(results))
   for r in results:
-    for g in r["goals"]:
+    for g in r.get("goals", []):
       print(f"goal {r['model']} {r['precision']}: {g['goal']}: {g['value']:.3g} "
             f"({'met' if g['met'] else 'MISSED'})")
   write_json(args.json or DEFAULT_JSON, env, results)

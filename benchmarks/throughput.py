@@ -151,13 +151,11 @@ def device_peak_mb() -> float | None:
   return stats["peak_bytes_in_use"] / 2**20
 
 
-def forward_flops(apply_fn, params, input_shape, batch: int = 8) -> float:
-  """XLA ``cost_analysis()`` FLOPs of one forward pass (per sample)."""
-  x = jax.ShapeDtypeStruct((batch,) + tuple(input_shape), jnp.float32)
-  cost = jax.jit(apply_fn).lower(params, x).compile().cost_analysis()
-  if isinstance(cost, (list, tuple)):
-    cost = cost[0] if cost else {}
-  return float((cost or {}).get("flops", 0.0)) / batch
+def forward_flops(apply_fn, params, input_shape) -> float:
+  """FLOPs of one forward pass per sample, from the jaxpr (``benchmarks.costs``): the same
+  number on every backend (XLA's GPU ``cost_analysis`` leaves out cuDNN convolutions)."""
+  from benchmarks.costs import matmul_flops
+  return matmul_flops(apply_fn, params, input_shape)
 
 
 def peak_gflops(dtype: str, cpu_peak: float | None) -> float | None:
@@ -414,11 +412,17 @@ def main(argv=None) -> list[dict]:
   p.add_argument("--n0", type=int, default=N0, help="--suite gpu: selection samples")
   p.add_argument("--images", type=int, default=50,
                  help="--suite gpu: images certified after the warm-up image")
-  p.add_argument("--precisions", default="fp32,bf16", help="--suite gpu: fp32,bf16")
+  p.add_argument("--precisions", default="fp32,bf16",
+                 help="--suite gpu: from fp32 (full-precision matmuls, rsjax's default), tf32, bf16")
+  p.add_argument("--dataset-images", type=int, default=0,
+                 help="--suite gpu: also time certifying this many images (500: the CIFAR "
+                      "test-set figure) at fixed N and budgeted, rsjax vs the twin")
+  p.add_argument("--dataset-model", default="resnet110", help="--suite gpu: model of that row")
   p.add_argument("--twin-compile", default="default",
                  help="--suite gpu: torch.compile mode of the tuned twin, or 'none'")
   p.add_argument("--device-peaks", default=None,
-                 help="--suite gpu: 'bf16_tflops,fp32_tflops,hbm_tbps' for MFU and the "
+                 help="--suite gpu: 'bf16_tflops,fp32_tflops,hbm_tbps' (or with tf32_tflops "
+                      "after bf16) for MFU and the "
                       "section 3 bound (H100/H200 are built in)")
   p.add_argument("--compile-cache", default=None,
                  help="directory of JAX's persistent compilation cache (reused across runs)")

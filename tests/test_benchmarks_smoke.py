@@ -70,12 +70,24 @@ def test_gpu_suite_runs_on_cpu(tmp_path):
       [sys.executable, "-m", "benchmarks.throughput", "--suite", "gpu", "--models", "mlp",
        "--num", "100", "--n0", "10", "--images", "2", "--batch-size", "50",
        "--twin-compile", "none", "--device-peaks", "1,0.5,0.05", "--json", str(out),
-       "--compile-cache", str(cache)],
+       "--compile-cache", str(cache), "--precisions", "fp32,tf32,bf16",
+       "--dataset-images", "3", "--dataset-model", "mlp"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads(out.read_text())["results"]
-  assert [(r["model"], r["precision"]) for r in results] == [("mlp", "fp32"), ("mlp", "bf16")]
-  for r in results:
+  rows = [r for r in results if "task" not in r]
+  assert [(r["model"], r["precision"]) for r in rows] == [
+      ("mlp", "fp32"), ("mlp", "tf32"), ("mlp", "bf16")]
+  data = [r for r in results if r.get("task") == "dataset3"]
+  assert [r["precision"] for r in data] == ["fp32", "tf32", "bf16"]
+  for r in data:  # the test-set row: fixed N and budgeted over 3 images
+    assert r["rsjax_fixed_s"] > 0 and r["rsjax_budgeted_s"] > 0
+    assert 0 < r["budgeted_mean_samples"] <= 100
+    if _has_torch():
+      assert r["twin_fixed_s"] > 0 and r["ratio_fixed"] > 0
+  for r in rows:
+    # The FLOPs of the jaxpr: 2 x MACs of the MLP's three dense layers, on every backend.
+    assert r["flops_per_sample"] == 2 * (784 * 256 + 256 * 256 + 256 * 10)
     rs = r["rsjax"]
     assert rs["images"] == 2 and len(rs["predictions"]) == 2
     for k in ("samples_per_s", "seconds_per_image", "seconds_per_image_p50", "compile_s"):
