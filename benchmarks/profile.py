@@ -146,20 +146,33 @@ def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dic
 
 
 def noise_streams(reps: int, samples: int = 1000, shape=(784,)) -> dict:
-  """Million normals per second (wall and CPU) of each Gaussian stream, engine-shaped."""
+  """Million normals per second (wall and CPU) of each Gaussian stream, engine-shaped.
+
+  Besides rsjax's streams, ``jax.random.normal`` behind JAX's other typed-key
+  implementations (``rbg``, ``unsafe_rbg``: XLA's ``RngBitGenerator``). Each row
+  also says whether the stream is batch-invariant (64 samples drawn at once equal
+  the same 64 drawn 8 at a time), the property rsjax's counts rest on.
+  """
   streams = {
-      "jax.random.normal": jax.random.normal,
-      "threefry20 (default)": noise_lib.standard_normal,
-      "threefry13 (gaussian_fast)": lambda k, s: noise_lib.standard_normal(k, s,
-                                                                           stream="threefry13"),
+      "jax.random.normal": (jax.random.normal, "threefry2x32"),
+      "jax.random.normal, rbg key": (jax.random.normal, "rbg"),
+      "jax.random.normal, unsafe_rbg key": (jax.random.normal, "unsafe_rbg"),
+      "threefry20 (default)": (noise_lib.standard_normal, "threefry2x32"),
+      "threefry13 (gaussian_fast)": (
+          lambda k, s: noise_lib.standard_normal(k, s, stream="threefry13"), "threefry2x32"),
   }
   out = {}
-  for name, fn in streams.items():
-    f = jax.jit(lambda key, fn=fn: jax.vmap(lambda k: fn(k, shape))(
-        jax.vmap(lambda j: jax.random.fold_in(key, j))(jnp.arange(samples, dtype=jnp.uint32))))
-    t = best_time(lambda f=f: _sync(f(jax.random.key(0))), reps)
+  for name, (fn, impl) in streams.items():
+    f = jax.jit(lambda key, js, fn=fn: jax.vmap(lambda k: fn(k, shape))(
+        jax.vmap(lambda j: jax.random.fold_in(key, j))(js)))
+    key = jax.random.key(0, impl=impl)
+    t = best_time(lambda f=f: _sync(f(key, jnp.arange(samples, dtype=jnp.uint32))), reps)
     n = samples * int(np.prod(shape)) / 1e6
-    out[name] = {"M_normals_per_wall_s": n / t["wall_s"], "M_normals_per_cpu_s": n / t["cpu_s"]}
+    whole = np.asarray(f(key, jnp.arange(64, dtype=jnp.uint32)))
+    parts = np.concatenate([np.asarray(f(key, jnp.arange(s, s + 8, dtype=jnp.uint32)))
+                            for s in range(0, 64, 8)])
+    out[name] = {"M_normals_per_wall_s": n / t["wall_s"], "M_normals_per_cpu_s": n / t["cpu_s"],
+                 "batch_invariant": bool(np.array_equal(whole, parts))}
   return out
 
 
@@ -197,9 +210,10 @@ def main(argv=None) -> dict:
   args = p.parse_args(argv)
   if args.noise:
     out = noise_streams(args.reps)
-    print("| stream | M normals / wall s | M normals / CPU s |\n|---|---|---|")
+    print("| stream | M normals / wall s | M normals / CPU s | batch-invariant |\n|---|---|---|---|")
     for k, v in out.items():
-      print(f"| {k} | {v['M_normals_per_wall_s']:.0f} | {v['M_normals_per_cpu_s']:.0f} |")
+      print(f"| {k} | {v['M_normals_per_wall_s']:.0f} | {v['M_normals_per_cpu_s']:.0f} | "
+            f"{'yes' if v['batch_invariant'] else 'NO'} |")
   else:
     out = profile(args.model, num=args.num,
                   batch_size=args.batch_size if args.batch_size == "auto" else int(args.batch_size),

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats as st
 
 from rsjax import noise
+from rsjax import sample_noise
 
 
 @pytest.mark.parametrize(
@@ -112,3 +113,27 @@ def test_stream_names():
   assert noise.get_noise("gaussian_fast").name == "gaussian"
   with pytest.raises(ValueError, match="stream"):
     noise.Gaussian(stream="philox")
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_jax_rbg_keys_are_not_batch_invariant_so_rsjax_does_not_offer_them(impl):
+  # Issue 24 asked whether JAX's other typed-key PRNGs could be a cheaper option
+  # behind the same API. They draw through XLA's RngBitGenerator, whose vmap over
+  # keys depends on the batch: 64 samples drawn at once differ from the same 64
+  # drawn 8 at a time, so counts would change with batch_size. (They are also
+  # slower on CPU: benchmarks/profile.py --noise.) If JAX ever makes them
+  # batch-invariant, this test fails and the option should be reconsidered.
+  key = jax.random.fold_in(jax.random.key(0, impl=impl), 5)
+  f = jax.jit(lambda js: jax.vmap(lambda k: jax.random.normal(k, (16,)))(
+      jax.vmap(lambda j: jax.random.fold_in(key, j))(js)))
+  whole = np.asarray(f(jnp.arange(64, dtype=jnp.uint32)))
+  parts = np.concatenate([np.asarray(f(jnp.arange(s, s + 8, dtype=jnp.uint32)))
+                          for s in range(0, 64, 8)])
+  assert not np.array_equal(whole, parts)
+  # The same check passes for rsjax's stream (threefry, one key per sample).
+  k3 = jax.random.fold_in(jax.random.key(0), 5)
+  g = jax.jit(lambda js: sample_noise(noise.GAUSSIAN, k3, 0, js, (16,)))
+  np.testing.assert_array_equal(
+      np.asarray(g(jnp.arange(64, dtype=jnp.uint32))),
+      np.concatenate([np.asarray(g(jnp.arange(s, s + 8, dtype=jnp.uint32)))
+                      for s in range(0, 64, 8)]))
