@@ -103,7 +103,7 @@ def _summary(times, samples_per_image) -> dict:
 
 def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, batch_size,
                  twin: bool, twin_compile: str, peaks: dict | None, clock, seed: int = 0,
-                 log=print) -> dict:
+                 fold_bn: bool = False, log=print) -> dict:
   """Certifies ``images`` random inputs of one model with rsjax and the twin; returns figures."""
   from benchmarks import throughput as tp
 
@@ -112,7 +112,9 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
   dtype = rsjax.precision.compute_dtype(declared)
   model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
                               rngs=seed)
-  apply_fn, variables = models.to_apply_fn(model)
+  # rsjax's side may fold eval-mode batch norm into the convolutions (the same function up to
+  # rounding, one memory pass fewer per conv); the twin runs the model as it is.
+  apply_fn, variables = models.to_apply_fn(models.fold_batch_norm(model)[0] if fold_bn else model)
   xs = np.random.default_rng(seed).random((images + 1,) + spec.input_shape, dtype=np.float32)
   if batch_size == "auto":
     bs = batching.auto_batch_size(apply_fn, variables, spec.input_shape, num=num,
@@ -123,7 +125,8 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
   acts = activation_elements(apply_fn, variables, spec.input_shape)
   res = {"model": name, "precision": precision, "input_shape": list(spec.input_shape),
          "num_classes": spec.num_classes, "n0": n0, "num": num, "alpha": ALPHA, "sigma": SIGMA,
-         "batch_size": bs, "flops_per_sample": flops, "activation_elements_per_sample": acts}
+         "batch_size": bs, "flops_per_sample": flops, "activation_elements_per_sample": acts,
+         "fold_bn": fold_bn}
 
   def rsjax_certify(i):
     return rsjax.certify(jax.random.key(seed), apply_fn, variables, xs[i:i + 1], ids=[i],
@@ -312,7 +315,7 @@ def run(args, env: dict, clock) -> list[dict]:
       results.append(run_workload(
           name, precision, num=num, n0=args.n0, images=args.images, batch_size=batch_size,
           twin=not args.no_reference, twin_compile=args.twin_compile, peaks=peaks, clock=clock,
-          log=lambda s: print(s, flush=True)))
+          fold_bn=args.fold_bn, log=lambda s: print(s, flush=True)))
   if args.dataset_images:
     for precision in precisions:
       print(f"# {args.dataset_model} {precision}: {args.dataset_images} images, fixed N and budgeted ...",

@@ -418,6 +418,9 @@ def main(argv=None) -> list[dict]:
                  help="--suite gpu: also time certifying this many images (500: the CIFAR "
                       "test-set figure) at fixed N and budgeted, rsjax vs the twin")
   p.add_argument("--dataset-model", default="resnet110", help="--suite gpu: model of that row")
+  p.add_argument("--fold-bn", action="store_true",
+                 help="--suite gpu: rsjax certifies the model with batch norm folded into its "
+                      "convolutions (rsjax.models.fold_batch_norm)")
   p.add_argument("--twin-compile", default="default",
                  help="--suite gpu: torch.compile mode of the tuned twin, or 'none'")
   p.add_argument("--device-peaks", default=None,

@@ -71,7 +71,7 @@ def test_gpu_suite_runs_on_cpu(tmp_path):
        "--num", "100", "--n0", "10", "--images", "2", "--batch-size", "50",
        "--twin-compile", "none", "--device-peaks", "1,0.5,0.05", "--json", str(out),
        "--compile-cache", str(cache), "--precisions", "fp32,tf32,bf16",
-       "--dataset-images", "3", "--dataset-model", "mlp"],
+       "--dataset-images", "3", "--dataset-model", "mlp", "--fold-bn"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads(out.read_text())["results"]
@@ -86,6 +86,7 @@ def test_gpu_suite_runs_on_cpu(tmp_path):
     if _has_torch():
       assert r["twin_fixed_s"] > 0 and r["ratio_fixed"] > 0
   for r in rows:
+    assert r["fold_bn"] is True
     # The FLOPs of the jaxpr: 2 x MACs of the MLP's three dense layers, on every backend.
     assert r["flops_per_sample"] == 2 * (784 * 256 + 256 * 256 + 256 * 10)
     rs = r["rsjax"]

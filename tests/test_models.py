@@ -233,3 +233,34 @@ def test_errors():
                         normalize="cifar10")
   with pytest.raises(ValueError, match="num_classes"):
     models.create_model("mlp", num_classes=0, input_shape=(4,), rngs=0)
+
+
+def _randomize_batch_norm(model, seed=0):
+  from flax import nnx
+  rng = np.random.default_rng(seed)
+  for _, m in nnx.iter_graph(model):
+    if isinstance(m, nnx.BatchNorm):
+      c = m.scale.get_value().shape[0]
+      m.mean.set_value(jnp.asarray(rng.normal(size=c) * 0.1, jnp.float32))
+      m.var.set_value(jnp.asarray(rng.uniform(0.5, 2.0, size=c), jnp.float32))
+      m.scale.set_value(jnp.asarray(rng.uniform(0.5, 1.5, size=c), jnp.float32))
+      m.bias.set_value(jnp.asarray(rng.normal(size=c) * 0.1, jnp.float32))
+
+
+@pytest.mark.parametrize("name, shape, pairs", [("resnet20", (32, 32, 3), 1 + 9 * 2 + 2),
+                                                ("resnet50", (32, 32, 3), 1 + 16 * 3 + 4)])
+def test_fold_batch_norm_keeps_the_function(name, shape, pairs):
+  from flax import nnx
+  model = models.create_model(name, num_classes=10, input_shape=shape, rngs=0)
+  _randomize_batch_norm(model)
+  folded, count = models.fold_batch_norm(model)
+  assert count == pairs  # every conv + BN pair (stem, blocks, projection shortcuts)
+  assert not any(isinstance(m, nnx.BatchNorm) for _, m in nnx.iter_graph(folded))
+  assert any(isinstance(m, nnx.BatchNorm) for _, m in nnx.iter_graph(model))  # original kept
+  x = np.random.default_rng(1).uniform(size=(4,) + shape).astype(np.float32)
+  f, v = models.to_apply_fn(model)
+  g, w = models.to_apply_fn(folded)
+  a, b = np.asarray(jax.jit(f)(v, x)), np.asarray(jax.jit(g)(w, x))
+  # The same function up to float32 rounding (logits of order 1).
+  np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4 * np.abs(a).max())
+  assert np.abs(a).max() > 0.1

@@ -26,6 +26,7 @@ from rsjax.models._bridge import TrainApply as TrainApply
 from rsjax.models._bridge import count_params as count_params
 from rsjax.models._bridge import to_apply_fn as to_apply_fn
 from rsjax.models._bridge import to_train_fn as to_train_fn
+from rsjax.models._fold import fold_batch_norm as fold_batch_norm
 from rsjax.models._layers import NORMALIZATION as NORMALIZATION
 from rsjax.models._layers import Normalize as Normalize
 from rsjax.models._registry import MODELS as MODELS
@@ -63,6 +64,7 @@ __all__ = [
     "ResNet50",
     "TORCH_ARCHITECTURES",
     "TrainApply",
+    "fold_batch_norm",
     "count_params",
     "create_model",
     "from_torch",
