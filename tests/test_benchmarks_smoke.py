@@ -209,4 +209,9 @@ def test_profile_reports_every_piece():
   assert "| noise |" in profile.report(out)
 
   streams = profile.noise_streams(reps=1, samples=4, shape=(10,))
-  assert len(streams) == 3 and all(v["M_normals_per_wall_s"] > 0 for v in streams.values())
+  assert len(streams) == 5 and all(v["M_normals_per_wall_s"] > 0 for v in streams.values())
+  # rsjax's streams are batch-invariant; JAX's RngBitGenerator keys are not.
+  assert {k: v["batch_invariant"] for k, v in streams.items()} == {
+      "jax.random.normal": True, "jax.random.normal, rbg key": False,
+      "jax.random.normal, unsafe_rbg key": False, "threefry20 (default)": True,
+      "threefry13 (gaussian_fast)": True}
