@@ -30,7 +30,6 @@ when every check passes; otherwise :attr:`AuditReport.reason` is one line.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -175,7 +174,7 @@ def draw_noise(noise, key, ids, num_samples: int, shape) -> np.ndarray:
   import jax
   import jax.numpy as jnp
 
-  from rsjax._step import sample_noise
+  from rsjax import sample_noise
   k_est = jax.random.fold_in(key, 1)
   j = jnp.arange(num_samples, dtype=jnp.uint32)
   return np.stack([np.asarray(sample_noise(noise, k_est, int(i), j, tuple(shape))) for i in ids])
@@ -223,8 +222,6 @@ def audit(path, *, model_dir=None, rows: int = 20, seed: int = 0, false_alarm: f
     AuditError: the run cannot be audited (no certificate record, not a
       ``rsjax certify`` run, ...).
   """
-  import jax
-
   from rsjax import cli, runner
   p = os.fspath(path)
   if not 0 < false_alarm < 1:
