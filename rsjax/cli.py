@@ -263,7 +263,7 @@ def _sampling(args):
   return Sampling(n0=args.N0, n=args.N, alpha=args.alpha, batch_size=args.batch, noise=args.noise)
 
 
-def _certificate_header(args, ds) -> dict:
+def _certificate_header(args, ds, details=None) -> dict:
   """The run-wide part of the certificate record (``rsjax.record.header``)."""
   from rsjax import budgeted, methods, record
   method = methods.METHODS[args.method]
@@ -273,7 +273,7 @@ def _certificate_header(args, ds) -> dict:
       method=args.method, sampling=_sampling(args), sigma=args.sigma, seed=args.seed,
       model=args.run_record["model"], input_shape=ds.input_shape, num_classes=ds.num_classes,
       multiclass=args.multiclass, settings=options, dataset=ds.name,
-      budget=None if grid is None else budgeted.Budget(grid=grid))
+      budget=None if grid is None else budgeted.Budget(grid=grid), details=details)
 
 
 def _load_torch(path: str, arch: str | None, input_shape=None):
@@ -375,7 +375,7 @@ def cmd_certify(args) -> int:
   from rsjax import methods, runner
   model, _, ds, apply_fn, params, indices, key = _sampling_run(args)
   plan = _method_plan(args, key, model, apply_fn, params, ds)
-  args.run_record["certificate"] = _certificate_header(args, ds)
+  args.run_record["certificate"] = _certificate_header(args, ds, plan.details)
   if plan.sequential and nproc > 1:
     raise CliError(f"--method {args.method} certifies inputs one after another in one process")
   columns, row = plan.columns, plan.row
@@ -401,7 +401,8 @@ def cmd_certify(args) -> int:
                                  inputs_per_call=inputs_per_call, extra_columns=columns,
                                  extra_fn=row, progress=not args.quiet,
                                  resume=not args.overwrite, run=args.run_record,
-                                 restore=methods.restorer(plan, ds), record=True, n=args.N)
+                                 restore=methods.restorer(plan, ds), record=True, n=args.N,
+                                 record_extra=plan.record)
   if nproc > 1:
     distributed.barrier("rsjax-certify-rows-written")
     if pid == 0:

@@ -104,6 +104,12 @@ class Plan:
     inputs_per_call: a good number of inputs per call, or None (the caller's default).
     restore: ``restore(x, predict, radius)`` replays rows already written
       (resume) into the method's state; None when it has none.
+    record: ``record(cert, j) -> {field: JSON value}``: what row ``j``'s radius
+      depends on beyond its counts (e.g. IDRS's sigma and slack), added to the
+      row's certificate record (``rsjax.record``) for ``rsjax verify``; None
+      when the counts and the run-wide settings are all.
+    details: run-wide facts the radius depends on (JSON dict), kept as the
+      ``"details"`` of the run's certificate record (``rsjax.record.header``).
   """
 
   certify_fn: Callable
@@ -113,6 +119,8 @@ class Plan:
   sequential: bool = False
   restore: Callable | None = None
   inputs_per_call: int | None = None
+  record: Callable | None = None
+  details: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,8 +229,28 @@ def _idrs(ctx: Context, *, idrs_rate, idrs_k, idrs_m) -> Plan:
     return idrs.certify(ctx.key, ctx.apply_fn, ctx.params, x, design=design, ids=ids,
                         num_classes=ctx.dataset.num_classes, settings=ctx.sampling)
 
+  def record(cert, j):
+    return {"sigma": float(cert.sigma[j]), "slack": float(cert.slack[j]), "rate": float(cert.rate)}
+
   return Plan(fn, ("sigma",), lambda cert, j: {"sigma": repr(float(cert.sigma[j]))},
-              describe=f"IDRS, design {design!r}")
+              describe=f"IDRS, design {design!r}", record=record,
+              details=_idrs_details(design))
+
+
+def _idrs_details(design) -> dict:
+  """What ``rsjax verify`` needs of an IDRS design: sigma(x)'s formula and the radius search."""
+  from rsjax import idrs
+  from rsjax.idrs import _radius
+  # The radius search of idrs.certify at its defaults (rtol 1e-4, certified_radius's atol).
+  out = {"design": repr(design), "radius_rtol": 1e-4, "radius_atol": 1e-7,
+         "xi_margin": _radius.XI_MARGIN,
+         "max_noncentrality": _radius.SEARCH_MAX_NONCENTRALITY}
+  if isinstance(design, idrs.KnnSigma):
+    out.update(kind="knn", sigma_b=design.sigma_b, rate=design.rate, k=design.k, m=design.m,
+               eps=design.eps, sigma_min=design.sigma_min, sigma_max=design.sigma_max)
+  else:
+    out.update(kind="constant", sigma_b=float(design.sigma), rate=0.0)
+  return out
 
 
 # ----------------------------------------------------------------------------- ucan

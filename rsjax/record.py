@@ -119,7 +119,7 @@ def noise_name(noise) -> str:
 
 def header(*, method: str, sampling, sigma, seed, key_fold_in=(), model: str, input_shape,
            num_classes: int, multiclass: bool = False, budget=None, settings: Mapping | None = None,
-           dataset: str | None = None) -> dict:
+           dataset: str | None = None, details: Mapping | None = None) -> dict:
   """The ``"certificate"`` entry of a run record: what holds for every row.
 
   Args:
@@ -136,6 +136,8 @@ def header(*, method: str, sampling, sigma, seed, key_fold_in=(), model: str, in
       and their alpha levels are recorded.
     settings: the method's own options.
     dataset: the dataset's name.
+    details: run-wide facts of the method that its radius depends on
+      (``rsjax.methods.Plan.details``), kept as ``"details"``.
 
   Returns:
     A JSON-serializable dict.
@@ -158,6 +160,8 @@ def header(*, method: str, sampling, sigma, seed, key_fold_in=(), model: str, in
       "model": model,
       "versions": versions(),
   }
+  if details is not None:
+    out["details"] = {k: _jsonable(v) for k, v in dict(details).items()}
   if budget is not None:
     n = sampling.n
     out["budget"] = {"grid": list(budget.grid), "looks": [int(v) for v in budget.looks(n)],

@@ -114,7 +114,8 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
                     progress: bool = True, resume: bool = True,
                     run: Mapping | None = None,
                     restore: Callable[[io.CertifyResults], None] | None = None,
-                    record: bool = False, n: int | None = None) -> int:
+                    record: bool = False, n: int | None = None,
+                    record_extra: Callable[[Certificate, int], dict] | None = None) -> int:
   """Certifies ``indices`` of a dataset and appends one row per input to ``out_path``.
 
   Args:
@@ -142,6 +143,8 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
       The run-wide part belongs in ``run["certificate"]`` (``rsjax.record.header``).
     n: estimation samples per input, for the record (budgeted certificates
       record their own per input).
+    record_extra: ``record_extra(cert, j) -> {field: value}``, the method's own
+      per-row facts added to the record (``rsjax.methods.Plan.record``).
 
   Returns:
     The number of rows written by this call.
@@ -156,10 +159,20 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
     extra = extra_fn(cert, j) if extra_fn is not None else {}
     return dict(predict=int(cert.prediction[j]), radius=float(cert.radius[j]), **extra)
 
-  record_fn = (lambda cert, j, x_j: record_lib.row(cert, j, x_j, n=n)) if record else None
+  def record_fn(cert, j, x_j):
+    out = record_lib.row(cert, j, x_j, n=n)
+    if record_extra is not None:
+      extra = record_extra(cert, j)
+      clash = sorted(set(extra) & set(out))
+      if clash:
+        raise ValueError(f"the method's record fields {clash} clash with the common ones")
+      out.update(extra)
+    return out
+
   return _run("certify", certify_fn, get_batch, indices, out_path,
               inputs_per_call=inputs_per_call, row_fn=row, extra_columns=extra_columns,
-              progress=progress, resume=resume, run=run, restore=restore, record_fn=record_fn)
+              progress=progress, resume=resume, run=run, restore=restore,
+              record_fn=record_fn if record else None)
 
 
 def predict_dataset(predict_fn: PredictFn, get_batch: Callable[[np.ndarray], tuple], indices,
