@@ -314,11 +314,13 @@ def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> P
     if noise.sigma.shape != shape:
       raise ValueError(f"{UNIVERSAL_NOISE_FILE} holds sigma of shape {noise.sigma.shape}, the "
                        f"dataset's inputs are {shape}")
+    source = "dataset"
     what = (f"dataset-wise (mu, sigma) from {UNIVERSAL_NOISE_FILE} (sigma in "
             f"[{noise.sigma.min():.4g}, {noise.sigma.max():.4g}])")
   else:
     noise = anisotropic.FrozenNoise(ctx.sigma * anisotropic.pattern_sigma(
         shape, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota))
+    source = "pattern"
     what = (f"pattern-wise sigma = {ctx.sigma} * ({ucan_kappa} ||(a, b)||_{ucan_pattern[1:]}^2 + "
             f"{ucan_iota}) in [{noise.sigma.min():.4g}, {noise.sigma.max():.4g}]")
 
@@ -331,8 +333,26 @@ def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> P
     return {"normalized_radius": repr(float(cert.normalized_radius[j])),
             "alm": repr(float(cert.alm[j])), **_sound_column(cert, j)}
 
+  details = _ucan_details(noise, source,
+                          sigma=ctx.sigma, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota)
   return Plan(fn, ("normalized_radius", "alm", "sound"), row,
-              describe=f"UCAN, {what}; radius = min(sigma) * normalized_radius")
+              describe=f"UCAN, {what}; radius = min(sigma) * normalized_radius", details=details)
+
+
+def _ucan_details(noise, source: str, **pattern) -> dict:
+  """What ``rsjax verify`` needs of UCAN's frozen ``(mu, sigma)``: the scales' minimum
+  (radius = min(sigma) R) and geometric mean (alm), fingerprints of both arrays, and
+  the pattern's parameters when sigma is a pattern."""
+  from rsjax import record
+  sig = np.asarray(noise.sigma, np.float32)
+  mu = np.zeros_like(sig) if noise.mu is None else np.asarray(noise.mu, np.float32)
+  out = {"source": source, "sigma_min": float(sig.min()),
+         "sigma_gmean": float(np.exp(np.mean(np.log(sig.astype(np.float64))))),
+         "sigma_fingerprint": record.input_fingerprint(sig),
+         "mu_fingerprint": record.input_fingerprint(mu)}
+  if source == "pattern":
+    out.update(pattern)
+  return out
 
 
 # ----------------------------------------------------------------------------- ddrs

@@ -431,7 +431,71 @@ def _check_idrs(cert: dict, res, recs: dict, *, rtol: float, atol: float) -> lis
   return issues
 
 
-VERIFIABLE = {"cohen": _check_cohen, "idrs": _check_idrs}
+# ----------------------------------------------------------------------------- ucan
+
+
+def _ucan_pattern(shape, sigma: float, pattern: str, kappa: float, iota: float) -> np.ndarray:
+  """UCAN's pattern scales ``sigma * (kappa ||(a, b)||_p^2 + iota)``, (a, b) in [-1, 1]^2 (float32)."""
+  h, w = int(shape[0]), int(shape[1])
+  a = np.linspace(-1.0, 1.0, h) if h > 1 else np.zeros(1)
+  b = np.linspace(-1.0, 1.0, w) if w > 1 else np.zeros(1)
+  aa, bb = np.abs(a)[:, None], np.abs(b)[None, :]
+  if pattern == "linf":
+    r2 = np.maximum(aa, bb) ** 2
+  elif pattern == "l1":
+    r2 = (aa + bb) ** 2
+  elif pattern == "l2":
+    r2 = aa**2 + bb**2
+  else:
+    raise VerifyError(f"ucan run with unknown pattern {pattern!r}")
+  scales = (kappa * r2 + iota).astype(np.float32)
+  if len(shape) == 3:
+    scales = np.repeat(scales[:, :, None], int(shape[2]), axis=2)
+  return scales * np.float32(sigma)
+
+
+def _check_ucan(cert: dict, res, recs: dict, *, rtol: float, atol: float) -> list[Mismatch]:
+  """UCAN with frozen ``(mu, sigma)`` (``rsjax.anisotropic.certify``): Cohen's CERTIFY of the
+  unit noise gives the normalized radius R; radius = min(sigma) R, alm = geomean(sigma) R."""
+  d = cert.get("details")
+  if not d or "sigma_min" not in d:
+    raise VerifyError("ucan run without its (mu, sigma) in the certificate record (details): "
+                      "certify it again with this rsjax")
+  issues: list[Mismatch] = []
+  s_min, s_gmean = float(d["sigma_min"]), float(d["sigma_gmean"])
+  if not (s_min > 0 and s_gmean >= s_min):
+    issues.append(Mismatch(-1, f"recorded sigma min {s_min!r}, geometric mean {s_gmean!r} are "
+                           "not scales"))
+    return issues
+  if d.get("source") == "pattern":
+    scales = _ucan_pattern(cert["input_shape"], float(d["sigma"]), d["pattern"],
+                           float(d["kappa"]), float(d["iota"]))
+    want_min = float(scales.min())
+    want_gmean = float(np.exp(np.mean(np.log(scales.astype(np.float64)))))
+    if not (math.isclose(s_min, want_min, rel_tol=1e-6)
+            and math.isclose(s_gmean, want_gmean, rel_tol=1e-6)):
+      issues.append(Mismatch(-1, f"recorded sigma min {s_min!r} / geometric mean {s_gmean!r} "
+                             f"are not those of the pattern ({want_min!r}, {want_gmean!r})"))
+      return issues
+  rows = _read_rows(cert, res, recs, issues)
+  predict, r_norm = _cohen_radius(cert, rows, 1.0)
+  for column, scale in (("normalized_radius", 1.0), ("alm", s_gmean)):
+    if column not in res.extra:
+      raise VerifyError(f"ucan run without its {column!r} column")
+    before = len(issues)
+    _compare(res, rows, predict, r_norm * scale, issues, rtol=rtol, atol=atol, column=column,
+             values=np.asarray(res.extra[column], np.float64))
+    if len(issues) > before:
+      return issues
+  _compare(res, rows, predict, r_norm * s_min, issues, rtol=rtol, atol=atol)
+  if "sound" not in res.extra:
+    raise VerifyError("ucan run without its 'sound' column")
+  for j in np.flatnonzero(np.asarray(res.extra["sound"], np.float64) != 1):
+    issues.append(Mismatch(int(res.idx[j]), "sound 0: the row is no certificate"))
+  return issues
+
+
+VERIFIABLE = {"cohen": _check_cohen, "idrs": _check_idrs, "ucan": _check_ucan}
 
 
 def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12) -> VerifyReport:

@@ -124,3 +124,45 @@ def test_idrs_constant_sigma_is_cohens_radius(trained, tmp_path):
   assert run_cli("certify", trained, out, "--method", "idrs", "--idrs-rate", "0", *COMMON) == 0
   assert io.read_run_record(out)["certificate"]["details"]["kind"] == "constant"
   check_method(out, tmp_path)
+
+
+# ----------------------------------------------------------------------------- ucan
+
+
+@pytest.mark.parametrize("pattern", ["linf", "l2"])
+def test_ucan_pattern_verifies_and_catches_edits(trained, tmp_path, pattern):
+  out = tmp_path / "ucan.tsv"
+  assert run_cli("certify", trained, out, "--method", "ucan", "--ucan-pattern", pattern,
+                 "--ucan-kappa", "0.5", "--sigma", "0.3", *COMMON) == 0
+  d = io.read_run_record(out)["certificate"]["details"]
+  assert d["source"] == "pattern" and d["pattern"] == pattern and d["sigma_min"] > 0
+  res = check_method(out, tmp_path)
+  for column in ("normalized_radius", "alm"):
+    f = copy_run(out, tmp_path / f"{column}.tsv")
+    j = int(np.flatnonzero(res.radius > 0)[0])
+    edit_column(f, j, column, lambda v: repr(float(v) * 1.01))
+    assert_caught(f, int(res.idx[j]), column)
+  # A sound flag of 0 is no certificate; a sigma that is not the pattern's is caught.
+  f = copy_run(out, tmp_path / "sound.tsv")
+  edit_column(f, 0, "sound", lambda v: "0")
+  assert_caught(f, int(res.idx[0]), "sound 0")
+  f = copy_run(out, tmp_path / "sig.tsv")
+  run = io.read_run_record(f)
+  run["certificate"]["details"]["sigma_min"] *= 1.1
+  io.write_run_record(f, run)
+  rep = verify.verify(f)
+  assert not rep.ok and rep.mismatches[0].idx == -1 and "pattern" in rep.mismatches[0].reason
+
+
+def test_ucan_dataset_wise_verifies(trained, tmp_path):
+  from rsjax import methods
+  wd = tmp_path / "wd"
+  shutil.copytree(trained, wd)
+  rng = np.random.default_rng(0)
+  sigma = rng.uniform(0.2, 0.4, (8, 8, 1)).astype(np.float32)
+  methods.save_universal_noise(wd, mu=np.zeros((8, 8, 1), np.float32), sigma=sigma)
+  out = tmp_path / "ucan_ds.tsv"
+  assert run_cli("certify", wd, out, "--method", "ucan", *COMMON) == 0
+  d = io.read_run_record(out)["certificate"]["details"]
+  assert d["source"] == "dataset" and d["sigma_min"] == float(sigma.min())
+  check_method(out, tmp_path)
