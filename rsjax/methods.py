@@ -422,7 +422,18 @@ def _deq(ctx: Context, method: str, *, deq_solver, deq_steps, deq_warmup_steps, 
                        solver=solver, srs=srs, num_classes=ctx.dataset.num_classes,
                        settings=ctx.sampling)
 
-  return Plan(fn, describe=f"DEQ {method} RS, {steps} {deq_solver} steps per sample")
+  if srs is None:
+    return Plan(fn, describe=f"DEQ {method} RS, {steps} {deq_solver} steps per sample")
+
+  def record(cert, j):
+    # The two-stage bound is a function of these and the counts (rsjax.deq.srs_p_lower).
+    return {"check_class": int(cert.check_class[j]), "m_a": int(cert.check_selected[j]),
+            "k": int(cert.check_agree[j]), "m": int(cert.check_total)}
+
+  details = {"m": srs.m, "correction": srs.correction, "check": srs.check,
+             "sound": bool(srs.sound)}
+  return Plan(fn, describe=f"DEQ {method} RS, {steps} {deq_solver} steps per sample",
+              record=record, details=details)
 
 
 def _solver_name(text: str) -> str:

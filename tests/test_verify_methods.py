@@ -166,3 +166,54 @@ def test_ucan_dataset_wise_verifies(trained, tmp_path):
   d = io.read_run_record(out)["certificate"]["details"]
   assert d["source"] == "dataset" and d["sigma_min"] == float(sigma.min())
   check_method(out, tmp_path)
+
+
+# ----------------------------------------------------------------------------- srs
+
+
+@pytest.fixture(scope="module")
+def deq_model(tmp_path_factory):
+  out = tmp_path_factory.mktemp("deq") / "deq"
+  assert run_cli("train", "--dataset", "digits", "--model", "deq", "--sigma", "0.25", "--epochs",
+                 "1", "--batch", "64", "--lr", "0.05", "--out", out, "--quiet") == 0
+  return out
+
+
+def edit_check(r):
+  """One more check sample agrees with the full solver than recorded (k + 1, or m_A - 1)."""
+  if r["k"] < r["m_a"]:
+    r["k"] += 1
+  else:
+    r["m_a"] -= 1
+    r["k"] -= 1
+  return r
+
+
+@pytest.mark.parametrize("correction", ["paper", "authors_code"])
+def test_srs_verifies_and_catches_edits(deq_model, tmp_path, correction):
+  out = tmp_path / "srs.tsv"
+  assert run_cli("certify", deq_model, out, "--method", "srs", "--srs-m", "60", "--N", "300",
+                 "--N0", "30", "--batch", "100", "--skip", "60", "--srs-correction", correction,
+                 "--quiet") == 0
+  d = io.read_run_record(out)["certificate"]["details"]
+  assert d["m"] == 60 and d["correction"] == correction
+  recs = record.read_records(out)
+  assert all(r["m"] == 60 and 0 <= r["k"] <= r["m_a"] <= 60 for r in recs.values())
+  if correction == "authors_code":
+    # The numbers recompute, but the code's bound is no certificate: verify says so.
+    rep = verify.verify(out)
+    assert not rep.ok and [m.idx for m in rep.mismatches] == [-1]
+    assert "no proven certificate" in rep.mismatches[0].reason
+    return
+  res = check_method(out, tmp_path)
+  # An edited check count (the mismatch stage) is caught too.
+  j = int(np.flatnonzero(res.radius > 0)[0])
+  f = copy_run(out, tmp_path / "k.tsv")
+  edit_record(f, int(res.idx[j]), edit_check)
+  assert_caught(f, int(res.idx[j]), "radius")
+
+
+def test_deq_standard_verifies(deq_model, tmp_path):
+  out = tmp_path / "std.tsv"
+  assert run_cli("certify", deq_model, out, "--method", "deq-standard", *COMMON) == 0
+  check_method(out, tmp_path)
