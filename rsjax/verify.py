@@ -11,10 +11,12 @@ that do not sum to N0 / N, a row without a record, a ``correct`` column that
 does not follow from ``predict`` and ``label``, a budgeted run whose looks or
 alpha levels are not the declared schedule or spend more than alpha).
 
-Methods: ``cohen`` (binary radius of Gaussian / Laplace / uniform noise, the
-multiclass radius with simultaneous bounds, and budgeted runs with their alpha
-spending). Runs of other methods are reported as not verifiable, never as
-verified.
+Methods: ``cohen`` and ``deq-standard`` (binary radius of Gaussian / Laplace /
+uniform noise, the multiclass radius with simultaneous bounds, and budgeted
+runs with their alpha spending), ``idrs`` (Thm 3.2 checked at the radius),
+``ucan`` (frozen (mu, sigma)) and ``srs`` (the two-stage bound). ``ddrs`` runs
+(whose memory step depends on distances between inputs, not recorded) are
+reported as not verifiable, never as verified.
 
 Tolerances: predictions and counts are compared exactly; radii to a relative
 ``rtol`` (default 1e-9) plus ``atol`` 1e-12 (both sides are float64 from the

@@ -215,5 +215,14 @@ def test_srs_verifies_and_catches_edits(deq_model, tmp_path, correction):
 
 def test_deq_standard_verifies(deq_model, tmp_path):
   out = tmp_path / "std.tsv"
-  assert run_cli("certify", deq_model, out, "--method", "deq-standard", *COMMON) == 0
+  assert run_cli("certify", deq_model, out, "--method", "deq-standard", "--deq-steps", "5",
+                 *COMMON) == 0
   check_method(out, tmp_path)
+
+
+def test_ddrs_is_reported_not_verifiable_never_verified(trained, tmp_path):
+  out = tmp_path / "ddrs.tsv"
+  assert run_cli("certify", trained, out, "--method", "ddrs", "--ddrs-steps", "2", "--ddrs-lr",
+                 "0.01", *COMMON) == 0
+  with pytest.raises(verify.VerifyError, match="'ddrs' cannot be verified"):
+    verify.verify(out)
