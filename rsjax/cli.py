@@ -1,4 +1,4 @@
-"""The ``rsjax`` command: train, certify, predict, analyze, convert, demo.
+"""The ``rsjax`` command: train, certify, predict, analyze, verify, audit, convert, demo.
 
 Global JAX configuration (compilation cache) is set here, in ``main`` only,
 never at import of the library.
@@ -249,13 +249,32 @@ def _method_plan(args, key, model, apply_fn, params, ds):
   try:
     ctx = methods.Context(
         key=key, model=model, apply_fn=apply_fn, params=params, dataset=ds, sigma=args.sigma,
-        sampling=Sampling(n0=args.N0, n=args.N, alpha=args.alpha, batch_size=args.batch,
-                          noise=args.noise, precision=args.precision),
+        sampling=_sampling(args),
         multiclass=args.multiclass, workdir=args.model_dir,
         load_split=lambda split: _load_dataset(ds.name, split, args.data_dir))
     return method.plan(ctx, **{o.name: getattr(args, o.name) for o in method.options})
   except ValueError as e:
     raise CliError(str(e)) from None
+
+
+def _sampling(args):
+  """The ``rsjax.Sampling`` of the certify flags."""
+  from rsjax import Sampling
+  return Sampling(n0=args.N0, n=args.N, alpha=args.alpha, batch_size=args.batch, noise=args.noise,
+                  precision=args.precision)
+
+
+def _certificate_header(args, ds, details=None) -> dict:
+  """The run-wide part of the certificate record (``rsjax.record.header``)."""
+  from rsjax import budgeted, methods, record
+  method = methods.METHODS[args.method]
+  options = {o.name: getattr(args, o.name) for o in method.options}
+  grid = options.get("grid")
+  return record.header(
+      method=args.method, sampling=_sampling(args), sigma=args.sigma, seed=args.seed,
+      model=args.run_record["model"], input_shape=ds.input_shape, num_classes=ds.num_classes,
+      multiclass=args.multiclass, settings=options, dataset=ds.name,
+      budget=None if grid is None else budgeted.Budget(grid=grid), details=details)
 
 
 def _load_torch(path: str, arch: str | None, input_shape=None):
@@ -357,6 +376,7 @@ def cmd_certify(args) -> int:
   from rsjax import methods, runner
   model, _, ds, apply_fn, params, indices, key = _sampling_run(args)
   plan = _method_plan(args, key, model, apply_fn, params, ds)
+  args.run_record["certificate"] = _certificate_header(args, ds, plan.details)
   if plan.sequential and nproc > 1:
     raise CliError(f"--method {args.method} certifies inputs one after another in one process")
   columns, row = plan.columns, plan.row
@@ -382,7 +402,8 @@ def cmd_certify(args) -> int:
                                  inputs_per_call=inputs_per_call, extra_columns=columns,
                                  extra_fn=row, progress=not args.quiet,
                                  resume=not args.overwrite, run=args.run_record,
-                                 restore=methods.restorer(plan, ds))
+                                 restore=methods.restorer(plan, ds), record=True, n=args.N,
+                                 record_extra=plan.record)
   if nproc > 1:
     distributed.barrier("rsjax-certify-rows-written")
     if pid == 0:
@@ -391,6 +412,9 @@ def cmd_certify(args) -> int:
           [distributed.process_path(args.outfile, process_index=p, process_count=nproc)
            for p in range(nproc)], args.outfile)
       io.write_run_record(args.outfile, args.run_record)
+      from rsjax import record
+      record.merge([distributed.process_path(args.outfile, process_index=p, process_count=nproc)
+                    for p in range(nproc)], args.outfile)
   print(f"certified {wrote} new inputs in {time.perf_counter() - t0:.1f}s "
         f"({len(mine)} of {len(indices)} selected in process {pid} of {nproc}); "
         f"results in {args.outfile}")
@@ -533,6 +557,43 @@ def _print_easy_hard(results, reference_path: str, radii) -> None:
   widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
   for r in [head, *rows]:
     print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
+
+
+# ----------------------------------------------------------------------------- verify, audit
+
+
+def cmd_verify(args) -> int:
+  from rsjax import verify
+  status = 0
+  for path in args.files:
+    try:
+      report = verify.verify(path)
+    except (verify.VerifyError, ValueError) as e:
+      raise CliError(str(e)) from None
+    for m in report.mismatches[:args.show]:
+      print(f"{path}: {m}")
+    if len(report.mismatches) > args.show:
+      print(f"{path}: ... and {len(report.mismatches) - args.show} more")
+    print(report.summary())
+    status = status or (0 if report.ok else 1)
+  return status
+
+
+def cmd_audit(args) -> int:
+  from rsjax import audit
+  if args.model_dir is None and args.torch_checkpoint is None:
+    raise CliError("give the run's model: --model-dir DIR (or --torch-checkpoint F.pth)")
+  try:
+    report = audit.audit(args.file, model_dir=args.model_dir, rows=args.rows, seed=args.seed,
+                         false_alarm=args.false_alarm, data_dir=args.data_dir,
+                         torch_checkpoint=args.torch_checkpoint)
+  except (audit.AuditError, ValueError) as e:
+    raise CliError(str(e)) from None
+  if not args.quiet:
+    for c in report.checks:
+      print(c)
+  print(report.summary())
+  return 0 if report.ok else 1
 
 
 # ----------------------------------------------------------------------------- convert
@@ -788,6 +849,30 @@ def build_parser() -> argparse.ArgumentParser:
                  help="certified accuracy on easy / hard inputs, split by p_A >= 0.5 in this "
                       "reference result file (e.g. the Gaussian model's, with --save-counts)")
   a.set_defaults(func=cmd_analyze)
+
+  v = sub.add_parser("verify", parents=[common], formatter_class=fmt,
+                     help="recompute every radius and prediction of certify runs from their "
+                     "recorded counts (SciPy only: no model, no device); exit status 1 if a row "
+                     "does not match")
+  v.add_argument("files", nargs="+", help="certify result files (with their .run.json and "
+                 ".cert.jsonl)")
+  v.add_argument("--show", type=_nonneg_int, default=20, help="rows that do not match to print")
+  v.set_defaults(func=cmd_verify)
+
+  au = sub.add_parser("audit", parents=[common], formatter_class=fmt,
+                      help="with the model, draw the counts of random rows of a certify run again "
+                      "and test its noise; exit status 1 if the run fails")
+  au.add_argument("file", help="certify result file (with its .run.json and .cert.jsonl)")
+  au.add_argument("--model-dir", default=None, help="the model directory the run certified")
+  au.add_argument("--torch-checkpoint", default=None, metavar="F.pth",
+                  help="the PyTorch checkpoint the run certified, instead of --model-dir")
+  au.add_argument("--data-dir", default=None, help="TFDS data_dir of the run's dataset")
+  au.add_argument("--rows", type=_positive_int, default=20, help="rows drawn again")
+  au.add_argument("--seed", type=int, default=0, help="seed of the choice of rows")
+  au.add_argument("--false-alarm", type=_probability, default=0.001,
+                  help="probability that an honest noise stream fails the noise tests")
+  au.add_argument("--quiet", action="store_true", help="print the summary line only")
+  au.set_defaults(func=cmd_audit)
 
   cv = sub.add_parser("convert", parents=[common], formatter_class=fmt,
                       help="convert a PyTorch checkpoint into a model directory "

@@ -104,6 +104,12 @@ class Plan:
     inputs_per_call: a good number of inputs per call, or None (the caller's default).
     restore: ``restore(x, predict, radius)`` replays rows already written
       (resume) into the method's state; None when it has none.
+    record: ``record(cert, j) -> {field: JSON value}``: what row ``j``'s radius
+      depends on beyond its counts (e.g. IDRS's sigma and slack), added to the
+      row's certificate record (``rsjax.record``) for ``rsjax verify``; None
+      when the counts and the run-wide settings are all.
+    details: run-wide facts the radius depends on (JSON dict), kept as the
+      ``"details"`` of the run's certificate record (``rsjax.record.header``).
   """
 
   certify_fn: Callable
@@ -113,6 +119,8 @@ class Plan:
   sequential: bool = False
   restore: Callable | None = None
   inputs_per_call: int | None = None
+  record: Callable | None = None
+  details: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,8 +229,28 @@ def _idrs(ctx: Context, *, idrs_rate, idrs_k, idrs_m) -> Plan:
     return idrs.certify(ctx.key, ctx.apply_fn, ctx.params, x, design=design, ids=ids,
                         num_classes=ctx.dataset.num_classes, settings=ctx.sampling)
 
+  def record(cert, j):
+    return {"sigma": float(cert.sigma[j]), "slack": float(cert.slack[j]), "rate": float(cert.rate)}
+
   return Plan(fn, ("sigma",), lambda cert, j: {"sigma": repr(float(cert.sigma[j]))},
-              describe=f"IDRS, design {design!r}")
+              describe=f"IDRS, design {design!r}", record=record,
+              details=_idrs_details(design))
+
+
+def _idrs_details(design) -> dict:
+  """What ``rsjax verify`` needs of an IDRS design: sigma(x)'s formula and the radius search."""
+  from rsjax import idrs
+  from rsjax.idrs import _radius
+  # The radius search of idrs.certify at its defaults (rtol 1e-4, certified_radius's atol).
+  out = {"design": repr(design), "radius_rtol": 1e-4, "radius_atol": 1e-7,
+         "xi_margin": _radius.XI_MARGIN,
+         "max_noncentrality": _radius.SEARCH_MAX_NONCENTRALITY}
+  if isinstance(design, idrs.KnnSigma):
+    out.update(kind="knn", sigma_b=design.sigma_b, rate=design.rate, k=design.k, m=design.m,
+               eps=design.eps, sigma_min=design.sigma_min, sigma_max=design.sigma_max)
+  else:
+    out.update(kind="constant", sigma_b=float(design.sigma), rate=0.0)
+  return out
 
 
 # ----------------------------------------------------------------------------- ucan
@@ -286,11 +314,13 @@ def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> P
     if noise.sigma.shape != shape:
       raise ValueError(f"{UNIVERSAL_NOISE_FILE} holds sigma of shape {noise.sigma.shape}, the "
                        f"dataset's inputs are {shape}")
+    source = "dataset"
     what = (f"dataset-wise (mu, sigma) from {UNIVERSAL_NOISE_FILE} (sigma in "
             f"[{noise.sigma.min():.4g}, {noise.sigma.max():.4g}])")
   else:
     noise = anisotropic.FrozenNoise(ctx.sigma * anisotropic.pattern_sigma(
         shape, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota))
+    source = "pattern"
     what = (f"pattern-wise sigma = {ctx.sigma} * ({ucan_kappa} ||(a, b)||_{ucan_pattern[1:]}^2 + "
             f"{ucan_iota}) in [{noise.sigma.min():.4g}, {noise.sigma.max():.4g}]")
 
@@ -303,8 +333,26 @@ def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> P
     return {"normalized_radius": repr(float(cert.normalized_radius[j])),
             "alm": repr(float(cert.alm[j])), **_sound_column(cert, j)}
 
+  details = _ucan_details(noise, source,
+                          sigma=ctx.sigma, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota)
   return Plan(fn, ("normalized_radius", "alm", "sound"), row,
-              describe=f"UCAN, {what}; radius = min(sigma) * normalized_radius")
+              describe=f"UCAN, {what}; radius = min(sigma) * normalized_radius", details=details)
+
+
+def _ucan_details(noise, source: str, **pattern) -> dict:
+  """What ``rsjax verify`` needs of UCAN's frozen ``(mu, sigma)``: the scales' minimum
+  (radius = min(sigma) R) and geometric mean (alm), fingerprints of both arrays, and
+  the pattern's parameters when sigma is a pattern."""
+  from rsjax import record
+  sig = np.asarray(noise.sigma, np.float32)
+  mu = np.zeros_like(sig) if noise.mu is None else np.asarray(noise.mu, np.float32)
+  out = {"source": source, "sigma_min": float(sig.min()),
+         "sigma_gmean": float(np.exp(np.mean(np.log(sig.astype(np.float64))))),
+         "sigma_fingerprint": record.input_fingerprint(sig),
+         "mu_fingerprint": record.input_fingerprint(mu)}
+  if source == "pattern":
+    out.update(pattern)
+  return out
 
 
 # ----------------------------------------------------------------------------- ddrs
@@ -374,7 +422,18 @@ def _deq(ctx: Context, method: str, *, deq_solver, deq_steps, deq_warmup_steps, 
                        solver=solver, srs=srs, num_classes=ctx.dataset.num_classes,
                        settings=ctx.sampling)
 
-  return Plan(fn, describe=f"DEQ {method} RS, {steps} {deq_solver} steps per sample")
+  if srs is None:
+    return Plan(fn, describe=f"DEQ {method} RS, {steps} {deq_solver} steps per sample")
+
+  def record(cert, j):
+    # The two-stage bound is a function of these and the counts (rsjax.deq.srs_p_lower).
+    return {"check_class": int(cert.check_class[j]), "m_a": int(cert.check_selected[j]),
+            "k": int(cert.check_agree[j]), "m": int(cert.check_total)}
+
+  details = {"m": srs.m, "correction": srs.correction, "check": srs.check,
+             "sound": bool(srs.sound)}
+  return Plan(fn, describe=f"DEQ {method} RS, {steps} {deq_solver} steps per sample",
+              record=record, details=details)
 
 
 def _solver_name(text: str) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rsjax import io
+from rsjax import record as record_lib
 from rsjax._certify import Certificate
 
 __all__ = ["select_indices", "certify_dataset", "predict_dataset", "fingerprint"]
@@ -63,11 +64,14 @@ def fingerprint(params) -> str:
 
 def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, row_fn,
          extra_columns: Sequence[str] = (), progress: bool, resume: bool,
-         run: Mapping | None = None, restore: Callable | None = None) -> int:
+         run: Mapping | None = None, restore: Callable | None = None,
+         record_fn: Callable | None = None) -> int:
   """The resumable loop shared by certify and predict.
 
   ``row_fn(result, j) -> dict`` gives the ``predict``/``radius``/extra fields of
-  row ``j`` of one call's ``result = fn(x, ids)``.
+  row ``j`` of one call's ``result = fn(x, ids)``; ``record_fn(result, j, x_j)``,
+  if given, the row's certificate record (``rsjax.record``), written (durably)
+  before the row.
   """
   if inputs_per_call < 1:
     raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
@@ -76,6 +80,7 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
   with io.ResultsWriter(out_path, kind=kind, resume=resume, extra_columns=extra_columns,
                         run=run) as writer:
     todo = np.array([i for i in indices if int(i) not in writer.done], dtype=np.int64)
+    records = record_lib.RecordWriter(out_path, writer.done) if record_fn is not None else None
     if restore is not None and writer.done:
       restore(io.read_certify(out_path))  # rows already written, in processing order
     if progress and len(todo) < len(indices):
@@ -89,11 +94,17 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
       t0 = time.perf_counter()
       result = fn(np.asarray(x), chunk)
       dt = (time.perf_counter() - t0) / len(chunk)
+      x = np.asarray(x)
       for j, i in enumerate(chunk):
-        writer.write(idx=int(i), label=int(labels[j]), time=dt, **row_fn(result, j))
+        fields = row_fn(result, j)
+        if records is not None:
+          records.write(int(i), record_fn(result, j, x[j]))
+        writer.write(idx=int(i), label=int(labels[j]), time=dt, **fields)
         written += 1
       bar.update(len(chunk))
     bar.close()
+    if records is not None:
+      records.close()
   return written
 
 
@@ -102,7 +113,9 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
                     extra_fn: Callable[[Certificate, int], dict] | None = None,
                     progress: bool = True, resume: bool = True,
                     run: Mapping | None = None,
-                    restore: Callable[[io.CertifyResults], None] | None = None) -> int:
+                    restore: Callable[[io.CertifyResults], None] | None = None,
+                    record: bool = False, n: int | None = None,
+                    record_extra: Callable[[Certificate, int], dict] | None = None) -> int:
   """Certifies ``indices`` of a dataset and appends one row per input to ``out_path``.
 
   Args:
@@ -124,6 +137,14 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
     restore: optional ``restore(results)``, called with the rows already in
       ``out_path`` (file order) before resuming: a method with state across
       inputs (the DDRS memory) rebuilds it from them.
+    record: keep the certificate record of every row (its selection and
+      estimation counts, bound and input fingerprint) in
+      ``<out_path>.cert.jsonl`` (``rsjax.record``; ``rsjax.verify`` checks it).
+      The run-wide part belongs in ``run["certificate"]`` (``rsjax.record.header``).
+    n: estimation samples per input, for the record (budgeted certificates
+      record their own per input).
+    record_extra: ``record_extra(cert, j) -> {field: value}``, the method's own
+      per-row facts added to the record (``rsjax.methods.Plan.record``).
 
   Returns:
     The number of rows written by this call.
@@ -138,9 +159,20 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
     extra = extra_fn(cert, j) if extra_fn is not None else {}
     return dict(predict=int(cert.prediction[j]), radius=float(cert.radius[j]), **extra)
 
+  def record_fn(cert, j, x_j):
+    out = record_lib.row(cert, j, x_j, n=n)
+    if record_extra is not None:
+      extra = record_extra(cert, j)
+      clash = sorted(set(extra) & set(out))
+      if clash:
+        raise ValueError(f"the method's record fields {clash} clash with the common ones")
+      out.update(extra)
+    return out
+
   return _run("certify", certify_fn, get_batch, indices, out_path,
               inputs_per_call=inputs_per_call, row_fn=row, extra_columns=extra_columns,
-              progress=progress, resume=resume, run=run, restore=restore)
+              progress=progress, resume=resume, run=run, restore=restore,
+              record_fn=record_fn if record else None)
 
 
 def predict_dataset(predict_fn: PredictFn, get_batch: Callable[[np.ndarray], tuple], indices,

@@ -401,7 +401,7 @@ def test_help_version_and_predict_summary(model_dir, tmp_path, capsys):
   with pytest.raises(SystemExit):
     run_cli("--version")
   assert capsys.readouterr().out.strip() == f"rsjax {__version__}"
-  for command in ("train", "certify", "predict", "analyze", "demo"):
+  for command in ("train", "certify", "predict", "analyze", "verify", "audit", "demo"):
     sub = cli.build_parser()._subparsers._group_actions[0].choices[command]
     for action in sub._actions:
       if action.option_strings and action.dest != "help":

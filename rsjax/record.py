@@ -1,0 +1,308 @@
+"""The certificate record: what a third party needs to check a certify run.
+
+A certify run writes three files side by side:
+
+* ``<file>`` -- the rows in Cohen et al.'s format (``rsjax.io``), read by any
+  TSV reader as before;
+* ``<file>.run.json`` -- the run record (``rsjax.io.write_run_record``); its
+  ``"certificate"`` entry (:func:`header`) holds what holds for every row: the
+  method and its settings, the ``rsjax.Sampling`` fields (N0, N, alpha, noise,
+  precision and whatever else the sampling settings hold), sigma, the noise
+  family and norm, the input shape and number of classes, the key derivation
+  (seed and how row ``idx`` gets its noise), the fingerprint of the model's
+  parameters and the versions of rsjax, JAX, jaxlib, NumPy and SciPy;
+* ``<file>.cert.jsonl`` -- one JSON object per row (:func:`row`): ``idx``,
+  the selection counts ``counts0`` and estimation counts ``counts`` (sparse,
+  ``{class: count}``; ``n_A`` and the runner-up follow from them), the number
+  of estimation samples used ``n``, the lower bound ``p_lower`` and the
+  fingerprint ``input`` of the input image.
+
+``rsjax.verify`` recomputes every radius from these files with SciPy alone;
+``rsjax.audit`` re-draws the counts of chosen rows with the model.
+
+Writing is as durable as the rows: each record line is flushed and fsynced
+before its TSV row, so every row in the TSV has its record; on resume
+(:class:`RecordWriter`) record lines whose row is not in the TSV (a crash in
+between) are dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+__all__ = ["RECORD_SUFFIX", "FORMAT", "KEY_DERIVATION", "RecordWriter", "header",
+           "input_fingerprint", "read_records", "record_path", "row", "sampling_fields",
+           "versions"]
+
+RECORD_SUFFIX = ".cert.jsonl"
+FORMAT = "rsjax-certificate/1"
+#: How the noise of row ``idx`` derives from the run's key ``K`` (``rsjax._certify.run_certify``
+#: and ``rsjax.sample_noise``).
+KEY_DERIVATION = ("K = jax.random.key(seed) folded with key.fold_in in order; selection sample j "
+                  "of row idx: fold_in(fold_in(fold_in(K, 0), idx), j); estimation: "
+                  "fold_in(fold_in(fold_in(K, 1), idx), j); Threefry-2x32 (jax default PRNG)")
+
+
+def record_path(path) -> str:
+  """The certificate record kept next to a result file: ``<path>.cert.jsonl``."""
+  return os.fspath(path) + RECORD_SUFFIX
+
+
+def versions() -> dict:
+  """Versions of the software that computed the counts and the radii."""
+  import importlib.metadata as md
+
+  import scipy
+
+  import rsjax
+  out = {"rsjax": rsjax.__version__, "numpy": np.__version__, "scipy": scipy.__version__}
+  for name in ("jax", "jaxlib"):
+    try:
+      out[name] = md.version(name)
+    except md.PackageNotFoundError:
+      out[name] = None
+  return out
+
+
+def input_fingerprint(x) -> str:
+  """A short hash of one input (its float32 values and shape): ``"sha256:<16 hex>"``."""
+  a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+  h = hashlib.sha256(f"{a.shape}|".encode())
+  h.update(a.tobytes())
+  return "sha256:" + h.hexdigest()[:16]
+
+
+def _jsonable(v):
+  if dataclasses.is_dataclass(v) and not isinstance(v, type):
+    return getattr(v, "name", None) or repr(v)
+  if isinstance(v, (np.generic,)):
+    return v.item()
+  if isinstance(v, tuple):
+    return [_jsonable(u) for u in v]
+  if v is None or isinstance(v, (bool, int, float, str, list, dict)):
+    return v
+  return str(v)
+
+
+#: Sampling fields that change how fast counts come, never the counts (rsjax's
+#: reproducibility contract): not part of a run's identity, so a run resumes with
+#: another batch size or device count.
+SPEED_ONLY = frozenset({"batch_size", "devices"})
+
+
+def sampling_fields(sampling) -> dict:
+  """The fields of an ``rsjax.Sampling`` as JSON values (the noise by name), but
+  :data:`SPEED_ONLY`.
+
+  Generic on purpose: a field added to ``Sampling`` (e.g. a compute precision)
+  is recorded without a change here.
+  """
+  return {f.name: noise_name(v) if f.name == "noise" else _jsonable(v)
+          for f in dataclasses.fields(sampling) if f.name not in SPEED_ONLY
+          for v in [getattr(sampling, f.name)]}
+
+
+def noise_name(noise) -> str:
+  """The registry name (``rsjax.noise.NOISES``) of a noise family, e.g. ``"uniform_linf"``."""
+  from rsjax import noise as noise_lib
+  for name, n in noise_lib.NOISES.items():
+    if n == noise:
+      return name
+  return repr(noise)
+
+
+def header(*, method: str, sampling, sigma, seed, key_fold_in=(), model: str, input_shape,
+           num_classes: int, multiclass: bool = False, budget=None, settings: Mapping | None = None,
+           dataset: str | None = None, details: Mapping | None = None) -> dict:
+  """The ``"certificate"`` entry of a run record: what holds for every row.
+
+  Args:
+    method: the method's name (``rsjax.methods.METHODS``).
+    sampling: the ``rsjax.Sampling`` of every certify call.
+    sigma: the noise level (float), or a description of its source (str).
+    seed: the seed of ``jax.random.key``.
+    key_fold_in: integers the key was folded with (in order) before certifying.
+    model: the fingerprint of the model's parameters (``rsjax.runner.fingerprint``).
+    input_shape: the shape of one input.
+    num_classes: C.
+    multiclass: the multiclass radius.
+    budget: ``rsjax.budgeted.Budget`` of a budgeted run, or None; its looks
+      and their alpha levels are recorded.
+    settings: the method's own options.
+    dataset: the dataset's name.
+    details: run-wide facts of the method that its radius depends on
+      (``rsjax.methods.Plan.details``), kept as ``"details"``.
+
+  Returns:
+    A JSON-serializable dict.
+  """
+  noise = sampling.noise
+  out = {
+      "format": FORMAT,
+      "method": method,
+      "settings": {k: _jsonable(v) for k, v in dict(settings or {}).items()},
+      "sampling": sampling_fields(sampling),
+      "noise": {"family": type(noise).__name__.lower(), "name": noise_name(noise),
+                "norm": noise.norm},
+      "sigma": sigma if isinstance(sigma, str) else float(sigma),
+      "multiclass": bool(multiclass),
+      "input_shape": [int(d) for d in input_shape],
+      "num_classes": int(num_classes),
+      "dataset": dataset,
+      "key": {"seed": int(seed), "fold_in": [int(k) for k in key_fold_in],
+              "derivation": KEY_DERIVATION},
+      "model": model,
+      "versions": versions(),
+  }
+  if details is not None:
+    out["details"] = {k: _jsonable(v) for k, v in dict(details).items()}
+  if budget is not None:
+    n = sampling.n
+    out["budget"] = {"grid": list(budget.grid), "looks": [int(v) for v in budget.looks(n)],
+                     "alphas": [float(a) for a in budget.alphas(sampling.alpha, n)],
+                     "first": int(budget.first), "ratio": float(budget.ratio),
+                     "final_share": float(budget.final_share),
+                     "stop_alpha": float(budget.stop_alpha)}
+  return out
+
+
+def _sparse(counts) -> dict | None:
+  if counts is None:
+    return None
+  c = np.asarray(counts).reshape(-1)
+  return {str(k): int(c[k]) for k in np.flatnonzero(c)}
+
+
+def row(cert, j: int, x_j, *, n: int | None = None) -> dict:
+  """The record of row ``j`` of a certificate (its counts, bound and input fingerprint).
+
+  Args:
+    cert: an ``rsjax.Certificate`` (or a method's subclass).
+    j: the row in ``cert``.
+    x_j: the input ``[*input_shape]``.
+    n: estimation samples per input (used unless the certificate records its
+      own per-input ``num_samples``, as budgeted CERTIFY does).
+  """
+  counts = getattr(cert, "counts", None)
+  counts0 = getattr(cert, "counts_selection", None)
+  used = getattr(cert, "num_samples", None)
+  out = {
+      "counts0": None if counts0 is None or np.ndim(counts0) != 2 else _sparse(counts0[j]),
+      "counts": None if counts is None or np.ndim(counts) != 2 else _sparse(counts[j]),
+      "n": int(used[j]) if used is not None else (None if n is None else int(n)),
+      "p_lower": float(cert.p_lower[j]) if getattr(cert, "p_lower", None) is not None else None,
+      "input": input_fingerprint(x_j),
+  }
+  return out
+
+
+def _read_lines(path) -> tuple[list[dict], int]:
+  """The complete, valid JSON lines of a record (and the byte length they take)."""
+  with open(path, "rb") as f:
+    data = f.read()
+  out, end = [], 0
+  for line in data.split(b"\n")[:-1]:  # the part after the last newline is incomplete
+    try:
+      rec = json.loads(line)
+    except json.JSONDecodeError:
+      break
+    out.append(rec)
+    end += len(line) + 1
+  return out, end
+
+
+def read_records(path) -> dict[int, dict]:
+  """The row records of a result file, by ``idx`` (``{}`` when it has none).
+
+  Raises:
+    ValueError: a line that is not a JSON object with an integer ``idx``, or an
+      ``idx`` recorded twice with different contents.
+  """
+  rec = record_path(path)
+  if not os.path.exists(rec):
+    return {}
+  out: dict[int, dict] = {}
+  with open(rec, encoding="utf-8") as f:
+    lines = f.read().split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()
+  for lineno, line in enumerate(lines, start=1):
+    try:
+      r = json.loads(line)
+      idx = int(r["idx"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+      if lineno == len(lines):
+        break  # an incomplete last line (a crash mid-write)
+      raise ValueError(f"certificate record {rec!r} line {lineno} is not a row record") from None
+    if idx in out and out[idx] != r:
+      raise ValueError(f"certificate record {rec!r} line {lineno}: idx {idx} recorded twice, "
+                       "differently")
+    out[idx] = r
+  return out
+
+
+class RecordWriter:
+  """Appends row records to ``<path>.cert.jsonl``, each flushed and fsynced.
+
+  Opened after the TSV's ``rsjax.io.ResultsWriter`` (whose lock covers it) with
+  the set of rows already in the TSV: record lines of other rows are dropped,
+  so the record and the TSV hold the same rows.
+  """
+
+  def __init__(self, path, done=frozenset()):
+    self.path = record_path(path)
+    done = set(int(i) for i in done)
+    keep: list[dict] = []
+    if os.path.exists(self.path) and done:
+      lines, _ = _read_lines(self.path)
+      seen = set()
+      for r in lines:
+        i = r.get("idx")
+        if i in done and i not in seen:
+          keep.append(r)
+          seen.add(i)
+    tmp = f"{self.path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+      for r in keep:
+        f.write(json.dumps(r, sort_keys=True) + "\n")
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, self.path)
+    self.missing = done - {r["idx"] for r in keep}
+    self._f = open(self.path, "a", encoding="utf-8")
+
+  def write(self, idx: int, fields: Mapping) -> None:
+    """Appends the record of row ``idx`` and makes it durable."""
+    self._f.write(json.dumps({"idx": int(idx), **fields}, sort_keys=True) + "\n")
+    self._f.flush()
+    os.fsync(self._f.fileno())
+
+  def close(self) -> None:
+    if not self._f.closed:
+      self._f.close()
+
+  def __enter__(self) -> RecordWriter:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+def merge(paths, out_path) -> None:
+  """Merges the records of per-process rows files into the record of ``out_path``."""
+  rows: dict[int, dict] = {}
+  for p in paths:
+    rows.update(read_records(p))
+  tmp = f"{record_path(out_path)}.tmp-{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    for i in sorted(rows):
+      f.write(json.dumps(rows[i], sort_keys=True) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, record_path(out_path))

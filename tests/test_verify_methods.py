@@ -1,0 +1,228 @@
+"""`rsjax verify` for the methods beyond Cohen's: IDRS, UCAN (and what they record).
+
+Each method's honest run through the command verifies clean; an edited radius
+and an edited count are each caught.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from rsjax import cli, io, record, verify
+
+COMMON = ["--N", "300", "--N0", "30", "--batch", "300", "--skip", "60", "--quiet"]
+
+
+def run_cli(*argv):
+  return cli.main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  out = tmp_path_factory.mktemp("model") / "mlp_digits"
+  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25",
+                 "--epochs", "2", "--batch", "64", "--lr", "0.1", "--out", out, "--quiet") == 0
+  return out
+
+
+def copy_run(src, dst):
+  for suffix in ("", ".run.json", ".cert.jsonl"):
+    shutil.copy(str(src) + suffix, str(dst) + suffix)
+  return dst
+
+
+def edit_column(path, j, column, fn):
+  """Applies ``fn`` to the text of ``column`` in data row ``j`` of a result file."""
+  lines = path.read_text().split("\n")
+  col = lines[0].split("\t").index(column)
+  fields = lines[1 + j].split("\t")
+  fields[col] = fn(fields[col])
+  lines[1 + j] = "\t".join(fields)
+  path.write_text("\n".join(lines))
+
+
+def edit_record(path, idx, fn):
+  """Applies ``fn`` to the record of row ``idx`` (a dict) in ``<path>.cert.jsonl``."""
+  rec = path.parent / (path.name + record.RECORD_SUFFIX)
+  lines = rec.read_text().splitlines()
+  out = []
+  for line in lines:
+    r = json.loads(line)
+    out.append(json.dumps(fn(r) if r["idx"] == idx else r, sort_keys=True))
+  rec.write_text("\n".join(out) + "\n")
+
+
+def move_one_count(r):
+  """Moves one estimation sample from the top class to another (the sum stays N)."""
+  top = max(r["counts"], key=lambda k: r["counts"][k])
+  other = next(str(k) for k in range(10) if str(k) != top)
+  r["counts"][top] -= 1
+  r["counts"][other] = r["counts"].get(other, 0) + 1
+  return r
+
+
+def assert_caught(f, idx, needle):
+  rep = verify.verify(f)
+  assert not rep.ok, "the edit went unnoticed"
+  assert [m.idx for m in rep.mismatches] == [idx], rep.mismatches
+  assert needle in rep.mismatches[0].reason, rep.mismatches[0].reason
+
+
+def check_method(src, tmp_path, *, column="radius"):
+  """An honest run verifies; an edited radius (x1.5 and x0.9) and an edited count are caught."""
+  rep = verify.verify(src)
+  assert rep.ok and rep.rows == 5, rep.mismatches
+  res = io.read_certify(src)
+  j = int(np.flatnonzero(res.radius > 0)[0])
+  idx = int(res.idx[j])
+  for factor in (1.5, 0.9):
+    f = copy_run(src, tmp_path / f"r{factor}.tsv")
+    edit_column(f, j, column, lambda v: repr(float(v) * factor))
+    assert_caught(f, idx, column)
+  f = copy_run(src, tmp_path / "c.tsv")
+  edit_record(f, idx, move_one_count)
+  assert_caught(f, idx, "radius")
+  return res
+
+
+# ----------------------------------------------------------------------------- idrs
+
+
+@pytest.fixture(scope="module")
+def idrs_run(trained, tmp_path_factory):
+  out = tmp_path_factory.mktemp("idrs") / "idrs.tsv"
+  assert run_cli("certify", trained, out, "--method", "idrs", "--idrs-rate", "0.05", "--idrs-k",
+                 "5", "--idrs-m", "1.0", *COMMON) == 0
+  return out
+
+
+def test_idrs_records_sigma_slack_rate_and_the_design(idrs_run):
+  cert = io.read_run_record(idrs_run)["certificate"]
+  d = cert["details"]
+  assert d["kind"] == "knn" and d["rate"] == 0.05 and d["k"] == 5 and d["m"] == 1.0
+  res = io.read_certify(idrs_run)
+  recs = record.read_records(idrs_run)
+  for j, i in enumerate(res.idx):
+    r = recs[int(i)]
+    assert r["sigma"] == float(res.extra["sigma"][j]) and r["slack"] > 0 and r["rate"] > 0.05
+
+
+def test_idrs_verifies_and_catches_edits(idrs_run, tmp_path):
+  res = check_method(idrs_run, tmp_path)
+  # A forged sigma(x) (larger sigma, larger radius) no longer follows from the design.
+  j = int(np.flatnonzero(res.radius > 0)[0])
+  f = copy_run(idrs_run, tmp_path / "s.tsv")
+  edit_record(f, int(res.idx[j]), lambda r: {**r, "sigma": r["sigma"] * 1.2})
+  edit_column(f, j, "sigma", lambda v: repr(float(v) * 1.2))
+  assert_caught(f, int(res.idx[j]), "does not follow from the design")
+
+
+def test_idrs_constant_sigma_is_cohens_radius(trained, tmp_path):
+  out = tmp_path / "idrs0.tsv"
+  assert run_cli("certify", trained, out, "--method", "idrs", "--idrs-rate", "0", *COMMON) == 0
+  assert io.read_run_record(out)["certificate"]["details"]["kind"] == "constant"
+  check_method(out, tmp_path)
+
+
+# ----------------------------------------------------------------------------- ucan
+
+
+@pytest.mark.parametrize("pattern", ["linf", "l2"])
+def test_ucan_pattern_verifies_and_catches_edits(trained, tmp_path, pattern):
+  out = tmp_path / "ucan.tsv"
+  assert run_cli("certify", trained, out, "--method", "ucan", "--ucan-pattern", pattern,
+                 "--ucan-kappa", "0.5", "--sigma", "0.3", *COMMON) == 0
+  d = io.read_run_record(out)["certificate"]["details"]
+  assert d["source"] == "pattern" and d["pattern"] == pattern and d["sigma_min"] > 0
+  res = check_method(out, tmp_path)
+  for column in ("normalized_radius", "alm"):
+    f = copy_run(out, tmp_path / f"{column}.tsv")
+    j = int(np.flatnonzero(res.radius > 0)[0])
+    edit_column(f, j, column, lambda v: repr(float(v) * 1.01))
+    assert_caught(f, int(res.idx[j]), column)
+  # A sound flag of 0 is no certificate; a sigma that is not the pattern's is caught.
+  f = copy_run(out, tmp_path / "sound.tsv")
+  edit_column(f, 0, "sound", lambda v: "0")
+  assert_caught(f, int(res.idx[0]), "sound 0")
+  f = copy_run(out, tmp_path / "sig.tsv")
+  run = io.read_run_record(f)
+  run["certificate"]["details"]["sigma_min"] *= 1.1
+  io.write_run_record(f, run)
+  rep = verify.verify(f)
+  assert not rep.ok and rep.mismatches[0].idx == -1 and "pattern" in rep.mismatches[0].reason
+
+
+def test_ucan_dataset_wise_verifies(trained, tmp_path):
+  from rsjax import methods
+  wd = tmp_path / "wd"
+  shutil.copytree(trained, wd)
+  rng = np.random.default_rng(0)
+  sigma = rng.uniform(0.2, 0.4, (8, 8, 1)).astype(np.float32)
+  methods.save_universal_noise(wd, mu=np.zeros((8, 8, 1), np.float32), sigma=sigma)
+  out = tmp_path / "ucan_ds.tsv"
+  assert run_cli("certify", wd, out, "--method", "ucan", *COMMON) == 0
+  d = io.read_run_record(out)["certificate"]["details"]
+  assert d["source"] == "dataset" and d["sigma_min"] == float(sigma.min())
+  check_method(out, tmp_path)
+
+
+# ----------------------------------------------------------------------------- srs
+
+
+@pytest.fixture(scope="module")
+def deq_model(tmp_path_factory):
+  out = tmp_path_factory.mktemp("deq") / "deq"
+  assert run_cli("train", "--dataset", "digits", "--model", "deq", "--sigma", "0.25", "--epochs",
+                 "1", "--batch", "64", "--lr", "0.05", "--out", out, "--quiet") == 0
+  return out
+
+
+def edit_check(r):
+  """One more check sample agrees with the full solver than recorded (k + 1, or m_A - 1)."""
+  if r["k"] < r["m_a"]:
+    r["k"] += 1
+  else:
+    r["m_a"] -= 1
+    r["k"] -= 1
+  return r
+
+
+@pytest.mark.parametrize("correction", ["paper", "authors_code"])
+def test_srs_verifies_and_catches_edits(deq_model, tmp_path, correction):
+  out = tmp_path / "srs.tsv"
+  assert run_cli("certify", deq_model, out, "--method", "srs", "--srs-m", "60", "--N", "300",
+                 "--N0", "30", "--batch", "100", "--skip", "60", "--srs-correction", correction,
+                 "--quiet") == 0
+  d = io.read_run_record(out)["certificate"]["details"]
+  assert d["m"] == 60 and d["correction"] == correction
+  recs = record.read_records(out)
+  assert all(r["m"] == 60 and 0 <= r["k"] <= r["m_a"] <= 60 for r in recs.values())
+  if correction == "authors_code":
+    # The numbers recompute, but the code's bound is no certificate: verify says so.
+    rep = verify.verify(out)
+    assert not rep.ok and [m.idx for m in rep.mismatches] == [-1]
+    assert "no proven certificate" in rep.mismatches[0].reason
+    return
+  res = check_method(out, tmp_path)
+  # An edited check count (the mismatch stage) is caught too.
+  j = int(np.flatnonzero(res.radius > 0)[0])
+  f = copy_run(out, tmp_path / "k.tsv")
+  edit_record(f, int(res.idx[j]), edit_check)
+  assert_caught(f, int(res.idx[j]), "radius")
+
+
+def test_deq_standard_verifies(deq_model, tmp_path):
+  out = tmp_path / "std.tsv"
+  assert run_cli("certify", deq_model, out, "--method", "deq-standard", "--deq-steps", "5",
+                 *COMMON) == 0
+  check_method(out, tmp_path)
+
+
+def test_ddrs_is_reported_not_verifiable_never_verified(trained, tmp_path):
+  out = tmp_path / "ddrs.tsv"
+  assert run_cli("certify", trained, out, "--method", "ddrs", "--ddrs-steps", "2", "--ddrs-lr",
+                 "0.01", *COMMON) == 0
+  with pytest.raises(verify.VerifyError, match="'ddrs' cannot be verified"):
+    verify.verify(out)
