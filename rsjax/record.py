@@ -87,7 +87,10 @@ def _jsonable(v):
     return [_jsonable(u) for u in v]
   if v is None or isinstance(v, (bool, int, float, str, list, dict)):
     return v
-  return str(v)
+  try:  # a dtype or a scalar type (Sampling.compute_dtype): its name, e.g. "bfloat16"
+    return np.dtype(v).name
+  except TypeError:
+    return str(v)
 
 
 #: Sampling fields that change how fast counts come, never the counts (rsjax's
