@@ -62,12 +62,12 @@ def get_config(quick: bool) -> Config:
   ``python experiments/denoised_mnist.py``."""
   return Config(sigmas=(0.25, 0.5), model="lenet", dataset="mnist5k",
                 epochs=6 if quick else 20, batch_size=128, lr=0.05, lr_step=3 if quick else 8,
-                dncnn_depth=6 if quick else 17, dncnn_features=32 if quick else 64,
-                mse_epochs=4 if quick else 30, stab_epochs=2 if quick else 20,
+                dncnn_depth=5 if quick else 17, dncnn_features=16 if quick else 64,
+                mse_epochs=3 if quick else 30, stab_epochs=2 if quick else 20,
                 denoiser_lr=1e-3, stab_lr=1e-4, denoiser_batch=64,
-                unet_channels=(32, 64) if quick else (64, 128, 128), ddpm_epochs=6 if quick else 100,
+                unet_channels=(16, 32) if quick else (64, 128, 128), ddpm_epochs=3 if quick else 100,
                 ddpm_t_max=300 if quick else 1000, ddpm_lr=1e-3 if quick else 2e-4,
-                skip=20 if quick else 2, n0=100, n=1_000 if quick else 100_000, alpha=0.001,
+                skip=40 if quick else 2, n0=100, n=500 if quick else 100_000, alpha=0.001,
                 seed=0, out=os.path.join(ROOT, "runs", "denoised_quick" if quick else "denoised"),
                 results=os.path.join(RESULTS, "denoised_mnist_quick" if quick else "denoised_mnist"))
 
@@ -134,7 +134,7 @@ def run(cfg: Config, log=print) -> dict:
       layers_per_block=1,
       down_block_types=["DownBlock2D"] * (len(cfg.unet_channels) - 1) + ["AttnDownBlock2D"],
       up_block_types=["AttnUpBlock2D"] + ["UpBlock2D"] * (len(cfg.unet_channels) - 1),
-      norm_num_groups=8), rngs=cfg.seed)
+      norm_num_groups=8 if min(cfg.unet_channels) >= 16 else 4), rngs=cfg.seed)
   schedule = diffusion.linear_schedule()
   hist = train.train_denoiser(cfg.seed, ddpm, x, train.DenoiserTraining(
       objective="ddpm", epochs=cfg.ddpm_epochs, batch_size=cfg.denoiser_batch, lr=cfg.ddpm_lr,
