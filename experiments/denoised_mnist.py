@@ -17,7 +17,38 @@ Commands::
 
   python experiments/denoised_mnist.py --quick  # results/denoised_mnist_quick.json and .png
 
-Numbers produced: (filled in from the run below)
+Numbers produced (``--quick``, seed 0, at 01e4331, 2026-11-24, on 2 shared AMD EPYC cores with
+JAX 0.10.2 on CPU; 17 min 50 s wall in the script's own clock, which does not include the clean
+LeNet's training: a killed first run had left its finished checkpoint, which the rerun resumed.
+25 test digits (every 40th), N0 = 100, N = 500, alpha = 0.001, so no radius can pass about 2.2
+sigma (0.55 at sigma 0.25: the 0.75 and 1.0 columns are 0 there for every row). DnCNN depth 5,
+16 features, MSE 3 epochs then stability 2 epochs at lr 1e-4; DDPM UNet widths (16, 32), 3 epochs
+on t < 300, final loss 0.154; t* = 145 and 259)::
+
+                            certified accuracy at r =         denoiser MSE
+                      ACR    0     0.25  0.5   0.75  1.0      (noisy test)
+  sigma 0.25
+    clean alone       0.487  1.00  0.96  0.72  0.00  0.00
+    clean + MSE       0.526  1.00  1.00  0.84  0.00  0.00     0.0094
+    clean + Stab+MSE  0.527  1.00  1.00  0.84  0.00  0.00     0.0159
+    clean + DDPM      0.514  1.00  0.96  0.84  0.00  0.00     0.0061
+    Gaussian LeNet    0.512  1.00  0.96  0.84  0.00  0.00
+  sigma 0.5
+    clean alone       0.602  0.96  0.72  0.64  0.32  0.28
+    clean + MSE       0.796  0.96  0.96  0.80  0.60  0.48     0.0322
+    clean + Stab+MSE  0.818  1.00  0.92  0.80  0.60  0.52     0.0228
+    clean + DDPM      0.793  0.96  0.92  0.76  0.60  0.44     0.0189
+    Gaussian LeNet    0.711  0.96  0.92  0.64  0.52  0.32
+
+What this shows, honestly: every denoiser lifts the clean classifier's certified accuracy, a
+little at sigma 0.25 (0.72 -> 0.84 at r = 0.5, i.e. 3 of 25 digits) and clearly at sigma 0.5
+(ACR 0.602 -> 0.79-0.82; 0.28 -> 0.44-0.52 at r = 1). The ordering Stab+MSE >= MSE matches
+Salman et al.'s, but with 25 digits one digit is 0.04, so the gaps between the three denoisers
+are within noise. The one-step DDPM, trained here for 3 epochs on a UNet of 16/32 channels, is
+as good as the DnCNNs. The Gaussian-trained LeNet is below the denoisers at sigma 0.5 because it
+got only the same 6 epochs as the clean one (noisy training converges slower); this is not a
+claim that denoised smoothing beats noise training in general (Salman et al. and Carlini et al.
+find noise-trained classifiers ahead on CIFAR-10 and ImageNet).
 """
 
 from __future__ import annotations

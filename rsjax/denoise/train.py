@@ -111,6 +111,8 @@ def train_denoiser(key, model: nnx.Module, train_x, config: DenoiserTraining, *,
   classifier_fn, classifier_params = classifier if classifier is not None else (None, None)
   if config.objective == "ddpm" and alphas_cumprod is None:
     alphas_cumprod = diffusion.linear_schedule()
+  if config.t_max is not None and alphas_cumprod is not None and config.t_max > len(alphas_cumprod):
+    raise ValueError(f"t_max {config.t_max} exceeds the schedule's {len(alphas_cumprod)} steps")
   loss_fn = _loss(config.objective, config.sigma, classifier_fn,
                   None if alphas_cumprod is None else np.asarray(alphas_cumprod), config.t_max)
   optimizer = nnx.Optimizer(model, optax.adam(config.lr), wrt=nnx.Param)
