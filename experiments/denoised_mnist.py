@@ -47,7 +47,7 @@ Salman et al.'s, but with 25 digits one digit is 0.04, so the gaps between the t
 are within noise. The one-step DDPM, trained here for 3 epochs on a UNet of 16/32 channels, is
 as good as the DnCNNs. The Gaussian-trained LeNet is below the denoisers at sigma 0.5 because it
 got only the same 6 epochs as the clean one (noisy training converges slower); this is not a
-claim that denoised smoothing beats noise training in general (Salman et al. and Carlini et al.
+claim that denoised smoothing beats noise training in general (Salman et al.
 find noise-trained classifiers ahead on CIFAR-10 and ImageNet).
 """
 

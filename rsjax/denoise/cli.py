@@ -46,8 +46,11 @@ def cmd_train_denoiser(args) -> int:
   if args.objective == "stability":
     if args.classifier is None:
       raise _error("--objective stability needs --classifier MODEL_DIR (the frozen classifier)")
-    from rsjax.cli import _load_model
-    model_c, config_c = _load_model(args.classifier)
+    from rsjax import training
+    try:
+      model_c, config_c = training.load_model(args.classifier)
+    except (FileNotFoundError, ValueError) as e:
+      raise _error(f"--classifier: no usable trained model in {args.classifier!r}: {e}") from None
     if tuple(config_c.get("input_shape", x.shape[1:])) != tuple(x.shape[1:]):
       raise _error(f"the classifier expects {config_c['input_shape']} inputs, {args.dataset} is "
                    f"{list(x.shape[1:])}")
