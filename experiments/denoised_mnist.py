@@ -197,7 +197,10 @@ def run(cfg: Config, log=print) -> dict:
     row(f"gaussian_s{tag}", sigma, gauss_fn, gauss_params)
     timing[tag] = time.perf_counter() - t0
   timing["total"] = time.perf_counter() - t_all
-  return {"methods": methods, "seconds": timing, "config": dataclasses.asdict(cfg),
+  config = dataclasses.asdict(cfg)
+  for k in ("out", "results"):  # relative to the repository: no machine paths in results/
+    config[k] = os.path.relpath(config[k], ROOT)
+  return {"methods": methods, "seconds": timing, "config": config,
           "n_images": int(len(idx))}
 
 
