@@ -24,8 +24,9 @@ __version__ = "0.1.0"
 
 # Method modules are imported on first use, so ``import rsjax`` stays light and
 # the core never imports flax: ``rsjax.models``, ``rsjax.idrs``, ... just work.
-_LAZY_MODULES = ("anisotropic", "budgeted", "data", "ddrs", "deq", "demo", "distributed", "idrs", "io", "metrics",
-                 "models", "plots", "runner", "training", "cli", "checkpoint", "record", "verify", "audit")
+_LAZY_MODULES = ("anisotropic", "audit", "budgeted", "checkpoint", "cli", "data", "ddrs", "denoise",
+                 "deq", "demo", "distributed", "idrs", "io", "metrics", "models", "plots", "record",
+                 "runner", "training", "verify")
 
 
 def __getattr__(name):

@@ -324,6 +324,10 @@ def _sampling_run(args):
                      f"without noise (sigma {args.sigma:g}): pass the certification noise "
                      "level with --sigma")
   apply_fn, params = models.to_apply_fn(model)
+  if args.denoiser is not None:  # denoised smoothing: classifier(denoiser(x + delta))
+    from rsjax.denoise import cli as denoise_cli
+    apply_fn, params, _ = denoise_cli.compose_denoiser(args.denoiser, apply_fn, params,
+                                                       sigma=args.sigma)
   indices = runner.select_indices(len(ds), skip=args.skip, start=args.start, stop=args.max)
   if not len(indices):
     raise CliError(f"no input selected: {dataset_name} {args.split} has {len(ds)} inputs, "
@@ -799,6 +803,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--torch-checkpoint", default=None, metavar="F.pth",
                    help="certify a PyTorch checkpoint (Cohen et al.'s format, torchvision "
                    "ResNet, LeNet) instead of MODEL_DIR; needs rsjax[torch]")
+    q.add_argument("--denoiser", default=None, metavar="DIR",
+                   help="certify classifier(denoiser(x + noise)): a denoiser directory of "
+                   "'rsjax train-denoiser' or a diffusers UNet2DModel directory (one-step "
+                   "diffusion denoising at --sigma)")
     q.add_argument("--torch-arch", default=None,
                    help="architecture of --torch-checkpoint (default: its 'arch' entry or "
                    "recognized from its keys)")
@@ -887,6 +895,10 @@ def build_parser() -> argparse.ArgumentParser:
   cv.add_argument("--sigma", type=_positive_float, default=None,
                   help="record the training sigma (the default sigma of certify)")
   cv.set_defaults(func=cmd_convert)
+
+  from rsjax.denoise import cli as denoise_cli
+  denoise_cli.add_parser(sub, parents=[common], formatter_class=fmt,
+                         number_types=(_positive_int, _positive_float))
 
   d = sub.add_parser("demo", parents=[common], formatter_class=fmt,
                      help="train and certify LeNet on the embedded MNIST (minutes, CPU)")
