@@ -11,6 +11,7 @@ import dataclasses
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -258,12 +259,21 @@ def _method_plan(args, key, model, apply_fn, params, ds):
     raise CliError(str(e)) from None
 
 
-def _load_torch(path: str, arch: str | None, input_shape=None):
+def _load_torch(path: str, arch: str | None, normalize: str | None, input_shape=None):
+  """The model of a PyTorch checkpoint; prints the normalization it uses."""
   from rsjax import models
   try:
-    return models.load_torch(path, arch, input_shape=input_shape)
+    norm = "auto" if normalize is None else models.parse_normalize(normalize)
+    model, config = models.load_torch(path, arch, normalize=norm, input_shape=input_shape)
+  except models.UnknownNormalizationError as e:
+    raise CliError(str(models.UnknownNormalizationError(
+        e.arch, how="pass --normalize none, a dataset name (mnist, cifar10, imagenet2012, ...) "
+        "or MEAN/STD (e.g. 0.1307/0.3081)"))) from None
   except (FileNotFoundError, ImportError, ValueError) as e:
     raise CliError(str(e)) from None
+  print(f"{os.path.basename(path)}: {config['torch_arch']}, input normalization "
+        f"{config['normalization']}")
+  return model, config
 
 
 def _sampling_run(args):
@@ -280,11 +290,15 @@ def _sampling_run(args):
       raise CliError("--dataset is required with --torch-checkpoint")
     dataset_name = args.dataset
     ds = _load_dataset(dataset_name, args.split, args.data_dir)
-    model, config = _load_torch(args.torch_checkpoint, args.torch_arch, ds.input_shape)
+    model, config = _load_torch(args.torch_checkpoint, args.torch_arch, args.normalize,
+                                ds.input_shape)
   else:
     if args.model_dir is None:
       raise CliError("give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or "
                      "--torch-checkpoint F.pth")
+    if args.normalize is not None:
+      raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its "
+                     "normalization)")
     model, config = _load_model(args.model_dir)
     dataset_name = args.dataset or config.get("dataset")
     if dataset_name is None:
@@ -540,7 +554,7 @@ def _print_easy_hard(results, reference_path: str, radii) -> None:
 
 def cmd_convert(args) -> int:
   from rsjax import training
-  model, config = _load_torch(args.checkpoint, args.arch)
+  model, config = _load_torch(args.checkpoint, args.arch, args.normalize)
   config["source"] = os.path.basename(args.checkpoint)
   if args.dataset is not None:
     config["dataset"] = args.dataset
@@ -635,6 +649,13 @@ def build_parser() -> argparse.ArgumentParser:
   common = argparse.ArgumentParser(add_help=False)
   common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                       help="show the full traceback of an error instead of one line")
+
+  def normalize_flag(q):
+    q.add_argument("--normalize", default=None, metavar="NORM",
+                   help="input normalization of a PyTorch checkpoint: none, a dataset name "
+                   "(mnist, cifar10, imagenet2012) or MEAN/STD (e.g. 0.1307/0.3081); default: "
+                   "its normalization layer's values, or the architecture's as in Cohen et "
+                   "al. (CIFAR, ImageNet ResNets); required where neither is known")
 
   def data_flags(q, dataset_required=False):
     q.add_argument("--dataset", required=dataset_required, default=None,
@@ -737,6 +758,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--torch-arch", default=None,
                    help="architecture of --torch-checkpoint (default: its 'arch' entry or "
                    "recognized from its keys)")
+    normalize_flag(q)
 
   c = sub.add_parser("certify", parents=[common], formatter_class=fmt,
                      help="certify a dataset (CERTIFY of Cohen et al.)")
@@ -793,6 +815,7 @@ def build_parser() -> argparse.ArgumentParser:
   cv.add_argument("--arch", default=None,
                   help="architecture (default: the checkpoint's 'arch' entry or recognized from "
                   "its keys): cifar_resnet20, cifar_resnet110, resnet18, resnet50, lenet, ...")
+  normalize_flag(cv)
   cv.add_argument("--dataset", default=None,
                   help="record the dataset (the default dataset of certify)")
   cv.add_argument("--sigma", type=_positive_float, default=None,
@@ -834,9 +857,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   """
   parser = build_parser()
   args = parser.parse_args(argv)
+
+  def show_warning(message, category, filename, lineno, file=None, line=None):
+    del category, filename, lineno, file, line
+    print(f"rsjax {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
   try:
     _setup_jax(args)
-    return int(args.func(args) or 0)
+    with warnings.catch_warnings():
+      if not args.debug:
+        warnings.showwarning = show_warning
+      return int(args.func(args) or 0)
   except KeyboardInterrupt:
     if args.debug:
       raise
