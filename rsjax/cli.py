@@ -574,8 +574,12 @@ def cmd_convert(args) -> int:
 
 def cmd_demo(args) -> int:
   from rsjax import demo
-  demo.run(args.out, sigmas=tuple(args.sigmas), epochs=args.epochs, n=args.N,
-           num_images=args.images, seed=args.seed, progress=not args.quiet)
+  try:
+    demo.run(args.out, sigmas=tuple(args.sigmas), epochs=args.epochs, n=args.N,
+             num_images=args.images, seed=args.seed, progress=not args.quiet,
+             overwrite=args.overwrite)
+  except ValueError as e:
+    raise CliError(str(e)) from None
   return 0
 
 
@@ -834,6 +838,10 @@ def build_parser() -> argparse.ArgumentParser:
   d.add_argument("--images", type=_positive_int, default=None,
                  help="test images certified (default: the demo's setting)")
   d.add_argument("--seed", type=int, default=0, help="PRNG seed")
+  d.add_argument("--overwrite", action="store_true",
+                 help="start over the models and rows in OUT made with other settings (by "
+                 "default the demo reuses only what was made with the same settings and stops "
+                 "on the rest)")
   d.add_argument("--quiet", action="store_true", help="no progress bars")
   d.set_defaults(func=cmd_demo)
   return p
