@@ -79,6 +79,20 @@ def _load_model(model_dir: str):
                  f"{config.get('input_shape')}); retrain or fix config.json")
 
 
+def _warn_if_unfinished(model_dir: str, config: dict) -> None:
+  """Warns when the model's training stopped before its last epoch."""
+  from rsjax.checkpoint import Checkpoints
+  from rsjax.training import workdir as wd
+  epochs = (config.get("train") or {}).get("epochs")
+  if not isinstance(epochs, int):
+    return  # not trained by 'rsjax train' (converted)
+  with Checkpoints(os.path.join(model_dir, wd.CHECKPOINT_DIR), max_to_keep=None) as ckpt:
+    done = ckpt.latest_step()
+  if done is not None and done < epochs:
+    warnings.warn(f"the model in {model_dir} finished {done} of its {epochs} training epochs "
+                  "(run the same 'rsjax train' command again to finish it)", stacklevel=2)
+
+
 def _architecture_held(model_dir: str, config: dict) -> str | None:
   """The zoo architecture whose weights the checkpoint holds, if any."""
   from rsjax import models, training
@@ -147,9 +161,58 @@ def _print_trained(args, history, what: str, more) -> int:
   return 0
 
 
+def _fill_training_defaults(args) -> None:
+  """Sets the schedule flags not given to the dataset's defaults and prints the schedule."""
+  from rsjax import training
+  d = training.training_defaults(args.dataset)
+  given = []
+  for flag, attr, field in (("epochs", "epochs", "epochs"), ("batch", "batch", "batch_size"),
+                            ("lr", "lr", "lr"), ("lr-step-size", "lr_step_size", "lr_step")):
+    if getattr(args, attr) is None:
+      setattr(args, attr, getattr(d, field))
+    else:
+      given.append(f"--{flag}")
+  told = f"given: {' '.join(given)}; " if given else ""
+  print(f"training schedule: epochs {args.epochs}, batch {args.batch}, lr {args.lr:g}, "
+        f"lr-step-size {args.lr_step_size} ({told}defaults for {args.dataset}: {d.describe()}, "
+        f"{d.source})")
+
+
+# Library words -> command words, for the errors of the trainer the command shows.
+_CLI_WORDS = (("resume=False", "--overwrite (start over)"),
+              ("pass resume=True to continue, or use a new workdir",
+               "run without --overwrite to continue, or use a new --out"),
+              ("allow_unsound=True (CLI --allow-unsound)", "--allow-unsound"),
+              ("workdir", "--out directory"))
+
+
+def _cli_error(e: Exception) -> CliError:
+  """``e`` as a command error, in the command's words."""
+  text = str(e)
+  for lib, cli_words in _CLI_WORDS:
+    text = text.replace(lib, cli_words)
+  return CliError(text)
+
+
+def _start_over(out: str) -> None:
+  """``train --overwrite``: removes an earlier training run in ``out`` (only an rsjax workdir)."""
+  import shutil
+  from rsjax.training import workdir as wd
+  if not os.path.isdir(out):
+    return
+  marks = [n for n in (wd.CONFIG_FILE, wd.CHECKPOINT_DIR) if os.path.exists(os.path.join(out, n))]
+  if not marks:
+    return
+  shutil.rmtree(out)
+  print(f"starting over: removed the earlier training run in {out}")
+
+
 def cmd_train(args) -> int:
   import jax
   from rsjax import models, training
+  _fill_training_defaults(args)
+  if args.overwrite:
+    _start_over(args.out)
   ds_train = _load_dataset(args.dataset, "train", args.data_dir)
   ds_test = _load_dataset(args.dataset, "test", args.data_dir)
   x, y = ds_train.arrays()
@@ -174,9 +237,9 @@ def cmd_train(args) -> int:
         reweigh=None if args.reweigh is None else training.Reweigh(epoch=args.reweigh))
     _, history = training.train(
         jax.random.key(args.seed), model, (x, y), config, eval_data=(xt, yt), workdir=args.out,
-        resume=not args.restart, model_config=model_config, progress=not args.quiet)
+        resume=True, model_config=model_config, progress=not args.quiet)
   except ValueError as e:
-    raise CliError(str(e)) from None
+    raise _cli_error(e) from None
   return _print_trained(args, history, f"on {args.dataset} at sigma={args.sigma}",
                         lambda last: f"noisy accuracy {last['noisy_acc']:.4f}")
 
@@ -194,10 +257,10 @@ def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
                                    warmup_epochs=args.ddrs_warmup_epochs)
     _, history, mem = ddrs_training.train_ddrs(
         jax.random.key(args.seed), model, train_xy, ddrs_config=cfg, train_config=tc,
-        eval_data=test_xy, workdir=args.out, resume=not args.restart, model_config=model_config,
+        eval_data=test_xy, workdir=args.out, resume=True, model_config=model_config,
         progress=not args.quiet)
   except ValueError as e:
-    raise CliError(str(e)) from None
+    raise _cli_error(e) from None
   return _print_trained(args, history, f"with DDRS (sigma0={args.sigma})",
                         lambda last: f"training sigma {mem.mean():.4f} +- {mem.std():.4f}")
 
@@ -220,7 +283,7 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
                                   workdir=args.out, model_config=model_config,
                                   progress=not args.quiet, allow_unsound=args.allow_unsound)
   except ValueError as e:
-    raise CliError(str(e)) from None
+    raise _cli_error(e) from None
   if args.generator not in ucan.SOUND_GENERATORS:
     print(f"trained {args.model} with UCAN's input-dependent generator (lambda={args.sigma}) in "
           f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.training.ucan."
@@ -300,6 +363,7 @@ def _sampling_run(args):
       raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its "
                      "normalization)")
     model, config = _load_model(args.model_dir)
+    _warn_if_unfinished(args.model_dir, config)
     dataset_name = args.dataset or config.get("dataset")
     if dataset_name is None:
       raise CliError("--dataset is required (the model directory does not name one)")
@@ -335,15 +399,43 @@ _NOT_RUN_IDENTITY = frozenset({
     "run_record"})
 
 
+def _other_method_options(method: str | None) -> dict:
+  """``{name: default}`` of the options of the certify methods other than ``method``."""
+  from rsjax import methods
+  if method not in methods.METHODS:
+    return {}
+  own = {o.name for o in methods.METHODS[method].options}
+  return {o.name: o.default for m in methods.METHODS.values() for o in m.options
+          if o.name not in own}
+
+
+def _upgrade_run_record(path: str, run: dict) -> None:
+  """Drops other methods' options (at their defaults) from a run record written before
+  records held only the method's own options, so that such a file resumes."""
+  import json
+
+  from rsjax import io
+  saved = io.read_run_record(path) if os.path.exists(path) else None
+  others = _other_method_options(run.get("method"))
+  if not saved or not any(k in others for k in saved):
+    return
+  kept = {k: v for k, v in saved.items() if not (k in others and v == others[k])}
+  if kept == json.loads(json.dumps(run)):
+    io.write_run_record(path, run)
+
+
 def _run_record(args, config: dict, dataset_name: str, params) -> dict:
   """The identity of a certify/predict run, kept with its result file.
 
-  Every flag counts except those in ``_NOT_RUN_IDENTITY``, so a new flag is
-  part of the identity unless it is listed there.
+  Every flag counts except those in ``_NOT_RUN_IDENTITY`` and the options of
+  methods other than ``--method`` (they do not change the rows; a mismatch
+  names only what differs), so a new flag is part of the identity unless it
+  is listed there.
   """
   import rsjax
   from rsjax import runner
-  run = {k: v for k, v in vars(args).items() if k not in _NOT_RUN_IDENTITY}
+  others = _other_method_options(getattr(args, "method", None))
+  run = {k: v for k, v in vars(args).items() if k not in _NOT_RUN_IDENTITY and k not in others}
   run.update(command=args.command, dataset=dataset_name, architecture=config.get("model"),
              model=runner.fingerprint(params), rsjax=rsjax.__version__)
   return run
@@ -369,6 +461,10 @@ def cmd_certify(args) -> int:
   except ValueError as e:
     raise CliError(str(e)) from None
   from rsjax import methods, runner
+  if args.N < args.N0:
+    raise CliError(f"--N {args.N} is smaller than --N0 {args.N0}: N counts the estimation "
+                   "samples that bound p_A, N0 the few that select the class (Cohen et al.: "
+                   "N0 100, N 100000); swap them?")
   model, _, ds, apply_fn, params, indices, key = _sampling_run(args)
   plan = _method_plan(args, key, model, apply_fn, params, ds)
   if plan.sequential and nproc > 1:
@@ -391,6 +487,7 @@ def cmd_certify(args) -> int:
   mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
   path = args.outfile if nproc == 1 else distributed.process_path(
       args.outfile, process_index=pid, process_count=nproc)
+  _upgrade_run_record(path, args.run_record)
   t0 = time.perf_counter()
   wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
                                  inputs_per_call=inputs_per_call, extra_columns=columns,
@@ -673,11 +770,19 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--model", required=True, help=", ".join(models.MODELS))
   t.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
   t.add_argument("--out", required=True, help="output directory (checkpoints, config)")
-  t.add_argument("--epochs", type=_positive_int, default=90, help="number of epochs")
-  t.add_argument("--batch", type=_positive_int, default=256, help="training batch size")
-  t.add_argument("--lr", type=_positive_float, default=0.1, help="initial learning rate (SGD)")
-  t.add_argument("--lr-step-size", type=_positive_int, default=30,
-                 help="epochs between learning-rate drops")
+  def by_dataset(field):
+    return "; default by dataset: " + ", ".join(
+        f"{name} {getattr(d, field):g}" for name, d in training.TRAINING_DEFAULTS.items())
+
+  t.add_argument("--epochs", type=_positive_int, default=None,
+                 help="number of epochs" + by_dataset("epochs") + ", else 90")
+  t.add_argument("--batch", type=_positive_int, default=None,
+                 help="training batch size" + by_dataset("batch_size") + ", else 256")
+  t.add_argument("--lr", type=_positive_float, default=None,
+                 help="initial learning rate (SGD)" + by_dataset("lr") + ", else 0.1")
+  t.add_argument("--lr-step-size", type=_positive_int, default=None,
+                 help="epochs between learning-rate drops" + by_dataset("lr_step")
+                 + ", else 30")
   t.add_argument("--gamma", type=_positive_float, default=0.1,
                  help="learning-rate factor at each drop")
   t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
@@ -706,9 +811,9 @@ def build_parser() -> argparse.ArgumentParser:
                  help="step eps of --sphere-attack (L2; for linf the paper's sqrt(d)*eps)")
   t.add_argument("--attack-norm", choices=["l2", "linf"], default="l2",
                  help="norm of the --sphere-attack steps (the sphere is always L2)")
-  t.add_argument("--restart", action="store_true",
-                 help="do not resume: fail if OUT already holds checkpoints (a run in OUT "
-                 "resumes from its last epoch by default; use a new --out to start over)")
+  t.add_argument("--overwrite", "--restart", dest="overwrite", action="store_true",
+                 help="start over: remove the checkpoints of an earlier run in OUT (by default a "
+                 "run in OUT resumes from its last epoch, with the same settings)")
   t.add_argument("--method", default="gaussian", choices=["gaussian", "ddrs", "ucan"],
                  help="gaussian: Cohen et al.; ddrs: per-example optimized sigma (DDRS Alg. 2), "
                       "--sigma is sigma0; ucan: anisotropic noise of --generator")
