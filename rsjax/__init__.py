@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 # Method modules are imported on first use, so ``import rsjax`` stays light and
 # the core never imports flax: ``rsjax.models``, ``rsjax.idrs``, ... just work.
 _LAZY_MODULES = ("anisotropic", "budgeted", "data", "ddrs", "deq", "demo", "distributed", "idrs", "io", "metrics",
-                 "models", "plots", "runner", "training", "cli", "checkpoint")
+                 "models", "plots", "runner", "training", "traced", "cli", "checkpoint")
 
 
 def __getattr__(name):

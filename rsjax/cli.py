@@ -109,10 +109,25 @@ def _architecture_held(model_dir: str, config: dict) -> str | None:
   return None
 
 
+def compilation_cache_dir(flag: str | None, environ=os.environ) -> str | None:
+  """The persistent compilation cache of the command: ``--compilation-cache``, else
+  ``$RSJAX_COMPILATION_CACHE``, else ``$XDG_CACHE_HOME/rsjax/jax`` (``~/.cache/rsjax/jax``);
+  ``off`` (or ``none``) turns it off. None: off, or left to ``$JAX_COMPILATION_CACHE_DIR``."""
+  value = flag if flag is not None else environ.get("RSJAX_COMPILATION_CACHE")
+  if value is not None and value.strip().lower() in ("off", "none", ""):
+    return None
+  if value:
+    return value
+  if environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return None  # JAX reads it itself
+  base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "rsjax", "jax")
+
+
 def _setup_jax(args) -> None:
-  import jax
-  cache = getattr(args, "compilation_cache", None) or os.environ.get("RSJAX_COMPILATION_CACHE")
+  cache = compilation_cache_dir(getattr(args, "compilation_cache", None))
   if cache:
+    import jax
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
@@ -740,9 +755,10 @@ def build_parser() -> argparse.ArgumentParser:
       prog="rsjax", description="Randomized smoothing in JAX: train, certify, predict, analyze.",
       formatter_class=fmt)
   p.add_argument("--version", action="version", version=f"rsjax {__version__}")
-  p.add_argument("--compilation-cache", default=None,
-                 help="directory of JAX's persistent compilation cache "
-                 "(or $RSJAX_COMPILATION_CACHE)")
+  p.add_argument("--compilation-cache", default=None, metavar="DIR",
+                 help="directory of JAX's persistent compilation cache, or 'off' (or "
+                 "$RSJAX_COMPILATION_CACHE; default: $XDG_CACHE_HOME/rsjax/jax, i.e. "
+                 "~/.cache/rsjax/jax)")
   p.add_argument("--debug", action="store_true",
                  help="show the full traceback of an error instead of one line")
   sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -968,7 +984,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   ``--debug`` re-raises instead, showing the traceback.
   """
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if argv[:1] == ["--version"]:  # without importing JAX (seconds)
+    from importlib import metadata
+    try:
+      version = metadata.version("rsjax")
+    except metadata.PackageNotFoundError:
+      from rsjax import __version__ as version
+    print(f"rsjax {version}")
+    return 0
+  # Building the parser imports JAX, Flax and SciPy (2-5 s): say so on a terminal.
+  loading = sys.stderr.isatty() and not {"-h", "--help", "--quiet"} & set(argv)
+  if loading:
+    print("rsjax: loading JAX ...", end="\r", file=sys.stderr, flush=True)
   parser = build_parser()
+  if loading:
+    print(" " * 24, end="\r", file=sys.stderr, flush=True)
   args = parser.parse_args(argv)
 
   def show_warning(message, category, filename, lineno, file=None, line=None):

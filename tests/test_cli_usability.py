@@ -123,3 +123,30 @@ def test_bad_combinations_are_refused_before_anything_is_written(model_dir, tmp_
   err = capsys.readouterr().err
   assert message in err and err.count("\n") == 1
   assert not os.path.exists(out) and not os.path.exists(io.run_record_path(out))
+
+
+def test_compilation_cache_is_on_by_default_in_a_user_cache_directory():
+  home = os.path.expanduser("~")
+  assert cli.compilation_cache_dir(None, {}) == os.path.join(home, ".cache", "rsjax", "jax")
+  assert cli.compilation_cache_dir(None, {"XDG_CACHE_HOME": "/c"}) == "/c/rsjax/jax"
+  assert cli.compilation_cache_dir(None, {"RSJAX_COMPILATION_CACHE": "/d"}) == "/d"
+  assert cli.compilation_cache_dir("/e", {"RSJAX_COMPILATION_CACHE": "/d"}) == "/e"
+  for off in ("off", "none", "OFF"):
+    assert cli.compilation_cache_dir(off, {}) is None
+    assert cli.compilation_cache_dir(None, {"RSJAX_COMPILATION_CACHE": off}) is None
+  assert cli.compilation_cache_dir(None, {"JAX_COMPILATION_CACHE_DIR": "/j"}) is None  # JAX's own
+
+
+def test_analyze_reads_cohen_three_digit_radii_and_full_precision(tmp_path, capsys):
+  cohen = tmp_path / "cohen.tsv"
+  cohen.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
+                   "0\t7\t7\t0.571\t1\t0:00:01.234567\n1\t2\t-1\t0.0\t0\t0:00:01.000000\n")
+  full = tmp_path / "full.tsv"
+  full.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
+                  "0\t7\t7\t0.5712846112251282\t1\t1.234567\n1\t2\t-1\t0.0\t0\t1.0\n")
+  a, b = io.read_certify(cohen), io.read_certify(full)
+  assert a.radius[0] == 0.571 and b.radius[0] == 0.5712846112251282
+  assert cli.main(["analyze", str(cohen), str(full), "--radii", "0", "0.5", "0.6"]) == 0
+  rows = [line.split() for line in capsys.readouterr().out.splitlines()
+          if line.startswith(("cohen", "full"))]
+  assert [[v.rstrip("*") for v in r[1:4]] for r in rows] == [["0.500", "0.500", "0.000"]] * 2
