@@ -63,6 +63,19 @@ def _reusable(workdir: str, rows: str, train_json: dict, rows_run: dict, overwri
       os.remove(path)
 
 
+def _sampling_record(settings) -> dict:
+  """Every field of a ``Sampling`` that can change the rows (all but ``batch_size`` and
+  ``devices``), as JSON values: a field added to ``Sampling`` is recorded too."""
+  out = {}
+  for f in dataclasses.fields(settings):
+    if f.name in ("batch_size", "devices"):
+      continue
+    v = getattr(settings, f.name)
+    out[f.name] = v if isinstance(v, (bool, int, float, str, type(None))) else getattr(
+        v, "name", str(v))
+  return out
+
+
 def _selected(res, indices):
   """The rows of ``res`` whose idx is in ``indices``."""
   keep = np.isin(res.idx, np.asarray(indices))
@@ -104,6 +117,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
   xt, yt = test.arrays()
   indices = runner.select_indices(len(test), skip=cfg["skip"],
                                   max_count=-1 if num_images is None else num_images)
+  settings = rsjax.Sampling(n0=cfg["n0"], n=n, alpha=cfg["alpha"], batch_size=2000)
   results = {}
   t_start = time.perf_counter()
   plan = {}
@@ -111,8 +125,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
     tag = f"sigma_{sigma:g}"
     config = training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=cfg["batch_size"],
                                   lr=cfg["lr"], lr_step=cfg["lr_step"])
-    rows_run = dict(sigma=sigma, n0=cfg["n0"], n=n, alpha=cfg["alpha"], seed=seed,
-                    rsjax=rsjax.__version__)
+    rows_run = dict(sigma=sigma, seed=seed, rsjax=rsjax.__version__, **_sampling_record(settings))
     paths = (os.path.join(out, f"{cfg['model']}_{tag}"), os.path.join(out, f"certify_{tag}.tsv"))
     _reusable(*paths, config.to_json(), rows_run, overwrite)
     plan[sigma] = (tag, config, rows_run, *paths)
@@ -131,7 +144,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
 
     def certify_fn(xb, ids, sigma=sigma):
       return rsjax.certify(key, apply_fn, params, xb, sigma=sigma, num_classes=train.num_classes,
-                           n0=cfg["n0"], n=n, alpha=cfg["alpha"], batch_size=2000, ids=ids)
+                           settings=settings, ids=ids)
 
     t0 = time.perf_counter()
     run_record = {**rows_run, "model": runner.fingerprint(params)}
