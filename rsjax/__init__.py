@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 # the core never imports flax: ``rsjax.models``, ``rsjax.idrs``, ... just work.
 _LAZY_MODULES = ("anisotropic", "audit", "budgeted", "checkpoint", "cli", "data", "ddrs", "denoise",
                  "deq", "demo", "distributed", "idrs", "io", "metrics", "models", "plots", "record",
-                 "runner", "training", "verify")
+                 "runner", "traced", "training", "verify")
 
 
 def __getattr__(name):

@@ -287,6 +287,8 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Samp
   Raises:
     ValueError: for bad arguments (named in the message).
   """
+  from rsjax.traced import refuse_traced
+  refuse_traced("rsjax.certify", key, params, x, sigma, ids)
   settings = Sampling.of(settings, **sampling)
   if budget is not None:
     if multiclass:
@@ -324,6 +326,8 @@ def predict(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Samp
   Returns:
     ``[B]`` int NumPy array of classes (-1 = abstain).
   """
+  from rsjax.traced import refuse_traced
+  refuse_traced("rsjax.predict", key, params, x, sigma, ids)
   s = Sampling.of(settings, **sampling)
   counts = sample_counts(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, num=s.n,
                          batch_size=s.batch_size, ids=ids, noise=s.noise,

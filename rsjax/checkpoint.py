@@ -49,6 +49,16 @@ def _data_to_keys(restored, target):
       restored, target)
 
 
+class CheckpointReadError(ValueError):
+  """A checkpoint's files cannot be read (damaged, truncated or partly deleted)."""
+
+  def __init__(self, directory: str, step: int):
+    super().__init__(f"the checkpoint of step {step} in {directory!r} cannot be read: a file in it "
+                     "is damaged or missing (train again, or restore it from a copy; --debug or "
+                     "the exception's __cause__ shows the storage error)")
+    self.directory, self.step = directory, step
+
+
 class Checkpoints:
   """A directory of step checkpoints (``orbax.checkpoint.CheckpointManager``).
 
@@ -111,6 +121,8 @@ class Checkpoints:
 
     Raises:
       FileNotFoundError: there is no checkpoint (or no such step).
+      CheckpointReadError: the step's files are damaged or incomplete (the
+        storage library's error is chained as its cause).
     """
     if step is None:
       step = self.latest_step()
@@ -120,7 +132,14 @@ class Checkpoints:
       raise FileNotFoundError(f"no checkpoint of step {step} in {self.directory!r}")
     args = {name: ocp.args.StandardRestore(_abstract(t)) for name, t in targets.items()}
     args[_META] = ocp.args.JsonRestore()
-    out = self._mngr.restore(int(step), args=ocp.args.Composite(**args))
+    try:
+      out = self._mngr.restore(int(step), args=ocp.args.Composite(**args))
+    except ValueError as e:
+      if "tree structures do not match" in str(e):
+        raise  # another architecture: the caller says which
+      raise CheckpointReadError(self.directory, step) from e
+    except Exception as e:  # noqa: BLE001 -- TensorStore / orbax errors of a damaged file
+      raise CheckpointReadError(self.directory, step) from e
     items = {name: _data_to_keys(out[name], t) for name, t in targets.items()}
     return items, dict(out[_META])
 

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -78,6 +79,20 @@ def _load_model(model_dir: str):
                  f"{config.get('input_shape')}); retrain or fix config.json")
 
 
+def _warn_if_unfinished(model_dir: str, config: dict) -> None:
+  """Warns when the model's training stopped before its last epoch."""
+  from rsjax.checkpoint import Checkpoints
+  from rsjax.training import workdir as wd
+  epochs = (config.get("train") or {}).get("epochs")
+  if not isinstance(epochs, int):
+    return  # not trained by 'rsjax train' (converted)
+  with Checkpoints(os.path.join(model_dir, wd.CHECKPOINT_DIR), max_to_keep=None) as ckpt:
+    done = ckpt.latest_step()
+  if done is not None and done < epochs:
+    warnings.warn(f"the model in {model_dir} finished {done} of its {epochs} training epochs "
+                  "(run the same 'rsjax train' command again to finish it)", stacklevel=2)
+
+
 def _architecture_held(model_dir: str, config: dict) -> str | None:
   """The zoo architecture whose weights the checkpoint holds, if any."""
   from rsjax import models, training
@@ -94,10 +109,25 @@ def _architecture_held(model_dir: str, config: dict) -> str | None:
   return None
 
 
+def compilation_cache_dir(flag: str | None, environ=os.environ) -> str | None:
+  """The persistent compilation cache of the command: ``--compilation-cache``, else
+  ``$RSJAX_COMPILATION_CACHE``, else ``$XDG_CACHE_HOME/rsjax/jax`` (``~/.cache/rsjax/jax``);
+  ``off`` (or ``none``) turns it off. None: off, or left to ``$JAX_COMPILATION_CACHE_DIR``."""
+  value = flag if flag is not None else environ.get("RSJAX_COMPILATION_CACHE")
+  if value is not None and value.strip().lower() in ("off", "none", ""):
+    return None
+  if value:
+    return value
+  if environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return None  # JAX reads it itself
+  base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "rsjax", "jax")
+
+
 def _setup_jax(args) -> None:
-  import jax
-  cache = getattr(args, "compilation_cache", None) or os.environ.get("RSJAX_COMPILATION_CACHE")
+  cache = compilation_cache_dir(getattr(args, "compilation_cache", None))
   if cache:
+    import jax
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
@@ -146,9 +176,58 @@ def _print_trained(args, history, what: str, more) -> int:
   return 0
 
 
+def _fill_training_defaults(args) -> None:
+  """Sets the schedule flags not given to the dataset's defaults and prints the schedule."""
+  from rsjax import training
+  d = training.training_defaults(args.dataset)
+  given = []
+  for flag, attr, field in (("epochs", "epochs", "epochs"), ("batch", "batch", "batch_size"),
+                            ("lr", "lr", "lr"), ("lr-step-size", "lr_step_size", "lr_step")):
+    if getattr(args, attr) is None:
+      setattr(args, attr, getattr(d, field))
+    else:
+      given.append(f"--{flag}")
+  told = f"given: {' '.join(given)}; " if given else ""
+  print(f"training schedule: epochs {args.epochs}, batch {args.batch}, lr {args.lr:g}, "
+        f"lr-step-size {args.lr_step_size} ({told}defaults for {args.dataset}: {d.describe()}, "
+        f"{d.source})")
+
+
+# Library words -> command words, for the errors of the trainer the command shows.
+_CLI_WORDS = (("resume=False", "--overwrite (start over)"),
+              ("pass resume=True to continue, or use a new workdir",
+               "run without --overwrite to continue, or use a new --out"),
+              ("allow_unsound=True (CLI --allow-unsound)", "--allow-unsound"),
+              ("workdir", "--out directory"))
+
+
+def _cli_error(e: Exception) -> CliError:
+  """``e`` as a command error, in the command's words."""
+  text = str(e)
+  for lib, cli_words in _CLI_WORDS:
+    text = text.replace(lib, cli_words)
+  return CliError(text)
+
+
+def _start_over(out: str) -> None:
+  """``train --overwrite``: removes an earlier training run in ``out`` (only an rsjax workdir)."""
+  import shutil
+  from rsjax.training import workdir as wd
+  if not os.path.isdir(out):
+    return
+  marks = [n for n in (wd.CONFIG_FILE, wd.CHECKPOINT_DIR) if os.path.exists(os.path.join(out, n))]
+  if not marks:
+    return
+  shutil.rmtree(out)
+  print(f"starting over: removed the earlier training run in {out}")
+
+
 def cmd_train(args) -> int:
   import jax
   from rsjax import models, training
+  _fill_training_defaults(args)
+  if args.overwrite:
+    _start_over(args.out)
   ds_train = _load_dataset(args.dataset, "train", args.data_dir)
   ds_test = _load_dataset(args.dataset, "test", args.data_dir)
   x, y = ds_train.arrays()
@@ -173,9 +252,9 @@ def cmd_train(args) -> int:
         reweigh=None if args.reweigh is None else training.Reweigh(epoch=args.reweigh))
     _, history = training.train(
         jax.random.key(args.seed), model, (x, y), config, eval_data=(xt, yt), workdir=args.out,
-        resume=not args.restart, model_config=model_config, progress=not args.quiet)
+        resume=True, model_config=model_config, progress=not args.quiet)
   except ValueError as e:
-    raise CliError(str(e)) from None
+    raise _cli_error(e) from None
   return _print_trained(args, history, f"on {args.dataset} at sigma={args.sigma}",
                         lambda last: f"noisy accuracy {last['noisy_acc']:.4f}")
 
@@ -193,10 +272,10 @@ def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
                                    warmup_epochs=args.ddrs_warmup_epochs)
     _, history, mem = ddrs_training.train_ddrs(
         jax.random.key(args.seed), model, train_xy, ddrs_config=cfg, train_config=tc,
-        eval_data=test_xy, workdir=args.out, resume=not args.restart, model_config=model_config,
+        eval_data=test_xy, workdir=args.out, resume=True, model_config=model_config,
         progress=not args.quiet)
   except ValueError as e:
-    raise CliError(str(e)) from None
+    raise _cli_error(e) from None
   return _print_trained(args, history, f"with DDRS (sigma0={args.sigma})",
                         lambda last: f"training sigma {mem.mean():.4f} +- {mem.std():.4f}")
 
@@ -219,7 +298,7 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
                                   workdir=args.out, model_config=model_config,
                                   progress=not args.quiet, allow_unsound=args.allow_unsound)
   except ValueError as e:
-    raise CliError(str(e)) from None
+    raise _cli_error(e) from None
   if args.generator not in ucan.SOUND_GENERATORS:
     print(f"trained {args.model} with UCAN's input-dependent generator (lambda={args.sigma}) in "
           f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.training.ucan."
@@ -277,12 +356,21 @@ def _certificate_header(args, ds, details=None) -> dict:
       budget=None if grid is None else budgeted.Budget(grid=grid), details=details)
 
 
-def _load_torch(path: str, arch: str | None, input_shape=None):
+def _load_torch(path: str, arch: str | None, normalize: str | None, input_shape=None):
+  """The model of a PyTorch checkpoint; prints the normalization it uses."""
   from rsjax import models
   try:
-    return models.load_torch(path, arch, input_shape=input_shape)
+    norm = "auto" if normalize is None else models.parse_normalize(normalize)
+    model, config = models.load_torch(path, arch, normalize=norm, input_shape=input_shape)
+  except models.UnknownNormalizationError as e:
+    raise CliError(str(models.UnknownNormalizationError(
+        e.arch, how="pass --normalize none, a dataset name (mnist, cifar10, imagenet2012, ...) "
+        "or MEAN/STD (e.g. 0.1307/0.3081)"))) from None
   except (FileNotFoundError, ImportError, ValueError) as e:
     raise CliError(str(e)) from None
+  print(f"{os.path.basename(path)}: {config['torch_arch']}, input normalization "
+        f"{config['normalization']}")
+  return model, config
 
 
 def _sampling_run(args):
@@ -299,12 +387,17 @@ def _sampling_run(args):
       raise CliError("--dataset is required with --torch-checkpoint")
     dataset_name = args.dataset
     ds = _load_dataset(dataset_name, args.split, args.data_dir)
-    model, config = _load_torch(args.torch_checkpoint, args.torch_arch, ds.input_shape)
+    model, config = _load_torch(args.torch_checkpoint, args.torch_arch, args.normalize,
+                                ds.input_shape)
   else:
     if args.model_dir is None:
       raise CliError("give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or "
                      "--torch-checkpoint F.pth")
+    if args.normalize is not None:
+      raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its "
+                     "normalization)")
     model, config = _load_model(args.model_dir)
+    _warn_if_unfinished(args.model_dir, config)
     dataset_name = args.dataset or config.get("dataset")
     if dataset_name is None:
       raise CliError("--dataset is required (the model directory does not name one)")
@@ -344,15 +437,43 @@ _NOT_RUN_IDENTITY = frozenset({
     "run_record"})
 
 
+def _other_method_options(method: str | None) -> dict:
+  """``{name: default}`` of the options of the certify methods other than ``method``."""
+  from rsjax import methods
+  if method not in methods.METHODS:
+    return {}
+  own = {o.name for o in methods.METHODS[method].options}
+  return {o.name: o.default for m in methods.METHODS.values() for o in m.options
+          if o.name not in own}
+
+
+def _upgrade_run_record(path: str, run: dict) -> None:
+  """Drops other methods' options (at their defaults) from a run record written before
+  records held only the method's own options, so that such a file resumes."""
+  import json
+
+  from rsjax import io
+  saved = io.read_run_record(path) if os.path.exists(path) else None
+  others = _other_method_options(run.get("method"))
+  if not saved or not any(k in others for k in saved):
+    return
+  kept = {k: v for k, v in saved.items() if not (k in others and v == others[k])}
+  if kept == json.loads(json.dumps(run)):
+    io.write_run_record(path, run)
+
+
 def _run_record(args, config: dict, dataset_name: str, params) -> dict:
   """The identity of a certify/predict run, kept with its result file.
 
-  Every flag counts except those in ``_NOT_RUN_IDENTITY``, so a new flag is
-  part of the identity unless it is listed there.
+  Every flag counts except those in ``_NOT_RUN_IDENTITY`` and the options of
+  methods other than ``--method`` (they do not change the rows; a mismatch
+  names only what differs), so a new flag is part of the identity unless it
+  is listed there.
   """
   import rsjax
   from rsjax import runner
-  run = {k: v for k, v in vars(args).items() if k not in _NOT_RUN_IDENTITY}
+  others = _other_method_options(getattr(args, "method", None))
+  run = {k: v for k, v in vars(args).items() if k not in _NOT_RUN_IDENTITY and k not in others}
   run.update(command=args.command, dataset=dataset_name, architecture=config.get("model"),
              model=runner.fingerprint(params), rsjax=rsjax.__version__)
   return run
@@ -378,6 +499,10 @@ def cmd_certify(args) -> int:
   except ValueError as e:
     raise CliError(str(e)) from None
   from rsjax import methods, runner
+  if args.N < args.N0:
+    raise CliError(f"--N {args.N} is smaller than --N0 {args.N0}: N counts the estimation "
+                   "samples that bound p_A, N0 the few that select the class (Cohen et al.: "
+                   "N0 100, N 100000); swap them?")
   model, _, ds, apply_fn, params, indices, key = _sampling_run(args)
   plan = _method_plan(args, key, model, apply_fn, params, ds)
   args.run_record["certificate"] = _certificate_header(args, ds, plan.details)
@@ -401,6 +526,7 @@ def cmd_certify(args) -> int:
   mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
   path = args.outfile if nproc == 1 else distributed.process_path(
       args.outfile, process_index=pid, process_count=nproc)
+  _upgrade_run_record(path, args.run_record)
   t0 = time.perf_counter()
   wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
                                  inputs_per_call=inputs_per_call, extra_columns=columns,
@@ -605,7 +731,7 @@ def cmd_audit(args) -> int:
 
 def cmd_convert(args) -> int:
   from rsjax import training
-  model, config = _load_torch(args.checkpoint, args.arch)
+  model, config = _load_torch(args.checkpoint, args.arch, args.normalize)
   config["source"] = os.path.basename(args.checkpoint)
   if args.dataset is not None:
     config["dataset"] = args.dataset
@@ -625,8 +751,12 @@ def cmd_convert(args) -> int:
 
 def cmd_demo(args) -> int:
   from rsjax import demo
-  demo.run(args.out, sigmas=tuple(args.sigmas), epochs=args.epochs, n=args.N,
-           num_images=args.images, seed=args.seed, progress=not args.quiet)
+  try:
+    demo.run(args.out, sigmas=tuple(args.sigmas), epochs=args.epochs, n=args.N,
+             num_images=args.images, seed=args.seed, progress=not args.quiet,
+             overwrite=args.overwrite)
+  except ValueError as e:
+    raise CliError(str(e)) from None
   return 0
 
 
@@ -690,9 +820,10 @@ def build_parser() -> argparse.ArgumentParser:
       prog="rsjax", description="Randomized smoothing in JAX: train, certify, predict, analyze.",
       formatter_class=fmt)
   p.add_argument("--version", action="version", version=f"rsjax {__version__}")
-  p.add_argument("--compilation-cache", default=None,
-                 help="directory of JAX's persistent compilation cache "
-                 "(or $RSJAX_COMPILATION_CACHE)")
+  p.add_argument("--compilation-cache", default=None, metavar="DIR",
+                 help="directory of JAX's persistent compilation cache, or 'off' (or "
+                 "$RSJAX_COMPILATION_CACHE; default: $XDG_CACHE_HOME/rsjax/jax, i.e. "
+                 "~/.cache/rsjax/jax)")
   p.add_argument("--debug", action="store_true",
                  help="show the full traceback of an error instead of one line")
   sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -700,6 +831,13 @@ def build_parser() -> argparse.ArgumentParser:
   common = argparse.ArgumentParser(add_help=False)
   common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                       help="show the full traceback of an error instead of one line")
+
+  def normalize_flag(q):
+    q.add_argument("--normalize", default=None, metavar="NORM",
+                   help="input normalization of a PyTorch checkpoint: none, a dataset name "
+                   "(mnist, cifar10, imagenet2012) or MEAN/STD (e.g. 0.1307/0.3081); default: "
+                   "its normalization layer's values, or the architecture's as in Cohen et "
+                   "al. (CIFAR, ImageNet ResNets); required where neither is known")
 
   def data_flags(q, dataset_required=False):
     q.add_argument("--dataset", required=dataset_required, default=None,
@@ -713,11 +851,19 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--model", required=True, help=", ".join(models.MODELS))
   t.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
   t.add_argument("--out", required=True, help="output directory (checkpoints, config)")
-  t.add_argument("--epochs", type=_positive_int, default=90, help="number of epochs")
-  t.add_argument("--batch", type=_positive_int, default=256, help="training batch size")
-  t.add_argument("--lr", type=_positive_float, default=0.1, help="initial learning rate (SGD)")
-  t.add_argument("--lr-step-size", type=_positive_int, default=30,
-                 help="epochs between learning-rate drops")
+  def by_dataset(field):
+    return "; default by dataset: " + ", ".join(
+        f"{name} {getattr(d, field):g}" for name, d in training.TRAINING_DEFAULTS.items())
+
+  t.add_argument("--epochs", type=_positive_int, default=None,
+                 help="number of epochs" + by_dataset("epochs") + ", else 90")
+  t.add_argument("--batch", type=_positive_int, default=None,
+                 help="training batch size" + by_dataset("batch_size") + ", else 256")
+  t.add_argument("--lr", type=_positive_float, default=None,
+                 help="initial learning rate (SGD)" + by_dataset("lr") + ", else 0.1")
+  t.add_argument("--lr-step-size", type=_positive_int, default=None,
+                 help="epochs between learning-rate drops" + by_dataset("lr_step")
+                 + ", else 30")
   t.add_argument("--gamma", type=_positive_float, default=0.1,
                  help="learning-rate factor at each drop")
   t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
@@ -746,9 +892,9 @@ def build_parser() -> argparse.ArgumentParser:
                  help="step eps of --sphere-attack (L2; for linf the paper's sqrt(d)*eps)")
   t.add_argument("--attack-norm", choices=["l2", "linf"], default="l2",
                  help="norm of the --sphere-attack steps (the sphere is always L2)")
-  t.add_argument("--restart", action="store_true",
-                 help="do not resume: fail if OUT already holds checkpoints (a run in OUT "
-                 "resumes from its last epoch by default; use a new --out to start over)")
+  t.add_argument("--overwrite", "--restart", dest="overwrite", action="store_true",
+                 help="start over: remove the checkpoints of an earlier run in OUT (by default a "
+                 "run in OUT resumes from its last epoch, with the same settings)")
   t.add_argument("--method", default="gaussian", choices=["gaussian", "ddrs", "ucan"],
                  help="gaussian: Cohen et al.; ddrs: per-example optimized sigma (DDRS Alg. 2), "
                       "--sigma is sigma0; ucan: anisotropic noise of --generator")
@@ -810,6 +956,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--torch-arch", default=None,
                    help="architecture of --torch-checkpoint (default: its 'arch' entry or "
                    "recognized from its keys)")
+    normalize_flag(q)
 
   c = sub.add_parser("certify", parents=[common], formatter_class=fmt,
                      help="certify a dataset (CERTIFY of Cohen et al.)")
@@ -890,6 +1037,7 @@ def build_parser() -> argparse.ArgumentParser:
   cv.add_argument("--arch", default=None,
                   help="architecture (default: the checkpoint's 'arch' entry or recognized from "
                   "its keys): cifar_resnet20, cifar_resnet110, resnet18, resnet50, lenet, ...")
+  normalize_flag(cv)
   cv.add_argument("--dataset", default=None,
                   help="record the dataset (the default dataset of certify)")
   cv.add_argument("--sigma", type=_positive_float, default=None,
@@ -912,6 +1060,10 @@ def build_parser() -> argparse.ArgumentParser:
   d.add_argument("--images", type=_positive_int, default=None,
                  help="test images certified (default: the demo's setting)")
   d.add_argument("--seed", type=int, default=0, help="PRNG seed")
+  d.add_argument("--overwrite", action="store_true",
+                 help="start over the models and rows in OUT made with other settings (by "
+                 "default the demo reuses only what was made with the same settings and stops "
+                 "on the rest)")
   d.add_argument("--quiet", action="store_true", help="no progress bars")
   d.set_defaults(func=cmd_demo)
   return p
@@ -933,11 +1085,34 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   ``--debug`` re-raises instead, showing the traceback.
   """
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if argv[:1] == ["--version"]:  # without importing JAX (seconds)
+    from importlib import metadata
+    try:
+      version = metadata.version("rsjax")
+    except metadata.PackageNotFoundError:
+      from rsjax import __version__ as version
+    print(f"rsjax {version}")
+    return 0
+  # Building the parser imports JAX, Flax and SciPy (2-5 s): say so on a terminal.
+  loading = sys.stderr.isatty() and not {"-h", "--help", "--quiet"} & set(argv)
+  if loading:
+    print("rsjax: loading JAX ...", end="\r", file=sys.stderr, flush=True)
   parser = build_parser()
+  if loading:
+    print(" " * 24, end="\r", file=sys.stderr, flush=True)
   args = parser.parse_args(argv)
+
+  def show_warning(message, category, filename, lineno, file=None, line=None):
+    del category, filename, lineno, file, line
+    print(f"rsjax {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
   try:
     _setup_jax(args)
-    return int(args.func(args) or 0)
+    with warnings.catch_warnings():
+      if not args.debug:
+        warnings.showwarning = show_warning
+      return int(args.func(args) or 0)
   except KeyboardInterrupt:
     if args.debug:
       raise

@@ -12,7 +12,9 @@ training runs and result rows.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import time
 
 import jax
@@ -25,8 +27,51 @@ DEFAULTS = dict(model="lenet", dataset="mnist5k", epochs=20, batch_size=128, lr=
                                                                           1.0, 1.25, 1.5))
 
 
+def _differences(saved, now) -> str:
+  """``'k saved there, now here; ...'`` over the keys whose values differ ('' if none)."""
+  keys = sorted(set(saved) | set(now))
+  return "; ".join(f"{k} {saved.get(k)!r} there, {now.get(k)!r} now" for k in keys
+                   if saved.get(k) != now.get(k))
+
+
+def _reusable(workdir: str, rows: str, train_json: dict, rows_run: dict, overwrite: bool) -> None:
+  """Stops (``ValueError``) if ``workdir``'s training or the ``rows`` were made with other
+  settings; with ``overwrite`` removes them instead."""
+  from rsjax import io
+  from rsjax.training import workdir as wd
+  diffs = []
+  if os.path.exists(os.path.join(workdir, wd.CONFIG_FILE)):
+    saved = wd.read_config(workdir).get("train", {})
+    if _differences(saved, train_json):
+      diffs.append(f"{workdir} was trained with other settings ({_differences(saved, train_json)})")
+  if not diffs:
+    saved = io.read_run_record(rows) or {}
+    now = {k: v for k, v in rows_run.items() if k != "model"}
+    if os.path.exists(rows) and _differences({k: saved.get(k) for k in now}, now):
+      diffs.append(f"{rows} holds rows made with other settings "
+                   f"({_differences({k: saved.get(k) for k in now}, now)})")
+  if not diffs:
+    return
+  if not overwrite:
+    raise ValueError(f"{diffs[0]}: 'rsjax demo --overwrite' starts it over, or use another --out")
+  print(f"starting over: {diffs[0]}")
+  shutil.rmtree(workdir, ignore_errors=True)
+  for path in (rows, io.run_record_path(rows)):
+    if os.path.exists(path):
+      os.remove(path)
+
+
+def _selected(res, indices):
+  """The rows of ``res`` whose idx is in ``indices``."""
+  keep = np.isin(res.idx, np.asarray(indices))
+  arrays = {f.name: getattr(res, f.name)[keep] for f in dataclasses.fields(res)
+            if f.name != "extra"}
+  return dataclasses.replace(res, **arrays, extra={k: v[keep] for k, v in res.extra.items()})
+
+
 def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | None = None,
-        num_images: int | None = None, seed: int = 0, progress: bool = True) -> dict:
+        num_images: int | None = None, seed: int = 0, progress: bool = True,
+        overwrite: bool = False) -> dict:
   """Runs the demo and returns ``{label: CertifyResults}``.
 
   Args:
@@ -37,6 +82,12 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
     num_images: number of held-out images (default 100: every 10th test digit).
     seed: PRNG seed for training and certification.
     progress: progress bars.
+    overwrite: start over a training run or result file made with other
+      settings (default: stop, naming the settings that differ).
+
+  Raises:
+    ValueError: ``out`` holds a model or rows made with other settings (and
+      not ``overwrite``).
   """
   import rsjax
   from rsjax import data, io, metrics, models, plots, record, runner, training, verify
@@ -51,16 +102,23 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
   xt, yt = test.arrays()
   indices = runner.select_indices(len(test), skip=cfg["skip"],
                                   max_count=-1 if num_images is None else num_images)
+  settings = rsjax.Sampling(n0=cfg["n0"], n=n, alpha=cfg["alpha"], batch_size=2000)
   results, paths = {}, []
   t_start = time.perf_counter()
-  for sigma in sigmas:
+  plan = {}
+  for sigma in sigmas:  # every reuse is checked before anything is trained
     tag = f"sigma_{sigma:g}"
-    workdir = os.path.join(out, f"{cfg['model']}_{tag}")
+    config = training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=cfg["batch_size"],
+                                  lr=cfg["lr"], lr_step=cfg["lr_step"])
+    rows_run = dict(sigma=sigma, seed=seed, rsjax=rsjax.__version__,
+                    **record.sampling_fields(settings))
+    paths = (os.path.join(out, f"{cfg['model']}_{tag}"), os.path.join(out, f"certify_{tag}.tsv"))
+    _reusable(*paths, config.to_json(), rows_run, overwrite)
+    plan[sigma] = (tag, config, rows_run, *paths)
+  for sigma, (tag, config, rows_run, workdir, path) in plan.items():
     model = models.create_model(cfg["model"], num_classes=train.num_classes,
                                 input_shape=train.input_shape, rngs=seed)
     t0 = time.perf_counter()
-    config = training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=cfg["batch_size"],
-                                  lr=cfg["lr"], lr_step=cfg["lr_step"])
     model, history = training.train(
         jax.random.key(seed), model, (x, y), config, eval_data=(xt, yt), workdir=workdir,
         progress=progress,
@@ -69,23 +127,29 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
     t_train = time.perf_counter() - t0
     apply_fn, params = models.to_apply_fn(model)
     key = jax.random.fold_in(jax.random.key(seed), 1)
-    settings = rsjax.Sampling(n0=cfg["n0"], n=n, alpha=cfg["alpha"], batch_size=2000)
 
     def certify_fn(xb, ids, sigma=sigma):
       return rsjax.certify(key, apply_fn, params, xb, sigma=sigma, num_classes=train.num_classes,
                            settings=settings, ids=ids)
 
-    path = os.path.join(out, f"certify_{tag}.tsv")
-    run_record = {"certificate": record.header(
-        method="cohen", sampling=settings, sigma=sigma, seed=seed, key_fold_in=(1,),
-        model=runner.fingerprint(params), input_shape=test.input_shape,
-        num_classes=test.num_classes, dataset=cfg["dataset"])}
     t0 = time.perf_counter()
-    runner.certify_dataset(certify_fn, test.get_batch, indices, path, inputs_per_call=10,
-                           progress=progress, run=run_record, record=True, n=n)
+    run_record = {**rows_run, "model": runner.fingerprint(params),
+                  "certificate": record.header(
+                      method="cohen", sampling=settings, sigma=sigma, seed=seed, key_fold_in=(1,),
+                      model=runner.fingerprint(params), input_shape=test.input_shape,
+                      num_classes=test.num_classes, dataset=cfg["dataset"])}
+    try:
+      runner.certify_dataset(certify_fn, test.get_batch, indices, path, inputs_per_call=10,
+                             progress=progress, run=run_record, record=True, n=n)
+    except io.RunMismatchError:  # another model (the settings were checked above)
+      if not overwrite:
+        raise ValueError(f"{path} holds rows of another model ({workdir} was retrained): "
+                         "'rsjax demo --overwrite' starts it over, or use another --out") from None
+      runner.certify_dataset(certify_fn, test.get_batch, indices, path, inputs_per_call=10,
+                             progress=progress, run=run_record, resume=False, record=True, n=n)
     t_cert = time.perf_counter() - t0
     paths.append(path)
-    results[f"sigma={sigma:g}"] = io.read_certify(path)
+    results[f"sigma={sigma:g}"] = _selected(io.read_certify(path), indices)
     last = history[-1] if history else {}
     print(f"[{tag}] clean accuracy {last.get('clean_acc', float('nan')):.4f}, "
           f"training {t_train:.0f}s, certification {t_cert:.0f}s "

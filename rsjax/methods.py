@@ -193,8 +193,26 @@ def parse_grid(text: str) -> tuple[float, ...]:
   return radii
 
 
+def _gaussian_l2(ctx: Context) -> bool:
+  from rsjax import noise as noise_lib
+  noise = ctx.sampling.noise
+  return isinstance(noise, noise_lib.Gaussian) and noise.norm == "l2"
+
+
+def _binary_gaussian_only(ctx: Context, method: str) -> None:
+  """Refuses, before anything runs, what a Gaussian binary-radius method cannot do."""
+  if ctx.multiclass:
+    raise ValueError(f"--multiclass works with --method cohen or ucan, not {method}")
+  if not _gaussian_l2(ctx):
+    raise ValueError(f"--method {method} certifies with Gaussian noise only, not --noise "
+                     f"{ctx.sampling.noise.name}")
+
+
 def _cohen(ctx: Context, *, grid) -> Plan:
   import rsjax
+  if ctx.multiclass and not _gaussian_l2(ctx):
+    raise ValueError(f"--multiclass (Cohen et al.'s multiclass L2 radius) works with Gaussian "
+                     f"noise only, not --noise {ctx.sampling.noise.name}")
   if grid is not None and ctx.multiclass:
     raise ValueError("--grid (budgeted CERTIFY) works with --method cohen and the binary radius "
                      "only")
@@ -217,6 +235,7 @@ def _cohen(ctx: Context, *, grid) -> Plan:
 
 def _idrs(ctx: Context, *, idrs_rate, idrs_k, idrs_m) -> Plan:
   from rsjax import idrs
+  _binary_gaussian_only(ctx, "idrs")
   name = ctx.dataset.name
   xtr = ctx.load_split("train").arrays()[0] if idrs_rate > 0 else None
   try:
@@ -298,6 +317,9 @@ def _trained_unsound(workdir) -> bool:
 
 
 def _ucan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> Plan:
+  if ctx.multiclass and not _gaussian_l2(ctx):
+    raise ValueError(f"--multiclass works with Gaussian noise only, not --noise "
+                     f"{ctx.sampling.noise.name}")
   from rsjax import anisotropic
   shape = tuple(ctx.dataset.input_shape)
   if ucan_sigma == "auto" and _trained_unsound(ctx.workdir):
@@ -404,6 +426,7 @@ def _ddrs(ctx: Context, *, ddrs_steps, ddrs_lr, ddrs_draws, ddrs_memory) -> Plan
 def _deq(ctx: Context, method: str, *, deq_solver, deq_steps, deq_warmup_steps, srs_m,
          srs_check_steps, srs_correction) -> Plan:
   from rsjax import deq
+  _binary_gaussian_only(ctx, method)
   if not isinstance(ctx.model, deq.DEQModel):
     raise ValueError(f"--method {'srs' if method == 'srs' else 'deq-standard'} needs a DEQ model "
                      "(trained with --model deq or mdeq)")

@@ -11,6 +11,9 @@ _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
   os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=4").strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The command's persistent compilation cache (on by default) stays out of the user's
+# home during the tests.
+os.environ.setdefault("RSJAX_COMPILATION_CACHE", "off")
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

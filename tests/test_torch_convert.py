@@ -56,7 +56,9 @@ def test_logits_match_pytorch(arch, tmp_path):
   model, ckpt = _checkpoint(arch)
   path = tmp_path / "checkpoint.pth.tar"
   torch.save(ckpt, path)
-  apply_fn, params = models.from_torch(path)
+  # Consistency's MNIST LeNet is Sequential(Identity, net): nothing says so in the
+  # state dict, so it takes normalize=None (test_normalized_cohen_lenet: the refusal).
+  apply_fn, params = models.from_torch(path, normalize=None if arch == "lenet" else "auto")
   hw = _ARCHS[arch]
   x = _inputs(hw, 1 if arch == "lenet" else 3)
   out = np.asarray(jax.jit(apply_fn)(params, x))
@@ -74,9 +76,10 @@ def test_prefixes_and_detection():
               {k: v.numpy() for k, v in ckpt["state_dict"].items()}]  # NumPy, no 'arch'
   x = _inputs(28, 1)
   ref = _torch_logits(model, x)
-  for sd in variants:
-    net, config = models.load_torch(sd)
+  for sd, wrapped in zip(variants, [False, False, True, True]):
+    net, config = models.load_torch(sd, normalize=None if wrapped else "auto")
     assert config["torch_arch"] == "lenet" and config["num_classes"] == 7
+    assert config["normalization"].startswith("none")
     _assert_same(np.asarray(net(x)), ref)
 
 
@@ -94,6 +97,55 @@ def test_normalization_buffers_and_override():
   assert config["model_kwargs"]["normalize"][1] == pytest.approx([0.5, 0.6, 0.7])
   net, _ = models.load_torch(sd, normalize=None)
   assert net.normalize is None
+
+
+def test_normalized_cohen_lenet(tmp_path, capsys):
+  """A Cohen-format LeNet behind a NormalizeLayer (values not in the state dict) is refused
+  without normalize=, and certifies with PyTorch's logits when it is given."""
+  mean, std = [0.1307], [0.3081]
+  torch_net = ta.randomize_(torch.nn.Sequential(ta.NormalizeLayer(mean, std), ta.LeNet()),
+                            torch.Generator().manual_seed(3))
+  path = str(tmp_path / "lenet_normalized.pth.tar")
+  torch.save({"arch": "lenet", "state_dict": torch_net.state_dict()}, path)
+  assert not any(k.startswith("0.") for k in torch_net.state_dict())  # nothing to read
+  with pytest.raises(models.UnknownNormalizationError, match=r"Sequential\(layer 0, lenet\).*"
+                     r"pass normalize=") as e:
+    models.from_torch(path)
+  assert "\n" not in str(e.value)
+  x = _inputs(28, 1)
+  ref = _torch_logits(torch_net, x)
+  for normalize in ("mnist", (mean, std)):
+    net, config = models.load_torch(path, normalize=normalize)
+    assert config["normalization"] == "mean (0.1307) std (0.3081): given"
+    apply_fn, params = models.to_apply_fn(net)
+    _assert_same(np.asarray(apply_fn(params, x)), ref)
+  # Without the normalization the logits are far off (what the import used to do silently).
+  apply_fn, params = models.from_torch(path, normalize=None)
+  assert np.max(np.abs(np.asarray(apply_fn(params, x)) - ref)) > 0.1 * np.max(np.abs(ref))
+  # The command: the same refusal in its words, then the normalization it uses, printed.
+  out = str(tmp_path / "rows.tsv")
+  flags = ["--dataset", "mnist5k", "--N0", "16", "--N", "64", "--max", "1", "--sigma", "0.25",
+           "--quiet"]
+  assert cli.main(["certify", "--torch-checkpoint", path, out, *flags]) == 2
+  err = capsys.readouterr().err
+  assert "pass --normalize none, a dataset name" in err and err.count("\n") == 1
+  assert not os.path.exists(out)
+  assert cli.main(["certify", "--torch-checkpoint", path, out, *flags,
+                   "--normalize", "0.1307/0.3081"]) == 0
+  assert "input normalization mean (0.1307) std (0.3081): given" in capsys.readouterr().out
+  assert cli.main(["convert", path, str(tmp_path / "wd"), "--normalize", "bogus"]) == 2
+  assert "--normalize bogus: expected none, a dataset name" in capsys.readouterr().err
+
+
+def test_unmapped_layer_warns_and_inferred_normalization_is_said():
+  _, ckpt = _checkpoint("cifar_resnet20")
+  _, config = models.load_torch(ckpt)
+  assert config["normalization"].startswith("mean (0.4914, 0.4822, 0.4465) std (0.2023, "
+                                            "0.1994, 0.201): cifar10's, inferred from")
+  sd = dict(ckpt["state_dict"])
+  sd["0.scale"] = torch.ones(3)
+  with pytest.warns(UserWarning, match=r"layer 0 .* not mapped \(ignored\): \[scale\]"):
+    models.load_torch(sd)
 
 
 def test_mismatch_is_one_clear_line():
@@ -140,9 +192,9 @@ def test_cli_certify_torch_checkpoint_and_convert(tmp_path, capsys):
             "--quiet"]
   rows1 = str(tmp_path / "torch.tsv")
   assert cli.main(["certify", "--torch-checkpoint", path, rows1, "--dataset", "mnist5k",
-                   *common]) == 0
+                   "--normalize", "none", *common]) == 0
   wd = str(tmp_path / "converted")
-  assert cli.main(["convert", path, wd, "--dataset", "mnist5k"]) == 0
+  assert cli.main(["convert", path, wd, "--dataset", "mnist5k", "--normalize", "none"]) == 0
   rows2 = str(tmp_path / "converted.tsv")
   assert cli.main(["certify", wd, rows2, *common]) == 0
   a, b = io.read_certify(rows1), io.read_certify(rows2)
@@ -156,7 +208,7 @@ def test_cli_certify_torch_checkpoint_and_convert(tmp_path, capsys):
   assert cli.main(["certify", "--torch-checkpoint", path, rows1, "--sigma", "0.25"]) == 2
   assert "--dataset is required" in capsys.readouterr().err
   assert cli.main(["certify", "--torch-checkpoint", path, rows1, "--dataset", "mnist5k",
-                   "--torch-arch", "resnet50", *common]) == 2
+                   "--normalize", "none", "--torch-arch", "resnet50", *common]) == 2
   err = capsys.readouterr().err
   assert "does not fit resnet50" in err and err.count("\n") == 1
   assert cli.main(["certify", rows1, "--dataset", "mnist5k", *common]) == 2

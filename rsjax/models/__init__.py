@@ -42,8 +42,10 @@ from rsjax.models._simple import CNN as CNN
 from rsjax.models._simple import MLP as MLP
 from rsjax.models._simple import LeNet as LeNet
 from rsjax.models._torch import TORCH_ARCHITECTURES as TORCH_ARCHITECTURES
+from rsjax.models._torch import UnknownNormalizationError as UnknownNormalizationError
 from rsjax.models._torch import from_torch as from_torch
 from rsjax.models._torch import load_torch as load_torch
+from rsjax.models._torch import parse_normalize as parse_normalize
 
 __all__ = [
     "AuxLoss",
@@ -67,8 +69,10 @@ __all__ = [
     "fold_batch_norm",
     "count_params",
     "create_model",
+    "UnknownNormalizationError",
     "from_torch",
     "load_torch",
+    "parse_normalize",
     "to_apply_fn",
     "to_train_fn",
 ]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -37,7 +38,8 @@ from rsjax.models._bridge import EvalApply, to_apply_fn
 from rsjax.models._layers import NORMALIZATION, Normalize, resolve_normalization
 from rsjax.models._registry import create_model
 
-__all__ = ["TORCH_ARCHITECTURES", "from_torch", "load_torch"]
+__all__ = ["TORCH_ARCHITECTURES", "UnknownNormalizationError", "describe_normalization", "from_torch", "load_torch",
+           "parse_normalize"]
 
 # torchvision ResNets: (block, blocks per stage).
 _TORCHVISION = {
@@ -113,15 +115,38 @@ def _strip_module(key: str) -> str:
   return key
 
 
-def _split(sd: Mapping[str, np.ndarray]) -> tuple[dict, dict]:
-  """``(model entries, normalization-layer entries)`` without ``module.`` / ``0.`` / ``1.``."""
+def _split(sd: Mapping[str, np.ndarray]) -> tuple[dict, dict, bool]:
+  """``(model entries, normalization-layer entries, wrapped)`` without ``module.`` / ``0.`` /
+  ``1.``; ``wrapped``: the checkpoint is ``Sequential(layer 0, model)``."""
   sd = {_strip_module(k): v for k, v in sd.items()}
   if sd and all(k.startswith(("0.", "1.")) for k in sd) and any(k.startswith("1.") for k in sd):
     # Sequential(NormalizeLayer, model): the model is item 1.
     norm = {k[2:]: v for k, v in sd.items() if k.startswith("0.")}
     model = {_strip_module(k[2:]): v for k, v in sd.items() if k.startswith("1.")}
-    return model, norm
-  return sd, {}
+    return model, norm, True
+  return sd, {}, False
+
+
+def parse_normalize(text: str):
+  """The ``normalize=`` of a ``--normalize`` text: ``none``, a dataset name or ``MEAN/STD``.
+
+  ``MEAN`` and ``STD`` are one number or comma-separated per-channel numbers,
+  e.g. ``0.1307/0.3081`` or ``0.49,0.48,0.45/0.2,0.2,0.2``.
+  """
+  text = text.strip()
+  if text.lower() == "none":
+    return None
+  if "/" not in text:
+    if text not in NORMALIZATION:
+      raise ValueError(f"--normalize {text}: expected none, a dataset name "
+                       f"({', '.join(sorted(NORMALIZATION))}) or MEAN/STD such as 0.1307/0.3081")
+    return text
+  mean, _, std = text.partition("/")
+  try:
+    return ([float(v) for v in mean.split(",")], [float(v) for v in std.split(",")])
+  except ValueError:
+    raise ValueError(f"--normalize {text}: MEAN/STD must be numbers, e.g. 0.1307/0.3081 or "
+                     "0.49,0.48,0.45/0.2,0.2,0.2") from None
 
 
 def _blocks_per_stage(sd, num_stages: int) -> tuple[int, ...]:
@@ -241,15 +266,54 @@ def _short(keys, limit: int = 8) -> str:
   return "[" + ", ".join(keys[:limit]) + more + "]"
 
 
-def _normalization(normalize, norm_sd, family):
-  if not isinstance(normalize, str) or normalize != "auto":
-    return normalize
+class UnknownNormalizationError(ValueError):
+  """A checkpoint's normalization layer holds no values and its architecture has no default."""
+
+  def __init__(self, arch: str, *, how: str = "pass normalize=: None, a dataset name (mnist, "
+               "cifar10, imagenet2012, ...) or a (mean, std) pair"):
+    self.arch = arch
+    super().__init__(
+        f"the checkpoint is Sequential(layer 0, {arch}) and its layer 0 (a normalization layer "
+        "such as Cohen et al.'s NormalizeLayer, whose means and sds are not in the state_dict) "
+        f"can be neither read nor inferred for {arch}: {how}")
+
+
+def _normalization(normalize, norm_sd, family, arch, *, wrapped: bool):
+  """``(normalize, how)``: the normalization to use and one line saying where it comes from.
+
+  ``wrapped``: the state dict is ``Sequential(layer 0, model)``, layer 0 being
+  a normalization layer. Cohen et al.'s ``NormalizeLayer`` keeps its means and
+  sds as plain attributes, outside the state dict: then only the CIFAR and
+  ImageNet architectures have a known default (Cohen et al.'s
+  ``get_architecture``); for any other, guessing could certify a different
+  classifier, so the caller must say.
+  """
+  if not (isinstance(normalize, str) and normalize == "auto"):
+    if normalize is None or (isinstance(normalize, str) and normalize.lower() == "none"):
+      return None, "none (given)"
+    return normalize, "given"
   for m_name, s_name in (("means", "sds"), ("mean", "std")):
     if m_name in norm_sd and s_name in norm_sd:
       return ([float(v) for v in np.ravel(norm_sd[m_name])],
-              [float(v) for v in np.ravel(norm_sd[s_name])])
+              [float(v) for v in np.ravel(norm_sd[s_name])]), "read from the checkpoint's layer 0"
   default = _DEFAULT_NORMALIZE[family]
-  return None if default is None else [list(v) for v in NORMALIZATION[default]]
+  if wrapped and default is None:
+    raise UnknownNormalizationError(arch)
+  if default is None:
+    return None, "none (the checkpoint has no normalization layer)"
+  where = "layer 0" if wrapped else "the model"
+  return [list(v) for v in NORMALIZATION[default]], (
+      f"{default}'s, inferred from the architecture {arch} as in Cohen et al.'s get_architecture "
+      f"({where} holds no values; pass normalize= to change it)")
+
+
+def describe_normalization(mean_std) -> str:
+  """``mean (..) std (..)`` of a resolved normalization, or ``none``."""
+  if mean_std is None:
+    return "none"
+  mean, std = mean_std
+  fmt = lambda v: ", ".join(f"{x:g}" for x in v)  # noqa: E731
+  return f"mean ({fmt(mean)}) std ({fmt(std)})"
 
 
 def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
@@ -267,8 +331,14 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
       entry, else recognized from the keys.
     normalize: "auto" (the normalization layer's ``means``/``sds`` buffers
       when the checkpoint stores them, else the architecture's dataset as in
-      Cohen et al.: CIFAR-10 for the CIFAR ResNets, ImageNet for torchvision's,
-      none for LeNet), ``None``, a dataset name or a ``(mean, std)`` pair.
+      Cohen et al.: CIFAR-10 for the CIFAR ResNets, ImageNet for torchvision's;
+      a LeNet without a normalization layer has none, and a LeNet inside
+      ``Sequential(layer 0, net)`` whose layer 0 holds no values is refused:
+      Cohen et al.'s ``NormalizeLayer`` keeps its means and sds out of the
+      state dict, so they cannot be told from an identity), ``None`` (or
+      ``"none"``), a dataset name or a ``(mean, std)`` pair. The one used is
+      in ``config["normalization"]``; entries of layer 0 other than its
+      means/sds are ignored with a warning.
     input_shape: ``(H, W, C)`` of one input; default 32x32 (CIFAR ResNets),
       224x224 (torchvision) or 28x28 (LeNet) with the checkpoint's channels.
 
@@ -283,7 +353,7 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
       the missing and unexpected keys and the known architectures).
   """
   raw, ckpt_arch = _read(path_or_state_dict)
-  sd, norm_sd = _split(raw)
+  sd, norm_sd, wrapped = _split(raw)
   arch = arch or ckpt_arch or _detect(sd)
   family, name, kwargs = _family(arch)
   if family == "lenet":
@@ -297,7 +367,6 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
     channels = int(stem.shape[1]) if stem is not None and stem.ndim == 4 else 1
     input_shape = (*_DEFAULT_HW[family], channels)
   input_shape = tuple(int(s) for s in input_shape)
-  norm = _normalization(normalize, norm_sd, family)
 
   # The normalization layer holds no variables: it is set after the weights are
   # checked, so that a checkpoint that does not fit is reported by its keys.
@@ -337,6 +406,13 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
     hint = f" with input_shape {input_shape}" if family == "lenet" else ""
     raise ValueError(f"checkpoint does not fit {arch}{hint}: shapes differ for {_short(bad, 4)}; "
                      f"{_KNOWN}")
+  norm, norm_how = _normalization(normalize, norm_sd, family, arch, wrapped=wrapped)
+  unmapped = sorted(k for k in norm_sd if k not in ("means", "sds", "mean", "std")
+                    and not k.endswith(_IGNORED_SUFFIX))
+  if unmapped:
+    warnings.warn(f"layer 0 of the checkpoint holds entries that are not mapped (ignored): "
+                  f"{_short(unmapped)}; only a normalization layer's means/sds are read",
+                  stacklevel=2)
   try:
     mean_std = resolve_normalization(norm, input_shape[-1])
   except ValueError as e:
@@ -346,7 +422,8 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
     model.normalize = nnx.data(Normalize(*mean_std))
   kwargs["normalize"] = norm
   config = {"model": name, "num_classes": num_classes, "input_shape": list(input_shape),
-            "model_kwargs": kwargs, "torch_arch": arch}
+            "model_kwargs": kwargs, "torch_arch": arch,
+            "normalization": f"{describe_normalization(mean_std)}: {norm_how}"}
   return model, config
 
 

@@ -7,6 +7,7 @@
   strategies of Sun et al. (:class:`Discard`, :class:`Reweigh`) or a per-batch
   data-dependent sigma (:class:`BatchSigma`, e.g. DDRS), with per-epoch
   evaluation, orbax checkpoints and exact resume.
+* :func:`training_defaults`: the schedule ``rsjax train`` uses per dataset.
 * :func:`load_model` / :func:`restore_model`: rebuild a trained model from its
   workdir (``config.json`` + checkpoints); :func:`save_model` writes such a
   workdir for a model trained elsewhere (e.g. a converted PyTorch checkpoint).
@@ -17,6 +18,8 @@
 
 from rsjax.training.analysis import gradient_norm_table as gradient_norm_table
 from rsjax.training.analysis import per_sample_gradient_norms as per_sample_gradient_norms
+from rsjax.training.defaults import TRAINING_DEFAULTS as TRAINING_DEFAULTS
+from rsjax.training.defaults import training_defaults as training_defaults
 from rsjax.training.objectives import MACER as MACER
 from rsjax.training.objectives import OBJECTIVES as OBJECTIVES
 from rsjax.training.objectives import Consistency as Consistency
@@ -41,7 +44,7 @@ from rsjax.training.workdir import restore_model as restore_model
 from rsjax.training.workdir import save_model as save_model
 
 __all__ = ["BatchSigma", "Consistency", "Discard", "Gaussian", "MACER", "OBJECTIVES", "Objective", "Reweigh",
-           "SmoothAdv", "SphereAttack", "TrainConfig", "correct_counts", "discard_mask", "gradient_norm_table",
+           "SmoothAdv", "SphereAttack", "TRAINING_DEFAULTS", "TrainConfig", "correct_counts", "discard_mask", "gradient_norm_table",
            "load_model", "make_objective", "make_optimizer",
            "per_sample_gradient_norms", "read_config", "resample", "restore_model", "reweigh_weights",
-           "save_model", "train"]
+           "save_model", "train", "training_defaults"]

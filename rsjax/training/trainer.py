@@ -494,6 +494,13 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
           sigma_state = items["train"]["batch_sigma"]
         start_epoch = int(meta["epoch"])
         history = list(meta["history"])
+        cfg_path = os.path.join(workdir, wd.CONFIG_FILE)
+        if meta["config"].get("epochs") != config.epochs and os.path.exists(cfg_path):
+          # More (or fewer) epochs than the run began with: config.json says the
+          # epochs now asked for, so a reader can tell a finished run from a cut one.
+          cfg = wd.read_config(workdir)
+          cfg["train"] = config.to_json()
+          wd.write_json(cfg_path, cfg)
         if progress:
           tqdm.write(f"resuming {workdir} after epoch {start_epoch} of {config.epochs} "
                      "(a new workdir starts over)")

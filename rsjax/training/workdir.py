@@ -47,7 +47,11 @@ def read_config(workdir) -> dict:
   if not os.path.exists(path):
     raise FileNotFoundError(f"no {CONFIG_FILE} in workdir {os.fspath(workdir)!r}")
   with open(path, encoding="utf-8") as f:
-    return json.load(f)
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path!r} is not valid JSON ({e.msg} at line {e.lineno}, column "
+                       f"{e.colno})") from None
 
 
 def restore_model(workdir, model, *, step: int | None = None):
