@@ -103,7 +103,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
   indices = runner.select_indices(len(test), skip=cfg["skip"],
                                   max_count=-1 if num_images is None else num_images)
   settings = rsjax.Sampling(n0=cfg["n0"], n=n, alpha=cfg["alpha"], batch_size=2000)
-  results, paths = {}, []
+  results, result_files = {}, []
   t_start = time.perf_counter()
   plan = {}
   for sigma in sigmas:  # every reuse is checked before anything is trained
@@ -148,7 +148,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
       runner.certify_dataset(certify_fn, test.get_batch, indices, path, inputs_per_call=10,
                              progress=progress, run=run_record, resume=False, record=True, n=n)
     t_cert = time.perf_counter() - t0
-    paths.append(path)
+    result_files.append(path)
     results[f"sigma={sigma:g}"] = _selected(io.read_certify(path), indices)
     last = history[-1] if history else {}
     print(f"[{tag}] clean accuracy {last.get('clean_acc', float('nan')):.4f}, "
@@ -162,7 +162,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
         f"alpha={cfg['alpha']}):\n{table}")
   print(f"\nplot: {png}")
   # The certificates check out: every radius follows from its recorded counts (rsjax verify).
-  for path in paths:
+  for path in result_files:
     report = verify.verify(path)
     print(report.summary())
     if not report.ok:

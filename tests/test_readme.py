@@ -21,7 +21,8 @@ README = ROOT / "README.md"
 
 # A distinctive piece of each block that is not run -> why.
 _NOT_RUN = {
-    'pip install -e ".[dev]"': "installs the package and runs this suite",
+    'pip install -e ".[dev]"\npython -m pytest': "installs the package and runs this suite",
+    '"jax[cuda12]': "needs a GPU and the CUDA build of jax; runs this suite there",
     "rsjax train --dataset cifar10 --data-dir /path/to/tfds": "needs a prepared TFDS data_dir",
     "rsjax certify --torch-checkpoint models/cifar10": "needs Cohen et al.'s released checkpoint "
                                                       "and CIFAR-10 in a TFDS data_dir",
@@ -30,10 +31,11 @@ _NOT_RUN = {
 # Flags set to a small value (added when absent: the key of _ADD).
 _SHRINK = {
     "train": {"--epochs": 1},
+    "train-denoiser": {"--epochs": 1},
     "certify": {"--N": 64, "--N0": 16, "--ddrs-steps": 3, "--max": 25},
     "demo": {"--epochs": 1, "--N": 64, "--images": 3},
 }
-_ADD = {"train": {"--epochs"}, "certify": {"--N", "--N0", "--max"}, "demo": {"--epochs", "--N", "--images"}}
+_ADD = {"train": {"--epochs"}, "train-denoiser": {"--epochs"}, "certify": {"--N", "--N0", "--max"}, "demo": {"--epochs", "--N", "--images"}}
 
 
 def _blocks(lang: str) -> list[str]:
