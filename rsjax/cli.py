@@ -1093,7 +1093,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except metadata.PackageNotFoundError:
       from rsjax import __version__ as version
     print(f"rsjax {version}")
-    return 0
+    raise SystemExit(0)  # as argparse's version action
   # Building the parser imports JAX, Flax and SciPy (2-5 s): say so on a terminal.
   loading = sys.stderr.isatty() and not {"-h", "--help", "--quiet"} & set(argv)
   if loading:
