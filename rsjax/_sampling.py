@@ -184,6 +184,8 @@ def sample_counts(
     FloatingPointError: ``apply_fn`` returned NaN or inf logits for some noise
       sample; the message names the input ids (no counts from a broken model).
   """
+  from rsjax.traced import refuse_traced  # lazy: rsjax.traced builds on the engine's step
+  refuse_traced("rsjax.sample_counts", key, params, x, sigma, ids)
   x, sig, ids_arr = prepare_inputs(x, sigma, ids)
   return counts_prepared(as_key(key), apply_fn, params, x, sig, ids_arr, num=num,
                          num_classes=num_classes, batch_size=batch_size, noise=noise,

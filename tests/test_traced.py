@@ -58,7 +58,10 @@ def test_drivers_under_a_transformation_say_what_to_use(transform):
   x = jnp.ones((2, 6))
   certify = lambda x: rsjax.certify(0, apply_fn, w, x, sigma=0.25, num_classes=3)  # noqa: E731
   predict = lambda x: rsjax.predict(0, apply_fn, w, x, sigma=0.25, num_classes=3)  # noqa: E731
-  for name, fn in (("rsjax.certify", certify), ("rsjax.predict", predict)):
+  counts = lambda x: rsjax.sample_counts(0, apply_fn, w, x, sigma=0.25, num_classes=3,  # noqa: E731
+                                         num=10)
+  for name, fn in (("rsjax.certify", certify), ("rsjax.predict", predict),
+                   ("rsjax.sample_counts", counts)):
     arg = x if transform is jax.jit else x[:, None]
     with pytest.raises(TypeError, match=rf"{name} is the host-side driver .* call "
                        r"rsjax.traced.counts") as e:
