@@ -422,11 +422,28 @@ def _check_run(path, run: Mapping) -> None:
         f"{p!r} has rows but no run record ({os.path.basename(run_record_path(p))}), so it cannot "
         "be told apart from another run; start over (--overwrite) or write to another file")
   run = json.loads(json.dumps(dict(run)))  # as it would be read back
-  diff = [k for k in sorted(set(saved) | set(run)) if saved.get(k) != run.get(k)]
+  saved_flat, run_flat = _flatten(saved), _flatten(run)
+  diff = [k for k in sorted(set(saved_flat) | set(run_flat))
+          if saved_flat.get(k) != run_flat.get(k)]
+  # Entries of nested records (the certificate header) follow from the top-level
+  # settings: name them only when no top-level setting differs.
+  top = [k for k in diff if "." not in k]
   if diff:
-    what = "; ".join(f"{k} {saved.get(k)!r} in the file, {run.get(k)!r} now" for k in diff)
+    what = "; ".join(f"{k} {saved_flat.get(k)!r} in the file, {run_flat.get(k)!r} now"
+                     for k in (top or diff))
     raise RunMismatchError(
         f"{p!r} holds another run ({what}); start over (--overwrite) or write to another file")
+
+
+def _flatten(record: Mapping, prefix: str = "") -> dict:
+  """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists and scalars are leaves)."""
+  out = {}
+  for k, v in record.items():
+    if isinstance(v, Mapping) and v:
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
 
 
 def _lock(path) -> int | None:

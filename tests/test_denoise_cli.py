@@ -65,7 +65,7 @@ def test_certify_with_denoiser(dirs, tmp_path, capsys, which):
 def test_cli_errors_are_one_line(dirs, tmp_path, capsys):
   clf = dirs[0]
   assert run_cli("certify", clf, tmp_path / "x.tsv", "--denoiser", tmp_path / "none",
-                 "--sigma", 0.25, "--N", 10, "--quiet") == 2
+                 "--sigma", 0.25, "--N", 10, "--N0", 5, "--quiet") == 2
   err = capsys.readouterr().err
   assert "--denoiser" in err and "not a denoiser directory" in err and len(err.splitlines()) == 1
   assert run_cli("train-denoiser", "--dataset", "digits", "--objective", "stability",

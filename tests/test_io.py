@@ -154,3 +154,21 @@ def test_rows_are_durable_before_close(tmp_path):
   with open(os.fspath(path)) as f:
     assert f.read().splitlines()[1] == "7\t1\t1\t0.25\t1\t1.0"
   w.close()
+
+
+def test_a_run_mismatch_names_the_differing_fields_of_nested_records(tmp_path):
+  path = tmp_path / "rows.tsv"
+  run = {"N": 40, "certificate": {"sampling": {"n": 40}, "versions": {"jax": "0.10.2"}}}
+  with io.ResultsWriter(path, run=run) as w:
+    w.write(idx=0, label=1, predict=1, radius=0.5)
+  # A top-level setting differs: only it is named (the nested entries follow from it).
+  other = {"N": 80, "certificate": {"sampling": {"n": 80}, "versions": {"jax": "0.10.2"}}}
+  with pytest.raises(io.RunMismatchError, match=r"\(N 40 in the file, 80 now\)"):
+    io.ResultsWriter(path, run=other)
+  # Only a nested entry differs: it is named by its path.
+  newer = {"N": 40, "certificate": {"sampling": {"n": 40}, "versions": {"jax": "0.10.3"}}}
+  with pytest.raises(io.RunMismatchError,
+                     match=r"\(certificate.versions.jax '0.10.2' in the file, '0.10.3' now\)"):
+    io.ResultsWriter(path, run=newer)
+  with io.ResultsWriter(path, run=run):  # the same run resumes
+    pass
