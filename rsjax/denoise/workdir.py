@@ -14,11 +14,10 @@ import os
 
 from flax import nnx
 
-from rsjax.checkpoint import Checkpoints
 from rsjax.denoise import diffusion
 from rsjax.denoise.dncnn import DnCNN
 from rsjax.denoise.unet import UNet2DModel, UNetConfig
-from rsjax.training.workdir import CHECKPOINT_DIR, restore_model, write_json
+from rsjax.training.workdir import restore_model, write_checkpointed
 
 __all__ = ["DENOISER_FILE", "build_denoiser", "save_denoiser", "load_denoiser", "denoiser_fn"]
 
@@ -37,18 +36,10 @@ def build_denoiser(kind: str, model_kwargs: dict, *, rngs=0) -> nnx.Module:
 
 def save_denoiser(out, model: nnx.Module, config: dict) -> None:
   """Writes ``config`` (with ``kind``, ``model_kwargs``, ``input_shape``) and the weights."""
-  from rsjax.models import to_train_fn
-  out = os.fspath(out)
   for name in ("kind", "model_kwargs", "input_shape"):
     if name not in config:
       raise ValueError(f"denoiser config needs {name!r}; got keys {sorted(config)}")
-  os.makedirs(out, exist_ok=True)
-  _, params, rest = to_train_fn(model)
-  with Checkpoints(os.path.join(out, CHECKPOINT_DIR), max_to_keep=None) as ckpt:
-    if ckpt.latest_step() is not None:
-      raise ValueError(f"{out!r} already holds a checkpoint; use a new directory")
-    write_json(os.path.join(out, DENOISER_FILE), dict(config))
-    ckpt.save(0, items={"model": {"params": params, "rest": rest}})
+  write_checkpointed(out, DENOISER_FILE, model, config)
 
 
 def _diffusers_dir(path: str):

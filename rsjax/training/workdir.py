@@ -22,7 +22,7 @@ from collections.abc import Callable
 from rsjax.checkpoint import Checkpoints
 
 __all__ = ["CONFIG_FILE", "HISTORY_FILE", "CHECKPOINT_DIR", "read_config", "load_model",
-           "restore_model", "save_model", "write_json"]
+           "restore_model", "save_model", "write_checkpointed", "write_json"]
 
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
@@ -97,18 +97,31 @@ def save_model(workdir, model, config, *, step: int = 0, meta=None) -> None:
     step: the checkpoint step.
     meta: optional JSON metadata of the checkpoint.
   """
-  from rsjax.models import to_train_fn
-
   workdir = os.fspath(workdir)
   for name in ("model", "num_classes", "input_shape"):
     if name not in config:
       raise ValueError(f"config needs {name!r} to rebuild the model; got keys {sorted(config)}")
-  os.makedirs(workdir, exist_ok=True)
+  write_checkpointed(workdir, CONFIG_FILE, model, config, step=step, meta=meta)
+
+
+def write_checkpointed(directory, config_file: str, model, config, *, step: int = 0,
+                       meta=None) -> None:
+  """Writes ``config`` as ``directory/config_file`` and the model's weights as a checkpoint.
+
+  What every model directory shares (a workdir, a denoiser's directory).
+
+  Raises:
+    ValueError: ``directory`` already holds checkpoints.
+  """
+  from rsjax.models import to_train_fn
+
+  directory = os.fspath(directory)
+  os.makedirs(directory, exist_ok=True)
   _, params, rest = to_train_fn(model)
-  with Checkpoints(os.path.join(workdir, CHECKPOINT_DIR), max_to_keep=None) as ckpt:
+  with Checkpoints(os.path.join(directory, CHECKPOINT_DIR), max_to_keep=None) as ckpt:
     if ckpt.latest_step() is not None:
-      raise ValueError(f"workdir {workdir!r} already holds checkpoints; use a new directory")
-    write_json(os.path.join(workdir, CONFIG_FILE), dict(config))
+      raise ValueError(f"workdir {directory!r} already holds checkpoints; use a new directory")
+    write_json(os.path.join(directory, config_file), dict(config))
     ckpt.save(step, items={"model": {"params": params, "rest": rest}}, meta=meta)
 
 
