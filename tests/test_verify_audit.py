@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+from run_edits import copy_run, move_one_count
 from rsjax import audit, cli, io, record, verify
 from rsjax import noise as noise_lib
 
@@ -45,10 +46,6 @@ def honest(models, tmp_path_factory):
   return certify(models[0], tmp_path_factory.mktemp("runs") / "honest.tsv")
 
 
-def copy_run(src, dst):
-  for suffix in ("", ".run.json", ".cert.jsonl"):
-    shutil.copy(str(src) + suffix, str(dst) + suffix)
-  return dst
 
 
 def edit_lines(path, fn):
@@ -105,13 +102,6 @@ def test_edited_radius_is_caught(honest, tmp_path, capsys):
   assert f"idx {int(res.idx[j])}: radius" in out and "NOT verified: 1 of 5 rows" in out
 
 
-def _move_one_count(r):
-  """Moves one estimation sample from the top class to another (the sum stays N)."""
-  top = max(r["counts"], key=lambda k: r["counts"][k])
-  other = next(str(k) for k in range(10) if str(k) != top)
-  r["counts"][top] -= 1
-  r["counts"][other] = r["counts"].get(other, 0) + 1
-  return r
 
 
 def test_edited_count_is_caught_by_verify_and_audit(models, honest, tmp_path):
@@ -124,7 +114,7 @@ def test_edited_count_is_caught_by_verify_and_audit(models, honest, tmp_path):
     out = []
     for line in lines:
       if line and json.loads(line)["idx"] == idx:
-        line = json.dumps(_move_one_count(json.loads(line)), sort_keys=True)
+        line = json.dumps(move_one_count(json.loads(line)), sort_keys=True)
       out.append(line)
     return out
 

@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from run_edits import copy_run, move_one_count
 from rsjax import cli, io, record, verify
 
 COMMON = ["--N", "300", "--N0", "30", "--batch", "300", "--skip", "60", "--quiet"]
@@ -27,10 +28,6 @@ def trained(tmp_path_factory):
   return out
 
 
-def copy_run(src, dst):
-  for suffix in ("", ".run.json", ".cert.jsonl"):
-    shutil.copy(str(src) + suffix, str(dst) + suffix)
-  return dst
 
 
 def edit_column(path, j, column, fn):
@@ -54,13 +51,6 @@ def edit_record(path, idx, fn):
   rec.write_text("\n".join(out) + "\n")
 
 
-def move_one_count(r):
-  """Moves one estimation sample from the top class to another (the sum stays N)."""
-  top = max(r["counts"], key=lambda k: r["counts"][k])
-  other = next(str(k) for k in range(10) if str(k) != top)
-  r["counts"][top] -= 1
-  r["counts"][other] = r["counts"].get(other, 0) + 1
-  return r
 
 
 def assert_caught(f, idx, needle):
