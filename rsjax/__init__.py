@@ -11,10 +11,13 @@ from rsjax import precision as precision
 from rsjax import stats as stats
 from rsjax._certify import ABSTAIN as ABSTAIN
 from rsjax._certify import Certificate as Certificate
+from rsjax._certify import FixedN as FixedN
 from rsjax._certify import Sampling as Sampling
+from rsjax._certify import SamplingRule as SamplingRule
 from rsjax._certify import certificate_from_counts as certificate_from_counts
-from rsjax._certify import certify as certify
-from rsjax._certify import predict as predict
+from rsjax._certify import run_certify as run_certify
+from rsjax._cohen import certify as certify
+from rsjax._cohen import predict as predict
 from rsjax._sampling import sample_counts as sample_counts
 from rsjax._step import sample_noise as sample_noise
 from rsjax.sigma import SigmaSource as SigmaSource
@@ -38,7 +41,9 @@ def __getattr__(name):
 __all__ = [
     "ABSTAIN",
     "Certificate",
+    "FixedN",
     "Sampling",
+    "SamplingRule",
     "SigmaSource",
     "SigmaValues",
     "certificate_from_counts",
@@ -46,6 +51,7 @@ __all__ = [
     "noise",
     "precision",
     "predict",
+    "run_certify",
     "sample_counts",
     "sample_noise",
     "stats",

@@ -1,5 +1,13 @@
-"""CERTIFY and PREDICT of Cohen et al. for many inputs at once, and the one
-CERTIFY driver that every method runs (:func:`run_certify`).
+"""The one CERTIFY driver that every method runs (:func:`run_certify`), its
+sampling rules as values (:class:`SamplingRule`, :class:`FixedN`), and Cohen
+et al.'s certificate for many inputs at once.
+
+A method supplies its source of counts (its base classifier under noise) and
+its certificate rule (its radius); a sampling rule says how many samples to
+draw and when to stop; the driver runs them. This module imports no method
+and no rule beyond :class:`FixedN` (budgeted CERTIFY's rule is
+``rsjax.budgeted.Budget``); ``rsjax.certify`` and ``rsjax.predict`` are in
+``rsjax._cohen``.
 
 Counts come from the device engine (``rsjax._sampling``); the certificate is
 computed on the host in float64 (``rsjax.stats``).
@@ -9,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import numpy as np
@@ -17,11 +25,12 @@ import numpy as np
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
 from rsjax import stats
-from rsjax._sampling import dispatch_counts, prepare_inputs, resolve_counts, sample_counts
+from rsjax._sampling import dispatch_counts, prepare_inputs, resolve_counts
 from rsjax.util import as_key, check_alpha, check_int, scale_per_input
 
-__all__ = ["ABSTAIN", "Certificate", "Sampling", "certificate_from_counts", "certify",
-           "engine_counts", "predict", "run_certify"]
+__all__ = ["ABSTAIN", "CohenRule", "Certificate", "EngineCounts", "FixedN", "Sampling",
+           "SamplingRule", "certificate_from_counts", "cohen_passes", "engine_counts",
+           "run_certify"]
 
 ABSTAIN = -1
 
@@ -134,6 +143,10 @@ CountsFn = Callable[..., Any]
 #: ``rule(selection, estimation) -> Certificate`` (see :func:`run_certify`).
 RuleFn = Callable[[Any, Any], Certificate]
 
+#: ``fold_in(key, i)`` of the passes: selection, estimation, and the auxiliary
+#: randomness of the estimation pass (SRS's check positions).
+SELECTION, ESTIMATION, AUXILIARY = 0, 1, 2
+
 
 def certificate_from_counts(counts_selection, counts, *, n, alpha, scale, dim, noise=None,
                             multiclass=False, guarantee=None) -> Certificate:
@@ -187,154 +200,189 @@ def certificate_from_counts(counts_selection, counts, *, n, alpha, scale, dim, n
   )
 
 
-def engine_counts(apply_fn, params, x_np, sig, ids_arr, *, num_classes: int,
-                  settings: Sampling) -> CountsFn:
+@dataclasses.dataclass(frozen=True, eq=False)
+class EngineCounts:
   """The counts source of the core engine for inputs validated by ``prepare_inputs``.
 
-  Returns:
-    ``counts(key, num, **_) -> PendingCounts``: the ``[B, C]`` int32 counts of
-    ``num`` samples per input, dispatched (one launch) and brought to the host by
-    the driver (``rsjax._sampling.resolve_counts``); the driver's extra keywords
-    are ignored.
+  Called as ``counts(key, num, **_) -> PendingCounts``: the ``[B, C]`` int32
+  counts of ``num`` samples per input, dispatched (one launch) and brought to
+  the host by the driver (``rsjax._sampling.resolve_counts``); the driver's
+  extra keywords are ignored. Its fields let a sampling rule draw its own
+  passes from the same classifier and inputs (``rsjax.budgeted``'s rounds).
+
+  Attributes:
+    apply_fn: ``apply_fn(params, x) -> logits``.
+    params: pytree for ``apply_fn``.
+    x: ``[B, *input_shape]`` inputs (NumPy).
+    sigma: ``[B]`` or ``[B, *input_shape]`` noise scale (NumPy).
+    ids: ``[B]`` dataset indices.
+    num_classes: C.
+    settings: the sampling settings (noise, batch size, precision, devices).
   """
 
-  def counts(key, num, **_):
-    return dispatch_counts(key, apply_fn, params, x_np, sig, ids_arr, num=num,
-                           num_classes=num_classes, batch_size=settings.batch_size,
-                           noise=settings.noise, precision=settings.precision,
-                           devices=settings.devices)
+  apply_fn: Callable
+  params: Any
+  x: np.ndarray
+  sigma: np.ndarray
+  ids: np.ndarray
+  num_classes: int
+  settings: Sampling
 
-  return counts
+  def __call__(self, key, num, **_):
+    s = self.settings
+    return dispatch_counts(key, self.apply_fn, self.params, self.x, self.sigma, self.ids, num=num,
+                           num_classes=self.num_classes, batch_size=s.batch_size, noise=s.noise,
+                           precision=s.precision, devices=s.devices)
 
 
-def run_certify(key, counts: CountsFn, rule: RuleFn, settings: Sampling, *,
-                tests: int = 1) -> Certificate:
+def engine_counts(apply_fn, params, x_np, sig, ids_arr, *, num_classes: int,
+                  settings: Sampling) -> EngineCounts:
+  """The counts source of the core engine (:class:`EngineCounts`) for prepared inputs."""
+  return EngineCounts(apply_fn, params, x_np, sig, ids_arr, num_classes, settings)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CohenRule:
+  """Cohen et al.'s certificate rule: ``rule(selection, estimation) -> Certificate``.
+
+  The top class of the selection counts, the one-sided Clopper-Pearson bound
+  of its estimation count (or the multiclass bounds), the radius of the noise
+  (:func:`certificate_from_counts`). :meth:`radius` is the radius alone, for a
+  sampling rule that bounds ``p_A`` itself (``rsjax.budgeted``).
+
+  Attributes:
+    settings: the sampling settings (``n``, ``alpha``, ``noise``).
+    scale: ``[B]`` scalar noise scale per input.
+    dim: input dimension.
+    multiclass: Cohen's multiclass radius with simultaneous bounds.
+    note: appended to the guarantee (e.g. on anisotropic sigma).
+  """
+
+  settings: Sampling
+  scale: np.ndarray
+  dim: int
+  multiclass: bool = False
+  note: str = ""
+
+  def __call__(self, c0, c1) -> Certificate:
+    s = self.settings
+    cert = certificate_from_counts(c0, c1, n=s.n, alpha=s.alpha, scale=self.scale, dim=self.dim,
+                                   noise=s.noise, multiclass=self.multiclass)
+    return dataclasses.replace(cert, guarantee=cert.guarantee + self.note) if self.note else cert
+
+  def radius(self, p_lower) -> np.ndarray:
+    """``[B]`` float64 binary radius of lower bounds ``p_lower`` ``[B]`` (0 where ``<= 1/2``)."""
+    p_lower = np.asarray(p_lower, np.float64)
+    r = np.where(p_lower > 0.5, self.settings.noise.radius(p_lower, self.scale, self.dim), 0.0)
+    return np.asarray(r, np.float64)
+
+
+def cohen_passes(apply_fn, params, x, sigma, ids, *, num_classes: int, settings: Sampling,
+                 multiclass: bool = False) -> tuple[EngineCounts, CohenRule]:
+  """What Cohen's CERTIFY supplies to the driver: the engine's counts and :class:`CohenRule`.
+
+  Args:
+    apply_fn: ``apply_fn(params, x) -> logits``.
+    params: pytree for ``apply_fn``.
+    x: ``[B, *input_shape]`` inputs.
+    sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
+    ids: ``[B]`` dataset indices, or None.
+    num_classes: C.
+    settings: the sampling settings.
+    multiclass: Cohen's multiclass radius with simultaneous bounds.
+
+  Returns:
+    ``(counts, rule)`` for :func:`run_certify`.
+  """
+  x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
+  scale, aniso = scale_per_input(sig)
+  note = ("; anisotropic sigma: isotropic radius min(sigma) * R (UCAN Cor. 3.3; see "
+          "rsjax.anisotropic for the full region)") if aniso else ""
+  rule = CohenRule(settings, scale, int(np.prod(x_np.shape[1:])), multiclass, note)
+  counts = engine_counts(apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes,
+                         settings=settings)
+  return counts, rule
+
+
+@runtime_checkable
+class SamplingRule(Protocol):
+  """How many samples CERTIFY draws and when it stops: a value the driver runs.
+
+  ``run(key, counts, rule, settings) -> Certificate`` draws its passes from
+  the method's ``counts`` source with keys ``fold_in(key, i)`` (``SELECTION``,
+  ``ESTIMATION``, ``AUXILIARY``; a rule with several rounds folds further) and
+  returns the certificate: the method's ``rule`` applied to the counts
+  (:class:`FixedN`), or the rule's own certificate from the method's radius
+  (``rsjax.budgeted.Budget``). The driver has already made ``key`` a key,
+  warned on a too small ``n`` and entered the run's precision; a rule raises
+  ``ValueError`` for a method it cannot run.
+  """
+
+  def run(self, key, counts: CountsFn, rule: RuleFn, settings: Sampling) -> Certificate:
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedN:
+  """Cohen et al.'s fixed sample sizes: ``n0`` selection, then ``n`` estimation samples.
+
+  Both passes are dispatched before the host waits, once, for both, when the
+  source's counts come back pending (the engine): one round trip per call,
+  whatever ``n`` and the number of inputs. A source whose estimation reads the
+  selection counts resolves them first (``resolve_counts``).
+  """
+
+  def run(self, key, counts: CountsFn, rule: RuleFn, settings: Sampling) -> Certificate:
+    selection = counts(jax.random.fold_in(key, SELECTION), settings.n0)
+    estimation = counts(jax.random.fold_in(key, ESTIMATION), settings.n, selection=selection,
+                        aux_key=jax.random.fold_in(key, AUXILIARY))
+    return rule(resolve_counts(selection), resolve_counts(estimation))
+
+
+def run_certify(key, counts: CountsFn, rule: RuleFn, settings: Sampling, *, tests: int = 1,
+                sampling_rule: SamplingRule | None = None) -> Certificate:
   """CERTIFY, the one driver of every method: selection, estimation, certificate.
 
   A method supplies what differs: its source of counts (the engine; the
   shifted input of UCAN; SRS chains) and its certificate rule (Cohen's bound,
   IDRS's radius, UCAN's region, SRS's two-stage test), which states the
-  guarantee and sets ``sound``. The driver derives the keys and runs the
-  passes, so that selection and estimation never share samples.
+  guarantee and sets ``sound``. A sampling rule supplies how many samples to
+  draw and when to stop (:class:`FixedN`, the default; budgeted CERTIFY's
+  ``rsjax.budgeted.Budget``; any :class:`SamplingRule`). The driver derives
+  the keys from ``key`` and runs the rule at the run's precision, so that
+  selection and estimation never share samples.
 
   Keys: selection ``fold_in(key, 0)``, estimation ``fold_in(key, 1)``, and
   ``fold_in(key, 2)`` for auxiliary randomness of the estimation pass (SRS's
-  check positions).
-
-  Counts may come back pending (``rsjax._sampling.PendingCounts``, from the
-  engine): both passes are then dispatched before the host waits, once, for
-  both (one round trip per call, whatever ``n`` and the number of inputs). A
-  source whose estimation reads the selection counts resolves them first
-  (``resolve_counts``). They are folded, not split: the same key certifies every
+  check positions). They are folded, not split: the same key certifies every
   chunk of a dataset (the noise is a function of key, input id and sample
   index), so it is not consumed.
 
   Args:
     key: ``jax.random.key`` or int seed.
     counts: ``counts(key, num, *, selection=None, aux_key=None)``: the counts
-      of ``num`` samples per input (``[B, C]`` int, or a method's record). The
-      estimation pass gets the selection counts and the auxiliary key.
+      of ``num`` samples per input (``[B, C]`` int, pending counts, or a
+      method's record). The estimation pass gets the selection counts and the
+      auxiliary key.
     rule: ``rule(selection, estimation) -> Certificate``.
     settings: the sampling settings.
     tests: the number of tests ``alpha`` is split over (for the sample-size
       warning; SRS: 2).
+    sampling_rule: a :class:`SamplingRule` (default :class:`FixedN`).
 
   Returns:
-    The rule's ``Certificate``.
+    The ``Certificate`` of the sampling rule.
+
+  Raises:
+    ValueError: a ``sampling_rule`` that is not one, or that cannot run this method.
   """
+  sampling_rule = FixedN() if sampling_rule is None else sampling_rule
+  if not isinstance(sampling_rule, SamplingRule):
+    raise ValueError(f"sampling_rule must have run(key, counts, rule, settings), got "
+                     f"{sampling_rule!r}")
   key = as_key(key)
   stats.check_sample_size(settings.n, settings.alpha / tests)
   # Every program the passes trace (the engine, SRS chains, budgeted rounds)
   # computes the classifier at the run's declared precision.
   with precision_lib.context(settings.precision):
-    selection = counts(jax.random.fold_in(key, 0), settings.n0)
-    estimation = counts(jax.random.fold_in(key, 1), settings.n, selection=selection,
-                        aux_key=jax.random.fold_in(key, 2))
-  return rule(resolve_counts(selection), resolve_counts(estimation))
-
-
-def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
-            ids=None, multiclass: bool = False, budget=None, **sampling) -> Certificate:
-  """Cohen et al.'s CERTIFY for a batch of inputs.
-
-  Selection (``n0`` samples) and estimation (``n`` samples) use independent keys
-  (``fold_in(key, 0)`` and ``fold_in(key, 1)``); the top class of the selection counts is certified
-  with the one-sided Clopper-Pearson bound of its estimation count.
-
-  Args:
-    key: ``jax.random.key`` or int seed.
-    apply_fn: ``apply_fn(params, x) -> logits``.
-    params: pytree for ``apply_fn``.
-    x: ``[B, *input_shape]`` inputs.
-    sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
-    num_classes: number of classes C.
-    settings: a :class:`Sampling` (``n0``, ``n``, ``alpha``, ``batch_size``,
-      ``noise``, ``compute_dtype``, ``devices``; default ``Sampling()``).
-    ids: ``[B]`` dataset indices (reproducible noise per input).
-    multiclass: Cohen's multiclass radius with simultaneous bounds.
-    budget: a radius grid (``rsjax.budgeted.Budget`` or a sequence of radii):
-      budgeted CERTIFY, which stops each input once its certified grid radius
-      can no longer change, with at most ``n`` estimation samples and the same
-      guarantee (``rsjax.budgeted.certify``; binary radius only).
-    **sampling: fields of :class:`Sampling` given as keywords (``n0=100,
-      n=100_000, alpha=0.001, batch_size=1000, noise=None, ...``); they override
-      ``settings``.
-
-  Returns:
-    ``Certificate`` with NumPy fields (a ``BudgetedCertificate``, which also
-    holds ``num_samples``, with ``budget``).
-
-  Raises:
-    ValueError: for bad arguments (named in the message).
-  """
-  from rsjax.traced import refuse_traced
-  refuse_traced("rsjax.certify", key, params, x, sigma, ids)
-  settings = Sampling.of(settings, **sampling)
-  if budget is not None:
-    if multiclass:
-      raise ValueError("budget= gives the binary radius only, not multiclass=True")
-    from rsjax import budgeted  # lazy: budgeted builds on this module
-    return budgeted.certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
-                            budget=budget, settings=settings, ids=ids)
-  x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  scale, aniso = scale_per_input(sig)
-  dim = int(np.prod(x_np.shape[1:]))
-
-  def rule(c0, c1):
-    cert = certificate_from_counts(c0, c1, n=settings.n, alpha=settings.alpha, scale=scale,
-                                   dim=dim, noise=settings.noise, multiclass=multiclass)
-    if aniso:
-      cert = dataclasses.replace(
-          cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R "
-          "(UCAN Cor. 3.3; see rsjax.anisotropic for the full region)")
-    return cert
-
-  counts = engine_counts(apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes,
-                         settings=settings)
-  return run_certify(key, counts, rule, settings)
-
-
-def predict(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
-            ids=None, **sampling) -> np.ndarray:
-  """Cohen et al.'s PREDICT: the top class, or -1 when the two-sided binomial test
-  of the top two counts at 1/2 has p-value above ``alpha``.
-
-  Uses ``n`` samples (key ``key`` itself), ``alpha``, ``batch_size``, ``noise``,
-  ``precision`` and ``devices`` of the settings (``settings`` and/or the
-  same keywords as :func:`certify`).
-
-  Returns:
-    ``[B]`` int NumPy array of classes (-1 = abstain).
-  """
-  from rsjax.traced import refuse_traced
-  refuse_traced("rsjax.predict", key, params, x, sigma, ids)
-  s = Sampling.of(settings, **sampling)
-  counts = sample_counts(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, num=s.n,
-                         batch_size=s.batch_size, ids=ids, noise=s.noise,
-                         precision=s.precision, devices=s.devices)
-  order = np.argsort(-counts, axis=1, kind="stable")
-  top = order[:, 0]
-  n1 = counts[np.arange(len(top)), top]
-  n2 = counts[np.arange(len(top)), order[:, 1]] if counts.shape[1] > 1 else np.zeros_like(n1)
-  pval = stats.binomial_test_half(n1, n2)
-  return np.where(pval <= s.alpha, top, ABSTAIN).astype(np.int64)
+    return sampling_rule.run(key, counts, rule, settings)

@@ -86,17 +86,22 @@ from jax.sharding import PartitionSpec as P
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate, Sampling, engine_counts, run_certify
-from rsjax._sampling import (cast_floating, check_finite_outputs, noisy_counts, prepare_inputs,
-                             resolve_counts)
-from rsjax.util import local_mesh, num_local_devices, replicate, scale_per_input
+from rsjax._certify import (ABSTAIN, Certificate, CohenRule, EngineCounts, Sampling,
+                            cohen_passes, run_certify)
+from rsjax._certify import ESTIMATION, SELECTION
+from rsjax._sampling import cast_floating, check_finite_outputs, noisy_counts, resolve_counts
+from rsjax.util import local_mesh, num_local_devices, replicate
 
-__all__ = ["Budget", "BudgetedCertificate", "certify", "sequential_bounds", "grid_level"]
+__all__ = ["Budget", "BudgetedCertificate", "as_budget", "certify", "sequential_bounds",
+           "grid_level"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-  """How budgeted CERTIFY looks at its samples.
+  """How budgeted CERTIFY looks at its samples, and its sampling rule.
+
+  A ``Budget`` is an ``rsjax._certify.SamplingRule``: the driver runs it
+  (:meth:`run`) in place of the fixed ``n0`` and ``n`` of CERTIFY.
 
   Attributes:
     grid: the radii whose certified accuracy matters, ascending, >= 0 (0 is
@@ -165,6 +170,59 @@ class Budget:
       return np.asarray([alpha])
     early = (1.0 - float(self.final_share)) * alpha / (k - 1)
     return np.asarray([early] * (k - 1) + [float(self.final_share) * alpha])
+
+
+  def run(self, key, counts, rule, settings: Sampling) -> "BudgetedCertificate":
+    """Budgeted CERTIFY, the sampling rule (``rsjax._certify.SamplingRule``).
+
+    The ``n0`` selection samples of ``counts`` (``fold_in(key, 0)``), then the
+    estimation in rounds (``fold_in(key, 1)``, :func:`sequential_bounds`) until
+    each input's grid radius is decided or it has ``settings.n`` samples; the
+    radius of the bound at its stopping look is the method's (``rule.radius``).
+    ``counts`` must be the engine's (``rsjax._certify.EngineCounts``: the rounds
+    draw from its classifier and inputs) and ``rule`` Cohen's binary
+    ``rsjax._certify.CohenRule``; ``settings.batch_size`` an integer (the
+    samples of one input per step).
+
+    Raises:
+      ValueError: for another method or ``batch_size="auto"``.
+    """
+    if not isinstance(counts, EngineCounts) or not isinstance(rule, CohenRule) or rule.multiclass:
+      raise ValueError("budgeted CERTIFY runs on the engine's counts with Cohen's binary radius "
+                       "(rsjax.certify(..., budget=...)), not this method")
+    if settings.batch_size == "auto":
+      raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
+    c0 = resolve_counts(counts(jax.random.fold_in(key, SELECTION), settings.n0))
+    counts1, used, p_lower = _estimation(jax.random.fold_in(key, ESTIMATION), counts, rule,
+                                         c0.argmax(axis=1), budget=self, settings=settings)
+    noise, n, alpha = settings.noise, settings.n, settings.alpha
+    ok = p_lower >= 0.5
+    return BudgetedCertificate(
+        prediction=np.where(ok, c0.argmax(axis=1), ABSTAIN).astype(np.int64),
+        radius=rule.radius(p_lower),
+        p_lower=np.asarray(p_lower, np.float64),
+        counts=counts1,
+        counts_selection=c0,
+        norm=noise.norm,
+        guarantee=(
+            f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
+            f"{len(self.looks(n))} fixed looks up to n={n} samples with alpha split over them, "
+            f"union bound); holds with prob >= 1 - {alpha} per input for the given sigma held "
+            "fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"),
+        num_samples=used,
+        grid=self.grid,
+    )
+
+
+def as_budget(budget: Budget | Sequence[float]) -> Budget:
+  """A :class:`Budget`, or the default looks for a radius grid (a sequence of radii).
+
+  Raises:
+    ValueError: for a bad grid.
+  """
+  if isinstance(budget, Budget):
+    return budget
+  return Budget(grid=tuple(np.asarray(budget, np.float64).reshape(-1)))
 
 
 def grid_level(p, grid, *, noise=None, scale=1.0, dim: int = 1) -> np.ndarray:
@@ -295,7 +353,7 @@ def _round_items(active: np.ndarray, start: int, stop: int, s: int) -> np.ndarra
   return np.stack([inp, a, np.minimum(a + s, stop)], axis=1).astype(np.uint32)
 
 
-def _estimation(k_est, apply_fn, params, inputs, guess, *, num_classes, budget, settings,
+def _estimation(k_est, source: EngineCounts, rule: CohenRule, guess, *, budget, settings,
                 max_steps_per_launch=64):
   """The sequential estimation pass: ``(counts [B, C] int32, used [B], p_lower [B])``.
 
@@ -303,7 +361,8 @@ def _estimation(k_est, apply_fn, params, inputs, guess, *, num_classes, budget, 
   length is a power of 4 up to ``max_steps_per_launch`` steps per device (a
   run compiles a handful of programs).
   """
-  x_np, sig, ids_arr = inputs
+  apply_fn, params, num_classes = source.apply_fn, source.params, source.num_classes
+  x_np, sig, ids_arr = source.x, source.sigma, source.ids
   noise = settings.noise
   b = x_np.shape[0]
   ndev = num_local_devices(settings.devices)
@@ -336,10 +395,8 @@ def _estimation(k_est, apply_fn, params, inputs, guess, *, num_classes, budget, 
     counts[active] += new[active, :-1]
     return new[active, guess[active]]
 
-  scale, _ = scale_per_input(sig)
   _, used, p_lower = sequential_bounds(count_fn, b, n_max=settings.n, alpha=settings.alpha,
-                                       budget=budget, noise=noise, scale=scale,
-                                       dim=int(np.prod(x_np.shape[1:])))
+                                       budget=budget, noise=noise, scale=rule.scale, dim=rule.dim)
   return counts.astype(np.int32), used, p_lower
 
 
@@ -352,8 +409,9 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget
   stopping, by Clopper-Pearson bounds at fixed looks with ``alpha`` split
   between them (union bound; Pocock 1977, Lan and DeMets 1983); see the module
   docstring for the derivation and the stopping rule. It runs the driver
-  :func:`rsjax.run_certify` (the selection pass of the engine, then this
-  module's sequential estimation pass).
+  ``rsjax._certify.run_certify`` with the budget as its sampling rule
+  (:meth:`Budget.run`: the selection pass of the engine, then this module's
+  sequential estimation pass) and Cohen's radius.
 
   Args:
     key: ``jax.random.key`` or int seed. Selection uses ``fold_in(key, 0)`` and
@@ -379,42 +437,8 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget
   Raises:
     ValueError: for bad arguments (named in the message).
   """
-  if not isinstance(budget, Budget):
-    budget = Budget(grid=tuple(np.asarray(budget, np.float64).reshape(-1)))
+  budget = as_budget(budget)
   settings = Sampling.of(settings, **sampling)
-  if settings.batch_size == "auto":
-    raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
-  inputs = prepare_inputs(x, sigma, ids)
-  engine = engine_counts(apply_fn, params, *inputs, num_classes=num_classes, settings=settings)
-
-  def counts(key, num, selection=None, **_):
-    if selection is None:
-      return engine(key, num)
-    return _estimation(key, apply_fn, params, inputs, resolve_counts(selection).argmax(axis=1),
-                       num_classes=num_classes, budget=budget, settings=settings)
-
-  def rule(c0, estimation):
-    counts1, used, p_lower = estimation
-    noise, n, alpha = settings.noise, settings.n, settings.alpha
-    scale, _ = scale_per_input(inputs[1])
-    ok = p_lower >= 0.5
-    radius = np.where(ok & (p_lower > 0.5),
-                      noise.radius(p_lower, scale, int(np.prod(inputs[0].shape[1:]))), 0.0)
-    k = len(budget.looks(n))
-    return BudgetedCertificate(
-        prediction=np.where(ok, c0.argmax(axis=1), ABSTAIN).astype(np.int64),
-        radius=np.asarray(radius, np.float64),
-        p_lower=np.asarray(p_lower, np.float64),
-        counts=counts1,
-        counts_selection=c0,
-        norm=noise.norm,
-        guarantee=(
-            f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
-            f"{k} fixed looks up to n={n} samples with alpha split over them, union bound); holds "
-            f"with prob >= 1 - {alpha} per input for the given sigma held fixed (not a guarantee "
-            "if sigma was chosen from x: see rsjax.idrs)"),
-        num_samples=used,
-        grid=budget.grid,
-    )
-
-  return run_certify(key, counts, rule, settings)
+  counts, rule = cohen_passes(apply_fn, params, x, sigma, ids, num_classes=num_classes,
+                              settings=settings)
+  return run_certify(key, counts, rule, settings, sampling_rule=budget)

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from rsjax._certify import Certificate, Sampling
-from rsjax._certify import certify as cohen_certify
+from rsjax._cohen import certify as cohen_certify
 from rsjax._sampling import prepare_inputs
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import SigmaAscent, optimize_sigma
