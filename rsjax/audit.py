@@ -173,14 +173,30 @@ def noise_tests(noise, eps, *, false_alarm: float = 1e-3) -> list[Check]:
 
 def draw_noise(noise, key, ids, num_samples: int, shape) -> np.ndarray:
   """The unit estimation noise of samples ``0 .. num_samples - 1`` of inputs ``ids``:
-  ``[len(ids), num_samples, *shape]`` (``rsjax.sample_noise`` with ``fold_in(key, 1)``)."""
-  import jax
+  ``[len(ids), num_samples, *shape]`` (``rsjax.sample_noise`` with ``fold_in(key, 1)``,
+  in one compiled call)."""
   import jax.numpy as jnp
+  ids = jnp.asarray(np.asarray(ids), jnp.uint32)
+  return np.asarray(_draw(noise, key, ids, num_samples=int(num_samples),
+                          shape=tuple(int(d) for d in shape)))
 
-  from rsjax import sample_noise
-  k_est = jax.random.fold_in(key, 1)
-  j = jnp.arange(num_samples, dtype=jnp.uint32)
-  return np.stack([np.asarray(sample_noise(noise, k_est, int(i), j, tuple(shape))) for i in ids])
+
+def _draw(noise, key, ids, *, num_samples, shape):
+  import jax
+  global _draw_jit
+  if _draw_jit is None:
+    from rsjax import sample_noise
+
+    def draw(noise, key, ids, *, num_samples, shape):
+      j = jax.numpy.arange(num_samples, dtype=jax.numpy.uint32)
+      k_est = jax.random.fold_in(key, 1)
+      return jax.vmap(lambda i: sample_noise(noise, k_est, i, j, shape))(ids)
+
+    _draw_jit = jax.jit(draw, static_argnames=("noise", "num_samples", "shape"))
+  return _draw_jit(noise, key, ids, num_samples=num_samples, shape=shape)
+
+
+_draw_jit = None
 
 
 # ----------------------------------------------------------------------------- audit
