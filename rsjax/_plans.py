@@ -254,7 +254,8 @@ def ddrs_plan(ctx: Context, *, ddrs_steps, ddrs_lr, ddrs_draws, ddrs_memory) -> 
   return Plan(fn, ("sigma", "predict_mc", "radius_mc", "sound"), row,
               describe=(f"DDRS, sigma optimized per input from {ctx.sigma} ({ddrs_steps} steps, "
                         f"lr {ddrs_lr}, {ddrs_draws} draws), Cohen's CERTIFY at it, {mem}"),
-              sequential=memory is not None, restore=restore)
+              sequential=memory is not None, restore=restore,
+              record=lambda cert, j: {"sigma": float(cert.sigma[j])})
 
 
 # ----------------------------------------------------------------------------- deq

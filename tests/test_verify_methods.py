@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from run_edits import copy_run, move_one_count
+from run_edits import copy_run, edit_column, edit_record, move_one_count
 from rsjax import cli, io, record, verify
 
 COMMON = ["--N", "300", "--N0", "30", "--batch", "300", "--skip", "60", "--quiet"]
@@ -26,29 +26,6 @@ def trained(tmp_path_factory):
   assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25",
                  "--epochs", "2", "--batch", "64", "--lr", "0.1", "--out", out, "--quiet") == 0
   return out
-
-
-
-
-def edit_column(path, j, column, fn):
-  """Applies ``fn`` to the text of ``column`` in data row ``j`` of a result file."""
-  lines = path.read_text().split("\n")
-  col = lines[0].split("\t").index(column)
-  fields = lines[1 + j].split("\t")
-  fields[col] = fn(fields[col])
-  lines[1 + j] = "\t".join(fields)
-  path.write_text("\n".join(lines))
-
-
-def edit_record(path, idx, fn):
-  """Applies ``fn`` to the record of row ``idx`` (a dict) in ``<path>.cert.jsonl``."""
-  rec = path.parent / (path.name + record.RECORD_SUFFIX)
-  lines = rec.read_text().splitlines()
-  out = []
-  for line in lines:
-    r = json.loads(line)
-    out.append(json.dumps(fn(r) if r["idx"] == idx else r, sort_keys=True))
-  rec.write_text("\n".join(out) + "\n")
 
 
 
@@ -208,11 +185,3 @@ def test_deq_standard_verifies(deq_model, tmp_path):
   assert run_cli("certify", deq_model, out, "--method", "deq-standard", "--deq-steps", "5",
                  *COMMON) == 0
   check_method(out, tmp_path)
-
-
-def test_ddrs_is_reported_not_verifiable_never_verified(trained, tmp_path):
-  out = tmp_path / "ddrs.tsv"
-  assert run_cli("certify", trained, out, "--method", "ddrs", "--ddrs-steps", "2", "--ddrs-lr",
-                 "0.01", *COMMON) == 0
-  with pytest.raises(verify.VerifyError, match="'ddrs' cannot be verified"):
-    verify.verify(out)

@@ -1,0 +1,119 @@
+"""``rsjax verify``: recompute every prediction and radius of a certify run from its counts.
+
+A certify run keeps its certificate record (``rsjax.record``): the run-wide
+settings in ``<file>.run.json`` (entry ``"certificate"``) and the counts of each
+row in ``<file>.cert.jsonl``. :func:`verify` recomputes, for every row of the
+TSV, the prediction and the radius from the recorded counts with NumPy and
+SciPy only (no model, no JAX, no device), by the formulas written out again
+here (not by calling the code that produced them), and reports each row where
+they differ from the file, or where the record itself is inconsistent (counts
+that do not sum to N0 / N, a row without a record, a ``correct`` column that
+does not follow from ``predict`` and ``label``, a budgeted run whose looks or
+alpha levels are not the declared schedule or spend more than alpha).
+
+Methods: ``cohen`` and ``deq-standard`` (binary radius of Gaussian / Laplace /
+uniform noise, the multiclass radius with simultaneous bounds, and budgeted
+runs with their alpha spending), ``idrs`` (Thm 3.2 checked at the radius),
+``ucan`` (frozen (mu, sigma)), ``srs`` (the two-stage bound) and ``ddrs``
+(Cohen's radius at each row's recorded sigma, then the memory step replayed in
+the file's order; the memory depends on the distances between the inputs, so
+this one method also reads the inputs: those of the run's dataset, each checked
+against its recorded fingerprint, or ``inputs=``).
+
+Tolerances: predictions and counts are compared exactly; radii to a relative
+``rtol`` (default 1e-9) plus ``atol`` 1e-12 (both sides are float64 from the
+same SciPy special functions, so they agree to the last bits in practice).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from rsjax import io
+from rsjax import record as record_lib
+from rsjax.verify._cohen import check_cohen, check_ucan
+from rsjax.verify._ddrs import check_ddrs, replay_memory
+from rsjax.verify._idrs import check_idrs
+from rsjax.verify._report import Mismatch, VerifyError, VerifyReport
+from rsjax.verify._srs import check_srs
+
+__all__ = ["Mismatch", "VERIFIABLE", "VerifyError", "VerifyReport", "replay_memory", "verify"]
+
+VERIFIABLE = {"cohen": check_cohen, "idrs": check_idrs, "ucan": check_ucan, "srs": check_srs,
+              "ddrs": check_ddrs,
+              # Cohen's CERTIFY of the DEQ solved from scratch (rsjax.certify on DEQApply).
+              "deq-standard": check_cohen}
+
+
+def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
+           data_dir=None) -> VerifyReport:
+  """Recomputes every prediction and radius of a certify result file from its record.
+
+  Args:
+    path: a certify result file written with a certificate record
+      (``rsjax certify``, or ``rsjax.runner.certify_dataset(..., record=True,
+      run={"certificate": rsjax.record.header(...)})``).
+    rtol: relative tolerance of the radii.
+    atol: absolute tolerance of the radii.
+    inputs: ``inputs(idx [b]) -> x [b, *input_shape]``, the inputs of dataset
+      indices, for the one method that needs them (``ddrs``'s memory); by
+      default the run's dataset (``rsjax.data.load`` of its recorded name and
+      split).
+    data_dir: TFDS ``data_dir`` of the run's dataset, if it needs one.
+
+  Returns:
+    A :class:`VerifyReport`; ``report.ok`` when every row matches.
+
+  Raises:
+    VerifyError: the file has no certificate record or a method whose radius
+      cannot be recomputed from counts.
+    ValueError: the file is not a certify file (``rsjax.io``).
+  """
+  p = os.fspath(path)
+  if not os.path.exists(p):
+    raise VerifyError(f"{p!r} does not exist")
+  res = io.read_certify(p)
+  run = io.read_run_record(p)
+  cert = None if run is None else run.get("certificate")
+  if cert is None:
+    raise VerifyError(f"{p!r} has no certificate record ({os.path.basename(io.run_record_path(p))}"
+                      " with a 'certificate' entry): certify it again with this rsjax")
+  if cert.get("format") != record_lib.FORMAT:
+    raise VerifyError(f"{p!r}: unknown certificate record format {cert.get('format')!r}")
+  method = cert.get("method")
+  if method not in VERIFIABLE:
+    raise VerifyError(f"{p!r}: method {method!r} cannot be verified from counts by this rsjax "
+                      f"(verifiable: {', '.join(sorted(VERIFIABLE))})")
+  recs = record_lib.read_records(p)
+  if inputs is None and method == "ddrs":
+    inputs = _dataset_inputs(p, run, data_dir)
+  issues = VERIFIABLE[method](cert, res, recs, rtol=rtol, atol=atol, inputs=inputs)
+  # The correct column follows from predict and label.
+  for j in np.flatnonzero(res.correct != (res.predict == res.label)):
+    issues.append(Mismatch(int(res.idx[j]), f"correct {int(res.correct[j])} but predict "
+                           f"{res.predict[j]}, label {res.label[j]}"))
+  extra = sorted(set(recs) - {int(i) for i in res.idx})
+  if extra:
+    issues.append(Mismatch(-1, f"the record holds {len(extra)} rows that are not in the file "
+                           f"(first idx {extra[0]})"))
+  return VerifyReport(p, method, len(res), tuple(issues))
+
+
+def _dataset_inputs(path: str, run: dict, data_dir):
+  """``inputs(idx)`` from the dataset a ``rsjax certify`` run names (loaded on first use)."""
+  name, split = run["certificate"].get("dataset"), run.get("split")
+  if not name or not split:
+    return None
+
+  def inputs(idx):
+    from rsjax import data
+    try:
+      ds = data.load(name, split, data_dir=data_dir)
+    except (FileNotFoundError, ValueError) as e:
+      raise VerifyError(f"{path!r}: the inputs of its dataset {name!r} ({split}) are needed and "
+                        f"cannot be loaded: {e}") from None
+    return np.asarray(ds.get_batch(np.asarray(idx, np.int64))[0])
+
+  return inputs

@@ -1,0 +1,102 @@
+"""Cohen's CERTIFY (binary, multiclass, budgeted) and UCAN's frozen anisotropic noise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rsjax.verify._formulas import binary_radius, cp_lower, multiclass
+from rsjax.verify._report import Mismatch, VerifyError
+from rsjax.verify._rows import Rows, budget_levels, compare, read_rows, run_sigma
+
+
+def cohen_radius(cert: dict, rows: Rows, scale) -> tuple[np.ndarray, np.ndarray]:
+  """Cohen's prediction and radius of every row at noise ``scale`` (float or ``[b]``)."""
+  if cert.get("multiclass"):
+    ok, radius = multiclass(rows.n_a, rows.runner_up, rows.n, rows.alpha,
+                             int(cert["num_classes"]), scale)
+  else:
+    p = cp_lower(rows.n_a, rows.n, rows.alpha)
+    ok = p >= 0.5
+    radius = np.where(ok, binary_radius(p, scale, cert["noise"],
+                                         int(np.prod(cert["input_shape"]))), 0.0)
+  return np.where(ok, rows.guess, -1), radius
+
+
+def check_cohen(cert: dict, res, recs: dict, *, rtol: float, atol: float,
+                **_) -> list[Mismatch]:
+  issues: list[Mismatch] = []
+  sigma = run_sigma(cert)
+  levels = None
+  if cert.get("budget"):
+    levels = budget_levels(cert, int(cert["sampling"]["n"]), float(cert["sampling"]["alpha"]),
+                            issues)
+    if levels is None:
+      return issues
+  rows = read_rows(cert, res, recs, issues, levels)
+  predict, radius = cohen_radius(cert, rows, sigma)
+  compare(res, rows, predict, radius, issues, rtol=rtol, atol=atol)
+  return issues
+
+def _ucan_pattern(shape, sigma: float, pattern: str, kappa: float, iota: float) -> np.ndarray:
+  """UCAN's pattern scales ``sigma * (kappa ||(a, b)||_p^2 + iota)``, (a, b) in [-1, 1]^2 (float32)."""
+  h, w = int(shape[0]), int(shape[1])
+  a = np.linspace(-1.0, 1.0, h) if h > 1 else np.zeros(1)
+  b = np.linspace(-1.0, 1.0, w) if w > 1 else np.zeros(1)
+  aa, bb = np.abs(a)[:, None], np.abs(b)[None, :]
+  if pattern == "linf":
+    r2 = np.maximum(aa, bb) ** 2
+  elif pattern == "l1":
+    r2 = (aa + bb) ** 2
+  elif pattern == "l2":
+    r2 = aa**2 + bb**2
+  else:
+    raise VerifyError(f"ucan run with unknown pattern {pattern!r}")
+  scales = (kappa * r2 + iota).astype(np.float32)
+  if len(shape) == 3:
+    scales = np.repeat(scales[:, :, None], int(shape[2]), axis=2)
+  return scales * np.float32(sigma)
+
+
+def check_ucan(cert: dict, res, recs: dict, *, rtol: float, atol: float,
+                **_) -> list[Mismatch]:
+  """UCAN with frozen ``(mu, sigma)`` (``rsjax.anisotropic.certify``): Cohen's CERTIFY of the
+  unit noise gives the normalized radius R; radius = min(sigma) R, alm = geomean(sigma) R."""
+  d = cert.get("details")
+  if not d or "sigma_min" not in d:
+    raise VerifyError("ucan run without its (mu, sigma) in the certificate record (details): "
+                      "certify it again with this rsjax")
+  issues: list[Mismatch] = []
+  s_min, s_gmean = float(d["sigma_min"]), float(d["sigma_gmean"])
+  if not (s_min > 0 and s_gmean >= s_min):
+    issues.append(Mismatch(-1, f"recorded sigma min {s_min!r}, geometric mean {s_gmean!r} are "
+                           "not scales"))
+    return issues
+  if d.get("source") == "pattern":
+    scales = _ucan_pattern(cert["input_shape"], float(d["sigma"]), d["pattern"],
+                           float(d["kappa"]), float(d["iota"]))
+    want_min = float(scales.min())
+    want_gmean = float(np.exp(np.mean(np.log(scales.astype(np.float64)))))
+    if not (math.isclose(s_min, want_min, rel_tol=1e-6)
+            and math.isclose(s_gmean, want_gmean, rel_tol=1e-6)):
+      issues.append(Mismatch(-1, f"recorded sigma min {s_min!r} / geometric mean {s_gmean!r} "
+                             f"are not those of the pattern ({want_min!r}, {want_gmean!r})"))
+      return issues
+  rows = read_rows(cert, res, recs, issues)
+  predict, r_norm = cohen_radius(cert, rows, 1.0)
+  for column, scale in (("normalized_radius", 1.0), ("alm", s_gmean)):
+    if column not in res.extra:
+      raise VerifyError(f"ucan run without its {column!r} column")
+    before = len(issues)
+    compare(res, rows, predict, r_norm * scale, issues, rtol=rtol, atol=atol,
+            columns=("predict", column))
+    if len(issues) > before:
+      return issues
+  compare(res, rows, predict, r_norm * s_min, issues, rtol=rtol, atol=atol)
+  if "sound" not in res.extra:
+    raise VerifyError("ucan run without its 'sound' column")
+  for j in np.flatnonzero(np.asarray(res.extra["sound"], np.float64) != 1):
+    issues.append(Mismatch(int(res.idx[j]), "sound 0: the row is no certificate"))
+  return issues
+

@@ -1,0 +1,144 @@
+"""IDRS (Súkeník et al., ICML 2022): Thm 3.2 checked at the recorded radius."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats as st
+
+from rsjax.verify._formulas import cp_lower
+from rsjax.verify._report import Mismatch, VerifyError
+from rsjax.verify._rows import read_rows
+
+_U32 = 2.0**-24  # float32 unit roundoff
+_IDRS_MIN_P_B = 1e-12  # the IDRS radius caps p_A at 1 - 1e-12 (lowering a lower bound is sound)
+
+
+def _idrs_holds(radius: float, s0: float, p_b: float, rate: float, slack: float, dim: int,
+                max_nc: float, margin: float) -> bool:
+  """Both conditions of IDRS Thm 3.2 at ``radius`` (Súkeník et al., ICML 2022).
+
+  The adversary at distance ``radius`` has sigma1 in ``[s0 e^-t, s0 e^t]``,
+  ``t = rate * radius + slack``; the worst case at each end (Thm 3.1) is a
+  ball (sigma1 < s0) or a ball's complement (sigma1 > s0) whose probability
+  ``xi`` under the adversary's noise must stay below 1/2. With ``u = R / s0``,
+  ``rho^2 = (sigma1 / s0)^2``, ``lam0 = u^2 / (1 - rho^2)^2``, ``lam1 = rho^2 lam0``:
+  ``xi_> = F(F^-1(p_B; lam0) / rho^2; lam1)`` and
+  ``xi_< = S(S^-1(p_B; lam0) / rho^2; lam1)`` (F, S: noncentral chi-square CDF
+  and survival function in ``dim`` degrees of freedom). Where ``lam0`` would
+  exceed ``max_nc`` a more extreme sigma1 is used (sound by Thm 3.1).
+  """
+  u = radius / s0
+  t = rate * radius + slack
+  c = u / math.sqrt(max_nc)
+  if c >= 1.0:
+    return False
+  t_lo = max(t, -0.5 * math.log1p(-c))
+  t_hi = max(t, 0.5 * math.log1p(c))
+  if t_lo > 50.0 or t_hi > 50.0:
+    return False
+  with np.errstate(all="ignore"):
+    rho2 = math.exp(-2.0 * t_lo)
+    lam0 = (u / -math.expm1(-2.0 * t_lo)) ** 2
+    q = st.ncx2.ppf(p_b, dim, lam0)
+    xi_lo = st.ncx2.cdf(q / rho2, dim, rho2 * lam0)
+    rho2 = math.exp(2.0 * t_hi)
+    lam0 = (u / math.expm1(2.0 * t_hi)) ** 2
+    q = st.ncx2.isf(p_b, dim, lam0)
+    xi_hi = st.ncx2.sf(q / rho2, dim, rho2 * lam0)
+  return bool(np.isfinite(xi_lo) and np.isfinite(xi_hi) and xi_lo < 0.5 - margin
+              and xi_hi < 0.5 - margin)
+
+
+def _idrs_sigma_issue(d: dict, dim: int, r: dict, sigma_col) -> str | None:
+  """Why a row's recorded sigma(x), slack or rate do not follow from the design (or None)."""
+  s0, slack, rate = (float(r.get(k, "nan")) for k in ("sigma", "slack", "rate"))
+  if not (np.isfinite(s0) and s0 > 0 and np.isfinite(slack) and slack >= 0):
+    return f"recorded sigma {r.get('sigma')!r} / slack {r.get('slack')!r} are not valid"
+  if sigma_col is not None and float(sigma_col) != s0:
+    return f"sigma {sigma_col!r} in the file, {s0!r} in the record"
+  if d["kind"] == "constant":
+    want = float(np.float32(d["sigma_b"]))
+    if rate != 0.0 or slack != 0.0 or s0 != want:
+      return (f"constant sigma {want!r} has rate 0 and slack 0; the record says sigma {s0!r}, "
+              f"rate {rate!r}, slack {slack!r}")
+    return None
+  r_b, k = float(d["rate"]), int(d["k"])
+  eps = (dim + 2 * k + 8) * _U32  # float32 rounding of the k-NN mean distance
+  if not math.isclose(rate, r_b * (1.0 + eps), rel_tol=1e-12):
+    return f"rate {rate!r} recorded, the design's rate {r_b} with rounding margin is {r_b * (1 + eps)!r}"
+  # slack = 2 r eps dist / (1 - eps) + 3 u gives the k-NN mean distance dist >= 0 of the row,
+  # and sigma(x) = float32(sigma_b exp(r (dist - m))) (clipped) must follow from it.
+  dist = (slack - 3.0 * _U32) * (1.0 - eps) / (2.0 * r_b * eps)
+  if dist < -1e-9:
+    return f"slack {slack!r} is below the float32 rounding slack {3 * _U32!r}"
+  log_s = math.log(float(d["sigma_b"])) + r_b * (max(dist, 0.0) - float(d["m"]))
+  if d.get("sigma_min") is not None:
+    log_s = max(log_s, math.log(float(d["sigma_min"])))
+  if d.get("sigma_max") is not None:
+    log_s = min(log_s, math.log(float(d["sigma_max"])))
+  want = math.exp(log_s)
+  if not math.isclose(s0, want, rel_tol=1e-6):
+    return (f"sigma {s0!r} does not follow from the design at the k-NN distance {dist:.6g} "
+            f"its slack implies (sigma_b exp(r (d - m)) = {want!r})")
+  return None
+
+
+def check_idrs(cert: dict, res, recs: dict, *, rtol: float, atol: float,
+                **_) -> list[Mismatch]:
+  """IDRS (``rsjax.idrs.certify``): Cohen's counts at sigma(x), the radius of Thm 3.2.
+
+  A radius from the bisection of ``rsjax.idrs.certified_radius`` is checked,
+  not recomputed: both conditions of Thm 3.2 must hold at it (soundness), it
+  must not exceed Cohen's radius at sigma(x), and they must fail at it plus the
+  search tolerance (it is the supremum to within the recorded tolerance).
+  """
+  d = cert.get("details")
+  if not d or d.get("kind") not in ("knn", "constant"):
+    raise VerifyError("idrs run without the design in its certificate record (details): certify "
+                      "it again with this rsjax")
+  if cert.get("multiclass") or cert["noise"]["family"] != "gaussian":
+    raise VerifyError("idrs certifies Gaussian noise with the binary radius only")
+  issues: list[Mismatch] = []
+  rows = read_rows(cert, res, recs, issues)
+  dim = int(np.prod(cert["input_shape"]))
+  p = cp_lower(rows.n_a, rows.n, rows.alpha)
+  predict = np.where(p >= 0.5, rows.guess, -1)
+  sigma_col = res.extra.get("sigma")
+  tol_r, tol_a = float(d["radius_rtol"]), float(d["radius_atol"])
+  margin, max_nc = float(d["xi_margin"]), float(d["max_noncentrality"])
+  for j in np.flatnonzero(rows.valid):
+    idx, r = int(res.idx[j]), recs[int(res.idx[j])]
+    why = _idrs_sigma_issue(d, dim, r, None if sigma_col is None else sigma_col[j])
+    if why is not None:
+      issues.append(Mismatch(idx, why))
+      continue
+    if predict[j] != res.predict[j]:
+      issues.append(Mismatch(idx, f"predict {res.predict[j]} in the file, the counts give "
+                             f"{predict[j]} (n_A {rows.n_a[j]} of {rows.n[j]})"))
+      continue
+    s0, slack, rate = float(r["sigma"]), float(r["slack"]), float(r["rate"])
+    pj = min(float(p[j]), 1.0 - _IDRS_MIN_P_B)
+    cohen = s0 * float(st.norm.ppf(pj)) if pj > 0.5 else 0.0
+    claim = float(res.radius[j])
+    if rate == 0.0 and slack == 0.0:
+      if not math.isclose(claim, cohen, rel_tol=rtol, abs_tol=atol):
+        issues.append(Mismatch(idx, f"radius {claim!r} in the file, the counts give {cohen!r} "
+                               f"(constant sigma {s0}, n_A {rows.n_a[j]} of {rows.n[j]})"))
+      continue
+    tol = tol_r * cohen + tol_a
+    args = (s0, 1.0 - pj, rate, slack, dim, max_nc)
+    if claim < 0 or claim > cohen * (1 + 1e-12) + atol:
+      issues.append(Mismatch(idx, f"radius {claim!r} in the file exceeds Cohen's radius "
+                             f"{cohen!r} at sigma {s0} (n_A {rows.n_a[j]} of {rows.n[j]})"))
+    elif claim > 0 and not _idrs_holds(claim, *args, margin=0.0):
+      issues.append(Mismatch(idx, f"radius {claim!r} in the file is not certified by IDRS Thm "
+                             f"3.2 at sigma {s0}, rate {rate:.6g} (n_A {rows.n_a[j]} of "
+                             f"{rows.n[j]})"))
+    elif claim + tol < cohen and _idrs_holds(claim + tol * (1 + 1e-9), *args, margin=margin):
+      issues.append(Mismatch(idx, f"radius {claim!r} in the file is below the IDRS radius of the "
+                             f"counts by more than the search tolerance {tol:.3g} (n_A "
+                             f"{rows.n_a[j]} of {rows.n[j]})"))
+  return issues
+
