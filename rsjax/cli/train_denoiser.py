@@ -1,64 +1,51 @@
-"""``rsjax train-denoiser`` and the ``--denoiser`` of ``rsjax certify`` / ``predict``.
+"""``rsjax train-denoiser``: a denoiser for denoised smoothing.
 
 ``rsjax train-denoiser --dataset mnist5k --objective mse --sigma 0.25 --out DIR`` trains a DnCNN
 (``--objective stability --classifier MODEL_DIR`` against a frozen classifier; ``--objective
 ddpm`` a small DDPM UNet); ``rsjax certify MODEL_DIR OUT --denoiser DIR`` certifies
-``classifier(denoiser(x + delta))``.
+``classifier(denoiser(x + delta))`` (``rsjax.launch.loading.load_denoised``).
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["add_parser", "compose_denoiser"]
+from rsjax import launch
+from rsjax.launch import flags
+from rsjax.launch.errors import CliError
+
+__all__ = ["add_parser", "run"]
 
 
-def _error(message: str):
-  from rsjax.cli import CliError
-  return CliError(message)
-
-
-def compose_denoiser(path: str, apply_fn, params, *, sigma: float):
-  """The CLI's composed classifier: ``(apply_fn, params, denoiser config)``."""
-  from rsjax.denoise import compose, workdir
-  try:
-    d_fn, d_params, config = workdir.denoiser_fn(path, sigma=sigma)
-  except (FileNotFoundError, ValueError) as e:
-    raise _error(f"--denoiser: {e}") from None
-  return compose.Denoised(d_fn, apply_fn), (d_params, params), config
-
-
-def cmd_train_denoiser(args) -> int:
+def run(args) -> int:
+  """Runs ``rsjax train-denoiser``; returns the exit status."""
   import jax
 
-  from rsjax import data, models
+  from rsjax import models
   from rsjax.denoise import diffusion, train, workdir
   if os.path.exists(os.path.join(args.out, workdir.DENOISER_FILE)):
-    raise _error(f"{args.out!r} already holds a denoiser; use a new --out")
-  try:
-    ds = data.load(args.dataset, "train", data_dir=args.data_dir)
-  except (data.DatasetNotFoundError, ValueError) as e:
-    raise _error(str(e)) from None
+    raise CliError(f"{args.out!r} already holds a denoiser; use a new --out")
+  ds = launch.load_dataset(args.dataset, "train", args.data_dir)
   x, _ = ds.arrays()
   if x.ndim != 4:
-    raise _error(f"{args.dataset} inputs are not images ([H, W, C]); a denoiser needs images")
+    raise CliError(f"{args.dataset} inputs are not images ([H, W, C]); a denoiser needs images")
   classifier = None
   if args.objective == "stability":
     if args.classifier is None:
-      raise _error("--objective stability needs --classifier MODEL_DIR (the frozen classifier)")
+      raise CliError("--objective stability needs --classifier MODEL_DIR (the frozen classifier)")
     from rsjax import training
     try:
       model_c, config_c = training.load_model(args.classifier)
     except (FileNotFoundError, ValueError) as e:
-      raise _error(f"--classifier: no usable trained model in {args.classifier!r}: {e}") from None
+      raise CliError(f"--classifier: no usable trained model in {args.classifier!r}: {e}") from None
     if tuple(config_c.get("input_shape", x.shape[1:])) != tuple(x.shape[1:]):
-      raise _error(f"the classifier expects {config_c['input_shape']} inputs, {args.dataset} is "
+      raise CliError(f"the classifier expects {config_c['input_shape']} inputs, {args.dataset} is "
                    f"{list(x.shape[1:])}")
     classifier = models.to_apply_fn(model_c)
   elif args.classifier is not None:
-    raise _error("--classifier works with --objective stability only")
+    raise CliError("--classifier works with --objective stability only")
   if args.objective != "ddpm" and args.sigma is None:
-    raise _error(f"--objective {args.objective} needs --sigma")
+    raise CliError(f"--objective {args.objective} needs --sigma")
   if args.objective == "ddpm":
     kind = "ddpm"
     n = len(args.unet_channels)
@@ -79,12 +66,12 @@ def cmd_train_denoiser(args) -> int:
     if args.init is not None:
       model, init_config = workdir.load_denoiser(args.init)
       if init_config["kind"] != kind:
-        raise _error(f"--init holds a {init_config['kind']} denoiser, not a {kind}")
+        raise CliError(f"--init holds a {init_config['kind']} denoiser, not a {kind}")
       kwargs = init_config["model_kwargs"]
     else:
       model = workdir.build_denoiser(kind, kwargs, rngs=args.seed)
   except (FileNotFoundError, ValueError) as e:
-    raise _error(str(e)) from None
+    raise CliError(str(e)) from None
   schedule = {}
   alphas = diffusion.linear_schedule(**schedule) if kind == "ddpm" else None
   history = train.train_denoiser(jax.random.key(args.seed), model, x, cfg, classifier=classifier,
@@ -102,10 +89,9 @@ def cmd_train_denoiser(args) -> int:
   return 0
 
 
-def add_parser(sub, *, parents, formatter_class, number_types) -> None:
-  """Registers ``train-denoiser`` on the CLI's subparsers."""
-  positive_int, positive_float = number_types
-  t = sub.add_parser("train-denoiser", parents=parents, formatter_class=formatter_class,
+def add_parser(sub, **kw) -> None:
+  """Registers ``train-denoiser`` (``kw``: the parent parsers and the help formatter)."""
+  t = sub.add_parser("train-denoiser", **kw,
                      help="train a denoiser for denoised smoothing (DnCNN: mse / stability; "
                      "a small DDPM)")
   t.add_argument("--dataset", required=True, help="image dataset (e.g. mnist5k)")
@@ -113,24 +99,26 @@ def add_parser(sub, *, parents, formatter_class, number_types) -> None:
   t.add_argument("--objective", default="mse", choices=["mse", "stability", "ddpm"],
                  help="mse: |D(x+d) - x|^2; stability: CE(f(D(x+d)), f(x)) against --classifier "
                  "(Salman et al.); ddpm: a DDPM noise model for one-step diffusion denoising")
-  t.add_argument("--sigma", type=positive_float, default=None,
+  t.add_argument("--sigma", type=flags.positive_float, default=None,
                  help="training noise level (mse, stability)")
   t.add_argument("--classifier", default=None, metavar="MODEL_DIR",
                  help="the frozen classifier of --objective stability")
   t.add_argument("--init", default=None, metavar="DIR",
                  help="start from this denoiser (e.g. stability after mse: Stab+MSE)")
-  t.add_argument("--depth", type=positive_int, default=17, help="DnCNN conv layers")
-  t.add_argument("--features", type=positive_int, default=64, help="DnCNN width")
-  t.add_argument("--unet-channels", type=positive_int, nargs="+", default=[32, 64],
+  t.add_argument("--depth", type=flags.positive_int, default=17, help="DnCNN conv layers")
+  t.add_argument("--features", type=flags.positive_int, default=64, help="DnCNN width")
+  t.add_argument("--unet-channels", type=flags.positive_int, nargs="+", default=[32, 64],
                  help="ddpm: UNet widths per level (attention at the last level)")
-  t.add_argument("--layers-per-block", type=positive_int, default=1, help="ddpm: resnets per level")
-  t.add_argument("--norm-groups", type=positive_int, default=8, help="ddpm: group norm groups")
-  t.add_argument("--t-max", type=positive_int, default=None,
+  t.add_argument("--layers-per-block", type=flags.positive_int, default=1,
+                 help="ddpm: resnets per level")
+  t.add_argument("--norm-groups", type=flags.positive_int, default=8,
+                 help="ddpm: group norm groups")
+  t.add_argument("--t-max", type=flags.positive_int, default=None,
                  help="ddpm: train on timesteps below this only (default: all 1000)")
-  t.add_argument("--epochs", type=positive_int, default=10, help="training epochs")
-  t.add_argument("--batch", type=positive_int, default=64, help="batch size")
-  t.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
+  t.add_argument("--epochs", type=flags.positive_int, default=10, help="training epochs")
+  t.add_argument("--batch", type=flags.positive_int, default=64, help="batch size")
+  t.add_argument("--lr", type=flags.positive_float, default=1e-3, help="Adam learning rate")
   t.add_argument("--seed", type=int, default=0, help="PRNG seed")
   t.add_argument("--out", required=True, help="output directory")
   t.add_argument("--quiet", action="store_true", help="no per-epoch lines")
-  t.set_defaults(func=cmd_train_denoiser)
+  t.set_defaults(func=run)

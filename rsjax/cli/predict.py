@@ -1,0 +1,41 @@
+"""``rsjax predict``: predict with abstention (PREDICT of Cohen et al.)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rsjax import launch
+from rsjax.launch import flags
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub, **kw) -> None:
+  """Registers ``predict`` (``kw``: the parent parsers and the help formatter)."""
+  pr = sub.add_parser("predict", **kw,
+                     help="predict with abstention (PREDICT of Cohen et al.)")
+  flags.add_sampling_flags(pr)
+  pr.set_defaults(func=run)
+
+
+def run(args) -> int:
+  """Runs ``rsjax predict``; returns the exit status."""
+  import rsjax
+  from rsjax import runner
+  _, _, ds, apply_fn, params, indices, key = launch.sampling_run(args)
+
+  def fn(x, ids):
+    return rsjax.predict(key, apply_fn, params, x, sigma=args.sigma, num_classes=ds.num_classes,
+                         n=args.N, alpha=args.alpha, batch_size=args.batch, ids=ids,
+                         noise=args.noise, precision=args.precision)
+
+  wrote = runner.predict_dataset(fn, ds.get_batch, indices, args.outfile,
+                                 inputs_per_call=args.inputs_per_call or 8,
+                                 progress=not args.quiet, resume=not args.overwrite,
+                                 run=args.run_record)
+  from rsjax import io, metrics
+  res = io.read_predict(args.outfile)
+  print(f"predicted {wrote} new inputs; {len(res)} inputs in {args.outfile}: accuracy "
+        f"{np.mean(res.correct):.4f}, abstained {metrics.abstention_rate(res.predict):.4f} "
+        f"(N={args.N}, alpha={args.alpha})")
+  return 0
