@@ -20,16 +20,6 @@ def run_cli(*argv):
   return cli.main([str(a) for a in argv])
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  out = tmp_path_factory.mktemp("model") / "mlp_digits"
-  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25",
-                 "--epochs", "2", "--batch", "64", "--lr", "0.1", "--out", out, "--quiet") == 0
-  return out
-
-
-
-
 def edit_column(path, j, column, fn):
   """Applies ``fn`` to the text of ``column`` in data row ``j`` of a result file."""
   lines = path.read_text().split("\n")

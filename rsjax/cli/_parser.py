@@ -1,4 +1,6 @@
-"""The ``rsjax`` parser: global flags, then one subcommand per module of this package."""
+"""The ``rsjax`` parser: global flags, then one subcommand per module of this package, named
+after it (``train_denoiser``: ``rsjax train-denoiser``), with the module's ``HELP``, its
+``add_arguments`` and its ``run``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ COMMANDS = (train, certify, predict, analyze, verify, audit, convert, train_deno
 
 
 def build_parser() -> argparse.ArgumentParser:
-  """The parser of every command; each sets ``func`` (the command's ``run``)."""
+  """The parser of every command; each sets ``func`` (its module's ``run``)."""
   from rsjax import __version__
   p = Parser(
       prog="rsjax", description="Randomized smoothing in JAX: train, certify, predict, analyze.",
@@ -29,5 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
   sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
   common = common_flags()
   for command in COMMANDS:
-    command.add_parser(sub, parents=[common], formatter_class=HelpFormatter)
+    name = command.__name__.rsplit(".", 1)[1].replace("_", "-")
+    q = sub.add_parser(name, parents=[common], formatter_class=HelpFormatter, help=command.HELP)
+    command.add_arguments(q)
+    q.set_defaults(func=command.run)
   return p

@@ -10,30 +10,29 @@ import numpy as np
 
 from rsjax.launch.errors import CliError
 
-__all__ = ["add_parser", "run", "plot_title"]
+__all__ = ["HELP", "add_arguments", "run", "plot_title"]
+
+HELP = "tables and plots from certify result files"
 
 
-def add_parser(sub, **kw) -> None:
-  """Registers ``analyze`` (``kw``: the parent parsers and the help formatter)."""
-  a = sub.add_parser("analyze", **kw,
-                     help="tables and plots from certify result files")
-  a.add_argument("files", nargs="+", help="certify result files")
-  a.add_argument("--labels", nargs="+", default=None,
+def add_arguments(p) -> None:
+  """The flags of ``rsjax analyze``."""
+  p.add_argument("files", nargs="+", help="certify result files")
+  p.add_argument("--labels", nargs="+", default=None,
                  help="one name per file for the table and the plot (default: file names)")
-  a.add_argument("--radii", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0],
+  p.add_argument("--radii", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0],
                  help="radii of the table's columns")
-  a.add_argument("--format", default="text", choices=["text", "markdown"], help="table format")
-  a.add_argument("--radius-column", default=None,
+  p.add_argument("--format", default="text", choices=["text", "markdown"], help="table format")
+  p.add_argument("--radius-column", default=None,
                  help="read radii from this extra column (e.g. 'alm' of --method ucan; ALM is "
                       "not a ball guarantee)")
-  a.add_argument("--plot", default=None, help="write the certified-accuracy curves here (PNG)")
-  a.add_argument("--pa-cdf", default=None, metavar="PNG",
+  p.add_argument("--plot", default=None, help="write the certified-accuracy curves here (PNG)")
+  p.add_argument("--pa-cdf", default=None, metavar="PNG",
                  help="plot the empirical CDF of p_A per file (Sun et al. Fig. 3; needs files "
                       "certified with --save-counts)")
-  a.add_argument("--easy-hard", default=None, metavar="REFERENCE",
+  p.add_argument("--easy-hard", default=None, metavar="REFERENCE",
                  help="certified accuracy on easy / hard inputs, split by p_A >= 0.5 in this "
                       "reference result file (e.g. the Gaussian model's, with --save-counts)")
-  a.set_defaults(func=run)
 
 
 def _extra_summary(label: str, res) -> str:

@@ -6,25 +6,24 @@ from __future__ import annotations
 from rsjax.launch import flags
 from rsjax.launch.errors import CliError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = ("with the model, draw the counts of random rows of a certify run again "
+        "and test its noise; exit status 1 if the run fails")
 
 
-def add_parser(sub, **kw) -> None:
-  """Registers ``audit`` (``kw``: the parent parsers and the help formatter)."""
-  au = sub.add_parser("audit", **kw,
-                      help="with the model, draw the counts of random rows of a certify run again "
-                      "and test its noise; exit status 1 if the run fails")
-  au.add_argument("file", help="certify result file (with its .run.json and .cert.jsonl)")
-  au.add_argument("--model-dir", default=None, help="the model directory the run certified")
-  au.add_argument("--torch-checkpoint", default=None, metavar="F.pth",
-                  help="the PyTorch checkpoint the run certified, instead of --model-dir")
-  au.add_argument("--data-dir", default=None, help="TFDS data_dir of the run's dataset")
-  au.add_argument("--rows", type=flags.positive_int, default=20, help="rows drawn again")
-  au.add_argument("--seed", type=int, default=0, help="seed of the choice of rows")
-  au.add_argument("--false-alarm", type=flags.probability, default=0.001,
-                  help="probability that an honest noise stream fails the noise tests")
-  au.add_argument("--quiet", action="store_true", help="print the summary line only")
-  au.set_defaults(func=run)
+def add_arguments(p) -> None:
+  """The flags of ``rsjax audit``."""
+  p.add_argument("file", help="certify result file (with its .run.json and .cert.jsonl)")
+  p.add_argument("--model-dir", default=None, help="the model directory the run certified")
+  p.add_argument("--torch-checkpoint", default=None, metavar="F.pth",
+                 help="the PyTorch checkpoint the run certified, instead of --model-dir")
+  p.add_argument("--data-dir", default=None, help="TFDS data_dir of the run's dataset")
+  p.add_argument("--rows", type=flags.positive_int, default=20, help="rows drawn again")
+  p.add_argument("--seed", type=int, default=0, help="seed of the choice of rows")
+  p.add_argument("--false-alarm", type=flags.probability, default=0.001,
+                 help="probability that an honest noise stream fails the noise tests")
+  p.add_argument("--quiet", action="store_true", help="print the summary line only")
 
 
 def run(args) -> int:

@@ -10,15 +10,14 @@ from rsjax import launch
 from rsjax.launch import flags
 from rsjax.launch.errors import CliError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = "certify a dataset (CERTIFY of Cohen et al.)"
 
 
-def add_parser(sub, **kw) -> None:
-  """Registers ``certify`` (``kw``: the parent parsers and the help formatter)."""
-  c = sub.add_parser("certify", **kw,
-                     help="certify a dataset (CERTIFY of Cohen et al.)")
-  flags.add_certify_flags(c)
-  c.set_defaults(func=run)
+def add_arguments(p) -> None:
+  """The flags of ``rsjax certify``."""
+  flags.add_certify_flags(p)
 
 
 def _with_counts(extra_cols, extra_fn):

@@ -9,25 +9,24 @@ from rsjax import launch
 from rsjax.launch import flags
 from rsjax.launch.errors import CliError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = ("convert a PyTorch checkpoint into a model directory "
+        "(certify it later without PyTorch)")
 
 
-def add_parser(sub, **kw) -> None:
-  """Registers ``convert`` (``kw``: the parent parsers and the help formatter)."""
-  cv = sub.add_parser("convert", **kw,
-                      help="convert a PyTorch checkpoint into a model directory "
-                      "(certify it later without PyTorch)")
-  cv.add_argument("checkpoint", help="PyTorch checkpoint (.pth, .pth.tar)")
-  cv.add_argument("out", help="output model directory (as written by 'rsjax train')")
-  cv.add_argument("--arch", default=None,
-                  help="architecture (default: the checkpoint's 'arch' entry or recognized from "
-                  "its keys): cifar_resnet20, cifar_resnet110, resnet18, resnet50, lenet, ...")
-  flags.normalize_flag(cv)
-  cv.add_argument("--dataset", default=None,
-                  help="record the dataset (the default dataset of certify)")
-  cv.add_argument("--sigma", type=flags.positive_float, default=None,
-                  help="record the training sigma (the default sigma of certify)")
-  cv.set_defaults(func=run)
+def add_arguments(p) -> None:
+  """The flags of ``rsjax convert``."""
+  p.add_argument("checkpoint", help="PyTorch checkpoint (.pth, .pth.tar)")
+  p.add_argument("out", help="output model directory (as written by 'rsjax train')")
+  p.add_argument("--arch", default=None,
+                 help="architecture (default: the checkpoint's 'arch' entry or recognized from "
+                 "its keys): cifar_resnet20, cifar_resnet110, resnet18, resnet50, lenet, ...")
+  flags.normalize_flag(p)
+  p.add_argument("--dataset", default=None,
+                 help="record the dataset (the default dataset of certify)")
+  p.add_argument("--sigma", type=flags.positive_float, default=None,
+                 help="record the training sigma (the default sigma of certify)")
 
 
 def run(args) -> int:

@@ -7,15 +7,14 @@ import numpy as np
 from rsjax import launch
 from rsjax.launch import flags
 
-__all__ = ["add_parser", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = "predict with abstention (PREDICT of Cohen et al.)"
 
 
-def add_parser(sub, **kw) -> None:
-  """Registers ``predict`` (``kw``: the parent parsers and the help formatter)."""
-  pr = sub.add_parser("predict", **kw,
-                     help="predict with abstention (PREDICT of Cohen et al.)")
-  flags.add_sampling_flags(pr)
-  pr.set_defaults(func=run)
+def add_arguments(p) -> None:
+  """The flags of ``rsjax predict``."""
+  flags.add_sampling_flags(p)
 
 
 def run(args) -> int:

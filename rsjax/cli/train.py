@@ -9,85 +9,84 @@ from rsjax import launch
 from rsjax.launch import flags
 from rsjax.launch.errors import CliError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = ("train a base classifier on noisy inputs (Gaussian, Consistency, "
+        "SmoothAdv, MACER; Sun et al.'s strategies)")
 
 
-def add_parser(sub, **kw) -> None:
-  """Registers ``train`` (``kw``: the parent parsers and the help formatter)."""
+def add_arguments(p) -> None:
+  """The flags of ``rsjax train``."""
   from rsjax import models, training
   from rsjax.training import ucan
-  t = sub.add_parser("train", **kw,
-                     help="train a base classifier on noisy inputs (Gaussian, Consistency, "
-                          "SmoothAdv, MACER; Sun et al.'s strategies)")
-  flags.data_flags(t, dataset_required=True)
-  t.add_argument("--model", required=True, help=", ".join(models.MODELS))
-  t.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
-  t.add_argument("--out", required=True, help="output directory (checkpoints, config)")
+  flags.data_flags(p, dataset_required=True)
+  p.add_argument("--model", required=True, help=", ".join(models.MODELS))
+  p.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
+  p.add_argument("--out", required=True, help="output directory (checkpoints, config)")
   def by_dataset(field):
     return "; default by dataset: " + ", ".join(
         f"{name} {getattr(d, field):g}" for name, d in training.TRAINING_DEFAULTS.items())
 
-  t.add_argument("--epochs", type=flags.positive_int, default=None,
+  p.add_argument("--epochs", type=flags.positive_int, default=None,
                  help="number of epochs" + by_dataset("epochs") + ", else 90")
-  t.add_argument("--batch", type=flags.positive_int, default=None,
+  p.add_argument("--batch", type=flags.positive_int, default=None,
                  help="training batch size" + by_dataset("batch_size") + ", else 256")
-  t.add_argument("--lr", type=flags.positive_float, default=None,
+  p.add_argument("--lr", type=flags.positive_float, default=None,
                  help="initial learning rate (SGD)" + by_dataset("lr") + ", else 0.1")
-  t.add_argument("--lr-step-size", type=flags.positive_int, default=None,
+  p.add_argument("--lr-step-size", type=flags.positive_int, default=None,
                  help="epochs between learning-rate drops" + by_dataset("lr_step")
                  + ", else 30")
-  t.add_argument("--gamma", type=flags.positive_float, default=0.1,
+  p.add_argument("--gamma", type=flags.positive_float, default=0.1,
                  help="learning-rate factor at each drop")
-  t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
-  t.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
-  t.add_argument("--seed", type=int, default=0, help="seed of initialization, shuffling and noise")
-  t.add_argument("--objective", default="gaussian", choices=list(training.OBJECTIVES),
+  p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+  p.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
+  p.add_argument("--seed", type=int, default=0, help="seed of initialization, shuffling and noise")
+  p.add_argument("--objective", default="gaussian", choices=list(training.OBJECTIVES),
                  help="training loss (rsjax.training.objectives; default gaussian, Cohen et al.)")
-  t.add_argument("--num-noise", type=flags.positive_int, default=None,
+  p.add_argument("--num-noise", type=flags.positive_int, default=None,
                  help="noise draws per input m (default: the objective's: 1 gaussian, 2 consistency, "
                       "4 smoothadv, 16 macer)")
-  t.add_argument("--objective-arg", action="append", default=[], metavar="NAME=VALUE",
+  p.add_argument("--objective-arg", action="append", default=[], metavar="NAME=VALUE",
                  help="objective hyperparameter, e.g. lbd=20 (consistency), epsilon=0.5 "
                       "(smoothadv), gamma=8 (macer); repeatable")
-  t.add_argument("--discard", type=flags.nonneg_int, default=None, metavar="E",
+  p.add_argument("--discard", type=flags.nonneg_int, default=None, metavar="E",
                  help="Sun et al.: after E epochs drop inputs with p_A < --discard-threshold "
                       "(100 noisy copies), then resample with replacement")
-  t.add_argument("--discard-threshold", type=float, default=0.4, help="p_t of --discard")
-  t.add_argument("--reweigh", type=flags.nonneg_int, default=None, metavar="E",
+  p.add_argument("--discard-threshold", type=float, default=0.4, help="p_t of --discard")
+  p.add_argument("--reweigh", type=flags.nonneg_int, default=None, metavar="E",
                  help="Sun et al.: from E epochs on, every 10 epochs, sample inputs in proportion "
                       "to their approximate certified radius (16 noisy copies)")
-  t.add_argument("--sphere-attack", type=flags.nonneg_int, default=None, metavar="E",
+  p.add_argument("--sphere-attack", type=flags.nonneg_int, default=None, metavar="E",
                  help="Sun et al.: from E epochs on, replace each noise draw by the adaptive attack "
                       "on its sphere (gaussian objective)")
-  t.add_argument("--attack-steps", type=flags.positive_int, default=6, help="T of --sphere-attack")
-  t.add_argument("--attack-step", type=flags.positive_float, default=0.25,
+  p.add_argument("--attack-steps", type=flags.positive_int, default=6, help="T of --sphere-attack")
+  p.add_argument("--attack-step", type=flags.positive_float, default=0.25,
                  help="step eps of --sphere-attack (L2; for linf the paper's sqrt(d)*eps)")
-  t.add_argument("--attack-norm", choices=["l2", "linf"], default="l2",
+  p.add_argument("--attack-norm", choices=["l2", "linf"], default="l2",
                  help="norm of the --sphere-attack steps (the sphere is always L2)")
-  t.add_argument("--overwrite", "--restart", dest="overwrite", action="store_true",
+  p.add_argument("--overwrite", "--restart", dest="overwrite", action="store_true",
                  help="start over: remove the checkpoints of an earlier run in OUT (by default a "
                  "run in OUT resumes from its last epoch, with the same settings)")
-  t.add_argument("--method", default="gaussian", choices=["gaussian", "ddrs", "ucan"],
+  p.add_argument("--method", default="gaussian", choices=["gaussian", "ddrs", "ucan"],
                  help="gaussian: Cohen et al.; ddrs: per-example optimized sigma (DDRS Alg. 2), "
                       "--sigma is sigma0; ucan: anisotropic noise of --generator")
-  t.add_argument("--sigma-steps", type=int, default=1, help="DDRS: sigma ascent steps per batch")
-  t.add_argument("--sigma-lr", type=float, default=1e-2, help="DDRS: sigma ascent step size")
-  t.add_argument("--sigma-draws", type=flags.positive_int, default=4,
+  p.add_argument("--sigma-steps", type=int, default=1, help="DDRS: sigma ascent steps per batch")
+  p.add_argument("--sigma-lr", type=float, default=1e-2, help="DDRS: sigma ascent step size")
+  p.add_argument("--sigma-draws", type=flags.positive_int, default=4,
                  help="DDRS: noise draws per ascent step")
-  t.add_argument("--sigma-param", default="sigma", choices=["sigma", "log"],
+  p.add_argument("--sigma-param", default="sigma", choices=["sigma", "log"],
                  help="DDRS: ascend sigma (paper) or log sigma")
-  t.add_argument("--ddrs-warmup-epochs", type=int, default=0,
+  p.add_argument("--ddrs-warmup-epochs", type=int, default=0,
                  help="first epochs at the fixed sigma0 (ddrs)")
-  t.add_argument("--generator", default=None,
+  p.add_argument("--generator", default=None,
                  choices=list(ucan.GENERATORS),
                  help="UCAN anisotropic noise (--sigma is the base lambda; --lr 0.001 as UCAN); "
                       "the noise is frozen in OUT/ucan_noise.npz")
-  t.add_argument("--init", default=None, help="UCAN: fine-tune the model of this workdir")
-  t.add_argument("--ucan-draws", type=flags.positive_int, default=5, help="UCAN noise draws per step")
-  t.add_argument("--allow-unsound", action="store_true",
+  p.add_argument("--init", default=None, help="UCAN: fine-tune the model of this workdir")
+  p.add_argument("--ucan-draws", type=flags.positive_int, default=5, help="UCAN noise draws per step")
+  p.add_argument("--allow-unsound", action="store_true",
                  help="UCAN: train the input-dependent generator (its radii are NOT a certificate)")
-  t.add_argument("--quiet", action="store_true", help="no progress bars")
-  t.set_defaults(func=run)
+  p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _objective(args):

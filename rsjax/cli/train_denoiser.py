@@ -14,7 +14,41 @@ from rsjax import launch
 from rsjax.launch import flags
 from rsjax.launch.errors import CliError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = ("train a denoiser for denoised smoothing (DnCNN: mse / stability; "
+        "a small DDPM)")
+
+
+def add_arguments(p) -> None:
+  """The flags of ``rsjax train-denoiser``."""
+  p.add_argument("--dataset", required=True, help="image dataset (e.g. mnist5k)")
+  p.add_argument("--data-dir", default=None, help="folder of prepared TFDS datasets")
+  p.add_argument("--objective", default="mse", choices=["mse", "stability", "ddpm"],
+                 help="mse: |D(x+d) - x|^2; stability: CE(f(D(x+d)), f(x)) against --classifier "
+                 "(Salman et al.); ddpm: a DDPM noise model for one-step diffusion denoising")
+  p.add_argument("--sigma", type=flags.positive_float, default=None,
+                 help="training noise level (mse, stability)")
+  p.add_argument("--classifier", default=None, metavar="MODEL_DIR",
+                 help="the frozen classifier of --objective stability")
+  p.add_argument("--init", default=None, metavar="DIR",
+                 help="start from this denoiser (e.g. stability after mse: Stab+MSE)")
+  p.add_argument("--depth", type=flags.positive_int, default=17, help="DnCNN conv layers")
+  p.add_argument("--features", type=flags.positive_int, default=64, help="DnCNN width")
+  p.add_argument("--unet-channels", type=flags.positive_int, nargs="+", default=[32, 64],
+                 help="ddpm: UNet widths per level (attention at the last level)")
+  p.add_argument("--layers-per-block", type=flags.positive_int, default=1,
+                 help="ddpm: resnets per level")
+  p.add_argument("--norm-groups", type=flags.positive_int, default=8,
+                 help="ddpm: group norm groups")
+  p.add_argument("--t-max", type=flags.positive_int, default=None,
+                 help="ddpm: train on timesteps below this only (default: all 1000)")
+  p.add_argument("--epochs", type=flags.positive_int, default=10, help="training epochs")
+  p.add_argument("--batch", type=flags.positive_int, default=64, help="batch size")
+  p.add_argument("--lr", type=flags.positive_float, default=1e-3, help="Adam learning rate")
+  p.add_argument("--seed", type=int, default=0, help="PRNG seed")
+  p.add_argument("--out", required=True, help="output directory")
+  p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
 
 
 def run(args) -> int:
@@ -87,38 +121,3 @@ def run(args) -> int:
   print(f"trained a {kind} denoiser ({args.objective}, {models.count_params(model):,} "
         f"parameters; final loss {history[-1]['loss']:.5f}); saved in {args.out}")
   return 0
-
-
-def add_parser(sub, **kw) -> None:
-  """Registers ``train-denoiser`` (``kw``: the parent parsers and the help formatter)."""
-  t = sub.add_parser("train-denoiser", **kw,
-                     help="train a denoiser for denoised smoothing (DnCNN: mse / stability; "
-                     "a small DDPM)")
-  t.add_argument("--dataset", required=True, help="image dataset (e.g. mnist5k)")
-  t.add_argument("--data-dir", default=None, help="folder of prepared TFDS datasets")
-  t.add_argument("--objective", default="mse", choices=["mse", "stability", "ddpm"],
-                 help="mse: |D(x+d) - x|^2; stability: CE(f(D(x+d)), f(x)) against --classifier "
-                 "(Salman et al.); ddpm: a DDPM noise model for one-step diffusion denoising")
-  t.add_argument("--sigma", type=flags.positive_float, default=None,
-                 help="training noise level (mse, stability)")
-  t.add_argument("--classifier", default=None, metavar="MODEL_DIR",
-                 help="the frozen classifier of --objective stability")
-  t.add_argument("--init", default=None, metavar="DIR",
-                 help="start from this denoiser (e.g. stability after mse: Stab+MSE)")
-  t.add_argument("--depth", type=flags.positive_int, default=17, help="DnCNN conv layers")
-  t.add_argument("--features", type=flags.positive_int, default=64, help="DnCNN width")
-  t.add_argument("--unet-channels", type=flags.positive_int, nargs="+", default=[32, 64],
-                 help="ddpm: UNet widths per level (attention at the last level)")
-  t.add_argument("--layers-per-block", type=flags.positive_int, default=1,
-                 help="ddpm: resnets per level")
-  t.add_argument("--norm-groups", type=flags.positive_int, default=8,
-                 help="ddpm: group norm groups")
-  t.add_argument("--t-max", type=flags.positive_int, default=None,
-                 help="ddpm: train on timesteps below this only (default: all 1000)")
-  t.add_argument("--epochs", type=flags.positive_int, default=10, help="training epochs")
-  t.add_argument("--batch", type=flags.positive_int, default=64, help="batch size")
-  t.add_argument("--lr", type=flags.positive_float, default=1e-3, help="Adam learning rate")
-  t.add_argument("--seed", type=int, default=0, help="PRNG seed")
-  t.add_argument("--out", required=True, help="output directory")
-  t.add_argument("--quiet", action="store_true", help="no per-epoch lines")
-  t.set_defaults(func=run)

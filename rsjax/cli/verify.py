@@ -6,20 +6,19 @@ from __future__ import annotations
 from rsjax.launch import flags
 from rsjax.launch.errors import CliError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = ("recompute every radius and prediction of certify runs from their "
+        "recorded counts (SciPy only: no model, no device); exit status 1 if a row "
+        "does not match")
 
 
-def add_parser(sub, **kw) -> None:
-  """Registers ``verify`` (``kw``: the parent parsers and the help formatter)."""
-  v = sub.add_parser("verify", **kw,
-                     help="recompute every radius and prediction of certify runs from their "
-                     "recorded counts (SciPy only: no model, no device); exit status 1 if a row "
-                     "does not match")
-  v.add_argument("files", nargs="+", help="certify result files (with their .run.json and "
+def add_arguments(p) -> None:
+  """The flags of ``rsjax verify``."""
+  p.add_argument("files", nargs="+", help="certify result files (with their .run.json and "
                  ".cert.jsonl)")
-  v.add_argument("--show", type=flags.nonneg_int, default=20,
+  p.add_argument("--show", type=flags.nonneg_int, default=20,
                  help="rows that do not match to print")
-  v.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -60,6 +60,7 @@ __all__ = [
     "PREDICT_COLUMNS",
     "CertifyResults",
     "PredictResults",
+    "RUN_RECORD_SUFFIX",
     "ResultsLockedError",
     "ResultsWriter",
     "RunMismatchError",
