@@ -23,18 +23,14 @@ def add_arguments(p) -> None:
   p.add_argument("--model", required=True, help=", ".join(models.MODELS))
   p.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
   p.add_argument("--out", required=True, help="output directory (checkpoints, config)")
-  def by_dataset(field):
-    return "; default by dataset: " + ", ".join(
-        f"{name} {getattr(d, field):g}" for name, d in training.TRAINING_DEFAULTS.items())
-
   p.add_argument("--epochs", type=flags.positive_int, default=None,
-                 help="number of epochs" + by_dataset("epochs") + ", else 90")
+                 help="number of epochs" + _by_dataset("epochs") + ", else 90")
   p.add_argument("--batch", type=flags.positive_int, default=None,
-                 help="training batch size" + by_dataset("batch_size") + ", else 256")
+                 help="training batch size" + _by_dataset("batch_size") + ", else 256")
   p.add_argument("--lr", type=flags.positive_float, default=None,
-                 help="initial learning rate (SGD)" + by_dataset("lr") + ", else 0.1")
+                 help="initial learning rate (SGD)" + _by_dataset("lr") + ", else 0.1")
   p.add_argument("--lr-step-size", type=flags.positive_int, default=None,
-                 help="epochs between learning-rate drops" + by_dataset("lr_step")
+                 help="epochs between learning-rate drops" + _by_dataset("lr_step")
                  + ", else 30")
   p.add_argument("--gamma", type=flags.positive_float, default=0.1,
                  help="learning-rate factor at each drop")
@@ -44,8 +40,8 @@ def add_arguments(p) -> None:
   p.add_argument("--objective", default="gaussian", choices=list(training.OBJECTIVES),
                  help="training loss (rsjax.training.objectives; default gaussian, Cohen et al.)")
   p.add_argument("--num-noise", type=flags.positive_int, default=None,
-                 help="noise draws per input m (default: the objective's: 1 gaussian, 2 consistency, "
-                      "4 smoothadv, 16 macer)")
+                 help="noise draws per input m (default: the objective's: 1 gaussian, "
+                      "2 consistency, 4 smoothadv, 16 macer)")
   p.add_argument("--objective-arg", action="append", default=[], metavar="NAME=VALUE",
                  help="objective hyperparameter, e.g. lbd=20 (consistency), epsilon=0.5 "
                       "(smoothadv), gamma=8 (macer); repeatable")
@@ -83,10 +79,18 @@ def add_arguments(p) -> None:
                  help="UCAN anisotropic noise (--sigma is the base lambda; --lr 0.001 as UCAN); "
                       "the noise is frozen in OUT/ucan_noise.npz")
   p.add_argument("--init", default=None, help="UCAN: fine-tune the model of this workdir")
-  p.add_argument("--ucan-draws", type=flags.positive_int, default=5, help="UCAN noise draws per step")
+  p.add_argument("--ucan-draws", type=flags.positive_int, default=5,
+                 help="UCAN noise draws per step")
   p.add_argument("--allow-unsound", action="store_true",
                  help="UCAN: train the input-dependent generator (its radii are NOT a certificate)")
   p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _by_dataset(field: str) -> str:
+  """The end of a schedule flag's help: its value per dataset (``rsjax.training``)."""
+  from rsjax import training
+  return "; default by dataset: " + ", ".join(
+      f"{name} {getattr(d, field):g}" for name, d in training.TRAINING_DEFAULTS.items())
 
 
 def _objective(args):
