@@ -91,9 +91,9 @@ def conv_stages(batch: int, reps: int) -> list[dict]:
 
 def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dict:
   """Piece-by-piece times of ``name``'s certification on the first device (see module doc)."""
-  from benchmarks import throughput as tp
+  from benchmarks import measure
 
-  spec = tp.SPECS[name]
+  spec = measure.SPECS[name]
   model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
                               rngs=seed)
   apply_fn, variables = models.to_apply_fn(model)
@@ -132,9 +132,9 @@ def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dic
                                     SIGMA), reps)
   out["times"] = t
   if torch is not None:
-    from benchmarks import reference_torch as rt
-    tmod = rt.from_flax(model, spec.input_shape)
-    xt = torch.from_numpy(np.array(rt.to_torch_layout(np.asarray(xb))))
+    from benchmarks import torch_models as tm
+    tmod = tm.from_flax(model, spec.input_shape)
+    xt = torch.from_numpy(np.array(tm.to_torch_layout(np.asarray(xb))))
     for threads in sorted({1, torch.get_num_threads()}):
       torch.set_num_threads(threads)
       with torch.no_grad():

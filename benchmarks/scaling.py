@@ -27,7 +27,7 @@ def _worker(args) -> None:
   import numpy as np
 
   import rsjax
-  from benchmarks.throughput import SPECS
+  from benchmarks.measure import SPECS
   from rsjax import models
 
   spec = SPECS[args.model]

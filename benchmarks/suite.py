@@ -36,12 +36,12 @@ import statistics
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import rsjax
 from rsjax import batching, models
 
+from benchmarks import measure
 from benchmarks.costs import activation_elements, matmul_flops
 
 N0 = 100
@@ -105,9 +105,7 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
                  twin: bool, twin_compile: str, peaks: dict | None, clock, seed: int = 0,
                  fold_bn: bool = False, log=print) -> dict:
   """Certifies ``images`` random inputs of one model with rsjax and the twin; returns figures."""
-  from benchmarks import throughput as tp
-
-  spec = tp.SPECS[name]
+  spec = measure.SPECS[name]
   declared = PRECISIONS[precision]
   dtype = rsjax.precision.compute_dtype(declared)
   model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
@@ -134,18 +132,19 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
                          batch_size=bs, precision=declared)
 
   clock.total = 0.0
-  first, _ = tp.timed(lambda: rsjax_certify(0))  # warm-up image: compiles n0 and N programs
+  first, _ = measure.timed(lambda: rsjax_certify(0))  # warm-up image: compiles n0 and N programs
   rs = {"compile_s": clock.total, "first_call_s": first}
 
   tw = None
-  if twin and tp.torch is not None:
+  if twin and measure.torch is not None:
     from benchmarks import reference_torch as rt
+    from benchmarks import torch_models as tm
     tw = {}
     t = time.perf_counter()
     tmod, tw["compile"] = rt.tuned_module(model, spec.input_shape, compile_mode=twin_compile)
     xb = np.clip(xs[:4] + SIGMA * np.random.default_rng(1).standard_normal(xs[:4].shape),
                  0, 1).astype(np.float32)
-    res["logits_check"] = rt.check_same_logits(tmod, apply_fn, variables, xb)
+    res["logits_check"] = tm.check_same_logits(tmod, apply_fn, variables, xb)
     gen = rt.torch_generator(seed)
 
     def twin_certify(i):
@@ -162,15 +161,15 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
   t_rs, t_tw = [], []
   pred_rs, pred_tw = [], []
   for i in range(1, images + 1):
-    dt, cert = tp.timed(lambda i=i: rsjax_certify(i))
+    dt, cert = measure.timed(lambda i=i: rsjax_certify(i))
     t_rs.append(dt)
     pred_rs.append(int(cert.prediction[0]))
     if tw is not None:
-      dt, (pred, _) = tp.timed(lambda i=i: twin_certify(i))
+      dt, (pred, _) = measure.timed(lambda i=i: twin_certify(i))
       t_tw.append(dt)
       pred_tw.append(int(pred))
   rs.update(_summary(t_rs, n0 + num))
-  rs["peak_memory_mb"] = tp.device_peak_mb()
+  rs["peak_memory_mb"] = measure.device_peak_mb()
   rs["predictions"] = pred_rs
   res["rsjax"] = rs
   if tw is not None:
@@ -208,9 +207,7 @@ def run_dataset_workload(name: str, precision: str, *, num: int, n0: int, images
   samples per input); the twin certifies one image after another at fixed N (it
   has no budgeted mode). Compilation is done on a warm-up chunk first.
   """
-  from benchmarks import throughput as tp
-
-  spec = tp.SPECS[name]
+  spec = measure.SPECS[name]
   declared = PRECISIONS[precision]
   model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
                               rngs=seed)
@@ -237,12 +234,12 @@ def run_dataset_workload(name: str, precision: str, *, num: int, n0: int, images
   res = {"model": name, "precision": precision, "task": f"dataset{images}", "images": images,
          "num": num, "n0": n0, "batch_size": bs, "inputs_per_call": inputs_per_call,
          "grid": list(grid)}
-  res["rsjax_fixed_s"], _ = tp.timed(lambda: certify_all(None))
-  res["rsjax_budgeted_s"], samples = tp.timed(lambda: certify_all(grid))
+  res["rsjax_fixed_s"], _ = measure.timed(lambda: certify_all(None))
+  res["rsjax_budgeted_s"], samples = measure.timed(lambda: certify_all(grid))
   res["budgeted_mean_samples"] = float(np.mean(samples))
   log(f"  {name} {precision}, {images} images: rsjax fixed {res['rsjax_fixed_s']:.1f} s, "
       f"budgeted {res['rsjax_budgeted_s']:.1f} s (mean {res['budgeted_mean_samples']:.0f} samples)")
-  if twin and tp.torch is not None:
+  if twin and measure.torch is not None:
     from benchmarks import reference_torch as rt
     tmod, _ = rt.tuned_module(model, spec.input_shape, compile_mode=twin_compile)
     gen = rt.torch_generator(seed)
@@ -250,7 +247,7 @@ def run_dataset_workload(name: str, precision: str, *, num: int, n0: int, images
                                      num_classes=spec.num_classes, batch_size=bs,
                                      autocast_dtype=precision, generator=gen)
     one(0)  # compile
-    res["twin_fixed_s"], _ = tp.timed(lambda: [one(i) for i in range(images)])
+    res["twin_fixed_s"], _ = measure.timed(lambda: [one(i) for i in range(images)])
     res["ratio_fixed"] = res["twin_fixed_s"] / res["rsjax_fixed_s"]
     res["ratio_budgeted"] = res["twin_fixed_s"] / res["rsjax_budgeted_s"]
     log(f"  twin fixed {res['twin_fixed_s']:.1f} s: rsjax {res['ratio_fixed']:.2f}x fixed, "

@@ -35,188 +35,27 @@ Commands::
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
-import time
-import warnings
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-try:  # PyTorch first: importing it after JAX's thread pools exist is fine, but keep it simple.
-  import torch
-except ImportError:  # benchmark-only extra
-  torch = None
+import rsjax
+from rsjax import batching
+from rsjax import models
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax import monitoring  # noqa: E402
-
-import rsjax  # noqa: E402
-from rsjax import batching  # noqa: E402
-from rsjax import models  # noqa: E402
+from benchmarks.measure import (SPECS, CompileClock, Spec, device_peak_mb, enable_compile_cache,
+                                environment, forward_flops, peak_gflops, peak_rss_mb,
+                                reset_peak_rss, timed, torch)
 
 N_CERT = 100_000
 N0 = 100
 SIGMA = 0.25
 REF_BATCH = 400  # Cohen et al.'s paper runs (experiments.MD: --batch 400)
-
-
-@dataclasses.dataclass(frozen=True)
-class Spec:
-  """A benchmark workload: model, input shape, classes and sample counts."""
-
-  name: str
-  input_shape: tuple[int, ...]
-  num_classes: int
-  num_quick: int
-  num_default: int
-
-
-SPECS = {
-    "mlp": Spec("mlp", (28, 28, 1), 10, 20_000, 100_000),
-    "cnn": Spec("cnn", (28, 28, 1), 10, 4_000, 20_000),
-    "lenet": Spec("lenet", (28, 28, 1), 10, 10_000, 100_000),
-    "resnet20": Spec("resnet20", (32, 32, 3), 10, 1_200, 6_000),
-    "resnet110": Spec("resnet110", (32, 32, 3), 10, 200, 1_000),
-    "resnet50": Spec("resnet50", (224, 224, 3), 1000, 8, 32),
-}
-
-# Dense peak GFLOP/s of known accelerators (float32 without tensor cores, bfloat16 dense).
-_PEAKS = {
-    "H100": {"float32": 67_000.0, "bfloat16": 989_000.0},
-    "H200": {"float32": 67_000.0, "bfloat16": 989_000.0},
-    "A100": {"float32": 19_500.0, "bfloat16": 312_000.0},
-}
-
-
-# ------------------------------------------------------------------------------------------------
-# Measurement helpers
-# ------------------------------------------------------------------------------------------------
-
-
-class CompileClock:
-  """Sums JAX's compile-phase durations (trace, lowering, backend compile)."""
-
-  _EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
-             "/jax/core/compile/jaxpr_to_mlir_module_duration",
-             "/jax/core/compile/backend_compile_duration")
-
-  def __init__(self):
-    self.total = 0.0
-    monitoring.register_event_duration_secs_listener(self._on_event)
-
-  def _on_event(self, name, duration, **_):
-    if name in self._EVENTS:
-      self.total += duration
-
-
-def _read_status_kb(field: str) -> float | None:
-  try:
-    with open("/proc/self/status", encoding="ascii") as f:
-      for line in f:
-        if line.startswith(field + ":"):
-          return float(line.split()[1])
-  except OSError:
-    return None
-  return None
-
-
-def reset_peak_rss() -> bool:
-  """Resets the process' peak RSS (Linux ``clear_refs`` 5); False when unsupported."""
-  try:
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-      f.write("5")
-    return True
-  except OSError:
-    return False
-
-
-def peak_rss_mb() -> float | None:
-  kb = _read_status_kb("VmHWM")
-  return None if kb is None else kb / 1024.0
-
-
-def device_peak_mb() -> float | None:
-  try:
-    stats = jax.local_devices()[0].memory_stats()
-  except Exception:  # noqa: BLE001
-    return None
-  if not stats or "peak_bytes_in_use" not in stats:
-    return None
-  return stats["peak_bytes_in_use"] / 2**20
-
-
-def forward_flops(apply_fn, params, input_shape) -> float:
-  """FLOPs of one forward pass per sample, from the jaxpr (``benchmarks.costs``): the same
-  number on every backend (XLA's GPU ``cost_analysis`` leaves out cuDNN convolutions)."""
-  from benchmarks.costs import matmul_flops
-  return matmul_flops(apply_fn, params, input_shape)
-
-
-def peak_gflops(dtype: str, cpu_peak: float | None) -> float | None:
-  dev = jax.local_devices()[0]
-  if dev.platform == "cpu":
-    return cpu_peak
-  for name, peaks in _PEAKS.items():
-    if name in dev.device_kind:
-      return peaks.get(dtype)
-  return None
-
-
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
-
-
-def environment(threads) -> dict:
-  env = {
-      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-      "cpu": cpu_model(),
-      "cores": os.cpu_count(),
-      "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-      "python": platform.python_version(),
-      "jax": jax.__version__,
-      "jaxlib": None,
-      "devices": [str(d) for d in jax.local_devices()],
-      "device_kind": jax.local_devices()[0].device_kind,
-      "matmul_precision": str(jax.config.jax_default_matmul_precision),
-      "xla_flags": os.environ.get("XLA_FLAGS", ""),
-      "torch": torch.__version__ if torch is not None else None,
-      "torch_threads_tried": list(threads) if torch is not None else None,
-      "torch_cuda_device": (torch.cuda.get_device_name(0)
-                            if torch is not None and torch.cuda.is_available() else None),
-  }
-  try:
-    import jaxlib
-    env["jaxlib"] = jaxlib.__version__
-  except ImportError:
-    pass
-  try:
-    import flax
-    env["flax"] = flax.__version__
-  except ImportError:
-    pass
-  return env
-
-
-def timed(fn):
-  with warnings.catch_warnings():
-    # A small timing N "can never certify"; the warning is right and irrelevant here.
-    warnings.filterwarnings("ignore", message=".*can never certify.*")
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -270,11 +109,12 @@ def run_model(spec: Spec, *, num: int, reps: int, batch_size, reference: bool, b
   tmod = None
   if reference and torch is not None:
     from benchmarks import reference_torch as rt
-    tmod = rt.from_flax(model, spec.input_shape)
+    from benchmarks import torch_models as tm
+    tmod = tm.from_flax(model, spec.input_shape)
     xb = np.clip(x + SIGMA * rng.standard_normal((8,) + spec.input_shape, dtype=np.float32),
                  -3, 4).astype(np.float32)
-    res["logits_check"] = rt.check_same_logits(tmod, apply_fn, variables, xb)
-    tx = torch.from_numpy(np.ascontiguousarray(rt.to_torch_layout(x)[0]))
+    res["logits_check"] = tm.check_same_logits(tmod, apply_fn, variables, xb)
+    tx = torch.from_numpy(np.ascontiguousarray(tm.to_torch_layout(x)[0]))
     ref_bs = min(REF_BATCH, num)
     res["reference_batch_size"] = ref_bs
 
@@ -385,15 +225,6 @@ def table(results: list[dict]) -> str:
 
 GOALS = {"lenet": 1.5, "mlp": 1.5, "resnet20": 1.0}
 
-
-def enable_compile_cache(path: str) -> None:
-  """Keeps every compiled XLA program in ``path`` (JAX's persistent compilation
-  cache), so a later process skips compilation. The environment variable
-  ``JAX_COMPILATION_CACHE_DIR`` does the same for any rsjax program."""
-  os.makedirs(path, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", path)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def main(argv=None) -> list[dict]:

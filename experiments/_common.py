@@ -31,6 +31,34 @@ class BaseTraining:
             "dataset": self.dataset}
 
 
+def lenet_mnist5k(quick: bool) -> dict:
+  """The :class:`BaseTraining` fields of the Gaussian LeNets on mnist5k (sigma 0.25 and 0.5)
+  that the MNIST method scripts start from."""
+  return dict(sigmas=(0.25, 0.5), model="lenet", dataset="mnist5k", epochs=6 if quick else 20,
+              batch_size=128, lr=0.05, lr_step=3 if quick else 8)
+
+
+@dataclasses.dataclass(frozen=True)
+class Certification:
+  """How a script certifies its rows, and where it keeps its runs and its results."""
+  skip: int  # every skip-th test input
+  n0: int
+  n: int
+  alpha: float
+  seed: int
+  out: str  # the runs (models, rows)
+  results: str  # results/NAME, without .json / .png
+
+
+def certified_curve(correct, radius, radii, *, predict=None) -> dict:
+  """``{"r": certified accuracy at r}`` over ``radii`` (``rsjax.metrics.certified_accuracy``)."""
+  import numpy as np
+
+  from rsjax import metrics
+  acc = metrics.certified_accuracy(correct, radius, np.asarray(radii), predict=predict)
+  return {f"{r:g}": float(a) for r, a in zip(radii, acc)}
+
+
 def parser(doc: str) -> argparse.ArgumentParser:
   """A script's command line: its docstring's first line and ``--out`` (default ``RESULTS``)."""
   ap = argparse.ArgumentParser(description=doc.split("\n")[0])
@@ -57,6 +85,13 @@ def load_splits(dataset: str, skip: int):
   return train, test, runner.select_indices(len(test), skip=skip)
 
 
+def load_arrays(dataset: str, skip: int):
+  """``((x, y), (xt, yt), idx, input_shape)``: the training and test arrays of the dataset, the
+  test indices certified (every ``skip``-th) and the shape of one input."""
+  train, test, idx = load_splits(dataset, skip)
+  return train.arrays(), test.arrays(), idx, tuple(train.input_shape)
+
+
 def certify_rows(certify_dataset, *args, **kwargs):
   """``certify_dataset(*args, **kwargs)``, started over when its rows are another run's.
 
@@ -72,6 +107,15 @@ def certify_rows(certify_dataset, *args, **kwargs):
   except io.RunMismatchError as e:
     print(f"{e}: certifying again", flush=True)
     return certify_dataset(*args, **{**kwargs, "resume": False})
+
+
+def run_script(doc: str, get_config, run, plot, argv=None) -> int:
+  """A sigma script's ``main``: its config (:func:`sigmas_config`), ``run`` logging each
+  line at once, then :func:`save_results`."""
+  cfg = sigmas_config(doc, get_config, argv)
+  result = run(cfg, log=lambda m: print(m, flush=True))
+  save_results(result, cfg.results, plot)
+  return 0
 
 
 def save_results(result: dict, results: str, plot) -> None:

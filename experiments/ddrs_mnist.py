@@ -70,8 +70,8 @@ import time
 
 import numpy as np
 
-from _common import (RESULTS, ROOT, BaseTraining, certify_rows, load_splits, save_figure,
-                     save_results, sigmas_config)
+from _common import (RESULTS, ROOT, BaseTraining, certified_curve, certify_rows, lenet_mnist5k,
+                     load_splits, save_figure, save_results, sigmas_config)
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -102,13 +102,7 @@ def get_config(quick: bool) -> Config:
   """Settings; ``quick`` is ``python experiments/ddrs_mnist.py --quick`` (under 20 minutes on 2 CPU
   cores), otherwise ``python experiments/ddrs_mnist.py``."""
   return Config(
-      sigmas=(0.25, 0.5),
-      model="lenet",
-      dataset="mnist5k",
-      epochs=6 if quick else 20,
-      batch_size=128,
-      lr=0.05,
-      lr_step=3 if quick else 8,
+      **lenet_mnist5k(quick),
       ddrs_warmup_epochs=2 if quick else 5,
       ddrs_train=dict(sigma_steps=1, sigma_lr=1e-2, sigma_draws=4),
       macer=dict(num_noise=4, lbd=0.5, gamma=8.0, beta=16.0),
@@ -132,9 +126,9 @@ def get_config(quick: bool) -> Config:
 def _summary(predict, label, radius, **extra) -> dict:
   from rsjax import metrics
   correct = np.asarray(predict) == np.asarray(label)
-  acc = metrics.certified_accuracy(correct, radius, np.asarray(RADII), predict=predict)
   return dict(acr=float(metrics.average_certified_radius(correct, radius, predict=predict)),
-              certified_accuracy={f"{r:g}": float(a) for r, a in zip(RADII, acc)}, **extra)
+              certified_accuracy=certified_curve(correct, radius, RADII, predict=predict),
+              **extra)
 
 
 def run(cfg: Config, log=print) -> dict:

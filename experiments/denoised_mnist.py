@@ -60,13 +60,14 @@ import time
 
 import numpy as np
 
-from _common import RESULTS, ROOT, BaseTraining, load_splits, save_figure, save_results, sigmas_config
+from _common import (RESULTS, ROOT, BaseTraining, Certification, certified_curve, lenet_mnist5k,
+                     load_arrays, run_script, save_figure)
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(BaseTraining):
+class Config(BaseTraining, Certification):
   """The experiment's settings (``get_config`` fills them; the classifiers' first)."""
   dncnn_depth: int
   dncnn_features: int
@@ -79,20 +80,12 @@ class Config(BaseTraining):
   ddpm_epochs: int
   ddpm_t_max: int
   ddpm_lr: float
-  skip: int
-  n0: int
-  n: int
-  alpha: float
-  seed: int
-  out: str
-  results: str
 
 
 def get_config(quick: bool) -> Config:
   """Settings; ``quick`` is ``python experiments/denoised_mnist.py --quick``, otherwise
   ``python experiments/denoised_mnist.py``."""
-  return Config(sigmas=(0.25, 0.5), model="lenet", dataset="mnist5k",
-                epochs=6 if quick else 20, batch_size=128, lr=0.05, lr_step=3 if quick else 8,
+  return Config(**lenet_mnist5k(quick),
                 dncnn_depth=5 if quick else 17, dncnn_features=16 if quick else 64,
                 mse_epochs=3 if quick else 30, stab_epochs=2 if quick else 20,
                 denoiser_lr=1e-3, stab_lr=1e-4, denoiser_batch=64,
@@ -101,12 +94,6 @@ def get_config(quick: bool) -> Config:
                 skip=40 if quick else 2, n0=100, n=500 if quick else 100_000, alpha=0.001,
                 seed=0, out=os.path.join(ROOT, "runs", "denoised_quick" if quick else "denoised"),
                 results=os.path.join(RESULTS, "denoised_mnist_quick" if quick else "denoised_mnist"))
-
-
-def _curve(correct, radius) -> dict:
-  from rsjax import metrics
-  acc = metrics.certified_accuracy(correct, radius, np.asarray(RADII))
-  return {f"{r:g}": float(a) for r, a in zip(RADII, acc)}
 
 
 def _train_classifier(cfg: Config, sigma: float, x, y, input_shape):
@@ -128,11 +115,8 @@ def run(cfg: Config, log=print) -> dict:
   from rsjax.denoise import DnCNN, denoised, diffusion, train, unet
 
   t_all = time.perf_counter()
-  train_ds, test, idx = load_splits(cfg.dataset, cfg.skip)
-  x, y = train_ds.arrays()
-  xt, yt = test.arrays()
+  (x, y), (xt, yt), idx, shape = load_arrays(cfg.dataset, cfg.skip)
   xs, ys = xt[idx], yt[idx]
-  shape = train_ds.input_shape
   methods, timing = {}, {}
   kw = dict(num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=1000, ids=idx)
   key = jax.random.key(cfg.seed)
@@ -150,7 +134,7 @@ def run(cfg: Config, log=print) -> dict:
     correct = cert.prediction == ys
     methods[name] = dict(sigma=sigma, acr=float(metrics.average_certified_radius(correct,
                                                                                  cert.radius)),
-                         certified_accuracy=_curve(correct, cert.radius),
+                         certified_accuracy=certified_curve(correct, cert.radius, RADII),
                          abstain=float(np.mean(cert.prediction == -1)),
                          certify_seconds=time.perf_counter() - t0, **extra)
     log(f"{name}: ACR {methods[name]['acr']:.3f} {methods[name]['certified_accuracy']} "
@@ -223,10 +207,7 @@ def plot(result: dict, path: str) -> None:
 
 
 def main(argv=None) -> int:
-  cfg = sigmas_config(__doc__, get_config, argv)
-  result = run(cfg, log=lambda m: print(m, flush=True))
-  save_results(result, cfg.results, plot)
-  return 0
+  return run_script(__doc__, get_config, run, plot, argv)
 
 
 if __name__ == "__main__":

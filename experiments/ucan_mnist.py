@@ -59,46 +59,32 @@ import time
 
 import numpy as np
 
-from _common import (RESULTS, ROOT, BaseTraining, load_splits, save_figure, save_results,
-                     sigmas_config)
+from _common import (RESULTS, ROOT, BaseTraining, Certification, certified_curve, lenet_mnist5k,
+                     load_arrays, run_script, save_figure)
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(BaseTraining):
+class Config(BaseTraining, Certification):
   """The experiment's settings (``get_config`` fills them; the base models' first)."""
   generators: tuple  # input-independent generators (sound rows)
   unsound_generators: tuple  # run with allow_unsound=True, rows marked sound=False
   ucan_epochs: int
   ucan_lr: float
   ucan_draws: int
-  skip: int
-  n0: int
-  n: int
-  alpha: float
-  seed: int
-  out: str
-  results: str
 
 
 def get_config(quick: bool) -> Config:
   """Settings; ``quick`` is ``python experiments/ucan_mnist.py --quick``, otherwise
   ``python experiments/ucan_mnist.py``."""
-  return Config(sigmas=(0.25, 0.5), model="lenet", dataset="mnist5k",
-              epochs=6 if quick else 20, batch_size=128, lr=0.05, lr_step=3 if quick else 8,
+  return Config(**lenet_mnist5k(quick),
               generators=("pattern-l1", "pattern-l2", "pattern-linf", "universal"),
               unsound_generators=("input",),
               ucan_epochs=1 if quick else 10, ucan_lr=1e-3, ucan_draws=2 if quick else 5,
               skip=20 if quick else 2, n0=100, n=2_000 if quick else 100_000, alpha=0.001,
               seed=0, out=os.path.join(ROOT, "runs", "ucan_quick" if quick else "ucan"),
               results=os.path.join(RESULTS, "ucan_quick" if quick else "ucan"))
-
-
-def _curve(correct, radius) -> dict:
-  from rsjax import metrics
-  acc = metrics.certified_accuracy(correct, radius, np.asarray(RADII))
-  return {f"{r:g}": float(a) for r, a in zip(RADII, acc)}
 
 
 def run(cfg: Config, log=print) -> dict:
@@ -108,11 +94,9 @@ def run(cfg: Config, log=print) -> dict:
   from rsjax.training import ucan
 
   t_all = time.perf_counter()
-  train, test, idx = load_splits(cfg.dataset, cfg.skip)
-  x, y = train.arrays()
-  xt, yt = test.arrays()
+  (x, y), (xt, yt), idx, shape = load_arrays(cfg.dataset, cfg.skip)
   xs, ys = xt[idx], yt[idx]
-  mcfg = cfg.model_config(train.input_shape)
+  mcfg = cfg.model_config(shape)
   key = jax.random.key(cfg.seed)
   methods, timing = {}, {}
 
@@ -130,9 +114,9 @@ def run(cfg: Config, log=print) -> dict:
     sig = np.asarray(sigma, np.float64)
     methods[name] = dict(
         acr=float(metrics.average_certified_radius(correct, cert.radius)),
-        certified_accuracy=_curve(correct, cert.radius),
+        certified_accuracy=certified_curve(correct, cert.radius, RADII),
         acr_alm=float(metrics.average_certified_radius(correct, cert.alm)),
-        certified_accuracy_alm=_curve(correct, cert.alm),
+        certified_accuracy_alm=certified_curve(correct, cert.alm, RADII),
         sound=bool(cert.sound), sigma0=s0, sigma_min=float(sig.min()),
         sigma_geomean=float(np.exp(np.mean(np.log(sig)))), sigma_max=float(sig.max()),
         mu_abs_mean=float(np.mean(np.abs(np.asarray(mu)))) if mu is not None else 0.0,
@@ -147,13 +131,13 @@ def run(cfg: Config, log=print) -> dict:
     tag = f"{s0:g}"
     t0 = time.perf_counter()
     base_dir = os.path.join(cfg.out, f"gauss_{tag}")
-    base = models.create_model(cfg.model, num_classes=10, input_shape=train.input_shape,
+    base = models.create_model(cfg.model, num_classes=10, input_shape=shape,
                                rngs=cfg.seed)
     training.train(cfg.seed, base, (x, y),
                    training.TrainConfig(sigma=s0, epochs=cfg.epochs, batch_size=cfg.batch_size,
                                         lr=cfg.lr, lr_step=cfg.lr_step),
                    workdir=base_dir, model_config=mcfg, progress=False)
-    iso = anisotropic.FrozenNoise(np.full(train.input_shape, s0, np.float32))
+    iso = anisotropic.FrozenNoise(np.full(shape, s0, np.float32))
     certify_row(f"isotropic_s{tag}", base, iso, s0)
 
     def ucan_config(gen):
@@ -197,10 +181,7 @@ def plot(result: dict, path: str) -> None:
 
 
 def main(argv=None) -> int:
-  cfg = sigmas_config(__doc__, get_config, argv)
-  result = run(cfg, log=lambda m: print(m, flush=True))
-  save_results(result, cfg.results, plot)
-  return 0
+  return run_script(__doc__, get_config, run, plot, argv)
 
 
 if __name__ == "__main__":

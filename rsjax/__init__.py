@@ -23,7 +23,7 @@ from rsjax._step import sample_noise as sample_noise
 from rsjax.sigma import SigmaSource as SigmaSource
 from rsjax.sigma import SigmaValues as SigmaValues
 
-__version__ = "0.1.0"
+from rsjax._version import __version__ as __version__
 
 # Method modules are imported on first use, so ``import rsjax`` stays light and
 # the core never imports flax: ``rsjax.models``, ``rsjax.idrs``, ... just work.

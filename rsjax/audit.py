@@ -10,14 +10,15 @@ given the model, checks that they are:
 2. **The counts.** For ``rows`` rows chosen at random (seeded), the selection
    and estimation counts are drawn again from the recorded key derivation
    (``rsjax.record.KEY_DERIVATION``) with the run's method and settings
-   (``rsjax certify``'s flags, precision included, read from the run record),
-   and must equal the recorded counts exactly: rsjax's counts are a function of
-   key, input index, model and settings, so on the same platform and precision
-   there is no false alarm. An edited count, a swapped checkpoint or a noise
-   stream other than the one recorded changes them. A method's own per-row
-   facts (DDRS's and IDRS's sigma(x)) are drawn again too and compared to
-   :data:`FLOAT_RTOL` (DDRS's sigma comes from a batched ascent: drawn in other
-   batches than the run's, it may move by an ulp).
+   (``rsjax certify``'s flags, precision included, read from the run record
+   into :mod:`rsjax.launch`), and must equal the recorded counts exactly:
+   rsjax's counts are a function of key, input index, model and settings, so
+   on the same platform and precision there is no false alarm. An edited
+   count, a swapped checkpoint or a noise stream other than the one recorded
+   changes them. A method's own per-row facts (DDRS's and IDRS's sigma(x)) are
+   drawn again too and compared to :data:`FLOAT_RTOL` (DDRS's sigma comes from
+   a batched ascent: drawn in other batches than the run's, it may move by an
+   ulp).
 3. **The noise.** The unit noise the rows were certified with
    (``rsjax.sample_noise``, the one function every sampler draws through) is
    tested against its family's distribution (:func:`noise_tests`): the mean,
@@ -40,7 +41,7 @@ import os
 import numpy as np
 from scipy import stats as st
 
-from rsjax import io
+from rsjax import io, launch
 from rsjax import record as record_lib
 from rsjax import verify as verify_lib
 
@@ -204,11 +205,10 @@ _draw_jit = None
 
 def _namespace(run: dict, *, path, model_dir, data_dir, torch_checkpoint):
   """The ``rsjax certify`` arguments of a run record (flags missing there at their defaults)."""
-  from rsjax import cli
   if run.get("command") != "certify":
     raise AuditError(f"{os.fspath(path)!r} was not written by 'rsjax certify' (its run record "
                      "has no certify flags); verify it with 'rsjax verify'")
-  ns = cli.build_parser().parse_args(["certify", "MODEL", os.fspath(path)])
+  ns = launch.flags.certify_defaults(os.fspath(path))
   known = vars(ns)
   for k, v in run.items():
     if k in known:
@@ -254,7 +254,7 @@ def audit(path, *, model_dir=None, rows: int = 20, seed: int = 0, false_alarm: f
     AuditError: the run cannot be audited (no certificate record, not a
       ``rsjax certify`` run, ...).
   """
-  from rsjax import cli, runner
+  from rsjax import runner
   p = os.fspath(path)
   if not 0 < false_alarm < 1:
     raise AuditError(f"false_alarm must lie in (0, 1), got {false_alarm}")
@@ -273,8 +273,8 @@ def audit(path, *, model_dir=None, rows: int = 20, seed: int = 0, false_alarm: f
   ns = _namespace(run, path=p, model_dir=model_dir, data_dir=data_dir,
                   torch_checkpoint=torch_checkpoint)
   try:
-    model, _, ds, apply_fn, params, _, key = cli._sampling_run(ns)
-  except cli.CliError as e:
+    model, _, ds, apply_fn, params, _, key = launch.sampling_run(ns)
+  except launch.CliError as e:
     raise AuditError(str(e)) from None
   fp = runner.fingerprint(params)
   if fp != cert["model"]:
@@ -297,7 +297,7 @@ def audit(path, *, model_dir=None, rows: int = 20, seed: int = 0, false_alarm: f
                       "fingerprints" if not bad_inputs else f"{len(bad_inputs)} of "
                       f"{len(chosen)} inputs differ from the recorded ones (first idx "
                       f"{bad_inputs[0]})"))
-  plan = cli._method_plan(ns, key, model, apply_fn, params, ds)
+  plan = launch.method_plan(ns, key, model, apply_fn, params, ds)
   per_call = plan.inputs_per_call or max(1, min(16, ns.batch * 4 // max(ns.N, 1)))
   differ = []
   for s in range(0, len(chosen), per_call):
@@ -321,7 +321,7 @@ def audit(path, *, model_dir=None, rows: int = 20, seed: int = 0, false_alarm: f
   else:
     checks.append(Check("counts", True, f"{len(chosen)} rows drawn again give the recorded "
                         "counts exactly"))
-  noise = cli._sampling(ns).noise
+  noise = launch.sampling(ns).noise
   shape = tuple(cert["input_shape"])
   dim = int(np.prod(shape))
   m = max(2, math.ceil(noise_values / (len(chosen) * dim)))

@@ -60,8 +60,8 @@ def versions() -> dict:
 
   import scipy
 
-  import rsjax
-  out = {"rsjax": rsjax.__version__, "numpy": np.__version__, "scipy": scipy.__version__}
+  from rsjax._version import __version__
+  out = {"rsjax": __version__, "numpy": np.__version__, "scipy": scipy.__version__}
   for name in ("jax", "jaxlib"):
     try:
       out[name] = md.version(name)

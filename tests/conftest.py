@@ -44,5 +44,17 @@ def digits256():
   return x, d.target[:256].astype(np.int32)
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A small MLP trained on digits by ``rsjax train`` (2 epochs, sigma 0.25), one per test
+  module: its model directory."""
+  from rsjax import cli
+  out = tmp_path_factory.mktemp("model") / "mlp_digits"
+  assert cli.main(["train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25",
+                   "--epochs", "2", "--batch", "64", "--lr", "0.1", "--out", str(out),
+                   "--quiet"]) == 0
+  return out
+
+
 def pytest_report_header(config):
   return f"jax {jax.__version__}, devices: {jax.devices()}"

@@ -6,6 +6,7 @@ extra) it also checks the reference side: the PyTorch twins compute the same
 logits as the rsjax models, and the reference loop counts every sample.
 """
 
+import importlib
 import json
 import os
 import subprocess
@@ -25,13 +26,12 @@ def _has_torch() -> bool:
   return True
 
 
-def _reference_torch():
+def _benchmark_module(name: str):
   sys.path.insert(0, ROOT)
   try:
-    from benchmarks import reference_torch
+    return importlib.import_module(f"benchmarks.{name}")
   finally:
     sys.path.remove(ROOT)
-  return reference_torch
 
 
 def test_throughput_command_reports_all_figures(tmp_path):
@@ -142,25 +142,25 @@ def test_certified_accuracy_parity():
 ])
 def test_torch_twin_has_the_same_logits(name, shape):
   torch = pytest.importorskip("torch")
-  rt = _reference_torch()
+  tm = _benchmark_module("torch_models")
   from rsjax import models
   model = models.create_model(name, num_classes=7, input_shape=shape, rngs=3)
   apply_fn, variables = models.to_apply_fn(model)
-  twin = rt.from_flax(model, shape)
+  twin = tm.from_flax(model, shape)
   x = np.random.default_rng(0).random((5,) + shape, dtype=np.float32)
-  check = rt.check_same_logits(twin, apply_fn, variables, x)
+  check = tm.check_same_logits(twin, apply_fn, variables, x)
   assert check["max_abs_diff"] <= 1e-4 * max(check["logit_scale"], 1.0)
   # A wrong weight layout is caught (the check can fail).
   with torch.no_grad():
     p = next(twin.parameters())
     p.mul_(-1.5)
   with pytest.raises(AssertionError, match="differs"):
-    rt.check_same_logits(twin, apply_fn, variables, x)
+    tm.check_same_logits(twin, apply_fn, variables, x)
 
 
 def test_reference_loop_counts_every_sample():
   torch = pytest.importorskip("torch")
-  rt = _reference_torch()
+  rt = _benchmark_module("reference_torch")
   lin = torch.nn.Linear(4, 3)
   with torch.no_grad():
     lin.weight.zero_()
@@ -175,7 +175,7 @@ def test_reference_loop_counts_every_sample():
 
 def test_tuned_twin_counts_every_sample_once():
   torch = pytest.importorskip("torch")
-  rt = _reference_torch()
+  rt = _benchmark_module("reference_torch")
   lin = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
   with torch.no_grad():
     lin[1].weight.zero_()

@@ -423,9 +423,10 @@ def test_analyze_title_steps_and_envelope_warning(model_dir, tmp_path, capsys):
   assert run_cli("analyze", a, b, "--plot", tmp_path / "c.png") == 0
   err = capsys.readouterr().err
   assert "envelope mixes files over different inputs (a.tsv: 6, b.tsv: 3; 3 in common)" in err
-  from rsjax import cli, io
-  title = cli._plot_title([io.read_run_record(a), io.read_run_record(b)],
-                          {"a": io.read_certify(a), "b": io.read_certify(b)})
+  from rsjax import io
+  from rsjax.cli import analyze
+  title = analyze.plot_title([io.read_run_record(a), io.read_run_record(b)],
+                            {"a": io.read_certify(a), "b": io.read_certify(b)})
   assert title == ("certified accuracy: sigma=0.25, 0.5; gaussian (l2); N=200; alpha=0.001; "
                    "6, 3 inputs")
 

@@ -38,15 +38,11 @@ def test_replay_memory_equals_the_memory_certifier(monkeypatch, dim, block):
 
 
 @pytest.fixture(scope="module")
-def ddrs_run(tmp_path_factory):
-  d = tmp_path_factory.mktemp("ddrs")
-  model = d / "mlp_digits"
-  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25",
-                 "--epochs", "2", "--batch", "64", "--lr", "0.1", "--out", model, "--quiet") == 0
-  out = d / "ddrs.tsv"
-  assert run_cli("certify", model, out, "--method", "ddrs", "--ddrs-steps", "2", "--ddrs-lr",
+def ddrs_run(trained, tmp_path_factory):
+  out = tmp_path_factory.mktemp("ddrs") / "ddrs.tsv"
+  assert run_cli("certify", trained, out, "--method", "ddrs", "--ddrs-steps", "2", "--ddrs-lr",
                  "0.01", *COMMON) == 0
-  return model, out
+  return trained, out
 
 
 def caught(f, idx, needle, **kwargs):

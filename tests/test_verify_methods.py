@@ -20,16 +20,6 @@ def run_cli(*argv):
   return cli.main([str(a) for a in argv])
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  out = tmp_path_factory.mktemp("model") / "mlp_digits"
-  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25",
-                 "--epochs", "2", "--batch", "64", "--lr", "0.1", "--out", out, "--quiet") == 0
-  return out
-
-
-
-
 def assert_caught(f, idx, needle):
   rep = verify.verify(f)
   assert not rep.ok, "the edit went unnoticed"

@@ -23,7 +23,7 @@ from rsjax.denoise.compose import identity_denoiser as identity_denoiser
 __all__ = ["Denoised", "DnCNN", "as_pure", "denoised", "identity_denoiser"]
 
 _LAZY = {"DnCNN": ("rsjax.denoise.dncnn", "DnCNN")}
-_SUBMODULES = ("cli", "diffusers_import", "diffusion", "dncnn", "train", "unet", "workdir")
+_SUBMODULES = ("diffusers_import", "diffusion", "dncnn", "train", "unet", "workdir")
 
 
 def __getattr__(name):

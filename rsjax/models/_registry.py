@@ -15,14 +15,15 @@ __all__ = ["MODELS", "create_model"]
 
 
 def _deq(**kwargs) -> nnx.Module:
-  """``rsjax.deq.DEQClassifier`` (imported on use: ``rsjax.deq`` builds on ``rsjax.models``)."""
-  from rsjax.deq import DEQClassifier
+  """``rsjax.deq.DEQClassifier`` (imported on use: the DEQ models build on ``rsjax.models``;
+  from their own module, below the DEQ certification of ``rsjax.deq``)."""
+  from rsjax.deq._model import DEQClassifier
   return DEQClassifier(**kwargs)
 
 
 def _mdeq(**kwargs) -> nnx.Module:
   """``rsjax.deq.MDEQClassifier``, the two-resolution DEQ (imported on use)."""
-  from rsjax.deq import MDEQClassifier
+  from rsjax.deq._mdeq import MDEQClassifier
   return MDEQClassifier(**kwargs)
 
 

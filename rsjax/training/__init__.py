@@ -34,9 +34,9 @@ from rsjax.training.strategies import correct_counts as correct_counts
 from rsjax.training.strategies import discard_mask as discard_mask
 from rsjax.training.strategies import resample as resample
 from rsjax.training.strategies import reweigh_weights as reweigh_weights
-from rsjax.training.trainer import BatchSigma as BatchSigma
-from rsjax.training.trainer import TrainConfig as TrainConfig
-from rsjax.training.trainer import make_optimizer as make_optimizer
+from rsjax.training.config import BatchSigma as BatchSigma
+from rsjax.training.config import TrainConfig as TrainConfig
+from rsjax.training.config import make_optimizer as make_optimizer
 from rsjax.training.trainer import train as train
 from rsjax.training.workdir import load_model as load_model
 from rsjax.training.workdir import read_config as read_config

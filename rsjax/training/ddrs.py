@@ -38,7 +38,8 @@ import numpy as np
 from flax import nnx
 
 from rsjax import ddrs
-from rsjax.training.trainer import BatchSigma, TrainConfig, train
+from rsjax.training.config import BatchSigma, TrainConfig
+from rsjax.training.trainer import train
 
 __all__ = ["DDRSConfig", "train_ddrs", "SIGMA_FILE"]
 

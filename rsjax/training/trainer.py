@@ -23,7 +23,6 @@ uninterrupted run.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import os
@@ -33,162 +32,19 @@ from collections.abc import Callable, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
 from rsjax._sampling import as_key
 from rsjax.checkpoint import Checkpoints
-from rsjax.models import AuxLoss, Diagnostic
 from rsjax.training import workdir as wd
-from rsjax.training.objectives import Gaussian, Objective
-from rsjax.training.strategies import (Discard, Reweigh, correct_counts, discard_mask, resample,
+from rsjax.training.config import LATER_FIELDS, TrainConfig, make_optimizer, optimizer_spec
+from rsjax.training.steps import (check_finite_loss, eval_step, evaluate, first_bad_step,
+                                  train_step)
+from rsjax.training.strategies import (Discard, correct_counts, discard_mask, resample,
                                       reweigh_weights)
 
-__all__ = ["BatchSigma", "TrainConfig", "train", "make_optimizer"]
-
-
-class BatchSigma:
-  """Per-input training sigma computed on device before each step, with a state of its own.
-
-  The trainer's extension point for data-dependent sigma (DDRS Algorithm 2,
-  :class:`rsjax.training.ddrs.DDRSConfig`): subclasses are frozen dataclasses
-  (hashable: a static argument of the compiled step; ``to_json`` goes into the
-  training config) that implement
-
-  * ``init(n) -> state``: the initial state, a pytree of arrays (e.g. a ``[n]``
-    sigma memory); it stays on device, is checkpointed with the model and
-    restored on resume;
-  * ``__call__(key, state, eval_fn, variables, x, idx, epoch) -> (state,
-    sigma [B])``: traced inside the training step, before the objective, which
-    then sees ``sigma`` (``eval_fn(variables, x)`` is the eval-mode classifier,
-    ``idx [B]`` the dataset indices of the batch, ``epoch`` traced);
-  * ``summary(state) -> dict``: JSON numbers added to each epoch's history.
-  """
-
-  def init(self, n: int):
-    raise NotImplementedError
-
-  def __call__(self, key, state, eval_fn, variables, x, idx, epoch):
-    raise NotImplementedError
-
-  def summary(self, state) -> dict:
-    return {}
-
-  def to_json(self) -> dict:
-    return {"name": type(self).__name__, **dataclasses.asdict(self)}
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-  """Hyperparameters of training (defaults of Cohen et al.).
-
-  Attributes:
-    sigma: noise level, >= 0, in [0, 1] input units (0 is clean training).
-    epochs: number of epochs.
-    batch_size: training batch size.
-    lr: initial learning rate.
-    momentum: SGD momentum.
-    weight_decay: L2 weight decay added to the gradient (as torch SGD).
-    lr_step: epochs between learning-rate drops.
-    gamma: learning-rate factor at each drop.
-    drop_last: drop the last incomplete batch of each epoch (the reference
-      keeps it).
-    eval_batch_size: batch size of the per-epoch evaluation and of the
-      strategies' counts.
-    objective: the loss (:mod:`rsjax.training.objectives`); default Gaussian
-      noise with one draw per input (Cohen et al.). ``batch_size`` counts
-      inputs: a step sees ``batch_size * objective.num_noise`` noisy images.
-    discard: optional :class:`~rsjax.training.strategies.Discard` (Sun et al.).
-    reweigh: optional :class:`~rsjax.training.strategies.Reweigh` (Sun et al.).
-    batch_sigma: optional :class:`BatchSigma` giving each batch its per-input
-      sigma (then ``sigma`` is only the level of the per-epoch noisy evaluation);
-      not combined with the strategies or with per-input sigma in the data.
-  """
-
-  sigma: float
-  epochs: int = 90
-  batch_size: int = 256
-  lr: float = 0.1
-  momentum: float = 0.9
-  weight_decay: float = 1e-4
-  lr_step: int = 30
-  gamma: float = 0.1
-  drop_last: bool = False
-  eval_batch_size: int = 1000
-  objective: Objective = Gaussian()
-  discard: Discard | None = None
-  reweigh: Reweigh | None = None
-  batch_sigma: BatchSigma | None = None
-
-  def __post_init__(self):
-    def bad(name, why):
-      raise ValueError(f"{name} {why}, got {getattr(self, name)!r}")
-
-    if not (math.isfinite(self.sigma) and self.sigma >= 0):
-      bad("sigma", "must be a finite number >= 0")
-    if int(self.epochs) != self.epochs or self.epochs < 0:
-      bad("epochs", "must be an integer >= 0")
-    for name in ("batch_size", "lr_step", "eval_batch_size"):
-      if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
-        bad(name, "must be an integer >= 1")
-    if not (math.isfinite(self.lr) and self.lr > 0):
-      bad("lr", "must be > 0")
-    if not 0 <= self.momentum < 1:
-      bad("momentum", "must lie in [0, 1)")
-    if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-      bad("weight_decay", "must be >= 0")
-    if not 0 < self.gamma <= 1:
-      bad("gamma", "must lie in (0, 1]")
-    if not (isinstance(self.objective, Objective) and callable(self.objective)):
-      bad("objective", "must be an rsjax.training.objectives.Objective")
-    for name, cls in (("discard", Discard), ("reweigh", Reweigh)):
-      if getattr(self, name) is not None and not isinstance(getattr(self, name), cls):
-        bad(name, f"must be None or a {cls.__name__}")
-    if self.batch_sigma is not None:
-      if not isinstance(self.batch_sigma, BatchSigma):
-        bad("batch_sigma", "must be None or an rsjax.training.BatchSigma")
-      if self.discard is not None or self.reweigh is not None:
-        bad("batch_sigma", "cannot be combined with discard or reweigh")
-
-  @property
-  def strategy_epoch(self) -> int | None:
-    """First epoch from which inputs are resampled (None without strategies)."""
-    epochs = [s.epoch for s in (self.discard, self.reweigh) if s is not None]
-    return min(epochs) if epochs else None
-
-  def to_json(self) -> dict:
-    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-    out["objective"] = self.objective.to_json()
-    for name in ("discard", "reweigh"):
-      if out[name] is not None:
-        out[name] = dataclasses.asdict(out[name])
-    if self.batch_sigma is not None:
-      out["batch_sigma"] = self.batch_sigma.to_json()
-    return out
-
-
-#: JSON of the fields added after the first release, as older workdirs lack them.
-_LATER_FIELDS = {"objective": Gaussian().to_json(), "discard": None, "reweigh": None,
-                 "batch_sigma": None}
-
-
-def make_optimizer(config: TrainConfig, steps_per_epoch: int) -> optax.GradientTransformation:
-  """SGD with momentum, coupled weight decay and a step learning-rate schedule.
-
-  Matches ``torch.optim.SGD(lr, momentum, weight_decay)`` with
-  ``StepLR(lr_step, gamma)`` stepped once per epoch: the decay is added to the
-  gradient before the momentum, and the rate is ``lr * gamma ** (epoch //
-  lr_step)``.
-  """
-  schedule = optax.exponential_decay(
-      init_value=config.lr, transition_steps=config.lr_step * steps_per_epoch,
-      decay_rate=config.gamma, staircase=True)
-  parts = []
-  if config.weight_decay > 0:
-    parts.append(optax.add_decayed_weights(config.weight_decay))
-  parts.append(optax.sgd(schedule, momentum=config.momentum or None))
-  return optax.chain(*parts)
+__all__ = ["train"]
 
 
 def _check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -216,133 +72,12 @@ def _check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
   return x.astype(np.float32, copy=False), y.astype(np.int32, copy=False)
 
 
-def _optimizer_spec(config: TrainConfig) -> TrainConfig:
-  """The config with the fields the optimizer does not use normalized (a jit cache key)."""
-  return dataclasses.replace(config, sigma=0.0, epochs=0, drop_last=False, eval_batch_size=1,
-                             objective=Gaussian(), discard=None, reweigh=None,
-                             batch_sigma=None)
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "eval_fn", "objective", "spec",
-                                             "steps_per_epoch", "batch_sigma"))
-def _train_step(params, rest, opt_state, x, y, sigma, key, epoch, sigma_state=None, idx=None,
-                sigma_key=None, *, graphdef, eval_fn, objective, spec, steps_per_epoch,
-                batch_sigma=None):
-  """One optimizer step of ``objective`` on a batch.
-
-  With ``batch_sigma`` the batch's per-input sigma comes from it (and its state),
-  computed before the objective. Returns the new state, the summed loss, aux and
-  the new ``sigma_state``.
-  """
-  tx = make_optimizer(spec, steps_per_epoch)
-  if batch_sigma is not None:
-    sigma_state, sigma = batch_sigma(sigma_key, sigma_state, eval_fn, nnx.merge_state(params, rest),
-                                     x, idx, epoch)
-    sigma = jax.lax.stop_gradient(sigma)
-
-  def loss_fn(p, r):
-    last_rest = [r]
-    reported = []  # (model AuxLoss terms, Diagnostic values) of each train-mode call
-
-    def apply_fn(p_, x_, *args, method=None):
-      # copy=True: fresh NNX variables owned by this (grad) trace, so BatchNorm
-      # can update its statistics here; each call starts from the statistics of
-      # the previous one, and those of the last call are kept. ``method`` calls
-      # another method of the model (e.g. a noise generator, UCAN).
-      model = nnx.merge(graphdef, p_, last_rest[0], copy=True)
-      out = (model if method is None else getattr(model, method))(x_, *args)
-      last_rest[0] = nnx.state(model, nnx.Not(nnx.Param))
-      reported.append(_model_reports(model))
-      return out
-
-    def eval_apply(p_, x_):
-      return eval_fn(nnx.merge_state(p_, r), x_)
-
-    loss, aux = objective(key, apply_fn, p, x, y, sigma=sigma, epoch=epoch, eval_fn=eval_apply)
-    loss, aux = _add_model_reports(loss, aux, reported)
-    return loss, (last_rest[0], aux)
-
-  (loss, (new_rest, aux)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest)
-  updates, opt_state = tx.update(grads, opt_state, params)
-  params = optax.apply_updates(params, updates)
-  return params, new_rest, opt_state, loss * x.shape[0], aux, sigma_state
-
-
-def _model_reports(model: nnx.Module):
-  """``(aux_loss, diagnostics)`` a model set in its last train-mode call.
-
-  ``aux_loss`` is the sum of its ``rsjax.models.AuxLoss`` variables (None if it
-  has none); ``diagnostics`` maps the name of each ``rsjax.models.Diagnostic``
-  variable to its value.
-  """
-  losses = jax.tree.leaves(nnx.state(model, AuxLoss))
-  diags = {"/".join(str(k) for k in path): jnp.asarray(v.get_value(), jnp.float32)
-           for path, v in nnx.to_flat_state(nnx.state(model, Diagnostic))}
-  return (sum(losses) if losses else None), diags
-
-
-def _add_model_reports(loss, aux: dict, reported):
-  """Adds the mean ``AuxLoss`` of the model's calls to ``loss`` and their mean
-  diagnostics (and that loss term, as ``aux_loss``) to ``aux["diagnostics"]``."""
-  if not reported:
-    return loss, aux
-  diags = {k: sum(d[k] for _, d in reported) / len(reported) for k in reported[0][1]}
-  terms = [a for a, _ in reported if a is not None]
-  if terms:
-    extra = sum(terms) / len(terms)
-    loss = loss + extra
-    diags["aux_loss"] = jax.lax.stop_gradient(extra)
-  if diags:
-    aux = dict(aux, diagnostics=diags)
-  return loss, aux
-
-
-@functools.partial(jax.jit, static_argnames=("apply_fn",))
-def _eval_step(variables, x, y, mask, key, sigma, *, apply_fn):
-  """Numbers of correct clean and noisy (one draw) predictions among the unmasked rows."""
-  noise = sigma * jax.random.normal(key, x.shape, x.dtype)
-  clean = jnp.argmax(apply_fn(variables, x), axis=-1) == y
-  noisy = jnp.argmax(apply_fn(variables, x + noise), axis=-1) == y
-  return jnp.sum(clean & mask), jnp.sum(noisy & mask)
-
-
-def _evaluate(eval_fn, variables, x, y, key, batch_size) -> tuple[float, float]:
-  n = x.shape[0]
-  b = min(batch_size, n)
-  clean = noisy = 0
-  for i, start in enumerate(range(0, n, b)):
-    xb, yb = x[start:start + b], y[start:start + b]
-    m = xb.shape[0]
-    mask = np.arange(b) < m
-    if m < b:  # pad to a static shape; padding is masked out
-      xb = np.concatenate([xb, np.zeros((b - m, *xb.shape[1:]), xb.dtype)])
-      yb = np.concatenate([yb, np.zeros((b - m,), yb.dtype)])
-    c, z = eval_fn(variables, xb, yb, mask, jax.random.fold_in(key, i))
-    clean, noisy = clean + c, noisy + z
-  return float(clean) / n, float(noisy) / n
-
-
-@jax.jit
-def _first_bad_step(first_bad, loss, step):
-  """``step`` if ``loss`` is the first non-finite one (``first_bad < 0``), else ``first_bad``."""
-  return jnp.where((first_bad < 0) & ~jnp.isfinite(loss), jnp.asarray(step, jnp.int32), first_bad)
-
-
-def _check_finite_loss(first_bad: int, epoch: int, steps_per_epoch: int) -> None:
-  """Raises ``FloatingPointError`` naming the step where the loss stopped being finite."""
-  if first_bad >= 0:
-    raise FloatingPointError(
-        f"training loss became non-finite (NaN or inf) at step {first_bad + 1} (epoch {epoch + 1}, "
-        f"batch {first_bad - epoch * steps_per_epoch + 1} of {steps_per_epoch}); epoch "
-        f"{epoch + 1} was not saved. Lower the learning rate or check the data and model")
-
-
 _COMPAT_IGNORED = ("epochs",)
 
 
 def _check_compatible(saved: Mapping, current: Mapping, what: str) -> None:
   if what == "training config":
-    saved = {**_LATER_FIELDS, **saved}
+    saved = {**LATER_FIELDS, **saved}
   diff = {k: (saved.get(k), current.get(k)) for k in set(saved) | set(current)
           if k not in _COMPAT_IGNORED and saved.get(k) != current.get(k)}
   if diff:
@@ -521,10 +256,10 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
   params, rest, opt_state, sigma_state = jax.device_put((params, rest, opt_state, sigma_state),
                                                         device)
   sigma_arr = jax.device_put(jnp.float32(config.sigma), device)
-  step_fn = functools.partial(_train_step, graphdef=train_fn.graphdef, eval_fn=apply_fn,
-                              objective=config.objective, spec=_optimizer_spec(config),
+  step_fn = functools.partial(train_step, graphdef=train_fn.graphdef, eval_fn=apply_fn,
+                              objective=config.objective, spec=optimizer_spec(config),
                               steps_per_epoch=steps_per_epoch, batch_sigma=batch_sigma)
-  eval_fn = functools.partial(_eval_step, sigma=sigma_arr, apply_fn=apply_fn)
+  eval_fn = functools.partial(eval_step, sigma=sigma_arr, apply_fn=apply_fn)
   schedule_lr = lambda epoch: config.lr * config.gamma ** (epoch // config.lr_step)  # noqa: E731
 
   def update_weights(epoch, weights):
@@ -582,17 +317,17 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
         loss_sum, correct_sum = loss_sum + loss, correct_sum + aux["correct"]
         diag_sum = {k: diag_sum.get(k, 0.0) + v for k, v in aux.get("diagnostics", {}).items()}
         seen += idx.shape[0]
-        first_bad = _first_bad_step(first_bad, loss, step)
+        first_bad = first_bad_step(first_bad, loss, step)
         bar.update(1)
         if progress and (b % 50 == 49 or b == steps_per_epoch - 1):
           bar.set_postfix(loss=f"{float(loss_sum) / seen:.4f}", acc=f"{float(correct_sum) / seen:.3f}")
       bar.close()
-      _check_finite_loss(int(first_bad), epoch, steps_per_epoch)
+      check_finite_loss(int(first_bad), epoch, steps_per_epoch)
       entry = {"epoch": epoch + 1, "lr": schedule_lr(epoch), "train_loss": float(loss_sum) / seen,
                "train_acc": float(correct_sum) / seen, "clean_acc": None, "noisy_acc": None}
       if ev is not None:
         variables = nnx.merge_state(params, rest)
-        entry["clean_acc"], entry["noisy_acc"] = _evaluate(
+        entry["clean_acc"], entry["noisy_acc"] = evaluate(
             eval_fn, variables, ev[0], ev[1], jax.random.fold_in(eval_key, epoch),
             config.eval_batch_size)
       if strategies:

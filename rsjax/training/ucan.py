@@ -65,8 +65,9 @@ from rsjax import anisotropic
 from rsjax.checkpoint import Checkpoints
 from rsjax.models import to_train_fn
 from rsjax.training import workdir as wd
+from rsjax.training.config import TrainConfig
 from rsjax.training.objectives import Objective
-from rsjax.training.trainer import TrainConfig, train
+from rsjax.training.trainer import train
 from rsjax.util import as_key, check_int
 
 __all__ = ["GENERATORS", "SOUND_GENERATORS", "NOISE_FILE", "TRAIN_DIR", "UCANConfig", "UCANLoss",

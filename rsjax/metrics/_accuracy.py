@@ -1,24 +1,5 @@
-"""Metrics of certification results: certified accuracy, ACR, abstention, envelopes.
-
-All functions work on host NumPy arrays of one row per test input, as read by
-:mod:`rsjax.io` (``correct`` bool, ``radius`` float, ``predict`` int with -1 for
-abstain). An abstention always counts as wrong: its ``correct`` is 0 and its
-radius 0.0, and when ``predict`` is given it is also masked explicitly.
-
-* certified accuracy at radius r: ``mean(correct & (radius >= r))`` (Cohen et al.);
-* ACR (average certified radius): ``mean(where(correct, radius, 0))`` over all inputs;
-* the best-over-sigma envelope: the maximum certified accuracy over several
-  result files (one per sigma or per method) at each radius.
-
-Sun et al. ("ACR is a poor metric for RS", seed 003) show that ACR can be
-inflated by a trivial classifier and recommend reporting certified accuracy at
-several radii and letting sigma vary per radius (the envelope), so
-:func:`summarize` and :func:`format_table` always print the certified
-accuracies next to the ACR. The analyses they recommend are here too: ``p_A``
-of each input from the saved estimation counts (:func:`label_probability`),
-certified accuracy on easy vs hard inputs (:func:`easy_hard_accuracy`), and
-Theorem 1 made concrete (:func:`constant_classifier_budget`).
-"""
+"""Certified accuracy, ACR, abstention and the best-over-sigma envelope of result files,
+and their summaries and tables."""
 
 from __future__ import annotations
 
@@ -27,25 +8,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = [
-    "COUNTS_COLUMN",
-    "abstention_rate",
-    "average_certified_radius",
-    "acr",
-    "best_over_sigma",
-    "certified_accuracy",
-    "constant_classifier_budget",
-    "easy_hard_accuracy",
-    "envelope",
-    "format_counts",
-    "format_table",
-    "high_prob_certified_accuracy",
-    "label_probability",
-    "parse_counts",
-    "radius_grid",
-    "samples_summary",
-    "summarize",
-]
+__all__ = ["abstention_rate", "acr", "average_certified_radius", "best_over_sigma",
+           "certified_accuracy", "envelope", "fields", "format_table",
+           "high_prob_certified_accuracy", "radius_grid", "samples_summary", "summarize"]
 
 
 def _arrays(correct, radius, predict=None) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +149,8 @@ def envelope(curves) -> tuple[np.ndarray, np.ndarray]:
   return c.max(axis=0), c.argmax(axis=0)
 
 
-def _fields(res):
+def fields(res):
+  """``(correct, radius, predict or None)`` of certify results."""
   try:
     correct, radius = res.correct, res.radius
   except AttributeError:
@@ -209,7 +175,7 @@ def best_over_sigma(results: Sequence, radii) -> tuple[np.ndarray, np.ndarray]:
   radii = np.atleast_1d(np.asarray(radii, dtype=np.float64))
   curves = []
   for res in results:
-    correct, radius, predict = _fields(res)
+    correct, radius, predict = fields(res)
     curves.append(certified_accuracy(correct, radius, radii, predict=predict))
   return envelope(np.stack(curves))
 
@@ -252,7 +218,7 @@ def summarize(results, radii) -> dict:
     ``mean_time`` (seconds, NaN when there is no time column) and, for files of
     budgeted CERTIFY (a ``samples`` column), ``samples`` (:func:`samples_summary`).
   """
-  correct, radius, predict = _fields(results)
+  correct, radius, predict = fields(results)
   radii = np.atleast_1d(np.asarray(radii, dtype=np.float64))
   correct_b, _ = _arrays(correct, radius, predict)
   t = getattr(results, "time", None)
@@ -322,132 +288,3 @@ def format_table(results: Mapping, radii, *, fmt: str = "text", digits: int = 3,
   for r in [header, *rows]:
     out.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
   return "\n".join(line.rstrip() for line in out)
-
-
-# ----------------------------------------------------------------------------- the ACR study
-
-#: Name of the extra result-file column holding an input's estimation counts
-#: (``rsjax certify --save-counts``), written as ``c_0,c_1,...,c_{K-1}``.
-COUNTS_COLUMN = "counts"
-
-
-def format_counts(counts) -> str:
-  """One row's ``[K]`` class counts as the text of the ``counts`` column."""
-  return ",".join(str(int(c)) for c in np.asarray(counts).reshape(-1))
-
-
-def parse_counts(column) -> np.ndarray:
-  """The ``counts`` column of a result file as ``[N, K]`` int64."""
-  rows = [[int(v) for v in str(text).split(",")] for text in column]
-  if len({len(r) for r in rows}) > 1:
-    raise ValueError("the counts column has rows with different numbers of classes")
-  return np.asarray(rows, dtype=np.int64).reshape(len(rows), -1)
-
-
-def label_probability(results) -> np.ndarray:
-  """Empirical ``p_A`` of each input: the fraction of its estimation samples on its label.
-
-  This is the quantity whose distribution Sun et al. (2025, Figure 3) plot and
-  by which they split easy (``p_A >= 0.5``) from hard inputs. It is the plain
-  fraction (no confidence bound) of the ``n`` noisy samples of CERTIFY.
-
-  Args:
-    results: certify results with ``label`` and the ``counts`` extra column
-      (``rsjax certify --save-counts``, or written by the ACR study).
-
-  Returns:
-    ``[N]`` float64 in [0, 1].
-
-  Raises:
-    ValueError: the results carry no counts.
-  """
-  extra = getattr(results, "extra", {}) or {}
-  if COUNTS_COLUMN not in extra:
-    raise ValueError("the result file has no 'counts' column; certify with --save-counts")
-  counts = parse_counts(extra[COUNTS_COLUMN])
-  label = np.asarray(results.label, np.int64)
-  if np.any(label >= counts.shape[1]):
-    raise ValueError("a label is outside the counted classes")
-  total = counts.sum(axis=1)
-  return counts[np.arange(len(label)), label] / np.maximum(total, 1)
-
-
-def easy_hard_accuracy(results, reference_pa, radii, *, threshold: float = 0.5) -> dict:
-  """Certified accuracy on easy and hard inputs, split by a reference model's ``p_A``.
-
-  Sun et al. (2025, Section 4.3) call an input hard when a Gaussian-trained
-  reference model has ``p_A < 0.5`` on it (it misclassifies the majority of
-  noisy copies) and show that ACR-oriented training lowers the accuracy on
-  those. Splitting every model by the *same* reference keeps the subsets fixed.
-
-  Args:
-    results: certify results (``correct``, ``radius``, ``predict``, ``idx``).
-    reference_pa: mapping ``idx -> p_A`` of the reference model, or a pair
-      ``(idx [M], p_A [M])``; must cover every ``idx`` of ``results``.
-    radii: ``[R]`` radii.
-    threshold: easy means ``p_A >= threshold``.
-
-  Returns:
-    ``{"easy": [R], "hard": [R], "num_easy": int, "num_hard": int}`` (curves are
-    NaN for an empty subset).
-  """
-  if isinstance(reference_pa, Mapping):
-    ref = reference_pa
-  else:
-    idx, pa = reference_pa
-    ref = dict(zip(np.asarray(idx).tolist(), np.asarray(pa, np.float64).tolist()))
-  idx = np.asarray(results.idx).tolist()
-  missing = [i for i in idx if i not in ref]
-  if missing:
-    raise ValueError(f"the reference has no p_A for idx {missing[:5]} (certify the same inputs)")
-  easy = np.asarray([ref[i] >= threshold for i in idx])
-  correct, radius, predict = _fields(results)
-  radii = np.atleast_1d(np.asarray(radii, dtype=np.float64))
-  out = {"num_easy": int(easy.sum()), "num_hard": int((~easy).sum())}
-  for name, mask in (("easy", easy), ("hard", ~easy)):
-    if mask.any():
-      out[name] = certified_accuracy(np.asarray(correct)[mask], np.asarray(radius)[mask], radii,
-                                     predict=None if predict is None else np.asarray(predict)[mask])
-    else:
-      out[name] = np.full(radii.shape, np.nan)
-  return out
-
-
-def constant_classifier_budget(margin: float, num_classes: int, sigma: float, alpha: float) -> int:
-  """Sampling budget N at which a constant classifier's ACR exceeds ``margin`` (Theorem 1).
-
-  Sun et al. (2025, Theorem 1): a classifier that always predicts the most
-  frequent class c* (at least 1/K of the inputs) gets ``p_A = 1`` on the inputs
-  of c*, whose Clopper-Pearson bound after N of N successes is
-  ``alpha^(1/N)``, so ``ACR >= sigma * Phi^-1(alpha^(1/N)) / K``. That exceeds
-  ``M`` once ``alpha^(1/N) > Phi(M K / sigma)``, i.e. for
-
-    ``N = ceil(log(alpha) / log(Phi(M K / sigma))) + 1``.
-
-  (The paper prints the fraction upside down, ``log Phi / log alpha``, which
-  gives N = 2 for any reasonable M.)
-
-  Args:
-    margin: M > 0, the ACR to exceed.
-    num_classes: K.
-    sigma: noise level.
-    alpha: CERTIFY's error level.
-
-  Returns:
-    N (int). With N estimation samples (and the n0 selection picking c*), the
-    ACR of the constant classifier on a class-balanced set exceeds ``margin``.
-  """
-  from scipy.stats import norm
-
-  from rsjax import stats
-  alpha = stats.check_alpha(alpha)
-  if not (margin > 0 and math.isfinite(margin)):
-    raise ValueError(f"margin must be > 0, got {margin!r}")
-  if int(num_classes) != num_classes or num_classes < 1:
-    raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
-  if not (sigma > 0 and math.isfinite(sigma)):
-    raise ValueError(f"sigma must be > 0, got {sigma!r}")
-  log_phi = norm.logcdf(margin * num_classes / sigma)
-  if log_phi == 0.0:
-    raise ValueError(f"Phi(M K / sigma) rounds to 1 in float64: M = {margin} is out of reach")
-  return int(math.ceil(math.log(alpha) / log_phi)) + 1

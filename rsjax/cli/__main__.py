@@ -1,0 +1,7 @@
+"""``python -m rsjax.cli``: the ``rsjax`` command."""
+
+import sys
+
+from rsjax.cli import main
+
+sys.exit(main())

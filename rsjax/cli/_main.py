@@ -1,0 +1,96 @@
+"""Running a command: global JAX configuration, warnings and errors as one line each.
+
+Global JAX configuration (compilation cache) is set here, in ``main`` only,
+never at import of the library.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+
+from rsjax.cli._parser import build_parser
+from rsjax.launch.errors import CliError
+
+__all__ = ["main", "compilation_cache_dir"]
+
+
+def compilation_cache_dir(flag: str | None, environ=os.environ) -> str | None:
+  """The persistent compilation cache of the command: ``--compilation-cache``, else
+  ``$RSJAX_COMPILATION_CACHE``, else ``$XDG_CACHE_HOME/rsjax/jax`` (``~/.cache/rsjax/jax``);
+  ``off`` (or ``none``) turns it off. None: off, or left to ``$JAX_COMPILATION_CACHE_DIR``."""
+  value = flag if flag is not None else environ.get("RSJAX_COMPILATION_CACHE")
+  if value is not None and value.strip().lower() in ("off", "none", ""):
+    return None
+  if value:
+    return value
+  if environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return None  # JAX reads it itself
+  base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "rsjax", "jax")
+
+
+def _setup_jax(args) -> None:
+  cache = compilation_cache_dir(getattr(args, "compilation_cache", None))
+  if cache:
+    import jax
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def _one_line(e: BaseException) -> str:
+  """The message of an error as one line (an OSError names its file)."""
+  if isinstance(e, OSError) and e.strerror:
+    text = f"{e.strerror}: {e.filename!r}" if e.filename else e.strerror
+  else:
+    text = str(e) or type(e).__name__
+    if not isinstance(e, (CliError, ValueError, FloatingPointError, RuntimeError)):
+      text = f"{type(e).__name__}: {text}"
+  return " ".join(text.split())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Runs the command; every error ends as one line on stderr and a non-zero status.
+
+  ``--debug`` re-raises instead, showing the traceback.
+  """
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if argv[:1] == ["--version"]:  # without importing JAX (seconds)
+    from importlib import metadata
+    try:
+      version = metadata.version("rsjax")
+    except metadata.PackageNotFoundError:
+      from rsjax import __version__ as version
+    print(f"rsjax {version}")
+    raise SystemExit(0)  # as argparse's version action
+  # Building the parser imports JAX, Flax and SciPy (2-5 s): say so on a terminal.
+  loading = sys.stderr.isatty() and not {"-h", "--help", "--quiet"} & set(argv)
+  if loading:
+    print("rsjax: loading JAX ...", end="\r", file=sys.stderr, flush=True)
+  parser = build_parser()
+  if loading:
+    print(" " * 24, end="\r", file=sys.stderr, flush=True)
+  args = parser.parse_args(argv)
+
+  def show_warning(message, category, filename, lineno, file=None, line=None):
+    del category, filename, lineno, file, line
+    print(f"rsjax {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+  try:
+    _setup_jax(args)
+    with warnings.catch_warnings():
+      if not args.debug:
+        warnings.showwarning = show_warning
+      return int(args.func(args) or 0)
+  except KeyboardInterrupt:
+    if args.debug:
+      raise
+    print(f"rsjax {args.command}: interrupted", file=sys.stderr)
+    return 130
+  except Exception as e:  # noqa: BLE001 -- one line for the user; --debug shows the traceback
+    if args.debug:
+      raise
+    print(f"rsjax {args.command}: error: {_one_line(e)}", file=sys.stderr)
+    return 2

@@ -1,0 +1,146 @@
+"""``rsjax analyze``: tables and plots from certify result files."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import numpy as np
+
+from rsjax.launch.errors import CliError
+
+__all__ = ["HELP", "add_arguments", "run", "plot_title"]
+
+HELP = "tables and plots from certify result files"
+
+
+def add_arguments(p) -> None:
+  """The flags of ``rsjax analyze``."""
+  p.add_argument("files", nargs="+", help="certify result files")
+  p.add_argument("--labels", nargs="+", default=None,
+                 help="one name per file for the table and the plot (default: file names)")
+  p.add_argument("--radii", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0],
+                 help="radii of the table's columns")
+  p.add_argument("--format", default="text", choices=["text", "markdown"], help="table format")
+  p.add_argument("--radius-column", default=None,
+                 help="read radii from this extra column (e.g. 'alm' of --method ucan; ALM is "
+                      "not a ball guarantee)")
+  p.add_argument("--plot", default=None, help="write the certified-accuracy curves here (PNG)")
+  p.add_argument("--pa-cdf", default=None, metavar="PNG",
+                 help="plot the empirical CDF of p_A per file (Sun et al. Fig. 3; needs files "
+                      "certified with --save-counts)")
+  p.add_argument("--easy-hard", default=None, metavar="REFERENCE",
+                 help="certified accuracy on easy / hard inputs, split by p_A >= 0.5 in this "
+                      "reference result file (e.g. the Gaussian model's, with --save-counts)")
+
+
+def _extra_summary(label: str, res) -> str:
+  """One line on a result file's extra columns (method outputs such as sigma or alm)."""
+  parts = []
+  for name, values in res.extra.items():
+    numeric = values.dtype != object and len(values) > 0
+    if name == "sound" and numeric:
+      bad = int(np.sum(values == 0))
+      parts.append(f"sound=1 on all {len(values)} rows" if bad == 0 else
+                   f"sound=0 (NOT a certificate) on {bad} of {len(values)} rows")
+    elif numeric:
+      parts.append(f"{name}: mean {np.mean(values):.4g} [{np.min(values):.4g}, "
+                   f"{np.max(values):.4g}]")
+    else:
+      parts.append(f"{name}: {len(set(values))} distinct values")
+  return f"{label} extra columns: " + "; ".join(parts)
+
+
+def run(args) -> int:
+  """Runs ``rsjax analyze``; returns the exit status."""
+  from rsjax import io, metrics, plots
+  results = {}
+  labels = args.labels or [os.path.basename(p) for p in args.files]
+  if len(labels) != len(args.files):
+    raise CliError(f"--labels gives {len(labels)} names for {len(args.files)} files")
+  for label, path in zip(labels, args.files):
+    if not os.path.exists(path):
+      raise CliError(f"result file {path!r} does not exist")
+    results[label] = io.read_certify(path)
+    if args.radius_column:
+      res = results[label]
+      if args.radius_column not in res.extra:
+        raise CliError(f"{path} has no column {args.radius_column!r} (has {sorted(res.extra)})")
+      rad = np.where(res.predict >= 0, np.asarray(res.extra[args.radius_column], np.float64), 0.0)
+      results[label] = dataclasses.replace(res, radius=rad)
+    if not len(results[label]):
+      raise CliError(f"{path!r} has a header but no rows (nothing certified yet)")
+  envelope = len(results) > 1
+  if envelope:
+    _warn_if_inputs_differ(results)
+  radii = np.asarray(args.radii, dtype=np.float64)
+  print(metrics.format_table(results, radii, fmt=args.format, show_envelope=envelope))
+  for label, res in results.items():
+    if res.extra:
+      print(_extra_summary(label, res))
+  if args.plot:
+    title = plot_title([io.read_run_record(p) for p in args.files], results)
+    out = plots.plot_certified_accuracy(args.plot, results, show_envelope=envelope, title=title)
+    print(f"plot written to {out}")
+  try:
+    if args.pa_cdf:
+      pa = {label: metrics.label_probability(res) for label, res in results.items()}
+      print(f"p_A CDF written to {plots.plot_pa_cdf(args.pa_cdf, pa)}")
+    if args.easy_hard:
+      _print_easy_hard(results, args.easy_hard, radii)
+  except ValueError as e:
+    raise CliError(str(e)) from None
+  return 0
+
+
+def _warn_if_inputs_differ(results: dict) -> None:
+  """Warns (stderr) when the files of an envelope certify different inputs."""
+  sets = {label: set(res.idx.tolist()) for label, res in results.items()}
+  common = set.intersection(*sets.values())
+  if any(len(v) != len(common) for v in sets.values()):
+    sizes = ", ".join(f"{label}: {len(v)}" for label, v in sets.items())
+    print(f"rsjax analyze: warning: the envelope mixes files over different inputs ({sizes}; "
+          f"{len(common)} in common); compare runs over the same inputs", file=sys.stderr)
+
+
+def plot_title(records: list, results: dict) -> str:
+  """sigma, noise (norm), N, alpha and number of inputs, from the files' run records."""
+  from rsjax import noise as noise_lib
+
+  def values(key):
+    vals = [r.get(key) for r in records if r is not None and r.get(key) is not None]
+    return ", ".join(dict.fromkeys(f"{v:g}" if isinstance(v, float) else str(v) for v in vals))
+
+  parts = []
+  if values("sigma"):
+    parts.append(f"sigma={values('sigma')}")
+  noises = [r.get("noise") for r in records if r is not None and r.get("noise")]
+  if noises:
+    parts.append(", ".join(dict.fromkeys(
+        f"{n} ({noise_lib.get_noise(n).norm})" for n in noises)))
+  for key in ("N", "alpha"):
+    if values(key):
+      parts.append(f"{key}={values(key)}")
+  counts = ", ".join(dict.fromkeys(str(len(r)) for r in results.values()))
+  parts.append(f"{counts} inputs")
+  return "certified accuracy: " + "; ".join(parts)
+
+
+def _print_easy_hard(results, reference_path: str, radii) -> None:
+  """Certified accuracy on easy / hard inputs (p_A >= / < 0.5 under the reference file's model)."""
+  from rsjax import io, metrics
+  if not os.path.exists(reference_path):
+    raise CliError(f"reference file {reference_path!r} does not exist")
+  ref = io.read_certify(reference_path)
+  ref_pa = (ref.idx, metrics.label_probability(ref))
+  print(f"\ncertified accuracy on easy / hard inputs (p_A >= / < 0.5 under {reference_path})")
+  head = ["", "subset", "n", *[f"r={r:g}" for r in radii]]
+  rows = []
+  for label, res in results.items():
+    split = metrics.easy_hard_accuracy(res, ref_pa, radii)
+    for sub in ("easy", "hard"):
+      rows.append([label, sub, str(split[f"num_{sub}"]), *[f"{v:.3f}" for v in split[sub]]])
+  widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
+  for r in [head, *rows]:
+    print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))

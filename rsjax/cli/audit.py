@@ -1,0 +1,44 @@
+"""``rsjax audit``: with the model, draw the counts of random rows of a certify run again
+and test its noise (``rsjax.audit``)."""
+
+from __future__ import annotations
+
+from rsjax.launch import flags
+from rsjax.launch.errors import CliError
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = ("with the model, draw the counts of random rows of a certify run again "
+        "and test its noise; exit status 1 if the run fails")
+
+
+def add_arguments(p) -> None:
+  """The flags of ``rsjax audit``."""
+  p.add_argument("file", help="certify result file (with its .run.json and .cert.jsonl)")
+  p.add_argument("--model-dir", default=None, help="the model directory the run certified")
+  p.add_argument("--torch-checkpoint", default=None, metavar="F.pth",
+                 help="the PyTorch checkpoint the run certified, instead of --model-dir")
+  p.add_argument("--data-dir", default=None, help="TFDS data_dir of the run's dataset")
+  p.add_argument("--rows", type=flags.positive_int, default=20, help="rows drawn again")
+  p.add_argument("--seed", type=int, default=0, help="seed of the choice of rows")
+  p.add_argument("--false-alarm", type=flags.probability, default=0.001,
+                 help="probability that an honest noise stream fails the noise tests")
+  p.add_argument("--quiet", action="store_true", help="print the summary line only")
+
+
+def run(args) -> int:
+  """Runs ``rsjax audit``; returns the exit status."""
+  from rsjax import audit
+  if args.model_dir is None and args.torch_checkpoint is None:
+    raise CliError("give the run's model: --model-dir DIR (or --torch-checkpoint F.pth)")
+  try:
+    report = audit.audit(args.file, model_dir=args.model_dir, rows=args.rows, seed=args.seed,
+                         false_alarm=args.false_alarm, data_dir=args.data_dir,
+                         torch_checkpoint=args.torch_checkpoint)
+  except (audit.AuditError, ValueError) as e:
+    raise CliError(str(e)) from None
+  if not args.quiet:
+    for c in report.checks:
+      print(c)
+  print(report.summary())
+  return 0 if report.ok else 1

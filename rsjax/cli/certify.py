@@ -1,0 +1,96 @@
+"""``rsjax certify``: certify a dataset (CERTIFY of Cohen et al.) with a method of
+``rsjax.methods``, into a result file with its run and certificate records."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rsjax import launch
+from rsjax.launch import flags
+from rsjax.launch.errors import CliError
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = "certify a dataset (CERTIFY of Cohen et al.)"
+
+
+def add_arguments(p) -> None:
+  """The flags of ``rsjax certify``."""
+  flags.add_certify_flags(p)
+
+
+def _with_counts(extra_cols, extra_fn):
+  """Adds the estimation counts column (``--save-counts``; p_A for ``analyze --pa-cdf``)."""
+  from rsjax import metrics
+
+  def fn(cert, j):
+    if getattr(cert, "counts", None) is None:
+      raise CliError("--save-counts: this method's certificate has no counts")
+    out = extra_fn(cert, j) if extra_fn is not None else {}
+    return {**out, metrics.COUNTS_COLUMN: metrics.format_counts(cert.counts[j])}
+
+  return (*extra_cols, metrics.COUNTS_COLUMN), fn
+
+
+def run(args) -> int:
+  """Runs ``rsjax certify``; returns the exit status."""
+  from rsjax import distributed
+  try:
+    pid, nproc = distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+  except ValueError as e:
+    raise CliError(str(e)) from None
+  from rsjax import methods, runner
+  if args.N < args.N0:
+    raise CliError(f"--N {args.N} is smaller than --N0 {args.N0}: N counts the estimation "
+                   "samples that bound p_A, N0 the few that select the class (Cohen et al.: "
+                   "N0 100, N 100000); swap them?")
+  model, _, ds, apply_fn, params, indices, key = launch.sampling_run(args)
+  plan = launch.method_plan(args, key, model, apply_fn, params, ds)
+  args.run_record["certificate"] = launch.certificate_header(args, ds, plan.details)
+  if plan.sequential and nproc > 1:
+    raise CliError(f"--method {args.method} certifies inputs one after another in one process")
+  columns, row = plan.columns, plan.row
+  if args.save_counts:
+    columns, row = _with_counts(columns, row)
+  last = []
+
+  def fn(x, ids):
+    last[:] = [plan.certify_fn(x, ids)]
+    return last[0]
+
+  inputs_per_call = (args.inputs_per_call or plan.inputs_per_call
+                     or max(1, min(16, args.batch * 4 // max(args.N, 1))))
+  os.makedirs(os.path.dirname(os.path.abspath(args.outfile)), exist_ok=True)
+  # Several processes (hosts): each certifies a strided share of the indices into
+  # its own rows file; process 0 merges them. The noise of an input depends only
+  # on the key and its index, so the merged file equals a single-process run.
+  mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
+  path = args.outfile if nproc == 1 else distributed.process_path(
+      args.outfile, process_index=pid, process_count=nproc)
+  launch.upgrade_run_record(path, args.run_record)
+  t0 = time.perf_counter()
+  wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
+                                 inputs_per_call=inputs_per_call, extra_columns=columns,
+                                 extra_fn=row, progress=not args.quiet,
+                                 resume=not args.overwrite, run=args.run_record,
+                                 restore=methods.restorer(plan, ds), record=True, n=args.N,
+                                 record_extra=plan.record)
+  if nproc > 1:
+    distributed.barrier("rsjax-certify-rows-written")
+    if pid == 0:
+      from rsjax import io
+      distributed.merge_rows(
+          [distributed.process_path(args.outfile, process_index=p, process_count=nproc)
+           for p in range(nproc)], args.outfile)
+      io.write_run_record(args.outfile, args.run_record)
+      from rsjax import record
+      record.merge([distributed.process_path(args.outfile, process_index=p, process_count=nproc)
+                    for p in range(nproc)], args.outfile)
+  print(f"certified {wrote} new inputs in {time.perf_counter() - t0:.1f}s "
+        f"({len(mine)} of {len(indices)} selected in process {pid} of {nproc}); "
+        f"results in {args.outfile}")
+  print(f"method: {plan.describe}; precision: {args.precision}")
+  if last:
+    print(f"guarantee: {last[0].guarantee}")
+  return 0

@@ -1,0 +1,40 @@
+"""``rsjax predict``: predict with abstention (PREDICT of Cohen et al.)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rsjax import launch
+from rsjax.launch import flags
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = "predict with abstention (PREDICT of Cohen et al.)"
+
+
+def add_arguments(p) -> None:
+  """The flags of ``rsjax predict``."""
+  flags.add_sampling_flags(p)
+
+
+def run(args) -> int:
+  """Runs ``rsjax predict``; returns the exit status."""
+  import rsjax
+  from rsjax import runner
+  _, _, ds, apply_fn, params, indices, key = launch.sampling_run(args)
+
+  def fn(x, ids):
+    return rsjax.predict(key, apply_fn, params, x, sigma=args.sigma, num_classes=ds.num_classes,
+                         n=args.N, alpha=args.alpha, batch_size=args.batch, ids=ids,
+                         noise=args.noise, precision=args.precision)
+
+  wrote = runner.predict_dataset(fn, ds.get_batch, indices, args.outfile,
+                                 inputs_per_call=args.inputs_per_call or 8,
+                                 progress=not args.quiet, resume=not args.overwrite,
+                                 run=args.run_record)
+  from rsjax import io, metrics
+  res = io.read_predict(args.outfile)
+  print(f"predicted {wrote} new inputs; {len(res)} inputs in {args.outfile}: accuracy "
+        f"{np.mean(res.correct):.4f}, abstained {metrics.abstention_rate(res.predict):.4f} "
+        f"(N={args.N}, alpha={args.alpha})")
+  return 0

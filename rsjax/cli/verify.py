@@ -1,0 +1,39 @@
+"""``rsjax verify``: recompute every radius and prediction of certify runs from their
+recorded counts (SciPy only: no model, no device)."""
+
+from __future__ import annotations
+
+from rsjax.launch import flags
+from rsjax.launch.errors import CliError
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = ("recompute every radius and prediction of certify runs from their "
+        "recorded counts (SciPy only: no model, no device); exit status 1 if a row "
+        "does not match")
+
+
+def add_arguments(p) -> None:
+  """The flags of ``rsjax verify``."""
+  p.add_argument("files", nargs="+", help="certify result files (with their .run.json and "
+                 ".cert.jsonl)")
+  p.add_argument("--show", type=flags.nonneg_int, default=20,
+                 help="rows that do not match to print")
+
+
+def run(args) -> int:
+  """Runs ``rsjax verify``; returns the exit status."""
+  from rsjax import verify
+  status = 0
+  for path in args.files:
+    try:
+      report = verify.verify(path)
+    except (verify.VerifyError, ValueError) as e:
+      raise CliError(str(e)) from None
+    for m in report.mismatches[:args.show]:
+      print(f"{path}: {m}")
+    if len(report.mismatches) > args.show:
+      print(f"{path}: ... and {len(report.mismatches) - args.show} more")
+    print(report.summary())
+    status = status or (0 if report.ok else 1)
+  return status

@@ -1,0 +1,29 @@
+"""Durable writes: a file's bytes and its directory entry reach the disk."""
+
+from __future__ import annotations
+
+import os
+
+
+def fsync_dir(path) -> None:
+  """Makes the directory entry of ``path`` durable (best effort: not every system can)."""
+  d = os.path.dirname(os.path.abspath(path))
+  try:
+    fd = os.open(d, os.O_RDONLY)
+  except OSError:
+    return
+  try:
+    os.fsync(fd)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
+
+
+def write_header(path, header: str) -> None:
+  """Replaces ``path`` by the one line ``header``, durably."""
+  with open(path, "w", encoding="utf-8", newline="") as f:
+    f.write(header)
+    f.flush()
+    os.fsync(f.fileno())
+  fsync_dir(path)

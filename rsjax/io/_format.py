@@ -1,0 +1,116 @@
+"""The columns of a result file and the check of each field."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+
+CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time")
+PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time")
+COLUMNS = {"certify": CERTIFY_COLUMNS, "predict": PREDICT_COLUMNS}
+
+_TIMEDELTA = re.compile(
+    r"^(?:(?P<days>-?\d+) days?, )?(?P<h>\d+):(?P<m>\d{1,2}):(?P<s>\d{1,2}(?:\.\d*)?)$")
+
+
+def parse_time(text: str) -> float:
+  """Parses a time field: float seconds or a ``datetime.timedelta`` string.
+
+  Args:
+    text: e.g. ``"15.4"``, ``"0:00:15.412345"`` or ``"1 day, 2:03:04.5"``.
+
+  Returns:
+    The time in seconds (float).
+
+  Raises:
+    ValueError: if the text is neither form.
+  """
+  text = text.strip()
+  m = _TIMEDELTA.match(text)
+  if m is not None:
+    days = int(m["days"]) if m["days"] else 0
+    return days * 86400.0 + int(m["h"]) * 3600.0 + int(m["m"]) * 60.0 + float(m["s"])
+  try:
+    return float(text)
+  except ValueError:
+    raise ValueError(f"time must be float seconds or H:MM:SS[.ffffff], got {text!r}") from None
+
+
+
+def check_kind(kind: str) -> tuple[str, ...]:
+  """The standard columns of a ``"certify"`` or ``"predict"`` file."""
+  if kind not in COLUMNS:
+    raise ValueError(f"kind must be 'certify' or 'predict', got {kind!r}")
+  return COLUMNS[kind]
+
+
+def split_header(line: str) -> list[str]:
+  """The column names of a header line."""
+  return line.rstrip("\r\n").split("\t")
+
+
+def check_header(names: Sequence[str], kind: str, path) -> list[str]:
+  """Checks the standard columns of a header; returns the extra column names."""
+  cols = check_kind(kind)
+  if tuple(names[:len(cols)]) != cols:
+    raise ValueError(
+        f"{os.fspath(path)!r} is not a {kind} file: header {chr(9).join(names)!r}, "
+        f"expected {chr(9).join(cols)!r}")
+  return list(names[len(cols):])
+
+
+def _int_field(text: str, lo: int) -> int:
+  v = int(text)
+  if v < lo:
+    raise ValueError
+  return v
+
+
+def _radius_field(text: str) -> float:
+  v = float(text)
+  if not (math.isfinite(v) and v >= 0):
+    raise ValueError
+  return v
+
+
+# Check of each standard column: (parse, what a valid value is).
+_FIELDS = {
+    "idx": (lambda t: _int_field(t, 0), "an integer >= 0"),
+    "label": (lambda t: _int_field(t, 0), "an integer >= 0"),
+    "predict": (lambda t: _int_field(t, -1), "an integer >= -1"),
+    "radius": (_radius_field, "a finite number >= 0"),
+    "correct": (lambda t: {"0": 0, "1": 1}[t], "0 or 1"),
+    "time": (parse_time, "seconds or H:MM:SS"),
+}
+
+
+def parse_rows(path, lines: Sequence[str], header: Sequence[str]) -> dict[str, list]:
+  """Parses and checks complete rows (file lines 2, 3, ...) into columns.
+
+  Raises:
+    ValueError: naming the file and line, for a wrong number of fields, a bad
+      value in a standard column, or an ``idx`` seen before.
+  """
+  ncols = len(header)
+  cols: dict[str, list] = {name: [] for name in header}
+  first_line: dict[int, int] = {}
+  for lineno, line in enumerate(lines, start=2):
+    where = f"{os.fspath(path)!r} line {lineno}"
+    fields = line.rstrip("\r").split("\t")
+    if len(fields) != ncols:
+      raise ValueError(f"{where}: {len(fields)} fields, expected {ncols} ({' '.join(header)})")
+    for name, text in zip(header, fields):
+      if name in _FIELDS:
+        parse, valid = _FIELDS[name]
+        try:
+          text = parse(text)
+        except (ValueError, KeyError):
+          raise ValueError(f"{where}: {name} must be {valid}, got {text!r}") from None
+      cols[name].append(text)
+    idx = cols["idx"][-1]
+    if idx in first_line:
+      raise ValueError(f"{where}: duplicate idx {idx} (also on line {first_line[idx]})")
+    first_line[idx] = lineno
+  return cols

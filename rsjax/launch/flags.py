@@ -1,0 +1,163 @@
+"""The flags of a certify or predict run, declared once.
+
+``rsjax certify`` and ``rsjax predict`` parse them; ``rsjax.audit`` reads a
+run's record back into them (its flags at their defaults, then the recorded
+values), so the two can never disagree on a default. The value types and the
+data and normalization flags serve the other commands too.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+__all__ = ["positive_int", "count", "nonneg_int", "positive_float", "probability",
+           "data_flags", "normalize_flag", "add_sampling_flags", "add_certify_flags",
+           "certify_defaults"]
+
+
+def _number(convert, ok, requirement: str):
+  """An argparse ``type=``: ``convert`` the text, then require ``ok(value)``."""
+  kind = "an integer" if convert is int else "a number"
+
+  def parse(text: str):
+    try:
+      v = convert(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+    if not ok(v):
+      raise argparse.ArgumentTypeError(f"must be {requirement}, got {text}")
+    return v
+
+  return parse
+
+
+positive_int = _number(int, lambda v: v >= 1, ">= 1")
+count = _number(int, lambda v: v >= -1, ">= 0 or -1 (no limit)")
+nonneg_int = _number(int, lambda v: v >= 0, ">= 0")
+positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
+probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
+
+
+def normalize_flag(q) -> None:
+  """``--normalize``: the input normalization of a PyTorch checkpoint."""
+  q.add_argument("--normalize", default=None, metavar="NORM",
+                 help="input normalization of a PyTorch checkpoint: none, a dataset name "
+                 "(mnist, cifar10, imagenet2012) or MEAN/STD (e.g. 0.1307/0.3081); default: "
+                 "its normalization layer's values, or the architecture's as in Cohen et "
+                 "al. (CIFAR, ImageNet ResNets); required where neither is known")
+
+
+def data_flags(q, dataset_required: bool = False) -> None:
+  """``--dataset`` and ``--data-dir``."""
+  q.add_argument("--dataset", required=dataset_required, default=None,
+                 help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS)")
+  q.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
+
+
+def add_sampling_flags(q) -> None:
+  """The flags ``certify`` and ``predict`` share: model, data, noise, N, alpha, ..."""
+  from rsjax import noise, precision
+  q.add_argument("model_dir", nargs="?", default=None,
+                 help="directory written by 'rsjax train' or 'rsjax convert'")
+  q.add_argument("outfile", help="result file (tab-separated, Cohen et al.'s format)")
+  data_flags(q)
+  q.add_argument("--split", default="test", help="dataset split")
+  q.add_argument("--sigma", type=positive_float, default=None,
+                 help="noise level (default: the training sigma)")
+  q.add_argument("--N", type=positive_int, default=100_000, help="estimation samples")
+  q.add_argument("--alpha", type=probability, default=0.001, help="failure probability")
+  q.add_argument("--batch", type=positive_int, default=1000, help="forward passes per step")
+  q.add_argument("--skip", type=positive_int, default=1,
+                 help="use every skip-th input (Cohen et al.'s --skip)")
+  q.add_argument("--max", type=count, default=-1,
+                 help="stop at dataset index max, exclusive, as Cohen et al.'s --max (-1: no limit)")
+  q.add_argument("--start", type=nonneg_int, default=0, help="first dataset index")
+  q.add_argument("--seed", type=int, default=0, help="PRNG seed of the noise")
+  q.add_argument("--noise", default="gaussian", choices=list(noise.NOISES),
+                 help="noise family (sets the norm of the radius)")
+  q.add_argument("--precision", default=precision.DEFAULT, choices=list(precision.PRECISIONS),
+                 help="how the classifier is computed: float32 with full-precision matmuls "
+                 "(also on GPUs, whose JAX default is TF32), tf32, or bfloat16; part of the "
+                 "run's identity (a resume at another precision is refused)")
+  q.add_argument("--inputs-per-call", type=positive_int, default=None,
+                 help="inputs certified per engine call (rows are written after each call)")
+  q.add_argument("--overwrite", "--restart", dest="overwrite", action="store_true",
+                 help="start outfile over instead of resuming it (resuming needs the same run: "
+                 "model, data, sigma, N, ...)")
+  q.add_argument("--quiet", action="store_true", help="no progress bar")
+  q.add_argument("--torch-checkpoint", default=None, metavar="F.pth",
+                 help="certify a PyTorch checkpoint (Cohen et al.'s format, torchvision "
+                 "ResNet, LeNet) instead of MODEL_DIR; needs rsjax[torch]")
+  q.add_argument("--denoiser", default=None, metavar="DIR",
+                 help="certify classifier(denoiser(x + noise)): a denoiser directory of "
+                 "'rsjax train-denoiser' or a diffusers UNet2DModel directory (one-step "
+                 "diffusion denoising at --sigma)")
+  q.add_argument("--torch-arch", default=None,
+                 help="architecture of --torch-checkpoint (default: its 'arch' entry or "
+                 "recognized from its keys)")
+  normalize_flag(q)
+
+
+def add_certify_flags(q) -> None:
+  """The flags of ``certify``: the sampling flags, then N0, the method and its options."""
+  from rsjax import methods
+  add_sampling_flags(q)
+  q.add_argument("--N0", type=positive_int, default=100, help="selection samples")
+  q.add_argument("--multiclass", action="store_true",
+                 help="multiclass radius with simultaneous bounds (Gaussian only)")
+  q.add_argument("--method", default="cohen", choices=list(methods.METHODS),
+                 help="certification method: " + "; ".join(
+                     f"{m.name}: {m.summary}" for m in methods.METHODS.values()))
+  _method_flags(q)
+  q.add_argument("--save-counts", action="store_true",
+                 help="add a 'counts' column (the N estimation counts per class) for "
+                      "'analyze --pa-cdf / --easy-hard'")
+  q.add_argument("--coordinator", default=None,
+                 help="host:port of process 0 for a multi-process run (jax.distributed); "
+                 "or $RSJAX_COORDINATOR_ADDRESS")
+  q.add_argument("--num-processes", type=positive_int, default=None,
+                 help="number of processes (or $RSJAX_NUM_PROCESSES)")
+  q.add_argument("--process-id", type=int, default=None,
+                 help="this process' id (or $RSJAX_PROCESS_ID)")
+
+
+def certify_defaults(outfile: str) -> argparse.Namespace:
+  """The arguments of ``rsjax certify MODEL outfile``: every certify flag at its default."""
+  parser = argparse.ArgumentParser(add_help=False)
+  add_certify_flags(parser)
+  args = parser.parse_args(["MODEL", outfile])
+  args.command = "certify"
+  return args
+
+
+def _option_type(option):
+  """The argparse ``type=`` of a method option."""
+  if option.type in (int, float) and option.positive:
+    return positive_int if option.type is int else positive_float
+  if option.type in (int, float, str):
+    return option.type
+
+  def parse(text: str):
+    try:
+      return option.type(text)
+    except ValueError as e:
+      raise argparse.ArgumentTypeError(str(e)) from None
+
+  return parse
+
+
+def _method_flags(parser) -> None:
+  """One ``--flag`` per option of the registered methods (a shared option once)."""
+  from rsjax import methods
+  options, users = {}, {}
+  for method in methods.METHODS.values():
+    for o in method.options:
+      if options.setdefault(o.name, o) != o:
+        raise AssertionError(f"methods declare option {o.name!r} differently")
+      users.setdefault(o.name, []).append(method.name)
+  for name, o in options.items():
+    parser.add_argument("--" + name.replace("_", "-"), dest=name, default=o.default,
+                        type=_option_type(o), choices=o.choices,
+                        help=f"{o.help} (--method {', '.join(users[name])})")

@@ -1,0 +1,220 @@
+"""The layering written in docs/ARCHITECTURE.md holds in the code.
+
+The table is the fenced ``layers`` block of docs/ARCHITECTURE.md: one line a
+layer, the bottom first, ``layer N name: entry, entry, ...``. An entry names a
+module or a package; a package entry covers the submodules that no more
+specific entry names. Over rsjax/ and benchmarks/, read with ``ast``:
+
+* every module has a layer, and every entry names a module or package;
+* no module imports one of a higher layer; imports inside functions count, and
+  ``from P import name`` is an import of the module ``P.name`` when there is
+  one, else of ``P`` (a package's ``__init__``);
+* no import circle;
+* no module of rsjax/, benchmarks/ or experiments/ is over 450 lines.
+
+The last test builds a small package with an upward lazy import and a circle
+and checks that each check sees it.
+"""
+
+import ast
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+LAYERED = ("rsjax", "benchmarks")
+SIZED = ("rsjax", "benchmarks", "experiments")
+MAX_LINES = 450
+
+# Imports that still go against the table, and modules still over MAX_LINES, each while a
+# change that removes it is in progress (a test fails once an entry no longer applies).
+KNOWN_UPWARD: set[tuple[str, str]] = set()
+KNOWN_LONG: set[str] = set()
+
+_LAYER_LINE = re.compile(r"^layer\s+(\d+)\s+([\w -]+):\s*(.*)$")
+
+
+def parse_layers(markdown: str) -> dict[str, tuple[int, str]]:
+  """``{entry: (layer number, layer name)}`` of the fenced ``layers`` block of ``markdown``."""
+  blocks = re.findall(r"^```layers\n(.*?)^```", markdown, re.S | re.M)
+  if len(blocks) != 1:
+    raise ValueError(f"expected one ```layers block, found {len(blocks)}")
+  table, numbers, pending = {}, [], None
+  for line in blocks[0].splitlines() + [""]:
+    if pending is not None and line.startswith(" "):  # a continued line of entries
+      pending[2] += " " + line.strip()
+      continue
+    if pending is not None:
+      number, name, entries = pending
+      for entry in filter(None, (e.strip() for e in entries.split(","))):
+        if entry in table:
+          raise ValueError(f"{entry} is in layer {table[entry][0]} and in layer {number}")
+        table[entry] = (number, name)
+      pending = None
+    if line.strip():
+      m = _LAYER_LINE.match(line)
+      if m is None:
+        raise ValueError(f"not a layer line: {line!r}")
+      numbers.append(int(m[1]))
+      pending = [int(m[1]), m[2].strip(), m[3]]
+  if numbers != list(range(1, len(numbers) + 1)):
+    raise ValueError(f"layers must be numbered 1, 2, ... from the bottom, got {numbers}")
+  return table
+
+
+def module_names(root: pathlib.Path, packages) -> dict[str, pathlib.Path]:
+  """``{dotted name: path}`` of every module of ``packages`` (a package is its ``__init__``)."""
+  out = {}
+  for package in packages:
+    for path in sorted((root / package).rglob("*.py")):
+      parts = path.relative_to(root).with_suffix("").parts
+      if parts[-1] == "__init__":
+        parts = parts[:-1]
+      out[".".join(parts)] = path
+  return out
+
+
+def layer_of(module: str, table: dict):
+  """The layer of ``module``: its own entry, else that of its nearest package; None if none."""
+  parts = module.split(".")
+  for k in range(len(parts), 0, -1):
+    entry = ".".join(parts[:k])
+    if entry in table:
+      return table[entry][0]
+  return None
+
+
+def imports_of(path: pathlib.Path, module: str, modules) -> set[str]:
+  """The modules of ``modules`` that ``module`` (at ``path``) imports, anywhere in its code."""
+  is_package = path.name == "__init__.py"
+  found = set()
+
+  def add(name):
+    while name and name not in modules:
+      name = name.rpartition(".")[0]
+    if name and name != module:
+      found.add(name)
+
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        add(alias.name)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        package = module.split(".")[:len(module.split(".")) - node.level + is_package]
+        base = ".".join(package + ([base] if base else []))
+      for alias in node.names:
+        add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+  return found
+
+
+def import_graph(root: pathlib.Path, packages) -> dict[str, set[str]]:
+  """``{module: modules it imports}`` over ``packages``."""
+  modules = module_names(root, packages)
+  return {name: imports_of(path, name, modules) for name, path in modules.items()}
+
+
+def upward_imports(graph: dict, table: dict) -> list[tuple[str, str]]:
+  """The imports ``(a, b)`` of ``graph`` where ``b`` is in a higher layer than ``a``."""
+  return sorted((a, b) for a, deps in graph.items() for b in deps
+                if layer_of(b, table) > layer_of(a, table))
+
+
+def circles(graph: dict) -> list[list[str]]:
+  """The import circles of ``graph``: its strongly connected parts of two or more modules."""
+  index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+  def visit(v):  # Tarjan's algorithm
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on_stack.add(v)
+    for w in sorted(graph.get(v, ())):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on_stack:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      part = []
+      while not part or part[-1] != v:
+        part.append(stack.pop())
+        on_stack.discard(part[-1])
+      if len(part) > 1:
+        found.append(sorted(part))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return sorted(found)
+
+
+def without(graph: dict, edges) -> dict:
+  return {a: {b for b in deps if (a, b) not in edges} for a, deps in graph.items()}
+
+
+def test_the_table_names_every_module_and_only_modules():
+  table = parse_layers(DOC.read_text())
+  modules = module_names(ROOT, LAYERED)
+  unplaced = [m for m in modules if layer_of(m, table) is None]
+  assert not unplaced, f"modules without a layer in {DOC.name}: {unplaced}"
+  stale = [e for e in table if e not in modules]
+  assert not stale, f"entries of {DOC.name} that name no module or package: {stale}"
+
+
+def test_no_module_imports_a_higher_layer():
+  table = parse_layers(DOC.read_text())
+  graph = import_graph(ROOT, LAYERED)
+  up = [f"{a} (layer {layer_of(a, table)}) imports {b} (layer {layer_of(b, table)})"
+        for a, b in upward_imports(without(graph, KNOWN_UPWARD), table)]
+  assert not up, "\n".join(up)
+
+
+def _line_counts() -> dict[str, int]:
+  return {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines())
+          for d in SIZED for p in sorted((ROOT / d).rglob("*.py"))}
+
+
+def test_the_known_exceptions_are_still_needed():
+  """An exception that no longer applies is removed from KNOWN_UPWARD or KNOWN_LONG."""
+  graph = import_graph(ROOT, LAYERED)
+  gone = [edge for edge in KNOWN_UPWARD if edge[1] not in graph.get(edge[0], ())]
+  assert not gone, f"remove from KNOWN_UPWARD (no longer imported): {gone}"
+  short = [path for path in KNOWN_LONG if _line_counts().get(path, 0) <= MAX_LINES]
+  assert not short, f"remove from KNOWN_LONG (now {MAX_LINES} lines or fewer): {short}"
+
+
+def test_no_import_circle():
+  found = circles(without(import_graph(ROOT, LAYERED), KNOWN_UPWARD))
+  assert not found, "\n".join(f"circle of {len(c)} modules: {', '.join(c)}" for c in found)
+
+
+def test_no_module_over_450_lines():
+  long = [f"{path}: {n} lines" for path, n in _line_counts().items()
+          if n > MAX_LINES and path not in KNOWN_LONG]
+  assert not long, "\n".join(long)
+
+
+def test_the_checks_see_a_lazy_upward_import_a_circle_and_a_module_without_layer(tmp_path):
+  pkg = tmp_path / "pkg"
+  (pkg / "sub").mkdir(parents=True)
+  (pkg / "__init__.py").write_text("")
+  (pkg / "low.py").write_text("import os\n\ndef f():\n  from pkg import high\n  return high\n")
+  (pkg / "high.py").write_text("from pkg.low import f\nfrom . import low\n")
+  (pkg / "sub" / "__init__.py").write_text("from pkg.sub import leaf\n")
+  (pkg / "sub" / "leaf.py").write_text("from .. import low\nfrom pkg import sub\n")
+  (pkg / "stray.py").write_text("")
+  table = parse_layers("text\n```layers\nlayer 1 base: pkg, pkg.low,\n  pkg.sub\n"
+                       "layer 2 top: pkg.high\n```\n")
+  assert table == {"pkg": (1, "base"), "pkg.low": (1, "base"), "pkg.sub": (1, "base"),
+                   "pkg.high": (2, "top")}
+  graph = import_graph(tmp_path, ["pkg"])
+  assert graph["pkg.low"] == {"pkg.high"}  # the import inside a function counts
+  assert graph["pkg.high"] == {"pkg.low"}
+  assert graph["pkg.sub.leaf"] == {"pkg.low", "pkg.sub"}  # relative, and a package's face
+  assert layer_of("pkg.sub.leaf", table) == 1 and layer_of("other", table) is None
+  assert upward_imports(graph, table) == [("pkg.low", "pkg.high")]
+  assert circles(graph) == [["pkg.high", "pkg.low"], ["pkg.sub", "pkg.sub.leaf"]]
+  assert circles(without(graph, {("pkg.low", "pkg.high"), ("pkg.sub", "pkg.sub.leaf")})) == []
+  # 'stray' falls under the 'pkg' entry; without that entry it has no layer.
+  assert layer_of("pkg.stray", {k: v for k, v in table.items() if k != "pkg"}) is None
