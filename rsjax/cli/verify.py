@@ -19,6 +19,9 @@ def add_arguments(p) -> None:
                  ".cert.jsonl)")
   p.add_argument("--show", type=flags.nonneg_int, default=20,
                  help="rows that do not match to print")
+  p.add_argument("--data-dir", default=None,
+                 help="TFDS data_dir of a ddrs run's dataset (its memory step is replayed from "
+                      "the inputs; the bundled datasets need none)")
 
 
 def run(args) -> int:
@@ -27,7 +30,7 @@ def run(args) -> int:
   status = 0
   for path in args.files:
     try:
-      report = verify.verify(path)
+      report = verify.verify(path, data_dir=args.data_dir)
     except (verify.VerifyError, ValueError) as e:
       raise CliError(str(e)) from None
     for m in report.mismatches[:args.show]:
