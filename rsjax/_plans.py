@@ -292,7 +292,9 @@ def deq_plan(ctx: Context, method: str, *, deq_solver, deq_steps, deq_warmup_ste
     return {"check_class": int(cert.check_class[j]), "m_a": int(cert.check_selected[j]),
             "k": int(cert.check_agree[j]), "m": int(cert.check_total)}
 
+  # The chains (batch_size) change which noise each chain's warm start carries, so the
+  # counts: unlike for every other method, the batch size is part of an SRS run.
   details = {"m": srs.m, "correction": srs.correction, "check": srs.check,
-             "sound": bool(srs.sound)}
+             "sound": bool(srs.sound), "chains": ctx.sampling.batch_size}
   return Plan(fn, describe=f"DEQ {method} RS, {steps} {deq_solver} steps per sample",
               record=record, details=details)

@@ -213,6 +213,9 @@ def _namespace(run: dict, *, path, model_dir, data_dir, torch_checkpoint):
   for k, v in run.items():
     if k in known:
       setattr(ns, k, tuple(v) if isinstance(v, list) else v)
+  chains = ((run.get("certificate") or {}).get("details") or {}).get("chains")
+  if chains is not None:  # SRS: the number of chains (--batch) changes the counts
+    ns.batch = chains
   ns.model_dir, ns.data_dir, ns.torch_checkpoint = model_dir, data_dir, torch_checkpoint
   ns.quiet = True
   return ns

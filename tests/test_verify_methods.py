@@ -175,3 +175,36 @@ def test_deq_standard_verifies(deq_model, tmp_path):
   assert run_cli("certify", deq_model, out, "--method", "deq-standard", "--deq-steps", "5",
                  *COMMON) == 0
   check_method(out, tmp_path)
+
+
+# ----------------------------------------------------------------------------- audit
+
+
+def test_honest_runs_of_each_method_pass_their_audit(trained, deq_model, idrs_run, tmp_path):
+  # The audit draws again each method's counts and its own record fields (IDRS's sigma(x),
+  # slack and rate; SRS's check counts), so an honest run of each passes.
+  from rsjax import audit
+  ucan = tmp_path / "ucan.tsv"
+  assert run_cli("certify", trained, ucan, "--method", "ucan", "--ucan-pattern", "linf",
+                 "--ucan-kappa", "0.5", "--sigma", "0.3", *COMMON) == 0
+  srs = tmp_path / "srs.tsv"
+  assert run_cli("certify", deq_model, srs, "--method", "srs", "--srs-m", "60", "--N", "300",
+                 "--N0", "30", "--batch", "100", "--skip", "60", "--quiet") == 0
+  assert {"m_a", "k"} <= set(next(iter(record.read_records(srs).values())))
+  # The chains change SRS's counts: they are part of the run (a resume with others is refused),
+  # and the audit draws again with the run's.
+  assert io.read_run_record(srs)["certificate"]["details"]["chains"] == 100
+  assert run_cli("certify", deq_model, srs, "--method", "srs", "--srs-m", "60", "--N", "300",
+                 "--N0", "30", "--batch", "50", "--skip", "60", "--quiet") != 0
+  for out, model in ((idrs_run, trained), (ucan, trained), (srs, deq_model)):
+    report = audit.audit(out, model_dir=model, rows=2, noise_values=20_000)
+    assert report.ok, (out.name, report.reason)
+  # An SRS check count edited in the record (the radius left as it was) fails the audit's
+  # re-draw as well as verify.
+  res = io.read_certify(srs)
+  idx = int(res.idx[int(np.flatnonzero(res.radius > 0)[0])])
+  f = copy_run(srs, tmp_path / "k.tsv")
+  edit_record(f, idx, edit_check)
+  report = audit.audit(f, model_dir=deq_model, rows=5, noise_values=20_000)
+  assert not report.ok and "radii from counts" in report.reason
+  assert any(c.name == "counts" and not c.ok for c in report.checks), report.checks
