@@ -345,11 +345,13 @@ def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> di
   return report
 
 
-def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float | None = None):
+def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float | None = None,
+        report_only: bool = False):
   """Trains (or reloads) each model, certifies with every method in rounds of ``cfg.block``
-  images per (model, sigma), rewrites the JSON and plot after every round. Rerunning the
+  images per (model, sigma), rewrites the JSON and plot after every block. Rerunning the
   same command resumes where it stopped; ``max_minutes`` stops after the image in progress
-  once that much time has passed."""
+  once that much time has passed; ``report_only`` writes the JSON and plot of the rows
+  there are and certifies (and trains) nothing."""
   t_start = time.perf_counter()
   train = data.load("mnist5k", "train")
   test = data.load("mnist5k", "test")
@@ -380,9 +382,22 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
                                         paths=paths, x=x_cert, share={})
     return tag, setups[tag]
 
-  compiled, stop = set(), False
+  def trained(kind, sigma):  # its model has finished training (loading it is cheap)
+    path = os.path.join(workdir, f"{kind}_sigma{sigma:g}", "model", "history.json")
+    if not os.path.exists(path):
+      return False
+    with open(path) as fh:
+      return len(json.load(fh)) >= cfg.epochs
+
+  for kind, sigma in cfg.runs():
+    if trained(kind, sigma):
+      setup(kind, sigma)
+  compiled, stop = set(), report_only
+  report = _report(cfg, ids, setups, out_path, t_start)
   for start in range(0, len(ids), cfg.block):
     for kind, sigma in cfg.runs():
+      if stop:
+        break
       tag, st = setup(kind, sigma)
       deq_fn, variables = deq.to_deq_fn(st.model)
       done = {v: {r["id"] for r in rows_lib.read_rows(st.paths[v], st.headers[v])}
@@ -390,6 +405,7 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
       for i in range(start, min(start + cfg.block, len(ids))):
         if max_minutes is not None and time.perf_counter() - t_start > 60 * max_minutes:
           stop = True
+          log(f"stopping after {max_minutes} min; rerun the same command to continue")
           break
         for v, name in _names(cfg).items():
           if int(ids[i]) in done[v]:
@@ -401,16 +417,9 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
           rows_lib.append_row(st.paths[v], st.headers[v], row)
           log(f"{tag} {name} image {int(ids[i])}: radius {row['radius']:.3f} "
               f"({row['seconds']:.1f}s, cpu {row['cpu_seconds']:.1f}s)")
-      if stop:
-        break
-    report = _report(cfg, ids, setups, out_path, t_start)
-    log("progress: " + ", ".join(f"{t}: {r['images_done']}/{r['images_total']}"
-                                 for t, r in report["runs"].items()))
-    if stop:
-      log(f"stopped after {max_minutes} min; rerun the same command to continue")
-      break
-  if not ids.size:
-    report = _report(cfg, ids, setups, out_path, t_start)
+      report = _report(cfg, ids, setups, out_path, t_start)
+      log("progress: " + ", ".join(f"{t}: {r['images_done']}/{r['images_total']}"
+                                   for t, r in report["runs"].items()))
   log(f"wrote {out_path} ({time.perf_counter() - t_start:.0f}s in this call)")
   return report
 
@@ -428,6 +437,8 @@ def main(argv=None):
                            "are the run's, so the whole run resumes from them)")
   parser.add_argument("--max-minutes", type=float, default=None,
                       help="stop after the image in progress once this much time has passed")
+  parser.add_argument("--report", action="store_true",
+                      help="only write the JSON and plot of the rows there are")
   parser.add_argument("--out", default=None, help="output JSON path")
   parser.add_argument("--workdir", default=None,
                       help="models and per-image rows (resume: rerun the same command)")
@@ -444,7 +455,7 @@ def main(argv=None):
   # The full run's models and rows are committed next to its results (a fresh clone resumes).
   default_wd = (os.path.join(RESULTS, "srs_deq_full") if not args.quick and args.seed == 0
                 else os.path.join(RUNS, f"srs_deq_{'quick' if args.quick else 'full'}_seed{args.seed}"))
-  run(cfg, out, args.workdir or default_wd, max_minutes=args.max_minutes,
+  run(cfg, out, args.workdir or default_wd, max_minutes=args.max_minutes, report_only=args.report,
       log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True))
 
 
