@@ -1,120 +1,83 @@
-"""Serialized randomized smoothing (SRS) against standard RS for a DEQ on MNIST.
+"""Serialized randomized smoothing (SRS) against standard RS for DEQs on MNIST.
 
-Gao et al. (NeurIPS 2024), Table 1 in spirit: a deep equilibrium model trained
+Gao et al. (NeurIPS 2024), Table 1 in spirit: deep equilibrium models trained
 with Gaussian noise, certified with
 
 * standard RS, every sample solved from z = 0 with 30 Anderson steps ("30A");
 * SRS with 1 and 3 Anderson or Broyden steps per chunk ("SRS-1A", "SRS-3A",
-  "SRS-1B", "SRS-3B"; full mode has all four, quick mode the A rows): parallel
-  chains warm-started from the previous chunk's fixed points, a 10-step warm-up
-  chunk of the same solver, and the correlation-eliminated two-stage
-  certificate in the paper's form, whose check samples are solved with the same
-  30A solver, so all rows certify the same classifier (the DEQ solved with 30A
-  from z = 0). One step of either solver is one plain step, so SRS-1A and
+  "SRS-1B", "SRS-3B"): 400 parallel chains warm-started from the previous
+  chunk's fixed points, a 10-step warm-up chunk of the same solver, and the
+  correlation-eliminated two-stage certificate in the paper's form, whose m
+  check samples are solved with 30A from z = 0, so all rows certify the same
+  classifier. One step of either solver is one plain step, so SRS-1A and
   SRS-1B differ only in their warm-up chunk.
 
-Same held-out images, same key (standard RS and SRS see the same noisy inputs),
-images certified one at a time (as in the paper); seconds per image exclude the
-first call (compilation), which is reported separately. ``f_evals_per_image``
-counts evaluations of the equilibrium map, a hardware-independent cost, and
-``solver_steps_per_sample`` divides it by the ``n0 + N`` samples. For SRS,
-``check_f_eval_share`` is the share of those evaluations spent in the m 30A
-check solves and ``check_time_share`` the measured share of the estimation
-time (``srs_sample`` with and without checks on ``share_images`` images; the
-chains and the check solves of an image run in one compiled program).
+Same held-out images and key for every row (the same noisy inputs), one image
+per call as in the paper. Seconds per image (wall and CPU) exclude each
+process's first call of a method (compilation). ``f_evals_per_image`` counts
+evaluations of the equilibrium map, a hardware-independent cost.
 
-Model: ``rsjax.deq.DEQClassifier`` (single-scale MDEQ-style block, 16 channels
-at 14x14, flatten head, 25k parameters), trained here on the embedded
-``mnist5k`` train split (4,000 real MNIST digits) with Gaussian noise
-sigma (one model per sigma) through ``rsjax.training.train``: SGD, implicit
-gradients (8 Anderson steps forward and backward), the Jacobian regularizer
-(weight 2.0, as in MDEQ) and the solver's residual and steps in the training
-history. Models and per-image rows live in ``runs/srs_deq_<quick|full>_seed<s>``:
-rerunning the same command resumes (training from its last epoch, certification
-from the first image without a row), so the full mode can run in pieces.
+Models (``rsjax.training.train``: SGD, implicit gradients with 8 Anderson
+steps, the Jacobian regularizer, 20 epochs on the 4,000 embedded ``mnist5k``
+training digits): ``rsjax.deq.DEQClassifier`` (one stream, 16 channels at
+14x14, 25,242 parameters) at sigma 0.25 and 0.5, and the multiscale
+``rsjax.deq.MDEQClassifier`` (streams of 8 channels at 14x14 and 16 at 7x7,
+fused every step; 30,018 parameters), the paper's model class, at sigma 0.25.
+
+The cap. With N = 10,000 and alpha = 0.001 standard RS certifies at most
+3.20 sigma (0.80 at sigma 0.25). SRS's m check samples cap it lower
+(``rsjax.deq.max_certifiable_radius``); m is the smallest one whose cap
+reaches ``cap_sigmas`` = 2.2 sigma: m = 744, cap 0.55 at sigma 0.25 and 1.10
+at 0.5. That is above every reported radius (0, 0.25, 0.5, 0.75, 1.0) at
+sigma 0.5 and above 0.5 at sigma 0.25; 0.75 = 3 sigma there would take
+m = 27,468 check solves, more than standard RS's whole cost, so it is
+reported above the cap. The margin over 2 sigma is deliberate: at m = 420
+(cap exactly 2 sigma) the first 20 images lost 3 at r = 0.5. Each check
+costs a 30A solve, so m bounds the speed-up: SRS-3B's f-evals are 56,120 per
+image (22,320 in the checks), 5.4x fewer than 30A's 303,000.
+
+Cost (issue 29): each pass over an image was already one compiled program
+(2 launches per image and method: selection and estimation, chains and
+checks inside, warm start carried in the scan). The time went to the
+arithmetic around the solver: Anderson recomputed the m x m Gram matrix of
+its history every step as a batch of tiny matrix products, 31 of the 69 ms
+of a 30A step on 400 samples (the map itself: 21 ms); a 1-step Anderson
+solve built a 6-slot history; the m = 420 check solves ran as 2 x 400. Now
+the Gram matrix is updated one row per step, the history has min(m, steps)
+slots, 1A is the plain step it equals, and checks run in equal batches.
+CPU seconds per image, one image at full settings (m = 744) before -> after:
+30A 54.3 -> 27.3 (2.0x), SRS-1A 7.3 -> 4.1, SRS-3A 9.6 -> 5.3, SRS-1B 5.5 ->
+4.0, SRS-3B 9.1 -> 5.6; so the baseline gained most and SRS-3B's CPU
+speed-up against it went from 6.0x to 4.9x. Labels of 30A solves agree
+with the old code on every sample tested (logits within 3e-6).
+
+Runs in pieces: the models (final checkpoint) and one JSON-lines file of
+rows per (model, sigma, method) are committed in ``results/srs_deq_full/``;
+``--full`` trains a model when its first round comes, certifies rounds of 10
+images per (model, sigma) with every method, rewrites
+``results/srs_deq_full.json`` and ``.png`` after every block (images done
+out of 200 per model and sigma; methods compared on the images all of them
+have), and continues where the rows stop. ``--max-minutes`` stops between
+images; a killed run loses at most the image in progress.
 
 Commands::
 
-  python experiments/srs_deq.py --quick   # ~20 min on 2 CPU cores, training included
-  python experiments/srs_deq.py           # full: hours; stop and rerun to resume
-  python experiments/srs_deq.py --sigmas 0.25 --images 20   # a piece of the full run
-      # (its first 20 images at sigma 0.25; results/srs_deq_full_sigma0.25_first20.json)
+  python experiments/srs_deq.py --full --max-minutes 100   # a piece; rerun to continue
+  python experiments/srs_deq.py --full --report            # the JSON of the rows there are
+  python experiments/srs_deq.py --quick                    # ~15 min, sigma 0.5, N = 2,000
 
-``--quick`` uses SMALL settings: 5 training epochs, 50 test images (every 20th
-of the 1,000 held-out digits), n0 = 100, N = 2,000, m = 200 check samples,
-100 chains, alpha = 0.001. With m = 200 the mismatch budget caps p_lower at
-0.947 (``rsjax.deq.max_certifiable_radius``: R <= 0.81 at sigma = 0.5), and
-N = 2,000 caps standard RS at R = 1.36, so the large radii are not comparable
-to the paper's N = 10,000. Without ``m`` in the config, m is chosen per run by
-``rsjax.deq.min_check_samples`` as the smallest m whose cap reaches
-``cap_sigmas * sigma``; both caps are written to the JSON.
+``--quick``: 5 epochs, 50 images, n0 = 100, N = 2,000, m = 200 (cap 0.81 at
+sigma 0.5), 100 chains, SRS-1A and SRS-3A.
 
-Output: ``results/srs_deq_quick.json`` (``--quick``) or
-``results/srs_deq_full.json``, and a certified-accuracy plot next to it
-(``.png``). Full mode: sigma 0.25 and 0.5, 20 epochs, 200 images (every 5th),
-n0 = 100, N = 10,000, alpha = 0.001, 400 chains, m = 420 per sigma from the
-mismatch budget (the smallest m whose cap reaches 2 sigma; the paper uses 400,
-which caps the paper-form radius at 1.98 sigma). The whole full mode has not
-run (about 10.5 CPU-hours here: 95 s per image for the five rows, 400 images).
+Numbers produced (issue 29, partial): see the end of this docstring.
 
-A piece of it ran: ``python experiments/srs_deq.py --sigmas 0.25 --images 20``
-(2026-11-23, fresh clone at cce99da, 2 idle cores, 38 min 10 s with the DEQ
-trained beforehand in 18 min 34 s; ``results/srs_deq_full_sigma0.25_first20.json``
-and ``.png``), the first 20 of the full run's 200 images at sigma 0.25, m = 420
-(SRS cap R <= 0.5001), full settings otherwise. The DEQ (25,242 parameters)
-reaches noisy held-out accuracy 0.954 with 30A from z = 0; the ResNet of the same
-size (24,967 parameters, same recipe) 0.980::
-
-                  s/image  f-evals  speed-up  steps/   certified accuracy at radius
-                                              sample   0     0.125 0.25  0.375 0.4375 0.5   0.75
-  standard-30A    59.64   303,000    1.0x     30.0    0.95  0.90  0.85  0.85  0.85   0.85  0.80
-  SRS-1A           7.88    27,200    7.6x      2.7    0.90  0.90  0.85  0.85  0.80   0.75  0.00
-  SRS-3A          11.31    46,400    5.3x      4.6    0.95  0.90  0.85  0.85  0.85   0.70  0.00
-  SRS-1B           6.72    27,200    8.9x      2.7    0.90  0.90  0.85  0.85  0.80   0.75  0.00
-  SRS-3B           9.32    46,400    6.4x      4.6    0.95  0.90  0.85  0.85  0.85   0.70  0.00
-
-  check solves: 46% of the f-evals (1A/1B, agreement 0.992) and 27% (3A/3B,
-  agreement 1.000); 61-65% and 44-52% of the measured estimation time
-
-On these 20 images SRS-3B is 6.4x faster than standard 30A and has the same
-certified accuracy at every radius below the cap (0 to 0.4375 on the grid of
-sigma/16 steps). At the cap itself, r = 0.5, it loses 3 of the 20 images: m = 420
-is the smallest m whose cap reaches 2 sigma, so r = 2 sigma needs perfect
-agreement and a top-class count near N. A cap some way above the largest radius
-reported (``cap_sigmas`` > 2, a larger m) would close that at the cost of more
-check solves. Twenty images are 5 points each: the 1-point goal needs the full
-run.
-
-
-Numbers produced (``--quick`` from a fresh clone at 2bfff8a, 2026-11-23, seed 0,
-1 CPU device on 2 idle cores, 18 min 54 s wall, 1,128 s in the script; training
-5 epochs through ``rsjax.training.train``: noisy test accuracy from z = 0 0.942
-with 30A, 0.940 with 3A, 0.918 with 1A), the run in ``results/srs_deq_quick.json``::
-
-                  s/image  f-evals  speed-up   certified accuracy at radius
-                                               0     0.125 0.25  0.375 0.5   0.625 0.75  0.875 1.0   1.25
-  standard-30A    11.89    63,000    1.0x     0.96  0.96  0.88  0.80  0.76  0.74  0.72  0.68  0.60  0.42
-  SRS-1A           1.83     9,900    6.5x     0.94  0.90  0.80  0.74  0.70  0.68  0.54  0.00  0.00  0.00
-  SRS-3A           3.05    13,700    3.9x     0.96  0.92  0.82  0.78  0.74  0.68  0.58  0.00  0.00  0.00
-
-  SRS-1A: SRS/30A agreement on the check samples 0.973, mean mismatch bound 0.089,
-          check solves 61% of the f-evals and 62% of the estimation time
-  SRS-3A: agreement 0.997, mean mismatch bound 0.048, check solves 44% of the
-          f-evals and 51% of the time
-
-What this shows, honestly: SRS-1A is 6.5x faster per image than standard 30A
-(the wall clock follows the f-eval ratio, 6.4x), near the paper's ~7x, but the
-accuracy cost is larger than the paper's one point: 0-2 points at radius 0,
-6-8 at 0.25 and 14-18 at 0.75, and nothing certified beyond the mismatch cap
-(R <= 0.81). Two causes: (1) with m = 200 the mismatch bound alone gives
-r <= (alpha/2)^(1/m) ~ 0.96, so p_lower <= 0.947 and R <= 0.81 even with
-perfect agreement (full mode uses N = 10,000 and m = 420); (2) where the
-chains do agree (3A: 99.7%), the two-stage bound still pays for the mismatch
-upper bound (mean 0.048), which lowers p_lower on every image, so the
-middle radii lose points even without disagreement. The check solves are half
-of SRS's cost at m = 200, so a larger m (needed for the larger radii) lowers the
-speed-up: the trade-off ``rsjax.deq.max_certifiable_radius`` makes explicit.
-Timings vary by about 20% with machine load.
+Earlier numbers (previous solver code, m = 420):
+``results/srs_deq_full_sigma0.25_first20.json`` (first 20 images at sigma
+0.25, cce99da): SRS-3B 6.4x faster than 30A (then 59.6 s per image) with the
+same certified accuracy below r = 0.5, 3 of 20 lost at r = 0.5.
+``results/srs_deq_quick.json`` (``--quick`` at 2bfff8a): SRS-1A 6.5x and
+SRS-3A 3.9x faster than 30A, 0-2 points lower at r = 0, nothing above the
+cap 0.81.
 """
 
 from __future__ import annotations
