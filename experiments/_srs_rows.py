@@ -157,3 +157,28 @@ def add_speedups(results: dict, standard: str) -> None:
                       ("f_evals_per_image", "f_eval_ratio_vs_standard")):
       ok = base.get(key) and res.get(key)
       res[name] = base[key] / res[key] if ok else None
+
+
+def plot(path: str, curves: dict, runs: dict) -> None:
+  """Certified accuracy against radius, one panel per (model, sigma), one curve per method;
+  dotted: SRS's cap. ``curves[tag][method]`` are rows, ``runs[tag]`` the JSON's entries."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from _common import save_figure
+  fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.6), squeeze=False)
+  for ax, (tag, methods) in zip(axes[0], curves.items()):
+    top = 1.05 * runs[tag]["standard_radius_cap"]
+    grid = np.linspace(0.0, top, 400)
+    for name, rows in methods.items():
+      correct = np.array([r["predict"] == r["label"] for r in rows], bool)
+      radius = np.array([r["radius"] for r in rows], float)
+      acc = metrics.certified_accuracy(correct, radius, grid) if rows else np.zeros_like(grid)
+      ax.plot(grid, acc, label=name, lw=2.2 if name.startswith("standard") else 1.2)
+    ax.axvline(runs[tag]["srs_radius_cap"], ls=":", c="k", lw=1)
+    ax.set(title=f"{tag} ({runs[tag]['images_done']} of {runs[tag]['images_total']} images)",
+           xlabel="radius", ylim=(0, 1.02))
+    ax.grid(alpha=0.3)
+  axes[0][0].set_ylabel("certified accuracy")
+  axes[0][0].legend(fontsize=8, loc="lower left")
+  save_figure(fig, path, 130)

@@ -278,9 +278,7 @@ def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> di
       if len(common) == len(ids) and v != cfg.standard and cfg.share_images:
         results[name]["check_time_share"] = st.share.setdefault(v, check_time_share(
             cfg, st.model, st.sigma, v, st.x, ids))
-      curves[f"{tag} {name}"] = types.SimpleNamespace(
-          correct=np.array([r["predict"] == r["label"] for r in rows], bool),
-          radius=np.array([r["radius"] for r in rows]), predict=np.array([r["predict"] for r in rows]))
+      curves.setdefault(tag, {})[name] = rows
     if common:
       rows_lib.add_speedups(results, names[cfg.standard])
     report["runs"][tag] = {
@@ -303,9 +301,8 @@ def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> di
   with open(tmp, "w") as fh:
     json.dump(report, fh, indent=1)
   os.replace(tmp, out_path)
-  if any(len(c.radius) for c in curves.values()):
-    rsjax.plots.plot_certified_accuracy(os.path.splitext(out_path)[0] + ".png", curves,
-                                        title="SRS vs standard RS (DEQ and MDEQ, MNIST)")
+  if any(rows for c in curves.values() for rows in c.values()):
+    rows_lib.plot(os.path.splitext(out_path)[0] + ".png", curves, report["runs"])
   return report
 
 
