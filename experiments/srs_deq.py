@@ -1,120 +1,84 @@
-"""Serialized randomized smoothing (SRS) against standard RS for a DEQ on MNIST.
+"""Serialized randomized smoothing (SRS) against standard RS for DEQs on MNIST.
 
-Gao et al. (NeurIPS 2024), Table 1 in spirit: a deep equilibrium model trained
+Gao et al. (NeurIPS 2024), Table 1 in spirit: deep equilibrium models trained
 with Gaussian noise, certified with
 
 * standard RS, every sample solved from z = 0 with 30 Anderson steps ("30A");
 * SRS with 1 and 3 Anderson or Broyden steps per chunk ("SRS-1A", "SRS-3A",
-  "SRS-1B", "SRS-3B"; full mode has all four, quick mode the A rows): parallel
-  chains warm-started from the previous chunk's fixed points, a 10-step warm-up
-  chunk of the same solver, and the correlation-eliminated two-stage
-  certificate in the paper's form, whose check samples are solved with the same
-  30A solver, so all rows certify the same classifier (the DEQ solved with 30A
-  from z = 0). One step of either solver is one plain step, so SRS-1A and
+  "SRS-1B", "SRS-3B"): 400 parallel chains warm-started from the previous
+  chunk's fixed points, a 10-step warm-up chunk of the same solver, and the
+  correlation-eliminated two-stage certificate in the paper's form, whose m
+  check samples are solved with 30A from z = 0, so all rows certify the same
+  classifier. One step of either solver is one plain step, so SRS-1A and
   SRS-1B differ only in their warm-up chunk.
 
-Same held-out images, same key (standard RS and SRS see the same noisy inputs),
-images certified one at a time (as in the paper); seconds per image exclude the
-first call (compilation), which is reported separately. ``f_evals_per_image``
-counts evaluations of the equilibrium map, a hardware-independent cost, and
-``solver_steps_per_sample`` divides it by the ``n0 + N`` samples. For SRS,
-``check_f_eval_share`` is the share of those evaluations spent in the m 30A
-check solves and ``check_time_share`` the measured share of the estimation
-time (``srs_sample`` with and without checks on ``share_images`` images; the
-chains and the check solves of an image run in one compiled program).
+Same held-out images and key for every row (the same noisy inputs), one image
+per call as in the paper. Seconds per image (wall and CPU) exclude each
+process's first call of a method (compilation). ``f_evals_per_image`` counts
+evaluations of the equilibrium map, a hardware-independent cost.
 
-Model: ``rsjax.deq.DEQClassifier`` (single-scale MDEQ-style block, 16 channels
-at 14x14, flatten head, 25k parameters), trained here on the embedded
-``mnist5k`` train split (4,000 real MNIST digits) with Gaussian noise
-sigma (one model per sigma) through ``rsjax.training.train``: SGD, implicit
-gradients (8 Anderson steps forward and backward), the Jacobian regularizer
-(weight 2.0, as in MDEQ) and the solver's residual and steps in the training
-history. Models and per-image rows live in ``runs/srs_deq_<quick|full>_seed<s>``:
-rerunning the same command resumes (training from its last epoch, certification
-from the first image without a row), so the full mode can run in pieces.
+Models (``rsjax.training.train``: SGD, implicit gradients with 8 Anderson
+steps, the Jacobian regularizer, 20 epochs on the 4,000 embedded ``mnist5k``
+training digits): ``rsjax.deq.DEQClassifier`` (one stream, 16 channels at
+14x14, 25,242 parameters) at sigma 0.25 and 0.5, and the multiscale
+``rsjax.deq.MDEQClassifier`` (streams of 8 channels at 14x14 and 16 at 7x7,
+fused every step; 30,018 parameters), the paper's model class, at sigma 0.25.
+
+The cap. With N = 10,000 and alpha = 0.001 standard RS certifies at most
+3.20 sigma (0.80 at sigma 0.25). SRS's m check samples cap it lower
+(``rsjax.deq.max_certifiable_radius``); m is the smallest one whose cap
+reaches ``cap_sigmas`` = 2.2 sigma: m = 744, cap 0.55 at sigma 0.25 and 1.10
+at 0.5. That is above every reported radius (0, 0.25, 0.5, 0.75, 1.0) at
+sigma 0.5 and above 0.5 at sigma 0.25; 0.75 = 3 sigma there would take
+m = 27,468 check solves, more than standard RS's whole cost, so it is
+reported above the cap. The margin over 2 sigma is deliberate: at m = 420
+(cap exactly 2 sigma) the first 20 images lost 3 at r = 0.5. Each check
+costs a 30A solve, so m bounds the speed-up: SRS-3B's f-evals are 56,120 per
+image (22,320 in the checks), 5.4x fewer than 30A's 303,000.
+
+Cost (issue 29): each pass over an image was already one compiled program
+(2 launches per image and method: selection and estimation, chains and
+checks inside, warm start carried in the scan). The time went to the
+arithmetic around the solver: Anderson recomputed the m x m Gram matrix of
+its history every step as a batch of tiny matrix products, 31 of the 69 ms
+of a 30A step on 400 samples (the map itself: 21 ms); a 1-step Anderson
+solve built a 6-slot history; the m = 420 check solves ran as 2 x 400. Now
+the Gram matrix is updated one row per step, the history has min(m, steps)
+slots, 1A is the plain step it equals, and checks run in equal batches.
+CPU seconds per image, one image at full settings (m = 744) before -> after:
+30A 54.3 -> 27.3 (2.0x), SRS-1A 7.3 -> 4.1, SRS-3A 9.6 -> 5.3, SRS-1B 5.5 ->
+4.0, SRS-3B 9.1 -> 5.6; so the baseline gained most and SRS-3B's CPU
+speed-up against it went from 6.0x to 4.9x. The trained DEQ's labels with
+30A, 10A, 3A and 3B equal the old code's on 4,000 noisy samples each (logits
+within 6e-6).
+
+Runs in pieces: the models (final checkpoint) and one JSON-lines file of
+rows per (model, sigma, method) are committed in ``results/srs_deq_full/``;
+``--full`` trains a model when its first round comes, certifies rounds of 10
+images per (model, sigma) with every method, rewrites
+``results/srs_deq_full.json`` and ``.png`` after every block (images done
+out of 200 per model and sigma; methods compared on the images all of them
+have), and continues where the rows stop. ``--max-minutes`` stops between
+images; a killed run loses at most the image in progress.
 
 Commands::
 
-  python experiments/srs_deq.py --quick   # ~20 min on 2 CPU cores, training included
-  python experiments/srs_deq.py           # full: hours; stop and rerun to resume
-  python experiments/srs_deq.py --sigmas 0.25 --images 20   # a piece of the full run
-      # (its first 20 images at sigma 0.25; results/srs_deq_full_sigma0.25_first20.json)
+  python experiments/srs_deq.py --full --max-minutes 100   # a piece; rerun to continue
+  python experiments/srs_deq.py --full --report            # the JSON of the rows there are
+  python experiments/srs_deq.py --quick                    # ~15 min, sigma 0.5, N = 2,000
 
-``--quick`` uses SMALL settings: 5 training epochs, 50 test images (every 20th
-of the 1,000 held-out digits), n0 = 100, N = 2,000, m = 200 check samples,
-100 chains, alpha = 0.001. With m = 200 the mismatch budget caps p_lower at
-0.947 (``rsjax.deq.max_certifiable_radius``: R <= 0.81 at sigma = 0.5), and
-N = 2,000 caps standard RS at R = 1.36, so the large radii are not comparable
-to the paper's N = 10,000. Without ``m`` in the config, m is chosen per run by
-``rsjax.deq.min_check_samples`` as the smallest m whose cap reaches
-``cap_sigmas * sigma``; both caps are written to the JSON.
+``--quick``: 5 epochs, 50 images, n0 = 100, N = 2,000, m = 200 (cap 0.81 at
+sigma 0.5), 100 chains, SRS-1A and SRS-3A.
 
-Output: ``results/srs_deq_quick.json`` (``--quick``) or
-``results/srs_deq_full.json``, and a certified-accuracy plot next to it
-(``.png``). Full mode: sigma 0.25 and 0.5, 20 epochs, 200 images (every 5th),
-n0 = 100, N = 10,000, alpha = 0.001, 400 chains, m = 420 per sigma from the
-mismatch budget (the smallest m whose cap reaches 2 sigma; the paper uses 400,
-which caps the paper-form radius at 1.98 sigma). The whole full mode has not
-run (about 10.5 CPU-hours here: 95 s per image for the five rows, 400 images).
+Numbers produced (issue 29, partial): see the end of this docstring.
 
-A piece of it ran: ``python experiments/srs_deq.py --sigmas 0.25 --images 20``
-(2026-11-23, fresh clone at cce99da, 2 idle cores, 38 min 10 s with the DEQ
-trained beforehand in 18 min 34 s; ``results/srs_deq_full_sigma0.25_first20.json``
-and ``.png``), the first 20 of the full run's 200 images at sigma 0.25, m = 420
-(SRS cap R <= 0.5001), full settings otherwise. The DEQ (25,242 parameters)
-reaches noisy held-out accuracy 0.954 with 30A from z = 0; the ResNet of the same
-size (24,967 parameters, same recipe) 0.980::
-
-                  s/image  f-evals  speed-up  steps/   certified accuracy at radius
-                                              sample   0     0.125 0.25  0.375 0.4375 0.5   0.75
-  standard-30A    59.64   303,000    1.0x     30.0    0.95  0.90  0.85  0.85  0.85   0.85  0.80
-  SRS-1A           7.88    27,200    7.6x      2.7    0.90  0.90  0.85  0.85  0.80   0.75  0.00
-  SRS-3A          11.31    46,400    5.3x      4.6    0.95  0.90  0.85  0.85  0.85   0.70  0.00
-  SRS-1B           6.72    27,200    8.9x      2.7    0.90  0.90  0.85  0.85  0.80   0.75  0.00
-  SRS-3B           9.32    46,400    6.4x      4.6    0.95  0.90  0.85  0.85  0.85   0.70  0.00
-
-  check solves: 46% of the f-evals (1A/1B, agreement 0.992) and 27% (3A/3B,
-  agreement 1.000); 61-65% and 44-52% of the measured estimation time
-
-On these 20 images SRS-3B is 6.4x faster than standard 30A and has the same
-certified accuracy at every radius below the cap (0 to 0.4375 on the grid of
-sigma/16 steps). At the cap itself, r = 0.5, it loses 3 of the 20 images: m = 420
-is the smallest m whose cap reaches 2 sigma, so r = 2 sigma needs perfect
-agreement and a top-class count near N. A cap some way above the largest radius
-reported (``cap_sigmas`` > 2, a larger m) would close that at the cost of more
-check solves. Twenty images are 5 points each: the 1-point goal needs the full
-run.
-
-
-Numbers produced (``--quick`` from a fresh clone at 2bfff8a, 2026-11-23, seed 0,
-1 CPU device on 2 idle cores, 18 min 54 s wall, 1,128 s in the script; training
-5 epochs through ``rsjax.training.train``: noisy test accuracy from z = 0 0.942
-with 30A, 0.940 with 3A, 0.918 with 1A), the run in ``results/srs_deq_quick.json``::
-
-                  s/image  f-evals  speed-up   certified accuracy at radius
-                                               0     0.125 0.25  0.375 0.5   0.625 0.75  0.875 1.0   1.25
-  standard-30A    11.89    63,000    1.0x     0.96  0.96  0.88  0.80  0.76  0.74  0.72  0.68  0.60  0.42
-  SRS-1A           1.83     9,900    6.5x     0.94  0.90  0.80  0.74  0.70  0.68  0.54  0.00  0.00  0.00
-  SRS-3A           3.05    13,700    3.9x     0.96  0.92  0.82  0.78  0.74  0.68  0.58  0.00  0.00  0.00
-
-  SRS-1A: SRS/30A agreement on the check samples 0.973, mean mismatch bound 0.089,
-          check solves 61% of the f-evals and 62% of the estimation time
-  SRS-3A: agreement 0.997, mean mismatch bound 0.048, check solves 44% of the
-          f-evals and 51% of the time
-
-What this shows, honestly: SRS-1A is 6.5x faster per image than standard 30A
-(the wall clock follows the f-eval ratio, 6.4x), near the paper's ~7x, but the
-accuracy cost is larger than the paper's one point: 0-2 points at radius 0,
-6-8 at 0.25 and 14-18 at 0.75, and nothing certified beyond the mismatch cap
-(R <= 0.81). Two causes: (1) with m = 200 the mismatch bound alone gives
-r <= (alpha/2)^(1/m) ~ 0.96, so p_lower <= 0.947 and R <= 0.81 even with
-perfect agreement (full mode uses N = 10,000 and m = 420); (2) where the
-chains do agree (3A: 99.7%), the two-stage bound still pays for the mismatch
-upper bound (mean 0.048), which lowers p_lower on every image, so the
-middle radii lose points even without disagreement. The check solves are half
-of SRS's cost at m = 200, so a larger m (needed for the larger radii) lowers the
-speed-up: the trade-off ``rsjax.deq.max_certifiable_radius`` makes explicit.
-Timings vary by about 20% with machine load.
+Earlier numbers (previous solver code, m = 420):
+``results/srs_deq_full_sigma0.25_first20.json`` (first 20 images at sigma
+0.25, cce99da): SRS-3B 6.4x faster than 30A (then 59.6 s per image) with the
+same certified accuracy below r = 0.5, 3 of 20 lost at r = 0.5.
+``results/srs_deq_quick.json`` (``--quick`` at 2bfff8a): SRS-1A 6.5x and
+SRS-3A 3.9x faster than 30A, 0-2 points lower at r = 0, nothing above the
+cap 0.81.
 """
 
 from __future__ import annotations
@@ -123,6 +87,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import time
 import types
 
@@ -130,14 +95,17 @@ from flax import nnx
 import jax
 import numpy as np
 
+from _common import RESULTS, ROOT  # first: puts the repository on sys.path
+import _srs_rows as rows_lib
 import rsjax
 from rsjax import data, deq, metrics, stats
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  sigmas: tuple[float, ...] = (0.25, 0.5)
+  models: tuple = (("deq", (0.25, 0.5)), ("mdeq", (0.25,)))  # (model kind, its sigmas)
   channels: int = 16
+  mdeq_channels: tuple[int, int] = (8, 16)  # the MDEQ's two streams (14x14 and 7x7)
   train_steps: int = 8
   epochs: int = 20
   batch: int = 64
@@ -147,20 +115,25 @@ class Config:
   n0: int = 100
   n: int = 10_000
   m: int | None = None  # None: the smallest m whose cap reaches cap_sigmas * sigma
-  cap_sigmas: float = 2.0
+  cap_sigmas: float = 2.2
   chains: int = 400
   alpha: float = 0.001
   standard: str = "30A"
   warmup_steps: int = 10
   srs: tuple[str, ...] = ("1A", "3A", "1B", "3B")
+  block: int = 10  # images per model and sigma in one round (all of them progress together)
   share_images: int = 2  # images on which the time share of the check solves is measured
+  resnet: bool = False  # also train a ResNet of the DEQ's size (its noisy accuracy)
   train_size: int | None = None  # None: all 4,000 training digits
   max_images: int | None = None  # None: every images_every-th held-out digit; K: the first K
   seed: int = 0
 
+  def runs(self) -> list[tuple[str, float]]:
+    """``(kind, sigma)`` pairs in the order a round visits them."""
+    pairs = [(k, s) for k, sigmas in self.models for s in sigmas]
+    return sorted(pairs, key=lambda p: (p[1], p[0]))
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "results")
+
 RUNS = os.path.join(ROOT, "runs")
 
 
@@ -170,17 +143,18 @@ def get_config(quick: bool = False) -> Config:
   Commands::
 
     python experiments/srs_deq.py --quick   # get_config(True): results/srs_deq_quick.json
-    python experiments/srs_deq.py           # get_config(False): results/srs_deq_full.json
+    python experiments/srs_deq.py --full    # get_config(False): results/srs_deq_full.json
 
   Args:
-    quick: sigma 0.5 only, 5 epochs, 50 images, N = 2,000, m = 200, 100 chains,
-      SRS-1A and SRS-3A (~20 min on 2 cores) instead of the full sigma 0.25 and
-      0.5, 20 epochs, 200 images, N = 10,000, m from the mismatch budget (420:
-      the smallest m that can certify 2 sigma), 400 chains, SRS-1A/3A/1B/3B.
+    quick: the DEQ at sigma 0.5 only, 5 epochs, 50 images, N = 2,000, m = 200, 100
+      chains, SRS-1A and SRS-3A (~15 min on 2 cores) instead of the DEQ at sigma 0.25
+      and 0.5 and the MDEQ at 0.25, 20 epochs, 200 images, N = 10,000, m from the
+      mismatch budget (744: the smallest m whose cap reaches 2.2 sigma), 400 chains,
+      SRS-1A/3A/1B/3B.
   """
   if quick:
-    return Config(sigmas=(0.5,), epochs=5, images_every=20, n=2_000, m=200, chains=100,
-                  srs=("1A", "3A"))
+    return Config(models=(("deq", (0.5,)),), epochs=5, images_every=20, n=2_000, m=200,
+                  chains=100, srs=("1A", "3A"), resnet=True, block=50)
   return Config()
 
 
@@ -206,16 +180,22 @@ def _train(cfg: Config, sigma: float, model, train, held_out, workdir: str, **kw
                                     eval_batch_size=250)
   n = len(train.x) if cfg.train_size is None else cfg.train_size
   return rsjax.training.train(cfg.seed, model, (train.x[:n], train.y[:n].astype(np.int32)), tcfg,
-                              eval_data=held_out, workdir=workdir, progress=False, **kw)
+                              eval_data=held_out, workdir=workdir, progress=False,
+                              keep_checkpoints=1, **kw)
 
 
-def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log):
+MODEL_KWARGS = {"deq": lambda cfg: {"channels": cfg.channels},
+                "mdeq": lambda cfg: {"channels": list(cfg.mdeq_channels)}}
+
+
+def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log, kind: str = "deq"):
   """Gaussian-noise training through ``rsjax.training.train`` (implicit gradients,
-  the Jacobian regularizer, solver residual and steps logged); resumes from ``workdir``."""
-  spec = {"model": "deq", "num_classes": 10, "input_shape": list(train.x.shape[1:]),
-          "model_kwargs": {"channels": cfg.channels, "groups": 4, "steps": cfg.train_steps,
+  the Jacobian regularizer, solver residual and steps logged); resumes from ``workdir``.
+  ``kind``: ``"deq"`` (single stream) or ``"mdeq"`` (two resolutions)."""
+  spec = {"model": kind, "num_classes": 10, "input_shape": list(train.x.shape[1:]),
+          "model_kwargs": {**MODEL_KWARGS[kind](cfg), "groups": 4, "steps": cfg.train_steps,
                            "jac_weight": cfg.jac_weight}}
-  model = rsjax.models.create_model("deq", num_classes=10, input_shape=train.x.shape[1:],
+  model = rsjax.models.create_model(kind, num_classes=10, input_shape=train.x.shape[1:],
                                     rngs=cfg.seed, **spec["model_kwargs"])
   model, history = _train(cfg, sigma, model, train, held_out, workdir, model_config=spec,
                           on_epoch_end=lambda e: log(json.dumps(e)))
@@ -225,8 +205,7 @@ def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log):
   noisy = _noisy_held_out(cfg, sigma, held_out)
   acc = {}
   for label in sorted({cfg.standard, *cfg.srs}):
-    logits, res = run(variables, noisy, None,
-                      deq.as_solver_config(label))
+    logits, res = run(variables, noisy, None, deq.as_solver_config(label))
     acc[label] = {"noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
                   "residual": float(np.mean(res.residual))}
   return model, history, acc
@@ -247,68 +226,6 @@ def train_resnet(cfg: Config, sigma: float, workdir: str, train, held_out) -> di
           "clean_acc": float(history[-1]["clean_acc"]) if history else None}
 
 
-def f_evals(cfg: Config, variant: str, m: int) -> int:
-  """Evaluations of the equilibrium map per image (selection + estimation + checks)."""
-  steps = deq.as_solver_config(variant).steps
-  full = deq.as_solver_config(cfg.standard).steps
-  if variant == cfg.standard:
-    return (cfg.n0 + cfg.n) * steps
-
-  def chain_evals(num):  # warm-up chunk, then `steps` per sample
-    c = min(cfg.chains, num)
-    return c * cfg.warmup_steps + (num - c) * steps
-
-  return chain_evals(cfg.n0) + chain_evals(cfg.n) + m * full
-
-
-def _srs_config(cfg: Config, variant: str, m: int) -> deq.SRSConfig:
-  chain = deq.as_solver_config(variant)
-  return deq.SRSConfig(solver=chain, warmup=chain.replace(steps=cfg.warmup_steps),
-                       check_solver=deq.as_solver_config(cfg.standard), m=m)
-
-
-def _read_rows(path: str) -> list[dict]:
-  if not os.path.exists(path):
-    return []
-  with open(path) as fh:
-    return [json.loads(line) for line in fh if line.strip()]
-
-
-def certify_rows(cfg: Config, model, sigma: float, variant: str, x, y, ids, path: str, log):
-  """Certifies the images not yet in ``path`` (one JSON line per image: resumable)."""
-  m = check_samples(cfg, sigma)
-  kw = dict(sigma=sigma, num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
-            batch_size=cfg.chains, solver=deq.as_solver_config(cfg.standard))
-  if variant == cfg.standard:
-    kw.update(method="standard")
-  else:
-    kw.update(method="srs", srs=_srs_config(cfg, variant, m))
-  deq_fn, variables = deq.to_deq_fn(model)
-  key = jax.random.key(cfg.seed + 1)
-  done = {r["id"] for r in _read_rows(path)}
-  first = True
-  with open(path, "a") as fh:
-    for i in range(len(x)):
-      if int(ids[i]) in done:
-        continue
-      t0 = time.perf_counter()
-      cert = deq.certify(key, deq_fn, variables, x[i:i + 1], ids=ids[i:i + 1], **kw)
-      row = {"id": int(ids[i]), "label": int(y[i]), "predict": int(cert.prediction[0]),
-             "radius": float(cert.radius[0]), "p_lower": float(cert.p_lower[0]),
-             "seconds": time.perf_counter() - t0, "compile": first}
-      if variant != cfg.standard:
-        row.update(mismatch_upper=float(cert.mismatch_upper[0]),
-                   check_selected=int(cert.check_selected[0]),
-                   check_agree=int(cert.check_agree[0]), residual=float(cert.residual[0]))
-      fh.write(json.dumps(row) + "\n")
-      fh.flush()
-      first = False
-  wanted = {int(i) for i in ids}  # a piece of the run (--images) reports only its images
-  rows = [r for r in _read_rows(path) if r["id"] in wanted]
-  log(f"sigma {sigma} {variant}: {len(rows)} images")
-  return rows
-
-
 def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> float:
   """Measured share of SRS estimation time spent in the m check solves (30A from z = 0):
   the same ``srs_sample`` call with and without check samples, after compilation."""
@@ -319,8 +236,8 @@ def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> 
   for mm in (0, m):
     call = lambda i: deq.srs_sample(  # noqa: E731
         jax.random.key(cfg.seed + 1), deq_fn, variables, x[i:i + 1], sigma=sigma,
-        num_classes=10, num=cfg.n, config=_srs_config(cfg, variant, mm), settings=settings,
-        check_key=jax.random.key(cfg.seed + 2), ids=ids[i:i + 1])
+        num_classes=10, num=cfg.n, config=rows_lib.srs_config(cfg, variant, mm),
+        settings=settings, check_key=jax.random.key(cfg.seed + 2), ids=ids[i:i + 1])
     call(0)  # compile
     t0 = time.perf_counter()
     for i in range(cfg.share_images):
@@ -329,38 +246,73 @@ def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> 
   return float(max(0.0, 1.0 - times[0] / times[m]))
 
 
-def summarize(cfg: Config, rows, variant: str, sigma: float, radii):
-  pred = np.array([r["predict"] for r in rows])
-  label = np.array([r["label"] for r in rows])
-  radius = np.array([r["radius"] for r in rows])
-  correct = pred == label
-  warm = [r["seconds"] for r in rows if not r["compile"]]
-  m = check_samples(cfg, sigma)
-  evals = f_evals(cfg, variant, m)
-  out = {
-      "images": len(rows),
-      "seconds_per_image": float(np.mean(warm)) if warm else float("nan"),
-      "first_call_seconds": float(np.mean([r["seconds"] for r in rows if r["compile"]])),
-      "f_evals_per_image": evals,
-      "solver_steps_per_sample": evals / (cfg.n0 + cfg.n),
-      "certified_accuracy": {f"{r:g}": float(a) for r, a in
-                             zip(radii, metrics.certified_accuracy(correct, radius, radii))},
-      "acr": metrics.average_certified_radius(correct, radius),
-      "abstain_rate": float(np.mean(pred < 0)),
-  }
-  if variant != cfg.standard:
-    out["check_f_eval_share"] = m * deq.as_solver_config(cfg.standard).steps / evals
-    out["mean_mismatch_upper"] = float(np.mean([r["mismatch_upper"] for r in rows]))
-    sel = np.array([r["check_selected"] for r in rows])
-    agree = np.array([r["check_agree"] for r in rows])
-    out["check_agreement"] = float(agree.sum() / max(sel.sum(), 1))
-    out["mean_srs_residual"] = float(np.mean([r["residual"] for r in rows]))
-  return out, correct, radius
+def _names(cfg: Config) -> dict[str, str]:
+  return {v: (f"standard-{v}" if v == cfg.standard else f"SRS-{v}") for v in (cfg.standard,
+                                                                              *cfg.srs)}
 
 
-def run(cfg: Config, out_path: str, workdir: str, log=print) -> dict:
-  """Trains (or reloads) one DEQ per sigma, certifies with every variant, writes the JSON
-  and a plot next to it. Rerunning the same command resumes where it stopped."""
+def _row_settings(cfg: Config, kind: str, sigma: float, variant: str, m: int, epoch) -> dict:
+  """What fixes a rows file's results (its header): a file of other settings is refused."""
+  return {"model": kind, "epoch": epoch, "sigma": sigma, "variant": variant, "n0": cfg.n0,
+          "n": cfg.n, "m": m, "alpha": cfg.alpha, "chains": cfg.chains,
+          "warmup_steps": cfg.warmup_steps, "standard": cfg.standard, "seed": cfg.seed}
+
+
+def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> dict:
+  """The JSON of everything certified so far (methods compared on the images every method
+  of a (model, sigma) has done) and its plot."""
+  names = _names(cfg)
+  report = {"config": dataclasses.asdict(cfg), "dataset": "mnist5k (train 4000 / test 1000)",
+            "images": [int(i) for i in ids], "radii": list(rows_lib.RADII), "runs": {},
+            "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]}
+  curves, done_all = {}, True
+  for tag, st in setups.items():
+    by_variant = {v: {r["id"]: r for r in rows_lib.read_rows(st.paths[v], st.headers[v])}
+                  for v in names}
+    common = [int(i) for i in ids if all(int(i) in rows for rows in by_variant.values())]
+    done_all &= len(common) == len(ids)
+    results = {}
+    for v, name in names.items():
+      rows = [by_variant[v][i] for i in common]
+      results[name] = rows_lib.summarize(cfg, rows, v, st.m)
+      if len(common) == len(ids) and v != cfg.standard and cfg.share_images:
+        results[name]["check_time_share"] = st.share.setdefault(v, check_time_share(
+            cfg, st.model, st.sigma, v, st.x, ids))
+      curves.setdefault(tag, {})[name] = rows
+    if common:
+      rows_lib.add_speedups(results, names[cfg.standard])
+    report["runs"][tag] = {
+        "model": st.kind, "sigma": st.sigma, "images_done": len(common), "images_total": len(ids),
+        "n0": cfg.n0, "n": cfg.n, "m": st.m, "alpha": cfg.alpha,
+        "srs_radius_cap": deq.max_certifiable_radius(cfg.n, st.m, cfg.alpha, st.sigma),
+        "standard_radius_cap": float(stats.max_radius(cfg.n, cfg.alpha, st.sigma)),
+        "num_params": rsjax.models.count_params(st.model), "train_history": st.history,
+        "noisy_accuracy_from_zero": st.acc, "resnet_same_size": st.resnet, "results": results}
+  for kind, sigma in cfg.runs():  # not reached yet in this call
+    tag = f"{kind} sigma={sigma:g}"
+    if tag not in report["runs"]:
+      done_all = False
+      report["runs"][tag] = {"model": kind, "sigma": sigma, "images_done": 0,
+                             "images_total": len(ids), "results": {}}
+  report["complete"] = done_all
+  report["seconds_this_call"] = time.perf_counter() - t_start
+  os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
+  tmp = out_path + ".tmp"
+  with open(tmp, "w") as fh:
+    json.dump(report, fh, indent=1)
+  os.replace(tmp, out_path)
+  if any(rows for c in curves.values() for rows in c.values()):
+    rows_lib.plot(os.path.splitext(out_path)[0] + ".png", curves, report["runs"])
+  return report
+
+
+def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float | None = None,
+        report_only: bool = False):
+  """Trains (or reloads) each model, certifies with every method in rounds of ``cfg.block``
+  images per (model, sigma), rewrites the JSON and plot after every block. Rerunning the
+  same command resumes where it stopped; ``max_minutes`` stops after the image in progress
+  once that much time has passed; ``report_only`` writes the JSON and plot of the rows
+  there are and certifies (and trains) nothing."""
   t_start = time.perf_counter()
   train = data.load("mnist5k", "train")
   test = data.load("mnist5k", "test")
@@ -368,79 +320,104 @@ def run(cfg: Config, out_path: str, workdir: str, log=print) -> dict:
   x_cert, y_cert = test.x[ids], test.y[ids].astype(np.int64)
   held_out = (test.x[:500], test.y[:500].astype(np.int32))
   os.makedirs(workdir, exist_ok=True)
-  report = {"config": dataclasses.asdict(cfg), "dataset": "mnist5k (train 4000 / test 1000)",
-            "images": ids.tolist(), "sigmas": {}, "jax": jax.__version__,
-            "devices": [str(d) for d in jax.devices()]}
-  curves = {}
-  for sigma in cfg.sigmas:
-    model, history, acc = train_model(cfg, sigma, os.path.join(workdir, f"model_sigma{sigma}"),
-                                      train, held_out, log)
-    resnet = train_resnet(cfg, sigma, os.path.join(workdir, f"resnet_sigma{sigma}"), train,
-                          held_out)
-    log(f"sigma {sigma} ResNet of the same size: " + json.dumps(resnet))
+  setups = {}
+
+  def setup(kind, sigma):  # trains (or reloads) a model when its first round comes
+    tag = f"{kind} sigma={sigma:g}"
+    if tag in setups:
+      return tag, setups[tag]
+    wd = os.path.join(workdir, f"{kind}_sigma{sigma:g}")
+    model, history, acc = train_model(cfg, sigma, os.path.join(wd, "model"), train, held_out,
+                                      log, kind=kind)
+    resnet = None
+    if cfg.resnet and kind == "deq":
+      resnet = train_resnet(cfg, sigma, os.path.join(wd, "resnet"), train, held_out)
+      shutil.rmtree(os.path.join(wd, "resnet", "checkpoints"), ignore_errors=True)
+      log(f"{tag} ResNet of the same size: " + json.dumps(resnet))
     m = check_samples(cfg, sigma)
-    radii = metrics.radius_grid(3.25 * sigma, sigma / 4)
-    results, per_image = {}, {}
-    for variant in (cfg.standard, *cfg.srs):
-      name = f"standard-{variant}" if variant == cfg.standard else f"SRS-{variant}"
-      rows = certify_rows(cfg, model, sigma, variant, x_cert, y_cert, ids,
-                          os.path.join(workdir, f"rows_sigma{sigma}_{name}.jsonl"), log)
-      results[name], correct, radius = summarize(cfg, rows, variant, sigma, radii)
-      if variant != cfg.standard and cfg.share_images:
-        results[name]["check_time_share"] = check_time_share(cfg, model, sigma, variant,
-                                                             x_cert, ids)
-      per_image[name] = rows
-      curves[f"sigma={sigma} {name}"] = types.SimpleNamespace(
-          correct=correct, radius=radius, predict=np.array([r["predict"] for r in rows]))
-      log(f"sigma {sigma} {name}: " + json.dumps(results[name]))
-    base = results[f"standard-{cfg.standard}"]
-    for res in results.values():
-      res["speedup_vs_standard"] = base["seconds_per_image"] / res["seconds_per_image"]
-      res["f_eval_ratio_vs_standard"] = base["f_evals_per_image"] / res["f_evals_per_image"]
-    report["sigmas"][f"{sigma:g}"] = {
-        "m": m,
-        "srs_radius_cap": deq.max_certifiable_radius(cfg.n, m, cfg.alpha, sigma),
-        "standard_radius_cap": float(stats.max_radius(cfg.n, cfg.alpha, sigma)),
-        "num_params": rsjax.models.count_params(model),
-        "train_history": history,
-        "noisy_accuracy_from_zero": acc,
-        "resnet_same_size": resnet,
-        "results": results,
-        "per_image": per_image,
-    }
-  report["total_seconds"] = time.perf_counter() - t_start
-  os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
-  with open(out_path, "w") as fh:
-    json.dump(report, fh, indent=1)
-  rsjax.plots.plot_certified_accuracy(os.path.splitext(out_path)[0] + ".png", curves,
-                                      title="SRS vs standard RS (DEQ, MNIST)")
-  log(f"wrote {out_path} ({report['total_seconds']:.0f}s in this call)")
+    epoch = history[-1]["epoch"] if history else None
+    headers = {v: _row_settings(cfg, kind, sigma, v, m, epoch) for v in _names(cfg)}
+    paths = {v: os.path.join(wd, f"rows_{name}.jsonl") for v, name in _names(cfg).items()}
+    setups[tag] = types.SimpleNamespace(kind=kind, sigma=sigma, model=model, history=history,
+                                        acc=acc, resnet=resnet, m=m, headers=headers,
+                                        paths=paths, x=x_cert, share={})
+    return tag, setups[tag]
+
+  def trained(kind, sigma):  # its model has finished training (loading it is cheap)
+    path = os.path.join(workdir, f"{kind}_sigma{sigma:g}", "model", "history.json")
+    if not os.path.exists(path):
+      return False
+    with open(path) as fh:
+      return len(json.load(fh)) >= cfg.epochs
+
+  for kind, sigma in cfg.runs():
+    if trained(kind, sigma):
+      setup(kind, sigma)
+  compiled, stop = set(), report_only
+  report = _report(cfg, ids, setups, out_path, t_start)
+  for start in range(0, len(ids), cfg.block):
+    for kind, sigma in cfg.runs():
+      if stop:
+        break
+      tag, st = setup(kind, sigma)
+      deq_fn, variables = deq.to_deq_fn(st.model)
+      done = {v: {r["id"] for r in rows_lib.read_rows(st.paths[v], st.headers[v])}
+              for v in st.paths}
+      for i in range(start, min(start + cfg.block, len(ids))):
+        if max_minutes is not None and time.perf_counter() - t_start > 60 * max_minutes:
+          stop = True
+          log(f"stopping after {max_minutes} min; rerun the same command to continue")
+          break
+        for v, name in _names(cfg).items():
+          if int(ids[i]) in done[v]:
+            continue
+          row = rows_lib.certify_image(cfg, deq_fn, variables, st.sigma, v, st.m,
+                                       x_cert[i:i + 1], y_cert[i], ids[i],
+                                       (tag, v) not in compiled)
+          compiled.add((tag, v))
+          rows_lib.append_row(st.paths[v], st.headers[v], row)
+          log(f"{tag} {name} image {int(ids[i])}: radius {row['radius']:.3f} "
+              f"({row['seconds']:.1f}s, cpu {row['cpu_seconds']:.1f}s)")
+      report = _report(cfg, ids, setups, out_path, t_start)
+      log("progress: " + ", ".join(f"{t}: {r['images_done']}/{r['images_total']}"
+                                   for t, r in report["runs"].items()))
+  log(f"wrote {out_path} ({time.perf_counter() - t_start:.0f}s in this call)")
   return report
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--quick", action="store_true", help="small settings (~20 min on 2 CPUs)")
+  mode = parser.add_mutually_exclusive_group()
+  mode.add_argument("--quick", action="store_true", help="small settings (~15 min on 2 CPUs)")
+  mode.add_argument("--full", action="store_true", help="the full run (the default): resumes")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--sigmas", type=float, nargs="+", default=None,
                       help="only these sigmas (default: the mode's)")
   parser.add_argument("--images", type=int, default=None,
                       help="only the first K of the mode's images (a piece of a run: the rows "
                            "are the run's, so the whole run resumes from them)")
+  parser.add_argument("--max-minutes", type=float, default=None,
+                      help="stop after the image in progress once this much time has passed")
+  parser.add_argument("--report", action="store_true",
+                      help="only write the JSON and plot of the rows there are")
   parser.add_argument("--out", default=None, help="output JSON path")
   parser.add_argument("--workdir", default=None,
                       help="models and per-image rows (resume: rerun the same command)")
   args = parser.parse_args(argv)
   cfg = dataclasses.replace(get_config(args.quick), seed=args.seed, max_images=args.images)
   if args.sigmas:
-    cfg = dataclasses.replace(cfg, sigmas=tuple(args.sigmas))
+    cfg = dataclasses.replace(cfg, models=tuple(
+        (k, tuple(s for s in sig if s in args.sigmas)) for k, sig in cfg.models))
   tag = "quick" if args.quick else "full"
-  run_tag = tag
   if args.images is not None or args.sigmas:  # a piece of the run: its own JSON, the run's rows
-    tag += "".join(f"_sigma{s:g}" for s in cfg.sigmas) + (
+    tag += "".join(f"_sigma{s:g}" for s in sorted({s for _, s in cfg.runs()})) + (
         f"_first{args.images}" if args.images is not None else "")
   out = args.out or os.path.join(RESULTS, f"srs_deq_{tag}.json")
-  run(cfg, out, args.workdir or os.path.join(RUNS, f"srs_deq_{run_tag}_seed{args.seed}"))
+  # The full run's models and rows are committed next to its results (a fresh clone resumes).
+  default_wd = (os.path.join(RESULTS, "srs_deq_full") if not args.quick and args.seed == 0
+                else os.path.join(RUNS, f"srs_deq_{'quick' if args.quick else 'full'}_seed{args.seed}"))
+  run(cfg, out, args.workdir or default_wd, max_minutes=args.max_minutes, report_only=args.report,
+      log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True))
 
 
 if __name__ == "__main__":

@@ -263,3 +263,20 @@ def test_jacobian_frobenius_estimate(getkey):
       jax.random.key(0), lambda z: jnp.einsum("bij,bj->bi", aa, z), jnp.zeros((b, d)),
       num_vectors=1)))(a)
   assert g.shape == a.shape and bool(jnp.any(g != 0))
+
+
+def test_anderson_gram_kept_by_rows_matches_the_history(getkey):
+  """The Gram matrix updated one row per step equals G G^T of the ring buffer, also after
+  the buffer wraps; a history longer than the step count changes nothing."""
+  from rsjax.deq import _solvers
+  b, m, d = 3, 4, 10
+  gs = jax.random.normal(getkey(), (9, b, d))
+  G, gram = jnp.zeros((b, m, d)), jnp.zeros((b, m, m))
+  for k in range(9):  # 9 residuals into 4 slots: wraps twice
+    G, gram = _solvers._gram_update(G, gram, gs[k], k % m)
+  np.testing.assert_allclose(gram, jnp.einsum("bid,bjd->bij", G, G), rtol=1e-5, atol=1e-5)
+  f, z_star = _affine_problem(getkey(), norm=0.9)
+  z0 = jnp.zeros_like(z_star)
+  for steps in (2, 3, 5):
+    np.testing.assert_array_equal(_solve(f, z0, deq.SolverConfig(m=6, steps=steps)).z,
+                                  _solve(f, z0, deq.SolverConfig(m=steps, steps=steps)).z)

@@ -190,6 +190,15 @@ def test_srs_sampler_matches_reference_loop(getkey):
     np.testing.assert_array_equal(a, b)
 
 
+def test_srs_check_solves_run_in_equal_batches():
+  """m check solves run in the fewest batches of at most `chains`, split evenly."""
+  for m, chains, devices, batch, steps in ((420, 400, 1, 210, 2), (744, 400, 1, 372, 2),
+                                           (400, 400, 1, 400, 1), (7, 5, 4, 2, 1), (0, 5, 1, 1, 0)):
+    plan = deq.make_srs_plan(10_000, chains, m, devices)
+    assert (plan.check_batch, plan.check_steps) == (batch, steps), (m, chains, devices)
+    assert plan.check_batch * plan.check_steps * devices >= m
+
+
 def test_srs_with_full_solver_sees_the_engine_noise(getkey):
   """With the full solver in every chunk SRS labels = standard labels, so its counts
   equal the core engine's counts with the same key (same noise per sample)."""

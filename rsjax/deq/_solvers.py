@@ -261,12 +261,15 @@ def _spd_solve_ones(a: jax.Array) -> jax.Array:
   return y * inv_sqrt_d
 
 
-def _anderson_mix(X, F, count, latest, cfg: SolverConfig):
+def _anderson_mix(F, G, gram, count, latest, cfg: SolverConfig):
   """Anderson extrapolation from a ring-buffer history.
 
   Args:
-    X: ``[B, m, D]`` points where ``f`` was evaluated.
-    F: ``[B, m, D]`` their images ``f(X)``.
+    F: ``[B, m, D]`` images ``f(X)`` of the points ``X`` where ``f`` was evaluated.
+    G: ``[B, m, D]`` float32 residuals ``F - X``.
+    gram: ``[B, m, m]`` float32 ``G G^T``, kept up to date one row per step
+      (``_gram_update``): recomputing it from ``G`` every step is a batch of tiny
+      matrix products, the larger part of a step's time on CPU.
     count: int scalar, number of valid history slots (``<= m``); valid slots are
       ``0 .. count-1`` (the ring buffer fills in order).
     latest: int scalar, the slot of the last evaluation.
@@ -281,22 +284,31 @@ def _anderson_mix(X, F, count, latest, cfg: SolverConfig):
     a repeated or vanishing residual; non-finite weights or result), that sample
     takes a plain (damped) step from the last evaluation instead of NaN.
   """
-  m = X.shape[1]
+  m = F.shape[1]
   valid = (jnp.arange(m) < count).astype(jnp.float32)  # [m]
-  G = (F - X).astype(jnp.float32)
-  gram = jnp.einsum("bid,bjd->bij", G, G, precision=jax.lax.Precision.HIGHEST)
-  gram = gram * (valid[:, None] * valid[None, :])
-  gram = gram + jnp.diag(jnp.maximum(cfg.lam, 1e-30) * valid + (1.0 - valid))
-  y = _spd_solve_ones(gram) * valid
+  h = gram * (valid[:, None] * valid[None, :])
+  h = h + jnp.diag(jnp.maximum(cfg.lam, 1e-30) * valid + (1.0 - valid))
+  y = _spd_solve_ones(h) * valid
   alpha = (y / jnp.sum(y, axis=1, keepdims=True)).astype(F.dtype)  # [B, m]
   mixed = jnp.einsum("bj,bjd->bd", alpha, F)
   plain = jax.lax.dynamic_index_in_dim(F, latest, 1, keepdims=False)
-  if cfg.beta != 1.0:
-    mixed = cfg.beta * mixed + (1.0 - cfg.beta) * jnp.einsum("bj,bjd->bd", alpha, X)
-    plain = cfg.beta * plain + (1.0 - cfg.beta) * jax.lax.dynamic_index_in_dim(
-        X, latest, 1, keepdims=False)
+  if cfg.beta != 1.0:  # beta F + (1 - beta) X = F - (1 - beta) G
+    mixed = mixed - (1.0 - cfg.beta) * jnp.einsum("bj,bjd->bd", alpha.astype(G.dtype),
+                                                  G).astype(F.dtype)
+    plain = plain - (1.0 - cfg.beta) * jax.lax.dynamic_index_in_dim(
+        G, latest, 1, keepdims=False).astype(F.dtype)
   ok = jnp.all(jnp.isfinite(alpha), axis=1) & jnp.all(jnp.isfinite(mixed), axis=1)
   return jnp.where(ok[:, None], mixed, plain)
+
+
+def _gram_update(G, gram, g, slot):
+  """Writes residual ``g [B, D]`` into slot ``slot`` of ``G`` and row/column ``slot`` of
+  ``gram = G G^T`` (one batched matrix-vector product instead of the whole product)."""
+  G = jax.lax.dynamic_update_index_in_dim(G, g, slot, 1)
+  row = jnp.einsum("bd,bjd->bj", g, G, precision=jax.lax.Precision.HIGHEST)  # [B, m]
+  gram = jax.lax.dynamic_update_index_in_dim(gram, row, slot, 1)
+  gram = jax.lax.dynamic_update_index_in_dim(gram, row, slot, 2)
+  return G, gram
 
 
 def _first_evaluation(f, z0):
@@ -312,12 +324,14 @@ def anderson(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
              tol: float | None = None) -> SolverResult:
   """Anderson acceleration (type II, as in MDEQ's ``anderson``), batched.
 
-  The history of the last ``m`` points ``X`` and values ``F = f(X)`` lives in a
-  ring buffer ``[B, m, D]`` in the loop carry. Evaluation ``k`` (0-based) is at
+  The history of the last ``m`` values ``F = f(X)`` and residuals ``G = F - X``
+  lives in ring buffers ``[B, m, D]`` in the loop carry, with ``G G^T``
+  ``[B, m, m]`` updated one row per step. Evaluation ``k`` (0-based) is at
   ``x_k``: ``x_0 = z0`` and ``x_k`` is the Anderson mix of the history for
   ``k >= 1`` (``x_1 = beta f(z0) + (1 - beta) z0``, so one step of Anderson with
   ``beta=1`` equals one step of plain iteration). After ``steps`` evaluations the
-  result is the next mix ``x_steps``.
+  result is the next mix ``x_steps``; with ``steps=1`` that is the plain
+  (damped) step itself, computed without a history.
 
   Args:
     f: batched map ``[B, ...] -> [B, ...]`` acting independently per sample.
@@ -330,23 +344,28 @@ def anderson(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
     ``SolverResult``.
   """
   cfg = _resolve(config, "anderson", steps, tol)
-  m = cfg.m
+  m = min(cfg.m, cfg.steps)  # slots that can ever fill (a smaller history is the same solver)
   ff, x0, f0, res0 = _first_evaluation(f, z0)
+  if cfg.steps == 1:  # the mix of a one-slot history is the plain (damped) step
+    z = f0 if cfg.beta == 1.0 else cfg.beta * f0 + (1.0 - cfg.beta) * x0
+    return SolverResult(z=z.reshape(z0.shape), residual=res0, steps=jnp.int32(1),
+                        converged=_converged(res0, cfg))
   b, d = x0.shape
-  X = jnp.zeros((b, m, d), x0.dtype).at[:, 0].set(x0)
   F = jnp.zeros((b, m, d), f0.dtype).at[:, 0].set(f0)
+  G, gram = _gram_update(jnp.zeros((b, m, d), jnp.float32), jnp.zeros((b, m, m), jnp.float32),
+                         (f0 - x0).astype(jnp.float32), 0)
 
   def step(k, carry):
-    X, F = carry
-    x = _anderson_mix(X, F, jnp.minimum(k, m), (k - 1) % m, cfg)
+    F, G, gram = carry
+    x = _anderson_mix(F, G, gram, jnp.minimum(k, m), (k - 1) % m, cfg)
     fx = ff(x)
     slot = k % m
-    X = jax.lax.dynamic_update_index_in_dim(X, x, slot, 1)
     F = jax.lax.dynamic_update_index_in_dim(F, fx, slot, 1)
-    return (X, F), relative_residual(fx, x)
+    G, gram = _gram_update(G, gram, (fx - x).astype(jnp.float32), slot)
+    return (F, G, gram), relative_residual(fx, x)
 
-  (X, F), res, k = _loop(step, (X, F), res0, cfg, 1)
-  z = _anderson_mix(X, F, jnp.minimum(k, m), (k - 1) % m, cfg).reshape(z0.shape)
+  (F, G, gram), res, k = _loop(step, (F, G, gram), res0, cfg, 1)
+  z = _anderson_mix(F, G, gram, jnp.minimum(k, m), (k - 1) % m, cfg).reshape(z0.shape)
   return SolverResult(z=z, residual=res, steps=k, converged=_converged(res, cfg))
 
 

@@ -122,7 +122,8 @@ class SRSPlan:
     devices: devices the chains are spread over.
     m: check samples per input.
     check: ``"random"`` or ``"consecutive"`` check positions.
-    check_batch: forward batch of the check solves on one device.
+    check_batch: forward batch of the check solves on one device (the fewest batches of at
+      most ``chains`` that cover its share, split evenly: little padding).
   """
 
   num: int
@@ -158,8 +159,11 @@ def make_srs_plan(num: int, chains: int, m: int, devices: int, check: str = "ran
         f"check='consecutive' takes the m={m} samples after the warm-up chunk ({chains} samples), "
         f"but num={num} < {chains + m}; lower m or use check='random'")
   per_dev = -(-int(m) // int(devices)) if m else 1
+  # As few check batches of at most `chains` solves as cover a device's share, of equal size
+  # (m = 420 on 400 chains: two batches of 210, not 400 + 20 padded to 400).
+  batches = -(-per_dev // chains)
   return SRSPlan(num=int(num), chains=chains, chunks=-(-int(num) // chains), devices=int(devices),
-                 m=int(m), check=check, check_batch=max(1, min(per_dev, chains)))
+                 m=int(m), check=check, check_batch=max(1, -(-per_dev // batches)))
 
 
 def check_indices(key, input_id, plan: SRSPlan) -> jax.Array:
