@@ -35,13 +35,16 @@ when every check passes; otherwise :attr:`AuditReport.reason` is one line.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from scipy import stats as st
 
-from rsjax import io, launch
+from rsjax import io, launch, sample_noise
 from rsjax import record as record_lib
 from rsjax import verify as verify_lib
 
@@ -176,28 +179,16 @@ def draw_noise(noise, key, ids, num_samples: int, shape) -> np.ndarray:
   """The unit estimation noise of samples ``0 .. num_samples - 1`` of inputs ``ids``:
   ``[len(ids), num_samples, *shape]`` (``rsjax.sample_noise`` with ``fold_in(key, 1)``,
   in one compiled call)."""
-  import jax.numpy as jnp
   ids = jnp.asarray(np.asarray(ids), jnp.uint32)
   return np.asarray(_draw(noise, key, ids, num_samples=int(num_samples),
                           shape=tuple(int(d) for d in shape)))
 
 
+@functools.partial(jax.jit, static_argnames=("noise", "num_samples", "shape"))
 def _draw(noise, key, ids, *, num_samples, shape):
-  import jax
-  global _draw_jit
-  if _draw_jit is None:
-    from rsjax import sample_noise
-
-    def draw(noise, key, ids, *, num_samples, shape):
-      j = jax.numpy.arange(num_samples, dtype=jax.numpy.uint32)
-      k_est = jax.random.fold_in(key, 1)
-      return jax.vmap(lambda i: sample_noise(noise, k_est, i, j, shape))(ids)
-
-    _draw_jit = jax.jit(draw, static_argnames=("noise", "num_samples", "shape"))
-  return _draw_jit(noise, key, ids, num_samples=num_samples, shape=shape)
-
-
-_draw_jit = None
+  j = jnp.arange(num_samples, dtype=jnp.uint32)
+  k_est = jax.random.fold_in(key, 1)
+  return jax.vmap(lambda i: sample_noise(noise, k_est, i, j, shape))(ids)
 
 
 # ----------------------------------------------------------------------------- audit
