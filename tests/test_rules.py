@@ -67,10 +67,16 @@ def test_a_custom_rule_plugs_into_the_driver():
   np.testing.assert_allclose(cert.radius, again.radius)
 
 
-def test_fixed_n_is_the_default_rule_of_certify():
+def _cohen_passes():
+  """The linear problem's inputs, settings, and Cohen's counts source and certificate rule."""
   w, x = _problem()
   settings = rsjax.Sampling(n0=20, n=300, batch_size=100)
   counts, rule = cohen_passes(_linear, w, x, 0.5, None, num_classes=2, settings=settings)
+  return w, x, settings, counts, rule
+
+
+def test_fixed_n_is_the_default_rule_of_certify():
+  w, x, settings, counts, rule = _cohen_passes()
   a = rsjax.run_certify(7, counts, rule, settings, sampling_rule=rsjax.FixedN())
   b = rsjax.certify(7, _linear, w, x, sigma=0.5, num_classes=2, settings=settings)
   np.testing.assert_array_equal(a.counts, b.counts)
@@ -79,9 +85,7 @@ def test_fixed_n_is_the_default_rule_of_certify():
 
 
 def test_rules_refuse_what_they_cannot_run():
-  w, x = _problem()
-  settings = rsjax.Sampling(n0=20, n=300, batch_size=100)
-  counts, rule = cohen_passes(_linear, w, x, 0.5, None, num_classes=2, settings=settings)
+  _, _, settings, counts, rule = _cohen_passes()
   with pytest.raises(ValueError, match="sampling_rule must have run"):
     rsjax.run_certify(0, counts, rule, settings, sampling_rule=(0.5, 1.0))
   with pytest.raises(ValueError, match="Cohen's binary radius"):  # another method's rule
