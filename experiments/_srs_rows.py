@@ -92,7 +92,7 @@ def f_evals(cfg, variant: str, m: int) -> int:
 def certify_image(cfg, deq_fn, variables, sigma: float, variant: str, m: int, x, label: int,
                   image_id: int, compile_call: bool) -> dict:
   """Certifies one image (``x [1, H, W, C]``) with one method; its row (wall and CPU
-  seconds included)."""
+  seconds, and the cores the process may use, included)."""
   kw = dict(sigma=sigma, num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
             batch_size=cfg.chains, solver=deq.as_solver_config(cfg.standard))
   if variant == cfg.standard:
@@ -105,7 +105,8 @@ def certify_image(cfg, deq_fn, variables, sigma: float, variant: str, m: int, x,
   row = {"id": int(image_id), "label": int(label), "predict": int(cert.prediction[0]),
          "radius": float(cert.radius[0]), "p_lower": float(cert.p_lower[0]),
          "count": int(cert.counts[0].max()), "seconds": time.perf_counter() - t0,
-         "cpu_seconds": time.process_time() - c0, "compile": compile_call}
+         "cpu_seconds": time.process_time() - c0, "compile": compile_call,
+         "cores": len(os.sched_getaffinity(0))}  # cores this process may run on
   if variant != cfg.standard:
     row.update(mismatch_upper=float(cert.mismatch_upper[0]),
                check_selected=int(cert.check_selected[0]),

@@ -64,6 +64,11 @@ images; a killed run loses at most the image in progress.
 Commands::
 
   python experiments/srs_deq.py --full --max-minutes 100   # a piece; rerun to continue
+  # two pieces at once, one per core (XLA:CPU gains nothing from a second thread here:
+  # 30A took 24.5 s per image on 2 threads, 24 s on 1)
+  XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
+    taskset -c 0 python experiments/srs_deq.py --full --models deq --sigmas 0.25 &
+  XLA_FLAGS=... taskset -c 1 python experiments/srs_deq.py --full --models deq --sigmas 0.5 &
   python experiments/srs_deq.py --full --report            # the JSON of the rows there are
   python experiments/srs_deq.py --quick                    # ~15 min, sigma 0.5, N = 2,000
 
@@ -406,6 +411,9 @@ def main(argv=None):
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--sigmas", type=float, nargs="+", default=None,
                       help="only these sigmas (default: the mode's)")
+  parser.add_argument("--models", nargs="+", choices=("deq", "mdeq"), default=None,
+                      help="only these models (default: the mode's); with --sigmas, lets two "
+                           "processes work on disjoint rows files at once")
   parser.add_argument("--images", type=int, default=None,
                       help="only the first K of the mode's images (a piece of a run: the rows "
                            "are the run's, so the whole run resumes from them)")
@@ -421,9 +429,13 @@ def main(argv=None):
   if args.sigmas:
     cfg = dataclasses.replace(cfg, models=tuple(
         (k, tuple(s for s in sig if s in args.sigmas)) for k, sig in cfg.models))
+  if args.models:
+    cfg = dataclasses.replace(cfg, models=tuple(
+        (k, sig) for k, sig in cfg.models if k in args.models))
   tag = "quick" if args.quick else "full"
-  if args.images is not None or args.sigmas:  # a piece of the run: its own JSON, the run's rows
-    tag += "".join(f"_sigma{s:g}" for s in sorted({s for _, s in cfg.runs()})) + (
+  if args.images is not None or args.sigmas or args.models:  # a piece: its own JSON, the run's rows
+    tag += "".join(f"_{k}" for k in (args.models or ())) + "".join(
+        f"_sigma{s:g}" for s in sorted({s for _, s in cfg.runs()})) + (
         f"_first{args.images}" if args.images is not None else "")
   out = args.out or os.path.join(RESULTS, f"srs_deq_{tag}.json")
   # The full run's models and rows are committed next to its results (a fresh clone resumes).
