@@ -69,6 +69,10 @@ Commands::
   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
     taskset -c 0 python experiments/srs_deq.py --full --models deq --sigmas 0.25 &
   XLA_FLAGS=... taskset -c 1 python experiments/srs_deq.py --full --models deq --sigmas 0.5 &
+  # one model's images split between two processes (they append to the same rows files,
+  # one whole line per write)
+  ... python experiments/srs_deq.py --full --models mdeq --images 120 &
+  ... python experiments/srs_deq.py --full --models mdeq --from-image 120 &
   python experiments/srs_deq.py --full --report            # the JSON of the rows there are
   python experiments/srs_deq.py --quick                    # ~15 min, sigma 0.5, N = 2,000
 
@@ -144,6 +148,7 @@ class Config:
   resnet: bool = False  # also train a ResNet of the DEQ's size (its noisy accuracy)
   train_size: int | None = None  # None: all 4,000 training digits
   max_images: int | None = None  # None: every images_every-th held-out digit; K: the first K
+  first_image: int = 0  # J: start at the J-th of those images (a piece of the run)
   seed: int = 0
 
   def runs(self) -> list[tuple[str, float]]:
@@ -334,7 +339,7 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
   t_start = time.perf_counter()
   train = data.load("mnist5k", "train")
   test = data.load("mnist5k", "test")
-  ids = np.arange(0, len(test.x), cfg.images_every)[:cfg.max_images]
+  ids = np.arange(0, len(test.x), cfg.images_every)[cfg.first_image:cfg.max_images]
   x_cert, y_cert = test.x[ids], test.y[ids].astype(np.int64)
   held_out = (test.x[:500], test.y[:500].astype(np.int32))
   os.makedirs(workdir, exist_ok=True)
@@ -417,6 +422,9 @@ def main(argv=None):
   parser.add_argument("--images", type=int, default=None,
                       help="only the first K of the mode's images (a piece of a run: the rows "
                            "are the run's, so the whole run resumes from them)")
+  parser.add_argument("--from-image", type=int, default=0,
+                      help="start at the J-th of the mode's images (with --images K: images "
+                           "J..K-1; two processes can split one model's images)")
   parser.add_argument("--max-minutes", type=float, default=None,
                       help="stop after the image in progress once this much time has passed")
   parser.add_argument("--report", action="store_true",
@@ -425,7 +433,8 @@ def main(argv=None):
   parser.add_argument("--workdir", default=None,
                       help="models and per-image rows (resume: rerun the same command)")
   args = parser.parse_args(argv)
-  cfg = dataclasses.replace(get_config(args.quick), seed=args.seed, max_images=args.images)
+  cfg = dataclasses.replace(get_config(args.quick), seed=args.seed, max_images=args.images,
+                            first_image=args.from_image)
   if args.sigmas:
     cfg = dataclasses.replace(cfg, models=tuple(
         (k, tuple(s for s in sig if s in args.sigmas)) for k, sig in cfg.models))
@@ -433,9 +442,10 @@ def main(argv=None):
     cfg = dataclasses.replace(cfg, models=tuple(
         (k, sig) for k, sig in cfg.models if k in args.models))
   tag = "quick" if args.quick else "full"
-  if args.images is not None or args.sigmas or args.models:  # a piece: its own JSON, the run's rows
-    tag += "".join(f"_{k}" for k in (args.models or ())) + "".join(
+  if args.images is not None or args.sigmas or args.models or args.from_image:  # a piece: its
+    tag += "".join(f"_{k}" for k in (args.models or ())) + "".join(  # own JSON, the run's rows
         f"_sigma{s:g}" for s in sorted({s for _, s in cfg.runs()})) + (
+        f"_from{args.from_image}" if args.from_image else "") + (
         f"_first{args.images}" if args.images is not None else "")
   out = args.out or os.path.join(RESULTS, f"srs_deq_{tag}.json")
   # The full run's models and rows are committed next to its results (a fresh clone resumes).
