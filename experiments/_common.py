@@ -141,3 +141,21 @@ def write_json(out_dir: str, name: str, obj) -> str:
   with open(path, "w") as f:
     json.dump(obj, f, indent=1)
   return path
+
+
+def strip_checkpoint_paths(directory: str) -> int:
+  """Rewrites the ``commit_success.txt`` files that Orbax leaves in every checkpoint under
+  ``directory`` without the absolute path it writes there, so that checkpoints committed to
+  the repository name no machine's directories (Orbax's restore only checks that the file
+  exists). Returns the number of files rewritten."""
+  changed = 0
+  for parent, _, files in os.walk(directory):
+    if "commit_success.txt" in files:
+      path = os.path.join(parent, "commit_success.txt")
+      with open(path) as fh:
+        text = fh.read()
+      if "/" in text:
+        with open(path, "w") as fh:
+          fh.write("Checkpoint commit was successful")
+        changed += 1
+  return changed

@@ -117,7 +117,7 @@ from flax import nnx
 import jax
 import numpy as np
 
-from _common import RESULTS, ROOT  # first: puts the repository on sys.path
+from _common import RESULTS, ROOT, strip_checkpoint_paths  # first: the repository on sys.path
 import _srs_rows as rows_lib
 import rsjax
 from rsjax import data, deq, metrics, stats
@@ -222,6 +222,7 @@ def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log, k
                                     rngs=cfg.seed, **spec["model_kwargs"])
   model, history = _train(cfg, sigma, model, train, held_out, workdir, model_config=spec,
                           on_epoch_end=lambda e: log(json.dumps(e)))
+  strip_checkpoint_paths(workdir)  # the full run's checkpoints are committed
   # Accuracy under one draw of noise with cheap and full solvers from z = 0.
   deq_fn, variables = deq.to_deq_fn(model)
   run = jax.jit(deq_fn, static_argnums=3)

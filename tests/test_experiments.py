@@ -76,3 +76,22 @@ def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
   # model a twice: the second call resumes (no calls); model b: every row again, with b's radii
   assert calls == [2, 2, 2, 2]
   np.testing.assert_allclose(io.read_certify(path).radius, xs[:, 0] + 10.0)
+
+
+def test_committed_checkpoints_name_no_machine_path(tmp_path):
+  """Orbax writes the checkpoint's absolute path into ``commit_success.txt``; the results'
+  committed checkpoints must not carry it, and ``strip_checkpoint_paths`` takes it out."""
+  import _common
+  found = []
+  for parent, _, files in os.walk(os.path.join(ROOT, "results")):
+    if "commit_success.txt" in files:
+      with open(os.path.join(parent, "commit_success.txt")) as fh:
+        found.append((parent, fh.read()))
+  assert found, "the SRS run's models are committed as checkpoints"
+  assert [p for p, text in found if "/" in text] == []
+  step = tmp_path / "checkpoints" / "20" / "meta"
+  step.mkdir(parents=True)
+  (step / "commit_success.txt").write_text(f"Checkpoint commit was successful to {step}")
+  (step.parent / "commit_success.txt").write_text("Checkpoint commit was successful")
+  assert _common.strip_checkpoint_paths(str(tmp_path)) == 1
+  assert (step / "commit_success.txt").read_text() == "Checkpoint commit was successful"
