@@ -36,30 +36,20 @@ reported above the cap. The margin over 2 sigma is deliberate: at m = 420
 costs a 30A solve, so m bounds the speed-up: SRS-3B's f-evals are 56,120 per
 image (22,320 in the checks), 5.4x fewer than 30A's 303,000.
 
-Cost (issue 29): each pass over an image was already one compiled program
-(2 launches per image and method: selection and estimation, chains and
-checks inside, warm start carried in the scan). The time went to the
-arithmetic around the solver: Anderson recomputed the m x m Gram matrix of
-its history every step as a batch of tiny matrix products, 31 of the 69 ms
-of a 30A step on 400 samples (the map itself: 21 ms); a 1-step Anderson
-solve built a 6-slot history; the m = 420 check solves ran as 2 x 400. Now
-the Gram matrix is updated one row per step, the history has min(m, steps)
-slots, 1A is the plain step it equals, and checks run in equal batches.
-CPU seconds per image, one image at full settings (m = 744) before -> after:
-30A 54.3 -> 27.3 (2.0x), SRS-1A 7.3 -> 4.1, SRS-3A 9.6 -> 5.3, SRS-1B 5.5 ->
-4.0, SRS-3B 9.1 -> 5.6; so the baseline gained most and SRS-3B's CPU
-speed-up against it went from 6.0x to 4.9x. The trained DEQ's labels with
-30A, 10A, 3A and 3B equal the old code's on 4,000 noisy samples each (logits
-within 6e-6).
+Cost (issue 29): each pass over an image is one compiled program (2 launches per image
+and method, warm start carried in the scan); the time went to Anderson's m x m Gram matrix,
+recomputed every step (31 of 69 ms of a 30A step on 400 samples; the map: 21 ms). It is now
+updated one row per step, 1A is the plain step it equals, and checks run in equal batches.
+CPU seconds per image (m = 744) before -> after: 30A 54.3 -> 27.3, SRS-1A 7.3 -> 4.1, SRS-3A
+9.6 -> 5.3, SRS-1B 5.5 -> 4.0, SRS-3B 9.1 -> 5.6 (its speed-up: 6.0x -> 4.9x). Labels of
+30A, 10A, 3A and 3B equal the old code's on 4,000 noisy samples each (logits within 6e-6).
 
-Runs in pieces: the models (final checkpoint) and one JSON-lines file of
-rows per (model, sigma, method) are committed in ``results/srs_deq_full/``;
-``--full`` trains a model when its first round comes, certifies rounds of 10
-images per (model, sigma) with every method, rewrites
-``results/srs_deq_full.json`` and ``.png`` after every block (images done
-out of 200 per model and sigma; methods compared on the images all of them
-have), and continues where the rows stop. ``--max-minutes`` stops between
-images; a killed run loses at most the image in progress.
+Runs in pieces: the models (final checkpoint) and one JSON-lines file of rows per (model,
+sigma, method) are committed in ``results/srs_deq_full/``; ``--full`` trains a model when its
+first round comes, certifies rounds of 10 images per (model, sigma) with every method,
+rewrites the JSON and ``.png`` after every block (methods compared on the images all of them
+have), and continues where the rows stop. ``--max-minutes`` stops between images; a killed
+run loses at most the image in progress.
 
 Commands::
 
@@ -120,7 +110,7 @@ import numpy as np
 from _common import RESULTS, ROOT, strip_checkpoint_paths  # first: the repository on sys.path
 import _srs_rows as rows_lib
 import rsjax
-from rsjax import data, deq, metrics, stats
+from rsjax import data, deq, stats
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,8 +29,7 @@ import numpy as np
 from rsjax.batching import auto_batch_size
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
-from rsjax._step import (SamplingPlan, cast_floating, make_plan, noisy_counts, sample_noise,
-                         step_counts)
+from rsjax._step import SamplingPlan, cast_floating, make_plan, noisy_counts, step_counts
 from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
 
 __all__ = ["PendingCounts", "sample_counts", "counts_prepared", "dispatch_counts", "noisy_counts",

@@ -1,6 +1,5 @@
 """rsjax.batching: the automatic step size."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -4,7 +4,6 @@ Each method's honest run through the command verifies clean; an edited radius
 and an edited count are each caught.
 """
 
-import json
 import shutil
 
 import numpy as np

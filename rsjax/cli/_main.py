@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   ``--debug`` re-raises instead, showing the traceback.
   """
   argv = list(sys.argv[1:] if argv is None else argv)
-  if argv[:1] == ["--version"]:  # without importing JAX (seconds)
+  if argv[:1] == ["--version"]:  # without building the parser (importing rsjax loads JAX)
     from importlib import metadata
     try:
       version = metadata.version("rsjax")

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 from flax import nnx
 
