@@ -183,3 +183,68 @@ def plot(path: str, curves: dict, runs: dict) -> None:
   axes[0][0].set_ylabel("certified accuracy")
   axes[0][0].legend(fontsize=8, loc="lower left")
   save_figure(fig, path, 130)
+
+
+def _m_to_reach(n_a: int, n: int, alpha: float, target_p: float, m_max: int = 10**7):
+  """The smallest m with which SRS's bound on an image whose SRS count is ``n_a`` would reach
+  ``target_p``, with the check samples labelled as the count suggests (``m * n_a / n`` of the
+  class) and every one agreeing; None if not even ``m_max`` does (the alpha / 2 that the
+  bound spends on the count alone falls short)."""
+  def reach(m):
+    m_a = int(m * n_a / n)
+    return float(deq.srs_p_lower(n_a, n, m_a, m_a, alpha)[0]) >= target_p
+
+  if not reach(m_max):
+    return None
+  lo, hi = 1, m_max
+  while lo < hi:
+    mid = (lo + hi) // 2
+    lo, hi = (lo, mid) if reach(mid) else (mid + 1, hi)
+  return lo
+
+
+def losses_below_cap(cfg, standard_rows: list[dict], rows: list[dict], variant: str, m: int,
+                     sigma: float, radii=RADII) -> dict:
+  """Why an SRS method falls behind standard RS below its cap, radius by radius.
+
+  An image is lost at ``r`` when standard RS certifies it correctly at ``r`` and the SRS
+  method does not. Each lost image is put down to the first cause that holds:
+  ``"labels"`` (SRS predicts another class, or its count of the class is lower than standard
+  RS's: its approximate solves label differently), ``"check_disagreements"`` (a check sample
+  that SRS labelled as the class got another label from the full solver), ``"alpha_split"``
+  (the two-stage bound spends alpha / 2 on the count, and that alone falls short of
+  ``Phi(r / sigma)`` whatever m) or ``"too_few_checks"``, with ``m_needed``: the m that would
+  have kept them all (``_m_to_reach``) and the method's f-eval ratio against standard RS at
+  that m.
+
+  Returns:
+    ``{"r": {"lost": int, "causes": {cause: int}, "m_needed": int | None,
+    "f_eval_ratio_at_m_needed": float | None}}`` for every ``r`` in ``radii`` below the cap.
+  """
+  from scipy import stats as st
+  cap = deq.max_certifiable_radius(cfg.n, m, cfg.alpha, sigma)
+  std = {r["id"]: r for r in standard_rows}
+  out = {}
+  for radius in (r for r in radii if r < cap):
+    lost = [(std[r["id"]], r) for r in rows if r["id"] in std
+            and std[r["id"]]["predict"] == std[r["id"]]["label"] and std[r["id"]]["radius"] >= radius
+            and not (r["predict"] == r["label"] and r["radius"] >= radius)]
+    causes, needed = {}, []
+    for s, r in lost:
+      m_r = None
+      if r["predict"] != r["label"] or r["count"] < s["count"]:
+        cause = "labels"
+      elif r["check_agree"] < r["check_selected"]:
+        cause = "check_disagreements"
+      else:
+        m_r = _m_to_reach(r["count"], cfg.n, cfg.alpha, float(st.norm.cdf(radius / sigma)))
+        cause = "alpha_split" if m_r is None else "too_few_checks"
+      if m_r is not None:
+        needed.append(m_r)
+      causes[cause] = causes.get(cause, 0) + 1
+    m_needed = max(needed) if needed else None
+    out[f"{radius:g}"] = {
+        "lost": len(lost), "causes": causes, "m_needed": m_needed,
+        "f_eval_ratio_at_m_needed": (f_evals(cfg, cfg.standard, m_needed)
+                                     / f_evals(cfg, variant, m_needed)) if m_needed else None}
+  return out

@@ -84,13 +84,9 @@ Broyden's per-step work adds ~10% (3A, same f-evals, is 5.0-5.3x). Below the
 cap it loses 2 images of 30 at r = 0.5 (2 sigma, DEQ 0.25) and 1 of 20 at
 r = 0.75 (DEQ 0.5), more than 1 point on so few images.
 
-Earlier numbers (previous solver code, m = 420):
-``results/srs_deq_full_sigma0.25_first20.json`` (first 20 images at sigma
-0.25, cce99da): SRS-3B 6.4x faster than 30A (then 59.6 s per image) with the
-same certified accuracy below r = 0.5, 3 of 20 lost at r = 0.5.
-``results/srs_deq_quick.json`` (``--quick`` at 2bfff8a): SRS-1A 6.5x and
-SRS-3A 3.9x faster than 30A, 0-2 points lower at r = 0, nothing above the
-cap 0.81.
+Earlier numbers (previous solver code, m = 420): ``results/srs_deq_full_sigma0.25_first20.json``
+(cce99da; SRS-3B 6.4x, 3 of 20 lost at r = 0.5), ``results/srs_deq_quick.json`` (``--quick``
+at 2bfff8a; SRS-1A 6.5x, SRS-3A 3.9x, 0-2 points lower at r = 0, nothing above the cap 0.81).
 """
 
 from __future__ import annotations
@@ -289,6 +285,9 @@ def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> di
     for v, name in names.items():
       rows = [by_variant[v][i] for i in common]
       results[name] = rows_lib.summarize(cfg, rows, v, st.m)
+      if v != cfg.standard:  # images lost to standard RS below the cap, and why
+        results[name]["lost_below_cap"] = rows_lib.losses_below_cap(
+            cfg, [by_variant[cfg.standard][i] for i in common], rows, v, st.m, st.sigma)
       if len(common) == len(ids) and v != cfg.standard and cfg.share_images:
         results[name]["check_time_share"] = st.share.setdefault(v, check_time_share(
             cfg, st.model, st.sigma, v, st.x, ids))
