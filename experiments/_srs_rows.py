@@ -114,12 +114,23 @@ def certify_image(cfg, deq_fn, variables, sigma: float, variant: str, m: int, x,
   return row
 
 
+#: A row is timed only if its process ran for most of its wall time: wall seconds above
+#: ``WAIT_RATIO`` times its CPU seconds mean it waited for a core (another job was on it).
+WAIT_RATIO = 1.25
+
+
+def waited(row: dict) -> bool:
+  """Whether ``row`` was certified while its process waited for a core (not timed)."""
+  return "cpu_seconds" in row and row["seconds"] > WAIT_RATIO * row["cpu_seconds"]
+
+
 def summarize(cfg, rows: list[dict], variant: str, m: int, radii=RADII) -> dict:
-  """Certified accuracy at ``radii``, ACR, seconds per image (compile calls excluded)
-  and the SRS check statistics of ``rows``."""
+  """Certified accuracy at ``radii``, ACR, seconds per image (compile calls and rows that
+  ``waited`` for a core excluded: ``timed_images``, ``waited_images``) and the SRS check
+  statistics of ``rows``."""
   correct = np.array([r["predict"] == r["label"] for r in rows], bool)
   radius = np.array([r["radius"] for r in rows], float)
-  warm = [r for r in rows if not r["compile"]]
+  warm = [r for r in rows if not r["compile"] and not waited(r)]
   evals = f_evals(cfg, variant, m)
 
   def mean(key, rs):
@@ -134,6 +145,7 @@ def summarize(cfg, rows: list[dict], variant: str, m: int, radii=RADII) -> dict:
       "cpu_seconds_per_image": mean("cpu_seconds", warm) if all("cpu_seconds" in r for r in warm)
       else None,
       "timed_images": len(warm),
+      "waited_images": sum(waited(r) for r in rows if not r["compile"]),
       "wall_seconds_total": float(sum(r["seconds"] for r in rows)),
       "f_evals_per_image": evals,
       "solver_steps_per_sample": evals / (cfg.n0 + cfg.n),

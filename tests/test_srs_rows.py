@@ -70,13 +70,15 @@ def test_f_evals_of_the_full_run():
 
 def test_summary_and_speedups():
   cfg = srs_deq.get_config(False)
-  rows = [_row(0, seconds=9.0, compile=True), _row(1, seconds=4.0), _row(2, seconds=6.0),
-          _row(3, predict=2)]
+  rows = [_row(0, seconds=9.0, compile=True), _row(1, seconds=4.0, cpu_seconds=4.0),
+          _row(2, seconds=6.0, cpu_seconds=6.5), _row(3, predict=2),
+          _row(4, predict=2, radius=0.0, seconds=9.0, cpu_seconds=5.0)]  # waited for a core
   s = rows_lib.summarize(cfg, rows, "30A", 744)
-  assert s["images"] == 4 and s["timed_images"] == 3
-  assert s["seconds_per_image"] == pytest.approx(4.0)  # the compile call is not timed
-  # correct with radius >= r: ids 0-2 (radii 0, .1, .2); id 3 is wrong
-  assert s["certified_accuracy"] == {"0": 0.75, "0.25": 0.0, "0.5": 0.0, "0.75": 0.0, "1": 0.0}
+  assert s["images"] == 5 and s["timed_images"] == 3 and s["waited_images"] == 1
+  assert s["seconds_per_image"] == pytest.approx(4.0)  # neither the compile call nor the wait
+  assert s["cpu_seconds_per_image"] == pytest.approx(12.5 / 3)
+  # correct with radius >= r: ids 0-2 (radii 0, .1, .2); ids 3 and 4 are wrong
+  assert s["certified_accuracy"] == {"0": 0.6, "0.25": 0.0, "0.5": 0.0, "0.75": 0.0, "1": 0.0}
   results = {"standard-30A": s, "SRS-3B": {"seconds_per_image": 1.0, "cpu_seconds_per_image": None,
                                          "f_evals_per_image": 56_120}}
   rows_lib.add_speedups(results, "standard-30A")
