@@ -138,8 +138,8 @@ def summarize(cfg, rows: list[dict], variant: str, m: int, radii=RADII) -> dict:
 
   out = {
       "images": len(rows),
-      "certified_accuracy": {f"{r:g}": float(a) for r, a in
-                             zip(radii, metrics.certified_accuracy(correct, radius, radii))},
+      "certified_accuracy": {f"{r:g}": float(a) for r, a in zip(
+          radii, metrics.certified_accuracy(correct, radius, radii))} if rows else None,
       "acr": metrics.average_certified_radius(correct, radius) if rows else None,
       "seconds_per_image": mean("seconds", warm),
       "cpu_seconds_per_image": mean("cpu_seconds", warm) if all("cpu_seconds" in r for r in warm)

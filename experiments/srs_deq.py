@@ -69,20 +69,21 @@ Commands::
 ``--quick``: 5 epochs, 50 images, n0 = 100, N = 2,000, m = 200 (cap 0.81 at
 sigma 0.5), 100 chains, SRS-1A and SRS-3A.
 
-Numbers produced (issue 29, partial: 3 pieces of 70 min on 2 shared cores,
-2026-11-25; ``results/srs_deq_full.json``). Speed-ups are wall (CPU-time ones
-within 0.6x); f-eval ratios 8.2x (1A/1B) and 5.4x (3A/3B)::
+Numbers produced (issue 29; ``results/srs_deq_full.json``: the DEQ's 200 images at both
+sigmas, the MDEQ's first 48; 2 CPU cores, from one to two pieces at once, one per core; rows
+that waited for a core are not timed). Speed-ups wall (CPU time within 0.15x); f-eval ratios
+8.2x (1A/1B) and 5.4x (3A/3B)::
 
-                    images  speed-up 1A/3A/1B/3B    cert. acc. 30A vs SRS-3B at r = 0 / .25 / .5 / .75 / 1
-  DEQ sigma 0.25    30      8.1 / 5.2 / 7.3 / 4.5   1.00 .93 .93 .83 0  vs 1.00 .93 .87 0 0  (cap 0.55)
-  MDEQ sigma 0.25   20      7.5 / 5.3 / 7.2 / 5.0   1.00 1.0 .90 .80 0  vs 1.00 1.0 .90 0 0
-  DEQ sigma 0.5     20      7.5 / 5.0 / 6.9 / 4.5   .95 .95 .80 .80 .70 vs .95 .95 .80 .75 .70 (cap 1.10)
+                   images speed-up 1A/3A/1B/3B  cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1
+  DEQ sigma 0.25   200    7.6 / 5.0 / 7.1 / 4.7 .955 .930 .860 .775 0 vs .955 .925 .840 0 0
+  MDEQ sigma 0.25  48     7.4 / 5.1 / 7.0 / 4.9 1.00 1.00 .938 .854 0 vs 1.00 1.00 .938 0 0
+  DEQ sigma 0.5    200    7.6 / 5.0 / 7.1 / 4.7 .940 .905 .860 .810 .715 vs .935 .905 .850 .780 .615
 
-30A takes 26-29 s per image here. So far SRS-3B misses 5x by 0-10% (4.5-5.0x):
-the checks (744 x 30A) are 40% of its f-evals, capping it at 5.4x, and
-Broyden's per-step work adds ~10% (3A, same f-evals, is 5.0-5.3x). Below the
-cap it loses 2 images of 30 at r = 0.5 (2 sigma, DEQ 0.25) and 1 of 20 at
-r = 0.75 (DEQ 0.5), more than 1 point on so few images.
+SRS-3B misses 5x (4.7x): the checks (744 x 30A) are 40% of its f-evals, capping it at 5.4x,
+and Broyden's per-step work costs ~7% (3A, the same f-evals, is 5.0x). Below the cap (0.55 /
+1.10) it loses 4 of 200 images at r = 0.5 on the DEQ at 0.25 (3 to too few checks: keeping
+them needs m >= 2,022, where its f-eval ratio is 3.2x) and 1, 2, 6 and 20 of 200 at r = 0,
+0.5, 0.75 and 1.0 at 0.5 (at 1.0: 12 to checks that disagree, 8 to too few checks).
 
 Earlier numbers (previous solver code, m = 420): ``results/srs_deq_full_sigma0.25_first20.json``
 (cce99da; SRS-3B 6.4x, 3 of 20 lost at r = 0.5), ``results/srs_deq_quick.json`` (``--quick``

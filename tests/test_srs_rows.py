@@ -79,6 +79,8 @@ def test_summary_and_speedups():
   assert s["cpu_seconds_per_image"] == pytest.approx(12.5 / 3)
   # correct with radius >= r: ids 0-2 (radii 0, .1, .2); ids 3 and 4 are wrong
   assert s["certified_accuracy"] == {"0": 0.6, "0.25": 0.0, "0.5": 0.0, "0.75": 0.0, "1": 0.0}
+  empty = rows_lib.summarize(cfg, [], "3B", 744)  # a piece whose images have no rows yet
+  assert empty["images"] == 0 and empty["certified_accuracy"] is None and empty["acr"] is None
   results = {"standard-30A": s, "SRS-3B": {"seconds_per_image": 1.0, "cpu_seconds_per_image": None,
                                          "f_evals_per_image": 56_120}}
   rows_lib.add_speedups(results, "standard-30A")
