@@ -70,13 +70,13 @@ Commands::
 sigma 0.5), 100 chains, SRS-1A and SRS-3A.
 
 Numbers produced (issue 29; ``results/srs_deq_full.json``: the DEQ's 200 images at both
-sigmas, the MDEQ's first 48; 2 CPU cores, from one to two pieces at once, one per core; rows
+sigmas, the MDEQ's first 86; 2 CPU cores, from one to two pieces at once, one per core; rows
 that waited for a core are not timed). Speed-ups wall (CPU time within 0.15x); f-eval ratios
 8.2x (1A/1B) and 5.4x (3A/3B)::
 
                    images speed-up 1A/3A/1B/3B  cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1
   DEQ sigma 0.25   200    7.6 / 5.0 / 7.1 / 4.7 .955 .930 .860 .775 0 vs .955 .925 .840 0 0
-  MDEQ sigma 0.25  48     7.4 / 5.1 / 7.0 / 4.9 1.00 1.00 .938 .854 0 vs 1.00 1.00 .938 0 0
+  MDEQ sigma 0.25  86     7.4 / 5.1 / 7.1 / 4.8 .977 .977 .930 .826 0 vs .977 .977 .907 0 0
   DEQ sigma 0.5    200    7.6 / 5.0 / 7.1 / 4.7 .940 .905 .860 .810 .715 vs .935 .905 .850 .780 .615
 
 SRS-3B misses 5x (4.7x): the checks (744 x 30A) are 40% of its f-evals, capping it at 5.4x,
