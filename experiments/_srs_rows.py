@@ -197,22 +197,16 @@ def plot(path: str, curves: dict, runs: dict) -> None:
   save_figure(fig, path, 130)
 
 
-def _m_to_reach(n_a: int, n: int, alpha: float, target_p: float, m_max: int = 10**7):
+def _m_to_reach(n_a: int, n: int, alpha: float, radius: float, sigma: float) -> int | None:
   """The smallest m with which SRS's bound on an image whose SRS count is ``n_a`` would reach
-  ``target_p``, with the check samples labelled as the count suggests (``m * n_a / n`` of the
-  class) and every one agreeing; None if not even ``m_max`` does (the alpha / 2 that the
-  bound spends on the count alone falls short)."""
-  def reach(m):
-    m_a = int(m * n_a / n)
-    return float(deq.srs_p_lower(n_a, n, m_a, m_a, alpha)[0]) >= target_p
-
-  if not reach(m_max):
+  ``radius`` (``deq.min_check_samples`` with ``count``); None if no m does (the alpha / 2 that
+  the bound spends on the count alone falls short)."""
+  try:
+    return deq.min_check_samples(radius, n, alpha, sigma, count=n_a)
+  except ValueError as e:
+    if "out of reach" not in str(e):
+      raise
     return None
-  lo, hi = 1, m_max
-  while lo < hi:
-    mid = (lo + hi) // 2
-    lo, hi = (lo, mid) if reach(mid) else (mid + 1, hi)
-  return lo
 
 
 def losses_below_cap(cfg, standard_rows: list[dict], rows: list[dict], variant: str, m: int,
@@ -233,14 +227,16 @@ def losses_below_cap(cfg, standard_rows: list[dict], rows: list[dict], variant: 
     ``{"r": {"lost": int, "causes": {cause: int}, "m_needed": int | None,
     "f_eval_ratio_at_m_needed": float | None}}`` for every ``r`` in ``radii`` below the cap.
   """
-  from scipy import stats as st
   cap = deq.max_certifiable_radius(cfg.n, m, cfg.alpha, sigma)
   std = {r["id"]: r for r in standard_rows}
+
+  def certified(row: dict, radius: float) -> bool:
+    return row["predict"] == row["label"] and row["radius"] >= radius
+
   out = {}
   for radius in (r for r in radii if r < cap):
-    lost = [(std[r["id"]], r) for r in rows if r["id"] in std
-            and std[r["id"]]["predict"] == std[r["id"]]["label"] and std[r["id"]]["radius"] >= radius
-            and not (r["predict"] == r["label"] and r["radius"] >= radius)]
+    lost = [(std[r["id"]], r) for r in rows
+            if r["id"] in std and certified(std[r["id"]], radius) and not certified(r, radius)]
     causes, needed = {}, []
     for s, r in lost:
       m_r = None
@@ -249,7 +245,7 @@ def losses_below_cap(cfg, standard_rows: list[dict], rows: list[dict], variant: 
       elif r["check_agree"] < r["check_selected"]:
         cause = "check_disagreements"
       else:
-        m_r = _m_to_reach(r["count"], cfg.n, cfg.alpha, float(st.norm.cdf(radius / sigma)))
+        m_r = _m_to_reach(r["count"], cfg.n, cfg.alpha, radius, sigma)
         cause = "alpha_split" if m_r is None else "too_few_checks"
       if m_r is not None:
         needed.append(m_r)

@@ -59,6 +59,8 @@ def test_min_check_samples_inverts_the_cap():
   with pytest.raises(ValueError, match="out of reach"):
     deq.min_check_samples(1.6, n, alpha, 0.5)  # standard RS itself stops at 1.585
   with pytest.raises(ValueError, match="radius"):
-    deq.min_check_samples(0.0, n, alpha, 0.5)
+    deq.min_check_samples(-0.1, n, alpha, 0.5)
+  m0 = deq.min_check_samples(0.0, n, alpha, 0.5)  # any certificate: the cap above 1/2
+  assert deq.mismatch_cap(n, m0, alpha) > 0.5 >= deq.mismatch_cap(n, m0 - 1, alpha)
   with pytest.raises(ValueError, match="sigma"):
     deq.max_certifiable_radius(n, 400, alpha, 0.0)

@@ -80,19 +80,25 @@ def max_certifiable_radius(n: int, m: int, alpha: float, sigma: float,
 
 
 def min_check_samples(radius: float, n: int, alpha: float, sigma: float,
-                      correction: str = "paper", m_max: int = 10_000_000) -> int:
+                      correction: str = "paper", m_max: int = 10_000_000,
+                      count: int | None = None) -> int:
   """The smallest ``m`` whose ``max_certifiable_radius`` reaches ``radius``.
 
   The cap grows with ``m`` (towards standard RS's ``(alpha/2)^(1/N)``), so a
-  bisection over ``m`` finds it.
+  bisection over ``m`` finds it. With ``count``, the bound is one input's
+  instead of the cap: that input's SRS count of its class is ``count`` of
+  ``N``, its check samples are labelled as the count suggests
+  (``m * count // N`` of the class) and all of them agree with the full solver.
 
   Args:
-    radius: target radius (> 0).
+    radius: target radius (>= 0; 0 asks for any certificate: a bound above 1/2).
     n: estimation samples ``N``.
     alpha: total error level.
     sigma: noise level.
     correction: ``"paper"`` (default) or ``"authors_code"``.
     m_max: largest ``m`` considered.
+    count: an input's SRS count of its class (``<= n``); ``None`` (default)
+      means ``n``, which gives the cap.
 
   Returns:
     The smallest such ``m``.
@@ -101,19 +107,29 @@ def min_check_samples(radius: float, n: int, alpha: float, sigma: float,
     ValueError: if no ``m <= m_max`` reaches ``radius`` (with ``N = n`` samples
       even standard RS at ``alpha / 2`` may not).
   """
-  if not radius > 0:
-    raise ValueError(f"radius must be > 0, got {radius!r}")
-  reach = lambda m: max_certifiable_radius(n, m, alpha, sigma, correction) >= radius
-  if not reach(m_max):
-    limit = max_certifiable_radius(n, m_max, alpha, sigma, correction)
-    raise ValueError(f"radius {radius} is out of reach with N={n}, alpha={alpha}, sigma={sigma}: "
-                     f"at most {limit:.3f} even with m={m_max}; raise N")
-  lo, hi = 0, int(m_max)  # reach(hi) holds; reach(lo) does not (m >= 1)
+  if not radius >= 0:
+    raise ValueError(f"radius must be >= 0, got {radius!r}")
+  if not sigma > 0:
+    raise ValueError(f"sigma must be > 0, got {sigma!r}")
+  n = check_int("n", n)
+  count = n if count is None else check_int("count", count)
+  if count > n:
+    raise ValueError(f"count must be <= n={n}, got {count}")
+
+  def bound_radius(m: int) -> float:
+    m_a = m * count // n
+    p, _ = srs_p_lower(count, n, m_a, m_a, check_alpha(alpha), correction)
+    return float(sigma * _st.norm.ppf(p)) if p > 0.5 else -float("inf")  # abstains
+
+  if not bound_radius(m_max) >= radius:
+    raise ValueError(f"radius {radius} is out of reach with N={n}, count={count}, alpha={alpha}, "
+                     f"sigma={sigma}: at most {bound_radius(m_max):.3f} even with m={m_max}; "
+                     "raise N")
+  lo, hi = 0, int(m_max)  # the bound reaches radius at hi, not at lo (m >= 1)
   while hi - lo > 1:
     mid = (lo + hi) // 2
-    if reach(mid):
+    if bound_radius(mid) >= radius:
       hi = mid
     else:
       lo = mid
   return hi
-
