@@ -69,21 +69,21 @@ Commands::
 ``--quick``: 5 epochs, 50 images, n0 = 100, N = 2,000, m = 200 (cap 0.81 at
 sigma 0.5), 100 chains, SRS-1A and SRS-3A.
 
-Numbers produced (issue 29; ``results/srs_deq_full.json``: the DEQ's 200 images at both
-sigmas, the MDEQ's first 86; 2 CPU cores, from one to two pieces at once, one per core; rows
-that waited for a core are not timed). Speed-ups wall (CPU time within 0.15x); f-eval ratios
-8.2x (1A/1B) and 5.4x (3A/3B)::
+Numbers produced (issue 29; ``results/srs_deq_full.json``: 200 images each; 2 CPU cores, one
+or two pieces at once, one per core; rows that waited for a core are not timed). Speed-ups wall
+(CPU time within 0.05x); f-eval ratios 8.2x (1A/1B) and 5.4x (3A/3B)::
 
                    images speed-up 1A/3A/1B/3B  cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1
   DEQ sigma 0.25   200    7.6 / 5.0 / 7.1 / 4.7 .955 .930 .860 .775 0 vs .955 .925 .840 0 0
-  MDEQ sigma 0.25  86     7.4 / 5.1 / 7.1 / 4.8 .977 .977 .930 .826 0 vs .977 .977 .907 0 0
+  MDEQ sigma 0.25  200    7.4 / 5.1 / 7.2 / 4.8 .955 .950 .915 .830 0 vs .955 .950 .895 0 0
   DEQ sigma 0.5    200    7.6 / 5.0 / 7.1 / 4.7 .940 .905 .860 .810 .715 vs .935 .905 .850 .780 .615
 
-SRS-3B misses 5x (4.7x): the checks (744 x 30A) are 40% of its f-evals, capping it at 5.4x,
-and Broyden's per-step work costs ~7% (3A, the same f-evals, is 5.0x). Below the cap (0.55 /
-1.10) it loses 4 of 200 images at r = 0.5 on the DEQ at 0.25 (3 to too few checks: keeping
-them needs m >= 2,022, where its f-eval ratio is 3.2x) and 1, 2, 6 and 20 of 200 at r = 0,
-0.5, 0.75 and 1.0 at 0.5 (at 1.0: 12 to checks that disagree, 8 to too few checks).
+SRS-3B misses 5x (4.7x, 4.8x): the checks (744 x 30A) are 40% of its f-evals, capping it at
+5.4x, and Broyden's per-step work costs 5-7% (3A, the same f-evals, is 5.0-5.1x). Below the
+cap (0.55 / 1.10) it loses 4 of 200 images at r = 0.5 on the DEQ at 0.25 (3 to too few checks:
+keeping them needs m >= 2,022, f-eval ratio 3.2x there), 4 at r = 0.5 on the MDEQ (all to too
+few checks; m >= 11,613, 0.8x) and 1, 2, 6 and 20 at r = 0, 0.5, 0.75 and 1.0 on the DEQ at
+0.5 (at 1.0: 12 to checks that disagree, 8 to too few checks).
 
 Earlier numbers (previous solver code, m = 420): ``results/srs_deq_full_sigma0.25_first20.json``
 (cce99da; SRS-3B 6.4x, 3 of 20 lost at r = 0.5), ``results/srs_deq_quick.json`` (``--quick``
