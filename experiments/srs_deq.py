@@ -46,9 +46,9 @@ CPU seconds per image (m = 744) before -> after: 30A 54.3 -> 27.3, SRS-1A 7.3 ->
 
 Runs in pieces: the models (final checkpoint) and one JSON-lines file of rows per (model,
 sigma, method) are committed in ``results/srs_deq_full/``; ``--full`` trains a model when its
-first round comes, certifies rounds of 10 images per (model, sigma) with every method,
-rewrites the JSON and ``.png`` after every block (methods compared on the images all of them
-have), and continues where the rows stop. ``--max-minutes`` stops between images; a killed
+first round comes, certifies rounds of 10 images per (model, sigma) with every method, writes
+the JSON and ``.png`` (methods compared on the images all have) after each round that certified
+something, and continues where the rows stop. ``--max-minutes`` stops between images; a killed
 run loses at most the image in progress.
 
 Commands::
@@ -59,15 +59,13 @@ Commands::
   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
     taskset -c 0 python experiments/srs_deq.py --full --models deq --sigmas 0.25 &
   XLA_FLAGS=... taskset -c 1 python experiments/srs_deq.py --full --models deq --sigmas 0.5 &
-  # one model's images split between two processes (they append to the same rows files,
-  # one whole line per write)
+  # one model's images split between two processes (each appends whole lines to one file)
   ... python experiments/srs_deq.py --full --models mdeq --images 120 &
   ... python experiments/srs_deq.py --full --models mdeq --from-image 120 &
   python experiments/srs_deq.py --full --report            # the JSON of the rows there are
   python experiments/srs_deq.py --quick                    # ~15 min, sigma 0.5, N = 2,000
 
-``--quick``: 5 epochs, 50 images, n0 = 100, N = 2,000, m = 200 (cap 0.81 at
-sigma 0.5), 100 chains, SRS-1A and SRS-3A.
+``--quick``: 5 epochs, 50 images, N = 2,000, m = 200 (cap 0.81), 100 chains, SRS-1A and 3A.
 
 Numbers produced (issue 29; ``results/srs_deq_full.json``: 200 images each; 2 CPU cores, one
 or two pieces at once, one per core; rows that waited for a core are not timed). Speed-ups wall
@@ -323,10 +321,10 @@ def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> di
 def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float | None = None,
         report_only: bool = False):
   """Trains (or reloads) each model, certifies with every method in rounds of ``cfg.block``
-  images per (model, sigma), rewrites the JSON and plot after every block. Rerunning the
-  same command resumes where it stopped; ``max_minutes`` stops after the image in progress
-  once that much time has passed; ``report_only`` writes the JSON and plot of the rows
-  there are and certifies (and trains) nothing."""
+  images per (model, sigma), writes the JSON and plot at the start and after each block that
+  certified something. Rerunning the same command resumes where it stopped; ``max_minutes``
+  stops before the next image left once that much time has passed; ``report_only`` writes
+  the JSON and plot of the rows there are and certifies (and trains) nothing."""
   t_start = time.perf_counter()
   train = data.load("mnist5k", "train")
   test = data.load("mnist5k", "test")
@@ -377,14 +375,15 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
       deq_fn, variables = deq.to_deq_fn(st.model)
       done = {v: {r["id"] for r in rows_lib.read_rows(st.paths[v], st.headers[v])}
               for v in st.paths}
+      certified = False
       for i in range(start, min(start + cfg.block, len(ids))):
-        if max_minutes is not None and time.perf_counter() - t_start > 60 * max_minutes:
+        todo = {v: name for v, name in _names(cfg).items() if int(ids[i]) not in done[v]}
+        if todo and max_minutes is not None and time.perf_counter() - t_start > 60 * max_minutes:
           stop = True
           log(f"stopping after {max_minutes} min; rerun the same command to continue")
           break
-        for v, name in _names(cfg).items():
-          if int(ids[i]) in done[v]:
-            continue
+        for v, name in todo.items():
+          certified = True
           row = rows_lib.certify_image(cfg, deq_fn, variables, st.sigma, v, st.m,
                                        x_cert[i:i + 1], y_cert[i], ids[i],
                                        (tag, v) not in compiled)
@@ -392,10 +391,11 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
           rows_lib.append_row(st.paths[v], st.headers[v], row)
           log(f"{tag} {name} image {int(ids[i])}: radius {row['radius']:.3f} "
               f"({row['seconds']:.1f}s, cpu {row['cpu_seconds']:.1f}s)")
-      report = _report(cfg, ids, setups, out_path, t_start)
-      log("progress: " + ", ".join(f"{t}: {r['images_done']}/{r['images_total']}"
-                                   for t, r in report["runs"].items()))
-  log(f"wrote {out_path} ({time.perf_counter() - t_start:.0f}s in this call)")
+      if certified:  # else the JSON and plot stand as they are
+        report = _report(cfg, ids, setups, out_path, t_start)
+        log("progress: " + ", ".join(f"{t}: {r['images_done']}/{r['images_total']}"
+                                     for t, r in report["runs"].items()))
+  log(f"wrote {out_path} ({time.perf_counter() - t_start:.0f}s; complete: {report['complete']})")
   return report
 
 

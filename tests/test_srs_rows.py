@@ -137,3 +137,50 @@ def test_losses_below_cap_name_their_causes():
   assert m_needed > m
   assert got["f_eval_ratio_at_m_needed"] == pytest.approx(
       rows_lib.f_evals(cfg, "30A", m_needed) / rows_lib.f_evals(cfg, "3B", m_needed))
+
+
+def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monkeypatch):
+  """The run loop resumes from the rows: a second call over finished rows certifies no image,
+  writes the JSON once (at the start) and does not claim that a rerun would continue."""
+  cfg = srs_deq.Config(models=(("deq", (0.25,)),), max_images=3, block=2, images_every=100)
+  certified, reports, logs = [], [], []
+
+  def train_model(cfg, sigma, workdir, *args, **kw):  # no model: nothing is certified here
+    os.makedirs(workdir, exist_ok=True)
+    return None, [{"epoch": 1}], None
+
+  monkeypatch.setattr(srs_deq, "train_model", train_model)
+  monkeypatch.setattr(srs_deq.deq, "to_deq_fn", lambda model: (None, None))
+  def report(cfg, ids, setups, out_path, t_start):  # records the 30A rows each JSON would see
+    reports.append({t: len(rows_lib.read_rows(st.paths[cfg.standard], st.headers[cfg.standard]))
+                    for t, st in setups.items()})
+    return {"runs": {}, "complete": False}
+
+  def certify_image(cfg, deq_fn, variables, sigma, variant, m, x, label, image_id, compile_call):
+    certified.append((variant, int(image_id)))
+    return _row(int(image_id))
+
+  monkeypatch.setattr(srs_deq, "_report", report)
+  monkeypatch.setattr(rows_lib, "certify_image", certify_image)
+  run = lambda **kw: srs_deq.run(cfg, str(tmp_path / "out.json"), str(tmp_path / "work"),  # noqa: E731
+                                 log=logs.append, **kw)
+  run()
+  assert sorted(certified) == sorted((v, i) for v in srs_deq._names(cfg) for i in (0, 100, 200))
+  assert reports == [{}, {"deq sigma=0.25": 2}, {"deq sigma=0.25": 3}]  # start, then each block
+  certified.clear(), reports.clear(), logs.clear()
+  run(max_minutes=0.0)
+  assert certified == [] and len(reports) == 1
+  assert not any("rerun the same command" in line for line in logs), logs
+  # rows missing: a zero time budget stops before the first image left, and says so
+  rows = os.path.join(tmp_path, "work", "deq_sigma0.25", "rows_SRS-3B.jsonl")
+  with open(rows) as fh:
+    lines = fh.readlines()
+  with open(rows, "w") as fh:
+    fh.writelines(lines[:-1])
+  reports.clear(), logs.clear()
+  run(max_minutes=0.0)
+  assert certified == [] and len(reports) == 1
+  assert any("rerun the same command to continue" in line for line in logs)
+  reports.clear()
+  run()
+  assert certified == [("3B", 200)] and len(reports) == 2  # the start, the block of image 200
