@@ -9,6 +9,7 @@ header differs from the run's settings is refused (it holds another run's rows).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -52,17 +53,17 @@ def read_rows(path: str, run: dict) -> list[dict]:
 
 
 def append_row(path: str, run: dict, row: dict) -> None:
-  """Appends one row (writing the header first for a new file; dropping a cut-short tail)."""
-  if os.path.exists(path):
-    with open(path, "rb+") as fh:
-      data = fh.read()
-      if data and not data.endswith(b"\n"):
-        fh.truncate(data.rfind(b"\n") + 1)
-  new = not os.path.exists(path) or os.path.getsize(path) == 0
-  with open(path, "a") as fh:
-    if new:
-      fh.write(json.dumps({"run": run}) + "\n")
-    fh.write(json.dumps(row) + "\n")
+  """Appends one row (writing the header first for a new file; dropping a cut-short tail).
+  Processes appending to one file take turns: each holds an exclusive lock while it reads
+  the tail and appends (without it, one process's tail check could cut off a row that
+  another was writing)."""
+  with open(path, "ab+") as fh:
+    fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
+    fh.seek(0)
+    keep = fh.read().rfind(b"\n") + 1  # the bytes up to the last whole line
+    fh.truncate(keep)  # a run killed while writing left a cut-short tail: dropped
+    lines = ([{"run": run}] if keep == 0 else []) + [row]
+    fh.write("".join(json.dumps(obj) + "\n" for obj in lines).encode())
     fh.flush()
     os.fsync(fh.fileno())
 
