@@ -83,3 +83,33 @@ def test_sample_counts_is_one_launch(counted):
     rsjax.sample_counts(2, _apply, w, np.zeros((3, 4), np.float32), sigma=0.5, num_classes=2,
                         num=3_000, batch_size=64)
   assert counted == {"launch": 1, "to_host": 1}
+
+
+@pytest.mark.parametrize("num, chains, m", [(200, 20, 30), (5_000, 50, 120)])
+def test_srs_sampling_is_one_launch_whatever_the_chunks(counted, monkeypatch, num, chains, m):
+  """SRS (``rsjax.deq.srs_sample``): the warm-started chains of every chunk, the warm-up and
+  the check solves of every input run in one compiled program, the warm start carried on the
+  device; the host reads the results once."""
+  from golden_cases import LinearDEQ
+  from rsjax.deq import _srs
+  launch, calls = _srs._srs_jit, []
+
+  def counting_launch(*a, **k):
+    calls.append(1)
+    return launch(*a, **k)
+
+  monkeypatch.setattr(_srs, "_srs_jit", counting_launch)
+  d = 4
+  params = {"A": 0.5 * jnp.eye(d), "W": jnp.ones((d, 3)), "v": jnp.arange(d, dtype=jnp.float32),
+            "b": jnp.float32(-1.0)}
+  step = rsjax.deq.SolverConfig(name="anderson", steps=3)
+  config = rsjax.deq.SRSConfig(solver=step, warmup=step.replace(steps=10),
+                               check_solver=step.replace(steps=30), m=m)
+  x = np.random.default_rng(0).uniform(size=(2, 3)).astype(np.float32)
+  with jax.transfer_guard_device_to_host("disallow"):
+    out = rsjax.deq.srs_sample(0, LinearDEQ(), params, x, sigma=0.5, num_classes=2, num=num,
+                               config=config, settings=rsjax.Sampling(batch_size=chains),
+                               check_key=1)
+  assert out.counts.sum() == 2 * num and num // chains >= 10  # many chunks, every sample counted
+  assert (out.check_labels >= 0).all() and out.check_labels.shape == (2, m)
+  assert len(calls) == 1 and counted["to_host"] == 1
