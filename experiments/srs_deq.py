@@ -77,11 +77,11 @@ or two pieces at once, one per core; rows that waited for a core are not timed).
   DEQ sigma 0.5    200    7.6 / 5.0 / 7.1 / 4.7 .940 .905 .860 .810 .715 vs .935 .905 .850 .780 .615
 
 SRS-3B misses 5x (4.7x, 4.8x): the checks (744 x 30A) are 40% of its f-evals, capping it at
-5.4x, and Broyden's per-step work costs 5-7% (3A, the same f-evals, is 5.0-5.1x). Below the
+5.4x, and Broyden's per-step work costs 5-8% (3A, the same f-evals, is 5.0-5.1x). Below the
 cap (0.55 / 1.10) it loses 4 of 200 images at r = 0.5 on the DEQ at 0.25 (3 to too few checks:
-keeping them needs m >= 2,022, f-eval ratio 3.2x there), 4 at r = 0.5 on the MDEQ (all to too
-few checks; m >= 11,613, 0.8x) and 1, 2, 6 and 20 at r = 0, 0.5, 0.75 and 1.0 on the DEQ at
-0.5 (at 1.0: 12 to checks that disagree, 8 to too few checks).
+keeping them needs m >= 2,022 by estimate, f-eval ratio 3.2x), 4 at r = 0.5 on the MDEQ (all
+to too few checks; m >= 11,613, 0.8x) and 1, 2, 6 and 20 at r = 0, 0.5, 0.75 and 1.0 on the
+DEQ at 0.5 (at 1.0: 12 to checks that disagree, 8 to too few checks).
 
 Earlier numbers (previous solver code, m = 420): ``results/srs_deq_full_sigma0.25_first20.json``
 (cce99da; SRS-3B 6.4x, 3 of 20 lost at r = 0.5), ``results/srs_deq_quick.json`` (``--quick``
