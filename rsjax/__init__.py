@@ -6,37 +6,35 @@ noise for an input (``rsjax.noise``), class counts on device
 (``rsjax.sample_counts``), and a certificate on the host (``rsjax.stats``).
 """
 
-from rsjax import noise as noise
-from rsjax import precision as precision
-from rsjax import stats as stats
-from rsjax._certify import ABSTAIN as ABSTAIN
-from rsjax._certify import Certificate as Certificate
-from rsjax._certify import FixedN as FixedN
-from rsjax._certify import Sampling as Sampling
-from rsjax._certify import SamplingRule as SamplingRule
-from rsjax._certify import certificate_from_counts as certificate_from_counts
-from rsjax._certify import run_certify as run_certify
-from rsjax._cohen import certify as certify
-from rsjax._cohen import predict as predict
-from rsjax._sampling import sample_counts as sample_counts
-from rsjax._step import sample_noise as sample_noise
-from rsjax.sigma import SigmaSource as SigmaSource
-from rsjax.sigma import SigmaValues as SigmaValues
-
 from rsjax._version import __version__ as __version__
 
-# Method modules are imported on first use, so ``import rsjax`` stays light and
-# the core never imports flax: ``rsjax.models``, ``rsjax.idrs``, ... just work.
+# Everything is imported on first use, so ``import rsjax`` stays light: the core
+# never imports flax, and ``rsjax.verify`` / ``rsjax.runspec`` (NumPy and SciPy
+# only) never import JAX. ``rsjax.certify``, ``rsjax.models``, ... just work.
+_LAZY_NAMES = {
+    "ABSTAIN": "_certify", "Certificate": "_certify", "FixedN": "_certify",
+    "Sampling": "_certify", "SamplingRule": "_certify",
+    "certificate_from_counts": "_certify", "run_certify": "_certify",
+    "certify": "_cohen", "predict": "_cohen", "sample_counts": "_sampling",
+    "sample_noise": "_step", "SigmaSource": "sigma", "SigmaValues": "sigma",
+}
 _LAZY_MODULES = ("anisotropic", "audit", "budgeted", "checkpoint", "cli", "data", "ddrs", "denoise",
-                 "deq", "demo", "distributed", "idrs", "io", "metrics", "models", "plots", "record",
-                 "runner", "traced", "training", "verify")
+                 "deq", "demo", "distributed", "idrs", "io", "metrics", "models", "noise", "plots",
+                 "precision", "record", "runner", "runspec", "stats", "traced", "training",
+                 "verify")
 
 
 def __getattr__(name):
+  import importlib
+  if name in _LAZY_NAMES:
+    return getattr(importlib.import_module(f"rsjax.{_LAZY_NAMES[name]}"), name)
   if name in _LAZY_MODULES:
-    import importlib
     return importlib.import_module(f"rsjax.{name}")
   raise AttributeError(f"module 'rsjax' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_LAZY_NAMES) | set(_LAZY_MODULES))
 
 __all__ = [
     "ABSTAIN",

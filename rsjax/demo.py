@@ -44,12 +44,15 @@ def _reusable(workdir: str, rows: str, train_json: dict, rows_run: dict, overwri
     saved = wd.read_config(workdir).get("train", {})
     if _differences(saved, train_json):
       diffs.append(f"{workdir} was trained with other settings ({_differences(saved, train_json)})")
-  if not diffs:
-    saved = io.read_run_record(rows) or {}
-    now = {k: v for k, v in rows_run.items() if k != "model"}
-    if os.path.exists(rows) and _differences({k: saved.get(k) for k in now}, now):
+  if not diffs and os.path.exists(rows):
+    from rsjax.runspec import RunFormatError, RunSpec
+    try:
+      saved = _settings(RunSpec.read(rows))
+    except RunFormatError as e:
+      saved = {"record": str(e)}
+    if _differences(saved, rows_run):
       diffs.append(f"{rows} holds rows made with other settings "
-                   f"({_differences({k: saved.get(k) for k in now}, now)})")
+                   f"({_differences(saved, rows_run)})")
   if not diffs:
     return
   if not overwrite:
@@ -59,6 +62,11 @@ def _reusable(workdir: str, rows: str, train_json: dict, rows_run: dict, overwri
   for path in (rows, io.run_record_path(rows)):
     if os.path.exists(path):
       os.remove(path)
+
+
+def _settings(run) -> dict:
+  """The demo's settings of a run (what the demo's flags change), compared before reuse."""
+  return dict(sigma=run.sigma, seed=run.seed, images=len(run.indices()), **run.sampling)
 
 
 def _selected(res, indices):
@@ -90,7 +98,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
       not ``overwrite``).
   """
   import rsjax
-  from rsjax import data, io, metrics, models, plots, record, runner, training, verify
+  from rsjax import data, io, metrics, models, plots, record, runner, runspec, training, verify
 
   cfg = dict(DEFAULTS)
   epochs = epochs or cfg["epochs"]
@@ -102,6 +110,9 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
   xt, yt = test.arrays()
   indices = runner.select_indices(len(test), skip=cfg["skip"],
                                   max_count=-1 if num_images is None else num_images)
+  data_ref = runspec.DataRef(name=cfg["dataset"], split="test", size=len(test),
+                             input_shape=tuple(test.input_shape), num_classes=test.num_classes,
+                             skip=cfg["skip"], stop=int(indices[-1]) + 1)
   settings = rsjax.Sampling(n0=cfg["n0"], n=n, alpha=cfg["alpha"], batch_size=2000)
   results, result_files = {}, []
   t_start = time.perf_counter()
@@ -110,7 +121,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
     tag = f"sigma_{sigma:g}"
     config = training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=cfg["batch_size"],
                                   lr=cfg["lr"], lr_step=cfg["lr_step"])
-    rows_run = dict(sigma=sigma, seed=seed, rsjax=rsjax.__version__,
+    rows_run = dict(sigma=sigma, seed=seed, images=len(indices),
                     **record.sampling_fields(settings))
     paths = (os.path.join(out, f"{cfg['model']}_{tag}"), os.path.join(out, f"certify_{tag}.tsv"))
     _reusable(*paths, config.to_json(), rows_run, overwrite)
@@ -133,11 +144,11 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
                            settings=settings, ids=ids)
 
     t0 = time.perf_counter()
-    run_record = {**rows_run, "model": runner.fingerprint(params),
-                  "certificate": record.header(
-                      method="cohen", sampling=settings, sigma=sigma, seed=seed, key_fold_in=(1,),
-                      model=runner.fingerprint(params), input_shape=test.input_shape,
-                      num_classes=test.num_classes, dataset=cfg["dataset"])}
+    run_record = runspec.RunSpec(
+        model=runspec.ModelRef(fingerprint=runner.fingerprint(params),
+                               architecture=cfg["model"], source="model_dir", path=workdir),
+        data=data_ref, sigma=float(sigma), sampling=record.sampling_fields(settings),
+        seed=seed, key_fold_in=(1,), versions=record.versions(), out=path)
     try:
       runner.certify_dataset(certify_fn, test.get_batch, indices, path, inputs_per_call=10,
                              progress=progress, run=run_record, record=True, n=n)

@@ -4,13 +4,10 @@ A certify run writes three files side by side:
 
 * ``<file>`` -- the rows in Cohen et al.'s format (``rsjax.io``), read by any
   TSV reader as before;
-* ``<file>.run.json`` -- the run record (``rsjax.io.write_run_record``); its
-  ``"certificate"`` entry (:func:`header`) holds what holds for every row: the
-  method and its settings, the ``rsjax.Sampling`` fields (N0, N, alpha, noise,
-  precision and whatever else the sampling settings hold), sigma, the noise
-  family and norm, the input shape and number of classes, the key derivation
-  (seed and how row ``idx`` gets its noise), the fingerprint of the model's
-  parameters and the versions of rsjax, JAX, jaxlib, NumPy and SciPy;
+* ``<file>.run.json`` -- the run record, the one value of the run
+  (``rsjax.runspec.RunSpec``): what holds for every row (model fingerprint,
+  dataset and declared index range, sigma, sampling settings, method and
+  options, key derivation, versions);
 * ``<file>.cert.jsonl`` -- one JSON object per row (:func:`row`): ``idx``,
   the selection counts ``counts0`` and estimation counts ``counts`` (sparse,
   ``{class: count}``; ``n_A`` and the runner-up follow from them), the number
@@ -36,17 +33,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["RECORD_SUFFIX", "FORMAT", "KEY_DERIVATION", "RecordWriter", "header",
+from rsjax import runspec as _runspec
+
+__all__ = ["RECORD_SUFFIX", "KEY_DERIVATION", "RecordWriter",
            "input_fingerprint", "read_records", "record_path", "row", "sampling_fields",
            "versions"]
 
 RECORD_SUFFIX = ".cert.jsonl"
-FORMAT = "rsjax-certificate/1"
-#: How the noise of row ``idx`` derives from the run's key ``K`` (``rsjax._certify.run_certify``
-#: and ``rsjax.sample_noise``).
-KEY_DERIVATION = ("K = jax.random.key(seed) folded with key.fold_in in order; selection sample j "
-                  "of row idx: fold_in(fold_in(fold_in(K, 0), idx), j); estimation: "
-                  "fold_in(fold_in(fold_in(K, 1), idx), j); Threefry-2x32 (jax default PRNG)")
+#: How the noise of row ``idx`` derives from the run's key (``rsjax.runspec``).
+KEY_DERIVATION = _runspec.KEY_DERIVATION
 
 
 def record_path(path) -> str:
@@ -118,61 +113,6 @@ def noise_name(noise) -> str:
     if n == noise:
       return name
   return repr(noise)
-
-
-def header(*, method: str, sampling, sigma, seed, key_fold_in=(), model: str, input_shape,
-           num_classes: int, multiclass: bool = False, budget=None, settings: Mapping | None = None,
-           dataset: str | None = None, details: Mapping | None = None) -> dict:
-  """The ``"certificate"`` entry of a run record: what holds for every row.
-
-  Args:
-    method: the method's name (``rsjax.methods.METHODS``).
-    sampling: the ``rsjax.Sampling`` of every certify call.
-    sigma: the noise level (float), or a description of its source (str).
-    seed: the seed of ``jax.random.key``.
-    key_fold_in: integers the key was folded with (in order) before certifying.
-    model: the fingerprint of the model's parameters (``rsjax.runner.fingerprint``).
-    input_shape: the shape of one input.
-    num_classes: C.
-    multiclass: the multiclass radius.
-    budget: ``rsjax.budgeted.Budget`` of a budgeted run, or None; its looks
-      and their alpha levels are recorded.
-    settings: the method's own options.
-    dataset: the dataset's name.
-    details: run-wide facts of the method that its radius depends on
-      (``rsjax.methods.Plan.details``), kept as ``"details"``.
-
-  Returns:
-    A JSON-serializable dict.
-  """
-  noise = sampling.noise
-  out = {
-      "format": FORMAT,
-      "method": method,
-      "settings": {k: _jsonable(v) for k, v in dict(settings or {}).items()},
-      "sampling": sampling_fields(sampling),
-      "noise": {"family": type(noise).__name__.lower(), "name": noise_name(noise),
-                "norm": noise.norm},
-      "sigma": sigma if isinstance(sigma, str) else float(sigma),
-      "multiclass": bool(multiclass),
-      "input_shape": [int(d) for d in input_shape],
-      "num_classes": int(num_classes),
-      "dataset": dataset,
-      "key": {"seed": int(seed), "fold_in": [int(k) for k in key_fold_in],
-              "derivation": KEY_DERIVATION},
-      "model": model,
-      "versions": versions(),
-  }
-  if details is not None:
-    out["details"] = {k: _jsonable(v) for k, v in dict(details).items()}
-  if budget is not None:
-    n = sampling.n
-    out["budget"] = {"grid": list(budget.grid), "looks": [int(v) for v in budget.looks(n)],
-                     "alphas": [float(a) for a in budget.alphas(sampling.alpha, n)],
-                     "first": int(budget.first), "ratio": float(budget.ratio),
-                     "final_share": float(budget.final_share),
-                     "stop_alpha": float(budget.stop_alpha)}
-  return out
 
 
 def _sparse(counts) -> dict | None:

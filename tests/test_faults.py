@@ -425,7 +425,8 @@ def test_analyze_title_steps_and_envelope_warning(model_dir, tmp_path, capsys):
   assert "envelope mixes files over different inputs (a.tsv: 6, b.tsv: 3; 3 in common)" in err
   from rsjax import io
   from rsjax.cli import analyze
-  title = analyze.plot_title([io.read_run_record(a), io.read_run_record(b)],
+  from rsjax.runspec import RunSpec
+  title = analyze.plot_title([RunSpec.read(a), RunSpec.read(b)],
                             {"a": io.read_certify(a), "b": io.read_certify(b)})
   assert title == ("certified accuracy: sigma=0.25, 0.5; gaussian (l2); N=200; alpha=0.001; "
                    "6, 3 inputs")

@@ -71,6 +71,10 @@ def run(args) -> int:
       results[label] = dataclasses.replace(res, radius=rad)
     if not len(results[label]):
       raise CliError(f"{path!r} has a header but no rows (nothing certified yet)")
+  runs = [_read_run(p) for p in args.files]
+  for label, run in zip(results, runs):
+    if run is not None:
+      print(_run_summary(label, run, results[label]))
   envelope = len(results) > 1
   if envelope:
     _warn_if_inputs_differ(results)
@@ -80,7 +84,7 @@ def run(args) -> int:
     if res.extra:
       print(_extra_summary(label, res))
   if args.plot:
-    title = plot_title([io.read_run_record(p) for p in args.files], results)
+    title = plot_title(runs, results)
     out = plots.plot_certified_accuracy(args.plot, results, show_envelope=envelope, title=title)
     print(f"plot written to {out}")
   try:
@@ -104,24 +108,39 @@ def _warn_if_inputs_differ(results: dict) -> None:
           f"{len(common)} in common); compare runs over the same inputs", file=sys.stderr)
 
 
-def plot_title(records: list, results: dict) -> str:
-  """sigma, noise (norm), N, alpha and number of inputs, from the files' run records."""
-  from rsjax import noise as noise_lib
+def _read_run(path):
+  """The run of a result file (``rsjax.runspec.RunSpec``), or None (no record or an old one)."""
+  from rsjax.runspec import RunFormatError, RunSpec
+  try:
+    return RunSpec.read(path)
+  except RunFormatError:
+    return None
 
-  def values(key):
-    vals = [r.get(key) for r in records if r is not None and r.get(key) is not None]
+
+def _run_summary(label: str, run, res) -> str:
+  """One line on what a run certified, from its record (the one ``verify`` checks)."""
+  s = run.sampling
+  declared = len(run.indices())
+  return (f"{label}: {run.method}, sigma={run.sigma:g}, {s['noise']} ({run.norm}), N={s['n']}, "
+          f"alpha={s['alpha']:g}, {run.data.name} {run.data.split}: {len(res)} of {declared} "
+          "declared rows" + ("" if len(res) == declared else " (incomplete)"))
+
+
+def plot_title(runs: list, results: dict) -> str:
+  """sigma, noise (norm), N, alpha and number of inputs, from the files' runs
+  (``rsjax.runspec.RunSpec``, None where a file has none)."""
+  runs = [r for r in runs if r is not None]
+
+  def values(get):
+    vals = [get(r) for r in runs]
     return ", ".join(dict.fromkeys(f"{v:g}" if isinstance(v, float) else str(v) for v in vals))
 
   parts = []
-  if values("sigma"):
-    parts.append(f"sigma={values('sigma')}")
-  noises = [r.get("noise") for r in records if r is not None and r.get("noise")]
-  if noises:
-    parts.append(", ".join(dict.fromkeys(
-        f"{n} ({noise_lib.get_noise(n).norm})" for n in noises)))
-  for key in ("N", "alpha"):
-    if values(key):
-      parts.append(f"{key}={values(key)}")
+  if runs:
+    parts.append(f"sigma={values(lambda r: r.sigma)}")
+    parts.append(values(lambda r: f"{r.sampling['noise']} ({r.norm})"))
+    parts.append(f"N={values(lambda r: r.sampling['n'])}")
+    parts.append(f"alpha={values(lambda r: float(r.sampling['alpha']))}")
   counts = ", ".join(dict.fromkeys(str(len(r)) for r in results.values()))
   parts.append(f"{counts} inputs")
   return "certified accuracy: " + "; ".join(parts)

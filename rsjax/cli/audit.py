@@ -1,5 +1,5 @@
 """``rsjax audit``: with the model, draw the counts of random rows of a certify run again
-and test its noise (``rsjax.audit``)."""
+(``rsjax.audit``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from rsjax.launch.errors import CliError
 __all__ = ["HELP", "add_arguments", "run"]
 
 HELP = ("with the model, draw the counts of random rows of a certify run again "
-        "and test its noise; exit status 1 if the run fails")
+        "(after verifying it); exit status 1 if the run fails")
+
+
+def _rows(text: str):
+  return "all" if text == "all" else flags.positive_int(text)
 
 
 def add_arguments(p) -> None:
@@ -18,11 +22,16 @@ def add_arguments(p) -> None:
   p.add_argument("--model-dir", default=None, help="the model directory the run certified")
   p.add_argument("--torch-checkpoint", default=None, metavar="F.pth",
                  help="the PyTorch checkpoint the run certified, instead of --model-dir")
+  p.add_argument("--denoiser", default=None, metavar="DIR",
+                 help="the denoiser of a denoised run (default: the directory it recorded)")
   p.add_argument("--data-dir", default=None, help="TFDS data_dir of the run's dataset")
-  p.add_argument("--rows", type=flags.positive_int, default=20, help="rows drawn again")
-  p.add_argument("--seed", type=int, default=0, help="seed of the choice of rows")
-  p.add_argument("--false-alarm", type=flags.probability, default=0.001,
-                 help="probability that an honest noise stream fails the noise tests")
+  p.add_argument("--rows", type=_rows, default=20,
+                 help="rows drawn again (default 20), or 'all'")
+  p.add_argument("--seed", type=int, default=None,
+                 help="seed of the choice of rows (default: a fresh one, printed; give it to "
+                      "repeat an audit)")
+  p.add_argument("--batch", type=flags.positive_int, default=1000,
+                 help="forward passes per step (speed only)")
   p.add_argument("--quiet", action="store_true", help="print the summary line only")
 
 
@@ -33,11 +42,12 @@ def run(args) -> int:
     raise CliError("give the run's model: --model-dir DIR (or --torch-checkpoint F.pth)")
   try:
     report = audit.audit(args.file, model_dir=args.model_dir, rows=args.rows, seed=args.seed,
-                         false_alarm=args.false_alarm, data_dir=args.data_dir,
-                         torch_checkpoint=args.torch_checkpoint)
+                         data_dir=args.data_dir, torch_checkpoint=args.torch_checkpoint,
+                         denoiser=args.denoiser, batch_size=args.batch)
   except (audit.AuditError, ValueError) as e:
     raise CliError(str(e)) from None
   if not args.quiet:
+    print(f"rows drawn (seed {report.seed}): {list(report.rows)}")
     for c in report.checks:
       print(c)
   print(report.summary())

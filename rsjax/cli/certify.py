@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+
+import numpy as np
 
 from rsjax import launch
 from rsjax.launch import flags
@@ -45,9 +48,11 @@ def run(args) -> int:
     raise CliError(f"--N {args.N} is smaller than --N0 {args.N0}: N counts the estimation "
                    "samples that bound p_A, N0 the few that select the class (Cohen et al.: "
                    "N0 100, N 100000); swap them?")
-  model, _, ds, apply_fn, params, indices, key = launch.sampling_run(args)
-  plan = launch.method_plan(args, key, model, apply_fn, params, ds)
-  args.run_record["certificate"] = launch.certificate_header(args, ds, plan.details)
+  run, loaded = launch.run_from_flags(args)
+  ds = loaded.dataset
+  plan = launch.plan(run, loaded, batch_size=args.batch, data_dir=args.data_dir)
+  run = dataclasses.replace(run, details=plan.details)
+  indices = np.asarray(run.indices(), np.int64)
   if plan.sequential and nproc > 1:
     raise CliError(f"--method {args.method} certifies inputs one after another in one process")
   columns, row = plan.columns, plan.row
@@ -68,22 +73,20 @@ def run(args) -> int:
   mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
   path = args.outfile if nproc == 1 else distributed.process_path(
       args.outfile, process_index=pid, process_count=nproc)
-  launch.upgrade_run_record(path, args.run_record)
   t0 = time.perf_counter()
   wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
                                  inputs_per_call=inputs_per_call, extra_columns=columns,
                                  extra_fn=row, progress=not args.quiet,
-                                 resume=not args.overwrite, run=args.run_record,
+                                 resume=not args.overwrite, run=run,
                                  restore=methods.restorer(plan, ds), record=True, n=args.N,
                                  record_extra=plan.record)
   if nproc > 1:
     distributed.barrier("rsjax-certify-rows-written")
     if pid == 0:
-      from rsjax import io
       distributed.merge_rows(
           [distributed.process_path(args.outfile, process_index=p, process_count=nproc)
            for p in range(nproc)], args.outfile)
-      io.write_run_record(args.outfile, args.run_record)
+      run.write(args.outfile)
       from rsjax import record
       record.merge([distributed.process_path(args.outfile, process_index=p, process_count=nproc)
                     for p in range(nproc)], args.outfile)

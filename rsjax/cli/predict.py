@@ -21,17 +21,19 @@ def run(args) -> int:
   """Runs ``rsjax predict``; returns the exit status."""
   import rsjax
   from rsjax import runner
-  _, _, ds, apply_fn, params, indices, key = launch.sampling_run(args)
+  run, loaded = launch.run_from_flags(args)
+  ds, apply_fn, params, key = loaded.dataset, loaded.apply_fn, loaded.params, launch.key(run)
+  indices = np.asarray(run.indices(), np.int64)
 
   def fn(x, ids):
-    return rsjax.predict(key, apply_fn, params, x, sigma=args.sigma, num_classes=ds.num_classes,
+    return rsjax.predict(key, apply_fn, params, x, sigma=run.sigma, num_classes=ds.num_classes,
                          n=args.N, alpha=args.alpha, batch_size=args.batch, ids=ids,
                          noise=args.noise, precision=args.precision)
 
   wrote = runner.predict_dataset(fn, ds.get_batch, indices, args.outfile,
                                  inputs_per_call=args.inputs_per_call or 8,
                                  progress=not args.quiet, resume=not args.overwrite,
-                                 run=args.run_record)
+                                 run=run)
   from rsjax import io, metrics
   res = io.read_predict(args.outfile)
   print(f"predicted {wrote} new inputs; {len(res)} inputs in {args.outfile}: accuracy "

@@ -27,3 +27,16 @@ def write_header(path, header: str) -> None:
     f.flush()
     os.fsync(f.fileno())
   fsync_dir(path)
+
+
+def atomic_write_text(path, text: str) -> None:
+  """Replaces ``path`` by ``text`` atomically (temporary file, fsync, rename, fsync of the
+  directory): a reader sees the old file or the new one, never a part."""
+  path = os.fspath(path)
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8", newline="") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+  fsync_dir(path)

@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Mapping
 
-from rsjax.io._durable import fsync_dir
+from rsjax.io._durable import atomic_write_text
 
 RUN_RECORD_SUFFIX = ".run.json"
 
@@ -32,17 +32,14 @@ def read_run_record(path) -> dict | None:
       raise ValueError(f"run record {rec!r} is not valid JSON ({e})") from None
 
 
-def write_run_record(path, run: Mapping) -> None:
-  """Writes the run record of a result file atomically (temporary file, fsync, rename)."""
-  rec = run_record_path(path)
-  tmp = f"{rec}.tmp-{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(dict(run), f, indent=1, sort_keys=True)
-    f.write("\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, rec)
-  fsync_dir(rec)
+def write_run_record(path, run) -> None:
+  """Writes the run record of a result file atomically: an ``rsjax.runspec.RunSpec``, or
+  the JSON identity of another kind of run (a dict)."""
+  from rsjax.runspec import RunSpec
+  if isinstance(run, RunSpec):
+    run.write(path)
+    return
+  atomic_write_text(run_record_path(path), json.dumps(dict(run), indent=1, sort_keys=True) + "\n")
 
 
 def _has_rows(path) -> bool:
@@ -53,8 +50,13 @@ def _has_rows(path) -> bool:
     return f.read().count(b"\n") >= 2
 
 
-def check_run(path, run: Mapping) -> None:
-  """Raises :class:`RunMismatchError` if the rows in ``path`` come from another run."""
+def check_run(path, run) -> None:
+  """Raises :class:`RunMismatchError` if the rows in ``path`` come from another run.
+
+  ``run`` is an ``rsjax.runspec.RunSpec`` (its identity is compared: the record
+  but versions and paths) or the JSON identity of another kind of run.
+  """
+  from rsjax.runspec import RunFormatError, RunSpec
   if not _has_rows(path):
     return
   saved = read_run_record(path)
@@ -63,6 +65,12 @@ def check_run(path, run: Mapping) -> None:
     raise RunMismatchError(
         f"{p!r} has rows but no run record ({os.path.basename(run_record_path(p))}), so it cannot "
         "be told apart from another run; start over (--overwrite) or write to another file")
+  if isinstance(run, RunSpec):
+    try:
+      saved = RunSpec.from_json(saved, out=p).identity()
+    except RunFormatError as e:
+      raise RunMismatchError(str(e)) from None
+    run = run.identity()
   run = json.loads(json.dumps(dict(run)))  # as it would be read back
   saved_flat, run_flat = _flatten(saved), _flatten(run)
   diff = [k for k in sorted(set(saved_flat) | set(run_flat))

@@ -1,109 +1,198 @@
-"""A certify or predict run from its flags: what it samples (model, dataset, inputs,
-key), with which settings (``rsjax.Sampling``), by which method (its plan), and the
-run-wide part of its certificate record.
+"""A certify or predict run: its value (``rsjax.runspec.RunSpec``) from the flags, what it
+loads (model, dataset, denoiser), and the method's plan built from the value.
 
-``rsjax certify`` and ``rsjax predict`` start here; ``rsjax.audit`` starts here
-again from a run's record to draw its counts once more.
+``rsjax certify`` and ``rsjax predict`` build the value once from their flags
+(:func:`run_from_flags`); ``rsjax.audit`` loads the same things again from a
+run's record (:func:`load`) and plans it the same way (:func:`plan`), so the
+audit re-draws exactly the run that ``rsjax verify`` checks.
 """
 
 from __future__ import annotations
 
-from rsjax.launch import identity, loading
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from rsjax.launch import loading
 from rsjax.launch.errors import CliError
 
-__all__ = ["sampling", "sampling_run", "method_plan", "certificate_header"]
+__all__ = ["Loaded", "key", "load", "plan", "run_from_flags", "sampling"]
 
 
-def sampling(args):
-  """The ``rsjax.Sampling`` of the certify flags."""
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+  """What a run certifies, loaded: the model, its config, the dataset, the pure apply.
+
+  Attributes:
+    model: the NNX model (for methods that need more than ``apply_fn``).
+    config: the model directory's ``config.json`` (or a checkpoint's).
+    dataset: the split certified.
+    apply_fn: ``apply_fn(params, x) -> logits`` (composed with a denoiser, if any).
+    params: its variables.
+    workdir: the model directory, or None.
+  """
+
+  model: Any
+  config: dict
+  dataset: Any
+  apply_fn: Callable
+  params: Any
+  workdir: str | None = None
+
+
+def sampling(run, batch_size: int = 1000):
+  """The ``rsjax.Sampling`` of a run (``batch_size`` changes speed, never counts)."""
   from rsjax import Sampling
-  return Sampling(n0=args.N0, n=args.N, alpha=args.alpha, batch_size=args.batch, noise=args.noise,
-                  precision=args.precision)
+  s = dict(run.sampling)
+  return Sampling(n0=int(s["n0"]), n=int(s["n"]), alpha=float(s["alpha"]), noise=s["noise"],
+                  precision=s.get("precision"), compute_dtype=s.get("compute_dtype"),
+                  batch_size=batch_size)
 
 
-def sampling_run(args):
-  """What ``certify`` and ``predict`` share: the model (a workdir of 'rsjax train' or
-  'rsjax convert', or a PyTorch checkpoint), its config, the dataset, the model's
-  pure apply, the selected indices and the key. Fills in ``args.sigma`` (default:
-  the training sigma) and ``args.run_record`` (:func:`rsjax.launch.identity.run_record`)."""
+def key(run):
+  """The run's ``jax.random.key``: its seed folded with ``key_fold_in``."""
   import jax
-  from rsjax import models, runner
-  if args.torch_checkpoint is not None:
-    if args.model_dir is not None:
+  k = jax.random.key(run.seed)
+  for v in run.key_fold_in:
+    k = jax.random.fold_in(k, v)
+  return k
+
+
+def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir, dataset,
+                split):
+  """``(model, config, dataset_name, dataset)`` of a model directory or PyTorch checkpoint."""
+  if torch_checkpoint is not None:
+    if model_dir is not None:
       raise CliError("give either MODEL_DIR or --torch-checkpoint, not both")
-    if args.dataset is None:
+    if dataset is None:
       raise CliError("--dataset is required with --torch-checkpoint")
-    dataset_name = args.dataset
-    ds = loading.load_dataset(dataset_name, args.split, args.data_dir)
-    model, config = loading.load_torch(args.torch_checkpoint, args.torch_arch, args.normalize,
-                                       ds.input_shape)
-  else:
-    if args.model_dir is None:
-      raise CliError("give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or "
-                     "--torch-checkpoint F.pth")
-    if args.normalize is not None:
-      raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its "
-                     "normalization)")
-    model, config = loading.load_model(args.model_dir)
-    loading.warn_if_unfinished(args.model_dir, config)
-    dataset_name = args.dataset or config.get("dataset")
-    if dataset_name is None:
-      raise CliError("--dataset is required (the model directory does not name one)")
-    ds = loading.load_dataset(dataset_name, args.split, args.data_dir)
-    want = config.get("input_shape")
-    if want is not None and tuple(want) != tuple(ds.input_shape):
-      shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
-      raise CliError(f"model expects {shape(want)} inputs, {dataset_name} is "
-                     f"{shape(ds.input_shape)} (the model was trained on "
-                     f"{config.get('dataset', 'another dataset')})")
-  if args.sigma is None:
+    ds = loading.load_dataset(dataset, split, data_dir)
+    model, config = loading.load_torch(torch_checkpoint, torch_arch, normalize, ds.input_shape)
+    return model, config, ds
+  if model_dir is None:
+    raise CliError("give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or "
+                   "--torch-checkpoint F.pth")
+  if normalize is not None:
+    raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its "
+                   "normalization)")
+  model, config = loading.load_model(model_dir)
+  loading.warn_if_unfinished(model_dir, config)
+  name = dataset or config.get("dataset")
+  if name is None:
+    raise CliError("--dataset is required (the model directory does not name one)")
+  ds = loading.load_dataset(name, split, data_dir)
+  want = config.get("input_shape")
+  if want is not None and tuple(want) != tuple(ds.input_shape):
+    shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
+    raise CliError(f"model expects {shape(want)} inputs, {name} is "
+                   f"{shape(ds.input_shape)} (the model was trained on "
+                   f"{config.get('dataset', 'another dataset')})")
+  return model, config, ds
+
+
+def _apply(model, denoiser, sigma):
+  from rsjax import models
+  apply_fn, params = models.to_apply_fn(model)
+  if denoiser is not None:  # denoised smoothing: classifier(denoiser(x + delta))
+    apply_fn, params = loading.load_denoised(denoiser, apply_fn, params, sigma=sigma)
+  return apply_fn, params
+
+
+def run_from_flags(args):
+  """``(run, loaded)``: the run value of ``rsjax certify`` / ``rsjax predict`` flags and what
+  it loads. ``--sigma`` defaults to the model's training sigma."""
+  from rsjax import budgeted, methods, record, runner
+  from rsjax.runspec import DataRef, ModelRef, RunSpec
+  model, config, ds = _load_model(
+      model_dir=args.model_dir, torch_checkpoint=args.torch_checkpoint,
+      torch_arch=args.torch_arch, normalize=args.normalize, data_dir=args.data_dir,
+      dataset=args.dataset, split=args.split)
+  sigma, sigma_source = args.sigma, "flag"
+  if sigma is None:
     if "sigma" not in config:
       raise CliError("--sigma is required (the model does not record its training sigma)")
-    args.sigma = float(config["sigma"])
-    if not args.sigma > 0:
+    sigma, sigma_source = float(config["sigma"]), "model"
+    if not sigma > 0:
       raise CliError(f"the model in {args.model_dir or args.torch_checkpoint!r} was trained "
-                     f"without noise (sigma {args.sigma:g}): pass the certification noise "
+                     f"without noise (sigma {sigma:g}): pass the certification noise "
                      "level with --sigma")
-  apply_fn, params = models.to_apply_fn(model)
-  if args.denoiser is not None:  # denoised smoothing: classifier(denoiser(x + delta))
-    apply_fn, params = loading.load_denoised(args.denoiser, apply_fn, params, sigma=args.sigma)
-  indices = runner.select_indices(len(ds), skip=args.skip, start=args.start, stop=args.max)
-  if not len(indices):
-    raise CliError(f"no input selected: {dataset_name} {args.split} has {len(ds)} inputs, "
+  apply_fn, params = _apply(model, args.denoiser, sigma)
+  data = DataRef(name=ds.name, split=args.split, size=len(ds),
+                 input_shape=tuple(int(d) for d in ds.input_shape),
+                 num_classes=int(ds.num_classes), start=args.start, stop=args.max, skip=args.skip)
+  if not data.indices():
+    raise CliError(f"no input selected: {ds.name} {args.split} has {len(ds)} inputs, "
                    f"--start {args.start} --max {args.max}")
-  args.run_record = identity.run_record(args, config, dataset_name, params)
-  return model, config, ds, apply_fn, params, indices, jax.random.key(args.seed)
+  torch = args.torch_checkpoint is not None
+  ref = ModelRef(fingerprint=runner.fingerprint(params),
+                 architecture=config.get("torch_arch" if torch else "model") or config.get("model"),
+                 source="torch_checkpoint" if torch else "model_dir",
+                 path=args.torch_checkpoint if torch else args.model_dir,
+                 torch_arch=args.torch_arch if torch else None,
+                 normalize=args.normalize if torch else None, denoiser=args.denoiser)
+  command = getattr(args, "command", "certify")
+  method_name = getattr(args, "method", "cohen") if command == "certify" else "cohen"
+  method = methods.METHODS[method_name]
+  options = {o.name: getattr(args, o.name) for o in method.options} if command == "certify" else {}
+  _refuse_other_options(args, method)
+  budget = None
+  if options.get("grid") is not None:
+    b = budgeted.Budget(grid=tuple(options["grid"]))
+    budget = {"first": b.first, "ratio": b.ratio, "final_share": b.final_share,
+              "stop_alpha": b.stop_alpha}
+  s = _flag_sampling(args)
+  run = RunSpec(model=ref, data=data, sigma=float(sigma), sigma_source=sigma_source,
+                sampling=record.sampling_fields(s), method=method_name, options=options,
+                multiclass=bool(getattr(args, "multiclass", False)), budget=budget,
+                seed=args.seed, command=command, versions=record.versions(), out=args.outfile)
+  return run, Loaded(model, config, ds, apply_fn, params, args.model_dir)
 
 
-def method_plan(args, key, model, apply_fn, params, ds):
-  """The registry entry of ``--method`` built with its flags (``rsjax.methods``)."""
-  from rsjax import methods
-  method = methods.METHODS[args.method]
-  for other in methods.METHODS.values():
-    for o in other.options:
-      if o not in method.options and getattr(args, o.name) != o.default:
-        users = [m.name for m in methods.METHODS.values() if o in m.options]
-        raise CliError(f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
-                       f"not {args.method}")
+def _flag_sampling(args):
+  from rsjax import Sampling
   try:
-    ctx = methods.Context(
-        key=key, model=model, apply_fn=apply_fn, params=params, dataset=ds, sigma=args.sigma,
-        sampling=sampling(args),
-        multiclass=args.multiclass, workdir=args.model_dir,
-        load_split=lambda split: loading.load_dataset(ds.name, split, args.data_dir))
-    return method.plan(ctx, **{o.name: getattr(args, o.name) for o in method.options})
+    return Sampling(n0=getattr(args, "N0", 100), n=args.N, alpha=args.alpha,
+                    batch_size=args.batch, noise=args.noise, precision=args.precision)
   except ValueError as e:
     raise CliError(str(e)) from None
 
 
-def certificate_header(args, ds, details=None) -> dict:
-  """The run-wide part of the certificate record (``rsjax.record.header``)."""
-  from rsjax import budgeted, methods, record
-  method = methods.METHODS[args.method]
-  options = {o.name: getattr(args, o.name) for o in method.options}
-  grid = options.get("grid")
-  return record.header(
-      method=args.method, sampling=sampling(args), sigma=args.sigma, seed=args.seed,
-      model=args.run_record["model"], input_shape=ds.input_shape, num_classes=ds.num_classes,
-      multiclass=args.multiclass, settings=options, dataset=ds.name,
-      budget=None if grid is None else budgeted.Budget(grid=grid), details=details)
+def _refuse_other_options(args, method) -> None:
+  """A method option given with another ``--method`` is an error, not silently ignored."""
+  from rsjax import methods
+  for other in methods.METHODS.values():
+    for o in other.options:
+      if o not in method.options and getattr(args, o.name, o.default) != o.default:
+        users = [m.name for m in methods.METHODS.values() if o in m.options]
+        raise CliError(f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
+                       f"not {method.name}")
+
+
+def load(run, *, model_dir=None, torch_checkpoint=None, denoiser=None, data_dir=None) -> Loaded:
+  """What ``run`` certified, loaded again (``rsjax audit``): the model from ``model_dir`` or
+  ``torch_checkpoint`` (with the run's ``--torch-arch`` / ``--normalize``), the denoiser
+  from ``denoiser`` (default: the recorded directory), the run's dataset split."""
+  model, config, ds = _load_model(
+      model_dir=model_dir, torch_checkpoint=torch_checkpoint, torch_arch=run.model.torch_arch,
+      normalize=run.model.normalize, data_dir=data_dir, dataset=run.data.name,
+      split=run.data.split)
+  if run.model.denoiser is not None and denoiser is None:
+    denoiser = run.model.denoiser
+  apply_fn, params = _apply(model, denoiser, run.sigma)
+  return Loaded(model, config, ds, apply_fn, params, model_dir)
+
+
+def plan(run, loaded: Loaded, *, batch_size: int = 1000, data_dir=None):
+  """The method's plan of ``run`` (``rsjax.methods``) over what it loaded."""
+  from rsjax import methods
+  ds = loaded.dataset
+  try:
+    ctx = methods.Context(
+        key=key(run), model=loaded.model, apply_fn=loaded.apply_fn, params=loaded.params,
+        dataset=ds, sigma=run.sigma, sampling=sampling(run, batch_size),
+        multiclass=run.multiclass, workdir=loaded.workdir,
+        load_split=lambda split: loading.load_dataset(ds.name, split, data_dir))
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in run.options.items()}
+    return methods.METHODS[run.method].plan(ctx, **options)
+  except ValueError as e:
+    raise CliError(str(e)) from None

@@ -37,6 +37,8 @@ from rsjax.verify._cohen import check_cohen, check_ucan
 from rsjax.verify._ddrs import check_ddrs, replay_memory
 from rsjax.verify._idrs import check_idrs
 from rsjax.verify._report import Mismatch, VerifyError, VerifyReport
+from rsjax.verify._run import (certificate_view, check_against_dataset, check_rows_declared,
+                               load_dataset)
 from rsjax.verify._srs import check_srs
 
 __all__ = ["Mismatch", "VERIFIABLE", "VerifyError", "VerifyReport", "replay_memory", "verify"]
@@ -52,44 +54,51 @@ def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
   """Recomputes every prediction and radius of a certify result file from its record.
 
   Args:
-    path: a certify result file written with a certificate record
-      (``rsjax certify``, or ``rsjax.runner.certify_dataset(..., record=True,
-      run={"certificate": rsjax.record.header(...)})``).
-    rtol: relative tolerance of the radii.
-    atol: absolute tolerance of the radii.
+    path: a certify result file with its run record (``rsjax.runspec.RunSpec``)
+      and certificate record (``rsjax certify``, or
+      ``rsjax.runner.certify_dataset(..., run=spec, record=True)``).
+    rtol: relative tolerance of the radii and bounds.
+    atol: absolute tolerance of the radii and bounds.
     inputs: ``inputs(idx [b]) -> x [b, *input_shape]``, the inputs of dataset
       indices, for the one method that needs them (``ddrs``'s memory); by
-      default the run's dataset (``rsjax.data.load`` of its recorded name and
-      split).
+      default the run's dataset.
     data_dir: TFDS ``data_dir`` of the run's dataset, if it needs one.
 
   Returns:
-    A :class:`VerifyReport`; ``report.ok`` when every row matches.
+    A :class:`VerifyReport`; ``report.ok`` when the run is complete and every
+    row matches. ``report.unchecked`` says what could not be checked here.
 
   Raises:
-    VerifyError: the file has no certificate record or a method whose radius
-      cannot be recomputed from counts.
-    ValueError: the file is not a certify file (``rsjax.io``).
+    VerifyError: the file has no readable run record, was not a certify run,
+      or has a method whose radius cannot be recomputed from counts.
+    ValueError: the file is not a certify file (``rsjax.io``; a duplicated idx).
   """
+  from rsjax.runspec import RunFormatError, RunSpec
   p = os.fspath(path)
   if not os.path.exists(p):
     raise VerifyError(f"{p!r} does not exist")
+  try:
+    run = RunSpec.read(p)
+  except RunFormatError as e:
+    raise VerifyError(str(e)) from None
+  if run.command != "certify":
+    raise VerifyError(f"{p!r} is a {run.command!r} run: only certify runs carry certificates")
+  if run.method not in VERIFIABLE:
+    raise VerifyError(f"{p!r}: method {run.method!r} cannot be verified from counts by this "
+                      f"rsjax (verifiable: {', '.join(sorted(VERIFIABLE))})")
   res = io.read_certify(p)
-  run = io.read_run_record(p)
-  cert = None if run is None else run.get("certificate")
-  if cert is None:
-    raise VerifyError(f"{p!r} has no certificate record ({os.path.basename(io.run_record_path(p))}"
-                      " with a 'certificate' entry): certify it again with this rsjax")
-  if cert.get("format") != record_lib.FORMAT:
-    raise VerifyError(f"{p!r}: unknown certificate record format {cert.get('format')!r}")
-  method = cert.get("method")
-  if method not in VERIFIABLE:
-    raise VerifyError(f"{p!r}: method {method!r} cannot be verified from counts by this rsjax "
-                      f"(verifiable: {', '.join(sorted(VERIFIABLE))})")
   recs = record_lib.read_records(p)
-  if inputs is None and method == "ddrs":
-    inputs = _dataset_inputs(p, run, data_dir)
-  issues = VERIFIABLE[method](cert, res, recs, rtol=rtol, atol=atol, inputs=inputs)
+  issues, missing = check_rows_declared(run, res)
+  unchecked = []
+  ds, why = load_dataset(run, data_dir)
+  if ds is None:
+    unchecked.append(f"labels and inputs against the dataset ({why})")
+  else:
+    issues.extend(check_against_dataset(run, res, recs, ds))
+    if inputs is None:
+      inputs = lambda idx: np.asarray(ds.get_batch(np.asarray(idx, np.int64))[0])  # noqa: E731
+  issues.extend(VERIFIABLE[run.method](certificate_view(run), res, recs, rtol=rtol, atol=atol,
+                                       inputs=inputs))
   # The correct column follows from predict and label.
   for j in np.flatnonzero(res.correct != (res.predict == res.label)):
     issues.append(Mismatch(int(res.idx[j]), f"correct {int(res.correct[j])} but predict "
@@ -98,22 +107,5 @@ def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
   if extra:
     issues.append(Mismatch(-1, f"the record holds {len(extra)} rows that are not in the file "
                            f"(first idx {extra[0]})"))
-  return VerifyReport(p, method, len(res), tuple(issues))
-
-
-def _dataset_inputs(path: str, run: dict, data_dir):
-  """``inputs(idx)`` from the dataset a ``rsjax certify`` run names (loaded on first use)."""
-  name, split = run["certificate"].get("dataset"), run.get("split")
-  if not name or not split:
-    return None
-
-  def inputs(idx):
-    from rsjax import data
-    try:
-      ds = data.load(name, split, data_dir=data_dir)
-    except (FileNotFoundError, ValueError) as e:
-      raise VerifyError(f"{path!r}: the inputs of its dataset {name!r} ({split}) are needed and "
-                        f"cannot be loaded: {e}") from None
-    return np.asarray(ds.get_batch(np.asarray(idx, np.int64))[0])
-
-  return inputs
+  return VerifyReport(p, run.method, len(res), tuple(issues), declared=len(run.indices()),
+                      missing=missing, unchecked=tuple(unchecked))

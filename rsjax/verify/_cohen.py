@@ -11,17 +11,18 @@ from rsjax.verify._report import Mismatch, VerifyError
 from rsjax.verify._rows import Rows, budget_levels, compare, read_rows, run_sigma
 
 
-def cohen_radius(cert: dict, rows: Rows, scale) -> tuple[np.ndarray, np.ndarray]:
-  """Cohen's prediction and radius of every row at noise ``scale`` (float or ``[b]``)."""
+def cohen_certificate(cert: dict, rows: Rows, scale):
+  """Cohen's ``(prediction, radius, p_lower)`` of every row at noise ``scale``."""
   if cert.get("multiclass"):
     ok, radius = multiclass(rows.n_a, rows.runner_up, rows.n, rows.alpha,
                              int(cert["num_classes"]), scale)
+    p = cp_lower(rows.n_a, rows.n, rows.alpha / 2)
   else:
     p = cp_lower(rows.n_a, rows.n, rows.alpha)
     ok = p >= 0.5
     radius = np.where(ok, binary_radius(p, scale, cert["noise"],
                                          int(np.prod(cert["input_shape"]))), 0.0)
-  return np.where(ok, rows.guess, -1), radius
+  return np.where(ok, rows.guess, -1), radius, p
 
 
 def check_cohen(cert: dict, res, recs: dict, *, rtol: float, atol: float,
@@ -35,8 +36,8 @@ def check_cohen(cert: dict, res, recs: dict, *, rtol: float, atol: float,
     if levels is None:
       return issues
   rows = read_rows(cert, res, recs, issues, levels)
-  predict, radius = cohen_radius(cert, rows, sigma)
-  compare(res, rows, predict, radius, issues, rtol=rtol, atol=atol)
+  predict, radius, p = cohen_certificate(cert, rows, sigma)
+  compare(res, rows, predict, radius, issues, rtol=rtol, atol=atol, p_lower=p)
   return issues
 
 def _ucan_pattern(shape, sigma: float, pattern: str, kappa: float, iota: float) -> np.ndarray:
@@ -84,7 +85,7 @@ def check_ucan(cert: dict, res, recs: dict, *, rtol: float, atol: float,
                              f"are not those of the pattern ({want_min!r}, {want_gmean!r})"))
       return issues
   rows = read_rows(cert, res, recs, issues)
-  predict, r_norm = cohen_radius(cert, rows, 1.0)
+  predict, r_norm, p = cohen_certificate(cert, rows, 1.0)
   for column, scale in (("normalized_radius", 1.0), ("alm", s_gmean)):
     if column not in res.extra:
       raise VerifyError(f"ucan run without its {column!r} column")
@@ -93,7 +94,7 @@ def check_ucan(cert: dict, res, recs: dict, *, rtol: float, atol: float,
             columns=("predict", column))
     if len(issues) > before:
       return issues
-  compare(res, rows, predict, r_norm * s_min, issues, rtol=rtol, atol=atol)
+  compare(res, rows, predict, r_norm * s_min, issues, rtol=rtol, atol=atol, p_lower=p)
   if "sound" not in res.extra:
     raise VerifyError("ucan run without its 'sound' column")
   for j in np.flatnonzero(np.asarray(res.extra["sound"], np.float64) != 1):

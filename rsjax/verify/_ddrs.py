@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from rsjax import record as record_lib
-from rsjax.verify._cohen import cohen_radius
+from rsjax.verify._cohen import cohen_certificate
 from rsjax.verify._report import Mismatch, VerifyError
 from rsjax.verify._rows import compare, read_rows
 
@@ -115,8 +115,9 @@ def check_ddrs(cert: dict, res, recs: dict, *, rtol: float, atol: float, inputs=
   issues: list[Mismatch] = []
   rows = read_rows(cert, res, recs, issues)
   sigma = _sigmas(res, recs, rows, issues)
-  pred_mc, rad_mc = cohen_radius(cert, rows, sigma)
-  compare(res, rows, pred_mc, rad_mc, issues, rtol=rtol, atol=atol, columns=("predict_mc", "radius_mc"))
+  pred_mc, rad_mc, p = cohen_certificate(cert, rows, sigma)
+  compare(res, rows, pred_mc, rad_mc, issues, rtol=rtol, atol=atol,
+          columns=("predict_mc", "radius_mc"), p_lower=p)
   sound = np.asarray(res.extra["sound"], np.float64)
   if not memory:
     compare(res, rows, pred_mc, rad_mc, issues, rtol=rtol, atol=atol)

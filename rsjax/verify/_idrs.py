@@ -114,6 +114,11 @@ def check_idrs(cert: dict, res, recs: dict, *, rtol: float, atol: float,
     if why is not None:
       issues.append(Mismatch(idx, why))
       continue
+    if not (np.isnan(rows.p_recorded[j]) or math.isclose(float(rows.p_recorded[j]), float(p[j]),
+                                                          rel_tol=rtol, abs_tol=atol)):
+      issues.append(Mismatch(idx, f"p_lower {float(rows.p_recorded[j])!r} recorded, the counts "
+                             f"give {float(p[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]})"))
+      continue
     if predict[j] != res.predict[j]:
       issues.append(Mismatch(idx, f"predict {res.predict[j]} in the file, the counts give "
                              f"{predict[j]} (n_A {rows.n_a[j]} of {rows.n[j]})"))

@@ -34,24 +34,41 @@ class VerifyReport:
   Attributes:
     path: the result file.
     method: the run's method.
-    rows: rows checked.
+    rows: rows in the file.
     mismatches: one entry per failing row (and run-wide problems, ``idx`` -1).
+    declared: the rows the run declares (its index range).
+    missing: declared rows not in the file.
+    unchecked: what could not be checked here, one line each (e.g. the labels
+      when the dataset cannot be loaded).
   """
 
   path: str
   method: str
   rows: int
   mismatches: tuple[Mismatch, ...]
+  declared: int = 0
+  missing: int = 0
+  unchecked: tuple[str, ...] = ()
+
+  @property
+  def complete(self) -> bool:
+    """Every declared row is in the file (and there is at least one)."""
+    return self.missing == 0 and self.rows > 0
 
   @property
   def ok(self) -> bool:
-    return not self.mismatches
+    return not self.mismatches and self.complete
 
   def summary(self) -> str:
-    if self.ok:
-      return (f"verified: all {self.rows} rows of {self.path} match their recorded counts "
-              f"(method {self.method})")
-    bad = len({m.idx for m in self.mismatches})
-    return (f"NOT verified: {bad} of {self.rows} rows of {self.path} do not match their "
-            f"recorded counts (first: {self.mismatches[0]})")
-
+    if self.mismatches:
+      bad = len({m.idx for m in self.mismatches})
+      return (f"NOT verified: {bad} of {self.rows} rows of {self.path} do not match their "
+              f"recorded counts (first: {self.mismatches[0]})")
+    if not self.complete:
+      return (f"NOT verified: incomplete: {self.declared - self.missing} of {self.declared} "
+              f"rows of {self.path} (the rows present match their counts)")
+    text = (f"verified: all {self.rows} rows of {self.path} match their recorded counts "
+            f"(method {self.method})")
+    if self.unchecked:
+      text += "; not checked: " + "; ".join(self.unchecked)
+    return text

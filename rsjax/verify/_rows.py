@@ -51,6 +51,7 @@ class Rows:
     guess, n_a, runner_up, n: ``[b]`` the selected class, its estimation count,
       the largest other count, the estimation samples.
     alpha: ``[b]`` the level of each row's bound.
+    p_recorded: ``[b]`` the recorded lower bound ``p_lower`` (NaN where none).
   """
 
   valid: np.ndarray
@@ -59,6 +60,7 @@ class Rows:
   runner_up: np.ndarray
   n: np.ndarray
   alpha: np.ndarray
+  p_recorded: np.ndarray
 
 
 def run_sigma(cert: dict) -> float:
@@ -75,7 +77,8 @@ def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = N
   num_classes = int(cert["num_classes"])
   b = len(res)
   out = Rows(np.zeros(b, bool), np.zeros(b, np.int64), np.zeros(b, np.int64),
-              np.zeros(b, np.int64), np.full(b, n_max, np.int64), np.full(b, alpha))
+              np.zeros(b, np.int64), np.full(b, n_max, np.int64), np.full(b, alpha),
+              np.full(b, np.nan))
   for j, idx in enumerate(res.idx):
     idx = int(idx)
     r = recs.get(idx)
@@ -107,6 +110,13 @@ def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = N
       issues.append(Mismatch(idx, f"estimation counts sum to {c1.sum()}, N is {used}"))
       continue
     g = int(np.argmax(c0))
+    p_rec = r.get("p_lower")
+    if p_rec is not None:
+      try:
+        out.p_recorded[j] = float(p_rec)
+      except (TypeError, ValueError):
+        issues.append(Mismatch(idx, f"recorded p_lower {p_rec!r} is not a number"))
+        continue
     out.guess[j], out.n_a[j], out.n[j] = g, c1[g], used
     out.runner_up[j] = np.delete(c1, g).max() if num_classes > 1 else 0
     out.valid[j] = True
@@ -114,7 +124,7 @@ def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = N
 
 
 def compare(res, rows: Rows, predict, radius, issues: list, *, rtol: float, atol: float,
-            columns: tuple[str, str] = ("predict", "radius")) -> None:
+            columns: tuple[str, str] = ("predict", "radius"), p_lower=None) -> None:
   """Reports valid rows whose prediction or radius in the file differs from the recomputation.
 
   Args:
@@ -125,12 +135,18 @@ def compare(res, rows: Rows, predict, radius, issues: list, *, rtol: float, atol
     issues: where the mismatches go.
     rtol, atol: tolerances of the radii.
     columns: the file's columns holding the prediction and the radius.
+    p_lower: ``[b]`` recomputed lower bounds, compared with the recorded ones
+      (to ``rtol``, ``atol``), or None.
   """
   got_p, got_r = (np.asarray(getattr(res, c) if c in ("predict", "radius") else res.extra[c])
                   for c in columns)
   for j in np.flatnonzero(rows.valid):
     idx = int(res.idx[j])
-    if int(got_p[j]) != predict[j]:
+    if p_lower is not None and not (np.isnan(rows.p_recorded[j]) or math.isclose(
+        float(rows.p_recorded[j]), float(p_lower[j]), rel_tol=rtol, abs_tol=atol)):
+      issues.append(Mismatch(idx, f"p_lower {float(rows.p_recorded[j])!r} recorded, the counts "
+                             f"give {float(p_lower[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]})"))
+    elif int(got_p[j]) != predict[j]:
       issues.append(Mismatch(idx, f"{columns[0]} {got_p[j]} in the file, the counts give "
                              f"{predict[j]} (n_A {rows.n_a[j]} of {rows.n[j]})"))
     elif not math.isclose(float(got_r[j]), radius[j], rel_tol=rtol, abs_tol=atol):

@@ -64,6 +64,7 @@ def check_srs(cert: dict, res, recs: dict, *, rtol: float, atol: float,
   ok = p >= 0.5
   radius = np.where(ok, binary_radius(p, sigma, cert["noise"],
                                        int(np.prod(cert["input_shape"]))), 0.0)
-  compare(res, rows, np.where(ok, rows.guess, -1), radius, issues, rtol=rtol, atol=atol)
+  compare(res, rows, np.where(ok, rows.guess, -1), radius, issues, rtol=rtol, atol=atol,
+          p_lower=p)
   return issues
 

@@ -1,0 +1,301 @@
+"""A certify (or predict) run as one value: :class:`RunSpec`.
+
+Everything a run's certificate claims is a field of one frozen value: the
+model (its fingerprint and where it came from), the data (dataset, split, the
+declared index range, input shape, number of classes), sigma and where it came
+from, the sampling settings (N0, N, alpha, noise, precision), the method and
+its options, and the key (seed and derivation). It is built once -- from the
+flags at the command line's edge (``rsjax.launch``), or directly by library
+users (``rsjax.demo``) -- and written as the one record of the run,
+``<result file>.run.json`` (:meth:`RunSpec.write`). Resume, ``rsjax verify``,
+``rsjax audit``, ``rsjax analyze`` and the demo read that record back
+(:meth:`RunSpec.read`); no field is stored twice, so what ``verify`` checks is
+what ``audit`` re-draws and what ``analyze`` prints.
+
+The record is NumPy-free JSON and this module imports neither JAX nor the
+model code, so ``rsjax verify`` reads it with the standard library alone.
+
+Old run records (rsjax before this format) are refused in one line
+(:class:`RunFormatError`): certify again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["FORMAT", "KEY_DERIVATION", "NOISE_NORMS", "DataRef", "ModelRef", "RunFormatError",
+           "RunSpec", "declared_indices", "run_path"]
+
+FORMAT = "rsjax-run/2"
+RUN_SUFFIX = ".run.json"
+
+#: How the noise of row ``idx`` derives from the run's seed (``rsjax._certify.run_certify``
+#: and ``rsjax.sample_noise``).
+KEY_DERIVATION = ("K = jax.random.key(seed) folded with key.fold_in in order; selection sample j "
+                  "of row idx: fold_in(fold_in(fold_in(K, 0), idx), j); estimation: "
+                  "fold_in(fold_in(fold_in(K, 1), idx), j); Threefry-2x32 (jax default PRNG)")
+
+#: ``--noise`` name -> (family, norm of the radius); ``rsjax.noise.NOISES`` agrees (a test
+#: checks it). The record names the noise once; its family and norm follow from the name.
+NOISE_NORMS = {
+    "gaussian": ("gaussian", "l2"),
+    "gaussian_fast": ("gaussian", "l2"),
+    "laplace": ("laplace", "l1"),
+    "uniform": ("uniform", "l1"),
+    "uniform_l1": ("uniform", "l1"),
+    "uniform_linf": ("uniform", "linf"),
+}
+
+#: Fields of the record that say where things were or which software ran, not what
+#: was certified: a resume may differ in them (a copied model, another rsjax).
+NOT_IDENTITY = ("versions", "model.path", "model.denoiser")
+
+
+class RunFormatError(ValueError):
+  """A run record this rsjax cannot read (missing, older format, malformed)."""
+
+
+def run_path(path) -> str:
+  """The run record kept next to a result file: ``<path>.run.json``."""
+  return os.fspath(path) + RUN_SUFFIX
+
+
+def declared_indices(size: int, start: int = 0, stop: int = -1, skip: int = 1) -> list[int]:
+  """The dataset indices ``start, start + skip, ...`` below ``stop`` (-1: the split's end)."""
+  end = size if stop is None or stop < 0 else min(size, stop)
+  return list(range(start, end, skip))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRef:
+  """The model a run certified.
+
+  Attributes:
+    fingerprint: ``rsjax.runner.fingerprint`` of the parameters certified (with
+      a denoiser: of the composed parameters, denoiser included).
+    architecture: its architecture name (``rsjax.models``), if known.
+    source: ``"model_dir"`` (``rsjax train`` / ``convert``), ``"torch_checkpoint"``
+      or ``"library"`` (built in code).
+    path: where it was loaded from (not part of the run's identity).
+    torch_arch: ``--torch-arch`` of a PyTorch checkpoint.
+    normalize: ``--normalize`` of a PyTorch checkpoint.
+    denoiser: the denoiser directory of denoised smoothing (not part of the
+      identity: the fingerprint covers its weights).
+  """
+
+  fingerprint: str
+  architecture: str | None = None
+  source: str = "library"
+  path: str | None = None
+  torch_arch: str | None = None
+  normalize: str | None = None
+  denoiser: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataRef:
+  """The inputs a run certified: a split of a dataset and the declared index range.
+
+  Attributes:
+    name: the dataset's name (``rsjax.data.load``).
+    split: its split.
+    size: the number of inputs in the split.
+    input_shape: the shape of one input.
+    num_classes: C.
+    start, stop, skip: the declared indices ``start, start + skip, ...`` below
+      ``stop`` (-1: the split's end); a complete run has exactly these rows.
+  """
+
+  name: str
+  split: str
+  size: int
+  input_shape: tuple[int, ...]
+  num_classes: int
+  start: int = 0
+  stop: int = -1
+  skip: int = 1
+
+  def indices(self) -> list[int]:
+    """The declared dataset indices, in order."""
+    return declared_indices(self.size, self.start, self.stop, self.skip)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """One certify or predict run (module docstring).
+
+  Attributes:
+    model: the model certified.
+    data: the inputs certified.
+    sigma: the noise level (the method's base level: UCAN scales it by its
+      pattern, IDRS and DDRS compute per-input sigma from it).
+    sigma_source: ``"flag"`` (given), ``"model"`` (the training sigma) or
+      ``"library"``.
+    sampling: ``n0``, ``n``, ``alpha``, ``noise`` (a name of
+      :data:`NOISE_NORMS`), ``precision`` and the other fields of
+      ``rsjax.Sampling`` that change counts (``rsjax.record.sampling_fields``).
+    method: the method's name (``rsjax.methods.METHODS``).
+    options: the method's own options.
+    multiclass: the multiclass radius with simultaneous bounds.
+    details: run-wide facts of the method its radius depends on
+      (``rsjax.methods.Plan.details``), or None.
+    budget: a budgeted run's schedule parameters (``first``, ``ratio``,
+      ``final_share``, ``stop_alpha``; its grid is the ``grid`` option), or None.
+    seed: the seed of ``jax.random.key``.
+    key_fold_in: integers the key is folded with, in order, before certifying.
+    command: ``"certify"`` or ``"predict"``.
+    versions: software versions that wrote the run (not part of its identity).
+    out: the result file (the record lives beside it, so it is not written).
+  """
+
+  model: ModelRef
+  data: DataRef
+  sigma: float
+  sampling: Mapping[str, Any]
+  sigma_source: str = "library"
+  method: str = "cohen"
+  options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  multiclass: bool = False
+  details: Mapping[str, Any] | None = None
+  budget: Mapping[str, Any] | None = None
+  seed: int = 0
+  key_fold_in: tuple[int, ...] = ()
+  command: str = "certify"
+  versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  out: str | None = dataclasses.field(default=None, compare=False)
+
+  def __post_init__(self):
+    noise = self.sampling.get("noise")
+    if noise not in NOISE_NORMS:
+      raise RunFormatError(f"run: unknown noise {noise!r} (known: {sorted(NOISE_NORMS)})")
+    if not (isinstance(self.sigma, (int, float)) and self.sigma > 0):
+      raise RunFormatError(f"run: sigma must be a number > 0, got {self.sigma!r}")
+
+  # ------------------------------------------------------------------- derived
+
+  @property
+  def noise_family(self) -> str:
+    return NOISE_NORMS[self.sampling["noise"]][0]
+
+  @property
+  def norm(self) -> str:
+    """The norm of the radius (``l2``, ``l1``, ``linf``)."""
+    return NOISE_NORMS[self.sampling["noise"]][1]
+
+  def indices(self) -> list[int]:
+    """The declared dataset indices of the run."""
+    return self.data.indices()
+
+  # ------------------------------------------------------------------- JSON
+
+  def to_json(self) -> dict:
+    """The run record (a JSON object): every field once, ``out`` left out."""
+    model = {k: v for k, v in dataclasses.asdict(self.model).items() if v is not None}
+    data = dataclasses.asdict(self.data)
+    data["input_shape"] = [int(d) for d in self.data.input_shape]
+    method = {"name": self.method, "options": _plain(self.options),
+              "multiclass": bool(self.multiclass)}
+    if self.details is not None:
+      method["details"] = _plain(self.details)
+    if self.budget is not None:
+      method["budget"] = _plain(self.budget)
+    return {
+        "format": FORMAT,
+        "command": self.command,
+        "model": model,
+        "data": data,
+        "sigma": {"value": float(self.sigma), "source": self.sigma_source},
+        "sampling": _plain(self.sampling),
+        "method": method,
+        "key": {"seed": int(self.seed), "fold_in": [int(k) for k in self.key_fold_in],
+                "derivation": KEY_DERIVATION},
+        "versions": _plain(self.versions),
+    }
+
+  @classmethod
+  def from_json(cls, rec: Mapping, out: str | None = None) -> RunSpec:
+    """The run of a record (:meth:`to_json`).
+
+    Raises:
+      RunFormatError: a record of another format, or a malformed one.
+    """
+    where = f"run record of {out!r}" if out else "run record"
+    if not isinstance(rec, Mapping) or rec.get("format") != FORMAT:
+      fmt = rec.get("format") if isinstance(rec, Mapping) else None
+      raise RunFormatError(
+          f"{where} is not a {FORMAT} record (format {fmt!r}): written by an older rsjax or "
+          "by hand; certify the run again with this rsjax (--overwrite)")
+    try:
+      m, d, mt, k = rec["model"], rec["data"], rec["method"], rec["key"]
+      if k.get("derivation") != KEY_DERIVATION:
+        raise RunFormatError(f"{where}: unknown key derivation {k.get('derivation')!r}")
+      data = DataRef(name=str(d["name"]), split=str(d["split"]), size=int(d["size"]),
+                     input_shape=tuple(int(v) for v in d["input_shape"]),
+                     num_classes=int(d["num_classes"]), start=int(d["start"]),
+                     stop=int(d["stop"]), skip=int(d["skip"]))
+      if data.skip < 1 or data.start < 0 or data.size < 0 or data.num_classes < 1:
+        raise RunFormatError(f"{where}: impossible data range {d}")
+      return cls(
+          model=ModelRef(**{f.name: m.get(f.name) for f in dataclasses.fields(ModelRef)
+                            if f.name in m}),
+          data=data, sigma=float(rec["sigma"]["value"]),
+          sigma_source=str(rec["sigma"]["source"]), sampling=dict(rec["sampling"]),
+          method=str(mt["name"]), options=dict(mt.get("options") or {}),
+          multiclass=bool(mt.get("multiclass", False)), details=mt.get("details"),
+          budget=mt.get("budget"), seed=int(k["seed"]),
+          key_fold_in=tuple(int(v) for v in k.get("fold_in", ())),
+          command=str(rec["command"]), versions=dict(rec.get("versions") or {}), out=out)
+    except RunFormatError:
+      raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+      raise RunFormatError(f"{where} is malformed ({type(e).__name__}: {e})") from None
+
+  def identity(self) -> dict:
+    """The record without the fields that do not change the rows (:data:`NOT_IDENTITY`)."""
+    rec = self.to_json()
+    rec.pop("versions")
+    for name in ("path", "denoiser"):
+      rec["model"].pop(name, None)
+    return rec
+
+  # ------------------------------------------------------------------- files
+
+  def write(self, path=None) -> None:
+    """Writes the run record next to result file ``path`` (default :attr:`out`), atomically."""
+    from rsjax.io._durable import atomic_write_text
+    target = run_path(path if path is not None else self.out)
+    atomic_write_text(target, json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+
+  @classmethod
+  def read(cls, path) -> RunSpec:
+    """The run of result file ``path`` (from ``<path>.run.json``).
+
+    Raises:
+      RunFormatError: no run record, or one this rsjax cannot read.
+    """
+    p = os.fspath(path)
+    rec_path = run_path(p)
+    if not os.path.exists(rec_path):
+      raise RunFormatError(f"{p!r} has no run record ({os.path.basename(rec_path)}): certify it "
+                           "with this rsjax")
+    with open(rec_path, encoding="utf-8") as f:
+      try:
+        rec = json.load(f)
+      except json.JSONDecodeError as e:
+        raise RunFormatError(f"run record {rec_path!r} is not valid JSON ({e})") from None
+    return cls.from_json(rec, out=p)
+
+
+def _plain(v):
+  """``v`` as plain JSON values (tuples -> lists, NumPy scalars -> Python)."""
+  if isinstance(v, Mapping):
+    return {str(k): _plain(u) for k, u in v.items()}
+  if isinstance(v, (list, tuple)):
+    return [_plain(u) for u in v]
+  if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+    return v.item()
+  return v

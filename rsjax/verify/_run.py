@@ -1,0 +1,101 @@
+"""The checks of a run as a whole: the rows against the declared index range, the labels
+and inputs against the dataset, and the view of the run the method checkers read."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rsjax.verify._formulas import budget_alphas, budget_looks
+from rsjax.verify._report import Mismatch
+
+
+def certificate_view(run) -> dict:
+  """What the method checkers read of a run (``rsjax.runspec.RunSpec``), in one dict.
+
+  Everything here follows from the run's one record; nothing is read twice.
+  """
+  s = run.sampling
+  out = {
+      "method": run.method, "settings": dict(run.options), "sampling": dict(s),
+      "noise": {"family": run.noise_family, "name": s["noise"], "norm": run.norm},
+      "sigma": run.sigma, "multiclass": run.multiclass,
+      "input_shape": list(run.data.input_shape), "num_classes": run.data.num_classes,
+      "dataset": run.data.name, "details": run.details, "model": run.model.fingerprint,
+  }
+  if run.budget is not None:
+    b = dict(run.budget)
+    looks = budget_looks(int(s["n"]), int(b["first"]), float(b["ratio"]))
+    out["budget"] = {**b, "grid": list(run.options.get("grid") or ()), "looks": looks,
+                     "alphas": budget_alphas(float(s["alpha"]), len(looks),
+                                             float(b["final_share"]))}
+  return out
+
+
+def check_rows_declared(run, res) -> tuple[list[Mismatch], int]:
+  """Rows outside the declared index range, and how many declared rows are missing.
+
+  Returns:
+    ``(mismatches, missing)``.
+  """
+  declared = set(run.indices())
+  have = {int(i) for i in res.idx}
+  issues = [Mismatch(int(i), f"idx {int(i)} is not one of the run's declared indices "
+                     f"({_range(run)})") for i in res.idx if int(i) not in declared]
+  missing = len(declared - have)
+  return issues, missing
+
+
+def _range(run) -> str:
+  d = run.data
+  stop = d.size if d.stop < 0 else min(d.stop, d.size)
+  return (f"{d.name} {d.split}: {d.start} to {stop - 1} step {d.skip}, "
+          f"{len(run.indices())} inputs")
+
+
+def load_dataset(run, data_dir):
+  """The run's dataset split, or ``(None, why)`` when it cannot be loaded here."""
+  try:
+    from rsjax import data
+    if run.data.name not in data.DATASETS:
+      return None, f"dataset {run.data.name!r} is not one rsjax can load"
+    return data.load(run.data.name, run.data.split, data_dir=data_dir), None
+  except Exception as e:  # noqa: BLE001 -- any failure to load: say it and check the rest
+    return None, f"dataset {run.data.name!r} ({run.data.split}) cannot be loaded here: " + (
+        " ".join(str(e).split())[:200])
+
+
+def check_against_dataset(run, res, recs: dict, ds) -> list[Mismatch]:
+  """The run's declared shape, classes and size, and every row's label and input
+  fingerprint, against the dataset itself."""
+  from rsjax import record as record_lib
+  issues: list[Mismatch] = []
+  d = run.data
+  if tuple(ds.input_shape) != tuple(d.input_shape):
+    issues.append(Mismatch(-1, f"the run declares inputs of shape {list(d.input_shape)}, "
+                           f"{d.name} has {list(ds.input_shape)}"))
+  if int(ds.num_classes) != d.num_classes:
+    issues.append(Mismatch(-1, f"the run declares {d.num_classes} classes, {d.name} has "
+                           f"{ds.num_classes}"))
+  if len(ds) != d.size:
+    issues.append(Mismatch(-1, f"the run declares {d.size} inputs in {d.name} {d.split}, it "
+                           f"has {len(ds)}"))
+  if issues:
+    return issues
+  idx = np.asarray(res.idx, np.int64)
+  inside = (idx >= 0) & (idx < len(ds))
+  rows = np.flatnonzero(inside)
+  for s in range(0, len(rows), 1024):
+    part = rows[s:s + 1024]
+    x, y = ds.get_batch(idx[part])
+    x, y = np.asarray(x), np.asarray(y)
+    for j, xi, yi in zip(part, x, y):
+      i = int(idx[j])
+      if int(res.label[j]) != int(yi):
+        issues.append(Mismatch(i, f"label {int(res.label[j])} in the file, {int(yi)} in "
+                               f"{d.name} {d.split}"))
+        continue
+      r = recs.get(i)
+      if r is not None and r.get("input") != record_lib.input_fingerprint(xi):
+        issues.append(Mismatch(i, f"the recorded input fingerprint is not that of {d.name} "
+                               f"{d.split} input {i}"))
+  return issues
