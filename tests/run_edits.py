@@ -41,3 +41,58 @@ def edit_record(path, idx, fn):
     r = json.loads(line)
     out.append(json.dumps(fn(r) if r["idx"] == idx else r, sort_keys=True))
   rec.write_text("\n".join(out) + "\n")
+
+
+def edit_run(path, fn):
+  """Applies ``fn`` to the run record (a dict) of a result file and writes it back."""
+  rec = path.parent / (path.name + ".run.json")
+  run = json.loads(rec.read_text())
+  rec.write_text(json.dumps(fn(run) or run, indent=1, sort_keys=True))
+
+
+def reradius(path):
+  """The forger's last step: rewrites ``predict``, ``radius``, ``correct`` of every row and
+  the recorded ``p_lower`` from the counts under the run record as it now stands (Cohen's
+  binary or multiclass radius), so that verify's recomputation agrees with the file."""
+  import numpy as np
+
+  from rsjax import io
+  from rsjax.runspec import RunSpec
+  from rsjax.verify._cohen import cohen_certificate
+  from rsjax.verify._rows import read_rows
+  from rsjax.verify._run import certificate_view
+  run = RunSpec.read(path)
+  cert = certificate_view(run)
+  res = io.read_certify(path)
+  recs = record.read_records(path)
+  rows = read_rows(cert, res, recs, [])
+  pred, rad, p = cohen_certificate(cert, rows, run.sigma)
+  lines = path.read_text().split("\n")
+  head = lines[0].split("\t")
+  for j in range(len(res)):
+    fields = lines[1 + j].split("\t")
+    fields[head.index("predict")] = str(int(pred[j]))
+    fields[head.index("radius")] = repr(float(rad[j]))
+    fields[head.index("correct")] = str(int(pred[j] == res.label[j]))
+    lines[1 + j] = "\t".join(fields)
+  path.write_text("\n".join(lines))
+  by_idx = {int(i): float(p[j]) for j, i in enumerate(res.idx)}
+  edit_record_all(path, lambda r: {**r, "p_lower": by_idx.get(r["idx"], r.get("p_lower"))})
+  assert np.all(rows.valid)
+
+
+def edit_record_all(path, fn):
+  """Applies ``fn`` to every row record of ``<path>.cert.jsonl``."""
+  rec = path.parent / (path.name + record.RECORD_SUFFIX)
+  out = [json.dumps(fn(json.loads(line)), sort_keys=True) for line in rec.read_text().splitlines()]
+  rec.write_text("\n".join(out) + "\n")
+
+
+def drop_rows(path, keep):
+  """Keeps only the rows (and their records) whose idx satisfies ``keep(idx)``."""
+  lines = path.read_text().split("\n")
+  body = [ln for ln in lines[1:] if ln and keep(int(ln.split("\t")[0]))]
+  path.write_text("\n".join([lines[0], *body]) + "\n")
+  rec = path.parent / (path.name + record.RECORD_SUFFIX)
+  kept = [ln for ln in rec.read_text().splitlines() if keep(json.loads(ln)["idx"])]
+  rec.write_text("".join(ln + "\n" for ln in kept))

@@ -9,8 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from run_edits import copy_run, edit_column, edit_record, move_one_count
+from run_edits import copy_run, edit_column, edit_record, edit_run, move_one_count
 from rsjax import cli, io, record, verify
+from rsjax.runspec import RunSpec
 
 COMMON = ["--N", "300", "--N0", "30", "--batch", "300", "--skip", "60", "--quiet"]
 
@@ -19,11 +20,12 @@ def run_cli(*argv):
   return cli.main([str(a) for a in argv])
 
 
-def assert_caught(f, idx, needle):
+def assert_caught(f, idx, *needles):
+  """Verify reports row ``idx`` alone, for one of ``needles`` (the bound or a radius)."""
   rep = verify.verify(f)
   assert not rep.ok, "the edit went unnoticed"
   assert [m.idx for m in rep.mismatches] == [idx], rep.mismatches
-  assert needle in rep.mismatches[0].reason, rep.mismatches[0].reason
+  assert any(n in rep.mismatches[0].reason for n in needles), rep.mismatches[0].reason
 
 
 def check_method(src, tmp_path, *, column="radius"):
@@ -39,7 +41,7 @@ def check_method(src, tmp_path, *, column="radius"):
     assert_caught(f, idx, column)
   f = copy_run(src, tmp_path / "c.tsv")
   edit_record(f, idx, move_one_count)
-  assert_caught(f, idx, "radius")
+  assert_caught(f, idx, "p_lower", column)
   return res
 
 
@@ -55,8 +57,7 @@ def idrs_run(trained, tmp_path_factory):
 
 
 def test_idrs_records_sigma_slack_rate_and_the_design(idrs_run):
-  cert = io.read_run_record(idrs_run)["certificate"]
-  d = cert["details"]
+  d = RunSpec.read(idrs_run).details
   assert d["kind"] == "knn" and d["rate"] == 0.05 and d["k"] == 5 and d["m"] == 1.0
   res = io.read_certify(idrs_run)
   recs = record.read_records(idrs_run)
@@ -78,7 +79,7 @@ def test_idrs_verifies_and_catches_edits(idrs_run, tmp_path):
 def test_idrs_constant_sigma_is_cohens_radius(trained, tmp_path):
   out = tmp_path / "idrs0.tsv"
   assert run_cli("certify", trained, out, "--method", "idrs", "--idrs-rate", "0", *COMMON) == 0
-  assert io.read_run_record(out)["certificate"]["details"]["kind"] == "constant"
+  assert RunSpec.read(out).details["kind"] == "constant"
   check_method(out, tmp_path)
 
 
@@ -90,7 +91,7 @@ def test_ucan_pattern_verifies_and_catches_edits(trained, tmp_path, pattern):
   out = tmp_path / "ucan.tsv"
   assert run_cli("certify", trained, out, "--method", "ucan", "--ucan-pattern", pattern,
                  "--ucan-kappa", "0.5", "--sigma", "0.3", *COMMON) == 0
-  d = io.read_run_record(out)["certificate"]["details"]
+  d = RunSpec.read(out).details
   assert d["source"] == "pattern" and d["pattern"] == pattern and d["sigma_min"] > 0
   res = check_method(out, tmp_path)
   for column in ("normalized_radius", "alm"):
@@ -103,9 +104,8 @@ def test_ucan_pattern_verifies_and_catches_edits(trained, tmp_path, pattern):
   edit_column(f, 0, "sound", lambda v: "0")
   assert_caught(f, int(res.idx[0]), "sound 0")
   f = copy_run(out, tmp_path / "sig.tsv")
-  run = io.read_run_record(f)
-  run["certificate"]["details"]["sigma_min"] *= 1.1
-  io.write_run_record(f, run)
+  edit_run(f, lambda r: r["method"]["details"].update(
+      sigma_min=r["method"]["details"]["sigma_min"] * 1.1))
   rep = verify.verify(f)
   assert not rep.ok and rep.mismatches[0].idx == -1 and "pattern" in rep.mismatches[0].reason
 
@@ -119,7 +119,7 @@ def test_ucan_dataset_wise_verifies(trained, tmp_path):
   methods.save_universal_noise(wd, mu=np.zeros((8, 8, 1), np.float32), sigma=sigma)
   out = tmp_path / "ucan_ds.tsv"
   assert run_cli("certify", wd, out, "--method", "ucan", *COMMON) == 0
-  d = io.read_run_record(out)["certificate"]["details"]
+  d = RunSpec.read(out).details
   assert d["source"] == "dataset" and d["sigma_min"] == float(sigma.min())
   check_method(out, tmp_path)
 
@@ -151,7 +151,7 @@ def test_srs_verifies_and_catches_edits(deq_model, tmp_path, correction):
   assert run_cli("certify", deq_model, out, "--method", "srs", "--srs-m", "60", "--N", "300",
                  "--N0", "30", "--batch", "100", "--skip", "60", "--srs-correction", correction,
                  "--quiet") == 0
-  d = io.read_run_record(out)["certificate"]["details"]
+  d = RunSpec.read(out).details
   assert d["m"] == 60 and d["correction"] == correction
   recs = record.read_records(out)
   assert all(r["m"] == 60 and 0 <= r["k"] <= r["m_a"] <= 60 for r in recs.values())
@@ -166,7 +166,7 @@ def test_srs_verifies_and_catches_edits(deq_model, tmp_path, correction):
   j = int(np.flatnonzero(res.radius > 0)[0])
   f = copy_run(out, tmp_path / "k.tsv")
   edit_record(f, int(res.idx[j]), edit_check)
-  assert_caught(f, int(res.idx[j]), "radius")
+  assert_caught(f, int(res.idx[j]), "p_lower")
 
 
 def test_deq_standard_verifies(deq_model, tmp_path):
@@ -192,11 +192,11 @@ def test_honest_runs_of_each_method_pass_their_audit(trained, deq_model, idrs_ru
   assert {"m_a", "k"} <= set(next(iter(record.read_records(srs).values())))
   # The chains change SRS's counts: they are part of the run (a resume with others is refused),
   # and the audit draws again with the run's.
-  assert io.read_run_record(srs)["certificate"]["details"]["chains"] == 100
+  assert RunSpec.read(srs).details["chains"] == 100
   assert run_cli("certify", deq_model, srs, "--method", "srs", "--srs-m", "60", "--N", "300",
                  "--N0", "30", "--batch", "50", "--skip", "60", "--quiet") != 0
   for out, model in ((idrs_run, trained), (ucan, trained), (srs, deq_model)):
-    report = audit.audit(out, model_dir=model, rows=2, noise_values=20_000)
+    report = audit.audit(out, model_dir=model, rows=2)
     assert report.ok, (out.name, report.reason)
   # An SRS check count edited in the record (the radius left as it was) fails the audit's
   # re-draw as well as verify.
@@ -204,6 +204,6 @@ def test_honest_runs_of_each_method_pass_their_audit(trained, deq_model, idrs_ru
   idx = int(res.idx[int(np.flatnonzero(res.radius > 0)[0])])
   f = copy_run(srs, tmp_path / "k.tsv")
   edit_record(f, idx, edit_check)
-  report = audit.audit(f, model_dir=deq_model, rows=5, noise_values=20_000)
-  assert not report.ok and "radii from counts" in report.reason
+  report = audit.audit(f, model_dir=deq_model, rows=5)
+  assert not report.ok and report.reason.startswith("verify: NOT verified")
   assert any(c.name == "counts" and not c.ok for c in report.checks), report.checks

@@ -1,0 +1,277 @@
+"""Forged certify runs, tried as a forger would: every file of a run editable, the auditor
+keeps its own rsjax and is given the model. Each class of forgery is caught -- by
+``verify`` alone where it needs no model (the digits dataset always loads), by the
+audit of drawn rows where it does -- and the runs the forgeries start from pass.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from run_edits import copy_run, drop_rows, edit_record, edit_run, reradius
+from rsjax import audit, cli, io, verify
+from rsjax.runspec import RunSpec
+
+N, N0 = 400, 40
+
+
+def run_cli(*argv):
+  return cli.main([str(a) for a in argv])
+
+
+def certify(model, out, *more):
+  assert run_cli("certify", model, out, "--N", N, "--N0", N0, "--batch", "400", "--quiet",
+                 *more) == 0
+  return out
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+  d = tmp_path_factory.mktemp("forge") / "mlp"
+  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.5", "--epochs",
+                 "2", "--batch", "64", "--lr", "0.1", "--out", d, "--quiet") == 0
+  return d
+
+
+@pytest.fixture(scope="module")
+def run40(model, tmp_path_factory):
+  """A 40-row Gaussian run at sigma 0.5 (every 7th test digit up to 280)."""
+  return certify(model, tmp_path_factory.mktemp("runs") / "r.tsv", "--skip", "7", "--max", "280")
+
+
+def caught_by_audit(path, model, rows=1, seeds=(1, 2, 3)):
+  """The audit fails with every seed when it draws only ``rows`` rows."""
+  reports = [audit.audit(path, model_dir=model, rows=rows, seed=s) for s in seeds]
+  return all(not r.ok for r in reports), reports[0].reason
+
+
+def test_the_runs_forged_from_pass(model, run40):
+  assert verify.verify(run40).ok
+  a = audit.audit(run40, model_dir=model, rows="all")
+  assert a.ok and len(a.rows) == 40, a.reason
+
+
+# ----------------------------------------------------------------------------- 1. the record
+
+
+def test_sigma_doubled_in_the_record_is_caught_by_any_drawn_row(model, run40, tmp_path):
+  f = copy_run(run40, tmp_path / "f.tsv")
+  before = io.read_certify(f).radius.sum()
+  edit_run(f, lambda r: r["sigma"].update(value=1.0))
+  reradius(f)
+  assert io.read_certify(f).radius.sum() == pytest.approx(2 * before)
+  assert verify.verify(f).ok  # consistent counts and radii: only the model can tell
+  caught, reason = caught_by_audit(f, model)
+  assert caught and reason.startswith("counts: 1 of 1 rows"), reason
+
+
+def test_gaussian_run_relabelled_laplace_is_caught(model, run40, tmp_path):
+  f = copy_run(run40, tmp_path / "f.tsv")
+  edit_run(f, lambda r: r["sampling"].update(noise="laplace"))
+  reradius(f)
+  assert verify.verify(f).ok
+  caught, reason = caught_by_audit(f, model)
+  assert caught and reason.startswith("counts"), reason
+
+
+def test_shrunk_input_shape_is_caught_by_verify(model, tmp_path):
+  f = certify(model, tmp_path / "u.tsv", "--noise", "uniform_linf", "--max", "40", "--skip", "10")
+  edit_run(f, lambda r: r["data"].update(input_shape=[2, 2, 1]))
+  reradius(f)  # Linf radii x sqrt(dim)-ish larger
+  rep = verify.verify(f)
+  assert not rep.ok and "declares inputs of shape [2, 2, 1], digits has [8, 8, 1]" in str(
+      rep.mismatches[0])
+  a = audit.audit(f, model_dir=model, rows=1, seed=0)
+  assert not a.ok
+
+
+def test_ddrs_run_relabelled_cohen_is_caught(model, tmp_path):
+  f = certify(model, tmp_path / "d.tsv", "--method", "ddrs", "--ddrs-steps", "3", "--ddrs-lr",
+              "0.05", "--max", "30", "--skip", "10")
+  assert verify.verify(f).ok
+
+  def as_cohen(r):
+    r["method"] = {"name": "cohen", "options": {"grid": None}, "multiclass": False}
+
+  edit_run(f, as_cohen)
+  lines = f.read_text().split("\n")  # drop the ddrs columns
+  keep = [lines[0].split("\t").index(c) for c in ("idx", "label", "predict", "radius", "correct",
+                                                  "time")]
+  f.write_text("\n".join("\t".join(ln.split("\t")[k] for k in keep) if ln else ln for ln in lines))
+  reradius(f)
+  assert verify.verify(f).ok
+  caught, reason = caught_by_audit(f, model)
+  assert caught and reason.startswith("counts"), reason
+
+
+def test_an_old_two_copy_record_is_refused_in_one_line(run40, tmp_path, capsys):
+  f = copy_run(run40, tmp_path / "old.tsv")
+  (tmp_path / "old.tsv.run.json").write_text(json.dumps(
+      {"sigma": 0.5, "command": "certify", "certificate": {"format": "rsjax-certificate/1"}}))
+  with pytest.raises(verify.VerifyError, match="older rsjax"):
+    verify.verify(f)
+  assert run_cli("verify", f) == 2
+  err = capsys.readouterr().err.strip()
+  assert "\n" not in err and "certify the run again" in err
+
+
+def test_a_run_rewritten_as_predict_is_not_verified(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "p.tsv")
+  edit_run(f, lambda r: r.update(command="predict"))
+  with pytest.raises(verify.VerifyError, match="only certify runs"):
+    verify.verify(f)
+  with pytest.raises(audit.AuditError, match="only certify runs"):
+    audit.audit(f, model_dir="unused")
+
+
+# ----------------------------------------------------------------------------- 2. drawn rows
+
+
+def test_rows_outside_a_known_audit_are_caught_by_a_fresh_seed(model, run40, tmp_path):
+  # The forger knows the rows a seed-0 audit draws and rewrites all the others' counts.
+  f = copy_run(run40, tmp_path / "f.tsv")
+  known = set(audit.audit(run40, model_dir=model, rows=20, seed=0).rows)
+  res = io.read_certify(f)
+  forged = [int(i) for i in res.idx if int(i) not in known]
+
+  def all_top(r):
+    top = max(r["counts0"], key=lambda k: r["counts0"][k])
+    return {**r, "counts": {top: N}}
+
+  for i in forged:
+    edit_record(f, i, all_top)
+  reradius(f)
+  assert verify.verify(f).ok
+  assert audit.audit(f, model_dir=model, rows=20, seed=0).ok  # the old default's blind spot
+  a = audit.audit(f, model_dir=model, rows=20)  # a fresh seed, printed
+  assert not a.ok and a.seed != 0 and "counts" in a.reason
+  # Its power, stated: 20 forged rows of 40 escape 20 drawn rows with C(20,20)/C(40,20).
+  assert audit.escape_probability(40, 20, 20) == pytest.approx(1 / 137846528820)
+  assert audit.escape_probability(40, 20, 1) == pytest.approx(0.5)
+
+
+def test_the_stated_escape_probability_matches_simulation():
+  rng = np.random.default_rng(0)
+  m, r, k = 30, 5, 4
+  trials = 40_000
+  escaped = sum(not (set(rng.choice(m, r, replace=False)) & set(range(k))) for _ in range(trials))
+  p = audit.escape_probability(m, r, k)
+  assert abs(escaped / trials - p) < 4 * np.sqrt(p * (1 - p) / trials)
+
+
+def test_audit_prints_its_seed_and_repeats_with_it(model, run40, capsys):
+  assert run_cli("audit", run40, "--model-dir", model, "--rows", "3") == 0
+  out = capsys.readouterr().out
+  seed = int(out.split("rows drawn (seed ")[1].split(")")[0])
+  rows = out.split("): ")[1].split("\n")[0]
+  assert run_cli("audit", run40, "--model-dir", model, "--rows", "3", "--seed", seed) == 0
+  assert f"): {rows}" in capsys.readouterr().out
+  assert "one forged row escapes with probability 0.925" in out
+
+
+# ----------------------------------------------------------------------------- 3. labels
+
+
+def test_a_relabelled_wrong_row_is_caught_by_verify(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "l.tsv")
+  res = io.read_certify(f)
+  wrong = np.flatnonzero((res.predict >= 0) & (res.correct == 0))
+  j = int(wrong[0]) if len(wrong) else 0
+  lines = f.read_text().split("\n")
+  fields = lines[1 + j].split("\t")
+  fields[1], fields[4] = fields[2], "1"  # label := predict, correct := 1
+  lines[1 + j] = "\t".join(fields)
+  f.write_text("\n".join(lines))
+  rep = verify.verify(f)
+  assert not rep.ok and any(m.idx == int(res.idx[j]) and "label" in m.reason
+                            for m in rep.mismatches)
+
+
+# ----------------------------------------------------------------------------- 4. missing rows
+
+
+def test_deleted_rows_leave_the_run_incomplete(run40, tmp_path, capsys):
+  f = copy_run(run40, tmp_path / "m.tsv")
+  res = io.read_certify(f)
+  bad = {int(i) for i, c in zip(res.idx, res.correct) if not c} or {int(res.idx[0])}
+  drop_rows(f, lambda i: i not in bad)
+  rep = verify.verify(f)
+  assert not rep.ok and not rep.mismatches and rep.missing == len(bad)
+  assert run_cli("verify", f) == 1
+  assert f"incomplete: {40 - len(bad)} of 40 rows" in capsys.readouterr().out
+  drop_rows(f, lambda i: False)  # no row at all
+  rep = verify.verify(f)
+  assert not rep.ok and rep.rows == 0 and "incomplete: 0 of 40" in rep.summary()
+
+
+# ----------------------------------------------------------------------------- 5. indices
+
+
+def test_duplicated_idx_is_refused(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "d.tsv")
+  lines = f.read_text().split("\n")
+  f.write_text("\n".join([*lines[:3], lines[2], *lines[3:]]))
+  assert run_cli("verify", f) == 2
+
+
+def test_swapped_idx_is_caught_by_verify(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "s.tsv")
+  lines = f.read_text().split("\n")
+  a, b = lines[1].split("\t"), lines[2].split("\t")
+  a[0], b[0] = b[0], a[0]
+  lines[1], lines[2] = "\t".join(a), "\t".join(b)
+  f.write_text("\n".join(lines))
+  ia, ib = int(a[0]), int(b[0])
+  edit_record(f, ia, lambda r: {**r, "idx": -1})
+  edit_record(f, ib, lambda r: {**r, "idx": ia})
+  edit_record(f, -1, lambda r: {**r, "idx": ib})
+  rep = verify.verify(f)
+  assert not rep.ok and {m.idx for m in rep.mismatches} & {ia, ib}
+
+
+def test_out_of_range_idx_fails_verify_and_the_audit(model, run40, tmp_path):
+  f = copy_run(run40, tmp_path / "o.tsv")
+  res = io.read_certify(f)
+  last = int(res.idx[-1])
+  lines = f.read_text().split("\n")
+  fields = lines[len(res)].split("\t")
+  fields[0] = "5000"
+  lines[len(res)] = "\t".join(fields)
+  f.write_text("\n".join(lines))
+  edit_record(f, last, lambda r: {**r, "idx": 5000})
+  rep = verify.verify(f)
+  assert any(m.idx == 5000 and "not one of the run's declared indices" in m.reason
+             for m in rep.mismatches) and rep.missing == 1
+  a = audit.audit(f, model_dir=model, rows="all")
+  assert not a.ok and a.reason.startswith("verify")
+
+
+# ----------------------------------------------------------------------------- 6. the rest
+
+
+def test_an_edited_p_lower_is_caught(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "p.tsv")
+  i = int(io.read_certify(f).idx[3])
+  edit_record(f, i, lambda r: {**r, "p_lower": min(1.0, r["p_lower"] + 1e-3)})
+  rep = verify.verify(f)
+  assert [m.idx for m in rep.mismatches] == [i] and "p_lower" in rep.mismatches[0].reason
+
+
+def test_verify_never_imports_jax(run40):
+  code = ("import sys; from rsjax import verify; r = verify.verify(sys.argv[1]); "
+          "assert r.ok, r.summary(); assert 'jax' not in sys.modules, 'jax imported'; "
+          "print('ok')")
+  out = subprocess.run([sys.executable, "-c", code, str(run40)], capture_output=True, text=True,
+                       check=False)
+  assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_verify_says_what_it_could_not_check(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "n.tsv")
+  edit_run(f, lambda r: r["data"].update(name="cifar10"))
+  rep = verify.verify(f, data_dir=str(tmp_path / "no-tfds"))
+  assert rep.ok and rep.unchecked and "labels and inputs" in rep.unchecked[0]
+  assert "not checked" in rep.summary()
