@@ -50,9 +50,10 @@ NOISE_NORMS = {
     "uniform_linf": ("uniform", "linf"),
 }
 
-#: Fields of the record that say where things were or which software ran, not what
-#: was certified: a resume may differ in them (a copied model, another rsjax).
-NOT_IDENTITY = ("versions", "model.path", "model.denoiser")
+#: Fields of the record that say where things were, which software ran or how sigma was
+#: given, not what was certified: a resume may differ in them (a copied model, another
+#: rsjax, ``--sigma`` given equal to the training sigma).
+NOT_IDENTITY = ("versions", "model.path", "model.denoiser", "sigma.source")
 
 
 class RunFormatError(ValueError):
@@ -257,9 +258,12 @@ class RunSpec:
   def identity(self) -> dict:
     """The record without the fields that do not change the rows (:data:`NOT_IDENTITY`)."""
     rec = self.to_json()
-    rec.pop("versions")
-    for name in ("path", "denoiser"):
-      rec["model"].pop(name, None)
+    for name in NOT_IDENTITY:
+      *parents, leaf = name.split(".")
+      d = rec
+      for k in parents:
+        d = d[k]
+      d.pop(leaf, None)
     return rec
 
   # ------------------------------------------------------------------- files

@@ -62,23 +62,24 @@ def test_restart_means_start_over_in_train_and_certify(model_dir, tmp_path, caps
   assert cli.main(["certify", model_dir, rows, *_CERT, "--sigma", "0.5"]) == 2
   assert "sigma 0.25 in the file, 0.5 now" in capsys.readouterr().err
   assert cli.main(["certify", model_dir, rows, *_CERT, "--sigma", "0.5", "--restart"]) == 0
-  assert io.read_run_record(rows)["sigma"] == 0.5
+  assert io.read_run_record(rows)["sigma"]["value"] == 0.5
 
 
 def test_a_mismatch_names_only_the_fields_that_differ(model_dir, tmp_path, capsys):
   rows = str(tmp_path / "rows.tsv")
   assert cli.main(["certify", model_dir, rows, *_CERT]) == 0
   record = io.read_run_record(rows)
-  assert "ddrs_steps" not in record and "srs_m" not in record  # other methods' options
+  assert set(record["method"]["options"]) == {"grid"}  # not the other methods' options
   capsys.readouterr()
   assert cli.main(["certify", model_dir, rows, *_CERT[:3], "80", *_CERT[4:]]) == 2
   err = capsys.readouterr().err
-  assert "holds another run (N 40 in the file, 80 now)" in err
-  # A record of an earlier version (every method's options, at their defaults) still resumes.
-  old = dict(record, ddrs_steps=100, srs_m=400, idrs_k=20)
-  io.write_run_record(rows, old)
-  assert cli.main(["certify", model_dir, rows, *_CERT]) == 0
-  assert "ddrs_steps" not in io.read_run_record(rows)
+  assert "holds another run (n 40 in the file, 80 now)" in err
+  # A record of an earlier version (flags at the top, a certificate entry) is refused in one
+  # line, not misread.
+  io.write_run_record(rows, {"N": 40, "sigma": 0.25, "certificate": {"format": "rsjax-certificate/1"}})
+  assert cli.main(["certify", model_dir, rows, *_CERT]) == 2
+  err = capsys.readouterr().err.strip()
+  assert "\n" not in err and "older rsjax" in err
 
 
 def test_errors_name_their_file_and_hide_internals(model_dir, tmp_path, capsys):

@@ -35,11 +35,14 @@ def test_demo_reuses_only_the_same_settings(tmp_path, capsys):
   assert cli.main(["demo", "--out", out, *other_n, "--overwrite"]) == 0
   out_text = capsys.readouterr().out
   assert "starting over" in out_text and "N=128" in out_text
-  assert io.read_run_record(rows)["n"] == 128
-  # Fewer images: the table counts the selected rows only.
+  assert io.read_run_record(rows)["sampling"]["n"] == 128
+  # Fewer images: another declared index range, so another run (a run's rows are exactly its
+  # declared ones); the table counts its rows.
   fewer = [*other_n]
   fewer[fewer.index("--images") + 1] = "2"
-  assert cli.main(["demo", "--out", out, *fewer]) == 0
+  assert cli.main(["demo", "--out", out, *fewer]) == 2
+  assert "(images 3 there, 2 now)" in capsys.readouterr().err
+  assert cli.main(["demo", "--out", out, *fewer, "--overwrite"]) == 0
   table = capsys.readouterr().out
   row = [line for line in table.splitlines() if line.startswith("sigma=0.25")]
   assert "2 held-out MNIST digits" in table and row[0].split()[-1] == "2"  # n

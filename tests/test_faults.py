@@ -288,7 +288,7 @@ def test_mismatched_resume_and_overwrite(model_dir, tmp_path, capsys):
   assert run_cli("certify", model_dir, out, *FAST, "--max", "4", "--sigma", "0.5",
                  "--overwrite") == 0
   from rsjax import io
-  assert io.read_run_record(out)["sigma"] == 0.5 and len(io.read_certify(out)) == 4
+  assert io.read_run_record(out)["sigma"]["value"] == 0.5 and len(io.read_certify(out)) == 4
 
 
 def test_max_is_an_index_bound_as_in_cohen(model_dir, tmp_path):

@@ -146,7 +146,7 @@ def test_precision_is_in_the_run_identity_and_a_resume_at_another_is_refused(tmp
   args = ["certify", str(out), str(tsv), "--N", "100", "--N0", "20", "--skip", "200",
           "--batch", "100", "--quiet"]
   assert cli.main(args) == 0
-  assert io.read_run_record(tsv)["precision"] == "float32"
+  assert io.read_run_record(tsv)["sampling"]["precision"] == "float32"
   assert "precision: float32" in capsys.readouterr().out
   assert cli.main(args + ["--precision", "bfloat16"]) == 2
   err = capsys.readouterr().err

@@ -71,6 +71,9 @@ def check_run(path, run) -> None:
     except RunFormatError as e:
       raise RunMismatchError(str(e)) from None
     run = run.identity()
+    name = _spec_name
+  else:
+    name = str
   run = json.loads(json.dumps(dict(run)))  # as it would be read back
   saved_flat, run_flat = _flatten(saved), _flatten(run)
   diff = [k for k in sorted(set(saved_flat) | set(run_flat))
@@ -79,10 +82,21 @@ def check_run(path, run) -> None:
   # settings: name them only when no top-level setting differs.
   top = [k for k in diff if "." not in k]
   if diff:
-    what = "; ".join(f"{k} {saved_flat.get(k)!r} in the file, {run_flat.get(k)!r} now"
+    what = "; ".join(f"{name(k)} {saved_flat.get(k)!r} in the file, {run_flat.get(k)!r} now"
                      for k in (top or diff))
     raise RunMismatchError(
         f"{p!r} holds another run ({what}); start over (--overwrite) or write to another file")
+
+
+def _spec_name(key: str) -> str:
+  """A flattened key of a run record as the user knows it: ``sampling.n`` -> ``n``,
+  ``sigma.value`` -> ``sigma``, ``method.options.idrs_k`` -> ``idrs_k``."""
+  if key == "method.name":
+    return "method"
+  for prefix in ("sampling.", "method.options.", "method.", "data.", "key."):
+    if key.startswith(prefix):
+      return key[len(prefix):]
+  return key.removesuffix(".value")
 
 
 def _flatten(record: Mapping, prefix: str = "") -> dict:
