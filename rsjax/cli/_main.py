@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from rsjax.cli._parser import build_parser
 from rsjax.launch.errors import CliError
 
-__all__ = ["main", "compilation_cache_dir"]
+__all__ = ["JAX_FREE", "main", "compilation_cache_dir"]
+
+#: Commands that never import JAX (the parser of the others does).
+JAX_FREE = frozenset({"verify"})
 
 
 def compilation_cache_dir(flag: str | None, environ=os.environ) -> str | None:
@@ -65,11 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
       from rsjax import __version__ as version
     print(f"rsjax {version}")
     raise SystemExit(0)  # as argparse's version action
+  # ``rsjax verify`` needs NumPy and SciPy alone: its parser only, and no JAX set-up.
+  first = next((a for a in argv if not a.startswith("-")), None)
+  only = first if first in JAX_FREE else None
   # Building the parser imports JAX, Flax and SciPy (2-5 s): say so on a terminal.
-  loading = sys.stderr.isatty() and not {"-h", "--help", "--quiet"} & set(argv)
+  loading = only is None and sys.stderr.isatty() and not {"-h", "--help", "--quiet"} & set(argv)
   if loading:
     print("rsjax: loading JAX ...", end="\r", file=sys.stderr, flush=True)
-  parser = build_parser()
+  parser = build_parser(only)
   if loading:
     print(" " * 24, end="\r", file=sys.stderr, flush=True)
   args = parser.parse_args(argv)
@@ -79,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"rsjax {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
   try:
-    _setup_jax(args)
+    if args.command not in JAX_FREE:
+      _setup_jax(args)
     with warnings.catch_warnings():
       if not args.debug:
         warnings.showwarning = show_warning

@@ -5,19 +5,21 @@ after it (``train_denoiser``: ``rsjax train-denoiser``), with the module's ``HEL
 from __future__ import annotations
 
 import argparse
+import importlib
 
-from rsjax.cli import (analyze, audit, certify, convert, demo, predict, train, train_denoiser,
-                       verify)
 from rsjax.cli._args import DEBUG_HELP, HelpFormatter, Parser, common_flags
 
 __all__ = ["build_parser", "COMMANDS"]
 
-# The commands in the order of ``rsjax --help``.
-COMMANDS = (train, certify, predict, analyze, verify, audit, convert, train_denoiser, demo)
+# The commands (modules of this package) in the order of ``rsjax --help``; each is
+# imported when its parser is built, so ``rsjax verify`` imports only its own.
+COMMANDS = ("train", "certify", "predict", "analyze", "verify", "audit", "convert",
+            "train_denoiser", "demo")
 
 
-def build_parser() -> argparse.ArgumentParser:
-  """The parser of every command; each sets ``func`` (its module's ``run``)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+  """The parser of every command (or of command ``only``); each sets ``func`` (its
+  module's ``run``)."""
   from rsjax import __version__
   p = Parser(
       prog="rsjax", description="Randomized smoothing in JAX: train, certify, predict, analyze.",
@@ -30,8 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
   sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
   common = common_flags()
-  for command in COMMANDS:
-    name = command.__name__.rsplit(".", 1)[1].replace("_", "-")
+  for module in COMMANDS:
+    name = module.replace("_", "-")
+    if only is not None and name != only:
+      continue
+    command = importlib.import_module(f"rsjax.cli.{module}")
     q = sub.add_parser(name, parents=[common], formatter_class=HelpFormatter, help=command.HELP)
     command.add_arguments(q)
     q.set_defaults(func=command.run)

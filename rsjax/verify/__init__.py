@@ -1,28 +1,32 @@
 """``rsjax verify``: recompute every prediction and radius of a certify run from its counts.
 
-A certify run keeps its certificate record (``rsjax.record``): the run-wide
-settings in ``<file>.run.json`` (entry ``"certificate"``) and the counts of each
-row in ``<file>.cert.jsonl``. :func:`verify` recomputes, for every row of the
-TSV, the prediction and the radius from the recorded counts with NumPy and
-SciPy only (no model, no JAX, no device), by the formulas written out again
-here (not by calling the code that produced them), and reports each row where
-they differ from the file, or where the record itself is inconsistent (counts
-that do not sum to N0 / N, a row without a record, a ``correct`` column that
-does not follow from ``predict`` and ``label``, a budgeted run whose looks or
-alpha levels are not the declared schedule or spend more than alpha).
+A certify run keeps its run record (``<file>.run.json``, the one value of the
+run: ``rsjax.runspec.RunSpec``) and the counts of each row in
+``<file>.cert.jsonl`` (``rsjax.record``). :func:`verify` recomputes, for every
+row of the TSV, the bound, the prediction and the radius from the recorded
+counts with NumPy and SciPy only (no model, no JAX, no device), by the formulas
+written out again here (not by calling the code that produced them), and
+reports each row where they differ from the file, or where the record itself is
+inconsistent (counts that do not sum to N0 / N, a row without a record, a
+``correct`` column that does not follow from ``predict`` and ``label``, a
+budgeted run's looks or alpha levels). The rows must be exactly the run's
+declared indices (a missing row leaves the run incomplete, a row outside them
+is a mismatch), and whenever the run's dataset can be loaded (the embedded
+ones always) every label and input fingerprint is checked against it; the
+report says what could not be checked. What verify and audit prove, and under
+which threat model: ``docs/VERIFY.md``.
 
 Methods: ``cohen`` and ``deq-standard`` (binary radius of Gaussian / Laplace /
 uniform noise, the multiclass radius with simultaneous bounds, and budgeted
 runs with their alpha spending), ``idrs`` (Thm 3.2 checked at the radius),
 ``ucan`` (frozen (mu, sigma)), ``srs`` (the two-stage bound) and ``ddrs``
 (Cohen's radius at each row's recorded sigma, then the memory step replayed in
-the file's order; the memory depends on the distances between the inputs, so
-this one method also reads the inputs: those of the run's dataset, each checked
-against its recorded fingerprint, or ``inputs=``).
+the file's order from the inputs).
 
-Tolerances: predictions and counts are compared exactly; radii to a relative
-``rtol`` (default 1e-9) plus ``atol`` 1e-12 (both sides are float64 from the
-same SciPy special functions, so they agree to the last bits in practice).
+Tolerances: predictions and counts are compared exactly; bounds and radii to a
+relative ``rtol`` (default 1e-9) plus ``atol`` 1e-12 (both sides are float64
+from the same SciPy special functions, so they agree to the last bits in
+practice).
 """
 
 from __future__ import annotations
@@ -108,4 +112,5 @@ def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
     issues.append(Mismatch(-1, f"the record holds {len(extra)} rows that are not in the file "
                            f"(first idx {extra[0]})"))
   return VerifyReport(p, run.method, len(res), tuple(issues), declared=len(run.indices()),
-                      missing=missing, unchecked=tuple(unchecked))
+                      missing=missing, unchecked=tuple(unchecked),
+                      data=None if ds is None else f"{run.data.name} {run.data.split}")

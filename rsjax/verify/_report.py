@@ -40,6 +40,7 @@ class VerifyReport:
     missing: declared rows not in the file.
     unchecked: what could not be checked here, one line each (e.g. the labels
       when the dataset cannot be loaded).
+    data: the dataset split the labels and inputs were checked against, or None.
   """
 
   path: str
@@ -49,6 +50,7 @@ class VerifyReport:
   declared: int = 0
   missing: int = 0
   unchecked: tuple[str, ...] = ()
+  data: str | None = None
 
   @property
   def complete(self) -> bool:
@@ -69,6 +71,8 @@ class VerifyReport:
               f"rows of {self.path} (the rows present match their counts)")
     text = (f"verified: all {self.rows} rows of {self.path} match their recorded counts "
             f"(method {self.method})")
+    if self.data:
+      text += f"; labels and inputs are those of {self.data}"
     if self.unchecked:
       text += "; not checked: " + "; ".join(self.unchecked)
     return text
