@@ -17,9 +17,10 @@ _LAZY_NAMES = {
     "certificate_from_counts": "_certify", "run_certify": "_certify",
     "certify": "_cohen", "predict": "_cohen", "sample_counts": "_sampling",
     "sample_noise": "_step", "SigmaSource": "sigma", "SigmaValues": "sigma",
+    "Budget": "budgeted",
 }
 _LAZY_MODULES = ("anisotropic", "audit", "budgeted", "checkpoint", "cli", "data", "ddrs", "denoise",
-                 "deq", "demo", "distributed", "idrs", "io", "metrics", "models", "noise", "plots",
+                 "deq", "demo", "distributed", "idrs", "io", "methods", "metrics", "models", "noise", "plots",
                  "precision", "record", "runner", "runspec", "stats", "traced", "training",
                  "verify")
 
@@ -38,6 +39,7 @@ def __dir__():
 
 __all__ = [
     "ABSTAIN",
+    "Budget",
     "Certificate",
     "FixedN",
     "Sampling",

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from rsjax import runspec as _runspec
+from rsjax.io._durable import atomic_write_text
 
 __all__ = ["RECORD_SUFFIX", "KEY_DERIVATION", "RecordWriter",
            "input_fingerprint", "read_records", "record_path", "row", "sampling_fields",
@@ -175,12 +176,18 @@ def read_records(path) -> dict[int, dict]:
     lines = f.read().split("\n")
   if lines and lines[-1] == "":
     lines.pop()
+  try:  # one parse of the whole file (fast); a bad line is found line by line below
+    parsed = json.loads("[" + ",".join(lines) + "]")
+  except json.JSONDecodeError:
+    parsed = None
   for lineno, line in enumerate(lines, start=1):
     try:
-      r = json.loads(line)
-      idx = int(r["idx"])
+      r = parsed[lineno - 1] if parsed is not None else json.loads(line)
+      idx = r["idx"]
+      if not isinstance(idx, int) or isinstance(idx, bool):
+        raise TypeError
     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-      if lineno == len(lines):
+      if lineno == len(lines) and parsed is None:
         break  # an incomplete last line (a crash mid-write)
       raise ValueError(f"certificate record {rec!r} line {lineno} is not a row record") from None
     if idx in out and out[idx] != r:
@@ -210,13 +217,7 @@ class RecordWriter:
         if i in done and i not in seen:
           keep.append(r)
           seen.add(i)
-    tmp = f"{self.path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-      for r in keep:
-        f.write(json.dumps(r, sort_keys=True) + "\n")
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, self.path)
+    atomic_write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
     self.missing = done - {r["idx"] for r in keep}
     self._f = open(self.path, "a", encoding="utf-8")
 
@@ -242,10 +243,5 @@ def merge(paths, out_path) -> None:
   rows: dict[int, dict] = {}
   for p in paths:
     rows.update(read_records(p))
-  tmp = f"{record_path(out_path)}.tmp-{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    for i in sorted(rows):
-      f.write(json.dumps(rows[i], sort_keys=True) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, record_path(out_path))
+  atomic_write_text(record_path(out_path),
+                    "".join(json.dumps(rows[i], sort_keys=True) + "\n" for i in sorted(rows)))

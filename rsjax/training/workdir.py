@@ -31,14 +31,8 @@ CHECKPOINT_DIR = "checkpoints"
 
 def write_json(path, obj) -> None:
   """Writes JSON atomically (temporary file, fsync, rename)."""
-  path = os.fspath(path)
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-    f.write("\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  from rsjax.io import atomic_write_text
+  atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_config(workdir) -> dict:

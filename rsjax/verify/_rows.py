@@ -11,14 +11,20 @@ from rsjax.verify._formulas import budget_alphas, budget_looks
 from rsjax.verify._report import Mismatch, VerifyError
 
 
-def dense(sparse, num_classes: int):
-  """``{class: count}`` -> ``[C]`` int64, or None when a class is out of range."""
-  out = np.zeros(num_classes, np.int64)
+def _is_count(v) -> bool:
+  return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def dense(sparse, num_classes: int, out=None):
+  """``{class: count}`` -> ``[C]`` int64 (into ``out`` if given), or None when a class is
+  out of range or a count is not a non-negative integer."""
+  out = np.zeros(num_classes, np.int64) if out is None else out
+  if not isinstance(sparse, dict):
+    return None
   for k, v in sparse.items():
-    k = int(k)
-    if not 0 <= k < num_classes or int(v) < 0:
+    if not (isinstance(k, str) and k.isdigit() and int(k) < num_classes and _is_count(v)):
       return None
-    out[k] = int(v)
+    out[int(k)] = v
   return out
 
 
@@ -79,47 +85,59 @@ def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = N
   out = Rows(np.zeros(b, bool), np.zeros(b, np.int64), np.zeros(b, np.int64),
               np.zeros(b, np.int64), np.full(b, n_max, np.int64), np.full(b, alpha),
               np.full(b, np.nan))
+  c0s = np.zeros((b, num_classes), np.int64)
+  c1s = np.zeros((b, num_classes), np.int64)
+  why = {}
   for j, idx in enumerate(res.idx):
     idx = int(idx)
     r = recs.get(idx)
     if r is None:
-      issues.append(Mismatch(idx, "no certificate record for this row"))
+      why[j] = "no certificate record for this row"
       continue
     if r.get("counts0") is None or r.get("counts") is None:
-      issues.append(Mismatch(idx, "the record holds no counts"))
+      why[j] = "the record holds no counts"
       continue
-    c0, c1 = dense(r["counts0"], num_classes), dense(r["counts"], num_classes)
-    if c0 is None or c1 is None:
-      issues.append(Mismatch(idx, f"recorded counts name a class outside 0..{num_classes - 1} "
-                             "or are negative"))
+    if dense(r["counts0"], num_classes, c0s[j]) is None or dense(
+        r["counts"], num_classes, c1s[j]) is None:
+      why[j] = (f"recorded counts name a class outside 0..{num_classes - 1} or are not "
+                "non-negative integers")
       continue
-    used = int(r.get("n") if r.get("n") is not None else n_max)
+    used = r.get("n", n_max) if r.get("n") is not None else n_max
+    if not _is_count(used):
+      why[j] = f"recorded samples {used!r} is not an integer"
+      continue
     if levels is not None:
       if used not in levels:
-        issues.append(Mismatch(idx, f"{used} estimation samples is not one of the budgeted "
-                               f"looks {sorted(levels)}"))
+        why[j] = f"{used} estimation samples is not one of the budgeted looks {sorted(levels)}"
         continue
       out.alpha[j] = levels[used]
     elif used != n_max:
-      issues.append(Mismatch(idx, f"{used} estimation samples recorded, the run has N={n_max}"))
+      why[j] = f"{used} estimation samples recorded, the run has N={n_max}"
       continue
-    if c0.sum() != n0:
-      issues.append(Mismatch(idx, f"selection counts sum to {c0.sum()}, N0 is {n0}"))
-      continue
-    if c1.sum() != used:
-      issues.append(Mismatch(idx, f"estimation counts sum to {c1.sum()}, N is {used}"))
-      continue
-    g = int(np.argmax(c0))
     p_rec = r.get("p_lower")
     if p_rec is not None:
-      try:
-        out.p_recorded[j] = float(p_rec)
-      except (TypeError, ValueError):
-        issues.append(Mismatch(idx, f"recorded p_lower {p_rec!r} is not a number"))
+      if not (isinstance(p_rec, (int, float)) and not isinstance(p_rec, bool)
+              and 0.0 <= p_rec <= 1.0):
+        why[j] = f"recorded p_lower {p_rec!r} is not a number in [0, 1]"
         continue
-    out.guess[j], out.n_a[j], out.n[j] = g, c1[g], used
-    out.runner_up[j] = np.delete(c1, g).max() if num_classes > 1 else 0
+      out.p_recorded[j] = float(p_rec)
+    out.n[j] = used
     out.valid[j] = True
+  s0, s1 = c0s.sum(axis=1), c1s.sum(axis=1)
+  for j in np.flatnonzero(out.valid & (s0 != n0)):
+    why[j] = f"selection counts sum to {s0[j]}, N0 is {n0}"
+  for j in np.flatnonzero(out.valid & (s0 == n0) & (s1 != out.n)):
+    why[j] = f"estimation counts sum to {s1[j]}, N is {out.n[j]}"
+  for j in sorted(why):
+    out.valid[j] = False
+    issues.append(Mismatch(int(res.idx[j]), why[j]))
+  rows = np.arange(b)
+  out.guess[:] = np.argmax(c0s, axis=1) if num_classes else 0
+  out.n_a[:] = c1s[rows, out.guess]
+  if num_classes > 1:
+    others = c1s.copy()
+    others[rows, out.guess] = -1
+    out.runner_up[:] = others.max(axis=1)
   return out
 
 
