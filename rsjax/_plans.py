@@ -62,9 +62,15 @@ def cohen_plan(ctx: Context, *, grid) -> Plan:
   what = f"Cohen et al.'s CERTIFY, {ctx.sampling.noise.name} noise, sigma={ctx.sigma}"
   if grid is None:
     return Plan(fn, describe=what)
-  # Budgeted inputs stop independently and share launches: certify 16 per call.
+  # Budgeted inputs stop independently and share launches: certify 16 per call. The
+  # schedule (rsjax.budgeted.Budget's defaults) is part of the run's record.
+  from rsjax import budgeted
+  b = budgeted.Budget(grid=tuple(grid))
+  schedule = {"first": b.first, "ratio": b.ratio, "final_share": b.final_share,
+              "stop_alpha": b.stop_alpha}
   return Plan(fn, ("samples",), lambda cert, j: {"samples": int(cert.num_samples[j])},
-              describe=f"{what}, budgeted on the radius grid {list(grid)}", inputs_per_call=16)
+              describe=f"{what}, budgeted on the radius grid {list(grid)}", inputs_per_call=16,
+              details={"budget": schedule})
 
 
 # ----------------------------------------------------------------------------- idrs

@@ -5,27 +5,34 @@ recorded counts, that the run is complete and, where the dataset can be
 loaded, that labels and inputs are the dataset's; it cannot tell whether the
 counts are the model's. An audit, given the model, checks that they are:
 
-1. **verify** on the whole file (every row, completeness, labels, bounds).
+1. **verify** on the whole file (every row, completeness, bounds, and labels
+   and inputs where it can load the dataset).
 2. **The model and the data.** The fingerprint of the given model's parameters
-   equals the run's; the dataset has the run's input shape, number of classes
-   and size.
-3. **Drawn rows.** ``rows`` of the run's declared indices are drawn with a
+   equals the run's; the run's dataset (loaded by its recorded name and split,
+   never another) has the run's input shape, number of classes and size, and
+   every row's label and input fingerprint are the dataset's.
+3. **The method.** The method's run-wide facts rebuilt from the run's settings
+   and model (``rsjax.methods.Plan.details``: UCAN's scales, a budgeted run's
+   schedule, IDRS's design, SRS's checks) equal the recorded ones.
+4. **Drawn rows.** ``rows`` of the run's declared indices are drawn with a
    fresh random seed (printed, so the audit can be repeated with ``seed=``; a
    forger cannot know which rows will be drawn). For each: the row is in the
-   file, its label is the dataset's, its input has the recorded fingerprint,
-   and its selection and estimation counts drawn again -- from the run's one
-   record (``rsjax.runspec.RunSpec``: the same value ``verify`` checked, with
-   its key derivation, method, options and precision) -- equal the recorded
-   counts exactly. rsjax's counts are a function of key, input index, model
-   and settings, so on the same platform and precision an honest run has no
-   false alarm; a method's own float facts (DDRS's and IDRS's sigma(x)) are
+   file and its selection and estimation counts drawn again -- from the run's
+   one record (``rsjax.runspec.RunSpec``: the same value ``verify`` checked,
+   with its key derivation, method, options and precision) -- equal the
+   recorded counts exactly. rsjax's counts are a function of key, input index,
+   model and settings, so on the same platform and precision an honest run has
+   no false alarm; a method's own float facts (DDRS's and IDRS's sigma(x)) are
    compared to :data:`FLOAT_RTOL`.
 
 Detection power: a run with ``k`` forged rows among ``M`` declared ones
 escapes ``r`` drawn rows with probability ``C(M - k, r) / C(M, r)``
 (:func:`escape_probability`), stated in the summary; ``rows="all"`` draws
-every row. Any forgery of the run-wide record (sigma, noise, method, input
-shape, key) changes every row's counts, so one drawn row catches it.
+every row. Any forgery of what the counts are drawn with (sigma, noise,
+method and its options, input shape, key, precision) changes every row's counts,
+so one drawn row catches it. Settings that change only the bound (alpha, the
+multiclass radius) change no count: a record claiming another alpha is an
+honest claim at that alpha, checked by ``verify`` and printed by ``analyze``.
 
 There are no statistical tests of the noise: they would test the auditor's
 own noise generator, not the run's (a run's noise is never stored), so they
@@ -221,21 +228,52 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
       problems.append(f"idx {i}: label {int(res.label[at[i]])} in the file, {int(yi)} in the data")
     elif record_lib.input_fingerprint(xi) != recs[i].get("input"):
       problems.append(f"idx {i}: the input is not the recorded one")
+  from rsjax.verify._run import check_against_dataset
+  wrong = check_against_dataset(run, res, recs, ds)
+  checks.append(Check("labels and inputs", not wrong, f"all {len(res)} rows have the labels and "
+                      f"inputs of {run.data.name} {run.data.split}" if not wrong else
+                      f"{len(wrong)} rows differ from the dataset (first: {wrong[0]})"))
   checks.append(Check("rows", not problems, f"{len(chosen)} drawn rows are in the file with the "
                       "dataset's labels and inputs" if not problems else
                       f"{len(problems)} of {len(chosen)} drawn rows: {problems[0]}"))
   if problems:
     return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
-  checks.append(_redraw(run, loaded, chosen, x, recs, batch_size, data_dir))
-  return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
-
-
-def _redraw(run, loaded, chosen, x, recs, batch_size, data_dir) -> Check:
-  """Draws the counts of the chosen rows again from the run's record and compares them."""
   chains = (run.details or {}).get("chains")
   if chains is not None:  # SRS: the number of chains changes the counts
     batch_size = int(chains)
   plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
+  same = _same_tree(_jsonable(plan.details), run.details)
+  checks.append(Check("method", same, "the method's run-wide facts (details) are those of the "
+                      "run's settings and model" if same else f"the run records details "
+                      f"{run.details}, its settings and model give {_jsonable(plan.details)}"))
+  if not same:
+    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
+  checks.append(_redraw(run, plan, chosen, x, recs, batch_size))
+  return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
+
+
+def _jsonable(v):
+  """``v`` as the run record holds it (``rsjax.runspec``'s plain JSON values)."""
+  import json
+
+  from rsjax.runspec import _plain
+  return None if v is None else json.loads(json.dumps(_plain(v)))
+
+
+def _same_tree(a, b) -> bool:
+  """JSON values equal, floats to a relative 1e-9."""
+  if isinstance(a, dict) and isinstance(b, dict):
+    return a.keys() == b.keys() and all(_same_tree(a[k], b[k]) for k in a)
+  if isinstance(a, list) and isinstance(b, list):
+    return len(a) == len(b) and all(_same_tree(u, v) for u, v in zip(a, b))
+  if isinstance(a, float) or isinstance(b, float):
+    return (isinstance(a, (int, float)) and isinstance(b, (int, float))
+            and math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0))
+  return a == b and type(a) is type(b)
+
+
+def _redraw(run, plan, chosen, x, recs, batch_size: int) -> Check:
+  """Draws the counts of the chosen rows again from the run's record and compares them."""
   n = int(run.sampling["n"])
   per_call = plan.inputs_per_call or max(1, min(16, batch_size * 4 // max(n, 1)))
   differ = []

@@ -53,7 +53,7 @@ NOISE_NORMS = {
 #: Fields of the record that say where things were, which software ran or how sigma was
 #: given, not what was certified: a resume may differ in them (a copied model, another
 #: rsjax, ``--sigma`` given equal to the training sigma).
-NOT_IDENTITY = ("versions", "model.path", "model.denoiser", "sigma.source")
+NOT_IDENTITY = ("versions", "model.path", "sigma.source")
 
 
 class RunFormatError(ValueError):
@@ -84,8 +84,8 @@ class ModelRef:
     path: where it was loaded from (not part of the run's identity).
     torch_arch: ``--torch-arch`` of a PyTorch checkpoint.
     normalize: ``--normalize`` of a PyTorch checkpoint.
-    denoiser: the denoiser directory of denoised smoothing (not part of the
-      identity: the fingerprint covers its weights).
+    denoiser: the denoiser directory of denoised smoothing (the fingerprint
+      covers its weights; a resume names it when it differs).
   """
 
   fingerprint: str
@@ -143,9 +143,8 @@ class RunSpec:
     options: the method's own options.
     multiclass: the multiclass radius with simultaneous bounds.
     details: run-wide facts of the method its radius depends on
-      (``rsjax.methods.Plan.details``), or None.
-    budget: a budgeted run's schedule parameters (``first``, ``ratio``,
-      ``final_share``, ``stop_alpha``; its grid is the ``grid`` option), or None.
+      (``rsjax.methods.Plan.details``; a budgeted run's schedule is its
+      ``"budget"``: ``first``, ``ratio``, ``final_share``, ``stop_alpha``), or None.
     seed: the seed of ``jax.random.key``.
     key_fold_in: integers the key is folded with, in order, before certifying.
     command: ``"certify"`` or ``"predict"``.
@@ -162,7 +161,6 @@ class RunSpec:
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   multiclass: bool = False
   details: Mapping[str, Any] | None = None
-  budget: Mapping[str, Any] | None = None
   seed: int = 0
   key_fold_in: tuple[int, ...] = ()
   command: str = "certify"
@@ -202,8 +200,6 @@ class RunSpec:
               "multiclass": bool(self.multiclass)}
     if self.details is not None:
       method["details"] = _plain(self.details)
-    if self.budget is not None:
-      method["budget"] = _plain(self.budget)
     return {
         "format": FORMAT,
         "command": self.command,
@@ -238,7 +234,8 @@ class RunSpec:
                      input_shape=tuple(int(v) for v in d["input_shape"]),
                      num_classes=int(d["num_classes"]), start=int(d["start"]),
                      stop=int(d["stop"]), skip=int(d["skip"]))
-      if data.skip < 1 or data.start < 0 or data.size < 0 or data.num_classes < 1:
+      if (not data.name or data.skip < 1 or data.start < 0 or data.size < 0
+          or data.num_classes < 1):
         raise RunFormatError(f"{where}: impossible data range {d}")
       return cls(
           model=ModelRef(**{f.name: m.get(f.name) for f in dataclasses.fields(ModelRef)
@@ -247,7 +244,7 @@ class RunSpec:
           sigma_source=str(rec["sigma"]["source"]), sampling=dict(rec["sampling"]),
           method=str(mt["name"]), options=dict(mt.get("options") or {}),
           multiclass=bool(mt.get("multiclass", False)), details=mt.get("details"),
-          budget=mt.get("budget"), seed=int(k["seed"]),
+          seed=int(k["seed"]),
           key_fold_in=tuple(int(v) for v in k.get("fold_in", ())),
           command=str(rec["command"]), versions=dict(rec.get("versions") or {}), out=out)
     except RunFormatError:

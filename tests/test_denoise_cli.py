@@ -60,6 +60,11 @@ def test_certify_with_denoiser(dirs, tmp_path, capsys, which):
   assert run_cli("certify", clf, out, "--sigma", 0.25, "--N0", 10, "--N", 50, "--batch", 50,
                  "--max", 6, "--quiet") == 2
   assert "denoiser" in capsys.readouterr().err
+  if which == 1:  # an honest denoised run verifies and passes its audit (the denoiser recorded)
+    from rsjax import audit, verify
+    assert verify.verify(out).ok
+    report = audit.audit(out, model_dir=clf, rows=2)
+    assert report.ok, report.reason
 
 
 def test_cli_errors_are_one_line(dirs, tmp_path, capsys):

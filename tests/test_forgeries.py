@@ -275,3 +275,105 @@ def test_verify_says_what_it_could_not_check(run40, tmp_path):
   rep = verify.verify(f, data_dir=str(tmp_path / "no-tfds"))
   assert rep.ok and rep.unchecked and "labels and inputs" in rep.unchecked[0]
   assert "not checked" in rep.summary()
+
+
+# ----------------------------------------------------------------------------- found by red-teaming
+
+
+def _scale_columns(path, factor, columns):
+  lines = path.read_text().split("\n")
+  head = lines[0].split("\t")
+  for j in range(1, len(lines)):
+    if lines[j]:
+      fields = lines[j].split("\t")
+      for c in columns:
+        fields[head.index(c)] = repr(float(fields[head.index(c)]) * factor)
+      lines[j] = "\t".join(fields)
+  path.write_text("\n".join(lines))
+
+
+def test_ucan_scales_rewritten_are_caught(model, tmp_path):
+  src = certify(model, tmp_path / "u.tsv", "--method", "ucan", "--ucan-sigma", "pattern",
+                "--max", "30", "--skip", "10")
+  assert verify.verify(src).ok
+  # The pattern's sigma raised with its scales: verify derives the pattern from the run.
+  f = copy_run(src, tmp_path / "p.tsv")
+
+  def raise_pattern(r):
+    d = r["method"]["details"]
+    d.update(sigma=3 * d["sigma"], sigma_min=3 * d["sigma_min"], sigma_gmean=3 * d["sigma_gmean"])
+
+  edit_run(f, raise_pattern)
+  _scale_columns(f, 3.0, ("radius", "alm"))
+  rep = verify.verify(f)
+  assert not rep.ok and "is not the run's" in rep.mismatches[0].reason
+  # Claimed dataset-wise with scales x3: verify cannot rebuild a dataset's noise, the audit does.
+  g = copy_run(src, tmp_path / "d.tsv")
+
+  def as_dataset(r):
+    d = r["method"]["details"]
+    d.update(source="dataset", sigma_min=3 * d["sigma_min"], sigma_gmean=3 * d["sigma_gmean"])
+
+  edit_run(g, as_dataset)
+  _scale_columns(g, 3.0, ("radius", "alm"))
+  assert verify.verify(g).ok
+  a = audit.audit(g, model_dir=model, rows=1)
+  assert not a.ok and a.reason.startswith("method: the run records details"), a.reason
+
+
+def test_a_budget_schedule_rewritten_is_caught(model, tmp_path):
+  b = certify(model, tmp_path / "b.tsv", "--grid", "0,0.25,0.5", "--N", "2000", "--max", "20",
+              "--skip", "10")
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(final_share=0.02))
+  reradius_budgeted = verify.verify(b)
+  assert not reradius_budgeted.ok  # the bounds moved with the schedule
+  # Even with consistent bounds, the schedule is not the one the run's settings give.
+  a = audit.audit(b, model_dir=model, rows=1)
+  assert not a.ok and a.reason.startswith(("verify", "method"))
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(final_share=-200))
+  rep = verify.verify(b)
+  assert not rep.ok and "budgeted schedule" in rep.mismatches[0].reason
+
+
+def test_a_repeated_column_is_refused(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "c.tsv")
+  lines = f.read_text().split("\n")
+  std = 6
+  best = lines[1].split("\t")[:std]
+  out = ["\t".join(lines[0].split("\t")[:std] * 2)]
+  out += ["\t".join(best + ln.split("\t")[:std]) for ln in lines[1:] if ln]
+  f.write_text("\n".join(out) + "\n")
+  assert run_cli("verify", f) == 2
+
+
+def test_a_dataset_name_blanked_or_unknown_is_not_verified_by_the_audit(model, run40, tmp_path):
+  f = copy_run(run40, tmp_path / "n.tsv")
+  edit_run(f, lambda r: r["data"].update(name=""))
+  with pytest.raises(verify.VerifyError, match="impossible data range"):
+    verify.verify(f)
+  g = copy_run(run40, tmp_path / "u.tsv")
+  res = io.read_certify(g)
+  j = int(np.flatnonzero(res.correct == 0)[0]) if (res.correct == 0).any() else 0
+  lines = g.read_text().split("\n")
+  fields = lines[1 + j].split("\t")
+  fields[1], fields[4] = fields[2], "1"
+  lines[1 + j] = "\t".join(fields)
+  g.write_text("\n".join(lines))
+  edit_run(g, lambda r: r["data"].update(name="my-digits"))
+  assert verify.verify(g).unchecked  # verify cannot load it, and says so
+  with pytest.raises(audit.AuditError, match="my-digits"):
+    audit.audit(g, model_dir=model, rows=1)  # the audit never swaps in another dataset
+  # The true name back: the audit checks every label, drawn or not.
+  edit_run(g, lambda r: r["data"].update(name="digits"))
+  a = audit.audit(g, model_dir=model, rows=1, seed=0)
+  assert not a.ok
+
+
+def test_ddrs_rows_reordered_are_caught(model, tmp_path):
+  f = certify(model, tmp_path / "d.tsv", "--method", "ddrs", "--ddrs-steps", "2", "--max", "30",
+              "--skip", "10")
+  lines = f.read_text().split("\n")
+  body = [ln for ln in lines[1:] if ln]
+  f.write_text("\n".join([lines[0], *reversed(body)]) + "\n")
+  rep = verify.verify(f)
+  assert not rep.ok and any("run's order" in m.reason for m in rep.mismatches)

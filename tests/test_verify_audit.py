@@ -180,13 +180,17 @@ def test_budgeted_and_multiclass_runs_verify(models, tmp_path):
   assert rep.ok and rep.rows == 5, rep.mismatches
   recs = record.read_records(b)
   looks = {1000, 2000, 4000}  # Budget's first look 1000, ratio 2, at most N
-  assert {r["n"] for r in recs.values()} <= looks and RunSpec.read(b).budget["first"] == 1000
+  assert {r["n"] for r in recs.values()} <= looks and RunSpec.read(b).details["budget"]["first"] == 1000
   assert audit.audit(b, model_dir=models[0], rows=2).ok
-  # Spending more alpha on the early looks than declared (final share 0.01) is caught.
-  edit_run(b, lambda r: r["method"]["budget"].update(final_share=0.01))
+  # Spending more alpha on the early looks than the run did (final share 0.01) is caught;
+  # a negative share (alpha levels below 0) is no schedule at all.
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(final_share=0.01))
   rep = verify.verify(b)
   assert not rep.ok and any("p_lower" in x.reason or "radius" in x.reason
                             for x in rep.mismatches)
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(final_share=-200))
+  rep = verify.verify(b)
+  assert not rep.ok and "is not one" in rep.mismatches[0].reason
   m = certify(models[0], tmp_path / "m.tsv", "--multiclass")
   assert verify.verify(m).ok
   assert audit.audit(m, model_dir=models[0], rows=2).ok

@@ -121,9 +121,13 @@ def _run_summary(label: str, run, res) -> str:
   """One line on what a run certified, from its record (the one ``verify`` checks)."""
   s = run.sampling
   declared = len(run.indices())
-  return (f"{label}: {run.method}, sigma={run.sigma:g}, {s['noise']} ({run.norm}), N={s['n']}, "
-          f"alpha={s['alpha']:g}, {run.data.name} {run.data.split}: {len(res)} of {declared} "
-          "declared rows" + ("" if len(res) == declared else " (incomplete)"))
+  budget = (run.details or {}).get("budget")
+  how = (" (multiclass radius)" if run.multiclass else "") + (
+      f" (budgeted: grid {run.options.get('grid')}, first look {budget['first']}, ratio "
+      f"{budget['ratio']:g}, final share {budget['final_share']:g})" if budget else "")
+  return (f"{label}: {run.method}{how}, sigma={run.sigma:g}, {s['noise']} ({run.norm}), "
+          f"N={s['n']}, alpha={s['alpha']:g}, {run.data.name} {run.data.split}: {len(res)} of "
+          f"{declared} declared rows" + ("" if len(res) == declared else " (incomplete)"))
 
 
 def plot_title(runs: list, results: dict) -> str:

@@ -54,6 +54,9 @@ def split_header(line: str) -> list[str]:
 def check_header(names: Sequence[str], kind: str, path) -> list[str]:
   """Checks the standard columns of a header; returns the extra column names."""
   cols = check_kind(kind)
+  repeated = sorted({n for n in names if list(names).count(n) > 1})
+  if repeated:
+    raise ValueError(f"{os.fspath(path)!r}: header repeats the column(s) {repeated}")
   if tuple(names[:len(cols)]) != cols:
     raise ValueError(
         f"{os.fspath(path)!r} is not a {kind} file: header {chr(9).join(names)!r}, "

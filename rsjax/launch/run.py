@@ -59,7 +59,7 @@ def key(run):
 
 
 def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir, dataset,
-                split):
+                split, dataset_fallback: bool = True):
   """``(model, config, dataset_name, dataset)`` of a model directory or PyTorch checkpoint."""
   if torch_checkpoint is not None:
     if model_dir is not None:
@@ -77,8 +77,8 @@ def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir,
                    "normalization)")
   model, config = loading.load_model(model_dir)
   loading.warn_if_unfinished(model_dir, config)
-  name = dataset or config.get("dataset")
-  if name is None:
+  name = dataset or (config.get("dataset") if dataset_fallback else None)
+  if not name:
     raise CliError("--dataset is required (the model directory does not name one)")
   ds = loading.load_dataset(name, split, data_dir)
   want = config.get("input_shape")
@@ -101,7 +101,7 @@ def _apply(model, denoiser, sigma):
 def run_from_flags(args):
   """``(run, loaded)``: the run value of ``rsjax certify`` / ``rsjax predict`` flags and what
   it loads. ``--sigma`` defaults to the model's training sigma."""
-  from rsjax import budgeted, methods, record, runner
+  from rsjax import methods, record, runner
   from rsjax.runspec import DataRef, ModelRef, RunSpec
   model, config, ds = _load_model(
       model_dir=args.model_dir, torch_checkpoint=args.torch_checkpoint,
@@ -135,15 +135,10 @@ def run_from_flags(args):
   method = methods.METHODS[method_name]
   options = {o.name: getattr(args, o.name) for o in method.options} if command == "certify" else {}
   _refuse_other_options(args, method)
-  budget = None
-  if options.get("grid") is not None:
-    b = budgeted.Budget(grid=tuple(options["grid"]))
-    budget = {"first": b.first, "ratio": b.ratio, "final_share": b.final_share,
-              "stop_alpha": b.stop_alpha}
   s = _flag_sampling(args)
   run = RunSpec(model=ref, data=data, sigma=float(sigma), sigma_source=sigma_source,
                 sampling=record.sampling_fields(s), method=method_name, options=options,
-                multiclass=bool(getattr(args, "multiclass", False)), budget=budget,
+                multiclass=bool(getattr(args, "multiclass", False)),
                 seed=args.seed, command=command, versions=record.versions(), out=args.outfile)
   return run, Loaded(model, config, ds, apply_fn, params, args.model_dir)
 
@@ -175,7 +170,7 @@ def load(run, *, model_dir=None, torch_checkpoint=None, denoiser=None, data_dir=
   model, config, ds = _load_model(
       model_dir=model_dir, torch_checkpoint=torch_checkpoint, torch_arch=run.model.torch_arch,
       normalize=run.model.normalize, data_dir=data_dir, dataset=run.data.name,
-      split=run.data.split)
+      split=run.data.split, dataset_fallback=False)
   if run.model.denoiser is not None and denoiser is None:
     denoiser = run.model.denoiser
   apply_fn, params = _apply(model, denoiser, run.sigma)

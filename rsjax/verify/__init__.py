@@ -93,6 +93,12 @@ def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
   res = io.read_certify(p)
   recs = record_lib.read_records(p)
   issues, missing = check_rows_declared(run, res)
+  if len({int(i) for i in res.idx}) != len(res):
+    issues.append(Mismatch(-1, "the file repeats an idx"))
+  if run.method == "ddrs" and np.any(np.diff(np.asarray(res.idx, np.int64)) <= 0):
+    # The memory depends on the order the run processed its inputs: the declared order.
+    issues.append(Mismatch(-1, "the rows are not in the run's order (increasing idx), which "
+                           "DDRS's memory depends on"))
   unchecked = []
   ds, why = load_dataset(run, data_dir)
   if ds is None:

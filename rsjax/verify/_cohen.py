@@ -75,6 +75,18 @@ def check_ucan(cert: dict, res, recs: dict, *, rtol: float, atol: float,
                            "not scales"))
     return issues
   if d.get("source") == "pattern":
+    opts = cert.get("settings") or {}
+    try:
+      claimed = (float(d["sigma"]), d["pattern"], float(d["kappa"]), float(d["iota"]))
+      declared = (float(cert["sigma"]), opts.get("ucan_pattern"), float(opts["ucan_kappa"]),
+                  float(opts["ucan_iota"]))
+    except (KeyError, TypeError, ValueError):
+      raise VerifyError("ucan run without its pattern settings (sigma, pattern, kappa, iota)") \
+          from None
+    if claimed != declared or opts.get("ucan_sigma") == "dataset":
+      issues.append(Mismatch(-1, f"the pattern (sigma, p, kappa, iota) {claimed} in the details "
+                             f"is not the run's {declared}"))
+      return issues
     scales = _ucan_pattern(cert["input_shape"], float(d["sigma"]), d["pattern"],
                            float(d["kappa"]), float(d["iota"]))
     want_min = float(scales.min())

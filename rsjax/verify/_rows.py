@@ -31,6 +31,12 @@ def dense(sparse, num_classes: int, out=None):
 def budget_levels(cert: dict, n_max: int, alpha: float, issues: list) -> dict | None:
   """``{look: alpha_k}`` of a budgeted run, after checking its schedule spends at most alpha."""
   b = cert["budget"]
+  first, ratio, share = b.get("first"), b.get("ratio"), b.get("final_share")
+  if not (isinstance(first, int) and first >= 1 and isinstance(ratio, (int, float)) and ratio > 1
+          and isinstance(share, (int, float)) and 0 < share <= 1):
+    issues.append(Mismatch(-1, f"budgeted schedule first {first!r}, ratio {ratio!r}, final share "
+                           f"{share!r} is not one (first >= 1, ratio > 1, 0 < share <= 1)"))
+    return None
   looks = budget_looks(n_max, b["first"], b["ratio"])
   alphas = budget_alphas(alpha, len(looks), float(b["final_share"]))
   if [int(v) for v in b["looks"]] != looks:
@@ -42,8 +48,9 @@ def budget_levels(cert: dict, n_max: int, alpha: float, issues: list) -> dict | 
     issues.append(Mismatch(-1, f"budgeted alpha levels {b['alphas']} are not the declared "
                            f"split {alphas} of alpha {alpha}"))
     return None
-  if rec.sum() > alpha * (1 + 1e-12):
-    issues.append(Mismatch(-1, f"budgeted alpha levels spend {rec.sum()} > alpha {alpha}"))
+  if not np.all(rec > 0) or rec.sum() > alpha * (1 + 1e-12):
+    issues.append(Mismatch(-1, f"budgeted alpha levels {list(rec)} are not > 0 or spend "
+                           f"{rec.sum()} > alpha {alpha}"))
     return None
   return dict(zip(looks, alphas))
 

@@ -22,8 +22,9 @@ def certificate_view(run) -> dict:
       "input_shape": list(run.data.input_shape), "num_classes": run.data.num_classes,
       "dataset": run.data.name, "details": run.details, "model": run.model.fingerprint,
   }
-  if run.budget is not None:
-    b = dict(run.budget)
+  budget = (run.details or {}).get("budget")
+  if budget is not None:
+    b = dict(budget)
     looks = budget_looks(int(s["n"]), int(b["first"]), float(b["ratio"]))
     out["budget"] = {**b, "grid": list(run.options.get("grid") or ()), "looks": looks,
                      "alphas": budget_alphas(float(s["alpha"]), len(looks),
