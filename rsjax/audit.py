@@ -242,22 +242,22 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
   if chains is not None:  # SRS: the number of chains changes the counts
     batch_size = int(chains)
   plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
-  same = _same_tree(_jsonable(plan.details), run.details)
+  rebuilt = _as_recorded(run, plan.details)
+  same = _same_tree(rebuilt, run.details)
   checks.append(Check("method", same, "the method's run-wide facts (details) are those of the "
                       "run's settings and model" if same else f"the run records details "
-                      f"{run.details}, its settings and model give {_jsonable(plan.details)}"))
+                      f"{run.details}, its settings and model give {rebuilt}"))
   if not same:
     return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
   checks.append(_redraw(run, plan, chosen, x, recs, batch_size))
   return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
 
 
-def _jsonable(v):
-  """``v`` as the run record holds it (``rsjax.runspec``'s plain JSON values)."""
+def _as_recorded(run: RunSpec, details):
+  """Run-wide facts of a plan as the run record would hold them (JSON values)."""
   import json
-
-  from rsjax.runspec import _plain
-  return None if v is None else json.loads(json.dumps(_plain(v)))
+  rec = dataclasses.replace(run, details=details).to_json()
+  return json.loads(json.dumps(rec["method"].get("details")))
 
 
 def _same_tree(a, b) -> bool:
