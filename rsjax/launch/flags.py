@@ -1,9 +1,9 @@
 """The flags of a certify or predict run, declared once.
 
-``rsjax certify`` and ``rsjax predict`` parse them; ``rsjax.audit`` reads a
-run's record back into them (its flags at their defaults, then the recorded
-values), so the two can never disagree on a default. The value types and the
-data and normalization flags serve the other commands too.
+``rsjax certify`` and ``rsjax predict`` parse them and build the run's value
+(``rsjax.runspec.RunSpec``) from them once (``rsjax.launch.run_from_flags``).
+The value types and the data and normalization flags serve the other commands
+too.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import argparse
 import numpy as np
 
 __all__ = ["positive_int", "count", "nonneg_int", "positive_float", "probability",
-           "data_flags", "normalize_flag", "add_sampling_flags", "add_certify_flags",
-           "certify_defaults"]
+           "data_flags", "normalize_flag", "add_sampling_flags", "add_certify_flags"]
 
 
 def _number(convert, ok, requirement: str):
@@ -121,15 +120,6 @@ def add_certify_flags(q) -> None:
                  help="number of processes (or $RSJAX_NUM_PROCESSES)")
   q.add_argument("--process-id", type=int, default=None,
                  help="this process' id (or $RSJAX_PROCESS_ID)")
-
-
-def certify_defaults(outfile: str) -> argparse.Namespace:
-  """The arguments of ``rsjax certify MODEL outfile``: every certify flag at its default."""
-  parser = argparse.ArgumentParser(add_help=False)
-  add_certify_flags(parser)
-  args = parser.parse_args(["MODEL", outfile])
-  args.command = "certify"
-  return args
 
 
 def _option_type(option):
