@@ -73,10 +73,12 @@ def shell(tmp_path_factory):
   work = tmp_path_factory.mktemp("readme")
   bin_dir = work / "bin"
   bin_dir.mkdir()
-  (bin_dir / "python").symlink_to(sys.executable)
-  rsjax = bin_dir / "rsjax"
-  rsjax.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rsjax.cli "$@"\n')
-  rsjax.chmod(0o755)
+  # Scripts, not symlinks: a virtual environment's python started through a link that lives
+  # outside the environment does not find the environment (its pyvenv.cfg) nor its packages.
+  for name, args in (("python", ""), ("rsjax", " -m rsjax.cli")):
+    exe = bin_dir / name
+    exe.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)}{args} "$@"\n')
+    exe.chmod(0o755)
   env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
              PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
