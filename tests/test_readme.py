@@ -26,6 +26,8 @@ _NOT_RUN = {
     "rsjax train --dataset cifar10 --data-dir /path/to/tfds": "needs a prepared TFDS data_dir",
     "rsjax certify --torch-checkpoint models/cifar10": "needs Cohen et al.'s released checkpoint "
                                                       "and CIFAR-10 in a TFDS data_dir",
+    "gcloud compute tpus tpu-vm ssh": "needs a Cloud TPU pod slice",
+    "srun --nodes": "needs a SLURM cluster (tests/test_multihost.py simulates one)",
 }
 
 # Flags set to a small value (added when absent: the key of _ADD).
