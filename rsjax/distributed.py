@@ -20,12 +20,18 @@ Typical use (one call per process, e.g. in ``rsjax certify``)::
         "certify.tsv")
 
 The arguments of ``initialize`` may also come from the environment:
-``RSJAX_COORDINATOR_ADDRESS``, ``RSJAX_NUM_PROCESSES`` and ``RSJAX_PROCESS_ID``.
+``RSJAX_COORDINATOR_ADDRESS``, ``RSJAX_NUM_PROCESSES`` and ``RSJAX_PROCESS_ID``. Given none,
+``initialize()`` joins the job the way ``jax.distributed.initialize()`` detects it by itself:
+a Cloud TPU pod slice, a SLURM step (``srun``), Open MPI (``mpirun``) or Kubernetes (with the
+``kubernetes`` package), and stays one process anywhere else. ``num_processes=1`` (or
+``RSJAX_NUM_PROCESSES=1``) keeps one process inside such a job.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import socket
 from collections.abc import Sequence
 
 import jax
@@ -33,7 +39,8 @@ import numpy as np
 
 from rsjax.util import check_int
 
-__all__ = ["initialize", "split_indices", "process_path", "merge_rows", "barrier"]
+__all__ = ["Cluster", "detect_cluster", "initialize", "joined", "split_indices", "process_path",
+           "merge_rows", "barrier"]
 
 ENV_COORDINATOR = "RSJAX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "RSJAX_NUM_PROCESSES"
@@ -50,25 +57,95 @@ def _env_int(name: str) -> int | None:
     raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from None
 
 
+#: JAX's names of the environments it detects, as a person says them.
+_CLUSTER_NAMES = {"slurm": "SLURM", "ompi": "Open MPI", "gcetpu": "Cloud TPU",
+                  "gketpu": "Cloud TPU (GKE)", "tpu": "Cloud TPU", "k8s": "Kubernetes",
+                  "K8sCluster": "Kubernetes", "mpi4py": "MPI (mpi4py)"}
+
+#: Used only where JAX's own detection cannot be reached (a JAX that moved it): the variables
+#: that tell each job apart, and the one holding its process count.
+_FALLBACK_ENVS = (
+    ("SLURM", ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
+               "SLURM_LOCALID"), "SLURM_NTASKS"),
+    ("Open MPI", ("OMPI_MCA_orte_hnp_uri",), "OMPI_COMM_WORLD_SIZE"),
+    ("Cloud TPU (GKE)", ("TPU_WORKER_HOSTNAMES",), None),
+)
+
+#: How this process joined its run (``initialize``), for ``joined``.
+_how: dict = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+  """A multi-process job this process runs in, as JAX detects it.
+
+  Attributes:
+    name: the kind of job in words ("SLURM", "Open MPI", "Cloud TPU", "Kubernetes").
+    process_count: its number of processes (None where only joining tells).
+  """
+  name: str
+  process_count: int | None
+
+
+def _jax_cluster_kinds():
+  """JAX's cluster environments in the order it tries them, or None if it moved them."""
+  try:
+    from jax._src import clusters
+    kinds = list(clusters.ClusterEnv._cluster_types)  # noqa: SLF001 -- JAX's own detection
+  except (ImportError, AttributeError):
+    return None
+  return [k for k in kinds if not getattr(k, "opt_in_only_method", False)] or None
+
+
+def detect_cluster() -> Cluster | None:
+  """The multi-process job that ``jax.distributed.initialize()`` would join by itself.
+
+  JAX's own detection, in its order: Cloud TPU pod slices (GCE and GKE), SLURM (inside
+  ``srun``: ``SLURM_JOB_ID``, ``SLURM_STEP_NODELIST``, ``SLURM_NTASKS``, ``SLURM_PROCID``,
+  ``SLURM_LOCALID``), Open MPI (``mpirun``) and Kubernetes (with the ``kubernetes``
+  package); opt-in methods (mpi4py) are not tried, as in JAX.
+
+  Returns:
+    The job, or None outside any.
+  """
+  kinds = _jax_cluster_kinds()
+  if kinds is None:
+    for name, needed, count in _FALLBACK_ENVS:
+      if all(v in os.environ for v in needed):
+        return Cluster(name, _env_int(count) if count else None)
+    return None
+  for kind in kinds:
+    if kind.is_env_present():
+      name = getattr(kind, "name", "") or kind.__name__
+      return Cluster(_CLUSTER_NAMES.get(name, name), int(kind.get_process_count()))
+  return None
+
+
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, *, local_device_ids=None,
-               initialization_timeout: int = 300) -> tuple[int, int]:
+               initialization_timeout: int = 300, detect: bool = True) -> tuple[int, int]:
   """Joins a multi-process run (``jax.distributed.initialize``); a no-op for one process.
 
-  Must be called before any other JAX call of the process.
+  Must be called before any other JAX call of the process. With no argument and no
+  ``RSJAX_*`` variable it joins the job JAX detects (``detect_cluster``: a Cloud TPU pod
+  slice, SLURM, Open MPI, Kubernetes) as ``jax.distributed.initialize()`` does with no
+  argument, and stays one process outside any; an explicit coordinator serves every other
+  setting.
 
   Args:
     coordinator_address: ``"host:port"`` of process 0's coordinator service
       (default: ``$RSJAX_COORDINATOR_ADDRESS``).
-    num_processes: number of processes (default: ``$RSJAX_NUM_PROCESSES``).
+    num_processes: number of processes (default: ``$RSJAX_NUM_PROCESSES``); 1 stays one
+      process, even inside a detected job.
     process_id: this process' id in ``[0, num_processes)`` (default:
       ``$RSJAX_PROCESS_ID``).
     local_device_ids: restricts the devices this process uses (passed on).
     initialization_timeout: seconds to wait for all processes to connect.
+    detect: join a detected job when nothing is given (False: one process then).
 
   Returns:
     ``(process_index, process_count)``. ``(0, 1)`` without initializing when
-    ``num_processes`` is 1 or nothing is given.
+    ``num_processes`` is 1, or nothing is given and no job of several processes is detected.
 
   Raises:
     ValueError: for a missing or malformed ``coordinator_address``, a bad
@@ -81,7 +158,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   if process_id is None:
     process_id = _env_int(ENV_PROCESS_ID)
   if coordinator_address is None and num_processes is None and process_id is None:
-    return 0, 1
+    return _join_detected(local_device_ids, initialization_timeout) if detect else (0, 1)
   num_processes = check_int("num_processes", num_processes)
   if num_processes == 1 and process_id in (None, 0):
     return 0, 1
@@ -102,7 +179,43 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
       coordinator_address=coordinator_address, num_processes=num_processes,
       process_id=int(process_id), local_device_ids=local_device_ids,
       initialization_timeout=int(initialization_timeout))
+  _how.update(how="the coordinator given", coordinator=coordinator_address)
   return jax.process_index(), jax.process_count()
+
+
+def _join_detected(local_device_ids, initialization_timeout) -> tuple[int, int]:
+  """``initialize`` with nothing given: the job JAX detects, else one process."""
+  if jax.distributed.is_initialized():
+    return jax.process_index(), jax.process_count()
+  cluster = detect_cluster()
+  if cluster is None or cluster.process_count == 1:
+    return 0, 1
+  jax.distributed.initialize(local_device_ids=local_device_ids,
+                             initialization_timeout=int(initialization_timeout))
+  try:
+    from jax._src.distributed import global_state
+    coordinator = global_state.coordinator_address
+  except (ImportError, AttributeError):
+    coordinator = None
+  _how.update(how=f"the {cluster.name} job", coordinator=coordinator)
+  return jax.process_index(), jax.process_count()
+
+
+def joined() -> str:
+  """One line on the run this process joined: which process, how, and every process seen.
+
+  For example ``process 1 of 2 (host node7) joined through the SLURM job (coordinator
+  node1:62012); processes 0, 1 hold 4 devices``; ``one process`` when it joined none.
+  """
+  count = jax.process_count()
+  if count == 1:
+    return f"one process (host {socket.gethostname()})"
+  how = _how.get("how", "jax.distributed")
+  coordinator = f" (coordinator {_how['coordinator']})" if _how.get("coordinator") else ""
+  devices = jax.devices()
+  seen = sorted({d.process_index for d in devices})
+  return (f"process {jax.process_index()} of {count} (host {socket.gethostname()}) joined through "
+          f"{how}{coordinator}; processes {', '.join(map(str, seen))} hold {len(devices)} devices")
 
 
 def split_indices(indices, *, process_index: int | None = None,

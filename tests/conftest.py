@@ -14,6 +14,13 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # The command's persistent compilation cache (on by default) stays out of the user's
 # home during the tests.
 os.environ.setdefault("RSJAX_COMPILATION_CACHE", "off")
+# The suite is one process even when started inside a cluster job (srun, mpirun): without the
+# variables JAX detects jobs by, rsjax.distributed.initialize() joins none. The multi-process
+# tests set them for their own child processes.
+for _var in ("SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_SIZE",
+             "TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES", "TPU_PROCESS_ADDRESSES_PATH",
+             "KUBERNETES_SERVICE_HOST"):
+  os.environ.pop(_var, None)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -16,6 +16,10 @@ Check this machine against the file (exit 1 and the mismatches on failure):
 
     python tests/golden_cases.py --check
 
+``--check --save PATH`` also writes this machine's outputs, and ``--compare A B``
+compares two such files by the same contract (``.ci/run`` compares its
+Python 3.11 and 3.12 environments so).
+
 Both force 4 CPU devices, as the test suite does (counts do not depend on the
 device count anyway); ``XLA_FLAGS=--xla_cpu_max_isa=AVX2`` caps XLA:CPU's
 instruction set, one cheap stand-in for another machine.
@@ -213,9 +217,13 @@ def platform() -> str:
           f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
 
 
-def load() -> tuple[dict[str, np.ndarray], str]:
-  """The recorded golden arrays and the platform they were made on."""
-  with np.load(GOLDEN) as golden:
+def load(path: str = GOLDEN) -> tuple[dict[str, np.ndarray], str]:
+  """The recorded golden arrays and the platform they were made on.
+
+  Args:
+    path: a file written by this module (default: the committed ``golden.npz``).
+  """
+  with np.load(path) as golden:
     expected = {k: golden[k] for k in golden.files}
   made_on = str(expected.pop(PLATFORM_KEY, "unrecorded"))
   return expected, made_on
@@ -245,15 +253,35 @@ def mismatches(results: dict, expected: dict[str, np.ndarray]) -> list[str]:
   return bad
 
 
-if __name__ == "__main__":
-  if "--check" in sys.argv[1:]:
+def _main(argv: list[str]) -> int:
+  """``--check [--save PATH]``, ``--compare A B`` or (no argument) regenerate the file."""
+  if argv[:1] == ["--compare"] and len(argv) == 3:
+    (a, made_a), (b, made_b) = load(argv[1]), load(argv[2])
+    bad = mismatches(a, b)
+    ints = sum(v.dtype.kind != "f" for v in b.values())
+    print(f"golden outputs of\n  {made_a}\n  {made_b}\n"
+          + ("\n".join(bad) or f"are equal: {ints} integer arrays (counts, predictions) exactly, "
+             f"{len(b) - ints} float arrays within the contract"), file=sys.stderr)
+    return 1 if bad else 0
+  if argv[:1] == ["--check"] and len(argv) in (1, 3) and argv[1:2] in ([], ["--save"]):
     expected, made_on = load()
-    bad = mismatches(compute(), expected)
+    results = compute()
+    bad = mismatches(results, expected)
     print(f"golden file made on: {made_on}\nchecked on: {platform()}", file=sys.stderr)
     print("\n".join(bad) or "golden outputs match", file=sys.stderr)
-    sys.exit(1 if bad else 0)
+    if len(argv) == 3:  # this machine's outputs, for --compare
+      np.savez_compressed(argv[2], **results, **{PLATFORM_KEY: np.array(platform())})
+    return 1 if bad else 0
+  if argv:
+    print("usage: golden_cases.py [--check [--save PATH] | --compare A B]", file=sys.stderr)
+    return 2
   results = compute()
   results[PLATFORM_KEY] = np.array(platform())
   np.savez_compressed(GOLDEN, **results)
   print(f"wrote {len(results)} arrays to {GOLDEN} ({os.path.getsize(GOLDEN)} bytes)",
         file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(_main(sys.argv[1:]))

@@ -128,23 +128,26 @@ def test_bad_flags(flags, needle, capsys):
   assert needle in capsys.readouterr().err
 
 
-def test_certify_across_two_processes_matches_one(trained, tmp_path):
-  import socket
+@pytest.mark.parametrize("how", ["flags", "slurm"])
+def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
+  # Two processes join through --coordinator and its flags, or with no flag from a simulated
+  # SLURM step (srun's variables, as JAX detects them).
+  from test_multihost import CLUSTER_PORTS, LAUNCH_VARS, _free_port, cluster_env
   args = ["certify", str(trained), None, "--N", "400", "--N0", "50", "--batch", "400",
           "--skip", "25", "--seed", "3", "--quiet"]
   single = tmp_path / "single.tsv"
   assert run_cli(*[a if a is not None else single for a in args]) == 0
   multi = tmp_path / "multi.tsv"
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+  env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
   for attempt in range(2):  # a free port may be taken between choosing and binding it
-    with socket.socket() as s:
-      s.bind(("127.0.0.1", 0))
-      port = s.getsockname()[1]
+    port = _free_port(0 if how == "flags" else CLUSTER_PORTS)
+    flags = lambda i: (["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",  # noqa: E731
+                        "--process-id", str(i)] if how == "flags" else [])
     procs = [subprocess.Popen(
         [sys.executable, "-m", "rsjax.cli"] + [a if a is not None else str(multi) for a in args]
-        + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+        + flags(i), env=env if how == "flags" else {**env, **cluster_env(how, port, i)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = []
     for p in procs:
       try:
@@ -157,11 +160,16 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path):
       break
   for rc, out, err in outs:
     assert rc == 0, err[-3000:]
+  through = "the coordinator given" if how == "flags" else "the SLURM job"
+  for i, (_, out, _) in enumerate(outs):  # each process says how it joined, and who did
+    assert f"rsjax certify: process {i} of 2 " in out and through in out, out
+    assert "processes 0, 1 hold 4 devices" in out, out
   assert "process 1 of 2" in outs[1][1]
   a, b = io.read_certify(single), io.read_certify(multi)
   np.testing.assert_array_equal(a.idx, b.idx)
   np.testing.assert_array_equal(a.predict, b.predict)
   np.testing.assert_array_equal(a.radius, b.radius)
+  np.testing.assert_array_equal(a.correct, b.correct)
 
 
 def test_certify_idrs_method(trained, tmp_path):

@@ -3,8 +3,10 @@
 Two CPU processes on this machine join a loopback coordinator, each certifies
 its share of the dataset ids with ``rsjax.certify`` and writes its own rows
 file; process 0 merges them. The merged counts and certificates must equal a
-single-process run exactly. This file is also the worker
-(``python test_multihost.py worker ...``).
+single-process run exactly. The processes join through an explicit coordinator,
+or with no argument from a simulated SLURM step or Open MPI job (the variables
+``srun`` and ``mpirun`` set, which JAX's cluster detection reads). This file is
+also the worker (``python test_multihost.py worker ...``).
 """
 
 import json
@@ -54,10 +56,13 @@ def _row(i, cert, k):
 HEADER = "idx\tpredict\tradius\tcounts_selection\tcounts"
 
 
-def _worker(port: int, process_id: int, out: str) -> None:
+def _worker(how: str, port: int, process_id: int, out: str) -> None:
   import rsjax.distributed as dist
-  pid, count = dist.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id,
-                               initialization_timeout=60)
+  if how == "coordinator":
+    pid, count = dist.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id,
+                                 initialization_timeout=60)
+  else:  # the cluster's variables only
+    pid, count = dist.initialize(initialization_timeout=60)
   assert (pid, count) == (process_id, 2)
   mine = dist.split_indices(np.arange(NUM_INPUTS))
   cert = _certify(mine)
@@ -70,25 +75,58 @@ def _worker(port: int, process_id: int, out: str) -> None:
   if pid == 0:
     dist.merge_rows([dist.process_path(out, process_index=p) for p in range(count)], out)
   dist.barrier("merged")
-  print(json.dumps({"pid": pid, "ids": mine.tolist()}), flush=True)
+  print(json.dumps({"pid": pid, "ids": mine.tolist(), "joined": dist.joined()}), flush=True)
 
 
-def _free_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
+def _free_port(low: int = 0) -> int:
+  """A port free on the loopback now: any (``low`` 0), else one in ``[low, 65535]``."""
+  rng = np.random.default_rng()
+  for _ in range(200):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+      try:
+        s.bind(("127.0.0.1", 0 if low == 0 else int(rng.integers(low, 65536))))
+      except OSError:
+        continue
+      return s.getsockname()[1]
+  raise RuntimeError(f"no free port in [{low}, 65535]")
 
 
-def _launch(tmp_path, port):
+#: JAX's SLURM and Open MPI detection put the coordinator on a port of this range, chosen by
+#: the job id (jax._src.clusters: ``job_id % 2**12 + 65535 - 2**12 + 1``).
+CLUSTER_PORTS = 65536 - 2**12
+
+
+def cluster_env(how: str, port: int, process_id: int) -> dict[str, str]:
+  """The variables ``srun`` (``how="slurm"``) or ``mpirun`` (``"ompi"``) give process
+  ``process_id`` of a 2-process job on this machine whose coordinator JAX puts on ``port``."""
+  job = port - CLUSTER_PORTS + 3 * 2**12  # a job id that JAX maps to this port
+  if how == "slurm":
+    return {"SLURM_JOB_ID": str(job), "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2",
+            "SLURM_PROCID": str(process_id), "SLURM_LOCALID": str(process_id),
+            "SLURM_STEP_NUM_NODES": "1", "SLURM_NNODES": "1"}
+  if how == "ompi":  # Open MPI 4 (ORTE): the job id is a multiple of 2**12
+    return {"OMPI_MCA_orte_hnp_uri": f"{job * 2**12}.0;tcp://127.0.0.1:41000",
+            "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": str(process_id),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(process_id)}
+  raise ValueError(how)
+
+
+#: The variables of this test's own launcher, removed from the workers' environment.
+LAUNCH_VARS = ("RSJAX_COORDINATOR_ADDRESS", "RSJAX_NUM_PROCESSES", "RSJAX_PROCESS_ID",
+               "JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_PORT")
+
+
+def _launch(tmp_path, how, port):
   out = str(tmp_path / "certify.tsv")
   env = dict(os.environ)
   env["JAX_PLATFORMS"] = "cpu"
   env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-  for k in ("RSJAX_COORDINATOR_ADDRESS", "RSJAX_NUM_PROCESSES", "RSJAX_PROCESS_ID"):
+  for k in LAUNCH_VARS:
     env.pop(k, None)
   procs = [
-      subprocess.Popen([sys.executable, __file__, "worker", str(port), str(i), out],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+      subprocess.Popen([sys.executable, __file__, "worker", how, str(port), str(i), out],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=env if how == "coordinator" else {**env, **cluster_env(how, port, i)})
       for i in range(2)
   ]
   deadline = time.monotonic() + 120
@@ -106,9 +144,10 @@ def _launch(tmp_path, port):
   return out, results
 
 
-def test_two_processes_match_single_process(tmp_path):
+@pytest.mark.parametrize("how", ["coordinator", "slurm", "ompi"])
+def test_two_processes_match_single_process(tmp_path, how):
   for attempt in range(2):  # a free port can be taken between choosing and binding it
-    out, results = _launch(tmp_path, _free_port())
+    out, results = _launch(tmp_path, how, _free_port(0 if how == "coordinator" else CLUSTER_PORTS))
     if all(rc == 0 for rc, _, _ in results):
       break
   for rc, stdout, stderr in results:
@@ -116,6 +155,11 @@ def test_two_processes_match_single_process(tmp_path):
   shares = [json.loads(stdout.strip().splitlines()[-1]) for _, stdout, _ in results]
   assert sorted(i for s in shares for i in s["ids"]) == list(range(NUM_INPUTS))
   assert all(s["ids"] for s in shares)  # both processes did work
+  through = {"coordinator": "the coordinator given", "slurm": "the SLURM job",
+             "ompi": "the Open MPI job"}[how]
+  for p, s in enumerate(shares):
+    assert s["joined"].startswith(f"process {p} of 2 ") and through in s["joined"], s["joined"]
+    assert s["joined"].endswith("processes 0, 1 hold 4 devices"), s["joined"]
 
   with open(out, encoding="utf-8") as f:
     merged = f.read().splitlines()
@@ -153,10 +197,15 @@ def test_merge_rows_sorts_dedups_and_rejects_conflicts(tmp_path):
     dist.merge_rows([a, b])
 
 
+def _no_job(monkeypatch):
+  for k in LAUNCH_VARS + tuple(cluster_env("slurm", 61440, 0)) + tuple(cluster_env("ompi", 61440, 0)):
+    monkeypatch.delenv(k, raising=False)
+
+
 def test_initialize_single_process_and_bad_arguments(monkeypatch):
   import rsjax.distributed as dist
-  for k in ("RSJAX_COORDINATOR_ADDRESS", "RSJAX_NUM_PROCESSES", "RSJAX_PROCESS_ID"):
-    monkeypatch.delenv(k, raising=False)
+  _no_job(monkeypatch)
+  assert dist.detect_cluster() is None
   assert dist.initialize() == (0, 1)
   assert dist.initialize(num_processes=1) == (0, 1)
   with pytest.raises(ValueError, match="process_id"):
@@ -168,8 +217,36 @@ def test_initialize_single_process_and_bad_arguments(monkeypatch):
     dist.initialize()
 
 
+@pytest.mark.parametrize("jax_detection", [True, False])
+def test_detect_cluster_reads_the_jobs_jax_detects(monkeypatch, jax_detection):
+  import rsjax.distributed as dist
+  _no_job(monkeypatch)
+  # JAX's own detection is reachable in this JAX (else rsjax falls back on its own list).
+  assert dist._jax_cluster_kinds() is not None
+  if not jax_detection:
+    monkeypatch.setattr(dist, "_jax_cluster_kinds", lambda: None)
+  for how, name in (("slurm", "SLURM"), ("ompi", "Open MPI")):
+    for k, v in cluster_env(how, 61440, 1).items():
+      monkeypatch.setenv(k, v)
+    assert dist.detect_cluster() == dist.Cluster(name, 2)
+    _no_job(monkeypatch)
+  # A SLURM step of one task, or one process asked for inside a job: one process, no join.
+  for k, v in cluster_env("slurm", 61440, 0).items():
+    monkeypatch.setenv(k, v)
+  monkeypatch.setenv("SLURM_NTASKS", "1")
+  assert dist.detect_cluster() == dist.Cluster("SLURM", 1)
+  assert dist.initialize() == (0, 1)
+  monkeypatch.setenv("SLURM_NTASKS", "2")
+  assert dist.initialize(num_processes=1) == (0, 1)
+  assert dist.initialize(detect=False) == (0, 1)
+  monkeypatch.setenv("RSJAX_NUM_PROCESSES", "1")
+  assert dist.initialize() == (0, 1)
+  import jax
+  assert not jax.distributed.is_initialized()
+
+
 if __name__ == "__main__":
-  if len(sys.argv) == 5 and sys.argv[1] == "worker":
-    _worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+  if len(sys.argv) == 6 and sys.argv[1] == "worker":
+    _worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
   else:
-    sys.exit("usage: test_multihost.py worker PORT PROCESS_ID OUT")
+    sys.exit("usage: test_multihost.py worker coordinator|slurm|ompi PORT PROCESS_ID OUT")

@@ -26,6 +26,8 @@ _NOT_RUN = {
     "rsjax train --dataset cifar10 --data-dir /path/to/tfds": "needs a prepared TFDS data_dir",
     "rsjax certify --torch-checkpoint models/cifar10": "needs Cohen et al.'s released checkpoint "
                                                       "and CIFAR-10 in a TFDS data_dir",
+    "gcloud compute tpus tpu-vm ssh": "needs a Cloud TPU pod slice",
+    "srun --nodes": "needs a SLURM cluster (tests/test_multihost.py simulates one)",
 }
 
 # Flags set to a small value (added when absent: the key of _ADD).
@@ -73,10 +75,12 @@ def shell(tmp_path_factory):
   work = tmp_path_factory.mktemp("readme")
   bin_dir = work / "bin"
   bin_dir.mkdir()
-  (bin_dir / "python").symlink_to(sys.executable)
-  rsjax = bin_dir / "rsjax"
-  rsjax.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rsjax.cli "$@"\n')
-  rsjax.chmod(0o755)
+  # Scripts, not symlinks: a virtual environment's python started through a link that lives
+  # outside the environment does not find the environment (its pyvenv.cfg) nor its packages.
+  for name, args in (("python", ""), ("rsjax", " -m rsjax.cli")):
+    exe = bin_dir / name
+    exe.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)}{args} "$@"\n')
+    exe.chmod(0o755)
   env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
              PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 

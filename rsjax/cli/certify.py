@@ -43,6 +43,8 @@ def run(args) -> int:
     pid, nproc = distributed.initialize(args.coordinator, args.num_processes, args.process_id)
   except ValueError as e:
     raise CliError(str(e)) from None
+  if nproc > 1:
+    print(f"rsjax certify: {distributed.joined()}", flush=True)
   from rsjax import methods, runner
   if args.N < args.N0:
     raise CliError(f"--N {args.N} is smaller than --N0 {args.N0}: N counts the estimation "

@@ -115,9 +115,11 @@ def add_certify_flags(q) -> None:
                       "'analyze --pa-cdf / --easy-hard'")
   q.add_argument("--coordinator", default=None,
                  help="host:port of process 0 for a multi-process run (jax.distributed); "
-                 "or $RSJAX_COORDINATOR_ADDRESS")
+                 "or $RSJAX_COORDINATOR_ADDRESS. Without it a Cloud TPU pod slice, SLURM "
+                 "(srun), Open MPI (mpirun) or Kubernetes job is joined as JAX detects it")
   q.add_argument("--num-processes", type=positive_int, default=None,
-                 help="number of processes (or $RSJAX_NUM_PROCESSES)")
+                 help="number of processes (or $RSJAX_NUM_PROCESSES); 1 stays one process "
+                 "inside a detected job")
   q.add_argument("--process-id", type=int, default=None,
                  help="this process' id (or $RSJAX_PROCESS_ID)")
 
