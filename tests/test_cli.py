@@ -170,6 +170,11 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
   np.testing.assert_array_equal(a.predict, b.predict)
   np.testing.assert_array_equal(a.radius, b.radius)
   np.testing.assert_array_equal(a.correct, b.correct)
+  # The merged file is one run: the same record, and it verifies.
+  from rsjax import verify
+  from rsjax.runspec import RunSpec
+  assert RunSpec.read(multi).identity() == RunSpec.read(single).identity()
+  assert verify.verify(multi).ok
 
 
 def test_certify_idrs_method(trained, tmp_path):
