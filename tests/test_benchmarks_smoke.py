@@ -233,13 +233,15 @@ def test_per_image_table_runs_and_prints_its_ratios(tmp_path):
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   print(proc.stdout)
-  assert "| model | mode | N | batch | images/call |" in proc.stdout
+  assert "| model | mode | N | batch | images/call | rsjax s/image, wall (CPU) |" in proc.stdout
   rows = json.loads(out.read_text())["results"]
   assert [(r["model"], r["batch_size"], r["images_per_call"]) for r in rows] == [
       ("mlp", 64, 1), ("mlp", 64, 2), ("mlp", 64, 3)]
   for r in rows:
     assert r["rsjax_s_per_image"] > 0 and r["reference_s_per_image"] > 0
-    assert r["vs_one_image"] > 0 and r["reference_over_rsjax"] > 0
+    for ratio in ("vs_one_image", "vs_one_image_cpu", "reference_over_rsjax",
+                  "reference_over_rsjax_cpu"):
+      assert r[ratio] > 0, ratio
     assert f"| mlp | certify | 200 | 64 | {r['images_per_call']} |" in proc.stdout
 
 
