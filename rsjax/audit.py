@@ -292,7 +292,7 @@ def audit(path, *, model_dir=None, rows: int = 20, seed: int = 0, false_alarm: f
                       f"{len(chosen)} inputs differ from the recorded ones (first idx "
                       f"{bad_inputs[0]})"))
   plan = launch.method_plan(ns, key, model, apply_fn, params, ds)
-  per_call = plan.inputs_per_call or max(1, min(16, ns.batch * 4 // max(ns.N, 1)))
+  per_call = plan.inputs_per_call or runner.default_inputs_per_call(ns.N)
   differ = []
   for s in range(0, len(chosen), per_call):
     ids = chosen[s:s + per_call]
