@@ -36,8 +36,8 @@ PredictFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 # MLP, LeNet and ResNet-20 does not grow with the inputs per call (1 to 32);
 # what more inputs buy is a share of the call's fixed cost (placement, two
 # launches, the host statistics; the n0 pass runs at full batch from 10 inputs
-# on): with certify at N = 10,000, 16 inputs per call cost 4-9% less per image
-# than 1 for the MLP and 2-3% less for LeNet, and 32 no less than 16. That
+# on): with certify at N = 10,000, 16 inputs per call cost 0-9% less per image
+# than 1 for the MLP and 1-4% less for LeNet (two runs), 32 no less than 16. That
 # share shrinks as 1 / N, so above SAMPLES_PER_CALL / 16 samples per input the
 # default shrinks too, to one input per call at N = 100,000 (below 1% to gain
 # there, and a row is written, and resumable, per input).
