@@ -11,6 +11,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+from jax.extend import core as jax_core
 
 __all__ = ["SamplingPlan", "cast_floating", "make_plan", "noisy_counts", "sample_noise",
            "step_counts"]
@@ -106,9 +107,19 @@ def noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j
   """
   g, s = x_g.shape[0], j.shape[0]
   shape = x_g.shape[1:]
-  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
-  xn = x_g[:, None] + sig_g[:, None] * eps
-  xn = xn.reshape((g * s,) + shape)
+
+  def draw():
+    eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
+    return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape)
+
+  if _has_convolution(apply_fn, params, x_g.shape[1:], compute_dtype or x_g.dtype):
+    # The noisy batch is drawn in a conditional (no valid sample: no draw), so
+    # it is written to memory before the forward pass. Left to fuse, XLA:CPU
+    # folds the draw into the first convolution's input fusion and recomputes
+    # the normal transform for every output channel (LeNet: 20% of a step).
+    xn = jax.lax.cond(jnp.any(valid), draw, lambda: jnp.zeros((g * s,) + shape, x_g.dtype))
+  else:
+    xn = draw()
   if compute_dtype is not None:
     xn = xn.astype(compute_dtype)
   try:
@@ -127,6 +138,27 @@ def noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j
   bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid[None, :]
   return jnp.concatenate([jnp.sum(onehot, axis=1, dtype=jnp.int32),
                           jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]], axis=1)
+
+
+def _has_convolution(apply_fn, params, shape, dtype) -> bool:
+  """Whether ``apply_fn`` on one ``shape`` input of ``dtype`` runs a convolution (at any depth)."""
+  spec = jax.ShapeDtypeStruct((1,) + tuple(shape), dtype)
+  abstract = jax.tree.map(lambda p: jax.ShapeDtypeStruct(jnp.shape(p), jnp.result_type(p)), params)
+  try:
+    closed = jax.make_jaxpr(apply_fn)(abstract, spec)
+  except Exception:  # noqa: BLE001 - the forward pass reports its own errors below
+    return False
+
+  def walk(jaxpr):
+    for eqn in jaxpr.eqns:
+      if eqn.primitive.name == "conv_general_dilated":
+        return True
+      for sub in jax_core.jaxprs_in_params(eqn.params):
+        if walk(sub):
+          return True
+    return False
+
+  return walk(closed.jaxpr)
 
 
 def step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, ids_g, chunk,

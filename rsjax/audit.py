@@ -249,7 +249,7 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
                       f"{run.details}, its settings and model give {rebuilt}"))
   if not same:
     return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
-  checks.append(_redraw(run, plan, chosen, x, recs, batch_size))
+  checks.append(_redraw(run, plan, chosen, x, recs))
   return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
 
 
@@ -272,10 +272,11 @@ def _same_tree(a, b) -> bool:
   return a == b and type(a) is type(b)
 
 
-def _redraw(run, plan, chosen, x, recs, batch_size: int) -> Check:
+def _redraw(run, plan, chosen, x, recs) -> Check:
   """Draws the counts of the chosen rows again from the run's record and compares them."""
+  from rsjax import runner
   n = int(run.sampling["n"])
-  per_call = plan.inputs_per_call or max(1, min(16, batch_size * 4 // max(n, 1)))
+  per_call = plan.inputs_per_call or runner.default_inputs_per_call(n)
   differ = []
   for s in range(0, len(chosen), per_call):
     ids = chosen[s:s + per_call]

@@ -150,14 +150,14 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
         data=data_ref, sigma=float(sigma), sampling=record.sampling_fields(settings),
         seed=seed, key_fold_in=(1,), versions=record.versions(), out=path)
     try:
-      runner.certify_dataset(certify_fn, test.get_batch, indices, path, inputs_per_call=10,
-                             progress=progress, run=run_record, record=True, n=n)
+      runner.certify_dataset(certify_fn, test.get_batch, indices, path, progress=progress,
+                             run=run_record, record=True, n=n)
     except io.RunMismatchError:  # another model (the settings were checked above)
       if not overwrite:
         raise ValueError(f"{path} holds rows of another model ({workdir} was retrained): "
                          "'rsjax demo --overwrite' starts it over, or use another --out") from None
-      runner.certify_dataset(certify_fn, test.get_batch, indices, path, inputs_per_call=10,
-                             progress=progress, run=run_record, resume=False, record=True, n=n)
+      runner.certify_dataset(certify_fn, test.get_batch, indices, path, progress=progress,
+                             run=run_record, resume=False, record=True, n=n)
     t_cert = time.perf_counter() - t0
     result_files.append(path)
     results[f"sigma={sigma:g}"] = _selected(io.read_certify(path), indices)

@@ -23,10 +23,40 @@ from rsjax import io
 from rsjax import record as record_lib
 from rsjax._certify import Certificate
 
-__all__ = ["select_indices", "certify_dataset", "predict_dataset", "fingerprint"]
+__all__ = ["select_indices", "certify_dataset", "predict_dataset", "fingerprint",
+           "default_inputs_per_call", "INPUTS_PER_CALL", "SAMPLES_PER_CALL"]
 
 CertifyFn = Callable[[np.ndarray, np.ndarray], Certificate]
 PredictFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+# Inputs per engine call when the caller does not choose (certify_dataset,
+# predict_dataset, and the command's --inputs-per-call). From benchmarks.per_image
+# (benchmarks/RESULTS.md, issue 44): on a 2-core CPU the per-image cost of the
+# MLP, LeNet and ResNet-20 does not grow with the inputs per call (1 to 32);
+# what more inputs buy is a share of the call's fixed cost (placement, two
+# launches, the host statistics; the n0 pass runs at full batch from 10 inputs
+# on): with certify at N = 10,000, 16 inputs per call cost 0-9% less per image
+# than 1 for the MLP and 1-4% less for LeNet (two runs), 32 no less than 16. That
+# share shrinks as 1 / N, so above SAMPLES_PER_CALL / 16 samples per input the
+# default shrinks too, to one input per call at N = 100,000 (below 1% to gain
+# there, and a row is written, and resumable, per input).
+INPUTS_PER_CALL = 16
+SAMPLES_PER_CALL = 160_000
+
+
+def default_inputs_per_call(num: int | None = None) -> int:
+  """The default number of inputs per engine call for ``num`` samples per input.
+
+  ``INPUTS_PER_CALL`` (16) when ``num`` is None or small; fewer for large
+  ``num``, so that a call draws about ``SAMPLES_PER_CALL`` (160,000) samples at
+  most, and never fewer than one input: 16 at N = 10,000, 8 at 20,000, 1 at
+  100,000. Counts and certificates do not depend on it (only speed, and how
+  often rows are written).
+  """
+  if num is None:
+    return INPUTS_PER_CALL
+  return max(1, min(INPUTS_PER_CALL, SAMPLES_PER_CALL // max(int(num), 1)))
 
 
 def select_indices(num: int, *, skip: int = 1, max_count: int = -1, start: int = 0,
@@ -109,7 +139,8 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
 
 
 def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tuple], indices,
-                    out_path, *, inputs_per_call: int = 1, extra_columns: Sequence[str] = (),
+                    out_path, *, inputs_per_call: int | None = None,
+                    extra_columns: Sequence[str] = (),
                     extra_fn: Callable[[Certificate, int], dict] | None = None,
                     progress: bool = True, resume: bool = True,
                     run: Mapping | None = None,
@@ -125,7 +156,8 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
     indices: dataset indices to certify, in order.
     out_path: the certify result file (Cohen et al.'s format).
     inputs_per_call: inputs certified together per call (rows are written
-      after each call; the ``time`` column is the call's time divided evenly).
+      after each call; the ``time`` column is the call's time divided evenly);
+      None: :func:`default_inputs_per_call` of ``n`` (16 when ``n`` is None).
     extra_columns: names of extra columns (e.g. ``("sigma",)``).
     extra_fn: ``extra_fn(cert, j) -> {column: value}`` for row ``j`` of a call.
     progress: show a progress bar.
@@ -169,6 +201,8 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
       out.update(extra)
     return out
 
+  if inputs_per_call is None:
+    inputs_per_call = default_inputs_per_call(n)
   return _run("certify", certify_fn, get_batch, indices, out_path,
               inputs_per_call=inputs_per_call, row_fn=row, extra_columns=extra_columns,
               progress=progress, resume=resume, run=run, restore=restore,
@@ -176,9 +210,13 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
 
 
 def predict_dataset(predict_fn: PredictFn, get_batch: Callable[[np.ndarray], tuple], indices,
-                    out_path, *, inputs_per_call: int = 1, progress: bool = True,
+                    out_path, *, inputs_per_call: int | None = None, progress: bool = True,
                     resume: bool = True, run: Mapping | None = None) -> int:
-  """Like :func:`certify_dataset` for PREDICT (``predict_fn(x, ids) -> [b] classes``)."""
+  """Like :func:`certify_dataset` for PREDICT (``predict_fn(x, ids) -> [b] classes``).
+
+  ``inputs_per_call`` None: ``INPUTS_PER_CALL`` (16).
+  """
   return _run("predict", predict_fn, get_batch, indices, out_path,
-              inputs_per_call=inputs_per_call, row_fn=lambda pred, j: {"predict": int(pred[j])},
+              inputs_per_call=inputs_per_call or default_inputs_per_call(),
+              row_fn=lambda pred, j: {"predict": int(pred[j])},
               progress=progress, resume=resume, run=run)

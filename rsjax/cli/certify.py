@@ -67,7 +67,7 @@ def run(args) -> int:
     return last[0]
 
   inputs_per_call = (args.inputs_per_call or plan.inputs_per_call
-                     or max(1, min(16, args.batch * 4 // max(args.N, 1))))
+                     or runner.default_inputs_per_call(args.N))
   os.makedirs(os.path.dirname(os.path.abspath(args.outfile)), exist_ok=True)
   # Several processes (hosts): each certifies a strided share of the indices into
   # its own rows file; process 0 merges them. The noise of an input depends only

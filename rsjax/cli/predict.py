@@ -31,7 +31,8 @@ def run(args) -> int:
                          noise=args.noise, precision=args.precision)
 
   wrote = runner.predict_dataset(fn, ds.get_batch, indices, args.outfile,
-                                 inputs_per_call=args.inputs_per_call or 8,
+                                 inputs_per_call=(args.inputs_per_call
+                                                  or runner.default_inputs_per_call(args.N)),
                                  progress=not args.quiet, resume=not args.overwrite,
                                  run=run)
   from rsjax import io, metrics

@@ -81,7 +81,9 @@ def add_sampling_flags(q) -> None:
                  "(also on GPUs, whose JAX default is TF32), tf32, or bfloat16; part of the "
                  "run's identity (a resume at another precision is refused)")
   q.add_argument("--inputs-per-call", type=positive_int, default=None,
-                 help="inputs certified per engine call (rows are written after each call)")
+                 help="inputs certified per engine call (rows are written after each call; "
+                 "default: 16, fewer above N = 10,000, 1 at N = 100,000: "
+                 "rsjax.runner.default_inputs_per_call)")
   q.add_argument("--overwrite", "--restart", dest="overwrite", action="store_true",
                  help="start outfile over instead of resuming it (resuming needs the same run: "
                  "model, data, sigma, N, ...)")
