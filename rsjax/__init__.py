@@ -28,10 +28,13 @@ _LAZY_MODULES = ("anisotropic", "audit", "budgeted", "checkpoint", "cli", "data"
 def __getattr__(name):
   import importlib
   if name in _LAZY_NAMES:
-    return getattr(importlib.import_module(f"rsjax.{_LAZY_NAMES[name]}"), name)
-  if name in _LAZY_MODULES:
-    return importlib.import_module(f"rsjax.{name}")
-  raise AttributeError(f"module 'rsjax' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"rsjax.{_LAZY_NAMES[name]}"), name)
+  elif name in _LAZY_MODULES:
+    value = importlib.import_module(f"rsjax.{name}")
+  else:
+    raise AttributeError(f"module 'rsjax' has no attribute {name!r}")
+  globals()[name] = value  # the next access is a plain attribute lookup
+  return value
 
 
 def __dir__():

@@ -5,12 +5,12 @@ recorded counts, that the run is complete and, where the dataset can be
 loaded, that labels and inputs are the dataset's; it cannot tell whether the
 counts are the model's. An audit, given the model, checks that they are:
 
-1. **verify** on the whole file (every row, completeness, bounds, and labels
-   and inputs where it can load the dataset).
-2. **The model and the data.** The fingerprint of the given model's parameters
-   equals the run's; the run's dataset (loaded by its recorded name and split,
-   never another) has the run's input shape, number of classes and size, and
-   every row's label and input fingerprint are the dataset's.
+1. **verify** on the whole file, against the run's dataset as the audit loads
+   it (by its recorded name and split, never another): every row, completeness,
+   bounds, the dataset's input shape, classes and size, and every row's label
+   and input fingerprint.
+2. **The model.** The fingerprint of the given model's parameters equals the
+   run's.
 3. **The method.** The method's run-wide facts rebuilt from the run's settings
    and model (``rsjax.methods.Plan.details``: UCAN's scales, a budgeted run's
    schedule, IDRS's design, SRS's checks) equal the recorded ones.
@@ -48,10 +48,10 @@ import secrets
 
 import numpy as np
 
-from rsjax import io, launch
+from rsjax import launch
 from rsjax import record as record_lib
 from rsjax import verify as verify_lib
-from rsjax.runspec import RunFormatError, RunSpec
+from rsjax.runspec import RunSpec
 
 __all__ = ["AuditError", "AuditReport", "Check", "FLOAT_RTOL", "audit", "escape_probability"]
 
@@ -179,65 +179,37 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
       no model, ...).
   """
   from rsjax import runner
+  from rsjax.verify._run import check_dataset_shape
   p = os.fspath(path)
   if rows != "all" and (not isinstance(rows, int) or rows < 1):
     raise AuditError(f"rows must be >= 1 or 'all', got {rows!r}")
   try:
-    run = RunSpec.read(p)
-  except RunFormatError as e:
-    raise AuditError(str(e)) from None
-  if run.command != "certify":
-    raise AuditError(f"{p!r} is a {run.command!r} run: only certify runs carry certificates")
-  seed = secrets.randbits(63) if seed is None else int(seed)
-  checks: list[Check] = []
-  try:
-    report = verify_lib.verify(p, data_dir=data_dir)
+    run = verify_lib.read_run(p)
   except verify_lib.VerifyError as e:
     raise AuditError(str(e)) from None
-  checks.append(Check("verify", report.ok, report.summary()))
+  seed = secrets.randbits(63) if seed is None else int(seed)
   try:
     loaded = launch.load(run, model_dir=model_dir, torch_checkpoint=torch_checkpoint,
                          denoiser=denoiser, data_dir=data_dir)
   except launch.CliError as e:
     raise AuditError(str(e)) from None
+  ds = loaded.dataset
+  try:  # every row, its labels and inputs against the dataset the audit loaded
+    report = verify_lib.verify(p, data_dir=data_dir, dataset=ds)
+  except verify_lib.VerifyError as e:
+    raise AuditError(str(e)) from None
+  checks = [Check("verify", report.ok, report.summary())]
   fp = runner.fingerprint(loaded.params)
   checks.append(Check("model", fp == run.model.fingerprint, f"fingerprint {fp}" if fp ==
                       run.model.fingerprint else f"the model's parameters (fingerprint {fp}) "
                       f"are not the run's ({run.model.fingerprint}): another checkpoint"))
-  ds = loaded.dataset
-  have = (tuple(ds.input_shape), int(ds.num_classes), len(ds))
-  want = (tuple(run.data.input_shape), run.data.num_classes, run.data.size)
-  checks.append(Check("data", have == want, f"{run.data.name} {run.data.split}: input shape "
-                      f"{list(have[0])}, {have[1]} classes, {have[2]} inputs" + (
-                          "" if have == want else f"; the run declares {list(want[0])}, "
-                          f"{want[1]} classes, {want[2]} inputs")))
   chosen = _choose(run, rows, seed)
-  if have != want:
+  if check_dataset_shape(run, ds):  # nothing can be drawn again from another dataset
+    checks.append(Check("data", False, f"{run.data.name} {run.data.split} is not the dataset "
+                        "the run declares (see verify)"))
     return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
-  res = io.read_certify(p)
   recs = record_lib.read_records(p)
-  at = {int(i): j for j, i in enumerate(res.idx)}
-  x, y = ds.get_batch(chosen)
-  x, y = np.asarray(x), np.asarray(y)
-  problems = []
-  for i, xi, yi in zip(chosen, x, y):
-    i = int(i)
-    if i not in at or i not in recs:
-      problems.append(f"idx {i}: declared, but not in the file or its record")
-    elif int(res.label[at[i]]) != int(yi):
-      problems.append(f"idx {i}: label {int(res.label[at[i]])} in the file, {int(yi)} in the data")
-    elif record_lib.input_fingerprint(xi) != recs[i].get("input"):
-      problems.append(f"idx {i}: the input is not the recorded one")
-  from rsjax.verify._run import check_against_dataset
-  wrong = check_against_dataset(run, res, recs, ds)
-  checks.append(Check("labels and inputs", not wrong, f"all {len(res)} rows have the labels and "
-                      f"inputs of {run.data.name} {run.data.split}" if not wrong else
-                      f"{len(wrong)} rows differ from the dataset (first: {wrong[0]})"))
-  checks.append(Check("rows", not problems, f"{len(chosen)} drawn rows are in the file with the "
-                      "dataset's labels and inputs" if not problems else
-                      f"{len(problems)} of {len(chosen)} drawn rows: {problems[0]}"))
-  if problems:
-    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
+  x = np.asarray(ds.get_batch(chosen)[0])
   chains = (run.details or {}).get("chains")
   if chains is not None:  # SRS: the number of chains changes the counts
     batch_size = int(chains)
@@ -285,7 +257,10 @@ def _redraw(run, plan, chosen, x, recs) -> Check:
       again = record_lib.row(c, j, x[s + j], n=n)
       own = plan.record(c, j) if plan.record is not None else {}
       again.update(own)
-      r = recs[int(i)]
+      r = recs.get(int(i))
+      if r is None:  # a declared row the file lacks (verify reports it too)
+        differ.append((int(i), "record", "no row", "its counts"))
+        continue
       for field in ("counts0", "counts", "n", *sorted(own)):
         if not _same(again[field], r.get(field)):
           differ.append((int(i), field, r.get(field), again[field]))

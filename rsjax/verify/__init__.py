@@ -45,7 +45,8 @@ from rsjax.verify._run import (certificate_view, check_against_dataset, check_ro
                                load_dataset)
 from rsjax.verify._srs import check_srs
 
-__all__ = ["Mismatch", "VERIFIABLE", "VerifyError", "VerifyReport", "replay_memory", "verify"]
+__all__ = ["Mismatch", "VERIFIABLE", "VerifyError", "VerifyReport", "read_run", "replay_memory",
+           "verify"]
 
 VERIFIABLE = {"cohen": check_cohen, "idrs": check_idrs, "ucan": check_ucan, "srs": check_srs,
               "ddrs": check_ddrs,
@@ -53,8 +54,27 @@ VERIFIABLE = {"cohen": check_cohen, "idrs": check_idrs, "ucan": check_ucan, "srs
               "deq-standard": check_cohen}
 
 
+def read_run(path):
+  """The run of a certify result file (``rsjax.runspec.RunSpec``).
+
+  Raises:
+    VerifyError: no such file, no readable run record, or not a certify run.
+  """
+  from rsjax.runspec import RunFormatError, RunSpec
+  p = os.fspath(path)
+  if not os.path.exists(p):
+    raise VerifyError(f"{p!r} does not exist")
+  try:
+    run = RunSpec.read(p)
+  except RunFormatError as e:
+    raise VerifyError(str(e)) from None
+  if run.command != "certify":
+    raise VerifyError(f"{p!r} is a {run.command!r} run: only certify runs carry certificates")
+  return run
+
+
 def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
-           data_dir=None) -> VerifyReport:
+           data_dir=None, dataset=None) -> VerifyReport:
   """Recomputes every prediction and radius of a certify result file from its record.
 
   Args:
@@ -67,6 +87,8 @@ def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
       indices, for the one method that needs them (``ddrs``'s memory); by
       default the run's dataset.
     data_dir: TFDS ``data_dir`` of the run's dataset, if it needs one.
+    dataset: the run's dataset split, already loaded (``rsjax audit`` has it);
+      by default it is loaded by the run's name and split.
 
   Returns:
     A :class:`VerifyReport`; ``report.ok`` when the run is complete and every
@@ -77,30 +99,20 @@ def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
       or has a method whose radius cannot be recomputed from counts.
     ValueError: the file is not a certify file (``rsjax.io``; a duplicated idx).
   """
-  from rsjax.runspec import RunFormatError, RunSpec
   p = os.fspath(path)
-  if not os.path.exists(p):
-    raise VerifyError(f"{p!r} does not exist")
-  try:
-    run = RunSpec.read(p)
-  except RunFormatError as e:
-    raise VerifyError(str(e)) from None
-  if run.command != "certify":
-    raise VerifyError(f"{p!r} is a {run.command!r} run: only certify runs carry certificates")
+  run = read_run(p)
   if run.method not in VERIFIABLE:
     raise VerifyError(f"{p!r}: method {run.method!r} cannot be verified from counts by this "
                       f"rsjax (verifiable: {', '.join(sorted(VERIFIABLE))})")
   res = io.read_certify(p)
   recs = record_lib.read_records(p)
   issues, missing = check_rows_declared(run, res)
-  if len({int(i) for i in res.idx}) != len(res):
-    issues.append(Mismatch(-1, "the file repeats an idx"))
   if run.method == "ddrs" and np.any(np.diff(np.asarray(res.idx, np.int64)) <= 0):
     # The memory depends on the order the run processed its inputs: the declared order.
     issues.append(Mismatch(-1, "the rows are not in the run's order (increasing idx), which "
                            "DDRS's memory depends on"))
   unchecked = []
-  ds, why = load_dataset(run, data_dir)
+  ds, why = (dataset, None) if dataset is not None else load_dataset(run, data_dir)
   if ds is None:
     unchecked.append(f"labels and inputs against the dataset ({why})")
   else:

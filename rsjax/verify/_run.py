@@ -65,10 +65,8 @@ def load_dataset(run, data_dir):
         " ".join(str(e).split())[:200])
 
 
-def check_against_dataset(run, res, recs: dict, ds) -> list[Mismatch]:
-  """The run's declared shape, classes and size, and every row's label and input
-  fingerprint, against the dataset itself."""
-  from rsjax import record as record_lib
+def check_dataset_shape(run, ds) -> list[Mismatch]:
+  """The run's declared input shape, number of classes and size against the dataset."""
   issues: list[Mismatch] = []
   d = run.data
   if tuple(ds.input_shape) != tuple(d.input_shape):
@@ -80,6 +78,15 @@ def check_against_dataset(run, res, recs: dict, ds) -> list[Mismatch]:
   if len(ds) != d.size:
     issues.append(Mismatch(-1, f"the run declares {d.size} inputs in {d.name} {d.split}, it "
                            f"has {len(ds)}"))
+  return issues
+
+
+def check_against_dataset(run, res, recs: dict, ds) -> list[Mismatch]:
+  """The run's declared shape, classes and size, and every row's label and input
+  fingerprint, against the dataset itself."""
+  from rsjax import record as record_lib
+  d = run.data
+  issues = check_dataset_shape(run, ds)
   if issues:
     return issues
   idx = np.asarray(res.idx, np.int64)
