@@ -42,6 +42,7 @@ cannot see a forger's noise; re-drawing the counts does.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import secrets
@@ -141,12 +142,6 @@ class AuditReport:
 FLOAT_RTOL = 1e-5
 
 
-def _same(again, recorded) -> bool:
-  if isinstance(again, float) and isinstance(recorded, (int, float)):
-    return math.isclose(again, recorded, rel_tol=FLOAT_RTOL, abs_tol=0.0)
-  return again == recorded
-
-
 def _choose(run: RunSpec, rows, seed: int) -> np.ndarray:
   declared = np.asarray(run.indices(), np.int64)
   if rows == "all" or int(rows) >= len(declared):
@@ -188,6 +183,7 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
   except verify_lib.VerifyError as e:
     raise AuditError(str(e)) from None
   seed = secrets.randbits(63) if seed is None else int(seed)
+  declared = len(run.indices())
   try:
     loaded = launch.load(run, model_dir=model_dir, torch_checkpoint=torch_checkpoint,
                          denoiser=denoiser, data_dir=data_dir)
@@ -207,7 +203,7 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
   if check_dataset_shape(run, ds):  # nothing can be drawn again from another dataset
     checks.append(Check("data", False, f"{run.data.name} {run.data.split} is not the dataset "
                         "the run declares (see verify)"))
-    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
+    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
   recs = record_lib.read_records(p)
   x = np.asarray(ds.get_batch(chosen)[0])
   chains = (run.details or {}).get("chains")
@@ -220,27 +216,26 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
                       "run's settings and model" if same else f"the run records details "
                       f"{run.details}, its settings and model give {rebuilt}"))
   if not same:
-    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
+    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
   checks.append(_redraw(run, plan, chosen, x, recs))
-  return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, len(run.indices()))
+  return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
 
 
 def _as_recorded(run: RunSpec, details):
   """Run-wide facts of a plan as the run record would hold them (JSON values)."""
-  import json
   rec = dataclasses.replace(run, details=details).to_json()
   return json.loads(json.dumps(rec["method"].get("details")))
 
 
-def _same_tree(a, b) -> bool:
-  """JSON values equal, floats to a relative 1e-9."""
+def _same_tree(a, b, rtol: float = 1e-9) -> bool:
+  """JSON values equal, floats to a relative ``rtol``."""
   if isinstance(a, dict) and isinstance(b, dict):
-    return a.keys() == b.keys() and all(_same_tree(a[k], b[k]) for k in a)
+    return a.keys() == b.keys() and all(_same_tree(a[k], b[k], rtol) for k in a)
   if isinstance(a, list) and isinstance(b, list):
-    return len(a) == len(b) and all(_same_tree(u, v) for u, v in zip(a, b))
+    return len(a) == len(b) and all(_same_tree(u, v, rtol) for u, v in zip(a, b))
   if isinstance(a, float) or isinstance(b, float):
     return (isinstance(a, (int, float)) and isinstance(b, (int, float))
-            and math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0))
+            and math.isclose(a, b, rel_tol=rtol, abs_tol=0.0))
   return a == b and type(a) is type(b)
 
 
@@ -254,15 +249,15 @@ def _redraw(run, plan, chosen, x, recs) -> Check:
     ids = chosen[s:s + per_call]
     c = plan.certify_fn(x[s:s + per_call], ids)
     for j, i in enumerate(ids):
-      again = record_lib.row(c, j, x[s + j], n=n)
       own = plan.record(c, j) if plan.record is not None else {}
-      again.update(own)
+      # As the record holds them (JSON values), to compare like with like.
+      again = json.loads(json.dumps({**record_lib.row(c, j, x[s + j], n=n), **own}))
       r = recs.get(int(i))
       if r is None:  # a declared row the file lacks (verify reports it too)
         differ.append((int(i), "record", "no row", "its counts"))
         continue
       for field in ("counts0", "counts", "n", *sorted(own)):
-        if not _same(again[field], r.get(field)):
+        if not _same_tree(again[field], r.get(field), FLOAT_RTOL):
           differ.append((int(i), field, r.get(field), again[field]))
           break
   if differ:

@@ -33,18 +33,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from rsjax import runspec as _runspec
 from rsjax.io._durable import atomic_write_text
 
-__all__ = ["RECORD_SUFFIX", "KEY_DERIVATION", "RecordWriter",
+__all__ = ["RECORD_SUFFIX", "RecordWriter",
            "input_fingerprint", "read_records", "record_path", "row", "sampling_fields",
            "versions"]
 
 RECORD_SUFFIX = ".cert.jsonl"
-#: How the noise of row ``idx`` derives from the run's key (``rsjax.runspec``).
-KEY_DERIVATION = _runspec.KEY_DERIVATION
-
-
 def record_path(path) -> str:
   """The certificate record kept next to a result file: ``<path>.cert.jsonl``."""
   return os.fspath(path) + RECORD_SUFFIX

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from rsjax import io
 from rsjax import record as record_lib
+from rsjax import runspec
 from rsjax._certify import Certificate
 
 __all__ = ["select_indices", "certify_dataset", "predict_dataset", "fingerprint",
@@ -70,9 +71,7 @@ def select_indices(num: int, *, skip: int = 1, max_count: int = -1, start: int =
     raise ValueError(f"skip must be >= 1, got {skip}")
   if start < 0:
     raise ValueError(f"start must be >= 0, got {start}")
-  if stop is not None and stop >= 0:
-    num = min(num, stop)
-  idx = np.arange(start, num, skip)
+  idx = np.asarray(runspec.declared_indices(num, start, stop, skip), np.int64)
   if max_count is not None and max_count >= 0:
     idx = idx[:max_count]
   return idx

@@ -7,7 +7,7 @@ from, the sampling settings (N0, N, alpha, noise, precision), the method and
 its options, and the key (seed and derivation). It is built once -- from the
 flags at the command line's edge (``rsjax.launch``), or directly by library
 users (``rsjax.demo``) -- and written as the one record of the run,
-``<result file>.run.json`` (:meth:`RunSpec.write`). Resume, ``rsjax verify``,
+``<result file>.run.json`` (:func:`run_path`; :meth:`RunSpec.write`). Resume, ``rsjax verify``,
 ``rsjax audit``, ``rsjax analyze`` and the demo read that record back
 (:meth:`RunSpec.read`); no field is stored twice, so what ``verify`` checks is
 what ``audit`` re-draws and what ``analyze`` prints.
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["FORMAT", "KEY_DERIVATION", "NOISE_NORMS", "DataRef", "ModelRef", "RunFormatError",
-           "RunSpec", "declared_indices", "run_path"]
+           "RUN_SUFFIX", "RunSpec", "declared_indices", "run_path"]
 
 FORMAT = "rsjax-run/2"
 RUN_SUFFIX = ".run.json"

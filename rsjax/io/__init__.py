@@ -48,13 +48,13 @@ from rsjax.io._read import PredictResults as PredictResults
 from rsjax.io._read import read_certify as read_certify
 from rsjax.io._read import read_predict as read_predict
 from rsjax.io._read import read_results as read_results
-from rsjax.io._run_record import RUN_RECORD_SUFFIX as RUN_RECORD_SUFFIX
 from rsjax.io._run_record import RunMismatchError as RunMismatchError
 from rsjax.io._run_record import read_run_record as read_run_record
-from rsjax.io._run_record import run_record_path as run_record_path
 from rsjax.io._run_record import write_run_record as write_run_record
 from rsjax.io._writer import ResultsWriter as ResultsWriter
 from rsjax.io._writer import resume as resume
+from rsjax.runspec import RUN_SUFFIX as RUN_RECORD_SUFFIX
+from rsjax.runspec import run_path as run_record_path
 
 __all__ = [
     "CERTIFY_COLUMNS",

@@ -7,17 +7,12 @@ import os
 from collections.abc import Mapping
 
 from rsjax.io._durable import atomic_write_text
-
-RUN_RECORD_SUFFIX = ".run.json"
+from rsjax.runspec import RunFormatError, RunSpec
+from rsjax.runspec import run_path as run_record_path
 
 
 class RunMismatchError(ValueError):
   """A result file holds rows of another run (its run record differs)."""
-
-
-def run_record_path(path) -> str:
-  """The run record kept next to a result file: ``<path>.run.json``."""
-  return os.fspath(path) + RUN_RECORD_SUFFIX
 
 
 def read_run_record(path) -> dict | None:
@@ -35,7 +30,6 @@ def read_run_record(path) -> dict | None:
 def write_run_record(path, run) -> None:
   """Writes the run record of a result file atomically: an ``rsjax.runspec.RunSpec``, or
   the JSON identity of another kind of run (a dict)."""
-  from rsjax.runspec import RunSpec
   if isinstance(run, RunSpec):
     run.write(path)
     return
@@ -56,7 +50,6 @@ def check_run(path, run) -> None:
   ``run`` is an ``rsjax.runspec.RunSpec`` (its identity is compared: the record
   but versions and paths) or the JSON identity of another kind of run.
   """
-  from rsjax.runspec import RunFormatError, RunSpec
   if not _has_rows(path):
     return
   saved = read_run_record(path)

@@ -59,7 +59,7 @@ def key(run):
 
 
 def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir, dataset,
-                split, dataset_fallback: bool = True):
+                split):
   """``(model, config, dataset_name, dataset)`` of a model directory or PyTorch checkpoint."""
   if torch_checkpoint is not None:
     if model_dir is not None:
@@ -77,7 +77,7 @@ def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir,
                    "normalization)")
   model, config = loading.load_model(model_dir)
   loading.warn_if_unfinished(model_dir, config)
-  name = dataset or (config.get("dataset") if dataset_fallback else None)
+  name = dataset or config.get("dataset")
   if not name:
     raise CliError("--dataset is required (the model directory does not name one)")
   ds = loading.load_dataset(name, split, data_dir)
@@ -170,7 +170,7 @@ def load(run, *, model_dir=None, torch_checkpoint=None, denoiser=None, data_dir=
   model, config, ds = _load_model(
       model_dir=model_dir, torch_checkpoint=torch_checkpoint, torch_arch=run.model.torch_arch,
       normalize=run.model.normalize, data_dir=data_dir, dataset=run.data.name,
-      split=run.data.split, dataset_fallback=False)
+      split=run.data.split)  # a run's dataset name is never empty (RunSpec refuses it)
   if run.model.denoiser is not None and denoiser is None:
     denoiser = run.model.denoiser
   apply_fn, params = _apply(model, denoiser, run.sigma)
