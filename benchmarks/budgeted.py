@@ -59,7 +59,7 @@ within 0.05 of a grid radius, where only the last samples decide the level. At
 sigma 0.25, 2 inputs run to 100,000 (19% of the samples).
 
 The previous run (the same command at 38a3e1b, before the "cannot reach it
-within ``n_max``" test of ``rsjax.budgeted``) used 26,710 samples per input at
+within ``n_max``" test of ``rsjax.engine.budget``) used 26,710 samples per input at
 sigma 0.5 (3.7x), with the same certified accuracies: inputs just above a
 level then ran to ``n_max`` even when ``n_max`` samples could not show it.
 """
@@ -76,7 +76,8 @@ import numpy as np
 
 import rsjax
 from benchmarks.common import dump_json
-from rsjax import budgeted, data, metrics, models, runner, training
+from rsjax import data, metrics, models, runner, training
+from rsjax.engine import budget as budgeted
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
 

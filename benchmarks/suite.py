@@ -39,7 +39,8 @@ import jax
 import numpy as np
 
 import rsjax
-from rsjax import batching, models
+from rsjax import models
+from rsjax.engine import batching
 
 from benchmarks import measure
 from benchmarks.costs import activation_elements, matmul_flops

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rsjax
-from rsjax import batching
+from rsjax.engine import batching
 from rsjax import models
 
 from benchmarks.measure import (SPECS, CompileClock, Spec, device_peak_mb, enable_compile_cache,

@@ -12,16 +12,16 @@ from rsjax._version import __version__ as __version__
 # never imports flax, and ``rsjax.verify`` / ``rsjax.runspec`` (NumPy and SciPy
 # only) never import JAX. ``rsjax.certify``, ``rsjax.models``, ... just work.
 _LAZY_NAMES = {
-    "ABSTAIN": "_certify", "Certificate": "_certify", "FixedN": "_certify",
-    "Sampling": "_certify", "SamplingRule": "_certify",
-    "certificate_from_counts": "_certify", "run_certify": "_certify",
-    "certify": "_cohen", "predict": "_cohen", "sample_counts": "_sampling",
-    "sample_noise": "_step", "SigmaSource": "sigma", "SigmaValues": "sigma",
-    "Budget": "budgeted",
+    "ABSTAIN": "engine.driver", "Certificate": "engine.driver", "FixedN": "engine.driver",
+    "Sampling": "engine.driver", "SamplingRule": "engine.driver",
+    "certificate_from_counts": "engine.driver", "run_certify": "engine.driver",
+    "certify": "_cohen", "predict": "_cohen", "sample_counts": "engine.counts",
+    "sample_noise": "engine.step", "SigmaSource": "sigma", "SigmaValues": "sigma",
+    "Budget": "engine.budget",
 }
-_LAZY_MODULES = ("anisotropic", "audit", "budgeted", "checkpoint", "cli", "data", "ddrs", "denoise",
-                 "deq", "demo", "distributed", "idrs", "io", "methods", "metrics", "models", "noise", "plots",
-                 "precision", "record", "runner", "runspec", "stats", "traced", "training",
+_LAZY_MODULES = ("anisotropic", "audit", "checkpoint", "cli", "data", "ddrs", "denoise",
+                 "deq", "demo", "distributed", "engine", "idrs", "io", "methods", "metrics", "models", "noise", "plots",
+                 "precision", "record", "runner", "runspec", "stats", "training",
                  "verify")
 
 

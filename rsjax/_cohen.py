@@ -1,21 +1,21 @@
 """CERTIFY and PREDICT of Cohen et al. for many inputs at once (``rsjax.certify``,
 ``rsjax.predict``).
 
-Cohen's CERTIFY is the driver (``rsjax._certify.run_certify``) run on the
+Cohen's CERTIFY is the driver (``rsjax.engine.driver.run_certify``) run on the
 engine's counts with Cohen's certificate rule (``cohen_passes``), under the
 sampling rule its caller picks: fixed ``n0`` and ``n`` by default, budgeted
-CERTIFY's ``rsjax.budgeted.Budget`` with ``budget=``.
+CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rsjax import budgeted
+from rsjax.engine import budget as budgeted
 from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate, Sampling, cohen_passes, run_certify
-from rsjax._sampling import sample_counts
-from rsjax.traced import refuse_traced
+from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, cohen_passes, run_certify
+from rsjax.engine.counts import sample_counts
+from rsjax.engine.traced import refuse_traced
 
 __all__ = ["certify", "predict"]
 
@@ -39,7 +39,7 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Samp
       ``noise``, ``compute_dtype``, ``devices``; default ``Sampling()``).
     ids: ``[B]`` dataset indices (reproducible noise per input).
     multiclass: Cohen's multiclass radius with simultaneous bounds.
-    budget: a radius grid (``rsjax.budgeted.Budget`` or a sequence of radii):
+    budget: a radius grid (``rsjax.engine.budget.Budget`` or a sequence of radii):
       budgeted CERTIFY, which stops each input once its certified grid radius
       can no longer change, with at most ``n`` estimation samples and the same
       guarantee (the sampling rule ``Budget``; binary radius only).

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rsjax._certify import Sampling
+from rsjax.engine.driver import Sampling
 
 __all__ = ["Context", "Method", "Option", "Plan", "restorer"]
 

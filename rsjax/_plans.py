@@ -63,8 +63,8 @@ def cohen_plan(ctx: Context, *, grid) -> Plan:
   if grid is None:
     return Plan(fn, describe=what)
   # Budgeted inputs stop independently and share launches: certify 16 per call. The
-  # schedule (rsjax.budgeted.Budget's defaults) is part of the run's record.
-  from rsjax import budgeted
+  # schedule (rsjax.engine.budget.Budget's defaults) is part of the run's record.
+  from rsjax.engine import budget as budgeted
   b = budgeted.Budget(grid=tuple(grid))
   schedule = {"first": b.first, "ratio": b.ratio, "final_share": b.final_share,
               "stop_alpha": b.stop_alpha}

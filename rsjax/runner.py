@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from rsjax import io
 from rsjax import record as record_lib
 from rsjax import runspec
-from rsjax._certify import Certificate
+from rsjax.engine.driver import Certificate
 
 __all__ = ["select_indices", "certify_dataset", "predict_dataset", "fingerprint",
            "default_inputs_per_call", "INPUTS_PER_CALL", "SAMPLES_PER_CALL"]

@@ -33,7 +33,7 @@ __all__ = ["FORMAT", "KEY_DERIVATION", "NOISE_NORMS", "DataRef", "ModelRef", "Ru
 FORMAT = "rsjax-run/2"
 RUN_SUFFIX = ".run.json"
 
-#: How the noise of row ``idx`` derives from the run's seed (``rsjax._certify.run_certify``
+#: How the noise of row ``idx`` derives from the run's seed (``rsjax.engine.driver.run_certify``
 #: and ``rsjax.sample_noise``).
 KEY_DERIVATION = ("K = jax.random.key(seed) folded with key.fold_in in order; selection sample j "
                   "of row idx: fold_in(fold_in(fold_in(K, 0), idx), j); estimation: "

@@ -1,11 +1,11 @@
-"""rsjax.batching: the automatic step size."""
+"""rsjax.engine.batching: the automatic step size."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import rsjax
-from rsjax import batching
+from rsjax.engine import batching
 
 
 def _mlp(params, x):

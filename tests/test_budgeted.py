@@ -13,7 +13,8 @@ import pytest
 from scipy import stats as st
 
 import rsjax
-from rsjax import budgeted, noise
+from rsjax import noise
+from rsjax.engine import budget as budgeted
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import rsjax
-from rsjax import _sampling
+from rsjax.engine import counts as _sampling
 
 
 def _apply(params, x):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import rsjax
-from rsjax import _sampling
+from rsjax.engine import counts as _sampling
 
 NUM_CLASSES = 5
 
@@ -90,7 +90,7 @@ def test_fast_stream_counts_identical_across_batch_splits_devices(data, variant)
 
 
 def test_single_input_is_sharded_over_devices():
-  plan = _sampling.make_plan(1, 100_000, 1000, 4)
+  plan = _sampling.make_chunk_plan(1, 100_000, 1000, 4)
   assert plan.steps == 100 and plan.steps_per_device == 25
 
 

@@ -28,7 +28,7 @@ def test_no_cross_module_import_of_underscore_names():
 
 def test_the_check_sees_an_underscore_import(tmp_path):
   bad = tmp_path / "bad.py"
-  bad.write_text("from rsjax._certify import _nothing\nfrom rsjax import _sampling\n")
+  bad.write_text("from rsjax.engine.driver import _nothing\nfrom rsjax.engine import counts as _sampling\n")
   assert [name for _, _, name in _private_imports(bad)] == ["_nothing"]
 
 

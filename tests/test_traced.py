@@ -1,4 +1,4 @@
-"""rsjax.traced: the counts under jit / vmap equal the host driver's; the drivers refuse a
+"""rsjax.engine.traced: the counts under jit / vmap equal the host driver's; the drivers refuse a
 transformation with one line that names the function to use."""
 
 import functools
@@ -20,7 +20,7 @@ def test_counts_equal_the_engine_and_certify():
   apply_fn, w = _linear()
   x = jax.random.uniform(jax.random.key(1), (4, 2, 3))
   key = jax.random.key(7)
-  counts = jax.jit(functools.partial(rsjax.traced.counts, apply_fn=apply_fn, num_classes=3,
+  counts = jax.jit(functools.partial(rsjax.engine.traced.counts, apply_fn=apply_fn, num_classes=3,
                                      samples_per_step=32), static_argnames="num")
   ids = jnp.array([3, 0, 9, 5])
   for num in (100, 64, 5):
@@ -45,7 +45,7 @@ def test_vmap_over_sigma_equals_one_call_per_sigma():
   x = jax.random.uniform(jax.random.key(1), (3, 6))
   key = jax.random.key(2)
   sigmas = jnp.array([0.1, 0.5, 1.0])
-  fn = lambda s: rsjax.traced.counts(key, w, x, apply_fn=apply_fn, sigma=s,  # noqa: E731
+  fn = lambda s: rsjax.engine.traced.counts(key, w, x, apply_fn=apply_fn, sigma=s,  # noqa: E731
                                      num_classes=3, num=80)[0]
   stacked = jax.jit(jax.vmap(fn))(sigmas)
   for i, s in enumerate([0.1, 0.5, 1.0]):
@@ -64,6 +64,6 @@ def test_drivers_under_a_transformation_say_what_to_use(transform):
                    ("rsjax.sample_counts", counts)):
     arg = x if transform is jax.jit else x[:, None]
     with pytest.raises(TypeError, match=rf"{name} is the host-side driver .* call "
-                       r"rsjax.traced.counts") as e:
+                       r"rsjax.engine.traced.counts") as e:
       transform(fn)(arg)
     assert "\n" not in str(e.value)

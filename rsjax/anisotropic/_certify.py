@@ -6,8 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from rsjax._certify import Certificate, Sampling, certificate_from_counts, engine_counts, run_certify
-from rsjax._sampling import prepare_inputs
+from rsjax.engine.driver import Certificate, Sampling, certificate_from_counts, engine_counts, run_certify
+from rsjax.engine.counts import prepare_inputs
 from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
 from rsjax.sigma import SigmaSource

@@ -8,9 +8,9 @@ import os
 import jax
 import numpy as np
 
-from rsjax._certify import Certificate, Sampling
+from rsjax.engine.driver import Certificate, Sampling
 from rsjax._cohen import certify as cohen_certify
-from rsjax._sampling import prepare_inputs
+from rsjax.engine.counts import prepare_inputs
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import SigmaAscent, optimize_sigma
 from rsjax.util import as_key

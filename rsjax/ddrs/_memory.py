@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rsjax._certify import ABSTAIN
+from rsjax.engine.driver import ABSTAIN
 
 __all__ = ["MemoryCertifier"]
 

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rsjax._sampling import prepare_inputs
+from rsjax.engine.counts import prepare_inputs
 from rsjax.sigma import SigmaValues
 from rsjax.util import as_key, check_int
 

@@ -57,9 +57,9 @@ from flax import nnx
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._certify import ABSTAIN, Certificate, Sampling, run_certify
+from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
 from rsjax._cohen import certify as cohen_certify
-from rsjax._sampling import prepare_inputs
+from rsjax.engine.counts import prepare_inputs
 from rsjax.deq._model import DEQApply, to_deq_fn
 from rsjax.deq._solvers import SolverConfig, as_solver_config
 from rsjax.deq._srs import CORRECTIONS, SRSConfig, srs_sample

@@ -36,9 +36,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rsjax._certify import Sampling
-from rsjax._sampling import check_finite_outputs, prepare_inputs
-from rsjax._step import sample_noise
+from rsjax.engine.driver import Sampling
+from rsjax.engine.counts import check_finite_outputs, prepare_inputs
+from rsjax.engine.step import sample_noise
 from rsjax.deq._solvers import SolverConfig, as_solver_config
 from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
 

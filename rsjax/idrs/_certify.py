@@ -12,9 +12,9 @@ import dataclasses
 
 import numpy as np
 
-from rsjax._certify import (ABSTAIN, Certificate, Sampling, certificate_from_counts,
+from rsjax.engine.driver import (ABSTAIN, Certificate, Sampling, certificate_from_counts,
                             engine_counts, run_certify)
-from rsjax._sampling import prepare_inputs
+from rsjax.engine.counts import prepare_inputs
 from rsjax.idrs._radius import certified_radius
 from rsjax.noise import Gaussian
 from rsjax.sigma import SigmaSource

@@ -35,7 +35,7 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
-from rsjax._sampling import as_key
+from rsjax.engine.counts import as_key
 from rsjax.checkpoint import Checkpoints
 from rsjax.training import workdir as wd
 from rsjax.training.config import LATER_FIELDS, TrainConfig, make_optimizer, optimizer_spec

@@ -62,7 +62,7 @@ def multiclass(n_a, runner_up, n, alpha, num_classes, scale):
 
 
 def budget_looks(n_max: int, first: int, ratio: float) -> list[int]:
-  """The budgeted looks ``n_1 < ... < n_K = n_max`` (``rsjax.budgeted.Budget.looks``)."""
+  """The budgeted looks ``n_1 < ... < n_K = n_max`` (``rsjax.engine.budget.Budget.looks``)."""
   out, n = [], min(int(first), n_max)
   while n < n_max:
     out.append(n)

@@ -1,6 +1,6 @@
 """Automatic step size for the counts engine: forward passes per step from device memory.
 
-``auto_batch_size`` compiles the engine's own step (``rsjax._step.step_counts``:
+``auto_batch_size`` compiles the engine's own step (``rsjax.engine.step.step_counts``:
 noise, forward, argmax, count) at a small probe batch for abstract inputs
 (nothing is allocated or run), reads the compiled program's
 ``memory_analysis()`` to get the bytes each sample needs, and fits as many samples as a fraction of the device memory allows:
@@ -16,7 +16,7 @@ noise, forward, argmax, count) at a small probe batch for abstract inputs
 The step is then evened out so that the samples of one input split into equal
 steps (``ceil(num / chunks)``, rounded up to a multiple of 8), which keeps the
 masked padding small. Counts do not depend on the step size (see
-``rsjax._sampling``), so this choice changes speed and memory, never results.
+``rsjax.engine.counts``), so this choice changes speed and memory, never results.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from rsjax import noise as noise_lib
-from rsjax._step import cast_floating, make_plan, step_counts
+from rsjax.engine.step import cast_floating, make_chunk_plan, step_counts
 from rsjax.util import check_int
 
 __all__ = ["auto_batch_size", "StepProbe", "probe_step"]
@@ -71,11 +71,11 @@ def _probe_cached(apply_fn, treedef, leaf_sig, input_shape, batch, compute_dtype
   abstract_params = jax.tree.unflatten(
       treedef, [jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in leaf_sig])
 
-  # The engine's own step (``rsjax._step.step_counts``) for one input and
+  # The engine's own step (``rsjax.engine.step.step_counts``) for one input and
   # ``batch`` samples: what is measured is what the engine runs.
   num_classes = int(jax.eval_shape(
       apply_fn, abstract_params, jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)).shape[-1])
-  plan = make_plan(1, batch, batch, 1)
+  plan = make_chunk_plan(1, batch, batch, 1)
 
   def step(key, params, x, sigma):
     params = cast_floating(params, compute_dtype)

@@ -27,14 +27,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rsjax.batching import auto_batch_size
+from rsjax.engine.batching import auto_batch_size
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
-from rsjax._step import SamplingPlan, cast_floating, make_plan, noisy_counts, step_counts
+from rsjax.engine.step import ChunkPlan, cast_floating, make_chunk_plan, noisy_counts, step_counts
 from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
 
 __all__ = ["PendingCounts", "sample_counts", "counts_prepared", "dispatch_counts", "noisy_counts",
-           "as_key", "SamplingPlan", "make_plan", "prepare_inputs", "resolve_counts"]
+           "as_key", "ChunkPlan", "make_chunk_plan", "prepare_inputs", "resolve_counts"]
 
 ApplyFn = Callable[[Any, jax.Array], jax.Array]
 
@@ -173,7 +173,7 @@ def sample_counts(
     num_classes: C.
     num: samples per input.
     batch_size: forward passes per step (memory bound), or ``"auto"`` to pick
-      it from the device memory (``rsjax.batching.auto_batch_size``).
+      it from the device memory (``rsjax.engine.batching.auto_batch_size``).
     ids: ``[B]`` dataset indices of the inputs (default: positions in ``x``).
     noise: noise family or its name (default Gaussian).
     compute_dtype: ``jnp.bfloat16`` is ``precision="bfloat16"`` (kept for
@@ -193,7 +193,7 @@ def sample_counts(
     FloatingPointError: ``apply_fn`` returned NaN or inf logits for some noise
       sample; the message names the input ids (no counts from a broken model).
   """
-  from rsjax.traced import refuse_traced  # lazy: rsjax.traced builds on the engine's step
+  from rsjax.engine.traced import refuse_traced  # lazy: rsjax.engine.traced builds on the engine's step
   refuse_traced("rsjax.sample_counts", key, params, x, sigma, ids)
   x, sig, ids_arr = prepare_inputs(x, sigma, ids)
   return counts_prepared(as_key(key), apply_fn, params, x, sig, ids_arr, num=num,
@@ -272,7 +272,7 @@ def dispatch_counts(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
     batch_size = auto_batch_size(apply_fn, params, x.shape[1:], num=num,
                                  compute_dtype=compute_dtype)
   ndev = num_local_devices(devices)
-  plan = make_plan(x.shape[0], num, batch_size, ndev)
+  plan = make_chunk_plan(x.shape[0], num, batch_size, ndev)
   pad = plan.padded_inputs - x.shape[0]
   if pad:
     x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])

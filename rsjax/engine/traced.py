@@ -14,7 +14,7 @@ take the counts to the host for the bounds::
 
   key = jax.random.key(0)
   k0, k1 = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)   # as rsjax.certify
-  counts = jax.jit(functools.partial(rsjax.traced.counts, apply_fn=apply_fn,
+  counts = jax.jit(functools.partial(rsjax.engine.traced.counts, apply_fn=apply_fn,
                                      num_classes=10, samples_per_step=100),
                    static_argnames="num")
   c0, _ = counts(k0, params, x, sigma=0.25, num=100)                # selection
@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from rsjax import noise as noise_lib
-from rsjax._step import noisy_counts
+from rsjax.engine.step import noisy_counts
 
 __all__ = ["counts", "refuse_traced"]
 
@@ -54,8 +54,8 @@ def refuse_traced(name: str, *trees) -> None:
       raise TypeError(
           f"{name} is the host-side driver (NumPy input checks, batches planned for device "
           "memory, float64 bounds on the host) and cannot run under jax.jit, jax.vmap or "
-          "jax.grad; under a transformation call rsjax.traced.counts (pure JAX, the same "
-          "counts), then rsjax.certificate_from_counts on the host (see rsjax.traced)")
+          "jax.grad; under a transformation call rsjax.engine.traced.counts (pure JAX, the same "
+          "counts), then rsjax.certificate_from_counts on the host (see rsjax.engine.traced)")
 
 
 def counts(key, params, x, *, apply_fn, sigma, num_classes: int, num: int,

@@ -6,10 +6,10 @@ A method supplies its source of counts (its base classifier under noise) and
 its certificate rule (its radius); a sampling rule says how many samples to
 draw and when to stop; the driver runs them. This module imports no method
 and no rule beyond :class:`FixedN` (budgeted CERTIFY's rule is
-``rsjax.budgeted.Budget``); ``rsjax.certify`` and ``rsjax.predict`` are in
+``rsjax.engine.budget.Budget``); ``rsjax.certify`` and ``rsjax.predict`` are in
 ``rsjax._cohen``.
 
-Counts come from the device engine (``rsjax._sampling``); the certificate is
+Counts come from the device engine (``rsjax.engine.counts``); the certificate is
 computed on the host in float64 (``rsjax.stats``).
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
 from rsjax import stats
-from rsjax._sampling import dispatch_counts, prepare_inputs, resolve_counts
+from rsjax.engine.counts import dispatch_counts, prepare_inputs, resolve_counts
 from rsjax.util import as_key, check_alpha, check_int, scale_per_input
 
 __all__ = ["ABSTAIN", "CohenRule", "Certificate", "EngineCounts", "FixedN", "Sampling",
@@ -206,9 +206,9 @@ class EngineCounts:
 
   Called as ``counts(key, num, **_) -> PendingCounts``: the ``[B, C]`` int32
   counts of ``num`` samples per input, dispatched (one launch) and brought to
-  the host by the driver (``rsjax._sampling.resolve_counts``); the driver's
+  the host by the driver (``rsjax.engine.counts.resolve_counts``); the driver's
   extra keywords are ignored. Its fields let a sampling rule draw its own
-  passes from the same classifier and inputs (``rsjax.budgeted``'s rounds).
+  passes from the same classifier and inputs (``rsjax.engine.budget``'s rounds).
 
   Attributes:
     apply_fn: ``apply_fn(params, x) -> logits``.
@@ -248,7 +248,7 @@ class CohenRule:
   The top class of the selection counts, the one-sided Clopper-Pearson bound
   of its estimation count (or the multiclass bounds), the radius of the noise
   (:func:`certificate_from_counts`). :meth:`radius` is the radius alone, for a
-  sampling rule that bounds ``p_A`` itself (``rsjax.budgeted``).
+  sampling rule that bounds ``p_A`` itself (``rsjax.engine.budget``).
 
   Attributes:
     settings: the sampling settings (``n``, ``alpha``, ``noise``).
@@ -313,7 +313,7 @@ class SamplingRule(Protocol):
   ``ESTIMATION``, ``AUXILIARY``; a rule with several rounds folds further) and
   returns the certificate: the method's ``rule`` applied to the counts
   (:class:`FixedN`), or the rule's own certificate from the method's radius
-  (``rsjax.budgeted.Budget``). The driver has already made ``key`` a key,
+  (``rsjax.engine.budget.Budget``). The driver has already made ``key`` a key,
   warned on a too small ``n`` and entered the run's precision; a rule raises
   ``ValueError`` for a method it cannot run.
   """
@@ -348,7 +348,7 @@ def run_certify(key, counts: CountsFn, rule: RuleFn, settings: Sampling, *, test
   IDRS's radius, UCAN's region, SRS's two-stage test), which states the
   guarantee and sets ``sound``. A sampling rule supplies how many samples to
   draw and when to stop (:class:`FixedN`, the default; budgeted CERTIFY's
-  ``rsjax.budgeted.Budget``; any :class:`SamplingRule`). The driver derives
+  ``rsjax.engine.budget.Budget``; any :class:`SamplingRule`). The driver derives
   the keys from ``key`` and runs the rule at the run's precision, so that
   selection and estimation never share samples.
 

@@ -86,10 +86,10 @@ from jax.sharding import PartitionSpec as P
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax._certify import (ABSTAIN, Certificate, CohenRule, EngineCounts, Sampling,
+from rsjax.engine.driver import (ABSTAIN, Certificate, CohenRule, EngineCounts, Sampling,
                             cohen_passes, run_certify)
-from rsjax._certify import ESTIMATION, SELECTION
-from rsjax._sampling import cast_floating, check_finite_outputs, noisy_counts, resolve_counts
+from rsjax.engine.driver import ESTIMATION, SELECTION
+from rsjax.engine.counts import cast_floating, check_finite_outputs, noisy_counts, resolve_counts
 from rsjax.util import local_mesh, num_local_devices, replicate
 
 __all__ = ["Budget", "BudgetedCertificate", "as_budget", "certify", "sequential_bounds",
@@ -100,7 +100,7 @@ __all__ = ["Budget", "BudgetedCertificate", "as_budget", "certify", "sequential_
 class Budget:
   """How budgeted CERTIFY looks at its samples, and its sampling rule.
 
-  A ``Budget`` is an ``rsjax._certify.SamplingRule``: the driver runs it
+  A ``Budget`` is an ``rsjax.engine.driver.SamplingRule``: the driver runs it
   (:meth:`run`) in place of the fixed ``n0`` and ``n`` of CERTIFY.
 
   Attributes:
@@ -173,15 +173,15 @@ class Budget:
 
 
   def run(self, key, counts, rule, settings: Sampling) -> "BudgetedCertificate":
-    """Budgeted CERTIFY, the sampling rule (``rsjax._certify.SamplingRule``).
+    """Budgeted CERTIFY, the sampling rule (``rsjax.engine.driver.SamplingRule``).
 
     The ``n0`` selection samples of ``counts`` (``fold_in(key, 0)``), then the
     estimation in rounds (``fold_in(key, 1)``, :func:`sequential_bounds`) until
     each input's grid radius is decided or it has ``settings.n`` samples; the
     radius of the bound at its stopping look is the method's (``rule.radius``).
-    ``counts`` must be the engine's (``rsjax._certify.EngineCounts``: the rounds
+    ``counts`` must be the engine's (``rsjax.engine.driver.EngineCounts``: the rounds
     draw from its classifier and inputs) and ``rule`` Cohen's binary
-    ``rsjax._certify.CohenRule``; ``settings.batch_size`` an integer (the
+    ``rsjax.engine.driver.CohenRule``; ``settings.batch_size`` an integer (the
     samples of one input per step).
 
     Raises:
@@ -409,7 +409,7 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget
   stopping, by Clopper-Pearson bounds at fixed looks with ``alpha`` split
   between them (union bound; Pocock 1977, Lan and DeMets 1983); see the module
   docstring for the derivation and the stopping rule. It runs the driver
-  ``rsjax._certify.run_certify`` with the budget as its sampling rule
+  ``rsjax.engine.driver.run_certify`` with the budget as its sampling rule
   (:meth:`Budget.run`: the selection pass of the engine, then this module's
   sequential estimation pass) and Cohen's radius.
 

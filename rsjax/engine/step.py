@@ -1,7 +1,7 @@
 """One step of the counts engine (device): noise, forward pass, argmax, count.
 
-The engine (``rsjax._sampling``) scans this step; the memory probe
-(``rsjax.batching``) compiles the very same function to measure what a step
+The engine (``rsjax.engine.counts``) scans this step; the memory probe
+(``rsjax.engine.batching``) compiles the very same function to measure what a step
 costs, so the two cannot drift apart.
 """
 
@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core as jax_core
 
-__all__ = ["SamplingPlan", "cast_floating", "make_plan", "noisy_counts", "sample_noise",
+__all__ = ["ChunkPlan", "cast_floating", "make_chunk_plan", "noisy_counts", "sample_noise",
            "step_counts"]
 
 
 @dataclasses.dataclass(frozen=True)
-class SamplingPlan:
+class ChunkPlan:
   """Static shape of the sampling loop.
 
   Attributes:
@@ -52,7 +52,7 @@ class SamplingPlan:
     return self.groups * self.inputs_per_step
 
 
-def make_plan(num_inputs: int, num: int, batch_size: int, devices: int) -> SamplingPlan:
+def make_chunk_plan(num_inputs: int, num: int, batch_size: int, devices: int) -> ChunkPlan:
   """Chooses the step shape: ``batch_size`` forward passes per step.
 
   When ``num < batch_size`` (e.g. the n0 selection pass) several inputs share a
@@ -60,7 +60,7 @@ def make_plan(num_inputs: int, num: int, batch_size: int, devices: int) -> Sampl
   """
   s = min(int(batch_size), int(num))
   g = max(1, min(int(batch_size) // s, int(num_inputs)))
-  return SamplingPlan(
+  return ChunkPlan(
       num_inputs=int(num_inputs),
       num=int(num),
       samples_per_step=s,
@@ -101,8 +101,8 @@ def noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j
   inputs in one forward batch and counts the argmax classes of the samples
   where ``valid`` (``[s]`` bool) holds. Column ``C`` counts the samples whose
   logits are not all finite (their argmax is meaningless; the host refuses to
-  use counts where it is nonzero, ``rsjax._sampling.check_finite_outputs``). Every sampler
-  of the engine (the planned passes here, the rounds of ``rsjax.budgeted``)
+  use counts where it is nonzero, ``rsjax.engine.counts.check_finite_outputs``). Every sampler
+  of the engine (the planned passes here, the rounds of ``rsjax.engine.budget``)
   counts through this function.
   """
   g, s = x_g.shape[0], j.shape[0]

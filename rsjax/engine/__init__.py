@@ -1,0 +1,15 @@
+"""The engine: class counts of noisy inputs on device, and the one CERTIFY driver.
+
+* :mod:`rsjax.engine.step`: the noise of sample ``j`` of input ``i`` and the
+  counts of one chunk.
+* :mod:`rsjax.engine.counts`: every chunk of a pass in one compiled program
+  over the local devices (``sample_counts``).
+* :mod:`rsjax.engine.batching`: the batch size (``"auto"``).
+* :mod:`rsjax.engine.traced`: counts inside ``jit`` / ``vmap`` / ``grad``.
+* :mod:`rsjax.engine.driver`: ``run_certify``, the sampling settings
+  (``Sampling``), the sampling rule ``FixedN``, Cohen et al.'s certificate.
+* :mod:`rsjax.engine.budget`: the budgeted sampling rule ``Budget`` (sound
+  early stopping on a radius grid).
+
+The modules are imported on first use (``rsjax.engine.counts`` etc.).
+"""
