@@ -160,6 +160,7 @@ def train_and_certify(cfg: Config, methods: dict, results_dir: str, work_dir: st
   ``{name: (certify results, summary entry, apply_fn, params)}``."""
   import rsjax
   from rsjax import data, io, metrics, models, runner, training
+  from rsjax.method import Plan
 
   rows_dir = os.path.join(results_dir, "acr_study" + ("_quick" if cfg.quick else ""))
   os.makedirs(rows_dir, exist_ok=True)
@@ -187,10 +188,8 @@ def train_and_certify(cfg: Config, methods: dict, results_dir: str, work_dir: st
     # the rows' run record names the model, so rows of an earlier model are never reused
     run_id = {"method": name, "model": runner.fingerprint(params), "sigma": cfg.sigma,
               "n0": cfg.n0, "n": cfg.n, "alpha": cfg.alpha, "seed": cfg.seed}
-    kw = dict(inputs_per_call=10, extra_columns=(metrics.COUNTS_COLUMN,), progress=progress,
-              extra_fn=lambda c, j: {metrics.COUNTS_COLUMN: metrics.format_counts(c.counts[j])},
-              run=run_id)
-    certify_rows(runner.certify_dataset, certify_fn, test_ds.get_batch, indices, path, **kw)
+    kw = dict(inputs_per_call=10, save_counts=True, progress=progress, run=run_id)
+    certify_rows(runner.certify_dataset, Plan(certify_fn), test_ds.get_batch, indices, path, **kw)
     res = io.read_certify(path)
     last = history[-1]
     entry = {

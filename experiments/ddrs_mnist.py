@@ -136,6 +136,7 @@ def run(cfg: Config, log=print) -> dict:
 
   import rsjax
   from rsjax import ddrs, io, models, runner, training
+  from rsjax.method import Plan
   from rsjax.training.ddrs import DDRSConfig, train_ddrs
 
   t_all = time.perf_counter()
@@ -185,7 +186,8 @@ def run(cfg: Config, log=print) -> dict:
     path = os.path.join(cfg.out, f"fixed_{tag}.tsv")
     certify_rows(
         runner.certify_dataset,
-        lambda xb, ids: rsjax.certify(key, g_apply, g_params, xb, sigma=s0, ids=ids, **cert_kw),
+        Plan(lambda xb, ids: rsjax.certify(key, g_apply, g_params, xb, sigma=s0, ids=ids,
+                                           **cert_kw)),
         test.get_batch, idx, path, inputs_per_call=8, progress=False,
         run={"method": "fixed", "model": runner.fingerprint(g_params), "sigma": s0, **cert_kw})
     r = io.read_certify(path)

@@ -104,7 +104,7 @@ def run(cfg: Config, log=print) -> dict:
 
   def certify_row(name, model, noise, s0, **extra):
     if isinstance(model, ucan.UCANModel):  # input-dependent: NOT a certificate (opt-in)
-      cert = ucan.certify_input_dependent(key, model, xs, sigma=s0, allow_unsound=True, **kw)
+      cert = anisotropic.certify_input_dependent(key, model, xs, sigma=s0, allow_unsound=True, **kw)
       noise = model.noise_source(s0).evaluate(xs)  # per input, for the summary below
     else:  # a FrozenNoise: a certificate
       apply_fn, params = models.to_apply_fn(model)

@@ -15,12 +15,12 @@ _LAZY_NAMES = {
     "ABSTAIN": "engine.driver", "Certificate": "engine.driver", "FixedN": "engine.driver",
     "Sampling": "engine.driver", "SamplingRule": "engine.driver",
     "certificate_from_counts": "engine.driver", "run_certify": "engine.driver",
-    "certify": "_cohen", "predict": "_cohen", "sample_counts": "engine.counts",
+    "certify": "cohen._certify", "predict": "cohen._certify", "sample_counts": "engine.counts",
     "sample_noise": "engine.step", "SigmaSource": "sigma", "SigmaValues": "sigma",
     "Budget": "engine.budget",
 }
-_LAZY_MODULES = ("anisotropic", "audit", "checkpoint", "cli", "data", "ddrs", "denoise",
-                 "deq", "demo", "distributed", "engine", "idrs", "io", "methods", "metrics", "models", "noise", "plots",
+_LAZY_MODULES = ("anisotropic", "audit", "checkpoint", "checks", "cli", "cohen", "data", "ddrs", "denoise",
+                 "deq", "demo", "distributed", "engine", "idrs", "io", "method", "methods", "metrics", "models", "noise", "plots",
                  "precision", "record", "runner", "runspec", "stats", "training",
                  "verify")
 

@@ -12,7 +12,7 @@ counts are the model's. An audit, given the model, checks that they are:
 2. **The model.** The fingerprint of the given model's parameters equals the
    run's.
 3. **The method.** The method's run-wide facts rebuilt from the run's settings
-   and model (``rsjax.methods.Plan.details``: UCAN's scales, a budgeted run's
+   and model (``rsjax.method.Plan.details``: UCAN's scales, a budgeted run's
    schedule, IDRS's design, SRS's checks) equal the recorded ones.
 4. **Drawn rows.** ``rows`` of the run's declared indices are drawn with a
    fresh random seed (printed, so the audit can be repeated with ``seed=``; a
@@ -247,9 +247,9 @@ def _redraw(run, plan, chosen, x, recs) -> Check:
   differ = []
   for s in range(0, len(chosen), per_call):
     ids = chosen[s:s + per_call]
-    c = plan.certify_fn(x[s:s + per_call], ids)
+    c = plan.certify(x[s:s + per_call], ids)
     for j, i in enumerate(ids):
-      own = plan.record(c, j) if plan.record is not None else {}
+      own = c.record_fields(j)
       # As the record holds them (JSON values), to compare like with like.
       again = json.loads(json.dumps({**record_lib.row(c, j, x[s + j], n=n), **own}))
       r = recs.get(int(i))

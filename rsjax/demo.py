@@ -99,6 +99,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
   """
   import rsjax
   from rsjax import data, io, metrics, models, plots, record, runner, runspec, training, verify
+  from rsjax.method import Plan
 
   cfg = dict(DEFAULTS)
   epochs = epochs or cfg["epochs"]
@@ -143,6 +144,8 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
       return rsjax.certify(key, apply_fn, params, xb, sigma=sigma, num_classes=train.num_classes,
                            settings=settings, ids=ids)
 
+    plan = Plan(certify_fn)
+
     t0 = time.perf_counter()
     run_record = runspec.RunSpec(
         model=runspec.ModelRef(fingerprint=runner.fingerprint(params),
@@ -150,13 +153,13 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
         data=data_ref, sigma=float(sigma), sampling=record.sampling_fields(settings),
         seed=seed, key_fold_in=(1,), versions=record.versions(), out=path)
     try:
-      runner.certify_dataset(certify_fn, test.get_batch, indices, path, progress=progress,
+      runner.certify_dataset(plan, test.get_batch, indices, path, progress=progress,
                              run=run_record, record=True, n=n)
     except io.RunMismatchError:  # another model (the settings were checked above)
       if not overwrite:
         raise ValueError(f"{path} holds rows of another model ({workdir} was retrained): "
                          "'rsjax demo --overwrite' starts it over, or use another --out") from None
-      runner.certify_dataset(certify_fn, test.get_batch, indices, path, progress=progress,
+      runner.certify_dataset(plan, test.get_batch, indices, path, progress=progress,
                              run=run_record, resume=False, record=True, n=n)
     t_cert = time.perf_counter() - t0
     result_files.append(path)

@@ -22,12 +22,11 @@ from tqdm.auto import tqdm
 from rsjax import io
 from rsjax import record as record_lib
 from rsjax import runspec
-from rsjax.engine.driver import Certificate
+from rsjax.method import Plan
 
-__all__ = ["select_indices", "certify_dataset", "predict_dataset", "fingerprint",
+__all__ = ["NoCountsError", "select_indices", "certify_dataset", "predict_dataset", "fingerprint",
            "default_inputs_per_call", "INPUTS_PER_CALL", "SAMPLES_PER_CALL"]
 
-CertifyFn = Callable[[np.ndarray, np.ndarray], Certificate]
 PredictFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -44,6 +43,10 @@ PredictFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 # there, and a row is written, and resumable, per input).
 INPUTS_PER_CALL = 16
 SAMPLES_PER_CALL = 160_000
+
+
+class NoCountsError(ValueError):
+  """``save_counts`` with a certificate that has no estimation counts."""
 
 
 def default_inputs_per_call(num: int | None = None) -> int:
@@ -92,7 +95,7 @@ def fingerprint(params) -> str:
 
 
 def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, row_fn,
-         extra_columns: Sequence[str] = (), progress: bool, resume: bool,
+         columns: Sequence[str] = (), progress: bool, resume: bool,
          run: Mapping | None = None, restore: Callable | None = None,
          record_fn: Callable | None = None) -> int:
   """The resumable loop shared by certify and predict.
@@ -100,18 +103,21 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
   ``row_fn(result, j) -> dict`` gives the ``predict``/``radius``/extra fields of
   row ``j`` of one call's ``result = fn(x, ids)``; ``record_fn(result, j, x_j)``,
   if given, the row's certificate record (``rsjax.record``), written (durably)
-  before the row.
+  before the row; ``restore(x, predict, radius)`` replays the rows already
+  written (file order) into a method's state before resuming.
   """
   if inputs_per_call < 1:
     raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
   indices = np.asarray(indices, dtype=np.int64)
   written = 0
-  with io.ResultsWriter(out_path, kind=kind, resume=resume, extra_columns=extra_columns,
+  with io.ResultsWriter(out_path, kind=kind, resume=resume, extra_columns=columns,
                         run=run) as writer:
     todo = np.array([i for i in indices if int(i) not in writer.done], dtype=np.int64)
     records = record_lib.RecordWriter(out_path, writer.done) if record_fn is not None else None
     if restore is not None and writer.done:
-      restore(io.read_certify(out_path))  # rows already written, in processing order
+      done = io.read_certify(out_path)  # rows already written, in processing order
+      x_done, _ = get_batch(np.asarray(done.idx))
+      restore(np.asarray(x_done), np.asarray(done.predict), np.asarray(done.radius))
     if progress and len(todo) < len(indices):
       print(f"resuming: {len(indices) - len(todo)} of {len(indices)} rows done ({out_path})",
             file=sys.stderr, flush=True)
@@ -137,45 +143,40 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
   return written
 
 
-def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tuple], indices,
-                    out_path, *, inputs_per_call: int | None = None,
-                    extra_columns: Sequence[str] = (),
-                    extra_fn: Callable[[Certificate, int], dict] | None = None,
-                    progress: bool = True, resume: bool = True,
-                    run: Mapping | None = None,
-                    restore: Callable[[io.CertifyResults], None] | None = None,
-                    record: bool = False, n: int | None = None,
-                    record_extra: Callable[[Certificate, int], dict] | None = None) -> int:
-  """Certifies ``indices`` of a dataset and appends one row per input to ``out_path``.
+def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indices, out_path, *,
+                    inputs_per_call: int | None = None, progress: bool = True,
+                    resume: bool = True, run: Mapping | None = None, record: bool = False,
+                    n: int | None = None, save_counts: bool = False) -> int:
+  """Certifies ``indices`` of a dataset with a method's plan, one row per input in ``out_path``.
+
+  Each row is the certificate's: ``predict``, ``radius``, the plan's extra
+  ``columns`` (``Certificate.row_fields``) and, with ``record``, its
+  certificate record (``rsjax.record.row`` and ``Certificate.record_fields``).
 
   Args:
-    certify_fn: ``certify_fn(x [b, ...], ids [b]) -> Certificate`` (e.g. a closure
-      over ``rsjax.certify`` with a fixed key, model and sigma).
+    plan: an ``rsjax.method.Plan`` (a method's, ``Method.plan``, or
+      ``Plan(certify=fn)`` for any ``fn(x [b, ...], ids [b]) -> Certificate``).
+      Its ``restore`` replays the rows already in ``out_path`` into the
+      method's state (the DDRS memory) before resuming; its ``inputs_per_call``
+      is the default of ``inputs_per_call``.
     get_batch: ``get_batch(indices [b]) -> (x [b, ...], labels [b])``.
     indices: dataset indices to certify, in order.
     out_path: the certify result file (Cohen et al.'s format).
     inputs_per_call: inputs certified together per call (rows are written
       after each call; the ``time`` column is the call's time divided evenly);
-      None: :func:`default_inputs_per_call` of ``n`` (16 when ``n`` is None).
-    extra_columns: names of extra columns (e.g. ``("sigma",)``).
-    extra_fn: ``extra_fn(cert, j) -> {column: value}`` for row ``j`` of a call.
+      None: the plan's, else :func:`default_inputs_per_call` of ``n``.
     progress: show a progress bar.
     resume: keep rows already in ``out_path`` and skip their indices.
-    run: optional identity of the run (JSON dict, e.g. method, model
-      :func:`fingerprint`, dataset, sigma, N, alpha, seed), kept in
-      ``<out_path>.run.json``; resuming rows of a different run raises
-      ``rsjax.io.RunMismatchError``.
-    restore: optional ``restore(results)``, called with the rows already in
-      ``out_path`` (file order) before resuming: a method with state across
-      inputs (the DDRS memory) rebuilds it from them.
+    run: optional identity of the run (``rsjax.runspec.RunSpec``, or a JSON
+      dict), kept in ``<out_path>.run.json``; resuming rows of a different run
+      raises ``rsjax.io.RunMismatchError``.
     record: keep the certificate record of every row (its selection and
       estimation counts, bound and input fingerprint) in
-      ``<out_path>.cert.jsonl`` (``rsjax.record``; ``rsjax.verify`` checks it).
-      The run-wide part belongs in ``run["certificate"]`` (``rsjax.record.header``).
+      ``<out_path>.cert.jsonl`` (``rsjax.record``; ``rsjax verify`` checks it).
     n: estimation samples per input, for the record (budgeted certificates
       record their own per input).
-    record_extra: ``record_extra(cert, j) -> {field: value}``, the method's own
-      per-row facts added to the record (``rsjax.methods.Plan.record``).
+    save_counts: add the estimation counts of each row as a column
+      (``rsjax.metrics.COUNTS_COLUMN``; ``rsjax analyze --pa-cdf``).
 
   Returns:
     The number of rows written by this call.
@@ -183,28 +184,38 @@ def certify_dataset(certify_fn: CertifyFn, get_batch: Callable[[np.ndarray], tup
   Raises:
     rsjax.io.ResultsLockedError: another run is writing ``out_path``.
     rsjax.io.RunMismatchError: see ``run``.
-    ValueError: a malformed row in ``out_path`` (named by line).
+    ValueError: a malformed row in ``out_path`` (named by line), or a
+      certificate whose columns or record fields are not the plan's.
   """
+  columns = tuple(plan.columns)
+  if save_counts:
+    from rsjax.metrics import COUNTS_COLUMN, format_counts
+    columns = (*columns, COUNTS_COLUMN)
 
   def row(cert, j):
-    extra = extra_fn(cert, j) if extra_fn is not None else {}
+    extra = cert.row_fields(j)
+    if save_counts:
+      if getattr(cert, "counts", None) is None:
+        raise NoCountsError("this method's certificate has no counts")
+      extra = {**extra, COUNTS_COLUMN: format_counts(cert.counts[j])}
+    if set(extra) != set(columns):
+      raise ValueError(f"the certificate fills the columns {sorted(extra)}, the plan declares "
+                       f"{sorted(columns)}")
     return dict(predict=int(cert.prediction[j]), radius=float(cert.radius[j]), **extra)
 
   def record_fn(cert, j, x_j):
     out = record_lib.row(cert, j, x_j, n=n)
-    if record_extra is not None:
-      extra = record_extra(cert, j)
-      clash = sorted(set(extra) & set(out))
-      if clash:
-        raise ValueError(f"the method's record fields {clash} clash with the common ones")
-      out.update(extra)
-    return out
+    extra = cert.record_fields(j)
+    clash = sorted(set(extra) & set(out))
+    if clash:
+      raise ValueError(f"the method's record fields {clash} clash with the common ones")
+    return {**out, **extra}
 
   if inputs_per_call is None:
-    inputs_per_call = default_inputs_per_call(n)
-  return _run("certify", certify_fn, get_batch, indices, out_path,
-              inputs_per_call=inputs_per_call, row_fn=row, extra_columns=extra_columns,
-              progress=progress, resume=resume, run=run, restore=restore,
+    inputs_per_call = plan.inputs_per_call or default_inputs_per_call(n)
+  return _run("certify", plan.certify, get_batch, indices, out_path,
+              inputs_per_call=inputs_per_call, row_fn=row, columns=columns,
+              progress=progress, resume=resume, run=run, restore=plan.restore,
               record_fn=record_fn if record else None)
 
 

@@ -58,8 +58,7 @@ def reradius(path):
 
   from rsjax import io
   from rsjax.runspec import RunSpec
-  from rsjax.verify._cohen import cohen_certificate
-  from rsjax.verify._rows import read_rows
+  from rsjax.checks import cohen_certificate, read_rows
   from rsjax.verify._run import certificate_view
   run = RunSpec.read(path)
   cert = certificate_view(run)

@@ -236,7 +236,7 @@ def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
   import shutil
   shutil.copytree(trained, wd)
   dsig = rng.uniform(0.1, 0.4, (8, 8, 1)).astype(np.float32)
-  methods.save_universal_noise(wd, mu=np.zeros((8, 8, 1)), sigma=dsig)
+  anisotropic.save_universal_noise(wd, mu=np.zeros((8, 8, 1)), sigma=dsig)
   out2 = tmp_path / "ucan_ds.tsv"
   assert run_cli("certify", wd, out2, "--method", "ucan", *common) == 0
   assert "dataset-wise" in capsys.readouterr().out
@@ -250,7 +250,7 @@ def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
   # dataset-wise without a saved noise: one clear error.
   assert run_cli("certify", trained, tmp_path / "x.tsv", "--method", "ucan", "--ucan-sigma",
                  "dataset", *common) == 2
-  assert methods.UNIVERSAL_NOISE_FILE in capsys.readouterr().err
+  assert anisotropic.NOISE_FILE in capsys.readouterr().err
 
 
 def _balls_of_other_classes_disjoint(x, predict, radius):

@@ -57,16 +57,18 @@ def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
 
   import _common
   import numpy as np
-  from rsjax import io, runner
+  from rsjax import Certificate, io, runner
+  from rsjax.method import Plan
   xs, labels = np.arange(4, dtype=np.float32)[:, None], np.zeros(4, np.int64)
   calls = []
 
   def certify_fn(offset):
     def fn(x, ids):
       calls.append(len(ids))
-      return types.SimpleNamespace(prediction=np.zeros(len(x), np.int64),
-                                   radius=x[:, 0].astype(float) + offset)
-    return fn
+      zeros = np.zeros(len(x))
+      return Certificate(prediction=np.zeros(len(x), np.int64),
+                         radius=x[:, 0].astype(float) + offset, p_lower=zeros, counts=zeros)
+    return Plan(fn)
 
   path = str(tmp_path / "rows.tsv")
   get_batch = lambda idx: (xs[idx], labels[idx])

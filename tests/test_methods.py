@@ -9,6 +9,7 @@ import pytest
 
 import rsjax
 from rsjax import cli, methods
+from rsjax.method import Context
 
 
 def _linear(params, x):
@@ -18,9 +19,9 @@ def _linear(params, x):
 def _context(sigma=0.5, **kw):
   w = jnp.array([[1.0, -1.0], [0.5, -0.5]], jnp.float32)  # class 0 iff x0 + x1/2 > 0
   ds = types.SimpleNamespace(name="toy", num_classes=2, input_shape=(2,))
-  return methods.Context(key=jax.random.key(3), model=None, apply_fn=_linear, params=w,
-                         dataset=ds, sigma=sigma,
-                         sampling=rsjax.Sampling(n0=50, n=2000, alpha=0.001, batch_size=500), **kw)
+  return Context(key=jax.random.key(3), model=None, apply_fn=_linear, params=w, dataset=ds,
+                 sigma=sigma, settings=rsjax.Sampling(n0=50, n=2000, alpha=0.001, batch_size=500),
+                 **kw)
 
 
 def _x():
@@ -29,11 +30,11 @@ def _x():
 
 def test_cohen_entry_is_rsjax_certify():
   ctx = _context()
-  plan = methods.METHODS["cohen"].plan(ctx)
+  plan = methods.get("cohen").plan(ctx)
   ids = np.array([4, 9, 2, 7])
-  got = plan.certify_fn(_x(), ids)
+  got = plan.certify(_x(), ids)
   want = rsjax.certify(ctx.key, _linear, ctx.params, _x(), sigma=0.5, num_classes=2, ids=ids,
-                       settings=ctx.sampling)
+                       settings=ctx.settings)
   np.testing.assert_array_equal(got.counts, want.counts)
   np.testing.assert_array_equal(got.radius, want.radius)
   assert plan.columns == () and plan.restore is None
@@ -41,15 +42,15 @@ def test_cohen_entry_is_rsjax_certify():
 
 def test_plan_fills_defaults_and_rejects_unknown_options():
   with pytest.raises(ValueError, match="no option"):
-    methods.METHODS["ucan"].plan(_context(), ucan_patern="l1")
-  assert methods.METHODS["ucan"].defaults()["ucan_pattern"] == "l2"
+    methods.get("ucan").plan(_context(), ucan_patern="l1")
+  assert methods.get("ucan").defaults()["ucan_pattern"] == "l2"
 
 
 def test_ddrs_memory_keeps_balls_of_other_classes_apart_and_replays():
   ctx = _context()
   x, ids = _x(), np.arange(4)
-  plan = methods.METHODS["ddrs"].plan(ctx, ddrs_steps=5, ddrs_lr=0.01)
-  cert = plan.certify_fn(x, ids)
+  plan = methods.get("ddrs").plan(ctx, ddrs_steps=5, ddrs_lr=0.01)
+  cert = plan.certify(x, ids)
   assert plan.sequential and cert.memory_used
   flat = x.astype(np.float64)
   for i in range(4):
@@ -57,23 +58,19 @@ def test_ddrs_memory_keeps_balls_of_other_classes_apart_and_replays():
       if min(cert.prediction[i], cert.prediction[j]) >= 0 and \
           cert.prediction[i] != cert.prediction[j]:
         assert np.linalg.norm(flat[i] - flat[j]) >= cert.radius[i] + cert.radius[j]
-  rows = [plan.row(cert, j) for j in range(4)]
+  rows = [cert.row_fields(j) for j in range(4)]
   assert all(r["sound"] == 1 for r in rows)
   # A fresh plan replays the rows written into its memory; other rows are refused.
-  again = methods.METHODS["ddrs"].plan(ctx, ddrs_steps=5, ddrs_lr=0.01)
-  res = types.SimpleNamespace(idx=ids, predict=cert.prediction, radius=cert.radius)
-  ds = types.SimpleNamespace(get_batch=lambda idx: (x[idx], None))
-  methods.restorer(again, ds)(res)
-  bad = methods.METHODS["ddrs"].plan(ctx, ddrs_steps=5, ddrs_lr=0.01)
-  methods.restorer(bad, ds)(types.SimpleNamespace(idx=ids[:1], predict=np.array([0]),
-                                                  radius=np.array([5.0])))
+  again = methods.get("ddrs").plan(ctx, ddrs_steps=5, ddrs_lr=0.01)
+  again.restore(x, cert.prediction, cert.radius)
+  bad = methods.get("ddrs").plan(ctx, ddrs_steps=5, ddrs_lr=0.01)
+  bad.restore(x[:1], np.array([0]), np.array([5.0]))
   with pytest.raises(ValueError, match="replay"):
-    methods.restorer(bad, ds)(types.SimpleNamespace(idx=ids[1:2], predict=np.array([1]),
-                                                    radius=np.array([1.0])))
-  off = methods.METHODS["ddrs"].plan(ctx, ddrs_steps=5, ddrs_lr=0.01, ddrs_memory="off")
-  cert_off = off.certify_fn(x, ids)
+    bad.restore(x[1:2], np.array([1]), np.array([1.0]))
+  off = methods.get("ddrs").plan(ctx, ddrs_steps=5, ddrs_lr=0.01, ddrs_memory="off")
+  cert_off = off.certify(x, ids)
   assert "NOT A CERTIFICATE" in cert_off.guarantee
-  assert all(off.row(cert_off, j)["sound"] == 0 for j in range(4))
+  assert all(cert_off.row_fields(j)["sound"] == 0 for j in range(4))
   np.testing.assert_array_equal(cert_off.radius, cert.radius_mc)
 
 
@@ -81,9 +78,9 @@ def test_the_command_takes_its_choices_from_the_registries():
   parser = cli.build_parser()
   certify = parser._subparsers._group_actions[0].choices["certify"]
   by_dest = {a.dest: a for a in certify._actions}
-  assert list(by_dest["method"].choices) == list(methods.METHODS)
+  assert list(by_dest["method"].choices) == [m.name for m in methods.available()]
   assert list(by_dest["noise"].choices) == list(rsjax.noise.NOISES)
-  for method in methods.METHODS.values():
+  for method in methods.available():
     for o in method.options:
       assert by_dest[o.name].default == o.default
   args = parser.parse_args(["certify", "m", "o.tsv", "--method", "srs", "--deq-solver", "naive"])

@@ -5,6 +5,7 @@ import pytest
 
 import rsjax
 from rsjax import io, runner
+from rsjax.method import Plan
 
 
 def axis_apply(params, x):
@@ -53,18 +54,18 @@ def test_interrupted_run_resumes_without_duplicates(tmp_path, problem):
   get_batch = lambda idx: (x[idx], y[idx])
   idx = runner.select_indices(len(x), skip=2)
   full = tmp_path / "full.tsv"
-  runner.certify_dataset(make_fn(), get_batch, idx, full, inputs_per_call=3, progress=False)
+  runner.certify_dataset(Plan(make_fn()), get_batch, idx, full, inputs_per_call=3, progress=False)
   part = tmp_path / "part.tsv"
   calls = []
   with pytest.raises(KeyboardInterrupt):
-    runner.certify_dataset(make_fn(calls, fail_after=2), get_batch, idx, part, inputs_per_call=3,
+    runner.certify_dataset(Plan(make_fn(calls, fail_after=2)), get_batch, idx, part, inputs_per_call=3,
                            progress=False)
   assert len(rows(part)) == 6  # two calls of 3 rows made it to disk
   # Simulate a kill in the middle of writing a row.
   with open(part, "a") as f:
     f.write("99\t1\t1\t0.3")
   calls2 = []
-  wrote = runner.certify_dataset(make_fn(calls2), get_batch, idx, part, inputs_per_call=3,
+  wrote = runner.certify_dataset(Plan(make_fn(calls2)), get_batch, idx, part, inputs_per_call=3,
                                  progress=False)
   assert wrote == len(idx) - 6
   assert sorted(sum(calls2, [])) == sorted(set(idx.tolist()) - set(sum(calls[:2], [])))
@@ -80,7 +81,7 @@ def test_rows_are_on_disk_before_the_run_ends(tmp_path, problem):
     seen.append(len(io.read_certify(path).idx) if path.exists() else 0)
     return make_fn()(x_, ids)
 
-  runner.certify_dataset(fn, lambda i: (x[i], y[i]), np.arange(6), path, inputs_per_call=2,
+  runner.certify_dataset(Plan(fn), lambda i: (x[i], y[i]), np.arange(6), path, inputs_per_call=2,
                          progress=False)
   assert seen == [0, 2, 4]
 

@@ -23,13 +23,12 @@ def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits256, tmp
   mu, sig = noise.mu, noise.sigma
   assert mu.shape == sig.shape == (8, 8, 1) and len(hist) == 1
   assert not np.allclose(sig, 0.25) and not np.allclose(mu, 0.0)  # the generator trained
-  saved = ucan.load_noise(tmp_path)
+  saved = anisotropic.load_noise(tmp_path)
   np.testing.assert_array_equal(saved.mu, mu)
   np.testing.assert_array_equal(saved.sigma, sig)
   # one file, read both as the trained noise and as the CLI's dataset-wise noise
-  from rsjax import methods
-  assert sorted(p.name for p in tmp_path.glob("*.npz")) == [ucan.NOISE_FILE]
-  np.testing.assert_array_equal(methods.load_universal_noise(tmp_path).sigma, sig)
+  assert sorted(p.name for p in tmp_path.glob("*.npz")) == [anisotropic.NOISE_FILE]
+  np.testing.assert_array_equal(anisotropic.load_universal_noise(tmp_path).sigma, sig)
   # a finished workdir is loaded, not retrained: same frozen noise, same weights
   again, noise3, _ = ucan.train_ucan(1, _model(), digits256, ucan.UCANConfig("universal", 0.25),
                                      workdir=tmp_path)
@@ -75,7 +74,7 @@ def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits
                                                      "input_shape": [8, 8, 1]})
   assert isinstance(noise, anisotropic.InputDependentNoise)
   assert len(hist) == 1 and np.isfinite(hist[0]["train_loss"])
-  assert not (tmp_path / ucan.NOISE_FILE).exists()  # nothing frozen: the noise depends on x
+  assert not (tmp_path / anisotropic.NOISE_FILE).exists()  # nothing frozen: the noise depends on x
   with pytest.raises(ValueError, match="not sound"):
     ucan.load_ucan_model(tmp_path)
   wrapped, cfg = ucan.load_ucan_model(tmp_path, allow_unsound=True)
@@ -95,8 +94,8 @@ def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits
   np.testing.assert_array_equal(again.evaluate(x).sigma, values.sigma)
   kw = dict(sigma=0.25, num_classes=10, n0=32, n=300, alpha=0.01, batch_size=300)
   with pytest.raises(ValueError, match="not sound"):
-    ucan.certify_input_dependent(3, wrapped, x, **kw)
-  cert = ucan.certify_input_dependent(3, wrapped, x, allow_unsound=True, **kw)
+    anisotropic.certify_input_dependent(3, wrapped, x, **kw)
+  cert = anisotropic.certify_input_dependent(3, wrapped, x, allow_unsound=True, **kw)
   assert not cert.sound and "NOT A CERTIFICATE" in cert.guarantee
   apply_fn, params = models.to_apply_fn(wrapped.classifier)
   raw = anisotropic.certify(3, apply_fn, params, x, sigma=values.sigma, mu=values.mu,
@@ -117,7 +116,7 @@ def test_ucan_training_resumes(digits256, tmp_path):
   ucan.train_ucan(0, _model(), digits256, _config("universal"), workdir=tmp_path / "b",
                   progress=False)
   import shutil
-  for name in ("config.json", "checkpoints", ucan.NOISE_FILE):
+  for name in ("config.json", "checkpoints", anisotropic.NOISE_FILE):
     p = tmp_path / "b" / name
     shutil.rmtree(p) if p.is_dir() else p.unlink()
   _, noise_b, hist_b = ucan.train_ucan(0, _model(), digits256, _config("universal", epochs=2),
@@ -128,18 +127,16 @@ def test_ucan_training_resumes(digits256, tmp_path):
 
 
 def test_only_universal_noise_is_the_dataset_wise_noise(tmp_path):
-  from rsjax import methods
   noise = anisotropic.FrozenNoise(np.full((4, 4, 1), 0.3, np.float32),
                                   mu=np.zeros((4, 4, 1), np.float32))
-  assert methods.load_universal_noise(tmp_path) is None
-  ucan.save_noise(tmp_path, noise, "pattern-l2")
-  assert ucan.read_noise(tmp_path)[1] == "pattern-l2"
-  assert methods.UNIVERSAL_NOISE_FILE == ucan.NOISE_FILE  # one file, named twice
-  assert methods.load_universal_noise(tmp_path) is None  # a pattern's noise is not dataset-wise
-  np.testing.assert_array_equal(ucan.load_noise(tmp_path).sigma, noise.sigma)
-  methods.save_universal_noise(tmp_path, mu=noise.mu, sigma=noise.sigma)
-  np.testing.assert_array_equal(methods.load_universal_noise(tmp_path).sigma, noise.sigma)
+  assert anisotropic.load_universal_noise(tmp_path) is None
+  anisotropic.save_noise(tmp_path, noise, "pattern-l2")
+  assert anisotropic.read_noise(tmp_path)[1] == "pattern-l2"
+  assert anisotropic.load_universal_noise(tmp_path) is None  # a pattern's noise is not dataset-wise
+  np.testing.assert_array_equal(anisotropic.load_noise(tmp_path).sigma, noise.sigma)
+  anisotropic.save_universal_noise(tmp_path, mu=noise.mu, sigma=noise.sigma)
+  np.testing.assert_array_equal(anisotropic.load_universal_noise(tmp_path).sigma, noise.sigma)
   with pytest.raises(ValueError, match="frozen"):
-    ucan.save_noise(tmp_path, noise, "input")
+    anisotropic.save_noise(tmp_path, noise, "input")
   with pytest.raises(ValueError, match="> 0"):
-    methods.save_universal_noise(tmp_path, mu=noise.mu, sigma=-noise.sigma)
+    anisotropic.save_universal_noise(tmp_path, mu=noise.mu, sigma=-noise.sigma)

@@ -1,6 +1,6 @@
 """`rsjax verify` of DDRS runs: Cohen's radius at each row's sigma, then the memory replayed.
 
-The replay of the memory (``rsjax.verify.replay_memory``, NumPy) is checked
+The replay of the memory (``rsjax.ddrs._check.replay_memory``, NumPy) is checked
 against the memory that certified (``rsjax.ddrs.MemoryCertifier``) on inputs
 whose balls meet often; a DDRS run through the command verifies, and each edit
 (a final radius, a Monte-Carlo radius, a count, a sigma, the inputs) is caught.
@@ -11,7 +11,7 @@ import pytest
 
 from run_edits import copy_run, edit_column, edit_record, move_one_count
 from rsjax import audit, cli, ddrs, io, verify
-from rsjax.verify import _ddrs
+from rsjax.ddrs import _check as _ddrs
 
 COMMON = ["--N", "300", "--N0", "30", "--batch", "300", "--skip", "60", "--quiet"]
 
@@ -28,7 +28,7 @@ def test_replay_memory_equals_the_memory_certifier(monkeypatch, dim, block):
   cls = rng.integers(-1, 3, b)
   rad = rng.uniform(0, 0.3, b)
   monkeypatch.setattr(_ddrs, "_BLOCK", block)
-  got_c, got_r = verify.replay_memory(x.astype(np.float64), cls, rad)
+  got_c, got_r = _ddrs.replay_memory(x.astype(np.float64), cls, rad)
   mem = ddrs.MemoryCertifier()
   want = [mem.update(x[i], cls[i], rad[i]) for i in range(b)]
   np.testing.assert_array_equal(got_c, [c for c, _ in want])

@@ -111,12 +111,12 @@ def test_ucan_pattern_verifies_and_catches_edits(trained, tmp_path, pattern):
 
 
 def test_ucan_dataset_wise_verifies(trained, tmp_path):
-  from rsjax import methods
+  from rsjax import anisotropic
   wd = tmp_path / "wd"
   shutil.copytree(trained, wd)
   rng = np.random.default_rng(0)
   sigma = rng.uniform(0.2, 0.4, (8, 8, 1)).astype(np.float32)
-  methods.save_universal_noise(wd, mu=np.zeros((8, 8, 1), np.float32), sigma=sigma)
+  anisotropic.save_universal_noise(wd, mu=np.zeros((8, 8, 1), np.float32), sigma=sigma)
   out = tmp_path / "ucan_ds.tsv"
   assert run_cli("certify", wd, out, "--method", "ucan", *COMMON) == 0
   d = RunSpec.read(out).details

@@ -26,20 +26,44 @@ either (or raw ``sigma``/``mu`` arrays, i.e. ``FrozenNoise``), refuses rate inf
 unless ``allow_unsound=True``, and then labels the result ``NOT A CERTIFICATE``.
 """
 
-from rsjax.anisotropic._certify import AnisotropicCertificate as AnisotropicCertificate
-from rsjax.anisotropic._certify import certify as certify
-from rsjax.anisotropic._generators import FrozenNoise as FrozenNoise
-from rsjax.anisotropic._generators import InputDependentNoise as InputDependentNoise
-from rsjax.anisotropic._generators import UniversalNoise as UniversalNoise
-from rsjax.anisotropic._generators import pattern_sigma as pattern_sigma
-from rsjax.anisotropic._generators import universal_loss as universal_loss
-from rsjax.anisotropic._region import NORM_ORDERS as NORM_ORDERS
-from rsjax.anisotropic._region import alm as alm
-from rsjax.anisotropic._region import in_certified_region as in_certified_region
-from rsjax.anisotropic._region import isotropic_radius as isotropic_radius
-from rsjax.anisotropic._region import normalized_radius as normalized_radius
+from rsjax import _lazy
+
+__getattr__, __dir__ = _lazy.exports(__name__, {
+    "UCAN": "rsjax.anisotropic.method",
+    "GENERATORS": "rsjax.anisotropic._noise_file",
+    "NOISE_FILE": "rsjax.anisotropic._noise_file",
+    "SOUND_GENERATORS": "rsjax.anisotropic._noise_file",
+    "load_noise": "rsjax.anisotropic._noise_file",
+    "read_noise": "rsjax.anisotropic._noise_file",
+    "save_noise": "rsjax.anisotropic._noise_file",
+    "load_universal_noise": "rsjax.anisotropic._noise_file",
+    "save_universal_noise": "rsjax.anisotropic._noise_file",
+    "certify_input_dependent": "rsjax.anisotropic._certify",
+    "AnisotropicCertificate": "rsjax.anisotropic._certify",
+    "certify": "rsjax.anisotropic._certify",
+    "FrozenNoise": "rsjax.anisotropic._generators",
+    "InputDependentNoise": "rsjax.anisotropic._generators",
+    "UniversalNoise": "rsjax.anisotropic._generators",
+    "pattern_sigma": "rsjax.anisotropic._generators",
+    "universal_loss": "rsjax.anisotropic._generators",
+    "NORM_ORDERS": "rsjax.anisotropic._region",
+    "alm": "rsjax.anisotropic._region",
+    "in_certified_region": "rsjax.anisotropic._region",
+    "isotropic_radius": "rsjax.anisotropic._region",
+    "normalized_radius": "rsjax.anisotropic._region",
+})
 
 __all__ = [
+    "GENERATORS",
+    "NOISE_FILE",
+    "SOUND_GENERATORS",
+    "UCAN",
+    "certify_input_dependent",
+    "load_noise",
+    "load_universal_noise",
+    "read_noise",
+    "save_noise",
+    "save_universal_noise",
     "AnisotropicCertificate",
     "FrozenNoise",
     "InputDependentNoise",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
 from rsjax.sigma import SigmaSource
 
-__all__ = ["AnisotropicCertificate", "certify"]
+__all__ = ["AnisotropicCertificate", "certify", "certify_input_dependent"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,12 @@ class AnisotropicCertificate(Certificate):
 
   normalized_radius: np.ndarray | None = None
   alm: np.ndarray | None = None
+
+  columns: ClassVar[tuple[str, ...]] = ("normalized_radius", "alm", "sound")
+
+  def row_fields(self, j: int) -> dict:
+    return {"normalized_radius": repr(float(self.normalized_radius[j])),
+            "alm": repr(float(self.alm[j])), "sound": int(bool(self.sound))}
 
 
 _UNSOUND = (
@@ -152,3 +159,31 @@ def certify(
   counts = engine_counts(apply_fn, params, x_shift, sig, ids_arr, num_classes=num_classes,
                          settings=settings)
   return run_certify(key, counts, rule, settings)
+
+
+def certify_input_dependent(key, model, x, *, sigma: float, num_classes: int,
+                            allow_unsound: bool = False, **kwargs):
+  """UCAN's numbers for the input-dependent generator: NOT a certificate.
+
+  Runs :func:`rsjax.anisotropic.certify` with the generator's sigma source
+  (``model.noise_source(sigma)``: for the input generator ``(mu(x), sigma(x))``
+  per input, rate inf); the result has ``sound=False``. For a sound certificate
+  train the ``universal`` generator and certify its frozen noise.
+
+  Args:
+    key: ``jax.random.key`` or int seed.
+    model: a trained ``rsjax.training.ucan.UCANModel`` (``load_ucan_model``): its ``classifier`` and ``noise_source(sigma)``.
+    x: ``[B, *input_shape]`` inputs.
+    sigma: lambda of training.
+    num_classes: number of classes.
+    allow_unsound: must be True for the input generator (otherwise ValueError).
+    **kwargs: passed to :func:`rsjax.anisotropic.certify` (n0, n, alpha, ids, ...).
+
+  Returns:
+    ``rsjax.anisotropic.AnisotropicCertificate`` (``sound=False`` for the input
+    generator).
+  """
+  from rsjax.models import to_apply_fn
+  apply_fn, params = to_apply_fn(model.classifier)
+  return certify(key, apply_fn, params, x, sigma=model.noise_source(sigma),
+                             num_classes=num_classes, allow_unsound=allow_unsound, **kwargs)

@@ -23,19 +23,6 @@ def add_arguments(p) -> None:
   flags.add_certify_flags(p)
 
 
-def _with_counts(extra_cols, extra_fn):
-  """Adds the estimation counts column (``--save-counts``; p_A for ``analyze --pa-cdf``)."""
-  from rsjax import metrics
-
-  def fn(cert, j):
-    if getattr(cert, "counts", None) is None:
-      raise CliError("--save-counts: this method's certificate has no counts")
-    out = extra_fn(cert, j) if extra_fn is not None else {}
-    return {**out, metrics.COUNTS_COLUMN: metrics.format_counts(cert.counts[j])}
-
-  return (*extra_cols, metrics.COUNTS_COLUMN), fn
-
-
 def run(args) -> int:
   """Runs ``rsjax certify``; returns the exit status."""
   from rsjax import distributed
@@ -45,7 +32,7 @@ def run(args) -> int:
     raise CliError(str(e)) from None
   if nproc > 1:
     print(f"rsjax certify: {distributed.joined()}", flush=True)
-  from rsjax import methods, runner
+  from rsjax import runner
   if args.N < args.N0:
     raise CliError(f"--N {args.N} is smaller than --N0 {args.N0}: N counts the estimation "
                    "samples that bound p_A, N0 the few that select the class (Cohen et al.: "
@@ -57,17 +44,12 @@ def run(args) -> int:
   indices = np.asarray(run.indices(), np.int64)
   if plan.sequential and nproc > 1:
     raise CliError(f"--method {args.method} certifies inputs one after another in one process")
-  columns, row = plan.columns, plan.row
-  if args.save_counts:
-    columns, row = _with_counts(columns, row)
   last = []
 
   def fn(x, ids):
-    last[:] = [plan.certify_fn(x, ids)]
+    last[:] = [plan.certify(x, ids)]
     return last[0]
 
-  inputs_per_call = (args.inputs_per_call or plan.inputs_per_call
-                     or runner.default_inputs_per_call(args.N))
   os.makedirs(os.path.dirname(os.path.abspath(args.outfile)), exist_ok=True)
   # Several processes (hosts): each certifies a strided share of the indices into
   # its own rows file; process 0 merges them. The noise of an input depends only
@@ -76,12 +58,13 @@ def run(args) -> int:
   path = args.outfile if nproc == 1 else distributed.process_path(
       args.outfile, process_index=pid, process_count=nproc)
   t0 = time.perf_counter()
-  wrote = runner.certify_dataset(fn, ds.get_batch, mine, path,
-                                 inputs_per_call=inputs_per_call, extra_columns=columns,
-                                 extra_fn=row, progress=not args.quiet,
-                                 resume=not args.overwrite, run=run,
-                                 restore=methods.restorer(plan, ds), record=True, n=args.N,
-                                 record_extra=plan.record)
+  try:
+    wrote = runner.certify_dataset(dataclasses.replace(plan, certify=fn), ds.get_batch, mine,
+                                   path, inputs_per_call=args.inputs_per_call,
+                                   progress=not args.quiet, resume=not args.overwrite, run=run,
+                                   record=True, n=args.N, save_counts=args.save_counts)
+  except runner.NoCountsError as e:
+    raise CliError(f"--save-counts: {e}") from None
   if nproc > 1:
     distributed.barrier("rsjax-certify-rows-written")
     if pid == 0:

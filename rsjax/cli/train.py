@@ -242,6 +242,7 @@ def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
 def _train_ucan(args, model, train_xy, model_config) -> int:
   """``train --generator``: fine-tune ``--init`` (or a fresh model) with UCAN noise."""
   import jax
+  from rsjax import anisotropic
   from rsjax.training import ucan
   if args.generator is None:
     raise CliError("--method ucan needs --generator pattern-l1|pattern-l2|pattern-linf|universal|"
@@ -258,7 +259,7 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
                                   progress=not args.quiet, allow_unsound=args.allow_unsound)
   except ValueError as e:
     raise _cli_error(e) from None
-  if args.generator not in ucan.SOUND_GENERATORS:
+  if args.generator not in anisotropic.SOUND_GENERATORS:
     print(f"trained {args.model} with UCAN's input-dependent generator (lambda={args.sigma}) in "
           f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.training.ucan."
           "certify_input_dependent with allow_unsound=True computes them); the sound alternative "
@@ -267,5 +268,5 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
   print(f"trained {args.model} with UCAN {args.generator} noise (lambda={args.sigma}): sigma in "
         f"[{noise.sigma.min():.4f}, {noise.sigma.max():.4f}], mean |mu| "
         f"{abs(noise.mu).mean():.4f}, frozen in "
-        f"{os.path.join(args.out, ucan.NOISE_FILE)}")
+        f"{os.path.join(args.out, anisotropic.NOISE_FILE)}")
   return 0

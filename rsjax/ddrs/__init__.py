@@ -22,22 +22,28 @@ guarantee of DDRS §3.5 (``sound=True``): it holds for this deployment run, in
 this input order, only.
 """
 
-from rsjax.ddrs._certify import MC_COLUMNS as MC_COLUMNS
-from rsjax.ddrs._certify import MEMORY_COLUMNS as MEMORY_COLUMNS
-from rsjax.ddrs._certify import DDRSCertificate as DDRSCertificate
-from rsjax.ddrs._certify import certify as certify
-from rsjax.ddrs._certify import certify_dataset as certify_dataset
-from rsjax.ddrs._certify import memory_path as memory_path
-from rsjax.ddrs._memory import MemoryCertifier as MemoryCertifier
-from rsjax.ddrs._sigma import FAMILIES as FAMILIES
-from rsjax.ddrs._sigma import PARAMETRIZATIONS as PARAMETRIZATIONS
-from rsjax.ddrs._sigma import OptimizedSigma as OptimizedSigma
-from rsjax.ddrs._sigma import SigmaAscent as SigmaAscent
-from rsjax.ddrs._sigma import optimize_sigma as optimize_sigma
-from rsjax.ddrs._sigma import sigma_ascent as sigma_ascent
-from rsjax.ddrs._sigma import smoothing_objective as smoothing_objective
+from rsjax import _lazy
+
+__getattr__, __dir__ = _lazy.exports(__name__, {
+    "DDRS": "rsjax.ddrs.method",
+    "MC_COLUMNS": "rsjax.ddrs._certify",
+    "MEMORY_COLUMNS": "rsjax.ddrs._certify",
+    "DDRSCertificate": "rsjax.ddrs._certify",
+    "certify": "rsjax.ddrs._certify",
+    "certify_dataset": "rsjax.ddrs._certify",
+    "memory_path": "rsjax.ddrs._certify",
+    "MemoryCertifier": "rsjax.ddrs._memory",
+    "FAMILIES": "rsjax.ddrs._sigma",
+    "PARAMETRIZATIONS": "rsjax.ddrs._sigma",
+    "OptimizedSigma": "rsjax.ddrs._sigma",
+    "SigmaAscent": "rsjax.ddrs._sigma",
+    "optimize_sigma": "rsjax.ddrs._sigma",
+    "sigma_ascent": "rsjax.ddrs._sigma",
+    "smoothing_objective": "rsjax.ddrs._sigma",
+})
 
 __all__ = [
+    "DDRS",
     "DDRSCertificate",
     "FAMILIES",
     "MC_COLUMNS",

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import ClassVar
 
 import jax
 import numpy as np
 
 from rsjax.engine.driver import Certificate, Sampling
-from rsjax._cohen import certify as cohen_certify
+from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.engine.counts import prepare_inputs
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import SigmaAscent, optimize_sigma
+from rsjax.method import Plan
 from rsjax.util import as_key
 
 __all__ = ["DDRSCertificate", "MC_COLUMNS", "MEMORY_COLUMNS", "certify", "certify_dataset",
@@ -47,6 +49,29 @@ class DDRSCertificate(Certificate):
   prediction_mc: np.ndarray | None = None
   radius_mc: np.ndarray | None = None
   memory_used: bool = False
+
+  columns: ClassVar[tuple[str, ...]] = ("sigma", "predict_mc", "radius_mc", "sound")
+
+  def row_fields(self, j: int) -> dict:
+    return {"sigma": repr(float(self.sigma[j])), "predict_mc": int(self.prediction_mc[j]),
+            "radius_mc": repr(float(self.radius_mc[j])), "sound": int(bool(self.sound))}
+
+  def record_fields(self, j: int) -> dict:
+    return {"sigma": float(self.sigma[j])}
+
+
+MC_COLUMNS = ("sigma",)
+MEMORY_COLUMNS = ("sigma", "predict_mc", "radius_mc", "memory_changed")
+
+
+@dataclasses.dataclass(frozen=True)
+class _MonteCarloCertificate(DDRSCertificate):
+  """The rows of :func:`certify_dataset`'s Monte-Carlo file (``MC_COLUMNS``)."""
+
+  columns: ClassVar[tuple[str, ...]] = MC_COLUMNS
+
+  def row_fields(self, j: int) -> dict:
+    return {"sigma": repr(float(self.sigma[j]))}
 
 
 def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
@@ -116,8 +141,6 @@ def memory_path(out_path) -> str:
   return os.fspath(out_path) + ".mc.tsv"
 
 
-MC_COLUMNS = ("sigma",)
-MEMORY_COLUMNS = ("sigma", "predict_mc", "radius_mc", "memory_changed")
 
 
 def certify_dataset(key, apply_fn, params, get_batch, indices, out_path, *, sigma0: float,
@@ -181,10 +204,14 @@ def certify_dataset(key, apply_fn, params, get_batch, indices, out_path, *, sigm
     return certify(key, apply_fn, params, x, sigma=sig, num_classes=num_classes,
                    settings=settings, ids=ids)
 
+  def mc_rows(x, ids):  # the Monte-Carlo rows: the sigma column only
+    cert = fn(x, ids)
+    return _MonteCarloCertificate(**{f.name: getattr(cert, f.name)
+                                     for f in dataclasses.fields(cert)})
+
   mc = memory_path(out_path)
-  runner.certify_dataset(fn, get_batch, indices, mc, extra_columns=MC_COLUMNS,
-                         extra_fn=lambda cert, j: {"sigma": repr(float(cert.sigma[j]))},
-                         run=run, **run_options)
+  runner.certify_dataset(Plan(mc_rows, MC_COLUMNS), get_batch, indices, mc, run=run,
+                         **run_options)
   out = {"mc_path": mc, "out_path": None, "changed": 0, "guarantee": _NOT_A_CERTIFICATE}
   if not memory:
     return out

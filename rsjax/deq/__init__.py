@@ -25,44 +25,52 @@ A flat API over private modules:
   two-stage correlation-eliminated certificate.
 """
 
-from rsjax.deq._budget import max_certifiable_radius as max_certifiable_radius
-from rsjax.deq._budget import min_check_samples as min_check_samples
-from rsjax.deq._budget import mismatch_cap as mismatch_cap
-from rsjax.deq._certify import CORRECTIONS as CORRECTIONS
-from rsjax.deq._certify import METHODS as METHODS
-from rsjax.deq._certify import SRSCertificate as SRSCertificate
-from rsjax.deq._certify import certify as certify
-from rsjax.deq._certify import srs_certificate as srs_certificate
-from rsjax.deq._certify import srs_p_lower as srs_p_lower
-from rsjax.deq._implicit import implicit_fixed_point as implicit_fixed_point
-from rsjax.deq._implicit import jacobian_frobenius_sq as jacobian_frobenius_sq
-from rsjax.deq._model import DEQApply as DEQApply
-from rsjax.deq._model import DEQCell as DEQCell
-from rsjax.deq._model import DEQClassifier as DEQClassifier
-from rsjax.deq._model import DEQForward as DEQForward
-from rsjax.deq._model import DEQModel as DEQModel
-from rsjax.deq._model import make_apply_fn as make_apply_fn
-from rsjax.deq._model import to_deq_fn as to_deq_fn
-from rsjax.deq._mdeq import MDEQCell as MDEQCell
-from rsjax.deq._mdeq import MDEQClassifier as MDEQClassifier
-from rsjax.deq._solvers import SOLVERS as SOLVERS
-from rsjax.deq._solvers import SolverConfig as SolverConfig
-from rsjax.deq._solvers import SolverResult as SolverResult
-from rsjax.deq._solvers import anderson as anderson
-from rsjax.deq._solvers import broyden as broyden
-from rsjax.deq._solvers import as_solver_config as as_solver_config
-from rsjax.deq._solvers import fixed_point_iteration as fixed_point_iteration
-from rsjax.deq._solvers import relative_residual as relative_residual
-from rsjax.deq._solvers import solve as solve
-from rsjax.deq._srs import CHECK_MODES as CHECK_MODES
-from rsjax.deq._srs import SRSConfig as SRSConfig
-from rsjax.deq._srs import SRSCounts as SRSCounts
-from rsjax.deq._srs import SRSPlan as SRSPlan
-from rsjax.deq._srs import check_indices as check_indices
-from rsjax.deq._srs import make_srs_plan as make_srs_plan
-from rsjax.deq._srs import srs_sample as srs_sample
+from rsjax import _lazy
+
+__getattr__, __dir__ = _lazy.exports(__name__, {
+    "DEQ_STANDARD": "rsjax.deq.method",
+    "SRS": "rsjax.deq.method",
+    "max_certifiable_radius": "rsjax.deq._budget",
+    "min_check_samples": "rsjax.deq._budget",
+    "mismatch_cap": "rsjax.deq._budget",
+    "CORRECTIONS": "rsjax.deq._certify",
+    "METHODS": "rsjax.deq._certify",
+    "SRSCertificate": "rsjax.deq._certify",
+    "certify": "rsjax.deq._certify",
+    "srs_certificate": "rsjax.deq._certify",
+    "srs_p_lower": "rsjax.deq._certify",
+    "implicit_fixed_point": "rsjax.deq._implicit",
+    "jacobian_frobenius_sq": "rsjax.deq._implicit",
+    "DEQApply": "rsjax.deq._model",
+    "DEQCell": "rsjax.deq._model",
+    "DEQClassifier": "rsjax.deq._model",
+    "DEQForward": "rsjax.deq._model",
+    "DEQModel": "rsjax.deq._model",
+    "make_apply_fn": "rsjax.deq._model",
+    "to_deq_fn": "rsjax.deq._model",
+    "MDEQCell": "rsjax.deq._mdeq",
+    "MDEQClassifier": "rsjax.deq._mdeq",
+    "SOLVERS": "rsjax.deq._solvers",
+    "SolverConfig": "rsjax.deq._solvers",
+    "SolverResult": "rsjax.deq._solvers",
+    "anderson": "rsjax.deq._solvers",
+    "broyden": "rsjax.deq._solvers",
+    "as_solver_config": "rsjax.deq._solvers",
+    "fixed_point_iteration": "rsjax.deq._solvers",
+    "relative_residual": "rsjax.deq._solvers",
+    "solve": "rsjax.deq._solvers",
+    "CHECK_MODES": "rsjax.deq._srs",
+    "SRSConfig": "rsjax.deq._srs",
+    "SRSCounts": "rsjax.deq._srs",
+    "SRSPlan": "rsjax.deq._srs",
+    "check_indices": "rsjax.deq._srs",
+    "make_srs_plan": "rsjax.deq._srs",
+    "srs_sample": "rsjax.deq._srs",
+})
 
 __all__ = [
+    "DEQ_STANDARD",
+    "SRS",
     "CHECK_MODES",
     "CORRECTIONS",
     "DEQApply",

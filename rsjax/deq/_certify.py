@@ -58,7 +58,7 @@ from flax import nnx
 from rsjax import noise as noise_lib
 from rsjax import stats
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
-from rsjax._cohen import certify as cohen_certify
+from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.engine.counts import prepare_inputs
 from rsjax.deq._model import DEQApply, to_deq_fn
 from rsjax.deq._solvers import SolverConfig, as_solver_config
@@ -92,6 +92,13 @@ class SRSCertificate(Certificate):
   check_total: int = 0
   residual: np.ndarray | None = None
   check_residual: np.ndarray | None = None
+
+  def record_fields(self, j: int) -> dict:
+    # The two-stage bound is a function of these and the counts (srs_p_lower).
+    if self.check_class is None:
+      return {}
+    return {"check_class": int(self.check_class[j]), "m_a": int(self.check_selected[j]),
+            "k": int(self.check_agree[j]), "m": int(self.check_total)}
 
 
 def _lcb(k, n, alpha):

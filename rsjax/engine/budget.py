@@ -77,6 +77,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -312,6 +313,11 @@ class BudgetedCertificate(Certificate):
 
   num_samples: np.ndarray | None = None
   grid: tuple[float, ...] = ()
+
+  columns: ClassVar[tuple[str, ...]] = ("samples",)
+
+  def row_fields(self, j: int) -> dict:
+    return {"samples": int(self.num_samples[j])}
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "noise", "num_classes", "samples_per_step",

@@ -7,7 +7,7 @@ its certificate rule (its radius); a sampling rule says how many samples to
 draw and when to stop; the driver runs them. This module imports no method
 and no rule beyond :class:`FixedN` (budgeted CERTIFY's rule is
 ``rsjax.engine.budget.Budget``); ``rsjax.certify`` and ``rsjax.predict`` are in
-``rsjax._cohen``.
+``rsjax.cohen``.
 
 Counts come from the device engine (``rsjax.engine.counts``); the certificate is
 computed on the host in float64 (``rsjax.stats``).
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax
 import numpy as np
@@ -136,6 +136,18 @@ class Certificate:
 
   def __len__(self) -> int:
     return int(self.prediction.shape[0])
+
+  #: Names of the extra result columns this certificate fills (:meth:`row_fields`).
+  columns: ClassVar[tuple[str, ...]] = ()
+
+  def row_fields(self, j: int) -> dict:
+    """``{column: value}`` of the extra result columns of row ``j`` (:attr:`columns`)."""
+    return {}
+
+  def record_fields(self, j: int) -> dict:
+    """What row ``j``'s radius depends on beyond its counts and the run (JSON values),
+    added to its certificate record (``rsjax.record``) for ``rsjax verify``."""
+    return {}
 
 
 #: ``counts(key, num, *, selection=None, aux_key=None) -> counts`` (see :func:`run_certify`).

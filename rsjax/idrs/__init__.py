@@ -15,31 +15,37 @@ sigma0). Layout:
   engine, Cohen's bounds, the IDRS radius).
 """
 
-from rsjax.idrs._certify import IDRSCertificate as IDRSCertificate
-from rsjax.idrs._certify import certify as certify
-from rsjax.idrs._design import DEFAULT_M as DEFAULT_M
-from rsjax.idrs._design import ConstantSigma as ConstantSigma
-from rsjax.idrs._design import KnnSigma as KnnSigma
-from rsjax.idrs._design import make_design as make_design
-from rsjax.idrs._design import mean_knn_distance as mean_knn_distance
-from rsjax.idrs._radius import THRESHOLD_PRESETS as THRESHOLD_PRESETS
-from rsjax.idrs._radius import certified_radius as certified_radius
-from rsjax.idrs._radius import is_certified as is_certified
-from rsjax.idrs._radius import renyi_radius as renyi_radius
-from rsjax.idrs._radius import sigma_ratio_threshold as sigma_ratio_threshold
-from rsjax.idrs._radius import threshold_ratios as threshold_ratios
-from rsjax.idrs._xi import MAX_DIM as MAX_DIM
-from rsjax.idrs._xi import MAX_NONCENTRALITY as MAX_NONCENTRALITY
-from rsjax.idrs._xi import IDRSNumericalError as IDRSNumericalError
-from rsjax.idrs._xi import worst_case_ball as worst_case_ball
-from rsjax.idrs._xi import xi as xi
-from rsjax.idrs._xi import xi_greater as xi_greater
-from rsjax.idrs._xi import xi_less as xi_less
-from rsjax.idrs._xi import xi_side as xi_side
-from rsjax.idrs._reference import ball_probability as ball_probability
+from rsjax import _lazy
+
+__getattr__, __dir__ = _lazy.exports(__name__, {
+    "IDRS": "rsjax.idrs.method",
+    "IDRSCertificate": "rsjax.idrs._certify",
+    "certify": "rsjax.idrs._certify",
+    "DEFAULT_M": "rsjax.idrs._design",
+    "ConstantSigma": "rsjax.idrs._design",
+    "KnnSigma": "rsjax.idrs._design",
+    "make_design": "rsjax.idrs._design",
+    "mean_knn_distance": "rsjax.idrs._design",
+    "THRESHOLD_PRESETS": "rsjax.idrs._radius",
+    "certified_radius": "rsjax.idrs._radius",
+    "is_certified": "rsjax.idrs._radius",
+    "renyi_radius": "rsjax.idrs._radius",
+    "sigma_ratio_threshold": "rsjax.idrs._radius",
+    "threshold_ratios": "rsjax.idrs._radius",
+    "MAX_DIM": "rsjax.idrs._xi",
+    "MAX_NONCENTRALITY": "rsjax.idrs._xi",
+    "IDRSNumericalError": "rsjax.idrs._xi",
+    "worst_case_ball": "rsjax.idrs._xi",
+    "xi": "rsjax.idrs._xi",
+    "xi_greater": "rsjax.idrs._xi",
+    "xi_less": "rsjax.idrs._xi",
+    "xi_side": "rsjax.idrs._xi",
+    "ball_probability": "rsjax.idrs._reference",
+})
 from rsjax.sigma import SigmaValues as SigmaValues  # re-exported: defined in the core
 
 __all__ = [
+    "IDRS",
     "ConstantSigma",
     "DEFAULT_M",
     "IDRSCertificate",

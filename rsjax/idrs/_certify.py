@@ -9,6 +9,7 @@ the rate (and float-rounding slack) taken from the design.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -35,6 +36,15 @@ class IDRSCertificate(Certificate):
   sigma: np.ndarray | None = None
   rate: float = 0.0
   slack: np.ndarray | None = None
+
+  columns: ClassVar[tuple[str, ...]] = ("sigma",)
+
+  def row_fields(self, j: int) -> dict:
+    return {"sigma": repr(float(self.sigma[j]))}
+
+  def record_fields(self, j: int) -> dict:
+    return {"sigma": float(self.sigma[j]), "slack": float(self.slack[j]),
+            "rate": float(self.rate)}
 
 
 def certify(

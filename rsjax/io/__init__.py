@@ -38,6 +38,7 @@ naming the differing fields.
 while it is open; a second writer raises :class:`ResultsLockedError`.
 """
 
+from rsjax.io._durable import atomic_write_bytes as atomic_write_bytes
 from rsjax.io._durable import atomic_write_text as atomic_write_text
 from rsjax.io._format import CERTIFY_COLUMNS as CERTIFY_COLUMNS
 from rsjax.io._format import PREDICT_COLUMNS as PREDICT_COLUMNS
@@ -69,6 +70,7 @@ __all__ = [
     "read_certify",
     "read_predict",
     "read_results",
+    "atomic_write_bytes",
     "atomic_write_text",
     "read_run_record",
     "resume",

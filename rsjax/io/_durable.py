@@ -40,3 +40,15 @@ def atomic_write_text(path, text: str) -> None:
     os.fsync(f.fileno())
   os.replace(tmp, path)
   fsync_dir(path)
+
+
+def atomic_write_bytes(path, data: bytes) -> None:
+  """:func:`atomic_write_text` for bytes (e.g. an ``np.savez`` archive)."""
+  path = os.fspath(path)
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "wb") as f:
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+  fsync_dir(path)

@@ -18,7 +18,7 @@ from rsjax.launch.run import key as key
 from rsjax.launch.run import load as load
 from rsjax.launch.run import plan as plan
 from rsjax.launch.run import run_from_flags as run_from_flags
-from rsjax.launch.run import sampling as sampling
+from rsjax.launch.run import settings as settings
 
 __all__ = ["CliError", "Loaded", "flags", "key", "load", "load_dataset", "load_model",
            "load_torch", "plan", "run_from_flags", "sampling"]

@@ -108,9 +108,9 @@ def add_certify_flags(q) -> None:
   q.add_argument("--N0", type=positive_int, default=100, help="selection samples")
   q.add_argument("--multiclass", action="store_true",
                  help="multiclass radius with simultaneous bounds (Gaussian only)")
-  q.add_argument("--method", default="cohen", choices=list(methods.METHODS),
+  q.add_argument("--method", default="cohen", choices=[m.name for m in methods.available()],
                  help="certification method: " + "; ".join(
-                     f"{m.name}: {m.summary}" for m in methods.METHODS.values()))
+                     f"{m.name}: {m.summary}" for m in methods.available()))
   _method_flags(q)
   q.add_argument("--save-counts", action="store_true",
                  help="add a 'counts' column (the N estimation counts per class) for "
@@ -146,7 +146,7 @@ def _method_flags(parser) -> None:
   """One ``--flag`` per option of the registered methods (a shared option once)."""
   from rsjax import methods
   options, users = {}, {}
-  for method in methods.METHODS.values():
+  for method in methods.available():
     for o in method.options:
       if options.setdefault(o.name, o) != o:
         raise AssertionError(f"methods declare option {o.name!r} differently")

@@ -16,7 +16,7 @@ from typing import Any
 from rsjax.launch import loading
 from rsjax.launch.errors import CliError
 
-__all__ = ["Loaded", "key", "load", "plan", "run_from_flags", "sampling"]
+__all__ = ["Loaded", "key", "load", "plan", "run_from_flags", "settings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Loaded:
   workdir: str | None = None
 
 
-def sampling(run, batch_size: int = 1000):
+def settings(run, batch_size: int = 1000):
   """The ``rsjax.Sampling`` of a run (``batch_size`` changes speed, never counts)."""
   from rsjax import Sampling
   s = dict(run.sampling)
@@ -132,7 +132,7 @@ def run_from_flags(args):
                  normalize=args.normalize if torch else None, denoiser=args.denoiser)
   command = getattr(args, "command", "certify")
   method_name = getattr(args, "method", "cohen") if command == "certify" else "cohen"
-  method = methods.METHODS[method_name]
+  method = methods.get(method_name)
   options = {o.name: getattr(args, o.name) for o in method.options} if command == "certify" else {}
   _refuse_other_options(args, method)
   s = _flag_sampling(args)
@@ -155,10 +155,10 @@ def _flag_sampling(args):
 def _refuse_other_options(args, method) -> None:
   """A method option given with another ``--method`` is an error, not silently ignored."""
   from rsjax import methods
-  for other in methods.METHODS.values():
+  for other in methods.available():
     for o in other.options:
       if o not in method.options and getattr(args, o.name, o.default) != o.default:
-        users = [m.name for m in methods.METHODS.values() if o in m.options]
+        users = [m.name for m in methods.available() if o in m.options]
         raise CliError(f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
                        f"not {method.name}")
 
@@ -180,14 +180,15 @@ def load(run, *, model_dir=None, torch_checkpoint=None, denoiser=None, data_dir=
 def plan(run, loaded: Loaded, *, batch_size: int = 1000, data_dir=None):
   """The method's plan of ``run`` (``rsjax.methods``) over what it loaded."""
   from rsjax import methods
+  from rsjax.method import Context
   ds = loaded.dataset
   try:
-    ctx = methods.Context(
+    ctx = Context(
         key=key(run), model=loaded.model, apply_fn=loaded.apply_fn, params=loaded.params,
-        dataset=ds, sigma=run.sigma, sampling=sampling(run, batch_size),
+        dataset=ds, sigma=run.sigma, settings=settings(run, batch_size),
         multiclass=run.multiclass, workdir=loaded.workdir,
         load_split=lambda split: loading.load_dataset(ds.name, split, data_dir))
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in run.options.items()}
-    return methods.METHODS[run.method].plan(ctx, **options)
+    return methods.get(run.method).plan(ctx, **options)
   except ValueError as e:
     raise CliError(str(e)) from None

@@ -62,6 +62,7 @@ import optax
 from flax import nnx
 
 from rsjax import anisotropic
+from rsjax.anisotropic import GENERATORS, SOUND_GENERATORS, load_noise, save_noise
 from rsjax.checkpoint import Checkpoints
 from rsjax.models import to_train_fn
 from rsjax.training import workdir as wd
@@ -70,16 +71,9 @@ from rsjax.training.objectives import Objective
 from rsjax.training.trainer import train
 from rsjax.util import as_key, check_int
 
-__all__ = ["GENERATORS", "SOUND_GENERATORS", "NOISE_FILE", "TRAIN_DIR", "UCANConfig", "UCANLoss",
-           "save_noise", "read_noise",
-           "UCANModel", "make_generator", "train_ucan", "load_noise", "load_ucan_model",
-           "certify_input_dependent"]
+__all__ = ["TRAIN_DIR", "UCANConfig", "UCANLoss", "UCANModel", "make_generator", "train_ucan",
+           "load_ucan_model"]
 
-GENERATORS = ("pattern-l1", "pattern-l2", "pattern-linf", "universal", "input")
-#: The generators whose noise does not depend on the input (a sound certificate once frozen).
-SOUND_GENERATORS = GENERATORS[:4]
-#: The frozen ``mu`` and per-pixel ``sigma`` (lambda folded in) of a trained model.
-NOISE_FILE = "ucan_noise.npz"
 #: Subdirectory of the workdir with the trainer's run (classifier + generator).
 TRAIN_DIR = "ucan_train"
 _UNIVERSAL_SCALE = 2.0
@@ -256,52 +250,6 @@ class UCANConfig:
       object.__setattr__(self, name, check_int(name, getattr(self, name)))
 
 
-def save_noise(workdir, noise: anisotropic.FrozenNoise, generator: str) -> str:
-  """Writes a frozen noise to ``workdir/ucan_noise.npz`` (atomically); returns the path.
-
-  Args:
-    workdir: the model's directory.
-    noise: the frozen ``(mu, sigma)``, ``sigma`` in pixel units, of one shape.
-    generator: the UCAN generator it came from (``"universal"``: the dataset-wise
-      noise that ``rsjax certify --method ucan --ucan-sigma dataset`` reads).
-
-  Raises:
-    ValueError: an input-dependent generator, shapes that differ, or a sigma
-      that is not finite and > 0 (or a mu that is not finite).
-  """
-  if generator not in SOUND_GENERATORS:
-    raise ValueError(f"only the noise of {SOUND_GENERATORS} is frozen, got {generator!r}")
-  mu = np.asarray(jax.device_get(noise.mu), np.float32)
-  sigma = np.asarray(jax.device_get(noise.sigma), np.float32)
-  if mu.shape != sigma.shape:
-    raise ValueError(f"mu and sigma must have the same shape, got {mu.shape} and {sigma.shape}")
-  if not np.all(np.isfinite(sigma)) or np.any(sigma <= 0) or not np.all(np.isfinite(mu)):
-    raise ValueError("sigma must be finite and > 0, mu finite")
-  path = os.path.join(os.fspath(workdir), NOISE_FILE)
-  tmp = path + ".tmp.npz"
-  np.savez(tmp, mu=mu, sigma=sigma, generator=generator)
-  os.replace(tmp, path)
-  return path
-
-
-def read_noise(workdir) -> tuple[anisotropic.FrozenNoise, str] | None:
-  """``(noise, generator)`` saved by :func:`save_noise`, or None when there is none."""
-  path = os.path.join(os.fspath(workdir), NOISE_FILE)
-  if not os.path.exists(path):
-    return None
-  with np.load(path) as f:
-    return anisotropic.FrozenNoise(f["sigma"], mu=f["mu"]), str(f["generator"])
-
-
-def load_noise(workdir) -> anisotropic.FrozenNoise:
-  """The noise frozen after UCAN training: ``FrozenNoise(sigma, mu)`` (sigma includes lambda)."""
-  saved = read_noise(workdir)
-  if saved is None:
-    raise FileNotFoundError(f"no {NOISE_FILE} in {os.fspath(workdir)!r}: train with an "
-                            "input-independent UCAN generator first")
-  return saved[0]
-
-
 def _finished(workdir) -> dict | None:
   try:
     cfg = wd.read_config(workdir)
@@ -402,31 +350,3 @@ def train_ucan(key, model: nnx.Module, train_data, config: UCANConfig, *, workdi
       ckpt.save(int(config.epochs), items={"model": {"params": params, "rest": rest}},
                 meta={"epoch": int(config.epochs), "history": history})
   return model, noise, history
-
-
-def certify_input_dependent(key, model: UCANModel, x, *, sigma: float, num_classes: int,
-                            allow_unsound: bool = False, **kwargs):
-  """UCAN's numbers for the input-dependent generator: NOT a certificate.
-
-  Runs :func:`rsjax.anisotropic.certify` with the generator's sigma source
-  (``model.noise_source(sigma)``: for the input generator ``(mu(x), sigma(x))``
-  per input, rate inf); the result has ``sound=False``. For a sound certificate
-  train the ``universal`` generator and certify its frozen noise.
-
-  Args:
-    key: ``jax.random.key`` or int seed.
-    model: a trained :class:`UCANModel` (``load_ucan_model``).
-    x: ``[B, *input_shape]`` inputs.
-    sigma: lambda of training.
-    num_classes: number of classes.
-    allow_unsound: must be True for the input generator (otherwise ValueError).
-    **kwargs: passed to :func:`rsjax.anisotropic.certify` (n0, n, alpha, ids, ...).
-
-  Returns:
-    ``rsjax.anisotropic.AnisotropicCertificate`` (``sound=False`` for the input
-    generator).
-  """
-  from rsjax.models import to_apply_fn
-  apply_fn, params = to_apply_fn(model.classifier)
-  return anisotropic.certify(key, apply_fn, params, x, sigma=model.noise_source(sigma),
-                             num_classes=num_classes, allow_unsound=allow_unsound, **kwargs)

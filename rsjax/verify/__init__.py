@@ -35,23 +35,21 @@ import os
 
 import numpy as np
 
-from rsjax import io
+from rsjax import io, methods
 from rsjax import record as record_lib
-from rsjax.verify._cohen import check_cohen, check_ucan
-from rsjax.verify._ddrs import check_ddrs, replay_memory
-from rsjax.verify._idrs import check_idrs
-from rsjax.verify._report import Mismatch, VerifyError, VerifyReport
+from rsjax.checks import Mismatch, VerifyError
+from rsjax.method import Method
+from rsjax.verify._report import VerifyReport
 from rsjax.verify._run import (certificate_view, check_against_dataset, check_rows_declared,
                                load_dataset)
-from rsjax.verify._srs import check_srs
 
-__all__ = ["Mismatch", "VERIFIABLE", "VerifyError", "VerifyReport", "read_run", "replay_memory",
-           "verify"]
+__all__ = ["Mismatch", "VerifyError", "VerifyReport", "read_run", "verifiable", "verify"]
 
-VERIFIABLE = {"cohen": check_cohen, "idrs": check_idrs, "ucan": check_ucan, "srs": check_srs,
-              "ddrs": check_ddrs,
-              # Cohen's CERTIFY of the DEQ solved from scratch (rsjax.certify on DEQApply).
-              "deq-standard": check_cohen}
+
+def verifiable() -> dict[str, Method]:
+  """``{name: method}`` of the registered methods whose radius verify derives again
+  (``rsjax.methods.available()`` with a ``check``)."""
+  return {m.name: m for m in methods.available() if m.check is not None}
 
 
 def read_run(path):
@@ -101,16 +99,18 @@ def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
   """
   p = os.fspath(path)
   run = read_run(p)
-  if run.method not in VERIFIABLE:
+  table = verifiable()
+  if run.method not in table:
     raise VerifyError(f"{p!r}: method {run.method!r} cannot be verified from counts by this "
-                      f"rsjax (verifiable: {', '.join(sorted(VERIFIABLE))})")
+                      f"rsjax (verifiable: {', '.join(sorted(table))})")
+  method = table[run.method]
   res = io.read_certify(p)
   recs = record_lib.read_records(p)
   issues, missing = check_rows_declared(run, res)
-  if run.method == "ddrs" and np.any(np.diff(np.asarray(res.idx, np.int64)) <= 0):
-    # The memory depends on the order the run processed its inputs: the declared order.
-    issues.append(Mismatch(-1, "the rows are not in the run's order (increasing idx), which "
-                           "DDRS's memory depends on"))
+  if method.ordered and np.any(np.diff(np.asarray(res.idx, np.int64)) <= 0):
+    # A memory depends on the order the run processed its inputs: the declared order.
+    issues.append(Mismatch(-1, f"the rows are not in the run's order (increasing idx), which "
+                           f"{run.method}'s memory depends on"))
   unchecked = []
   ds, why = (dataset, None) if dataset is not None else load_dataset(run, data_dir)
   if ds is None:
@@ -119,8 +119,8 @@ def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
     issues.extend(check_against_dataset(run, res, recs, ds))
     if inputs is None:
       inputs = lambda idx: np.asarray(ds.get_batch(np.asarray(idx, np.int64))[0])  # noqa: E731
-  issues.extend(VERIFIABLE[run.method](certificate_view(run), res, recs, rtol=rtol, atol=atol,
-                                       inputs=inputs))
+  issues.extend(method.check(certificate_view(run), res, recs, rtol=rtol, atol=atol,
+                             inputs=inputs))
   # The correct column follows from predict and label.
   for j in np.flatnonzero(res.correct != (res.predict == res.label)):
     issues.append(Mismatch(int(res.idx[j]), f"correct {int(res.correct[j])} but predict "

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rsjax.verify._formulas import budget_alphas, budget_looks
-from rsjax.verify._report import Mismatch
+from rsjax.checks import Mismatch, budget_alphas, budget_looks
 
 
 def certificate_view(run) -> dict:

@@ -1,23 +1,37 @@
-"""What a certify method is: its options, the context it gets, the plan it returns.
+"""What a certify method is: one value (:class:`Method`) with its options, its plan and its check.
 
-The declarations behind the registry ``rsjax.methods.METHODS`` (re-exported
-there): an :class:`Option` of a method, the :class:`Context` every method
-gets, the :class:`Plan` it builds, the :class:`Method` entry, and
-:func:`restorer`, the resume hook of a plan.
+A method package (``rsjax.cohen``, ``rsjax.idrs``, ``rsjax.ucan``, ``rsjax.ddrs``,
+``rsjax.deq``) exports its :class:`Method` value from a module that imports
+no JAX (``<package>.method``), so ``rsjax verify`` can read the registry
+(``rsjax.methods.METHODS``, the tuple of these values) without a device. The
+value says everything that differs between methods:
+
+* ``name``, ``summary`` and ``options`` (each an :class:`Option`; the command
+  turns it into ``--name``),
+* ``build(context, **options) -> Plan``: what it certifies a chunk of inputs
+  with, in which order, its result columns and its run-wide details (the JAX
+  half, imported when a plan is built),
+* ``check(view, results, records, *, rtol, atol, inputs) -> [Mismatch]``: how
+  ``rsjax verify`` derives every row's radius again from its record (NumPy and
+  SciPy only),
+* ``ordered``: the rows must be in the run's order (a memory across inputs).
+
+Each row's output comes from its certificate (``Certificate.columns``,
+``row_fields``, ``record_fields``), not from callbacks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax
-import numpy as np
+if TYPE_CHECKING:  # types only: this module imports no JAX
+  import jax
 
-from rsjax.engine.driver import Sampling
+  from rsjax.engine.driver import Certificate, Sampling
 
-__all__ = ["Context", "Method", "Option", "Plan", "restorer"]
+__all__ = ["Context", "Method", "Option", "Plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +51,7 @@ class Option:
   name: str
   default: Any
   help: str
-  type: Callable = str
+  type: Callable[[str], Any] = str
   choices: tuple | None = None
   positive: bool = False
 
@@ -54,81 +68,82 @@ class Context:
     params: variables of ``apply_fn``.
     dataset: the dataset certified (``num_classes``, ``input_shape``, ``name``).
     sigma: the noise level (float; by default the training sigma).
-    sampling: the ``rsjax.Sampling`` of every certify call (``n0``, ``n``,
+    settings: the ``rsjax.Sampling`` of every certify call (``n0``, ``n``,
       ``alpha``, ``batch_size``, the noise family, ...).
     multiclass: the multiclass radius with simultaneous bounds.
-    workdir: the training workdir (methods may read saved state from it), or None.
+    workdir: the model directory (methods may read saved state from it), or None.
     load_split: ``load_split(split) -> Dataset`` of the same dataset (e.g. the
       training inputs of IDRS's kNN sigma).
   """
 
   key: jax.Array
   model: Any
-  apply_fn: Callable
+  apply_fn: Callable[..., Any]
   params: Any
   dataset: Any
   sigma: float
-  sampling: Sampling = Sampling()
+  settings: Sampling
   multiclass: bool = False
   workdir: str | None = None
-  load_split: Callable | None = None
+  load_split: Callable[[str], Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-  """A method ready to run on chunks of a dataset.
+  """A method ready to run on chunks of a dataset (``rsjax.runner.certify_dataset``).
 
   Attributes:
-    certify_fn: ``certify_fn(x [b, ...], ids [b]) -> Certificate``.
-    columns: names of the extra result columns.
-    row: ``row(cert, j) -> {column: value}`` for row ``j`` of one call.
+    certify: ``certify(x [b, ...], ids [b]) -> Certificate``; the certificate
+      gives each row's extra columns and record fields.
+    columns: the extra result columns (``Certificate.columns`` of what
+      ``certify`` returns).
     describe: one line on the settings (printed by the command).
     sequential: the chunks must run in the dataset's order in one process
       (a memory carries state from input to input).
+    restore: ``restore(x [b, ...], predict [b], radius [b])`` replays rows
+      already written (resume) into the method's state; None when it has none.
     inputs_per_call: a good number of inputs per call, or None (the caller's default).
-    restore: ``restore(x, predict, radius)`` replays rows already written
-      (resume) into the method's state; None when it has none.
-    record: ``record(cert, j) -> {field: JSON value}``: what row ``j``'s radius
-      depends on beyond its counts (e.g. IDRS's sigma and slack), added to the
-      row's certificate record (``rsjax.record``) for ``rsjax verify``; None
-      when the counts and the run-wide settings are all.
-    details: run-wide facts the radius depends on (JSON dict), kept as the
-      ``"details"`` of the run's certificate record (``rsjax.record.header``).
+    details: run-wide facts the radius depends on (JSON dict), kept in the
+      run record (``RunSpec.details``) for ``rsjax verify``.
   """
 
-  certify_fn: Callable
+  certify: Callable[[Any, Any], Certificate]
   columns: tuple[str, ...] = ()
-  row: Callable | None = None
   describe: str = ""
   sequential: bool = False
-  restore: Callable | None = None
+  restore: Callable[[Any, Any, Any], None] | None = None
   inputs_per_call: int | None = None
-  record: Callable | None = None
   details: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-  """A registry entry.
+  """A certify method as one value (an entry of ``rsjax.methods.METHODS``).
 
   Attributes:
     name: the ``--method`` name.
     summary: one line for ``--help``.
     build: ``build(context, **options) -> Plan``; raises ``ValueError`` (one
-      line) for settings it cannot run.
+      line) for settings it cannot run. Imports its JAX half when called.
     options: its options (shared ``Option`` objects may appear in several methods).
+    check: ``check(view, results, records, *, rtol, atol, inputs) -> [Mismatch]``,
+      the radii derived again from the run's records (``rsjax.checks``; NumPy
+      and SciPy only), or None when the method's radius cannot be verified.
+    ordered: ``rsjax verify`` requires the rows in the run's order.
   """
 
   name: str
   summary: str
   build: Callable[..., Plan]
   options: tuple[Option, ...] = ()
+  check: Callable[..., list] | None = None
+  ordered: bool = False
 
-  def defaults(self) -> dict:
+  def defaults(self) -> dict[str, Any]:
     """``{option: default}``."""
     return {o.name: o.default for o in self.options}
 
-  def plan(self, context: Context, **options) -> Plan:
+  def plan(self, context: Context, **options: Any) -> Plan:
     """``build`` with the given options over the defaults.
 
     Raises:
@@ -139,20 +154,3 @@ class Method:
       raise ValueError(f"method {self.name!r} has no option {unknown}; its options: "
                        f"{sorted(self.defaults())}")
     return self.build(context, **{**self.defaults(), **options})
-
-
-def restorer(plan: Plan, dataset) -> Callable | None:
-  """The ``restore`` hook of ``rsjax.runner.certify_dataset`` for a plan (None if stateless).
-
-  It replays the rows already in the result file (their inputs from
-  ``dataset.get_batch``) into the plan's state, e.g. the DDRS memory.
-  """
-  if plan.restore is None:
-    return None
-
-  def restore(results) -> None:
-    if len(results.idx):
-      x, _ = dataset.get_batch(np.asarray(results.idx))
-      plan.restore(np.asarray(x), np.asarray(results.predict), np.asarray(results.radius))
-
-  return restore

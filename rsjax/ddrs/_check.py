@@ -12,9 +12,7 @@ import math
 import numpy as np
 
 from rsjax import record as record_lib
-from rsjax.verify._cohen import cohen_certificate
-from rsjax.verify._report import Mismatch, VerifyError
-from rsjax.verify._rows import compare, read_rows
+from rsjax.checks import Mismatch, VerifyError, cohen_certificate, compare, read_rows
 
 #: Rows whose distances to all earlier rows are bounded by one matrix product.
 _BLOCK = 512

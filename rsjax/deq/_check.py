@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rsjax.verify._formulas import binary_radius, cp_lower
-from rsjax.verify._report import Mismatch, VerifyError
-from rsjax.verify._rows import compare, read_rows, run_sigma
+from rsjax.checks import Mismatch, VerifyError, binary_radius, compare, cp_lower, read_rows, run_sigma
 
 
 def check_srs(cert: dict, res, recs: dict, *, rtol: float, atol: float,

@@ -7,9 +7,7 @@ import math
 import numpy as np
 from scipy import special
 
-from rsjax.verify._formulas import cp_lower
-from rsjax.verify._report import Mismatch, VerifyError
-from rsjax.verify._rows import read_rows
+from rsjax.checks import Mismatch, VerifyError, cp_lower, read_rows
 
 _U32 = 2.0**-24  # float32 unit roundoff
 _IDRS_MIN_P_B = 1e-12  # the IDRS radius caps p_A at 1 - 1e-12 (lowering a lower bound is sound)

@@ -1,4 +1,4 @@
-"""Cohen's CERTIFY (binary, multiclass, budgeted) and UCAN's frozen anisotropic noise."""
+"""The check of UCAN's frozen anisotropic noise: ``rsjax verify``'s half of the method."""
 
 from __future__ import annotations
 
@@ -6,39 +6,8 @@ import math
 
 import numpy as np
 
-from rsjax.verify._formulas import binary_radius, cp_lower, multiclass
-from rsjax.verify._report import Mismatch, VerifyError
-from rsjax.verify._rows import Rows, budget_levels, compare, read_rows, run_sigma
+from rsjax.checks import Mismatch, VerifyError, cohen_certificate, compare, read_rows
 
-
-def cohen_certificate(cert: dict, rows: Rows, scale):
-  """Cohen's ``(prediction, radius, p_lower)`` of every row at noise ``scale``."""
-  if cert.get("multiclass"):
-    ok, radius = multiclass(rows.n_a, rows.runner_up, rows.n, rows.alpha,
-                             int(cert["num_classes"]), scale)
-    p = cp_lower(rows.n_a, rows.n, rows.alpha / 2)
-  else:
-    p = cp_lower(rows.n_a, rows.n, rows.alpha)
-    ok = p >= 0.5
-    radius = np.where(ok, binary_radius(p, scale, cert["noise"],
-                                         int(np.prod(cert["input_shape"]))), 0.0)
-  return np.where(ok, rows.guess, -1), radius, p
-
-
-def check_cohen(cert: dict, res, recs: dict, *, rtol: float, atol: float,
-                **_) -> list[Mismatch]:
-  issues: list[Mismatch] = []
-  sigma = run_sigma(cert)
-  levels = None
-  if cert.get("budget"):
-    levels = budget_levels(cert, int(cert["sampling"]["n"]), float(cert["sampling"]["alpha"]),
-                            issues)
-    if levels is None:
-      return issues
-  rows = read_rows(cert, res, recs, issues, levels)
-  predict, radius, p = cohen_certificate(cert, rows, sigma)
-  compare(res, rows, predict, radius, issues, rtol=rtol, atol=atol, p_lower=p)
-  return issues
 
 def _ucan_pattern(shape, sigma: float, pattern: str, kappa: float, iota: float) -> np.ndarray:
   """UCAN's pattern scales ``sigma * (kappa ||(a, b)||_p^2 + iota)``, (a, b) in [-1, 1]^2 (float32)."""
@@ -112,4 +81,3 @@ def check_ucan(cert: dict, res, recs: dict, *, rtol: float, atol: float,
   for j in np.flatnonzero(np.asarray(res.extra["sound"], np.float64) != 1):
     issues.append(Mismatch(int(res.idx[j]), "sound 0: the row is no certificate"))
   return issues
-

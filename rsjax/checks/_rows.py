@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from rsjax.verify._formulas import budget_alphas, budget_looks
-from rsjax.verify._report import Mismatch, VerifyError
+from rsjax.checks._formulas import binary_radius, budget_alphas, budget_looks, cp_lower, multiclass
+from rsjax.checks._mismatch import Mismatch, VerifyError
 
 
 def _is_count(v) -> bool:
@@ -178,3 +178,17 @@ def compare(res, rows: Rows, predict, radius, issues: list, *, rtol: float, atol
       issues.append(Mismatch(idx, f"{columns[1]} {float(got_r[j])!r} in the file, the counts give "
                              f"{float(radius[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]}, "
                              f"alpha {rows.alpha[j]:g})"))
+
+
+def cohen_certificate(cert: dict, rows: Rows, scale):
+  """Cohen's ``(prediction, radius, p_lower)`` of every row at noise ``scale``."""
+  if cert.get("multiclass"):
+    ok, radius = multiclass(rows.n_a, rows.runner_up, rows.n, rows.alpha,
+                             int(cert["num_classes"]), scale)
+    p = cp_lower(rows.n_a, rows.n, rows.alpha / 2)
+  else:
+    p = cp_lower(rows.n_a, rows.n, rows.alpha)
+    ok = p >= 0.5
+    radius = np.where(ok, binary_radius(p, scale, cert["noise"],
+                                         int(np.prod(cert["input_shape"]))), 0.0)
+  return np.where(ok, rows.guess, -1), radius, p

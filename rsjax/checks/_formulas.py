@@ -11,7 +11,7 @@ import math
 import numpy as np
 from scipy import special
 
-from rsjax.verify._report import VerifyError
+from rsjax.checks._mismatch import VerifyError
 
 
 def cp_lower(k, n, a):

@@ -1,0 +1,36 @@
+"""Packages whose names are imported on first use (PEP 562).
+
+A method package's ``__init__`` hands on names from its submodules lazily, so
+that importing one JAX-free submodule (its ``method`` value, its check) does
+not import JAX through the package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def exports(package: str, table: Mapping[str, str]) -> tuple[Callable[[str], Any],
+                                                              Callable[[], list[str]]]:
+  """``(__getattr__, __dir__)`` of a package whose ``name`` lives in module ``table[name]``.
+
+  Args:
+    package: the package's ``__name__``.
+    table: ``{name: dotted module}``; each name is imported from its module on
+      first access and kept in the package's namespace.
+  """
+  namespace = importlib.import_module(package).__dict__
+
+  def __getattr__(name: str) -> Any:
+    if name not in table:
+      raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(table[name]), name)
+    namespace[name] = value  # the next access is a plain attribute lookup
+    return value
+
+  def __dir__() -> list[str]:
+    return sorted(set(namespace) | set(table))
+
+  return __getattr__, __dir__

@@ -1,0 +1,27 @@
+"""What every method's check is built from: ``rsjax verify``'s formulas and row readers.
+
+NumPy and SciPy only (no JAX, no model, no device). A method's check (its
+``Method.check``, in its own package) derives each row's prediction and radius
+again from the row's certificate record with these, written out again here
+rather than by calling the code that produced them: the Clopper-Pearson bounds
+and radii (``cp_lower``, ``binary_radius``, ``multiclass``), the budgeted
+looks and alpha levels, the counts of a row (``read_rows``), Cohen's
+certificate from them (``cohen_certificate``) and the comparison with the
+file (``compare``), each difference a :class:`Mismatch`.
+"""
+
+from rsjax.checks._formulas import binary_radius as binary_radius
+from rsjax.checks._formulas import budget_alphas as budget_alphas
+from rsjax.checks._formulas import budget_looks as budget_looks
+from rsjax.checks._formulas import cp_lower as cp_lower
+from rsjax.checks._formulas import cp_upper as cp_upper
+from rsjax.checks._formulas import multiclass as multiclass
+from rsjax.checks._mismatch import Mismatch as Mismatch
+from rsjax.checks._mismatch import VerifyError as VerifyError
+from rsjax.checks._rows import Rows as Rows
+from rsjax.checks._rows import budget_levels as budget_levels
+from rsjax.checks._rows import cohen_certificate as cohen_certificate
+from rsjax.checks._rows import compare as compare
+from rsjax.checks._rows import dense as dense
+from rsjax.checks._rows import read_rows as read_rows
+from rsjax.checks._rows import run_sigma as run_sigma

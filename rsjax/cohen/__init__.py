@@ -1,0 +1,21 @@
+"""Cohen et al.'s randomized smoothing (ICML 2019): CERTIFY and PREDICT, and ``--method cohen``.
+
+* ``certify`` / ``predict`` (``rsjax.certify``, ``rsjax.predict``): many
+  inputs at once on the engine's counts (``rsjax.engine``), fixed ``n0`` and
+  ``n`` or budgeted on a radius grid (``budget=``).
+* ``COHEN``: the method value of the registry (``rsjax.methods``); its check
+  derives each row's radius again from the counts for ``rsjax verify``.
+
+Names are imported on first use (``rsjax.cohen.method`` imports no JAX).
+"""
+
+from rsjax import _lazy
+
+__getattr__, __dir__ = _lazy.exports(__name__, {
+    "certify": "rsjax.cohen._certify",
+    "predict": "rsjax.cohen._certify",
+    "COHEN": "rsjax.cohen.method",
+    "parse_grid": "rsjax.cohen.method",
+})
+
+__all__ = ["COHEN", "certify", "parse_grid", "predict"]

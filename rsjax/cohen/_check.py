@@ -1,0 +1,21 @@
+"""The check of Cohen's CERTIFY (binary, multiclass, budgeted): ``rsjax verify``'s half of the method."""
+
+from __future__ import annotations
+
+from rsjax.checks import Mismatch, budget_levels, cohen_certificate, compare, read_rows, run_sigma
+
+
+def check_cohen(cert: dict, res, recs: dict, *, rtol: float, atol: float,
+                **_) -> list[Mismatch]:
+  issues: list[Mismatch] = []
+  sigma = run_sigma(cert)
+  levels = None
+  if cert.get("budget"):
+    levels = budget_levels(cert, int(cert["sampling"]["n"]), float(cert["sampling"]["alpha"]),
+                            issues)
+    if levels is None:
+      return issues
+  rows = read_rows(cert, res, recs, issues, levels)
+  predict, radius, p = cohen_certificate(cert, rows, sigma)
+  compare(res, rows, predict, radius, issues, rtol=rtol, atol=atol, p_lower=p)
+  return issues

@@ -1,0 +1,24 @@
+"""``--method ddrs`` as a value (no JAX here: ``rsjax verify`` reads it)."""
+
+from __future__ import annotations
+
+from rsjax.ddrs._check import check_ddrs
+from rsjax.method import Context, Method, Option, Plan
+
+__all__ = ["DDRS"]
+
+
+def _build(ctx: Context, **options) -> Plan:
+  from rsjax.ddrs._plan import build
+  return build(ctx, **options)
+
+
+DDRS = Method(
+    "ddrs", "data-dependent sigma optimized per input, then the memory-based certification "
+    "(DDRS)", _build, (
+        Option("ddrs_steps", 100, "sigma ascent steps per input", int),
+        Option("ddrs_lr", 1e-4, "sigma ascent step size", float),
+        Option("ddrs_draws", 1, "noise draws per ascent step", int, positive=True),
+        Option("ddrs_memory", "on", "off: no memory, the radius is NOT a certificate", str,
+               choices=("on", "off")),
+    ), check=check_ddrs, ordered=True)
