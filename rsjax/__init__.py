@@ -15,7 +15,7 @@ _LAZY_NAMES = {
     "ABSTAIN": "engine.driver", "Certificate": "engine.driver", "FixedN": "engine.driver",
     "Sampling": "engine.driver", "SamplingRule": "engine.driver",
     "certificate_from_counts": "engine.driver", "run_certify": "engine.driver",
-    "certify": "cohen._certify", "predict": "cohen._certify", "sample_counts": "engine.counts",
+    "certify": "cohen._certify", "Cohen": "cohen._certify", "predict": "cohen._certify", "sample_counts": "engine.counts",
     "sample_noise": "engine.step", "SigmaSource": "sigma", "SigmaValues": "sigma",
     "Budget": "engine.budget",
 }
@@ -44,6 +44,7 @@ __all__ = [
     "ABSTAIN",
     "Budget",
     "Certificate",
+    "Cohen",
     "FixedN",
     "Sampling",
     "SamplingRule",

@@ -1,7 +1,7 @@
 """The registry of certify methods: a tuple of method values (``rsjax.method.Method``).
 
 Each method lives in its own package and exports its value from a module
-without JAX (``rsjax.cohen.method.COHEN``, ...): its name, options (the
+without JAX (``rsjax.cohen.METHOD``, ...): its name, options (the
 command's flags), how it plans a run and how ``rsjax verify`` checks it. The
 command line, ``rsjax verify``, ``rsjax audit`` and research code all read
 this one table::
@@ -26,17 +26,14 @@ from __future__ import annotations
 import functools
 from importlib import metadata
 
-from rsjax.anisotropic.method import UCAN
-from rsjax.cohen.method import COHEN
-from rsjax.ddrs.method import DDRS
-from rsjax.deq.method import DEQ_STANDARD, SRS
-from rsjax.idrs.method import IDRS
+from rsjax import anisotropic, cohen, ddrs, deq, idrs
 from rsjax.method import Method
 
 __all__ = ["ENTRY_POINT_GROUP", "METHODS", "available", "get"]
 
 #: The methods of rsjax, in the order of ``--help``.
-METHODS: tuple[Method, ...] = (COHEN, IDRS, UCAN, DDRS, DEQ_STANDARD, SRS)
+METHODS: tuple[Method, ...] = (cohen.METHOD, idrs.METHOD, anisotropic.METHOD, ddrs.METHOD,
+                               deq.STANDARD_METHOD, deq.SRS_METHOD)
 
 #: The entry-point group through which another package registers its ``Method`` values.
 ENTRY_POINT_GROUP = "rsjax.methods"

@@ -24,7 +24,7 @@ from rsjax import record as record_lib
 from rsjax import runspec
 from rsjax.method import Plan
 
-__all__ = ["NoCountsError", "select_indices", "certify_dataset", "predict_dataset", "fingerprint",
+__all__ = ["NoCountsError", "Written", "select_indices", "certify_dataset", "predict_dataset", "fingerprint",
            "default_inputs_per_call", "INPUTS_PER_CALL", "SAMPLES_PER_CALL"]
 
 PredictFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -43,6 +43,13 @@ PredictFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 # there, and a row is written, and resumable, per input).
 INPUTS_PER_CALL = 16
 SAMPLES_PER_CALL = 160_000
+
+
+class Written(int):
+  """The number of rows a run wrote, with ``guarantee``: what the radii of its last
+  certificate guarantee (``Certificate.guarantee``), or None when it wrote none."""
+
+  guarantee: str | None = None
 
 
 class NoCountsError(ValueError):
@@ -97,7 +104,7 @@ def fingerprint(params) -> str:
 def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, row_fn,
          columns: Sequence[str] = (), progress: bool, resume: bool,
          run: Mapping | None = None, restore: Callable | None = None,
-         record_fn: Callable | None = None) -> int:
+         record_fn: Callable | None = None) -> Written:
   """The resumable loop shared by certify and predict.
 
   ``row_fn(result, j) -> dict`` gives the ``predict``/``radius``/extra fields of
@@ -109,7 +116,7 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
   if inputs_per_call < 1:
     raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
   indices = np.asarray(indices, dtype=np.int64)
-  written = 0
+  written, guarantee = 0, None
   with io.ResultsWriter(out_path, kind=kind, resume=resume, extra_columns=columns,
                         run=run) as writer:
     todo = np.array([i for i in indices if int(i) not in writer.done], dtype=np.int64)
@@ -129,6 +136,7 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
       t0 = time.perf_counter()
       result = fn(np.asarray(x), chunk)
       dt = (time.perf_counter() - t0) / len(chunk)
+      guarantee = getattr(result, "guarantee", None)
       x = np.asarray(x)
       for j, i in enumerate(chunk):
         fields = row_fn(result, j)
@@ -140,13 +148,15 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
     bar.close()
     if records is not None:
       records.close()
-  return written
+  out = Written(written)
+  out.guarantee = guarantee
+  return out
 
 
 def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indices, out_path, *,
                     inputs_per_call: int | None = None, progress: bool = True,
                     resume: bool = True, run: Mapping | None = None, record: bool = False,
-                    n: int | None = None, save_counts: bool = False) -> int:
+                    n: int | None = None, save_counts: bool = False) -> Written:
   """Certifies ``indices`` of a dataset with a method's plan, one row per input in ``out_path``.
 
   Each row is the certificate's: ``predict``, ``radius``, the plan's extra
@@ -179,7 +189,8 @@ def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indice
       (``rsjax.metrics.COUNTS_COLUMN``; ``rsjax analyze --pa-cdf``).
 
   Returns:
-    The number of rows written by this call.
+    The number of rows written by this call (a :class:`Written`: also the
+    ``guarantee`` of the last certificate).
 
   Raises:
     rsjax.io.ResultsLockedError: another run is writing ``out_path``.

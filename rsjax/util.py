@@ -31,7 +31,6 @@ __all__ = [
     "local_mesh",
     "num_local_devices",
     "replicate",
-    "run_on_devices",
     "scale_per_input",
 ]
 
@@ -106,15 +105,3 @@ def local_mesh(num_devices: int) -> jax.sharding.Mesh:
 def replicate(mesh: jax.sharding.Mesh, tree):
   """``tree`` placed replicated over ``mesh`` (a no-op for arrays already placed so)."""
   return jax.device_put(tree, jax.sharding.NamedSharding(mesh, P()))
-
-
-def run_on_devices(per_device, mesh: jax.sharding.Mesh, *args):
-  """Runs ``per_device(*args)`` on every device of ``mesh`` (use inside ``jax.jit``).
-
-  Every argument is replicated; ``per_device`` reads its device with
-  ``jax.lax.axis_index("dev")`` and returns partial results, each with a leading
-  axis of size 1. The result stacks them: leading axis = devices.
-  """
-  fn = jax.shard_map(per_device, mesh=mesh, in_specs=(P(),) * len(args), out_specs=P("dev"),
-                     check_vma=False)
-  return fn(*args)

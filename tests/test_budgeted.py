@@ -128,7 +128,7 @@ def test_engine_rounds_continue_the_certify_stream():
   assert cert.num_samples[4] < n_max and cert.num_samples.max() <= n_max
   # Reproducible whatever the batch size, order or devices.
   perm = np.array([4, 2, 0, 3, 1])
-  again = budgeted.certify(key, apply_fn, w, x[perm], n=n_max, batch_size=384,
+  again = rsjax.certify(key, apply_fn, w, x[perm], n=n_max, batch_size=384,
                            budget=budget, devices=1, **{**kw, "ids": ids[perm]})
   np.testing.assert_array_equal(again.num_samples, cert.num_samples[perm])
   np.testing.assert_array_equal(again.radius, cert.radius[perm])

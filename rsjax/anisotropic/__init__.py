@@ -29,7 +29,8 @@ unless ``allow_unsound=True``, and then labels the result ``NOT A CERTIFICATE``.
 from rsjax import _lazy
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
-    "UCAN": "rsjax.anisotropic.method",
+    "UCAN": "rsjax.anisotropic._certify",
+    "METHOD": "rsjax.anisotropic.method",
     "GENERATORS": "rsjax.anisotropic._noise_file",
     "NOISE_FILE": "rsjax.anisotropic._noise_file",
     "SOUND_GENERATORS": "rsjax.anisotropic._noise_file",
@@ -54,10 +55,11 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
 })
 
 __all__ = [
+    "UCAN",
     "GENERATORS",
     "NOISE_FILE",
     "SOUND_GENERATORS",
-    "UCAN",
+    "METHOD",
     "certify_input_dependent",
     "load_noise",
     "load_universal_noise",

@@ -13,7 +13,7 @@ from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
 from rsjax.sigma import SigmaSource
 
-__all__ = ["AnisotropicCertificate", "certify", "certify_input_dependent"]
+__all__ = ["AnisotropicCertificate", "certify", "certify_input_dependent", "UCAN"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,3 +187,23 @@ def certify_input_dependent(key, model, x, *, sigma: float, num_classes: int,
   apply_fn, params = to_apply_fn(model.classifier)
   return certify(key, apply_fn, params, x, sigma=model.noise_source(sigma),
                              num_classes=num_classes, allow_unsound=allow_unsound, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class UCAN:
+  """Anisotropic smoothing as a certifier of ``rsjax.certify`` (``sigma``: the frozen noise,
+  a ``FrozenNoise`` or ``[*input_shape]`` scales).
+
+  Attributes:
+    multiclass: the multiclass radius with simultaneous bounds.
+    allow_unsound: see :func:`certify`.
+  """
+
+  multiclass: bool = False
+  allow_unsound: bool = False
+
+  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
+              ids=None) -> AnisotropicCertificate:
+    return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
+                   settings=settings, ids=ids, multiclass=self.multiclass,
+                   allow_unsound=self.allow_unsound)

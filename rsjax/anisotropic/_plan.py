@@ -8,10 +8,10 @@ import os
 import numpy as np
 
 from rsjax import record
-from rsjax.anisotropic._certify import AnisotropicCertificate, certify
-from rsjax.anisotropic._generators import FrozenNoise
+from rsjax.anisotropic._certify import UCAN, AnisotropicCertificate
+from rsjax.cohen._certify import certify
+from rsjax.anisotropic._generators import FrozenNoise, pattern_sigma
 from rsjax.anisotropic._noise_file import NOISE_FILE, load_universal_noise
-from rsjax.anisotropic._region import pattern_sigma
 from rsjax.method import Context, Plan
 
 
@@ -57,8 +57,8 @@ def build(ctx: Context, *, ucan_sigma: str, ucan_pattern: str, ucan_kappa: float
 
   def fn(x, ids):
     return certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=noise, ids=ids,
-                   num_classes=ctx.dataset.num_classes, settings=ctx.settings,
-                   multiclass=ctx.multiclass)
+                   certifier=UCAN(multiclass=ctx.multiclass),
+                   num_classes=ctx.dataset.num_classes, settings=ctx.settings)
 
   details = _details(noise, source, sigma=ctx.sigma, pattern=ucan_pattern, kappa=ucan_kappa,
                      iota=ucan_iota)

@@ -6,7 +6,7 @@ from rsjax.anisotropic._check import check_ucan
 from rsjax.anisotropic._noise_file import NOISE_FILE
 from rsjax.method import Context, Method, Option, Plan
 
-__all__ = ["UCAN"]
+__all__ = ["METHOD"]
 
 
 def _build(ctx: Context, **options) -> Plan:
@@ -14,7 +14,7 @@ def _build(ctx: Context, **options) -> Plan:
   return build(ctx, **options)
 
 
-UCAN = Method(
+METHOD = Method(
     "ucan", "anisotropic (mu, sigma) noise, UCAN's certified region (pattern-wise or "
     "dataset-wise sigma)", _build, (
         Option("ucan_sigma", "auto", f"dataset: the model directory's saved universal "

@@ -44,12 +44,6 @@ def run(args) -> int:
   indices = np.asarray(run.indices(), np.int64)
   if plan.sequential and nproc > 1:
     raise CliError(f"--method {args.method} certifies inputs one after another in one process")
-  last = []
-
-  def fn(x, ids):
-    last[:] = [plan.certify(x, ids)]
-    return last[0]
-
   os.makedirs(os.path.dirname(os.path.abspath(args.outfile)), exist_ok=True)
   # Several processes (hosts): each certifies a strided share of the indices into
   # its own rows file; process 0 merges them. The noise of an input depends only
@@ -59,10 +53,10 @@ def run(args) -> int:
       args.outfile, process_index=pid, process_count=nproc)
   t0 = time.perf_counter()
   try:
-    wrote = runner.certify_dataset(dataclasses.replace(plan, certify=fn), ds.get_batch, mine,
-                                   path, inputs_per_call=args.inputs_per_call,
-                                   progress=not args.quiet, resume=not args.overwrite, run=run,
-                                   record=True, n=args.N, save_counts=args.save_counts)
+    wrote = runner.certify_dataset(plan, ds.get_batch, mine, path,
+                                   inputs_per_call=args.inputs_per_call, progress=not args.quiet,
+                                   resume=not args.overwrite, run=run, record=True, n=args.N,
+                                   save_counts=args.save_counts)
   except runner.NoCountsError as e:
     raise CliError(f"--save-counts: {e}") from None
   if nproc > 1:
@@ -79,6 +73,6 @@ def run(args) -> int:
         f"({len(mine)} of {len(indices)} selected in process {pid} of {nproc}); "
         f"results in {args.outfile}")
   print(f"method: {plan.describe}; precision: {args.precision}")
-  if last:
-    print(f"guarantee: {last[0].guarantee}")
+  if wrote.guarantee:
+    print(f"guarantee: {wrote.guarantee}")
   return 0

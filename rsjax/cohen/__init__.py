@@ -3,7 +3,7 @@
 * ``certify`` / ``predict`` (``rsjax.certify``, ``rsjax.predict``): many
   inputs at once on the engine's counts (``rsjax.engine``), fixed ``n0`` and
   ``n`` or budgeted on a radius grid (``budget=``).
-* ``COHEN``: the method value of the registry (``rsjax.methods``); its check
+* ``METHOD``: the method value of the registry (``rsjax.methods``); its check
   derives each row's radius again from the counts for ``rsjax verify``.
 
 Names are imported on first use (``rsjax.cohen.method`` imports no JAX).
@@ -12,10 +12,12 @@ Names are imported on first use (``rsjax.cohen.method`` imports no JAX).
 from rsjax import _lazy
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
+    "Certifier": "rsjax.cohen._certify",
+    "Cohen": "rsjax.cohen._certify",
     "certify": "rsjax.cohen._certify",
     "predict": "rsjax.cohen._certify",
-    "COHEN": "rsjax.cohen.method",
+    "METHOD": "rsjax.cohen.method",
     "parse_grid": "rsjax.cohen.method",
 })
 
-__all__ = ["COHEN", "certify", "parse_grid", "predict"]
+__all__ = ["Certifier", "Cohen", "METHOD", "certify", "parse_grid", "predict"]

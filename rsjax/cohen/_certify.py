@@ -9,61 +9,105 @@ CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from typing import Protocol
+
 import numpy as np
 
-from rsjax.engine import budget as budgeted
 from rsjax import stats
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, cohen_passes, run_certify
-from rsjax.engine.counts import sample_counts
-from rsjax.engine.traced import refuse_traced
+from rsjax.engine.budget import Budget, as_budget
+from rsjax.engine.counts import refuse_traced, sample_counts
 
-__all__ = ["certify", "predict"]
+__all__ = ["Certifier", "Cohen", "certify", "predict"]
 
 
-def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
-            ids=None, multiclass: bool = False, budget=None, **sampling) -> Certificate:
-  """Cohen et al.'s CERTIFY for a batch of inputs.
+class Certifier(Protocol):
+  """A method for :func:`certify`: a value whose ``certify`` certifies a batch."""
 
-  Selection (``n0`` samples) and estimation (``n`` samples) use independent keys
-  (``fold_in(key, 0)`` and ``fold_in(key, 1)``); the top class of the selection counts is certified
-  with the one-sided Clopper-Pearson bound of its estimation count.
+  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
+              ids=None) -> Certificate: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Cohen:
+  """Cohen et al.'s certificate: what :func:`certify` does by default (a certifier).
+
+  Attributes:
+    multiclass: the multiclass radius with simultaneous bounds.
+    budget: a radius grid (``rsjax.Budget`` or a sequence of radii): budgeted
+      CERTIFY, which stops each input once its certified grid radius can no
+      longer change, with at most ``n`` estimation samples and the same
+      guarantee (the sampling rule ``Budget``; binary radius only).
+  """
+
+  multiclass: bool = False
+  budget: Budget | Sequence[float] | None = None
+
+  def __post_init__(self):
+    if self.budget is not None and self.multiclass:
+      raise ValueError("budget= gives the binary radius only, not multiclass=True")
+
+  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
+              ids=None) -> Certificate:
+    """Selection and estimation passes on independent keys, Cohen's certificate."""
+    rule = None if self.budget is None else as_budget(self.budget)
+    counts, certificate = cohen_passes(apply_fn, params, x, sigma, ids, num_classes=num_classes,
+                                       settings=settings, multiclass=self.multiclass)
+    return run_certify(key, counts, certificate, settings, sampling_rule=rule)
+
+
+def certify(key, apply_fn, params, x, *, sigma=None, num_classes: int,
+            certifier: Certifier | None = None, settings: Sampling | None = None, ids=None,
+            multiclass: bool = False, budget=None, **sampling) -> Certificate:
+  """CERTIFY of a batch of inputs with any method: the one call shape of rsjax.
+
+  By default Cohen et al.'s CERTIFY: selection (``n0`` samples) and estimation
+  (``n`` samples) use independent keys (``fold_in(key, 0)`` and ``fold_in(key,
+  1)``); the top class of the selection counts is certified with the one-sided
+  Clopper-Pearson bound of its estimation count. Another method is a
+  ``certifier`` value that says what differs (``rsjax.cohen.Cohen``,
+  ``rsjax.idrs.IDRS``, ``rsjax.anisotropic.UCAN``, ``rsjax.ddrs.DDRS``,
+  ``rsjax.deq.SRS``, ``rsjax.deq.StandardRS``); its ``certify`` is called with
+  the same arguments.
 
   Args:
-    key: ``jax.random.key`` or int seed.
-    apply_fn: ``apply_fn(params, x) -> logits``.
+    key: ``jax.random.key`` or int seed (not consumed: one key serves every
+      chunk of a dataset, the noise of an input derives from its ``ids``).
+    apply_fn: ``apply_fn(params, x) -> logits`` (a DEQ model for the DEQ
+      certifiers, ``params`` None).
     params: pytree for ``apply_fn``.
     x: ``[B, *input_shape]`` inputs.
-    sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
+    sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale; UCAN's frozen
+      noise for ``UCAN``; None for ``IDRS`` (its design gives sigma(x)).
     num_classes: number of classes C.
+    certifier: the method (default ``Cohen(multiclass, budget)``).
     settings: a :class:`Sampling` (``n0``, ``n``, ``alpha``, ``batch_size``,
       ``noise``, ``compute_dtype``, ``devices``; default ``Sampling()``).
     ids: ``[B]`` dataset indices (reproducible noise per input).
-    multiclass: Cohen's multiclass radius with simultaneous bounds.
-    budget: a radius grid (``rsjax.engine.budget.Budget`` or a sequence of radii):
-      budgeted CERTIFY, which stops each input once its certified grid radius
-      can no longer change, with at most ``n`` estimation samples and the same
-      guarantee (the sampling rule ``Budget``; binary radius only).
+    multiclass: Cohen's multiclass radius (``Cohen(multiclass=True)``).
+    budget: budgeted CERTIFY on this radius grid (``Cohen(budget=...)``).
     **sampling: fields of :class:`Sampling` given as keywords (``n0=100,
       n=100_000, alpha=0.001, batch_size=1000, noise=None, ...``); they override
       ``settings``.
 
   Returns:
-    ``Certificate`` with NumPy fields (a ``BudgetedCertificate``, which also
-    holds ``num_samples``, with ``budget``).
+    The certifier's ``Certificate`` (NumPy fields; a ``BudgetedCertificate``,
+    which also holds ``num_samples``, with ``budget``).
 
   Raises:
     ValueError: for bad arguments (named in the message).
   """
   refuse_traced("rsjax.certify", key, params, x, sigma, ids)
   settings = Sampling.of(settings, **sampling)
-  rule = None
-  if budget is not None:
-    if multiclass:
-      raise ValueError("budget= gives the binary radius only, not multiclass=True")
-    rule = budgeted.as_budget(budget)
-  counts, certificate = cohen_passes(apply_fn, params, x, sigma, ids, num_classes=num_classes,
-                                     settings=settings, multiclass=multiclass)
-  return run_certify(key, counts, certificate, settings, sampling_rule=rule)
+  if certifier is None:
+    certifier = Cohen(multiclass=multiclass, budget=budget)
+  elif multiclass or budget is not None:
+    raise ValueError("multiclass= and budget= are Cohen's: with certifier= give them to "
+                     "rsjax.cohen.Cohen")
+  return certifier.certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
+                           settings=settings, ids=ids)
 
 
 def predict(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,

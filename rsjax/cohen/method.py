@@ -7,7 +7,7 @@ import math
 from rsjax.cohen._check import check_cohen
 from rsjax.method import Context, Method, Option, Plan
 
-__all__ = ["COHEN", "parse_grid"]
+__all__ = ["METHOD", "parse_grid"]
 
 
 def parse_grid(text: str) -> tuple[float, ...]:
@@ -27,7 +27,7 @@ def _build(ctx: Context, **options) -> Plan:
   return build(ctx, **options)
 
 
-COHEN = Method(
+METHOD = Method(
     "cohen", "Cohen et al.'s CERTIFY (Gaussian, Laplace or uniform noise)", _build, (
         Option("grid", None, "budgeted CERTIFY for this radius grid (e.g. 0,0.25,0.5,0.75): "
                "stop each input once its certified grid radius is decided, at most --N "

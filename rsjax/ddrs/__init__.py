@@ -25,7 +25,8 @@ this input order, only.
 from rsjax import _lazy
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
-    "DDRS": "rsjax.ddrs.method",
+    "DDRS": "rsjax.ddrs._certify",
+    "METHOD": "rsjax.ddrs.method",
     "MC_COLUMNS": "rsjax.ddrs._certify",
     "MEMORY_COLUMNS": "rsjax.ddrs._certify",
     "DDRSCertificate": "rsjax.ddrs._certify",
@@ -44,6 +45,7 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
 
 __all__ = [
     "DDRS",
+    "METHOD",
     "DDRSCertificate",
     "FAMILIES",
     "MC_COLUMNS",

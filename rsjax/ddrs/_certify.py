@@ -18,7 +18,7 @@ from rsjax.method import Plan
 from rsjax.util import as_key
 
 __all__ = ["DDRSCertificate", "MC_COLUMNS", "MEMORY_COLUMNS", "certify", "certify_dataset",
-           "memory_path"]
+           "memory_path", "DDRS"]
 
 _NOT_A_CERTIFICATE = (
     "NOT A CERTIFICATE of a fixed classifier: Cohen's radius (binary, one-sided "
@@ -229,3 +229,21 @@ def certify_dataset(key, apply_fn, params, get_batch, indices, out_path, *, sigm
               radius_mc=repr(float(rows.radius[j])), memory_changed=int(changed[j]))
   return dict(out, out_path=os.fspath(out_path), changed=int(changed.sum()),
               guarantee=_MEMORY_GUARANTEE)
+
+
+@dataclasses.dataclass(frozen=True)
+class DDRS:
+  """DDRS as a certifier of ``rsjax.certify`` (``sigma``: ``[B]`` per-input sigma, e.g.
+  from ``optimize_sigma``).
+
+  Attributes:
+    memory: a ``MemoryCertifier`` (updated in place, in the inputs' order), or
+      None: Cohen's radius at the optimized sigma, NOT a certificate.
+  """
+
+  memory: MemoryCertifier | None = None
+
+  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
+              ids=None) -> DDRSCertificate:
+    return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
+                   settings=settings, ids=ids, memory=self.memory)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from rsjax.ddrs._certify import DDRSCertificate, certify
+from rsjax.cohen._certify import certify
+from rsjax.ddrs._certify import DDRS, DDRSCertificate
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import optimize_sigma
 from rsjax.method import Context, Plan
@@ -27,7 +28,8 @@ def build(ctx: Context, *, ddrs_steps: int, ddrs_lr: float, ddrs_draws: int,
     sigma = optimize_sigma(key_opt, ctx.apply_fn, ctx.params, x, sigma0=ctx.sigma,
                            steps=ddrs_steps, lr=ddrs_lr, num_samples=ddrs_draws, ids=ids)
     return certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=sigma, ids=ids,
-                   num_classes=ctx.dataset.num_classes, memory=memory, settings=ctx.settings)
+                   certifier=DDRS(memory), num_classes=ctx.dataset.num_classes,
+                   settings=ctx.settings)
 
   def restore(x, predict, radius):
     c, r = memory.update_batch(x, predict, radius)

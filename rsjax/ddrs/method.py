@@ -5,7 +5,7 @@ from __future__ import annotations
 from rsjax.ddrs._check import check_ddrs
 from rsjax.method import Context, Method, Option, Plan
 
-__all__ = ["DDRS"]
+__all__ = ["METHOD"]
 
 
 def _build(ctx: Context, **options) -> Plan:
@@ -13,7 +13,7 @@ def _build(ctx: Context, **options) -> Plan:
   return build(ctx, **options)
 
 
-DDRS = Method(
+METHOD = Method(
     "ddrs", "data-dependent sigma optimized per input, then the memory-based certification "
     "(DDRS)", _build, (
         Option("ddrs_steps", 100, "sigma ascent steps per input", int),

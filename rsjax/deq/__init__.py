@@ -28,8 +28,10 @@ A flat API over private modules:
 from rsjax import _lazy
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
-    "DEQ_STANDARD": "rsjax.deq.method",
-    "SRS": "rsjax.deq.method",
+    "SRS": "rsjax.deq._certify",
+    "StandardRS": "rsjax.deq._certify",
+    "STANDARD_METHOD": "rsjax.deq.method",
+    "SRS_METHOD": "rsjax.deq.method",
     "max_certifiable_radius": "rsjax.deq._budget",
     "min_check_samples": "rsjax.deq._budget",
     "mismatch_cap": "rsjax.deq._budget",
@@ -69,8 +71,10 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
 })
 
 __all__ = [
-    "DEQ_STANDARD",
     "SRS",
+    "StandardRS",
+    "SRS_METHOD",
+    "STANDARD_METHOD",
     "CHECK_MODES",
     "CORRECTIONS",
     "DEQApply",

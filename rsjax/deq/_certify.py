@@ -65,8 +65,8 @@ from rsjax.deq._solvers import SolverConfig, as_solver_config
 from rsjax.deq._srs import CORRECTIONS, SRSConfig, srs_sample
 from rsjax.util import check_alpha, check_int, scale_per_input
 
-__all__ = ["SRSCertificate", "certify", "srs_certificate", "srs_p_lower", "CORRECTIONS",
-           "METHODS"]
+__all__ = ["SRS", "SRSCertificate", "StandardRS", "certify", "srs_certificate", "srs_p_lower",
+           "CORRECTIONS", "METHODS"]
 
 METHODS = ("srs", "standard")
 
@@ -335,3 +335,39 @@ def certify(
     return dataclasses.replace(cert, sound=srs.sound)
 
   return run_certify(key, counts, rule, settings, tests=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class SRS:
+  """Serialized randomized smoothing as a certifier of ``rsjax.certify`` (``apply_fn``: the
+  DEQ model, ``params`` None).
+
+  Attributes:
+    solver: the certified classifier's solver (default 30 Anderson steps).
+    srs: the chains and check samples (``SRSConfig``; default ``SRSConfig()``).
+  """
+
+  solver: SolverConfig | str | None = None
+  srs: SRSConfig | None = None
+
+  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
+              ids=None) -> SRSCertificate:
+    return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, method="srs",
+                   solver=self.solver, srs=self.srs, settings=settings, ids=ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class StandardRS:
+  """Standard randomized smoothing of a DEQ (every sample solved from scratch) as a certifier
+  of ``rsjax.certify`` (``apply_fn``: the DEQ model, ``params`` None).
+
+  Attributes:
+    solver: the solver (default 30 Anderson steps).
+  """
+
+  solver: SolverConfig | str | None = None
+
+  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
+              ids=None) -> Certificate:
+    return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
+                   method="standard", solver=self.solver, settings=settings, ids=ids)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rsjax.deq._certify import SRSCertificate, certify
+from rsjax.cohen._certify import certify
+from rsjax.deq._certify import SRS, SRSCertificate, StandardRS
 from rsjax.deq._model import DEQModel
 from rsjax.deq._solvers import SolverConfig
 from rsjax.deq._srs import SRSConfig
@@ -31,11 +32,11 @@ def build(ctx: Context, method: str, *, deq_solver: str, deq_steps: int | None,
                     correction=srs_correction)
   else:
     solver, srs = SolverConfig(deq_solver, steps), None
+  certifier = SRS(solver, srs) if srs is not None else StandardRS(solver)
 
   def fn(x, ids):
-    return certify(ctx.key, ctx.model, None, x, sigma=ctx.sigma, ids=ids, method=method,
-                   solver=solver, srs=srs, num_classes=ctx.dataset.num_classes,
-                   settings=ctx.settings)
+    return certify(ctx.key, ctx.model, None, x, sigma=ctx.sigma, ids=ids, certifier=certifier,
+                   num_classes=ctx.dataset.num_classes, settings=ctx.settings)
 
   describe = f"DEQ {method} RS, {steps} {deq_solver} steps per sample"
   if srs is None:

@@ -40,7 +40,8 @@ from rsjax.engine.driver import Sampling
 from rsjax.engine.counts import check_finite_outputs, prepare_inputs
 from rsjax.engine.step import sample_noise
 from rsjax.deq._solvers import SolverConfig, as_solver_config
-from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
+from rsjax.engine.counts import run_on_devices
+from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate
 
 __all__ = ["SRSConfig", "SRSCounts", "SRSPlan", "make_srs_plan", "srs_sample", "check_indices"]
 

@@ -9,7 +9,7 @@ from rsjax.cohen._check import check_cohen
 from rsjax.deq._check import check_srs
 from rsjax.method import Context, Method, Option, Plan
 
-__all__ = ["DEQ_STANDARD", "SRS"]
+__all__ = ["SRS_METHOD", "STANDARD_METHOD"]
 
 #: Fixed-point solvers (``rsjax.deq.SOLVERS``; aliases such as ``naive`` and ``A`` accepted).
 _SOLVER_CHOICES = ("anderson", "iteration", "broyden")
@@ -49,7 +49,7 @@ def _srs(ctx: Context, **options) -> Plan:
 
 
 # Cohen's CERTIFY of the DEQ solved from scratch: Cohen's check.
-DEQ_STANDARD = Method("deq-standard", "a DEQ model, every sample solved from scratch", _standard,
+STANDARD_METHOD = Method("deq-standard", "a DEQ model, every sample solved from scratch", _standard,
                       _DEQ_OPTIONS, check=check_cohen)
-SRS = Method("srs", "a DEQ model, serialized randomized smoothing (Gao et al.)", _srs,
+SRS_METHOD = Method("srs", "a DEQ model, serialized randomized smoothing (Gao et al.)", _srs,
              _DEQ_OPTIONS + _SRS_OPTIONS, check=check_srs)

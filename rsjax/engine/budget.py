@@ -3,8 +3,8 @@
 Cohen et al.'s CERTIFY spends ``n`` samples on every input, although most
 inputs are decided long before: a clean input clears the largest radius of a
 paper's table after a few thousand samples, a hopeless one shows
-``p_A < 1/2`` after a few hundred. :func:`certify` (``rsjax.certify(...,
-budget=Budget(grid=...))``) samples in rounds and stops each input as soon as
+``p_A < 1/2`` after a few hundred. ``rsjax.certify(...,
+budget=Budget(grid=...))`` samples in rounds and stops each input as soon as
 its certified *grid* radius can no longer change, up to ``n_max`` samples.
 
 **The bound: a fixed grid of looks with the error split between them.** The
@@ -87,13 +87,12 @@ from jax.sharding import PartitionSpec as P
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.engine.driver import (ABSTAIN, Certificate, CohenRule, EngineCounts, Sampling,
-                            cohen_passes, run_certify)
-from rsjax.engine.driver import ESTIMATION, SELECTION
+from rsjax.engine.driver import (ABSTAIN, ESTIMATION, SELECTION, Certificate, CohenRule,
+                                 EngineCounts, Sampling)
 from rsjax.engine.counts import cast_floating, check_finite_outputs, noisy_counts, resolve_counts
 from rsjax.util import local_mesh, num_local_devices, replicate
 
-__all__ = ["Budget", "BudgetedCertificate", "as_budget", "certify", "sequential_bounds",
+__all__ = ["Budget", "BudgetedCertificate", "as_budget", "sequential_bounds",
            "grid_level"]
 
 
@@ -404,47 +403,3 @@ def _estimation(k_est, source: EngineCounts, rule: CohenRule, guess, *, budget, 
   _, used, p_lower = sequential_bounds(count_fn, b, n_max=settings.n, alpha=settings.alpha,
                                        budget=budget, noise=noise, scale=rule.scale, dim=rule.dim)
   return counts.astype(np.int32), used, p_lower
-
-
-def certify(key, apply_fn, params, x, *, sigma, num_classes: int, budget: Budget | Sequence[float],
-            settings: Sampling | None = None, ids=None, **sampling) -> BudgetedCertificate:
-  """Budgeted CERTIFY: stop each input once its certified grid radius is decided.
-
-  Also reached as ``rsjax.certify(..., budget=...)``. The guarantee is
-  CERTIFY's (``P(radius wrong) <= alpha`` per input) under data-dependent
-  stopping, by Clopper-Pearson bounds at fixed looks with ``alpha`` split
-  between them (union bound; Pocock 1977, Lan and DeMets 1983); see the module
-  docstring for the derivation and the stopping rule. It runs the driver
-  ``rsjax.engine.driver.run_certify`` with the budget as its sampling rule
-  (:meth:`Budget.run`: the selection pass of the engine, then this module's
-  sequential estimation pass) and Cohen's radius.
-
-  Args:
-    key: ``jax.random.key`` or int seed. Selection uses ``fold_in(key, 0)`` and
-      estimation ``fold_in(key, 1)``, as :func:`rsjax.certify`.
-    apply_fn: ``apply_fn(params, x) -> logits``.
-    params: pytree for ``apply_fn``.
-    x: ``[B, *input_shape]`` inputs.
-    sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
-    num_classes: C.
-    budget: a :class:`Budget`, or the radius grid (a sequence of radii) for
-      the default looks.
-    settings: an :class:`rsjax.Sampling`; ``n`` is the most estimation samples
-      any input gets, ``batch_size`` the samples of one input per step.
-    ids: ``[B]`` dataset indices (reproducible noise per input).
-    **sampling: :class:`rsjax.Sampling` fields as keywords (override ``settings``).
-
-  Returns:
-    A :class:`BudgetedCertificate`: ``prediction``, ``radius`` (the sound
-    radius of the bound at the stopping look, at least its grid radius),
-    ``p_lower``, ``counts`` ``[B, C]`` of the samples used, ``num_samples``
-    ``[B]``.
-
-  Raises:
-    ValueError: for bad arguments (named in the message).
-  """
-  budget = as_budget(budget)
-  settings = Sampling.of(settings, **sampling)
-  counts, rule = cohen_passes(apply_fn, params, x, sigma, ids, num_classes=num_classes,
-                              settings=settings)
-  return run_certify(key, counts, rule, settings, sampling_rule=budget)

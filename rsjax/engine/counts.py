@@ -26,17 +26,45 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from rsjax.engine.batching import auto_batch_size
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
 from rsjax.engine.step import ChunkPlan, cast_floating, make_chunk_plan, noisy_counts, step_counts
-from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate, run_on_devices
+from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate
 
 __all__ = ["PendingCounts", "sample_counts", "counts_prepared", "dispatch_counts", "noisy_counts",
-           "as_key", "ChunkPlan", "make_chunk_plan", "prepare_inputs", "resolve_counts"]
+           "as_key", "ChunkPlan", "refuse_traced", "run_on_devices", "make_chunk_plan", "prepare_inputs", "resolve_counts"]
 
 ApplyFn = Callable[[Any, jax.Array], jax.Array]
+
+
+def refuse_traced(name: str, *trees) -> None:
+  """Raises a one-line ``TypeError`` if any leaf of ``trees`` is a JAX tracer.
+
+  Host-side drivers call it first, so that ``jax.jit(rsjax.certify)`` says
+  which function to use instead of failing deep inside NumPy.
+  """
+  for leaf in jax.tree.leaves(trees):
+    if isinstance(leaf, jax.core.Tracer):
+      raise TypeError(
+          f"{name} is the host-side driver (NumPy input checks, batches planned for device "
+          "memory, float64 bounds on the host) and cannot run under jax.jit, jax.vmap or "
+          "jax.grad; under a transformation call rsjax.engine.traced.counts (pure JAX, the same "
+          "counts), then rsjax.certificate_from_counts on the host (see rsjax.engine.traced)")
+
+
+def run_on_devices(per_device, mesh: jax.sharding.Mesh, *args):
+  """Runs ``per_device(*args)`` on every device of ``mesh`` (use inside ``jax.jit``).
+
+  Every argument is replicated; ``per_device`` reads its device with
+  ``jax.lax.axis_index("dev")`` and returns partial results, each with a leading
+  axis of size 1. The result stacks them: leading axis = devices.
+  """
+  fn = jax.shard_map(per_device, mesh=mesh, in_specs=(P(),) * len(args), out_specs=P("dev"),
+                     check_vma=False)
+  return fn(*args)
 
 
 def prepare_inputs(x, sigma, ids):
@@ -193,7 +221,6 @@ def sample_counts(
     FloatingPointError: ``apply_fn`` returned NaN or inf logits for some noise
       sample; the message names the input ids (no counts from a broken model).
   """
-  from rsjax.engine.traced import refuse_traced  # lazy: rsjax.engine.traced builds on the engine's step
   refuse_traced("rsjax.sample_counts", key, params, x, sigma, ids)
   x, sig, ids_arr = prepare_inputs(x, sigma, ids)
   return counts_prepared(as_key(key), apply_fn, params, x, sig, ids_arr, num=num,

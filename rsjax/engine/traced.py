@@ -40,22 +40,7 @@ import jax.numpy as jnp
 from rsjax import noise as noise_lib
 from rsjax.engine.step import noisy_counts
 
-__all__ = ["counts", "refuse_traced"]
-
-
-def refuse_traced(name: str, *trees) -> None:
-  """Raises a one-line ``TypeError`` if any leaf of ``trees`` is a JAX tracer.
-
-  Host-side drivers call it first, so that ``jax.jit(rsjax.certify)`` says
-  which function to use instead of failing deep inside NumPy.
-  """
-  for leaf in jax.tree.leaves(trees):
-    if isinstance(leaf, jax.core.Tracer):
-      raise TypeError(
-          f"{name} is the host-side driver (NumPy input checks, batches planned for device "
-          "memory, float64 bounds on the host) and cannot run under jax.jit, jax.vmap or "
-          "jax.grad; under a transformation call rsjax.engine.traced.counts (pure JAX, the same "
-          "counts), then rsjax.certificate_from_counts on the host (see rsjax.engine.traced)")
+__all__ = ["counts"]
 
 
 def counts(key, params, x, *, apply_fn, sigma, num_classes: int, num: int,

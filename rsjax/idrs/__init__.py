@@ -18,7 +18,8 @@ sigma0). Layout:
 from rsjax import _lazy
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
-    "IDRS": "rsjax.idrs.method",
+    "IDRS": "rsjax.idrs._certify",
+    "METHOD": "rsjax.idrs.method",
     "IDRSCertificate": "rsjax.idrs._certify",
     "certify": "rsjax.idrs._certify",
     "DEFAULT_M": "rsjax.idrs._design",
@@ -46,6 +47,7 @@ from rsjax.sigma import SigmaValues as SigmaValues  # re-exported: defined in th
 
 __all__ = [
     "IDRS",
+    "METHOD",
     "ConstantSigma",
     "DEFAULT_M",
     "IDRSCertificate",

@@ -9,7 +9,7 @@ the rate (and float-rounding slack) taken from the design.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from rsjax.idrs._radius import certified_radius
 from rsjax.noise import Gaussian
 from rsjax.sigma import SigmaSource
 
-__all__ = ["IDRSCertificate", "certify"]
+__all__ = ["IDRSCertificate", "certify", "IDRS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,3 +146,25 @@ def certify(
   counts = engine_counts(apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes,
                          settings=settings)
   return run_certify(key, counts, rule, settings)
+
+
+@dataclasses.dataclass(frozen=True)
+class IDRS:
+  """IDRS as a certifier of ``rsjax.certify`` (``sigma=None``: the design gives sigma(x)).
+
+  Attributes:
+    design: a sigma(x) design with its rate (``KnnSigma``, ``ConstantSigma``).
+    thresholds: see :func:`certify`.
+    rtol: see :func:`certify`.
+  """
+
+  design: Any
+  thresholds: Any = None
+  rtol: float = 1e-4
+
+  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
+              ids=None) -> IDRSCertificate:
+    if sigma is not None:
+      raise ValueError("IDRS takes sigma(x) from its design: pass sigma=None")
+    return certify(key, apply_fn, params, x, design=self.design, num_classes=num_classes,
+                   settings=settings, ids=ids, thresholds=self.thresholds, rtol=self.rtol)

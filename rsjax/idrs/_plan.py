@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rsjax.idrs import _radius
-from rsjax.idrs._certify import IDRSCertificate, certify
+from rsjax.cohen._certify import certify
+from rsjax.idrs._certify import IDRS, IDRSCertificate
 from rsjax.idrs._design import KnnSigma, make_design
 from rsjax.method import Context, Plan
 
@@ -23,8 +24,8 @@ def build(ctx: Context, *, idrs_rate: float, idrs_k: int, idrs_m: float | None) 
     raise ValueError(f"{e} (set --idrs-m)") from None
 
   def fn(x, ids):
-    return certify(ctx.key, ctx.apply_fn, ctx.params, x, design=design, ids=ids,
-                   num_classes=ctx.dataset.num_classes, settings=ctx.settings)
+    return certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=None, certifier=IDRS(design),
+                   ids=ids, num_classes=ctx.dataset.num_classes, settings=ctx.settings)
 
   return Plan(fn, IDRSCertificate.columns, describe=f"IDRS, design {design!r}",
               details=details(design))

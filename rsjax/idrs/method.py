@@ -5,7 +5,7 @@ from __future__ import annotations
 from rsjax.idrs._check import check_idrs
 from rsjax.method import Context, Method, Option, Plan
 
-__all__ = ["IDRS"]
+__all__ = ["METHOD"]
 
 
 def _build(ctx: Context, **options) -> Plan:
@@ -13,7 +13,7 @@ def _build(ctx: Context, **options) -> Plan:
   return build(ctx, **options)
 
 
-IDRS = Method(
+METHOD = Method(
     "idrs", "input-dependent sigma(x) with the sound IDRS certificate", _build, (
         Option("idrs_rate", 0.01, "IDRS semi-elasticity r", float),
         Option("idrs_k", 20, "IDRS nearest neighbours k", int, positive=True),

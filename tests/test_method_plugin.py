@@ -1,0 +1,117 @@
+"""A method defined outside rsjax, registered from outside, through `rsjax certify` and `verify`.
+
+The package below is written to a temporary directory with a ``.dist-info``
+whose entry point (group ``rsjax.methods``) names its ``Method`` value, exactly
+what ``pip install`` of a package declaring
+``[project.entry-points."rsjax.methods"]`` leaves. Nothing in rsjax names it:
+``rsjax certify --method toy-capped`` gets its flag and plan from the value,
+and ``rsjax verify`` its check.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+TOY = '''
+"""Cohen's CERTIFY with the radius capped at --toy-cap (a smaller radius is still sound)."""
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from rsjax.checks import cohen_certificate, compare, read_rows, run_sigma
+from rsjax.method import Method, Option, Plan
+
+
+def _build(ctx, *, toy_cap):
+  import rsjax  # the JAX half: imported when a run is planned, never by verify
+
+  @dataclasses.dataclass(frozen=True)
+  class Capped(rsjax.Certificate):
+    uncapped: np.ndarray | None = None
+    columns: ClassVar[tuple[str, ...]] = ("uncapped",)
+
+    def row_fields(self, j):
+      return {"uncapped": repr(float(self.uncapped[j]))}
+
+  def certify(x, ids):
+    c = rsjax.certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=ctx.sigma, ids=ids,
+                      num_classes=ctx.dataset.num_classes, settings=ctx.settings)
+    fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
+    return Capped(**{**fields, "radius": np.minimum(c.radius, toy_cap)}, uncapped=c.radius)
+
+  return Plan(certify, Capped.columns, describe=f"Cohen's CERTIFY, radius capped at {toy_cap}")
+
+
+def _check(view, res, recs, *, rtol, atol, **_):
+  issues = []
+  rows = read_rows(view, res, recs, issues)
+  predict, radius, p = cohen_certificate(view, rows, run_sigma(view))
+  compare(res, rows, predict, radius, issues, rtol=rtol, atol=atol,
+          columns=("predict", "uncapped"))
+  cap = float(view["settings"]["toy_cap"])
+  compare(res, rows, predict, np.minimum(radius, cap), issues, rtol=rtol, atol=atol, p_lower=p)
+  return issues
+
+
+TOY = Method("toy-capped", "Cohen's CERTIFY with the radius capped (a method from outside)",
+             _build, (Option("toy_cap", 1.0, "the largest radius reported", float,
+                             positive=True),), check=_check)
+'''
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory):
+  """A directory holding the toy package and its installed metadata (entry point)."""
+  root = tmp_path_factory.mktemp("plugin")
+  (root / "toy_rsjax_method.py").write_text(textwrap.dedent(TOY))
+  info = root / "toy_rsjax_method-0.1.dist-info"
+  info.mkdir()
+  (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-rsjax-method\nVersion: 0.1\n")
+  (info / "entry_points.txt").write_text("[rsjax.methods]\ntoy = toy_rsjax_method:TOY\n")
+  return root
+
+
+def _rsjax(plugin, *args, check=True):
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+      [str(plugin), *filter(None, [os.environ.get("PYTHONPATH")])])}
+  out = subprocess.run([sys.executable, "-m", "rsjax.cli", *map(str, args)], env=env,
+                       capture_output=True, text=True, timeout=600)
+  if check and out.returncode != 0:
+    raise AssertionError(f"rsjax {args[0]} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
+  return out
+
+
+def test_a_method_from_outside_certifies_and_verifies(trained, plugin, tmp_path):
+  out = tmp_path / "toy.tsv"
+  _rsjax(plugin, "certify", trained, out, "--method", "toy-capped", "--toy-cap", "0.2",
+         "--N0", "50", "--N", "400", "--max", "6", "--batch", "200", "--quiet")
+  lines = out.read_text().splitlines()
+  assert lines[0].split("\t")[-1] == "uncapped" and len(lines) == 7
+  rows = [dict(zip(lines[0].split("\t"), line.split("\t"))) for line in lines[1:]]
+  assert all(float(r["radius"]) == min(float(r["uncapped"]), 0.2) for r in rows)
+  assert any(float(r["uncapped"]) > 0.2 for r in rows)  # the cap did something
+  run = json.loads((tmp_path / "toy.tsv.run.json").read_text())
+  assert run["method"]["name"] == "toy-capped" and run["method"]["options"] == {"toy_cap": 0.2}
+  ok = _rsjax(plugin, "verify", out)
+  assert "verified: all 6 rows" in ok.stdout and "method toy-capped" in ok.stdout, ok.stdout
+  # The plugin's check is what verify runs: a radius over the cap is caught.
+  j = next(j for j, r in enumerate(rows) if float(r["uncapped"]) > 0.2)
+  names, cells = lines[0].split("\t"), lines[1 + j].split("\t")
+  cells[names.index("radius")] = cells[names.index("uncapped")]
+  lines[1 + j] = "\t".join(cells)
+  out.write_text("\n".join(lines) + "\n")
+  bad = _rsjax(plugin, "verify", out, check=False)
+  assert bad.returncode == 1 and "radius" in bad.stdout, bad.stdout
+
+
+def test_without_its_entry_point_the_method_is_unknown(trained, tmp_path):
+  out = subprocess.run([sys.executable, "-m", "rsjax.cli", "certify", str(trained),
+                        str(tmp_path / "o.tsv"), "--method", "toy-capped"],
+                       capture_output=True, text=True, timeout=600)
+  assert out.returncode == 2 and "toy-capped" in out.stderr
