@@ -85,3 +85,33 @@ def test_the_command_takes_its_choices_from_the_registries():
       assert by_dest[o.name].default == o.default
   args = parser.parse_args(["certify", "m", "o.tsv", "--method", "srs", "--deq-solver", "naive"])
   assert args.deq_solver == "iteration"
+
+
+def test_every_method_has_the_one_call_shape():
+  """``rsjax.certify(..., certifier=X)`` is the method's own certify, bit for bit."""
+  w = jnp.array([[1.0, -1.0], [0.5, -0.5]], jnp.float32)
+  x, ids = _x(), np.array([4, 9, 2, 7])
+  key, kw = jax.random.key(5), dict(num_classes=2, n0=50, n=1000, alpha=0.001, ids=ids)
+  design = rsjax.idrs.ConstantSigma(0.4)
+  noise = rsjax.anisotropic.FrozenNoise(np.array([0.3, 0.5], np.float32))
+  sig = np.array([0.3, 0.4, 0.5, 0.6])
+  pairs = [
+      (rsjax.certify(key, _linear, w, x, sigma=0.4, certifier=rsjax.Cohen(multiclass=True), **kw),
+       rsjax.certify(key, _linear, w, x, sigma=0.4, multiclass=True, **kw)),
+      (rsjax.certify(key, _linear, w, x, sigma=None, certifier=rsjax.idrs.IDRS(design), **kw),
+       rsjax.idrs.certify(key, _linear, w, x, design=design, **kw)),
+      (rsjax.certify(key, _linear, w, x, sigma=noise, certifier=rsjax.anisotropic.UCAN(), **kw),
+       rsjax.anisotropic.certify(key, _linear, w, x, sigma=noise, **kw)),
+      (rsjax.certify(key, _linear, w, x, sigma=sig, certifier=rsjax.ddrs.DDRS(), **kw),
+       rsjax.ddrs.certify(key, _linear, w, x, sigma=sig, **kw)),
+  ]
+  for got, want in pairs:
+    assert type(got) is type(want)
+    np.testing.assert_array_equal(got.counts, want.counts)
+    np.testing.assert_array_equal(got.prediction, want.prediction)
+    np.testing.assert_array_equal(got.radius, want.radius)
+  with pytest.raises(ValueError, match="design"):
+    rsjax.certify(key, _linear, w, x, sigma=0.4, certifier=rsjax.idrs.IDRS(design), **kw)
+  with pytest.raises(ValueError, match="Cohen"):
+    rsjax.certify(key, _linear, w, x, sigma=0.4, certifier=rsjax.ddrs.DDRS(), multiclass=True,
+                  **kw)

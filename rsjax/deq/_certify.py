@@ -66,9 +66,11 @@ from rsjax.deq._srs import CORRECTIONS, SRSConfig, srs_sample
 from rsjax.util import check_alpha, check_int, scale_per_input
 
 __all__ = ["SRS", "SRSCertificate", "StandardRS", "certify", "srs_certificate", "srs_p_lower",
-           "CORRECTIONS", "METHODS"]
+           "CORRECTIONS", "MODES"]
 
-METHODS = ("srs", "standard")
+#: The ways :func:`certify` samples a DEQ (its ``method=``; the certifiers ``SRS`` and
+#: ``StandardRS``, and the registry's ``srs`` and ``deq-standard``).
+MODES = ("srs", "standard")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,8 +287,8 @@ def certify(
     the method and the certified classifier; ``sound`` is False for the
     authors' code's bound or consecutive check positions.
   """
-  if method not in METHODS:
-    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+  if method not in MODES:
+    raise ValueError(f"method must be one of {MODES}, got {method!r}")
   settings = Sampling.of(settings, **sampling)
   if settings.batch_size == "auto":
     raise ValueError("DEQ certification needs an integer batch_size, not 'auto'")

@@ -31,7 +31,7 @@ The input-dependent generator gives no certificate: the classifier deployed at
 ``x + delta`` smooths with ``mu(x + delta), sigma(x + delta)``, not with the
 noise the region around ``x`` was computed for (UCAN's reviewers, citing DDRS,
 ANCER and IDRS). Training it needs ``allow_unsound=True`` (CLI
-``--allow-unsound``), and so does :func:`certify_input_dependent`, whose result is
+``--allow-unsound``), and so does ``rsjax.anisotropic.certify_input_dependent``, whose result is
 marked ``sound=False``. The sound alternative offered and measured
 (``experiments/ucan_mnist.py``) is the **frozen dataset-wise noise**
 (``universal``): it certifies a fixed smoothed classifier for every input and
