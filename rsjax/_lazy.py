@@ -12,25 +12,30 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def exports(package: str, table: Mapping[str, str]) -> tuple[Callable[[str], Any],
-                                                              Callable[[], list[str]]]:
+def exports(package: str, table: Mapping[str, str], submodules: tuple[str, ...] = ()
+            ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
   """``(__getattr__, __dir__)`` of a package whose ``name`` lives in module ``table[name]``.
 
   Args:
     package: the package's ``__name__``.
     table: ``{name: dotted module}``; each name is imported from its module on
       first access and kept in the package's namespace.
+    submodules: submodules imported on first access as attributes
+      (``package.name``).
   """
   namespace = importlib.import_module(package).__dict__
 
   def __getattr__(name: str) -> Any:
-    if name not in table:
+    if name in submodules:
+      value = importlib.import_module(f"{package}.{name}")
+    elif name not in table:
       raise AttributeError(f"module {package!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(table[name]), name)
+    else:
+      value = getattr(importlib.import_module(table[name]), name)
     namespace[name] = value  # the next access is a plain attribute lookup
     return value
 
   def __dir__() -> list[str]:
-    return sorted(set(namespace) | set(table))
+    return sorted(set(namespace) | set(table) | set(submodules))
 
   return __getattr__, __dir__

@@ -13,3 +13,8 @@
 
 The modules are imported on first use (``rsjax.engine.counts`` etc.).
 """
+
+from rsjax import _lazy
+
+__getattr__, __dir__ = _lazy.exports(
+    __name__, {}, submodules=("batching", "budget", "counts", "driver", "step", "traced"))
