@@ -270,9 +270,9 @@ def ddrs_plan(ctx: Context, *, ddrs_steps, ddrs_lr, ddrs_draws, ddrs_memory) -> 
 def deq_plan(ctx: Context, method: str, *, deq_solver, deq_steps, deq_warmup_steps, srs_m,
          srs_check_steps, srs_correction) -> Plan:
   from rsjax import deq
-  from rsjax.deq import SolverConfig
+  from rsjax.models import DEQModel, SolverConfig
   _binary_gaussian_only(ctx, method)
-  if not isinstance(ctx.model, deq.DEQModel):
+  if not isinstance(ctx.model, DEQModel):
     raise ValueError(f"--method {'srs' if method == 'srs' else 'deq-standard'} needs a DEQ model "
                      "(trained with --model deq or mdeq)")
   steps = deq_steps if deq_steps is not None else (3 if method == "srs" else 30)

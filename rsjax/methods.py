@@ -24,7 +24,7 @@ import numpy as np
 from rsjax._method import Context, Method, Option, Plan, restorer
 from rsjax._plans import (UNIVERSAL_NOISE_FILE, cohen_plan, ddrs_plan, deq_plan, idrs_plan,
                           load_universal_noise, save_universal_noise, ucan_plan)
-from rsjax.deq import SOLVERS, SolverConfig
+from rsjax.models import SOLVERS, SolverConfig
 
 __all__ = ["Context", "METHODS", "Method", "Option", "Plan", "UNIVERSAL_NOISE_FILE",
            "load_universal_noise", "parse_grid", "restorer", "save_universal_noise"]

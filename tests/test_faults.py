@@ -450,7 +450,7 @@ def test_srs_refuses_non_finite_logits(getkey):
 
   import jax.numpy as jnp
 
-  from rsjax import deq
+  from rsjax import deq, models
 
   @dataclasses.dataclass(frozen=True)
   class NanDEQ:
@@ -458,7 +458,7 @@ def test_srs_refuses_non_finite_logits(getkey):
 
     def __call__(self, params, x, z0, solver):
       u = x.reshape(x.shape[0], -1)
-      res = deq.solve(lambda z: 0.5 * z + u, jnp.zeros_like(u) if z0 is None else z0, solver)
+      res = models.solve(lambda z: 0.5 * z + u, jnp.zeros_like(u) if z0 is None else z0, solver)
       score = jnp.where(u[:, 0] > 0.9, jnp.nan, res.z.sum(-1) * params)
       return jnp.stack([jnp.zeros_like(score), score], axis=-1), res
 
