@@ -153,10 +153,10 @@ def load_universal_noise(workdir):
 
 def _trained_unsound(workdir) -> bool:
   """Whether ``workdir``'s ``config.json`` marks its training noise as not sound."""
-  from rsjax.training import workdir as wd
-  if not workdir or not os.path.exists(os.path.join(os.fspath(workdir), wd.CONFIG_FILE)):
+  from rsjax import models
+  if not workdir or not os.path.exists(os.path.join(os.fspath(workdir), models.CONFIG_FILE)):
     return False
-  return wd.read_config(workdir).get("sound", True) is False
+  return models.read_config(workdir).get("sound", True) is False
 
 
 def ucan_plan(ctx: Context, *, ucan_sigma, ucan_pattern, ucan_kappa, ucan_iota) -> Plan:

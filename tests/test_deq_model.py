@@ -113,7 +113,7 @@ def test_mdeq_trains_through_the_generic_trainer_and_reloads(tmp_path):
                                      workdir=tmp_path / "mdeq", model_config=spec)
   assert hist[-1]["clean_acc"] > 0.9 and hist[-1]["solver_steps"] == 8
   assert "jacobian" in hist[-1]
-  loaded, _ = rsjax.training.load_model(tmp_path / "mdeq")
+  loaded, _ = models.load_model(tmp_path / "mdeq")
   assert isinstance(loaded, models.MDEQClassifier)
   deq_fn, variables = models.to_deq_fn(model)
   run = jax.jit(deq_fn, static_argnums=3)

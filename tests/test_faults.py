@@ -308,7 +308,7 @@ def _nan_model(model_dir, tmp_path):
   from rsjax.models import to_train_fn
   bad = tmp_path / "nan_model"
   shutil.copytree(model_dir, bad)
-  model, _ = training.load_model(bad)
+  model, _ = rsjax.models.load_model(bad)
   _, params, rest = to_train_fn(model)
   params = jax.tree.map(lambda a: a * np.nan, params)
   with Checkpoints(bad / "checkpoints", max_to_keep=None) as ckpt:
@@ -364,14 +364,14 @@ def test_unwritable_output_is_one_line(model_dir, tmp_path, case, needle):
 def test_cli_mistakes_are_one_line(model_dir, tmp_path, capsys):
   import shutil
 
-  from rsjax.training import workdir
+  from rsjax import models
   clean = tmp_path / "clean"
   shutil.copytree(model_dir, clean)
-  cfg = workdir.read_config(clean)
-  workdir.write_json(clean / "config.json", dict(cfg, sigma=0.0))
+  cfg = models.read_config(clean)
+  models.write_config(clean, dict(cfg, sigma=0.0))
   other = tmp_path / "other"
   shutil.copytree(model_dir, other)
-  workdir.write_json(other / "config.json", dict(cfg, model="cnn"))
+  models.write_config(other, dict(cfg, model="cnn"))
   header_only = tmp_path / "h.tsv"
   header_only.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n")
   cases = [

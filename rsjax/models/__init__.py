@@ -18,6 +18,14 @@ file)::
 
   apply_fn, variables = rsjax.models.from_torch("checkpoint.pth.tar")
 
+A model directory (``config.json`` and checkpoints, what ``rsjax train`` and
+``rsjax convert`` write and ``rsjax certify`` reads) is written with ``save_model``
+and read back with ``load_model`` (``_directory``)::
+
+  rsjax.models.save_model("model_dir", model, {"model": "lenet", "num_classes": 10,
+                                               "input_shape": [28, 28, 1]})
+  model, config = rsjax.models.load_model("model_dir")
+
 Deep equilibrium models (``create_model("deq")``, ``"mdeq"``) and their fixed-point
 solvers are here too:
 
@@ -49,6 +57,14 @@ from rsjax.models._deq import DEQForward as DEQForward
 from rsjax.models._deq import DEQModel as DEQModel
 from rsjax.models._deq import make_apply_fn as make_apply_fn
 from rsjax.models._deq import to_deq_fn as to_deq_fn
+from rsjax.models._directory import CHECKPOINT_DIR as CHECKPOINT_DIR
+from rsjax.models._directory import CONFIG_FILE as CONFIG_FILE
+from rsjax.models._directory import load_model as load_model
+from rsjax.models._directory import read_config as read_config
+from rsjax.models._directory import restore_model as restore_model
+from rsjax.models._directory import save_model as save_model
+from rsjax.models._directory import write_checkpointed as write_checkpointed
+from rsjax.models._directory import write_config as write_config
 from rsjax.models._fold import fold_batch_norm as fold_batch_norm
 from rsjax.models._implicit import implicit_fixed_point as implicit_fixed_point
 from rsjax.models._implicit import jacobian_frobenius_sq as jacobian_frobenius_sq
@@ -86,7 +102,9 @@ from rsjax.models._torch import parse_normalize as parse_normalize
 __all__ = [
     "AuxLoss",
     "BasicResNet",
+    "CHECKPOINT_DIR",
     "CNN",
+    "CONFIG_FILE",
     "CifarResNet",
     "DEQApply",
     "DEQCell",
@@ -123,12 +141,18 @@ __all__ = [
     "from_torch",
     "implicit_fixed_point",
     "jacobian_frobenius_sq",
+    "load_model",
     "load_torch",
     "make_apply_fn",
     "parse_normalize",
+    "read_config",
     "relative_residual",
+    "restore_model",
+    "save_model",
     "solve",
     "to_apply_fn",
     "to_deq_fn",
     "to_train_fn",
+    "write_checkpointed",
+    "write_config",
 ]
