@@ -17,7 +17,7 @@ import time
 import jax
 import numpy as np
 
-from rsjax import deq, metrics
+from rsjax import deq, metrics, models
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)  # the radii of the table
 
@@ -71,15 +71,15 @@ def append_row(path: str, run: dict, row: dict) -> None:
 def srs_config(cfg, variant: str, m: int) -> deq.SRSConfig:
   """SRS with ``variant`` ("3B") chains, a 10-step warm-up of the same solver and ``m``
   check samples solved with the standard solver."""
-  chain = deq.as_solver_config(variant)
+  chain = models.as_solver_config(variant)
   return deq.SRSConfig(solver=chain, warmup=chain.replace(steps=cfg.warmup_steps),
-                       check_solver=deq.as_solver_config(cfg.standard), m=m)
+                       check_solver=models.as_solver_config(cfg.standard), m=m)
 
 
 def f_evals(cfg, variant: str, m: int) -> int:
   """Evaluations of the equilibrium map per image (selection + estimation + checks)."""
-  steps = deq.as_solver_config(variant).steps
-  full = deq.as_solver_config(cfg.standard).steps
+  steps = models.as_solver_config(variant).steps
+  full = models.as_solver_config(cfg.standard).steps
   if variant == cfg.standard:
     return (cfg.n0 + cfg.n) * steps
 
@@ -95,7 +95,7 @@ def certify_image(cfg, deq_fn, variables, sigma: float, variant: str, m: int, x,
   """Certifies one image (``x [1, H, W, C]``) with one method; its row (wall and CPU
   seconds, and the cores the process may use, included)."""
   kw = dict(sigma=sigma, num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
-            batch_size=cfg.chains, solver=deq.as_solver_config(cfg.standard))
+            batch_size=cfg.chains, solver=models.as_solver_config(cfg.standard))
   if variant == cfg.standard:
     kw.update(method="standard")
   else:
@@ -153,7 +153,7 @@ def summarize(cfg, rows: list[dict], variant: str, m: int, radii=RADII) -> dict:
       "abstain_rate": float(np.mean([r["predict"] < 0 for r in rows])) if rows else None,
   }
   if variant != cfg.standard:
-    out["check_f_eval_share"] = m * deq.as_solver_config(cfg.standard).steps / evals
+    out["check_f_eval_share"] = m * models.as_solver_config(cfg.standard).steps / evals
     if rows:
       sel = sum(r["check_selected"] for r in rows)
       out["check_agreement"] = sum(r["check_agree"] for r in rows) / max(sel, 1)

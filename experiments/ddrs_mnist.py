@@ -165,7 +165,7 @@ def run(cfg: Config, log=print) -> dict:
         cfg.seed, dmodel, (x, y), ddrs_config=dcfg,
         train_config=training.TrainConfig(sigma=s0, **tc), eval_data=(xt, yt),
         workdir=os.path.join(cfg.out, f"ddrs_{tag}"), model_config=mcfg, progress=False)
-    mmodel, _ = training.load_model(os.path.join(cfg.out, f"gauss_{tag}"))  # a copy to fine-tune
+    mmodel, _ = models.load_model(os.path.join(cfg.out, f"gauss_{tag}"))  # a copy to fine-tune
     mmodel, mhist, _ = train_ddrs(
         cfg.seed, mmodel, (x, y), ddrs_config=DDRSConfig(sigma0=s0, **cfg.ddrs_train),
         train_config=training.TrainConfig(

@@ -19,9 +19,9 @@ evaluations of the equilibrium map, a hardware-independent cost.
 
 Models (``rsjax.training.train``: SGD, implicit gradients with 8 Anderson
 steps, the Jacobian regularizer, 20 epochs on the 4,000 embedded ``mnist5k``
-training digits): ``rsjax.deq.DEQClassifier`` (one stream, 16 channels at
+training digits): ``rsjax.models.DEQClassifier`` (one stream, 16 channels at
 14x14, 25,242 parameters) at sigma 0.25 and 0.5, and the multiscale
-``rsjax.deq.MDEQClassifier`` (streams of 8 channels at 14x14 and 16 at 7x7,
+``rsjax.models.MDEQClassifier`` (streams of 8 channels at 14x14 and 16 at 7x7,
 fused every step; 30,018 parameters), the paper's model class, at sigma 0.25.
 
 The cap. With N = 10,000 and alpha = 0.001 standard RS certifies at most
@@ -209,12 +209,12 @@ def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log, k
                           on_epoch_end=lambda e: log(json.dumps(e)))
   strip_checkpoint_paths(workdir)  # the full run's checkpoints are committed
   # Accuracy under one draw of noise with cheap and full solvers from z = 0.
-  deq_fn, variables = deq.to_deq_fn(model)
+  deq_fn, variables = rsjax.models.to_deq_fn(model)
   run = jax.jit(deq_fn, static_argnums=3)
   noisy = _noisy_held_out(cfg, sigma, held_out)
   acc = {}
   for label in sorted({cfg.standard, *cfg.srs}):
-    logits, res = run(variables, noisy, None, deq.as_solver_config(label))
+    logits, res = run(variables, noisy, None, rsjax.models.as_solver_config(label))
     acc[label] = {"noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
                   "residual": float(np.mean(res.residual))}
   return model, history, acc
@@ -239,7 +239,7 @@ def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> 
   """Measured share of SRS estimation time spent in the m check solves (30A from z = 0):
   the same ``srs_sample`` call with and without check samples, after compilation."""
   m = check_samples(cfg, sigma)
-  deq_fn, variables = deq.to_deq_fn(model)
+  deq_fn, variables = rsjax.models.to_deq_fn(model)
   settings = rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.chains)
   times = {}
   for mm in (0, m):
@@ -372,7 +372,7 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
       if stop:
         break
       tag, st = setup(kind, sigma)
-      deq_fn, variables = deq.to_deq_fn(st.model)
+      deq_fn, variables = rsjax.models.to_deq_fn(st.model)
       done = {v: {r["id"] for r in rows_lib.read_rows(st.paths[v], st.headers[v])}
               for v in st.paths}
       certified = False

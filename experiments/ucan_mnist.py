@@ -145,13 +145,13 @@ def run(cfg: Config, log=print) -> dict:
                              lr=cfg.ucan_lr, draws=cfg.ucan_draws)
 
     for gen in cfg.generators:
-      model, _ = training.load_model(base_dir)  # fine-tune a copy of the Gaussian model
+      model, _ = models.load_model(base_dir)  # fine-tune a copy of the Gaussian model
       model, noise, _ = ucan.train_ucan(cfg.seed, model, (x, y), ucan_config(gen),
                                         workdir=os.path.join(cfg.out, f"{gen}_{tag}"),
                                         model_config=mcfg, progress=False)
       certify_row(f"{gen}_s{tag}", model, noise, s0)
     for gen in cfg.unsound_generators:
-      model, _ = training.load_model(base_dir)
+      model, _ = models.load_model(base_dir)
       wdir = os.path.join(cfg.out, f"{gen}_{tag}")
       ucan.train_ucan(cfg.seed, model, (x, y), ucan_config(gen), workdir=wdir, model_config=mcfg,
                       progress=False, allow_unsound=True)

@@ -37,11 +37,10 @@ def _differences(saved, now) -> str:
 def _reusable(workdir: str, rows: str, train_json: dict, rows_run: dict, overwrite: bool) -> None:
   """Stops (``ValueError``) if ``workdir``'s training or the ``rows`` were made with other
   settings; with ``overwrite`` removes them instead."""
-  from rsjax import io
-  from rsjax.training import workdir as wd
+  from rsjax import io, models
   diffs = []
-  if os.path.exists(os.path.join(workdir, wd.CONFIG_FILE)):
-    saved = wd.read_config(workdir).get("train", {})
+  if os.path.exists(os.path.join(workdir, models.CONFIG_FILE)):
+    saved = models.read_config(workdir).get("train", {})
     if _differences(saved, train_json):
       diffs.append(f"{workdir} was trained with other settings ({_differences(saved, train_json)})")
   if not diffs and os.path.exists(rows):

@@ -76,10 +76,10 @@ class LinearDEQ:
   """
 
   def __call__(self, params, x, z0, solver):
-    from rsjax import deq
+    from rsjax import models
     u = x.reshape(x.shape[0], -1) @ params["W"].T
     z0 = jnp.zeros_like(u) if z0 is None else z0
-    res = deq.solve(lambda z: z @ params["A"].T + u, z0, solver)
+    res = models.solve(lambda z: z @ params["A"].T + u, z0, solver)
     score = res.z @ params["v"] + params["b"]
     return jnp.stack([jnp.zeros_like(score), score], axis=-1), res
 
@@ -122,7 +122,7 @@ def _cert(prefix, cert, out):
 def compute() -> dict[str, np.ndarray]:
   """Runs every case and returns ``{name: array}``."""
   import rsjax
-  from rsjax import anisotropic, ddrs, deq, idrs
+  from rsjax import anisotropic, ddrs, deq, idrs, models
 
   mlp, lin, x, sig_b, sig_d, train, deq_params, x_deq = _problem()
   out = {}
@@ -189,10 +189,10 @@ def compute() -> dict[str, np.ndarray]:
   deq_fn = LinearDEQ()
   dsmall = dict(n0=16, n=200, alpha=0.05)
   _cert("deq/standard", deq.certify(19, deq_fn, deq_params, x_deq, sigma=0.3, num_classes=2,
-                                    method="standard", solver=deq.SolverConfig(steps=20),
+                                    method="standard", solver=models.SolverConfig(steps=20),
                                     batch_size=64, **dsmall), out)
-  srs = deq.SRSConfig(solver=deq.SolverConfig(steps=2), warmup=deq.SolverConfig(steps=8),
-                      check_solver=deq.SolverConfig(steps=20), m=40)
+  srs = deq.SRSConfig(solver=models.SolverConfig(steps=2), warmup=models.SolverConfig(steps=8),
+                      check_solver=models.SolverConfig(steps=20), m=40)
   srs_kw = dict(num_classes=2, method="srs", batch_size=32, **dsmall)
   _cert("deq/srs", deq.certify(20, deq_fn, deq_params, x_deq, sigma=[0.2, 0.3, 0.4], srs=srs,
                                **srs_kw), out)

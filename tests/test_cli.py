@@ -207,9 +207,9 @@ def test_train_and_certify_a_deq_standard_and_srs(tmp_path):
   assert np.all(srs.radius >= 0) and np.all(std.radius >= 0)
   assert np.mean(std.correct) > 0  # the DEQ learned something in one epoch
   # The library rebuilds the DEQ from its workdir too (the model registry knows "deq").
-  from rsjax import deq, training
-  model, config = training.load_model(out)
-  assert isinstance(model, deq.DEQClassifier) and config["model"] == "deq"
+  from rsjax import models
+  model, config = models.load_model(out)
+  assert isinstance(model, models.DEQClassifier) and config["model"] == "deq"
   # A non-DEQ model refuses the DEQ methods with a clear error.
   assert run_cli("certify", tmp_path / "nomodel", tmp_path / "x.tsv", "--method", "srs") == 2
 

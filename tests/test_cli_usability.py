@@ -6,8 +6,7 @@ import os
 
 import pytest
 
-from rsjax import cli, io
-from rsjax.training import workdir as wd
+from rsjax import cli, io, models
 
 _TRAIN = ["train", "--dataset", "digits", "--model", "mlp", "--epochs", "1", "--quiet"]
 _CERT = ["--N0", "10", "--N", "40", "--batch", "40", "--max", "2", "--quiet"]
@@ -21,7 +20,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_training_defaults_follow_the_dataset_and_are_printed(model_dir, capsys):
-  train = wd.read_config(model_dir)["train"]
+  train = models.read_config(model_dir)["train"]
   assert (train["epochs"], train["batch_size"], train["lr"], train["lr_step"]) == (1, 64, 0.05, 8)
   out = str(os.path.join(os.path.dirname(model_dir), "again"))
   assert cli.main([*_TRAIN, "--out", out]) == 0
@@ -33,9 +32,9 @@ def test_training_defaults_follow_the_dataset_and_are_printed(model_dir, capsys)
 def test_certify_warns_when_training_did_not_finish(model_dir, tmp_path, capsys):
   cut = str(tmp_path / "cut")
   assert cli.main([*_TRAIN, "--out", cut]) == 0
-  config = wd.read_config(cut)
+  config = models.read_config(cut)
   config["train"]["epochs"] = 3  # as written by a run of 3 epochs killed after the first
-  wd.write_json(os.path.join(cut, wd.CONFIG_FILE), config)
+  models.write_config(cut, config)
   capsys.readouterr()
   assert cli.main(["certify", cut, str(tmp_path / "c.tsv"), *_CERT]) == 0
   err = capsys.readouterr().err
@@ -56,7 +55,7 @@ def test_restart_means_start_over_in_train_and_certify(model_dir, tmp_path, caps
   for flag in ("--restart", "--overwrite"):  # one meaning: start over
     assert cli.main([*_TRAIN, "--out", out, "--lr", "0.2", flag]) == 0
     assert "starting over: removed the earlier training run" in capsys.readouterr().out
-    assert wd.read_config(out)["train"]["lr"] == 0.2
+    assert models.read_config(out)["train"]["lr"] == 0.2
   rows = str(tmp_path / "rows.tsv")
   assert cli.main(["certify", model_dir, rows, *_CERT]) == 0
   assert cli.main(["certify", model_dir, rows, *_CERT, "--sigma", "0.5"]) == 2
@@ -86,14 +85,14 @@ def test_errors_name_their_file_and_hide_internals(model_dir, tmp_path, capsys):
   import shutil
   bad = str(tmp_path / "bad_json")
   shutil.copytree(model_dir, bad)
-  with open(os.path.join(bad, wd.CONFIG_FILE), "w") as f:
+  with open(os.path.join(bad, models.CONFIG_FILE), "w") as f:
     f.write("{not json")
   assert cli.main(["certify", bad, str(tmp_path / "x.tsv"), *_CERT]) == 2
   err = capsys.readouterr().err
-  assert f"{os.path.join(bad, wd.CONFIG_FILE)!r} is not valid JSON" in err
+  assert f"{os.path.join(bad, models.CONFIG_FILE)!r} is not valid JSON" in err
   damaged = str(tmp_path / "damaged")
   shutil.copytree(model_dir, damaged)
-  for root, _, files in os.walk(os.path.join(damaged, wd.CHECKPOINT_DIR)):
+  for root, _, files in os.walk(os.path.join(damaged, models.CHECKPOINT_DIR)):
     for name in files:
       if os.sep + "d" in root:  # the array data files
         with open(os.path.join(root, name), "wb") as f:

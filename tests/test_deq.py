@@ -1,11 +1,11 @@
-"""Tests of rsjax.deq solvers and implicit differentiation (fast, CPU)."""
+"""Tests of the fixed-point solvers of rsjax.models and implicit differentiation (fast, CPU)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rsjax import deq
+from rsjax import models
 
 
 
@@ -23,8 +23,8 @@ def _affine_problem(key, b=4, d=20, norm=0.9, lo=0.0, dtype=jnp.float32):
 
 
 def _solve(f, z0, config, **kw):
-  """Jitted ``deq.solve`` (one compile instead of many eager dispatches)."""
-  return jax.jit(lambda z: deq.solve(f, z, config, **kw))(z0)
+  """Jitted ``models.solve`` (one compile instead of many eager dispatches)."""
+  return jax.jit(lambda z: models.solve(f, z, config, **kw))(z0)
 
 
 def _err(z, z_star):
@@ -42,7 +42,7 @@ def test_solvers_reach_affine_fixed_point(getkey, name):
   assert int(r.steps) == steps
   # MDEQ's absolute ridge lam=1e-4 limits the accuracy on this tiny (D=20) problem;
   # with a smaller ridge Anderson converges to float32 precision.
-  tight = deq.SolverConfig(name=name, steps=steps, lam=1e-8)
+  tight = models.SolverConfig(name=name, steps=steps, lam=1e-8)
   r = _solve(f, jnp.zeros_like(z_star), tight)
   assert np.all(_err(r.z, z_star) < 3e-5)
 
@@ -65,14 +65,14 @@ def test_anderson_mixing_and_memory(getkey):
   f, z_star = _affine_problem(getkey(), norm=0.9)
   z0 = jnp.zeros_like(z_star)
   plain = _solve(f, z0, "iteration", steps=40)
-  for cfg in (deq.SolverConfig(m=2, steps=40, lam=1e-8),
-              deq.SolverConfig(m=6, beta=0.7, steps=40, lam=1e-8)):
+  for cfg in (models.SolverConfig(m=2, steps=40, lam=1e-8),
+              models.SolverConfig(m=6, beta=0.7, steps=40, lam=1e-8)):
     r = _solve(f, z0, cfg)
     assert np.all(_err(r.z, z_star) < 1e-2), cfg
   # Memory 1 is plain iteration (damped by beta).
-  one = _solve(f, z0, deq.SolverConfig(m=1, steps=40))
+  one = _solve(f, z0, models.SolverConfig(m=1, steps=40))
   np.testing.assert_allclose(one.z, plain.z, rtol=1e-5, atol=1e-5)
-  damped = _solve(f, z0, deq.SolverConfig(m=1, beta=0.5, steps=3))
+  damped = _solve(f, z0, models.SolverConfig(m=1, beta=0.5, steps=3))
   z = z0
   for _ in range(3):
     z = 0.5 * f(z) + 0.5 * z
@@ -89,8 +89,8 @@ def test_broyden_reaches_the_fixed_point_of_the_other_solvers(getkey):
   c = jax.random.normal(k2, (b, d))
   f = lambda z: jnp.tanh(z @ w.T + c)
   z0 = jax.random.normal(k3, (b, d))
-  ref = _solve(f, z0, deq.SolverConfig(name="iteration", steps=400)).z
-  np.testing.assert_allclose(_solve(f, z0, deq.SolverConfig(steps=40, lam=1e-8)).z, ref, atol=1e-4)
+  ref = _solve(f, z0, models.SolverConfig(name="iteration", steps=400)).z
+  np.testing.assert_allclose(_solve(f, z0, models.SolverConfig(steps=40, lam=1e-8)).z, ref, atol=1e-4)
   rb = _solve(f, z0, "broyden", steps=30)
   np.testing.assert_allclose(rb.z, ref, atol=1e-4)
   assert np.all(np.asarray(rb.residual) < 1e-4)
@@ -101,8 +101,8 @@ def test_broyden_reaches_the_fixed_point_of_the_other_solvers(getkey):
                 < 0.2 * _err(_solve(fa, zero, "iteration", steps=12).z, za))
   # One Broyden step is one plain step; the paper's labels name the solvers.
   np.testing.assert_allclose(_solve(f, z0, "1B").z, f(z0), rtol=1e-6, atol=1e-6)
-  assert deq.as_solver_config("3B") == deq.SolverConfig(name="broyden", steps=3)
-  assert [deq.as_solver_config(x).label for x in ("30A", "1n", "14B")] == ["30A", "1N", "14B"]
+  assert models.as_solver_config("3B") == models.SolverConfig(name="broyden", steps=3)
+  assert [models.as_solver_config(x).label for x in ("30A", "1n", "14B")] == ["30A", "1N", "14B"]
 
 
 def test_anderson_falls_back_to_a_plain_step_when_the_solve_breaks_down():
@@ -111,10 +111,10 @@ def test_anderson_falls_back_to_a_plain_step_when_the_solve_breaks_down():
   c = jnp.ones((3, 20))
   for lam in (1e-9, 0.0):
     # f(z) = z + c: every residual is c, so G G^T is rank one.
-    r = _solve(lambda z: z + c, jnp.zeros((3, 20)), deq.SolverConfig(lam=lam, steps=8))
+    r = _solve(lambda z: z + c, jnp.zeros((3, 20)), models.SolverConfig(lam=lam, steps=8))
     np.testing.assert_allclose(r.z, 8.0 * c)
     # Started at the fixed point: all residuals vanish.
-    r = _solve(lambda z: 0.5 * z + 1.0, jnp.full((3, 20), 2.0), deq.SolverConfig(lam=lam, steps=40))
+    r = _solve(lambda z: 0.5 * z + 1.0, jnp.full((3, 20), 2.0), models.SolverConfig(lam=lam, steps=40))
     np.testing.assert_allclose(r.z, 2.0, atol=1e-6)
     assert np.all(np.isfinite(np.asarray(r.residual)))
 
@@ -148,11 +148,11 @@ def test_warm_start_lowers_residual(getkey, name):
 def test_tolerance_early_stop_and_report(getkey, name):
   f, z_star = _affine_problem(getkey(), norm=0.5)
   z0 = jnp.zeros_like(z_star)
-  r = _solve(f, z0, deq.SolverConfig(name=name, steps=200, tol=1e-4))
+  r = _solve(f, z0, models.SolverConfig(name=name, steps=200, tol=1e-4))
   assert 1 < int(r.steps) < 200
   assert bool(jnp.all(r.converged)) and np.all(np.asarray(r.residual) <= 1e-4)
   # Report only: all steps run, convergence flagged per sample.
-  r2 = _solve(f, z0, deq.SolverConfig(name=name, steps=3, tol=1e-4, early_stop=False))
+  r2 = _solve(f, z0, models.SolverConfig(name=name, steps=3, tol=1e-4, early_stop=False))
   assert int(r2.steps) == 3
   np.testing.assert_array_equal(r2.converged, np.asarray(r2.residual) <= 1e-4)
   assert not bool(jnp.any(r2.converged))
@@ -173,20 +173,20 @@ def test_per_sample_residuals_are_independent(getkey):
 
 def test_solver_config_validation():
   with pytest.raises(ValueError, match="solver"):
-    deq.SolverConfig(name="newton")
+    models.SolverConfig(name="newton")
   with pytest.raises(ValueError, match="solver"):
-    deq.as_solver_config("3X")
+    models.as_solver_config("3X")
   with pytest.raises(ValueError, match="steps"):
-    deq.SolverConfig(steps=0)
+    models.SolverConfig(steps=0)
   with pytest.raises(ValueError, match="beta"):
-    deq.SolverConfig(beta=0.0)
+    models.SolverConfig(beta=0.0)
   with pytest.raises(ValueError, match="tol"):
-    deq.SolverConfig(tol=-1.0)
+    models.SolverConfig(tol=-1.0)
   with pytest.raises(ValueError, match="m "):
-    deq.SolverConfig(m=0)
-  assert deq.SolverConfig(name="naive").name == "iteration"
-  assert deq.as_solver_config("A", 3) == deq.SolverConfig(name="anderson", steps=3)
-  hash(deq.SolverConfig())
+    models.SolverConfig(m=0)
+  assert models.SolverConfig(name="naive").name == "iteration"
+  assert models.as_solver_config("A", 3) == models.SolverConfig(name="anderson", steps=3)
+  hash(models.SolverConfig())
 
 
 def _small_deq(key, dtype):
@@ -204,12 +204,12 @@ def test_implicit_gradient_matches_finite_differences(getkey):
   with jax.enable_x64(True):
     f, theta, x = _small_deq(key, jnp.float64)
     z0 = jnp.zeros_like(x)
-    cfg = deq.SolverConfig(steps=60)
+    cfg = models.SolverConfig(steps=60)
     c = jnp.linspace(-1.0, 1.0, x.shape[0] * x.shape[1], dtype=jnp.float64).reshape(x.shape)
 
     @jax.jit
     def loss(th):
-      return jnp.sum(c * deq.implicit_fixed_point(f, th, z0, forward=cfg))
+      return jnp.sum(c * models.implicit_fixed_point(f, th, z0, forward=cfg))
 
     g = jax.grad(loss)(theta)
     assert g["w"].dtype == jnp.float64
@@ -225,8 +225,8 @@ def test_implicit_gradient_matches_finite_differences(getkey):
         fd[i] = (loss(plus) - loss(minus)) / (2 * eps)
       np.testing.assert_allclose(np.asarray(g[name]).ravel(), fd, rtol=1e-6, atol=1e-8)
     # The backward solver can differ from the forward one.
-    g2 = jax.grad(lambda th: jnp.sum(c * deq.implicit_fixed_point(
-        f, th, z0, forward=cfg, backward=deq.SolverConfig(name="iteration", steps=80))))(theta)
+    g2 = jax.grad(lambda th: jnp.sum(c * models.implicit_fixed_point(
+        f, th, z0, forward=cfg, backward=models.SolverConfig(name="iteration", steps=80))))(theta)
     np.testing.assert_allclose(g2["w"], g["w"], rtol=1e-6, atol=1e-9)
 
 
@@ -235,7 +235,7 @@ def test_implicit_gradient_float32_and_jit(getkey):
   z0 = jnp.zeros_like(x)
 
   def loss_implicit(th):
-    return jnp.sum(deq.implicit_fixed_point(f, th, z0, forward="anderson") ** 2)
+    return jnp.sum(models.implicit_fixed_point(f, th, z0, forward="anderson") ** 2)
 
   def loss_unrolled(th):  # backprop through 60 plain iterations: same fixed point
     z = jax.lax.fori_loop(0, 60, lambda _, z: f(th, z), z0)
@@ -246,7 +246,7 @@ def test_implicit_gradient_float32_and_jit(getkey):
   for name in g:
     np.testing.assert_allclose(g[name], g_ref[name], rtol=1e-3, atol=1e-5)
   # z0 gets a zero gradient.
-  gz = jax.grad(lambda z: jnp.sum(deq.implicit_fixed_point(f, theta, z)))(z0)
+  gz = jax.grad(lambda z: jnp.sum(models.implicit_fixed_point(f, theta, z)))(z0)
   np.testing.assert_array_equal(gz, np.zeros_like(gz))
 
 
@@ -255,11 +255,11 @@ def test_jacobian_frobenius_estimate(getkey):
   a = jax.random.normal(getkey(), (b, d, d))
   f = lambda z: jnp.einsum("bij,bj->bi", a, z)
   exact = np.asarray(jnp.sum(a ** 2, axis=(1, 2)) / d)
-  est = deq.jacobian_frobenius_sq(getkey(), f, jnp.zeros((b, d)), num_vectors=400)
+  est = models.jacobian_frobenius_sq(getkey(), f, jnp.zeros((b, d)), num_vectors=400)
   assert est.shape == (b,)
   np.testing.assert_allclose(est, exact, rtol=0.2)
   # Differentiable with respect to what f closes over: d/da ||a||_F^2 / d = 2a/d.
-  g = jax.grad(lambda aa: jnp.sum(deq.jacobian_frobenius_sq(
+  g = jax.grad(lambda aa: jnp.sum(models.jacobian_frobenius_sq(
       jax.random.key(0), lambda z: jnp.einsum("bij,bj->bi", aa, z), jnp.zeros((b, d)),
       num_vectors=1)))(a)
   assert g.shape == a.shape and bool(jnp.any(g != 0))
@@ -268,7 +268,7 @@ def test_jacobian_frobenius_estimate(getkey):
 def test_anderson_gram_kept_by_rows_matches_the_history(getkey):
   """The Gram matrix updated one row per step equals G G^T of the ring buffer, also after
   the buffer wraps; a history longer than the step count changes nothing."""
-  from rsjax.deq import _solvers
+  from rsjax.models import _solvers
   b, m, d = 3, 4, 10
   gs = jax.random.normal(getkey(), (9, b, d))
   G, gram = jnp.zeros((b, m, d)), jnp.zeros((b, m, m))
@@ -278,5 +278,5 @@ def test_anderson_gram_kept_by_rows_matches_the_history(getkey):
   f, z_star = _affine_problem(getkey(), norm=0.9)
   z0 = jnp.zeros_like(z_star)
   for steps in (2, 3, 5):
-    np.testing.assert_array_equal(_solve(f, z0, deq.SolverConfig(m=6, steps=steps)).z,
-                                  _solve(f, z0, deq.SolverConfig(m=steps, steps=steps)).z)
+    np.testing.assert_array_equal(_solve(f, z0, models.SolverConfig(m=6, steps=steps)).z,
+                                  _solve(f, z0, models.SolverConfig(m=steps, steps=steps)).z)

@@ -8,12 +8,12 @@ import pytest
 from flax import nnx
 
 import rsjax
-from rsjax import deq
+from rsjax import models
 
 
 @pytest.fixture(scope="module")
 def small():
-  model = deq.DEQClassifier(input_shape=(12, 12, 1), num_classes=3, channels=8, groups=2,
+  model = models.DEQClassifier(input_shape=(12, 12, 1), num_classes=3, channels=8, groups=2,
                             steps=8, rngs=0)
   x = jax.random.uniform(jax.random.key(0), (6, 12, 12, 1))
   return model, x
@@ -21,23 +21,23 @@ def small():
 
 def test_forward_shapes_solvers_and_warm_start(small):
   model, x = small
-  deq_fn, variables = deq.to_deq_fn(model)
+  deq_fn, variables = models.to_deq_fn(model)
   run = jax.jit(deq_fn, static_argnums=3)
-  logits, res = run(variables, x, None, deq.SolverConfig(steps=30))
+  logits, res = run(variables, x, None, models.SolverConfig(steps=30))
   assert logits.shape == (6, 3) and res.z.shape == (6, 6, 6, 8) == model.state_shape(6)
   assert res.residual.shape == (6,) and float(res.residual.max()) < 1e-3
   # Anderson and plain iteration agree at convergence.
-  logits_i, res_i = run(variables, x, None, deq.SolverConfig(name="iteration", steps=60))
+  logits_i, res_i = run(variables, x, None, models.SolverConfig(name="iteration", steps=60))
   np.testing.assert_allclose(logits_i, logits, atol=1e-3)
   # A warm start at the fixed point stays there: one step gives the same logits.
-  warm, res_w = run(variables, x, res.z, deq.SolverConfig(name="iteration", steps=1))
+  warm, res_w = run(variables, x, res.z, models.SolverConfig(name="iteration", steps=1))
   np.testing.assert_allclose(warm, logits, atol=1e-3)
-  cold, res_c = run(variables, x, None, deq.SolverConfig(name="iteration", steps=1))
+  cold, res_c = run(variables, x, None, models.SolverConfig(name="iteration", steps=1))
   assert np.all(np.asarray(res_w.residual) < np.asarray(res_c.residual))
   # The standard apply_fn: zero init, fixed steps.
-  apply_fn, v2 = deq.make_apply_fn(model, steps=30)
+  apply_fn, v2 = models.make_apply_fn(model, steps=30)
   np.testing.assert_allclose(jax.jit(apply_fn)(v2, x), logits, atol=1e-5)
-  assert apply_fn == deq.make_apply_fn(model, steps=30)[0] and hash(apply_fn)
+  assert apply_fn == models.make_apply_fn(model, steps=30)[0] and hash(apply_fn)
   with pytest.raises(ValueError, match="shape"):
     model.inject(jnp.zeros((2, 28, 28, 1)))
 
@@ -85,7 +85,7 @@ def test_generic_trainer_trains_a_deq():
   cfg = rsjax.training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
   hists = {}
   for weight in (0.0, 5.0):
-    model = deq.DEQClassifier(input_shape=(8, 8, 1), num_classes=2, channels=4, groups=2,
+    model = models.DEQClassifier(input_shape=(8, 8, 1), num_classes=2, channels=4, groups=2,
                               stem_stride=1, steps=6, normalize=None, jac_weight=weight, rngs=1)
     model, hists[weight] = rsjax.training.train(0, model, (x, y), cfg, eval_data=(x, y),
                                                 progress=False)
@@ -101,7 +101,7 @@ def test_generic_trainer_trains_a_deq():
 
 
 def test_mdeq_trains_through_the_generic_trainer_and_reloads(tmp_path):
-  model = deq.MDEQClassifier(input_shape=(8, 8, 1), num_classes=2, channels=(4, 4), groups=2,
+  model = models.MDEQClassifier(input_shape=(8, 8, 1), num_classes=2, channels=(4, 4), groups=2,
                              stem_stride=1, steps=8, normalize=None, jac_weight=0.5, rngs=2)
   assert model.state_shape(3) == (3, 8 * 8 * 4 + 4 * 4 * 4)
   x, y = _two_halves(seed=1)
@@ -113,14 +113,14 @@ def test_mdeq_trains_through_the_generic_trainer_and_reloads(tmp_path):
                                      workdir=tmp_path / "mdeq", model_config=spec)
   assert hist[-1]["clean_acc"] > 0.9 and hist[-1]["solver_steps"] == 8
   assert "jacobian" in hist[-1]
-  loaded, _ = rsjax.training.load_model(tmp_path / "mdeq")
-  assert isinstance(loaded, deq.MDEQClassifier)
-  deq_fn, variables = deq.to_deq_fn(model)
+  loaded, _ = models.load_model(tmp_path / "mdeq")
+  assert isinstance(loaded, models.MDEQClassifier)
+  deq_fn, variables = models.to_deq_fn(model)
   run = jax.jit(deq_fn, static_argnums=3)
-  logits, res = run(variables, x[:8], None, deq.SolverConfig(steps=30))
+  logits, res = run(variables, x[:8], None, models.SolverConfig(steps=30))
   assert float(res.residual.max()) < 1e-3
-  logits_l, _ = run(deq.to_deq_fn(loaded)[1], x[:8], None, deq.SolverConfig(steps=30))
+  logits_l, _ = run(models.to_deq_fn(loaded)[1], x[:8], None, models.SolverConfig(steps=30))
   np.testing.assert_allclose(logits_l, logits, atol=1e-5)
   # Broyden and plain iteration reach the same equilibrium of the two-stream state.
-  for cfg_b in (deq.SolverConfig(name="broyden", steps=30), deq.SolverConfig(name="naive", steps=80)):
+  for cfg_b in (models.SolverConfig(name="broyden", steps=30), models.SolverConfig(name="naive", steps=80)):
     np.testing.assert_allclose(run(variables, x[:8], None, cfg_b)[0], logits, atol=1e-3)

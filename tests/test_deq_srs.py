@@ -10,7 +10,7 @@ from scipy import stats as st
 
 import rsjax
 from golden_cases import LinearDEQ  # z = A z + W x, logits [0, v.z + b]
-from rsjax import deq, stats
+from rsjax import deq, models, stats
 
 
 def _linear_deq(key, d_in=3, d=8, rho=0.9):
@@ -165,9 +165,9 @@ def test_srs_sampler_matches_reference_loop(getkey):
   deq_fn, params, w = _linear_deq(getkey())
   x = _inputs_at_margins(w, [0.3])
   key, ckey = getkey(), getkey()
-  sol = deq.SolverConfig(name="iteration", steps=1)
-  warm = deq.SolverConfig(name="iteration", steps=4)
-  full = deq.SolverConfig(name="iteration", steps=80)
+  sol = models.SolverConfig(name="iteration", steps=1)
+  warm = models.SolverConfig(name="iteration", steps=4)
+  full = models.SolverConfig(name="iteration", steps=80)
   # num=23, chains=5: 5 chunks, the last one partial; m=7 is not a multiple of 5.
   cfg = deq.SRSConfig(solver=sol, warmup=warm, check_solver=full, m=7)
   out = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, config=cfg,
@@ -205,11 +205,11 @@ def test_srs_with_full_solver_sees_the_engine_noise(getkey):
   deq_fn, params, w = _linear_deq(getkey())
   x = _inputs_at_margins(w, [0.1, -0.2, 0.05])
   key = getkey()
-  full = deq.SolverConfig(steps=40, lam=1e-9)  # converged to float32 precision
+  full = models.SolverConfig(steps=40, lam=1e-9)  # converged to float32 precision
   out = deq.srs_sample(key, deq_fn, params, x, sigma=0.4, num_classes=2, num=300,
                        config=deq.SRSConfig(solver=full, warmup=full, m=0),
                        settings=rsjax.Sampling(batch_size=64), ids=[5, 9, 2])
-  ref = rsjax.sample_counts(key, deq.DEQApply(deq_fn, full), params, x, sigma=0.4, num_classes=2,
+  ref = rsjax.sample_counts(key, models.DEQApply(deq_fn, full), params, x, sigma=0.4, num_classes=2,
                             num=300, batch_size=64, ids=[5, 9, 2])
   np.testing.assert_array_equal(out.counts, ref)
   assert out.srs_labels.shape == (3, 0)
@@ -224,10 +224,10 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   x = _inputs_at_margins(w, margins)
   p_true, cls = _true_pa(w, x, sigma)
   r_true = sigma * st.norm.ppf(p_true)
-  srs = deq.SRSConfig(solver=deq.SolverConfig("iteration", 1),
-                      warmup=deq.SolverConfig("anderson", 5), m=150)
+  srs = deq.SRSConfig(solver=models.SolverConfig("iteration", 1),
+                      warmup=models.SolverConfig("anderson", 5), m=150)
   cert = deq.certify(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2, method="srs",
-                     solver=deq.SolverConfig(steps=40, lam=1e-9), srs=srs,
+                     solver=models.SolverConfig(steps=40, lam=1e-9), srs=srs,
                      n0=50, n=2000, alpha=0.001, batch_size=100)
   assert isinstance(cert, deq.SRSCertificate)
   assert np.all(cert.p_lower <= p_true)
@@ -242,7 +242,7 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   # Standard RS certifies the same classifier (lam=1e-9 once gave NaN for 1 of 8000
   # samples here; a breakdown of the Anderson solve is now a plain step).
   std_cert = deq.certify(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2,
-                         method="standard", solver=deq.SolverConfig(steps=40, lam=1e-9),
+                         method="standard", solver=models.SolverConfig(steps=40, lam=1e-9),
                          n0=50, n=2000, alpha=0.001, batch_size=1000)
   assert np.all(std_cert.p_lower <= p_true) and "standard RS" in std_cert.guarantee
   assert cert.sound and std_cert.sound
@@ -256,8 +256,8 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
   sigma = 0.5
   x = _inputs_at_margins(w, [0.9, -0.6, 0.3, 0.05])
   p_true, cls = _true_pa(w, x, sigma)
-  srs = deq.SRSConfig(solver=deq.SolverConfig("broyden", 2),
-                      warmup=deq.SolverConfig("broyden", 5), m=150)
+  srs = deq.SRSConfig(solver=models.SolverConfig("broyden", 2),
+                      warmup=models.SolverConfig("broyden", 5), m=150)
   kw = dict(sigma=sigma, num_classes=2, method="srs", solver="30B", n0=50, n=2000, alpha=0.001,
             batch_size=100)
   key = getkey()
@@ -268,7 +268,7 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
   np.testing.assert_array_equal(cert.prediction[ok], cls[ok])
   assert ok[0] and "30 broyden steps" in cert.guarantee
   naive = deq.certify(key, deq_fn, params, x,
-                      srs=srs.replace(solver=deq.SolverConfig("naive", 1)), **kw)
+                      srs=srs.replace(solver=models.SolverConfig("naive", 1)), **kw)
   miss = lambda c: np.sum(c.check_selected - c.check_agree)
   assert miss(cert) < miss(naive)
 
@@ -276,8 +276,8 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
 def test_certify_deq_options_and_errors(getkey):
   deq_fn, params, w = _linear_deq(getkey())
   x = _inputs_at_margins(w, [0.8])
-  srs = deq.SRSConfig(warmup=deq.SolverConfig("iteration", 10),
-                      check_solver=deq.SolverConfig("iteration", 60), m=40)
+  srs = deq.SRSConfig(warmup=models.SolverConfig("iteration", 10),
+                      check_solver=models.SolverConfig("iteration", 60), m=40)
   kw = dict(sigma=0.25, num_classes=2, n0=20, n=300, batch_size=50, alpha=0.01, srs=srs)
   a = deq.certify(7, deq_fn, params, x, **kw)
   b = deq.certify(7, deq_fn, params, x, **kw)
@@ -287,7 +287,7 @@ def test_certify_deq_options_and_errors(getkey):
   # Keys: selection noise is rsjax.certify's; the selection chunk (n0 <= chains) is
   # solved from z = 0 with the warm-up solver, so it equals standard RS with that solver.
   std = deq.certify(7, deq_fn, params, x, method="standard",
-                    solver=deq.SolverConfig("iteration", 10), sigma=0.25, num_classes=2, n0=20,
+                    solver=models.SolverConfig("iteration", 10), sigma=0.25, num_classes=2, n0=20,
                     n=300, batch_size=50, alpha=0.01)
   np.testing.assert_array_equal(std.counts_selection, a.counts_selection)
   with warnings.catch_warnings(record=True) as rec:
@@ -311,4 +311,4 @@ def test_certify_deq_options_and_errors(getkey):
   with pytest.raises(ValueError, match="sigma"):
     deq.certify(7, deq_fn, params, x, **dict(kw, sigma=-1.0))
   with pytest.raises(ValueError, match="params"):
-    deq.certify(7, deq.DEQClassifier(channels=4, rngs=0), params, x, **kw)
+    deq.certify(7, models.DEQClassifier(channels=4, rngs=0), params, x, **kw)

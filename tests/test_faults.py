@@ -308,7 +308,7 @@ def _nan_model(model_dir, tmp_path):
   from rsjax.models import to_train_fn
   bad = tmp_path / "nan_model"
   shutil.copytree(model_dir, bad)
-  model, _ = training.load_model(bad)
+  model, _ = rsjax.models.load_model(bad)
   _, params, rest = to_train_fn(model)
   params = jax.tree.map(lambda a: a * np.nan, params)
   with Checkpoints(bad / "checkpoints", max_to_keep=None) as ckpt:
@@ -364,14 +364,14 @@ def test_unwritable_output_is_one_line(model_dir, tmp_path, case, needle):
 def test_cli_mistakes_are_one_line(model_dir, tmp_path, capsys):
   import shutil
 
-  from rsjax.training import workdir
+  from rsjax import models
   clean = tmp_path / "clean"
   shutil.copytree(model_dir, clean)
-  cfg = workdir.read_config(clean)
-  workdir.write_json(clean / "config.json", dict(cfg, sigma=0.0))
+  cfg = models.read_config(clean)
+  models.write_config(clean, dict(cfg, sigma=0.0))
   other = tmp_path / "other"
   shutil.copytree(model_dir, other)
-  workdir.write_json(other / "config.json", dict(cfg, model="cnn"))
+  models.write_config(other, dict(cfg, model="cnn"))
   header_only = tmp_path / "h.tsv"
   header_only.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n")
   cases = [
@@ -450,7 +450,7 @@ def test_srs_refuses_non_finite_logits(getkey):
 
   import jax.numpy as jnp
 
-  from rsjax import deq
+  from rsjax import deq, models
 
   @dataclasses.dataclass(frozen=True)
   class NanDEQ:
@@ -458,7 +458,7 @@ def test_srs_refuses_non_finite_logits(getkey):
 
     def __call__(self, params, x, z0, solver):
       u = x.reshape(x.shape[0], -1)
-      res = deq.solve(lambda z: 0.5 * z + u, jnp.zeros_like(u) if z0 is None else z0, solver)
+      res = models.solve(lambda z: 0.5 * z + u, jnp.zeros_like(u) if z0 is None else z0, solver)
       score = jnp.where(u[:, 0] > 0.9, jnp.nan, res.z.sum(-1) * params)
       return jnp.stack([jnp.zeros_like(score), score], axis=-1), res
 

@@ -102,7 +102,7 @@ def test_srs_sampling_is_one_launch_whatever_the_chunks(counted, monkeypatch, nu
   d = 4
   params = {"A": 0.5 * jnp.eye(d), "W": jnp.ones((d, 3)), "v": jnp.arange(d, dtype=jnp.float32),
             "b": jnp.float32(-1.0)}
-  step = rsjax.deq.SolverConfig(name="anderson", steps=3)
+  step = rsjax.models.SolverConfig(name="anderson", steps=3)
   config = rsjax.deq.SRSConfig(solver=step, warmup=step.replace(steps=10),
                                check_solver=step.replace(steps=30), m=m)
   x = np.random.default_rng(0).uniform(size=(2, 3)).astype(np.float32)

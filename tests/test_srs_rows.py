@@ -150,7 +150,7 @@ def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monke
     return None, [{"epoch": 1}], None
 
   monkeypatch.setattr(srs_deq, "train_model", train_model)
-  monkeypatch.setattr(srs_deq.deq, "to_deq_fn", lambda model: (None, None))
+  monkeypatch.setattr(srs_deq.rsjax.models, "to_deq_fn", lambda model: (None, None))
   def report(cfg, ids, setups, out_path, t_start):  # records the 30A rows each JSON would see
     reports.append({t: len(rows_lib.read_rows(st.paths[cfg.standard], st.headers[cfg.standard]))
                     for t, st in setups.items()})

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from benchmarks import torch_archs as ta  # noqa: E402
-from rsjax import cli, io, models, training  # noqa: E402
+from rsjax import cli, io, models  # noqa: E402
 
 # arch -> input height/width: Cohen's CIFAR ResNets need 32x32 (AvgPool2d(8)),
 # torchvision's work at any size >= 32, LeNet's fc1 needs 28x28.
@@ -173,14 +173,14 @@ def test_mismatch_is_one_clear_line():
 def test_saved_model_needs_no_torch_to_reload(tmp_path):
   model, ckpt = _checkpoint("cifar_resnet20")
   net, config = models.load_torch(ckpt)
-  training.save_model(tmp_path / "wd", net, config)
-  again, saved = training.load_model(tmp_path / "wd")
+  models.save_model(tmp_path / "wd", net, config)
+  again, saved = models.load_model(tmp_path / "wd")
   assert saved["model"] == "cifar_resnet" and saved["model_kwargs"]["depth"] == 20
   x = _inputs(32, 3)
   apply_fn, params = models.to_apply_fn(again)  # eval mode (a rebuilt model is in train mode)
   _assert_same(np.asarray(apply_fn(params, x)), _torch_logits(model, x))
   with pytest.raises(ValueError, match="already holds checkpoints"):
-    training.save_model(tmp_path / "wd", net, config)
+    models.save_model(tmp_path / "wd", net, config)
 
 
 def test_cli_certify_torch_checkpoint_and_convert(tmp_path, capsys):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rsjax import training
+from rsjax import models, training
 from rsjax.checkpoint import Checkpoints
 from rsjax.models import to_apply_fn
 
@@ -85,12 +85,12 @@ def test_training_improves_accuracy(digits, tmp_path):
   cfg = json.loads((tmp_path / "config.json").read_text())
   assert cfg["model"] == "tiny" and cfg["sigma"] == 0.25 and cfg["train"]["batch_size"] == 64
   assert json.loads((tmp_path / "history.json").read_text()) == hist
-  loaded, cfg2 = training.load_model(tmp_path, create_fn=tiny_create, rngs=123)
+  loaded, cfg2 = models.load_model(tmp_path, create_fn=tiny_create, rngs=123)
   assert cfg2 == cfg
   assert _accuracy(loaded, xe, ye) == _accuracy(model, xe, ye)
   assert Checkpoints(tmp_path / "checkpoints").all_steps() == [2, 3]
   # an older epoch can be loaded too, and it is a different model
-  old, _ = training.load_model(tmp_path, create_fn=tiny_create, step=2)
+  old, _ = models.load_model(tmp_path, create_fn=tiny_create, step=2)
   w_old = np.asarray(nnx.state(old, nnx.Param)["l1"]["kernel"][...])
   w_new = np.asarray(nnx.state(model, nnx.Param)["l1"]["kernel"][...])
   assert not np.array_equal(w_old, w_new)
@@ -136,7 +136,7 @@ def test_resume_is_exact(digits, tmp_path):
   strip = lambda h: [{k: v for k, v in e.items() if k != "seconds"} for e in h]  # noqa: E731
   assert strip(hist_full) == strip(hist_res)
   # the second epoch changed the weights (so equality above is not vacuous)
-  one, _ = training.restore_model(tmp_path / "b", TinyNet(input_shape=(8, 8, 1), num_classes=10,
+  one, _ = models.restore_model(tmp_path / "b", TinyNet(input_shape=(8, 8, 1), num_classes=10,
                                                           rngs=nnx.Rngs(3)), step=1)
   assert not np.array_equal(_state_leaves(one)["['l1']['kernel'].value"], a["['l1']['kernel'].value"])
   with Checkpoints(tmp_path / "b" / "checkpoints") as ck:
@@ -219,7 +219,7 @@ def test_strategies_discard_reweigh_attack_and_resume(digits, tmp_path):
   assert "kept_fraction" in hist[0] and hist[0]["kept_fraction"] == 1.0
   # the discard at the start of epoch 2 (index 1) used the epoch-1 model and the documented key
   _train(jax.random.key(5), make(), data, epochs=1, workdir=tmp_path / "b", **kw)
-  m1, _ = training.restore_model(tmp_path / "b", make(), step=1)
+  m1, _ = models.restore_model(tmp_path / "b", make(), step=1)
   apply_fn, variables = to_apply_fn(m1)
   count_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(5), 3), 1)
   counts = training.correct_counts(jax.random.fold_in(count_key, 0), apply_fn, variables,

@@ -103,8 +103,7 @@ def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits
   np.testing.assert_array_equal(cert.counts, raw.counts)  # same noise, only the label differs
   assert raw.sound
   # the classifier alone reloads from the workdir as any trained model
-  from rsjax import training
-  clf, _ = training.load_model(tmp_path)
+  clf, _ = models.load_model(tmp_path)
   np.testing.assert_array_equal(models.to_apply_fn(clf)[0](models.to_apply_fn(clf)[1], x),
                                 models.to_apply_fn(model)[0](models.to_apply_fn(model)[1], x))
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 
-from rsjax import record
+from rsjax import models, record
 from rsjax.anisotropic._certify import UCAN, AnisotropicCertificate
 from rsjax.cohen._certify import certify
 from rsjax.anisotropic._generators import FrozenNoise, pattern_sigma
@@ -17,11 +16,9 @@ from rsjax.method import Context, Plan
 
 def _trained_unsound(workdir) -> bool:
   """Whether the model directory's config marks its training noise as not sound."""
-  path = os.path.join(os.fspath(workdir), "config.json") if workdir else None
-  if path is None or not os.path.exists(path):
+  if not workdir or not os.path.exists(os.path.join(os.fspath(workdir), models.CONFIG_FILE)):
     return False
-  with open(path, encoding="utf-8") as f:
-    return json.load(f).get("sound", True) is False
+  return models.read_config(workdir).get("sound", True) is False
 
 
 def build(ctx: Context, *, ucan_sigma: str, ucan_pattern: str, ucan_kappa: float,

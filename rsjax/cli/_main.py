@@ -11,7 +11,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from rsjax.cli._parser import build_parser
+from rsjax.cli._parser import COMMANDS, build_parser
 from rsjax.launch.errors import CliError
 
 __all__ = ["JAX_FREE", "main", "compilation_cache_dir"]
@@ -43,6 +43,20 @@ def _setup_jax(args) -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+def _command(argv: Sequence[str]) -> str | None:
+  """The command ``argv`` names (its first word that is neither a global flag nor the value of
+  ``--compilation-cache``); None when there is none or ``--help`` comes before it."""
+  words = iter(argv)
+  for word in words:
+    if word in ("-h", "--help"):
+      return None
+    if word == "--compilation-cache":
+      next(words, None)
+    elif not word.startswith("-"):
+      return word
+  return None
+
+
 def _one_line(e: BaseException) -> str:
   """The message of an error as one line (an OSError names its file)."""
   if isinstance(e, OSError) and e.strerror:
@@ -68,11 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
       from rsjax import __version__ as version
     print(f"rsjax {version}")
     raise SystemExit(0)  # as argparse's version action
-  # ``rsjax verify`` needs NumPy and SciPy alone: its parser only, and no JAX set-up.
-  first = next((a for a in argv if not a.startswith("-")), None)
-  only = first if first in JAX_FREE else None
+  # A command builds its own parser only: it imports no other command's modules (``rsjax
+  # verify`` needs NumPy and SciPy alone, ``rsjax certify`` no training). ``rsjax --help``
+  # and a word that is no command build them all.
+  first = _command(argv)
+  only = first if first in {c.replace("_", "-") for c in COMMANDS} else None
   # Building the parser imports JAX, Flax and SciPy (2-5 s): say so on a terminal.
-  loading = only is None and sys.stderr.isatty() and not {"-h", "--help", "--quiet"} & set(argv)
+  loading = (first not in JAX_FREE and sys.stderr.isatty()
+             and not {"-h", "--help", "--quiet"} & set(argv))
   if loading:
     print("rsjax: loading JAX ...", end="\r", file=sys.stderr, flush=True)
   parser = build_parser(only)

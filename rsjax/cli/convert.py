@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
   """Runs ``rsjax convert``; returns the exit status."""
-  from rsjax import training
+  from rsjax import models
   model, config = launch.load_torch(args.checkpoint, args.arch, args.normalize)
   config["source"] = os.path.basename(args.checkpoint)
   if args.dataset is not None:
@@ -39,7 +39,7 @@ def run(args) -> int:
   if args.sigma is not None:
     config["sigma"] = args.sigma
   try:
-    training.save_model(args.out, model, config)
+    models.save_model(args.out, model, config)
   except ValueError as e:
     raise CliError(str(e)) from None
   print(f"converted {config['torch_arch']} ({config['num_classes']} classes) from "

@@ -170,10 +170,11 @@ def _cli_error(e: Exception) -> CliError:
 def _start_over(out: str) -> None:
   """``train --overwrite``: removes an earlier training run in ``out`` (only an rsjax workdir)."""
   import shutil
-  from rsjax.training import workdir as wd
+
+  from rsjax import models
   if not os.path.isdir(out):
     return
-  marks = [n for n in (wd.CONFIG_FILE, wd.CHECKPOINT_DIR) if os.path.exists(os.path.join(out, n))]
+  marks = [n for n in (models.CONFIG_FILE, models.CHECKPOINT_DIR) if os.path.exists(os.path.join(out, n))]
   if not marks:
     return
   shutil.rmtree(out)

@@ -67,9 +67,8 @@ def run(args) -> int:
   if args.objective == "stability":
     if args.classifier is None:
       raise CliError("--objective stability needs --classifier MODEL_DIR (the frozen classifier)")
-    from rsjax import training
     try:
-      model_c, config_c = training.load_model(args.classifier)
+      model_c, config_c = models.load_model(args.classifier)
     except (FileNotFoundError, ValueError) as e:
       raise CliError(f"--classifier: no usable trained model in {args.classifier!r}: {e}") from None
     if tuple(config_c.get("input_shape", x.shape[1:])) != tuple(x.shape[1:]):

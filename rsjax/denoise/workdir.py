@@ -17,7 +17,7 @@ from flax import nnx
 from rsjax.denoise import diffusion
 from rsjax.denoise.dncnn import DnCNN
 from rsjax.denoise.unet import UNet2DModel, UNetConfig
-from rsjax.training.workdir import restore_model, write_checkpointed
+from rsjax.models import restore_model, write_checkpointed
 
 __all__ = ["DENOISER_FILE", "build_denoiser", "save_denoiser", "load_denoiser", "denoiser_fn"]
 

@@ -60,8 +60,7 @@ from rsjax import stats
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
 from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.engine.counts import prepare_inputs
-from rsjax.deq._model import DEQApply, to_deq_fn
-from rsjax.deq._solvers import SolverConfig, as_solver_config
+from rsjax.models import DEQApply, SolverConfig, as_solver_config, to_deq_fn
 from rsjax.deq._srs import CORRECTIONS, SRSConfig, srs_sample
 from rsjax.util import check_alpha, check_int, scale_per_input
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from rsjax.cohen._certify import certify
 from rsjax.deq._certify import SRS, SRSCertificate, StandardRS
-from rsjax.deq._model import DEQModel
-from rsjax.deq._solvers import SolverConfig
 from rsjax.deq._srs import SRSConfig
 from rsjax.method import Context, Plan
+from rsjax.models import DEQModel, SolverConfig
 
 
 def build(ctx: Context, method: str, *, deq_solver: str, deq_steps: int | None,

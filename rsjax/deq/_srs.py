@@ -39,8 +39,8 @@ import numpy as np
 from rsjax.engine.driver import Sampling
 from rsjax.engine.counts import check_finite_outputs, prepare_inputs
 from rsjax.engine.step import sample_noise
-from rsjax.deq._solvers import SolverConfig, as_solver_config
 from rsjax.engine.counts import run_on_devices
+from rsjax.models import SolverConfig, as_solver_config
 from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate
 
 __all__ = ["SRSConfig", "SRSCounts", "SRSPlan", "make_srs_plan", "srs_sample", "check_indices"]
@@ -296,7 +296,7 @@ def srs_sample(
     key: PRNG key of the noise (sample ``j`` of input ``ids[i]`` uses
       ``fold_in(fold_in(key, ids[i]), j)``).
     deq_fn: ``deq_fn(params, x, z0, solver) -> (logits [b, C], SolverResult)``;
-      ``z0=None`` means z = 0 (see ``rsjax.deq.DEQForward``). Hashable.
+      ``z0=None`` means z = 0 (see ``rsjax.models.DEQForward``). Hashable.
     params: pytree passed to ``deq_fn``.
     x: ``[B, *input_shape]`` inputs in [0, 1].
     sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.

@@ -17,7 +17,7 @@ _SOLVER_CHOICES = ("anderson", "iteration", "broyden")
 
 def _solver_name(text: str) -> str:
   """A solver name or alias (``naive``, ``A``, ...) -> its registry name."""
-  from rsjax.deq._solvers import SolverConfig
+  from rsjax.models import SolverConfig
   return SolverConfig(name=text).name
 
 

@@ -40,6 +40,7 @@ while it is open; a second writer raises :class:`ResultsLockedError`.
 
 from rsjax.io._durable import atomic_write_bytes as atomic_write_bytes
 from rsjax.io._durable import atomic_write_text as atomic_write_text
+from rsjax.io._durable import write_json as write_json
 from rsjax.io._format import CERTIFY_COLUMNS as CERTIFY_COLUMNS
 from rsjax.io._format import PREDICT_COLUMNS as PREDICT_COLUMNS
 from rsjax.io._format import parse_time as parse_time
@@ -75,5 +76,6 @@ __all__ = [
     "read_run_record",
     "resume",
     "run_record_path",
+    "write_json",
     "write_run_record",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 
@@ -52,3 +53,9 @@ def atomic_write_bytes(path, data: bytes) -> None:
     os.fsync(f.fileno())
   os.replace(tmp, path)
   fsync_dir(path)
+
+
+def write_json(path, obj) -> None:
+  """Replaces ``path`` by ``obj`` as indented JSON with sorted keys, atomically
+  (:func:`atomic_write_text`)."""
+  atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

@@ -23,18 +23,19 @@ def load_dataset(name: str, split: str, data_dir: str | None):
 
 
 def load_model(model_dir: str):
-  """``(model, config)`` of a directory of 'rsjax train' or 'rsjax convert'."""
-  from rsjax import training
+  """``(model, config)`` of a directory of 'rsjax train' or 'rsjax convert'
+  (``rsjax.models.load_model``)."""
+  from rsjax import models
   if not os.path.isdir(model_dir):
     raise CliError(f"model directory {model_dir!r} does not exist; train one with "
                    "'rsjax train --dataset mnist5k --model lenet --sigma 0.25 --out DIR'")
   try:
-    return training.load_model(model_dir)
+    return models.load_model(model_dir)
   except (FileNotFoundError, ValueError) as e:
     if "tree structures do not match" not in str(e):
       raise CliError(f"no usable trained model in {model_dir!r}: {e}") from None
   # orbax reports another architecture as a long tree dump: say which one it holds.
-  config = training.read_config(model_dir)
+  config = models.read_config(model_dir)
   named = config.get("model")
   held = _architecture_held(model_dir, config)
   holds = f"holds a {held!r} model" if held else "holds another architecture"
@@ -45,12 +46,12 @@ def load_model(model_dir: str):
 
 def warn_if_unfinished(model_dir: str, config: dict) -> None:
   """Warns when the model's training stopped before its last epoch."""
+  from rsjax import models
   from rsjax.checkpoint import Checkpoints
-  from rsjax.training import workdir as wd
   epochs = (config.get("train") or {}).get("epochs")
   if not isinstance(epochs, int):
     return  # not trained by 'rsjax train' (converted)
-  with Checkpoints(os.path.join(model_dir, wd.CHECKPOINT_DIR), max_to_keep=None) as ckpt:
+  with Checkpoints(os.path.join(model_dir, models.CHECKPOINT_DIR), max_to_keep=None) as ckpt:
     done = ckpt.latest_step()
   if done is not None and done < epochs:
     warnings.warn(f"the model in {model_dir} finished {done} of its {epochs} training epochs "
@@ -59,14 +60,14 @@ def warn_if_unfinished(model_dir: str, config: dict) -> None:
 
 def _architecture_held(model_dir: str, config: dict) -> str | None:
   """The zoo architecture whose weights the checkpoint holds, if any."""
-  from rsjax import models, training
+  from rsjax import models
   for name in models.MODELS:
     if name == config.get("model"):
       continue
     try:
       model = models.create_model(name, num_classes=int(config["num_classes"]),
                                   input_shape=tuple(config["input_shape"]), rngs=0)
-      training.restore_model(model_dir, model)
+      models.restore_model(model_dir, model)
     except Exception:  # noqa: BLE001 -- not this one
       continue
     return name

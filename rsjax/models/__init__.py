@@ -17,6 +17,30 @@ ResNets, LeNet) convert with ``from_torch`` (needs ``rsjax[torch]`` to read a
 file)::
 
   apply_fn, variables = rsjax.models.from_torch("checkpoint.pth.tar")
+
+A model directory (``config.json`` and checkpoints, what ``rsjax train`` and
+``rsjax convert`` write and ``rsjax certify`` reads) is written with ``save_model``
+and read back with ``load_model`` (``_directory``)::
+
+  rsjax.models.save_model("model_dir", model, {"model": "lenet", "num_classes": 10,
+                                               "input_shape": [28, 28, 1]})
+  model, config = rsjax.models.load_model("model_dir")
+
+Deep equilibrium models (``create_model("deq")``, ``"mdeq"``) and their fixed-point
+solvers are here too:
+
+* ``_solvers``: batched fixed-point solvers with a static step count
+  (``fixed_point_iteration``, ``anderson``, ``broyden``; ``solve`` with a
+  ``SolverConfig`` or a paper label such as ``"30A"``, ``"3B"``, ``"1N"``),
+  per-sample residuals, warm starts.
+* ``_implicit``: ``implicit_fixed_point`` (the fixed point with an implicit
+  gradient, custom VJP) and the Hutchinson Jacobian regularizer.
+* ``_deq``: a single-scale convolutional DEQ classifier and its pure functions
+  (``DEQForward`` with warm starts, ``DEQApply`` for the core engine).
+* ``_mdeq``: a two-resolution MDEQ-style classifier (``MDEQClassifier``) on the
+  same ``DEQModel`` base.
+
+Their certification (SRS, Gao et al. 2024) is ``rsjax.deq``.
 """
 
 from rsjax.models._aux import AuxLoss as AuxLoss
@@ -26,9 +50,28 @@ from rsjax.models._bridge import TrainApply as TrainApply
 from rsjax.models._bridge import count_params as count_params
 from rsjax.models._bridge import to_apply_fn as to_apply_fn
 from rsjax.models._bridge import to_train_fn as to_train_fn
+from rsjax.models._deq import DEQApply as DEQApply
+from rsjax.models._deq import DEQCell as DEQCell
+from rsjax.models._deq import DEQClassifier as DEQClassifier
+from rsjax.models._deq import DEQForward as DEQForward
+from rsjax.models._deq import DEQModel as DEQModel
+from rsjax.models._deq import make_apply_fn as make_apply_fn
+from rsjax.models._deq import to_deq_fn as to_deq_fn
+from rsjax.models._directory import CHECKPOINT_DIR as CHECKPOINT_DIR
+from rsjax.models._directory import CONFIG_FILE as CONFIG_FILE
+from rsjax.models._directory import load_model as load_model
+from rsjax.models._directory import read_config as read_config
+from rsjax.models._directory import restore_model as restore_model
+from rsjax.models._directory import save_model as save_model
+from rsjax.models._directory import write_checkpointed as write_checkpointed
+from rsjax.models._directory import write_config as write_config
 from rsjax.models._fold import fold_batch_norm as fold_batch_norm
+from rsjax.models._implicit import implicit_fixed_point as implicit_fixed_point
+from rsjax.models._implicit import jacobian_frobenius_sq as jacobian_frobenius_sq
 from rsjax.models._layers import NORMALIZATION as NORMALIZATION
 from rsjax.models._layers import Normalize as Normalize
+from rsjax.models._mdeq import MDEQCell as MDEQCell
+from rsjax.models._mdeq import MDEQClassifier as MDEQClassifier
 from rsjax.models._registry import MODELS as MODELS
 from rsjax.models._registry import create_model as create_model
 from rsjax.models._resnet import BasicResNet as BasicResNet
@@ -41,6 +84,15 @@ from rsjax.models._resnet import ResNet110 as ResNet110
 from rsjax.models._simple import CNN as CNN
 from rsjax.models._simple import MLP as MLP
 from rsjax.models._simple import LeNet as LeNet
+from rsjax.models._solvers import SOLVERS as SOLVERS
+from rsjax.models._solvers import SolverConfig as SolverConfig
+from rsjax.models._solvers import SolverResult as SolverResult
+from rsjax.models._solvers import anderson as anderson
+from rsjax.models._solvers import as_solver_config as as_solver_config
+from rsjax.models._solvers import broyden as broyden
+from rsjax.models._solvers import fixed_point_iteration as fixed_point_iteration
+from rsjax.models._solvers import relative_residual as relative_residual
+from rsjax.models._solvers import solve as solve
 from rsjax.models._torch import TORCH_ARCHITECTURES as TORCH_ARCHITECTURES
 from rsjax.models._torch import UnknownNormalizationError as UnknownNormalizationError
 from rsjax.models._torch import from_torch as from_torch
@@ -50,12 +102,21 @@ from rsjax.models._torch import parse_normalize as parse_normalize
 __all__ = [
     "AuxLoss",
     "BasicResNet",
+    "CHECKPOINT_DIR",
     "CNN",
+    "CONFIG_FILE",
     "CifarResNet",
+    "DEQApply",
+    "DEQCell",
+    "DEQClassifier",
+    "DEQForward",
+    "DEQModel",
     "Diagnostic",
     "EvalApply",
     "ImageNetResNet",
     "LeNet",
+    "MDEQCell",
+    "MDEQClassifier",
     "MLP",
     "MODELS",
     "NORMALIZATION",
@@ -64,15 +125,34 @@ __all__ = [
     "ResNet18",
     "ResNet20",
     "ResNet50",
+    "SOLVERS",
+    "SolverConfig",
+    "SolverResult",
     "TORCH_ARCHITECTURES",
     "TrainApply",
-    "fold_batch_norm",
+    "UnknownNormalizationError",
+    "anderson",
+    "as_solver_config",
+    "broyden",
     "count_params",
     "create_model",
-    "UnknownNormalizationError",
+    "fixed_point_iteration",
+    "fold_batch_norm",
     "from_torch",
+    "implicit_fixed_point",
+    "jacobian_frobenius_sq",
+    "load_model",
     "load_torch",
+    "make_apply_fn",
     "parse_normalize",
+    "read_config",
+    "relative_residual",
+    "restore_model",
+    "save_model",
+    "solve",
     "to_apply_fn",
+    "to_deq_fn",
     "to_train_fn",
+    "write_checkpointed",
+    "write_config",
 ]

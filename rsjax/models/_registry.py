@@ -7,25 +7,13 @@ from collections.abc import Sequence
 import jax
 from flax import nnx
 
+from rsjax.models._deq import DEQClassifier
+from rsjax.models._mdeq import MDEQClassifier
 from rsjax.models._resnet import (CifarResNet, ImageNetResNet, ResNet18, ResNet20, ResNet50,
                                   ResNet110)
 from rsjax.models._simple import CNN, MLP, LeNet
 
 __all__ = ["MODELS", "create_model"]
-
-
-def _deq(**kwargs) -> nnx.Module:
-  """``rsjax.deq.DEQClassifier`` (imported on use: the DEQ models build on ``rsjax.models``;
-  from their own module, below the DEQ certification of ``rsjax.deq``)."""
-  from rsjax.deq._model import DEQClassifier
-  return DEQClassifier(**kwargs)
-
-
-def _mdeq(**kwargs) -> nnx.Module:
-  """``rsjax.deq.MDEQClassifier``, the two-resolution DEQ (imported on use)."""
-  from rsjax.deq._mdeq import MDEQClassifier
-  return MDEQClassifier(**kwargs)
-
 
 MODELS = {
     "mlp": MLP,
@@ -35,8 +23,8 @@ MODELS = {
     "resnet110": ResNet110,
     "resnet18": ResNet18,
     "resnet50": ResNet50,
-    "deq": _deq,
-    "mdeq": _mdeq,
+    "deq": DEQClassifier,
+    "mdeq": MDEQClassifier,
     # General forms (used by converted PyTorch checkpoints): ``depth`` of a
     # CIFAR ResNet; ``block`` and ``stage_sizes`` of a torchvision ResNet.
     "cifar_resnet": CifarResNet,
@@ -54,8 +42,8 @@ def create_model(name: str, *, num_classes: int, input_shape: Sequence[int],
 
   Args:
     name: one of ``MODELS`` ("mlp", "cnn", "lenet", "resnet20", "resnet110",
-      "resnet18", "resnet50", "deq": ``rsjax.deq.DEQClassifier``, "mdeq":
-      ``rsjax.deq.MDEQClassifier``; the general
+      "resnet18", "resnet50", "deq": ``rsjax.models.DEQClassifier``, "mdeq":
+      ``rsjax.models.MDEQClassifier``; the general
       "cifar_resnet" (``depth=``) and "imagenet_resnet" (``block=``,
       ``stage_sizes=``)), or Cohen et al.'s "cifar_resnet20" / "cifar_resnet110".
     num_classes: number of output logits.

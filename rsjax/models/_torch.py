@@ -346,7 +346,7 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
     ``(model, config)``: the NNX model and a JSON-serializable config
     ``{"model", "num_classes", "input_shape", "model_kwargs", "torch_arch"}``
     that rebuilds it with ``rsjax.models.create_model`` (see
-    ``rsjax.training.save_model``).
+    ``rsjax.models.save_model``).
 
   Raises:
     ValueError: the checkpoint does not fit the architecture (one line listing

@@ -8,9 +8,9 @@
   data-dependent sigma (:class:`BatchSigma`, e.g. DDRS), with per-epoch
   evaluation, orbax checkpoints and exact resume.
 * :func:`training_defaults`: the schedule ``rsjax train`` uses per dataset.
-* :func:`load_model` / :func:`restore_model`: rebuild a trained model from its
-  workdir (``config.json`` + checkpoints); :func:`save_model` writes such a
-  workdir for a model trained elsewhere (e.g. a converted PyTorch checkpoint).
+* A workdir is a model directory (``config.json`` + checkpoints: loaded with
+  ``rsjax.models.load_model``, written with ``rsjax.models.save_model``) with
+  the trainer's ``history.json`` and resumable state in its checkpoints.
 * :func:`per_sample_gradient_norms` / :func:`gradient_norm_table`: Table 1 of
   the ACR study (easy vs hard inputs); p_A and the easy/hard split are in
   :mod:`rsjax.metrics`.
@@ -38,13 +38,8 @@ from rsjax.training.config import BatchSigma as BatchSigma
 from rsjax.training.config import TrainConfig as TrainConfig
 from rsjax.training.config import make_optimizer as make_optimizer
 from rsjax.training.trainer import train as train
-from rsjax.training.workdir import load_model as load_model
-from rsjax.training.workdir import read_config as read_config
-from rsjax.training.workdir import restore_model as restore_model
-from rsjax.training.workdir import save_model as save_model
 
 __all__ = ["BatchSigma", "Consistency", "Discard", "Gaussian", "MACER", "OBJECTIVES", "Objective", "Reweigh",
            "SmoothAdv", "SphereAttack", "TRAINING_DEFAULTS", "TrainConfig", "correct_counts", "discard_mask", "gradient_norm_table",
-           "load_model", "make_objective", "make_optimizer",
-           "per_sample_gradient_norms", "read_config", "resample", "restore_model", "reweigh_weights",
-           "save_model", "train", "training_defaults"]
+           "make_objective", "make_optimizer", "per_sample_gradient_norms", "resample",
+           "reweigh_weights", "train", "training_defaults"]

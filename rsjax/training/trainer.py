@@ -36,15 +36,19 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from rsjax.engine.counts import as_key
+from rsjax import models
 from rsjax.checkpoint import Checkpoints
-from rsjax.training import workdir as wd
+from rsjax.io import write_json
 from rsjax.training.config import LATER_FIELDS, TrainConfig, make_optimizer, optimizer_spec
 from rsjax.training.steps import (check_finite_loss, eval_step, evaluate, first_bad_step,
                                   train_step)
 from rsjax.training.strategies import (Discard, correct_counts, discard_mask, resample,
                                       reweigh_weights)
 
-__all__ = ["train"]
+__all__ = ["HISTORY_FILE", "train"]
+
+# The per-epoch metrics in a workdir, next to its model directory (``rsjax.models``).
+HISTORY_FILE = "history.json"
 
 
 def _check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -127,7 +131,7 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
       finished epoch (the training config, except ``epochs``, and the key must
       match). If False and checkpoints exist, raise instead of overwriting.
     model_config: JSON-serializable description of the model saved in
-      ``config.json`` so that :func:`rsjax.training.load_model` can rebuild it,
+      ``config.json`` so that :func:`rsjax.models.load_model` can rebuild it,
       e.g. ``{"model": "lenet", "num_classes": 10, "input_shape": [28, 28, 1]}``
       (optional ``"model_kwargs"`` for ``create_model``).
     keep_checkpoints: number of epoch checkpoints kept.
@@ -207,7 +211,7 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
   if workdir is not None:
     workdir = os.fspath(workdir)
     os.makedirs(workdir, exist_ok=True)
-    ckpt = Checkpoints(os.path.join(workdir, wd.CHECKPOINT_DIR), max_to_keep=keep_checkpoints)
+    ckpt = Checkpoints(os.path.join(workdir, models.CHECKPOINT_DIR), max_to_keep=keep_checkpoints)
     try:
       latest = ckpt.latest_step()
       if latest is not None and not resume:
@@ -229,13 +233,13 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
           sigma_state = items["train"]["batch_sigma"]
         start_epoch = int(meta["epoch"])
         history = list(meta["history"])
-        cfg_path = os.path.join(workdir, wd.CONFIG_FILE)
+        cfg_path = os.path.join(workdir, models.CONFIG_FILE)
         if meta["config"].get("epochs") != config.epochs and os.path.exists(cfg_path):
           # More (or fewer) epochs than the run began with: config.json says the
           # epochs now asked for, so a reader can tell a finished run from a cut one.
-          cfg = wd.read_config(workdir)
+          cfg = models.read_config(workdir)
           cfg["train"] = config.to_json()
-          wd.write_json(cfg_path, cfg)
+          models.write_config(workdir, cfg)
         if progress:
           tqdm.write(f"resuming {workdir} after epoch {start_epoch} of {config.epochs} "
                      "(a new workdir starts over)")
@@ -245,7 +249,7 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
           if reserved in cfg:
             raise ValueError(f"model_config must not contain the key {reserved!r}")
         cfg.update(sigma=config.sigma, train=config.to_json(), data=data_info)
-        wd.write_json(os.path.join(workdir, wd.CONFIG_FILE), cfg)
+        models.write_config(workdir, cfg)
     except BaseException:
       ckpt.close()
       raise
@@ -341,7 +345,7 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
         ckpt.save(epoch + 1, items=state_items(params, rest, opt_state, weights, sigma_state),
                   meta={"epoch": epoch + 1, "config": config.to_json(), "data": data_info,
                         "key": key_data, "history": history})
-        wd.write_json(os.path.join(workdir, wd.HISTORY_FILE), history)
+        write_json(os.path.join(workdir, HISTORY_FILE), history)
       if progress:
         msg = (f"epoch {epoch + 1}/{config.epochs}  lr {entry['lr']:.4g}  loss {entry['train_loss']:.4f}"
                f"  train acc {entry['train_acc']:.4f}")

@@ -44,7 +44,7 @@ SGD with momentum 0.9, weight decay 1e-4 and a constant learning rate (the
 authors' schedulers are never stepped). Deviation: the noise parameters step on
 every batch with the classifier (the authors accumulate 20 batches for the
 universal generator). Workdir: ``config.json``, ``history.json`` and
-``checkpoints/`` of the classifier (``rsjax.training.load_model`` reads it),
+``checkpoints/`` of the classifier (``rsjax.models.load_model`` reads it),
 ``ucan_noise.npz``, and ``ucan_train/``: the trainer's resumable run of the
 classifier with its generator.
 """
@@ -64,11 +64,12 @@ from flax import nnx
 from rsjax import anisotropic
 from rsjax.anisotropic import GENERATORS, SOUND_GENERATORS, load_noise, save_noise
 from rsjax.checkpoint import Checkpoints
+from rsjax import models
+from rsjax.io import write_json
 from rsjax.models import to_train_fn
-from rsjax.training import workdir as wd
 from rsjax.training.config import TrainConfig
 from rsjax.training.objectives import Objective
-from rsjax.training.trainer import train
+from rsjax.training.trainer import HISTORY_FILE, train
 from rsjax.util import as_key, check_int
 
 __all__ = ["TRAIN_DIR", "UCANConfig", "UCANLoss", "UCANModel", "make_generator", "train_ucan",
@@ -252,10 +253,10 @@ class UCANConfig:
 
 def _finished(workdir) -> dict | None:
   try:
-    cfg = wd.read_config(workdir)
+    cfg = models.read_config(workdir)
   except FileNotFoundError:
     return None
-  ckpt = os.path.join(os.fspath(workdir), wd.CHECKPOINT_DIR)
+  ckpt = os.path.join(os.fspath(workdir), models.CHECKPOINT_DIR)
   return cfg if cfg.get("method") == "ucan" and os.path.isdir(ckpt) else None
 
 
@@ -271,14 +272,14 @@ def load_ucan_model(workdir, *, allow_unsound: bool = False) -> tuple[UCANModel,
   gen = cfg["ucan"]["generator"]
   if gen not in SOUND_GENERATORS and not allow_unsound:
     raise ValueError(_UNSOUND)
-  classifier, _ = wd.load_model(workdir)
+  classifier, _ = models.load_model(workdir)
   return _restore_generator(workdir, classifier, gen, tuple(cfg["input_shape"])), cfg
 
 
 def _restore_generator(workdir, classifier, generator: str, shape) -> UCANModel:
   """``classifier`` with its trained generator (and weights) from the workdir's ``TRAIN_DIR``."""
   model = UCANModel(classifier, make_generator(generator, shape))
-  wd.restore_model(os.path.join(os.fspath(workdir), TRAIN_DIR), model)
+  models.restore_model(os.path.join(os.fspath(workdir), TRAIN_DIR), model)
   return model
 
 
@@ -317,7 +318,7 @@ def train_ucan(key, model: nnx.Module, train_data, config: UCANConfig, *, workdi
     if done["ucan"]["generator"] != generator:
       raise ValueError(f"workdir {os.fspath(workdir)!r} holds a {done['ucan']['generator']!r} "
                        f"model, not {generator!r}")
-    model, meta = wd.restore_model(workdir, model)
+    model, meta = models.restore_model(workdir, model)
     if generator in SOUND_GENERATORS:
       return model, load_noise(workdir), list(meta["history"])
     noise = _restore_generator(workdir, model, generator, shape).noise_source(sigma)
@@ -343,10 +344,10 @@ def train_ucan(key, model: nnx.Module, train_data, config: UCANConfig, *, workdi
       save_noise(workdir, noise, generator)
     cfg = {**(model_config or {}), "sigma": float(sigma), "method": "ucan", "ucan": ucan_cfg,
            "sound": generator in SOUND_GENERATORS}
-    wd.write_json(os.path.join(workdir, wd.CONFIG_FILE), cfg)
-    wd.write_json(os.path.join(workdir, wd.HISTORY_FILE), history)
+    models.write_config(workdir, cfg)
+    write_json(os.path.join(workdir, HISTORY_FILE), history)
     _, params, rest = to_train_fn(model)
-    with Checkpoints(os.path.join(workdir, wd.CHECKPOINT_DIR), max_to_keep=1) as ckpt:
+    with Checkpoints(os.path.join(workdir, models.CHECKPOINT_DIR), max_to_keep=1) as ckpt:
       ckpt.save(int(config.epochs), items={"model": {"params": params, "rest": rest}},
                 meta={"epoch": int(config.epochs), "history": history})
   return model, noise, history

@@ -9,7 +9,7 @@ Architecture (an MDEQ-style block at one resolution, Bai et al. 2020)::
 
 Everything is per sample (GroupNorm, no BatchNorm), as the batched solvers
 require. ``__call__`` solves with ``solver`` and differentiates implicitly
-(``rsjax.deq.implicit_fixed_point``), so the module trains like any other NNX
+(``rsjax.models.implicit_fixed_point``), so the module trains like any other NNX
 classifier (e.g. with ``rsjax.training.train``). For certification use the pure
 functions:
 
@@ -30,8 +30,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rsjax.deq._implicit import implicit_fixed_point, jacobian_frobenius_sq
-from rsjax.deq._solvers import SolverConfig, as_solver_config, solve
+from rsjax.models._implicit import implicit_fixed_point, jacobian_frobenius_sq
+from rsjax.models._solvers import SolverConfig, as_solver_config, solve
 from rsjax.models._aux import AuxLoss, Diagnostic
 from rsjax.models._layers import Normalize, resolve_normalization
 

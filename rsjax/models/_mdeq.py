@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rsjax.deq._model import DEQCell, DEQModel
-from rsjax.deq._solvers import SolverConfig
+from rsjax.models._deq import DEQCell, DEQModel
+from rsjax.models._solvers import SolverConfig
 
 __all__ = ["MDEQCell", "MDEQClassifier"]
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from rsjax.deq._solver_config import SOLVERS, SolverConfig, SolverResult, as_solver_config
+from rsjax.models._solver_config import SOLVERS, SolverConfig, SolverResult, as_solver_config
 
 _EPS = 1e-8
 

@@ -5,7 +5,7 @@ implicit function theorem, for a cotangent ``g`` on ``z*``,
 ``g^T dz*/dtheta = u^T df/dtheta`` with ``u`` the solution of the adjoint fixed
 point ``u = g + J^T u`` (``J = df/dz`` at ``z*``). ``fixed_point`` solves the
 forward problem without storing the iterations and the adjoint problem with a
-batched solver of ``rsjax.deq.solve``; memory is that of one evaluation of
+batched solver of ``rsjax.models.solve``; memory is that of one evaluation of
 ``f``.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rsjax.deq._solvers import SolverConfig, as_solver_config, solve
+from rsjax.models._solvers import SolverConfig, as_solver_config, solve
 
 __all__ = ["implicit_fixed_point", "jacobian_frobenius_sq"]
 
