@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
   """Runs ``rsjax convert``; returns the exit status."""
   from rsjax import models
-  model, config = launch.load_torch(args.checkpoint, args.arch, args.normalize)
+  model, config = launch.open_torch_checkpoint(args.checkpoint, args.arch, args.normalize)
   config["source"] = os.path.basename(args.checkpoint)
   if args.dataset is not None:
     config["dataset"] = args.dataset

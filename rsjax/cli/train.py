@@ -188,8 +188,8 @@ def run(args) -> int:
   _fill_training_defaults(args)
   if args.overwrite:
     _start_over(args.out)
-  ds_train = launch.load_dataset(args.dataset, "train", args.data_dir)
-  ds_test = launch.load_dataset(args.dataset, "test", args.data_dir)
+  ds_train = launch.open_dataset(args.dataset, "train", args.data_dir)
+  ds_test = launch.open_dataset(args.dataset, "test", args.data_dir)
   x, y = ds_train.arrays()
   xt, yt = ds_test.arrays()
   try:
@@ -251,7 +251,7 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
   if args.allow_unsound and args.generator != "input":
     raise CliError("--allow-unsound works with --generator input only")
   if args.init is not None:
-    model, _ = launch.load_model(args.init)
+    model, _ = launch.open_model_dir(args.init)
   try:
     config = ucan.UCANConfig(generator=args.generator, sigma=args.sigma, epochs=args.epochs,
                              batch_size=args.batch, lr=args.lr, draws=args.ucan_draws)

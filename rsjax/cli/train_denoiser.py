@@ -3,7 +3,7 @@
 ``rsjax train-denoiser --dataset mnist5k --objective mse --sigma 0.25 --out DIR`` trains a DnCNN
 (``--objective stability --classifier MODEL_DIR`` against a frozen classifier; ``--objective
 ddpm`` a small DDPM UNet); ``rsjax certify MODEL_DIR OUT --denoiser DIR`` certifies
-``classifier(denoiser(x + delta))`` (``rsjax.launch.loading.load_denoised``).
+``classifier(denoiser(x + delta))`` (``rsjax.launch.loading.open_denoised``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def run(args) -> int:
   from rsjax.denoise import diffusion, train, workdir
   if os.path.exists(os.path.join(args.out, workdir.DENOISER_FILE)):
     raise CliError(f"{args.out!r} already holds a denoiser; use a new --out")
-  ds = launch.load_dataset(args.dataset, "train", args.data_dir)
+  ds = launch.open_dataset(args.dataset, "train", args.data_dir)
   x, _ = ds.arrays()
   if x.ndim != 4:
     raise CliError(f"{args.dataset} inputs are not images ([H, W, C]); a denoiser needs images")

@@ -10,9 +10,9 @@ fix is a :class:`CliError`.
 
 from rsjax.launch import flags as flags
 from rsjax.launch.errors import CliError as CliError
-from rsjax.launch.loading import load_dataset as load_dataset
-from rsjax.launch.loading import load_model as load_model
-from rsjax.launch.loading import load_torch as load_torch
+from rsjax.launch.loading import open_dataset as open_dataset
+from rsjax.launch.loading import open_model_dir as open_model_dir
+from rsjax.launch.loading import open_torch_checkpoint as open_torch_checkpoint
 from rsjax.launch.run import Loaded as Loaded
 from rsjax.launch.run import key as key
 from rsjax.launch.run import load as load
@@ -20,5 +20,5 @@ from rsjax.launch.run import plan as plan
 from rsjax.launch.run import run_from_flags as run_from_flags
 from rsjax.launch.run import settings as settings
 
-__all__ = ["CliError", "Loaded", "flags", "key", "load", "load_dataset", "load_model",
-           "load_torch", "plan", "run_from_flags", "sampling"]
+__all__ = ["CliError", "Loaded", "flags", "key", "load", "open_dataset", "open_model_dir",
+           "open_torch_checkpoint", "plan", "run_from_flags", "settings"]

@@ -1,5 +1,6 @@
-"""Loading what a run names: its dataset, its model (a model directory or a PyTorch
-checkpoint) and its denoiser, each failure told as a :class:`CliError`."""
+"""Opening what a run names: its dataset, its model (a model directory or a PyTorch
+checkpoint) and its denoiser through ``rsjax.data`` and ``rsjax.models`` (which load
+them), each failure told as a :class:`CliError` the command prints in one line."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import warnings
 
 from rsjax.launch.errors import CliError
 
-__all__ = ["load_dataset", "load_model", "warn_if_unfinished", "load_torch", "load_denoised"]
+__all__ = ["open_dataset", "open_model_dir", "open_torch_checkpoint", "open_denoised",
+           "warn_if_unfinished"]
 
 
-def load_dataset(name: str, split: str, data_dir: str | None):
+def open_dataset(name: str, split: str, data_dir: str | None):
   """The split of a dataset (``rsjax.data.load``)."""
   from rsjax import data
   try:
@@ -22,7 +24,7 @@ def load_dataset(name: str, split: str, data_dir: str | None):
     raise CliError(str(e)) from None
 
 
-def load_model(model_dir: str):
+def open_model_dir(model_dir: str):
   """``(model, config)`` of a directory of 'rsjax train' or 'rsjax convert'
   (``rsjax.models.load_model``)."""
   from rsjax import models
@@ -74,7 +76,7 @@ def _architecture_held(model_dir: str, config: dict) -> str | None:
   return None
 
 
-def load_torch(path: str, arch: str | None, normalize: str | None, input_shape=None):
+def open_torch_checkpoint(path: str, arch: str | None, normalize: str | None, input_shape=None):
   """The model of a PyTorch checkpoint; prints the normalization it uses."""
   from rsjax import models
   try:
@@ -91,7 +93,7 @@ def load_torch(path: str, arch: str | None, normalize: str | None, input_shape=N
   return model, config
 
 
-def load_denoised(path: str, apply_fn, params, *, sigma: float):
+def open_denoised(path: str, apply_fn, params, *, sigma: float):
   """Denoised smoothing: ``(apply_fn, params)`` of classifier(denoiser(x + delta)), the
   denoiser read from ``path`` ('rsjax train-denoiser' or a diffusers UNet2DModel)."""
   from rsjax.denoise import compose, workdir

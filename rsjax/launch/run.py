@@ -66,8 +66,8 @@ def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir,
       raise CliError("give either MODEL_DIR or --torch-checkpoint, not both")
     if dataset is None:
       raise CliError("--dataset is required with --torch-checkpoint")
-    ds = loading.load_dataset(dataset, split, data_dir)
-    model, config = loading.load_torch(torch_checkpoint, torch_arch, normalize, ds.input_shape)
+    ds = loading.open_dataset(dataset, split, data_dir)
+    model, config = loading.open_torch_checkpoint(torch_checkpoint, torch_arch, normalize, ds.input_shape)
     return model, config, ds
   if model_dir is None:
     raise CliError("give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or "
@@ -75,12 +75,12 @@ def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir,
   if normalize is not None:
     raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its "
                    "normalization)")
-  model, config = loading.load_model(model_dir)
+  model, config = loading.open_model_dir(model_dir)
   loading.warn_if_unfinished(model_dir, config)
   name = dataset or config.get("dataset")
   if not name:
     raise CliError("--dataset is required (the model directory does not name one)")
-  ds = loading.load_dataset(name, split, data_dir)
+  ds = loading.open_dataset(name, split, data_dir)
   want = config.get("input_shape")
   if want is not None and tuple(want) != tuple(ds.input_shape):
     shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
@@ -94,7 +94,7 @@ def _apply(model, denoiser, sigma):
   from rsjax import models
   apply_fn, params = models.to_apply_fn(model)
   if denoiser is not None:  # denoised smoothing: classifier(denoiser(x + delta))
-    apply_fn, params = loading.load_denoised(denoiser, apply_fn, params, sigma=sigma)
+    apply_fn, params = loading.open_denoised(denoiser, apply_fn, params, sigma=sigma)
   return apply_fn, params
 
 
@@ -187,7 +187,7 @@ def plan(run, loaded: Loaded, *, batch_size: int = 1000, data_dir=None):
         key=key(run), model=loaded.model, apply_fn=loaded.apply_fn, params=loaded.params,
         dataset=ds, sigma=run.sigma, settings=settings(run, batch_size),
         multiclass=run.multiclass, workdir=loaded.workdir,
-        load_split=lambda split: loading.load_dataset(ds.name, split, data_dir))
+        load_split=lambda split: loading.open_dataset(ds.name, split, data_dir))
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in run.options.items()}
     return methods.get(run.method).plan(ctx, **options)
   except ValueError as e:
