@@ -95,7 +95,7 @@ def main(argv=None) -> dict:
     certs[name] = rsjax.certify(jax.random.key(2), apply_fn, variables, x, **kw)
     out[f"{name}_s"] = time.perf_counter() - t
     acc = metrics.certified_accuracy(certs[name].prediction == y, certs[name].radius, RADII)
-    out[f"{name}_certified_accuracy"] = {str(r): float(a) for r, a in zip(RADII, acc)}
+    out[f"{name}_certified_accuracy"] = {str(r): float(a) for r, a in zip(RADII, acc, strict=True)}
   c32, c16 = certs["float32"], certs["bfloat16"]
   out["prediction_agreement"] = float(np.mean(c32.prediction == c16.prediction))
   out["max_abs_radius_diff"] = float(np.max(np.abs(c32.radius - c16.radius)))

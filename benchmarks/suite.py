@@ -262,7 +262,10 @@ def table(results: list[dict]) -> str:
           "| ratio to twin | compile s (rsjax / twin) | peak MB (rsjax / twin) | MFU | bound s "
           "| fraction of bound |")
   rows = [head, "|" + "---|" * (head.count("|") - 1)]
-  f = lambda v, s="{:.3g}": "-" if v is None else s.format(v)
+
+  def f(v, s="{:.3g}"):
+    return "-" if v is None else s.format(v)
+
   for r in results:
     if "task" in r:
       continue

@@ -243,7 +243,7 @@ def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> 
   settings = rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.chains)
   times = {}
   for mm in (0, m):
-    call = lambda i: deq.srs_sample(  # noqa: E731
+    call = lambda i, mm=mm: deq.srs_sample(  # noqa: E731
         jax.random.key(cfg.seed + 1), deq_fn, variables, x[i:i + 1], sigma=sigma,
         num_classes=10, num=cfg.n, config=rows_lib.srs_config(cfg, variant, mm),
         settings=settings, check_key=jax.random.key(cfg.seed + 2), ids=ids[i:i + 1])

@@ -32,6 +32,8 @@ practice).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,6 +47,10 @@ from rsjax.verify._run import (certificate_view, check_against_dataset, check_ro
                                load_dataset)
 from rsjax.verify._srs import check_srs
 
+if TYPE_CHECKING:
+  from rsjax.data import Dataset
+  from rsjax.runspec import RunSpec
+
 __all__ = ["Mismatch", "VERIFIABLE", "VerifyError", "VerifyReport", "read_run", "replay_memory",
            "verify"]
 
@@ -54,7 +60,7 @@ VERIFIABLE = {"cohen": check_cohen, "idrs": check_idrs, "ucan": check_ucan, "srs
               "deq-standard": check_cohen}
 
 
-def read_run(path):
+def read_run(path: str | os.PathLike[str]) -> RunSpec:
   """The run of a certify result file (``rsjax.runspec.RunSpec``).
 
   Raises:
@@ -73,8 +79,9 @@ def read_run(path):
   return run
 
 
-def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
-           data_dir=None, dataset=None) -> VerifyReport:
+def verify(path: str | os.PathLike[str], *, rtol: float = 1e-9, atol: float = 1e-12,
+           inputs: Callable[[np.ndarray], np.ndarray] | None = None, data_dir: str | None = None,
+           dataset: Dataset | None = None) -> VerifyReport:
   """Recomputes every prediction and radius of a certify result file from its record.
 
   Args:
