@@ -105,7 +105,7 @@ import numpy as np
 from _common import RESULTS, ROOT, strip_checkpoint_paths  # first: the repository on sys.path
 import _srs_rows as rows_lib
 import rsjax
-from rsjax import data, deq, stats
+from rsjax import data, deq, io, stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,10 +309,7 @@ def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> di
   report["complete"] = done_all
   report["seconds_this_call"] = time.perf_counter() - t_start
   os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
-  tmp = out_path + ".tmp"
-  with open(tmp, "w") as fh:
-    json.dump(report, fh, indent=1)
-  os.replace(tmp, out_path)
+  io.atomic_write_text(out_path, json.dumps(report, indent=1))
   if any(rows for c in curves.values() for rows in c.values()):
     rows_lib.plot(os.path.splitext(out_path)[0] + ".png", curves, report["runs"])
   return report
