@@ -9,8 +9,8 @@ certified accuracy at a few radii, agreement of the certified predictions
 (abstentions included), radius differences, the share of noisy samples whose
 class changed (a lower bound from the counts) and the time of each run.
 
-Parity (PERFORMANCE.md section 6, item 7): bf16 passes when its certified
-accuracy is within 1 point of fp32's at every radius
+Parity (the GPU suite's bf16 criterion, docs/PERFORMANCE.md): bf16 passes when
+its certified accuracy is within 1 point of fp32's at every radius
 (:func:`certified_accuracy_parity`).
 
 Command::
