@@ -119,8 +119,9 @@ def _summary(rows, grid):
       "samples": {k: float(v) for k, v in metrics.samples_summary(samples).items()},
       "wall_s": float(sum(times)),
       "wall_s_without_first_chunk": float(sum(times[1:])),
-      "certified_accuracy": {f"{r:g}": float(a) for r, a in
-                             zip(grid, metrics.certified_accuracy(correct, radius, grid))},
+      "certified_accuracy": {
+          f"{r:g}": float(a)
+          for r, a in zip(grid, metrics.certified_accuracy(correct, radius, grid), strict=True)},
       "per_input": {"samples": [int(v) for v in samples], "radius": [float(v) for v in radius],
                     "correct": [bool(v) for v in correct]},
   }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from rsjax.io import atomic_write_text
+
 
 def dump_json(path: str | None, obj) -> None:
   """Writes ``obj`` as indented JSON to ``path`` (its folder created, the file replaced whole);
@@ -12,6 +14,4 @@ def dump_json(path: str | None, obj) -> None:
   if not path:
     return
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path + ".tmp", "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=1)
-  os.replace(path + ".tmp", path)
+  atomic_write_text(path, json.dumps(obj, indent=1))

@@ -10,7 +10,7 @@ the GPU report the same number for the same model:
   ``conv_general_dilated`` (the convention of MFU figures; elementwise work,
   a few percent for these models, is left out);
 * :func:`activation_elements`: the output elements of those same operations
-  (PERFORMANCE.md section 3's memory model).
+  (the memory term of the bound in docs/PERFORMANCE.md).
 
 Both descend into nested jaxprs (``jit``, ``custom_jvp``, ``remat``, ...), and a
 ``scan`` counts its body ``length`` times.

@@ -79,13 +79,14 @@ def conv_stages(batch: int, reps: int) -> list[dict]:
     xc, kc = jnp.asarray(x.transpose(0, 3, 1, 2)), jnp.asarray(k.transpose(3, 2, 0, 1))
     row = {"channels": ch, "size": hw, "batch": batch,
            "gflop": 2 * batch * hw * hw * ch * ch * 9 / 1e9,
-           "xla_nhwc": best_time(lambda: _sync(nhwc(xj, kj)), reps),
-           "xla_nchw": best_time(lambda: _sync(nchw(xc, kc)), reps)}
+           "xla_nhwc": best_time(lambda f=nhwc, x=xj, k=kj: _sync(f(x, k)), reps),
+           "xla_nchw": best_time(lambda f=nchw, x=xc, k=kc: _sync(f(x, k)), reps)}
     if torch is not None:
       xt, kt = torch.from_numpy(x.transpose(0, 3, 1, 2).copy()), torch.from_numpy(
           k.transpose(3, 2, 0, 1).copy())
       with torch.no_grad():
-        row["torch"] = best_time(lambda: torch.nn.functional.conv2d(xt, kt, padding=1), reps)
+        row["torch"] = best_time(
+            lambda x=xt, k=kt: torch.nn.functional.conv2d(x, k, padding=1), reps)
     rows.append(row)
   return rows
 
@@ -167,7 +168,7 @@ def noise_streams(reps: int, samples: int = 1000, shape=(784,)) -> dict:
     f = jax.jit(lambda key, js, fn=fn: jax.vmap(lambda k: fn(k, shape))(
         jax.vmap(lambda j: jax.random.fold_in(key, j))(js)))
     key = jax.random.key(0, impl=impl)
-    t = best_time(lambda f=f: _sync(f(key, jnp.arange(samples, dtype=jnp.uint32))), reps)
+    t = best_time(lambda f=f, key=key: _sync(f(key, jnp.arange(samples, dtype=jnp.uint32))), reps)
     n = samples * int(np.prod(shape)) / 1e6
     whole = np.asarray(f(key, jnp.arange(64, dtype=jnp.uint32)))
     parts = np.concatenate([np.asarray(f(key, jnp.arange(s, s + 8, dtype=jnp.uint32)))

@@ -12,8 +12,8 @@ This is the baseline the throughput benchmark compares against. It has three par
   ``device='cuda'``; here the noise is made on the device of the input.
 * ``from_flax`` (``benchmarks.torch_models``): the same network as an
   ``rsjax.models`` model, with the same weights, in PyTorch.
-* ``tuned_module`` / ``tuned_counts`` / ``tuned_certify``: the *tuned* twin of
-  PERFORMANCE.md section 6 (baseline b): the same network and weights on the
+* ``tuned_module`` / ``tuned_counts`` / ``tuned_certify``: the *tuned* twin, the
+  baseline of the GPU suite (docs/PERFORMANCE.md): the same network and weights on the
   fastest PyTorch path we know: noise drawn on the device and added by
   broadcasting (no ``repeat``), one large batch, channels-last memory format,
   optional bfloat16 autocast and ``torch.compile``, counting on the device
@@ -77,7 +77,7 @@ def sample_noise_reference(base_classifier: nn.Module, x: torch.Tensor, num: int
 
 
 # ------------------------------------------------------------------------------------------------
-# The tuned twin (PERFORMANCE.md section 6, baseline b).
+# The tuned twin (the GPU suite's baseline, docs/PERFORMANCE.md).
 # ------------------------------------------------------------------------------------------------
 
 

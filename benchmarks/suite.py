@@ -1,4 +1,4 @@
-"""The certification suite of PERFORMANCE.md section 6: rsjax against the tuned PyTorch twin.
+"""The GPU certification suite (docs/PERFORMANCE.md): rsjax against the tuned PyTorch twin.
 
 ``python -m benchmarks.throughput --suite gpu`` runs, on one device and in one
 process, Cohen et al.'s CERTIFY (n0 = 100, N = 100,000, alpha = 0.001) for
@@ -18,11 +18,11 @@ image. Per model and precision it writes into ``benchmarks/results/gpu.json``
   run one model per command for per-model peaks), for rsjax and for the twin;
 * ``ratio_to_twin`` = twin seconds per image / rsjax seconds per image;
 * ``mfu`` = FLOPs per sample (XLA ``cost_analysis``) x samples/s / device peak,
-  and ``bound_fraction`` = section 3 bound / measured seconds per image, with the
-  bound from section 3's model: max(FLOPs / peak, 2.5 x conv and dense output
-  elements x bytes / HBM bandwidth), peaks 800 TFLOP/s bf16, 60 TFLOP/s fp32 and
-  3.35 TB/s on an H100 (``--device-peaks`` elsewhere);
-* the section 6 goals that apply and whether each was met.
+  and ``bound_fraction`` = bound / measured seconds per image, with the bound of
+  docs/PERFORMANCE.md: max(FLOPs / peak, 2.5 x conv and dense output elements x
+  bytes / HBM bandwidth), peaks 800 TFLOP/s bf16, 60 TFLOP/s fp32 and 3.35 TB/s
+  on an H100 (``--device-peaks`` elsewhere);
+* the goals (``GOALS``, docs/PERFORMANCE.md) that apply and whether each was met.
 
 The same suite runs on a CPU with a small N (``tests/test_benchmarks_smoke.py``).
 """
@@ -54,15 +54,16 @@ GPU_MODELS = ("lenet", "resnet20", "resnet110", "resnet50")
 PRECISIONS = {"fp32": "float32", "tf32": "tf32", "bf16": "bfloat16"}
 DEFAULT_JSON = os.path.join("benchmarks", "results", "gpu.json")
 
-# PERFORMANCE.md section 3 assumptions: FLOP/s (bf16 dense, TF32 dense at half of it, fp32
-# without tensor cores: spec sheet 989 / 495 / 67 for the SXM H100), HBM B/s. "fp32" is rsjax's
+# Attainable peaks (docs/PERFORMANCE.md): FLOP/s, the NVIDIA H100/H200 datasheets' dense figures
+# derated (bf16 989, TF32 495, fp32 without tensor cores 67 TFLOP/s for the SXM H100), HBM B/s
+# as the datasheets give it (3.35 TB/s H100 SXM, 4.8 TB/s H200 SXM). "fp32" is rsjax's
 # default precision (full-precision matmuls), so its peak is the fp32 one, not TF32's.
 DEVICE_PEAKS = {
     "H100": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 3.35e12},
     "H200": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 4.8e12},
 }
 
-# PERFORMANCE.md section 6 goals at N = 100,000: (model, precision) -> (seconds per image, ratio).
+# The suite's goals at N = 100,000 (docs/PERFORMANCE.md): (model, precision) -> (s/image, ratio).
 GOALS = {
     ("resnet110", "bf16"): (0.5, 1.5),
     ("resnet110", "fp32"): (1.5, None),
@@ -72,8 +73,9 @@ GOALS = {
 
 
 def device_peaks(override: str | None = None) -> dict | None:
-  """Section 3 peaks of the first device, or ``"bf16_tflops,fp32_tflops,hbm_tbps"`` (TF32
-  taken as half the bf16 peak) or ``"bf16_tflops,tf32_tflops,fp32_tflops,hbm_tbps"``."""
+  """The peaks (docs/PERFORMANCE.md) of the first device, or ``override``:
+  ``"bf16_tflops,fp32_tflops,hbm_tbps"`` (TF32 taken as half the bf16 peak) or
+  ``"bf16_tflops,tf32_tflops,fp32_tflops,hbm_tbps"``."""
   if override:
     values = [float(v) * 1e12 for v in override.split(",")]
     if len(values) == 3:
@@ -89,7 +91,7 @@ def device_peaks(override: str | None = None) -> dict | None:
 
 def bound_seconds(flops_per_sample: float, act_elements: int, precision: str, peaks: dict,
                   samples: int) -> dict:
-  """Section 3's bound for ``samples`` forward passes: compute, memory and their max."""
+  """The bound (docs/PERFORMANCE.md) of ``samples`` forward passes: compute, memory, their max."""
   compute = flops_per_sample * samples / peaks[precision]
   memory = 2.5 * act_elements * (2 if precision == "bf16" else 4) * samples / peaks["hbm"]
   return {"compute_s": compute, "memory_s": memory, "bound_s": max(compute, memory),
@@ -262,7 +264,10 @@ def table(results: list[dict]) -> str:
           "| ratio to twin | compile s (rsjax / twin) | peak MB (rsjax / twin) | MFU | bound s "
           "| fraction of bound |")
   rows = [head, "|" + "---|" * (head.count("|") - 1)]
-  f = lambda v, s="{:.3g}": "-" if v is None else s.format(v)
+
+  def f(v, s="{:.3g}"):
+    return "-" if v is None else s.format(v)
+
   for r in results:
     if "task" in r:
       continue

@@ -29,7 +29,7 @@ Commands::
   python -m benchmarks.throughput --quick                     # all models, small N (CPU)
   python -m benchmarks.throughput --models lenet,mlp --num 100000
   python -m benchmarks.throughput --models resnet20 --bf16 --json out.json
-  python -m benchmarks.throughput --suite gpu                 # PERFORMANCE.md section 6 (benchmarks.suite)
+  python -m benchmarks.throughput --suite gpu                 # GPU suite, docs/PERFORMANCE.md
 """
 
 from __future__ import annotations
@@ -231,8 +231,8 @@ def main(argv=None) -> list[dict]:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--suite", choices=("throughput", "gpu"), default="throughput",
-                 help="'gpu': PERFORMANCE.md section 6 certification suite against the tuned "
-                      "twin (benchmarks.suite), writes benchmarks/results/gpu.json")
+                 help="'gpu': the GPU certification suite (docs/PERFORMANCE.md) against the "
+                      "tuned twin (benchmarks.suite), writes benchmarks/results/gpu.json")
   p.add_argument("--quick", action="store_true", help="small N for a shared CPU (minutes)")
   p.add_argument("--models", default=None,
                  help=f"comma-separated, from {sorted(SPECS)} (default: all; with --suite gpu "
@@ -257,7 +257,7 @@ def main(argv=None) -> list[dict]:
   p.add_argument("--device-peaks", default=None,
                  help="--suite gpu: 'bf16_tflops,fp32_tflops,hbm_tbps' (or with tf32_tflops "
                       "after bf16) for MFU and the "
-                      "section 3 bound (H100/H200 are built in)")
+                      "bound of docs/PERFORMANCE.md (H100/H200 are built in)")
   p.add_argument("--compile-cache", default=None,
                  help="directory of JAX's persistent compilation cache (reused across runs)")
   p.add_argument("--reps", type=int, default=None, help="timed repetitions (default 2 quick, 3)")
@@ -283,7 +283,7 @@ def main(argv=None) -> list[dict]:
     if torch is not None:  # fp32 on GPU: both sides may use TF32 (JAX's default precision)
       env["torch_cudnn_allow_tf32"] = torch.backends.cudnn.allow_tf32
       env["torch_matmul_allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
-    print("# rsjax certification suite (PERFORMANCE.md section 6)", flush=True)
+    print("# rsjax GPU certification suite (docs/PERFORMANCE.md)", flush=True)
     for k, v in env.items():
       print(f"#   {k}: {v}")
     return suite.run(args, env, CompileClock())

@@ -56,7 +56,7 @@ def certified_curve(correct, radius, radii, *, predict=None) -> dict:
 
   from rsjax import metrics
   acc = metrics.certified_accuracy(correct, radius, np.asarray(radii), predict=predict)
-  return {f"{r:g}": float(a) for r, a in zip(radii, acc)}
+  return {f"{r:g}": float(a) for r, a in zip(radii, acc, strict=True)}
 
 
 def parser(doc: str) -> argparse.ArgumentParser:

@@ -139,8 +139,9 @@ def summarize(cfg, rows: list[dict], variant: str, m: int, radii=RADII) -> dict:
 
   out = {
       "images": len(rows),
-      "certified_accuracy": {f"{r:g}": float(a) for r, a in zip(
-          radii, metrics.certified_accuracy(correct, radius, radii))} if rows else None,
+      "certified_accuracy": None if not rows else {
+          f"{r:g}": float(a)
+          for r, a in zip(radii, metrics.certified_accuracy(correct, radius, radii), strict=True)},
       "acr": metrics.average_certified_radius(correct, radius) if rows else None,
       "seconds_per_image": mean("seconds", warm),
       "cpu_seconds_per_image": mean("cpu_seconds", warm) if all("cpu_seconds" in r for r in warm)
@@ -181,7 +182,7 @@ def plot(path: str, curves: dict, runs: dict) -> None:
   import matplotlib.pyplot as plt
   from _common import save_figure
   fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.6), squeeze=False)
-  for ax, (tag, methods) in zip(axes[0], curves.items()):
+  for ax, (tag, methods) in zip(axes[0], curves.items(), strict=True):
     top = 1.05 * runs[tag]["standard_radius_cap"]
     grid = np.linspace(0.0, top, 400)
     for name, rows in methods.items():

@@ -197,7 +197,7 @@ def train_and_certify(cfg: Config, methods: dict, results_dir: str, work_dir: st
         "certified_accuracy": dict(zip(
             [f"{r:g}" for r in cfg.radii],
             metrics.certified_accuracy(res.correct, res.radius, cfg.radii,
-                                       predict=res.predict).tolist())),
+                                       predict=res.predict).tolist(), strict=True)),
         "kept_fraction": last.get("kept_fraction", 1.0),
         # the epochs' seconds as recorded (also when a finished run is resumed)
         "train_seconds": float(sum(h["seconds"] for h in history)),
@@ -231,7 +231,8 @@ def run(cfg: Config, results_dir: str, work_dir: str, progress: bool = True,
     m["num_easy"], m["num_hard"] = split["num_easy"], split["num_hard"]
     m["accuracy_hard"] = float(split["hard"][0])
     m["accuracy_easy"] = float(split["easy"][0])
-    m["certified_accuracy_hard"] = dict(zip([f"{r:g}" for r in cfg.radii], split["hard"].tolist()))
+    m["certified_accuracy_hard"] = dict(zip([f"{r:g}" for r in cfg.radii], split["hard"].tolist(),
+                                             strict=True))
     pa = metrics.label_probability(res)
     pa_by_method[name] = pa
     m["mean_pa"] = float(pa.mean())

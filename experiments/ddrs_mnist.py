@@ -186,8 +186,8 @@ def run(cfg: Config, log=print) -> dict:
     path = os.path.join(cfg.out, f"fixed_{tag}.tsv")
     certify_rows(
         runner.certify_dataset,
-        Plan(lambda xb, ids: rsjax.certify(key, g_apply, g_params, xb, sigma=s0, ids=ids,
-                                           **cert_kw)),
+        Plan(lambda xb, ids, key=key, g_apply=g_apply, g_params=g_params, s0=s0: rsjax.certify(
+            key, g_apply, g_params, xb, sigma=s0, ids=ids, **cert_kw)),
         test.get_batch, idx, path, inputs_per_call=8, progress=False,
         run={"method": "fixed", "model": runner.fingerprint(g_params), "sigma": s0, **cert_kw})
     r = io.read_certify(path)
@@ -254,7 +254,7 @@ def plot(result: dict, path: str) -> None:
       ax[1].axvline(m["sigma0"], color="k", lw=0.5)
   rows = result["methods"]
   sig_hist = result.get("sigma_hist", {})
-  for i, (name, vals) in enumerate(sig_hist.items()):
+  for name, vals in sig_hist.items():
     ax[1].hist(vals, bins=30, alpha=0.5, label=name)
   ax[1].set(xlabel="optimized sigma", ylabel="test inputs", title="optimized sigma")
   ax[1].legend(fontsize=7)

@@ -195,7 +195,7 @@ def plot(result: dict, path: str) -> None:
   sigmas = sorted({m["sigma"] for m in result["methods"].values()})
   fig, ax = plt.subplots(1, len(sigmas), figsize=(5.5 * len(sigmas), 4), sharey=True,
                          squeeze=False)
-  for a, s in zip(ax[0], sigmas):
+  for a, s in zip(ax[0], sigmas, strict=True):
     for i, (name, m) in enumerate((k, v) for k, v in result["methods"].items() if v["sigma"] == s):
       ca = m["certified_accuracy"]
       a.plot([float(r) for r in ca], list(ca.values()), "o-" if "gaussian" not in name else "s:",

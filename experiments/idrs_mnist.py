@@ -139,7 +139,7 @@ def evaluate(key, apply_fn, variables, x, y, ids, design, n, label, batch_size, 
   print(f"  {label:28s} acc {row['accuracy']:.3f}  abst {row['abstention']:.3f}  ACR "
         f"{row['acr']:.3f}  class-std {row['class_accuracy_std']:.4f}  mean sigma "
         f"{row['mean_sigma']:.3f}  beyond {row['beyond_certified_accuracy']:.3f}  cert@" + " ".join(
-            f"{r}:{a:.3f}" for r, a in zip(RADII, row["certified_accuracy"]))
+            f"{r}:{a:.3f}" for r, a in zip(RADII, row["certified_accuracy"], strict=True))
         + f"  ({row['seconds']:.0f} s)", flush=True)
   return row
 
@@ -189,7 +189,7 @@ def run(cfg: Config, out_dir: str = RESULTS) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-  for ax, block in zip(axes, blocks):
+  for ax, block in zip(axes, blocks, strict=False):
     for i, row in enumerate(block["results"]):
       ax.plot(row["curve_radii"], row["curve"], color=f"C{i}", ls="--" if i == 0 else "-",
               label=row["label"])

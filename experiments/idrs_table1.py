@@ -77,7 +77,9 @@ def get_config(quick: bool = True) -> Config:
 
 def np_pairwise_radius(p_a, s0, s1, dim, hi=10.0):
   """sup{a : xi(a; s0, s1) < 1/2} by bisection (xi is non-decreasing in a)."""
-  f = lambda a: idrs.xi(a, sigma0=s0, sigma1=s1, p_a=p_a, dim=dim) < 0.5
+  def f(a):
+    return idrs.xi(a, sigma0=s0, sigma1=s1, p_a=p_a, dim=dim) < 0.5
+
   if not f(1e-12):
     return 0.0
   lo, up = 0.0, hi
@@ -105,11 +107,13 @@ def run(cfg: Config, out_dir: str = RESULTS) -> bool:
     )
     table[name] = row
     print(f"{name:9s} " + "  ".join(f"{v:.4f} [{w:.3f}]" for v, w in zip(row["theorem"],
-                                                                          row["paper"])))
+                                                                          row["paper"],
+                                                                          strict=False)))
     for k in ("exact", "corollary", "upper_theorem", "upper_exact"):
       print(f"  {k:14s}" + "  ".join(f"{v:.4f}" for v in row[k]))
   max_dev = max(abs(round(v, 3) - w) for r in table.values() for v, w in zip(r["theorem"],
-                                                                              r["paper"]))
+                                                                              r["paper"],
+                                                                              strict=False))
   print(f"largest |rounded - paper| = {max_dev:.3f}")
 
   dims = np.unique(np.geomspace(1, cfg.max_dim, cfg.num_dims).astype(int))

@@ -292,7 +292,7 @@ def plots(a, vis, b, suffix, out_dir):
   save_figure(fig, os.path.join(out_dir, f"idrs_toy_2d{suffix}.png"), dpi=120)
 
   fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
-  for ax, block in zip(axes.ravel(), b):
+  for ax, block in zip(axes.ravel(), b, strict=False):
     for i, res in enumerate(block["results"]):
       ax.plot(res["radii"], res["certified_accuracy"], f"C{i}",
               ls="-" if i else "--", label=res["label"])

@@ -105,7 +105,7 @@ import numpy as np
 from _common import RESULTS, ROOT, strip_checkpoint_paths  # first: the repository on sys.path
 import _srs_rows as rows_lib
 import rsjax
-from rsjax import data, deq, stats
+from rsjax import data, deq, io, stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +243,7 @@ def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> 
   settings = rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.chains)
   times = {}
   for mm in (0, m):
-    call = lambda i: deq.srs_sample(  # noqa: E731
+    call = lambda i, mm=mm: deq.srs_sample(  # noqa: E731
         jax.random.key(cfg.seed + 1), deq_fn, variables, x[i:i + 1], sigma=sigma,
         num_classes=10, num=cfg.n, config=rows_lib.srs_config(cfg, variant, mm),
         settings=settings, check_key=jax.random.key(cfg.seed + 2), ids=ids[i:i + 1])
@@ -309,10 +309,7 @@ def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> di
   report["complete"] = done_all
   report["seconds_this_call"] = time.perf_counter() - t_start
   os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
-  tmp = out_path + ".tmp"
-  with open(tmp, "w") as fh:
-    json.dump(report, fh, indent=1)
-  os.replace(tmp, out_path)
+  io.atomic_write_text(out_path, json.dumps(report, indent=1))
   if any(rows for c in curves.values() for rows in c.values()):
     rows_lib.plot(os.path.splitext(out_path)[0] + ".png", curves, report["runs"])
   return report

@@ -140,7 +140,7 @@ def run(cfg: Config, log=print) -> dict:
     iso = anisotropic.FrozenNoise(np.full(shape, s0, np.float32))
     certify_row(f"isotropic_s{tag}", base, iso, s0)
 
-    def ucan_config(gen):
+    def ucan_config(gen, s0=s0):
       return ucan.UCANConfig(gen, s0, epochs=cfg.ucan_epochs, batch_size=cfg.batch_size,
                              lr=cfg.ucan_lr, draws=cfg.ucan_draws)
 
@@ -170,7 +170,7 @@ def plot(result: dict, path: str) -> None:
   for i, (name, m) in enumerate(result["methods"].items()):
     style = ("o" if "s0.25" in name else "s") + ("-" if m["sound"] else ":")
     label = name if m["sound"] else name + " (NOT sound)"
-    for a, key in zip(ax, ("certified_accuracy", "certified_accuracy_alm")):
+    for a, key in zip(ax, ("certified_accuracy", "certified_accuracy_alm"), strict=True):
       ca = m[key]
       a.plot([float(r) for r in ca], list(ca.values()), style, color=f"C{i % 10}", label=label)
   ax[0].set(xlabel="isotropic L2 radius min(sigma) R (sound for the solid lines)",

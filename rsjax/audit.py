@@ -232,7 +232,7 @@ def _same_tree(a, b, rtol: float = 1e-9) -> bool:
   if isinstance(a, dict) and isinstance(b, dict):
     return a.keys() == b.keys() and all(_same_tree(a[k], b[k], rtol) for k in a)
   if isinstance(a, list) and isinstance(b, list):
-    return len(a) == len(b) and all(_same_tree(u, v, rtol) for u, v in zip(a, b))
+    return len(a) == len(b) and all(_same_tree(u, v, rtol) for u, v in zip(a, b, strict=True))
   if isinstance(a, float) or isinstance(b, float):
     return (isinstance(a, (int, float)) and isinstance(b, (int, float))
             and math.isclose(a, b, rel_tol=rtol, abs_tol=0.0))

@@ -126,7 +126,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
     paths = (os.path.join(out, f"{cfg['model']}_{tag}"), os.path.join(out, f"certify_{tag}.tsv"))
     _reusable(*paths, config.to_json(), rows_run, overwrite)
     plan[sigma] = (tag, config, rows_run, *paths)
-  for sigma, (tag, config, rows_run, workdir, path) in plan.items():
+  for sigma, (tag, config, _, workdir, path) in plan.items():
     model = models.create_model(cfg["model"], num_classes=train.num_classes,
                                 input_shape=train.input_shape, rngs=seed)
     t0 = time.perf_counter()
@@ -139,7 +139,7 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
     apply_fn, params = models.to_apply_fn(model)
     key = jax.random.fold_in(jax.random.key(seed), 1)
 
-    def certify_fn(xb, ids, sigma=sigma):
+    def certify_fn(xb, ids, sigma=sigma, key=key, apply_fn=apply_fn, params=params):
       return rsjax.certify(key, apply_fn, params, xb, sigma=sigma, num_classes=train.num_classes,
                            settings=settings, ids=ids)
 

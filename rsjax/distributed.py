@@ -37,6 +37,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from rsjax.io import atomic_write_text
 from rsjax.util import check_int
 
 __all__ = ["Cluster", "detect_cluster", "initialize", "joined", "split_indices", "process_path",
@@ -313,12 +314,7 @@ def merge_rows(paths: Sequence, out_path=None) -> list[str]:
       by_idx[idx] = row
   lines = [header] + [by_idx[i] for i in sorted(by_idx)]
   if out_path is not None:
-    tmp = f"{os.fspath(out_path)}.tmp-merge-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-      f.write("\n".join(lines) + "\n")
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, out_path)
+    atomic_write_text(out_path, "\n".join(lines) + "\n")
   return lines
 
 

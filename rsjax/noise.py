@@ -128,7 +128,7 @@ def _erfinv_giles(u: jax.Array) -> jax.Array:
   w = -jnp.log((1.0 - u) * (1.0 + u))
   w1, w2 = w - 2.5, jnp.sqrt(w) - 3.0
   p1, p2 = jnp.float32(_ERFINV_CENTRAL[0]), jnp.float32(_ERFINV_TAIL[0])
-  for a, b in zip(_ERFINV_CENTRAL[1:], _ERFINV_TAIL[1:]):
+  for a, b in zip(_ERFINV_CENTRAL[1:], _ERFINV_TAIL[1:], strict=True):
     p1, p2 = jnp.float32(a) + p1 * w1, jnp.float32(b) + p2 * w2
   return jnp.where(w < 5.0, p1, p2) * u
 
@@ -166,7 +166,10 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32,
     raise ValueError(f"stream: unknown Gaussian stream {stream!r}; choose from {sorted(_STREAMS)}"
                      ) from None
   n = math.prod(shape)
-  to_normal = lambda w: jnp.float32(math.sqrt(2.0)) * erfinv(_uniform_open(w))
+
+  def to_normal(w):
+    return jnp.float32(math.sqrt(2.0)) * erfinv(_uniform_open(w))
+
   if stream == "threefry20":  # JAX's primitive: the program rsjax always ran
     bits = jex_random.threefry_2x32(jax.random.key_data(key), jnp.arange(n, dtype=jnp.uint32))
     return to_normal(bits).reshape(shape).astype(dtype)

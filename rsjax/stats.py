@@ -19,6 +19,7 @@ import math
 import warnings
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as _st
 
 __all__ = [
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-def check_alpha(alpha) -> float:
+def check_alpha(alpha: float) -> float:
   """Returns ``alpha`` as a float, or raises ``ValueError`` unless it lies in (0, 1)."""
   try:
     a = float(alpha)
@@ -53,7 +54,7 @@ def check_alpha(alpha) -> float:
 _check_alpha = check_alpha
 
 
-def _counts(k, n):
+def _counts(k: ArrayLike, n: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
   k = np.asarray(k, dtype=np.float64)
   n = np.asarray(n, dtype=np.float64)
   if np.any(n < 1):
@@ -63,7 +64,7 @@ def _counts(k, n):
   return k, n
 
 
-def clopper_pearson_lower(k, n, alpha: float) -> np.ndarray:
+def clopper_pearson_lower(k: ArrayLike, n: ArrayLike, alpha: float) -> np.ndarray:
   """One-sided Clopper-Pearson lower confidence bound.
 
   Args:
@@ -81,7 +82,7 @@ def clopper_pearson_lower(k, n, alpha: float) -> np.ndarray:
   return np.where(k <= 0, 0.0, out)
 
 
-def clopper_pearson_upper(k, n, alpha: float) -> np.ndarray:
+def clopper_pearson_upper(k: ArrayLike, n: ArrayLike, alpha: float) -> np.ndarray:
   """One-sided Clopper-Pearson upper confidence bound.
 
   Args:
@@ -99,7 +100,7 @@ def clopper_pearson_upper(k, n, alpha: float) -> np.ndarray:
   return np.where(k >= n, 1.0, out)
 
 
-def binomial_test_half(n1, n2) -> np.ndarray:
+def binomial_test_half(n1: ArrayLike, n2: ArrayLike) -> np.ndarray:
   """Two-sided binomial test p-value of ``n1`` successes in ``n1 + n2`` at p=1/2.
 
   This is the test of Cohen et al.'s PREDICT (``scipy.stats.binomtest``), in its
@@ -121,14 +122,15 @@ def binomial_test_half(n1, n2) -> np.ndarray:
   return np.where(tot <= 0, 1.0, np.minimum(1.0, p))
 
 
-def gaussian_radius(p_lower, sigma) -> np.ndarray:
+def gaussian_radius(p_lower: ArrayLike, sigma: ArrayLike) -> np.ndarray:
   """Cohen's binary L2 radius ``sigma * Phi^-1(p_lower)`` (0 where p_lower <= 1/2)."""
   p = np.asarray(p_lower, dtype=np.float64)
   r = np.asarray(sigma, dtype=np.float64) * _st.norm.ppf(p)
   return np.where(p > 0.5, r, 0.0)
 
 
-def multiclass_bounds(counts_a, counts_others, n, alpha: float):
+def multiclass_bounds(counts_a: ArrayLike, counts_others: ArrayLike, n: ArrayLike,
+                      alpha: float) -> tuple[np.ndarray, np.ndarray]:
   """Simultaneous bounds for the multiclass radius of Cohen et al. (Theorem 1).
 
   ``p_lower_A`` is the Clopper-Pearson bound at ``alpha / 2``; ``p_upper_B`` bounds
@@ -154,7 +156,7 @@ def multiclass_bounds(counts_a, counts_others, n, alpha: float):
   return p_a, np.minimum(p_b, 1.0 - p_a)
 
 
-def multiclass_radius(p_lower_a, p_upper_b, sigma) -> np.ndarray:
+def multiclass_radius(p_lower_a: ArrayLike, p_upper_b: ArrayLike, sigma: ArrayLike) -> np.ndarray:
   """``sigma / 2 * (Phi^-1(p_lower_A) - Phi^-1(p_upper_B))``; 0 unless ``p_A > p_B``."""
   pa = np.asarray(p_lower_a, dtype=np.float64)
   pb = np.asarray(p_upper_b, dtype=np.float64)
@@ -162,7 +164,7 @@ def multiclass_radius(p_lower_a, p_upper_b, sigma) -> np.ndarray:
   return np.where((pa > pb) & (pa > 0.0), np.maximum(r, 0.0), 0.0)
 
 
-def laplace_l1_radius(p_lower, lam) -> np.ndarray:
+def laplace_l1_radius(p_lower: ArrayLike, lam: ArrayLike) -> np.ndarray:
   """L1 radius of Laplace noise with scale ``lam``: ``-lam * log(2 (1 - p))``."""
   p = np.asarray(p_lower, dtype=np.float64)
   with np.errstate(divide="ignore"):
@@ -170,26 +172,26 @@ def laplace_l1_radius(p_lower, lam) -> np.ndarray:
   return np.where(p > 0.5, r, 0.0)
 
 
-def uniform_l1_radius(p_lower, lam) -> np.ndarray:
+def uniform_l1_radius(p_lower: ArrayLike, lam: ArrayLike) -> np.ndarray:
   """L1 radius of uniform noise on ``[-lam, lam]^d``: ``2 lam (p - 1/2)``."""
   p = np.asarray(p_lower, dtype=np.float64)
   return np.where(p > 0.5, 2.0 * np.asarray(lam, dtype=np.float64) * (p - 0.5), 0.0)
 
 
-def uniform_linf_radius(p_lower, lam, dim: int) -> np.ndarray:
+def uniform_linf_radius(p_lower: ArrayLike, lam: ArrayLike, dim: int) -> np.ndarray:
   """Linf radius of uniform noise on ``[-lam, lam]^d``: ``2 lam (1 - (3/2 - p)^(1/d))``."""
   p = np.asarray(p_lower, dtype=np.float64)
   r = 2.0 * np.asarray(lam, dtype=np.float64) * (1.0 - np.power(1.5 - p, 1.0 / dim))
   return np.where(p > 0.5, r, 0.0)
 
 
-def max_probability_lower(n, alpha: float) -> np.ndarray:
+def max_probability_lower(n: ArrayLike, alpha: float) -> np.ndarray:
   """The largest lower bound ``n`` samples can give: ``alpha ** (1 / n)`` (all successes)."""
   alpha = _check_alpha(alpha)
   return np.power(alpha, 1.0 / np.asarray(n, dtype=np.float64))
 
 
-def max_radius(n, alpha: float, sigma=1.0) -> np.ndarray:
+def max_radius(n: ArrayLike, alpha: float, sigma: ArrayLike = 1.0) -> np.ndarray:
   """The largest binary Gaussian radius ``n`` samples can certify at ``alpha``.
 
   With ``n = 100_000`` and ``alpha = 0.001`` this is ``3.81 * sigma``.

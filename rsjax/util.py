@@ -15,15 +15,20 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
 
 from rsjax.stats import check_alpha
 
 __all__ = [
+    "KeyLike",
+    "PyTree",
     "as_key",
     "check_alpha",
     "check_finite_positive",
@@ -34,18 +39,23 @@ __all__ = [
     "scale_per_input",
 ]
 
+#: A ``key`` argument (:func:`as_key`): a typed key, a legacy ``uint32[2]`` key or an int seed.
+KeyLike: TypeAlias = jax.Array | np.ndarray | int | np.integer
+#: Any JAX pytree (parameters of ``apply_fn``); JAX has no narrower static type for one.
+PyTree: TypeAlias = Any
+
 
 # ----------------------------------------------------------------------------- checks
 
 
-def check_int(name: str, value, minimum: int = 1) -> int:
+def check_int(name: str, value: object, minimum: int = 1) -> int:
   """``value`` as an int, or ``ValueError`` unless it is an integer ``>= minimum`` (not a bool)."""
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
     raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
   return int(value)
 
 
-def check_finite_positive(name: str, value) -> np.ndarray:
+def check_finite_positive(name: str, value: ArrayLike) -> np.ndarray:
   """``value`` as a NumPy array, or ``ValueError`` unless it is finite and > 0 everywhere."""
   arr = np.asarray(value)
   if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
@@ -72,7 +82,7 @@ def scale_per_input(sig: np.ndarray) -> tuple[np.ndarray, bool]:
 # ----------------------------------------------------------------------------- keys
 
 
-def as_key(key) -> jax.Array:
+def as_key(key: KeyLike) -> jax.Array:
   """Returns a typed PRNG key from a typed key, a legacy uint32 key, or an int seed."""
   if isinstance(key, (int, np.integer)):
     return jax.random.key(int(key))
@@ -102,6 +112,6 @@ def local_mesh(num_devices: int) -> jax.sharding.Mesh:
   return jax.sharding.Mesh(devs, ("dev",))
 
 
-def replicate(mesh: jax.sharding.Mesh, tree):
+def replicate(mesh: jax.sharding.Mesh, tree: PyTree) -> PyTree:
   """``tree`` placed replicated over ``mesh`` (a no-op for arrays already placed so)."""
   return jax.device_put(tree, jax.sharding.NamedSharding(mesh, P()))

@@ -45,7 +45,7 @@ def test_constant_classifier_budget_end_to_end():
 def _rows(tmp_path, name, labels, counts, predict, radius):
   path = tmp_path / name
   with io.ResultsWriter(path, extra_columns=(metrics.COUNTS_COLUMN,), resume=False) as w:
-    for i, (lab, c, p, r) in enumerate(zip(labels, counts, predict, radius)):
+    for i, (lab, c, p, r) in enumerate(zip(labels, counts, predict, radius, strict=True)):
       w.write(idx=i, label=lab, predict=p, radius=r, counts=metrics.format_counts(c))
   return io.read_certify(path)
 

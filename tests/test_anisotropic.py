@@ -223,7 +223,8 @@ def test_universal_noise_and_loss_step_grows_min_sigma():
   x = jnp.zeros((4, 2, 3))
   y = jnp.array([0, 1, 0, 1])
   eps = jax.random.normal(jax.random.key(0), (5, 4, 2, 3))
-  const_logits = lambda z: jnp.zeros((z.shape[0], 3))  # the CE term has zero gradient
+  def const_logits(z):  # the CE term has zero gradient
+    return jnp.zeros((z.shape[0], 3))
 
   def loss(p):
     m, s = gen(p)
@@ -243,7 +244,10 @@ def test_universal_noise_and_loss_step_grows_min_sigma():
 
   # With a classifier that reads the input, the CE term moves mu and sigma too.
   w = jnp.arange(6.0).reshape(6, 1) / 6
-  lin = lambda z: jnp.concatenate([z.reshape(z.shape[0], -1) @ w, -z.reshape(z.shape[0], -1) @ w,
-                                   jnp.zeros((z.shape[0], 1))], axis=1)
+
+  def lin(z):
+    flat = z.reshape(z.shape[0], -1)
+    return jnp.concatenate([flat @ w, -flat @ w, jnp.zeros((z.shape[0], 1))], axis=1)
+
   g = jax.grad(lambda p: an.universal_loss(lin, x, y, eps, mu=gen(p)[0], sigma=gen(p)[1]))(params)
   assert np.any(np.asarray(g["a"]) != 0)

@@ -140,10 +140,12 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
   multi = tmp_path / "multi.tsv"
   env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
   env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
-  for attempt in range(2):  # a free port may be taken between choosing and binding it
+  for _ in range(2):  # a free port may be taken between choosing and binding it
     port = _free_port(0 if how == "flags" else CLUSTER_PORTS)
-    flags = lambda i: (["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",  # noqa: E731
-                        "--process-id", str(i)] if how == "flags" else [])
+
+    def flags(i, port=port):
+      return (["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+               "--process-id", str(i)] if how == "flags" else [])
     procs = [subprocess.Popen(
         [sys.executable, "-m", "rsjax.cli"] + [a if a is not None else str(multi) for a in args]
         + flags(i), env=env if how == "flags" else {**env, **cluster_env(how, port, i)},
@@ -158,7 +160,7 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
         pytest.fail("two-process certify timed out")
     if all(rc == 0 for rc, _, _ in outs):
       break
-  for rc, out, err in outs:
+  for rc, _, err in outs:
     assert rc == 0, err[-3000:]
   through = "the coordinator given" if how == "flags" else "the SLURM job"
   for i, (_, out, _) in enumerate(outs):  # each process says how it joined, and who did

@@ -14,7 +14,7 @@ from rsjax import data
 ])
 def test_bundled_shapes_ranges_balance(name, shape, sizes, test_per_class):
   train, test = data.load(name, "train"), data.load(name, "test")
-  for ds, n in zip((train, test), sizes):
+  for ds, n in zip((train, test), sizes, strict=True):
     x, y = ds.arrays()
     assert (len(ds), ds.num_classes, ds.input_shape, ds.name) == (n, 10, shape, name)
     assert x.shape == (n, *shape) and x.dtype == np.float32

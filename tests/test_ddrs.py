@@ -41,7 +41,10 @@ def test_optimize_sigma_increases_objective_and_follows_distance(getkey):
   near, far = np.argmin(dist), np.argmax(dist)
   assert sig[far] > 2 * sig[near]
   # larger distance, larger sigma (rank correlation over all inputs)
-  rank = lambda a: np.argsort(np.argsort(a))
+
+  def rank(a):
+    return np.argsort(np.argsort(a))
+
   assert np.corrcoef(rank(dist), rank(sig))[0, 1] > 0.8
 
 
@@ -74,7 +77,10 @@ def test_optimize_sigma_zero_steps_and_sigma_min(getkey):
   np.testing.assert_array_equal(ddrs.optimize_sigma(getkey(), linear_fn, W, x, sigma0=s0, steps=0),
                                 s0)
   # a huge negative-going step is stopped at sigma_min (the reference has no projection)
-  flat = lambda p, x: jnp.zeros((x.shape[0], 2)) + x[:, :1] * jnp.array([0.0, 1.0])
+
+  def flat(p, x):
+    return jnp.zeros((x.shape[0], 2)) + x[:, :1] * jnp.array([0.0, 1.0])
+
   s = ddrs.optimize_sigma(getkey(), flat, W, x, sigma0=0.1, steps=5, lr=1e3, sigma_min=0.01,
                           num_samples=4)
   assert np.all(s >= 0.01)
@@ -139,7 +145,7 @@ def test_memory_abstain_recorded_without_ball():
 
 def test_memory_invariant_on_random_points():
   rng = np.random.default_rng(0)
-  for trial in range(5):
+  for _ in range(5):
     mem = ddrs.MemoryCertifier()
     b = 200
     x = rng.uniform(0, 1, (b, 3, 2))
@@ -268,7 +274,10 @@ def test_certify_dataset_saves_sigma_resumes_and_applies_memory(getkey, tmp_path
   from rsjax import io
   xs = _inputs([0.9, 0.1, 0.52, 0.95, 0.3, 0.7])
   labels = (xs[:, 0] > 0.5).astype(np.int64)
-  get_batch = lambda idx: (xs[idx], labels[idx])
+
+  def get_batch(idx):
+    return xs[idx], labels[idx]
+
   out = tmp_path / "ddrs.tsv"
   key = getkey()
   kw = dict(sigma0=0.05, num_classes=2, ascent=ddrs.SigmaAscent(steps=20, lr=0.01, num_samples=8),

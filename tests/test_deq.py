@@ -18,7 +18,10 @@ def _affine_problem(key, b=4, d=20, norm=0.9, lo=0.0, dtype=jnp.float32):
   a = jnp.einsum("bij,j,bkj->bik", q, lam, q)
   c = jax.random.normal(kc, (b, d), dtype)
   z_star = jnp.linalg.solve(jnp.eye(d, dtype=dtype)[None] - a, c[..., None])[..., 0]
-  f = lambda z: jnp.einsum("bij,bj->bi", a, z) + c
+
+  def f(z):
+    return jnp.einsum("bij,bj->bi", a, z) + c
+
   return f, z_star
 
 
@@ -50,7 +53,10 @@ def test_solvers_reach_affine_fixed_point(getkey, name):
 def test_anderson_beats_iteration_at_equal_steps(getkey):
   f, z_star = _affine_problem(getkey(), norm=0.95)
   z0 = jnp.zeros_like(z_star)
-  run = lambda z, name, steps: _solve(f, z, name, steps=steps)
+
+  def run(z, name, steps):
+    return _solve(f, z, name, steps=steps)
+
   for steps in (8, 12, 20, 30):
     ra = run(z0, "anderson", steps)
     ri = run(z0, "iteration", steps)
@@ -87,7 +93,10 @@ def test_broyden_reaches_the_fixed_point_of_the_other_solvers(getkey):
   w = jax.random.normal(k1, (d, d)) / jnp.sqrt(d)
   w = 0.9 * w / jnp.linalg.norm(w, 2)  # tanh is 1-Lipschitz: f contracts by 0.9
   c = jax.random.normal(k2, (b, d))
-  f = lambda z: jnp.tanh(z @ w.T + c)
+
+  def f(z):
+    return jnp.tanh(z @ w.T + c)
+
   z0 = jax.random.normal(k3, (b, d))
   ref = _solve(f, z0, models.SolverConfig(name="iteration", steps=400)).z
   np.testing.assert_allclose(_solve(f, z0, models.SolverConfig(steps=40, lam=1e-8)).z, ref, atol=1e-4)
@@ -195,7 +204,10 @@ def _small_deq(key, dtype):
   w = 0.3 * jax.random.normal(kw, (d, d), dtype) / np.sqrt(d)
   u = jax.random.normal(ku, (d, d), dtype)
   x = jax.random.normal(kx, (b, d), dtype)
-  f = lambda th, z: jnp.tanh(z @ th["w"].T + x @ th["u"].T)
+
+  def f(th, z):
+    return jnp.tanh(z @ th["w"].T + x @ th["u"].T)
+
   return f, {"w": w, "u": u}, x
 
 
@@ -253,7 +265,10 @@ def test_implicit_gradient_float32_and_jit(getkey):
 def test_jacobian_frobenius_estimate(getkey):
   b, d = 2, 10
   a = jax.random.normal(getkey(), (b, d, d))
-  f = lambda z: jnp.einsum("bij,bj->bi", a, z)
+
+  def f(z):
+    return jnp.einsum("bij,bj->bi", a, z)
+
   exact = np.asarray(jnp.sum(a ** 2, axis=(1, 2)) / d)
   est = models.jacobian_frobenius_sq(getkey(), f, jnp.zeros((b, d)), num_vectors=400)
   assert est.shape == (b,)

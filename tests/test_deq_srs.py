@@ -186,7 +186,7 @@ def test_srs_sampler_matches_reference_loop(getkey):
   # Same results on one device.
   one = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, config=cfg,
                        settings=rsjax.Sampling(batch_size=5, devices=1), check_key=ckey)
-  for a, b in zip(out[:4], one[:4]):
+  for a, b in zip(out[:4], one[:4], strict=True):
     np.testing.assert_array_equal(a, b)
 
 
@@ -269,7 +269,10 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
   assert ok[0] and "30 broyden steps" in cert.guarantee
   naive = deq.certify(key, deq_fn, params, x,
                       srs=srs.replace(solver=models.SolverConfig("naive", 1)), **kw)
-  miss = lambda c: np.sum(c.check_selected - c.check_agree)
+
+  def miss(c):
+    return np.sum(c.check_selected - c.check_agree)
+
   assert miss(cert) < miss(naive)
 
 

@@ -71,7 +71,10 @@ def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
     return Plan(fn)
 
   path = str(tmp_path / "rows.tsv")
-  get_batch = lambda idx: (xs[idx], labels[idx])
+
+  def get_batch(idx):
+    return xs[idx], labels[idx]
+
   for model, offset in (("a", 0.0), ("a", 0.0), ("b", 10.0)):
     _common.certify_rows(runner.certify_dataset, certify_fn(offset), get_batch, np.arange(4),
                          path, inputs_per_call=2, progress=False, run={"model": model})

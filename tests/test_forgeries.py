@@ -196,7 +196,7 @@ def test_a_relabelled_wrong_row_is_caught_by_verify(run40, tmp_path):
 def test_deleted_rows_leave_the_run_incomplete(run40, tmp_path, capsys):
   f = copy_run(run40, tmp_path / "m.tsv")
   res = io.read_certify(f)
-  bad = {int(i) for i, c in zip(res.idx, res.correct) if not c} or {int(res.idx[0])}
+  bad = {int(i) for i, c in zip(res.idx, res.correct, strict=True) if not c} or {int(res.idx[0])}
   drop_rows(f, lambda i: i not in bad)
   rep = verify.verify(f)
   assert not rep.ok and not rep.mismatches and rep.missing == len(bad)

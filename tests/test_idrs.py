@@ -196,8 +196,8 @@ def test_radius_matches_public_xi_functions():
 
   def ok(radius):
     g = idrs.xi_greater(radius, sigma0=s, sigma1=s * math.exp(-rate * radius), p_a=p, dim=dim)
-    l = idrs.xi_less(radius, sigma0=s, sigma1=s * math.exp(rate * radius), p_a=p, dim=dim)
-    return g < 0.5 and l < 0.5
+    le = idrs.xi_less(radius, sigma0=s, sigma1=s * math.exp(rate * radius), p_a=p, dim=dim)
+    return g < 0.5 and le < 0.5
 
   assert ok(r) and ok(0.5 * r) and not ok(r * (1 + 1e-5))
 

@@ -156,6 +156,23 @@ def test_rows_are_durable_before_close(tmp_path):
   w.close()
 
 
+def test_atomic_write_replaces_whole_or_not_at_all(tmp_path):
+  path = tmp_path / "noise.npz"
+  io.atomic_write(path, lambda f: np.savez(f, mu=np.zeros(3), sigma=np.ones(3)))
+  with np.load(path) as z:  # written through the file: no ".npz" added to the name
+    np.testing.assert_array_equal(z["sigma"], np.ones(3))
+  io.atomic_write_text(tmp_path / "a.txt", "first\n")
+
+  def fail(f):
+    f.write(b"partial")
+    raise RuntimeError("disk full")
+
+  with pytest.raises(RuntimeError, match="disk full"):
+    io.atomic_write(tmp_path / "a.txt", fail)
+  assert (tmp_path / "a.txt").read_text() == "first\n"  # the old file, whole
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "noise.npz"]  # no temporary left
+
+
 def test_a_run_mismatch_names_the_differing_fields_of_nested_records(tmp_path):
   path = tmp_path / "rows.tsv"
   run = {"N": 40, "certificate": {"sampling": {"n": 40}, "versions": {"jax": "0.10.2"}}}

@@ -196,7 +196,8 @@ def test_train_fn_updates_batch_stats_and_matches_eval_after_merge(tiny_resnet, 
   assert np.isfinite(float(l0))
   assert jax.tree.structure(grads) == jax.tree.structure(params)
   assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
-  moved = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(rest), jax.tree.leaves(new_rest))]
+  moved = [not np.allclose(a, b)
+           for a, b in zip(jax.tree.leaves(rest), jax.tree.leaves(new_rest), strict=True)]
   assert any(moved)
   # Train-mode logits use batch statistics: equal to the NNX train forward.
   np.testing.assert_allclose(jax.jit(train_fn)(params, rest, x)[0],

@@ -146,7 +146,7 @@ def _launch(tmp_path, how, port):
 
 @pytest.mark.parametrize("how", ["coordinator", "slurm", "ompi"])
 def test_two_processes_match_single_process(tmp_path, how):
-  for attempt in range(2):  # a free port can be taken between choosing and binding it
+  for _ in range(2):  # a free port can be taken between choosing and binding it
     out, results = _launch(tmp_path, how, _free_port(0 if how == "coordinator" else CLUSTER_PORTS))
     if all(rc == 0 for rc, _, _ in results):
       break

@@ -84,7 +84,7 @@ def test_default_stream_is_unchanged(shape):
     (20, (0x243f6a88, 0x85a308d3), (0x13198a2e, 0x03707344), (0xc4923a9c, 0x483df7a0)),
 ])
 def test_threefry_known_answers(rounds, ctr, key, out):
-  u = lambda v: jnp.uint32(v)
+  u = jnp.uint32
   got = noise._threefry2x32(u(key[0]), u(key[1]), u(ctr[0]), u(ctr[1]), rounds)
   assert tuple(int(g) for g in got) == out
 

@@ -38,7 +38,8 @@ def make_fn(calls=None, fail_after=None):
 
 def rows(path):
   r = io.read_certify(path)
-  return list(zip(r.idx.tolist(), r.label.tolist(), r.predict.tolist(), r.radius.tolist()))
+  return list(zip(r.idx.tolist(), r.label.tolist(), r.predict.tolist(), r.radius.tolist(),
+                  strict=True))
 
 
 def test_select_indices():
@@ -51,7 +52,10 @@ def test_select_indices():
 
 def test_interrupted_run_resumes_without_duplicates(tmp_path, problem):
   x, y = problem
-  get_batch = lambda idx: (x[idx], y[idx])
+
+  def get_batch(idx):
+    return x[idx], y[idx]
+
   idx = runner.select_indices(len(x), skip=2)
   full = tmp_path / "full.tsv"
   runner.certify_dataset(Plan(make_fn()), get_batch, idx, full, inputs_per_call=3, progress=False)

@@ -16,11 +16,11 @@ def test_clopper_pearson_equals_beta_quantiles():
   alpha = 0.001
   lo = stats.clopper_pearson_lower(k, n, alpha)
   hi = stats.clopper_pearson_upper(k, n, alpha)
-  for ki, l, h in zip(k, lo, hi):
+  for ki, lo_i, hi_i in zip(k, lo, hi, strict=True):
     want_lo = 0.0 if ki == 0 else st.beta.ppf(alpha, ki, n - ki + 1)
     want_hi = 1.0 if ki == n else st.beta.ppf(1 - alpha, ki + 1, n - ki)
-    assert l == pytest.approx(want_lo, rel=1e-12, abs=1e-300)
-    assert h == pytest.approx(want_hi, rel=1e-12)
+    assert lo_i == pytest.approx(want_lo, rel=1e-12, abs=1e-300)
+    assert hi_i == pytest.approx(want_hi, rel=1e-12)
 
 
 def test_clopper_pearson_matches_scipy_exact_interval():

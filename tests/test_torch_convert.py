@@ -76,7 +76,7 @@ def test_prefixes_and_detection():
               {k: v.numpy() for k, v in ckpt["state_dict"].items()}]  # NumPy, no 'arch'
   x = _inputs(28, 1)
   ref = _torch_logits(model, x)
-  for sd, wrapped in zip(variants, [False, False, True, True]):
+  for sd, wrapped in zip(variants, [False, False, True, True], strict=True):
     net, config = models.load_torch(sd, normalize=None if wrapped else "auto")
     assert config["torch_arch"] == "lenet" and config["num_classes"] == 7
     assert config["normalization"].startswith("none")

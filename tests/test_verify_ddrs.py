@@ -75,7 +75,10 @@ def test_ddrs_inputs_are_checked_against_their_fingerprints(ddrs_run):
   _, src = ddrs_run
   from rsjax import data
   ds = data.load("digits", "test")
-  other = lambda idx: ds.get_batch(np.asarray(idx) + 1)[0]  # the next digit of each row
+
+  def other(idx):  # the next digit of each row
+    return ds.get_batch(np.asarray(idx) + 1)[0]
+
   rep = verify.verify(src, inputs=other)
   assert not rep.ok and all("fingerprint" in m.reason for m in rep.mismatches)
   assert len(rep.mismatches) == rep.rows

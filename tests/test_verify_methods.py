@@ -37,7 +37,7 @@ def check_method(src, tmp_path, *, column="radius"):
   idx = int(res.idx[j])
   for factor in (1.5, 0.9):
     f = copy_run(src, tmp_path / f"r{factor}.tsv")
-    edit_column(f, j, column, lambda v: repr(float(v) * factor))
+    edit_column(f, j, column, lambda v, factor=factor: repr(float(v) * factor))
     assert_caught(f, idx, column)
   f = copy_run(src, tmp_path / "c.tsv")
   edit_record(f, idx, move_one_count)

@@ -7,14 +7,13 @@ vectors) after training; ``rsjax certify --method ucan`` certifies with it.
 
 from __future__ import annotations
 
-import io as io_lib
 import os
 
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rsjax.io import atomic_write_bytes
+from rsjax.io import atomic_write
 
 if TYPE_CHECKING:
   from rsjax.anisotropic._generators import FrozenNoise
@@ -52,9 +51,7 @@ def save_noise(workdir, noise: FrozenNoise, generator: str) -> str:
   if not np.all(np.isfinite(sigma)) or np.any(sigma <= 0) or not np.all(np.isfinite(mu)):
     raise ValueError("sigma must be finite and > 0, mu finite")
   path = os.path.join(os.fspath(workdir), NOISE_FILE)
-  buffer = io_lib.BytesIO()
-  np.savez(buffer, mu=mu, sigma=sigma, generator=generator)
-  atomic_write_bytes(path, buffer.getvalue())
+  atomic_write(path, lambda f: np.savez(f, mu=mu, sigma=sigma, generator=generator))
   return path
 
 

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rsjax.checks._formulas import binary_radius, budget_alphas, budget_looks, cp_lower, multiclass
 from rsjax.checks._mismatch import Mismatch, VerifyError
 
+if TYPE_CHECKING:
+  from rsjax.io import CertifyResults
 
-def _is_count(v) -> bool:
+
+def _is_count(v: object) -> bool:
   return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def dense(sparse, num_classes: int, out=None):
+def dense(sparse: object, num_classes: int, out: np.ndarray | None = None) -> np.ndarray | None:
   """``{class: count}`` -> ``[C]`` int64 (into ``out`` if given), or None when a class is
   out of range or a count is not a non-negative integer."""
   out = np.zeros(num_classes, np.int64) if out is None else out
@@ -28,7 +32,8 @@ def dense(sparse, num_classes: int, out=None):
   return out
 
 
-def budget_levels(cert: dict, n_max: int, alpha: float, issues: list) -> dict | None:
+def budget_levels(cert: dict, n_max: int, alpha: float,
+                  issues: list[Mismatch]) -> dict[int, float] | None:
   """``{look: alpha_k}`` of a budgeted run, after checking its schedule spends at most alpha."""
   b = cert["budget"]
   first, ratio, share = b.get("first"), b.get("ratio"), b.get("final_share")
@@ -52,7 +57,7 @@ def budget_levels(cert: dict, n_max: int, alpha: float, issues: list) -> dict | 
     issues.append(Mismatch(-1, f"budgeted alpha levels {list(rec)} are not > 0 or spend "
                            f"{rec.sum()} > alpha {alpha}"))
     return None
-  return dict(zip(looks, alphas))
+  return dict(zip(looks, alphas, strict=True))
 
 
 @dataclasses.dataclass
@@ -83,7 +88,8 @@ def run_sigma(cert: dict) -> float:
   return float(sigma)
 
 
-def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = None) -> Rows:
+def read_rows(cert: dict, res: CertifyResults, recs: dict[int, dict], issues: list[Mismatch],
+              levels: dict[int, float] | None = None) -> Rows:
   """Parses each row's counts, reporting rows whose record is missing or inconsistent."""
   s = cert["sampling"]
   n0, n_max, alpha = int(s["n0"]), int(s["n"]), float(s["alpha"])
@@ -94,7 +100,7 @@ def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = N
               np.full(b, np.nan))
   c0s = np.zeros((b, num_classes), np.int64)
   c1s = np.zeros((b, num_classes), np.int64)
-  why = {}
+  why: dict[int, str] = {}
   for j, idx in enumerate(res.idx):
     idx = int(idx)
     r = recs.get(idx)
@@ -131,9 +137,9 @@ def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = N
     out.n[j] = used
     out.valid[j] = True
   s0, s1 = c0s.sum(axis=1), c1s.sum(axis=1)
-  for j in np.flatnonzero(out.valid & (s0 != n0)):
+  for j in np.flatnonzero(out.valid & (s0 != n0)).tolist():
     why[j] = f"selection counts sum to {s0[j]}, N0 is {n0}"
-  for j in np.flatnonzero(out.valid & (s0 == n0) & (s1 != out.n)):
+  for j in np.flatnonzero(out.valid & (s0 == n0) & (s1 != out.n)).tolist():
     why[j] = f"estimation counts sum to {s1[j]}, N is {out.n[j]}"
   for j in sorted(why):
     out.valid[j] = False
@@ -148,8 +154,10 @@ def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = N
   return out
 
 
-def compare(res, rows: Rows, predict, radius, issues: list, *, rtol: float, atol: float,
-            columns: tuple[str, str] = ("predict", "radius"), p_lower=None) -> None:
+def compare(res: CertifyResults, rows: Rows, predict: np.ndarray, radius: np.ndarray,
+            issues: list[Mismatch], *, rtol: float, atol: float,
+            columns: tuple[str, str] = ("predict", "radius"),
+            p_lower: np.ndarray | None = None) -> None:
   """Reports valid rows whose prediction or radius in the file differs from the recomputation.
 
   Args:
@@ -180,8 +188,10 @@ def compare(res, rows: Rows, predict, radius, issues: list, *, rtol: float, atol
                              f"alpha {rows.alpha[j]:g})"))
 
 
-def cohen_certificate(cert: dict, rows: Rows, scale):
-  """Cohen's ``(prediction, radius, p_lower)`` of every row at noise ``scale``."""
+def cohen_certificate(cert: dict, rows: Rows,
+                      scale: float | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Cohen's ``(prediction [b], radius [b], p_lower [b])`` of every row at noise ``scale``
+  (a float or ``[b]``)."""
   if cert.get("multiclass"):
     ok, radius = multiclass(rows.n_a, rows.runner_up, rows.n, rows.alpha,
                              int(cert["num_classes"]), scale)

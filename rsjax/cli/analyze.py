@@ -59,7 +59,7 @@ def run(args) -> int:
   labels = args.labels or [os.path.basename(p) for p in args.files]
   if len(labels) != len(args.files):
     raise CliError(f"--labels gives {len(labels)} names for {len(args.files)} files")
-  for label, path in zip(labels, args.files):
+  for label, path in zip(labels, args.files, strict=True):
     if not os.path.exists(path):
       raise CliError(f"result file {path!r} does not exist")
     results[label] = io.read_certify(path)
@@ -72,7 +72,7 @@ def run(args) -> int:
     if not len(results[label]):
       raise CliError(f"{path!r} has a header but no rows (nothing certified yet)")
   runs = [_read_run(p) for p in args.files]
-  for label, run in zip(results, runs):
+  for label, run in zip(results, runs, strict=False):
     if run is not None:
       print(_run_summary(label, run, results[label]))
   envelope = len(results) > 1
@@ -166,4 +166,5 @@ def _print_easy_hard(results, reference_path: str, radii) -> None:
       rows.append([label, sub, str(split[f"num_{sub}"]), *[f"{v:.3f}" for v in split[sub]]])
   widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
   for r in [head, *rows]:
-    print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
+    cells = enumerate(zip(r, widths, strict=True))
+    print("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in cells))

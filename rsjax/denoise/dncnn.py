@@ -42,6 +42,6 @@ class DnCNN(nnx.Module):
   def __call__(self, y: jax.Array) -> jax.Array:
     """``y [b, H, W, channels]`` -> denoised ``[b, H, W, channels]``."""
     h = nnx.relu(self.first(y))
-    for conv, norm in zip(self.convs, self.norms):
+    for conv, norm in zip(self.convs, self.norms, strict=True):
       h = nnx.relu(norm(conv(h)))
     return y - self.last(h)

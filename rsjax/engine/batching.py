@@ -24,14 +24,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from rsjax import noise as noise_lib
-from rsjax.engine.step import cast_floating, make_chunk_plan, step_counts
-from rsjax.util import check_int
+from rsjax.engine.step import ApplyFn, cast_floating, make_chunk_plan, step_counts
+from rsjax.util import PyTree, check_int
 
 __all__ = ["auto_batch_size", "StepProbe", "probe_step"]
 
@@ -59,7 +60,11 @@ class StepProbe:
   flops_per_sample: float
 
 
-def _params_signature(params):
+#: ``((shape, dtype name), ...)`` of the leaves of a pytree of parameters.
+_LeafSignature = tuple[tuple[tuple[int, ...], str], ...]
+
+
+def _params_signature(params: PyTree) -> tuple[jax.tree_util.PyTreeDef, _LeafSignature]:
   leaves, treedef = jax.tree.flatten(params)
   sig = tuple((tuple(a.shape), str(a.dtype)) if hasattr(a, "dtype")
               else (tuple(jnp.shape(a)), str(jnp.result_type(a))) for a in leaves)
@@ -67,7 +72,9 @@ def _params_signature(params):
 
 
 @functools.lru_cache(maxsize=32)
-def _probe_cached(apply_fn, treedef, leaf_sig, input_shape, batch, compute_dtype, device):
+def _probe_cached(apply_fn: ApplyFn, treedef: jax.tree_util.PyTreeDef, leaf_sig: _LeafSignature,
+                  input_shape: tuple[int, ...], batch: int, compute_dtype: jnp.dtype | None,
+                  device: jax.Device) -> StepProbe:
   abstract_params = jax.tree.unflatten(
       treedef, [jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in leaf_sig])
 
@@ -77,7 +84,7 @@ def _probe_cached(apply_fn, treedef, leaf_sig, input_shape, batch, compute_dtype
       apply_fn, abstract_params, jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)).shape[-1])
   plan = make_chunk_plan(1, batch, batch, 1)
 
-  def step(key, params, x, sigma):
+  def step(key: jax.Array, params: PyTree, x: jax.Array, sigma: jax.Array) -> jax.Array:
     params = cast_floating(params, compute_dtype)
     return step_counts(apply_fn, params, noise_lib.GAUSSIAN, num_classes, plan, key, x, sigma,
                        jnp.zeros((1,), jnp.uint32), jnp.uint32(0), compute_dtype)
@@ -109,8 +116,9 @@ def _probe_cached(apply_fn, treedef, leaf_sig, input_shape, batch, compute_dtype
                    flops_per_sample=flops)
 
 
-def probe_step(apply_fn, params, input_shape: Sequence[int], *, batch: int = _PROBE_BATCH,
-               compute_dtype=None, device=None) -> StepProbe:
+def probe_step(apply_fn: ApplyFn, params: PyTree, input_shape: Sequence[int], *,
+               batch: int = _PROBE_BATCH, compute_dtype: DTypeLike | None = None,
+               device: jax.Device | None = None) -> StepProbe:
   """Compiles one engine step at ``batch`` for abstract inputs and reports its cost.
 
   Nothing is allocated or executed; the result is cached per (``apply_fn``,
@@ -152,8 +160,9 @@ def _even_steps(batch: int, num: int) -> int:
   return min(batch, -(-even // 8) * 8)
 
 
-def auto_batch_size(apply_fn, params, input_shape: Sequence[int], *, num: int,
-                    compute_dtype=None, device=None, memory_fraction: float = 0.5,
+def auto_batch_size(apply_fn: ApplyFn, params: PyTree, input_shape: Sequence[int], *, num: int,
+                    compute_dtype: DTypeLike | None = None, device: jax.Device | None = None,
+                    memory_fraction: float = 0.5,
                     cpu_budget_bytes: int = _CPU_BUDGET, accelerator_cap: int = _ACCELERATOR_CAP,
                     probe_batch: int = _PROBE_BATCH) -> int:
   """Forward passes per engine step that fit in the device memory.
@@ -197,8 +206,8 @@ def auto_batch_size(apply_fn, params, input_shape: Sequence[int], *, num: int,
   return _even_steps(batch, num)
 
 
-def _batch_from_budget(probe: StepProbe, stats, input_size: int, *, memory_fraction: float,
-                       cpu_budget_bytes: int, accelerator_cap: int) -> int:
+def _batch_from_budget(probe: StepProbe, stats: Mapping[str, int] | None, input_size: int, *,
+                       memory_fraction: float, cpu_budget_bytes: int, accelerator_cap: int) -> int:
   """Samples per step that fit: accelerator memory (``stats``) or the CPU budget."""
   if stats and stats.get("bytes_limit"):
     free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))

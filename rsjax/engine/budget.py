@@ -68,7 +68,7 @@ runs to ``n_max`` has exactly fixed-N CERTIFY's counts. The selection pass
 **Shared launches.** Inputs stop independently, but each round is one list of
 ``(input, sample range)`` work items over the inputs still running, spread over
 the local devices and launched in a few fixed-size scans, so the device stays
-busy and wall time falls with the samples used.
+busy and wall time falls with the samples used (``rsjax.engine.rounds``).
 """
 
 from __future__ import annotations
@@ -76,21 +76,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import scipy.stats
-from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.engine.driver import (ABSTAIN, ESTIMATION, SELECTION, Certificate, CohenRule,
-                                 EngineCounts, Sampling)
-from rsjax.engine.counts import cast_floating, check_finite_outputs, noisy_counts, resolve_counts
-from rsjax.util import local_mesh, num_local_devices, replicate
+from rsjax.engine.driver import (ABSTAIN, ESTIMATION, SELECTION, Certificate, CohenRule, CountsFn,
+                                 EngineCounts, RuleFn, Sampling)
+from rsjax.engine.counts import resolve_counts
+from rsjax.engine.rounds import CountFn, round_counter
 
 __all__ = ["Budget", "BudgetedCertificate", "as_budget", "sequential_bounds",
            "grid_level"]
@@ -126,7 +125,7 @@ class Budget:
   final_share: float = 0.5
   stop_alpha: float = 0.001
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     try:
       g = np.asarray(self.grid, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
@@ -171,8 +170,8 @@ class Budget:
     early = (1.0 - float(self.final_share)) * alpha / (k - 1)
     return np.asarray([early] * (k - 1) + [float(self.final_share) * alpha])
 
-
-  def run(self, key, counts, rule, settings: Sampling) -> "BudgetedCertificate":
+  def run(self, key: jax.Array, counts: CountsFn, rule: RuleFn,
+          settings: Sampling) -> BudgetedCertificate:
     """Budgeted CERTIFY, the sampling rule (``rsjax.engine.driver.SamplingRule``).
 
     The ``n0`` selection samples of ``counts`` (``fold_in(key, 0)``), then the
@@ -225,7 +224,8 @@ def as_budget(budget: Budget | Sequence[float]) -> Budget:
   return Budget(grid=tuple(np.asarray(budget, np.float64).reshape(-1)))
 
 
-def grid_level(p, grid, *, noise=None, scale=1.0, dim: int = 1) -> np.ndarray:
+def grid_level(p: ArrayLike, grid: Sequence[float], *, noise: noise_lib.Noise | str | None = None,
+               scale: ArrayLike = 1.0, dim: int = 1) -> np.ndarray:
   """Grid level of a probability bound: the index of the largest ``grid`` radius
   ``<= radius(p)``, or -1 (abstain) where ``p < 1/2``.
 
@@ -240,11 +240,10 @@ def grid_level(p, grid, *, noise=None, scale=1.0, dim: int = 1) -> np.ndarray:
   return np.where(p >= 0.5, lvl, -1)
 
 
-CountFn = Callable[[np.ndarray, int, int], np.ndarray]
-
-
 def sequential_bounds(count_fn: CountFn, num_inputs: int, *, n_max: int, alpha: float,
-                      budget: Budget, noise=None, scale=1.0, dim: int = 1):
+                      budget: Budget, noise: noise_lib.Noise | str | None = None,
+                      scale: ArrayLike = 1.0,
+                      dim: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The looks, bounds and stopping rule on the host, for any source of counts.
 
   Args:
@@ -273,7 +272,7 @@ def sequential_bounds(count_fn: CountFn, num_inputs: int, *, n_max: int, alpha: 
   p_lower = np.zeros(num_inputs, np.float64)
   active = np.arange(num_inputs)
   start = 0
-  for k, (n_k, a_k) in enumerate(zip(looks, alphas)):
+  for k, (n_k, a_k) in enumerate(zip(looks, alphas, strict=True)):
     successes[active] += np.asarray(count_fn(active, start, int(n_k)), np.int64)
     samples[active] = n_k
     s_a = successes[active]
@@ -285,7 +284,7 @@ def sequential_bounds(count_fn: CountFn, num_inputs: int, *, n_max: int, alpha: 
       ub = stats.clopper_pearson_upper(s_a, n_k, budget.stop_alpha)
       # The best bound a later look j could plausibly give (module docstring): p_A at its
       # upper bound ub and the n_j - n_k new samples at their upper stop_alpha quantile.
-      later = zip(looks[k + 1:], alphas[k + 1:])
+      later = zip(looks[k + 1:], alphas[k + 1:], strict=True)
       best = np.max([stats.clopper_pearson_lower(
           s_a + scipy.stats.binom.ppf(1.0 - budget.stop_alpha, n_j - n_k, ub), n_j, a_j)
                      for n_j, a_j in later], axis=0)
@@ -316,90 +315,19 @@ class BudgetedCertificate(Certificate):
   columns: ClassVar[tuple[str, ...]] = ("samples",)
 
   def row_fields(self, j: int) -> dict:
+    assert self.num_samples is not None  # set by every budgeted run
     return {"samples": int(self.num_samples[j])}
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "noise", "num_classes", "samples_per_step",
-                                             "mesh", "compute_dtype"))
-def _items_jit(key, params, x, sig, ids, items, *, apply_fn, noise, num_classes, samples_per_step,
-               mesh, compute_dtype):
-  """Counts of a list of work items ``[devices, T, 3]`` uint32 ``(input, first, end)``.
-
-  Item ``(i, a, b)`` counts samples ``a .. min(a + s, b) - 1`` of input ``i``
-  (``s = samples_per_step``); padding items have ``a == b``. Each device scans
-  its row of items and returns partial counts ``[B, C + 1]`` (column ``C``:
-  samples with non-finite logits, as in the engine).
-  """
-  params = cast_floating(params, compute_dtype)
-
-  def per_device(key, params, x, sig, ids, items):
-    def body(counts, item):
-      i, a, b = item[0], item[1], item[2]
-      j = a + jnp.arange(samples_per_step, dtype=jnp.uint32)
-      take = lambda arr: jax.lax.dynamic_index_in_dim(arr, i, keepdims=True)
-      c = noisy_counts(apply_fn, params, noise, num_classes, key, take(x), take(sig), take(ids),
-                       j, j < b, compute_dtype)
-      return counts.at[i].add(c[0]), None
-
-    counts0 = jnp.zeros((x.shape[0], num_classes + 1), jnp.int32)
-    counts, _ = jax.lax.scan(body, counts0, items[0])
-    return counts[None]
-
-  fn = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(), P(), P(), P(), P("dev")),
-                     out_specs=P("dev"), check_vma=False)
-  return fn(key, params, x, sig, ids, items)
-
-
-def _round_items(active: np.ndarray, start: int, stop: int, s: int) -> np.ndarray:
-  """Work items ``[m * chunks, 3]`` covering samples ``start .. stop - 1`` of each active input."""
-  firsts = np.arange(start, stop, s, dtype=np.int64)
-  inp = np.repeat(active, len(firsts))
-  a = np.tile(firsts, len(active))
-  return np.stack([inp, a, np.minimum(a + s, stop)], axis=1).astype(np.uint32)
-
-
-def _estimation(k_est, source: EngineCounts, rule: CohenRule, guess, *, budget, settings,
-                max_steps_per_launch=64):
+def _estimation(k_est: jax.Array, source: EngineCounts, rule: CohenRule, guess: np.ndarray, *,
+                budget: Budget, settings: Sampling) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The sequential estimation pass: ``(counts [B, C] int32, used [B], p_lower [B])``.
 
-  Rounds of work items over the inputs still running, launched in scans whose
-  length is a power of 4 up to ``max_steps_per_launch`` steps per device (a
-  run compiles a handful of programs).
+  The looks' samples of the inputs still running are drawn in rounds on device
+  (``rsjax.engine.rounds``); the host decides after each which inputs stop.
   """
-  apply_fn, params, num_classes = source.apply_fn, source.params, source.num_classes
-  x_np, sig, ids_arr = source.x, source.sigma, source.ids
-  noise = settings.noise
-  b = x_np.shape[0]
-  ndev = num_local_devices(settings.devices)
-  mesh = local_mesh(ndev)
-  s = min(int(settings.batch_size), settings.n)
-  dev_args = replicate(mesh, (k_est, params, x_np, sig, ids_arr))
-  counts = np.zeros((b, num_classes), np.int64)
-
-  def count_fn(active, start, stop):
-    items = _round_items(active, start, stop, s)
-    partials = []
-    while len(items):
-      # The largest launch size (a power of 4, at most max_steps_per_launch steps
-      # per device) that the remaining items fill: few programs, and padding only
-      # in the last launch of a round (fewer than `devices` items).
-      per_dev = -(-len(items) // ndev)
-      t = min(max_steps_per_launch, 4 ** int(math.log(per_dev, 4) + 1e-9))
-      launch, items = items[:t * ndev], items[t * ndev:]
-      pad = t * ndev - len(launch)
-      if pad:  # padding items (0, 0, 0) count nothing
-        launch = np.concatenate([launch, np.zeros((pad, 3), np.uint32)])
-      # Round-robin over devices so a short launch still spreads over all of them.
-      launch = launch.reshape(t, ndev, 3).transpose(1, 0, 2)
-      partials.append(_items_jit(*dev_args, launch, apply_fn=apply_fn, noise=noise,
-                                 num_classes=num_classes, samples_per_step=s, mesh=mesh,
-                                 compute_dtype=settings.compute_dtype))
-    # One host sync per round: the launches above were dispatched asynchronously.
-    new = sum(np.asarray(jax.device_get(p), np.int64).sum(axis=0) for p in partials)
-    check_finite_outputs(new[active, -1], ids_arr[active], stop - start)
-    counts[active] += new[active, :-1]
-    return new[active, guess[active]]
-
-  _, used, p_lower = sequential_bounds(count_fn, b, n_max=settings.n, alpha=settings.alpha,
-                                       budget=budget, noise=noise, scale=rule.scale, dim=rule.dim)
+  count_fn, counts = round_counter(k_est, source, guess, settings)
+  _, used, p_lower = sequential_bounds(count_fn, len(source.x), n_max=settings.n,
+                                       alpha=settings.alpha, budget=budget, noise=settings.noise,
+                                       scale=rule.scale, dim=rule.dim)
   return counts.astype(np.int32), used, p_lower

@@ -21,26 +21,27 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike, DTypeLike
 
 from rsjax.engine.batching import auto_batch_size
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
-from rsjax.engine.step import ChunkPlan, cast_floating, make_chunk_plan, noisy_counts, step_counts
-from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate
+from rsjax.engine.step import (ApplyFn, ChunkPlan, cast_floating, make_chunk_plan, noisy_counts,
+                               step_counts)
+from rsjax.util import KeyLike, PyTree, as_key, check_int, local_mesh, num_local_devices, replicate
 
-__all__ = ["PendingCounts", "sample_counts", "counts_prepared", "dispatch_counts", "noisy_counts",
-           "as_key", "ChunkPlan", "refuse_traced", "run_on_devices", "make_chunk_plan", "prepare_inputs", "resolve_counts"]
+__all__ = ["ApplyFn", "PendingCounts", "sample_counts", "counts_prepared", "dispatch_counts",
+           "noisy_counts", "as_key", "ChunkPlan", "make_chunk_plan", "prepare_inputs",
+           "refuse_traced", "resolve_counts", "run_on_devices"]
 
-ApplyFn = Callable[[Any, jax.Array], jax.Array]
 
-
-def refuse_traced(name: str, *trees) -> None:
+def refuse_traced(name: str, *trees: PyTree) -> None:
   """Raises a one-line ``TypeError`` if any leaf of ``trees`` is a JAX tracer.
 
   Host-side drivers call it first, so that ``jax.jit(rsjax.certify)`` says
@@ -55,7 +56,8 @@ def refuse_traced(name: str, *trees) -> None:
           "counts), then rsjax.certificate_from_counts on the host (see rsjax.engine.traced)")
 
 
-def run_on_devices(per_device, mesh: jax.sharding.Mesh, *args):
+def run_on_devices(per_device: Callable[..., PyTree], mesh: jax.sharding.Mesh,
+                   *args: PyTree) -> PyTree:
   """Runs ``per_device(*args)`` on every device of ``mesh`` (use inside ``jax.jit``).
 
   Every argument is replicated; ``per_device`` reads its device with
@@ -67,7 +69,8 @@ def run_on_devices(per_device, mesh: jax.sharding.Mesh, *args):
   return fn(*args)
 
 
-def prepare_inputs(x, sigma, ids):
+def prepare_inputs(x: ArrayLike, sigma: ArrayLike,
+                   ids: ArrayLike | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Validates ``x``, ``sigma`` and ``ids`` and brings them to engine form.
 
   Args:
@@ -128,13 +131,16 @@ def prepare_inputs(x, sigma, ids):
 
 @functools.partial(
     jax.jit, static_argnames=("apply_fn", "noise", "num_classes", "plan", "mesh", "compute_dtype"))
-def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_classes, plan,
-                mesh, compute_dtype):
+def _counts_jit(key: jax.Array, params: PyTree, x_pad: jax.Array, sig_pad: jax.Array,
+                ids_pad: jax.Array, *, apply_fn: ApplyFn, noise: noise_lib.Noise, num_classes: int,
+                plan: ChunkPlan, mesh: jax.sharding.Mesh,
+                compute_dtype: DTypeLike | None) -> jax.Array:
   g, chunks = plan.inputs_per_step, plan.chunks
   steps_local = plan.steps_per_device
   params = cast_floating(params, compute_dtype)
 
-  def per_device(key, params, x_pad, sig_pad, ids_pad):
+  def per_device(key: jax.Array, params: PyTree, x_pad: jax.Array, sig_pad: jax.Array,
+                 ids_pad: jax.Array) -> jax.Array:
     # This device runs the steps [lo, hi) of the pass (step = group * chunks + chunk).
     dev = jax.lax.axis_index("dev")
     lo = jnp.minimum(dev * steps_local, plan.steps)
@@ -147,13 +153,13 @@ def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_cl
     # flat loop over all steps), XLA:CPU fuses the dynamic slice of x and sigma
     # into the noise + first-layer fusion and that loop stops being vectorized:
     # each step of a call with several input groups cost up to 2x (LeNet).
-    def group_body(group, counts):
+    def group_body(group: jax.Array, counts: jax.Array) -> jax.Array:
       start = group * g
       x_g = jax.lax.dynamic_slice_in_dim(x_pad, start, g)
       s_g = jax.lax.dynamic_slice_in_dim(sig_pad, start, g)
       i_g = jax.lax.dynamic_slice_in_dim(ids_pad, start, g)
 
-      def chunk_body(chunk, c_g):
+      def chunk_body(chunk: jax.Array, c_g: jax.Array) -> jax.Array:
         return c_g + step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, s_g, i_g,
                                  chunk.astype(jnp.uint32), compute_dtype)
 
@@ -173,18 +179,18 @@ def _counts_jit(key, params, x_pad, sig_pad, ids_pad, *, apply_fn, noise, num_cl
 
 
 def sample_counts(
-    key,
+    key: KeyLike,
     apply_fn: ApplyFn,
-    params,
-    x,
+    params: PyTree,
+    x: ArrayLike,
     *,
-    sigma,
+    sigma: ArrayLike,
     num_classes: int,
     num: int,
     batch_size: int | str = 1000,
-    ids=None,
+    ids: ArrayLike | None = None,
     noise: "noise_lib.Noise | str | None" = None,
-    compute_dtype=None,
+    compute_dtype: DTypeLike | None = None,
     devices: int | None = None,
     precision: str | None = None,
 ) -> np.ndarray:
@@ -229,8 +235,10 @@ def sample_counts(
                          devices=devices)
 
 
-def counts_prepared(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes, batch_size,
-                    noise=None, precision=None, devices=None) -> np.ndarray:
+def counts_prepared(key: jax.Array, apply_fn: ApplyFn, params: PyTree, x: np.ndarray,
+                    sig: np.ndarray, ids_arr: np.ndarray, *, num: int, num_classes: int,
+                    batch_size: int | str, noise: noise_lib.Noise | str | None = None,
+                    precision: str | None = None, devices: int | None = None) -> np.ndarray:
   """:func:`sample_counts` for inputs already validated by :func:`prepare_inputs`.
 
   ``key`` is a typed key (:func:`as_key`); ``x``, ``sig``, ``ids_arr`` are the
@@ -252,9 +260,10 @@ class PendingCounts:
   before the host waits once.
   """
 
-  def __init__(self, partial, num_inputs: int, ids, num: int):
-    self._partial, self._num_inputs, self._ids, self._num = partial, num_inputs, ids, num
-    self._result = None
+  def __init__(self, partial: jax.Array, num_inputs: int, ids: np.ndarray, num: int):
+    self._partial: jax.Array | None = partial
+    self._num_inputs, self._ids, self._num = num_inputs, ids, num
+    self._result: np.ndarray | None = None
 
   def result(self) -> np.ndarray:
     """``[B, num_classes]`` int32 NumPy counts (waits for the launch once).
@@ -271,13 +280,18 @@ class PendingCounts:
     return self._result
 
 
-def resolve_counts(counts):
+_Counts = TypeVar("_Counts")
+
+
+def resolve_counts(counts: PendingCounts | _Counts) -> np.ndarray | _Counts:
   """``counts`` itself, or the NumPy counts of a :class:`PendingCounts`."""
   return counts.result() if isinstance(counts, PendingCounts) else counts
 
 
-def dispatch_counts(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes, batch_size,
-                    noise=None, precision=None, devices=None) -> PendingCounts:
+def dispatch_counts(key: jax.Array, apply_fn: ApplyFn, params: PyTree, x: np.ndarray,
+                    sig: np.ndarray, ids_arr: np.ndarray, *, num: int, num_classes: int,
+                    batch_size: int | str, noise: noise_lib.Noise | str | None = None,
+                    precision: str | None = None, devices: int | None = None) -> PendingCounts:
   """Launches the counts of :func:`counts_prepared` without waiting for them.
 
   One compiled program does every step of the pass (a device-side ``lax.scan``
@@ -291,15 +305,13 @@ def dispatch_counts(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
   compute_dtype = precision_lib.compute_dtype(precision)
   num = check_int("num", num)
   auto_batch = isinstance(batch_size, str) and batch_size == "auto"
-  if not auto_batch:
-    batch_size = check_int("batch_size", batch_size)
+  step = None if auto_batch else check_int("batch_size", batch_size)
   num_classes = check_int("num_classes", num_classes)
   noise = noise_lib.get_noise(noise)
-  if auto_batch:
-    batch_size = auto_batch_size(apply_fn, params, x.shape[1:], num=num,
-                                 compute_dtype=compute_dtype)
+  if step is None:
+    step = auto_batch_size(apply_fn, params, x.shape[1:], num=num, compute_dtype=compute_dtype)
   ndev = num_local_devices(devices)
-  plan = make_chunk_plan(x.shape[0], num, batch_size, ndev)
+  plan = make_chunk_plan(x.shape[0], num, step, ndev)
   pad = plan.padded_inputs - x.shape[0]
   if pad:
     x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
@@ -318,7 +330,7 @@ def dispatch_counts(key, apply_fn, params, x, sig, ids_arr, *, num, num_classes,
   return PendingCounts(partial, plan.num_inputs, ids_given, num)
 
 
-def check_finite_outputs(num_bad, ids, num: int) -> None:
+def check_finite_outputs(num_bad: ArrayLike, ids: np.ndarray, num: int) -> None:
   """Raises if any input had noise samples with non-finite logits.
 
   Args:

@@ -21,12 +21,14 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax
 import numpy as np
+from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
 from rsjax import stats
-from rsjax.engine.counts import dispatch_counts, prepare_inputs, resolve_counts
-from rsjax.util import as_key, check_alpha, check_int, scale_per_input
+from rsjax.engine.counts import (ApplyFn, PendingCounts, dispatch_counts, prepare_inputs,
+                                 resolve_counts)
+from rsjax.util import KeyLike, PyTree, as_key, check_alpha, check_int, scale_per_input
 
 __all__ = ["ABSTAIN", "CohenRule", "Certificate", "EngineCounts", "FixedN", "Sampling",
            "SamplingRule", "certificate_from_counts", "cohen_passes", "engine_counts",
@@ -67,8 +69,10 @@ class Sampling:
   devices: int | None = None
   precision: str | None = None
 
-  def __post_init__(self):
-    set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen: normalize
+  def __post_init__(self) -> None:
+    def set_(name: str, value: object) -> None:  # frozen: normalize
+      object.__setattr__(self, name, value)
+
     set_("n0", check_int("n0", self.n0))
     set_("n", check_int("n", self.n))
     set_("alpha", check_alpha(self.alpha))
@@ -81,7 +85,7 @@ class Sampling:
     set_("compute_dtype", precision_lib.compute_dtype(self.precision))
 
   @classmethod
-  def of(cls, settings: "Sampling | None" = None, **fields) -> "Sampling":
+  def of(cls, settings: "Sampling | None" = None, **fields: Any) -> "Sampling":
     """``settings`` (default ``Sampling()``) with ``fields`` replaced.
 
     Raises:
@@ -98,7 +102,7 @@ class Sampling:
       raise ValueError(f"settings must be an rsjax.Sampling, got {settings!r}")
     return dataclasses.replace(settings, **fields) if fields else settings
 
-  def replace(self, **fields) -> "Sampling":
+  def replace(self, **fields: Any) -> "Sampling":
     return dataclasses.replace(self, **fields)
 
 
@@ -160,8 +164,10 @@ RuleFn = Callable[[Any, Any], Certificate]
 SELECTION, ESTIMATION, AUXILIARY = 0, 1, 2
 
 
-def certificate_from_counts(counts_selection, counts, *, n, alpha, scale, dim, noise=None,
-                            multiclass=False, guarantee=None) -> Certificate:
+def certificate_from_counts(counts_selection: ArrayLike, counts: ArrayLike, *, n: int,
+                            alpha: float, scale: ArrayLike, dim: int,
+                            noise: noise_lib.Noise | str | None = None, multiclass: bool = False,
+                            guarantee: str | None = None) -> Certificate:
   """Cohen's certificate from selection and estimation counts (host, float64).
 
   Args:
@@ -232,23 +238,23 @@ class EngineCounts:
     settings: the sampling settings (noise, batch size, precision, devices).
   """
 
-  apply_fn: Callable
-  params: Any
+  apply_fn: ApplyFn
+  params: PyTree
   x: np.ndarray
   sigma: np.ndarray
   ids: np.ndarray
   num_classes: int
   settings: Sampling
 
-  def __call__(self, key, num, **_):
+  def __call__(self, key: jax.Array, num: int, **_: object) -> PendingCounts:
     s = self.settings
     return dispatch_counts(key, self.apply_fn, self.params, self.x, self.sigma, self.ids, num=num,
                            num_classes=self.num_classes, batch_size=s.batch_size, noise=s.noise,
                            precision=s.precision, devices=s.devices)
 
 
-def engine_counts(apply_fn, params, x_np, sig, ids_arr, *, num_classes: int,
-                  settings: Sampling) -> EngineCounts:
+def engine_counts(apply_fn: ApplyFn, params: PyTree, x_np: np.ndarray, sig: np.ndarray,
+                  ids_arr: np.ndarray, *, num_classes: int, settings: Sampling) -> EngineCounts:
   """The counts source of the core engine (:class:`EngineCounts`) for prepared inputs."""
   return EngineCounts(apply_fn, params, x_np, sig, ids_arr, num_classes, settings)
 
@@ -276,20 +282,21 @@ class CohenRule:
   multiclass: bool = False
   note: str = ""
 
-  def __call__(self, c0, c1) -> Certificate:
+  def __call__(self, c0: np.ndarray, c1: np.ndarray) -> Certificate:
     s = self.settings
     cert = certificate_from_counts(c0, c1, n=s.n, alpha=s.alpha, scale=self.scale, dim=self.dim,
                                    noise=s.noise, multiclass=self.multiclass)
     return dataclasses.replace(cert, guarantee=cert.guarantee + self.note) if self.note else cert
 
-  def radius(self, p_lower) -> np.ndarray:
+  def radius(self, p_lower: ArrayLike) -> np.ndarray:
     """``[B]`` float64 binary radius of lower bounds ``p_lower`` ``[B]`` (0 where ``<= 1/2``)."""
     p_lower = np.asarray(p_lower, np.float64)
     r = np.where(p_lower > 0.5, self.settings.noise.radius(p_lower, self.scale, self.dim), 0.0)
     return np.asarray(r, np.float64)
 
 
-def cohen_passes(apply_fn, params, x, sigma, ids, *, num_classes: int, settings: Sampling,
+def cohen_passes(apply_fn: ApplyFn, params: PyTree, x: ArrayLike, sigma: ArrayLike,
+                 ids: ArrayLike | None, *, num_classes: int, settings: Sampling,
                  multiclass: bool = False) -> tuple[EngineCounts, CohenRule]:
   """What Cohen's CERTIFY supplies to the driver: the engine's counts and :class:`CohenRule`.
 
@@ -330,7 +337,8 @@ class SamplingRule(Protocol):
   ``ValueError`` for a method it cannot run.
   """
 
-  def run(self, key, counts: CountsFn, rule: RuleFn, settings: Sampling) -> Certificate:
+  def run(self, key: jax.Array, counts: CountsFn, rule: RuleFn,
+          settings: Sampling) -> Certificate:
     ...
 
 
@@ -344,15 +352,16 @@ class FixedN:
   selection counts resolves them first (``resolve_counts``).
   """
 
-  def run(self, key, counts: CountsFn, rule: RuleFn, settings: Sampling) -> Certificate:
+  def run(self, key: jax.Array, counts: CountsFn, rule: RuleFn,
+          settings: Sampling) -> Certificate:
     selection = counts(jax.random.fold_in(key, SELECTION), settings.n0)
     estimation = counts(jax.random.fold_in(key, ESTIMATION), settings.n, selection=selection,
                         aux_key=jax.random.fold_in(key, AUXILIARY))
     return rule(resolve_counts(selection), resolve_counts(estimation))
 
 
-def run_certify(key, counts: CountsFn, rule: RuleFn, settings: Sampling, *, tests: int = 1,
-                sampling_rule: SamplingRule | None = None) -> Certificate:
+def run_certify(key: KeyLike, counts: CountsFn, rule: RuleFn, settings: Sampling, *,
+                tests: int = 1, sampling_rule: SamplingRule | None = None) -> Certificate:
   """CERTIFY, the one driver of every method: selection, estimation, certificate.
 
   A method supplies what differs: its source of counts (the engine; the

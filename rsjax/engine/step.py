@@ -8,13 +8,21 @@ costs, so the two cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.extend import core as jax_core
+from jax.typing import ArrayLike, DTypeLike
 
-__all__ = ["ChunkPlan", "cast_floating", "make_chunk_plan", "noisy_counts", "sample_noise",
-           "step_counts"]
+from rsjax import noise as noise_lib
+from rsjax.util import PyTree
+
+__all__ = ["ApplyFn", "ChunkPlan", "cast_floating", "make_chunk_plan", "noisy_counts",
+           "sample_noise", "step_counts"]
+
+#: ``apply_fn(params, x) -> logits``: the base classifier (jit-traceable).
+ApplyFn = Callable[[PyTree, jax.Array], jax.Array]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +79,8 @@ def make_chunk_plan(num_inputs: int, num: int, batch_size: int, devices: int) ->
   )
 
 
-def sample_noise(noise, key: jax.Array, input_id, j: jax.Array, shape) -> jax.Array:
+def sample_noise(noise: noise_lib.Noise, key: jax.Array, input_id: ArrayLike, j: ArrayLike,
+                 shape: Sequence[int]) -> jax.Array:
   """Unit noise of samples ``j`` of the input with id ``input_id``: ``[len(j), *shape]``.
 
   Sample ``j`` is drawn from ``fold_in(fold_in(key, input_id), j)``. This is the
@@ -83,7 +92,7 @@ def sample_noise(noise, key: jax.Array, input_id, j: jax.Array, shape) -> jax.Ar
   return jax.vmap(lambda k: noise.sample(k, tuple(shape), jnp.float32))(keys)
 
 
-def cast_floating(params, dtype):
+def cast_floating(params: PyTree, dtype: DTypeLike | None) -> PyTree:
   """``params`` with every floating array cast to ``dtype`` (None: unchanged)."""
   if dtype is None:
     return params
@@ -92,8 +101,9 @@ def cast_floating(params, dtype):
       if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p, params)
 
 
-def noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, valid,
-                 compute_dtype=None) -> jax.Array:
+def noisy_counts(apply_fn: ApplyFn, params: PyTree, noise: noise_lib.Noise, num_classes: int,
+                 key: jax.Array, x_g: jax.Array, sig_g: jax.Array, ids_g: jax.Array, j: jax.Array,
+                 valid: jax.Array, compute_dtype: DTypeLike | None = None) -> jax.Array:
   """Class counts of samples ``j`` of ``g`` inputs: ``[g, C + 1]`` int32 (traceable).
 
   Draws the noise of samples ``j`` (``[s]`` uint32, the same indices for every
@@ -108,7 +118,7 @@ def noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j
   g, s = x_g.shape[0], j.shape[0]
   shape = x_g.shape[1:]
 
-  def draw():
+  def draw() -> jax.Array:
     eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
     return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape)
 
@@ -140,7 +150,8 @@ def noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j
                           jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]], axis=1)
 
 
-def _has_convolution(apply_fn, params, shape, dtype) -> bool:
+def _has_convolution(apply_fn: ApplyFn, params: PyTree, shape: Sequence[int],
+                     dtype: DTypeLike) -> bool:
   """Whether ``apply_fn`` on one ``shape`` input of ``dtype`` runs a convolution (at any depth)."""
   spec = jax.ShapeDtypeStruct((1,) + tuple(shape), dtype)
   abstract = jax.tree.map(lambda p: jax.ShapeDtypeStruct(jnp.shape(p), jnp.result_type(p)), params)
@@ -149,7 +160,7 @@ def _has_convolution(apply_fn, params, shape, dtype) -> bool:
   except Exception:  # noqa: BLE001 - the forward pass reports its own errors below
     return False
 
-  def walk(jaxpr):
+  def walk(jaxpr: jax_core.Jaxpr) -> bool:
     for eqn in jaxpr.eqns:
       if eqn.primitive.name == "conv_general_dilated":
         return True
@@ -161,8 +172,9 @@ def _has_convolution(apply_fn, params, shape, dtype) -> bool:
   return walk(closed.jaxpr)
 
 
-def step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, sig_g, ids_g, chunk,
-                compute_dtype):
+def step_counts(apply_fn: ApplyFn, params: PyTree, noise: noise_lib.Noise, num_classes: int,
+                plan: ChunkPlan, key: jax.Array, x_g: jax.Array, sig_g: jax.Array,
+                ids_g: jax.Array, chunk: jax.Array, compute_dtype: DTypeLike | None) -> jax.Array:
   """Counts of one planned step: ``g`` inputs x ``s`` samples -> ``[g, C + 1]`` int32."""
   j = chunk * plan.samples_per_step + jnp.arange(plan.samples_per_step, dtype=jnp.uint32)
   return noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j,

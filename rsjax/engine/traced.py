@@ -36,15 +36,18 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
-from rsjax.engine.step import noisy_counts
+from rsjax.engine.step import ApplyFn, noisy_counts
+from rsjax.util import PyTree
 
 __all__ = ["counts"]
 
 
-def counts(key, params, x, *, apply_fn, sigma, num_classes: int, num: int,
-           samples_per_step: int = 100, ids=None, noise=None) -> tuple[jax.Array, jax.Array]:
+def counts(key: jax.Array, params: PyTree, x: ArrayLike, *, apply_fn: ApplyFn, sigma: ArrayLike,
+           num_classes: int, num: int, samples_per_step: int = 100, ids: ArrayLike | None = None,
+           noise: noise_lib.Noise | str | None = None) -> tuple[jax.Array, jax.Array]:
   """Monte Carlo class counts of ``num`` noisy samples per input, in pure JAX.
 
   Jittable (``num``, ``samples_per_step``, ``num_classes``, ``apply_fn`` and
@@ -84,7 +87,7 @@ def counts(key, params, x, *, apply_fn, sigma, num_classes: int, num: int,
   s = int(min(samples_per_step, num))
   chunks = -(-int(num) // s)
 
-  def body(total, chunk):
+  def body(total: jax.Array, chunk: jax.Array) -> tuple[jax.Array, None]:
     j = chunk * s + jnp.arange(s, dtype=jnp.uint32)
     c = noisy_counts(apply_fn, params, noise, num_classes, key, x, sig, ids, j, j < num)
     return total + c, None

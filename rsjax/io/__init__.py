@@ -36,9 +36,14 @@ naming the differing fields.
 
 **One writer at a time.** A writer holds an exclusive ``fcntl`` lock on the file
 while it is open; a second writer raises :class:`ResultsLockedError`.
+
+**Whole-file replacement.** :func:`atomic_write` (bytes, through a callback) and
+:func:`atomic_write_text` replace a file atomically and durably (temporary file,
+fsync, rename, fsync of the directory); rsjax writes a whole file through
+them.
 """
 
-from rsjax.io._durable import atomic_write_bytes as atomic_write_bytes
+from rsjax.io._durable import atomic_write as atomic_write
 from rsjax.io._durable import atomic_write_text as atomic_write_text
 from rsjax.io._durable import write_json as write_json
 from rsjax.io._format import CERTIFY_COLUMNS as CERTIFY_COLUMNS
@@ -71,7 +76,7 @@ __all__ = [
     "read_certify",
     "read_predict",
     "read_results",
-    "atomic_write_bytes",
+    "atomic_write",
     "atomic_write_text",
     "read_run_record",
     "resume",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Callable
+from typing import BinaryIO
 
 
 def fsync_dir(path) -> None:
@@ -30,29 +33,36 @@ def write_header(path, header: str) -> None:
   fsync_dir(path)
 
 
-def atomic_write_text(path, text: str) -> None:
-  """Replaces ``path`` by ``text`` atomically (temporary file, fsync, rename, fsync of the
-  directory): a reader sees the old file or the new one, never a part."""
+def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> None:
+  """Replaces ``path`` by what ``write(f)`` writes to the binary file ``f``, atomically.
+
+  The one way rsjax replaces a file: ``write`` fills a temporary file beside
+  ``path``, which is fsynced, renamed over ``path`` and its directory fsynced, so
+  a reader sees the old file or the new one, never a part, and the new one
+  survives a crash. If ``write`` raises, ``path`` is left as it was and the
+  temporary file removed. For arrays:
+  ``atomic_write(path, lambda f: np.savez(f, mu=mu, sigma=sigma))`` (given a file,
+  ``np.savez`` adds no ``.npz`` suffix).
+  """
   path = os.fspath(path)
   tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8", newline="") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  try:
+    with open(tmp, "wb") as f:
+      write(f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    raise
   fsync_dir(path)
 
 
-def atomic_write_bytes(path, data: bytes) -> None:
-  """:func:`atomic_write_text` for bytes (e.g. an ``np.savez`` archive)."""
-  path = os.fspath(path)
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "wb") as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-  fsync_dir(path)
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+  """Replaces ``path`` by ``text`` (UTF-8, newlines as given) atomically (:func:`atomic_write`)."""
+  data = text.encode("utf-8")
+  atomic_write(path, lambda f: f.write(data))
 
 
 def write_json(path, obj) -> None:

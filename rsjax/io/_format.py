@@ -104,7 +104,7 @@ def parse_rows(path, lines: Sequence[str], header: Sequence[str]) -> dict[str, l
     fields = line.rstrip("\r").split("\t")
     if len(fields) != ncols:
       raise ValueError(f"{where}: {len(fields)} fields, expected {ncols} ({' '.join(header)})")
-    for name, text in zip(header, fields):
+    for name, text in zip(header, fields, strict=True):
       if name in _FIELDS:
         parse, valid = _FIELDS[name]
         try:

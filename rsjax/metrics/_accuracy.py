@@ -268,8 +268,9 @@ def format_table(results: Mapping, radii, *, fmt: str = "text", digits: int = 3,
   header = ["", *[f"r={r:g}" for r in radii], "ACR", "abstain", "n"]
   header += ["samples mean", "p10/p50/p90"] if budgeted else []
   rows = []
-  for label, s, a in zip(labels, sums, acc):
-    cells = [f"{v:.{digits}f}" + ("*" if mark and v == b else "") for v, b in zip(a, best)]
+  for label, s, a in zip(labels, sums, acc, strict=True):
+    cells = [f"{v:.{digits}f}" + ("*" if mark and v == b else "")
+             for v, b in zip(a, best, strict=True)]
     rows.append([label, *cells, f"{s['acr']:.{digits}f}", f"{s['abstention']:.{digits}f}",
                  str(s["n"])])
     if budgeted:
@@ -286,5 +287,6 @@ def format_table(results: Mapping, radii, *, fmt: str = "text", digits: int = 3,
   widths = [max(len(r[j]) for r in [header, *rows]) for j in range(len(header))]
   out = []
   for r in [header, *rows]:
-    out.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
+    cells = enumerate(zip(r, widths, strict=True))
+    out.append("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in cells))
   return "\n".join(line.rstrip() for line in out)

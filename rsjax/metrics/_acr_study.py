@@ -84,7 +84,7 @@ def easy_hard_accuracy(results, reference_pa, radii, *, threshold: float = 0.5) 
     ref = reference_pa
   else:
     idx, pa = reference_pa
-    ref = dict(zip(np.asarray(idx).tolist(), np.asarray(pa, np.float64).tolist()))
+    ref = dict(zip(np.asarray(idx).tolist(), np.asarray(pa, np.float64).tolist(), strict=False))
   idx = np.asarray(results.idx).tolist()
   missing = [i for i in idx if i not in ref]
   if missing:

@@ -32,6 +32,8 @@ practice).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -43,6 +45,10 @@ from rsjax.verify._report import VerifyReport
 from rsjax.verify._run import (certificate_view, check_against_dataset, check_rows_declared,
                                load_dataset)
 
+if TYPE_CHECKING:
+  from rsjax.data import Dataset
+  from rsjax.runspec import RunSpec
+
 __all__ = ["Mismatch", "VerifyError", "VerifyReport", "read_run", "verifiable", "verify"]
 
 
@@ -52,7 +58,7 @@ def verifiable() -> dict[str, Method]:
   return {m.name: m for m in methods.available() if m.check is not None}
 
 
-def read_run(path):
+def read_run(path: str | os.PathLike[str]) -> RunSpec:
   """The run of a certify result file (``rsjax.runspec.RunSpec``).
 
   Raises:
@@ -71,8 +77,9 @@ def read_run(path):
   return run
 
 
-def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
-           data_dir=None, dataset=None) -> VerifyReport:
+def verify(path: str | os.PathLike[str], *, rtol: float = 1e-9, atol: float = 1e-12,
+           inputs: Callable[[np.ndarray], np.ndarray] | None = None, data_dir: str | None = None,
+           dataset: Dataset | None = None) -> VerifyReport:
   """Recomputes every prediction and radius of a certify result file from its record.
 
   Args:
@@ -119,6 +126,7 @@ def verify(path, *, rtol: float = 1e-9, atol: float = 1e-12, inputs=None,
     issues.extend(check_against_dataset(run, res, recs, ds))
     if inputs is None:
       inputs = lambda idx: np.asarray(ds.get_batch(np.asarray(idx, np.int64))[0])  # noqa: E731
+  assert method.check is not None  # verifiable() holds only methods with a check
   issues.extend(method.check(certificate_view(run), res, recs, rtol=rtol, atol=atol,
                              inputs=inputs))
   # The correct column follows from predict and label.

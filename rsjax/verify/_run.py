@@ -3,12 +3,19 @@ and inputs against the dataset, and the view of the run the method checkers read
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from rsjax.checks import Mismatch, budget_alphas, budget_looks
 
+if TYPE_CHECKING:
+  from rsjax.data import Dataset
+  from rsjax.io import CertifyResults
+  from rsjax.runspec import RunSpec
 
-def certificate_view(run) -> dict:
+
+def certificate_view(run: RunSpec) -> dict:
   """What the method checkers read of a run (``rsjax.runspec.RunSpec``), in one dict.
 
   Everything here follows from the run's one record; nothing is read twice.
@@ -31,7 +38,7 @@ def certificate_view(run) -> dict:
   return out
 
 
-def check_rows_declared(run, res) -> tuple[list[Mismatch], int]:
+def check_rows_declared(run: RunSpec, res: CertifyResults) -> tuple[list[Mismatch], int]:
   """Rows outside the declared index range, and how many declared rows are missing.
 
   Returns:
@@ -45,14 +52,14 @@ def check_rows_declared(run, res) -> tuple[list[Mismatch], int]:
   return issues, missing
 
 
-def _range(run) -> str:
+def _range(run: RunSpec) -> str:
   d = run.data
   stop = d.size if d.stop < 0 else min(d.stop, d.size)
   return (f"{d.name} {d.split}: {d.start} to {stop - 1} step {d.skip}, "
           f"{len(run.indices())} inputs")
 
 
-def load_dataset(run, data_dir):
+def load_dataset(run: RunSpec, data_dir: str | None) -> tuple[Dataset | None, str | None]:
   """The run's dataset split, or ``(None, why)`` when it cannot be loaded here."""
   try:
     from rsjax import data
@@ -64,7 +71,7 @@ def load_dataset(run, data_dir):
         " ".join(str(e).split())[:200])
 
 
-def check_dataset_shape(run, ds) -> list[Mismatch]:
+def check_dataset_shape(run: RunSpec, ds: Dataset) -> list[Mismatch]:
   """The run's declared input shape, number of classes and size against the dataset."""
   issues: list[Mismatch] = []
   d = run.data
@@ -80,7 +87,8 @@ def check_dataset_shape(run, ds) -> list[Mismatch]:
   return issues
 
 
-def check_against_dataset(run, res, recs: dict, ds) -> list[Mismatch]:
+def check_against_dataset(run: RunSpec, res: CertifyResults, recs: dict[int, dict],
+                          ds: Dataset) -> list[Mismatch]:
   """The run's declared shape, classes and size, and every row's label and input
   fingerprint, against the dataset itself."""
   from rsjax import record as record_lib
@@ -95,7 +103,7 @@ def check_against_dataset(run, res, recs: dict, ds) -> list[Mismatch]:
     part = rows[s:s + 1024]
     x, y = ds.get_batch(idx[part])
     x, y = np.asarray(x), np.asarray(y)
-    for j, xi, yi in zip(part, x, y):
+    for j, xi, yi in zip(part, x, y, strict=True):
       i = int(idx[j])
       if int(res.label[j]) != int(yi):
         issues.append(Mismatch(i, f"label {int(res.label[j])} in the file, {int(yi)} in "

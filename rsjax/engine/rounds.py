@@ -1,0 +1,180 @@
+"""Budgeted CERTIFY's estimation on device: rounds of work items over the inputs still running.
+
+``rsjax.engine.budget`` looks at each input's samples only at fixed looks and
+stops an input once its grid radius is decided (its host-side stopping rule,
+``sequential_bounds``). The samples of one look for the inputs still running
+are one round here: a list of ``(input, sample range)`` work items spread over
+the local devices and launched in a few fixed-size scans, so the device stays
+busy and wall time falls with the samples used. Sample ``j`` of input ``i`` is
+drawn from ``fold_in(fold_in(k_est, ids[i]), j)`` through the engine's own step
+(``rsjax.engine.step.noisy_counts``), so a later round continues the same
+stream and the counts at ``n_k`` equal ``rsjax.sample_counts(k_est, ...,
+num=n_k)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+from jax.typing import DTypeLike
+
+from rsjax import noise as noise_lib
+from rsjax.engine.counts import check_finite_outputs
+from rsjax.engine.driver import EngineCounts, Sampling
+from rsjax.engine.step import ApplyFn, cast_floating, noisy_counts
+from rsjax.util import PyTree, local_mesh, num_local_devices, replicate
+
+__all__ = ["CountFn", "round_counter"]
+
+#: ``count_fn(active [m] int, start, stop) -> [m]`` successes (:func:`round_counter`).
+CountFn = Callable[[np.ndarray, int, int], np.ndarray]
+
+
+@functools.partial(
+  jax.jit,
+  static_argnames=("apply_fn", "noise", "num_classes", "samples_per_step", "mesh", "compute_dtype"),
+)
+def _items_jit(
+  key: jax.Array,
+  params: PyTree,
+  x: jax.Array,
+  sig: jax.Array,
+  ids: jax.Array,
+  items: jax.Array,
+  *,
+  apply_fn: ApplyFn,
+  noise: noise_lib.Noise,
+  num_classes: int,
+  samples_per_step: int,
+  mesh: jax.sharding.Mesh,
+  compute_dtype: DTypeLike | None,
+) -> jax.Array:
+  """Counts of a list of work items ``[devices, T, 3]`` uint32 ``(input, first, end)``.
+
+  Item ``(i, a, b)`` counts samples ``a .. min(a + s, b) - 1`` of input ``i``
+  (``s = samples_per_step``); padding items have ``a == b``. Each device scans
+  its row of items and returns partial counts ``[B, C + 1]`` (column ``C``:
+  samples with non-finite logits, as in the engine).
+  """
+  params = cast_floating(params, compute_dtype)
+
+  def per_device(
+    key: jax.Array, params: PyTree, x: jax.Array, sig: jax.Array, ids: jax.Array, items: jax.Array
+  ) -> jax.Array:
+    def body(counts: jax.Array, item: jax.Array) -> tuple[jax.Array, None]:
+      i, a, b = item[0], item[1], item[2]
+      j = a + jnp.arange(samples_per_step, dtype=jnp.uint32)
+
+      def take(arr: jax.Array) -> jax.Array:
+        return jax.lax.dynamic_index_in_dim(arr, i, keepdims=True)
+
+      c = noisy_counts(
+        apply_fn,
+        params,
+        noise,
+        num_classes,
+        key,
+        take(x),
+        take(sig),
+        take(ids),
+        j,
+        j < b,
+        compute_dtype,
+      )
+      return counts.at[i].add(c[0]), None
+
+    counts0 = jnp.zeros((x.shape[0], num_classes + 1), jnp.int32)
+    counts, _ = jax.lax.scan(body, counts0, items[0])
+    return counts[None]
+
+  fn = jax.shard_map(
+    per_device,
+    mesh=mesh,
+    in_specs=(P(), P(), P(), P(), P(), P("dev")),
+    out_specs=P("dev"),
+    check_vma=False,
+  )
+  return fn(key, params, x, sig, ids, items)
+
+
+def _round_items(active: np.ndarray, start: int, stop: int, s: int) -> np.ndarray:
+  """Work items ``[m * chunks, 3]`` covering samples ``start .. stop - 1`` of each active input."""
+  firsts = np.arange(start, stop, s, dtype=np.int64)
+  inp = np.repeat(active, len(firsts))
+  a = np.tile(firsts, len(active))
+  return np.stack([inp, a, np.minimum(a + s, stop)], axis=1).astype(np.uint32)
+
+
+def round_counter(
+  k_est: jax.Array,
+  source: EngineCounts,
+  guess: np.ndarray,
+  settings: Sampling,
+  *,
+  max_steps_per_launch: int = 64,
+) -> tuple[CountFn, np.ndarray]:
+  """The counts of the estimation rounds: ``(count_fn, counts [B, C] int64)``.
+
+  ``count_fn(active [m], start, stop)`` draws samples ``start .. stop - 1`` of
+  the inputs ``active`` (positions in ``source.x``) from ``k_est``, adds their
+  class counts to ``counts`` and returns the counts of each input's ``guess``
+  class among them ``[m]``: the source of successes of
+  ``rsjax.engine.budget.sequential_bounds``. A round is a list of work items
+  launched in scans whose length is a power of 4 up to
+  ``max_steps_per_launch`` steps per device (a run compiles a handful of
+  programs), with one host sync per round.
+
+  Raises:
+    FloatingPointError: some sample's logits were NaN or inf (when ``count_fn``
+      is called).
+  """
+  apply_fn, params, num_classes = source.apply_fn, source.params, source.num_classes
+  x_np, sig, ids_arr = source.x, source.sigma, source.ids
+  noise = settings.noise
+  b = x_np.shape[0]
+  ndev = num_local_devices(settings.devices)
+  mesh = local_mesh(ndev)
+  s = min(int(settings.batch_size), settings.n)
+  dev_args = replicate(mesh, (k_est, params, x_np, sig, ids_arr))
+  counts = np.zeros((b, num_classes), np.int64)
+
+  def count_fn(active: np.ndarray, start: int, stop: int) -> np.ndarray:
+    items = _round_items(active, start, stop, s)
+    partials = []
+    while len(items):
+      # The largest launch size (a power of 4, at most max_steps_per_launch steps
+      # per device) that the remaining items fill: few programs, and padding only
+      # in the last launch of a round (fewer than `devices` items).
+      per_dev = -(-len(items) // ndev)
+      t = min(max_steps_per_launch, 4 ** int(math.log(per_dev, 4) + 1e-9))
+      launch, items = items[: t * ndev], items[t * ndev :]
+      pad = t * ndev - len(launch)
+      if pad:  # padding items (0, 0, 0) count nothing
+        launch = np.concatenate([launch, np.zeros((pad, 3), np.uint32)])
+      # Round-robin over devices so a short launch still spreads over all of them.
+      launch = launch.reshape(t, ndev, 3).transpose(1, 0, 2)
+      partials.append(
+        _items_jit(
+          *dev_args,
+          launch,
+          apply_fn=apply_fn,
+          noise=noise,
+          num_classes=num_classes,
+          samples_per_step=s,
+          mesh=mesh,
+          compute_dtype=settings.compute_dtype,
+        )
+      )
+    # One host sync per round: the launches above were dispatched asynchronously.
+    new = sum(np.asarray(jax.device_get(p), np.int64).sum(axis=0) for p in partials)
+    check_finite_outputs(new[active, -1], ids_arr[active], stop - start)
+    counts[active] += new[active, :-1]
+    return new[active, guess[active]]
+
+  return count_fn, counts

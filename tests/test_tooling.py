@@ -1,0 +1,66 @@
+"""The code passes its linter, its formatter and its type checker.
+
+The settings are in pyproject.toml: ``[tool.ruff]`` (lint rules, line length,
+format) over rsjax/, tests/, benchmarks/ and experiments/, and ``[tool.mypy]``
+(the typed core: the engine, ``rsjax.stats`` and verify's own modules, listed
+as its ``files``). Each tool runs as ``python -m ...`` of the interpreter that
+runs the tests (both are in the ``dev`` extra); a test is skipped when its tool
+is not installed, and on failure prints what the tool found.
+"""
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SOURCES = ("rsjax", "tests", "benchmarks", "experiments")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+  """``python -m args...`` in the repository root, its output captured."""
+  return subprocess.run(
+    [sys.executable, "-m", *args],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
+
+
+def _require(module: str) -> None:
+  if importlib.util.find_spec(module) is None:
+    pytest.skip(f"{module} is not installed (pip install -e '.[dev]')")
+
+
+def _report(proc: subprocess.CompletedProcess, limit: int = 20_000) -> str:
+  text = (proc.stdout + proc.stderr).strip()
+  return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more chars)"
+
+
+def _check(proc: subprocess.CompletedProcess, what: str) -> None:
+  if proc.returncode != 0:
+    pytest.fail(f"{what} (exit {proc.returncode}):\n{_report(proc)}", pytrace=False)
+
+
+def test_ruff_check():
+  _require("ruff")
+  proc = _run("ruff", "check", "--no-cache", "--output-format", "concise", *SOURCES)
+  _check(proc, "ruff check found lint")
+
+
+def test_ruff_format():
+  """``ruff format --check``: one line per file it would reformat (``ruff format --diff`` shows how)."""
+  _require("ruff")
+  proc = _run("ruff", "format", "--no-cache", "--check", "--output-format", "concise", *SOURCES)
+  _check(proc, "ruff format would reformat")
+
+
+def test_mypy():
+  _require("mypy")
+  # The files and settings are pyproject.toml's; no cache, so a run reads the tree as it is.
+  proc = _run("mypy", "--no-incremental", "--cache-dir", "/dev/null")
+  _check(proc, "mypy found type errors")
