@@ -93,7 +93,7 @@ def test_a_method_from_outside_certifies_and_verifies(trained, plugin, tmp_path)
          "--N0", "50", "--N", "400", "--max", "6", "--batch", "200", "--quiet")
   lines = out.read_text().splitlines()
   assert lines[0].split("\t")[-1] == "uncapped" and len(lines) == 7
-  rows = [dict(zip(lines[0].split("\t"), line.split("\t"))) for line in lines[1:]]
+  rows = [dict(zip(lines[0].split("\t"), line.split("\t"), strict=True)) for line in lines[1:]]
   assert all(float(r["radius"]) == min(float(r["uncapped"]), 0.2) for r in rows)
   assert any(float(r["uncapped"]) > 0.2 for r in rows)  # the cap did something
   run = json.loads((tmp_path / "toy.tsv.run.json").read_text())

@@ -17,7 +17,7 @@ def parse_grid(text: str) -> tuple[float, ...]:
   except ValueError:
     raise ValueError(f"expected comma-separated radii, got {text!r}") from None
   if not all(math.isfinite(r) and r >= 0 for r in radii) or any(
-      b <= a for a, b in zip(radii, radii[1:])):
+      b <= a for a, b in zip(radii, radii[1:], strict=False)):
     raise ValueError(f"radii must be >= 0 and strictly increasing, got {text}")
   return radii
 

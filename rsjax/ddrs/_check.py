@@ -137,7 +137,7 @@ def check_ddrs(cert: dict, res, recs: dict, *, rtol: float, atol: float, inputs=
   x = np.asarray(inputs(np.asarray(res.idx, np.int64)))
   if x.shape[0] != len(res):
     raise VerifyError(f"inputs gave {x.shape[0]} inputs for {len(res)} rows")
-  bad = [int(i) for i, xi in zip(res.idx, x)
+  bad = [int(i) for i, xi in zip(res.idx, x, strict=True)
          if record_lib.input_fingerprint(xi) != recs[int(i)].get("input")]
   if bad:
     issues.extend(Mismatch(i, "the input differs from its recorded fingerprint") for i in bad)

@@ -76,7 +76,9 @@ class SigmaAscent:
   parametrization: str = "sigma"
 
   def __post_init__(self):
-    set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen: normalize
+    def set_(name, value):  # frozen: normalize
+      object.__setattr__(self, name, value)
+
     set_("steps", check_int("steps", self.steps, 0))
     set_("num_samples", check_int("num_samples", self.num_samples, 1))
     _check_choice("family", self.family, FAMILIES)

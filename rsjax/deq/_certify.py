@@ -186,7 +186,7 @@ def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: in
     cls = guess
   else:  # the code's class: argmax of the SRS labels of the check subset
     cls = np.array([np.bincount(si, minlength=num_classes).argmax() if m else g
-                    for si, g in zip(s, guess)], dtype=np.int64)
+                    for si, g in zip(s, guess, strict=True)], dtype=np.int64)
   m_a = np.sum(s == cls[:, None], axis=1)
   k = np.sum((s == cls[:, None]) & (t == cls[:, None]), axis=1)
   p_lower, r = srs_p_lower(n_a, n, k, m_a, alpha, correction)

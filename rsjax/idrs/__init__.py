@@ -16,6 +16,7 @@ sigma0). Layout:
 """
 
 from rsjax import _lazy
+from rsjax.sigma import SigmaValues as SigmaValues  # re-exported: defined in the core
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
     "IDRS": "rsjax.idrs._certify",
@@ -43,7 +44,6 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
     "xi_side": "rsjax.idrs._xi",
     "ball_probability": "rsjax.idrs._reference",
 })
-from rsjax.sigma import SigmaValues as SigmaValues  # re-exported: defined in the core
 
 __all__ = [
     "IDRS",

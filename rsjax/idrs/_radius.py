@@ -204,7 +204,9 @@ def certified_radius(p_lower, *, sigma, rate: float, dim: int, slack=0.0, thresh
   act = np.flatnonzero(cohen > 0.0)
   if act.size == 0:
     return out.reshape(shape)
-  args = lambda idx: (s0[idx], p_b[idx], rate, sl[idx], t_lo[idx], t_hi[idx], dim)
+  def args(idx):
+    return (s0[idx], p_b[idx], rate, sl[idx], t_lo[idx], t_hi[idx], dim)
+
   hi = cohen[act].copy()
   lo = np.zeros_like(hi)
   top = _passes(hi, *args(act))  # Thm B.6 says this never holds; kept for safety.
@@ -264,7 +266,9 @@ def sigma_ratio_threshold(p_a, dim: int, *, method: str = "theorem", side: str =
   elif method == "theorem":
     if side == "upper" and n < 2:
       raise ValueError("side='upper' of Thm 2.4 needs dim >= 2")
-    g = lambda z, c: math.log(z) + 1.0 - z - c
+    def g(z, c):
+      return math.log(z) + 1.0 - z - c
+
     vals = []
     for c in np.atleast_1d(2.0 * np.log(p_b) / n).ravel():
       if side == "lower":  # g increases on (0, 1) from -inf to 0.

@@ -233,8 +233,8 @@ class DEQClassifier(DEQModel):
     self.cell = DEQCell(channels, hidden=hidden, groups=groups, init_std=init_std, **kw)
     self.head_conv = nnx.Conv(channels, 2 * channels, (3, 3), strides=2, use_bias=False, **kw)
     self.head_gn = nnx.GroupNorm(2 * channels, num_groups=groups, **kw)
-    h = -(-(-(-shape[0] // stem_stride)) // 2)
-    w = -(-(-(-shape[1] // stem_stride)) // 2)
+    h = math.ceil(math.ceil(shape[0] / stem_stride) / 2)  # two stride-2 "same" convolutions
+    w = math.ceil(math.ceil(shape[1] / stem_stride) / 2)
     self.fc = nnx.Linear(h * w * 2 * channels, self.num_classes, **kw)
     self.setup_solver(solver, steps, backward, jac_weight, rngs)
 

@@ -120,7 +120,7 @@ class _ResNet(nnx.Module):
                                             rngs=rngs)
     blocks = []
     cin = widths[0]
-    for i, (n, w) in enumerate(zip(stage_sizes, widths)):
+    for i, (n, w) in enumerate(zip(stage_sizes, widths, strict=True)):
       for j in range(int(n)):
         stride = 2 if (i > 0 and j == 0) else 1
         blocks.append(block_cls(cin, w, stride, dtype=dtype, rngs=rngs))

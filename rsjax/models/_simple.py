@@ -51,7 +51,7 @@ class MLP(nnx.Module):
     sizes = [math.prod(input_shape), *(int(h) for h in hidden_sizes)]
     self.hidden = nnx.List([
         nnx.Linear(a, b, kernel_init=_W, dtype=dtype, rngs=rngs)
-        for a, b in zip(sizes[:-1], sizes[1:])])
+        for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
     self.head = nnx.Linear(sizes[-1], num_classes, kernel_init=_W, dtype=dtype, rngs=rngs)
     self.ndim = len(input_shape)
 

@@ -209,7 +209,9 @@ def _gram_update(G, gram, g, slot):
 
 def _first_evaluation(f, z0):
   """``(ff, x0, f(x0), residual)`` on flat ``[B, D]`` states; ``ff`` is ``f`` on flat states."""
-  ff = lambda x: _flat(f(x.reshape(z0.shape)))
+  def ff(x):
+    return _flat(f(x.reshape(z0.shape)))
+
   x0 = _flat(z0)
   f0 = ff(x0)
   return ff, x0, f0, relative_residual(f0, x0)
