@@ -15,10 +15,12 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 from jax.sharding import PartitionSpec as P
 
 from rsjax.stats import check_alpha
@@ -38,14 +40,14 @@ __all__ = [
 # ----------------------------------------------------------------------------- checks
 
 
-def check_int(name: str, value, minimum: int = 1) -> int:
+def check_int(name: str, value: object, minimum: int = 1) -> int:
   """``value`` as an int, or ``ValueError`` unless it is an integer ``>= minimum`` (not a bool)."""
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
     raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
   return int(value)
 
 
-def check_finite_positive(name: str, value) -> np.ndarray:
+def check_finite_positive(name: str, value: ArrayLike) -> np.ndarray:
   """``value`` as a NumPy array, or ``ValueError`` unless it is finite and > 0 everywhere."""
   arr = np.asarray(value)
   if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
@@ -72,7 +74,7 @@ def scale_per_input(sig: np.ndarray) -> tuple[np.ndarray, bool]:
 # ----------------------------------------------------------------------------- keys
 
 
-def as_key(key) -> jax.Array:
+def as_key(key: jax.Array | int) -> jax.Array:
   """Returns a typed PRNG key from a typed key, a legacy uint32 key, or an int seed."""
   if isinstance(key, (int, np.integer)):
     return jax.random.key(int(key))
@@ -102,6 +104,6 @@ def local_mesh(num_devices: int) -> jax.sharding.Mesh:
   return jax.sharding.Mesh(devs, ("dev",))
 
 
-def replicate(mesh: jax.sharding.Mesh, tree):
+def replicate(mesh: jax.sharding.Mesh, tree: Any) -> Any:
   """``tree`` placed replicated over ``mesh`` (a no-op for arrays already placed so)."""
   return jax.device_put(tree, jax.sharding.NamedSharding(mesh, P()))
