@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -12,6 +13,10 @@ from rsjax.engine.counts import prepare_inputs
 from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
 from rsjax.sigma import SigmaSource
+
+if TYPE_CHECKING:
+  import jax
+  from jax.typing import ArrayLike
 
 __all__ = ["AnisotropicCertificate", "certify", "certify_input_dependent", "UCAN"]
 
@@ -202,8 +207,9 @@ class UCAN:
   multiclass: bool = False
   allow_unsound: bool = False
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> AnisotropicCertificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> AnisotropicCertificate:
     return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
                    settings=settings, ids=ids, multiclass=self.multiclass,
                    allow_unsound=self.allow_unsound)

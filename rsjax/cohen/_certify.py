@@ -10,8 +10,8 @@ CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -20,14 +20,19 @@ from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, cohen_passes, ru
 from rsjax.engine.budget import Budget, as_budget
 from rsjax.engine.counts import refuse_traced, sample_counts
 
+if TYPE_CHECKING:
+  import jax
+  from jax.typing import ArrayLike
+
 __all__ = ["Certifier", "Cohen", "certify", "predict"]
 
 
 class Certifier(Protocol):
   """A method for :func:`certify`: a value whose ``certify`` certifies a batch."""
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> Certificate: ...
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> Certificate: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +54,9 @@ class Cohen:
     if self.budget is not None and self.multiclass:
       raise ValueError("budget= gives the binary radius only, not multiclass=True")
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> Certificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> Certificate:
     """Selection and estimation passes on independent keys, Cohen's certificate."""
     rule = None if self.budget is None else as_budget(self.budget)
     counts, certificate = cohen_passes(apply_fn, params, x, sigma, ids, num_classes=num_classes,

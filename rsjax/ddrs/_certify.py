@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import numpy as np
@@ -16,6 +17,9 @@ from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import SigmaAscent, optimize_sigma
 from rsjax.method import Plan
 from rsjax.util import as_key
+
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
 
 __all__ = ["DDRSCertificate", "MC_COLUMNS", "MEMORY_COLUMNS", "certify", "certify_dataset",
            "memory_path", "DDRS"]
@@ -243,7 +247,8 @@ class DDRS:
 
   memory: MemoryCertifier | None = None
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> DDRSCertificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> DDRSCertificate:
     return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
                    settings=settings, ids=ids, memory=self.memory)

@@ -8,8 +8,10 @@ run processed them), each checked against its recorded fingerprint.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from rsjax import record as record_lib
 from rsjax.checks import Mismatch, VerifyError, cohen_certificate, compare, read_rows
@@ -99,8 +101,9 @@ def _sigmas(res, recs, rows, issues) -> np.ndarray:
   return out
 
 
-def check_ddrs(cert: dict, res, recs: dict, *, rtol: float, atol: float, inputs=None,
-               **_) -> list[Mismatch]:
+def check_ddrs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
+               inputs: ArrayLike | None = None,
+               **_: object) -> list[Mismatch]:
   """DDRS: ``predict_mc``/``radius_mc`` are Cohen's at the row's sigma; with the memory
   on, ``predict``/``radius`` its replay over the inputs in file order (without it the
   rows are no certificate, and each is reported)."""

@@ -51,6 +51,8 @@ Differences from the authors' code (``WeizhiGao/Serialized-Randomized-Smoothing`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flax import nnx
@@ -63,6 +65,10 @@ from rsjax.engine.counts import prepare_inputs
 from rsjax.models import DEQApply, SolverConfig, as_solver_config, to_deq_fn
 from rsjax.deq._srs import CORRECTIONS, SRSConfig, srs_sample
 from rsjax.util import check_alpha, check_int, scale_per_input
+
+if TYPE_CHECKING:
+  import jax
+  from jax.typing import ArrayLike
 
 __all__ = ["SRS", "SRSCertificate", "StandardRS", "certify", "srs_certificate", "srs_p_lower",
            "CORRECTIONS", "MODES"]
@@ -351,8 +357,9 @@ class SRS:
   solver: SolverConfig | str | None = None
   srs: SRSConfig | None = None
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> SRSCertificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> SRSCertificate:
     return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, method="srs",
                    solver=self.solver, srs=self.srs, settings=settings, ids=ids)
 
@@ -368,7 +375,8 @@ class StandardRS:
 
   solver: SolverConfig | str | None = None
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> Certificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> Certificate:
     return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
                    method="standard", solver=self.solver, settings=settings, ids=ids)
