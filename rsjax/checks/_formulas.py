@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 from rsjax.checks._mismatch import VerifyError
 
 
-def cp_lower(k, n, a):
+def cp_lower(k: ArrayLike, n: ArrayLike, a: ArrayLike) -> np.ndarray:
   """One-sided Clopper-Pearson lower bound at level ``a`` (0 where k = 0)."""
   k = np.asarray(k, np.float64)
   n = np.asarray(n, np.float64)
@@ -23,7 +24,7 @@ def cp_lower(k, n, a):
   return np.where(k <= 0, 0.0, out)
 
 
-def cp_upper(k, n, a):
+def cp_upper(k: ArrayLike, n: ArrayLike, a: ArrayLike) -> np.ndarray:
   """One-sided Clopper-Pearson upper bound at level ``a`` (1 where k = n)."""
   k = np.asarray(k, np.float64)
   n = np.asarray(n, np.float64)
@@ -32,7 +33,7 @@ def cp_upper(k, n, a):
   return np.where(k >= n, 1.0, out)
 
 
-def binary_radius(p, scale, noise: dict, dim: int):
+def binary_radius(p: ArrayLike, scale: ArrayLike, noise: dict, dim: int) -> np.ndarray:
   """The radius of the lower bound ``p`` for the noise family (0 where p <= 1/2)."""
   p = np.asarray(p, np.float64)
   name, norm = noise["family"], noise["norm"]
@@ -50,7 +51,8 @@ def binary_radius(p, scale, noise: dict, dim: int):
   return np.where(p > 0.5, r, 0.0)
 
 
-def multiclass(n_a, runner_up, n, alpha, num_classes, scale):
+def multiclass(n_a: ArrayLike, runner_up: ArrayLike, n: ArrayLike, alpha: float,
+               num_classes: int, scale: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
   """Cohen's Theorem 1 with simultaneous bounds: ``(ok, radius)``."""
   others = max(num_classes - 1, 1)
   pa = cp_lower(n_a, n, alpha / 2)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from rsjax.checks._formulas import binary_radius, budget_alphas, budget_looks, cp_lower, multiclass
 from rsjax.checks._mismatch import Mismatch, VerifyError
@@ -15,7 +17,8 @@ def _is_count(v) -> bool:
   return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def dense(sparse, num_classes: int, out=None):
+def dense(sparse: object, num_classes: int,
+          out: np.ndarray | None = None) -> np.ndarray | None:
   """``{class: count}`` -> ``[C]`` int64 (into ``out`` if given), or None when a class is
   out of range or a count is not a non-negative integer."""
   out = np.zeros(num_classes, np.int64) if out is None else out
@@ -83,7 +86,7 @@ def run_sigma(cert: dict) -> float:
   return float(sigma)
 
 
-def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = None) -> Rows:
+def read_rows(cert: dict, res: Any, recs: dict, issues: list, levels: dict | None = None) -> Rows:
   """Parses each row's counts, reporting rows whose record is missing or inconsistent."""
   s = cert["sampling"]
   n0, n_max, alpha = int(s["n0"]), int(s["n"]), float(s["alpha"])
@@ -148,8 +151,9 @@ def read_rows(cert: dict, res, recs: dict, issues: list, levels: dict | None = N
   return out
 
 
-def compare(res, rows: Rows, predict, radius, issues: list, *, rtol: float, atol: float,
-            columns: tuple[str, str] = ("predict", "radius"), p_lower=None) -> None:
+def compare(res: Any, rows: Rows, predict: ArrayLike, radius: ArrayLike, issues: list, *,
+            rtol: float, atol: float, columns: tuple[str, str] = ("predict", "radius"),
+            p_lower: ArrayLike | None = None) -> None:
   """Reports valid rows whose prediction or radius in the file differs from the recomputation.
 
   Args:
@@ -180,7 +184,8 @@ def compare(res, rows: Rows, predict, radius, issues: list, *, rtol: float, atol
                              f"alpha {rows.alpha[j]:g})"))
 
 
-def cohen_certificate(cert: dict, rows: Rows, scale):
+def cohen_certificate(cert: dict, rows: Rows,
+                      scale: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Cohen's ``(prediction, radius, p_lower)`` of every row at noise ``scale``."""
   if cert.get("multiclass"):
     ok, radius = multiclass(rows.n_a, rows.runner_up, rows.n, rows.alpha,

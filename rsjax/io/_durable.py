@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 
-def fsync_dir(path) -> None:
+def fsync_dir(path: str | os.PathLike) -> None:
   """Makes the directory entry of ``path`` durable (best effort: not every system can)."""
   d = os.path.dirname(os.path.abspath(path))
   try:
@@ -21,7 +22,7 @@ def fsync_dir(path) -> None:
     os.close(fd)
 
 
-def write_header(path, header: str) -> None:
+def write_header(path: str | os.PathLike, header: str) -> None:
   """Replaces ``path`` by the one line ``header``, durably."""
   with open(path, "w", encoding="utf-8", newline="") as f:
     f.write(header)
@@ -30,7 +31,7 @@ def write_header(path, header: str) -> None:
   fsync_dir(path)
 
 
-def atomic_write_text(path, text: str) -> None:
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
   """Replaces ``path`` by ``text`` atomically (temporary file, fsync, rename, fsync of the
   directory): a reader sees the old file or the new one, never a part."""
   path = os.fspath(path)
@@ -43,7 +44,7 @@ def atomic_write_text(path, text: str) -> None:
   fsync_dir(path)
 
 
-def atomic_write_bytes(path, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
   """:func:`atomic_write_text` for bytes (e.g. an ``np.savez`` archive)."""
   path = os.fspath(path)
   tmp = f"{path}.tmp-{os.getpid()}"
@@ -55,7 +56,7 @@ def atomic_write_bytes(path, data: bytes) -> None:
   fsync_dir(path)
 
 
-def write_json(path, obj) -> None:
+def write_json(path: str | os.PathLike, obj: Any) -> None:
   """Replaces ``path`` by ``obj`` as indented JSON with sorted keys, atomically
   (:func:`atomic_write_text`)."""
   atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

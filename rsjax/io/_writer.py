@@ -14,7 +14,8 @@ from rsjax.io._lock import lock
 from rsjax.io._run_record import check_run, write_run_record
 
 
-def resume(path, *, kind: str = "certify", extra_columns: Sequence[str] = ()) -> set[int]:
+def resume(path: str | os.PathLike, *, kind: str = "certify",
+           extra_columns: Sequence[str] = ()) -> set[int]:
   """Prepares a result file for appending and returns the indices already done.
 
   A missing or empty file is created with its header. In an existing file, a
@@ -93,8 +94,8 @@ class ResultsWriter:
     done: the set of ``idx`` already in the file (updated by each write).
   """
 
-  def __init__(self, path, *, kind: str = "certify", resume: bool = True,
-               extra_columns: Sequence[str] = (), run: Mapping | None = None):
+  def __init__(self, path: str | os.PathLike, *, kind: str = "certify", resume: bool = True,
+               extra_columns: Sequence[str] = (), run: Mapping | None = None) -> None:
     """Opens a result file for appending, holding its lock until :meth:`close`.
 
     Args:
@@ -217,5 +218,5 @@ class ResultsWriter:
   def __enter__(self) -> ResultsWriter:
     return self
 
-  def __exit__(self, *exc) -> None:
+  def __exit__(self, *exc: object) -> None:
     self.close()
