@@ -50,7 +50,7 @@ class Cohen:
   multiclass: bool = False
   budget: Budget | Sequence[float] | None = None
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     if self.budget is not None and self.multiclass:
       raise ValueError("budget= gives the binary radius only, not multiclass=True")
 
@@ -64,9 +64,11 @@ class Cohen:
     return run_certify(key, counts, certificate, settings, sampling_rule=rule)
 
 
-def certify(key, apply_fn, params, x, *, sigma=None, num_classes: int,
-            certifier: Certifier | None = None, settings: Sampling | None = None, ids=None,
-            multiclass: bool = False, budget=None, **sampling) -> Certificate:
+def certify(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+            sigma: Any = None, num_classes: int, certifier: Certifier | None = None,
+            settings: Sampling | None = None, ids: ArrayLike | None = None,
+            multiclass: bool = False, budget: Budget | Sequence[float] | None = None,
+            **sampling: Any) -> Certificate:
   """CERTIFY of a batch of inputs with any method: the one call shape of rsjax.
 
   By default Cohen et al.'s CERTIFY: selection (``n0`` samples) and estimation
@@ -116,8 +118,9 @@ def certify(key, apply_fn, params, x, *, sigma=None, num_classes: int,
                            settings=settings, ids=ids)
 
 
-def predict(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
-            ids=None, **sampling) -> np.ndarray:
+def predict(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *, sigma: Any,
+            num_classes: int, settings: Sampling | None = None,
+            ids: ArrayLike | None = None, **sampling: Any) -> np.ndarray:
   """Cohen et al.'s PREDICT: the top class, or -1 when the two-sided binomial test
   of the top two counts at 1/2 has p-value above ``alpha``.
 
