@@ -23,6 +23,7 @@ import contextlib
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 __all__ = ["DEFAULT", "PRECISIONS", "compute_dtype", "context", "resolve"]
 
@@ -38,7 +39,7 @@ _ALIASES = {"fp32": "float32", "f32": "float32", "highest": "float32", "bf16": "
             "tensorfloat32": "tf32"}
 
 
-def resolve(precision: str | None = None, compute_dtype=None) -> str:
+def resolve(precision: str | None = None, compute_dtype: DTypeLike | None = None) -> str:
   """The precision's canonical name, from a name and/or the older ``compute_dtype``.
 
   Args:
@@ -74,12 +75,12 @@ def resolve(precision: str | None = None, compute_dtype=None) -> str:
   return name
 
 
-def compute_dtype(precision: str):
+def compute_dtype(precision: str) -> DTypeLike | None:
   """The dtype the classifier runs in (None: float32 as given)."""
   return _TABLE[resolve(precision)][0]
 
 
-def context(precision: str):
+def context(precision: str) -> contextlib.AbstractContextManager:
   """A context in which traced matmuls and convolutions use ``precision``.
 
   JAX reads the default matmul precision when a function is traced, and keys
