@@ -118,7 +118,8 @@ def _lcb(k, n, alpha):
   return np.where(ok, stats.clopper_pearson_lower(safe_k, safe_n, alpha), 0.0)
 
 
-def srs_p_lower(n_a, n, k, m_a, alpha: float, correction: str = "paper"):
+def srs_p_lower(n_a: ArrayLike, n: ArrayLike, k: ArrayLike, m_a: ArrayLike, alpha: float,
+                correction: str = "paper") -> tuple[np.ndarray, np.ndarray]:
   """Two-stage lower bound on the top-class probability of the full-solver DEQ.
 
   Args:
@@ -147,8 +148,10 @@ def srs_p_lower(n_a, n, k, m_a, alpha: float, correction: str = "paper"):
   return p, r
 
 
-def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: int, alpha: float,
-                    scale, dim: int = 1, noise=None, correction: str = "paper",
+def srs_certificate(counts_selection: ArrayLike, counts: ArrayLike, srs_labels: ArrayLike,
+                    check_labels: ArrayLike, *, n: int, alpha: float, scale: ArrayLike,
+                    dim: int = 1, noise: noise_lib.Noise | str | None = None,
+                    correction: str = "paper",
                     description: str = "") -> SRSCertificate:
   """The correlation-eliminated certificate from SRS counts and check pairs (host).
 
@@ -241,19 +244,19 @@ def _as_deq_fn(deq, params):
 
 
 def certify(
-    key,
-    deq,
-    params,
-    x,
+    key: jax.Array | int,
+    deq: Any,
+    params: Any,
+    x: ArrayLike,
     *,
-    sigma,
+    sigma: ArrayLike,
     num_classes: int,
     method: str = "srs",
     solver: "SolverConfig | str | None" = None,
     srs: SRSConfig | None = None,
     settings: Sampling | None = None,
-    ids=None,
-    **sampling,
+    ids: ArrayLike | None = None,
+    **sampling: Any,
 ) -> Certificate:
   """Certifies a DEQ classifier with standard RS or serialized RS (SRS).
 
