@@ -71,19 +71,19 @@ def _noise_arrays(values, x_shape) -> tuple[np.ndarray, np.ndarray]:
 
 
 def certify(
-    key,
-    apply_fn,
-    params,
-    x,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
     *,
-    sigma,
-    mu=None,
+    sigma: Any,
+    mu: ArrayLike | None = None,
     num_classes: int,
     settings: Sampling | None = None,
-    ids=None,
+    ids: ArrayLike | None = None,
     multiclass: bool = False,
     allow_unsound: bool = False,
-    **sampling,
+    **sampling: Any,
 ) -> AnisotropicCertificate:
   """Certifies ``g(x) = argmax_c P[f(x + mu + sigma * eps) = c]`` (UCAN Theorem 3.2).
 
@@ -166,8 +166,9 @@ def certify(
   return run_certify(key, counts, rule, settings)
 
 
-def certify_input_dependent(key, model, x, *, sigma: float, num_classes: int,
-                            allow_unsound: bool = False, **kwargs):
+def certify_input_dependent(key: jax.Array | int, model: Any, x: ArrayLike, *, sigma: float,
+                            num_classes: int, allow_unsound: bool = False,
+                            **kwargs: Any) -> AnisotropicCertificate:
   """UCAN's numbers for the input-dependent generator: NOT a certificate.
 
   Runs :func:`rsjax.anisotropic.certify` with the generator's sigma source

@@ -78,8 +78,10 @@ class _MonteCarloCertificate(DDRSCertificate):
     return {"sigma": repr(float(self.sigma[j]))}
 
 
-def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
-            ids=None, memory: MemoryCertifier | None = None, **sampling) -> DDRSCertificate:
+def certify(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+            sigma: ArrayLike, num_classes: int, settings: Sampling | None = None,
+            ids: ArrayLike | None = None, memory: MemoryCertifier | None = None,
+            **sampling: Any) -> DDRSCertificate:
   """Cohen's CERTIFY at per-input sigma (DDRS ``certify_ds``), then the optional memory.
 
   Args:
@@ -140,17 +142,18 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Samp
 
 
 
-def memory_path(out_path) -> str:
+def memory_path(out_path: str | os.PathLike) -> str:
   """The Monte-Carlo rows (before the memory) of :func:`certify_dataset`'s ``out_path``."""
   return os.fspath(out_path) + ".mc.tsv"
 
 
 
 
-def certify_dataset(key, apply_fn, params, get_batch, indices, out_path, *, sigma0: float,
+def certify_dataset(key: jax.Array | int, apply_fn: Callable, params: Any, get_batch: Callable,
+                    indices: ArrayLike, out_path: str | os.PathLike, *, sigma0: float,
                     num_classes: int, ascent: SigmaAscent | None = None,
                     settings: Sampling | None = None, memory: bool = True,
-                    **run_options) -> dict:
+                    **run_options: Any) -> dict:
   """DDRS for a dataset: optimize sigma per input, CERTIFY with it, then the memory.
 
   1. For each chunk of ``indices`` (in order): ``optimize_sigma`` (key
