@@ -25,7 +25,8 @@ def _toward_zero(v: float) -> float:
   return float(np.nextafter(v, 0.0)) if v > 0 else 0.0
 
 
-def replay_memory(x, classes, radii) -> tuple[np.ndarray, np.ndarray]:
+def replay_memory(x: ArrayLike, classes: ArrayLike,
+                  radii: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
   """DDRS Algorithm 3 over inputs in order, in float64.
 
   Ball ``j`` (an earlier row of another class, not abstained) meets row ``i``'s

@@ -53,18 +53,18 @@ class IDRSCertificate(Certificate):
 
 
 def certify(
-    key,
-    apply_fn,
-    params,
-    x,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
     *,
-    design,
+    design: SigmaSource,
     num_classes: int,
     settings: Sampling | None = None,
-    ids=None,
-    thresholds=None,
+    ids: ArrayLike | None = None,
+    thresholds: ArrayLike | None = None,
     rtol: float = 1e-4,
-    **sampling,
+    **sampling: Any,
 ) -> IDRSCertificate:
   """Certifies a batch with input-dependent noise sigma(x) (IDRS Thm 3.2).
 

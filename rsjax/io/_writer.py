@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,8 @@ class ResultsWriter:
       os.close(self._lock_fd)
       raise
 
-  def write(self, *, idx, label, predict, radius=None, time=0.0, **extra) -> None:
+  def write(self, *, idx: int, label: int, predict: int, radius: float | None = None,
+            time: float = 0.0, **extra: Any) -> None:
     """Appends one row and makes it durable (flush + fsync).
 
     Args:
@@ -179,8 +181,9 @@ class ResultsWriter:
       raise OSError(e.errno, e.strerror, self.path) from e
     self.done.add(idx)
 
-  def write_many(self, *, idx: Iterable, label: Iterable, predict: Iterable, radius=None,
-                 time=0.0, **extra) -> None:
+  def write_many(self, *, idx: Iterable, label: Iterable, predict: Iterable,
+                 radius: Iterable | None = None, time: float | Iterable = 0.0,
+                 **extra: Any) -> None:
     """Appends several rows, each made durable before the next is written.
 
     Args:
