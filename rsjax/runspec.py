@@ -167,7 +167,7 @@ class RunSpec:
   versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   out: str | None = dataclasses.field(default=None, compare=False)
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     noise = self.sampling.get("noise")
     if noise not in NOISE_NORMS:
       raise RunFormatError(f"run: unknown noise {noise!r} (known: {sorted(NOISE_NORMS)})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -153,7 +154,7 @@ class UniversalNoise:
     return {"a": jnp.full(shape, np.arctanh(mu0), jnp.float32),
             "b": jnp.full(shape, np.arctanh(sigma0 / self.scale), jnp.float32)}
 
-  def __call__(self, params) -> tuple[jax.Array, jax.Array]:
+  def __call__(self, params: Any) -> tuple[jax.Array, jax.Array]:
     """Returns ``(mu, sigma)``, each ``input_shape``."""
     return jnp.tanh(params["a"]), jnp.abs(jnp.tanh(params["b"])) * self.scale
 

@@ -39,7 +39,7 @@ class MemoryCertifier:
   rounded one ulp toward zero so that this also holds in floating point).
   """
 
-  def __init__(self):
+  def __init__(self) -> None:
     self._x = None
     self._cls = np.zeros((0,), np.int64)
     self._radius = np.zeros((0,), np.float64)

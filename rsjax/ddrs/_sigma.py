@@ -78,7 +78,7 @@ class SigmaAscent:
   family: str = "gaussian"
   parametrization: str = "sigma"
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     set_ = lambda name, value: object.__setattr__(self, name, value)  # frozen: normalize
     set_("steps", check_int("steps", self.steps, 0))
     set_("num_samples", check_int("num_samples", self.num_samples, 1))

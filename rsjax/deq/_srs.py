@@ -74,7 +74,7 @@ class SRSConfig:
   check: str = "random"
   correction: str = "paper"
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     for name in ("solver", "warmup", "check_solver"):
       object.__setattr__(self, name, as_solver_config(getattr(self, name)))
     check_int("m", self.m, 0)
