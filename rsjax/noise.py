@@ -35,6 +35,7 @@ import jax
 import jax.extend.random as jex_random
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from rsjax import stats
 
@@ -49,15 +50,16 @@ class Noise:
   name: str = "noise"
   norm: str = "l2"
 
-  def sample(self, key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
+  def sample(self, key: jax.Array, shape: tuple[int, ...],
+             dtype: DTypeLike = jnp.float32) -> jax.Array:
     """Unit-scale noise of ``shape`` (multiply by ``sigma``)."""
     raise NotImplementedError
 
-  def radius(self, p_lower, sigma, dim: int) -> np.ndarray:
+  def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
     """Binary certified radius in ``self.norm`` (host, float64)."""
     raise NotImplementedError
 
-  def scale_from_std(self, std):
+  def scale_from_std(self, std: float) -> float:
     """The ``sigma`` of this family whose noise has standard deviation ``std``."""
     raise NotImplementedError
 
@@ -140,7 +142,7 @@ _STREAMS = {
 }
 
 
-def standard_normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32,
+def standard_normal(key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32,
                     stream: str = "threefry20") -> jax.Array:
   """Standard normal samples from one key: ``[*shape]``.
 
@@ -195,18 +197,19 @@ class Gaussian(Noise):
   norm: str = "l2"
   stream: str = "threefry20"
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     if self.stream not in _STREAMS:
       raise ValueError(f"stream: unknown Gaussian stream {self.stream!r}; "
                        f"choose from {sorted(_STREAMS)}")
 
-  def sample(self, key, shape, dtype=jnp.float32):
+  def sample(self, key: jax.Array, shape: tuple[int, ...],
+             dtype: DTypeLike = jnp.float32) -> jax.Array:
     return standard_normal(key, shape, dtype, self.stream)
 
-  def radius(self, p_lower, sigma, dim):
+  def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
     return stats.gaussian_radius(p_lower, sigma)
 
-  def scale_from_std(self, std):
+  def scale_from_std(self, std: float) -> float:
     return std
 
 
@@ -217,13 +220,14 @@ class Laplace(Noise):
   name: str = "laplace"
   norm: str = "l1"
 
-  def sample(self, key, shape, dtype=jnp.float32):
+  def sample(self, key: jax.Array, shape: tuple[int, ...],
+             dtype: DTypeLike = jnp.float32) -> jax.Array:
     return jax.random.laplace(key, shape, dtype)
 
-  def radius(self, p_lower, sigma, dim):
+  def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
     return stats.laplace_l1_radius(p_lower, sigma)
 
-  def scale_from_std(self, std):
+  def scale_from_std(self, std: float) -> float:
     return std / math.sqrt(2.0)
 
 
@@ -234,19 +238,20 @@ class Uniform(Noise):
   name: str = "uniform"
   norm: str = "l1"
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     if self.norm not in ("l1", "linf"):
       raise ValueError(f"Uniform noise certifies norm 'l1' or 'linf', got {self.norm!r}")
 
-  def sample(self, key, shape, dtype=jnp.float32):
+  def sample(self, key: jax.Array, shape: tuple[int, ...],
+             dtype: DTypeLike = jnp.float32) -> jax.Array:
     return jax.random.uniform(key, shape, dtype, minval=-1.0, maxval=1.0)
 
-  def radius(self, p_lower, sigma, dim):
+  def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
     if self.norm == "l1":
       return stats.uniform_l1_radius(p_lower, sigma)
     return stats.uniform_linf_radius(p_lower, sigma, dim)
 
-  def scale_from_std(self, std):
+  def scale_from_std(self, std: float) -> float:
     return std * math.sqrt(3.0)
 
 

@@ -29,9 +29,11 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from rsjax.io._durable import atomic_write_text
 
@@ -40,7 +42,7 @@ __all__ = ["RECORD_SUFFIX", "RecordWriter",
            "versions"]
 
 RECORD_SUFFIX = ".cert.jsonl"
-def record_path(path) -> str:
+def record_path(path: str | os.PathLike) -> str:
   """The certificate record kept next to a result file: ``<path>.cert.jsonl``."""
   return os.fspath(path) + RECORD_SUFFIX
 
@@ -61,7 +63,7 @@ def versions() -> dict:
   return out
 
 
-def input_fingerprint(x) -> str:
+def input_fingerprint(x: ArrayLike) -> str:
   """A short hash of one input (its float32 values and shape): ``"sha256:<16 hex>"``."""
   a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
   h = hashlib.sha256(f"{a.shape}|".encode())
@@ -90,7 +92,7 @@ def _jsonable(v):
 SPEED_ONLY = frozenset({"batch_size", "devices"})
 
 
-def sampling_fields(sampling) -> dict:
+def sampling_fields(sampling: Any) -> dict:
   """The fields of an ``rsjax.Sampling`` as JSON values (the noise by name), but
   :data:`SPEED_ONLY`.
 
@@ -102,7 +104,7 @@ def sampling_fields(sampling) -> dict:
           for v in [getattr(sampling, f.name)]}
 
 
-def noise_name(noise) -> str:
+def noise_name(noise: Any) -> str:
   """The registry name (``rsjax.noise.NOISES``) of a noise family, e.g. ``"uniform_linf"``."""
   from rsjax import noise as noise_lib
   for name, n in noise_lib.NOISES.items():
@@ -118,7 +120,7 @@ def _sparse(counts) -> dict | None:
   return {str(k): int(c[k]) for k in np.flatnonzero(c)}
 
 
-def row(cert, j: int, x_j, *, n: int | None = None) -> dict:
+def row(cert: Any, j: int, x_j: ArrayLike, *, n: int | None = None) -> dict:
   """The record of row ``j`` of a certificate (its counts, bound and input fingerprint).
 
   Args:
@@ -156,7 +158,7 @@ def _read_lines(path) -> tuple[list[dict], int]:
   return out, end
 
 
-def read_records(path) -> dict[int, dict]:
+def read_records(path: str | os.PathLike) -> dict[int, dict]:
   """The row records of a result file, by ``idx`` (``{}`` when it has none).
 
   Raises:
@@ -200,7 +202,7 @@ class RecordWriter:
   so the record and the TSV hold the same rows.
   """
 
-  def __init__(self, path, done=frozenset()):
+  def __init__(self, path: str | os.PathLike, done: Iterable[int] = frozenset()) -> None:
     self.path = record_path(path)
     done = set(int(i) for i in done)
     keep: list[dict] = []
@@ -229,11 +231,11 @@ class RecordWriter:
   def __enter__(self) -> RecordWriter:
     return self
 
-  def __exit__(self, *exc) -> None:
+  def __exit__(self, *exc: object) -> None:
     self.close()
 
 
-def merge(paths, out_path) -> None:
+def merge(paths: Iterable[str | os.PathLike], out_path: str | os.PathLike) -> None:
   """Merges the records of per-process rows files into the record of ``out_path``."""
   rows: dict[int, dict] = {}
   for p in paths:

@@ -10,13 +10,16 @@ Because each input's noise derives from the key and its dataset index
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 
 import numpy as np
+from jax.typing import ArrayLike
 from tqdm.auto import tqdm
 
 from rsjax import io
@@ -87,7 +90,7 @@ def select_indices(num: int, *, skip: int = 1, max_count: int = -1, start: int =
   return idx
 
 
-def fingerprint(params) -> str:
+def fingerprint(params: Any) -> str:
   """A short hash of a pytree's arrays (names, dtypes, shapes and values).
 
   Two models with the same fingerprint compute the same function (for the same
@@ -153,7 +156,8 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
   return out
 
 
-def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indices, out_path, *,
+def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indices: ArrayLike,
+                    out_path: str | os.PathLike, *,
                     inputs_per_call: int | None = None, progress: bool = True,
                     resume: bool = True, run: Mapping | None = None, record: bool = False,
                     n: int | None = None, save_counts: bool = False) -> Written:
@@ -230,8 +234,9 @@ def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indice
               record_fn=record_fn if record else None)
 
 
-def predict_dataset(predict_fn: PredictFn, get_batch: Callable[[np.ndarray], tuple], indices,
-                    out_path, *, inputs_per_call: int | None = None, progress: bool = True,
+def predict_dataset(predict_fn: PredictFn, get_batch: Callable[[np.ndarray], tuple],
+                    indices: ArrayLike, out_path: str | os.PathLike, *,
+                    inputs_per_call: int | None = None, progress: bool = True,
                     resume: bool = True, run: Mapping | None = None) -> int:
   """Like :func:`certify_dataset` for PREDICT (``predict_fn(x, ids) -> [b] classes``).
 

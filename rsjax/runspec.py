@@ -60,7 +60,7 @@ class RunFormatError(ValueError):
   """A run record this rsjax cannot read (missing, older format, malformed)."""
 
 
-def run_path(path) -> str:
+def run_path(path: str | os.PathLike) -> str:
   """The run record kept next to a result file: ``<path>.run.json``."""
   return os.fspath(path) + RUN_SUFFIX
 
@@ -167,7 +167,7 @@ class RunSpec:
   versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   out: str | None = dataclasses.field(default=None, compare=False)
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     noise = self.sampling.get("noise")
     if noise not in NOISE_NORMS:
       raise RunFormatError(f"run: unknown noise {noise!r} (known: {sorted(NOISE_NORMS)})")
@@ -265,14 +265,14 @@ class RunSpec:
 
   # ------------------------------------------------------------------- files
 
-  def write(self, path=None) -> None:
+  def write(self, path: str | os.PathLike | None = None) -> None:
     """Writes the run record next to result file ``path`` (default :attr:`out`), atomically."""
     from rsjax.io._durable import atomic_write_text
     target = run_path(path if path is not None else self.out)
     atomic_write_text(target, json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
 
   @classmethod
-  def read(cls, path) -> RunSpec:
+  def read(cls, path: str | os.PathLike) -> RunSpec:
     """The run of result file ``path`` (from ``<path>.run.json``).
 
     Raises:

@@ -26,9 +26,12 @@ a perturbed input x + delta, which decides what a radius at x means:
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
 
 __all__ = ["SigmaSource", "SigmaValues"]
 
@@ -58,5 +61,5 @@ class SigmaValues(NamedTuple):
 class SigmaSource(Protocol):
   """Anything with ``evaluate(x [B, *input_shape]) -> SigmaValues``."""
 
-  def evaluate(self, x) -> SigmaValues:
+  def evaluate(self, x: ArrayLike) -> SigmaValues:
     ...

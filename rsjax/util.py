@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import jax

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -12,6 +13,10 @@ from rsjax.engine.counts import prepare_inputs
 from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
 from rsjax.sigma import SigmaSource
+
+if TYPE_CHECKING:
+  import jax
+  from jax.typing import ArrayLike
 
 __all__ = ["AnisotropicCertificate", "certify", "certify_input_dependent", "UCAN"]
 
@@ -66,19 +71,19 @@ def _noise_arrays(values, x_shape) -> tuple[np.ndarray, np.ndarray]:
 
 
 def certify(
-    key,
-    apply_fn,
-    params,
-    x,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
     *,
-    sigma,
-    mu=None,
+    sigma: Any,
+    mu: ArrayLike | None = None,
     num_classes: int,
     settings: Sampling | None = None,
-    ids=None,
+    ids: ArrayLike | None = None,
     multiclass: bool = False,
     allow_unsound: bool = False,
-    **sampling,
+    **sampling: Any,
 ) -> AnisotropicCertificate:
   """Certifies ``g(x) = argmax_c P[f(x + mu + sigma * eps) = c]`` (UCAN Theorem 3.2).
 
@@ -161,8 +166,9 @@ def certify(
   return run_certify(key, counts, rule, settings)
 
 
-def certify_input_dependent(key, model, x, *, sigma: float, num_classes: int,
-                            allow_unsound: bool = False, **kwargs):
+def certify_input_dependent(key: jax.Array | int, model: Any, x: ArrayLike, *, sigma: float,
+                            num_classes: int, allow_unsound: bool = False,
+                            **kwargs: Any) -> AnisotropicCertificate:
   """UCAN's numbers for the input-dependent generator: NOT a certificate.
 
   Runs :func:`rsjax.anisotropic.certify` with the generator's sigma source
@@ -202,8 +208,9 @@ class UCAN:
   multiclass: bool = False
   allow_unsound: bool = False
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> AnisotropicCertificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> AnisotropicCertificate:
     return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
                    settings=settings, ids=ids, multiclass=self.multiclass,
                    allow_unsound=self.allow_unsound)

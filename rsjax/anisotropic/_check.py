@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -29,8 +30,8 @@ def _ucan_pattern(shape, sigma: float, pattern: str, kappa: float, iota: float) 
   return scales * np.float32(sigma)
 
 
-def check_ucan(cert: dict, res, recs: dict, *, rtol: float, atol: float,
-                **_) -> list[Mismatch]:
+def check_ucan(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
+                **_: object) -> list[Mismatch]:
   """UCAN with frozen ``(mu, sigma)`` (``rsjax.anisotropic.certify``): Cohen's CERTIFY of the
   unit noise gives the normalized radius R; radius = min(sigma) R, alm = geomean(sigma) R."""
   d = cert.get("details")

@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from rsjax.anisotropic._region import NORM_ORDERS
 from rsjax.sigma import SigmaValues
@@ -57,7 +59,7 @@ class FrozenNoise:
   sigma: np.ndarray | float
   mu: np.ndarray | float | None = None
 
-  def evaluate(self, x) -> SigmaValues:
+  def evaluate(self, x: ArrayLike) -> SigmaValues:
     """``SigmaValues`` of ``x [B, *input_shape]``: ``sigma``, ``mu`` ``[B, *input_shape]``, rate 0."""
     return _values(x, self.mu, self.sigma, 0.0)
 
@@ -78,13 +80,13 @@ class InputDependentNoise:
 
   fn: Callable
 
-  def evaluate(self, x) -> SigmaValues:
+  def evaluate(self, x: ArrayLike) -> SigmaValues:
     """``SigmaValues`` of ``x [B, *input_shape]``: ``fn(x)`` per input, rate inf."""
     mu, sigma = self.fn(x)
     return _values(x, mu, sigma, math.inf)
 
 
-def pattern_sigma(input_shape, *, pattern: str = "l2", kappa: float = 0.2,
+def pattern_sigma(input_shape: tuple[int, ...], *, pattern: str = "l2", kappa: float = 0.2,
                   iota: float = 0.8) -> np.ndarray:
   """UCAN's fixed pattern-wise scales ``P(a, b) = kappa * ||(a, b)||_p^2 + iota``.
 
@@ -152,12 +154,13 @@ class UniversalNoise:
     return {"a": jnp.full(shape, np.arctanh(mu0), jnp.float32),
             "b": jnp.full(shape, np.arctanh(sigma0 / self.scale), jnp.float32)}
 
-  def __call__(self, params) -> tuple[jax.Array, jax.Array]:
+  def __call__(self, params: Any) -> tuple[jax.Array, jax.Array]:
     """Returns ``(mu, sigma)``, each ``input_shape``."""
     return jnp.tanh(params["a"]), jnp.abs(jnp.tanh(params["b"])) * self.scale
 
 
-def universal_loss(logits_fn, x, y, eps, *, mu, sigma, weight: float = 5.0) -> jax.Array:
+def universal_loss(logits_fn: Callable, x: ArrayLike, y: ArrayLike, eps: ArrayLike, *,
+                   mu: ArrayLike, sigma: ArrayLike, weight: float = 5.0) -> jax.Array:
   """UCAN's dataset-wise loss ``sum_j CE(f(x + mu + eps_j * sigma), y) - weight * sum_j min|sigma|``.
 
   Args:

@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from rsjax.io import atomic_write
 
@@ -29,7 +30,7 @@ SOUND_GENERATORS = GENERATORS[:4]
 NOISE_FILE = "ucan_noise.npz"
 
 
-def save_noise(workdir, noise: FrozenNoise, generator: str) -> str:
+def save_noise(workdir: str | os.PathLike, noise: FrozenNoise, generator: str) -> str:
   """Writes a frozen noise to ``workdir/ucan_noise.npz`` (atomically); returns the path.
 
   Args:
@@ -55,7 +56,7 @@ def save_noise(workdir, noise: FrozenNoise, generator: str) -> str:
   return path
 
 
-def read_noise(workdir) -> tuple[FrozenNoise, str] | None:
+def read_noise(workdir: str | os.PathLike) -> tuple[FrozenNoise, str] | None:
   """``(noise, generator)`` saved by :func:`save_noise`, or None when there is none."""
   path = os.path.join(os.fspath(workdir), NOISE_FILE)
   if not os.path.exists(path):
@@ -65,7 +66,7 @@ def read_noise(workdir) -> tuple[FrozenNoise, str] | None:
     return FrozenNoise(f["sigma"], mu=f["mu"]), str(f["generator"])
 
 
-def load_noise(workdir) -> FrozenNoise:
+def load_noise(workdir: str | os.PathLike) -> FrozenNoise:
   """The noise frozen after UCAN training: ``FrozenNoise(sigma, mu)`` (sigma includes lambda)."""
   saved = read_noise(workdir)
   if saved is None:
@@ -74,7 +75,7 @@ def load_noise(workdir) -> FrozenNoise:
   return saved[0]
 
 
-def save_universal_noise(workdir, *, mu, sigma) -> str:
+def save_universal_noise(workdir: str | os.PathLike, *, mu: ArrayLike, sigma: ArrayLike) -> str:
   """Saves a frozen dataset-wise ``(mu, sigma)`` (UCAN's universal generator) in a model directory.
 
   ``rsjax certify --method ucan`` certifies with it (``--ucan-sigma auto`` or
@@ -92,7 +93,7 @@ def save_universal_noise(workdir, *, mu, sigma) -> str:
   return save_noise(workdir, FrozenNoise(sigma, mu=mu), "universal")  # checks the arrays
 
 
-def load_universal_noise(workdir) -> FrozenNoise | None:
+def load_universal_noise(workdir: str | os.PathLike) -> FrozenNoise | None:
   """The noise saved by :func:`save_universal_noise` (or a universal UCAN training), or None
   when the directory holds no frozen noise of the universal generator (none, or a pattern's)."""
   saved = None if workdir is None else read_noise(workdir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 
@@ -12,7 +13,8 @@ __all__ = ["NORM_ORDERS", "alm", "in_certified_region", "isotropic_radius", "nor
 NORM_ORDERS = {"l1": 1, "l2": 2, "linf": np.inf}
 
 
-def normalized_radius(p_lower, *, noise=None, dim: int | None = None) -> np.ndarray:
+def normalized_radius(p_lower: ArrayLike, *, noise: noise_lib.Noise | str | None = None,
+                      dim: int | None = None) -> np.ndarray:
   """The isotropic radius ``R`` of the unit-scale base noise (host, float64).
 
   Args:
@@ -39,7 +41,8 @@ def _check_norm(norm: str) -> float:
   return NORM_ORDERS[norm]
 
 
-def in_certified_region(delta, sigma, radius, norm: str = "l2") -> np.ndarray:
+def in_certified_region(delta: ArrayLike, sigma: ArrayLike, radius: ArrayLike,
+                        norm: str = "l2") -> np.ndarray:
   """Whether ``||delta / sigma||_p <= radius`` (host, float64).
 
   Args:
@@ -73,7 +76,7 @@ def _reduce_sigma(r, sigma, fn) -> np.ndarray:
   return fn(sig.reshape(sig.shape[0], -1), axis=1) * r
 
 
-def isotropic_radius(radius, sigma) -> np.ndarray:
+def isotropic_radius(radius: ArrayLike, sigma: ArrayLike) -> np.ndarray:
   """``min_i sigma_i * R``: the ball inside the region (UCAN Corollary 3.3, sound).
 
   Args:
@@ -87,7 +90,7 @@ def isotropic_radius(radius, sigma) -> np.ndarray:
   return _reduce_sigma(radius, sigma, np.min)
 
 
-def alm(radius, sigma) -> np.ndarray:
+def alm(radius: ArrayLike, sigma: ArrayLike) -> np.ndarray:
   """UCAN's "alternative Lebesgue measure" ``exp(mean_i log sigma_i) * R``.
 
   The radius of the isotropic ball with the volume of the region

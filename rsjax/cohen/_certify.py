@@ -10,8 +10,8 @@ CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -20,14 +20,19 @@ from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, cohen_passes, ru
 from rsjax.engine.budget import Budget, as_budget
 from rsjax.engine.counts import refuse_traced, sample_counts
 
+if TYPE_CHECKING:
+  import jax
+  from jax.typing import ArrayLike
+
 __all__ = ["Certifier", "Cohen", "certify", "predict"]
 
 
 class Certifier(Protocol):
   """A method for :func:`certify`: a value whose ``certify`` certifies a batch."""
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> Certificate: ...
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> Certificate: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +50,13 @@ class Cohen:
   multiclass: bool = False
   budget: Budget | Sequence[float] | None = None
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     if self.budget is not None and self.multiclass:
       raise ValueError("budget= gives the binary radius only, not multiclass=True")
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> Certificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> Certificate:
     """Selection and estimation passes on independent keys, Cohen's certificate."""
     rule = None if self.budget is None else as_budget(self.budget)
     counts, certificate = cohen_passes(apply_fn, params, x, sigma, ids, num_classes=num_classes,
@@ -58,9 +64,11 @@ class Cohen:
     return run_certify(key, counts, certificate, settings, sampling_rule=rule)
 
 
-def certify(key, apply_fn, params, x, *, sigma=None, num_classes: int,
-            certifier: Certifier | None = None, settings: Sampling | None = None, ids=None,
-            multiclass: bool = False, budget=None, **sampling) -> Certificate:
+def certify(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+            sigma: Any = None, num_classes: int, certifier: Certifier | None = None,
+            settings: Sampling | None = None, ids: ArrayLike | None = None,
+            multiclass: bool = False, budget: Budget | Sequence[float] | None = None,
+            **sampling: Any) -> Certificate:
   """CERTIFY of a batch of inputs with any method: the one call shape of rsjax.
 
   By default Cohen et al.'s CERTIFY: selection (``n0`` samples) and estimation
@@ -110,8 +118,9 @@ def certify(key, apply_fn, params, x, *, sigma=None, num_classes: int,
                            settings=settings, ids=ids)
 
 
-def predict(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
-            ids=None, **sampling) -> np.ndarray:
+def predict(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *, sigma: Any,
+            num_classes: int, settings: Sampling | None = None,
+            ids: ArrayLike | None = None, **sampling: Any) -> np.ndarray:
   """Cohen et al.'s PREDICT: the top class, or -1 when the two-sided binomial test
   of the top two counts at 1/2 has p-value above ``alpha``.
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rsjax.checks import Mismatch, budget_levels, cohen_certificate, compare, read_rows, run_sigma
 
 
-def check_cohen(cert: dict, res, recs: dict, *, rtol: float, atol: float,
-                **_) -> list[Mismatch]:
+def check_cohen(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
+                **_: object) -> list[Mismatch]:
   issues: list[Mismatch] = []
   sigma = run_sigma(cert)
   levels = None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import numpy as np
@@ -16,6 +17,9 @@ from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import SigmaAscent, optimize_sigma
 from rsjax.method import Plan
 from rsjax.util import as_key
+
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
 
 __all__ = ["DDRSCertificate", "MC_COLUMNS", "MEMORY_COLUMNS", "certify", "certify_dataset",
            "memory_path", "DDRS"]
@@ -74,8 +78,10 @@ class _MonteCarloCertificate(DDRSCertificate):
     return {"sigma": repr(float(self.sigma[j]))}
 
 
-def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling | None = None,
-            ids=None, memory: MemoryCertifier | None = None, **sampling) -> DDRSCertificate:
+def certify(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+            sigma: ArrayLike, num_classes: int, settings: Sampling | None = None,
+            ids: ArrayLike | None = None, memory: MemoryCertifier | None = None,
+            **sampling: Any) -> DDRSCertificate:
   """Cohen's CERTIFY at per-input sigma (DDRS ``certify_ds``), then the optional memory.
 
   Args:
@@ -136,17 +142,18 @@ def certify(key, apply_fn, params, x, *, sigma, num_classes: int, settings: Samp
 
 
 
-def memory_path(out_path) -> str:
+def memory_path(out_path: str | os.PathLike) -> str:
   """The Monte-Carlo rows (before the memory) of :func:`certify_dataset`'s ``out_path``."""
   return os.fspath(out_path) + ".mc.tsv"
 
 
 
 
-def certify_dataset(key, apply_fn, params, get_batch, indices, out_path, *, sigma0: float,
+def certify_dataset(key: jax.Array | int, apply_fn: Callable, params: Any, get_batch: Callable,
+                    indices: ArrayLike, out_path: str | os.PathLike, *, sigma0: float,
                     num_classes: int, ascent: SigmaAscent | None = None,
                     settings: Sampling | None = None, memory: bool = True,
-                    **run_options) -> dict:
+                    **run_options: Any) -> dict:
   """DDRS for a dataset: optimize sigma per input, CERTIFY with it, then the memory.
 
   1. For each chunk of ``indices`` (in order): ``optimize_sigma`` (key
@@ -243,7 +250,8 @@ class DDRS:
 
   memory: MemoryCertifier | None = None
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> DDRSCertificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> DDRSCertificate:
     return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
                    settings=settings, ids=ids, memory=self.memory)

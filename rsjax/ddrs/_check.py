@@ -8,8 +8,10 @@ run processed them), each checked against its recorded fingerprint.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from rsjax import record as record_lib
 from rsjax.checks import Mismatch, VerifyError, cohen_certificate, compare, read_rows
@@ -23,7 +25,8 @@ def _toward_zero(v: float) -> float:
   return float(np.nextafter(v, 0.0)) if v > 0 else 0.0
 
 
-def replay_memory(x, classes, radii) -> tuple[np.ndarray, np.ndarray]:
+def replay_memory(x: ArrayLike, classes: ArrayLike,
+                  radii: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
   """DDRS Algorithm 3 over inputs in order, in float64.
 
   Ball ``j`` (an earlier row of another class, not abstained) meets row ``i``'s
@@ -99,8 +102,9 @@ def _sigmas(res, recs, rows, issues) -> np.ndarray:
   return out
 
 
-def check_ddrs(cert: dict, res, recs: dict, *, rtol: float, atol: float, inputs=None,
-               **_) -> list[Mismatch]:
+def check_ddrs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
+               inputs: ArrayLike | None = None,
+               **_: object) -> list[Mismatch]:
   """DDRS: ``predict_mc``/``radius_mc`` are Cohen's at the row's sigma; with the memory
   on, ``predict``/``radius`` its replay over the inputs in file order (without it the
   rows are no certificate, and each is reported)."""

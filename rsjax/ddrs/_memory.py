@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from rsjax.engine.driver import ABSTAIN
 
@@ -38,7 +39,7 @@ class MemoryCertifier:
   rounded one ulp toward zero so that this also holds in floating point).
   """
 
-  def __init__(self):
+  def __init__(self) -> None:
     self._x = None
     self._cls = np.zeros((0,), np.int64)
     self._radius = np.zeros((0,), np.float64)
@@ -120,7 +121,7 @@ class MemoryCertifier:
     self._append(xf, cls, radius)
     return cls, radius
 
-  def update(self, x, cls, radius) -> tuple[int, float]:
+  def update(self, x: ArrayLike, cls: int, radius: float) -> tuple[int, float]:
     """Processes one certified input and records it.
 
     Args:
@@ -139,7 +140,8 @@ class MemoryCertifier:
     self._check(xf, cls, radius)
     return self._decide(xf, cls, radius)
 
-  def update_batch(self, x, cls, radius) -> tuple[np.ndarray, np.ndarray]:
+  def update_batch(self, x: ArrayLike, cls: ArrayLike,
+                   radius: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """``update`` for each input of a batch, in order, with distances on device.
 
     The distances of the batch to every stored point and to each other are

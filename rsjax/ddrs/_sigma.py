@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from rsjax.engine.counts import prepare_inputs
 from rsjax.sigma import SigmaValues
@@ -75,8 +78,8 @@ class SigmaAscent:
   family: str = "gaussian"
   parametrization: str = "sigma"
 
-  def __post_init__(self):
-    def set_(name, value):  # frozen: normalize
+  def __post_init__(self) -> None:
+    def set_(name: str, value: object) -> None:  # frozen: normalize
       object.__setattr__(self, name, value)
 
     set_("steps", check_int("steps", self.steps, 0))
@@ -92,7 +95,7 @@ class SigmaAscent:
     set_("clip", _check_clip(self.clip))
 
   @classmethod
-  def of(cls, config: "SigmaAscent | None" = None, **fields) -> "SigmaAscent":
+  def of(cls, config: "SigmaAscent | None" = None, **fields: Any) -> "SigmaAscent":
     """``config`` (default ``SigmaAscent()``) with ``fields`` replaced."""
     config = cls() if config is None else config
     if not isinstance(config, cls):
@@ -141,8 +144,9 @@ def _ascent(key, apply_fn, params, x, sigma0, ids, lr, lo, hi, sigma_min, *, ste
   return sigma
 
 
-def sigma_ascent(key, apply_fn, params, x, sigma0, ids, *, config: SigmaAscent,
-                 return_path: bool = False):
+def sigma_ascent(key: jax.Array, apply_fn: Callable, params: Any, x: ArrayLike,
+                 sigma0: ArrayLike, ids: ArrayLike, *, config: SigmaAscent,
+                 return_path: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
   """The traceable ascent loop of :func:`optimize_sigma` (use inside ``jax.jit``).
 
   Args:
@@ -194,8 +198,10 @@ def _check_inputs(x, sigma, ids):
   return x_np, sig.astype(np.float32), ids_arr
 
 
-def optimize_sigma(key, apply_fn, params, x, *, sigma0, config: SigmaAscent | None = None,
-                   ids=None, return_path: bool = False, **ascent):
+def optimize_sigma(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+                   sigma0: ArrayLike, config: SigmaAscent | None = None,
+                   ids: ArrayLike | None = None, return_path: bool = False,
+                   **ascent: Any) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
   """Per-input sigma by gradient ascent on the soft smoothed margin (DDRS Algorithm 1).
 
   For each input, ``steps`` steps of gradient ascent
@@ -280,8 +286,10 @@ def optimize_sigma(key, apply_fn, params, x, *, sigma0, config: SigmaAscent | No
   return np.asarray(out, np.float32)
 
 
-def smoothing_objective(key, apply_fn, params, x, *, sigma, num_samples: int = 256,
-                        clip=(0.02, 0.98), ids=None, family: str = "gaussian") -> np.ndarray:
+def smoothing_objective(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+                        sigma: ArrayLike, num_samples: int = 256,
+                        clip: tuple[float, float] = (0.02, 0.98), ids: ArrayLike | None = None,
+                        family: str = "gaussian") -> np.ndarray:
   """Monte-Carlo estimate of R(sigma) per input (the quantity ``optimize_sigma`` ascends).
 
   Args:
@@ -328,7 +336,7 @@ class OptimizedSigma:
   sigma0: float
   config: SigmaAscent = SigmaAscent()
 
-  def evaluate(self, x, ids=None):
+  def evaluate(self, x: ArrayLike, ids: ArrayLike | None = None) -> SigmaValues:
     """``SigmaValues`` of ``x`` ``[B, *input_shape]``: sigma ``[B]`` float32, rate inf."""
     sigma = optimize_sigma(self.key, self.apply_fn, self.params, x, sigma0=self.sigma0,
                            config=self.config, ids=ids)

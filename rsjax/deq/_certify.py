@@ -51,6 +51,8 @@ Differences from the authors' code (``WeizhiGao/Serialized-Randomized-Smoothing`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flax import nnx
@@ -63,6 +65,10 @@ from rsjax.engine.counts import prepare_inputs
 from rsjax.models import DEQApply, SolverConfig, as_solver_config, to_deq_fn
 from rsjax.deq._srs import CORRECTIONS, SRSConfig, srs_sample
 from rsjax.util import check_alpha, check_int, scale_per_input
+
+if TYPE_CHECKING:
+  import jax
+  from jax.typing import ArrayLike
 
 __all__ = ["SRS", "SRSCertificate", "StandardRS", "certify", "srs_certificate", "srs_p_lower",
            "CORRECTIONS", "MODES"]
@@ -112,7 +118,8 @@ def _lcb(k, n, alpha):
   return np.where(ok, stats.clopper_pearson_lower(safe_k, safe_n, alpha), 0.0)
 
 
-def srs_p_lower(n_a, n, k, m_a, alpha: float, correction: str = "paper"):
+def srs_p_lower(n_a: ArrayLike, n: ArrayLike, k: ArrayLike, m_a: ArrayLike, alpha: float,
+                correction: str = "paper") -> tuple[np.ndarray, np.ndarray]:
   """Two-stage lower bound on the top-class probability of the full-solver DEQ.
 
   Args:
@@ -141,8 +148,10 @@ def srs_p_lower(n_a, n, k, m_a, alpha: float, correction: str = "paper"):
   return p, r
 
 
-def srs_certificate(counts_selection, counts, srs_labels, check_labels, *, n: int, alpha: float,
-                    scale, dim: int = 1, noise=None, correction: str = "paper",
+def srs_certificate(counts_selection: ArrayLike, counts: ArrayLike, srs_labels: ArrayLike,
+                    check_labels: ArrayLike, *, n: int, alpha: float, scale: ArrayLike,
+                    dim: int = 1, noise: noise_lib.Noise | str | None = None,
+                    correction: str = "paper",
                     description: str = "") -> SRSCertificate:
   """The correlation-eliminated certificate from SRS counts and check pairs (host).
 
@@ -235,19 +244,19 @@ def _as_deq_fn(deq, params):
 
 
 def certify(
-    key,
-    deq,
-    params,
-    x,
+    key: jax.Array | int,
+    deq: Any,
+    params: Any,
+    x: ArrayLike,
     *,
-    sigma,
+    sigma: ArrayLike,
     num_classes: int,
     method: str = "srs",
     solver: "SolverConfig | str | None" = None,
     srs: SRSConfig | None = None,
     settings: Sampling | None = None,
-    ids=None,
-    **sampling,
+    ids: ArrayLike | None = None,
+    **sampling: Any,
 ) -> Certificate:
   """Certifies a DEQ classifier with standard RS or serialized RS (SRS).
 
@@ -351,8 +360,9 @@ class SRS:
   solver: SolverConfig | str | None = None
   srs: SRSConfig | None = None
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> SRSCertificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> SRSCertificate:
     return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, method="srs",
                    solver=self.solver, srs=self.srs, settings=settings, ids=ids)
 
@@ -368,7 +378,8 @@ class StandardRS:
 
   solver: SolverConfig | str | None = None
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> Certificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> Certificate:
     return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
                    method="standard", solver=self.solver, settings=settings, ids=ids)

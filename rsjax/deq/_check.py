@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from rsjax.checks import Mismatch, VerifyError, binary_radius, compare, cp_lower, read_rows, run_sigma
 
 
-def check_srs(cert: dict, res, recs: dict, *, rtol: float, atol: float,
-                **_) -> list[Mismatch]:
+def check_srs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
+                **_: object) -> list[Mismatch]:
   """SRS (``rsjax.deq.certify(method="srs")``, Gao et al.): the correlation-eliminated bound.
 
   With ``a = alpha / 2``: ``r = LCB(k, m_A, a)`` (0 when ``m_A = 0``) from the

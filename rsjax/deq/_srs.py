@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from rsjax.engine.driver import Sampling
 from rsjax.engine.counts import check_finite_outputs, prepare_inputs
@@ -72,7 +74,7 @@ class SRSConfig:
   check: str = "random"
   correction: str = "paper"
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     for name in ("solver", "warmup", "check_solver"):
       object.__setattr__(self, name, as_solver_config(getattr(self, name)))
     check_int("m", self.m, 0)
@@ -86,7 +88,7 @@ class SRSConfig:
     """Whether the certificate is a proven guarantee (the paper's bound at random positions)."""
     return self.correction == "paper" and self.check == "random"
 
-  def replace(self, **kw) -> "SRSConfig":
+  def replace(self, **kw: Any) -> "SRSConfig":
     return dataclasses.replace(self, **kw)
 
 
@@ -167,7 +169,7 @@ def make_srs_plan(num: int, chains: int, m: int, devices: int, check: str = "ran
                  m=int(m), check=check, check_batch=max(1, -(-per_dev // batches)))
 
 
-def check_indices(key, input_id, plan: SRSPlan) -> jax.Array:
+def check_indices(key: jax.Array, input_id: ArrayLike, plan: SRSPlan) -> jax.Array:
   """The ``m`` check sample indices of one input (``[m]`` int32).
 
   ``"random"``: drawn uniformly **with replacement** from ``[0, num)`` with
@@ -277,18 +279,18 @@ def _srs_jit(key, key_check, params, x, sig, ids, *, deq_fn, plan, noise, num_cl
 
 
 def srs_sample(
-    key,
-    deq_fn,
-    params,
-    x,
+    key: jax.Array,
+    deq_fn: Callable,
+    params: Any,
+    x: ArrayLike,
     *,
-    sigma,
+    sigma: ArrayLike,
     num_classes: int,
     num: int,
     config: SRSConfig | None = None,
     settings: Sampling | None = None,
-    check_key=None,
-    ids=None,
+    check_key: jax.Array | None = None,
+    ids: ArrayLike | None = None,
 ) -> SRSCounts:
   """Serialized (warm-started) Monte Carlo counts of a DEQ, with check samples.
 

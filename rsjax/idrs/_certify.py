@@ -9,7 +9,8 @@ the rate (and float-rounding slack) taken from the design.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -19,6 +20,10 @@ from rsjax.engine.counts import prepare_inputs
 from rsjax.idrs._radius import certified_radius
 from rsjax.noise import Gaussian
 from rsjax.sigma import SigmaSource
+
+if TYPE_CHECKING:
+  import jax
+  from jax.typing import ArrayLike
 
 __all__ = ["IDRSCertificate", "certify", "IDRS"]
 
@@ -48,18 +53,18 @@ class IDRSCertificate(Certificate):
 
 
 def certify(
-    key,
-    apply_fn,
-    params,
-    x,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
     *,
-    design,
+    design: SigmaSource,
     num_classes: int,
     settings: Sampling | None = None,
-    ids=None,
-    thresholds=None,
+    ids: ArrayLike | None = None,
+    thresholds: ArrayLike | None = None,
     rtol: float = 1e-4,
-    **sampling,
+    **sampling: Any,
 ) -> IDRSCertificate:
   """Certifies a batch with input-dependent noise sigma(x) (IDRS Thm 3.2).
 
@@ -162,8 +167,9 @@ class IDRS:
   thresholds: Any = None
   rtol: float = 1e-4
 
-  def certify(self, key, apply_fn, params, x, *, sigma, num_classes: int, settings: Sampling,
-              ids=None) -> IDRSCertificate:
+  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
+              sigma: Any, num_classes: int, settings: Sampling,
+              ids: ArrayLike | None = None) -> IDRSCertificate:
     if sigma is not None:
       raise ValueError("IDRS takes sigma(x) from its design: pass sigma=None")
     return certify(key, apply_fn, params, x, design=self.design, num_classes=num_classes,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -88,8 +89,8 @@ def _idrs_sigma_issue(d: dict, dim: int, r: dict, sigma_col) -> str | None:
   return None
 
 
-def check_idrs(cert: dict, res, recs: dict, *, rtol: float, atol: float,
-                **_) -> list[Mismatch]:
+def check_idrs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
+                **_: object) -> list[Mismatch]:
   """IDRS (``rsjax.idrs.certify``): Cohen's counts at sigma(x), the radius of Thm 3.2.
 
   A radius from the bisection of ``rsjax.idrs.certified_radius`` is checked,

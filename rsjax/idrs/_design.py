@@ -34,6 +34,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from rsjax.sigma import SigmaValues
 
@@ -57,17 +58,17 @@ class ConstantSigma:
 
   rate = 0.0
 
-  def __init__(self, sigma: float):
+  def __init__(self, sigma: float) -> None:
     sigma = float(sigma)
     if not math.isfinite(sigma) or sigma <= 0.0:
       raise ValueError(f"sigma must be finite and > 0, got {sigma!r}")
     self.sigma = sigma
 
-  def __call__(self, x) -> jax.Array:
+  def __call__(self, x: ArrayLike) -> jax.Array:
     """``[B]`` float32 noise levels of the inputs ``x [B, *input_shape]``."""
     return jnp.full((_batch_size(x),), self.sigma, jnp.float32)
 
-  def evaluate(self, x) -> SigmaValues:
+  def evaluate(self, x: ArrayLike) -> SigmaValues:
     b = _batch_size(x)
     return SigmaValues(np.full((b,), self.sigma, np.float32), 0.0, np.zeros((b,), np.float64))
 
@@ -100,7 +101,8 @@ def _knn_mean_block(x, train, num_train, *, k: int, chunk: int):
   return jnp.mean(jnp.sqrt(best), axis=1)
 
 
-def mean_knn_distance(x, train, *, k: int, train_chunk: int = 512, max_elements: int = 2**28):
+def mean_knn_distance(x: ArrayLike, train: ArrayLike, *, k: int, train_chunk: int = 512,
+                      max_elements: int = 2**28) -> jax.Array:
   """Mean L2 distance of each input to its k nearest training points (device, float32).
 
   Args:
@@ -169,9 +171,10 @@ class KnnSigma:
     max_elements: bound on inputs x chunk x D per device step (see ``mean_knn_distance``).
   """
 
-  def __init__(self, train_x, sigma_b: float, rate: float, k: int = 20, m: float = 0.0, *,
+  def __init__(self, train_x: ArrayLike, sigma_b: float, rate: float, k: int = 20,
+               m: float = 0.0, *,
                sigma_min: float | None = None, sigma_max: float | None = None,
-               train_chunk: int = 512, max_elements: int = 2**28):
+               train_chunk: int = 512, max_elements: int = 2**28) -> None:
     train = np.asarray(jax.device_get(train_x), dtype=np.float32)
     if train.ndim < 2 or train.shape[0] < 1:
       raise ValueError(f"train_x must have shape [N, *input_shape], got {train.shape}")
@@ -204,7 +207,7 @@ class KnnSigma:
     #: relative error bound of the computed mean distance.
     self.eps = (self.dim + 2 * self.k + 8) * _U32
 
-  def mean_distance(self, x) -> jax.Array:
+  def mean_distance(self, x: ArrayLike) -> jax.Array:
     """``[B]`` float32 mean distance of ``x`` to its k nearest training points (device)."""
     if tuple(np.shape(x)[1:]) != tuple(self.input_shape):
       raise ValueError(f"x must have shape [B, *{self.input_shape}], got {np.shape(x)}")
@@ -224,7 +227,7 @@ class KnnSigma:
                        "/ sigma_min or lower the rate")
     return s
 
-  def evaluate(self, x) -> SigmaValues:
+  def evaluate(self, x: ArrayLike) -> SigmaValues:
     """Noise levels of ``x`` with the envelope the certificate needs.
 
     Returns:
@@ -238,7 +241,7 @@ class KnnSigma:
     slack = 2.0 * self.rate * eps * d / (1.0 - eps) + 3.0 * _U32
     return SigmaValues(sigma, self.rate * (1.0 + eps), slack)
 
-  def __call__(self, x) -> jax.Array:
+  def __call__(self, x: ArrayLike) -> jax.Array:
     """``[B]`` float32 noise levels of ``x [B, *input_shape]``."""
     return jnp.asarray(self.evaluate(x).sigma)
 
@@ -248,8 +251,10 @@ class KnnSigma:
             f"sigma_max={self.sigma_max})")
 
 
-def make_design(train_x=None, *, sigma: float, rate: float = 0.0, k: int = 20, m=None,
-                dataset: str | None = None, sigma_min=None, sigma_max=None):
+def make_design(train_x: ArrayLike | None = None, *, sigma: float, rate: float = 0.0,
+                k: int = 20, m: float | None = None, dataset: str | None = None,
+                sigma_min: float | None = None,
+                sigma_max: float | None = None) -> ConstantSigma | KnnSigma:
   """A design from command-line style options (``--sigma --idrs-rate --idrs-k --idrs-m``).
 
   Args:

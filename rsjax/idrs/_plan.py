@@ -31,7 +31,7 @@ def build(ctx: Context, *, idrs_rate: float, idrs_k: int, idrs_m: float | None) 
               details=details(design))
 
 
-def details(design) -> dict:
+def details(design: object) -> dict:
   """What ``rsjax verify`` needs of an IDRS design: sigma(x)'s formula and the radius search."""
   # The radius search of certify at its defaults (rtol 1e-4, certified_radius's atol).
   out = {"design": repr(design), "radius_rtol": 1e-4, "radius_atol": 1e-7,

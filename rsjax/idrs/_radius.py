@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import optimize as _opt
 from scipy import stats as _st
 
@@ -41,7 +42,7 @@ SEARCH_MAX_NONCENTRALITY = 1e8
 _MAX_LOG_RATIO = 50.0
 
 
-def threshold_ratios(thresholds, p_b) -> tuple[np.ndarray, np.ndarray]:
+def threshold_ratios(thresholds: ArrayLike | None, p_b: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
   """The numerical-stability ratios ``(sigma_t, sigma_T)`` for ``p_B = 1 - p_A``.
 
   Args:
@@ -126,8 +127,9 @@ def _passes(radius, s0, p_b, rate, slack, t_lo, t_hi, dim) -> np.ndarray:
   return out
 
 
-def is_certified(radius, p_lower, *, sigma, rate: float, dim: int, slack=0.0,
-                 thresholds=None) -> np.ndarray:
+def is_certified(radius: ArrayLike, p_lower: ArrayLike, *, sigma: ArrayLike, rate: float,
+                 dim: int, slack: ArrayLike = 0.0,
+                 thresholds: ArrayLike | None = None) -> np.ndarray:
   """Whether the two checks of Theorem 3.2 pass at ``radius`` (both sides).
 
   Args:
@@ -156,7 +158,8 @@ def is_certified(radius, p_lower, *, sigma, rate: float, dim: int, slack=0.0,
   return out
 
 
-def certified_radius(p_lower, *, sigma, rate: float, dim: int, slack=0.0, thresholds=None,
+def certified_radius(p_lower: ArrayLike, *, sigma: ArrayLike, rate: float, dim: int,
+                     slack: ArrayLike = 0.0, thresholds: ArrayLike | None = None,
                      rtol: float = 1e-4, atol: float = 1e-7) -> np.ndarray:
   """The IDRS certified radius of Theorem 3.2 (both sides checked).
 
@@ -229,7 +232,8 @@ def certified_radius(p_lower, *, sigma, rate: float, dim: int, slack=0.0, thresh
   return out.reshape(shape)
 
 
-def sigma_ratio_threshold(p_a, dim: int, *, method: str = "theorem", side: str = "lower"):
+def sigma_ratio_threshold(p_a: ArrayLike, dim: int, *, method: str = "theorem",
+                          side: str = "lower") -> np.ndarray | float:
   """The most extreme usable ``sigma1 / sigma0`` (curse of dimensionality, Thm 2.4).
 
   Beyond it no ``x1`` (at any distance) is certified from ``x0``.
@@ -302,7 +306,7 @@ def _renyi_objective(alpha, log_pa, log_pb, pa, pb, s0, s1, n):
   return np.where(np.isfinite(val) & (var_a > 0), val, -np.inf)
 
 
-def renyi_radius(p_a, *, sigma0: float, sigma1: float, dim: int, p_b=None,
+def renyi_radius(p_a: float, *, sigma0: float, sigma1: float, dim: int, p_b: float | None = None,
                  num_alpha: int = 4000) -> float:
   """Certified radius of the Rényi-divergence bound generalized to two sigmas (Thm B.5).
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as _st
 
 from rsjax.util import check_int
@@ -66,7 +67,7 @@ class IDRSNumericalError(ValueError):
   """The noncentral chi-square evaluation would not be reliable for these arguments."""
 
 
-def check_dim(dim) -> int:
+def check_dim(dim: int) -> int:
   dim = check_int("dim", dim)
   if dim > MAX_DIM:
     raise IDRSNumericalError(
@@ -124,7 +125,8 @@ def _ncx2(fn: str, x, dim: int, lam) -> np.ndarray:
   return out
 
 
-def xi_side(u, one_minus, rho2, p_b, dim: int, greater: bool):
+def xi_side(u: ArrayLike, one_minus: ArrayLike, rho2: ArrayLike, p_b: ArrayLike, dim: int,
+            greater: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """One side on normalized arguments.
 
   Args:
@@ -177,7 +179,8 @@ def _finish(v):
   return v[()] if v.ndim == 0 else v
 
 
-def xi_greater(a, *, sigma0, sigma1, p_a, dim: int):
+def xi_greater(a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike,
+               dim: int) -> np.ndarray | float:
   """``xi_>``: worst-case class-B probability at the adversary, ``sigma1 < sigma0``.
 
   Args:
@@ -201,7 +204,8 @@ def xi_greater(a, *, sigma0, sigma1, p_a, dim: int):
   return _finish(xi_side(a / s0, (1.0 - rho) * (1.0 + rho), rho * rho, p_b, dim, True)[0])
 
 
-def xi_less(a, *, sigma0, sigma1, p_a, dim: int):
+def xi_less(a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike,
+            dim: int) -> np.ndarray | float:
   """``xi_<``: worst-case class-B probability at the adversary, ``sigma1 > sigma0``.
 
   Args:
@@ -225,7 +229,8 @@ def xi_less(a, *, sigma0, sigma1, p_a, dim: int):
   return _finish(xi_side(a / s0, (rho - 1.0) * (rho + 1.0), rho * rho, p_b, dim, False)[0])
 
 
-def xi(a, *, sigma0, sigma1, p_a, dim: int):
+def xi(a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike,
+       dim: int) -> np.ndarray | float:
   """``xi_>``, ``xi_<`` or Cohen's half-space value, by the sign of ``sigma1 - sigma0``.
 
   For ``sigma1 == sigma0`` the worst case is Cohen's half-space and
@@ -246,7 +251,8 @@ def xi(a, *, sigma0, sigma1, p_a, dim: int):
   return _finish(out)
 
 
-def worst_case_ball(a, *, sigma0, sigma1, p_a, dim: int):
+def worst_case_ball(a: float, *, sigma0: float, sigma1: float, p_a: float,
+                    dim: int) -> tuple[float, float, bool]:
   """The Neyman-Pearson worst-case ball of Theorem 2.2 (for checks and plots).
 
   Coordinates are along the segment from ``x0`` (0) to ``x1`` (``a``).

@@ -6,10 +6,10 @@ import contextlib
 import json
 import os
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
-def fsync_dir(path) -> None:
+def fsync_dir(path: str | os.PathLike) -> None:
   """Makes the directory entry of ``path`` durable (best effort: not every system can)."""
   d = os.path.dirname(os.path.abspath(path))
   try:
@@ -24,7 +24,7 @@ def fsync_dir(path) -> None:
     os.close(fd)
 
 
-def write_header(path, header: str) -> None:
+def write_header(path: str | os.PathLike, header: str) -> None:
   """Replaces ``path`` by the one line ``header``, durably."""
   with open(path, "w", encoding="utf-8", newline="") as f:
     f.write(header)
@@ -65,7 +65,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
   atomic_write(path, lambda f: f.write(data))
 
 
-def write_json(path, obj) -> None:
+def write_json(path: str | os.PathLike, obj: Any) -> None:
   """Replaces ``path`` by ``obj`` as indented JSON with sorted keys, atomically
   (:func:`atomic_write_text`)."""
   atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

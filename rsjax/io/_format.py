@@ -51,7 +51,7 @@ def split_header(line: str) -> list[str]:
   return line.rstrip("\r\n").split("\t")
 
 
-def check_header(names: Sequence[str], kind: str, path) -> list[str]:
+def check_header(names: Sequence[str], kind: str, path: str | os.PathLike) -> list[str]:
   """Checks the standard columns of a header; returns the extra column names."""
   cols = check_kind(kind)
   repeated = sorted({n for n in names if list(names).count(n) > 1})
@@ -89,7 +89,8 @@ _FIELDS = {
 }
 
 
-def parse_rows(path, lines: Sequence[str], header: Sequence[str]) -> dict[str, list]:
+def parse_rows(path: str | os.PathLike, lines: Sequence[str],
+               header: Sequence[str]) -> dict[str, list]:
   """Parses and checks complete rows (file lines 2, 3, ...) into columns.
 
   Raises:

@@ -14,7 +14,7 @@ class ResultsLockedError(RuntimeError):
   """Another writer holds the lock of a result file."""
 
 
-def lock(path) -> int | None:
+def lock(path: str | os.PathLike) -> int | None:
   """Opens (creating) ``path`` and takes an exclusive lock; returns the descriptor."""
   if os.path.exists(path) and not os.path.isfile(path):
     kind = "a directory" if os.path.isdir(path) else "not a regular file"

@@ -92,7 +92,7 @@ def _read(path, kind: str | None):
   return PredictResults(**common)
 
 
-def read_certify(path) -> CertifyResults:
+def read_certify(path: str | os.PathLike) -> CertifyResults:
   """Reads a certify file (``idx label predict radius correct time [extra...]``).
 
   Args:
@@ -109,11 +109,11 @@ def read_certify(path) -> CertifyResults:
   return _read(path, "certify")
 
 
-def read_predict(path) -> PredictResults:
+def read_predict(path: str | os.PathLike) -> PredictResults:
   """Reads a predict file (``idx label predict correct time [extra...]``)."""
   return _read(path, "predict")
 
 
-def read_results(path) -> CertifyResults | PredictResults:
+def read_results(path: str | os.PathLike) -> CertifyResults | PredictResults:
   """Reads a certify or predict file, telling them apart by the header."""
   return _read(path, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from rsjax.io._durable import atomic_write_text
 from rsjax.runspec import RunFormatError, RunSpec
@@ -15,7 +16,7 @@ class RunMismatchError(ValueError):
   """A result file holds rows of another run (its run record differs)."""
 
 
-def read_run_record(path) -> dict | None:
+def read_run_record(path: str | os.PathLike) -> dict | None:
   """The run record of a result file, or None if it has none."""
   rec = run_record_path(path)
   if not os.path.exists(rec):
@@ -27,7 +28,7 @@ def read_run_record(path) -> dict | None:
       raise ValueError(f"run record {rec!r} is not valid JSON ({e})") from None
 
 
-def write_run_record(path, run) -> None:
+def write_run_record(path: str | os.PathLike, run: Any) -> None:
   """Writes the run record of a result file atomically: an ``rsjax.runspec.RunSpec``, or
   the JSON identity of another kind of run (a dict)."""
   if isinstance(run, RunSpec):
@@ -44,7 +45,7 @@ def _has_rows(path) -> bool:
     return f.read().count(b"\n") >= 2
 
 
-def check_run(path, run) -> None:
+def check_run(path: str | os.PathLike, run: Any) -> None:
   """Raises :class:`RunMismatchError` if the rows in ``path`` come from another run.
 
   ``run`` is an ``rsjax.runspec.RunSpec`` (its identity is compared: the record

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +15,8 @@ from rsjax.io._lock import lock
 from rsjax.io._run_record import check_run, write_run_record
 
 
-def resume(path, *, kind: str = "certify", extra_columns: Sequence[str] = ()) -> set[int]:
+def resume(path: str | os.PathLike, *, kind: str = "certify",
+           extra_columns: Sequence[str] = ()) -> set[int]:
   """Prepares a result file for appending and returns the indices already done.
 
   A missing or empty file is created with its header. In an existing file, a
@@ -93,8 +95,8 @@ class ResultsWriter:
     done: the set of ``idx`` already in the file (updated by each write).
   """
 
-  def __init__(self, path, *, kind: str = "certify", resume: bool = True,
-               extra_columns: Sequence[str] = (), run: Mapping | None = None):
+  def __init__(self, path: str | os.PathLike, *, kind: str = "certify", resume: bool = True,
+               extra_columns: Sequence[str] = (), run: Mapping | None = None) -> None:
     """Opens a result file for appending, holding its lock until :meth:`close`.
 
     Args:
@@ -135,7 +137,8 @@ class ResultsWriter:
       os.close(self._lock_fd)
       raise
 
-  def write(self, *, idx, label, predict, radius=None, time=0.0, **extra) -> None:
+  def write(self, *, idx: int, label: int, predict: int, radius: float | None = None,
+            time: float = 0.0, **extra: Any) -> None:
     """Appends one row and makes it durable (flush + fsync).
 
     Args:
@@ -178,8 +181,9 @@ class ResultsWriter:
       raise OSError(e.errno, e.strerror, self.path) from e
     self.done.add(idx)
 
-  def write_many(self, *, idx: Iterable, label: Iterable, predict: Iterable, radius=None,
-                 time=0.0, **extra) -> None:
+  def write_many(self, *, idx: Iterable, label: Iterable, predict: Iterable,
+                 radius: Iterable | None = None, time: float | Iterable = 0.0,
+                 **extra: Any) -> None:
     """Appends several rows, each made durable before the next is written.
 
     Args:
@@ -217,5 +221,5 @@ class ResultsWriter:
   def __enter__(self) -> ResultsWriter:
     return self
 
-  def __exit__(self, *exc) -> None:
+  def __exit__(self, *exc: object) -> None:
     self.close()

@@ -39,7 +39,7 @@ positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
 probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
 
 
-def normalize_flag(q) -> None:
+def normalize_flag(q: argparse.ArgumentParser) -> None:
   """``--normalize``: the input normalization of a PyTorch checkpoint."""
   q.add_argument("--normalize", default=None, metavar="NORM",
                  help="input normalization of a PyTorch checkpoint: none, a dataset name "
@@ -48,14 +48,14 @@ def normalize_flag(q) -> None:
                  "al. (CIFAR, ImageNet ResNets); required where neither is known")
 
 
-def data_flags(q, dataset_required: bool = False) -> None:
+def data_flags(q: argparse.ArgumentParser, dataset_required: bool = False) -> None:
   """``--dataset`` and ``--data-dir``."""
   q.add_argument("--dataset", required=dataset_required, default=None,
                  help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS)")
   q.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
 
 
-def add_sampling_flags(q) -> None:
+def add_sampling_flags(q: argparse.ArgumentParser) -> None:
   """The flags ``certify`` and ``predict`` share: model, data, noise, N, alpha, ..."""
   from rsjax import noise, precision
   q.add_argument("model_dir", nargs="?", default=None,
@@ -101,7 +101,7 @@ def add_sampling_flags(q) -> None:
   normalize_flag(q)
 
 
-def add_certify_flags(q) -> None:
+def add_certify_flags(q: argparse.ArgumentParser) -> None:
   """The flags of ``certify``: the sampling flags, then N0, the method and its options."""
   from rsjax import methods
   add_sampling_flags(q)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 from rsjax.launch.errors import CliError
 
@@ -13,7 +15,7 @@ __all__ = ["open_dataset", "open_model_dir", "open_torch_checkpoint", "open_deno
            "warn_if_unfinished"]
 
 
-def open_dataset(name: str, split: str, data_dir: str | None):
+def open_dataset(name: str, split: str, data_dir: str | None) -> Any:
   """The split of a dataset (``rsjax.data.load``)."""
   from rsjax import data
   try:
@@ -24,7 +26,7 @@ def open_dataset(name: str, split: str, data_dir: str | None):
     raise CliError(str(e)) from None
 
 
-def open_model_dir(model_dir: str):
+def open_model_dir(model_dir: str) -> tuple[Any, dict]:
   """``(model, config)`` of a directory of 'rsjax train' or 'rsjax convert'
   (``rsjax.models.load_model``)."""
   from rsjax import models
@@ -76,7 +78,8 @@ def _architecture_held(model_dir: str, config: dict) -> str | None:
   return None
 
 
-def open_torch_checkpoint(path: str, arch: str | None, normalize: str | None, input_shape=None):
+def open_torch_checkpoint(path: str, arch: str | None, normalize: str | None,
+                          input_shape: tuple[int, ...] | None = None) -> tuple[Any, dict]:
   """The model of a PyTorch checkpoint; prints the normalization it uses."""
   from rsjax import models
   try:
@@ -93,7 +96,8 @@ def open_torch_checkpoint(path: str, arch: str | None, normalize: str | None, in
   return model, config
 
 
-def open_denoised(path: str, apply_fn, params, *, sigma: float):
+def open_denoised(path: str, apply_fn: Callable, params: Any, *,
+                  sigma: float) -> tuple[Callable, Any]:
   """Denoised smoothing: ``(apply_fn, params)`` of classifier(denoiser(x + delta)), the
   denoiser read from ``path`` ('rsjax train-denoiser' or a diffusers UNet2DModel)."""
   from rsjax.denoise import compose, workdir

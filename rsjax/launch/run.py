@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsjax.launch import loading
 from rsjax.launch.errors import CliError
+
+if TYPE_CHECKING:
+  import argparse
+
+  import jax
+
+  from rsjax.engine.driver import Sampling
+  from rsjax.method import Plan
+  from rsjax.runspec import RunSpec
 
 __all__ = ["Loaded", "key", "load", "plan", "run_from_flags", "settings"]
 
@@ -40,7 +49,7 @@ class Loaded:
   workdir: str | None = None
 
 
-def settings(run, batch_size: int = 1000):
+def settings(run: RunSpec, batch_size: int = 1000) -> Sampling:
   """The ``rsjax.Sampling`` of a run (``batch_size`` changes speed, never counts)."""
   from rsjax import Sampling
   s = dict(run.sampling)
@@ -49,7 +58,7 @@ def settings(run, batch_size: int = 1000):
                   batch_size=batch_size)
 
 
-def key(run):
+def key(run: RunSpec) -> jax.Array:
   """The run's ``jax.random.key``: its seed folded with ``key_fold_in``."""
   import jax
   k = jax.random.key(run.seed)
@@ -98,7 +107,7 @@ def _apply(model, denoiser, sigma):
   return apply_fn, params
 
 
-def run_from_flags(args):
+def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   """``(run, loaded)``: the run value of ``rsjax certify`` / ``rsjax predict`` flags and what
   it loads. ``--sigma`` defaults to the model's training sigma."""
   from rsjax import methods, record, runner
@@ -163,7 +172,8 @@ def _refuse_other_options(args, method) -> None:
                        f"not {method.name}")
 
 
-def load(run, *, model_dir=None, torch_checkpoint=None, denoiser=None, data_dir=None) -> Loaded:
+def load(run: RunSpec, *, model_dir: str | None = None, torch_checkpoint: str | None = None,
+         denoiser: str | None = None, data_dir: str | None = None) -> Loaded:
   """What ``run`` certified, loaded again (``rsjax audit``): the model from ``model_dir`` or
   ``torch_checkpoint`` (with the run's ``--torch-arch`` / ``--normalize``), the denoiser
   from ``denoiser`` (default: the recorded directory), the run's dataset split."""
@@ -177,7 +187,8 @@ def load(run, *, model_dir=None, torch_checkpoint=None, denoiser=None, data_dir=
   return Loaded(model, config, ds, apply_fn, params, model_dir)
 
 
-def plan(run, loaded: Loaded, *, batch_size: int = 1000, data_dir=None):
+def plan(run: RunSpec, loaded: Loaded, *, batch_size: int = 1000,
+         data_dir: str | None = None) -> Plan:
   """The method's plan of ``run`` (``rsjax.methods``) over what it loaded."""
   from rsjax import methods
   from rsjax.method import Context

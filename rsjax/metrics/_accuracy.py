@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["abstention_rate", "acr", "average_certified_radius", "best_over_sigma",
            "certified_accuracy", "envelope", "fields", "format_table",
@@ -57,7 +59,8 @@ def radius_grid(stop: float, step: float = 0.25, start: float = 0.0) -> np.ndarr
   return np.round(start + step * np.arange(k), 10)
 
 
-def certified_accuracy(correct, radius, radii, *, predict=None):
+def certified_accuracy(correct: ArrayLike, radius: ArrayLike, radii: ArrayLike, *,
+                       predict: ArrayLike | None = None) -> float | np.ndarray:
   """Certified accuracy at each radius: ``mean(correct & (radius >= r))``.
 
   Args:
@@ -75,7 +78,8 @@ def certified_accuracy(correct, radius, radii, *, predict=None):
   return float(acc[0]) if r.ndim == 0 else acc.reshape(r.shape)
 
 
-def average_certified_radius(correct, radius, *, predict=None) -> float:
+def average_certified_radius(correct: ArrayLike, radius: ArrayLike, *,
+                             predict: ArrayLike | None = None) -> float:
   """ACR: the mean over all inputs of the radius, counting 0 for wrong or abstain.
 
   Args:
@@ -93,7 +97,7 @@ def average_certified_radius(correct, radius, *, predict=None) -> float:
 acr = average_certified_radius
 
 
-def abstention_rate(predict) -> float:
+def abstention_rate(predict: ArrayLike) -> float:
   """Fraction of inputs on which the smoothed classifier abstains (``predict == -1``)."""
   predict = np.asarray(predict)
   if predict.ndim != 1 or predict.shape[0] == 0:
@@ -101,8 +105,9 @@ def abstention_rate(predict) -> float:
   return float(np.mean(predict == -1))
 
 
-def high_prob_certified_accuracy(correct, radius, radii, *, alpha: float, rho: float,
-                                 predict=None):
+def high_prob_certified_accuracy(correct: ArrayLike, radius: ArrayLike, radii: ArrayLike, *,
+                                 alpha: float, rho: float,
+                                 predict: ArrayLike | None = None) -> float | np.ndarray:
   """Certified accuracy lowered to hold with probability ``1 - rho`` (Cohen et al.).
 
   Each certificate is wrong with probability at most ``alpha``; with a Bernstein
@@ -133,7 +138,7 @@ def high_prob_certified_accuracy(correct, radius, radii, *, alpha: float, rho: f
   return acc - alpha - math.sqrt(alpha * (1 - alpha) * log_term / n) - log_term / (3 * n)
 
 
-def envelope(curves) -> tuple[np.ndarray, np.ndarray]:
+def envelope(curves: Sequence[ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
   """Pointwise maximum of several certified-accuracy curves.
 
   Args:
@@ -149,7 +154,7 @@ def envelope(curves) -> tuple[np.ndarray, np.ndarray]:
   return c.max(axis=0), c.argmax(axis=0)
 
 
-def fields(res):
+def fields(res: Any) -> tuple[Any, Any, Any]:
   """``(correct, radius, predict or None)`` of certify results."""
   try:
     correct, radius = res.correct, res.radius
@@ -158,7 +163,7 @@ def fields(res):
   return correct, radius, getattr(res, "predict", None)
 
 
-def best_over_sigma(results: Sequence, radii) -> tuple[np.ndarray, np.ndarray]:
+def best_over_sigma(results: Sequence, radii: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
   """Best certified accuracy over several result files at each radius.
 
   Args:
@@ -180,7 +185,7 @@ def best_over_sigma(results: Sequence, radii) -> tuple[np.ndarray, np.ndarray]:
   return envelope(np.stack(curves))
 
 
-def samples_summary(samples) -> dict:
+def samples_summary(samples: ArrayLike) -> dict:
   """Mean and distribution of the samples used per input (budgeted CERTIFY).
 
   Args:
@@ -203,7 +208,7 @@ def _samples_of(results):
   return None if s is None or s.dtype == object else s
 
 
-def summarize(results, radii) -> dict:
+def summarize(results: Any, radii: ArrayLike) -> dict:
   """Summary of one certify file.
 
   Args:
@@ -235,7 +240,7 @@ def summarize(results, radii) -> dict:
   }
 
 
-def format_table(results: Mapping, radii, *, fmt: str = "text", digits: int = 3,
+def format_table(results: Mapping, radii: ArrayLike, *, fmt: str = "text", digits: int = 3,
                  show_envelope: bool = False) -> str:
   """Table of certified accuracy at radii, with ACR and abstention, one row per file.
 

@@ -5,9 +5,11 @@ concrete."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from rsjax.metrics._accuracy import certified_accuracy, fields
 
@@ -20,12 +22,12 @@ __all__ = ["COUNTS_COLUMN", "constant_classifier_budget", "easy_hard_accuracy", 
 COUNTS_COLUMN = "counts"
 
 
-def format_counts(counts) -> str:
+def format_counts(counts: ArrayLike) -> str:
   """One row's ``[K]`` class counts as the text of the ``counts`` column."""
   return ",".join(str(int(c)) for c in np.asarray(counts).reshape(-1))
 
 
-def parse_counts(column) -> np.ndarray:
+def parse_counts(column: Iterable) -> np.ndarray:
   """The ``counts`` column of a result file as ``[N, K]`` int64."""
   rows = [[int(v) for v in str(text).split(",")] for text in column]
   if len({len(r) for r in rows}) > 1:
@@ -33,7 +35,7 @@ def parse_counts(column) -> np.ndarray:
   return np.asarray(rows, dtype=np.int64).reshape(len(rows), -1)
 
 
-def label_probability(results) -> np.ndarray:
+def label_probability(results: Any) -> np.ndarray:
   """Empirical ``p_A`` of each input: the fraction of its estimation samples on its label.
 
   This is the quantity whose distribution Sun et al. (2025, Figure 3) plot and
@@ -61,7 +63,8 @@ def label_probability(results) -> np.ndarray:
   return counts[np.arange(len(label)), label] / np.maximum(total, 1)
 
 
-def easy_hard_accuracy(results, reference_pa, radii, *, threshold: float = 0.5) -> dict:
+def easy_hard_accuracy(results: Any, reference_pa: ArrayLike, radii: ArrayLike, *,
+                       threshold: float = 0.5) -> dict:
   """Certified accuracy on easy and hard inputs, split by a reference model's ``p_A``.
 
   Sun et al. (2025, Section 4.3) call an input hard when a Gaussian-trained

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from rsjax.models._bridge import to_train_fn
 from rsjax.models._registry import create_model
@@ -34,7 +35,7 @@ CHECKPOINT_DIR = "checkpoints"
 _REBUILD = ("model", "num_classes", "input_shape")
 
 
-def read_config(directory) -> dict:
+def read_config(directory: str | os.PathLike) -> dict:
   """Reads ``config.json`` of a model directory.
 
   Raises:
@@ -52,13 +53,14 @@ def read_config(directory) -> dict:
                        f"{e.colno})") from None
 
 
-def write_config(directory, config) -> None:
+def write_config(directory: str | os.PathLike, config: Mapping) -> None:
   """Writes ``config`` as ``config.json`` of a model directory, atomically."""
   from rsjax.io import write_json
   write_json(os.path.join(os.fspath(directory), CONFIG_FILE), dict(config))
 
 
-def restore_model(directory, model, *, step: int | None = None):
+def restore_model(directory: str | os.PathLike, model: Any, *,
+                  step: int | None = None) -> tuple[Any, dict]:
   """Loads the weights of a model directory into an existing NNX model.
 
   Args:
@@ -85,7 +87,8 @@ def restore_model(directory, model, *, step: int | None = None):
   return model, meta
 
 
-def save_model(directory, model, config, *, step: int = 0, meta=None) -> None:
+def save_model(directory: str | os.PathLike, model: Any, config: Mapping, *, step: int = 0,
+               meta: Mapping | None = None) -> None:
   """Writes a model as a model directory that :func:`load_model` (and ``rsjax certify``) reads.
 
   For models that were not trained by ``rsjax.training.train``, e.g. ones
@@ -107,8 +110,8 @@ def save_model(directory, model, config, *, step: int = 0, meta=None) -> None:
   write_checkpointed(directory, CONFIG_FILE, model, config, step=step, meta=meta)
 
 
-def write_checkpointed(directory, config_file: str, model, config, *, step: int = 0,
-                       meta=None) -> None:
+def write_checkpointed(directory: str | os.PathLike, config_file: str, model: Any,
+                       config: Mapping, *, step: int = 0, meta: Mapping | None = None) -> None:
   """Writes ``config`` as ``directory/config_file`` and the model's weights as a checkpoint.
 
   What every model directory shares (a model's, a denoiser's).
@@ -129,8 +132,8 @@ def write_checkpointed(directory, config_file: str, model, config, *, step: int 
     ckpt.save(step, items={"model": {"params": params, "rest": rest}}, meta=meta)
 
 
-def load_model(directory, *, step: int | None = None, rngs=0,
-               create_fn: Callable | None = None):
+def load_model(directory: str | os.PathLike, *, step: int | None = None, rngs: Any = 0,
+               create_fn: Callable | None = None) -> Any:
   """Rebuilds a model from its model directory.
 
   The model is constructed from ``config.json`` with
