@@ -138,7 +138,7 @@ def cpu_model() -> str:
 
 def environment(threads) -> dict:
   env = {
-      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+      "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
       "cpu": cpu_model(),
       "cores": os.cpu_count(),
       "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,

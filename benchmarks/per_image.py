@@ -38,11 +38,10 @@ import jax
 import numpy as np
 
 import rsjax
-from rsjax import models
-
 from benchmarks.common import dump_json
 from benchmarks.measure import SPECS, environment, timed
 from benchmarks.reference_jax import ReferenceLoop
+from rsjax import models
 
 SIGMA = 0.25
 ALPHA = 0.001

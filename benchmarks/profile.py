@@ -42,7 +42,8 @@ import jax.numpy as jnp  # noqa: E402
 
 import rsjax  # noqa: E402
 from benchmarks.common import dump_json  # noqa: E402
-from rsjax import models, noise as noise_lib, stats  # noqa: E402
+from rsjax import models, stats  # noqa: E402
+from rsjax import noise as noise_lib
 from rsjax.engine import batching  # noqa: E402
 
 SIGMA = 0.25

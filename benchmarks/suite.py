@@ -39,11 +39,10 @@ import jax
 import numpy as np
 
 import rsjax
-from rsjax import models
-from rsjax.engine import batching
-
 from benchmarks import measure
 from benchmarks.costs import activation_elements, matmul_flops
+from rsjax import models
+from rsjax.engine import batching
 
 N0 = 100
 ALPHA = 0.001
@@ -296,7 +295,7 @@ def write_json(path: str, env: dict, results: list[dict]) -> None:
   merged += [dict(r, environment=env) for r in results]
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   with open(path, "w", encoding="utf-8") as fh:
-    json.dump({"written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    json.dump({"written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                "results": merged}, fh, indent=1)
 
 

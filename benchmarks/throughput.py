@@ -45,12 +45,22 @@ import jax.numpy as jnp
 import numpy as np
 
 import rsjax
-from rsjax.engine import batching
+from benchmarks.measure import (
+  SPECS,
+  CompileClock,
+  Spec,
+  device_peak_mb,
+  enable_compile_cache,
+  environment,
+  forward_flops,
+  peak_gflops,
+  peak_rss_mb,
+  reset_peak_rss,
+  timed,
+  torch,
+)
 from rsjax import models
-
-from benchmarks.measure import (SPECS, CompileClock, Spec, device_peak_mb, enable_compile_cache,
-                                environment, forward_flops, peak_gflops, peak_rss_mb,
-                                reset_peak_rss, timed, torch)
+from rsjax.engine import batching
 
 N_CERT = 100_000
 N0 = 100

@@ -67,14 +67,13 @@ epochs (ACR 0.998 vs 1.040, r = 0: 0.92 vs 0.95).
 from __future__ import annotations
 
 import argparse
-import json
 import dataclasses
+import json
 import os
 import time
 
 import jax
 import numpy as np
-
 from _common import RESULTS, ROOT, certify_rows
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)

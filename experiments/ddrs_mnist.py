@@ -69,9 +69,18 @@ import sys
 import time
 
 import numpy as np
-
-from _common import (RESULTS, ROOT, BaseTraining, certified_curve, certify_rows, lenet_mnist5k,
-                     load_splits, save_figure, save_results, sigmas_config)
+from _common import (
+  RESULTS,
+  ROOT,
+  BaseTraining,
+  certified_curve,
+  certify_rows,
+  lenet_mnist5k,
+  load_splits,
+  save_figure,
+  save_results,
+  sigmas_config,
+)
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 

@@ -59,9 +59,17 @@ import sys
 import time
 
 import numpy as np
-
-from _common import (RESULTS, ROOT, BaseTraining, Certification, certified_curve, lenet_mnist5k,
-                     load_arrays, run_script, save_figure)
+from _common import (
+  RESULTS,
+  ROOT,
+  BaseTraining,
+  Certification,
+  certified_curve,
+  lenet_mnist5k,
+  load_arrays,
+  run_script,
+  save_figure,
+)
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 

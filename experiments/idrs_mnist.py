@@ -67,8 +67,8 @@ import time
 
 import jax
 import numpy as np
-
 from _common import RESULTS, parser, save_figure, write_json
+
 from rsjax import data, idrs, metrics, models, stats, training
 
 # Fixed settings of the paper (both modes).

@@ -34,8 +34,8 @@ import os
 import time
 
 import numpy as np
-
 from _common import RESULTS, parser, save_figure, write_json
+
 from rsjax import idrs
 from rsjax.idrs import ball_probability, xi_side
 

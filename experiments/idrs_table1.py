@@ -44,8 +44,8 @@ import os
 import time
 
 import numpy as np
-
 from _common import RESULTS, parser, save_figure, write_json
+
 from rsjax import idrs
 
 # Table 1 as printed in the paper (to compare with, not a setting).

@@ -74,8 +74,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from _common import RESULTS, parser, save_figure, write_json
+
 from rsjax import idrs, metrics, sample_counts
 
 # Fixed settings of the paper (both modes).

@@ -98,12 +98,12 @@ import shutil
 import time
 import types
 
-from flax import nnx
+import _srs_rows as rows_lib
 import jax
 import numpy as np
-
 from _common import RESULTS, ROOT, strip_checkpoint_paths  # first: the repository on sys.path
-import _srs_rows as rows_lib
+from flax import nnx
+
 import rsjax
 from rsjax import data, deq, io, stats
 

@@ -268,7 +268,7 @@ NOISES = {
 }
 
 
-def get_noise(noise: "Noise | str | None") -> Noise:
+def get_noise(noise: Noise | str | None) -> Noise:
   """Resolves a noise family from an instance or a name (``gaussian``,
   ``gaussian_fast``, ``laplace``, ``uniform``/``uniform_l1``, ``uniform_linf``)."""
   if noise is None:

@@ -17,14 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-
 import numpy as np
 from jax.typing import ArrayLike
 from tqdm.auto import tqdm
 
-from rsjax import io
+from rsjax import io, runspec
 from rsjax import record as record_lib
-from rsjax import runspec
 from rsjax.method import Plan
 
 __all__ = ["NoCountsError", "Written", "select_indices", "certify_dataset", "predict_dataset", "fingerprint",

@@ -204,6 +204,7 @@ def compute() -> dict[str, np.ndarray]:
 def platform() -> str:
   """The machine the results are computed on, in words (stored in the golden file)."""
   import platform as platform_lib
+
   import jaxlib
   cpu = platform_lib.processor() or platform_lib.machine()
   try:

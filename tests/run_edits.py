@@ -57,8 +57,8 @@ def reradius(path):
   import numpy as np
 
   from rsjax import io
-  from rsjax.runspec import RunSpec
   from rsjax.checks import cohen_certificate, read_rows
+  from rsjax.runspec import RunSpec
   from rsjax.verify._run import certificate_view
   run = RunSpec.read(path)
   cert = certificate_view(run)

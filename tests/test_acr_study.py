@@ -72,9 +72,10 @@ def test_label_probability_and_easy_hard_split(tmp_path):
 
 
 def test_per_sample_gradient_norms_and_table(tmp_path):
+  import optax
+
   from rsjax import plots, training
   from rsjax.training.objectives import replicate
-  import optax
 
   rng = np.random.default_rng(0)
   params = {"w": jnp.asarray(rng.normal(size=(6, 3)), jnp.float32), "b": jnp.zeros(3)}

@@ -217,7 +217,7 @@ def test_train_and_certify_a_deq_standard_and_srs(tmp_path):
 
 
 def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
-  from rsjax import anisotropic, methods
+  from rsjax import anisotropic
   common = ["--N", "400", "--N0", "40", "--batch", "400", "--skip", "60", "--quiet"]
   out = tmp_path / "ucan.tsv"
   assert run_cli("certify", trained, out, "--method", "ucan", "--ucan-pattern", "linf",

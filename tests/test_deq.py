@@ -8,7 +8,6 @@ import pytest
 from rsjax import models
 
 
-
 def _affine_problem(key, b=4, d=20, norm=0.9, lo=0.0, dtype=jnp.float32):
   """Per-sample affine maps z -> A_i z + c_i, A_i symmetric with eigenvalues
   spread over [lo, norm] (plain iteration contracts by ``norm`` per step)."""

@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from golden_cases import LinearDEQ  # z = A z + W x, logits [0, v.z + b]
 from scipy import stats as st
 
 import rsjax
-from golden_cases import LinearDEQ  # z = A z + W x, logits [0, v.z + b]
 from rsjax import deq, models, stats
 
 

@@ -53,10 +53,10 @@ def test_recorded_results_are_in_results_dir():
 
 
 def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
-  import types
 
   import _common
   import numpy as np
+
   from rsjax import Certificate, io, runner
   from rsjax.method import Plan
   xs, labels = np.arange(4, dtype=np.float32)[:, None], np.zeros(4, np.int64)

@@ -159,6 +159,7 @@ def test_only_an_incomplete_last_line_is_repaired(tmp_path):
 def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
   import subprocess
   import sys
+
   from rsjax import io
   path = tmp_path / "o.tsv"
   with io.ResultsWriter(path, kind="certify") as w:

@@ -10,10 +10,9 @@ import sys
 
 import numpy as np
 import pytest
-
 from run_edits import copy_run, drop_rows, edit_record, edit_run, reradius
+
 from rsjax import audit, cli, io, verify
-from rsjax.runspec import RunSpec
 
 N, N0 = 400, 40
 

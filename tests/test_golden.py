@@ -11,11 +11,10 @@ import os
 import subprocess
 import sys
 
+import golden_cases
 import jax
 import numpy as np
 import pytest
-
-import golden_cases
 
 
 @pytest.fixture(scope="module")

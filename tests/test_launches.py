@@ -91,6 +91,7 @@ def test_srs_sampling_is_one_launch_whatever_the_chunks(counted, monkeypatch, nu
   the check solves of every input run in one compiled program, the warm start carried on the
   device; the host reads the results once."""
   from golden_cases import LinearDEQ
+
   from rsjax.deq import _srs
   launch, calls = _srs._srs_jit, []
 

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from rsjax import noise
-from rsjax import sample_noise
+from rsjax import noise, sample_noise
 
 
 @pytest.mark.parametrize(

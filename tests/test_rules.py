@@ -11,8 +11,8 @@ import pytest
 
 import rsjax
 from rsjax.engine import budget as budgeted
-from rsjax.engine.driver import cohen_passes
 from rsjax.engine.counts import resolve_counts
+from rsjax.engine.driver import cohen_passes
 
 ROOT = pathlib.Path(rsjax.__file__).parent
 D = 8

@@ -11,8 +11,8 @@ import shutil
 import jax
 import numpy as np
 import pytest
-
 from run_edits import copy_run, edit_run, move_one_count, reradius
+
 from rsjax import audit, cli, io, record, verify
 from rsjax import noise as noise_lib
 from rsjax.runspec import KEY_DERIVATION, RunSpec

@@ -8,8 +8,8 @@ whose balls meet often; a DDRS run through the command verifies, and each edit
 
 import numpy as np
 import pytest
-
 from run_edits import copy_run, edit_column, edit_record, move_one_count
+
 from rsjax import audit, cli, ddrs, io, verify
 from rsjax.ddrs import _check as _ddrs
 

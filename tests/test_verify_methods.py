@@ -8,8 +8,8 @@ import shutil
 
 import numpy as np
 import pytest
-
 from run_edits import copy_run, edit_column, edit_record, edit_run, move_one_count
+
 from rsjax import cli, io, record, verify
 from rsjax.runspec import RunSpec
 

@@ -8,10 +8,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from rsjax.engine.driver import Certificate, Sampling, certificate_from_counts, engine_counts, run_certify
-from rsjax.engine.counts import prepare_inputs
 from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
+from rsjax.engine.counts import prepare_inputs
+from rsjax.engine.driver import (
+  Certificate,
+  Sampling,
+  certificate_from_counts,
+  engine_counts,
+  run_certify,
+)
 from rsjax.sigma import SigmaSource
 
 if TYPE_CHECKING:

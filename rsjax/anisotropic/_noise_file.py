@@ -8,7 +8,6 @@ vectors) after training; ``rsjax certify --method ucan`` certifies with it.
 from __future__ import annotations
 
 import os
-
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -8,9 +8,9 @@ import numpy as np
 
 from rsjax import models, record
 from rsjax.anisotropic._certify import UCAN, AnisotropicCertificate
-from rsjax.cohen._certify import certify
 from rsjax.anisotropic._generators import FrozenNoise, pattern_sigma
 from rsjax.anisotropic._noise_file import NOISE_FILE, load_universal_noise
+from rsjax.cohen._certify import certify
 from rsjax.method import Context, Plan
 
 

@@ -184,6 +184,7 @@ def _start_over(out: str) -> None:
 def run(args) -> int:
   """Runs ``rsjax train``; returns the exit status."""
   import jax
+
   from rsjax import models, training
   _fill_training_defaults(args)
   if args.overwrite:
@@ -221,6 +222,7 @@ def run(args) -> int:
 
 def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
   import jax
+
   from rsjax.training import ddrs as ddrs_training
   if args.discard is not None or args.reweigh is not None:
     raise CliError("--method ddrs cannot be combined with --discard or --reweigh")
@@ -243,6 +245,7 @@ def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
 def _train_ucan(args, model, train_xy, model_config) -> int:
   """``train --generator``: fine-tune ``--init`` (or a fresh model) with UCAN noise."""
   import jax
+
   from rsjax import anisotropic
   from rsjax.training import ucan
   if args.generator is None:

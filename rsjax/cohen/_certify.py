@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from rsjax import stats
-from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, cohen_passes, run_certify
 from rsjax.engine.budget import Budget, as_budget
 from rsjax.engine.counts import refuse_traced, sample_counts
+from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, cohen_passes, run_certify
 
 if TYPE_CHECKING:
   import jax

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import jax
 import numpy as np
 
-from rsjax.engine.driver import Certificate, Sampling
 from rsjax.cohen._certify import certify as cohen_certify
-from rsjax.engine.counts import prepare_inputs
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import SigmaAscent, optimize_sigma
+from rsjax.engine.counts import prepare_inputs
+from rsjax.engine.driver import Certificate, Sampling
 from rsjax.method import Plan
 from rsjax.util import as_key
 

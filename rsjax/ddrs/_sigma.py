@@ -95,7 +95,7 @@ class SigmaAscent:
     set_("clip", _check_clip(self.clip))
 
   @classmethod
-  def of(cls, config: "SigmaAscent | None" = None, **fields: Any) -> "SigmaAscent":
+  def of(cls, config: SigmaAscent | None = None, **fields: Any) -> SigmaAscent:
     """``config`` (default ``SigmaAscent()``) with ``fields`` replaced."""
     config = cls() if config is None else config
     if not isinstance(config, cls):

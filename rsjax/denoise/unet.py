@@ -75,7 +75,7 @@ class UNetConfig:
                          f"width, got {self.block_out_channels}")
 
   @classmethod
-  def from_diffusers(cls, config: dict) -> "UNetConfig":
+  def from_diffusers(cls, config: dict) -> UNetConfig:
     """From a diffusers ``config.json`` dict; an unsupported setting is an error."""
     need = {"time_embedding_type": "positional", "act_fn": "silu",
             "resnet_time_scale_shift": "default", "class_embed_type": None,

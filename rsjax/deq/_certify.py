@@ -59,11 +59,11 @@ from flax import nnx
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
 from rsjax.cohen._certify import certify as cohen_certify
-from rsjax.engine.counts import prepare_inputs
-from rsjax.models import DEQApply, SolverConfig, as_solver_config, to_deq_fn
 from rsjax.deq._srs import CORRECTIONS, SRSConfig, srs_sample
+from rsjax.engine.counts import prepare_inputs
+from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
+from rsjax.models import DEQApply, SolverConfig, as_solver_config, to_deq_fn
 from rsjax.util import check_alpha, check_int, scale_per_input
 
 if TYPE_CHECKING:
@@ -252,7 +252,7 @@ def certify(
     sigma: ArrayLike,
     num_classes: int,
     method: str = "srs",
-    solver: "SolverConfig | str | None" = None,
+    solver: SolverConfig | str | None = None,
     srs: SRSConfig | None = None,
     settings: Sampling | None = None,
     ids: ArrayLike | None = None,

@@ -6,7 +6,15 @@ from typing import Any
 
 import numpy as np
 
-from rsjax.checks import Mismatch, VerifyError, binary_radius, compare, cp_lower, read_rows, run_sigma
+from rsjax.checks import (
+  Mismatch,
+  VerifyError,
+  binary_radius,
+  compare,
+  cp_lower,
+  read_rows,
+  run_sigma,
+)
 
 
 def check_srs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,

@@ -38,10 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from rsjax.engine.counts import check_finite_outputs, prepare_inputs, run_on_devices
 from rsjax.engine.driver import Sampling
-from rsjax.engine.counts import check_finite_outputs, prepare_inputs
 from rsjax.engine.step import sample_noise
-from rsjax.engine.counts import run_on_devices
 from rsjax.models import SolverConfig, as_solver_config
 from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replicate
 
@@ -88,7 +87,7 @@ class SRSConfig:
     """Whether the certificate is a proven guarantee (the paper's bound at random positions)."""
     return self.correction == "paper" and self.check == "random"
 
-  def replace(self, **kw: Any) -> "SRSConfig":
+  def replace(self, **kw: Any) -> SRSConfig:
     return dataclasses.replace(self, **kw)
 
 

@@ -86,9 +86,18 @@ from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.engine.driver import (ABSTAIN, ESTIMATION, SELECTION, Certificate, CohenRule, CountsFn,
-                                 EngineCounts, RuleFn, Sampling)
 from rsjax.engine.counts import resolve_counts
+from rsjax.engine.driver import (
+  ABSTAIN,
+  ESTIMATION,
+  SELECTION,
+  Certificate,
+  CohenRule,
+  CountsFn,
+  EngineCounts,
+  RuleFn,
+  Sampling,
+)
 from rsjax.engine.rounds import CountFn, round_counter
 
 __all__ = ["Budget", "BudgetedCertificate", "as_budget", "sequential_bounds",

@@ -29,11 +29,17 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike, DTypeLike
 
-from rsjax.engine.batching import auto_batch_size
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
-from rsjax.engine.step import (ApplyFn, ChunkPlan, cast_floating, make_chunk_plan, noisy_counts,
-                               step_counts)
+from rsjax.engine.batching import auto_batch_size
+from rsjax.engine.step import (
+  ApplyFn,
+  ChunkPlan,
+  cast_floating,
+  make_chunk_plan,
+  noisy_counts,
+  step_counts,
+)
 from rsjax.util import KeyLike, PyTree, as_key, check_int, local_mesh, num_local_devices, replicate
 
 __all__ = ["ApplyFn", "PendingCounts", "sample_counts", "counts_prepared", "dispatch_counts",
@@ -189,7 +195,7 @@ def sample_counts(
     num: int,
     batch_size: int | str = 1000,
     ids: ArrayLike | None = None,
-    noise: "noise_lib.Noise | str | None" = None,
+    noise: noise_lib.Noise | str | None = None,
     compute_dtype: DTypeLike | None = None,
     devices: int | None = None,
     precision: str | None = None,

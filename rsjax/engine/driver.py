@@ -26,8 +26,13 @@ from jax.typing import ArrayLike
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
 from rsjax import stats
-from rsjax.engine.counts import (ApplyFn, PendingCounts, dispatch_counts, prepare_inputs,
-                                 resolve_counts)
+from rsjax.engine.counts import (
+  ApplyFn,
+  PendingCounts,
+  dispatch_counts,
+  prepare_inputs,
+  resolve_counts,
+)
 from rsjax.util import KeyLike, PyTree, as_key, check_alpha, check_int, scale_per_input
 
 __all__ = ["ABSTAIN", "CohenRule", "Certificate", "EngineCounts", "FixedN", "Sampling",
@@ -85,7 +90,7 @@ class Sampling:
     set_("compute_dtype", precision_lib.compute_dtype(self.precision))
 
   @classmethod
-  def of(cls, settings: "Sampling | None" = None, **fields: Any) -> "Sampling":
+  def of(cls, settings: Sampling | None = None, **fields: Any) -> Sampling:
     """``settings`` (default ``Sampling()``) with ``fields`` replaced.
 
     Raises:
@@ -102,7 +107,7 @@ class Sampling:
       raise ValueError(f"settings must be an rsjax.Sampling, got {settings!r}")
     return dataclasses.replace(settings, **fields) if fields else settings
 
-  def replace(self, **fields: Any) -> "Sampling":
+  def replace(self, **fields: Any) -> Sampling:
     return dataclasses.replace(self, **fields)
 
 

@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from rsjax.engine.driver import (ABSTAIN, Certificate, Sampling, certificate_from_counts,
-                            engine_counts, run_certify)
 from rsjax.engine.counts import prepare_inputs
+from rsjax.engine.driver import (
+  ABSTAIN,
+  Certificate,
+  Sampling,
+  certificate_from_counts,
+  engine_counts,
+  run_certify,
+)
 from rsjax.idrs._radius import certified_radius
 from rsjax.noise import Gaussian
 from rsjax.sigma import SigmaSource

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rsjax.idrs import _radius
 from rsjax.cohen._certify import certify
+from rsjax.idrs import _radius
 from rsjax.idrs._certify import IDRS, IDRSCertificate
 from rsjax.idrs._design import KnnSigma, make_design
 from rsjax.method import Context, Plan

@@ -14,13 +14,14 @@ point at which both checks passed.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize as _opt
 from scipy import stats as _st
 
+from rsjax.idrs._xi import MIN_P_B, IDRSNumericalError, check_dim, xi_side
 from rsjax.util import check_int
-from rsjax.idrs._xi import IDRSNumericalError, MIN_P_B, check_dim, xi_side
 
 __all__ = [
     "THRESHOLD_PRESETS",

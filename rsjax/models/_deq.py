@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rsjax.models._implicit import implicit_fixed_point, jacobian_frobenius_sq
-from rsjax.models._solvers import SolverConfig, as_solver_config, solve
 from rsjax.models._aux import AuxLoss, Diagnostic
+from rsjax.models._implicit import implicit_fixed_point, jacobian_frobenius_sq
 from rsjax.models._layers import Normalize, resolve_normalization
+from rsjax.models._solvers import SolverConfig, as_solver_config, solve
 
 __all__ = ["DEQCell", "DEQModel", "DEQClassifier", "DEQForward", "DEQApply", "to_deq_fn", "make_apply_fn"]
 
@@ -160,7 +160,7 @@ class DEQModel(nnx.Module):
         self.jacobian_loss_term.set_value(self.jac_weight * jac)
     return self.head(z)
 
-  def forward(self, x: jax.Array, *, solver: "SolverConfig | str | None" = None,
+  def forward(self, x: jax.Array, *, solver: SolverConfig | str | None = None,
               steps: int | None = None, z0: jax.Array | None = None):
     """Forward solve without implicit differentiation (certification).
 
@@ -220,9 +220,9 @@ class DEQClassifier(DEQModel):
   def __init__(self, *, input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
                channels: int = 16, hidden: int | None = None, groups: int = 4,
                stem_stride: int = 2, normalize="mnist",
-               solver: "SolverConfig | str" = "anderson", steps: int = 12,
-               backward: "SolverConfig | str | None" = None, init_std: float = 0.01,
-               jac_weight: float = 0.0, dtype=None, rngs: "nnx.Rngs | int" = 0):
+               solver: SolverConfig | str = "anderson", steps: int = 12,
+               backward: SolverConfig | str | None = None, init_std: float = 0.01,
+               jac_weight: float = 0.0, dtype=None, rngs: nnx.Rngs | int = 0):
     rngs = nnx.Rngs(rngs) if isinstance(rngs, int) else rngs
     shape = self.setup_input(input_shape, num_classes, normalize)
     if channels % groups:
@@ -289,7 +289,7 @@ def to_deq_fn(model: nnx.Module) -> tuple[DEQForward, nnx.State]:
   return DEQForward(graphdef), variables
 
 
-def make_apply_fn(model_or_fn, *, solver: "SolverConfig | str" = "anderson",
+def make_apply_fn(model_or_fn, *, solver: SolverConfig | str = "anderson",
                   steps: int | None = 30):
   """Standard ``apply_fn(variables, x) -> logits`` of a DEQ: zero init, ``steps`` steps.
 

@@ -49,8 +49,8 @@ _fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)
 
 
 def implicit_fixed_point(f: Callable[[Any, jax.Array], jax.Array], theta, z0: jax.Array, *,
-                forward: "SolverConfig | str" = "anderson",
-                backward: "SolverConfig | str | None" = None, return_info: bool = False):
+                forward: SolverConfig | str = "anderson",
+                backward: SolverConfig | str | None = None, return_info: bool = False):
   """Differentiable fixed point ``z* = f(theta, z*)`` (implicit gradient).
 
   Args:

@@ -95,9 +95,9 @@ class MDEQClassifier(DEQModel):
 
   def __init__(self, *, input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
                channels: Sequence[int] = (8, 16), groups: int = 4, stem_stride: int = 2,
-               normalize="mnist", solver: "SolverConfig | str" = "anderson", steps: int = 12,
-               backward: "SolverConfig | str | None" = None, init_std: float = 0.01,
-               jac_weight: float = 0.0, dtype=None, rngs: "nnx.Rngs | int" = 0):
+               normalize="mnist", solver: SolverConfig | str = "anderson", steps: int = 12,
+               backward: SolverConfig | str | None = None, init_std: float = 0.01,
+               jac_weight: float = 0.0, dtype=None, rngs: nnx.Rngs | int = 0):
     rngs = nnx.Rngs(rngs) if isinstance(rngs, int) else rngs
     shape = self.setup_input(input_shape, num_classes, normalize)
     c1, c2 = (int(c) for c in channels)

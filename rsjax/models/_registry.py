@@ -9,8 +9,14 @@ from flax import nnx
 
 from rsjax.models._deq import DEQClassifier
 from rsjax.models._mdeq import MDEQClassifier
-from rsjax.models._resnet import (CifarResNet, ImageNetResNet, ResNet18, ResNet20, ResNet50,
-                                  ResNet110)
+from rsjax.models._resnet import (
+  CifarResNet,
+  ImageNetResNet,
+  ResNet18,
+  ResNet20,
+  ResNet50,
+  ResNet110,
+)
 from rsjax.models._simple import CNN, MLP, LeNet
 
 __all__ = ["MODELS", "create_model"]

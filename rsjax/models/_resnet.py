@@ -27,8 +27,14 @@ from collections.abc import Sequence
 import jax
 from flax import nnx
 
-from rsjax.models._layers import (BN_EPSILON, BN_MOMENTUM, Normalize, conv_init,
-                                  resolve_normalization, torch_default_init)
+from rsjax.models._layers import (
+  BN_EPSILON,
+  BN_MOMENTUM,
+  Normalize,
+  conv_init,
+  resolve_normalization,
+  torch_default_init,
+)
 
 __all__ = ["BasicResNet", "CifarResNet", "ImageNetResNet", "ResNet20", "ResNet110", "ResNet18",
            "ResNet50"]

@@ -77,7 +77,7 @@ class SolverConfig:
     if self.tol is not None and not self.tol > 0:
       raise ValueError(f"tol must be > 0 or None, got {self.tol!r}")
 
-  def replace(self, **kw) -> "SolverConfig":
+  def replace(self, **kw) -> SolverConfig:
     return dataclasses.replace(self, **kw)
 
   @property
@@ -86,7 +86,7 @@ class SolverConfig:
     return f"{self.steps}{_LETTERS[self.name]}"
 
 
-def as_solver_config(solver: "SolverConfig | str", steps: int | None = None, **kw) -> SolverConfig:
+def as_solver_config(solver: SolverConfig | str, steps: int | None = None, **kw) -> SolverConfig:
   """Builds a ``SolverConfig`` from a name, a paper label or a config.
 
   Args:

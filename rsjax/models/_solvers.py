@@ -329,7 +329,7 @@ def _resolve(config, default_name, steps, tol) -> SolverConfig:
 
 
 def solve(f: Callable[[jax.Array], jax.Array], z0: jax.Array,
-          config: "SolverConfig | str" = "anderson", *, steps: int | None = None,
+          config: SolverConfig | str = "anderson", *, steps: int | None = None,
           tol: float | None = None) -> SolverResult:
   """Solves ``z = f(z)`` from ``z0`` with the solver named in ``config``.
 

@@ -18,6 +18,9 @@
 
 from rsjax.training.analysis import gradient_norm_table as gradient_norm_table
 from rsjax.training.analysis import per_sample_gradient_norms as per_sample_gradient_norms
+from rsjax.training.config import BatchSigma as BatchSigma
+from rsjax.training.config import TrainConfig as TrainConfig
+from rsjax.training.config import make_optimizer as make_optimizer
 from rsjax.training.defaults import TRAINING_DEFAULTS as TRAINING_DEFAULTS
 from rsjax.training.defaults import training_defaults as training_defaults
 from rsjax.training.objectives import MACER as MACER
@@ -34,9 +37,6 @@ from rsjax.training.strategies import correct_counts as correct_counts
 from rsjax.training.strategies import discard_mask as discard_mask
 from rsjax.training.strategies import resample as resample
 from rsjax.training.strategies import reweigh_weights as reweigh_weights
-from rsjax.training.config import BatchSigma as BatchSigma
-from rsjax.training.config import TrainConfig as TrainConfig
-from rsjax.training.config import make_optimizer as make_optimizer
 from rsjax.training.trainer import train as train
 
 __all__ = ["BatchSigma", "Consistency", "Discard", "Gaussian", "MACER", "OBJECTIVES", "Objective", "Reweigh",

@@ -35,15 +35,19 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
-from rsjax.engine.counts import as_key
 from rsjax import models
 from rsjax.checkpoint import Checkpoints
+from rsjax.engine.counts import as_key
 from rsjax.io import write_json
 from rsjax.training.config import LATER_FIELDS, TrainConfig, make_optimizer, optimizer_spec
-from rsjax.training.steps import (check_finite_loss, eval_step, evaluate, first_bad_step,
-                                  train_step)
-from rsjax.training.strategies import (Discard, correct_counts, discard_mask, resample,
-                                      reweigh_weights)
+from rsjax.training.steps import check_finite_loss, eval_step, evaluate, first_bad_step, train_step
+from rsjax.training.strategies import (
+  Discard,
+  correct_counts,
+  discard_mask,
+  resample,
+  reweigh_weights,
+)
 
 __all__ = ["HISTORY_FILE", "train"]
 

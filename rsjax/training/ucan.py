@@ -61,10 +61,9 @@ import numpy as np
 import optax
 from flax import nnx
 
-from rsjax import anisotropic
+from rsjax import anisotropic, models
 from rsjax.anisotropic import GENERATORS, SOUND_GENERATORS, load_noise, save_noise
 from rsjax.checkpoint import Checkpoints
-from rsjax import models
 from rsjax.io import write_json
 from rsjax.models import to_train_fn
 from rsjax.training.config import TrainConfig

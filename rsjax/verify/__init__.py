@@ -42,8 +42,12 @@ from rsjax import record as record_lib
 from rsjax.checks import Mismatch, VerifyError
 from rsjax.method import Method
 from rsjax.verify._report import VerifyReport
-from rsjax.verify._run import (certificate_view, check_against_dataset, check_rows_declared,
-                               load_dataset)
+from rsjax.verify._run import (
+  certificate_view,
+  check_against_dataset,
+  check_rows_declared,
+  load_dataset,
+)
 
 if TYPE_CHECKING:
   from rsjax.data import Dataset
