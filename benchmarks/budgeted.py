@@ -96,14 +96,21 @@ def _train(workdir, dataset, sigma, epochs, shape_fn):
   x, xt = shape_fn(x), shape_fn(xt)
   shape = tuple(x.shape[1:])
   normalize = "auto" if shape[-1] == 1 else "cifar10"
-  model = models.create_model("lenet", num_classes=10, input_shape=shape, rngs=0,
-                              normalize=normalize)
+  model = models.create_model(
+    "lenet", num_classes=10, input_shape=shape, rngs=0, normalize=normalize
+  )
   config = {"model": "lenet", "num_classes": 10, "input_shape": list(shape), "dataset": dataset}
   run_dir = os.path.join(workdir, f"lenet_{dataset}_sigma_{sigma:g}")
   model, history = training.train(
-      jax.random.key(0), model, (x, y),
-      training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=128, lr=0.05, lr_step=8),
-      eval_data=(xt, yt), workdir=run_dir, model_config=config, progress=False)
+    jax.random.key(0),
+    model,
+    (x, y),
+    training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=128, lr=0.05, lr_step=8),
+    eval_data=(xt, yt),
+    workdir=run_dir,
+    model_config=config,
+    progress=False,
+  )
   apply_fn, params = models.to_apply_fn(model)
   return apply_fn, params, xt, yt, history[-1]["clean_acc"] if history else float("nan")
 
@@ -114,16 +121,20 @@ def _summary(rows, grid):
   samples = np.concatenate([r["samples"] for r in rows])
   times = [r["seconds"] for r in rows]
   return {
-      "images": int(correct.size),
-      "mean_samples": float(samples.mean()),
-      "samples": {k: float(v) for k, v in metrics.samples_summary(samples).items()},
-      "wall_s": float(sum(times)),
-      "wall_s_without_first_chunk": float(sum(times[1:])),
-      "certified_accuracy": {
-          f"{r:g}": float(a)
-          for r, a in zip(grid, metrics.certified_accuracy(correct, radius, grid), strict=True)},
-      "per_input": {"samples": [int(v) for v in samples], "radius": [float(v) for v in radius],
-                    "correct": [bool(v) for v in correct]},
+    "images": int(correct.size),
+    "mean_samples": float(samples.mean()),
+    "samples": {k: float(v) for k, v in metrics.samples_summary(samples).items()},
+    "wall_s": float(sum(times)),
+    "wall_s_without_first_chunk": float(sum(times[1:])),
+    "certified_accuracy": {
+      f"{r:g}": float(a)
+      for r, a in zip(grid, metrics.certified_accuracy(correct, radius, grid), strict=True)
+    },
+    "per_input": {
+      "samples": [int(v) for v in samples],
+      "radius": [float(v) for v in radius],
+      "correct": [bool(v) for v in correct],
+    },
   }
 
 
@@ -138,24 +149,47 @@ def main(argv=None) -> dict:
   p.add_argument("--alpha", type=float, default=0.001)
   p.add_argument("--batch-size", type=int, default=1000)
   p.add_argument("--chunk", type=int, default=10, help="inputs per certify call")
-  p.add_argument("--skip", type=int, default=10,
-                 help="certify every skip-th test input (1,000 test digits: 10 gives 100)")
+  p.add_argument(
+    "--skip",
+    type=int,
+    default=10,
+    help="certify every skip-th test input (1,000 test digits: 10 gives 100)",
+  )
   p.add_argument("--workdir", default="runs/budgeted")
   p.add_argument("--json", default="benchmarks/results/budgeted.json")
   args = p.parse_args(argv)
 
-  runs = [("mnist-lenet", "mnist5k", s, args.images, 20, lambda a: a) for s in args.sigmas
-          if args.images > 0]
+  runs = [
+    ("mnist-lenet", "mnist5k", s, args.images, 20, lambda a: a)
+    for s in args.sigmas
+    if args.images > 0
+  ]
   if args.cifar_images > 0:
-    runs.append(("cifar-shaped-lenet", "mnist5k-32x32x3", 0.25, args.cifar_images,
-                 args.cifar_epochs, cifar_shaped))
+    runs.append(
+      (
+        "cifar-shaped-lenet",
+        "mnist5k-32x32x3",
+        0.25,
+        args.cifar_images,
+        args.cifar_epochs,
+        cifar_shaped,
+      )
+    )
   setups, rows = {}, {}
   for name, dataset, sigma, images, epochs, shape_fn in runs:
     key = f"{name} sigma={sigma:g}"
     apply_fn, params, xt, yt, clean = _train(args.workdir, dataset, sigma, epochs, shape_fn)
     idx = runner.select_indices(len(xt), skip=args.skip, max_count=images)
-    setups[key] = dict(model=name, sigma=sigma, apply_fn=apply_fn, params=params, x=xt, y=yt,
-                       idx=idx, clean_accuracy=float(clean))
+    setups[key] = dict(
+      model=name,
+      sigma=sigma,
+      apply_fn=apply_fn,
+      params=params,
+      x=xt,
+      y=yt,
+      idx=idx,
+      clean_accuracy=float(clean),
+    )
     rows[key] = {"fixed": [], "budgeted": []}
 
   cert_key = jax.random.key(1)
@@ -164,40 +198,63 @@ def main(argv=None) -> dict:
   t_start = time.perf_counter()
   for c in range(num_chunks):
     for key, s in setups.items():
-      ids = s["idx"][c * args.chunk:(c + 1) * args.chunk]
+      ids = s["idx"][c * args.chunk : (c + 1) * args.chunk]
       if not len(ids):
         continue
       x, y = s["x"][ids], s["y"][ids]
-      common = dict(sigma=s["sigma"], num_classes=10, n0=args.n0, n=args.n, alpha=args.alpha,
-                    batch_size=args.batch_size, ids=ids)
+      common = dict(
+        sigma=s["sigma"],
+        num_classes=10,
+        n0=args.n0,
+        n=args.n,
+        alpha=args.alpha,
+        batch_size=args.batch_size,
+        ids=ids,
+      )
       for method, budget in (("fixed", None), ("budgeted", GRID)):
         t0 = time.perf_counter()
         cert = rsjax.certify(cert_key, s["apply_fn"], s["params"], x, budget=budget, **common)
         dt = time.perf_counter() - t0
         used = cert.num_samples if budget is not None else np.full(len(ids), args.n)
-        rows[key][method].append(dict(correct=(cert.prediction == y), radius=cert.radius,
-                                      samples=used, seconds=dt))
+        rows[key][method].append(
+          dict(correct=(cert.prediction == y), radius=cert.radius, samples=used, seconds=dt)
+        )
       out[key] = {
-          "model": s["model"], "sigma": s["sigma"], "clean_accuracy": s["clean_accuracy"],
-          "test_indices": [int(i) for i in s["idx"][:(c + 1) * args.chunk]],
-          **{m: _summary(r, GRID) for m, r in rows[key].items()},
+        "model": s["model"],
+        "sigma": s["sigma"],
+        "clean_accuracy": s["clean_accuracy"],
+        "test_indices": [int(i) for i in s["idx"][: (c + 1) * args.chunk]],
+        **{m: _summary(r, GRID) for m, r in rows[key].items()},
       }
       f, b = out[key]["fixed"], out[key]["budgeted"]
       out[key]["samples_ratio"] = f["mean_samples"] / b["mean_samples"]
       out[key]["wall_ratio"] = f["wall_s"] / b["wall_s"]
       out[key]["max_accuracy_gap_points"] = 100 * max(
-          abs(f["certified_accuracy"][r] - b["certified_accuracy"][r])
-          for r in f["certified_accuracy"])
-      print(f"[{time.perf_counter() - t_start:7.0f}s] {key}: {b['images']} images, samples "
-            f"{f['mean_samples']:.0f} vs {b['mean_samples']:.0f} "
-            f"({out[key]['samples_ratio']:.2f}x), wall {f['wall_s']:.0f}s vs {b['wall_s']:.0f}s "
-            f"({out[key]['wall_ratio']:.2f}x), max accuracy gap "
-            f"{out[key]['max_accuracy_gap_points']:.1f} points", flush=True)
+        abs(f["certified_accuracy"][r] - b["certified_accuracy"][r])
+        for r in f["certified_accuracy"]
+      )
+      print(
+        f"[{time.perf_counter() - t_start:7.0f}s] {key}: {b['images']} images, samples "
+        f"{f['mean_samples']:.0f} vs {b['mean_samples']:.0f} "
+        f"({out[key]['samples_ratio']:.2f}x), wall {f['wall_s']:.0f}s vs {b['wall_s']:.0f}s "
+        f"({out[key]['wall_ratio']:.2f}x), max accuracy gap "
+        f"{out[key]['max_accuracy_gap_points']:.1f} points",
+        flush=True,
+      )
       budget = dataclasses.asdict(budgeted.Budget(GRID))
-      result = {"grid": list(GRID), "n": args.n, "n0": args.n0, "alpha": args.alpha,
-                "batch_size": args.batch_size, "chunk": args.chunk, "budget": budget,
-                "looks": [int(v) for v in budgeted.Budget(GRID).looks(args.n)],
-                "jax": jax.__version__, "device": str(jax.devices()[0]), "runs": out}
+      result = {
+        "grid": list(GRID),
+        "n": args.n,
+        "n0": args.n0,
+        "alpha": args.alpha,
+        "batch_size": args.batch_size,
+        "chunk": args.chunk,
+        "budget": budget,
+        "looks": [int(v) for v in budgeted.Budget(GRID).looks(args.n)],
+        "jax": jax.__version__,
+        "device": str(jax.devices()[0]),
+        "runs": out,
+      }
       dump_json(args.json, result)
   return out
 

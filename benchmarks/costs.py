@@ -46,6 +46,7 @@ _COUNTERS = {"dot_general": _dot_flops, "conv_general_dilated": _conv_flops}
 
 def _walk(jaxpr, multiplier: int = 1) -> tuple[int, int]:
   from jax.extend import core as jex_core
+
   flops = elements = 0
   for eqn in jaxpr.eqns:
     count = _COUNTERS.get(eqn.primitive.name)
@@ -54,7 +55,7 @@ def _walk(jaxpr, multiplier: int = 1) -> tuple[int, int]:
       elements += multiplier * math.prod(eqn.outvars[0].aval.shape)
     inner = multiplier * (int(eqn.params["length"]) if eqn.primitive.name == "scan" else 1)
     for v in eqn.params.values():
-      for sub in (v if isinstance(v, (list, tuple)) else (v,)):
+      for sub in v if isinstance(v, (list, tuple)) else (v,):
         if isinstance(sub, jex_core.ClosedJaxpr):
           sub = sub.jaxpr
         if isinstance(sub, jex_core.Jaxpr):

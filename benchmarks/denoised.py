@@ -45,36 +45,62 @@ N0 = 100
 SIGMA = 0.25
 
 CIFAR10_UNET = unet.UNetConfig(
-    in_channels=3, out_channels=3, block_out_channels=(128, 256, 256, 256), layers_per_block=2,
-    down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
-    up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"),
-    downsample_padding=0, flip_sin_to_cos=False, freq_shift=1, norm_num_groups=32,
-    norm_eps=1e-6, attention_head_dim=None)
-SMALL_UNET = unet.UNetConfig(in_channels=1, out_channels=1, block_out_channels=(32, 64),
-                             layers_per_block=1, down_block_types=("DownBlock2D",
-                                                                   "AttnDownBlock2D"),
-                             up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8)
-TINY_UNET = unet.UNetConfig(in_channels=1, out_channels=1, block_out_channels=(8, 16),
-                            layers_per_block=1, norm_num_groups=4)
-SETUPS = {"cifar10": (CIFAR10_UNET, "resnet110", (32, 32, 3)),
-          "small": (SMALL_UNET, "lenet", (28, 28, 1)),
-          "tiny": (TINY_UNET, "mlp", (8, 8, 1))}  # the smoke test
+  in_channels=3,
+  out_channels=3,
+  block_out_channels=(128, 256, 256, 256),
+  layers_per_block=2,
+  down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
+  up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"),
+  downsample_padding=0,
+  flip_sin_to_cos=False,
+  freq_shift=1,
+  norm_num_groups=32,
+  norm_eps=1e-6,
+  attention_head_dim=None,
+)
+SMALL_UNET = unet.UNetConfig(
+  in_channels=1,
+  out_channels=1,
+  block_out_channels=(32, 64),
+  layers_per_block=1,
+  down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+  up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+  norm_num_groups=8,
+)
+TINY_UNET = unet.UNetConfig(
+  in_channels=1, out_channels=1, block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4
+)
+SETUPS = {
+  "cifar10": (CIFAR10_UNET, "resnet110", (32, 32, 3)),
+  "small": (SMALL_UNET, "lenet", (28, 28, 1)),
+  "tiny": (TINY_UNET, "mlp", (8, 8, 1)),
+}  # the smoke test
 
 
 def run(name: str, *, num: int, reps: int, batch_size: int, log=print) -> dict:
   config, classifier, shape = SETUPS[name]
   ddpm = unet.UNet2DModel(config, rngs=0)
   denoise_fn, d_params = diffusion.one_step_denoiser(
-      ddpm, sigma=SIGMA, alphas_cumprod=diffusion.linear_schedule())
+    ddpm, sigma=SIGMA, alphas_cumprod=diffusion.linear_schedule()
+  )
   clf = models.create_model(classifier, num_classes=10, input_shape=shape, rngs=0)
   c_fn, c_params = models.to_apply_fn(clf)
-  apply_fn, params = denoised(denoise_fn, c_fn, denoiser_params=d_params,
-                              classifier_params=c_params)
+  apply_fn, params = denoised(
+    denoise_fn, c_fn, denoiser_params=d_params, classifier_params=c_params
+  )
   x = np.random.default_rng(0).random((1,) + shape, dtype=np.float32)
 
   def counts(seed):
-    return rsjax.sample_counts(jax.random.key(seed), apply_fn, params, x, sigma=SIGMA,
-                               num_classes=10, num=num, batch_size=batch_size)
+    return rsjax.sample_counts(
+      jax.random.key(seed),
+      apply_fn,
+      params,
+      x,
+      sigma=SIGMA,
+      num_classes=10,
+      num=num,
+      batch_size=batch_size,
+    )
 
   t = time.perf_counter()
   counts(10_000)
@@ -86,16 +112,27 @@ def run(name: str, *, num: int, reps: int, batch_size: int, log=print) -> dict:
     times.append(time.perf_counter() - t)
   assert int(np.asarray(c).sum()) == num
   rate = num / min(times)
-  res = {"unet": name, "classifier": classifier, "input_shape": list(shape),
-         "unet_params": models.count_params(ddpm), "timestep": denoise_fn.t, "num": num,
-         "batch_size": batch_size, "first_call_s": first, "samples_per_s": rate,
-         "median_samples_per_s": num / float(np.median(times)),
-         "s_per_image_at_N100000": (N0 + N_CERT) / rate,
-         "s_per_image_kind": "measured" if num == N_CERT else f"extrapolated from N={num}",
-         "device": str(jax.devices()[0].device_kind), "jax": jax.__version__}
-  log(f"{name}: {res['unet_params']:,} UNet parameters + {classifier}; {rate:.1f} samples/s "
-      f"(best of {reps}); {res['s_per_image_at_N100000']:.0f} s per image at N = 100,000 "
-      f"({res['s_per_image_kind']}); first call {first:.1f} s")
+  res = {
+    "unet": name,
+    "classifier": classifier,
+    "input_shape": list(shape),
+    "unet_params": models.count_params(ddpm),
+    "timestep": denoise_fn.t,
+    "num": num,
+    "batch_size": batch_size,
+    "first_call_s": first,
+    "samples_per_s": rate,
+    "median_samples_per_s": num / float(np.median(times)),
+    "s_per_image_at_N100000": (N0 + N_CERT) / rate,
+    "s_per_image_kind": "measured" if num == N_CERT else f"extrapolated from N={num}",
+    "device": str(jax.devices()[0].device_kind),
+    "jax": jax.__version__,
+  }
+  log(
+    f"{name}: {res['unet_params']:,} UNet parameters + {classifier}; {rate:.1f} samples/s "
+    f"(best of {reps}); {res['s_per_image_at_N100000']:.0f} s per image at N = 100,000 "
+    f"({res['s_per_image_kind']}); first call {first:.1f} s"
+  )
   return res
 
 

@@ -35,19 +35,19 @@ class Spec:
 
 
 SPECS = {
-    "mlp": Spec("mlp", (28, 28, 1), 10, 20_000, 100_000),
-    "cnn": Spec("cnn", (28, 28, 1), 10, 4_000, 20_000),
-    "lenet": Spec("lenet", (28, 28, 1), 10, 10_000, 100_000),
-    "resnet20": Spec("resnet20", (32, 32, 3), 10, 1_200, 6_000),
-    "resnet110": Spec("resnet110", (32, 32, 3), 10, 200, 1_000),
-    "resnet50": Spec("resnet50", (224, 224, 3), 1000, 8, 32),
+  "mlp": Spec("mlp", (28, 28, 1), 10, 20_000, 100_000),
+  "cnn": Spec("cnn", (28, 28, 1), 10, 4_000, 20_000),
+  "lenet": Spec("lenet", (28, 28, 1), 10, 10_000, 100_000),
+  "resnet20": Spec("resnet20", (32, 32, 3), 10, 1_200, 6_000),
+  "resnet110": Spec("resnet110", (32, 32, 3), 10, 200, 1_000),
+  "resnet50": Spec("resnet50", (224, 224, 3), 1000, 8, 32),
 }
 
 # Dense peak GFLOP/s of known accelerators (float32 without tensor cores, bfloat16 dense).
 _PEAKS = {
-    "H100": {"float32": 67_000.0, "bfloat16": 989_000.0},
-    "H200": {"float32": 67_000.0, "bfloat16": 989_000.0},
-    "A100": {"float32": 19_500.0, "bfloat16": 312_000.0},
+  "H100": {"float32": 67_000.0, "bfloat16": 989_000.0},
+  "H200": {"float32": 67_000.0, "bfloat16": 989_000.0},
+  "A100": {"float32": 19_500.0, "bfloat16": 312_000.0},
 }
 
 
@@ -59,9 +59,11 @@ _PEAKS = {
 class CompileClock:
   """Sums JAX's compile-phase durations (trace, lowering, backend compile)."""
 
-  _EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
-             "/jax/core/compile/jaxpr_to_mlir_module_duration",
-             "/jax/core/compile/backend_compile_duration")
+  _EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+  )
 
   def __init__(self):
     self.total = 0.0
@@ -112,6 +114,7 @@ def forward_flops(apply_fn, params, input_shape) -> float:
   """FLOPs of one forward pass per sample, from the jaxpr (``benchmarks.costs``): the same
   number on every backend (XLA's GPU ``cost_analysis`` leaves out cuDNN convolutions)."""
   from benchmarks.costs import matmul_flops
+
   return matmul_flops(apply_fn, params, input_shape)
 
 
@@ -138,29 +141,32 @@ def cpu_model() -> str:
 
 def environment(threads) -> dict:
   env = {
-      "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-      "cpu": cpu_model(),
-      "cores": os.cpu_count(),
-      "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-      "python": platform.python_version(),
-      "jax": jax.__version__,
-      "jaxlib": None,
-      "devices": [str(d) for d in jax.local_devices()],
-      "device_kind": jax.local_devices()[0].device_kind,
-      "matmul_precision": str(jax.config.jax_default_matmul_precision),
-      "xla_flags": os.environ.get("XLA_FLAGS", ""),
-      "torch": torch.__version__ if torch is not None else None,
-      "torch_threads_tried": list(threads) if torch is not None else None,
-      "torch_cuda_device": (torch.cuda.get_device_name(0)
-                            if torch is not None and torch.cuda.is_available() else None),
+    "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    "cpu": cpu_model(),
+    "cores": os.cpu_count(),
+    "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    "python": platform.python_version(),
+    "jax": jax.__version__,
+    "jaxlib": None,
+    "devices": [str(d) for d in jax.local_devices()],
+    "device_kind": jax.local_devices()[0].device_kind,
+    "matmul_precision": str(jax.config.jax_default_matmul_precision),
+    "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    "torch": torch.__version__ if torch is not None else None,
+    "torch_threads_tried": list(threads) if torch is not None else None,
+    "torch_cuda_device": (
+      torch.cuda.get_device_name(0) if torch is not None and torch.cuda.is_available() else None
+    ),
   }
   try:
     import jaxlib
+
     env["jaxlib"] = jaxlib.__version__
   except ImportError:
     pass
   try:
     import flax
+
     env["flax"] = flax.__version__
   except ImportError:
     pass
@@ -184,4 +190,3 @@ def enable_compile_cache(path: str) -> None:
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-

@@ -34,20 +34,22 @@ from rsjax import data, models, training
 
 def objectives(m: int) -> dict:
   return {
-      "gaussian m=1": training.Gaussian(num_noise=1),
-      f"gaussian m={m}": training.Gaussian(num_noise=m),
-      f"consistency m={m}": training.Consistency(num_noise=m),
-      f"smoothadv m={m}, 2 steps": training.SmoothAdv(num_noise=m, steps=2, warmup=1),
-      f"macer m={m}": training.MACER(num_noise=m),
-      f"gaussian+sphere attack m={m}, T=4": training.Gaussian(
-          num_noise=m, attack=training.SphereAttack(steps=4, step_size=0.25)),
+    "gaussian m=1": training.Gaussian(num_noise=1),
+    f"gaussian m={m}": training.Gaussian(num_noise=m),
+    f"consistency m={m}": training.Consistency(num_noise=m),
+    f"smoothadv m={m}, 2 steps": training.SmoothAdv(num_noise=m, steps=2, warmup=1),
+    f"macer m={m}": training.MACER(num_noise=m),
+    f"gaussian+sphere attack m={m}, T=4": training.Gaussian(
+      num_noise=m, attack=training.SphereAttack(steps=4, step_size=0.25)
+    ),
   }
 
 
 def epoch_seconds(objective, x, y, batch: int) -> float:
   model = models.create_model("lenet", num_classes=10, input_shape=(28, 28, 1), rngs=0)
-  cfg = training.TrainConfig(sigma=0.5, epochs=2, batch_size=batch, lr=0.01, objective=objective,
-                             drop_last=True)
+  cfg = training.TrainConfig(
+    sigma=0.5, epochs=2, batch_size=batch, lr=0.01, objective=objective, drop_last=True
+  )
   _, hist = training.train(jax.random.key(0), model, (x, y), cfg, progress=False)
   return float(hist[1]["seconds"])
 
@@ -61,7 +63,7 @@ def main(argv=None) -> dict:
   p.add_argument("--json", default=None)
   args = p.parse_args(argv)
   x, y = data.load("mnist5k", "train").arrays()
-  x, y = x[:args.inputs], y[:args.inputs]
+  x, y = x[: args.inputs], y[: args.inputs]
   objs = objectives(args.m)
   best = {name: float("inf") for name in objs}
   for r in range(args.repeats):
@@ -71,13 +73,19 @@ def main(argv=None) -> dict:
   base_m = best[f"gaussian m={args.m}"]
   base_1 = best["gaussian m=1"]
   steps = args.inputs // args.batch
-  print(f"\nLeNet, mnist5k, {args.inputs} inputs, batch {args.batch} inputs, {steps} steps/epoch, "
-        f"best of {args.repeats} (device: {jax.devices()[0].platform})")
+  print(
+    f"\nLeNet, mnist5k, {args.inputs} inputs, batch {args.batch} inputs, {steps} steps/epoch, "
+    f"best of {args.repeats} (device: {jax.devices()[0].platform})"
+  )
   print(f"{'objective':38s} {'ms/step':>9s} {'vs gaussian m=' + str(args.m):>17s} {'vs m=1':>8s}")
   rows = {}
   for name, t in best.items():
-    rows[name] = {"seconds_per_epoch": t, "ms_per_step": 1e3 * t / steps,
-                  "ratio_vs_gaussian_same_m": t / base_m, "ratio_vs_gaussian_m1": t / base_1}
+    rows[name] = {
+      "seconds_per_epoch": t,
+      "ms_per_step": 1e3 * t / steps,
+      "ratio_vs_gaussian_same_m": t / base_m,
+      "ratio_vs_gaussian_m1": t / base_1,
+    }
     print(f"{name:38s} {1e3 * t / steps:9.1f} {t / base_m:17.2f} {t / base_1:8.2f}")
   out = {"config": vars(args), "objectives": rows, "time": time.strftime("%Y-%m-%d %H:%M")}
   dump_json(args.json, out)

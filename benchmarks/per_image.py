@@ -48,28 +48,57 @@ ALPHA = 0.001
 # Samples per image and forward batches per model when not given: the issue-44
 # workloads (N = 10,000 for the MNIST models; ResNet-20 at N = 1,000 on a CPU).
 DEFAULT_NUM = {"mlp": 10_000, "cnn": 10_000, "lenet": 10_000, "resnet20": 1_000}
-DEFAULT_BATCHES = {"mlp": (400, 1000), "cnn": (400, 1000), "lenet": (400, 1000),
-                   "resnet20": (256,)}
+DEFAULT_BATCHES = {"mlp": (400, 1000), "cnn": (400, 1000), "lenet": (400, 1000), "resnet20": (256,)}
 
 
-def run_model(name: str, *, num: int, n0: int, batch_size: int, images, reps: int,
-              reference_images: int, mode: str, seed: int = 0, log=print) -> list[dict]:
+def run_model(
+  name: str,
+  *,
+  num: int,
+  n0: int,
+  batch_size: int,
+  images,
+  reps: int,
+  reference_images: int,
+  mode: str,
+  seed: int = 0,
+  log=print,
+) -> list[dict]:
   """Times one (model, batch size) over ``images``; returns one row per images-per-call."""
   spec = SPECS[name]
-  model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
-                              rngs=seed)
+  model = models.create_model(
+    name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
+  )
   apply_fn, params = models.to_apply_fn(model)
   x = np.random.default_rng(seed).random((max(images),) + spec.input_shape, dtype=np.float32)
-  ref = ReferenceLoop(apply_fn, params, num_classes=spec.num_classes, sigma=SIGMA,
-                      batch_size=batch_size)
+  ref = ReferenceLoop(
+    apply_fn, params, num_classes=spec.num_classes, sigma=SIGMA, batch_size=batch_size
+  )
 
   def run_rsjax(k):
     if mode == "certify":
-      return rsjax.certify(seed, apply_fn, params, x[:k], sigma=SIGMA,
-                           num_classes=spec.num_classes, n0=n0, n=num, alpha=ALPHA,
-                           batch_size=batch_size)
-    return rsjax.sample_counts(seed, apply_fn, params, x[:k], sigma=SIGMA,
-                               num_classes=spec.num_classes, num=num, batch_size=batch_size)
+      return rsjax.certify(
+        seed,
+        apply_fn,
+        params,
+        x[:k],
+        sigma=SIGMA,
+        num_classes=spec.num_classes,
+        n0=n0,
+        n=num,
+        alpha=ALPHA,
+        batch_size=batch_size,
+      )
+    return rsjax.sample_counts(
+      seed,
+      apply_fn,
+      params,
+      x[:k],
+      sigma=SIGMA,
+      num_classes=spec.num_classes,
+      num=num,
+      batch_size=batch_size,
+    )
 
   def run_reference():
     for i in range(reference_images):
@@ -94,17 +123,24 @@ def run_model(name: str, *, num: int, n0: int, batch_size: int, images, reps: in
   one = images[0] == 1
   rows = []
   for k in images:
-    row = {"model": name, "mode": mode, "num": num, "n0": n0 if mode == "certify" else None,
-           "batch_size": batch_size, "images_per_call": k,
-           "rsjax_s_per_image": best[k], "rsjax_s_per_image_median": statistics.median(wall[k]),
-           "rsjax_cpu_s_per_image": best_cpu[k],
-           "reference_s_per_image": best["reference"],
-           "reference_s_per_image_median": statistics.median(wall["reference"]),
-           "reference_cpu_s_per_image": best_cpu["reference"],
-           "vs_one_image": best[k] / best[1] if one else None,
-           "vs_one_image_cpu": best_cpu[k] / best_cpu[1] if one else None,
-           "reference_over_rsjax": best["reference"] / best[k],
-           "reference_over_rsjax_cpu": best_cpu["reference"] / best_cpu[k]}
+    row = {
+      "model": name,
+      "mode": mode,
+      "num": num,
+      "n0": n0 if mode == "certify" else None,
+      "batch_size": batch_size,
+      "images_per_call": k,
+      "rsjax_s_per_image": best[k],
+      "rsjax_s_per_image_median": statistics.median(wall[k]),
+      "rsjax_cpu_s_per_image": best_cpu[k],
+      "reference_s_per_image": best["reference"],
+      "reference_s_per_image_median": statistics.median(wall["reference"]),
+      "reference_cpu_s_per_image": best_cpu["reference"],
+      "vs_one_image": best[k] / best[1] if one else None,
+      "vs_one_image_cpu": best_cpu[k] / best_cpu[1] if one else None,
+      "reference_over_rsjax": best["reference"] / best[k],
+      "reference_over_rsjax_cpu": best_cpu["reference"] / best_cpu[k],
+    }
     rows.append(row)
   log(table(rows, header=False))
   return rows
@@ -118,17 +154,21 @@ def table(rows: list[dict], header: bool = True) -> str:
   """The rows as a Markdown table: seconds per image and the two ratios, wall (CPU)."""
   lines = []
   if header:
-    lines += ["| model | mode | N | batch | images/call | rsjax s/image, wall (CPU) | "
-              "vs 1 image, wall (CPU) | reference s/image, wall (CPU) | "
-              "reference / rsjax, wall (CPU) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+      "| model | mode | N | batch | images/call | rsjax s/image, wall (CPU) | "
+      "vs 1 image, wall (CPU) | reference s/image, wall (CPU) | "
+      "reference / rsjax, wall (CPU) |",
+      "|---|---|---|---|---|---|---|---|---|",
+    ]
   for r in rows:
-    lines.append(f"| {r['model']} | {r['mode']} | {r['num']} | {r['batch_size']} | "
-                 f"{r['images_per_call']} | "
-                 f"{r['rsjax_s_per_image']:.4f} ({r['rsjax_cpu_s_per_image']:.4f}) | "
-                 f"{_fmt(r['vs_one_image'], '{:.2f}')} ({_fmt(r['vs_one_image_cpu'], '{:.2f}')}) | "
-                 f"{r['reference_s_per_image']:.4f} ({r['reference_cpu_s_per_image']:.4f}) | "
-                 f"{r['reference_over_rsjax']:.2f} ({r['reference_over_rsjax_cpu']:.2f}) |")
+    lines.append(
+      f"| {r['model']} | {r['mode']} | {r['num']} | {r['batch_size']} | "
+      f"{r['images_per_call']} | "
+      f"{r['rsjax_s_per_image']:.4f} ({r['rsjax_cpu_s_per_image']:.4f}) | "
+      f"{_fmt(r['vs_one_image'], '{:.2f}')} ({_fmt(r['vs_one_image_cpu'], '{:.2f}')}) | "
+      f"{r['reference_s_per_image']:.4f} ({r['reference_cpu_s_per_image']:.4f}) | "
+      f"{r['reference_over_rsjax']:.2f} ({r['reference_over_rsjax_cpu']:.2f}) |"
+    )
   return "\n".join(lines)
 
 
@@ -137,30 +177,46 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv=None) -> list[dict]:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--models", default="mlp,lenet,resnet20",
-                 help=f"comma-separated, of {sorted(DEFAULT_NUM)}")
-  p.add_argument("--images", default="1,2,6,16,32",
-                 help="images per rsjax call (the first should be 1: the ratios are to it)")
-  p.add_argument("--batch-sizes", default=None,
-                 help="forward batches, comma-separated (default per model: "
-                 "400,1000 for MNIST models, 256 for ResNet-20)")
-  p.add_argument("--num", type=int, default=None,
-                 help="samples per image (default 10,000; ResNet-20 1,000)")
-  p.add_argument("--mode", choices=("counts", "certify"), default="counts",
-                 help="time rsjax.sample_counts (N samples), or rsjax.certify (n0 then N) "
-                 "against the reference's certify")
+  p = argparse.ArgumentParser(
+    description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  p.add_argument(
+    "--models", default="mlp,lenet,resnet20", help=f"comma-separated, of {sorted(DEFAULT_NUM)}"
+  )
+  p.add_argument(
+    "--images",
+    default="1,2,6,16,32",
+    help="images per rsjax call (the first should be 1: the ratios are to it)",
+  )
+  p.add_argument(
+    "--batch-sizes",
+    default=None,
+    help="forward batches, comma-separated (default per model: "
+    "400,1000 for MNIST models, 256 for ResNet-20)",
+  )
+  p.add_argument(
+    "--num", type=int, default=None, help="samples per image (default 10,000; ResNet-20 1,000)"
+  )
+  p.add_argument(
+    "--mode",
+    choices=("counts", "certify"),
+    default="counts",
+    help="time rsjax.sample_counts (N samples), or rsjax.certify (n0 then N) "
+    "against the reference's certify",
+  )
   p.add_argument("--n0", type=int, default=100, help="selection samples (--mode certify)")
   p.add_argument("--reps", type=int, default=3, help="timed repetitions (best is reported)")
-  p.add_argument("--reference-images", type=int, default=2,
-                 help="images of the per-image loop per repetition")
+  p.add_argument(
+    "--reference-images", type=int, default=2, help="images of the per-image loop per repetition"
+  )
   p.add_argument("--json", default=None, help="write the rows and the environment as JSON")
   args = p.parse_args(argv)
   images = _ints(args.images)
   env = environment(())
-  print(f"per-image cost, {args.mode}: {env['cpu']}, {env['cores']} cores, jax {env['jax']}, "
-        f"load {env['load_avg_1m']}")
+  print(
+    f"per-image cost, {args.mode}: {env['cpu']}, {env['cores']} cores, jax {env['jax']}, "
+    f"load {env['load_avg_1m']}"
+  )
   print(table([]))
   rows = []
   for name in [m for m in args.models.split(",") if m]:
@@ -168,9 +224,16 @@ def main(argv=None) -> list[dict]:
       p.error(f"--models: unknown model {name!r}; choose from {sorted(DEFAULT_NUM)}")
     batches = _ints(args.batch_sizes) if args.batch_sizes else DEFAULT_BATCHES[name]
     for bs in batches:
-      rows += run_model(name, num=args.num or DEFAULT_NUM[name], n0=args.n0, batch_size=bs,
-                        images=images, reps=args.reps, reference_images=args.reference_images,
-                        mode=args.mode)
+      rows += run_model(
+        name,
+        num=args.num or DEFAULT_NUM[name],
+        n0=args.n0,
+        batch_size=bs,
+        images=images,
+        reps=args.reps,
+        reference_images=args.reference_images,
+        mode=args.mode,
+      )
   dump_json(args.json, {"environment": env, "results": rows})
   return rows
 

@@ -50,12 +50,18 @@ def certified_accuracy_parity(labels, cert_a, cert_b, radii=RADII, max_points: f
     whether it is at most ``max_points``.
   """
   labels = np.asarray(labels)
-  acc = [metrics.certified_accuracy(np.asarray(c.prediction) == labels, c.radius, radii)
-         for c in (cert_a, cert_b)]
+  acc = [
+    metrics.certified_accuracy(np.asarray(c.prediction) == labels, c.radius, radii)
+    for c in (cert_a, cert_b)
+  ]
   diff = float(np.max(np.abs(np.asarray(acc[0]) - np.asarray(acc[1])))) * 100.0
-  return {"radii": [float(r) for r in radii], "accuracy_a": [float(a) for a in acc[0]],
-          "accuracy_b": [float(a) for a in acc[1]], "max_abs_diff_points": diff,
-          "within": diff <= max_points + 1e-9}
+  return {
+    "radii": [float(r) for r in radii],
+    "accuracy_a": [float(a) for a in acc[0]],
+    "accuracy_b": [float(a) for a in acc[1]],
+    "max_abs_diff_points": diff,
+    "within": diff <= max_points + 1e-9,
+  }
 
 
 def main(argv=None) -> dict:
@@ -74,8 +80,9 @@ def main(argv=None) -> dict:
   test = data.load("mnist5k", "test")
   model = models.create_model(args.model, num_classes=10, input_shape=(28, 28, 1), rngs=0)
   t = time.perf_counter()
-  cfg = training.TrainConfig(sigma=args.sigma, epochs=args.epochs, batch_size=128, lr=0.05,
-                             lr_step=max(args.epochs, 1))
+  cfg = training.TrainConfig(
+    sigma=args.sigma, epochs=args.epochs, batch_size=128, lr=0.05, lr_step=max(args.epochs, 1)
+  )
   training.train(jax.random.key(0), model, (train_x, train_y), cfg, progress=False)
   train_s = time.perf_counter() - t
   apply_fn, variables = models.to_apply_fn(model)
@@ -84,13 +91,31 @@ def main(argv=None) -> dict:
   clean = float(np.mean(np.asarray(jax.jit(apply_fn)(variables, x)).argmax(1) == y))
   bs = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
 
-  out = {"model": args.model, "sigma": args.sigma, "epochs": args.epochs, "train_s": train_s,
-         "images": args.images, "n": args.n, "alpha": args.alpha, "clean_accuracy": clean}
+  out = {
+    "model": args.model,
+    "sigma": args.sigma,
+    "epochs": args.epochs,
+    "train_s": train_s,
+    "images": args.images,
+    "n": args.n,
+    "alpha": args.alpha,
+    "clean_accuracy": clean,
+  }
   certs = {}
   for name, dtype in (("float32", None), ("bfloat16", jnp.bfloat16)):
-    kw = dict(sigma=args.sigma, num_classes=10, n0=100, n=args.n, alpha=args.alpha,
-              batch_size=bs, ids=ids, compute_dtype=dtype)
-    rsjax.certify(jax.random.key(1), apply_fn, variables, x[:1], **{**kw, "ids": ids[:1]})  # compile
+    kw = dict(
+      sigma=args.sigma,
+      num_classes=10,
+      n0=100,
+      n=args.n,
+      alpha=args.alpha,
+      batch_size=bs,
+      ids=ids,
+      compute_dtype=dtype,
+    )
+    rsjax.certify(
+      jax.random.key(1), apply_fn, variables, x[:1], **{**kw, "ids": ids[:1]}
+    )  # compile
     t = time.perf_counter()
     certs[name] = rsjax.certify(jax.random.key(2), apply_fn, variables, x, **kw)
     out[f"{name}_s"] = time.perf_counter() - t
@@ -105,21 +130,30 @@ def main(argv=None) -> dict:
   out["changed_sample_fraction_lower_bound_mean"] = float(changed.mean())
   out["changed_sample_fraction_lower_bound_max"] = float(changed.max())
 
-  print(f"# bf16 vs fp32: {args.model} on mnist5k, sigma {args.sigma}, {args.images} test "
-        f"inputs, n0 = 100, n = {args.n}, alpha = {args.alpha}; clean accuracy {clean:.3f}")
+  print(
+    f"# bf16 vs fp32: {args.model} on mnist5k, sigma {args.sigma}, {args.images} test "
+    f"inputs, n0 = 100, n = {args.n}, alpha = {args.alpha}; clean accuracy {clean:.3f}"
+  )
   print("| precision | " + " | ".join(f"cert. acc. r={r}" for r in RADII) + " | time s |")
   print("|---|" + "---|" * (len(RADII) + 1))
   for name in ("float32", "bfloat16"):
     accs = out[f"{name}_certified_accuracy"]
-    print(f"| {name} | " + " | ".join(f"{accs[str(r)]:.3f}" for r in RADII)
-          + f" | {out[name + '_s']:.1f} |")
-  print(f"prediction agreement {out['prediction_agreement']:.3f}; radius |diff| mean "
-        f"{out['mean_abs_radius_diff']:.4f}, max {out['max_abs_radius_diff']:.4f}; samples whose "
-        f"class changed >= {out['changed_sample_fraction_lower_bound_mean']:.4f} (mean), "
-        f"{out['changed_sample_fraction_lower_bound_max']:.4f} (max)")
+    print(
+      f"| {name} | "
+      + " | ".join(f"{accs[str(r)]:.3f}" for r in RADII)
+      + f" | {out[name + '_s']:.1f} |"
+    )
+  print(
+    f"prediction agreement {out['prediction_agreement']:.3f}; radius |diff| mean "
+    f"{out['mean_abs_radius_diff']:.4f}, max {out['max_abs_radius_diff']:.4f}; samples whose "
+    f"class changed >= {out['changed_sample_fraction_lower_bound_mean']:.4f} (mean), "
+    f"{out['changed_sample_fraction_lower_bound_max']:.4f} (max)"
+  )
   par = out["parity"]
-  print(f"parity: certified accuracy differs by at most {par['max_abs_diff_points']:.2f} points "
-        f"({'within' if par['within'] else 'NOT within'} 1 point)")
+  print(
+    f"parity: certified accuracy differs by at most {par['max_abs_diff_points']:.2f} points "
+    f"({'within' if par['within'] else 'NOT within'} 1 point)"
+  )
   dump_json(args.json, out)
   return out
 

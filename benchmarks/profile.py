@@ -72,22 +72,35 @@ def conv_stages(batch: int, reps: int) -> list[dict]:
   for ch, hw in ((16, 32), (32, 16), (64, 8)):
     x = rng.standard_normal((batch, hw, hw, ch), dtype=np.float32)
     k = rng.standard_normal((3, 3, ch, ch), dtype=np.float32)
-    nhwc = jax.jit(lambda x, k: jax.lax.conv_general_dilated(
-        x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
-    nchw = jax.jit(lambda x, k: jax.lax.conv_general_dilated(
-        x, k, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW")))
+    nhwc = jax.jit(
+      lambda x, k: jax.lax.conv_general_dilated(
+        x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+      )
+    )
+    nchw = jax.jit(
+      lambda x, k: jax.lax.conv_general_dilated(
+        x, k, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW")
+      )
+    )
     xj, kj = jnp.asarray(x), jnp.asarray(k)
     xc, kc = jnp.asarray(x.transpose(0, 3, 1, 2)), jnp.asarray(k.transpose(3, 2, 0, 1))
-    row = {"channels": ch, "size": hw, "batch": batch,
-           "gflop": 2 * batch * hw * hw * ch * ch * 9 / 1e9,
-           "xla_nhwc": best_time(lambda f=nhwc, x=xj, k=kj: _sync(f(x, k)), reps),
-           "xla_nchw": best_time(lambda f=nchw, x=xc, k=kc: _sync(f(x, k)), reps)}
+    row = {
+      "channels": ch,
+      "size": hw,
+      "batch": batch,
+      "gflop": 2 * batch * hw * hw * ch * ch * 9 / 1e9,
+      "xla_nhwc": best_time(lambda f=nhwc, x=xj, k=kj: _sync(f(x, k)), reps),
+      "xla_nchw": best_time(lambda f=nchw, x=xc, k=kc: _sync(f(x, k)), reps),
+    }
     if torch is not None:
-      xt, kt = torch.from_numpy(x.transpose(0, 3, 1, 2).copy()), torch.from_numpy(
-          k.transpose(3, 2, 0, 1).copy())
+      xt, kt = (
+        torch.from_numpy(x.transpose(0, 3, 1, 2).copy()),
+        torch.from_numpy(k.transpose(3, 2, 0, 1).copy()),
+      )
       with torch.no_grad():
         row["torch"] = best_time(
-            lambda x=xt, k=kt: torch.nn.functional.conv2d(x, k, padding=1), reps)
+          lambda x=xt, k=kt: torch.nn.functional.conv2d(x, k, padding=1), reps
+        )
     rows.append(row)
   return rows
 
@@ -97,19 +110,36 @@ def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dic
   from benchmarks import measure
 
   spec = measure.SPECS[name]
-  model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
-                              rngs=seed)
+  model = models.create_model(
+    name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
+  )
   apply_fn, variables = models.to_apply_fn(model)
   x = np.random.default_rng(seed).random((1,) + spec.input_shape, dtype=np.float32)
-  b = (batching.auto_batch_size(apply_fn, variables, spec.input_shape, num=num)
-       if batch_size == "auto" else int(batch_size))
+  b = (
+    batching.auto_batch_size(apply_fn, variables, spec.input_shape, num=num)
+    if batch_size == "auto"
+    else int(batch_size)
+  )
   steps = -(-num // b)
-  out = {"model": name, "num": num, "batch_size": b, "steps": steps,
-         "device": jax.local_devices()[0].device_kind}
+  out = {
+    "model": name,
+    "num": num,
+    "batch_size": b,
+    "steps": steps,
+    "device": jax.local_devices()[0].device_kind,
+  }
 
   def engine(n=num, bs=b):
-    return rsjax.sample_counts(jax.random.key(1), apply_fn, variables, x, sigma=SIGMA,
-                               num_classes=spec.num_classes, num=n, batch_size=bs)
+    return rsjax.sample_counts(
+      jax.random.key(1),
+      apply_fn,
+      variables,
+      x,
+      sigma=SIGMA,
+      num_classes=spec.num_classes,
+      num=n,
+      batch_size=bs,
+    )
 
   gauss = noise_lib.get_noise("gaussian")
   noise_fn = jax.jit(lambda key, j: rsjax.sample_noise(gauss, key, 0, j, spec.input_shape))
@@ -120,22 +150,27 @@ def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dic
   counts = engine()
 
   t = {"engine": best_time(engine, reps)}
-  per_step = {"noise": best_time(lambda: _sync(noise_fn(jax.random.key(2), j)), reps),
-              "forward": best_time(lambda: _sync(fwd(variables, xb)), reps)}
+  per_step = {
+    "noise": best_time(lambda: _sync(noise_fn(jax.random.key(2), j)), reps),
+    "forward": best_time(lambda: _sync(fwd(variables, xb)), reps),
+  }
   for k, v in per_step.items():
     t[k] = {kk: vv * steps for kk, vv in v.items()}
-  t["count + rest"] = {k: max(t["engine"][k] - t["noise"][k] - t["forward"][k], 0.0)
-                       for k in ("wall_s", "cpu_s")}
+  t["count + rest"] = {
+    k: max(t["engine"][k] - t["noise"][k] - t["forward"][k], 0.0) for k in ("wall_s", "cpu_s")
+  }
   one = best_time(lambda: engine(1, 1), reps)
   f1 = best_time(lambda: _sync(fwd(variables, x1)), reps)
   t["launch"] = {k: max(one[k] - f1[k], 0.0) for k in one}
   top = int(np.argmax(counts[0]))
   t["host statistics"] = best_time(
-      lambda: stats.gaussian_radius(stats.clopper_pearson_lower(counts[0, top], num, 0.001),
-                                    SIGMA), reps)
+    lambda: stats.gaussian_radius(stats.clopper_pearson_lower(counts[0, top], num, 0.001), SIGMA),
+    reps,
+  )
   out["times"] = t
   if torch is not None:
     from benchmarks import torch_models as tm
+
     tmod = tm.from_flax(model, spec.input_shape)
     xt = torch.from_numpy(np.array(tm.to_torch_layout(np.asarray(xb))))
     for threads in sorted({1, torch.get_num_threads()}):
@@ -157,48 +192,67 @@ def noise_streams(reps: int, samples: int = 1000, shape=(784,)) -> dict:
   the same 64 drawn 8 at a time), the property rsjax's counts rest on.
   """
   streams = {
-      "jax.random.normal": (jax.random.normal, "threefry2x32"),
-      "jax.random.normal, rbg key": (jax.random.normal, "rbg"),
-      "jax.random.normal, unsafe_rbg key": (jax.random.normal, "unsafe_rbg"),
-      "threefry20 (default)": (noise_lib.standard_normal, "threefry2x32"),
-      "threefry13 (gaussian_fast)": (
-          lambda k, s: noise_lib.standard_normal(k, s, stream="threefry13"), "threefry2x32"),
+    "jax.random.normal": (jax.random.normal, "threefry2x32"),
+    "jax.random.normal, rbg key": (jax.random.normal, "rbg"),
+    "jax.random.normal, unsafe_rbg key": (jax.random.normal, "unsafe_rbg"),
+    "threefry20 (default)": (noise_lib.standard_normal, "threefry2x32"),
+    "threefry13 (gaussian_fast)": (
+      lambda k, s: noise_lib.standard_normal(k, s, stream="threefry13"),
+      "threefry2x32",
+    ),
   }
   out = {}
   for name, (fn, impl) in streams.items():
-    f = jax.jit(lambda key, js, fn=fn: jax.vmap(lambda k: fn(k, shape))(
-        jax.vmap(lambda j: jax.random.fold_in(key, j))(js)))
+    f = jax.jit(
+      lambda key, js, fn=fn: jax.vmap(lambda k: fn(k, shape))(
+        jax.vmap(lambda j: jax.random.fold_in(key, j))(js)
+      )
+    )
     key = jax.random.key(0, impl=impl)
     t = best_time(lambda f=f, key=key: _sync(f(key, jnp.arange(samples, dtype=jnp.uint32))), reps)
     n = samples * int(np.prod(shape)) / 1e6
     whole = np.asarray(f(key, jnp.arange(64, dtype=jnp.uint32)))
-    parts = np.concatenate([np.asarray(f(key, jnp.arange(s, s + 8, dtype=jnp.uint32)))
-                            for s in range(0, 64, 8)])
-    out[name] = {"M_normals_per_wall_s": n / t["wall_s"], "M_normals_per_cpu_s": n / t["cpu_s"],
-                 "batch_invariant": bool(np.array_equal(whole, parts))}
+    parts = np.concatenate(
+      [np.asarray(f(key, jnp.arange(s, s + 8, dtype=jnp.uint32))) for s in range(0, 64, 8)]
+    )
+    out[name] = {
+      "M_normals_per_wall_s": n / t["wall_s"],
+      "M_normals_per_cpu_s": n / t["cpu_s"],
+      "batch_invariant": bool(np.array_equal(whole, parts)),
+    }
   return out
 
 
 def report(out: dict) -> str:
   t = out["times"]
   total = t["engine"]["wall_s"]
-  lines = [f"# {out['model']}: N = {out['num']}, batch {out['batch_size']} ({out['steps']} steps), "
-           f"{out['device']}",
-           "| piece | wall s | share of engine | CPU s |", "|---|---|---|---|"]
+  lines = [
+    f"# {out['model']}: N = {out['num']}, batch {out['batch_size']} ({out['steps']} steps), "
+    f"{out['device']}",
+    "| piece | wall s | share of engine | CPU s |",
+    "|---|---|---|---|",
+  ]
   for k, v in t.items():
     lines.append(f"| {k} | {v['wall_s']:.3f} | {v['wall_s'] / total:.0%} | {v['cpu_s']:.3f} |")
   for k in [k for k in out if k.startswith("torch_forward")]:
-    lines.append(f"| PyTorch forward ({k.split('_')[2]} thr.) | {out[k]['wall_s']:.3f} | "
-                 f"{out[k]['wall_s'] / total:.0%} | {out[k]['cpu_s']:.3f} |")
+    lines.append(
+      f"| PyTorch forward ({k.split('_')[2]} thr.) | {out[k]['wall_s']:.3f} | "
+      f"{out[k]['wall_s'] / total:.0%} | {out[k]['cpu_s']:.3f} |"
+    )
   if "conv_stages" in out:
-    lines += ["", "| 3x3 conv, batch | GFLOP | XLA NHWC ms | XLA NCHW ms | PyTorch ms |",
-              "|---|---|---|---|---|"]
+    lines += [
+      "",
+      "| 3x3 conv, batch | GFLOP | XLA NHWC ms | XLA NCHW ms | PyTorch ms |",
+      "|---|---|---|---|---|",
+    ]
     for r in out["conv_stages"]:
       tor = r.get("torch", {}).get("wall_s")
-      lines.append(f"| {r['channels']} ch, {r['size']}x{r['size']}, {r['batch']} | "
-                   f"{r['gflop']:.2f} | {r['xla_nhwc']['wall_s'] * 1e3:.1f} | "
-                   f"{r['xla_nchw']['wall_s'] * 1e3:.1f} | "
-                   f"{'-' if tor is None else f'{tor * 1e3:.1f}'} |")
+      lines.append(
+        f"| {r['channels']} ch, {r['size']}x{r['size']}, {r['batch']} | "
+        f"{r['gflop']:.2f} | {r['xla_nhwc']['wall_s'] * 1e3:.1f} | "
+        f"{r['xla_nchw']['wall_s'] * 1e3:.1f} | "
+        f"{'-' if tor is None else f'{tor * 1e3:.1f}'} |"
+      )
   return "\n".join(lines)
 
 
@@ -213,14 +267,21 @@ def main(argv=None) -> dict:
   args = p.parse_args(argv)
   if args.noise:
     out = noise_streams(args.reps)
-    print("| stream | M normals / wall s | M normals / CPU s | batch-invariant |\n|---|---|---|---|")
+    print(
+      "| stream | M normals / wall s | M normals / CPU s | batch-invariant |\n|---|---|---|---|"
+    )
     for k, v in out.items():
-      print(f"| {k} | {v['M_normals_per_wall_s']:.0f} | {v['M_normals_per_cpu_s']:.0f} | "
-            f"{'yes' if v['batch_invariant'] else 'NO'} |")
+      print(
+        f"| {k} | {v['M_normals_per_wall_s']:.0f} | {v['M_normals_per_cpu_s']:.0f} | "
+        f"{'yes' if v['batch_invariant'] else 'NO'} |"
+      )
   else:
-    out = profile(args.model, num=args.num,
-                  batch_size=args.batch_size if args.batch_size == "auto" else int(args.batch_size),
-                  reps=args.reps)
+    out = profile(
+      args.model,
+      num=args.num,
+      batch_size=args.batch_size if args.batch_size == "auto" else int(args.batch_size),
+      reps=args.reps,
+    )
     print(report(out))
   dump_json(args.json, out)
   return out

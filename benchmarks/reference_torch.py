@@ -47,8 +47,15 @@ def _count_arr(arr: np.ndarray, length: int) -> np.ndarray:
   return counts
 
 
-def sample_noise_reference(base_classifier: nn.Module, x: torch.Tensor, num: int, batch_size: int,
-                           *, sigma: float, num_classes: int) -> np.ndarray:
+def sample_noise_reference(
+  base_classifier: nn.Module,
+  x: torch.Tensor,
+  num: int,
+  batch_size: int,
+  *,
+  sigma: float,
+  num_classes: int,
+) -> np.ndarray:
   """Class counts of ``num`` noisy copies of one input, as the reference code computes them.
 
   Args:
@@ -73,7 +80,6 @@ def sample_noise_reference(base_classifier: nn.Module, x: torch.Tensor, num: int
       predictions = base_classifier(batch + noise).argmax(1)
       counts += _count_arr(predictions.cpu().numpy(), num_classes)
     return counts
-
 
 
 # ------------------------------------------------------------------------------------------------
@@ -135,9 +141,17 @@ def _torch_shape(input_shape) -> tuple[int, ...]:
   return (s[2], s[0], s[1]) if len(s) == 3 else s
 
 
-def tuned_counts(module: nn.Module, x: np.ndarray, num: int, batch_size: int, *, sigma: float,
-                 num_classes: int, autocast_dtype: str = "fp32",
-                 generator: torch.Generator | None = None) -> np.ndarray:
+def tuned_counts(
+  module: nn.Module,
+  x: np.ndarray,
+  num: int,
+  batch_size: int,
+  *,
+  sigma: float,
+  num_classes: int,
+  autocast_dtype: str = "fp32",
+  generator: torch.Generator | None = None,
+) -> np.ndarray:
   """Class counts of ``num`` noisy copies of one input, computed on the module's device.
 
   Args:
@@ -166,8 +180,10 @@ def tuned_counts(module: nn.Module, x: np.ndarray, num: int, batch_size: int, *,
   counts = torch.zeros(num_classes, dtype=torch.int64, device=dev)
   ones = torch.ones(b, dtype=torch.int64, device=dev)
   image = xt.dim() == 3
-  with torch.inference_mode(), torch.autocast(dev.type, dtype=torch.bfloat16,
-                                              enabled=autocast_dtype == "bf16"):
+  with (
+    torch.inference_mode(),
+    torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast_dtype == "bf16"),
+  ):
     for start in range(0, num, b):
       noise = torch.randn((b,) + tuple(xt.shape), device=dev, generator=generator)
       batch = torch.addcmul(xt, noise, torch.tensor(sigma, device=dev))
@@ -179,9 +195,19 @@ def tuned_counts(module: nn.Module, x: np.ndarray, num: int, batch_size: int, *,
   return counts.cpu().numpy()
 
 
-def tuned_certify(module: nn.Module, x: np.ndarray, *, n0: int, n: int, alpha: float,
-                  sigma: float, num_classes: int, batch_size: int, autocast_dtype: str = "fp32",
-                  generator: torch.Generator | None = None) -> tuple[int, float]:
+def tuned_certify(
+  module: nn.Module,
+  x: np.ndarray,
+  *,
+  n0: int,
+  n: int,
+  alpha: float,
+  sigma: float,
+  num_classes: int,
+  batch_size: int,
+  autocast_dtype: str = "fp32",
+  generator: torch.Generator | None = None,
+) -> tuple[int, float]:
   """Cohen et al.'s CERTIFY for one input with :func:`tuned_counts`.
 
   Returns:
@@ -190,8 +216,9 @@ def tuned_certify(module: nn.Module, x: np.ndarray, *, n0: int, n: int, alpha: f
   """
   from rsjax import stats  # local import: the benchmark imports torch first
 
-  kw = dict(sigma=sigma, num_classes=num_classes, autocast_dtype=autocast_dtype,
-            generator=generator)
+  kw = dict(
+    sigma=sigma, num_classes=num_classes, autocast_dtype=autocast_dtype, generator=generator
+  )
   top = int(np.argmax(tuned_counts(module, x, n0, batch_size, **kw)))
   k = int(tuned_counts(module, x, n, batch_size, **kw)[top])
   p_lower = float(stats.clopper_pearson_lower(k, n, alpha))

@@ -58,16 +58,16 @@ DEFAULT_JSON = os.path.join("benchmarks", "results", "gpu.json")
 # as the datasheets give it (3.35 TB/s H100 SXM, 4.8 TB/s H200 SXM). "fp32" is rsjax's
 # default precision (full-precision matmuls), so its peak is the fp32 one, not TF32's.
 DEVICE_PEAKS = {
-    "H100": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 3.35e12},
-    "H200": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 4.8e12},
+  "H100": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 3.35e12},
+  "H200": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 4.8e12},
 }
 
 # The suite's goals at N = 100,000 (docs/PERFORMANCE.md): (model, precision) -> (s/image, ratio).
 GOALS = {
-    ("resnet110", "bf16"): (0.5, 1.5),
-    ("resnet110", "fp32"): (1.5, None),
-    ("resnet50", "bf16"): (3.0, None),
-    ("lenet", "bf16"): (0.02, None),
+  ("resnet110", "bf16"): (0.5, 1.5),
+  ("resnet110", "fp32"): (1.5, None),
+  ("resnet50", "bf16"): (3.0, None),
+  ("lenet", "bf16"): (0.02, None),
 }
 
 
@@ -88,50 +88,95 @@ def device_peaks(override: str | None = None) -> dict | None:
   return None
 
 
-def bound_seconds(flops_per_sample: float, act_elements: int, precision: str, peaks: dict,
-                  samples: int) -> dict:
+def bound_seconds(
+  flops_per_sample: float, act_elements: int, precision: str, peaks: dict, samples: int
+) -> dict:
   """The bound (docs/PERFORMANCE.md) of ``samples`` forward passes: compute, memory, their max."""
   compute = flops_per_sample * samples / peaks[precision]
   memory = 2.5 * act_elements * (2 if precision == "bf16" else 4) * samples / peaks["hbm"]
-  return {"compute_s": compute, "memory_s": memory, "bound_s": max(compute, memory),
-          "bound": "compute" if compute >= memory else "memory"}
+  return {
+    "compute_s": compute,
+    "memory_s": memory,
+    "bound_s": max(compute, memory),
+    "bound": "compute" if compute >= memory else "memory",
+  }
 
 
 def _summary(times, samples_per_image) -> dict:
   mean = statistics.fmean(times)
-  return {"seconds_per_image": mean, "seconds_per_image_p50": statistics.median(times),
-          "samples_per_s": samples_per_image / mean, "images": len(times)}
+  return {
+    "seconds_per_image": mean,
+    "seconds_per_image_p50": statistics.median(times),
+    "samples_per_s": samples_per_image / mean,
+    "images": len(times),
+  }
 
 
-def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, batch_size,
-                 twin: bool, twin_compile: str, peaks: dict | None, clock, seed: int = 0,
-                 fold_bn: bool = False, log=print) -> dict:
+def run_workload(
+  name: str,
+  precision: str,
+  *,
+  num: int,
+  n0: int,
+  images: int,
+  batch_size,
+  twin: bool,
+  twin_compile: str,
+  peaks: dict | None,
+  clock,
+  seed: int = 0,
+  fold_bn: bool = False,
+  log=print,
+) -> dict:
   """Certifies ``images`` random inputs of one model with rsjax and the twin; returns figures."""
   spec = measure.SPECS[name]
   declared = PRECISIONS[precision]
   dtype = rsjax.precision.compute_dtype(declared)
-  model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
-                              rngs=seed)
+  model = models.create_model(
+    name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
+  )
   # rsjax's side may fold eval-mode batch norm into the convolutions (the same function up to
   # rounding, one memory pass fewer per conv); the twin runs the model as it is.
   apply_fn, variables = models.to_apply_fn(models.fold_batch_norm(model)[0] if fold_bn else model)
   xs = np.random.default_rng(seed).random((images + 1,) + spec.input_shape, dtype=np.float32)
   if batch_size == "auto":
-    bs = batching.auto_batch_size(apply_fn, variables, spec.input_shape, num=num,
-                                 compute_dtype=dtype)
+    bs = batching.auto_batch_size(
+      apply_fn, variables, spec.input_shape, num=num, compute_dtype=dtype
+    )
   else:
     bs = int(batch_size)
   flops = matmul_flops(apply_fn, variables, spec.input_shape)
   acts = activation_elements(apply_fn, variables, spec.input_shape)
-  res = {"model": name, "precision": precision, "input_shape": list(spec.input_shape),
-         "num_classes": spec.num_classes, "n0": n0, "num": num, "alpha": ALPHA, "sigma": SIGMA,
-         "batch_size": bs, "flops_per_sample": flops, "activation_elements_per_sample": acts,
-         "fold_bn": fold_bn}
+  res = {
+    "model": name,
+    "precision": precision,
+    "input_shape": list(spec.input_shape),
+    "num_classes": spec.num_classes,
+    "n0": n0,
+    "num": num,
+    "alpha": ALPHA,
+    "sigma": SIGMA,
+    "batch_size": bs,
+    "flops_per_sample": flops,
+    "activation_elements_per_sample": acts,
+    "fold_bn": fold_bn,
+  }
 
   def rsjax_certify(i):
-    return rsjax.certify(jax.random.key(seed), apply_fn, variables, xs[i:i + 1], ids=[i],
-                         sigma=SIGMA, num_classes=spec.num_classes, n0=n0, n=num, alpha=ALPHA,
-                         batch_size=bs, precision=declared)
+    return rsjax.certify(
+      jax.random.key(seed),
+      apply_fn,
+      variables,
+      xs[i : i + 1],
+      ids=[i],
+      sigma=SIGMA,
+      num_classes=spec.num_classes,
+      n0=n0,
+      n=num,
+      alpha=ALPHA,
+      batch_size=bs,
+      precision=declared,
+    )
 
   clock.total = 0.0
   first, _ = measure.timed(lambda: rsjax_certify(0))  # warm-up image: compiles n0 and N programs
@@ -141,25 +186,38 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
   if twin and measure.torch is not None:
     from benchmarks import reference_torch as rt
     from benchmarks import torch_models as tm
+
     tw = {}
     t = time.perf_counter()
     tmod, tw["compile"] = rt.tuned_module(model, spec.input_shape, compile_mode=twin_compile)
-    xb = np.clip(xs[:4] + SIGMA * np.random.default_rng(1).standard_normal(xs[:4].shape),
-                 0, 1).astype(np.float32)
+    xb = np.clip(
+      xs[:4] + SIGMA * np.random.default_rng(1).standard_normal(xs[:4].shape), 0, 1
+    ).astype(np.float32)
     res["logits_check"] = tm.check_same_logits(tmod, apply_fn, variables, xb)
     gen = rt.torch_generator(seed)
 
     def twin_certify(i):
-      return rt.tuned_certify(tmod, xs[i], n0=n0, n=num, alpha=ALPHA, sigma=SIGMA,
-                              num_classes=spec.num_classes, batch_size=bs,
-                              autocast_dtype=precision, generator=gen)
+      return rt.tuned_certify(
+        tmod,
+        xs[i],
+        n0=n0,
+        n=num,
+        alpha=ALPHA,
+        sigma=SIGMA,
+        num_classes=spec.num_classes,
+        batch_size=bs,
+        autocast_dtype=precision,
+        generator=gen,
+      )
 
     rt.reset_peak_memory()
     twin_certify(0)
     tw["compile_s"] = time.perf_counter() - t  # module set-up, compile and first image
 
-  log(f"  {name} {precision}: batch {bs}, compile {rs['compile_s']:.1f} s, "
-      f"{flops / 1e6:.2f} MFLOP/sample")
+  log(
+    f"  {name} {precision}: batch {bs}, compile {rs['compile_s']:.1f} s, "
+    f"{flops / 1e6:.2f} MFLOP/sample"
+  )
   t_rs, t_tw = [], []
   pred_rs, pred_tw = [], []
   for i in range(1, images + 1):
@@ -191,17 +249,39 @@ def run_workload(name: str, precision: str, *, num: int, n0: int, images: int, b
   goal = GOALS.get((name, precision))
   if goal is not None and num == 100_000:
     max_s, min_ratio = goal
-    res["goals"].append({"goal": f"<= {max_s} s/image", "value": rs["seconds_per_image"],
-                         "met": rs["seconds_per_image"] <= max_s})
+    res["goals"].append(
+      {
+        "goal": f"<= {max_s} s/image",
+        "value": rs["seconds_per_image"],
+        "met": rs["seconds_per_image"] <= max_s,
+      }
+    )
     if min_ratio is not None and "ratio_to_twin" in res:
-      res["goals"].append({"goal": f">= {min_ratio}x the tuned twin",
-                           "value": res["ratio_to_twin"], "met": res["ratio_to_twin"] >= min_ratio})
+      res["goals"].append(
+        {
+          "goal": f">= {min_ratio}x the tuned twin",
+          "value": res["ratio_to_twin"],
+          "met": res["ratio_to_twin"] >= min_ratio,
+        }
+      )
   return res
 
 
-def run_dataset_workload(name: str, precision: str, *, num: int, n0: int, images: int,
-                         batch_size, twin: bool, twin_compile: str, grid=(0.0, 0.25, 0.5, 0.75, 1.0),
-                         inputs_per_call: int = 16, seed: int = 0, log=print) -> dict:
+def run_dataset_workload(
+  name: str,
+  precision: str,
+  *,
+  num: int,
+  n0: int,
+  images: int,
+  batch_size,
+  twin: bool,
+  twin_compile: str,
+  grid=(0.0, 0.25, 0.5, 0.75, 1.0),
+  inputs_per_call: int = 16,
+  seed: int = 0,
+  log=print,
+) -> dict:
   """The figure a user cares about: wall time to certify ``images`` test-set-size inputs.
 
   rsjax certifies them ``inputs_per_call`` at a time (one program per pass over
@@ -211,57 +291,98 @@ def run_dataset_workload(name: str, precision: str, *, num: int, n0: int, images
   """
   spec = measure.SPECS[name]
   declared = PRECISIONS[precision]
-  model = models.create_model(name, num_classes=spec.num_classes, input_shape=spec.input_shape,
-                              rngs=seed)
+  model = models.create_model(
+    name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
+  )
   apply_fn, variables = models.to_apply_fn(model)
   xs = np.random.default_rng(seed + 1).random((images,) + spec.input_shape, dtype=np.float32)
-  bs = (batching.auto_batch_size(apply_fn, variables, spec.input_shape, num=num,
-                                 compute_dtype=rsjax.precision.compute_dtype(declared))
-        if batch_size == "auto" else int(batch_size))
-  kw = dict(sigma=SIGMA, num_classes=spec.num_classes, n0=n0, n=num, alpha=ALPHA, batch_size=bs,
-            precision=declared)
+  bs = (
+    batching.auto_batch_size(
+      apply_fn,
+      variables,
+      spec.input_shape,
+      num=num,
+      compute_dtype=rsjax.precision.compute_dtype(declared),
+    )
+    if batch_size == "auto"
+    else int(batch_size)
+  )
+  kw = dict(
+    sigma=SIGMA,
+    num_classes=spec.num_classes,
+    n0=n0,
+    n=num,
+    alpha=ALPHA,
+    batch_size=bs,
+    precision=declared,
+  )
 
   def certify_all(budget):
     samples = []
     for start in range(0, images, inputs_per_call):
       ids = np.arange(start, min(images, start + inputs_per_call))
-      cert = rsjax.certify(jax.random.key(seed), apply_fn, variables, xs[ids], ids=ids,
-                           budget=budget, **kw)
+      cert = rsjax.certify(
+        jax.random.key(seed), apply_fn, variables, xs[ids], ids=ids, budget=budget, **kw
+      )
       samples.extend(getattr(cert, "num_samples", np.full(len(ids), num)).tolist())
     return samples
 
-  warm = xs[:min(images, inputs_per_call)]
+  warm = xs[: min(images, inputs_per_call)]
   rsjax.certify(jax.random.key(seed), apply_fn, variables, warm, **kw)  # compile
   rsjax.certify(jax.random.key(seed), apply_fn, variables, warm, budget=grid, **kw)
-  res = {"model": name, "precision": precision, "task": f"dataset{images}", "images": images,
-         "num": num, "n0": n0, "batch_size": bs, "inputs_per_call": inputs_per_call,
-         "grid": list(grid)}
+  res = {
+    "model": name,
+    "precision": precision,
+    "task": f"dataset{images}",
+    "images": images,
+    "num": num,
+    "n0": n0,
+    "batch_size": bs,
+    "inputs_per_call": inputs_per_call,
+    "grid": list(grid),
+  }
   res["rsjax_fixed_s"], _ = measure.timed(lambda: certify_all(None))
   res["rsjax_budgeted_s"], samples = measure.timed(lambda: certify_all(grid))
   res["budgeted_mean_samples"] = float(np.mean(samples))
-  log(f"  {name} {precision}, {images} images: rsjax fixed {res['rsjax_fixed_s']:.1f} s, "
-      f"budgeted {res['rsjax_budgeted_s']:.1f} s (mean {res['budgeted_mean_samples']:.0f} samples)")
+  log(
+    f"  {name} {precision}, {images} images: rsjax fixed {res['rsjax_fixed_s']:.1f} s, "
+    f"budgeted {res['rsjax_budgeted_s']:.1f} s (mean {res['budgeted_mean_samples']:.0f} samples)"
+  )
   if twin and measure.torch is not None:
     from benchmarks import reference_torch as rt
+
     tmod, _ = rt.tuned_module(model, spec.input_shape, compile_mode=twin_compile)
     gen = rt.torch_generator(seed)
-    one = lambda i: rt.tuned_certify(tmod, xs[i], n0=n0, n=num, alpha=ALPHA, sigma=SIGMA,  # noqa: E731
-                                     num_classes=spec.num_classes, batch_size=bs,
-                                     autocast_dtype=precision, generator=gen)
+    one = lambda i: rt.tuned_certify(
+      tmod,
+      xs[i],
+      n0=n0,
+      n=num,
+      alpha=ALPHA,
+      sigma=SIGMA,  # noqa: E731
+      num_classes=spec.num_classes,
+      batch_size=bs,
+      autocast_dtype=precision,
+      generator=gen,
+    )
     one(0)  # compile
     res["twin_fixed_s"], _ = measure.timed(lambda: [one(i) for i in range(images)])
     res["ratio_fixed"] = res["twin_fixed_s"] / res["rsjax_fixed_s"]
     res["ratio_budgeted"] = res["twin_fixed_s"] / res["rsjax_budgeted_s"]
-    log(f"  twin fixed {res['twin_fixed_s']:.1f} s: rsjax {res['ratio_fixed']:.2f}x fixed, "
-        f"{res['ratio_budgeted']:.2f}x budgeted")
+    log(
+      f"  twin fixed {res['twin_fixed_s']:.1f} s: rsjax {res['ratio_fixed']:.2f}x fixed, "
+      f"{res['ratio_budgeted']:.2f}x budgeted"
+    )
   return res
 
 
 def table(results: list[dict]) -> str:
   """Markdown table of a suite run."""
-  head = ("| model | precision | N | batch | rsjax s/image (p50) | rsjax samples/s | twin s/image "
-          "| ratio to twin | compile s (rsjax / twin) | peak MB (rsjax / twin) | MFU | bound s "
-          "| fraction of bound |")
+  head = (
+    "| model | precision | N | batch | rsjax s/image (p50) | rsjax samples/s | twin s/image "
+    "| ratio to twin | compile s (rsjax / twin) | peak MB (rsjax / twin) | MFU | bound s "
+    "| fraction of bound |"
+  )
   rows = [head, "|" + "---|" * (head.count("|") - 1)]
 
   def f(v, s="{:.3g}"):
@@ -272,14 +393,15 @@ def table(results: list[dict]) -> str:
       continue
     rs, tw = r["rsjax"], r.get("twin", {})
     rows.append(
-        f"| {r['model']} | {r['precision']} | {r['num']} | {r['batch_size']} "
-        f"| {f(rs['seconds_per_image'])} ({f(rs['seconds_per_image_p50'])}) "
-        f"| {f(rs['samples_per_s'], '{:.0f}')} | {f(tw.get('seconds_per_image'))} "
-        f"| {f(r.get('ratio_to_twin'), '{:.2f}')} "
-        f"| {f(rs['compile_s'], '{:.1f}')} / {f(tw.get('compile_s'), '{:.1f}')} "
-        f"| {f(rs['peak_memory_mb'], '{:.0f}')} / {f(tw.get('peak_memory_mb'), '{:.0f}')} "
-        f"| {f(r['mfu'], '{:.3f}')} | {f((r['bound'] or {}).get('bound_s'))} "
-        f"| {f(r['bound_fraction'], '{:.2f}')} |")
+      f"| {r['model']} | {r['precision']} | {r['num']} | {r['batch_size']} "
+      f"| {f(rs['seconds_per_image'])} ({f(rs['seconds_per_image_p50'])}) "
+      f"| {f(rs['samples_per_s'], '{:.0f}')} | {f(tw.get('seconds_per_image'))} "
+      f"| {f(r.get('ratio_to_twin'), '{:.2f}')} "
+      f"| {f(rs['compile_s'], '{:.1f}')} / {f(tw.get('compile_s'), '{:.1f}')} "
+      f"| {f(rs['peak_memory_mb'], '{:.0f}')} / {f(tw.get('peak_memory_mb'), '{:.0f}')} "
+      f"| {f(r['mfu'], '{:.3f}')} | {f((r['bound'] or {}).get('bound_s'))} "
+      f"| {f(r['bound_fraction'], '{:.2f}')} |"
+    )
   return "\n".join(rows)
 
 
@@ -295,8 +417,14 @@ def write_json(path: str, env: dict, results: list[dict]) -> None:
   merged += [dict(r, environment=env) for r in results]
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   with open(path, "w", encoding="utf-8") as fh:
-    json.dump({"written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-               "results": merged}, fh, indent=1)
+    json.dump(
+      {
+        "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "results": merged,
+      },
+      fh,
+      indent=1,
+    )
 
 
 def run(args, env: dict, clock) -> list[dict]:
@@ -312,25 +440,51 @@ def run(args, env: dict, clock) -> list[dict]:
   results = []
   for name in names:
     for precision in precisions:
-      print(f"# {name} {precision} (n0 = {args.n0}, N = {num}, {args.images} images) ...",
-            flush=True)
-      results.append(run_workload(
-          name, precision, num=num, n0=args.n0, images=args.images, batch_size=batch_size,
-          twin=not args.no_reference, twin_compile=args.twin_compile, peaks=peaks, clock=clock,
-          fold_bn=args.fold_bn, log=lambda s: print(s, flush=True)))
+      print(
+        f"# {name} {precision} (n0 = {args.n0}, N = {num}, {args.images} images) ...", flush=True
+      )
+      results.append(
+        run_workload(
+          name,
+          precision,
+          num=num,
+          n0=args.n0,
+          images=args.images,
+          batch_size=batch_size,
+          twin=not args.no_reference,
+          twin_compile=args.twin_compile,
+          peaks=peaks,
+          clock=clock,
+          fold_bn=args.fold_bn,
+          log=lambda s: print(s, flush=True),
+        )
+      )
   if args.dataset_images:
     for precision in precisions:
-      print(f"# {args.dataset_model} {precision}: {args.dataset_images} images, fixed N and budgeted ...",
-            flush=True)
-      results.append(run_dataset_workload(
-          args.dataset_model, precision, num=num, n0=args.n0, images=args.dataset_images,
-          batch_size=batch_size, twin=not args.no_reference, twin_compile=args.twin_compile,
-          log=lambda s: print(s, flush=True)))
+      print(
+        f"# {args.dataset_model} {precision}: {args.dataset_images} images, fixed N and budgeted ...",
+        flush=True,
+      )
+      results.append(
+        run_dataset_workload(
+          args.dataset_model,
+          precision,
+          num=num,
+          n0=args.n0,
+          images=args.dataset_images,
+          batch_size=batch_size,
+          twin=not args.no_reference,
+          twin_compile=args.twin_compile,
+          log=lambda s: print(s, flush=True),
+        )
+      )
   print()
   print(table(results))
   for r in results:
     for g in r.get("goals", []):
-      print(f"goal {r['model']} {r['precision']}: {g['goal']}: {g['value']:.3g} "
-            f"({'met' if g['met'] else 'MISSED'})")
+      print(
+        f"goal {r['model']} {r['precision']}: {g['goal']}: {g['value']:.3g} "
+        f"({'met' if g['met'] else 'MISSED'})"
+      )
   write_json(args.json or DEFAULT_JSON, env, results)
   return results

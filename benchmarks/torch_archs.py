@@ -27,8 +27,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["CifarResNet", "LeNet", "NormalizeLayer", "TorchvisionResNet", "cohen_model",
-           "randomize_"]
+__all__ = [
+  "CifarResNet",
+  "LeNet",
+  "NormalizeLayer",
+  "TorchvisionResNet",
+  "cohen_model",
+  "randomize_",
+]
 
 CIFAR10 = ([0.4914, 0.4822, 0.4465], [0.2023, 0.1994, 0.2010])
 IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
@@ -164,7 +170,7 @@ def cohen_model(arch: str, num_classes: int | None = None) -> nn.Module:
     num_classes: default 10 (CIFAR, MNIST) or 1000 (ImageNet).
   """
   if arch.startswith("cifar_resnet"):
-    model = CifarResNet(int(arch[len("cifar_resnet"):]), num_classes or 10)
+    model = CifarResNet(int(arch[len("cifar_resnet") :]), num_classes or 10)
     return nn.Sequential(NormalizeLayer(*CIFAR10), model)
   if arch in ("resnet18", "resnet50"):
     block, layers = (BasicBlock, [2, 2, 2, 2]) if arch == "resnet18" else (Bottleneck, [3, 4, 6, 3])

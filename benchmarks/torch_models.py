@@ -59,8 +59,9 @@ def _conv(flax_conv) -> nn.Conv2d:
     raise ValueError(f"asymmetric padding {pad} has no Conv2d equivalent")
   strides = flax_conv.strides if flax_conv.strides is not None else 1
   strides = (strides, strides) if isinstance(strides, int) else tuple(strides)
-  conv = nn.Conv2d(cin, cout, (kh, kw), stride=strides, padding=(pt, pl),
-                   bias=flax_conv.bias is not None)
+  conv = nn.Conv2d(
+    cin, cout, (kh, kw), stride=strides, padding=(pt, pl), bias=flax_conv.bias is not None
+  )
   with torch.no_grad():
     conv.weight.copy_(_t(k.transpose(3, 2, 0, 1)))
     if flax_conv.bias is not None:
@@ -97,14 +98,14 @@ def _bn(flax_bn) -> nn.BatchNorm2d:
 
 
 class MLP(nn.Module):
-
   def __init__(self, m, input_shape):
     super().__init__()
     self.normalize = _normalize(m.normalize)
     # The first linear layer reads the flattened image: NHWC -> NCHW feature order.
     perm = input_shape if len(input_shape) == 3 else None
     self.hidden = nn.ModuleList(
-        [_linear(layer, permute_from=perm if i == 0 else None) for i, layer in enumerate(m.hidden)])
+      [_linear(layer, permute_from=perm if i == 0 else None) for i, layer in enumerate(m.hidden)]
+    )
     self.head = _linear(m.head, permute_from=None if len(self.hidden) else perm)
 
   def forward(self, x):
@@ -127,7 +128,6 @@ class _TwoConvNet(nn.Module):
 
 
 class LeNet(_TwoConvNet):
-
   def __init__(self, m, input_shape):
     h, w, _ = input_shape
     super().__init__(m, ((h // 2 - 4) // 2, (w // 2 - 4) // 2, 16))
@@ -142,7 +142,6 @@ class LeNet(_TwoConvNet):
 
 
 class CNN(_TwoConvNet):
-
   def __init__(self, m, input_shape):
     h, w, _ = input_shape
     super().__init__(m, ((h - 4) // 2, (w - 4) // 2, 64))
@@ -155,13 +154,15 @@ class CNN(_TwoConvNet):
 
 
 class BasicBlock(nn.Module):
-
   def __init__(self, b):
     super().__init__()
     self.conv1, self.bn1 = _conv(b.conv1), _bn(b.bn1)
     self.conv2, self.bn2 = _conv(b.conv2), _bn(b.bn2)
-    self.shortcut = (nn.Sequential(_conv(b.proj_conv), _bn(b.proj_bn))
-                     if b.proj_conv is not None else nn.Identity())
+    self.shortcut = (
+      nn.Sequential(_conv(b.proj_conv), _bn(b.proj_bn))
+      if b.proj_conv is not None
+      else nn.Identity()
+    )
 
   def forward(self, x):
     y = F.relu(self.bn1(self.conv1(x)))
@@ -264,6 +265,7 @@ def check_same_logits(torch_module: nn.Module, apply_fn, variables, x: np.ndarra
   agree = float(np.mean(out.argmax(1) == ref.argmax(1)))
   if diff > 1e-3 * max(scale, 1.0) or agree < 0.99:
     raise AssertionError(
-        f"PyTorch twin differs from rsjax: max |logit diff| {diff:.3g} (scale {scale:.3g}), "
-        f"argmax agreement {agree:.3f}")
+      f"PyTorch twin differs from rsjax: max |logit diff| {diff:.3g} (scale {scale:.3g}), "
+      f"argmax agreement {agree:.3f}"
+    )
   return {"max_abs_diff": diff, "logit_scale": scale, "argmax_agree": agree}

@@ -27,23 +27,31 @@ import numpy as np
 def write_run(path: str, rows: int, seed: int = 0) -> None:
   import rsjax
   from rsjax import io, record, runspec
+
   rng = np.random.default_rng(seed)
   c, n0, n, alpha, sigma = 10, 100, 100_000, 0.001, 0.25
   settings = rsjax.Sampling(n0=n0, n=n, alpha=alpha)
   p = rng.dirichlet(np.full(c, 0.2), size=rows)
   c0 = np.stack([rng.multinomial(n0, q) for q in p])
   c1 = np.stack([rng.multinomial(n, q) for q in p])
-  cert = rsjax.certificate_from_counts(c0, c1, n=n, alpha=alpha, scale=np.full(rows, sigma),
-                                       dim=784)
+  cert = rsjax.certificate_from_counts(
+    c0, c1, n=n, alpha=alpha, scale=np.full(rows, sigma), dim=784
+  )
   labels = rng.integers(0, c, rows)
   run = runspec.RunSpec(
-      model=runspec.ModelRef(fingerprint="synthetic"),
-      data=runspec.DataRef(name="synthetic-bench", split="test", size=rows,
-                           input_shape=(28, 28, 1), num_classes=c),
-      sigma=sigma, sampling=record.sampling_fields(settings), versions=record.versions())
+    model=runspec.ModelRef(fingerprint="synthetic"),
+    data=runspec.DataRef(
+      name="synthetic-bench", split="test", size=rows, input_shape=(28, 28, 1), num_classes=c
+    ),
+    sigma=sigma,
+    sampling=record.sampling_fields(settings),
+    versions=record.versions(),
+  )
   x = np.zeros((28, 28, 1), np.float32)
-  with io.ResultsWriter(path, kind="certify", resume=False, run=run) as w, \
-      record.RecordWriter(path) as rec:
+  with (
+    io.ResultsWriter(path, kind="certify", resume=False, run=run) as w,
+    record.RecordWriter(path) as rec,
+  ):
     for i in range(rows):
       rec.write(i, record.row(cert, i, x, n=n))
       w.write(idx=i, label=labels[i], predict=cert.prediction[i], radius=cert.radius[i])
@@ -54,18 +62,25 @@ def main() -> None:
   parser.add_argument("--rows", type=int, default=10_000)
   args = parser.parse_args()
   from rsjax import verify
+
   with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, "run.tsv")
     write_run(path, args.rows)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "rsjax.cli", "verify", path],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+      [sys.executable, "-m", "rsjax.cli", "verify", path],
+      capture_output=True,
+      text=True,
+      check=False,
+    )
     wall = time.perf_counter() - t0
     t0 = time.perf_counter()
     report = verify.verify(path)
     dt = time.perf_counter() - t0
-  print(f"rows {report.rows}: 'rsjax verify' {wall:.2f} s wall (start-up included, exit "
-        f"{proc.returncode}); verify.verify {dt:.2f} s in process; all match: {report.ok}")
+  print(
+    f"rows {report.rows}: 'rsjax verify' {wall:.2f} s wall (start-up included, exit "
+    f"{proc.returncode}); verify.verify {dt:.2f} s in process; all match: {report.ok}"
+  )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ RESULTS = os.path.join(ROOT, "results")
 @dataclasses.dataclass(frozen=True)
 class BaseTraining:
   """Settings of the Gaussian base models (one per sigma) that a method's script starts from."""
+
   sigmas: tuple
   model: str
   dataset: str
@@ -27,20 +28,32 @@ class BaseTraining:
 
   def model_config(self, input_shape) -> dict:
     """What the training workdirs record of a 10-class model on ``input_shape``."""
-    return {"model": self.model, "num_classes": 10, "input_shape": list(input_shape),
-            "dataset": self.dataset}
+    return {
+      "model": self.model,
+      "num_classes": 10,
+      "input_shape": list(input_shape),
+      "dataset": self.dataset,
+    }
 
 
 def lenet_mnist5k(quick: bool) -> dict:
   """The :class:`BaseTraining` fields of the Gaussian LeNets on mnist5k (sigma 0.25 and 0.5)
   that the MNIST method scripts start from."""
-  return dict(sigmas=(0.25, 0.5), model="lenet", dataset="mnist5k", epochs=6 if quick else 20,
-              batch_size=128, lr=0.05, lr_step=3 if quick else 8)
+  return dict(
+    sigmas=(0.25, 0.5),
+    model="lenet",
+    dataset="mnist5k",
+    epochs=6 if quick else 20,
+    batch_size=128,
+    lr=0.05,
+    lr_step=3 if quick else 8,
+  )
 
 
 @dataclasses.dataclass(frozen=True)
 class Certification:
   """How a script certifies its rows, and where it keeps its runs and its results."""
+
   skip: int  # every skip-th test input
   n0: int
   n: int
@@ -55,6 +68,7 @@ def certified_curve(correct, radius, radii, *, predict=None) -> dict:
   import numpy as np
 
   from rsjax import metrics
+
   acc = metrics.certified_accuracy(correct, radius, np.asarray(radii), predict=predict)
   return {f"{r:g}": float(a) for r, a in zip(radii, acc, strict=True)}
 
@@ -70,8 +84,13 @@ def sigmas_config(doc: str, get_config, argv=None):
   """``get_config(--quick)`` with ``--sigmas`` (when given) in place of its sigmas."""
   p = argparse.ArgumentParser(description=doc.split("\n")[0])
   p.add_argument("--quick", action="store_true")
-  p.add_argument("--sigmas", type=float, nargs="+", default=None,
-                 help="run only these sigma0 (default 0.25 0.5); recorded in the JSON's config")
+  p.add_argument(
+    "--sigmas",
+    type=float,
+    nargs="+",
+    default=None,
+    help="run only these sigma0 (default 0.25 0.5); recorded in the JSON's config",
+  )
   args = p.parse_args(argv)
   cfg = get_config(args.quick)
   return dataclasses.replace(cfg, sigmas=tuple(args.sigmas)) if args.sigmas else cfg
@@ -81,6 +100,7 @@ def load_splits(dataset: str, skip: int):
   """``(train, test, idx)``: the dataset's two splits and the test indices certified (every
   ``skip``-th)."""
   from rsjax import data, runner
+
   train, test = data.load(dataset, "train"), data.load(dataset, "test")
   return train, test, runner.select_indices(len(test), skip=skip)
 
@@ -102,6 +122,7 @@ def certify_rows(certify_dataset, *args, **kwargs):
   (``resume=False``), so a rerun never mixes rows of two models.
   """
   from rsjax import io
+
   try:
     return certify_dataset(*args, **kwargs)
   except io.RunMismatchError as e:
@@ -130,6 +151,7 @@ def save_results(result: dict, results: str, plot) -> None:
 def save_figure(fig, path: str, dpi: int) -> None:
   """Lays out ``fig``, writes it to ``path`` and closes it."""
   import matplotlib.pyplot as plt
+
   fig.tight_layout()
   fig.savefig(path, dpi=dpi)
   plt.close(fig)

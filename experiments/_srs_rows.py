@@ -45,8 +45,10 @@ def read_rows(path: str, run: dict) -> list[dict]:
       raise
     if i == 0:
       if obj.get("run") != run:
-        raise ValueError(f"{path} holds rows of other settings:\n  {obj.get('run')}\nthis run:\n  "
-                         f"{run}\nmove it away to start over")
+        raise ValueError(
+          f"{path} holds rows of other settings:\n  {obj.get('run')}\nthis run:\n  "
+          f"{run}\nmove it away to start over"
+        )
       continue
     rows.append(obj)
   return rows
@@ -72,8 +74,12 @@ def srs_config(cfg, variant: str, m: int) -> deq.SRSConfig:
   """SRS with ``variant`` ("3B") chains, a 10-step warm-up of the same solver and ``m``
   check samples solved with the standard solver."""
   chain = models.as_solver_config(variant)
-  return deq.SRSConfig(solver=chain, warmup=chain.replace(steps=cfg.warmup_steps),
-                       check_solver=models.as_solver_config(cfg.standard), m=m)
+  return deq.SRSConfig(
+    solver=chain,
+    warmup=chain.replace(steps=cfg.warmup_steps),
+    check_solver=models.as_solver_config(cfg.standard),
+    m=m,
+  )
 
 
 def f_evals(cfg, variant: str, m: int) -> int:
@@ -90,28 +96,56 @@ def f_evals(cfg, variant: str, m: int) -> int:
   return chain_evals(cfg.n0) + chain_evals(cfg.n) + m * full
 
 
-def certify_image(cfg, deq_fn, variables, sigma: float, variant: str, m: int, x, label: int,
-                  image_id: int, compile_call: bool) -> dict:
+def certify_image(
+  cfg,
+  deq_fn,
+  variables,
+  sigma: float,
+  variant: str,
+  m: int,
+  x,
+  label: int,
+  image_id: int,
+  compile_call: bool,
+) -> dict:
   """Certifies one image (``x [1, H, W, C]``) with one method; its row (wall and CPU
   seconds, and the cores the process may use, included)."""
-  kw = dict(sigma=sigma, num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
-            batch_size=cfg.chains, solver=models.as_solver_config(cfg.standard))
+  kw = dict(
+    sigma=sigma,
+    num_classes=10,
+    n0=cfg.n0,
+    n=cfg.n,
+    alpha=cfg.alpha,
+    batch_size=cfg.chains,
+    solver=models.as_solver_config(cfg.standard),
+  )
   if variant == cfg.standard:
     kw.update(method="standard")
   else:
     kw.update(method="srs", srs=srs_config(cfg, variant, m))
   t0, c0 = time.perf_counter(), time.process_time()
-  cert = deq.certify(jax.random.key(cfg.seed + 1), deq_fn, variables, x,
-                     ids=np.array([image_id]), **kw)
-  row = {"id": int(image_id), "label": int(label), "predict": int(cert.prediction[0]),
-         "radius": float(cert.radius[0]), "p_lower": float(cert.p_lower[0]),
-         "count": int(cert.counts[0].max()), "seconds": time.perf_counter() - t0,
-         "cpu_seconds": time.process_time() - c0, "compile": compile_call,
-         "cores": len(os.sched_getaffinity(0))}  # cores this process may run on
+  cert = deq.certify(
+    jax.random.key(cfg.seed + 1), deq_fn, variables, x, ids=np.array([image_id]), **kw
+  )
+  row = {
+    "id": int(image_id),
+    "label": int(label),
+    "predict": int(cert.prediction[0]),
+    "radius": float(cert.radius[0]),
+    "p_lower": float(cert.p_lower[0]),
+    "count": int(cert.counts[0].max()),
+    "seconds": time.perf_counter() - t0,
+    "cpu_seconds": time.process_time() - c0,
+    "compile": compile_call,
+    "cores": len(os.sched_getaffinity(0)),
+  }  # cores this process may run on
   if variant != cfg.standard:
-    row.update(mismatch_upper=float(cert.mismatch_upper[0]),
-               check_selected=int(cert.check_selected[0]),
-               check_agree=int(cert.check_agree[0]), residual=float(cert.residual[0]))
+    row.update(
+      mismatch_upper=float(cert.mismatch_upper[0]),
+      check_selected=int(cert.check_selected[0]),
+      check_agree=int(cert.check_agree[0]),
+      residual=float(cert.residual[0]),
+    )
   return row
 
 
@@ -138,20 +172,24 @@ def summarize(cfg, rows: list[dict], variant: str, m: int, radii=RADII) -> dict:
     return float(np.mean([r[key] for r in rs])) if rs else None
 
   out = {
-      "images": len(rows),
-      "certified_accuracy": None if not rows else {
-          f"{r:g}": float(a)
-          for r, a in zip(radii, metrics.certified_accuracy(correct, radius, radii), strict=True)},
-      "acr": metrics.average_certified_radius(correct, radius) if rows else None,
-      "seconds_per_image": mean("seconds", warm),
-      "cpu_seconds_per_image": mean("cpu_seconds", warm) if all("cpu_seconds" in r for r in warm)
-      else None,
-      "timed_images": len(warm),
-      "waited_images": sum(waited(r) for r in rows if not r["compile"]),
-      "wall_seconds_total": float(sum(r["seconds"] for r in rows)),
-      "f_evals_per_image": evals,
-      "solver_steps_per_sample": evals / (cfg.n0 + cfg.n),
-      "abstain_rate": float(np.mean([r["predict"] < 0 for r in rows])) if rows else None,
+    "images": len(rows),
+    "certified_accuracy": None
+    if not rows
+    else {
+      f"{r:g}": float(a)
+      for r, a in zip(radii, metrics.certified_accuracy(correct, radius, radii), strict=True)
+    },
+    "acr": metrics.average_certified_radius(correct, radius) if rows else None,
+    "seconds_per_image": mean("seconds", warm),
+    "cpu_seconds_per_image": mean("cpu_seconds", warm)
+    if all("cpu_seconds" in r for r in warm)
+    else None,
+    "timed_images": len(warm),
+    "waited_images": sum(waited(r) for r in rows if not r["compile"]),
+    "wall_seconds_total": float(sum(r["seconds"] for r in rows)),
+    "f_evals_per_image": evals,
+    "solver_steps_per_sample": evals / (cfg.n0 + cfg.n),
+    "abstain_rate": float(np.mean([r["predict"] < 0 for r in rows])) if rows else None,
   }
   if variant != cfg.standard:
     out["check_f_eval_share"] = m * models.as_solver_config(cfg.standard).steps / evals
@@ -167,9 +205,11 @@ def add_speedups(results: dict, standard: str) -> None:
   """Speed-up of every method against the standard row (wall, CPU time and f-evals)."""
   base = results[standard]
   for res in results.values():
-    for key, name in (("seconds_per_image", "speedup_vs_standard"),
-                      ("cpu_seconds_per_image", "cpu_speedup_vs_standard"),
-                      ("f_evals_per_image", "f_eval_ratio_vs_standard")):
+    for key, name in (
+      ("seconds_per_image", "speedup_vs_standard"),
+      ("cpu_seconds_per_image", "cpu_speedup_vs_standard"),
+      ("f_evals_per_image", "f_eval_ratio_vs_standard"),
+    ):
       ok = base.get(key) and res.get(key)
       res[name] = base[key] / res[key] if ok else None
 
@@ -178,9 +218,11 @@ def plot(path: str, curves: dict, runs: dict) -> None:
   """Certified accuracy against radius, one panel per (model, sigma), one curve per method;
   dotted: SRS's cap. ``curves[tag][method]`` are rows, ``runs[tag]`` the JSON's entries."""
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   from _common import save_figure
+
   fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.6), squeeze=False)
   for ax, (tag, methods) in zip(axes[0], curves.items(), strict=True):
     top = 1.05 * runs[tag]["standard_radius_cap"]
@@ -191,8 +233,11 @@ def plot(path: str, curves: dict, runs: dict) -> None:
       acc = metrics.certified_accuracy(correct, radius, grid) if rows else np.zeros_like(grid)
       ax.plot(grid, acc, label=name, lw=2.2 if name.startswith("standard") else 1.2)
     ax.axvline(runs[tag]["srs_radius_cap"], ls=":", c="k", lw=1)
-    ax.set(title=f"{tag} ({runs[tag]['images_done']} of {runs[tag]['images_total']} images)",
-           xlabel="radius", ylim=(0, 1.02))
+    ax.set(
+      title=f"{tag} ({runs[tag]['images_done']} of {runs[tag]['images_total']} images)",
+      xlabel="radius",
+      ylim=(0, 1.02),
+    )
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel("certified accuracy")
   axes[0][0].legend(fontsize=8, loc="lower left")
@@ -211,8 +256,9 @@ def _m_to_reach(n_a: int, n: int, alpha: float, radius: float, sigma: float) -> 
     return None
 
 
-def losses_below_cap(cfg, standard_rows: list[dict], rows: list[dict], variant: str, m: int,
-                     sigma: float, radii=RADII) -> dict:
+def losses_below_cap(
+  cfg, standard_rows: list[dict], rows: list[dict], variant: str, m: int, sigma: float, radii=RADII
+) -> dict:
   """Why an SRS method falls behind standard RS below its cap, radius by radius.
 
   An image is lost at ``r`` when standard RS certifies it correctly at ``r`` and the SRS
@@ -237,8 +283,11 @@ def losses_below_cap(cfg, standard_rows: list[dict], rows: list[dict], variant: 
 
   out = {}
   for radius in (r for r in radii if r < cap):
-    lost = [(std[r["id"]], r) for r in rows
-            if r["id"] in std and certified(std[r["id"]], radius) and not certified(r, radius)]
+    lost = [
+      (std[r["id"]], r)
+      for r in rows
+      if r["id"] in std and certified(std[r["id"]], radius) and not certified(r, radius)
+    ]
     causes, needed = {}, []
     for s, r in lost:
       m_r = None
@@ -254,7 +303,13 @@ def losses_below_cap(cfg, standard_rows: list[dict], rows: list[dict], variant: 
       causes[cause] = causes.get(cause, 0) + 1
     m_needed = max(needed) if needed else None
     out[f"{radius:g}"] = {
-        "lost": len(lost), "causes": causes, "m_needed": m_needed,
-        "f_eval_ratio_at_m_needed": (f_evals(cfg, cfg.standard, m_needed)
-                                     / f_evals(cfg, variant, m_needed)) if m_needed else None}
+      "lost": len(lost),
+      "causes": causes,
+      "m_needed": m_needed,
+      "f_eval_ratio_at_m_needed": (
+        f_evals(cfg, cfg.standard, m_needed) / f_evals(cfg, variant, m_needed)
+      )
+      if m_needed
+      else None,
+    }
   return out

@@ -82,6 +82,7 @@ RADII = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
 @dataclasses.dataclass(frozen=True)
 class Config:
   """The study's settings (``get_config`` fills them)."""
+
   quick: bool
   dataset: str
   model: str
@@ -112,49 +113,82 @@ def get_config(quick: bool) -> Config:
   frac = lambda f: max(1, round(f * epochs))  # noqa: E731  (paper epochs / 150)
   e_t = frac(70 / 150)
   methods = {
-      "gaussian": {"objective": "gaussian", "num_noise": m},
-      "consistency": {"objective": "consistency", "num_noise": 2, "lbd": 10.0, "eta": 0.5},
-      "smoothadv": {"objective": "smoothadv", "num_noise": m, "epsilon": 1.0, "steps": 2,
-                    "warmup": frac(10 / 150)},
-      # lbd 12 (MACER's) kills training at this scale; see rsjax.training.MACER
-      "macer": {"objective": "macer", "num_noise": 4, "lbd": 0.5, "gamma": 8.0, "beta": 16.0,
-                "deferred": frac(50 / 150)},
-      "gaussian+all": {"objective": "gaussian", "num_noise": m, "discard": True, "reweigh": True,
-                       "attack": True},
+    "gaussian": {"objective": "gaussian", "num_noise": m},
+    "consistency": {"objective": "consistency", "num_noise": 2, "lbd": 10.0, "eta": 0.5},
+    "smoothadv": {
+      "objective": "smoothadv",
+      "num_noise": m,
+      "epsilon": 1.0,
+      "steps": 2,
+      "warmup": frac(10 / 150),
+    },
+    # lbd 12 (MACER's) kills training at this scale; see rsjax.training.MACER
+    "macer": {
+      "objective": "macer",
+      "num_noise": 4,
+      "lbd": 0.5,
+      "gamma": 8.0,
+      "beta": 16.0,
+      "deferred": frac(50 / 150),
+    },
+    "gaussian+all": {
+      "objective": "gaussian",
+      "num_noise": m,
+      "discard": True,
+      "reweigh": True,
+      "attack": True,
+    },
   }
   if not quick:
     for s in ("discard", "reweigh", "attack"):
       methods[f"gaussian+{s}"] = {"objective": "gaussian", "num_noise": m, s: True}
   return Config(
-      quick=quick, dataset="mnist5k", model="lenet", sigma=0.5, seed=0,
-      epochs=epochs, batch_size=64, lr=0.05, lr_step=frac(50 / 150),
-      discard={"epoch": e_t, "threshold": 0.4, "num_noise": 100},
-      reweigh={"epoch": e_t, "every": frac(10 / 150), "num_noise": 16, "alpha": 0.1,
-               "p_min": 0.75},
-      attack={"start_epoch": e_t, "steps": 3 if quick else 6, "step_size": 0.25, "norm": "l2"},
-      methods=methods,
-      # N = 6,000 is the smallest round budget that can certify r = 1.5 at sigma = 0.5
-      test_skip=10 if quick else 2, n0=100, n=6000 if quick else 10_000, alpha=0.001,
-      grad_num_noise=4, radii=list(RADII),
-      command="python experiments/acr_study.py" + (" --quick" if quick else ""),
+    quick=quick,
+    dataset="mnist5k",
+    model="lenet",
+    sigma=0.5,
+    seed=0,
+    epochs=epochs,
+    batch_size=64,
+    lr=0.05,
+    lr_step=frac(50 / 150),
+    discard={"epoch": e_t, "threshold": 0.4, "num_noise": 100},
+    reweigh={"epoch": e_t, "every": frac(10 / 150), "num_noise": 16, "alpha": 0.1, "p_min": 0.75},
+    attack={"start_epoch": e_t, "steps": 3 if quick else 6, "step_size": 0.25, "norm": "l2"},
+    methods=methods,
+    # N = 6,000 is the smallest round budget that can certify r = 1.5 at sigma = 0.5
+    test_skip=10 if quick else 2,
+    n0=100,
+    n=6000 if quick else 10_000,
+    alpha=0.001,
+    grad_num_noise=4,
+    radii=list(RADII),
+    command="python experiments/acr_study.py" + (" --quick" if quick else ""),
   )
 
 
 def train_config(cfg: Config, spec: dict):
   """The ``TrainConfig`` of one method."""
   from rsjax import training
+
   hyper = {k: v for k, v in spec.items() if k not in ("objective", "discard", "reweigh", "attack")}
   if spec.get("attack"):
     hyper["attack"] = training.SphereAttack(**cfg.attack)
   return training.TrainConfig(
-      sigma=cfg.sigma, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-      lr_step=cfg.lr_step, objective=training.make_objective(spec["objective"], **hyper),
-      discard=training.Discard(**cfg.discard) if spec.get("discard") else None,
-      reweigh=training.Reweigh(**cfg.reweigh) if spec.get("reweigh") else None)
+    sigma=cfg.sigma,
+    epochs=cfg.epochs,
+    batch_size=cfg.batch_size,
+    lr=cfg.lr,
+    lr_step=cfg.lr_step,
+    objective=training.make_objective(spec["objective"], **hyper),
+    discard=training.Discard(**cfg.discard) if spec.get("discard") else None,
+    reweigh=training.Reweigh(**cfg.reweigh) if spec.get("reweigh") else None,
+  )
 
 
-def train_and_certify(cfg: Config, methods: dict, results_dir: str, work_dir: str,
-                      progress: bool = True) -> dict:
+def train_and_certify(
+  cfg: Config, methods: dict, results_dir: str, work_dir: str, progress: bool = True
+) -> dict:
   """Trains and certifies ``methods`` (resuming finished work); returns
   ``{name: (certify results, summary entry, apply_fn, params)}``."""
   import rsjax
@@ -169,48 +203,87 @@ def train_and_certify(cfg: Config, methods: dict, results_dir: str, work_dir: st
   indices = runner.select_indices(len(test_ds), skip=cfg.test_skip)
   out = {}
   for name, spec in methods.items():
-    model = models.create_model(cfg.model, num_classes=10, input_shape=train_ds.input_shape,
-                                rngs=cfg.seed)
+    model = models.create_model(
+      cfg.model, num_classes=10, input_shape=train_ds.input_shape, rngs=cfg.seed
+    )
     model, history = training.train(
-        jax.random.key(cfg.seed), model, (x, y), train_config(cfg, spec),
-        eval_data=(xt, yt), workdir=os.path.join(work_dir, name), progress=progress,
-        model_config={"model": cfg.model, "num_classes": 10,
-                      "input_shape": list(train_ds.input_shape), "dataset": cfg.dataset})
+      jax.random.key(cfg.seed),
+      model,
+      (x, y),
+      train_config(cfg, spec),
+      eval_data=(xt, yt),
+      workdir=os.path.join(work_dir, name),
+      progress=progress,
+      model_config={
+        "model": cfg.model,
+        "num_classes": 10,
+        "input_shape": list(train_ds.input_shape),
+        "dataset": cfg.dataset,
+      },
+    )
     apply_fn, params = models.to_apply_fn(model)
     key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
 
     def certify_fn(xb, ids, apply_fn=apply_fn, params=params, key=key):
-      return rsjax.certify(key, apply_fn, params, xb, sigma=cfg.sigma, num_classes=10,
-                           n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=2000, ids=ids)
+      return rsjax.certify(
+        key,
+        apply_fn,
+        params,
+        xb,
+        sigma=cfg.sigma,
+        num_classes=10,
+        n0=cfg.n0,
+        n=cfg.n,
+        alpha=cfg.alpha,
+        batch_size=2000,
+        ids=ids,
+      )
 
     path = os.path.join(rows_dir, f"{name.replace('+', '_')}.tsv")
     # the rows' run record names the model, so rows of an earlier model are never reused
-    run_id = {"method": name, "model": runner.fingerprint(params), "sigma": cfg.sigma,
-              "n0": cfg.n0, "n": cfg.n, "alpha": cfg.alpha, "seed": cfg.seed}
+    run_id = {
+      "method": name,
+      "model": runner.fingerprint(params),
+      "sigma": cfg.sigma,
+      "n0": cfg.n0,
+      "n": cfg.n,
+      "alpha": cfg.alpha,
+      "seed": cfg.seed,
+    }
     kw = dict(inputs_per_call=10, save_counts=True, progress=progress, run=run_id)
     certify_rows(runner.certify_dataset, Plan(certify_fn), test_ds.get_batch, indices, path, **kw)
     res = io.read_certify(path)
     last = history[-1]
     entry = {
-        "acr": metrics.average_certified_radius(res.correct, res.radius, predict=res.predict),
-        "certified_accuracy": dict(zip(
-            [f"{r:g}" for r in cfg.radii],
-            metrics.certified_accuracy(res.correct, res.radius, cfg.radii,
-                                       predict=res.predict).tolist(), strict=True)),
-        "kept_fraction": last.get("kept_fraction", 1.0),
-        # the epochs' seconds as recorded (also when a finished run is resumed)
-        "train_seconds": float(sum(h["seconds"] for h in history)),
-        "certify_seconds": float(np.sum(res.time)),
-        "clean_accuracy_base": last["clean_acc"], "noisy_accuracy_base": last["noisy_acc"],
+      "acr": metrics.average_certified_radius(res.correct, res.radius, predict=res.predict),
+      "certified_accuracy": dict(
+        zip(
+          [f"{r:g}" for r in cfg.radii],
+          metrics.certified_accuracy(
+            res.correct, res.radius, cfg.radii, predict=res.predict
+          ).tolist(),
+          strict=True,
+        )
+      ),
+      "kept_fraction": last.get("kept_fraction", 1.0),
+      # the epochs' seconds as recorded (also when a finished run is resumed)
+      "train_seconds": float(sum(h["seconds"] for h in history)),
+      "certify_seconds": float(np.sum(res.time)),
+      "clean_accuracy_base": last["clean_acc"],
+      "noisy_accuracy_base": last["noisy_acc"],
     }
-    print(f"[{name}] ACR {entry['acr']:.3f}, train {entry['train_seconds']:.0f} s, "
-          f"certify {entry['certify_seconds']:.0f} s", flush=True)
+    print(
+      f"[{name}] ACR {entry['acr']:.3f}, train {entry['train_seconds']:.0f} s, "
+      f"certify {entry['certify_seconds']:.0f} s",
+      flush=True,
+    )
     out[name] = (res, entry, apply_fn, params)
   return out
 
 
-def run(cfg: Config, results_dir: str, work_dir: str, progress: bool = True,
-        methods: list | None = None) -> dict:
+def run(
+  cfg: Config, results_dir: str, work_dir: str, progress: bool = True, methods: list | None = None
+) -> dict:
   """Trains, certifies and analyzes the methods (default all; ``gaussian`` is
   always included, it is the reference of the easy/hard split); returns the
   JSON-ready summary."""
@@ -218,8 +291,7 @@ def run(cfg: Config, results_dir: str, work_dir: str, progress: bool = True,
 
   t_start = time.perf_counter()
   names = ["gaussian"] + [k for k in (methods or cfg.methods) if k != "gaussian"]
-  done = train_and_certify(cfg, {k: cfg.methods[k] for k in names}, results_dir, work_dir,
-                           progress)
+  done = train_and_certify(cfg, {k: cfg.methods[k] for k in names}, results_dir, work_dir, progress)
   test_ds = data.load(cfg.dataset, "test")
   # easy / hard split by the Gaussian model's p_A (the paper's reference)
   ref = done["gaussian"][0]
@@ -230,8 +302,9 @@ def run(cfg: Config, results_dir: str, work_dir: str, progress: bool = True,
     m["num_easy"], m["num_hard"] = split["num_easy"], split["num_hard"]
     m["accuracy_hard"] = float(split["hard"][0])
     m["accuracy_easy"] = float(split["easy"][0])
-    m["certified_accuracy_hard"] = dict(zip([f"{r:g}" for r in cfg.radii], split["hard"].tolist(),
-                                             strict=True))
+    m["certified_accuracy_hard"] = dict(
+      zip([f"{r:g}" for r in cfg.radii], split["hard"].tolist(), strict=True)
+    )
     pa = metrics.label_probability(res)
     pa_by_method[name] = pa
     m["mean_pa"] = float(pa.mean())
@@ -239,27 +312,45 @@ def run(cfg: Config, results_dir: str, work_dir: str, progress: bool = True,
     m["fraction_pa_above_0.99"] = float(np.mean(pa > 0.99))
     xb, yb = test_ds.get_batch(res.idx)
     norms = training.per_sample_gradient_norms(
-        jax.random.fold_in(jax.random.key(cfg.seed), 2), apply_fn, params, xb, yb,
-        sigma=cfg.sigma, num_noise=cfg.grad_num_noise)
+      jax.random.fold_in(jax.random.key(cfg.seed), 2),
+      apply_fn,
+      params,
+      xb,
+      yb,
+      sigma=cfg.sigma,
+      num_noise=cfg.grad_num_noise,
+    )
     m["grad_norm"] = training.gradient_norm_table(norms, ref_pa)
     per_method[name] = m
   tag = "_quick" if cfg.quick else ""
-  png = plots.plot_pa_cdf(os.path.join(results_dir, f"acr_study_pa_cdf{tag}.png"), pa_by_method,
-                          title=f"p_A on {len(ref.idx)} test digits, sigma={cfg.sigma}, N={cfg.n}")
-  return {"config": dataclasses.asdict(cfg), "methods": per_method, "plot": os.path.relpath(png, ROOT),
-          "seconds_this_run": time.perf_counter() - t_start}
+  png = plots.plot_pa_cdf(
+    os.path.join(results_dir, f"acr_study_pa_cdf{tag}.png"),
+    pa_by_method,
+    title=f"p_A on {len(ref.idx)} test digits, sigma={cfg.sigma}, N={cfg.n}",
+  )
+  return {
+    "config": dataclasses.asdict(cfg),
+    "methods": per_method,
+    "plot": os.path.relpath(png, ROOT),
+    "seconds_this_run": time.perf_counter() - t_start,
+  }
 
 
 def format_table(summary: dict) -> str:
   radii = summary["config"]["radii"]
-  head = (f"{'method':15s} {'ACR':>6s} " + " ".join(f"{'r=' + format(r, 'g'):>6s}" for r in radii)
-          + f" {'hard':>6s} {'kept':>5s} {'g.easy/hard':>11s} {'train s':>8s}")
+  head = (
+    f"{'method':15s} {'ACR':>6s} "
+    + " ".join(f"{'r=' + format(r, 'g'):>6s}" for r in radii)
+    + f" {'hard':>6s} {'kept':>5s} {'g.easy/hard':>11s} {'train s':>8s}"
+  )
   lines = [head]
   for name, m in summary["methods"].items():
     acc = " ".join(f"{m['certified_accuracy'][format(r, 'g')]:6.3f}" for r in radii)
-    lines.append(f"{name:15s} {m['acr']:6.3f} {acc} {m['accuracy_hard']:6.3f} "
-                 f"{m['kept_fraction']:5.2f} {m['grad_norm']['easy_over_hard']:11.2f} "
-                 f"{m['train_seconds']:8.0f}")
+    lines.append(
+      f"{name:15s} {m['acr']:6.3f} {acc} {m['accuracy_hard']:6.3f} "
+      f"{m['kept_fraction']:5.2f} {m['grad_norm']['easy_over_hard']:11.2f} "
+      f"{m['train_seconds']:8.0f}"
+    )
   return "\n".join(lines)
 
 
@@ -267,12 +358,20 @@ def main(argv=None) -> dict:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--quick", action="store_true", help="the small CPU run (minutes on 2 cores)")
   p.add_argument("--results-dir", default=RESULTS)
-  p.add_argument("--work-dir", default=None, help="training checkpoints (default runs/acr_study[_quick])")
-  p.add_argument("--methods", default=None,
-                 help="comma-separated subset to train and certify now (e.g. to run methods in "
-                      "parallel processes); a later run without it reuses their results")
-  p.add_argument("--report", default=None,
-                 help="comma-separated methods to put in the JSON and plot (default: all)")
+  p.add_argument(
+    "--work-dir", default=None, help="training checkpoints (default runs/acr_study[_quick])"
+  )
+  p.add_argument(
+    "--methods",
+    default=None,
+    help="comma-separated subset to train and certify now (e.g. to run methods in "
+    "parallel processes); a later run without it reuses their results",
+  )
+  p.add_argument(
+    "--report",
+    default=None,
+    help="comma-separated methods to put in the JSON and plot (default: all)",
+  )
   p.add_argument("--quiet", action="store_true")
   args = p.parse_args(argv)
   cfg = get_config(args.quick)
@@ -282,11 +381,21 @@ def main(argv=None) -> dict:
   tag = "_quick" if args.quick else ""
   work = args.work_dir or os.path.join(ROOT, "runs", f"acr_study{tag}")
   if args.methods:
-    train_and_certify(cfg, {k: cfg.methods[k] for k in args.methods.split(",")},
-                      args.results_dir, work, progress=not args.quiet)
+    train_and_certify(
+      cfg,
+      {k: cfg.methods[k] for k in args.methods.split(",")},
+      args.results_dir,
+      work,
+      progress=not args.quiet,
+    )
     return {}
-  summary = run(cfg, args.results_dir, work, progress=not args.quiet,
-                methods=args.report.split(",") if args.report else None)
+  summary = run(
+    cfg,
+    args.results_dir,
+    work,
+    progress=not args.quiet,
+    methods=args.report.split(",") if args.report else None,
+  )
   out = os.path.join(args.results_dir, f"acr_study{tag}.json")
   with open(out, "w") as f:
     json.dump(summary, f, indent=1)

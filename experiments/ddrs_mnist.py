@@ -88,6 +88,7 @@ RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 @dataclasses.dataclass(frozen=True)
 class Config(BaseTraining):
   """The experiment's settings (``get_config`` fills them; the base models' first)."""
+
   ddrs_warmup_epochs: int
   ddrs_train: dict  # DDRSConfig fields for Algorithm 2
   macer: dict  # MACER hyperparameters of the ddrs-macer row
@@ -111,33 +112,36 @@ def get_config(quick: bool) -> Config:
   """Settings; ``quick`` is ``python experiments/ddrs_mnist.py --quick`` (under 20 minutes on 2 CPU
   cores), otherwise ``python experiments/ddrs_mnist.py``."""
   return Config(
-      **lenet_mnist5k(quick),
-      ddrs_warmup_epochs=2 if quick else 5,
-      ddrs_train=dict(sigma_steps=1, sigma_lr=1e-2, sigma_draws=4),
-      macer=dict(num_noise=4, lbd=0.5, gamma=8.0, beta=16.0),
-      macer_epochs=2 if quick else 6,
-      macer_lr=0.01,
-      paper=dict(steps=100, lr=1e-4, num_samples=1),
-      tuned=dict(steps=100, lr=1e-2, num_samples=8),
-      skip=20 if quick else 2,
-      n0=100,
-      n=2_000 if quick else 100_000,
-      alpha=0.001,
-      study_inputs=4,
-      study_every=10,
-      study_samples=512,
-      seed=0,
-      out=os.path.join(ROOT, "runs", "ddrs_quick" if quick else "ddrs"),
-      results=os.path.join(RESULTS, "ddrs_quick" if quick else "ddrs"),
+    **lenet_mnist5k(quick),
+    ddrs_warmup_epochs=2 if quick else 5,
+    ddrs_train=dict(sigma_steps=1, sigma_lr=1e-2, sigma_draws=4),
+    macer=dict(num_noise=4, lbd=0.5, gamma=8.0, beta=16.0),
+    macer_epochs=2 if quick else 6,
+    macer_lr=0.01,
+    paper=dict(steps=100, lr=1e-4, num_samples=1),
+    tuned=dict(steps=100, lr=1e-2, num_samples=8),
+    skip=20 if quick else 2,
+    n0=100,
+    n=2_000 if quick else 100_000,
+    alpha=0.001,
+    study_inputs=4,
+    study_every=10,
+    study_samples=512,
+    seed=0,
+    out=os.path.join(ROOT, "runs", "ddrs_quick" if quick else "ddrs"),
+    results=os.path.join(RESULTS, "ddrs_quick" if quick else "ddrs"),
   )
 
 
 def _summary(predict, label, radius, **extra) -> dict:
   from rsjax import metrics
+
   correct = np.asarray(predict) == np.asarray(label)
-  return dict(acr=float(metrics.average_certified_radius(correct, radius, predict=predict)),
-              certified_accuracy=certified_curve(correct, radius, RADII, predict=predict),
-              **extra)
+  return dict(
+    acr=float(metrics.average_certified_radius(correct, radius, predict=predict)),
+    certified_accuracy=certified_curve(correct, radius, RADII, predict=predict),
+    **extra,
+  )
 
 
 def run(cfg: Config, log=print) -> dict:
@@ -154,37 +158,65 @@ def run(cfg: Config, log=print) -> dict:
   xt, yt = test.arrays()
   os.makedirs(cfg.out, exist_ok=True)
   mcfg = cfg.model_config(train.input_shape)
-  tc = dict(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-            lr_step=cfg.lr_step)
+  tc = dict(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, lr_step=cfg.lr_step)
   methods, study, timing = {}, {}, {}
   cert_kw = dict(num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=1000)
   for s0 in cfg.sigmas:
     tag = f"{s0:g}"
     # --- models: Gaussian at sigma0, and DDRS Algorithm 2
     t0 = time.perf_counter()
-    gauss = models.create_model(cfg.model, num_classes=10, input_shape=train.input_shape,
-                                rngs=cfg.seed)
-    gauss, _ = training.train(cfg.seed, gauss, (x, y), training.TrainConfig(sigma=s0, **tc),
-                              eval_data=(xt, yt), workdir=os.path.join(cfg.out, f"gauss_{tag}"),
-                              model_config=mcfg, progress=False)
-    dmodel = models.create_model(cfg.model, num_classes=10, input_shape=train.input_shape,
-                                 rngs=cfg.seed)
+    gauss = models.create_model(
+      cfg.model, num_classes=10, input_shape=train.input_shape, rngs=cfg.seed
+    )
+    gauss, _ = training.train(
+      cfg.seed,
+      gauss,
+      (x, y),
+      training.TrainConfig(sigma=s0, **tc),
+      eval_data=(xt, yt),
+      workdir=os.path.join(cfg.out, f"gauss_{tag}"),
+      model_config=mcfg,
+      progress=False,
+    )
+    dmodel = models.create_model(
+      cfg.model, num_classes=10, input_shape=train.input_shape, rngs=cfg.seed
+    )
     dcfg = DDRSConfig(sigma0=s0, warmup_epochs=cfg.ddrs_warmup_epochs, **cfg.ddrs_train)
     dmodel, dhist, _ = train_ddrs(
-        cfg.seed, dmodel, (x, y), ddrs_config=dcfg,
-        train_config=training.TrainConfig(sigma=s0, **tc), eval_data=(xt, yt),
-        workdir=os.path.join(cfg.out, f"ddrs_{tag}"), model_config=mcfg, progress=False)
+      cfg.seed,
+      dmodel,
+      (x, y),
+      ddrs_config=dcfg,
+      train_config=training.TrainConfig(sigma=s0, **tc),
+      eval_data=(xt, yt),
+      workdir=os.path.join(cfg.out, f"ddrs_{tag}"),
+      model_config=mcfg,
+      progress=False,
+    )
     mmodel, _ = models.load_model(os.path.join(cfg.out, f"gauss_{tag}"))  # a copy to fine-tune
     mmodel, mhist, _ = train_ddrs(
-        cfg.seed, mmodel, (x, y), ddrs_config=DDRSConfig(sigma0=s0, **cfg.ddrs_train),
-        train_config=training.TrainConfig(
-            sigma=s0, epochs=cfg.macer_epochs, batch_size=cfg.batch_size, lr=cfg.macer_lr,
-            lr_step=cfg.macer_epochs, objective=training.MACER(**cfg.macer)),
-        eval_data=(xt, yt), workdir=os.path.join(cfg.out, f"ddrs_macer_{tag}"), model_config=mcfg,
-        progress=False)
+      cfg.seed,
+      mmodel,
+      (x, y),
+      ddrs_config=DDRSConfig(sigma0=s0, **cfg.ddrs_train),
+      train_config=training.TrainConfig(
+        sigma=s0,
+        epochs=cfg.macer_epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.macer_lr,
+        lr_step=cfg.macer_epochs,
+        objective=training.MACER(**cfg.macer),
+      ),
+      eval_data=(xt, yt),
+      workdir=os.path.join(cfg.out, f"ddrs_macer_{tag}"),
+      model_config=mcfg,
+      progress=False,
+    )
     timing[f"train_{tag}"] = time.perf_counter() - t0
-    log(f"sigma0 {tag}: trained ({timing[f'train_{tag}']:.0f}s); DDRS train sigma "
-        f"{dhist[-1]['sigma_mean']:.3f} +- {dhist[-1]['sigma_std']:.3f}")
+    log(
+      f"sigma0 {tag}: trained ({timing[f'train_{tag}']:.0f}s); DDRS train sigma "
+      f"{dhist[-1]['sigma_mean']:.3f} +- {dhist[-1]['sigma_std']:.3f}"
+    )
     key = jax.random.key(cfg.seed)
     g_apply, g_params = models.to_apply_fn(gauss)
     d_apply, d_params = models.to_apply_fn(dmodel)
@@ -194,69 +226,121 @@ def run(cfg: Config, log=print) -> dict:
     t0 = time.perf_counter()
     path = os.path.join(cfg.out, f"fixed_{tag}.tsv")
     certify_rows(
-        runner.certify_dataset,
-        Plan(lambda xb, ids, key=key, g_apply=g_apply, g_params=g_params, s0=s0: rsjax.certify(
-            key, g_apply, g_params, xb, sigma=s0, ids=ids, **cert_kw)),
-        test.get_batch, idx, path, inputs_per_call=8, progress=False,
-        run={"method": "fixed", "model": runner.fingerprint(g_params), "sigma": s0, **cert_kw})
+      runner.certify_dataset,
+      Plan(
+        lambda xb, ids, key=key, g_apply=g_apply, g_params=g_params, s0=s0: rsjax.certify(
+          key, g_apply, g_params, xb, sigma=s0, ids=ids, **cert_kw
+        )
+      ),
+      test.get_batch,
+      idx,
+      path,
+      inputs_per_call=8,
+      progress=False,
+      run={"method": "fixed", "model": runner.fingerprint(g_params), "sigma": s0, **cert_kw},
+    )
     r = io.read_certify(path)
-    methods[f"fixed_s{tag}"] = _summary(r.predict, r.label, r.radius, sigma0=s0, sound=True,
-                                        sigma_mean=s0, sigma_std=0.0)
+    methods[f"fixed_s{tag}"] = _summary(
+      r.predict, r.label, r.radius, sigma0=s0, sound=True, sigma_mean=s0, sigma_std=0.0
+    )
     # --- DDRS rows
     for name, (apply_fn, params, opt) in {
-        "ddrs-paper": (g_apply, g_params, cfg.paper),
-        "ddrs-tuned": (g_apply, g_params, cfg.tuned),
-        "ddrs-trained": (d_apply, d_params, cfg.tuned),
-        "ddrs-macer": (m_apply, m_params, cfg.tuned)}.items():
+      "ddrs-paper": (g_apply, g_params, cfg.paper),
+      "ddrs-tuned": (g_apply, g_params, cfg.tuned),
+      "ddrs-trained": (d_apply, d_params, cfg.tuned),
+      "ddrs-macer": (m_apply, m_params, cfg.tuned),
+    }.items():
       out = os.path.join(cfg.out, f"{name}_{tag}.tsv")
-      res = certify_rows(ddrs.certify_dataset, key, apply_fn, params, test.get_batch,
-                                 idx, out, sigma0=s0,
-                                 num_classes=10, ascent=ddrs.SigmaAscent(**opt),
-                                 settings=rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha,
-                                                         batch_size=1000), progress=False)
+      res = certify_rows(
+        ddrs.certify_dataset,
+        key,
+        apply_fn,
+        params,
+        test.get_batch,
+        idx,
+        out,
+        sigma0=s0,
+        num_classes=10,
+        ascent=ddrs.SigmaAscent(**opt),
+        settings=rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=1000),
+        progress=False,
+      )
       r = io.read_certify(out)
       sig = r.extra["sigma"]
       mc = io.read_certify(res["mc_path"])
       methods[f"{name}_s{tag}"] = _summary(
-          r.predict, r.label, r.radius, sigma0=s0, sound=False, memory=True,
-          sigma_mean=float(sig.mean()), sigma_std=float(sig.std()),
-          sigma_quantiles={q: float(np.quantile(sig, float(q))) for q in ("0.1", "0.5", "0.9")},
-          memory_changed=int(res["changed"]),
-          before_memory=_summary(mc.predict, mc.label, mc.radius),
-          guarantee="DDRS memory-based (this run, this order); not a fixed-classifier certificate",
-          sigma_opt=opt)
+        r.predict,
+        r.label,
+        r.radius,
+        sigma0=s0,
+        sound=False,
+        memory=True,
+        sigma_mean=float(sig.mean()),
+        sigma_std=float(sig.std()),
+        sigma_quantiles={q: float(np.quantile(sig, float(q))) for q in ("0.1", "0.5", "0.9")},
+        memory_changed=int(res["changed"]),
+        before_memory=_summary(mc.predict, mc.label, mc.radius),
+        guarantee="DDRS memory-based (this run, this order); not a fixed-classifier certificate",
+        sigma_opt=opt,
+      )
     timing[f"certify_{tag}"] = time.perf_counter() - t0
     # --- sigma study: R(sigma) along the path (paper vs tuned)
-    xs, ids = xt[idx[:cfg.study_inputs]], idx[:cfg.study_inputs]
+    xs, ids = xt[idx[: cfg.study_inputs]], idx[: cfg.study_inputs]
     k_opt = jax.random.fold_in(key, 2)
     study[tag] = {"ids": ids.tolist()}
     for name in ("paper", "tuned"):
-      _, p = ddrs.optimize_sigma(k_opt, g_apply, g_params, xs, sigma0=s0, ids=ids,
-                                 return_path=True, **getattr(cfg, name))
+      _, p = ddrs.optimize_sigma(
+        k_opt, g_apply, g_params, xs, sigma0=s0, ids=ids, return_path=True, **getattr(cfg, name)
+      )
       steps = np.arange(0, p.shape[0], cfg.study_every)
-      rs = np.stack([ddrs.smoothing_objective(jax.random.fold_in(key, 7), g_apply, g_params, xs,
-                                              sigma=p[t], num_samples=cfg.study_samples,
-                                              ids=ids) for t in steps])
-      study[tag][name] = {"steps": steps.tolist(), "sigma": p[steps].T.tolist(),
-                          "R": rs.T.tolist()}
+      rs = np.stack(
+        [
+          ddrs.smoothing_objective(
+            jax.random.fold_in(key, 7),
+            g_apply,
+            g_params,
+            xs,
+            sigma=p[t],
+            num_samples=cfg.study_samples,
+            ids=ids,
+          )
+          for t in steps
+        ]
+      )
+      study[tag][name] = {"steps": steps.tolist(), "sigma": p[steps].T.tolist(), "R": rs.T.tolist()}
     log(json.dumps({k: v for k, v in methods.items() if k.endswith(tag)}, default=str)[:2000])
   timing["total"] = time.perf_counter() - t_all
-  return {"methods": methods, "sigma_study": study, "seconds": timing,
-          "config": dataclasses.asdict(cfg)}
+  return {
+    "methods": methods,
+    "sigma_study": study,
+    "seconds": timing,
+    "config": dataclasses.asdict(cfg),
+  }
 
 
 def plot(result: dict, path: str) -> None:
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   fig, ax = plt.subplots(1, 3, figsize=(15, 4))
   for tag, st in result["sigma_study"].items():
     for name, ls in (("paper", ":"), ("tuned", "-")):
       for i, rr in enumerate(st[name]["R"]):
-        ax[0].plot(st[name]["steps"], rr, ls, color=f"C{i}",
-                   label=f"s0={tag} {name}" if i == 0 else None, alpha=0.4 + 0.3 * (tag == "0.25"))
-  ax[0].set(xlabel="ascent step", ylabel="R(sigma) (soft, 512 draws)",
-            title="objective along the path (4 test digits)")
+        ax[0].plot(
+          st[name]["steps"],
+          rr,
+          ls,
+          color=f"C{i}",
+          label=f"s0={tag} {name}" if i == 0 else None,
+          alpha=0.4 + 0.3 * (tag == "0.25"),
+        )
+  ax[0].set(
+    xlabel="ascent step",
+    ylabel="R(sigma) (soft, 512 draws)",
+    title="objective along the path (4 test digits)",
+  )
   ax[0].legend(fontsize=7)
   for name, m in result["methods"].items():
     if "sigma_quantiles" in m and "tuned" in name:
@@ -269,8 +353,13 @@ def plot(result: dict, path: str) -> None:
   ax[1].legend(fontsize=7)
   for i, (name, m) in enumerate(rows.items()):
     ca = m["certified_accuracy"]
-    ax[2].plot([float(r) for r in ca], list(ca.values()), "o-" if "s0.25" in name else "s--",
-               label=name, color=f"C{i % 10}")
+    ax[2].plot(
+      [float(r) for r in ca],
+      list(ca.values()),
+      "o-" if "s0.25" in name else "s--",
+      label=name,
+      color=f"C{i % 10}",
+    )
   ax[2].set(xlabel="L2 radius", ylabel="certified accuracy", title="certified accuracy")
   ax[2].legend(fontsize=6)
   save_figure(fig, path, dpi=110)
@@ -280,6 +369,7 @@ def main(argv=None) -> int:
   cfg = sigmas_config(__doc__, get_config, argv)
   result = run(cfg, log=lambda m: print(m, flush=True))
   from rsjax import io
+
   result["sigma_hist"] = {}
   for name in result["methods"]:
     if name.startswith("ddrs"):

@@ -77,6 +77,7 @@ RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 @dataclasses.dataclass(frozen=True)
 class Config(BaseTraining, Certification):
   """The experiment's settings (``get_config`` fills them; the classifiers' first)."""
+
   dncnn_depth: int
   dncnn_features: int
   mse_epochs: int
@@ -93,25 +94,44 @@ class Config(BaseTraining, Certification):
 def get_config(quick: bool) -> Config:
   """Settings; ``quick`` is ``python experiments/denoised_mnist.py --quick``, otherwise
   ``python experiments/denoised_mnist.py``."""
-  return Config(**lenet_mnist5k(quick),
-                dncnn_depth=5 if quick else 17, dncnn_features=16 if quick else 64,
-                mse_epochs=3 if quick else 30, stab_epochs=2 if quick else 20,
-                denoiser_lr=1e-3, stab_lr=1e-4, denoiser_batch=64,
-                unet_channels=(16, 32) if quick else (64, 128, 128), ddpm_epochs=3 if quick else 100,
-                ddpm_t_max=300 if quick else 1000, ddpm_lr=1e-3 if quick else 2e-4,
-                skip=40 if quick else 2, n0=100, n=500 if quick else 100_000, alpha=0.001,
-                seed=0, out=os.path.join(ROOT, "runs", "denoised_quick" if quick else "denoised"),
-                results=os.path.join(RESULTS, "denoised_mnist_quick" if quick else "denoised_mnist"))
+  return Config(
+    **lenet_mnist5k(quick),
+    dncnn_depth=5 if quick else 17,
+    dncnn_features=16 if quick else 64,
+    mse_epochs=3 if quick else 30,
+    stab_epochs=2 if quick else 20,
+    denoiser_lr=1e-3,
+    stab_lr=1e-4,
+    denoiser_batch=64,
+    unet_channels=(16, 32) if quick else (64, 128, 128),
+    ddpm_epochs=3 if quick else 100,
+    ddpm_t_max=300 if quick else 1000,
+    ddpm_lr=1e-3 if quick else 2e-4,
+    skip=40 if quick else 2,
+    n0=100,
+    n=500 if quick else 100_000,
+    alpha=0.001,
+    seed=0,
+    out=os.path.join(ROOT, "runs", "denoised_quick" if quick else "denoised"),
+    results=os.path.join(RESULTS, "denoised_mnist_quick" if quick else "denoised_mnist"),
+  )
 
 
 def _train_classifier(cfg: Config, sigma: float, x, y, input_shape):
   from rsjax import models, training
+
   model = models.create_model(cfg.model, num_classes=10, input_shape=input_shape, rngs=cfg.seed)
-  training.train(cfg.seed, model, (x, y),
-                 training.TrainConfig(sigma=sigma, epochs=cfg.epochs, batch_size=cfg.batch_size,
-                                      lr=cfg.lr, lr_step=cfg.lr_step),
-                 workdir=os.path.join(cfg.out, f"lenet_{sigma:g}"),
-                 model_config=cfg.model_config(input_shape), progress=False)
+  training.train(
+    cfg.seed,
+    model,
+    (x, y),
+    training.TrainConfig(
+      sigma=sigma, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, lr_step=cfg.lr_step
+    ),
+    workdir=os.path.join(cfg.out, f"lenet_{sigma:g}"),
+    model_config=cfg.model_config(input_shape),
+    progress=False,
+  )
   return models.to_apply_fn(model)
 
 
@@ -132,36 +152,63 @@ def run(cfg: Config, log=print) -> dict:
   def row(name, sigma, apply_fn, params, denoise_fn=None, denoise_params=None, **extra):
     t0 = time.perf_counter()
     if denoise_fn is not None:
-      apply_fn, params = denoised(denoise_fn, apply_fn, denoiser_params=denoise_params,
-                                  classifier_params=params)
+      apply_fn, params = denoised(
+        denoise_fn, apply_fn, denoiser_params=denoise_params, classifier_params=params
+      )
       noisy = xt[:500] + sigma * np.asarray(jax.random.normal(jax.random.key(99), xt[:500].shape))
-      out = np.concatenate([np.asarray(denoise_fn(denoise_params, jnp.asarray(noisy[i:i + 100])))
-                            for i in range(0, 500, 100)])
+      out = np.concatenate(
+        [
+          np.asarray(denoise_fn(denoise_params, jnp.asarray(noisy[i : i + 100])))
+          for i in range(0, 500, 100)
+        ]
+      )
       extra["denoiser_mse"] = float(np.mean((out - xt[:500]) ** 2))
     cert = certify(key, apply_fn, params, xs, sigma=sigma, **kw)
     correct = cert.prediction == ys
-    methods[name] = dict(sigma=sigma, acr=float(metrics.average_certified_radius(correct,
-                                                                                 cert.radius)),
-                         certified_accuracy=certified_curve(correct, cert.radius, RADII),
-                         abstain=float(np.mean(cert.prediction == -1)),
-                         certify_seconds=time.perf_counter() - t0, **extra)
-    log(f"{name}: ACR {methods[name]['acr']:.3f} {methods[name]['certified_accuracy']} "
-        f"{ {k: v for k, v in extra.items()} } ({methods[name]['certify_seconds']:.0f}s)")
+    methods[name] = dict(
+      sigma=sigma,
+      acr=float(metrics.average_certified_radius(correct, cert.radius)),
+      certified_accuracy=certified_curve(correct, cert.radius, RADII),
+      abstain=float(np.mean(cert.prediction == -1)),
+      certify_seconds=time.perf_counter() - t0,
+      **extra,
+    )
+    log(
+      f"{name}: ACR {methods[name]['acr']:.3f} {methods[name]['certified_accuracy']} "
+      f"{ {k: v for k, v in extra.items()} } ({methods[name]['certify_seconds']:.0f}s)"
+    )
 
   t0 = time.perf_counter()
   clean_fn, clean_params = _train_classifier(cfg, 0.0, x, y, shape)
   timing["clean_classifier"] = time.perf_counter() - t0
   t0 = time.perf_counter()
-  ddpm = unet.UNet2DModel(unet.UNetConfig(
-      in_channels=shape[-1], out_channels=shape[-1], block_out_channels=cfg.unet_channels,
+  ddpm = unet.UNet2DModel(
+    unet.UNetConfig(
+      in_channels=shape[-1],
+      out_channels=shape[-1],
+      block_out_channels=cfg.unet_channels,
       layers_per_block=1,
       down_block_types=["DownBlock2D"] * (len(cfg.unet_channels) - 1) + ["AttnDownBlock2D"],
       up_block_types=["AttnUpBlock2D"] + ["UpBlock2D"] * (len(cfg.unet_channels) - 1),
-      norm_num_groups=8 if min(cfg.unet_channels) >= 16 else 4), rngs=cfg.seed)
+      norm_num_groups=8 if min(cfg.unet_channels) >= 16 else 4,
+    ),
+    rngs=cfg.seed,
+  )
   schedule = diffusion.linear_schedule()
-  hist = train.train_denoiser(cfg.seed, ddpm, x, train.DenoiserTraining(
-      objective="ddpm", epochs=cfg.ddpm_epochs, batch_size=cfg.denoiser_batch, lr=cfg.ddpm_lr,
-      t_max=cfg.ddpm_t_max), alphas_cumprod=schedule, log=log)
+  hist = train.train_denoiser(
+    cfg.seed,
+    ddpm,
+    x,
+    train.DenoiserTraining(
+      objective="ddpm",
+      epochs=cfg.ddpm_epochs,
+      batch_size=cfg.denoiser_batch,
+      lr=cfg.ddpm_lr,
+      t_max=cfg.ddpm_t_max,
+    ),
+    alphas_cumprod=schedule,
+    log=log,
+  )
   timing["ddpm"] = time.perf_counter() - t0
   ddpm_loss = hist[-1]["loss"]
 
@@ -169,22 +216,51 @@ def run(cfg: Config, log=print) -> dict:
     tag = f"{sigma:g}"
     t0 = time.perf_counter()
     row(f"clean_alone_s{tag}", sigma, clean_fn, clean_params)
-    dn = DnCNN(channels=shape[-1], depth=cfg.dncnn_depth, features=cfg.dncnn_features,
-               rngs=cfg.seed)
-    train.train_denoiser(cfg.seed, dn, x, train.DenoiserTraining(
-        objective="mse", sigma=sigma, epochs=cfg.mse_epochs, batch_size=cfg.denoiser_batch,
-        lr=cfg.denoiser_lr), log=log)
+    dn = DnCNN(
+      channels=shape[-1], depth=cfg.dncnn_depth, features=cfg.dncnn_features, rngs=cfg.seed
+    )
+    train.train_denoiser(
+      cfg.seed,
+      dn,
+      x,
+      train.DenoiserTraining(
+        objective="mse",
+        sigma=sigma,
+        epochs=cfg.mse_epochs,
+        batch_size=cfg.denoiser_batch,
+        lr=cfg.denoiser_lr,
+      ),
+      log=log,
+    )
     from rsjax.models import to_apply_fn
+
     row(f"clean+mse_s{tag}", sigma, clean_fn, clean_params, *to_apply_fn(dn))
-    train.train_denoiser(cfg.seed + 1, dn, x, train.DenoiserTraining(
-        objective="stability", sigma=sigma, epochs=cfg.stab_epochs,
-        batch_size=cfg.denoiser_batch, lr=cfg.stab_lr), classifier=(clean_fn, clean_params),
-        log=log)
+    train.train_denoiser(
+      cfg.seed + 1,
+      dn,
+      x,
+      train.DenoiserTraining(
+        objective="stability",
+        sigma=sigma,
+        epochs=cfg.stab_epochs,
+        batch_size=cfg.denoiser_batch,
+        lr=cfg.stab_lr,
+      ),
+      classifier=(clean_fn, clean_params),
+      log=log,
+    )
     row(f"clean+stab_s{tag}", sigma, clean_fn, clean_params, *to_apply_fn(dn))
-    one_step, ddpm_params = diffusion.one_step_denoiser(ddpm, sigma=sigma,
-                                                        alphas_cumprod=schedule)
-    row(f"clean+diffusion_s{tag}", sigma, clean_fn, clean_params, one_step, ddpm_params,
-        timestep=one_step.t, ddpm_final_loss=ddpm_loss)
+    one_step, ddpm_params = diffusion.one_step_denoiser(ddpm, sigma=sigma, alphas_cumprod=schedule)
+    row(
+      f"clean+diffusion_s{tag}",
+      sigma,
+      clean_fn,
+      clean_params,
+      one_step,
+      ddpm_params,
+      timestep=one_step.t,
+      ddpm_final_loss=ddpm_loss,
+    )
     gauss_fn, gauss_params = _train_classifier(cfg, sigma, x, y, shape)
     row(f"gaussian_s{tag}", sigma, gauss_fn, gauss_params)
     timing[tag] = time.perf_counter() - t0
@@ -192,22 +268,27 @@ def run(cfg: Config, log=print) -> dict:
   config = dataclasses.asdict(cfg)
   for k in ("out", "results"):  # relative to the repository: no machine paths in results/
     config[k] = os.path.relpath(config[k], ROOT)
-  return {"methods": methods, "seconds": timing, "config": config,
-          "n_images": int(len(idx))}
+  return {"methods": methods, "seconds": timing, "config": config, "n_images": int(len(idx))}
 
 
 def plot(result: dict, path: str) -> None:
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   sigmas = sorted({m["sigma"] for m in result["methods"].values()})
-  fig, ax = plt.subplots(1, len(sigmas), figsize=(5.5 * len(sigmas), 4), sharey=True,
-                         squeeze=False)
+  fig, ax = plt.subplots(1, len(sigmas), figsize=(5.5 * len(sigmas), 4), sharey=True, squeeze=False)
   for a, s in zip(ax[0], sigmas, strict=True):
     for i, (name, m) in enumerate((k, v) for k, v in result["methods"].items() if v["sigma"] == s):
       ca = m["certified_accuracy"]
-      a.plot([float(r) for r in ca], list(ca.values()), "o-" if "gaussian" not in name else "s:",
-             color=f"C{i}", label=name.rsplit("_s", 1)[0])
+      a.plot(
+        [float(r) for r in ca],
+        list(ca.values()),
+        "o-" if "gaussian" not in name else "s:",
+        color=f"C{i}",
+        label=name.rsplit("_s", 1)[0],
+      )
     a.set(title=f"sigma = {s:g}", xlabel="L2 radius")
     a.legend(fontsize=8)
   ax[0][0].set(ylabel="certified accuracy")

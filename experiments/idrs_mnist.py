@@ -112,35 +112,56 @@ def stratified_subset(y, per_class):
 
 def evaluate(key, apply_fn, variables, x, y, ids, design, n, label, batch_size, beyond):
   t0 = time.time()
-  cert = idrs.certify(key, apply_fn, variables, x, design=design, num_classes=10, n0=N0, n=n,
-                      alpha=ALPHA, batch_size=batch_size, ids=ids)
+  cert = idrs.certify(
+    key,
+    apply_fn,
+    variables,
+    x,
+    design=design,
+    num_classes=10,
+    n0=N0,
+    n=n,
+    alpha=ALPHA,
+    batch_size=batch_size,
+    ids=ids,
+  )
   correct = cert.prediction == y
   class_acc = np.array([np.mean(correct[y == c]) for c in range(10)])
   row = dict(
-      label=label, design=repr(design), rate=cert.rate,
-      accuracy=float(np.mean(correct)),
-      abstention=float(np.mean(cert.prediction == -1)),
-      acr=metrics.average_certified_radius(correct, cert.radius, predict=cert.prediction),
-      radii=list(RADII),
-      certified_accuracy=metrics.certified_accuracy(correct, cert.radius, RADII,
-                                                    predict=cert.prediction).tolist(),
-      beyond_radius=beyond,
-      beyond_certified_accuracy=metrics.certified_accuracy(correct, cert.radius, beyond,
-                                                           predict=cert.prediction),
-      max_radius=float(np.max(np.where(correct, cert.radius, 0.0))),
-      class_accuracy=class_acc.tolist(),
-      class_accuracy_std=float(np.std(class_acc)),
-      mean_sigma=float(np.mean(cert.sigma)),
-      min_sigma=float(np.min(cert.sigma)), max_sigma=float(np.max(cert.sigma)),
-      curve_radii=metrics.radius_grid(2.5, 0.01).tolist(),
-      curve=metrics.certified_accuracy(correct, cert.radius, metrics.radius_grid(2.5, 0.01),
-                                       predict=cert.prediction).tolist(),
-      seconds=time.time() - t0)
-  print(f"  {label:28s} acc {row['accuracy']:.3f}  abst {row['abstention']:.3f}  ACR "
-        f"{row['acr']:.3f}  class-std {row['class_accuracy_std']:.4f}  mean sigma "
-        f"{row['mean_sigma']:.3f}  beyond {row['beyond_certified_accuracy']:.3f}  cert@" + " ".join(
-            f"{r}:{a:.3f}" for r, a in zip(RADII, row["certified_accuracy"], strict=True))
-        + f"  ({row['seconds']:.0f} s)", flush=True)
+    label=label,
+    design=repr(design),
+    rate=cert.rate,
+    accuracy=float(np.mean(correct)),
+    abstention=float(np.mean(cert.prediction == -1)),
+    acr=metrics.average_certified_radius(correct, cert.radius, predict=cert.prediction),
+    radii=list(RADII),
+    certified_accuracy=metrics.certified_accuracy(
+      correct, cert.radius, RADII, predict=cert.prediction
+    ).tolist(),
+    beyond_radius=beyond,
+    beyond_certified_accuracy=metrics.certified_accuracy(
+      correct, cert.radius, beyond, predict=cert.prediction
+    ),
+    max_radius=float(np.max(np.where(correct, cert.radius, 0.0))),
+    class_accuracy=class_acc.tolist(),
+    class_accuracy_std=float(np.std(class_acc)),
+    mean_sigma=float(np.mean(cert.sigma)),
+    min_sigma=float(np.min(cert.sigma)),
+    max_sigma=float(np.max(cert.sigma)),
+    curve_radii=metrics.radius_grid(2.5, 0.01).tolist(),
+    curve=metrics.certified_accuracy(
+      correct, cert.radius, metrics.radius_grid(2.5, 0.01), predict=cert.prediction
+    ).tolist(),
+    seconds=time.time() - t0,
+  )
+  print(
+    f"  {label:28s} acc {row['accuracy']:.3f}  abst {row['abstention']:.3f}  ACR "
+    f"{row['acr']:.3f}  class-std {row['class_accuracy_std']:.4f}  mean sigma "
+    f"{row['mean_sigma']:.3f}  beyond {row['beyond_certified_accuracy']:.3f}  cert@"
+    + " ".join(f"{r}:{a:.3f}" for r, a in zip(RADII, row["certified_accuracy"], strict=True))
+    + f"  ({row['seconds']:.0f} s)",
+    flush=True,
+  )
   return row
 
 
@@ -162,37 +183,86 @@ def run(cfg: Config, out_dir: str = RESULTS) -> None:
     sigma_tr = float(np.mean(designs[0.01].evaluate(x_te).sigma))
     print(f"sigma_b = {sigma_b}: training at sigma_tr = {sigma_tr:.4f}", flush=True)
     key, k_init, k_train = jax.random.split(key, 3)
-    model = models.create_model("mlp", num_classes=10, input_shape=(28, 28, 1),
-                                rngs=int(jax.random.randint(k_init, (), 0, 2**30)))
+    model = models.create_model(
+      "mlp",
+      num_classes=10,
+      input_shape=(28, 28, 1),
+      rngs=int(jax.random.randint(k_init, (), 0, 2**30)),
+    )
     tt = time.time()
-    tcfg = training.TrainConfig(sigma=sigma_tr, epochs=cfg.epochs, batch_size=256, lr=0.1,
-                                lr_step=10)
-    model, hist = training.train(k_train, model, (x_tr, y_tr), tcfg, eval_data=(x_te, y_te),
-                                 progress=False)
-    print(f"  trained in {time.time() - tt:.0f} s: clean acc {hist[-1]['clean_acc']:.3f}, "
-          f"noisy acc {hist[-1]['noisy_acc']:.3f}", flush=True)
+    tcfg = training.TrainConfig(
+      sigma=sigma_tr, epochs=cfg.epochs, batch_size=256, lr=0.1, lr_step=10
+    )
+    model, hist = training.train(
+      k_train, model, (x_tr, y_tr), tcfg, eval_data=(x_te, y_te), progress=False
+    )
+    print(
+      f"  trained in {time.time() - tt:.0f} s: clean acc {hist[-1]['clean_acc']:.3f}, "
+      f"noisy acc {hist[-1]['noisy_acc']:.3f}",
+      flush=True,
+    )
     apply_fn, variables = models.to_apply_fn(model)
     # 5% beyond the largest radius constant sigma can certify with n samples.
     beyond = round(1.05 * float(stats.max_radius(n, ALPHA, sigma_b)), 3)
     rows = []
     key, kc = jax.random.split(key)
-    rows.append(evaluate(kc, apply_fn, variables, x_te, y_te, ids, idrs.ConstantSigma(sigma_b), n,
-                         f"constant sigma {sigma_b}", batch_size, beyond))
+    rows.append(
+      evaluate(
+        kc,
+        apply_fn,
+        variables,
+        x_te,
+        y_te,
+        ids,
+        idrs.ConstantSigma(sigma_b),
+        n,
+        f"constant sigma {sigma_b}",
+        batch_size,
+        beyond,
+      )
+    )
     for r in RATES:
       key, kc = jax.random.split(key)
-      rows.append(evaluate(kc, apply_fn, variables, x_te, y_te, ids, designs[r], n,
-                           f"sigma(x) sigma_b {sigma_b}, r {r}", batch_size, beyond))
-    blocks.append(dict(sigma_b=sigma_b, sigma_tr=sigma_tr, train_history=hist[-1],
-                       beyond_radius=beyond, results=rows))
+      rows.append(
+        evaluate(
+          kc,
+          apply_fn,
+          variables,
+          x_te,
+          y_te,
+          ids,
+          designs[r],
+          n,
+          f"sigma(x) sigma_b {sigma_b}, r {r}",
+          batch_size,
+          beyond,
+        )
+      )
+    blocks.append(
+      dict(
+        sigma_b=sigma_b,
+        sigma_tr=sigma_tr,
+        train_history=hist[-1],
+        beyond_radius=beyond,
+        results=rows,
+      )
+    )
 
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
   for ax, block in zip(axes, blocks, strict=False):
     for i, row in enumerate(block["results"]):
-      ax.plot(row["curve_radii"], row["curve"], color=f"C{i}", ls="--" if i == 0 else "-",
-              label=row["label"])
+      ax.plot(
+        row["curve_radii"],
+        row["curve"],
+        color=f"C{i}",
+        ls="--" if i == 0 else "-",
+        label=row["label"],
+      )
     ax.set_title(f"mnist5k, sigma_b = {block['sigma_b']} (trained at {block['sigma_tr']:.3f})")
     ax.axvline(block["beyond_radius"] / 1.05, color="gray", lw=0.7, ls=":")
     ax.set_xlim(0, 1.3 * block["beyond_radius"])
@@ -201,18 +271,33 @@ def run(cfg: Config, out_dir: str = RESULTS) -> None:
     ax.legend(fontsize=7)
   save_figure(fig, os.path.join(out_dir, f"idrs_mnist{suffix}.png"), dpi=120)
 
-  summary = dict(dataset="mnist5k", n=n, n0=N0, alpha=ALPHA, test_per_class=per_class,
-                 k=K, m=M, model="mlp 784-256-256-10", epochs=cfg.epochs, blocks=blocks,
-                 seconds=time.time() - t0)
+  summary = dict(
+    dataset="mnist5k",
+    n=n,
+    n0=N0,
+    alpha=ALPHA,
+    test_per_class=per_class,
+    k=K,
+    m=M,
+    model="mlp 784-256-256-10",
+    epochs=cfg.epochs,
+    blocks=blocks,
+    seconds=time.time() - t0,
+  )
   write_json(out_dir, f"idrs_mnist{suffix}.json", summary)
-  print("\nsigma_b  design              acc    abst   ACR    class-std  mean-sigma  beyond  "
-        + "  ".join(f"@{r}" for r in RADII))
+  print(
+    "\nsigma_b  design              acc    abst   ACR    class-std  mean-sigma  beyond  "
+    + "  ".join(f"@{r}" for r in RADII)
+  )
   for block in blocks:
     for row in block["results"]:
       tag = "constant" if row["rate"] == 0 else f"r={row['label'].split('r ')[-1]}"
-      print(f"{block['sigma_b']:<8} {tag:18s} {row['accuracy']:.3f}  {row['abstention']:.3f}  "
-            f"{row['acr']:.3f}  {row['class_accuracy_std']:.4f}     {row['mean_sigma']:.3f}      "
-            f"{row['beyond_certified_accuracy']:.3f}   " + "  ".join(f"{a:.3f}" for a in row["certified_accuracy"]))
+      print(
+        f"{block['sigma_b']:<8} {tag:18s} {row['accuracy']:.3f}  {row['abstention']:.3f}  "
+        f"{row['acr']:.3f}  {row['class_accuracy_std']:.4f}     {row['mean_sigma']:.3f}      "
+        f"{row['beyond_certified_accuracy']:.3f}   "
+        + "  ".join(f"{a:.3f}" for a in row["certified_accuracy"])
+      )
   print(f"done in {time.time() - t0:.0f} s")
 
 
@@ -224,8 +309,11 @@ def main(argv=None):
   ap.add_argument("--epochs", type=int, default=None, help="training epochs (default 30)")
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args(argv)
-  over = {k: v for k, v in dict(n=args.n, per_class=args.per_class, epochs=args.epochs).items()
-          if v is not None}
+  over = {
+    k: v
+    for k, v in dict(n=args.n, per_class=args.per_class, epochs=args.epochs).items()
+    if v is not None
+  }
   run(dataclasses.replace(get_config(not args.full), seed=args.seed, **over), args.out)
 
 

@@ -71,8 +71,9 @@ def run(cfg: Config, out_dir: str = RESULTS) -> dict:
   for dim, p_b, t, u in grid:
     greater = t < 0
     try:
-      val, q, lam0, lam1 = xi_side(np.array(u), abs(np.expm1(2 * t)), np.exp(2 * t),
-                                     np.array(p_b), dim, greater)
+      val, q, lam0, lam1 = xi_side(
+        np.array(u), abs(np.expm1(2 * t)), np.exp(2 * t), np.array(p_b), dim, greater
+      )
     except idrs.IDRSNumericalError as e:
       refused += 1
       rows.append(dict(dim=dim, p_b=p_b, t=t, u=u, refused=str(e)[:120]))
@@ -80,27 +81,46 @@ def run(cfg: Config, out_dir: str = RESULTS) -> dict:
     q, lam0, lam1, val = float(q), float(lam0), float(lam1), float(val)
     pb_ref = ball_probability(q, dim, lam0, upper=not greater)
     xi_ref = ball_probability(q * np.exp(-2 * t), dim, lam1, upper=not greater)
-    rows.append(dict(dim=dim, p_b=p_b, t=t, u=u, nc=lam0, xi=val, xi_ref=xi_ref,
-                     xi_abs_err=abs(val - xi_ref), p_b_rel_err=abs(pb_ref - p_b) / p_b))
+    rows.append(
+      dict(
+        dim=dim,
+        p_b=p_b,
+        t=t,
+        u=u,
+        nc=lam0,
+        xi=val,
+        xi_ref=xi_ref,
+        xi_abs_err=abs(val - xi_ref),
+        p_b_rel_err=abs(pb_ref - p_b) / p_b,
+      )
+    )
   ok = [r for r in rows if "refused" not in r]
   summary = dict(
-      evaluated=len(ok), refused=refused,
-      max_xi_abs_err=max(r["xi_abs_err"] for r in ok),
-      max_xi_abs_err_by_dim={d: max(r["xi_abs_err"] for r in ok if r["dim"] == d)
-                             for d in cfg.dims},
-      max_p_b_rel_err=max(r["p_b_rel_err"] for r in ok),
-      refused_noncentralities=sorted({r["refused"].split()[1] for r in rows if "refused" in r}),
-      seconds=time.time() - t0)
+    evaluated=len(ok),
+    refused=refused,
+    max_xi_abs_err=max(r["xi_abs_err"] for r in ok),
+    max_xi_abs_err_by_dim={d: max(r["xi_abs_err"] for r in ok if r["dim"] == d) for d in cfg.dims},
+    max_p_b_rel_err=max(r["p_b_rel_err"] for r in ok),
+    refused_noncentralities=sorted({r["refused"].split()[1] for r in rows if "refused" in r}),
+    seconds=time.time() - t0,
+  )
   print(json.dumps(summary, indent=1))
 
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   fig, ax = plt.subplots(figsize=(6.5, 4.0))
   for i, d in enumerate(cfg.dims):
     pts = [r for r in ok if r["dim"] == d]
-    ax.scatter([max(r["nc"], 1e-8) for r in pts], [max(r["xi_abs_err"], 1e-18) for r in pts],
-               s=10, color=f"C{i}", label=f"N={d}")
+    ax.scatter(
+      [max(r["nc"], 1e-8) for r in pts],
+      [max(r["xi_abs_err"], 1e-18) for r in pts],
+      s=10,
+      color=f"C{i}",
+      label=f"N={d}",
+    )
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlabel("noncentrality lambda0")

@@ -49,17 +49,23 @@ from _common import RESULTS, parser, save_figure, write_json
 from rsjax import idrs
 
 # Table 1 as printed in the paper (to compare with, not a setting).
-PAPER = {"MNIST": [0.946, 0.924, 0.908, 0.892], "CIFAR-10": [0.973, 0.961, 0.953, 0.945],
-         "ImageNet": [0.997, 0.995, 0.994, 0.993]}
+PAPER = {
+  "MNIST": [0.946, 0.924, 0.908, 0.892],
+  "CIFAR-10": [0.973, 0.961, 0.953, 0.945],
+  "ImageNet": [0.997, 0.995, 0.994, 0.993],
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
   p_a: tuple[float, ...] = (0.9, 0.99, 0.999, 0.99993)
-  datasets: tuple[tuple[str, int], ...] = (("MNIST", 784), ("CIFAR-10", 3072),
-                                           ("ImageNet", 3 * 256 * 256))
+  datasets: tuple[tuple[str, int], ...] = (
+    ("MNIST", 784),
+    ("CIFAR-10", 3072),
+    ("ImageNet", 3 * 256 * 256),
+  )
   max_dim: int = 2**18  # the ratio-against-dimension curves: 1 to max_dim,
-  num_dims: int = 60    # num_dims log-spaced points
+  num_dims: int = 60  # num_dims log-spaced points
   renyi_dims: tuple[int, ...] = (1, 2, 10, 50, 100, 300, 784, 3072)
   renyi_ratios: tuple[float, ...] = (0.99, 0.95, 1.05)
 
@@ -77,6 +83,7 @@ def get_config(quick: bool = True) -> Config:
 
 def np_pairwise_radius(p_a, s0, s1, dim, hi=10.0):
   """sup{a : xi(a; s0, s1) < 1/2} by bisection (xi is non-decreasing in a)."""
+
   def f(a):
     return idrs.xi(a, sigma0=s0, sigma1=s1, p_a=p_a, dim=dim) < 0.5
 
@@ -97,46 +104,53 @@ def run(cfg: Config, out_dir: str = RESULTS) -> bool:
   print("Table 1 (Thm 2.4), [paper], exact, corollary, upper theorem, upper exact")
   for name, dim in cfg.datasets:
     row = dict(
-        dim=dim,
-        theorem=idrs.sigma_ratio_threshold(p, dim).tolist(),
-        paper=PAPER[name],
-        exact=idrs.sigma_ratio_threshold(p, dim, method="exact").tolist(),
-        corollary=idrs.sigma_ratio_threshold(p, dim, method="corollary").tolist(),
-        upper_theorem=idrs.sigma_ratio_threshold(p, dim, side="upper").tolist(),
-        upper_exact=idrs.sigma_ratio_threshold(p, dim, side="upper", method="exact").tolist(),
+      dim=dim,
+      theorem=idrs.sigma_ratio_threshold(p, dim).tolist(),
+      paper=PAPER[name],
+      exact=idrs.sigma_ratio_threshold(p, dim, method="exact").tolist(),
+      corollary=idrs.sigma_ratio_threshold(p, dim, method="corollary").tolist(),
+      upper_theorem=idrs.sigma_ratio_threshold(p, dim, side="upper").tolist(),
+      upper_exact=idrs.sigma_ratio_threshold(p, dim, side="upper", method="exact").tolist(),
     )
     table[name] = row
-    print(f"{name:9s} " + "  ".join(f"{v:.4f} [{w:.3f}]" for v, w in zip(row["theorem"],
-                                                                          row["paper"],
-                                                                          strict=False)))
+    print(
+      f"{name:9s} "
+      + "  ".join(f"{v:.4f} [{w:.3f}]" for v, w in zip(row["theorem"], row["paper"], strict=False))
+    )
     for k in ("exact", "corollary", "upper_theorem", "upper_exact"):
       print(f"  {k:14s}" + "  ".join(f"{v:.4f}" for v in row[k]))
-  max_dev = max(abs(round(v, 3) - w) for r in table.values() for v, w in zip(r["theorem"],
-                                                                              r["paper"],
-                                                                              strict=False))
+  max_dev = max(
+    abs(round(v, 3) - w)
+    for r in table.values()
+    for v, w in zip(r["theorem"], r["paper"], strict=False)
+  )
   print(f"largest |rounded - paper| = {max_dev:.3f}")
 
   dims = np.unique(np.geomspace(1, cfg.max_dim, cfg.num_dims).astype(int))
   curves = {}
   for pa in cfg.p_a:
     curves[str(pa)] = dict(
-        theorem=[float(idrs.sigma_ratio_threshold(pa, int(d))) for d in dims],
-        exact=[float(idrs.sigma_ratio_threshold(pa, int(d), method="exact")) for d in dims],
-        upper_exact=[float(idrs.sigma_ratio_threshold(pa, int(d), method="exact", side="upper"))
-                     for d in dims])
+      theorem=[float(idrs.sigma_ratio_threshold(pa, int(d))) for d in dims],
+      exact=[float(idrs.sigma_ratio_threshold(pa, int(d), method="exact")) for d in dims],
+      upper_exact=[
+        float(idrs.sigma_ratio_threshold(pa, int(d), method="exact", side="upper")) for d in dims
+      ],
+    )
 
   renyi_dims = list(cfg.renyi_dims)
   renyi = {}
   for ratio in cfg.renyi_ratios:
     renyi[str(ratio)] = dict(
-        renyi=[idrs.renyi_radius(0.99, sigma0=0.5, sigma1=0.5 * ratio, dim=d) for d in renyi_dims],
-        neyman_pearson=[np_pairwise_radius(0.99, 0.5, 0.5 * ratio, d) for d in renyi_dims])
+      renyi=[idrs.renyi_radius(0.99, sigma0=0.5, sigma1=0.5 * ratio, dim=d) for d in renyi_dims],
+      neyman_pearson=[np_pairwise_radius(0.99, 0.5, 0.5 * ratio, d) for d in renyi_dims],
+    )
   print("Renyi vs Neyman-Pearson pairwise radius (p_A=0.99, sigma0=0.5), dims", renyi_dims)
   for k, v in renyi.items():
     print(f"  ratio {k}: renyi " + " ".join(f"{x:.3f}" for x in v["renyi"]))
     print(f"  ratio {k}: NP    " + " ".join(f"{x:.3f}" for x in v["neyman_pearson"]))
 
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
@@ -167,11 +181,18 @@ def run(cfg: Config, out_dir: str = RESULTS) -> bool:
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   save_figure(fig, os.path.join(out_dir, "idrs_renyi_vs_dim.png"), dpi=130)
 
-  write_json(out_dir, "idrs_table1.json",
-             dict(p_a=list(cfg.p_a), table=table, max_abs_deviation_from_paper=max_dev,
-                  ratio_vs_dim=dict(dims=dims.tolist(), curves=curves),
-                  renyi=dict(dims=renyi_dims, p_a=0.99, sigma0=0.5, curves=renyi),
-                  seconds=time.time() - t0))
+  write_json(
+    out_dir,
+    "idrs_table1.json",
+    dict(
+      p_a=list(cfg.p_a),
+      table=table,
+      max_abs_deviation_from_paper=max_dev,
+      ratio_vs_dim=dict(dims=dims.tolist(), curves=curves),
+      renyi=dict(dims=renyi_dims, p_a=0.99, sigma0=0.5, curves=renyi),
+      seconds=time.time() - t0,
+    ),
+  )
   print(f"wrote {out_dir}/idrs_table1.json and plots in {time.time() - t0:.1f} s")
   return math.isfinite(max_dev)
 

@@ -108,6 +108,7 @@ def get_config(quick: bool = True) -> Config:
 
 def cone_data(rng, n_per_class: int, dim: int, theta: float, scale: float = 2.0):
   """Class 0 inside the cone ``angle(x, e_1) < theta``, class 1 outside; see module doc."""
+
   def radii(n):
     return scale * np.sqrt(dim) * rng.exponential(1.0, n)
 
@@ -149,25 +150,41 @@ def cone_classifier(theta: float):
 
 def run_config(key, apply_fn, x, y, design, n, label):
   t0 = time.time()
-  cert = idrs.certify(key, apply_fn, None, x, design=design, num_classes=2, n0=N0, n=n,
-                      alpha=ALPHA, batch_size=min(n, 10_000))
+  cert = idrs.certify(
+    key,
+    apply_fn,
+    None,
+    x,
+    design=design,
+    num_classes=2,
+    n0=N0,
+    n=n,
+    alpha=ALPHA,
+    batch_size=min(n, 10_000),
+  )
   correct = cert.prediction == y
   radii = metrics.radius_grid(8.0, 0.05)
   res = dict(
-      label=label, design=repr(design), rate=cert.rate,
-      accuracy=float(np.mean(correct)),
-      abstention=float(np.mean(cert.prediction == -1)),
-      acr=metrics.average_certified_radius(correct, cert.radius, predict=cert.prediction),
-      class_accuracy=[float(np.mean(correct[y == c])) for c in (0, 1)],
-      mean_sigma=float(np.mean(cert.sigma)),
-      radii=radii.tolist(),
-      certified_accuracy=metrics.certified_accuracy(correct, cert.radius, radii,
-                                                    predict=cert.prediction).tolist(),
-      seconds=time.time() - t0)
-  print(f"  {label:32s} acc {res['accuracy']:.3f} ACR {res['acr']:.3f} abstain "
-        f"{res['abstention']:.3f} class acc {res['class_accuracy'][0]:.2f}/"
-        f"{res['class_accuracy'][1]:.2f} mean sigma {res['mean_sigma']:.3f} "
-        f"({res['seconds']:.0f} s)")
+    label=label,
+    design=repr(design),
+    rate=cert.rate,
+    accuracy=float(np.mean(correct)),
+    abstention=float(np.mean(cert.prediction == -1)),
+    acr=metrics.average_certified_radius(correct, cert.radius, predict=cert.prediction),
+    class_accuracy=[float(np.mean(correct[y == c])) for c in (0, 1)],
+    mean_sigma=float(np.mean(cert.sigma)),
+    radii=radii.tolist(),
+    certified_accuracy=metrics.certified_accuracy(
+      correct, cert.radius, radii, predict=cert.prediction
+    ).tolist(),
+    seconds=time.time() - t0,
+  )
+  print(
+    f"  {label:32s} acc {res['accuracy']:.3f} ACR {res['acr']:.3f} abstain "
+    f"{res['abstention']:.3f} class acc {res['class_accuracy'][0]:.2f}/"
+    f"{res['class_accuracy'][1]:.2f} mean sigma {res['mean_sigma']:.3f} "
+    f"({res['seconds']:.0f} s)"
+  )
   return res, cert
 
 
@@ -187,8 +204,9 @@ def part_a(key, n, rng):
   m = float(np.mean(np.asarray(idrs.mean_knn_distance(x_val, x_tr, k=K))))
   apply_fn = cone_classifier(theta)
   key, k1 = jax.random.split(key)
-  const, _ = run_config(k1, apply_fn, x_te, y_te, idrs.ConstantSigma(sigma), n,
-                        f"constant sigma {sigma}")
+  const, _ = run_config(
+    k1, apply_fn, x_te, y_te, idrs.ConstantSigma(sigma), n, f"constant sigma {sigma}"
+  )
   rows = []
   for rate in RATES_2D:
     # Calibrate sigma_b so that the mean test sigma(x) equals the constant sigma (Fig. 1).
@@ -196,8 +214,9 @@ def part_a(key, n, rng):
     sigma_b = sigma / float(np.mean(base.evaluate(x_te).sigma))
     design = idrs.KnnSigma(x_tr, sigma_b, rate, k=K, m=m, sigma_max=5 * sigma_b)
     key, k2 = jax.random.split(key)
-    res, cert = run_config(k2, apply_fn, x_te, y_te, design, n,
-                           f"sigma(x) sigma_b {sigma_b:.3f}, r {rate}")
+    res, cert = run_config(
+      k2, apply_fn, x_te, y_te, design, n, f"sigma(x) sigma_b {sigma_b:.3f}, r {rate}"
+    )
     res.update(sigma_b=sigma_b, rate_design=rate)
     rows.append(res)
     if rate == RATES_2D[0]:
@@ -206,23 +225,32 @@ def part_a(key, n, rng):
   gx, gy = np.meshgrid(np.linspace(-1, 10, 221), np.linspace(-2.5, 2.5, 101))
   grid = np.stack([gx.ravel(), gy.ravel()], 1).astype(np.float32)
   k3, k4 = jax.random.split(key)
-  top_c = np.asarray(sample_counts(k3, apply_fn, None, grid, sigma=sigma, num_classes=2,
-                                   num=1000)).argmax(1)
-  top_i = np.asarray(sample_counts(k4, apply_fn, None, grid, sigma=vis_design(grid),
-                                   num_classes=2, num=1000)).argmax(1)
-  return dict(dim=dim, theta=theta, scale=scale, sigma=sigma, m=m, constant=const,
-              input_dependent=rows), dict(
-                  x_te=x_te, y_te=y_te, sig_te=vis_sigma, gx=gx, gy=gy,
-                  top_c=top_c.reshape(gx.shape), top_i=top_i.reshape(gx.shape))
+  top_c = np.asarray(
+    sample_counts(k3, apply_fn, None, grid, sigma=sigma, num_classes=2, num=1000)
+  ).argmax(1)
+  top_i = np.asarray(
+    sample_counts(k4, apply_fn, None, grid, sigma=vis_design(grid), num_classes=2, num=1000)
+  ).argmax(1)
+  return dict(
+    dim=dim, theta=theta, scale=scale, sigma=sigma, m=m, constant=const, input_dependent=rows
+  ), dict(
+    x_te=x_te,
+    y_te=y_te,
+    sig_te=vis_sigma,
+    gx=gx,
+    gy=gy,
+    top_c=top_c.reshape(gx.shape),
+    top_i=top_i.reshape(gx.shape),
+  )
 
 
 CONE = [  # (N, constant sigma, [(sigma_b, r), ...]) from App. A.5
-    (2, 0.5, [(0.4, 0.2), (0.5, 0.2)]),
-    (6, 0.5, [(0.4, 0.1)]),
-    (18, 1.0, [(0.8, 0.05)]),
-    (60, 1.0, [(0.8, 0.03), (1.0, 0.03)]),
-    (180, 2.0, [(1.9, 0.01)]),
-    (400, 2.0, [(1.95, 0.005)]),
+  (2, 0.5, [(0.4, 0.2), (0.5, 0.2)]),
+  (6, 0.5, [(0.4, 0.1)]),
+  (18, 1.0, [(0.8, 0.05)]),
+  (60, 1.0, [(0.8, 0.03), (1.0, 0.03)]),
+  (180, 2.0, [(1.9, 0.01)]),
+  (400, 2.0, [(1.95, 0.005)]),
 ]
 
 
@@ -237,12 +265,17 @@ def part_b(key, n, rng):
     x_te, y_te = cone_data(rng, 100, dim, theta, scale)
     apply_fn = cone_classifier(theta)
     print(f" N = {dim}, scale {scale}")
-    rows = [run_config(kd, apply_fn, x_te, y_te, idrs.ConstantSigma(sigma), n,
-                       f"constant sigma {sigma}")[0]]
+    rows = [
+      run_config(kd, apply_fn, x_te, y_te, idrs.ConstantSigma(sigma), n, f"constant sigma {sigma}")[
+        0
+      ]
+    ]
     for sigma_b, rate in designs:
       key, kd = jax.random.split(key)
       design, m = knn_design(rng, x_tr, dim, theta, sigma_b, rate, scale)
-      r, _ = run_config(kd, apply_fn, x_te, y_te, design, n, f"sigma(x) sigma_b {sigma_b}, r {rate}")
+      r, _ = run_config(
+        kd, apply_fn, x_te, y_te, design, n, f"sigma(x) sigma_b {sigma_b}, r {rate}"
+      )
       r["m"] = m
       rows.append(r)
     out.append(dict(dim=dim, theta=theta, scale=scale, results=rows))
@@ -251,6 +284,7 @@ def part_b(key, n, rng):
 
 def plots(a, vis, b, suffix, out_dir):
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   from matplotlib.collections import EllipseCollection
@@ -258,9 +292,19 @@ def plots(a, vis, b, suffix, out_dir):
   fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
   ax = axes[0]
   x, y = vis["x_te"], vis["y_te"]
-  ax.add_collection(EllipseCollection(2 * vis["sig_te"], 2 * vis["sig_te"], 0.0, units="xy",
-                                      offsets=x, offset_transform=ax.transData,
-                                      facecolors="none", edgecolors="gray", linewidths=0.3))
+  ax.add_collection(
+    EllipseCollection(
+      2 * vis["sig_te"],
+      2 * vis["sig_te"],
+      0.0,
+      units="xy",
+      offsets=x,
+      offset_transform=ax.transData,
+      facecolors="none",
+      edgecolors="gray",
+      linewidths=0.3,
+    )
+  )
   ax.scatter(x[y == 1, 0], x[y == 1, 1], s=5, c="C0", label="class 1")
   ax.scatter(x[y == 0, 0], x[y == 0, 1], s=5, c="C3", label="class 0 (thin sector)")
   ax.set_xlim(-4, 24)
@@ -280,11 +324,17 @@ def plots(a, vis, b, suffix, out_dir):
   ax.set_title("smoothed decision boundary near the vertex")
   ax.legend(fontsize=7)
   ax = axes[2]
-  ax.plot(a["constant"]["radii"], a["constant"]["certified_accuracy"], "r",
-          label=a["constant"]["label"])
+  ax.plot(
+    a["constant"]["radii"], a["constant"]["certified_accuracy"], "r", label=a["constant"]["label"]
+  )
   for i, res in enumerate(a["input_dependent"]):
-    ax.plot(res["radii"], res["certified_accuracy"], color=("g", "C2", "C9")[i], ls=("-", "--", ":")[i],
-            label=res["label"])
+    ax.plot(
+      res["radii"],
+      res["certified_accuracy"],
+      color=("g", "C2", "C9")[i],
+      ls=("-", "--", ":")[i],
+      label=res["label"],
+    )
   ax.set_xlabel("radius")
   ax.set_ylabel("certified accuracy")
   ax.set_title("2-D toy: certified accuracy")
@@ -294,8 +344,9 @@ def plots(a, vis, b, suffix, out_dir):
   fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
   for ax, block in zip(axes.ravel(), b, strict=False):
     for i, res in enumerate(block["results"]):
-      ax.plot(res["radii"], res["certified_accuracy"], f"C{i}",
-              ls="-" if i else "--", label=res["label"])
+      ax.plot(
+        res["radii"], res["certified_accuracy"], f"C{i}", ls="-" if i else "--", label=res["label"]
+      )
     ax.set_title(f"cone, N = {block['dim']}")
     ax.set_xlabel("radius")
     ax.set_ylabel("certified accuracy")
@@ -312,9 +363,20 @@ def run(cfg: Config, out_dir: str = RESULTS) -> None:
   a, vis = part_a(ka, n, rng)
   b = part_b(kb, n, rng)
   plots(a, vis, b, suffix, out_dir)
-  write_json(out_dir, f"idrs_toy{suffix}.json",
-             dict(n=n, n0=N0, alpha=ALPHA, k=K, base_classifier="exact cone indicator",
-                  part_a=a, part_b=b, seconds=time.time() - t0))
+  write_json(
+    out_dir,
+    f"idrs_toy{suffix}.json",
+    dict(
+      n=n,
+      n0=N0,
+      alpha=ALPHA,
+      k=K,
+      base_classifier="exact cone indicator",
+      part_a=a,
+      part_b=b,
+      seconds=time.time() - t0,
+    ),
+  )
   print(f"done in {time.time() - t0:.0f} s")
 
 

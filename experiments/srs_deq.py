@@ -161,8 +161,17 @@ def get_config(quick: bool = False) -> Config:
       SRS-1A/3A/1B/3B.
   """
   if quick:
-    return Config(models=(("deq", (0.5,)),), epochs=5, images_every=20, n=2_000, m=200,
-                  chains=100, srs=("1A", "3A"), resnet=True, block=50)
+    return Config(
+      models=(("deq", (0.5,)),),
+      epochs=5,
+      images_every=20,
+      n=2_000,
+      m=200,
+      chains=100,
+      srs=("1A", "3A"),
+      resnet=True,
+      block=50,
+    )
   return Config()
 
 
@@ -183,30 +192,63 @@ def _noisy_held_out(cfg: Config, sigma: float, held_out) -> np.ndarray:
 def _train(cfg: Config, sigma: float, model, train, held_out, workdir: str, **kw):
   """The experiment's recipe through ``rsjax.training.train``: SGD, the lr cut by 5 at half
   of the epochs, Gaussian noise ``sigma``; resumes from ``workdir``."""
-  tcfg = rsjax.training.TrainConfig(sigma=sigma, epochs=cfg.epochs, batch_size=cfg.batch,
-                                    lr=cfg.lr, lr_step=max(cfg.epochs // 2, 1), gamma=0.2,
-                                    eval_batch_size=250)
+  tcfg = rsjax.training.TrainConfig(
+    sigma=sigma,
+    epochs=cfg.epochs,
+    batch_size=cfg.batch,
+    lr=cfg.lr,
+    lr_step=max(cfg.epochs // 2, 1),
+    gamma=0.2,
+    eval_batch_size=250,
+  )
   n = len(train.x) if cfg.train_size is None else cfg.train_size
-  return rsjax.training.train(cfg.seed, model, (train.x[:n], train.y[:n].astype(np.int32)), tcfg,
-                              eval_data=held_out, workdir=workdir, progress=False,
-                              keep_checkpoints=1, **kw)
+  return rsjax.training.train(
+    cfg.seed,
+    model,
+    (train.x[:n], train.y[:n].astype(np.int32)),
+    tcfg,
+    eval_data=held_out,
+    workdir=workdir,
+    progress=False,
+    keep_checkpoints=1,
+    **kw,
+  )
 
 
-MODEL_KWARGS = {"deq": lambda cfg: {"channels": cfg.channels},
-                "mdeq": lambda cfg: {"channels": list(cfg.mdeq_channels)}}
+MODEL_KWARGS = {
+  "deq": lambda cfg: {"channels": cfg.channels},
+  "mdeq": lambda cfg: {"channels": list(cfg.mdeq_channels)},
+}
 
 
 def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log, kind: str = "deq"):
   """Gaussian-noise training through ``rsjax.training.train`` (implicit gradients,
   the Jacobian regularizer, solver residual and steps logged); resumes from ``workdir``.
   ``kind``: ``"deq"`` (single stream) or ``"mdeq"`` (two resolutions)."""
-  spec = {"model": kind, "num_classes": 10, "input_shape": list(train.x.shape[1:]),
-          "model_kwargs": {**MODEL_KWARGS[kind](cfg), "groups": 4, "steps": cfg.train_steps,
-                           "jac_weight": cfg.jac_weight}}
-  model = rsjax.models.create_model(kind, num_classes=10, input_shape=train.x.shape[1:],
-                                    rngs=cfg.seed, **spec["model_kwargs"])
-  model, history = _train(cfg, sigma, model, train, held_out, workdir, model_config=spec,
-                          on_epoch_end=lambda e: log(json.dumps(e)))
+  spec = {
+    "model": kind,
+    "num_classes": 10,
+    "input_shape": list(train.x.shape[1:]),
+    "model_kwargs": {
+      **MODEL_KWARGS[kind](cfg),
+      "groups": 4,
+      "steps": cfg.train_steps,
+      "jac_weight": cfg.jac_weight,
+    },
+  }
+  model = rsjax.models.create_model(
+    kind, num_classes=10, input_shape=train.x.shape[1:], rngs=cfg.seed, **spec["model_kwargs"]
+  )
+  model, history = _train(
+    cfg,
+    sigma,
+    model,
+    train,
+    held_out,
+    workdir,
+    model_config=spec,
+    on_epoch_end=lambda e: log(json.dumps(e)),
+  )
   strip_checkpoint_paths(workdir)  # the full run's checkpoints are committed
   # Accuracy under one draw of noise with cheap and full solvers from z = 0.
   deq_fn, variables = rsjax.models.to_deq_fn(model)
@@ -215,8 +257,10 @@ def train_model(cfg: Config, sigma: float, workdir: str, train, held_out, log, k
   acc = {}
   for label in sorted({cfg.standard, *cfg.srs}):
     logits, res = run(variables, noisy, None, rsjax.models.as_solver_config(label))
-    acc[label] = {"noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
-                  "residual": float(np.mean(res.residual))}
+    acc[label] = {
+      "noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
+      "residual": float(np.mean(res.residual)),
+    }
   return model, history, acc
 
 
@@ -225,14 +269,18 @@ def train_resnet(cfg: Config, sigma: float, workdir: str, train, held_out) -> di
   per stage, widths 9/18/36: 25k parameters) with the DEQ's training recipe and noise; its
   accuracy on the same noisy held-out digits. Resumes from ``workdir``."""
   spec = {"stage_sizes": (1, 1, 1), "widths": (9, 18, 36), "normalize": "mnist"}
-  model = rsjax.models.BasicResNet(input_shape=train.x.shape[1:], num_classes=10,
-                                   rngs=nnx.Rngs(cfg.seed), **spec)
+  model = rsjax.models.BasicResNet(
+    input_shape=train.x.shape[1:], num_classes=10, rngs=nnx.Rngs(cfg.seed), **spec
+  )
   model, history = _train(cfg, sigma, model, train, held_out, workdir)
   apply_fn, params = rsjax.models.to_apply_fn(model)
   logits = apply_fn(params, _noisy_held_out(cfg, sigma, held_out))
-  return {"model": "BasicResNet " + json.dumps(spec), "num_params": rsjax.models.count_params(model),
-          "noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
-          "clean_acc": float(history[-1]["clean_acc"]) if history else None}
+  return {
+    "model": "BasicResNet " + json.dumps(spec),
+    "num_params": rsjax.models.count_params(model),
+    "noisy_acc": float(np.mean(np.asarray(logits).argmax(1) == held_out[1])),
+    "clean_acc": float(history[-1]["clean_acc"]) if history else None,
+  }
 
 
 def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> float:
@@ -243,10 +291,21 @@ def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> 
   settings = rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.chains)
   times = {}
   for mm in (0, m):
-    call = lambda i, mm=mm: deq.srs_sample(  # noqa: E731
-        jax.random.key(cfg.seed + 1), deq_fn, variables, x[i:i + 1], sigma=sigma,
-        num_classes=10, num=cfg.n, config=rows_lib.srs_config(cfg, variant, mm),
-        settings=settings, check_key=jax.random.key(cfg.seed + 2), ids=ids[i:i + 1])
+    call = (
+      lambda i, mm=mm: deq.srs_sample(  # noqa: E731
+        jax.random.key(cfg.seed + 1),
+        deq_fn,
+        variables,
+        x[i : i + 1],
+        sigma=sigma,
+        num_classes=10,
+        num=cfg.n,
+        config=rows_lib.srs_config(cfg, variant, mm),
+        settings=settings,
+        check_key=jax.random.key(cfg.seed + 2),
+        ids=ids[i : i + 1],
+      )
+    )
     call(0)  # compile
     t0 = time.perf_counter()
     for i in range(cfg.share_images):
@@ -256,28 +315,47 @@ def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> 
 
 
 def _names(cfg: Config) -> dict[str, str]:
-  return {v: (f"standard-{v}" if v == cfg.standard else f"SRS-{v}") for v in (cfg.standard,
-                                                                              *cfg.srs)}
+  return {
+    v: (f"standard-{v}" if v == cfg.standard else f"SRS-{v}") for v in (cfg.standard, *cfg.srs)
+  }
 
 
 def _row_settings(cfg: Config, kind: str, sigma: float, variant: str, m: int, epoch) -> dict:
   """What fixes a rows file's results (its header): a file of other settings is refused."""
-  return {"model": kind, "epoch": epoch, "sigma": sigma, "variant": variant, "n0": cfg.n0,
-          "n": cfg.n, "m": m, "alpha": cfg.alpha, "chains": cfg.chains,
-          "warmup_steps": cfg.warmup_steps, "standard": cfg.standard, "seed": cfg.seed}
+  return {
+    "model": kind,
+    "epoch": epoch,
+    "sigma": sigma,
+    "variant": variant,
+    "n0": cfg.n0,
+    "n": cfg.n,
+    "m": m,
+    "alpha": cfg.alpha,
+    "chains": cfg.chains,
+    "warmup_steps": cfg.warmup_steps,
+    "standard": cfg.standard,
+    "seed": cfg.seed,
+  }
 
 
 def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> dict:
   """The JSON of everything certified so far (methods compared on the images every method
   of a (model, sigma) has done) and its plot."""
   names = _names(cfg)
-  report = {"config": dataclasses.asdict(cfg), "dataset": "mnist5k (train 4000 / test 1000)",
-            "images": [int(i) for i in ids], "radii": list(rows_lib.RADII), "runs": {},
-            "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]}
+  report = {
+    "config": dataclasses.asdict(cfg),
+    "dataset": "mnist5k (train 4000 / test 1000)",
+    "images": [int(i) for i in ids],
+    "radii": list(rows_lib.RADII),
+    "runs": {},
+    "jax": jax.__version__,
+    "devices": [str(d) for d in jax.devices()],
+  }
   curves, done_all = {}, True
   for tag, st in setups.items():
-    by_variant = {v: {r["id"]: r for r in rows_lib.read_rows(st.paths[v], st.headers[v])}
-                  for v in names}
+    by_variant = {
+      v: {r["id"]: r for r in rows_lib.read_rows(st.paths[v], st.headers[v])} for v in names
+    }
     common = [int(i) for i in ids if all(int(i) in rows for rows in by_variant.values())]
     done_all &= len(common) == len(ids)
     results = {}
@@ -286,26 +364,43 @@ def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> di
       results[name] = rows_lib.summarize(cfg, rows, v, st.m)
       if v != cfg.standard:  # images lost to standard RS below the cap, and why
         results[name]["lost_below_cap"] = rows_lib.losses_below_cap(
-            cfg, [by_variant[cfg.standard][i] for i in common], rows, v, st.m, st.sigma)
+          cfg, [by_variant[cfg.standard][i] for i in common], rows, v, st.m, st.sigma
+        )
       if len(common) == len(ids) and v != cfg.standard and cfg.share_images:
-        results[name]["check_time_share"] = st.share.setdefault(v, check_time_share(
-            cfg, st.model, st.sigma, v, st.x, ids))
+        results[name]["check_time_share"] = st.share.setdefault(
+          v, check_time_share(cfg, st.model, st.sigma, v, st.x, ids)
+        )
       curves.setdefault(tag, {})[name] = rows
     if common:
       rows_lib.add_speedups(results, names[cfg.standard])
     report["runs"][tag] = {
-        "model": st.kind, "sigma": st.sigma, "images_done": len(common), "images_total": len(ids),
-        "n0": cfg.n0, "n": cfg.n, "m": st.m, "alpha": cfg.alpha,
-        "srs_radius_cap": deq.max_certifiable_radius(cfg.n, st.m, cfg.alpha, st.sigma),
-        "standard_radius_cap": float(stats.max_radius(cfg.n, cfg.alpha, st.sigma)),
-        "num_params": rsjax.models.count_params(st.model), "train_history": st.history,
-        "noisy_accuracy_from_zero": st.acc, "resnet_same_size": st.resnet, "results": results}
+      "model": st.kind,
+      "sigma": st.sigma,
+      "images_done": len(common),
+      "images_total": len(ids),
+      "n0": cfg.n0,
+      "n": cfg.n,
+      "m": st.m,
+      "alpha": cfg.alpha,
+      "srs_radius_cap": deq.max_certifiable_radius(cfg.n, st.m, cfg.alpha, st.sigma),
+      "standard_radius_cap": float(stats.max_radius(cfg.n, cfg.alpha, st.sigma)),
+      "num_params": rsjax.models.count_params(st.model),
+      "train_history": st.history,
+      "noisy_accuracy_from_zero": st.acc,
+      "resnet_same_size": st.resnet,
+      "results": results,
+    }
   for kind, sigma in cfg.runs():  # not reached yet in this call
     tag = f"{kind} sigma={sigma:g}"
     if tag not in report["runs"]:
       done_all = False
-      report["runs"][tag] = {"model": kind, "sigma": sigma, "images_done": 0,
-                             "images_total": len(ids), "results": {}}
+      report["runs"][tag] = {
+        "model": kind,
+        "sigma": sigma,
+        "images_done": 0,
+        "images_total": len(ids),
+        "results": {},
+      }
   report["complete"] = done_all
   report["seconds_this_call"] = time.perf_counter() - t_start
   os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
@@ -315,8 +410,14 @@ def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> di
   return report
 
 
-def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float | None = None,
-        report_only: bool = False):
+def run(
+  cfg: Config,
+  out_path: str,
+  workdir: str,
+  log=print,
+  max_minutes: float | None = None,
+  report_only: bool = False,
+):
   """Trains (or reloads) each model, certifies with every method in rounds of ``cfg.block``
   images per (model, sigma), writes the JSON and plot at the start and after each block that
   certified something. Rerunning the same command resumes where it stopped; ``max_minutes``
@@ -325,7 +426,7 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
   t_start = time.perf_counter()
   train = data.load("mnist5k", "train")
   test = data.load("mnist5k", "test")
-  ids = np.arange(0, len(test.x), cfg.images_every)[cfg.first_image:cfg.max_images]
+  ids = np.arange(0, len(test.x), cfg.images_every)[cfg.first_image : cfg.max_images]
   x_cert, y_cert = test.x[ids], test.y[ids].astype(np.int64)
   held_out = (test.x[:500], test.y[:500].astype(np.int32))
   os.makedirs(workdir, exist_ok=True)
@@ -336,8 +437,9 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
     if tag in setups:
       return tag, setups[tag]
     wd = os.path.join(workdir, f"{kind}_sigma{sigma:g}")
-    model, history, acc = train_model(cfg, sigma, os.path.join(wd, "model"), train, held_out,
-                                      log, kind=kind)
+    model, history, acc = train_model(
+      cfg, sigma, os.path.join(wd, "model"), train, held_out, log, kind=kind
+    )
     resnet = None
     if cfg.resnet and kind == "deq":
       resnet = train_resnet(cfg, sigma, os.path.join(wd, "resnet"), train, held_out)
@@ -347,9 +449,19 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
     epoch = history[-1]["epoch"] if history else None
     headers = {v: _row_settings(cfg, kind, sigma, v, m, epoch) for v in _names(cfg)}
     paths = {v: os.path.join(wd, f"rows_{name}.jsonl") for v, name in _names(cfg).items()}
-    setups[tag] = types.SimpleNamespace(kind=kind, sigma=sigma, model=model, history=history,
-                                        acc=acc, resnet=resnet, m=m, headers=headers,
-                                        paths=paths, x=x_cert, share={})
+    setups[tag] = types.SimpleNamespace(
+      kind=kind,
+      sigma=sigma,
+      model=model,
+      history=history,
+      acc=acc,
+      resnet=resnet,
+      m=m,
+      headers=headers,
+      paths=paths,
+      x=x_cert,
+      share={},
+    )
     return tag, setups[tag]
 
   def trained(kind, sigma):  # its model has finished training (loading it is cheap)
@@ -370,8 +482,9 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
         break
       tag, st = setup(kind, sigma)
       deq_fn, variables = rsjax.models.to_deq_fn(st.model)
-      done = {v: {r["id"] for r in rows_lib.read_rows(st.paths[v], st.headers[v])}
-              for v in st.paths}
+      done = {
+        v: {r["id"] for r in rows_lib.read_rows(st.paths[v], st.headers[v])} for v in st.paths
+      }
       certified = False
       for i in range(start, min(start + cfg.block, len(ids))):
         todo = {v: name for v, name in _names(cfg).items() if int(ids[i]) not in done[v]}
@@ -381,17 +494,32 @@ def run(cfg: Config, out_path: str, workdir: str, log=print, max_minutes: float 
           break
         for v, name in todo.items():
           certified = True
-          row = rows_lib.certify_image(cfg, deq_fn, variables, st.sigma, v, st.m,
-                                       x_cert[i:i + 1], y_cert[i], ids[i],
-                                       (tag, v) not in compiled)
+          row = rows_lib.certify_image(
+            cfg,
+            deq_fn,
+            variables,
+            st.sigma,
+            v,
+            st.m,
+            x_cert[i : i + 1],
+            y_cert[i],
+            ids[i],
+            (tag, v) not in compiled,
+          )
           compiled.add((tag, v))
           rows_lib.append_row(st.paths[v], st.headers[v], row)
-          log(f"{tag} {name} image {int(ids[i])}: radius {row['radius']:.3f} "
-              f"({row['seconds']:.1f}s, cpu {row['cpu_seconds']:.1f}s)")
+          log(
+            f"{tag} {name} image {int(ids[i])}: radius {row['radius']:.3f} "
+            f"({row['seconds']:.1f}s, cpu {row['cpu_seconds']:.1f}s)"
+          )
       if certified:  # else the JSON and plot stand as they are
         report = _report(cfg, ids, setups, out_path, t_start)
-        log("progress: " + ", ".join(f"{t}: {r['images_done']}/{r['images_total']}"
-                                     for t, r in report["runs"].items()))
+        log(
+          "progress: "
+          + ", ".join(
+            f"{t}: {r['images_done']}/{r['images_total']}" for t, r in report["runs"].items()
+          )
+        )
   log(f"wrote {out_path} ({time.perf_counter() - t_start:.0f}s; complete: {report['complete']})")
   return report
 
@@ -402,45 +530,81 @@ def main(argv=None):
   mode.add_argument("--quick", action="store_true", help="small settings (~15 min on 2 CPUs)")
   mode.add_argument("--full", action="store_true", help="the full run (the default): resumes")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--sigmas", type=float, nargs="+", default=None,
-                      help="only these sigmas (default: the mode's)")
-  parser.add_argument("--models", nargs="+", choices=("deq", "mdeq"), default=None,
-                      help="only these models (default: the mode's); with --sigmas, lets two "
-                           "processes work on disjoint rows files at once")
-  parser.add_argument("--images", type=int, default=None,
-                      help="only the first K of the mode's images (a piece of a run: the rows "
-                           "are the run's, so the whole run resumes from them)")
-  parser.add_argument("--from-image", type=int, default=0,
-                      help="start at the J-th of the mode's images (with --images K: images "
-                           "J..K-1; two processes can split one model's images)")
-  parser.add_argument("--max-minutes", type=float, default=None,
-                      help="stop after the image in progress once this much time has passed")
-  parser.add_argument("--report", action="store_true",
-                      help="only write the JSON and plot of the rows there are")
+  parser.add_argument(
+    "--sigmas", type=float, nargs="+", default=None, help="only these sigmas (default: the mode's)"
+  )
+  parser.add_argument(
+    "--models",
+    nargs="+",
+    choices=("deq", "mdeq"),
+    default=None,
+    help="only these models (default: the mode's); with --sigmas, lets two "
+    "processes work on disjoint rows files at once",
+  )
+  parser.add_argument(
+    "--images",
+    type=int,
+    default=None,
+    help="only the first K of the mode's images (a piece of a run: the rows "
+    "are the run's, so the whole run resumes from them)",
+  )
+  parser.add_argument(
+    "--from-image",
+    type=int,
+    default=0,
+    help="start at the J-th of the mode's images (with --images K: images "
+    "J..K-1; two processes can split one model's images)",
+  )
+  parser.add_argument(
+    "--max-minutes",
+    type=float,
+    default=None,
+    help="stop after the image in progress once this much time has passed",
+  )
+  parser.add_argument(
+    "--report", action="store_true", help="only write the JSON and plot of the rows there are"
+  )
   parser.add_argument("--out", default=None, help="output JSON path")
-  parser.add_argument("--workdir", default=None,
-                      help="models and per-image rows (resume: rerun the same command)")
+  parser.add_argument(
+    "--workdir", default=None, help="models and per-image rows (resume: rerun the same command)"
+  )
   args = parser.parse_args(argv)
-  cfg = dataclasses.replace(get_config(args.quick), seed=args.seed, max_images=args.images,
-                            first_image=args.from_image)
+  cfg = dataclasses.replace(
+    get_config(args.quick), seed=args.seed, max_images=args.images, first_image=args.from_image
+  )
   if args.sigmas:
-    cfg = dataclasses.replace(cfg, models=tuple(
-        (k, tuple(s for s in sig if s in args.sigmas)) for k, sig in cfg.models))
+    cfg = dataclasses.replace(
+      cfg, models=tuple((k, tuple(s for s in sig if s in args.sigmas)) for k, sig in cfg.models)
+    )
   if args.models:
-    cfg = dataclasses.replace(cfg, models=tuple(
-        (k, sig) for k, sig in cfg.models if k in args.models))
+    cfg = dataclasses.replace(
+      cfg, models=tuple((k, sig) for k, sig in cfg.models if k in args.models)
+    )
   tag = "quick" if args.quick else "full"
   if args.images is not None or args.sigmas or args.models or args.from_image:  # a piece: its
-    tag += "".join(f"_{k}" for k in (args.models or ())) + "".join(  # own JSON, the run's rows
-        f"_sigma{s:g}" for s in sorted({s for _, s in cfg.runs()})) + (
-        f"_from{args.from_image}" if args.from_image else "") + (
-        f"_first{args.images}" if args.images is not None else "")
+    tag += (
+      "".join(f"_{k}" for k in (args.models or ()))
+      + "".join(  # own JSON, the run's rows
+        f"_sigma{s:g}" for s in sorted({s for _, s in cfg.runs()})
+      )
+      + (f"_from{args.from_image}" if args.from_image else "")
+      + (f"_first{args.images}" if args.images is not None else "")
+    )
   out = args.out or os.path.join(RESULTS, f"srs_deq_{tag}.json")
   # The full run's models and rows are committed next to its results (a fresh clone resumes).
-  default_wd = (os.path.join(RESULTS, "srs_deq_full") if not args.quick and args.seed == 0
-                else os.path.join(RUNS, f"srs_deq_{'quick' if args.quick else 'full'}_seed{args.seed}"))
-  run(cfg, out, args.workdir or default_wd, max_minutes=args.max_minutes, report_only=args.report,
-      log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True))
+  default_wd = (
+    os.path.join(RESULTS, "srs_deq_full")
+    if not args.quick and args.seed == 0
+    else os.path.join(RUNS, f"srs_deq_{'quick' if args.quick else 'full'}_seed{args.seed}")
+  )
+  run(
+    cfg,
+    out,
+    args.workdir or default_wd,
+    max_minutes=args.max_minutes,
+    report_only=args.report,
+    log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True),
+  )
 
 
 if __name__ == "__main__":

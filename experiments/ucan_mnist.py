@@ -76,6 +76,7 @@ RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 @dataclasses.dataclass(frozen=True)
 class Config(BaseTraining, Certification):
   """The experiment's settings (``get_config`` fills them; the base models' first)."""
+
   generators: tuple  # input-independent generators (sound rows)
   unsound_generators: tuple  # run with allow_unsound=True, rows marked sound=False
   ucan_epochs: int
@@ -86,13 +87,21 @@ class Config(BaseTraining, Certification):
 def get_config(quick: bool) -> Config:
   """Settings; ``quick`` is ``python experiments/ucan_mnist.py --quick``, otherwise
   ``python experiments/ucan_mnist.py``."""
-  return Config(**lenet_mnist5k(quick),
-              generators=("pattern-l1", "pattern-l2", "pattern-linf", "universal"),
-              unsound_generators=("input",),
-              ucan_epochs=1 if quick else 10, ucan_lr=1e-3, ucan_draws=2 if quick else 5,
-              skip=20 if quick else 2, n0=100, n=2_000 if quick else 100_000, alpha=0.001,
-              seed=0, out=os.path.join(ROOT, "runs", "ucan_quick" if quick else "ucan"),
-              results=os.path.join(RESULTS, "ucan_quick" if quick else "ucan"))
+  return Config(
+    **lenet_mnist5k(quick),
+    generators=("pattern-l1", "pattern-l2", "pattern-linf", "universal"),
+    unsound_generators=("input",),
+    ucan_epochs=1 if quick else 10,
+    ucan_lr=1e-3,
+    ucan_draws=2 if quick else 5,
+    skip=20 if quick else 2,
+    n0=100,
+    n=2_000 if quick else 100_000,
+    alpha=0.001,
+    seed=0,
+    out=os.path.join(ROOT, "runs", "ucan_quick" if quick else "ucan"),
+    results=os.path.join(RESULTS, "ucan_quick" if quick else "ucan"),
+  )
 
 
 def run(cfg: Config, log=print) -> dict:
@@ -121,48 +130,83 @@ def run(cfg: Config, log=print) -> dict:
     correct = cert.prediction == ys
     sig = np.asarray(sigma, np.float64)
     methods[name] = dict(
-        acr=float(metrics.average_certified_radius(correct, cert.radius)),
-        certified_accuracy=certified_curve(correct, cert.radius, RADII),
-        acr_alm=float(metrics.average_certified_radius(correct, cert.alm)),
-        certified_accuracy_alm=certified_curve(correct, cert.alm, RADII),
-        sound=bool(cert.sound), sigma0=s0, sigma_min=float(sig.min()),
-        sigma_geomean=float(np.exp(np.mean(np.log(sig)))), sigma_max=float(sig.max()),
-        mu_abs_mean=float(np.mean(np.abs(np.asarray(mu)))) if mu is not None else 0.0,
-        note=("radius = min(sigma) * R (sound L2 ball); alm = volume-equivalent, not a ball"
-              if cert.sound else "NOT A CERTIFICATE: (mu, sigma) depend on the input; radii "
-              "computed with the formulas of the sound rows only to compare with the paper"),
-        **extra)
-    log(f"{name}: ACR {methods[name]['acr']:.3f} (ALM {methods[name]['acr_alm']:.3f}) "
-        f"{methods[name]['certified_accuracy']}")
+      acr=float(metrics.average_certified_radius(correct, cert.radius)),
+      certified_accuracy=certified_curve(correct, cert.radius, RADII),
+      acr_alm=float(metrics.average_certified_radius(correct, cert.alm)),
+      certified_accuracy_alm=certified_curve(correct, cert.alm, RADII),
+      sound=bool(cert.sound),
+      sigma0=s0,
+      sigma_min=float(sig.min()),
+      sigma_geomean=float(np.exp(np.mean(np.log(sig)))),
+      sigma_max=float(sig.max()),
+      mu_abs_mean=float(np.mean(np.abs(np.asarray(mu)))) if mu is not None else 0.0,
+      note=(
+        "radius = min(sigma) * R (sound L2 ball); alm = volume-equivalent, not a ball"
+        if cert.sound
+        else "NOT A CERTIFICATE: (mu, sigma) depend on the input; radii "
+        "computed with the formulas of the sound rows only to compare with the paper"
+      ),
+      **extra,
+    )
+    log(
+      f"{name}: ACR {methods[name]['acr']:.3f} (ALM {methods[name]['acr_alm']:.3f}) "
+      f"{methods[name]['certified_accuracy']}"
+    )
 
   for s0 in cfg.sigmas:
     tag = f"{s0:g}"
     t0 = time.perf_counter()
     base_dir = os.path.join(cfg.out, f"gauss_{tag}")
-    base = models.create_model(cfg.model, num_classes=10, input_shape=shape,
-                               rngs=cfg.seed)
-    training.train(cfg.seed, base, (x, y),
-                   training.TrainConfig(sigma=s0, epochs=cfg.epochs, batch_size=cfg.batch_size,
-                                        lr=cfg.lr, lr_step=cfg.lr_step),
-                   workdir=base_dir, model_config=mcfg, progress=False)
+    base = models.create_model(cfg.model, num_classes=10, input_shape=shape, rngs=cfg.seed)
+    training.train(
+      cfg.seed,
+      base,
+      (x, y),
+      training.TrainConfig(
+        sigma=s0, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, lr_step=cfg.lr_step
+      ),
+      workdir=base_dir,
+      model_config=mcfg,
+      progress=False,
+    )
     iso = anisotropic.FrozenNoise(np.full(shape, s0, np.float32))
     certify_row(f"isotropic_s{tag}", base, iso, s0)
 
     def ucan_config(gen, s0=s0):
-      return ucan.UCANConfig(gen, s0, epochs=cfg.ucan_epochs, batch_size=cfg.batch_size,
-                             lr=cfg.ucan_lr, draws=cfg.ucan_draws)
+      return ucan.UCANConfig(
+        gen,
+        s0,
+        epochs=cfg.ucan_epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.ucan_lr,
+        draws=cfg.ucan_draws,
+      )
 
     for gen in cfg.generators:
       model, _ = models.load_model(base_dir)  # fine-tune a copy of the Gaussian model
-      model, noise, _ = ucan.train_ucan(cfg.seed, model, (x, y), ucan_config(gen),
-                                        workdir=os.path.join(cfg.out, f"{gen}_{tag}"),
-                                        model_config=mcfg, progress=False)
+      model, noise, _ = ucan.train_ucan(
+        cfg.seed,
+        model,
+        (x, y),
+        ucan_config(gen),
+        workdir=os.path.join(cfg.out, f"{gen}_{tag}"),
+        model_config=mcfg,
+        progress=False,
+      )
       certify_row(f"{gen}_s{tag}", model, noise, s0)
     for gen in cfg.unsound_generators:
       model, _ = models.load_model(base_dir)
       wdir = os.path.join(cfg.out, f"{gen}_{tag}")
-      ucan.train_ucan(cfg.seed, model, (x, y), ucan_config(gen), workdir=wdir, model_config=mcfg,
-                      progress=False, allow_unsound=True)
+      ucan.train_ucan(
+        cfg.seed,
+        model,
+        (x, y),
+        ucan_config(gen),
+        workdir=wdir,
+        model_config=mcfg,
+        progress=False,
+        allow_unsound=True,
+      )
       wrapped, _ = ucan.load_ucan_model(wdir, allow_unsound=True)
       certify_row(f"{gen}_s{tag}", wrapped, None, s0, sound_alternative=f"universal_s{tag}")
     timing[tag] = time.perf_counter() - t0
@@ -172,8 +216,10 @@ def run(cfg: Config, log=print) -> dict:
 
 def plot(result: dict, path: str) -> None:
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   fig, ax = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
   for i, (name, m) in enumerate(result["methods"].items()):
     style = ("o" if "s0.25" in name else "s") + ("-" if m["sound"] else ":")
@@ -181,8 +227,10 @@ def plot(result: dict, path: str) -> None:
     for a, key in zip(ax, ("certified_accuracy", "certified_accuracy_alm"), strict=True):
       ca = m[key]
       a.plot([float(r) for r in ca], list(ca.values()), style, color=f"C{i % 10}", label=label)
-  ax[0].set(xlabel="isotropic L2 radius min(sigma) R (sound for the solid lines)",
-            ylabel="certified accuracy")
+  ax[0].set(
+    xlabel="isotropic L2 radius min(sigma) R (sound for the solid lines)",
+    ylabel="certified accuracy",
+  )
   ax[1].set(xlabel="ALM exp(mean log sigma) R (not a ball guarantee)")
   ax[1].legend(fontsize=7)
   save_figure(fig, path, dpi=110)

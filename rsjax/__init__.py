@@ -12,21 +12,57 @@ from rsjax._version import __version__ as __version__
 # never imports flax, and ``rsjax.verify`` / ``rsjax.runspec`` (NumPy and SciPy
 # only) never import JAX. ``rsjax.certify``, ``rsjax.models``, ... just work.
 _LAZY_NAMES = {
-    "ABSTAIN": "engine.driver", "Certificate": "engine.driver", "FixedN": "engine.driver",
-    "Sampling": "engine.driver", "SamplingRule": "engine.driver",
-    "certificate_from_counts": "engine.driver", "run_certify": "engine.driver",
-    "certify": "cohen._certify", "Cohen": "cohen._certify", "predict": "cohen._certify", "sample_counts": "engine.counts",
-    "sample_noise": "engine.step", "SigmaSource": "sigma", "SigmaValues": "sigma",
-    "Budget": "engine.budget",
+  "ABSTAIN": "engine.driver",
+  "Certificate": "engine.driver",
+  "FixedN": "engine.driver",
+  "Sampling": "engine.driver",
+  "SamplingRule": "engine.driver",
+  "certificate_from_counts": "engine.driver",
+  "run_certify": "engine.driver",
+  "certify": "cohen._certify",
+  "Cohen": "cohen._certify",
+  "predict": "cohen._certify",
+  "sample_counts": "engine.counts",
+  "sample_noise": "engine.step",
+  "SigmaSource": "sigma",
+  "SigmaValues": "sigma",
+  "Budget": "engine.budget",
 }
-_LAZY_MODULES = ("anisotropic", "audit", "checkpoint", "checks", "cli", "cohen", "data", "ddrs", "denoise",
-                 "deq", "demo", "distributed", "engine", "idrs", "io", "method", "methods", "metrics", "models", "noise", "plots",
-                 "precision", "record", "runner", "runspec", "stats", "training",
-                 "verify")
+_LAZY_MODULES = (
+  "anisotropic",
+  "audit",
+  "checkpoint",
+  "checks",
+  "cli",
+  "cohen",
+  "data",
+  "ddrs",
+  "denoise",
+  "deq",
+  "demo",
+  "distributed",
+  "engine",
+  "idrs",
+  "io",
+  "method",
+  "methods",
+  "metrics",
+  "models",
+  "noise",
+  "plots",
+  "precision",
+  "record",
+  "runner",
+  "runspec",
+  "stats",
+  "training",
+  "verify",
+)
 
 
 def __getattr__(name):
   import importlib
+
   if name in _LAZY_NAMES:
     value = getattr(importlib.import_module(f"rsjax.{_LAZY_NAMES[name]}"), name)
   elif name in _LAZY_MODULES:
@@ -40,23 +76,24 @@ def __getattr__(name):
 def __dir__():
   return sorted(set(globals()) | set(_LAZY_NAMES) | set(_LAZY_MODULES))
 
+
 __all__ = [
-    "ABSTAIN",
-    "Budget",
-    "Certificate",
-    "Cohen",
-    "FixedN",
-    "Sampling",
-    "SamplingRule",
-    "SigmaSource",
-    "SigmaValues",
-    "certificate_from_counts",
-    "certify",
-    "noise",
-    "precision",
-    "predict",
-    "run_certify",
-    "sample_counts",
-    "sample_noise",
-    "stats",
+  "ABSTAIN",
+  "Budget",
+  "Certificate",
+  "Cohen",
+  "FixedN",
+  "Sampling",
+  "SamplingRule",
+  "SigmaSource",
+  "SigmaValues",
+  "certificate_from_counts",
+  "certify",
+  "noise",
+  "precision",
+  "predict",
+  "run_certify",
+  "sample_counts",
+  "sample_noise",
+  "stats",
 ]

@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def exports(package: str, table: Mapping[str, str], submodules: tuple[str, ...] = ()
-            ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def exports(
+  package: str, table: Mapping[str, str], submodules: tuple[str, ...] = ()
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
   """``(__getattr__, __dir__)`` of a package whose ``name`` lives in module ``table[name]``.
 
   Args:

@@ -125,13 +125,17 @@ class AuditReport:
     if r >= m:
       return f"every one of the {m} rows was drawn: any forged row is caught"
     k99 = next(k for k in range(1, m + 1) if escape_probability(m, r, k) <= 0.01)
-    return (f"{r} of {m} rows drawn: one forged row escapes with probability "
-            f"{escape_probability(m, r, 1):.3f}, {k99} or more forged rows with at most 0.01")
+    return (
+      f"{r} of {m} rows drawn: one forged row escapes with probability "
+      f"{escape_probability(m, r, 1):.3f}, {k99} or more forged rows with at most 0.01"
+    )
 
   def summary(self) -> str:
     if self.ok:
-      return (f"audit passed: {self.path}, {len(self.rows)} rows re-drawn with identical counts "
-              f"(seed {self.seed}); {self.power()}")
+      return (
+        f"audit passed: {self.path}, {len(self.rows)} rows re-drawn with identical counts "
+        f"(seed {self.seed}); {self.power()}"
+      )
     return f"audit FAILED: {self.path}: {self.reason} (seed {self.seed})"
 
 
@@ -150,8 +154,17 @@ def _choose(run: RunSpec, rows, seed: int) -> np.ndarray:
   return np.sort(rng.choice(declared, size=int(rows), replace=False))
 
 
-def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None, data_dir=None,
-          torch_checkpoint=None, denoiser=None, batch_size: int = 1000) -> AuditReport:
+def audit(
+  path,
+  *,
+  model_dir=None,
+  rows: int | str = 20,
+  seed: int | None = None,
+  data_dir=None,
+  torch_checkpoint=None,
+  denoiser=None,
+  batch_size: int = 1000,
+) -> AuditReport:
   """Audits a certify run with its model (module docstring).
 
   Args:
@@ -175,6 +188,7 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
   """
   from rsjax import runner
   from rsjax.verify._run import check_dataset_shape
+
   p = os.fspath(path)
   if rows != "all" and (not isinstance(rows, int) or rows < 1):
     raise AuditError(f"rows must be >= 1 or 'all', got {rows!r}")
@@ -185,8 +199,13 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
   seed = secrets.randbits(63) if seed is None else int(seed)
   declared = len(run.indices())
   try:
-    loaded = launch.load(run, model_dir=model_dir, torch_checkpoint=torch_checkpoint,
-                         denoiser=denoiser, data_dir=data_dir)
+    loaded = launch.load(
+      run,
+      model_dir=model_dir,
+      torch_checkpoint=torch_checkpoint,
+      denoiser=denoiser,
+      data_dir=data_dir,
+    )
   except launch.CliError as e:
     raise AuditError(str(e)) from None
   ds = loaded.dataset
@@ -196,13 +215,25 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
     raise AuditError(str(e)) from None
   checks = [Check("verify", report.ok, report.summary())]
   fp = runner.fingerprint(loaded.params)
-  checks.append(Check("model", fp == run.model.fingerprint, f"fingerprint {fp}" if fp ==
-                      run.model.fingerprint else f"the model's parameters (fingerprint {fp}) "
-                      f"are not the run's ({run.model.fingerprint}): another checkpoint"))
+  checks.append(
+    Check(
+      "model",
+      fp == run.model.fingerprint,
+      f"fingerprint {fp}"
+      if fp == run.model.fingerprint
+      else f"the model's parameters (fingerprint {fp}) "
+      f"are not the run's ({run.model.fingerprint}): another checkpoint",
+    )
+  )
   chosen = _choose(run, rows, seed)
   if check_dataset_shape(run, ds):  # nothing can be drawn again from another dataset
-    checks.append(Check("data", False, f"{run.data.name} {run.data.split} is not the dataset "
-                        "the run declares (see verify)"))
+    checks.append(
+      Check(
+        "data",
+        False,
+        f"{run.data.name} {run.data.split} is not the dataset the run declares (see verify)",
+      )
+    )
     return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
   recs = record_lib.read_records(p)
   x = np.asarray(ds.get_batch(chosen)[0])
@@ -212,9 +243,15 @@ def audit(path, *, model_dir=None, rows: int | str = 20, seed: int | None = None
   plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
   rebuilt = _as_recorded(run, plan.details)
   same = _same_tree(rebuilt, run.details)
-  checks.append(Check("method", same, "the method's run-wide facts (details) are those of the "
-                      "run's settings and model" if same else f"the run records details "
-                      f"{run.details}, its settings and model give {rebuilt}"))
+  checks.append(
+    Check(
+      "method",
+      same,
+      "the method's run-wide facts (details) are those of the run's settings and model"
+      if same
+      else f"the run records details {run.details}, its settings and model give {rebuilt}",
+    )
+  )
   if not same:
     return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
   checks.append(_redraw(run, plan, chosen, x, recs))
@@ -234,20 +271,24 @@ def _same_tree(a, b, rtol: float = 1e-9) -> bool:
   if isinstance(a, list) and isinstance(b, list):
     return len(a) == len(b) and all(_same_tree(u, v, rtol) for u, v in zip(a, b, strict=True))
   if isinstance(a, float) or isinstance(b, float):
-    return (isinstance(a, (int, float)) and isinstance(b, (int, float))
-            and math.isclose(a, b, rel_tol=rtol, abs_tol=0.0))
+    return (
+      isinstance(a, (int, float))
+      and isinstance(b, (int, float))
+      and math.isclose(a, b, rel_tol=rtol, abs_tol=0.0)
+    )
   return a == b and type(a) is type(b)
 
 
 def _redraw(run, plan, chosen, x, recs) -> Check:
   """Draws the counts of the chosen rows again from the run's record and compares them."""
   from rsjax import runner
+
   n = int(run.sampling["n"])
   per_call = plan.inputs_per_call or runner.default_inputs_per_call(n)
   differ = []
   for s in range(0, len(chosen), per_call):
-    ids = chosen[s:s + per_call]
-    c = plan.certify(x[s:s + per_call], ids)
+    ids = chosen[s : s + per_call]
+    c = plan.certify(x[s : s + per_call], ids)
     for j, i in enumerate(ids):
       own = c.record_fields(j)
       # As the record holds them (JSON values), to compare like with like.
@@ -262,8 +303,13 @@ def _redraw(run, plan, chosen, x, recs) -> Check:
           break
   if differ:
     i, field, was, now = differ[0]
-    what = {"counts0": "selection counts", "counts": "estimation counts",
-            "n": "samples"}.get(field, field)
-    return Check("counts", False, f"{len(differ)} of {len(chosen)} rows drawn again give other "
-                 f"counts (first idx {i}: {what} {was} recorded, {now} drawn)")
+    what = {"counts0": "selection counts", "counts": "estimation counts", "n": "samples"}.get(
+      field, field
+    )
+    return Check(
+      "counts",
+      False,
+      f"{len(differ)} of {len(chosen)} rows drawn again give other "
+      f"counts (first idx {i}: {what} {was} recorded, {now} drawn)",
+    )
   return Check("counts", True, f"{len(chosen)} rows drawn again give the recorded counts exactly")

@@ -27,7 +27,8 @@ _META = "meta"
 
 def _is_key(x) -> bool:
   return isinstance(x, (jax.Array, jax.ShapeDtypeStruct)) and jnp.issubdtype(
-      x.dtype, jax.dtypes.prng_key)
+    x.dtype, jax.dtypes.prng_key
+  )
 
 
 def _keys_to_data(tree):
@@ -45,17 +46,21 @@ def _abstract(tree):
 
 def _data_to_keys(restored, target):
   return jax.tree.map(
-      lambda r, t: jax.random.wrap_key_data(r, impl=jax.random.key_impl(t)) if _is_key(t) else r,
-      restored, target)
+    lambda r, t: jax.random.wrap_key_data(r, impl=jax.random.key_impl(t)) if _is_key(t) else r,
+    restored,
+    target,
+  )
 
 
 class CheckpointReadError(ValueError):
   """A checkpoint's files cannot be read (damaged, truncated or partly deleted)."""
 
   def __init__(self, directory: str, step: int):
-    super().__init__(f"the checkpoint of step {step} in {directory!r} cannot be read: a file in it "
-                     "is damaged or missing (train again, or restore it from a copy; --debug or "
-                     "the exception's __cause__ shows the storage error)")
+    super().__init__(
+      f"the checkpoint of step {step} in {directory!r} cannot be read: a file in it "
+      "is damaged or missing (train again, or restore it from a copy; --debug or "
+      "the exception's __cause__ shows the storage error)"
+    )
     self.directory, self.step = directory, step
 
 
@@ -80,8 +85,11 @@ class Checkpoints:
       raise ValueError(f"max_to_keep must be >= 1 or None, got {max_to_keep!r}")
     self.directory = os.path.abspath(os.fspath(directory))
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep, enable_async_checkpointing=False, create=True,
-        cleanup_tmp_directories=True)
+      max_to_keep=max_to_keep,
+      enable_async_checkpointing=False,
+      create=True,
+      cleanup_tmp_directories=True,
+    )
     self._mngr = ocp.CheckpointManager(self.directory, options=options)
 
   def latest_step(self) -> int | None:

@@ -22,22 +22,34 @@ import numpy as np
 
 __all__ = ["run", "DEFAULTS"]
 
-DEFAULTS = dict(model="lenet", dataset="mnist5k", epochs=20, batch_size=128, lr=0.05,
-                lr_step=8, n0=100, n=10_000, alpha=0.001, skip=10, radii=(0.0, 0.25, 0.5, 0.75,
-                                                                          1.0, 1.25, 1.5))
+DEFAULTS = dict(
+  model="lenet",
+  dataset="mnist5k",
+  epochs=20,
+  batch_size=128,
+  lr=0.05,
+  lr_step=8,
+  n0=100,
+  n=10_000,
+  alpha=0.001,
+  skip=10,
+  radii=(0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5),
+)
 
 
 def _differences(saved, now) -> str:
   """``'k saved there, now here; ...'`` over the keys whose values differ ('' if none)."""
   keys = sorted(set(saved) | set(now))
-  return "; ".join(f"{k} {saved.get(k)!r} there, {now.get(k)!r} now" for k in keys
-                   if saved.get(k) != now.get(k))
+  return "; ".join(
+    f"{k} {saved.get(k)!r} there, {now.get(k)!r} now" for k in keys if saved.get(k) != now.get(k)
+  )
 
 
 def _reusable(workdir: str, rows: str, train_json: dict, rows_run: dict, overwrite: bool) -> None:
   """Stops (``ValueError``) if ``workdir``'s training or the ``rows`` were made with other
   settings; with ``overwrite`` removes them instead."""
   from rsjax import io, models
+
   diffs = []
   if os.path.exists(os.path.join(workdir, models.CONFIG_FILE)):
     saved = models.read_config(workdir).get("train", {})
@@ -45,13 +57,13 @@ def _reusable(workdir: str, rows: str, train_json: dict, rows_run: dict, overwri
       diffs.append(f"{workdir} was trained with other settings ({_differences(saved, train_json)})")
   if not diffs and os.path.exists(rows):
     from rsjax.runspec import RunFormatError, RunSpec
+
     try:
       saved = _settings(RunSpec.read(rows))
     except RunFormatError as e:
       saved = {"record": str(e)}
     if _differences(saved, rows_run):
-      diffs.append(f"{rows} holds rows made with other settings "
-                   f"({_differences(saved, rows_run)})")
+      diffs.append(f"{rows} holds rows made with other settings ({_differences(saved, rows_run)})")
   if not diffs:
     return
   if not overwrite:
@@ -71,14 +83,23 @@ def _settings(run) -> dict:
 def _selected(res, indices):
   """The rows of ``res`` whose idx is in ``indices``."""
   keep = np.isin(res.idx, np.asarray(indices))
-  arrays = {f.name: getattr(res, f.name)[keep] for f in dataclasses.fields(res)
-            if f.name != "extra"}
+  arrays = {
+    f.name: getattr(res, f.name)[keep] for f in dataclasses.fields(res) if f.name != "extra"
+  }
   return dataclasses.replace(res, **arrays, extra={k: v[keep] for k, v in res.extra.items()})
 
 
-def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | None = None,
-        num_images: int | None = None, seed: int = 0, progress: bool = True,
-        overwrite: bool = False) -> dict:
+def run(
+  out: str,
+  *,
+  sigmas=(0.25, 0.5),
+  epochs: int | None = None,
+  n: int | None = None,
+  num_images: int | None = None,
+  seed: int = 0,
+  progress: bool = True,
+  overwrite: bool = False,
+) -> dict:
   """Runs the demo and returns ``{label: CertifyResults}``.
 
   Args:
@@ -108,71 +129,126 @@ def run(out: str, *, sigmas=(0.25, 0.5), epochs: int | None = None, n: int | Non
   test = data.load(cfg["dataset"], "test")
   x, y = train.arrays()
   xt, yt = test.arrays()
-  indices = runner.select_indices(len(test), skip=cfg["skip"],
-                                  max_count=-1 if num_images is None else num_images)
-  data_ref = runspec.DataRef(name=cfg["dataset"], split="test", size=len(test),
-                             input_shape=tuple(test.input_shape), num_classes=test.num_classes,
-                             skip=cfg["skip"], stop=int(indices[-1]) + 1)
+  indices = runner.select_indices(
+    len(test), skip=cfg["skip"], max_count=-1 if num_images is None else num_images
+  )
+  data_ref = runspec.DataRef(
+    name=cfg["dataset"],
+    split="test",
+    size=len(test),
+    input_shape=tuple(test.input_shape),
+    num_classes=test.num_classes,
+    skip=cfg["skip"],
+    stop=int(indices[-1]) + 1,
+  )
   settings = rsjax.Sampling(n0=cfg["n0"], n=n, alpha=cfg["alpha"], batch_size=2000)
   results, result_files = {}, []
   t_start = time.perf_counter()
   plan = {}
   for sigma in sigmas:  # every reuse is checked before anything is trained
     tag = f"sigma_{sigma:g}"
-    config = training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=cfg["batch_size"],
-                                  lr=cfg["lr"], lr_step=cfg["lr_step"])
-    rows_run = dict(sigma=sigma, seed=seed, images=len(indices),
-                    **record.sampling_fields(settings))
+    config = training.TrainConfig(
+      sigma=sigma, epochs=epochs, batch_size=cfg["batch_size"], lr=cfg["lr"], lr_step=cfg["lr_step"]
+    )
+    rows_run = dict(sigma=sigma, seed=seed, images=len(indices), **record.sampling_fields(settings))
     paths = (os.path.join(out, f"{cfg['model']}_{tag}"), os.path.join(out, f"certify_{tag}.tsv"))
     _reusable(*paths, config.to_json(), rows_run, overwrite)
     plan[sigma] = (tag, config, rows_run, *paths)
   for sigma, (tag, config, _, workdir, path) in plan.items():
-    model = models.create_model(cfg["model"], num_classes=train.num_classes,
-                                input_shape=train.input_shape, rngs=seed)
+    model = models.create_model(
+      cfg["model"], num_classes=train.num_classes, input_shape=train.input_shape, rngs=seed
+    )
     t0 = time.perf_counter()
     model, history = training.train(
-        jax.random.key(seed), model, (x, y), config, eval_data=(xt, yt), workdir=workdir,
-        progress=progress,
-        model_config={"model": cfg["model"], "num_classes": int(train.num_classes),
-                      "input_shape": list(train.input_shape), "dataset": cfg["dataset"]})
+      jax.random.key(seed),
+      model,
+      (x, y),
+      config,
+      eval_data=(xt, yt),
+      workdir=workdir,
+      progress=progress,
+      model_config={
+        "model": cfg["model"],
+        "num_classes": int(train.num_classes),
+        "input_shape": list(train.input_shape),
+        "dataset": cfg["dataset"],
+      },
+    )
     t_train = time.perf_counter() - t0
     apply_fn, params = models.to_apply_fn(model)
     key = jax.random.fold_in(jax.random.key(seed), 1)
 
     def certify_fn(xb, ids, sigma=sigma, key=key, apply_fn=apply_fn, params=params):
-      return rsjax.certify(key, apply_fn, params, xb, sigma=sigma, num_classes=train.num_classes,
-                           settings=settings, ids=ids)
+      return rsjax.certify(
+        key,
+        apply_fn,
+        params,
+        xb,
+        sigma=sigma,
+        num_classes=train.num_classes,
+        settings=settings,
+        ids=ids,
+      )
 
     plan = Plan(certify_fn)
 
     t0 = time.perf_counter()
     run_record = runspec.RunSpec(
-        model=runspec.ModelRef(fingerprint=runner.fingerprint(params),
-                               architecture=cfg["model"], source="model_dir", path=workdir),
-        data=data_ref, sigma=float(sigma), sampling=record.sampling_fields(settings),
-        seed=seed, key_fold_in=(1,), versions=record.versions(), out=path)
+      model=runspec.ModelRef(
+        fingerprint=runner.fingerprint(params),
+        architecture=cfg["model"],
+        source="model_dir",
+        path=workdir,
+      ),
+      data=data_ref,
+      sigma=float(sigma),
+      sampling=record.sampling_fields(settings),
+      seed=seed,
+      key_fold_in=(1,),
+      versions=record.versions(),
+      out=path,
+    )
     try:
-      runner.certify_dataset(plan, test.get_batch, indices, path, progress=progress,
-                             run=run_record, record=True, n=n)
+      runner.certify_dataset(
+        plan, test.get_batch, indices, path, progress=progress, run=run_record, record=True, n=n
+      )
     except io.RunMismatchError:  # another model (the settings were checked above)
       if not overwrite:
-        raise ValueError(f"{path} holds rows of another model ({workdir} was retrained): "
-                         "'rsjax demo --overwrite' starts it over, or use another --out") from None
-      runner.certify_dataset(plan, test.get_batch, indices, path, progress=progress,
-                             run=run_record, resume=False, record=True, n=n)
+        raise ValueError(
+          f"{path} holds rows of another model ({workdir} was retrained): "
+          "'rsjax demo --overwrite' starts it over, or use another --out"
+        ) from None
+      runner.certify_dataset(
+        plan,
+        test.get_batch,
+        indices,
+        path,
+        progress=progress,
+        run=run_record,
+        resume=False,
+        record=True,
+        n=n,
+      )
     t_cert = time.perf_counter() - t0
     result_files.append(path)
     results[f"sigma={sigma:g}"] = _selected(io.read_certify(path), indices)
     last = history[-1] if history else {}
-    print(f"[{tag}] clean accuracy {last.get('clean_acc', float('nan')):.4f}, "
-          f"training {t_train:.0f}s, certification {t_cert:.0f}s "
-          f"({len(indices)} images, N={n})")
+    print(
+      f"[{tag}] clean accuracy {last.get('clean_acc', float('nan')):.4f}, "
+      f"training {t_train:.0f}s, certification {t_cert:.0f}s "
+      f"({len(indices)} images, N={n})"
+    )
   table = metrics.format_table(results, np.asarray(cfg["radii"]), show_envelope=len(results) > 1)
-  png = plots.plot_certified_accuracy(os.path.join(out, "certified_accuracy.png"), results,
-                                      show_envelope=len(results) > 1,
-                                      title=f"LeNet on mnist5k, N={n}, alpha={cfg['alpha']}")
-  print(f"\nCertified accuracy ({len(indices)} held-out MNIST digits, N0={cfg['n0']}, N={n}, "
-        f"alpha={cfg['alpha']}):\n{table}")
+  png = plots.plot_certified_accuracy(
+    os.path.join(out, "certified_accuracy.png"),
+    results,
+    show_envelope=len(results) > 1,
+    title=f"LeNet on mnist5k, N={n}, alpha={cfg['alpha']}",
+  )
+  print(
+    f"\nCertified accuracy ({len(indices)} held-out MNIST digits, N0={cfg['n0']}, N={n}, "
+    f"alpha={cfg['alpha']}):\n{table}"
+  )
   print(f"\nplot: {png}")
   # The certificates check out: every radius follows from its recorded counts (rsjax verify).
   for path in result_files:

@@ -40,8 +40,16 @@ import numpy as np
 from rsjax.io import atomic_write_text
 from rsjax.util import check_int
 
-__all__ = ["Cluster", "detect_cluster", "initialize", "joined", "split_indices", "process_path",
-           "merge_rows", "barrier"]
+__all__ = [
+  "Cluster",
+  "detect_cluster",
+  "initialize",
+  "joined",
+  "split_indices",
+  "process_path",
+  "merge_rows",
+  "barrier",
+]
 
 ENV_COORDINATOR = "RSJAX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "RSJAX_NUM_PROCESSES"
@@ -59,17 +67,27 @@ def _env_int(name: str) -> int | None:
 
 
 #: JAX's names of the environments it detects, as a person says them.
-_CLUSTER_NAMES = {"slurm": "SLURM", "ompi": "Open MPI", "gcetpu": "Cloud TPU",
-                  "gketpu": "Cloud TPU (GKE)", "tpu": "Cloud TPU", "k8s": "Kubernetes",
-                  "K8sCluster": "Kubernetes", "mpi4py": "MPI (mpi4py)"}
+_CLUSTER_NAMES = {
+  "slurm": "SLURM",
+  "ompi": "Open MPI",
+  "gcetpu": "Cloud TPU",
+  "gketpu": "Cloud TPU (GKE)",
+  "tpu": "Cloud TPU",
+  "k8s": "Kubernetes",
+  "K8sCluster": "Kubernetes",
+  "mpi4py": "MPI (mpi4py)",
+}
 
 #: Used only where JAX's own detection cannot be reached (a JAX that moved it): the variables
 #: that tell each job apart, and the one holding its process count.
 _FALLBACK_ENVS = (
-    ("SLURM", ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
-               "SLURM_LOCALID"), "SLURM_NTASKS"),
-    ("Open MPI", ("OMPI_MCA_orte_hnp_uri",), "OMPI_COMM_WORLD_SIZE"),
-    ("Cloud TPU (GKE)", ("TPU_WORKER_HOSTNAMES",), None),
+  (
+    "SLURM",
+    ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID"),
+    "SLURM_NTASKS",
+  ),
+  ("Open MPI", ("OMPI_MCA_orte_hnp_uri",), "OMPI_COMM_WORLD_SIZE"),
+  ("Cloud TPU (GKE)", ("TPU_WORKER_HOSTNAMES",), None),
 )
 
 #: How this process joined its run (``initialize``), for ``joined``.
@@ -84,6 +102,7 @@ class Cluster:
     name: the kind of job in words ("SLURM", "Open MPI", "Cloud TPU", "Kubernetes").
     process_count: its number of processes (None where only joining tells).
   """
+
   name: str
   process_count: int | None
 
@@ -92,6 +111,7 @@ def _jax_cluster_kinds():
   """JAX's cluster environments in the order it tries them, or None if it moved them."""
   try:
     from jax._src import clusters
+
     kinds = list(clusters.ClusterEnv._cluster_types)  # noqa: SLF001 -- JAX's own detection
   except (ImportError, AttributeError):
     return None
@@ -122,9 +142,15 @@ def detect_cluster() -> Cluster | None:
   return None
 
 
-def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, *, local_device_ids=None,
-               initialization_timeout: int = 300, detect: bool = True) -> tuple[int, int]:
+def initialize(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+  *,
+  local_device_ids=None,
+  initialization_timeout: int = 300,
+  detect: bool = True,
+) -> tuple[int, int]:
   """Joins a multi-process run (``jax.distributed.initialize``); a no-op for one process.
 
   Must be called before any other JAX call of the process. With no argument and no
@@ -163,23 +189,31 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   num_processes = check_int("num_processes", num_processes)
   if num_processes == 1 and process_id in (None, 0):
     return 0, 1
-  if isinstance(process_id, bool) or not isinstance(process_id, (int, np.integer)) \
-      or not 0 <= process_id < num_processes:
+  if (
+    isinstance(process_id, bool)
+    or not isinstance(process_id, (int, np.integer))
+    or not 0 <= process_id < num_processes
+  ):
     raise ValueError(f"process_id must be an integer in [0, {num_processes}), got {process_id!r}")
-  host, _, port = (coordinator_address.rpartition(":") if isinstance(coordinator_address, str)
-                   else ("", "", ""))
+  host, _, port = (
+    coordinator_address.rpartition(":") if isinstance(coordinator_address, str) else ("", "", "")
+  )
   if not host or not port.isdigit() or not 0 < int(port) < 65536:
     raise ValueError(f"coordinator_address must be 'host:port', got {coordinator_address!r}")
   if jax.distributed.is_initialized():
     if (jax.process_count(), jax.process_index()) != (num_processes, int(process_id)):
       raise ValueError(
-          f"jax.distributed is already initialized as process {jax.process_index()} of "
-          f"{jax.process_count()}, not {process_id} of {num_processes}")
+        f"jax.distributed is already initialized as process {jax.process_index()} of "
+        f"{jax.process_count()}, not {process_id} of {num_processes}"
+      )
     return jax.process_index(), jax.process_count()
   jax.distributed.initialize(
-      coordinator_address=coordinator_address, num_processes=num_processes,
-      process_id=int(process_id), local_device_ids=local_device_ids,
-      initialization_timeout=int(initialization_timeout))
+    coordinator_address=coordinator_address,
+    num_processes=num_processes,
+    process_id=int(process_id),
+    local_device_ids=local_device_ids,
+    initialization_timeout=int(initialization_timeout),
+  )
   _how.update(how="the coordinator given", coordinator=coordinator_address)
   return jax.process_index(), jax.process_count()
 
@@ -191,10 +225,12 @@ def _join_detected(local_device_ids, initialization_timeout) -> tuple[int, int]:
   cluster = detect_cluster()
   if cluster is None or cluster.process_count == 1:
     return 0, 1
-  jax.distributed.initialize(local_device_ids=local_device_ids,
-                             initialization_timeout=int(initialization_timeout))
+  jax.distributed.initialize(
+    local_device_ids=local_device_ids, initialization_timeout=int(initialization_timeout)
+  )
   try:
     from jax._src.distributed import global_state
+
     coordinator = global_state.coordinator_address
   except (ImportError, AttributeError):
     coordinator = None
@@ -215,12 +251,15 @@ def joined() -> str:
   coordinator = f" (coordinator {_how['coordinator']})" if _how.get("coordinator") else ""
   devices = jax.devices()
   seen = sorted({d.process_index for d in devices})
-  return (f"process {jax.process_index()} of {count} (host {socket.gethostname()}) joined through "
-          f"{how}{coordinator}; processes {', '.join(map(str, seen))} hold {len(devices)} devices")
+  return (
+    f"process {jax.process_index()} of {count} (host {socket.gethostname()}) joined through "
+    f"{how}{coordinator}; processes {', '.join(map(str, seen))} hold {len(devices)} devices"
+  )
 
 
-def split_indices(indices, *, process_index: int | None = None,
-                  process_count: int | None = None) -> np.ndarray:
+def split_indices(
+  indices, *, process_index: int | None = None, process_count: int | None = None
+) -> np.ndarray:
   """This process' share of a list of dataset indices: ``indices[p::count]``.
 
   The split is strided, so every process gets inputs from the whole list (the
@@ -243,14 +282,14 @@ def split_indices(indices, *, process_index: int | None = None,
   count = jax.process_count() if process_count is None else process_count
   index = jax.process_index() if process_index is None else process_index
   count = check_int("process_count", count)
-  if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
-      or not 0 <= index < count:
+  if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < count:
     raise ValueError(f"process_index must be an integer in [0, {count}), got {index!r}")
-  return arr[int(index)::int(count)].astype(np.int64)
+  return arr[int(index) :: int(count)].astype(np.int64)
 
 
-def process_path(path, *, process_index: int | None = None,
-                 process_count: int | None = None) -> str:
+def process_path(
+  path, *, process_index: int | None = None, process_count: int | None = None
+) -> str:
   """The rows file of one process: ``path.part-00001-of-00002``.
 
   Args:
@@ -327,4 +366,5 @@ def barrier(name: str) -> None:
   """
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
+
     multihost_utils.sync_global_devices(name)

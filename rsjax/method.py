@@ -151,6 +151,7 @@ class Method:
     """
     unknown = sorted(set(options) - {o.name for o in self.options})
     if unknown:
-      raise ValueError(f"method {self.name!r} has no option {unknown}; its options: "
-                       f"{sorted(self.defaults())}")
+      raise ValueError(
+        f"method {self.name!r} has no option {unknown}; its options: {sorted(self.defaults())}"
+      )
     return self.build(context, **{**self.defaults(), **options})

@@ -32,8 +32,14 @@ from rsjax.method import Method
 __all__ = ["ENTRY_POINT_GROUP", "METHODS", "available", "get"]
 
 #: The methods of rsjax, in the order of ``--help``.
-METHODS: tuple[Method, ...] = (cohen.METHOD, idrs.METHOD, anisotropic.METHOD, ddrs.METHOD,
-                               deq.STANDARD_METHOD, deq.SRS_METHOD)
+METHODS: tuple[Method, ...] = (
+  cohen.METHOD,
+  idrs.METHOD,
+  anisotropic.METHOD,
+  ddrs.METHOD,
+  deq.STANDARD_METHOD,
+  deq.SRS_METHOD,
+)
 
 #: The entry-point group through which another package registers its ``Method`` values.
 ENTRY_POINT_GROUP = "rsjax.methods"
@@ -50,8 +56,10 @@ def available() -> tuple[Method, ...]:
   for entry in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
     value = entry.load()
     if not isinstance(value, Method):
-      raise ValueError(f"entry point {entry.name!r} of {ENTRY_POINT_GROUP!r} ({entry.value}) is "
-                       f"not an rsjax.method.Method")
+      raise ValueError(
+        f"entry point {entry.name!r} of {ENTRY_POINT_GROUP!r} ({entry.value}) is "
+        f"not an rsjax.method.Method"
+      )
     found.append(value)
   names = [m.name for m in found]
   twice = sorted({n for n in names if names.count(n) > 1})

@@ -39,8 +39,16 @@ from jax.typing import ArrayLike, DTypeLike
 
 from rsjax import stats
 
-__all__ = ["standard_normal", "Noise", "Gaussian", "Laplace", "Uniform", "GAUSSIAN", "NOISES",
-           "get_noise"]
+__all__ = [
+  "standard_normal",
+  "Noise",
+  "Gaussian",
+  "Laplace",
+  "Uniform",
+  "GAUSSIAN",
+  "NOISES",
+  "get_noise",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +58,9 @@ class Noise:
   name: str = "noise"
   norm: str = "l2"
 
-  def sample(self, key: jax.Array, shape: tuple[int, ...],
-             dtype: DTypeLike = jnp.float32) -> jax.Array:
+  def sample(
+    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
+  ) -> jax.Array:
     """Unit-scale noise of ``shape`` (multiply by ``sigma``)."""
     raise NotImplementedError
 
@@ -117,10 +126,28 @@ def _uniform_open(bits: jax.Array) -> jax.Array:
 
 # Giles (2010), "Approximating the erfinv function", single-precision branch
 # coefficients (central region w < 5, then the tail in sqrt(w)).
-_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
-                   0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
-_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+_ERFINV_CENTRAL = (
+  2.81022636e-08,
+  3.43273939e-07,
+  -3.5233877e-06,
+  -4.39150654e-06,
+  0.00021858087,
+  -0.00125372503,
+  -0.00417768164,
+  0.246640727,
+  1.50140941,
+)
+_ERFINV_TAIL = (
+  -0.000200214257,
+  0.000100950558,
+  0.00134934322,
+  -0.00367342844,
+  0.00573950773,
+  -0.0076224613,
+  0.00943887047,
+  1.00167406,
+  2.83297682,
+)
 
 
 def _erfinv_giles(u: jax.Array) -> jax.Array:
@@ -137,13 +164,14 @@ def _erfinv_giles(u: jax.Array) -> jax.Array:
 
 # Gaussian noise streams: name -> (threefry rounds, uniform -> normal transform).
 _STREAMS = {
-    "threefry20": (20, jax.lax.erf_inv),
-    "threefry13": (13, _erfinv_giles),
+  "threefry20": (20, jax.lax.erf_inv),
+  "threefry13": (13, _erfinv_giles),
 }
 
 
-def standard_normal(key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32,
-                    stream: str = "threefry20") -> jax.Array:
+def standard_normal(
+  key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32, stream: str = "threefry20"
+) -> jax.Array:
   """Standard normal samples from one key: ``[*shape]``.
 
   Each Threefry-2x32 hash gives two 32-bit words, each word one normal (23-bit
@@ -165,8 +193,9 @@ def standard_normal(key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = j
   try:
     rounds, erfinv = _STREAMS[stream]
   except KeyError:
-    raise ValueError(f"stream: unknown Gaussian stream {stream!r}; choose from {sorted(_STREAMS)}"
-                     ) from None
+    raise ValueError(
+      f"stream: unknown Gaussian stream {stream!r}; choose from {sorted(_STREAMS)}"
+    ) from None
   n = math.prod(shape)
 
   def to_normal(w):
@@ -199,11 +228,13 @@ class Gaussian(Noise):
 
   def __post_init__(self) -> None:
     if self.stream not in _STREAMS:
-      raise ValueError(f"stream: unknown Gaussian stream {self.stream!r}; "
-                       f"choose from {sorted(_STREAMS)}")
+      raise ValueError(
+        f"stream: unknown Gaussian stream {self.stream!r}; choose from {sorted(_STREAMS)}"
+      )
 
-  def sample(self, key: jax.Array, shape: tuple[int, ...],
-             dtype: DTypeLike = jnp.float32) -> jax.Array:
+  def sample(
+    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
+  ) -> jax.Array:
     return standard_normal(key, shape, dtype, self.stream)
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
@@ -220,8 +251,9 @@ class Laplace(Noise):
   name: str = "laplace"
   norm: str = "l1"
 
-  def sample(self, key: jax.Array, shape: tuple[int, ...],
-             dtype: DTypeLike = jnp.float32) -> jax.Array:
+  def sample(
+    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
+  ) -> jax.Array:
     return jax.random.laplace(key, shape, dtype)
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
@@ -242,8 +274,9 @@ class Uniform(Noise):
     if self.norm not in ("l1", "linf"):
       raise ValueError(f"Uniform noise certifies norm 'l1' or 'linf', got {self.norm!r}")
 
-  def sample(self, key: jax.Array, shape: tuple[int, ...],
-             dtype: DTypeLike = jnp.float32) -> jax.Array:
+  def sample(
+    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
+  ) -> jax.Array:
     return jax.random.uniform(key, shape, dtype, minval=-1.0, maxval=1.0)
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
@@ -259,12 +292,12 @@ GAUSSIAN = Gaussian()
 
 # The registry of noise families by name (the ``--noise`` choices of the command).
 NOISES = {
-    "gaussian": Gaussian(),
-    "gaussian_fast": Gaussian(stream="threefry13"),
-    "laplace": Laplace(),
-    "uniform": Uniform(),
-    "uniform_l1": Uniform(norm="l1"),
-    "uniform_linf": Uniform(norm="linf"),
+  "gaussian": Gaussian(),
+  "gaussian_fast": Gaussian(stream="threefry13"),
+  "laplace": Laplace(),
+  "uniform": Uniform(),
+  "uniform_l1": Uniform(norm="l1"),
+  "uniform_linf": Uniform(norm="linf"),
 }
 
 

@@ -41,10 +41,17 @@ def _save(fig, ax, path, *, title, dpi, legend: str) -> str:
   return path
 
 
-def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None = None,
-                            radius_step: float = 0.01, title: str | None = None,
-                            show_envelope: bool = False, high_prob: tuple[float, float] | None = None,
-                            dpi: int = 150) -> str:
+def plot_certified_accuracy(
+  path,
+  results: Mapping,
+  *,
+  max_radius: float | None = None,
+  radius_step: float = 0.01,
+  title: str | None = None,
+  show_envelope: bool = False,
+  high_prob: tuple[float, float] | None = None,
+  dpi: int = 150,
+) -> str:
   """Plots certified accuracy against radius, one step curve per result file.
 
   Each curve is exact: it drops by ``1/n`` at the radius of each correctly
@@ -88,8 +95,9 @@ def plot_certified_accuracy(path, results: Mapping, *, max_radius: float | None 
     (line,) = ax.step(*_step_curve(res, max_radius), where="post", label=str(label))
     if high_prob is not None:
       alpha, rho = high_prob
-      lb = metrics.high_prob_certified_accuracy(res.correct, res.radius, radii, alpha=alpha,
-                                                rho=rho, predict=res.predict)
+      lb = metrics.high_prob_certified_accuracy(
+        res.correct, res.radius, radii, alpha=alpha, rho=rho, predict=res.predict
+      )
       ax.plot(radii, lb, linestyle=":", color=line.get_color(), label=f"{label} (high-prob.)")
   if show_envelope:
     best, _ = metrics.envelope(np.stack(curves))
@@ -132,9 +140,12 @@ def plot_pa_cdf(path, pa: Mapping, *, title: str | None = None, dpi: int = 150) 
     p = np.sort(np.asarray(p, np.float64))
     if p.size == 0:
       raise ValueError(f"no p_A values for {label!r}")
-    ax.step(np.concatenate([[0.0], p, [1.0]]),
-            np.concatenate([[0.0], np.arange(1, p.size + 1) / p.size, [1.0]]),
-            where="post", label=str(label))
+    ax.step(
+      np.concatenate([[0.0], p, [1.0]]),
+      np.concatenate([[0.0], np.arange(1, p.size + 1) / p.size, [1.0]]),
+      where="post",
+      label=str(label),
+    )
   ax.axvline(0.5, color="gray", linestyle=":", linewidth=1)
   ax.set_xlim(0, 1)
   ax.set_ylim(0, 1)

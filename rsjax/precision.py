@@ -30,13 +30,18 @@ __all__ = ["DEFAULT", "PRECISIONS", "compute_dtype", "context", "resolve"]
 DEFAULT = "float32"
 #: name -> (compute dtype or None for float32, ``jax.default_matmul_precision`` value).
 _TABLE = {
-    "float32": (None, "highest"),
-    "tf32": (None, "tensorfloat32"),
-    "bfloat16": (jnp.bfloat16, "default"),
+  "float32": (None, "highest"),
+  "tf32": (None, "tensorfloat32"),
+  "bfloat16": (jnp.bfloat16, "default"),
 }
 PRECISIONS = tuple(_TABLE)
-_ALIASES = {"fp32": "float32", "f32": "float32", "highest": "float32", "bf16": "bfloat16",
-            "tensorfloat32": "tf32"}
+_ALIASES = {
+  "fp32": "float32",
+  "f32": "float32",
+  "highest": "float32",
+  "bf16": "bfloat16",
+  "tensorfloat32": "tf32",
+}
 
 
 def resolve(precision: str | None = None, compute_dtype: DTypeLike | None = None) -> str:
@@ -66,8 +71,10 @@ def resolve(precision: str | None = None, compute_dtype: DTypeLike | None = None
     elif dt == jnp.float32:
       from_dtype = None
     else:
-      raise ValueError(f"compute_dtype must be float32 or bfloat16, got {dt}; use "
-                       f"precision= one of {list(PRECISIONS)}")
+      raise ValueError(
+        f"compute_dtype must be float32 or bfloat16, got {dt}; use "
+        f"precision= one of {list(PRECISIONS)}"
+      )
   if name is None:
     return from_dtype or DEFAULT
   if from_dtype is not None and from_dtype != name:

@@ -37,11 +37,20 @@ from numpy.typing import ArrayLike
 
 from rsjax.io._durable import atomic_write_text
 
-__all__ = ["RECORD_SUFFIX", "RecordWriter",
-           "input_fingerprint", "read_records", "record_path", "row", "sampling_fields",
-           "versions"]
+__all__ = [
+  "RECORD_SUFFIX",
+  "RecordWriter",
+  "input_fingerprint",
+  "read_records",
+  "record_path",
+  "row",
+  "sampling_fields",
+  "versions",
+]
 
 RECORD_SUFFIX = ".cert.jsonl"
+
+
 def record_path(path: str | os.PathLike) -> str:
   """The certificate record kept next to a result file: ``<path>.cert.jsonl``."""
   return os.fspath(path) + RECORD_SUFFIX
@@ -54,6 +63,7 @@ def versions() -> dict:
   import scipy
 
   from rsjax._version import __version__
+
   out = {"rsjax": __version__, "numpy": np.__version__, "scipy": scipy.__version__}
   for name in ("jax", "jaxlib"):
     try:
@@ -99,14 +109,18 @@ def sampling_fields(sampling: Any) -> dict:
   Generic on purpose: a field added to ``Sampling`` (e.g. a compute precision)
   is recorded without a change here.
   """
-  return {f.name: noise_name(v) if f.name == "noise" else _jsonable(v)
-          for f in dataclasses.fields(sampling) if f.name not in SPEED_ONLY
-          for v in [getattr(sampling, f.name)]}
+  return {
+    f.name: noise_name(v) if f.name == "noise" else _jsonable(v)
+    for f in dataclasses.fields(sampling)
+    if f.name not in SPEED_ONLY
+    for v in [getattr(sampling, f.name)]
+  }
 
 
 def noise_name(noise: Any) -> str:
   """The registry name (``rsjax.noise.NOISES``) of a noise family, e.g. ``"uniform_linf"``."""
   from rsjax import noise as noise_lib
+
   for name, n in noise_lib.NOISES.items():
     if n == noise:
       return name
@@ -134,11 +148,11 @@ def row(cert: Any, j: int, x_j: ArrayLike, *, n: int | None = None) -> dict:
   counts0 = getattr(cert, "counts_selection", None)
   used = getattr(cert, "num_samples", None)
   out = {
-      "counts0": None if counts0 is None or np.ndim(counts0) != 2 else _sparse(counts0[j]),
-      "counts": None if counts is None or np.ndim(counts) != 2 else _sparse(counts[j]),
-      "n": int(used[j]) if used is not None else (None if n is None else int(n)),
-      "p_lower": float(cert.p_lower[j]) if getattr(cert, "p_lower", None) is not None else None,
-      "input": input_fingerprint(x_j),
+    "counts0": None if counts0 is None or np.ndim(counts0) != 2 else _sparse(counts0[j]),
+    "counts": None if counts is None or np.ndim(counts) != 2 else _sparse(counts[j]),
+    "n": int(used[j]) if used is not None else (None if n is None else int(n)),
+    "p_lower": float(cert.p_lower[j]) if getattr(cert, "p_lower", None) is not None else None,
+    "input": input_fingerprint(x_j),
   }
   return out
 
@@ -188,8 +202,9 @@ def read_records(path: str | os.PathLike) -> dict[int, dict]:
         break  # an incomplete last line (a crash mid-write)
       raise ValueError(f"certificate record {rec!r} line {lineno} is not a row record") from None
     if idx in out and out[idx] != r:
-      raise ValueError(f"certificate record {rec!r} line {lineno}: idx {idx} recorded twice, "
-                       "differently")
+      raise ValueError(
+        f"certificate record {rec!r} line {lineno}: idx {idx} recorded twice, differently"
+      )
     out[idx] = r
   return out
 
@@ -240,5 +255,6 @@ def merge(paths: Iterable[str | os.PathLike], out_path: str | os.PathLike) -> No
   rows: dict[int, dict] = {}
   for p in paths:
     rows.update(read_records(p))
-  atomic_write_text(record_path(out_path),
-                    "".join(json.dumps(rows[i], sort_keys=True) + "\n" for i in sorted(rows)))
+  atomic_write_text(
+    record_path(out_path), "".join(json.dumps(rows[i], sort_keys=True) + "\n" for i in sorted(rows))
+  )

@@ -25,8 +25,17 @@ from rsjax import io, runspec
 from rsjax import record as record_lib
 from rsjax.method import Plan
 
-__all__ = ["NoCountsError", "Written", "select_indices", "certify_dataset", "predict_dataset", "fingerprint",
-           "default_inputs_per_call", "INPUTS_PER_CALL", "SAMPLES_PER_CALL"]
+__all__ = [
+  "NoCountsError",
+  "Written",
+  "select_indices",
+  "certify_dataset",
+  "predict_dataset",
+  "fingerprint",
+  "default_inputs_per_call",
+  "INPUTS_PER_CALL",
+  "SAMPLES_PER_CALL",
+]
 
 PredictFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -71,8 +80,9 @@ def default_inputs_per_call(num: int | None = None) -> int:
   return max(1, min(INPUTS_PER_CALL, SAMPLES_PER_CALL // max(int(num), 1)))
 
 
-def select_indices(num: int, *, skip: int = 1, max_count: int = -1, start: int = 0,
-                   stop: int = -1) -> np.ndarray:
+def select_indices(
+  num: int, *, skip: int = 1, max_count: int = -1, start: int = 0, stop: int = -1
+) -> np.ndarray:
   """Dataset indices ``start, start + skip, ...`` below ``stop``, at most ``max_count`` of them.
 
   ``stop`` is the index bound of Cohen et al.'s ``--max`` (``certify.py`` stops
@@ -102,10 +112,22 @@ def fingerprint(params: Any) -> str:
   return h.hexdigest()[:16]
 
 
-def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, row_fn,
-         columns: Sequence[str] = (), progress: bool, resume: bool,
-         run: Mapping | None = None, restore: Callable | None = None,
-         record_fn: Callable | None = None) -> Written:
+def _run(
+  kind: str,
+  fn,
+  get_batch,
+  indices,
+  out_path,
+  *,
+  inputs_per_call: int,
+  row_fn,
+  columns: Sequence[str] = (),
+  progress: bool,
+  resume: bool,
+  run: Mapping | None = None,
+  restore: Callable | None = None,
+  record_fn: Callable | None = None,
+) -> Written:
   """The resumable loop shared by certify and predict.
 
   ``row_fn(result, j) -> dict`` gives the ``predict``/``radius``/extra fields of
@@ -118,8 +140,9 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
     raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
   indices = np.asarray(indices, dtype=np.int64)
   written, guarantee = 0, None
-  with io.ResultsWriter(out_path, kind=kind, resume=resume, extra_columns=columns,
-                        run=run) as writer:
+  with io.ResultsWriter(
+    out_path, kind=kind, resume=resume, extra_columns=columns, run=run
+  ) as writer:
     todo = np.array([i for i in indices if int(i) not in writer.done], dtype=np.int64)
     records = record_lib.RecordWriter(out_path, writer.done) if record_fn is not None else None
     if restore is not None and writer.done:
@@ -127,12 +150,20 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
       x_done, _ = get_batch(np.asarray(done.idx))
       restore(np.asarray(x_done), np.asarray(done.predict), np.asarray(done.radius))
     if progress and len(todo) < len(indices):
-      print(f"resuming: {len(indices) - len(todo)} of {len(indices)} rows done ({out_path})",
-            file=sys.stderr, flush=True)
-    bar = tqdm(total=len(indices), initial=len(indices) - len(todo), disable=not progress,
-               desc=kind, unit="input")
+      print(
+        f"resuming: {len(indices) - len(todo)} of {len(indices)} rows done ({out_path})",
+        file=sys.stderr,
+        flush=True,
+      )
+    bar = tqdm(
+      total=len(indices),
+      initial=len(indices) - len(todo),
+      disable=not progress,
+      desc=kind,
+      unit="input",
+    )
     for start in range(0, len(todo), inputs_per_call):
-      chunk = todo[start:start + inputs_per_call]
+      chunk = todo[start : start + inputs_per_call]
       x, labels = get_batch(chunk)
       t0 = time.perf_counter()
       result = fn(np.asarray(x), chunk)
@@ -154,11 +185,20 @@ def _run(kind: str, fn, get_batch, indices, out_path, *, inputs_per_call: int, r
   return out
 
 
-def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indices: ArrayLike,
-                    out_path: str | os.PathLike, *,
-                    inputs_per_call: int | None = None, progress: bool = True,
-                    resume: bool = True, run: Mapping | None = None, record: bool = False,
-                    n: int | None = None, save_counts: bool = False) -> Written:
+def certify_dataset(
+  plan: Plan,
+  get_batch: Callable[[np.ndarray], tuple],
+  indices: ArrayLike,
+  out_path: str | os.PathLike,
+  *,
+  inputs_per_call: int | None = None,
+  progress: bool = True,
+  resume: bool = True,
+  run: Mapping | None = None,
+  record: bool = False,
+  n: int | None = None,
+  save_counts: bool = False,
+) -> Written:
   """Certifies ``indices`` of a dataset with a method's plan, one row per input in ``out_path``.
 
   Each row is the certificate's: ``predict``, ``radius``, the plan's extra
@@ -203,6 +243,7 @@ def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indice
   columns = tuple(plan.columns)
   if save_counts:
     from rsjax.metrics import COUNTS_COLUMN, format_counts
+
     columns = (*columns, COUNTS_COLUMN)
 
   def row(cert, j):
@@ -212,8 +253,9 @@ def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indice
         raise NoCountsError("this method's certificate has no counts")
       extra = {**extra, COUNTS_COLUMN: format_counts(cert.counts[j])}
     if set(extra) != set(columns):
-      raise ValueError(f"the certificate fills the columns {sorted(extra)}, the plan declares "
-                       f"{sorted(columns)}")
+      raise ValueError(
+        f"the certificate fills the columns {sorted(extra)}, the plan declares {sorted(columns)}"
+      )
     return dict(predict=int(cert.prediction[j]), radius=float(cert.radius[j]), **extra)
 
   def record_fn(cert, j, x_j):
@@ -226,21 +268,47 @@ def certify_dataset(plan: Plan, get_batch: Callable[[np.ndarray], tuple], indice
 
   if inputs_per_call is None:
     inputs_per_call = plan.inputs_per_call or default_inputs_per_call(n)
-  return _run("certify", plan.certify, get_batch, indices, out_path,
-              inputs_per_call=inputs_per_call, row_fn=row, columns=columns,
-              progress=progress, resume=resume, run=run, restore=plan.restore,
-              record_fn=record_fn if record else None)
+  return _run(
+    "certify",
+    plan.certify,
+    get_batch,
+    indices,
+    out_path,
+    inputs_per_call=inputs_per_call,
+    row_fn=row,
+    columns=columns,
+    progress=progress,
+    resume=resume,
+    run=run,
+    restore=plan.restore,
+    record_fn=record_fn if record else None,
+  )
 
 
-def predict_dataset(predict_fn: PredictFn, get_batch: Callable[[np.ndarray], tuple],
-                    indices: ArrayLike, out_path: str | os.PathLike, *,
-                    inputs_per_call: int | None = None, progress: bool = True,
-                    resume: bool = True, run: Mapping | None = None) -> int:
+def predict_dataset(
+  predict_fn: PredictFn,
+  get_batch: Callable[[np.ndarray], tuple],
+  indices: ArrayLike,
+  out_path: str | os.PathLike,
+  *,
+  inputs_per_call: int | None = None,
+  progress: bool = True,
+  resume: bool = True,
+  run: Mapping | None = None,
+) -> int:
   """Like :func:`certify_dataset` for PREDICT (``predict_fn(x, ids) -> [b] classes``).
 
   ``inputs_per_call`` None: ``INPUTS_PER_CALL`` (16).
   """
-  return _run("predict", predict_fn, get_batch, indices, out_path,
-              inputs_per_call=inputs_per_call or default_inputs_per_call(),
-              row_fn=lambda pred, j: {"predict": int(pred[j])},
-              progress=progress, resume=resume, run=run)
+  return _run(
+    "predict",
+    predict_fn,
+    get_batch,
+    indices,
+    out_path,
+    inputs_per_call=inputs_per_call or default_inputs_per_call(),
+    row_fn=lambda pred, j: {"predict": int(pred[j])},
+    progress=progress,
+    resume=resume,
+    run=run,
+  )

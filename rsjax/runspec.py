@@ -27,27 +27,39 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FORMAT", "KEY_DERIVATION", "NOISE_NORMS", "DataRef", "ModelRef", "RunFormatError",
-           "RUN_SUFFIX", "RunSpec", "declared_indices", "run_path"]
+__all__ = [
+  "FORMAT",
+  "KEY_DERIVATION",
+  "NOISE_NORMS",
+  "DataRef",
+  "ModelRef",
+  "RunFormatError",
+  "RUN_SUFFIX",
+  "RunSpec",
+  "declared_indices",
+  "run_path",
+]
 
 FORMAT = "rsjax-run/2"
 RUN_SUFFIX = ".run.json"
 
 #: How the noise of row ``idx`` derives from the run's seed (``rsjax.engine.driver.run_certify``
 #: and ``rsjax.sample_noise``).
-KEY_DERIVATION = ("K = jax.random.key(seed) folded with key.fold_in in order; selection sample j "
-                  "of row idx: fold_in(fold_in(fold_in(K, 0), idx), j); estimation: "
-                  "fold_in(fold_in(fold_in(K, 1), idx), j); Threefry-2x32 (jax default PRNG)")
+KEY_DERIVATION = (
+  "K = jax.random.key(seed) folded with key.fold_in in order; selection sample j "
+  "of row idx: fold_in(fold_in(fold_in(K, 0), idx), j); estimation: "
+  "fold_in(fold_in(fold_in(K, 1), idx), j); Threefry-2x32 (jax default PRNG)"
+)
 
 #: ``--noise`` name -> (family, norm of the radius); ``rsjax.noise.NOISES`` agrees (a test
 #: checks it). The record names the noise once; its family and norm follow from the name.
 NOISE_NORMS = {
-    "gaussian": ("gaussian", "l2"),
-    "gaussian_fast": ("gaussian", "l2"),
-    "laplace": ("laplace", "l1"),
-    "uniform": ("uniform", "l1"),
-    "uniform_l1": ("uniform", "l1"),
-    "uniform_linf": ("uniform", "linf"),
+  "gaussian": ("gaussian", "l2"),
+  "gaussian_fast": ("gaussian", "l2"),
+  "laplace": ("laplace", "l1"),
+  "uniform": ("uniform", "l1"),
+  "uniform_l1": ("uniform", "l1"),
+  "uniform_linf": ("uniform", "linf"),
 }
 
 #: Fields of the record that say where things were, which software ran or how sigma was
@@ -196,21 +208,27 @@ class RunSpec:
     model = {k: v for k, v in dataclasses.asdict(self.model).items() if v is not None}
     data = dataclasses.asdict(self.data)
     data["input_shape"] = [int(d) for d in self.data.input_shape]
-    method = {"name": self.method, "options": _plain(self.options),
-              "multiclass": bool(self.multiclass)}
+    method = {
+      "name": self.method,
+      "options": _plain(self.options),
+      "multiclass": bool(self.multiclass),
+    }
     if self.details is not None:
       method["details"] = _plain(self.details)
     return {
-        "format": FORMAT,
-        "command": self.command,
-        "model": model,
-        "data": data,
-        "sigma": {"value": float(self.sigma), "source": self.sigma_source},
-        "sampling": _plain(self.sampling),
-        "method": method,
-        "key": {"seed": int(self.seed), "fold_in": [int(k) for k in self.key_fold_in],
-                "derivation": KEY_DERIVATION},
-        "versions": _plain(self.versions),
+      "format": FORMAT,
+      "command": self.command,
+      "model": model,
+      "data": data,
+      "sigma": {"value": float(self.sigma), "source": self.sigma_source},
+      "sampling": _plain(self.sampling),
+      "method": method,
+      "key": {
+        "seed": int(self.seed),
+        "fold_in": [int(k) for k in self.key_fold_in],
+        "derivation": KEY_DERIVATION,
+      },
+      "versions": _plain(self.versions),
     }
 
   @classmethod
@@ -224,29 +242,43 @@ class RunSpec:
     if not isinstance(rec, Mapping) or rec.get("format") != FORMAT:
       fmt = rec.get("format") if isinstance(rec, Mapping) else None
       raise RunFormatError(
-          f"{where} is not a {FORMAT} record (format {fmt!r}): written by an older rsjax or "
-          "by hand; certify the run again with this rsjax (--overwrite)")
+        f"{where} is not a {FORMAT} record (format {fmt!r}): written by an older rsjax or "
+        "by hand; certify the run again with this rsjax (--overwrite)"
+      )
     try:
       m, d, mt, k = rec["model"], rec["data"], rec["method"], rec["key"]
       if k.get("derivation") != KEY_DERIVATION:
         raise RunFormatError(f"{where}: unknown key derivation {k.get('derivation')!r}")
-      data = DataRef(name=str(d["name"]), split=str(d["split"]), size=int(d["size"]),
-                     input_shape=tuple(int(v) for v in d["input_shape"]),
-                     num_classes=int(d["num_classes"]), start=int(d["start"]),
-                     stop=int(d["stop"]), skip=int(d["skip"]))
-      if (not data.name or data.skip < 1 or data.start < 0 or data.size < 0
-          or data.num_classes < 1):
+      data = DataRef(
+        name=str(d["name"]),
+        split=str(d["split"]),
+        size=int(d["size"]),
+        input_shape=tuple(int(v) for v in d["input_shape"]),
+        num_classes=int(d["num_classes"]),
+        start=int(d["start"]),
+        stop=int(d["stop"]),
+        skip=int(d["skip"]),
+      )
+      if not data.name or data.skip < 1 or data.start < 0 or data.size < 0 or data.num_classes < 1:
         raise RunFormatError(f"{where}: impossible data range {d}")
       return cls(
-          model=ModelRef(**{f.name: m.get(f.name) for f in dataclasses.fields(ModelRef)
-                            if f.name in m}),
-          data=data, sigma=float(rec["sigma"]["value"]),
-          sigma_source=str(rec["sigma"]["source"]), sampling=dict(rec["sampling"]),
-          method=str(mt["name"]), options=dict(mt.get("options") or {}),
-          multiclass=bool(mt.get("multiclass", False)), details=mt.get("details"),
-          seed=int(k["seed"]),
-          key_fold_in=tuple(int(v) for v in k.get("fold_in", ())),
-          command=str(rec["command"]), versions=dict(rec.get("versions") or {}), out=out)
+        model=ModelRef(
+          **{f.name: m.get(f.name) for f in dataclasses.fields(ModelRef) if f.name in m}
+        ),
+        data=data,
+        sigma=float(rec["sigma"]["value"]),
+        sigma_source=str(rec["sigma"]["source"]),
+        sampling=dict(rec["sampling"]),
+        method=str(mt["name"]),
+        options=dict(mt.get("options") or {}),
+        multiclass=bool(mt.get("multiclass", False)),
+        details=mt.get("details"),
+        seed=int(k["seed"]),
+        key_fold_in=tuple(int(v) for v in k.get("fold_in", ())),
+        command=str(rec["command"]),
+        versions=dict(rec.get("versions") or {}),
+        out=out,
+      )
     except RunFormatError:
       raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -268,6 +300,7 @@ class RunSpec:
   def write(self, path: str | os.PathLike | None = None) -> None:
     """Writes the run record next to result file ``path`` (default :attr:`out`), atomically."""
     from rsjax.io._durable import atomic_write_text
+
     target = run_path(path if path is not None else self.out)
     atomic_write_text(target, json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
 
@@ -281,8 +314,9 @@ class RunSpec:
     p = os.fspath(path)
     rec_path = run_path(p)
     if not os.path.exists(rec_path):
-      raise RunFormatError(f"{p!r} has no run record ({os.path.basename(rec_path)}): certify it "
-                           "with this rsjax")
+      raise RunFormatError(
+        f"{p!r} has no run record ({os.path.basename(rec_path)}): certify it with this rsjax"
+      )
     with open(rec_path, encoding="utf-8") as f:
       try:
         rec = json.load(f)

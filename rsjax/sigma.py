@@ -61,5 +61,4 @@ class SigmaValues(NamedTuple):
 class SigmaSource(Protocol):
   """Anything with ``evaluate(x [B, *input_shape]) -> SigmaValues``."""
 
-  def evaluate(self, x: ArrayLike) -> SigmaValues:
-    ...
+  def evaluate(self, x: ArrayLike) -> SigmaValues: ...

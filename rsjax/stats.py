@@ -23,20 +23,20 @@ from numpy.typing import ArrayLike
 from scipy import stats as _st
 
 __all__ = [
-    "check_alpha",
-    "clopper_pearson_lower",
-    "clopper_pearson_upper",
-    "binomial_test_half",
-    "gaussian_radius",
-    "multiclass_bounds",
-    "multiclass_radius",
-    "laplace_l1_radius",
-    "uniform_l1_radius",
-    "uniform_linf_radius",
-    "max_probability_lower",
-    "max_radius",
-    "min_samples_to_certify",
-    "check_sample_size",
+  "check_alpha",
+  "clopper_pearson_lower",
+  "clopper_pearson_upper",
+  "binomial_test_half",
+  "gaussian_radius",
+  "multiclass_bounds",
+  "multiclass_radius",
+  "laplace_l1_radius",
+  "uniform_l1_radius",
+  "uniform_linf_radius",
+  "max_probability_lower",
+  "max_radius",
+  "min_samples_to_certify",
+  "check_sample_size",
 ]
 
 
@@ -129,8 +129,9 @@ def gaussian_radius(p_lower: ArrayLike, sigma: ArrayLike) -> np.ndarray:
   return np.where(p > 0.5, r, 0.0)
 
 
-def multiclass_bounds(counts_a: ArrayLike, counts_others: ArrayLike, n: ArrayLike,
-                      alpha: float) -> tuple[np.ndarray, np.ndarray]:
+def multiclass_bounds(
+  counts_a: ArrayLike, counts_others: ArrayLike, n: ArrayLike, alpha: float
+) -> tuple[np.ndarray, np.ndarray]:
   """Simultaneous bounds for the multiclass radius of Cohen et al. (Theorem 1).
 
   ``p_lower_A`` is the Clopper-Pearson bound at ``alpha / 2``; ``p_upper_B`` bounds
@@ -210,10 +211,10 @@ def check_sample_size(n: int, alpha: float) -> bool:
   need = min_samples_to_certify(alpha)
   if int(n) < need:
     warnings.warn(
-        f"n={n} samples can never certify at alpha={alpha}: every input will abstain; "
-        f"use n >= {need}.",
-        UserWarning,
-        stacklevel=3,
+      f"n={n} samples can never certify at alpha={alpha}: every input will abstain; "
+      f"use n >= {need}.",
+      UserWarning,
+      stacklevel=3,
     )
     return False
   return True

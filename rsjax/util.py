@@ -26,16 +26,16 @@ from jax.typing import ArrayLike
 from rsjax.stats import check_alpha
 
 __all__ = [
-    "KeyLike",
-    "PyTree",
-    "as_key",
-    "check_alpha",
-    "check_finite_positive",
-    "check_int",
-    "local_mesh",
-    "num_local_devices",
-    "replicate",
-    "scale_per_input",
+  "KeyLike",
+  "PyTree",
+  "as_key",
+  "check_alpha",
+  "check_finite_positive",
+  "check_int",
+  "local_mesh",
+  "num_local_devices",
+  "replicate",
+  "scale_per_input",
 ]
 
 #: A ``key`` argument (:func:`as_key`): a typed key, a legacy ``uint32[2]`` key or an int seed.

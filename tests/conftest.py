@@ -17,9 +17,15 @@ os.environ.setdefault("RSJAX_COMPILATION_CACHE", "off")
 # The suite is one process even when started inside a cluster job (srun, mpirun): without the
 # variables JAX detects jobs by, rsjax.distributed.initialize() joins none. The multi-process
 # tests set them for their own child processes.
-for _var in ("SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_SIZE",
-             "TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES", "TPU_PROCESS_ADDRESSES_PATH",
-             "KUBERNETES_SERVICE_HOST"):
+for _var in (
+  "SLURM_JOB_ID",
+  "OMPI_MCA_orte_hnp_uri",
+  "OMPI_COMM_WORLD_SIZE",
+  "TPU_WORKER_HOSTNAMES",
+  "TPU_PROCESS_ADDRESSES",
+  "TPU_PROCESS_ADDRESSES_PATH",
+  "KUBERNETES_SERVICE_HOST",
+):
   os.environ.pop(_var, None)
 
 import jax  # noqa: E402
@@ -46,6 +52,7 @@ def digits256():
   """The first 256 of scikit-learn's 8x8 digits: ``x`` ``[256, 8, 8, 1]`` in [0, 1] and the
   labels ``y`` ``[256]``."""
   from sklearn.datasets import load_digits
+
   d = load_digits()
   x = (d.images / 16.0).astype(np.float32)[..., None][:256]
   return x, d.target[:256].astype(np.int32)
@@ -56,10 +63,31 @@ def trained(tmp_path_factory):
   """A small MLP trained on digits by ``rsjax train`` (2 epochs, sigma 0.25), one per test
   module: its model directory."""
   from rsjax import cli
+
   out = tmp_path_factory.mktemp("model") / "mlp_digits"
-  assert cli.main(["train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25",
-                   "--epochs", "2", "--batch", "64", "--lr", "0.1", "--out", str(out),
-                   "--quiet"]) == 0
+  assert (
+    cli.main(
+      [
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--sigma",
+        "0.25",
+        "--epochs",
+        "2",
+        "--batch",
+        "64",
+        "--lr",
+        "0.1",
+        "--out",
+        str(out),
+        "--quiet",
+      ]
+    )
+    == 0
+  )
   return out
 
 

@@ -33,8 +33,9 @@ import sys
 
 if __name__ == "__main__":
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                             + " --xla_force_host_platform_device_count=4").strip()
+  os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+  ).strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -77,6 +78,7 @@ class LinearDEQ:
 
   def __call__(self, params, x, z0, solver):
     from rsjax import models
+
     u = x.reshape(x.shape[0], -1) @ params["W"].T
     z0 = jnp.zeros_like(u) if z0 is None else z0
     res = models.solve(lambda z: z @ params["A"].T + u, z0, solver)
@@ -87,10 +89,12 @@ class LinearDEQ:
 def _problem():
   rng = np.random.default_rng(11)
   d = int(np.prod(SHAPE))
-  mlp = {"w1": rng.normal(size=(d, 8)).astype(np.float32),
-         "b1": rng.normal(size=8).astype(np.float32) * 0.1,
-         "w2": rng.normal(size=(8, C)).astype(np.float32),
-         "b2": np.zeros(C, np.float32)}
+  mlp = {
+    "w1": rng.normal(size=(d, 8)).astype(np.float32),
+    "b1": rng.normal(size=8).astype(np.float32) * 0.1,
+    "w2": rng.normal(size=(8, C)).astype(np.float32),
+    "b2": np.zeros(C, np.float32),
+  }
   lin = {"w": rng.normal(size=d).astype(np.float32), "b": np.float32(0.05)}
   x = rng.uniform(0, 1, size=(5,) + SHAPE).astype(np.float32)
   sig_b = np.array([0.2, 0.3, 0.25, 0.5, 0.15], np.float32)
@@ -98,9 +102,12 @@ def _problem():
   train = rng.uniform(0, 1, size=(30,) + SHAPE).astype(np.float32)
   dq = 6
   q, _ = np.linalg.qr(rng.normal(size=(dq, dq)))
-  deq_params = {"A": ((q * np.linspace(0, 0.8, dq)) @ q.T).astype(np.float32),
-                "W": rng.normal(size=(dq, 3)).astype(np.float32),
-                "v": rng.normal(size=dq).astype(np.float32), "b": np.float32(0.0)}
+  deq_params = {
+    "A": ((q * np.linspace(0, 0.8, dq)) @ q.T).astype(np.float32),
+    "W": rng.normal(size=(dq, 3)).astype(np.float32),
+    "v": rng.normal(size=dq).astype(np.float32),
+    "b": np.float32(0.0),
+  }
   x_deq = rng.uniform(0, 1, size=(3, 3)).astype(np.float32)
   return mlp, lin, x, sig_b, sig_d, train, deq_params, x_deq
 
@@ -112,8 +119,19 @@ def _cert(prefix, cert, out):
   out[prefix + "/counts"] = np.asarray(cert.counts)
   if cert.counts_selection is not None:
     out[prefix + "/counts_selection"] = np.asarray(cert.counts_selection)
-  for extra in ("normalized_radius", "alm", "sigma", "slack", "prediction_mc", "radius_mc",
-                "mismatch_upper", "check_selected", "check_agree", "residual", "check_residual"):
+  for extra in (
+    "normalized_radius",
+    "alm",
+    "sigma",
+    "slack",
+    "prediction_mc",
+    "radius_mc",
+    "mismatch_upper",
+    "check_selected",
+    "check_agree",
+    "residual",
+    "check_residual",
+  ):
     v = getattr(cert, extra, None)
     if v is not None:
       out[f"{prefix}/{extra}"] = np.asarray(v)
@@ -135,69 +153,190 @@ def compute() -> dict[str, np.ndarray]:
   for noise in ("gaussian", "laplace", "uniform"):
     for name, sig in (("scalar", 0.3), ("input", sig_b), ("dim", sig_d)):
       out[f"counts/{noise}/{name}"] = rsjax.sample_counts(
-          jax.random.key(1), mlp_apply, mlp, x, sigma=sig, num_classes=C, num=400,
-          batch_size=64, ids=ids, noise=noise)
+        jax.random.key(1),
+        mlp_apply,
+        mlp,
+        x,
+        sigma=sig,
+        num_classes=C,
+        num=400,
+        batch_size=64,
+        ids=ids,
+        noise=noise,
+      )
   out["counts/bf16"] = rsjax.sample_counts(
-      2, mlp_apply, mlp, x, sigma=0.3, num_classes=C, num=400, batch_size=64,
-      compute_dtype=jnp.bfloat16)
+    2,
+    mlp_apply,
+    mlp,
+    x,
+    sigma=0.3,
+    num_classes=C,
+    num=400,
+    batch_size=64,
+    compute_dtype=jnp.bfloat16,
+  )
 
   # rsjax.certify / predict.
   for noise in ("gaussian", "laplace", "uniform"):
-    _cert(f"certify/{noise}", rsjax.certify(jax.random.key(3), mlp_apply, mlp, x, sigma=0.4,
-                                            num_classes=C, noise=noise, ids=ids, **small), out)
-  _cert("certify/multiclass", rsjax.certify(jax.random.key(4), mlp_apply, mlp, x, sigma=sig_b,
-                                            num_classes=C, multiclass=True, **small), out)
-  _cert("certify/per_dim", rsjax.certify(5, mlp_apply, mlp, x, sigma=sig_d, num_classes=C,
-                                         **small), out)
-  _cert("certify/linear", rsjax.certify(6, linear_apply, lin, x, sigma=0.5, num_classes=2,
-                                        **small), out)
-  out["predict/gaussian"] = rsjax.predict(jax.random.key(7), mlp_apply, mlp, x, sigma=0.3,
-                                          num_classes=C, n=400, alpha=0.01, batch_size=64)
-  out["predict/laplace"] = rsjax.predict(8, mlp_apply, mlp, x, sigma=sig_b, num_classes=C, n=400,
-                                         alpha=0.05, batch_size=64, noise="laplace", ids=ids)
+    _cert(
+      f"certify/{noise}",
+      rsjax.certify(
+        jax.random.key(3),
+        mlp_apply,
+        mlp,
+        x,
+        sigma=0.4,
+        num_classes=C,
+        noise=noise,
+        ids=ids,
+        **small,
+      ),
+      out,
+    )
+  _cert(
+    "certify/multiclass",
+    rsjax.certify(
+      jax.random.key(4), mlp_apply, mlp, x, sigma=sig_b, num_classes=C, multiclass=True, **small
+    ),
+    out,
+  )
+  _cert(
+    "certify/per_dim", rsjax.certify(5, mlp_apply, mlp, x, sigma=sig_d, num_classes=C, **small), out
+  )
+  _cert(
+    "certify/linear", rsjax.certify(6, linear_apply, lin, x, sigma=0.5, num_classes=2, **small), out
+  )
+  out["predict/gaussian"] = rsjax.predict(
+    jax.random.key(7), mlp_apply, mlp, x, sigma=0.3, num_classes=C, n=400, alpha=0.01, batch_size=64
+  )
+  out["predict/laplace"] = rsjax.predict(
+    8,
+    mlp_apply,
+    mlp,
+    x,
+    sigma=sig_b,
+    num_classes=C,
+    n=400,
+    alpha=0.05,
+    batch_size=64,
+    noise="laplace",
+    ids=ids,
+  )
 
   # rsjax.idrs.
-  _cert("idrs/constant", idrs.certify(9, mlp_apply, mlp, x, design=idrs.ConstantSigma(0.3),
-                                      num_classes=C, **small), out)
+  _cert(
+    "idrs/constant",
+    idrs.certify(9, mlp_apply, mlp, x, design=idrs.ConstantSigma(0.3), num_classes=C, **small),
+    out,
+  )
   knn = idrs.KnnSigma(train, 0.3, 0.05, k=3, m=1.0)
-  _cert("idrs/knn", idrs.certify(10, linear_apply, lin, x, design=knn, num_classes=2, ids=ids,
-                                 **small), out)
+  _cert(
+    "idrs/knn",
+    idrs.certify(10, linear_apply, lin, x, design=knn, num_classes=2, ids=ids, **small),
+    out,
+  )
 
   # rsjax.anisotropic (UCAN).
   pat = anisotropic.pattern_sigma(SHAPE, pattern="l2") * 0.3
-  _cert("ucan/pattern", anisotropic.certify(11, mlp_apply, mlp, x, sigma=pat, num_classes=C,
-                                            **small), out)
-  _cert("ucan/mu", anisotropic.certify(12, mlp_apply, mlp, x, sigma=sig_d, mu=0.05 * sig_d,
-                                       num_classes=C, noise="laplace", ids=ids, **small), out)
+  _cert(
+    "ucan/pattern",
+    anisotropic.certify(11, mlp_apply, mlp, x, sigma=pat, num_classes=C, **small),
+    out,
+  )
+  _cert(
+    "ucan/mu",
+    anisotropic.certify(
+      12,
+      mlp_apply,
+      mlp,
+      x,
+      sigma=sig_d,
+      mu=0.05 * sig_d,
+      num_classes=C,
+      noise="laplace",
+      ids=ids,
+      **small,
+    ),
+    out,
+  )
   unsound = anisotropic.InputDependentNoise(lambda x: (None, sig_d))  # rate inf
-  _cert("ucan/unsound", anisotropic.certify(13, mlp_apply, mlp, x, sigma=unsound, num_classes=C,
-                                            allow_unsound=True, multiclass=True, **small), out)
+  _cert(
+    "ucan/unsound",
+    anisotropic.certify(
+      13,
+      mlp_apply,
+      mlp,
+      x,
+      sigma=unsound,
+      num_classes=C,
+      allow_unsound=True,
+      multiclass=True,
+      **small,
+    ),
+    out,
+  )
 
   # rsjax.ddrs.
   opt = ddrs.optimize_sigma(14, mlp_apply, mlp, x, sigma0=0.25, steps=5, lr=0.05, num_samples=4)
   out["ddrs/sigma"] = opt
-  out["ddrs/objective"] = ddrs.smoothing_objective(15, mlp_apply, mlp, x, sigma=opt,
-                                                   num_samples=4)
+  out["ddrs/objective"] = ddrs.smoothing_objective(15, mlp_apply, mlp, x, sigma=opt, num_samples=4)
   _cert("ddrs/plain", ddrs.certify(16, mlp_apply, mlp, x, sigma=opt, num_classes=C, **small), out)
   mem = ddrs.MemoryCertifier()
   for i, order in enumerate((np.arange(5), np.array([4, 0, 3, 1, 2]))):
-    _cert(f"ddrs/memory{i}", ddrs.certify(17 + i, linear_apply, lin, x[order] + 0.01 * i,
-                                          sigma=opt[order] * 2, num_classes=2, memory=mem,
-                                          ids=order, **small), out)
+    _cert(
+      f"ddrs/memory{i}",
+      ddrs.certify(
+        17 + i,
+        linear_apply,
+        lin,
+        x[order] + 0.01 * i,
+        sigma=opt[order] * 2,
+        num_classes=2,
+        memory=mem,
+        ids=order,
+        **small,
+      ),
+      out,
+    )
 
   # rsjax.deq: standard RS and SRS (the paper's bound and the authors' code's).
   deq_fn = LinearDEQ()
   dsmall = dict(n0=16, n=200, alpha=0.05)
-  _cert("deq/standard", deq.certify(19, deq_fn, deq_params, x_deq, sigma=0.3, num_classes=2,
-                                    method="standard", solver=models.SolverConfig(steps=20),
-                                    batch_size=64, **dsmall), out)
-  srs = deq.SRSConfig(solver=models.SolverConfig(steps=2), warmup=models.SolverConfig(steps=8),
-                      check_solver=models.SolverConfig(steps=20), m=40)
+  _cert(
+    "deq/standard",
+    deq.certify(
+      19,
+      deq_fn,
+      deq_params,
+      x_deq,
+      sigma=0.3,
+      num_classes=2,
+      method="standard",
+      solver=models.SolverConfig(steps=20),
+      batch_size=64,
+      **dsmall,
+    ),
+    out,
+  )
+  srs = deq.SRSConfig(
+    solver=models.SolverConfig(steps=2),
+    warmup=models.SolverConfig(steps=8),
+    check_solver=models.SolverConfig(steps=20),
+    m=40,
+  )
   srs_kw = dict(num_classes=2, method="srs", batch_size=32, **dsmall)
-  _cert("deq/srs", deq.certify(20, deq_fn, deq_params, x_deq, sigma=[0.2, 0.3, 0.4], srs=srs,
-                               **srs_kw), out)
-  _cert("deq/srs_code", deq.certify(21, deq_fn, deq_params, x_deq, sigma=0.3,
-                                    srs=srs.replace(correction="authors_code"), **srs_kw), out)
+  _cert(
+    "deq/srs",
+    deq.certify(20, deq_fn, deq_params, x_deq, sigma=[0.2, 0.3, 0.4], srs=srs, **srs_kw),
+    out,
+  )
+  _cert(
+    "deq/srs_code",
+    deq.certify(
+      21, deq_fn, deq_params, x_deq, sigma=0.3, srs=srs.replace(correction="authors_code"), **srs_kw
+    ),
+    out,
+  )
   return out
 
 
@@ -206,6 +345,7 @@ def platform() -> str:
   import platform as platform_lib
 
   import jaxlib
+
   cpu = platform_lib.processor() or platform_lib.machine()
   try:
     with open("/proc/cpuinfo") as f:
@@ -213,9 +353,11 @@ def platform() -> str:
   except (OSError, StopIteration):
     pass
   dev = jax.devices()[0]
-  return (f"{dev.platform} ({getattr(dev, 'device_kind', '')}), {platform_lib.machine()} {cpu}, "
-          f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
-          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+  return (
+    f"{dev.platform} ({getattr(dev, 'device_kind', '')}), {platform_lib.machine()} {cpu}, "
+    f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
+    f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+  )
 
 
 def load(path: str = GOLDEN) -> tuple[dict[str, np.ndarray], str]:
@@ -245,8 +387,7 @@ def mismatches(results: dict, expected: dict[str, np.ndarray]) -> list[str]:
       if not np.array_equal(got, want):
         bad.append(f"{name}: integers differ: {got.tolist()} != {want.tolist()}")
     else:
-      rtol, atol = ((RESIDUAL_RTOL, 1e-8) if name.endswith("residual")
-                    else (FLOAT_RTOL, FLOAT_ATOL))
+      rtol, atol = (RESIDUAL_RTOL, 1e-8) if name.endswith("residual") else (FLOAT_RTOL, FLOAT_ATOL)
       # NaN where NaN, inf where inf, and the same sign of zero radii.
       if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
         rel = np.nanmax(np.abs(got - want) / np.maximum(np.abs(want), 1e-30))
@@ -260,9 +401,15 @@ def _main(argv: list[str]) -> int:
     (a, made_a), (b, made_b) = load(argv[1]), load(argv[2])
     bad = mismatches(a, b)
     ints = sum(v.dtype.kind != "f" for v in b.values())
-    print(f"golden outputs of\n  {made_a}\n  {made_b}\n"
-          + ("\n".join(bad) or f"are equal: {ints} integer arrays (counts, predictions) exactly, "
-             f"{len(b) - ints} float arrays within the contract"), file=sys.stderr)
+    print(
+      f"golden outputs of\n  {made_a}\n  {made_b}\n"
+      + (
+        "\n".join(bad)
+        or f"are equal: {ints} integer arrays (counts, predictions) exactly, "
+        f"{len(b) - ints} float arrays within the contract"
+      ),
+      file=sys.stderr,
+    )
     return 1 if bad else 0
   if argv[:1] == ["--check"] and len(argv) in (1, 3) and argv[1:2] in ([], ["--save"]):
     expected, made_on = load()
@@ -279,8 +426,9 @@ def _main(argv: list[str]) -> int:
   results = compute()
   results[PLATFORM_KEY] = np.array(platform())
   np.savez_compressed(GOLDEN, **results)
-  print(f"wrote {len(results)} arrays to {GOLDEN} ({os.path.getsize(GOLDEN)} bytes)",
-        file=sys.stderr)
+  print(
+    f"wrote {len(results)} arrays to {GOLDEN} ({os.path.getsize(GOLDEN)} bytes)", file=sys.stderr
+  )
   return 0
 
 

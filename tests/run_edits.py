@@ -60,6 +60,7 @@ def reradius(path):
   from rsjax.checks import cohen_certificate, read_rows
   from rsjax.runspec import RunSpec
   from rsjax.verify._run import certificate_view
+
   run = RunSpec.read(path)
   cert = certificate_view(run)
   res = io.read_certify(path)

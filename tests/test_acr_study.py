@@ -30,13 +30,26 @@ def test_constant_classifier_budget_end_to_end():
   y = np.repeat(np.arange(k), 2)  # balanced: 1/K of the inputs are of the constant class 0
 
   def acr_at(num):
-    cert = rsjax.certify(jax.random.key(0), constant, None, x, sigma=sigma, num_classes=k, n0=10,
-                         n=num, alpha=alpha, batch_size=4096)
-    return metrics.average_certified_radius(cert.prediction == y, cert.radius,
-                                            predict=cert.prediction)
+    cert = rsjax.certify(
+      jax.random.key(0),
+      constant,
+      None,
+      x,
+      sigma=sigma,
+      num_classes=k,
+      n0=10,
+      n=num,
+      alpha=alpha,
+      batch_size=4096,
+    )
+    return metrics.average_certified_radius(
+      cert.prediction == y, cert.radius, predict=cert.prediction
+    )
 
   assert acr_at(n) > margin
-  assert acr_at(math.floor(exact)) <= margin  # one sample fewer than needed (when exact is not an integer)
+  assert (
+    acr_at(math.floor(exact)) <= margin
+  )  # one sample fewer than needed (when exact is not an integer)
   assert acr_at(n) == pytest.approx(sigma * norm.ppf(alpha ** (1 / n)) / k, rel=1e-9)
   with pytest.raises(ValueError, match="margin"):
     metrics.constant_classifier_budget(0.0, k, sigma, alpha)
@@ -82,17 +95,18 @@ def test_per_sample_gradient_norms_and_table(tmp_path):
   apply_fn = _Linear()
   x = rng.uniform(size=(5, 6)).astype(np.float32)
   y = np.array([0, 1, 2, 0, 1], np.int32)
-  norms = training.per_sample_gradient_norms(jax.random.key(0), apply_fn, params, x, y,
-                                             sigma=0.5, num_noise=3, batch_size=2)
+  norms = training.per_sample_gradient_norms(
+    jax.random.key(0), apply_fn, params, x, y, sigma=0.5, num_noise=3, batch_size=2
+  )
   for i in range(5):  # chunk of input i starts at 2 * (i // 2); noise from the documented keys
     ki = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 2 * (i // 2)), i % 2)
 
     def loss(p, i=i, ki=ki):
-      xr, yr, d = replicate(ki, jnp.asarray(x[i:i + 1]), jnp.asarray(y[i:i + 1]), 0.5, 3)
+      xr, yr, d = replicate(ki, jnp.asarray(x[i : i + 1]), jnp.asarray(y[i : i + 1]), 0.5, 3)
       return optax.softmax_cross_entropy_with_integer_labels(apply_fn(p, xr + d), yr).mean()
 
     g = jax.grad(loss)(params)
-    expect = np.sqrt(sum(float(jnp.sum(v ** 2)) for v in jax.tree.leaves(g)))
+    expect = np.sqrt(sum(float(jnp.sum(v**2)) for v in jax.tree.leaves(g)))
     assert norms[i] == pytest.approx(expect, rel=1e-4)
   table = training.gradient_norm_table(norms, np.array([0.9, 0.1, 0.6, 0.2, 0.5]))
   assert table["easy"] == pytest.approx(norms[[0, 2, 4]].mean())
@@ -119,32 +133,115 @@ def test_cli_train_objective_strategies_and_analyze(tmp_path, capsys):
   import json
 
   from rsjax import cli
+
   run = lambda *a: cli.main([str(v) for v in a])  # noqa: E731
   out = tmp_path / "m"
-  assert run("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs", "2",
-             "--batch", "64", "--lr", "0.1", "--out", out, "--quiet", "--num-noise", "2",
-             "--discard", "1", "--discard-threshold", "0.3", "--reweigh", "1",
-             "--sphere-attack", "1", "--attack-steps", "2") == 0
+  assert (
+    run(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "mlp",
+      "--sigma",
+      "0.25",
+      "--epochs",
+      "2",
+      "--batch",
+      "64",
+      "--lr",
+      "0.1",
+      "--out",
+      out,
+      "--quiet",
+      "--num-noise",
+      "2",
+      "--discard",
+      "1",
+      "--discard-threshold",
+      "0.3",
+      "--reweigh",
+      "1",
+      "--sphere-attack",
+      "1",
+      "--attack-steps",
+      "2",
+    )
+    == 0
+  )
   cfg = json.loads((out / "config.json").read_text())["train"]
-  assert cfg["objective"] == {"name": "gaussian", "num_noise": 2, "attack": {
-      "steps": 2, "step_size": 0.25, "norm": "l2", "start_epoch": 1}}
+  assert cfg["objective"] == {
+    "name": "gaussian",
+    "num_noise": 2,
+    "attack": {"steps": 2, "step_size": 0.25, "norm": "l2", "start_epoch": 1},
+  }
   assert cfg["discard"]["threshold"] == 0.3 and cfg["reweigh"]["epoch"] == 1
   hist = json.loads((out / "history.json").read_text())
   assert 0 < hist[1]["kept_fraction"] <= 1
   rows = tmp_path / "c.tsv"
-  assert run("certify", out, rows, "--N", "200", "--N0", "20", "--skip", "20", "--batch", "400",
-             "--save-counts", "--quiet") == 0
+  assert (
+    run(
+      "certify",
+      out,
+      rows,
+      "--N",
+      "200",
+      "--N0",
+      "20",
+      "--skip",
+      "20",
+      "--batch",
+      "400",
+      "--save-counts",
+      "--quiet",
+    )
+    == 0
+  )
   res = io.read_certify(rows)
   counts = metrics.parse_counts(res.extra["counts"])
   assert counts.shape == (len(res.idx), 10) and np.all(counts.sum(1) == 200)
   capsys.readouterr()
-  assert run("analyze", rows, "--radii", "0", "0.25", "--pa-cdf", tmp_path / "cdf.png",
-             "--easy-hard", rows) == 0
+  assert (
+    run(
+      "analyze", rows, "--radii", "0", "0.25", "--pa-cdf", tmp_path / "cdf.png", "--easy-hard", rows
+    )
+    == 0
+  )
   text = capsys.readouterr().out
   assert "easy" in text and "hard" in text and (tmp_path / "cdf.png").exists()
-  assert run("train", "--dataset", "digits", "--model", "mlp", "--out", tmp_path / "x",
-             "--objective", "macer", "--sphere-attack", "0", "--quiet") == 2
+  assert (
+    run(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "mlp",
+      "--out",
+      tmp_path / "x",
+      "--objective",
+      "macer",
+      "--sphere-attack",
+      "0",
+      "--quiet",
+    )
+    == 2
+  )
   assert "--sphere-attack works with --objective gaussian" in capsys.readouterr().err
-  assert run("train", "--dataset", "digits", "--model", "mlp", "--out", tmp_path / "y",
-             "--objective", "consistency", "--objective-arg", "epsilon=1", "--quiet") == 2
+  assert (
+    run(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "mlp",
+      "--out",
+      tmp_path / "y",
+      "--objective",
+      "consistency",
+      "--objective-arg",
+      "epsilon=1",
+      "--quiet",
+    )
+    == 2
+  )
   assert "no hyperparameter epsilon" in capsys.readouterr().err

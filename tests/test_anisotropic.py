@@ -36,8 +36,19 @@ def make_problem(num, seed):
 
 def test_gaussian_region_sound_and_tight_on_linear_classifier():
   rng, (w, b), x, sigma, mu = make_problem(100, 0)
-  cert = an.certify(3, linear_apply, (jnp.asarray(w), jnp.asarray(b)), x, sigma=sigma, mu=mu,
-                    num_classes=2, n0=100, n=20_000, alpha=0.001, batch_size=20_000)
+  cert = an.certify(
+    3,
+    linear_apply,
+    (jnp.asarray(w), jnp.asarray(b)),
+    x,
+    sigma=sigma,
+    mu=mu,
+    num_classes=2,
+    n0=100,
+    n=20_000,
+    alpha=0.001,
+    batch_size=20_000,
+  )
   assert isinstance(cert, rsjax.Certificate) and cert.sound and cert.norm == "l2"
   w64, s64 = w.astype(np.float64), sigma.astype(np.float64)
   z = (x + mu).astype(np.float64) @ w64 + b
@@ -55,7 +66,9 @@ def test_gaussian_region_sound_and_tight_on_linear_classifier():
   # Worst-case delta along -sign(z) * sigma * (w * sigma): ||delta / sigma||_2 = t exactly.
   u = -np.sign(z)[:, None] * (w64 * s64) / ws[:, None]
   at_r = u * cert.normalized_radius[:, None] * s64
-  assert np.all(an.in_certified_region(at_r[ok] * (1 - 1e-9), sigma[ok], cert.normalized_radius[ok]))
+  assert np.all(
+    an.in_certified_region(at_r[ok] * (1 - 1e-9), sigma[ok], cert.normalized_radius[ok])
+  )
   beyond = u * (r_exact * (1 + 1e-3))[:, None] * s64
   assert not np.any(an.in_certified_region(beyond[ok], sigma[ok], cert.normalized_radius[ok]))
   flipped = (x + mu + beyond) @ w64 + b  # the smoothed class really flips there
@@ -81,14 +94,26 @@ def test_laplace_l1_region_on_axis_classifier():
     z = x.reshape(x.shape[0], -1)[:, 0]
     return jnp.stack([-z, z], axis=-1)
 
-  cert = an.certify(7, axis_apply, None, x, sigma=sigma, num_classes=2, noise="laplace",
-                    n0=100, n=20_000, alpha=0.001, batch_size=20_000)
+  cert = an.certify(
+    7,
+    axis_apply,
+    None,
+    x,
+    sigma=sigma,
+    num_classes=2,
+    noise="laplace",
+    n0=100,
+    n=20_000,
+    alpha=0.001,
+    batch_size=20_000,
+  )
   assert cert.norm == "l1"
   # p_A = 1 - exp(-|x_0| / sigma_0) / 2, so R_true = -log(2 (1 - p_A)) = |x_0| / sigma_0.
   r_exact = np.abs(x[:, 0].astype(np.float64)) / sigma[:, 0]
   certified = cert.prediction != -1
   failures = (cert.normalized_radius > r_exact + 1e-6) | (
-      certified & (cert.prediction != (x[:, 0] > 0)))
+    certified & (cert.prediction != (x[:, 0] > 0))
+  )
   assert failures.sum() <= allowed_failures(num, 0.001)
   assert np.median(cert.normalized_radius[certified] / r_exact[certified]) > 0.8
 
@@ -102,8 +127,16 @@ def test_mu_shift_cancels_and_key_not_consumed():
   shifted = an.certify(key, linear_apply, params, x + mu, sigma=sigma, **kw)
   np.testing.assert_array_equal(with_mu.counts, shifted.counts)
   np.testing.assert_array_equal(with_mu.normalized_radius, shifted.normalized_radius)
-  counts = rsjax.sample_counts(jax.random.fold_in(key, 1), linear_apply, params, x + mu,
-                               sigma=sigma, num_classes=2, num=2_000, batch_size=1_000)
+  counts = rsjax.sample_counts(
+    jax.random.fold_in(key, 1),
+    linear_apply,
+    params,
+    x + mu,
+    sigma=sigma,
+    num_classes=2,
+    num=2_000,
+    batch_size=1_000,
+  )
   np.testing.assert_array_equal(with_mu.counts, counts)
   # Constant sigma: the same numbers as the core isotropic certify.
   core = rsjax.certify(key, linear_apply, params, x, sigma=0.5, **kw)
@@ -142,8 +175,9 @@ def test_region_helpers_and_alm():
     an.in_certified_region(delta, sig, 1.0, "l3")
 
 
-@pytest.mark.parametrize("pattern,corner", [("l2", 0.2 * 2 + 0.8), ("l1", 0.2 * 4 + 0.8),
-                                            ("linf", 0.2 + 0.8)])
+@pytest.mark.parametrize(
+  "pattern,corner", [("l2", 0.2 * 2 + 0.8), ("l1", 0.2 * 4 + 0.8), ("linf", 0.2 + 0.8)]
+)
 def test_pattern_sigma(pattern, corner):
   p = an.pattern_sigma((5, 7, 3), pattern=pattern)
   assert p.shape == (5, 7, 3) and p.dtype == np.float32
@@ -184,8 +218,15 @@ def test_frozen_noise_is_the_raw_arrays():
   raw = an.certify(4, linear_apply, params, x, sigma=sigma[0], mu=mu, **kw)
   src = an.certify(4, linear_apply, params, x, sigma=frozen, **kw)
   assert raw.sound and src.sound and raw.guarantee == src.guarantee
-  for field in ("prediction", "counts", "counts_selection", "p_lower", "radius",
-                "normalized_radius", "alm"):
+  for field in (
+    "prediction",
+    "counts",
+    "counts_selection",
+    "p_lower",
+    "radius",
+    "normalized_radius",
+    "alm",
+  ):
     np.testing.assert_array_equal(getattr(src, field), getattr(raw, field))
   with pytest.raises(ValueError, match="mu must be None"):
     an.certify(4, linear_apply, params, x, sigma=frozen, mu=mu, **kw)
@@ -223,6 +264,7 @@ def test_universal_noise_and_loss_step_grows_min_sigma():
   x = jnp.zeros((4, 2, 3))
   y = jnp.array([0, 1, 0, 1])
   eps = jax.random.normal(jax.random.key(0), (5, 4, 2, 3))
+
   def const_logits(z):  # the CE term has zero gradient
     return jnp.zeros((z.shape[0], 3))
 

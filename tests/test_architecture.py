@@ -102,7 +102,7 @@ def imports_of(path: pathlib.Path, module: str, modules) -> set[str]:
     elif isinstance(node, ast.ImportFrom):
       base = node.module or ""
       if node.level:
-        package = module.split(".")[:len(module.split(".")) - node.level + is_package]
+        package = module.split(".")[: len(module.split(".")) - node.level + is_package]
         base = ".".join(package + ([base] if base else []))
       for alias in node.names:
         add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
@@ -117,8 +117,9 @@ def import_graph(root: pathlib.Path, packages) -> dict[str, set[str]]:
 
 def upward_imports(graph: dict, table: dict) -> list[tuple[str, str]]:
   """The imports ``(a, b)`` of ``graph`` where ``b`` is in a higher layer than ``a``."""
-  return sorted((a, b) for a, deps in graph.items() for b in deps
-                if layer_of(b, table) > layer_of(a, table))
+  return sorted(
+    (a, b) for a, deps in graph.items() for b in deps if layer_of(b, table) > layer_of(a, table)
+  )
 
 
 def circles(graph: dict) -> list[list[str]]:
@@ -165,14 +166,19 @@ def test_the_table_names_every_module_and_only_modules():
 def test_no_module_imports_a_higher_layer():
   table = parse_layers(DOC.read_text())
   graph = import_graph(ROOT, LAYERED)
-  up = [f"{a} (layer {layer_of(a, table)}) imports {b} (layer {layer_of(b, table)})"
-        for a, b in upward_imports(without(graph, KNOWN_UPWARD), table)]
+  up = [
+    f"{a} (layer {layer_of(a, table)}) imports {b} (layer {layer_of(b, table)})"
+    for a, b in upward_imports(without(graph, KNOWN_UPWARD), table)
+  ]
   assert not up, "\n".join(up)
 
 
 def _line_counts() -> dict[str, int]:
-  return {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines())
-          for d in SIZED for p in sorted((ROOT / d).rglob("*.py"))}
+  return {
+    p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines())
+    for d in SIZED
+    for p in sorted((ROOT / d).rglob("*.py"))
+  }
 
 
 def test_the_known_exceptions_are_still_needed():
@@ -190,8 +196,11 @@ def test_no_import_circle():
 
 
 def test_no_module_over_450_lines():
-  long = [f"{path}: {n} lines" for path, n in _line_counts().items()
-          if n > MAX_LINES and path not in KNOWN_LONG]
+  long = [
+    f"{path}: {n} lines"
+    for path, n in _line_counts().items()
+    if n > MAX_LINES and path not in KNOWN_LONG
+  ]
   assert not long, "\n".join(long)
 
 
@@ -204,10 +213,15 @@ def test_the_checks_see_a_lazy_upward_import_a_circle_and_a_module_without_layer
   (pkg / "sub" / "__init__.py").write_text("from pkg.sub import leaf\n")
   (pkg / "sub" / "leaf.py").write_text("from .. import low\nfrom pkg import sub\n")
   (pkg / "stray.py").write_text("")
-  table = parse_layers("text\n```layers\nlayer 1 base: pkg, pkg.low,\n  pkg.sub\n"
-                       "layer 2 top: pkg.high\n```\n")
-  assert table == {"pkg": (1, "base"), "pkg.low": (1, "base"), "pkg.sub": (1, "base"),
-                   "pkg.high": (2, "top")}
+  table = parse_layers(
+    "text\n```layers\nlayer 1 base: pkg, pkg.low,\n  pkg.sub\nlayer 2 top: pkg.high\n```\n"
+  )
+  assert table == {
+    "pkg": (1, "base"),
+    "pkg.low": (1, "base"),
+    "pkg.sub": (1, "base"),
+    "pkg.high": (2, "top"),
+  }
   graph = import_graph(tmp_path, ["pkg"])
   assert graph["pkg.low"] == {"pkg.high"}  # the import inside a function counts
   assert graph["pkg.high"] == {"pkg.low"}

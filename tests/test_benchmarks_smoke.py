@@ -40,16 +40,42 @@ def test_throughput_command_reports_all_figures(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
-      [sys.executable, "-m", "benchmarks.throughput", "--models", "mlp", "--num", "500",
-       "--reps", "1", "--batch-size", "128", "--bf16", "--json", str(out)],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False)
+    [
+      sys.executable,
+      "-m",
+      "benchmarks.throughput",
+      "--models",
+      "mlp",
+      "--num",
+      "500",
+      "--reps",
+      "1",
+      "--batch-size",
+      "128",
+      "--bf16",
+      "--json",
+      str(out),
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=240,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "| mlp | 500 | 128 |" in proc.stdout
   report = json.loads(out.read_text())
   assert report["environment"]["jax"]
   (r,) = report["results"]
-  for k in ("rsjax_samples_per_s", "rsjax_s_per_image", "compile_s", "step_memory_mb",
-            "flops_per_sample", "bf16_samples_per_s"):
+  for k in (
+    "rsjax_samples_per_s",
+    "rsjax_s_per_image",
+    "compile_s",
+    "step_memory_mb",
+    "flops_per_sample",
+    "bf16_samples_per_s",
+  ):
     assert r[k] > 0, k
   assert r["s_per_image_kind"] == "extrapolated from N=500"
   # The MLP's XLA FLOPs are close to the analytic 2 * (784*256 + 256*256 + 256*10).
@@ -68,17 +94,53 @@ def test_gpu_suite_runs_on_cpu(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
-      [sys.executable, "-m", "benchmarks.throughput", "--suite", "gpu", "--models", "mlp",
-       "--num", "100", "--n0", "10", "--images", "2", "--batch-size", "50",
-       "--twin-compile", "none", "--device-peaks", "1,0.5,0.05", "--json", str(out),
-       "--compile-cache", str(cache), "--precisions", "fp32,tf32,bf16",
-       "--dataset-images", "3", "--dataset-model", "mlp", "--fold-bn"],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    [
+      sys.executable,
+      "-m",
+      "benchmarks.throughput",
+      "--suite",
+      "gpu",
+      "--models",
+      "mlp",
+      "--num",
+      "100",
+      "--n0",
+      "10",
+      "--images",
+      "2",
+      "--batch-size",
+      "50",
+      "--twin-compile",
+      "none",
+      "--device-peaks",
+      "1,0.5,0.05",
+      "--json",
+      str(out),
+      "--compile-cache",
+      str(cache),
+      "--precisions",
+      "fp32,tf32,bf16",
+      "--dataset-images",
+      "3",
+      "--dataset-model",
+      "mlp",
+      "--fold-bn",
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads(out.read_text())["results"]
   rows = [r for r in results if "task" not in r]
   assert [(r["model"], r["precision"]) for r in rows] == [
-      ("mlp", "fp32"), ("mlp", "tf32"), ("mlp", "bf16")]
+    ("mlp", "fp32"),
+    ("mlp", "tf32"),
+    ("mlp", "bf16"),
+  ]
   data = [r for r in results if r.get("task") == "dataset3"]
   assert [r["precision"] for r in data] == ["fp32", "tf32", "bf16"]
   for r in data:  # the test-set row: fixed N and budgeted over 3 images
@@ -109,8 +171,11 @@ def test_suite_json_keeps_other_entries(tmp_path):
   finally:
     sys.path.remove(ROOT)
   path = str(tmp_path / "r" / "gpu.json")
-  suite.write_json(path, {"d": 1}, [{"model": "a", "precision": "fp32", "v": 1},
-                                    {"model": "a", "precision": "bf16", "v": 2}])
+  suite.write_json(
+    path,
+    {"d": 1},
+    [{"model": "a", "precision": "fp32", "v": 1}, {"model": "a", "precision": "bf16", "v": 2}],
+  )
   suite.write_json(path, {"d": 2}, [{"model": "a", "precision": "bf16", "v": 3}])
   got = {(r["model"], r["precision"]): r["v"] for r in json.loads(open(path).read())["results"]}
   assert got == {("a", "fp32"): 1, ("a", "bf16"): 3}
@@ -123,6 +188,7 @@ def test_certified_accuracy_parity():
   finally:
     sys.path.remove(ROOT)
   from types import SimpleNamespace as C
+
   y = np.arange(100) % 10
   a = C(prediction=y.copy(), radius=np.linspace(0, 1, 100))
   same = precision.certified_accuracy_parity(y, a, C(prediction=y.copy(), radius=a.radius.copy()))
@@ -135,16 +201,20 @@ def test_certified_accuracy_parity():
   assert par["accuracy_a"][0] == 1.0 and par["accuracy_b"][0] == pytest.approx(0.98)
 
 
-@pytest.mark.parametrize("name,shape", [
+@pytest.mark.parametrize(
+  "name,shape",
+  [
     ("mlp", (6, 6, 2)),
     ("lenet", (28, 28, 1)),
     ("cnn", (10, 10, 1)),
     ("resnet20", (8, 8, 3)),
-])
+  ],
+)
 def test_torch_twin_has_the_same_logits(name, shape):
   torch = pytest.importorskip("torch")
   tm = _benchmark_module("torch_models")
   from rsjax import models
+
   model = models.create_model(name, num_classes=7, input_shape=shape, rngs=3)
   apply_fn, variables = models.to_apply_fn(model)
   twin = tm.from_flax(model, shape)
@@ -189,10 +259,12 @@ def test_tuned_twin_counts_every_sample_once():
   gen = rt.torch_generator(0)
   c = rt.tuned_counts(lin2, x, 999, 400, sigma=1.0, num_classes=3, generator=gen)
   assert c.sum() == 999 and (c > 0).sum() >= 2
-  pred, radius = rt.tuned_certify(lin, x, n0=10, n=1000, alpha=0.001, sigma=0.5, num_classes=3,
-                                  batch_size=300)
+  pred, radius = rt.tuned_certify(
+    lin, x, n0=10, n=1000, alpha=0.001, sigma=0.5, num_classes=3, batch_size=300
+  )
   # All 1,000 samples on class 1: Clopper-Pearson p_lower = 0.001 ** (1 / 1000).
   from scipy import stats as st
+
   assert pred == 1 and radius == pytest.approx(0.5 * st.norm.ppf(0.001 ** (1 / 1000)), rel=1e-6)
 
 
@@ -213,9 +285,12 @@ def test_profile_reports_every_piece():
   assert len(streams) == 5 and all(v["M_normals_per_wall_s"] > 0 for v in streams.values())
   # rsjax's streams are batch-invariant; JAX's RngBitGenerator keys are not.
   assert {k: v["batch_invariant"] for k, v in streams.items()} == {
-      "jax.random.normal": True, "jax.random.normal, rbg key": False,
-      "jax.random.normal, unsafe_rbg key": False, "threefry20 (default)": True,
-      "threefry13 (gaussian_fast)": True}
+    "jax.random.normal": True,
+    "jax.random.normal, rbg key": False,
+    "jax.random.normal, unsafe_rbg key": False,
+    "threefry20 (default)": True,
+    "threefry13 (gaussian_fast)": True,
+  }
 
 
 def test_per_image_table_runs_and_prints_its_ratios(tmp_path):
@@ -227,20 +302,53 @@ def test_per_image_table_runs_and_prints_its_ratios(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
-      [sys.executable, "-m", "benchmarks.per_image", "--models", "mlp", "--images", "1,2,3",
-       "--batch-sizes", "64", "--num", "200", "--n0", "20", "--reps", "1", "--mode", "certify",
-       "--reference-images", "1", "--json", str(out)],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False)
+    [
+      sys.executable,
+      "-m",
+      "benchmarks.per_image",
+      "--models",
+      "mlp",
+      "--images",
+      "1,2,3",
+      "--batch-sizes",
+      "64",
+      "--num",
+      "200",
+      "--n0",
+      "20",
+      "--reps",
+      "1",
+      "--mode",
+      "certify",
+      "--reference-images",
+      "1",
+      "--json",
+      str(out),
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=240,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   print(proc.stdout)
   assert "| model | mode | N | batch | images/call | rsjax s/image, wall (CPU) |" in proc.stdout
   rows = json.loads(out.read_text())["results"]
   assert [(r["model"], r["batch_size"], r["images_per_call"]) for r in rows] == [
-      ("mlp", 64, 1), ("mlp", 64, 2), ("mlp", 64, 3)]
+    ("mlp", 64, 1),
+    ("mlp", 64, 2),
+    ("mlp", 64, 3),
+  ]
   for r in rows:
     assert r["rsjax_s_per_image"] > 0 and r["reference_s_per_image"] > 0
-    for ratio in ("vs_one_image", "vs_one_image_cpu", "reference_over_rsjax",
-                  "reference_over_rsjax_cpu"):
+    for ratio in (
+      "vs_one_image",
+      "vs_one_image_cpu",
+      "reference_over_rsjax",
+      "reference_over_rsjax_cpu",
+    ):
       assert r[ratio] > 0, ratio
     assert f"| mlp | certify | 200 | 64 | {r['images_per_call']} |" in proc.stdout
 
@@ -249,6 +357,7 @@ def test_plain_jax_reference_loop_counts_every_sample():
   import jax
   import jax.numpy as jnp
   from scipy import stats as st
+
   rj = _benchmark_module("reference_jax")
 
   def constant(params, x):  # class 1 whatever the input

@@ -26,8 +26,9 @@ def _simulate(p, reps, *, budget, alpha, n_max, seed):
   def count_fn(active, start, stop):
     return rng.binomial(stop - start, p, size=len(active))
 
-  _, used, p_lower = budgeted.sequential_bounds(count_fn, reps, n_max=n_max, alpha=alpha,
-                                                budget=budget)
+  _, used, p_lower = budgeted.sequential_bounds(
+    count_fn, reps, n_max=n_max, alpha=alpha, budget=budget
+  )
   return budgeted.grid_level(p_lower, budget.grid), used
 
 
@@ -76,8 +77,14 @@ def test_looks_and_alphas():
   a = b.alphas(0.001, 100_000)
   assert a.shape == looks.shape and np.isclose(a.sum(), 0.001) and a[-1] == 0.0005
   assert list(b.looks(500)) == [500] and list(b.alphas(0.01, 500)) == [0.01]
-  for bad in [dict(grid=()), dict(grid=(0.5, 0.25)), dict(grid=(-1.0,)), dict(grid=(0.1,), ratio=1.0),
-              dict(grid=(0.1,), first=0), dict(grid=(0.1,), final_share=0.0)]:
+  for bad in [
+    dict(grid=()),
+    dict(grid=(0.5, 0.25)),
+    dict(grid=(-1.0,)),
+    dict(grid=(0.1,), ratio=1.0),
+    dict(grid=(0.1,), first=0),
+    dict(grid=(0.1,), final_share=0.0),
+  ]:
     with pytest.raises(ValueError):
       budgeted.Budget(**bad)
 
@@ -90,8 +97,9 @@ def test_stopping_rule_decisions():
     frac = np.array([1.0, 0.0, st.norm.cdf(0.5)])[active]
     return np.floor(frac * stop) - np.floor(frac * start)
 
-  _, used, p_lower = budgeted.sequential_bounds(count_fn, 3, n_max=100_000, alpha=0.001,
-                                                budget=budget)
+  _, used, p_lower = budgeted.sequential_bounds(
+    count_fn, 3, n_max=100_000, alpha=0.001, budget=budget
+  )
   level = budgeted.grid_level(p_lower, GRID)
   assert level[0] == 4 and used[0] < 10_000  # clears the top grid radius early
   assert level[1] == -1 and used[1] == 100  # abstain certain at the first look
@@ -119,7 +127,7 @@ def test_engine_rounds_continue_the_certify_stream():
   k_est, j = jax.random.fold_in(key, 1), np.arange(n_max)
   for i in range(5):
     eps = rsjax.sample_noise(noise.get_noise(None), k_est, int(ids[i]), j, (16,))
-    pred = np.asarray(apply_fn(w, x[i] + eps)).argmax(1)[:cert.num_samples[i]]
+    pred = np.asarray(apply_fn(w, x[i] + eps)).argmax(1)[: cert.num_samples[i]]
     np.testing.assert_array_equal(np.bincount(pred, minlength=2), cert.counts[i])
   # Sound radius (true distance |margin|, class sign(margin)); clear inputs stop early.
   pred_ok = cert.prediction == (margins > 0)
@@ -128,8 +136,17 @@ def test_engine_rounds_continue_the_certify_stream():
   assert cert.num_samples[4] < n_max and cert.num_samples.max() <= n_max
   # Reproducible whatever the batch size, order or devices.
   perm = np.array([4, 2, 0, 3, 1])
-  again = rsjax.certify(key, apply_fn, w, x[perm], n=n_max, batch_size=384,
-                           budget=budget, devices=1, **{**kw, "ids": ids[perm]})
+  again = rsjax.certify(
+    key,
+    apply_fn,
+    w,
+    x[perm],
+    n=n_max,
+    batch_size=384,
+    budget=budget,
+    devices=1,
+    **{**kw, "ids": ids[perm]},
+  )
   np.testing.assert_array_equal(again.num_samples, cert.num_samples[perm])
   np.testing.assert_array_equal(again.radius, cert.radius[perm])
 
@@ -145,17 +162,22 @@ def test_budget_argument_errors():
 
 def test_samples_summary_and_table():
   from rsjax import io, metrics
+
   s = metrics.samples_summary([1000, 2000, 100_000, 4000])
   assert s["mean"] == 26_750 and s["min"] == 1000 and s["max"] == 100_000
-  res = io.CertifyResults(idx=np.arange(4), label=np.zeros(4, np.int64),
-                          predict=np.zeros(4, np.int64), radius=np.array([0.1, 0.3, 0.6, 0.0]),
-                          correct=np.ones(4, bool), time=np.zeros(4),
-                          extra={"samples": np.array([1000.0, 2000, 100_000, 4000])})
+  res = io.CertifyResults(
+    idx=np.arange(4),
+    label=np.zeros(4, np.int64),
+    predict=np.zeros(4, np.int64),
+    radius=np.array([0.1, 0.3, 0.6, 0.0]),
+    correct=np.ones(4, bool),
+    time=np.zeros(4),
+    extra={"samples": np.array([1000.0, 2000, 100_000, 4000])},
+  )
   table = metrics.format_table({"b": res}, [0.0, 0.25])
   assert "samples mean" in table and "26750" in table
   with pytest.raises(ValueError):
     metrics.samples_summary([])
-
 
 
 # A grid that reaches p_A = Phi(3) = 0.99865, like the benchmark's grid 0 .. 1.5 at sigma 0.5.
@@ -172,10 +194,12 @@ def test_cannot_reach_within_n_max_stops_early():
   def count_fn(active, start, stop):
     return np.floor(frac[active] * stop) - np.floor(frac[active] * start)
 
-  _, used, p_lower = budgeted.sequential_bounds(count_fn, 2, n_max=100_000, alpha=0.001,
-                                                budget=budget)
-  at_n_max = rsjax.stats.clopper_pearson_lower(np.floor(frac * 100_000), 100_000,
-                                               budget.alphas(0.001, 100_000)[-1])
+  _, used, p_lower = budgeted.sequential_bounds(
+    count_fn, 2, n_max=100_000, alpha=0.001, budget=budget
+  )
+  at_n_max = rsjax.stats.clopper_pearson_lower(
+    np.floor(frac * 100_000), 100_000, budget.alphas(0.001, 100_000)[-1]
+  )
   assert np.all(budgeted.grid_level(at_n_max, HIGH_GRID) == 5)
   assert np.all(budgeted.grid_level(p_lower, HIGH_GRID) == 5)
   assert np.all(used <= 51_200), used
@@ -189,22 +213,32 @@ def test_stopping_early_rarely_costs_a_level():
   budget = budgeted.Budget(grid=HIGH_GRID, first=100, ratio=2.0, stop_alpha=0.01)
   looks, alphas = budget.looks(n_max), budget.alphas(alpha, n_max)
   thr = st.norm.cdf(3.0)
-  p = next(k for k in range(int(thr * n_max), n_max)
-           if rsjax.stats.clopper_pearson_lower(k, n_max, alphas[-1]) >= thr) / n_max
+  p = (
+    next(
+      k
+      for k in range(int(thr * n_max), n_max)
+      if rsjax.stats.clopper_pearson_lower(k, n_max, alphas[-1]) >= thr
+    )
+    / n_max
+  )
   rng = np.random.default_rng(3)
   steps = np.diff(np.concatenate([[0], looks]))
-  cum = np.concatenate([np.zeros((reps, 1), np.int64),
-                        np.cumsum(rng.binomial(steps, p, size=(reps, len(looks))), 1)], 1)
+  cum = np.concatenate(
+    [np.zeros((reps, 1), np.int64), np.cumsum(rng.binomial(steps, p, size=(reps, len(looks))), 1)],
+    1,
+  )
   look_index = {int(n): i + 1 for i, n in enumerate(looks)} | {0: 0}
 
   def count_fn(active, start, stop):
     return cum[active, look_index[stop]] - cum[active, look_index[start]]
 
-  _, used, p_lower = budgeted.sequential_bounds(count_fn, reps, n_max=n_max, alpha=alpha,
-                                                budget=budget)
+  _, used, p_lower = budgeted.sequential_bounds(
+    count_fn, reps, n_max=n_max, alpha=alpha, budget=budget
+  )
   level = budgeted.grid_level(p_lower, HIGH_GRID)
-  final = budgeted.grid_level(rsjax.stats.clopper_pearson_lower(cum[:, -1], n_max, alphas[-1]),
-                              HIGH_GRID)
+  final = budgeted.grid_level(
+    rsjax.stats.clopper_pearson_lower(cum[:, -1], n_max, alphas[-1]), HIGH_GRID
+  )
   assert 0.3 < np.mean(final == 6) < 0.7  # the top level is a coin flip at n_max
   assert np.mean(used < n_max) > 0.03  # some inputs stop early all the same
   lost = int(np.sum((level < final) & (used < n_max)))

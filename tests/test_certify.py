@@ -51,9 +51,20 @@ def test_gaussian_linear_soundness_and_tightness():
   sigma = 0.5
   # True p_A = Phi(d / sigma) in [0.6, 0.999] <=> d in [0.127, 1.545].
   params, x, dist, label = make_linear_problem(
-      300, rng, (sigma * st.norm.ppf(0.6), sigma * st.norm.ppf(0.999)))
-  cert = rsjax.certify(7, linear_apply, params, x, sigma=sigma, num_classes=2, n0=100,
-                       n=100_000, alpha=0.001, batch_size=10_000)
+    300, rng, (sigma * st.norm.ppf(0.6), sigma * st.norm.ppf(0.999))
+  )
+  cert = rsjax.certify(
+    7,
+    linear_apply,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=2,
+    n0=100,
+    n=100_000,
+    alpha=0.001,
+    batch_size=10_000,
+  )
   certified = cert.prediction != -1
   # No wrong class certified; no radius above the exact one.
   assert np.all(cert.prediction[certified] == label[certified])
@@ -65,12 +76,21 @@ def test_gaussian_linear_soundness_and_tightness():
   selected_right = cert.counts_selection.argmax(1) == label
   assert np.mean(~selected_right) <= 0.02
   ratio = cert.radius[selected_right] / dist[selected_right]
-  print(f"tightness: min {ratio.min():.4f} median {np.median(ratio):.4f}; "
-        f"wrong selections {np.sum(~selected_right)}")
+  print(
+    f"tightness: min {ratio.min():.4f} median {np.median(ratio):.4f}; "
+    f"wrong selections {np.sum(~selected_right)}"
+  )
   assert ratio.min() >= 0.85
   # Multiclass form (simultaneous bounds) is sound too.
-  cm = rsjax.certificate_from_counts(cert.counts_selection, cert.counts, n=100_000, alpha=0.001,
-                                     scale=np.full(len(x), sigma), dim=D, multiclass=True)
+  cm = rsjax.certificate_from_counts(
+    cert.counts_selection,
+    cert.counts,
+    n=100_000,
+    alpha=0.001,
+    scale=np.full(len(x), sigma),
+    dim=D,
+    multiclass=True,
+  )
   assert np.all(cm.radius <= dist + 1e-6)
   assert np.all(cm.prediction[cm.prediction != -1] == label[cm.prediction != -1])
 
@@ -81,8 +101,18 @@ def test_gaussian_linear_soundness_near_boundary():
   rng = np.random.default_rng(1)
   sigma = 0.25
   params, x, dist, label = make_linear_problem(400, rng, (0.0, 0.06))
-  cert = rsjax.certify(3, linear_apply, params, x, sigma=sigma, num_classes=2, n0=50, n=2_000,
-                       alpha=0.001, batch_size=2_000)
+  cert = rsjax.certify(
+    3,
+    linear_apply,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=2,
+    n0=50,
+    n=2_000,
+    alpha=0.001,
+    batch_size=2_000,
+  )
   certified = cert.prediction != -1
   failures = (cert.radius > dist + 1e-6) | (certified & (cert.prediction != label))
   assert failures.sum() <= allowed_failures(len(x), 0.001)
@@ -103,8 +133,19 @@ def test_other_noises_axis_classifier_sound_and_tight(noise):
   x[:, 0] = t * rng.choice([-1, 1], size=120)
   x[:, 1:] = rng.uniform(size=(120, 3))
   label = (x[:, 0] > 0).astype(int)
-  cert = rsjax.certify(5, axis_apply, jnp.float32(1.0), x, sigma=lam, num_classes=2, n0=100,
-                       n=20_000, alpha=0.001, batch_size=20_000, noise=noise)
+  cert = rsjax.certify(
+    5,
+    axis_apply,
+    jnp.float32(1.0),
+    x,
+    sigma=lam,
+    num_classes=2,
+    n0=100,
+    n=20_000,
+    alpha=0.001,
+    batch_size=20_000,
+    noise=noise,
+  )
   certified = cert.prediction != -1
   assert certified.mean() > 0.9
   # The L1 (and Linf) distance to the boundary is |x_1|.
@@ -120,8 +161,17 @@ def test_predict_abstains_at_the_expected_rate_on_a_5050_input():
   # except with probability <= alpha (the binomial test's level).
   x = np.zeros((400, 3), np.float32)
   alpha = 0.1
-  pred = rsjax.predict(11, axis_apply, jnp.float32(1.0), x, sigma=0.5, num_classes=2, n=500,
-                       alpha=alpha, batch_size=500)
+  pred = rsjax.predict(
+    11,
+    axis_apply,
+    jnp.float32(1.0),
+    x,
+    sigma=0.5,
+    num_classes=2,
+    n=500,
+    alpha=alpha,
+    batch_size=500,
+  )
   rate = np.mean(pred != -1)
   print(f"non-abstention rate at alpha={alpha}: {rate:.3f}")
   assert rate <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / 400)
@@ -131,16 +181,16 @@ def test_predict_abstains_at_the_expected_rate_on_a_5050_input():
 def test_predict_clear_inputs():
   x = np.zeros((6, 3), np.float32)
   x[:, 0] = [-2, -1, -0.5, 0.5, 1, 2]
-  pred = rsjax.predict(0, axis_apply, jnp.float32(1.0), x, sigma=0.25, num_classes=2, n=1000,
-                       alpha=0.001)
+  pred = rsjax.predict(
+    0, axis_apply, jnp.float32(1.0), x, sigma=0.25, num_classes=2, n=1000, alpha=0.001
+  )
   np.testing.assert_array_equal(pred, [0, 0, 0, 1, 1, 1])
 
 
 def test_certificate_fields_and_guarantee():
   x = np.zeros((3, 3), np.float32)
   x[:, 0] = [-1.0, 0.0, 1.0]
-  cert = rsjax.certify(1, axis_apply, jnp.float32(1.0), x, sigma=0.5, num_classes=2, n0=100,
-                       n=1000)
+  cert = rsjax.certify(1, axis_apply, jnp.float32(1.0), x, sigma=0.5, num_classes=2, n0=100, n=1000)
   assert cert.prediction.shape == (3,) and cert.radius.shape == (3,)
   assert cert.counts.shape == (3, 2) and cert.counts.sum(1).tolist() == [1000] * 3
   assert cert.counts_selection.sum(1).tolist() == [100] * 3
@@ -167,14 +217,14 @@ def test_sampling_settings_equal_the_keyword_form():
   x = rng.normal(size=(3, D)).astype(np.float32)
   settings = rsjax.Sampling(n0=20, n=500, alpha=0.01, batch_size=128)
   a = rsjax.certify(3, linear_apply, params, x, sigma=0.5, num_classes=2, settings=settings)
-  b = rsjax.certify(3, linear_apply, params, x, sigma=0.5, num_classes=2, n0=20, n=500,
-                    alpha=0.01, batch_size=128)
+  b = rsjax.certify(
+    3, linear_apply, params, x, sigma=0.5, num_classes=2, n0=20, n=500, alpha=0.01, batch_size=128
+  )
   np.testing.assert_array_equal(a.counts, b.counts)
   np.testing.assert_array_equal(a.radius, b.radius)
   assert a.sound and b.sound
   # Keywords override the settings object; unknown ones and bad values are refused.
-  c = rsjax.certify(3, linear_apply, params, x, sigma=0.5, num_classes=2, settings=settings,
-                    n=300)
+  c = rsjax.certify(3, linear_apply, params, x, sigma=0.5, num_classes=2, settings=settings, n=300)
   assert c.counts.sum() == 3 * 300
   with pytest.raises(TypeError, match="sampling settings"):
     rsjax.certify(3, linear_apply, params, x, sigma=0.5, num_classes=2, n_max=300)

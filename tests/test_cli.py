@@ -18,12 +18,32 @@ def run_cli(*argv):
 
 def test_train_writes_config_and_resumes(trained, capsys):
   import json
+
   hist = json.loads((trained / "history.json").read_text())
   assert [h["epoch"] for h in hist] == [1, 2]
   assert hist[-1]["clean_acc"] > 0.5
   # Asking for one more epoch resumes from epoch 2 instead of starting over.
-  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs",
-                 "3", "--batch", "64", "--lr", "0.1", "--out", trained, "--quiet") == 0
+  assert (
+    run_cli(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "mlp",
+      "--sigma",
+      "0.25",
+      "--epochs",
+      "3",
+      "--batch",
+      "64",
+      "--lr",
+      "0.1",
+      "--out",
+      trained,
+      "--quiet",
+    )
+    == 0
+  )
   hist = json.loads((trained / "history.json").read_text())
   assert [h["epoch"] for h in hist] == [1, 2, 3]
   assert "epoch 3" in capsys.readouterr().out
@@ -31,8 +51,23 @@ def test_train_writes_config_and_resumes(trained, capsys):
 
 def test_certify_analyze_and_predict(trained, tmp_path, capsys):
   out = tmp_path / "c.tsv"
-  assert run_cli("certify", trained, out, "--N", "500", "--N0", "50", "--skip", "30",
-                 "--batch", "500", "--quiet") == 0
+  assert (
+    run_cli(
+      "certify",
+      trained,
+      out,
+      "--N",
+      "500",
+      "--N0",
+      "50",
+      "--skip",
+      "30",
+      "--batch",
+      "500",
+      "--quiet",
+    )
+    == 0
+  )
   res = io.read_certify(out)
   assert len(res.idx) == 10 and list(res.idx) == list(range(0, 300, 30))
   assert np.mean(res.correct) > 0.5
@@ -42,15 +77,33 @@ def test_certify_analyze_and_predict(trained, tmp_path, capsys):
   assert "r=0.25" in text and "ACR" in text
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   pout = tmp_path / "p.tsv"
-  assert run_cli("predict", trained, pout, "--N", "200", "--alpha", "0.01", "--max", "5",
-                 "--quiet") == 0
+  assert (
+    run_cli("predict", trained, pout, "--N", "200", "--alpha", "0.01", "--max", "5", "--quiet") == 0
+  )
   assert len(io.read_predict(pout).idx) == 5
 
 
 def test_certify_grid_budgeted_and_analyze(trained, tmp_path, capsys):
   out = tmp_path / "b.tsv"
-  assert run_cli("certify", trained, out, "--N", "4000", "--N0", "50", "--skip", "30",
-                 "--batch", "500", "--grid", "0,0.25,0.5", "--quiet") == 0
+  assert (
+    run_cli(
+      "certify",
+      trained,
+      out,
+      "--N",
+      "4000",
+      "--N0",
+      "50",
+      "--skip",
+      "30",
+      "--batch",
+      "500",
+      "--grid",
+      "0,0.25,0.5",
+      "--quiet",
+    )
+    == 0
+  )
   res = io.read_certify(out)
   samples = res.extra["samples"]
   assert len(res.idx) == 10 and np.all((samples >= 1000) & (samples <= 4000))
@@ -61,8 +114,24 @@ def test_certify_grid_budgeted_and_analyze(trained, tmp_path, capsys):
 
 
 def test_certify_survives_kill_9(trained, tmp_path):
-  args = ["certify", str(trained), None, "--N", "3000", "--N0", "50", "--batch", "500",
-          "--max", "24", "--inputs-per-call", "1", "--seed", "5", "--quiet"]
+  args = [
+    "certify",
+    str(trained),
+    None,
+    "--N",
+    "3000",
+    "--N0",
+    "50",
+    "--batch",
+    "500",
+    "--max",
+    "24",
+    "--inputs-per-call",
+    "1",
+    "--seed",
+    "5",
+    "--quiet",
+  ]
   full = tmp_path / "full.tsv"
   assert run_cli(*[a if a is not None else full for a in args]) == 0
   part = tmp_path / "part.tsv"
@@ -91,35 +160,39 @@ def test_certify_survives_kill_9(trained, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "argv, needle",
-    [
-        (["certify", "MISSING_DIR", "out.tsv"], "does not exist"),
-        (["train", "--dataset", "mnist", "--data-dir", "EMPTY", "--model", "lenet", "--out",
-          "OUT"], "tfds build"),
-        (["train", "--dataset", "nosuchset", "--model", "mlp", "--out", "OUT"], "mnist5k"),
-        (["train", "--dataset", "digits", "--model", "nosuchnet", "--out", "OUT"], "lenet"),
-        (["analyze", "MISSING.tsv"], "does not exist"),
-    ],
+  "argv, needle",
+  [
+    (["certify", "MISSING_DIR", "out.tsv"], "does not exist"),
+    (
+      ["train", "--dataset", "mnist", "--data-dir", "EMPTY", "--model", "lenet", "--out", "OUT"],
+      "tfds build",
+    ),
+    (["train", "--dataset", "nosuchset", "--model", "mlp", "--out", "OUT"], "mnist5k"),
+    (["train", "--dataset", "digits", "--model", "nosuchnet", "--out", "OUT"], "lenet"),
+    (["analyze", "MISSING.tsv"], "does not exist"),
+  ],
 )
 def test_errors_name_the_problem_and_the_fix(argv, needle, tmp_path, capsys):
   (tmp_path / "EMPTY").mkdir()
-  argv = [str(tmp_path / a) if a.isupper() or a.endswith("_DIR") or a.startswith("MISSING")
-          else a for a in argv]
+  argv = [
+    str(tmp_path / a) if a.isupper() or a.endswith("_DIR") or a.startswith("MISSING") else a
+    for a in argv
+  ]
   assert run_cli(*argv) == 2
   assert needle in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
-    "flags, needle",
-    [
-        (["--N", "0"], "--N"),
-        (["--alpha", "1.5"], "--alpha"),
-        (["--sigma", "-0.5"], "--sigma"),
-        (["--skip", "zero"], "--skip"),
-        (["--batch", "-3"], "--batch"),
-        (["--noise", "cauchy"], "--noise"),
-        (["--grid", "0.5,0.25"], "--grid"),
-    ],
+  "flags, needle",
+  [
+    (["--N", "0"], "--N"),
+    (["--alpha", "1.5"], "--alpha"),
+    (["--sigma", "-0.5"], "--sigma"),
+    (["--skip", "zero"], "--skip"),
+    (["--batch", "-3"], "--batch"),
+    (["--noise", "cauchy"], "--noise"),
+    (["--grid", "0.5,0.25"], "--grid"),
+  ],
 )
 def test_bad_flags(flags, needle, capsys):
   with pytest.raises(SystemExit) as e:
@@ -133,8 +206,23 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
   # Two processes join through --coordinator and its flags, or with no flag from a simulated
   # SLURM step (srun's variables, as JAX detects them).
   from test_multihost import CLUSTER_PORTS, LAUNCH_VARS, _free_port, cluster_env
-  args = ["certify", str(trained), None, "--N", "400", "--N0", "50", "--batch", "400",
-          "--skip", "25", "--seed", "3", "--quiet"]
+
+  args = [
+    "certify",
+    str(trained),
+    None,
+    "--N",
+    "400",
+    "--N0",
+    "50",
+    "--batch",
+    "400",
+    "--skip",
+    "25",
+    "--seed",
+    "3",
+    "--quiet",
+  ]
   single = tmp_path / "single.tsv"
   assert run_cli(*[a if a is not None else single for a in args]) == 0
   multi = tmp_path / "multi.tsv"
@@ -144,12 +232,24 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
     port = _free_port(0 if how == "flags" else CLUSTER_PORTS)
 
     def flags(i, port=port):
-      return (["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-               "--process-id", str(i)] if how == "flags" else [])
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "rsjax.cli"] + [a if a is not None else str(multi) for a in args]
-        + flags(i), env=env if how == "flags" else {**env, **cluster_env(how, port, i)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+      return (
+        ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)]
+        if how == "flags"
+        else []
+      )
+
+    procs = [
+      subprocess.Popen(
+        [sys.executable, "-m", "rsjax.cli"]
+        + [a if a is not None else str(multi) for a in args]
+        + flags(i),
+        env=env if how == "flags" else {**env, **cluster_env(how, port, i)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for i in range(2)
+    ]
     outs = []
     for p in procs:
       try:
@@ -175,15 +275,38 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
   # The merged file is one run: the same record, and it verifies.
   from rsjax import verify
   from rsjax.runspec import RunSpec
+
   assert RunSpec.read(multi).identity() == RunSpec.read(single).identity()
   assert verify.verify(multi).ok
 
 
 def test_certify_idrs_method(trained, tmp_path):
   out = tmp_path / "idrs.tsv"
-  assert run_cli("certify", trained, out, "--method", "idrs", "--idrs-rate", "0.05", "--idrs-k",
-                 "5", "--idrs-m", "1.0", "--N", "300", "--N0", "30", "--batch", "300", "--skip",
-                 "60", "--quiet") == 0
+  assert (
+    run_cli(
+      "certify",
+      trained,
+      out,
+      "--method",
+      "idrs",
+      "--idrs-rate",
+      "0.05",
+      "--idrs-k",
+      "5",
+      "--idrs-m",
+      "1.0",
+      "--N",
+      "300",
+      "--N0",
+      "30",
+      "--batch",
+      "300",
+      "--skip",
+      "60",
+      "--quiet",
+    )
+    == 0
+  )
   res = io.read_certify(out)
   assert len(res.idx) == 5
   header = out.read_text().splitlines()[0].split("\t")
@@ -191,25 +314,77 @@ def test_certify_idrs_method(trained, tmp_path):
   sig = np.array([float(line.split("\t")[-1]) for line in out.read_text().splitlines()[1:]])
   assert np.all(sig > 0) and np.ptp(sig) > 0  # sigma really depends on the input
   # No default m for 'digits': the error says which flag to set.
-  assert run_cli("certify", trained, tmp_path / "x.tsv", "--method", "idrs", "--idrs-rate",
-                 "0.05", "--N", "100", "--max", "1", "--quiet") == 2
+  assert (
+    run_cli(
+      "certify",
+      trained,
+      tmp_path / "x.tsv",
+      "--method",
+      "idrs",
+      "--idrs-rate",
+      "0.05",
+      "--N",
+      "100",
+      "--max",
+      "1",
+      "--quiet",
+    )
+    == 2
+  )
 
 
 def test_train_and_certify_a_deq_standard_and_srs(tmp_path):
   out = tmp_path / "deq"
-  assert run_cli("train", "--dataset", "digits", "--model", "deq", "--sigma", "0.25", "--epochs",
-                 "1", "--batch", "64", "--lr", "0.05", "--out", out, "--quiet") == 0
+  assert (
+    run_cli(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "deq",
+      "--sigma",
+      "0.25",
+      "--epochs",
+      "1",
+      "--batch",
+      "64",
+      "--lr",
+      "0.05",
+      "--out",
+      out,
+      "--quiet",
+    )
+    == 0
+  )
   common = ["--N", "300", "--N0", "30", "--max", "3", "--quiet"]
-  assert run_cli("certify", out, tmp_path / "srs.tsv", "--method", "srs", "--srs-m", "60",
-                 "--batch", "100", *common) == 0
-  assert run_cli("certify", out, tmp_path / "std.tsv", "--method", "deq-standard", "--batch",
-                 "300", *common) == 0
+  assert (
+    run_cli(
+      "certify",
+      out,
+      tmp_path / "srs.tsv",
+      "--method",
+      "srs",
+      "--srs-m",
+      "60",
+      "--batch",
+      "100",
+      *common,
+    )
+    == 0
+  )
+  assert (
+    run_cli(
+      "certify", out, tmp_path / "std.tsv", "--method", "deq-standard", "--batch", "300", *common
+    )
+    == 0
+  )
   srs, std = io.read_certify(tmp_path / "srs.tsv"), io.read_certify(tmp_path / "std.tsv")
   assert len(srs.idx) == len(std.idx) == 3
   assert np.all(srs.radius >= 0) and np.all(std.radius >= 0)
   assert np.mean(std.correct) > 0  # the DEQ learned something in one epoch
   # The library rebuilds the DEQ from its workdir too (the model registry knows "deq").
   from rsjax import models
+
   model, config = models.load_model(out)
   assert isinstance(model, models.DEQClassifier) and config["model"] == "deq"
   # A non-DEQ model refuses the DEQ methods with a clear error.
@@ -218,10 +393,26 @@ def test_train_and_certify_a_deq_standard_and_srs(tmp_path):
 
 def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
   from rsjax import anisotropic
+
   common = ["--N", "400", "--N0", "40", "--batch", "400", "--skip", "60", "--quiet"]
   out = tmp_path / "ucan.tsv"
-  assert run_cli("certify", trained, out, "--method", "ucan", "--ucan-pattern", "linf",
-                 "--ucan-kappa", "0.5", "--sigma", "0.3", *common) == 0
+  assert (
+    run_cli(
+      "certify",
+      trained,
+      out,
+      "--method",
+      "ucan",
+      "--ucan-pattern",
+      "linf",
+      "--ucan-kappa",
+      "0.5",
+      "--sigma",
+      "0.3",
+      *common,
+    )
+    == 0
+  )
   printed = capsys.readouterr().out
   assert "pattern-wise" in printed and "guarantee:" in printed and "UCAN Thm 3.2" in printed
   res = io.read_certify(out)
@@ -236,6 +427,7 @@ def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
   rng = np.random.default_rng(0)
   wd = tmp_path / "wd"
   import shutil
+
   shutil.copytree(trained, wd)
   dsig = rng.uniform(0.1, 0.4, (8, 8, 1)).astype(np.float32)
   anisotropic.save_universal_noise(wd, mu=np.zeros((8, 8, 1)), sigma=dsig)
@@ -243,15 +435,18 @@ def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
   assert run_cli("certify", wd, out2, "--method", "ucan", *common) == 0
   assert "dataset-wise" in capsys.readouterr().out
   res2 = io.read_certify(out2)
-  np.testing.assert_allclose(res2.radius, dsig.min() * res2.extra["normalized_radius"],
-                             rtol=1e-6)
+  np.testing.assert_allclose(res2.radius, dsig.min() * res2.extra["normalized_radius"], rtol=1e-6)
   # analyze reads the rows back and reports the extra columns.
   assert run_cli("analyze", out, out2, "--radii", "0", "0.1") == 0
   text = capsys.readouterr().out
   assert "r=0.1" in text and "alm: mean" in text and "sound=1 on all 5 rows" in text
   # dataset-wise without a saved noise: one clear error.
-  assert run_cli("certify", trained, tmp_path / "x.tsv", "--method", "ucan", "--ucan-sigma",
-                 "dataset", *common) == 2
+  assert (
+    run_cli(
+      "certify", trained, tmp_path / "x.tsv", "--method", "ucan", "--ucan-sigma", "dataset", *common
+    )
+    == 2
+  )
   assert anisotropic.NOISE_FILE in capsys.readouterr().err
 
 
@@ -265,9 +460,28 @@ def _balls_of_other_classes_disjoint(x, predict, radius):
 
 def test_certify_ddrs_memory_guarantee_and_resume(trained, tmp_path, capsys):
   from rsjax import data
-  common = ["--method", "ddrs", "--ddrs-steps", "10", "--ddrs-lr", "0.01", "--N", "300",
-            "--N0", "30", "--batch", "300", "--skip", "40", "--max", "320",
-            "--inputs-per-call", "1", "--quiet"]
+
+  common = [
+    "--method",
+    "ddrs",
+    "--ddrs-steps",
+    "10",
+    "--ddrs-lr",
+    "0.01",
+    "--N",
+    "300",
+    "--N0",
+    "30",
+    "--batch",
+    "300",
+    "--skip",
+    "40",
+    "--max",
+    "320",
+    "--inputs-per-call",
+    "1",
+    "--quiet",
+  ]
   full = tmp_path / "ddrs.tsv"
   assert run_cli("certify", trained, full, *common) == 0
   assert "DDRS memory-based guarantee" in capsys.readouterr().out
@@ -281,8 +495,9 @@ def test_certify_ddrs_memory_guarantee_and_resume(trained, tmp_path, capsys):
   # A run cut after 3 rows resumes with the memory rebuilt from them: same rows.
   part = tmp_path / "part.tsv"
   lines = full.read_text().splitlines(keepends=True)
-  part.write_text("".join(lines[:len(lines) - 5]))
+  part.write_text("".join(lines[: len(lines) - 5]))
   import shutil
+
   shutil.copy(io.run_record_path(full), io.run_record_path(part))  # same run
   assert run_cli("certify", trained, part, *common) == 0
   again = io.read_certify(part)
@@ -302,19 +517,71 @@ def test_certify_ddrs_memory_guarantee_and_resume(trained, tmp_path, capsys):
 
 def test_train_and_certify_ddrs(tmp_path, capsys):
   out = tmp_path / "ddrs"
-  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs",
-                 "2", "--batch", "64", "--lr", "0.1", "--out", out, "--method", "ddrs",
-                 "--sigma-steps", "1", "--sigma-lr", "0.02", "--sigma-draws", "2", "--objective",
-                 "macer", "--num-noise", "2", "--quiet") == 0
+  assert (
+    run_cli(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "mlp",
+      "--sigma",
+      "0.25",
+      "--epochs",
+      "2",
+      "--batch",
+      "64",
+      "--lr",
+      "0.1",
+      "--out",
+      out,
+      "--method",
+      "ddrs",
+      "--sigma-steps",
+      "1",
+      "--sigma-lr",
+      "0.02",
+      "--sigma-draws",
+      "2",
+      "--objective",
+      "macer",
+      "--num-noise",
+      "2",
+      "--quiet",
+    )
+    == 0
+  )
   assert "training sigma" in capsys.readouterr().out
   import json
+
   saved = json.loads((out / "config.json").read_text())
   assert saved["method"] == "ddrs" and saved["train"]["objective"]["name"] == "macer"
   assert saved["train"]["batch_sigma"]["sigma_steps"] == 1  # DDRS Algorithm 2 with MACER
   res_file = tmp_path / "ddrs.tsv"
-  assert run_cli("certify", out, res_file, "--method", "ddrs", "--ddrs-steps", "10", "--ddrs-lr",
-                 "0.01", "--ddrs-draws", "4", "--N", "300", "--N0", "30", "--batch", "300",
-                 "--max", "4", "--quiet") == 0
+  assert (
+    run_cli(
+      "certify",
+      out,
+      res_file,
+      "--method",
+      "ddrs",
+      "--ddrs-steps",
+      "10",
+      "--ddrs-lr",
+      "0.01",
+      "--ddrs-draws",
+      "4",
+      "--N",
+      "300",
+      "--N0",
+      "30",
+      "--batch",
+      "300",
+      "--max",
+      "4",
+      "--quiet",
+    )
+    == 0
+  )
   text = capsys.readouterr().out
   assert "memory-based" in text
   res = io.read_certify(res_file)
@@ -326,14 +593,56 @@ def test_train_and_certify_ddrs(tmp_path, capsys):
 
 def test_train_and_certify_ucan(trained, tmp_path, capsys):
   out = tmp_path / "ucan"
-  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs",
-                 "1", "--batch", "64", "--lr", "0.01", "--out", out, "--generator", "universal",
-                 "--init", trained, "--ucan-draws", "2", "--quiet") == 0
+  assert (
+    run_cli(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "mlp",
+      "--sigma",
+      "0.25",
+      "--epochs",
+      "1",
+      "--batch",
+      "64",
+      "--lr",
+      "0.01",
+      "--out",
+      out,
+      "--generator",
+      "universal",
+      "--init",
+      trained,
+      "--ucan-draws",
+      "2",
+      "--quiet",
+    )
+    == 0
+  )
   assert (out / "ucan_noise.npz").exists()
   res_file = tmp_path / "ucan.tsv"
-  assert run_cli("certify", out, res_file, "--method", "ucan", "--ucan-sigma", "dataset", "--N",
-                 "300", "--N0", "30",
-                 "--batch", "300", "--max", "4", "--quiet") == 0
+  assert (
+    run_cli(
+      "certify",
+      out,
+      res_file,
+      "--method",
+      "ucan",
+      "--ucan-sigma",
+      "dataset",
+      "--N",
+      "300",
+      "--N0",
+      "30",
+      "--batch",
+      "300",
+      "--max",
+      "4",
+      "--quiet",
+    )
+    == 0
+  )
   res = io.read_certify(res_file)
   assert len(res.idx) == 4 and np.all(res.extra["sound"] == 1)
   assert np.all(res.extra["alm"] >= res.radius)
@@ -341,17 +650,56 @@ def test_train_and_certify_ucan(trained, tmp_path, capsys):
   assert run_cli("analyze", res_file, "--radius-column", "alm") == 0
   assert "ACR" in capsys.readouterr().out
   # the unsound input-dependent generator is refused with the reason, and trains with the opt-in
-  unsound = ["train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs", "1",
-             "--batch", "64", "--lr", "0.01", "--out", tmp_path / "x", "--method", "ucan",
-             "--generator", "input", "--init", trained, "--ucan-draws", "1", "--quiet"]
+  unsound = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "mlp",
+    "--sigma",
+    "0.25",
+    "--epochs",
+    "1",
+    "--batch",
+    "64",
+    "--lr",
+    "0.01",
+    "--out",
+    tmp_path / "x",
+    "--method",
+    "ucan",
+    "--generator",
+    "input",
+    "--init",
+    trained,
+    "--ucan-draws",
+    "1",
+    "--quiet",
+  ]
   assert run_cli(*unsound) == 2
   assert "not sound" in capsys.readouterr().err
   assert run_cli(*unsound, "--allow-unsound") == 0
   assert "NOT SOUND" in capsys.readouterr().out
   import json
+
   assert json.loads((tmp_path / "x" / "config.json").read_text())["sound"] is False
   # certify refuses its workdir unless the noise is chosen explicitly (pattern-wise noise is sound)
   capsys.readouterr()
-  assert run_cli("certify", tmp_path / "x", tmp_path / "x.tsv", "--method", "ucan", "--N", "100",
-                 "--N0", "10", "--max", "1", "--quiet") == 2
+  assert (
+    run_cli(
+      "certify",
+      tmp_path / "x",
+      tmp_path / "x.tsv",
+      "--method",
+      "ucan",
+      "--N",
+      "100",
+      "--N0",
+      "10",
+      "--max",
+      "1",
+      "--quiet",
+    )
+    == 2
+  )
   assert "input-dependent" in capsys.readouterr().err

@@ -25,8 +25,10 @@ def test_training_defaults_follow_the_dataset_and_are_printed(model_dir, capsys)
   out = str(os.path.join(os.path.dirname(model_dir), "again"))
   assert cli.main([*_TRAIN, "--out", out]) == 0
   printed = capsys.readouterr().out
-  assert ("training schedule: epochs 1, batch 64, lr 0.05, lr-step-size 8 (given: --epochs; "
-          "defaults for digits: epochs 20, batch 64, lr 0.05, lr-step-size 8") in printed
+  assert (
+    "training schedule: epochs 1, batch 64, lr 0.05, lr-step-size 8 (given: --epochs; "
+    "defaults for digits: epochs 20, batch 64, lr 0.05, lr-step-size 8"
+  ) in printed
 
 
 def test_certify_warns_when_training_did_not_finish(model_dir, tmp_path, capsys):
@@ -75,7 +77,9 @@ def test_a_mismatch_names_only_the_fields_that_differ(model_dir, tmp_path, capsy
   assert "holds another run (n 40 in the file, 80 now)" in err
   # A record of an earlier version (flags at the top, a certificate entry) is refused in one
   # line, not misread.
-  io.write_run_record(rows, {"N": 40, "sigma": 0.25, "certificate": {"format": "rsjax-certificate/1"}})
+  io.write_run_record(
+    rows, {"N": 40, "sigma": 0.25, "certificate": {"format": "rsjax-certificate/1"}}
+  )
   assert cli.main(["certify", model_dir, rows, *_CERT]) == 2
   err = capsys.readouterr().err.strip()
   assert "\n" not in err and "older rsjax" in err
@@ -83,6 +87,7 @@ def test_a_mismatch_names_only_the_fields_that_differ(model_dir, tmp_path, capsy
 
 def test_errors_name_their_file_and_hide_internals(model_dir, tmp_path, capsys):
   import shutil
+
   bad = str(tmp_path / "bad_json")
   shutil.copytree(model_dir, bad)
   with open(os.path.join(bad, models.CONFIG_FILE), "w") as f:
@@ -110,14 +115,21 @@ def test_errors_name_their_file_and_hide_internals(model_dir, tmp_path, capsys):
   assert f"run record {io.run_record_path(record)!r} is not valid JSON" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags, message", [
+@pytest.mark.parametrize(
+  "flags, message",
+  [
     (["--N0", "100", "--N", "50"], "--N 50 is smaller than --N0 100"),
-    (["--multiclass", "--noise", "laplace"], "--multiclass (Cohen et al.'s multiclass L2 radius) "
-                                             "works with Gaussian noise only, not --noise laplace"),
+    (
+      ["--multiclass", "--noise", "laplace"],
+      "--multiclass (Cohen et al.'s multiclass L2 radius) "
+      "works with Gaussian noise only, not --noise laplace",
+    ),
     (["--method", "idrs", "--multiclass"], "--multiclass works with --method cohen or ucan"),
-])
-def test_bad_combinations_are_refused_before_anything_is_written(model_dir, tmp_path, capsys,
-                                                                  flags, message):
+  ],
+)
+def test_bad_combinations_are_refused_before_anything_is_written(
+  model_dir, tmp_path, capsys, flags, message
+):
   out = str(tmp_path / "sub" / "rows.tsv")
   assert cli.main(["certify", model_dir, out, "--max", "2", "--quiet", *flags]) == 2
   err = capsys.readouterr().err
@@ -139,14 +151,21 @@ def test_compilation_cache_is_on_by_default_in_a_user_cache_directory():
 
 def test_analyze_reads_cohen_three_digit_radii_and_full_precision(tmp_path, capsys):
   cohen = tmp_path / "cohen.tsv"
-  cohen.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
-                   "0\t7\t7\t0.571\t1\t0:00:01.234567\n1\t2\t-1\t0.0\t0\t0:00:01.000000\n")
+  cohen.write_text(
+    "idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
+    "0\t7\t7\t0.571\t1\t0:00:01.234567\n1\t2\t-1\t0.0\t0\t0:00:01.000000\n"
+  )
   full = tmp_path / "full.tsv"
-  full.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
-                  "0\t7\t7\t0.5712846112251282\t1\t1.234567\n1\t2\t-1\t0.0\t0\t1.0\n")
+  full.write_text(
+    "idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
+    "0\t7\t7\t0.5712846112251282\t1\t1.234567\n1\t2\t-1\t0.0\t0\t1.0\n"
+  )
   a, b = io.read_certify(cohen), io.read_certify(full)
   assert a.radius[0] == 0.571 and b.radius[0] == 0.5712846112251282
   assert cli.main(["analyze", str(cohen), str(full), "--radii", "0", "0.5", "0.6"]) == 0
-  rows = [line.split() for line in capsys.readouterr().out.splitlines()
-          if line.startswith(("cohen", "full"))]
+  rows = [
+    line.split()
+    for line in capsys.readouterr().out.splitlines()
+    if line.startswith(("cohen", "full"))
+  ]
   assert [[v.rstrip("*") for v in r[1:4]] for r in rows] == [["0.500", "0.500", "0.000"]] * 2

@@ -11,8 +11,9 @@ from rsjax import models
 
 
 def _conv_dense(params, x):
-  y = jax.lax.conv_general_dilated(x, params["k"], (1, 1), "VALID",
-                                   dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  y = jax.lax.conv_general_dilated(
+    x, params["k"], (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")
+  )
   y = jax.nn.relu(y).reshape(x.shape[0], -1)
   return y @ params["w"]
 
@@ -30,8 +31,9 @@ def test_grouped_convolution_and_scan_body_are_counted():
   k = jnp.zeros((3, 3, 1, 4))  # 4 groups of 1 input channel (depthwise)
 
   def fn(p, x):
-    y = jax.lax.conv_general_dilated(x, p, (1, 1), "SAME", feature_group_count=4,
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = jax.lax.conv_general_dilated(
+      x, p, (1, 1), "SAME", feature_group_count=4, dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
     y, _ = jax.lax.scan(lambda c, _: (c @ jnp.ones((4, 4)), None), y.reshape(-1, 4), length=3)
     return y
 
@@ -39,8 +41,9 @@ def test_grouped_convolution_and_scan_body_are_counted():
   assert flops == 2 * (5 * 5 * 4) * 9 + 3 * 2 * (25 * 4) * 4
 
 
-@pytest.mark.parametrize("name, shape, rel", [("mlp", (28, 28, 1), 0.01),
-                                              ("resnet20", (32, 32, 3), 0.1)])
+@pytest.mark.parametrize(
+  "name, shape, rel", [("mlp", (28, 28, 1), 0.01), ("resnet20", (32, 32, 3), 0.1)]
+)
 def test_agrees_with_xla_cpu_cost_analysis(name, shape, rel):
   # XLA:CPU counts the same matmuls and convolutions (plus elementwise work, minus the
   # zero padding at borders), so the two agree closely where XLA sees every convolution.
@@ -59,6 +62,10 @@ def test_the_count_does_not_depend_on_the_compute_dtype_or_a_lowering():
   model = models.create_model("lenet", num_classes=10, input_shape=(28, 28, 1), rngs=0)
   apply_fn, variables = models.to_apply_fn(model)
   f32 = costs.op_costs(apply_fn, variables, (28, 28, 1))
-  bf16 = costs.op_costs(apply_fn, jax.tree.map(lambda a: a.astype(jnp.bfloat16), variables),
-                        (28, 28, 1), dtype=jnp.bfloat16)
+  bf16 = costs.op_costs(
+    apply_fn,
+    jax.tree.map(lambda a: a.astype(jnp.bfloat16), variables),
+    (28, 28, 1),
+    dtype=jnp.bfloat16,
+  )
   assert f32 == bf16 and f32[0] > 5e5

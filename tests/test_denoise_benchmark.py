@@ -12,8 +12,20 @@ def test_denoised_benchmark_reports_its_figures(tmp_path):
     from benchmarks import denoised
   finally:
     sys.path.remove(ROOT)
-  res = denoised.main(["--unet", "tiny", "--num", "64", "--reps", "1", "--batch-size", "32",
-                       "--json", str(tmp_path / "d.json")])
+  res = denoised.main(
+    [
+      "--unet",
+      "tiny",
+      "--num",
+      "64",
+      "--reps",
+      "1",
+      "--batch-size",
+      "32",
+      "--json",
+      str(tmp_path / "d.json"),
+    ]
+  )
   assert res["timestep"] == 145 and res["num"] == 64
   assert res["samples_per_s"] > 0 and res["s_per_image_at_N100000"] > 0
   assert res["s_per_image_kind"] == "extrapolated from N=64"
@@ -23,5 +35,6 @@ def test_denoised_benchmark_reports_its_figures(tmp_path):
 
   from rsjax import models
   from rsjax.denoise import unet
+
   abstract = nnx.eval_shape(lambda: unet.UNet2DModel(denoised.CIFAR10_UNET, rngs=nnx.Rngs(0)))
   assert models.count_params(abstract) == 35_746_307

@@ -18,23 +18,103 @@ def run_cli(*argv):
 def dirs(tmp_path_factory):
   root = tmp_path_factory.mktemp("denoise_cli")
   clf, mse, stab, ddpm = (root / n for n in ("clf", "mse", "stab", "ddpm"))
-  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0", "--epochs", 1,
-                 "--batch", 64, "--lr", 0.1, "--out", clf, "--quiet") == 0
-  assert run_cli("train-denoiser", "--dataset", "digits", "--objective", "mse", "--sigma", 0.25,
-                 "--depth", 3, "--features", 8, "--epochs", 1, "--out", mse, "--quiet") == 0
-  assert run_cli("train-denoiser", "--dataset", "digits", "--objective", "stability",
-                 "--sigma", 0.25, "--classifier", clf, "--init", mse, "--epochs", 1,
-                 "--lr", 1e-4, "--out", stab, "--quiet") == 0
-  assert run_cli("train-denoiser", "--dataset", "digits", "--objective", "ddpm",
-                 "--unet-channels", 8, 16, "--norm-groups", 4, "--epochs", 1, "--batch", 128,
-                 "--out", ddpm, "--quiet") == 0
+  assert (
+    run_cli(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "mlp",
+      "--sigma",
+      "0",
+      "--epochs",
+      1,
+      "--batch",
+      64,
+      "--lr",
+      0.1,
+      "--out",
+      clf,
+      "--quiet",
+    )
+    == 0
+  )
+  assert (
+    run_cli(
+      "train-denoiser",
+      "--dataset",
+      "digits",
+      "--objective",
+      "mse",
+      "--sigma",
+      0.25,
+      "--depth",
+      3,
+      "--features",
+      8,
+      "--epochs",
+      1,
+      "--out",
+      mse,
+      "--quiet",
+    )
+    == 0
+  )
+  assert (
+    run_cli(
+      "train-denoiser",
+      "--dataset",
+      "digits",
+      "--objective",
+      "stability",
+      "--sigma",
+      0.25,
+      "--classifier",
+      clf,
+      "--init",
+      mse,
+      "--epochs",
+      1,
+      "--lr",
+      1e-4,
+      "--out",
+      stab,
+      "--quiet",
+    )
+    == 0
+  )
+  assert (
+    run_cli(
+      "train-denoiser",
+      "--dataset",
+      "digits",
+      "--objective",
+      "ddpm",
+      "--unet-channels",
+      8,
+      16,
+      "--norm-groups",
+      4,
+      "--epochs",
+      1,
+      "--batch",
+      128,
+      "--out",
+      ddpm,
+      "--quiet",
+    )
+    == 0
+  )
   return clf, mse, stab, ddpm
 
 
 def test_denoiser_directories(dirs):
   _, mse, stab, ddpm = dirs
-  for d, kind, objective in ((mse, "dncnn", "mse"), (stab, "dncnn", "stability"),
-                             (ddpm, "ddpm", "ddpm")):
+  for d, kind, objective in (
+    (mse, "dncnn", "mse"),
+    (stab, "dncnn", "stability"),
+    (ddpm, "ddpm", "ddpm"),
+  ):
     config = json.loads((d / workdir.DENOISER_FILE).read_text())
     assert config["kind"] == kind and config["objective"] == objective
     assert len(config["history"]) == 1 and np.isfinite(config["history"][0]["loss"])
@@ -48,20 +128,76 @@ def test_denoiser_directories(dirs):
 def test_certify_with_denoiser(dirs, tmp_path, capsys, which):
   clf, den = dirs[0], dirs[which]
   out = tmp_path / "cert.tsv"
-  assert run_cli("certify", clf, out, "--denoiser", den, "--sigma", 0.25, "--N0", 10, "--N", 50,
-                 "--batch", 50, "--max", 6, "--quiet") == 0
+  assert (
+    run_cli(
+      "certify",
+      clf,
+      out,
+      "--denoiser",
+      den,
+      "--sigma",
+      0.25,
+      "--N0",
+      10,
+      "--N",
+      50,
+      "--batch",
+      50,
+      "--max",
+      6,
+      "--quiet",
+    )
+    == 0
+  )
   res = io.read_certify(out)
   assert len(res) == 6 and np.all(res.radius >= 0)
   run = json.loads(out.with_name(out.name + ".run.json").read_text())
   assert json.dumps(run).count(str(den)) >= 1
   # The same run resumes; the same file with another denoiser is another run.
-  assert run_cli("certify", clf, out, "--denoiser", den, "--sigma", 0.25, "--N0", 10, "--N", 50,
-                 "--batch", 50, "--max", 6, "--quiet") == 0
-  assert run_cli("certify", clf, out, "--sigma", 0.25, "--N0", 10, "--N", 50, "--batch", 50,
-                 "--max", 6, "--quiet") == 2
+  assert (
+    run_cli(
+      "certify",
+      clf,
+      out,
+      "--denoiser",
+      den,
+      "--sigma",
+      0.25,
+      "--N0",
+      10,
+      "--N",
+      50,
+      "--batch",
+      50,
+      "--max",
+      6,
+      "--quiet",
+    )
+    == 0
+  )
+  assert (
+    run_cli(
+      "certify",
+      clf,
+      out,
+      "--sigma",
+      0.25,
+      "--N0",
+      10,
+      "--N",
+      50,
+      "--batch",
+      50,
+      "--max",
+      6,
+      "--quiet",
+    )
+    == 2
+  )
   assert "denoiser" in capsys.readouterr().err
   if which == 1:  # an honest denoised run verifies and passes its audit (the denoiser recorded)
     from rsjax import audit, verify
+
     assert verify.verify(out).ok
     report = audit.audit(out, model_dir=clf, rows=2)
     assert report.ok, report.reason
@@ -69,13 +205,42 @@ def test_certify_with_denoiser(dirs, tmp_path, capsys, which):
 
 def test_cli_errors_are_one_line(dirs, tmp_path, capsys):
   clf = dirs[0]
-  assert run_cli("certify", clf, tmp_path / "x.tsv", "--denoiser", tmp_path / "none",
-                 "--sigma", 0.25, "--N", 10, "--N0", 5, "--quiet") == 2
+  assert (
+    run_cli(
+      "certify",
+      clf,
+      tmp_path / "x.tsv",
+      "--denoiser",
+      tmp_path / "none",
+      "--sigma",
+      0.25,
+      "--N",
+      10,
+      "--N0",
+      5,
+      "--quiet",
+    )
+    == 2
+  )
   err = capsys.readouterr().err
   assert "--denoiser" in err and "not a denoiser directory" in err and len(err.splitlines()) == 1
-  assert run_cli("train-denoiser", "--dataset", "digits", "--objective", "stability",
-                 "--sigma", 0.25, "--out", tmp_path / "s") == 2
+  assert (
+    run_cli(
+      "train-denoiser",
+      "--dataset",
+      "digits",
+      "--objective",
+      "stability",
+      "--sigma",
+      0.25,
+      "--out",
+      tmp_path / "s",
+    )
+    == 2
+  )
   assert "needs --classifier" in capsys.readouterr().err
-  assert run_cli("train-denoiser", "--dataset", "digits", "--objective", "mse",
-                 "--out", tmp_path / "s") == 2
+  assert (
+    run_cli("train-denoiser", "--dataset", "digits", "--objective", "mse", "--out", tmp_path / "s")
+    == 2
+  )
   assert "needs --sigma" in capsys.readouterr().err

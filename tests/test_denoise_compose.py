@@ -47,9 +47,12 @@ def make_problem(num, seed, dist_range):
   xd = x.astype(np.float64)
   dist = np.abs(xd @ w_eff + b_eff) / np.linalg.norm(w_eff)
   label = (xd @ w_eff + b_eff > 0).astype(int)
-  apply_fn, params = denoise.denoised(affine_denoiser, linear_classifier,
-                                      denoiser_params=(jnp.asarray(a), jnp.asarray(c)),
-                                      classifier_params=(jnp.asarray(w), jnp.asarray(b)))
+  apply_fn, params = denoise.denoised(
+    affine_denoiser,
+    linear_classifier,
+    denoiser_params=(jnp.asarray(a), jnp.asarray(c)),
+    classifier_params=(jnp.asarray(w), jnp.asarray(b)),
+  )
   return apply_fn, params, x, dist, label
 
 
@@ -86,7 +89,8 @@ def test_identity_denoiser_gives_the_classifier_counts_exactly():
 def test_affine_denoiser_linear_classifier_cohen_and_multiclass_sound_and_tight():
   # True p_A = Phi(d / sigma) in [0.7, 0.99].
   apply_fn, params, x, dist, label = make_problem(
-      200, 0, (SIGMA * st.norm.ppf(0.7), SIGMA * st.norm.ppf(0.99)))
+    200, 0, (SIGMA * st.norm.ppf(0.7), SIGMA * st.norm.ppf(0.99))
+  )
   cert = rsjax.certify(5, apply_fn, params, x, sigma=SIGMA, num_classes=2, **KW)
   certified = check_sound(cert, dist, label, alpha=KW["alpha"])
   # Tight: at n = 4000 the Clopper-Pearson bound is close to p_A.
@@ -99,15 +103,18 @@ def test_affine_denoiser_linear_classifier_cohen_and_multiclass_sound_and_tight(
 
 def test_affine_denoiser_budgeted_and_idrs_sound():
   apply_fn, params, x, dist, label = make_problem(
-      120, 1, (SIGMA * st.norm.ppf(0.6), SIGMA * st.norm.ppf(0.99)))
-  budgeted = rsjax.certify(6, apply_fn, params, x, sigma=SIGMA, num_classes=2,
-                           budget=[0.25, 0.5, 0.75, 1.0], **KW)
+    120, 1, (SIGMA * st.norm.ppf(0.6), SIGMA * st.norm.ppf(0.99))
+  )
+  budgeted = rsjax.certify(
+    6, apply_fn, params, x, sigma=SIGMA, num_classes=2, budget=[0.25, 0.5, 0.75, 1.0], **KW
+  )
   certified = budgeted.prediction != -1
   assert np.all(budgeted.prediction[certified] == label[certified])
   assert np.sum(budgeted.radius > dist + 1e-5) <= allowed_failures(len(dist), KW["alpha"])
   key = jax.random.key(7)
-  got = idrs.certify(key, apply_fn, params, x, design=idrs.ConstantSigma(SIGMA), num_classes=2,
-                     **KW)
+  got = idrs.certify(
+    key, apply_fn, params, x, design=idrs.ConstantSigma(SIGMA), num_classes=2, **KW
+  )
   want = rsjax.certify(key, apply_fn, params, x, sigma=SIGMA, num_classes=2, **KW)
   np.testing.assert_array_equal(got.counts, want.counts)
   check_sound(got, dist, label, alpha=KW["alpha"])
@@ -130,10 +137,15 @@ def test_nnx_modules_compose_and_match_the_function_form():
   x = rng.random((6, 4, 4, 1)).astype(np.float32)
   apply_fn, params = denoise.denoised(_Scale(), classifier)
   c_fn, c_params = rsjax.models.to_apply_fn(classifier)
-  np.testing.assert_allclose(np.asarray(apply_fn(params, x)),
-                             np.asarray(c_fn(c_params, 0.5 * x + 0.25)), rtol=1e-6, atol=1e-6)
-  cert = rsjax.certify(0, apply_fn, params, x, sigma=0.25, num_classes=3, n0=16, n=64,
-                       batch_size=64)
+  np.testing.assert_allclose(
+    np.asarray(apply_fn(params, x)),
+    np.asarray(c_fn(c_params, 0.5 * x + 0.25)),
+    rtol=1e-6,
+    atol=1e-6,
+  )
+  cert = rsjax.certify(
+    0, apply_fn, params, x, sigma=0.25, num_classes=3, n0=16, n=64, batch_size=64
+  )
   assert cert.counts.shape == (6, 3) and np.all(cert.counts.sum(1) == 64)
   assert hash(apply_fn) == hash(denoise.denoised(_Scale(), classifier)[0])
 

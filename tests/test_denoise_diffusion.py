@@ -45,8 +45,9 @@ def test_one_step_linear_noise_model_certifies_within_the_exact_radius():
   composed classifier is linear, and its exact radius is the distance to its hyperplane."""
   sched = diffusion.linear_schedule()
   sigma, d = 0.5, 6
-  fn, _ = diffusion.one_step_denoiser(lambda c, x_t, t: c * x_t, sigma=sigma,
-                                      alphas_cumprod=sched, params=0.3, clip=False)
+  fn, _ = diffusion.one_step_denoiser(
+    lambda c, x_t, t: c * x_t, sigma=sigma, alphas_cumprod=sched, params=0.3, clip=False
+  )
   rng = np.random.default_rng(1)
   w = rng.normal(size=d).astype(np.float32)
   b = np.float32(-0.2)
@@ -63,10 +64,12 @@ def test_one_step_linear_noise_model_certifies_within_the_exact_radius():
     z = u @ p[0] + p[1]
     return jnp.stack([-z, z], -1)
 
-  apply_fn, params = denoised(fn, clf, denoiser_params=0.3,
-                              classifier_params=(jnp.asarray(w), jnp.asarray(b)))
-  cert = rsjax.certify(2, apply_fn, params, x, sigma=sigma, num_classes=2, n0=64, n=4000,
-                       alpha=0.01, batch_size=2000)
+  apply_fn, params = denoised(
+    fn, clf, denoiser_params=0.3, classifier_params=(jnp.asarray(w), jnp.asarray(b))
+  )
+  cert = rsjax.certify(
+    2, apply_fn, params, x, sigma=sigma, num_classes=2, n0=64, n=4000, alpha=0.01, batch_size=2000
+  )
   ok = cert.prediction != -1
   assert np.all(cert.prediction[ok] == label[ok])
   assert np.sum(cert.radius > dist + 1e-5) <= int(st.binom.ppf(1 - 1e-4, len(x), 0.01))
@@ -80,12 +83,22 @@ def test_dncnn_starts_as_identity_and_mse_training_lowers_the_loss():
   np.testing.assert_array_equal(np.asarray(model(jnp.asarray(x))), x)
   # Smooth images: the denoiser can learn to average out the noise.
   x = np.repeat(np.repeat(rng.random((64, 2, 2, 1)), 4, 1), 4, 2).astype(np.float32)
-  hist = train.train_denoiser(0, model, x, train.DenoiserTraining(
-      objective="mse", sigma=0.25, epochs=6, batch_size=16, lr=3e-3), log=None)
+  hist = train.train_denoiser(
+    0,
+    model,
+    x,
+    train.DenoiserTraining(objective="mse", sigma=0.25, epochs=6, batch_size=16, lr=3e-3),
+    log=None,
+  )
   assert len(hist) == 6 and hist[-1]["loss"] < 0.8 * hist[0]["loss"], hist
   again = DnCNN(channels=1, depth=3, features=8, rngs=0)
-  hist2 = train.train_denoiser(0, again, x, train.DenoiserTraining(
-      objective="mse", sigma=0.25, epochs=6, batch_size=16, lr=3e-3), log=None)
+  hist2 = train.train_denoiser(
+    0,
+    again,
+    x,
+    train.DenoiserTraining(objective="mse", sigma=0.25, epochs=6, batch_size=16, lr=3e-3),
+    log=None,
+  )
   assert [h["loss"] for h in hist2] == [h["loss"] for h in hist]  # the same key, the same run
 
 
@@ -95,9 +108,13 @@ def test_training_settings_and_stability_without_classifier():
   with pytest.raises(ValueError, match="sigma must be > 0"):
     train.DenoiserTraining(objective="mse", sigma=0.0)
   with pytest.raises(ValueError, match="needs the frozen classifier"):
-    train.train_denoiser(0, DnCNN(channels=1, depth=2, features=4, rngs=0),
-                         np.zeros((4, 4, 4, 1), np.float32),
-                         train.DenoiserTraining(objective="stability"), log=None)
+    train.train_denoiser(
+      0,
+      DnCNN(channels=1, depth=2, features=4, rngs=0),
+      np.zeros((4, 4, 4, 1), np.float32),
+      train.DenoiserTraining(objective="stability"),
+      log=None,
+    )
   with pytest.raises(ValueError, match="depth >= 2"):
     DnCNN(channels=1, depth=1, rngs=0)
 
@@ -114,6 +131,7 @@ def test_ddpm_loss_is_zero_for_the_true_noise_model():
 
   loss = diffusion.ddpm_loss(jax.random.key(1), eps, x, x, alphas_cumprod=a, t_max=300)
   assert float(loss) < 1e-6
-  loss0 = diffusion.ddpm_loss(jax.random.key(1), lambda p, x_t, t: jnp.zeros_like(x_t), x, x,
-                              alphas_cumprod=a)
+  loss0 = diffusion.ddpm_loss(
+    jax.random.key(1), lambda p, x_t, t: jnp.zeros_like(x_t), x, x, alphas_cumprod=a
+  )
   assert 0.8 < float(loss0) < 1.2  # E|eps|^2 = 1

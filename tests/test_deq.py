@@ -62,16 +62,19 @@ def test_anderson_beats_iteration_at_equal_steps(getkey):
     assert np.all(_err(ra.z, z_star) < _err(ri.z, z_star)), steps
     assert np.all(np.asarray(ra.residual) < np.asarray(ri.residual)), steps
   # Plain iteration contracts by about 0.95 per step; Anderson is far faster.
-  assert np.all(_err(run(z0, "anderson", 20).z, z_star) < 0.3 * _err(run(z0, "iteration", 20).z,
-                                                                     z_star))
+  assert np.all(
+    _err(run(z0, "anderson", 20).z, z_star) < 0.3 * _err(run(z0, "iteration", 20).z, z_star)
+  )
 
 
 def test_anderson_mixing_and_memory(getkey):
   f, z_star = _affine_problem(getkey(), norm=0.9)
   z0 = jnp.zeros_like(z_star)
   plain = _solve(f, z0, "iteration", steps=40)
-  for cfg in (models.SolverConfig(m=2, steps=40, lam=1e-8),
-              models.SolverConfig(m=6, beta=0.7, steps=40, lam=1e-8)):
+  for cfg in (
+    models.SolverConfig(m=2, steps=40, lam=1e-8),
+    models.SolverConfig(m=6, beta=0.7, steps=40, lam=1e-8),
+  ):
     r = _solve(f, z0, cfg)
     assert np.all(_err(r.z, z_star) < 1e-2), cfg
   # Memory 1 is plain iteration (damped by beta).
@@ -98,15 +101,19 @@ def test_broyden_reaches_the_fixed_point_of_the_other_solvers(getkey):
 
   z0 = jax.random.normal(k3, (b, d))
   ref = _solve(f, z0, models.SolverConfig(name="iteration", steps=400)).z
-  np.testing.assert_allclose(_solve(f, z0, models.SolverConfig(steps=40, lam=1e-8)).z, ref, atol=1e-4)
+  np.testing.assert_allclose(
+    _solve(f, z0, models.SolverConfig(steps=40, lam=1e-8)).z, ref, atol=1e-4
+  )
   rb = _solve(f, z0, "broyden", steps=30)
   np.testing.assert_allclose(rb.z, ref, atol=1e-4)
   assert np.all(np.asarray(rb.residual) < 1e-4)
   # On a slowly contracting affine map it is far faster than plain iteration.
   fa, za = _affine_problem(getkey(), norm=0.95)
   zero = jnp.zeros_like(za)
-  assert np.all(_err(_solve(fa, zero, "broyden", steps=12).z, za)
-                < 0.2 * _err(_solve(fa, zero, "iteration", steps=12).z, za))
+  assert np.all(
+    _err(_solve(fa, zero, "broyden", steps=12).z, za)
+    < 0.2 * _err(_solve(fa, zero, "iteration", steps=12).z, za)
+  )
   # One Broyden step is one plain step; the paper's labels name the solvers.
   np.testing.assert_allclose(_solve(f, z0, "1B").z, f(z0), rtol=1e-6, atol=1e-6)
   assert models.as_solver_config("3B") == models.SolverConfig(name="broyden", steps=3)
@@ -122,7 +129,9 @@ def test_anderson_falls_back_to_a_plain_step_when_the_solve_breaks_down():
     r = _solve(lambda z: z + c, jnp.zeros((3, 20)), models.SolverConfig(lam=lam, steps=8))
     np.testing.assert_allclose(r.z, 8.0 * c)
     # Started at the fixed point: all residuals vanish.
-    r = _solve(lambda z: 0.5 * z + 1.0, jnp.full((3, 20), 2.0), models.SolverConfig(lam=lam, steps=40))
+    r = _solve(
+      lambda z: 0.5 * z + 1.0, jnp.full((3, 20), 2.0), models.SolverConfig(lam=lam, steps=40)
+    )
     np.testing.assert_allclose(r.z, 2.0, atol=1e-6)
     assert np.all(np.isfinite(np.asarray(r.residual)))
 
@@ -236,8 +245,14 @@ def test_implicit_gradient_matches_finite_differences(getkey):
         fd[i] = (loss(plus) - loss(minus)) / (2 * eps)
       np.testing.assert_allclose(np.asarray(g[name]).ravel(), fd, rtol=1e-6, atol=1e-8)
     # The backward solver can differ from the forward one.
-    g2 = jax.grad(lambda th: jnp.sum(c * models.implicit_fixed_point(
-        f, th, z0, forward=cfg, backward=models.SolverConfig(name="iteration", steps=80))))(theta)
+    g2 = jax.grad(
+      lambda th: jnp.sum(
+        c
+        * models.implicit_fixed_point(
+          f, th, z0, forward=cfg, backward=models.SolverConfig(name="iteration", steps=80)
+        )
+      )
+    )(theta)
     np.testing.assert_allclose(g2["w"], g["w"], rtol=1e-6, atol=1e-9)
 
 
@@ -250,7 +265,7 @@ def test_implicit_gradient_float32_and_jit(getkey):
 
   def loss_unrolled(th):  # backprop through 60 plain iterations: same fixed point
     z = jax.lax.fori_loop(0, 60, lambda _, z: f(th, z), z0)
-    return jnp.sum(z ** 2)
+    return jnp.sum(z**2)
 
   g = jax.jit(jax.grad(loss_implicit))(theta)
   g_ref = jax.jit(jax.grad(loss_unrolled))(theta)
@@ -268,14 +283,21 @@ def test_jacobian_frobenius_estimate(getkey):
   def f(z):
     return jnp.einsum("bij,bj->bi", a, z)
 
-  exact = np.asarray(jnp.sum(a ** 2, axis=(1, 2)) / d)
+  exact = np.asarray(jnp.sum(a**2, axis=(1, 2)) / d)
   est = models.jacobian_frobenius_sq(getkey(), f, jnp.zeros((b, d)), num_vectors=400)
   assert est.shape == (b,)
   np.testing.assert_allclose(est, exact, rtol=0.2)
   # Differentiable with respect to what f closes over: d/da ||a||_F^2 / d = 2a/d.
-  g = jax.grad(lambda aa: jnp.sum(models.jacobian_frobenius_sq(
-      jax.random.key(0), lambda z: jnp.einsum("bij,bj->bi", aa, z), jnp.zeros((b, d)),
-      num_vectors=1)))(a)
+  g = jax.grad(
+    lambda aa: jnp.sum(
+      models.jacobian_frobenius_sq(
+        jax.random.key(0),
+        lambda z: jnp.einsum("bij,bj->bi", aa, z),
+        jnp.zeros((b, d)),
+        num_vectors=1,
+      )
+    )
+  )(a)
   assert g.shape == a.shape and bool(jnp.any(g != 0))
 
 
@@ -283,6 +305,7 @@ def test_anderson_gram_kept_by_rows_matches_the_history(getkey):
   """The Gram matrix updated one row per step equals G G^T of the ring buffer, also after
   the buffer wraps; a history longer than the step count changes nothing."""
   from rsjax.models import _solvers
+
   b, m, d = 3, 4, 10
   gs = jax.random.normal(getkey(), (9, b, d))
   G, gram = jnp.zeros((b, m, d)), jnp.zeros((b, m, m))
@@ -292,5 +315,7 @@ def test_anderson_gram_kept_by_rows_matches_the_history(getkey):
   f, z_star = _affine_problem(getkey(), norm=0.9)
   z0 = jnp.zeros_like(z_star)
   for steps in (2, 3, 5):
-    np.testing.assert_array_equal(_solve(f, z0, models.SolverConfig(m=6, steps=steps)).z,
-                                  _solve(f, z0, models.SolverConfig(m=steps, steps=steps)).z)
+    np.testing.assert_array_equal(
+      _solve(f, z0, models.SolverConfig(m=6, steps=steps)).z,
+      _solve(f, z0, models.SolverConfig(m=steps, steps=steps)).z,
+    )

@@ -9,18 +9,24 @@ from rsjax import deq, stats
 
 @pytest.mark.parametrize("correction", ["paper", "authors_code"])
 def test_cap_is_what_the_certificate_gives_when_all_samples_agree(correction):
-  for n, m, alpha, sigma in ((2000, 200, 0.001, 0.5), (10_000, 400, 0.001, 0.25),
-                             (500, 37, 0.05, 1.0)):
+  for n, m, alpha, sigma in (
+    (2000, 200, 0.001, 0.5),
+    (10_000, 400, 0.001, 0.25),
+    (500, 37, 0.05, 1.0),
+  ):
     c1 = np.array([[n, 0, 0]])
     c0 = np.array([[100, 0, 0]])
     labels = np.zeros((1, m), int)
-    cert = deq.srs_certificate(c0, c1, labels, labels, n=n, alpha=alpha, scale=sigma,
-                               correction=correction)
+    cert = deq.srs_certificate(
+      c0, c1, labels, labels, n=n, alpha=alpha, scale=sigma, correction=correction
+    )
     assert cert.prediction[0] == 0
-    np.testing.assert_allclose(cert.p_lower[0], deq.mismatch_cap(n, m, alpha, correction),
-                               rtol=1e-12)
-    np.testing.assert_allclose(cert.radius[0], deq.max_certifiable_radius(
-        n, m, alpha, sigma, correction), rtol=1e-12)
+    np.testing.assert_allclose(
+      cert.p_lower[0], deq.mismatch_cap(n, m, alpha, correction), rtol=1e-12
+    )
+    np.testing.assert_allclose(
+      cert.radius[0], deq.max_certifiable_radius(n, m, alpha, sigma, correction), rtol=1e-12
+    )
 
 
 def test_no_certificate_exceeds_the_cap():

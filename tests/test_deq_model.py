@@ -13,8 +13,9 @@ from rsjax import models
 
 @pytest.fixture(scope="module")
 def small():
-  model = models.DEQClassifier(input_shape=(12, 12, 1), num_classes=3, channels=8, groups=2,
-                            steps=8, rngs=0)
+  model = models.DEQClassifier(
+    input_shape=(12, 12, 1), num_classes=3, channels=8, groups=2, steps=8, rngs=0
+  )
   x = jax.random.uniform(jax.random.key(0), (6, 12, 12, 1))
   return model, x
 
@@ -85,10 +86,20 @@ def test_generic_trainer_trains_a_deq():
   cfg = rsjax.training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
   hists = {}
   for weight in (0.0, 5.0):
-    model = models.DEQClassifier(input_shape=(8, 8, 1), num_classes=2, channels=4, groups=2,
-                              stem_stride=1, steps=6, normalize=None, jac_weight=weight, rngs=1)
-    model, hists[weight] = rsjax.training.train(0, model, (x, y), cfg, eval_data=(x, y),
-                                                progress=False)
+    model = models.DEQClassifier(
+      input_shape=(8, 8, 1),
+      num_classes=2,
+      channels=4,
+      groups=2,
+      stem_stride=1,
+      steps=6,
+      normalize=None,
+      jac_weight=weight,
+      rngs=1,
+    )
+    model, hists[weight] = rsjax.training.train(
+      0, model, (x, y), cfg, eval_data=(x, y), progress=False
+    )
     assert hists[weight][-1]["clean_acc"] > 0.9
   plain, reg = hists[0.0], hists[5.0]
   for h in plain + reg:
@@ -101,16 +112,43 @@ def test_generic_trainer_trains_a_deq():
 
 
 def test_mdeq_trains_through_the_generic_trainer_and_reloads(tmp_path):
-  model = models.MDEQClassifier(input_shape=(8, 8, 1), num_classes=2, channels=(4, 4), groups=2,
-                             stem_stride=1, steps=8, normalize=None, jac_weight=0.5, rngs=2)
+  model = models.MDEQClassifier(
+    input_shape=(8, 8, 1),
+    num_classes=2,
+    channels=(4, 4),
+    groups=2,
+    stem_stride=1,
+    steps=8,
+    normalize=None,
+    jac_weight=0.5,
+    rngs=2,
+  )
   assert model.state_shape(3) == (3, 8 * 8 * 4 + 4 * 4 * 4)
   x, y = _two_halves(seed=1)
   cfg = rsjax.training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
-  spec = {"model": "mdeq", "num_classes": 2, "input_shape": [8, 8, 1],
-          "model_kwargs": {"channels": [4, 4], "groups": 2, "stem_stride": 1, "steps": 8,
-                           "normalize": None, "jac_weight": 0.5}}
-  model, hist = rsjax.training.train(0, model, (x, y), cfg, eval_data=(x, y), progress=False,
-                                     workdir=tmp_path / "mdeq", model_config=spec)
+  spec = {
+    "model": "mdeq",
+    "num_classes": 2,
+    "input_shape": [8, 8, 1],
+    "model_kwargs": {
+      "channels": [4, 4],
+      "groups": 2,
+      "stem_stride": 1,
+      "steps": 8,
+      "normalize": None,
+      "jac_weight": 0.5,
+    },
+  }
+  model, hist = rsjax.training.train(
+    0,
+    model,
+    (x, y),
+    cfg,
+    eval_data=(x, y),
+    progress=False,
+    workdir=tmp_path / "mdeq",
+    model_config=spec,
+  )
   assert hist[-1]["clean_acc"] > 0.9 and hist[-1]["solver_steps"] == 8
   assert "jacobian" in hist[-1]
   loaded, _ = models.load_model(tmp_path / "mdeq")
@@ -122,5 +160,8 @@ def test_mdeq_trains_through_the_generic_trainer_and_reloads(tmp_path):
   logits_l, _ = run(models.to_deq_fn(loaded)[1], x[:8], None, models.SolverConfig(steps=30))
   np.testing.assert_allclose(logits_l, logits, atol=1e-5)
   # Broyden and plain iteration reach the same equilibrium of the two-stream state.
-  for cfg_b in (models.SolverConfig(name="broyden", steps=30), models.SolverConfig(name="naive", steps=80)):
+  for cfg_b in (
+    models.SolverConfig(name="broyden", steps=30),
+    models.SolverConfig(name="naive", steps=80),
+  ):
     np.testing.assert_allclose(run(variables, x[:8], None, cfg_b)[0], logits, atol=1e-3)

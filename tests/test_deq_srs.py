@@ -17,9 +17,15 @@ def _linear_deq(key, d_in=3, d=8, rho=0.9):
   ka, kw, kv = jax.random.split(key, 3)
   q, _ = jnp.linalg.qr(jax.random.normal(ka, (d, d)))
   a = (q * jnp.linspace(0.0, rho, d)) @ q.T
-  params = {"A": a, "W": jax.random.normal(kw, (d, d_in)), "v": jax.random.normal(kv, (d,)),
-            "b": jnp.float32(0.0)}
-  w = np.asarray(params["W"]).T @ np.linalg.solve(np.eye(d) - np.asarray(a).T, np.asarray(params["v"]))
+  params = {
+    "A": a,
+    "W": jax.random.normal(kw, (d, d_in)),
+    "v": jax.random.normal(kv, (d,)),
+    "b": jnp.float32(0.0),
+  }
+  w = np.asarray(params["W"]).T @ np.linalg.solve(
+    np.eye(d) - np.asarray(a).T, np.asarray(params["v"])
+  )
   return LinearDEQ(), params, w.astype(np.float64)
 
 
@@ -38,6 +44,7 @@ def _true_pa(w, x, sigma):
 
 # ---------------------------------------------------------------------------
 # Host statistics of the two-stage certificate.
+
 
 def test_srs_bound_never_exceeds_uncorrected_bound():
   rng = np.random.default_rng(0)
@@ -126,8 +133,9 @@ def test_srs_certificate_from_counts():
   np.testing.assert_allclose(cert.radius[1], 0.5 * st.norm.ppf(p1))
   assert cert.radius[2] == 0 and cert.p_lower[2] == 0
   assert "paper form" in cert.guarantee
-  code = deq.srs_certificate(c0, c1, s, t, n=1000, alpha=0.001, scale=0.5,
-                             correction="authors_code")
+  code = deq.srs_certificate(
+    c0, c1, s, t, n=1000, alpha=0.001, scale=0.5, correction="authors_code"
+  )
   assert np.all(code.p_lower >= cert.p_lower) and "NOT a proven guarantee" in code.guarantee
   # The code's class comes from the check subset: class 0 for input 2, whose
   # certified class (from the n0 pass) is 1.
@@ -139,13 +147,16 @@ def test_srs_certificate_from_counts():
 # ---------------------------------------------------------------------------
 # Device sampler.
 
-def _reference_srs(deq_fn, params, x, sigma, key, num, chains, solver, warmup, check_idx,
-                   check_solver):
+
+def _reference_srs(
+  deq_fn, params, x, sigma, key, num, chains, solver, warmup, check_idx, check_solver
+):
   """Python loop over chunks for one input: counts, SRS labels, full-solver labels."""
   k_i = jax.random.fold_in(key, 0)
   gauss = rsjax.noise.get_noise("gaussian")  # the engine's unit Gaussian sampler
   eps = jax.vmap(lambda j: gauss.sample(jax.random.fold_in(k_i, j), x.shape))(
-      jnp.arange(num, dtype=jnp.uint32))
+    jnp.arange(num, dtype=jnp.uint32)
+  )
   xn = x[None] + sigma * eps
   deq_fn = jax.jit(deq_fn, static_argnums=3)
   labels = np.zeros(num, int)
@@ -170,30 +181,57 @@ def test_srs_sampler_matches_reference_loop(getkey):
   full = models.SolverConfig(name="iteration", steps=80)
   # num=23, chains=5: 5 chunks, the last one partial; m=7 is not a multiple of 5.
   cfg = deq.SRSConfig(solver=sol, warmup=warm, check_solver=full, m=7)
-  out = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, config=cfg,
-                       settings=rsjax.Sampling(batch_size=5), check_key=ckey)
+  out = deq.srs_sample(
+    key,
+    deq_fn,
+    params,
+    x,
+    sigma=0.5,
+    num_classes=2,
+    num=23,
+    config=cfg,
+    settings=rsjax.Sampling(batch_size=5),
+    check_key=ckey,
+  )
   idx = np.asarray(out.check_idx[0])
   assert idx.shape == (7,) and idx.min() >= 0 and idx.max() < 23
-  np.testing.assert_array_equal(idx, np.asarray(deq.check_indices(
-      ckey, 0, deq.make_srs_plan(23, 5, 7, 4))))
-  counts, s_ref, t_ref = _reference_srs(deq_fn, params, jnp.asarray(x[0]), 0.5, key, 23, 5, sol,
-                                        warm, idx, full)
+  np.testing.assert_array_equal(
+    idx, np.asarray(deq.check_indices(ckey, 0, deq.make_srs_plan(23, 5, 7, 4)))
+  )
+  counts, s_ref, t_ref = _reference_srs(
+    deq_fn, params, jnp.asarray(x[0]), 0.5, key, 23, 5, sol, warm, idx, full
+  )
   np.testing.assert_array_equal(out.counts[0], counts)
   np.testing.assert_array_equal(out.srs_labels[0], s_ref)
   np.testing.assert_array_equal(out.check_labels[0], t_ref)
   assert int(out.counts.sum()) == 23
   assert np.isfinite(float(out.residual[0])) and float(out.check_residual[0]) < 1e-2
   # Same results on one device.
-  one = deq.srs_sample(key, deq_fn, params, x, sigma=0.5, num_classes=2, num=23, config=cfg,
-                       settings=rsjax.Sampling(batch_size=5, devices=1), check_key=ckey)
+  one = deq.srs_sample(
+    key,
+    deq_fn,
+    params,
+    x,
+    sigma=0.5,
+    num_classes=2,
+    num=23,
+    config=cfg,
+    settings=rsjax.Sampling(batch_size=5, devices=1),
+    check_key=ckey,
+  )
   for a, b in zip(out[:4], one[:4], strict=True):
     np.testing.assert_array_equal(a, b)
 
 
 def test_srs_check_solves_run_in_equal_batches():
   """m check solves run in the fewest batches of at most `chains`, split evenly."""
-  for m, chains, devices, batch, steps in ((420, 400, 1, 210, 2), (744, 400, 1, 372, 2),
-                                           (400, 400, 1, 400, 1), (7, 5, 4, 2, 1), (0, 5, 1, 1, 0)):
+  for m, chains, devices, batch, steps in (
+    (420, 400, 1, 210, 2),
+    (744, 400, 1, 372, 2),
+    (400, 400, 1, 400, 1),
+    (7, 5, 4, 2, 1),
+    (0, 5, 1, 1, 0),
+  ):
     plan = deq.make_srs_plan(10_000, chains, m, devices)
     assert (plan.check_batch, plan.check_steps) == (batch, steps), (m, chains, devices)
     assert plan.check_batch * plan.check_steps * devices >= m
@@ -206,11 +244,29 @@ def test_srs_with_full_solver_sees_the_engine_noise(getkey):
   x = _inputs_at_margins(w, [0.1, -0.2, 0.05])
   key = getkey()
   full = models.SolverConfig(steps=40, lam=1e-9)  # converged to float32 precision
-  out = deq.srs_sample(key, deq_fn, params, x, sigma=0.4, num_classes=2, num=300,
-                       config=deq.SRSConfig(solver=full, warmup=full, m=0),
-                       settings=rsjax.Sampling(batch_size=64), ids=[5, 9, 2])
-  ref = rsjax.sample_counts(key, models.DEQApply(deq_fn, full), params, x, sigma=0.4, num_classes=2,
-                            num=300, batch_size=64, ids=[5, 9, 2])
+  out = deq.srs_sample(
+    key,
+    deq_fn,
+    params,
+    x,
+    sigma=0.4,
+    num_classes=2,
+    num=300,
+    config=deq.SRSConfig(solver=full, warmup=full, m=0),
+    settings=rsjax.Sampling(batch_size=64),
+    ids=[5, 9, 2],
+  )
+  ref = rsjax.sample_counts(
+    key,
+    models.DEQApply(deq_fn, full),
+    params,
+    x,
+    sigma=0.4,
+    num_classes=2,
+    num=300,
+    batch_size=64,
+    ids=[5, 9, 2],
+  )
   np.testing.assert_array_equal(out.counts, ref)
   assert out.srs_labels.shape == (3, 0)
 
@@ -224,11 +280,24 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   x = _inputs_at_margins(w, margins)
   p_true, cls = _true_pa(w, x, sigma)
   r_true = sigma * st.norm.ppf(p_true)
-  srs = deq.SRSConfig(solver=models.SolverConfig("iteration", 1),
-                      warmup=models.SolverConfig("anderson", 5), m=150)
-  cert = deq.certify(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2, method="srs",
-                     solver=models.SolverConfig(steps=40, lam=1e-9), srs=srs,
-                     n0=50, n=2000, alpha=0.001, batch_size=100)
+  srs = deq.SRSConfig(
+    solver=models.SolverConfig("iteration", 1), warmup=models.SolverConfig("anderson", 5), m=150
+  )
+  cert = deq.certify(
+    getkey(),
+    deq_fn,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=2,
+    method="srs",
+    solver=models.SolverConfig(steps=40, lam=1e-9),
+    srs=srs,
+    n0=50,
+    n=2000,
+    alpha=0.001,
+    batch_size=100,
+  )
   assert isinstance(cert, deq.SRSCertificate)
   assert np.all(cert.p_lower <= p_true)
   assert np.all(cert.radius <= r_true)
@@ -241,9 +310,20 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   assert "40 anderson steps" in cert.guarantee
   # Standard RS certifies the same classifier (lam=1e-9 once gave NaN for 1 of 8000
   # samples here; a breakdown of the Anderson solve is now a plain step).
-  std_cert = deq.certify(getkey(), deq_fn, params, x, sigma=sigma, num_classes=2,
-                         method="standard", solver=models.SolverConfig(steps=40, lam=1e-9),
-                         n0=50, n=2000, alpha=0.001, batch_size=1000)
+  std_cert = deq.certify(
+    getkey(),
+    deq_fn,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=2,
+    method="standard",
+    solver=models.SolverConfig(steps=40, lam=1e-9),
+    n0=50,
+    n=2000,
+    alpha=0.001,
+    batch_size=1000,
+  )
   assert np.all(std_cert.p_lower <= p_true) and "standard RS" in std_cert.guarantee
   assert cert.sound and std_cert.sound
 
@@ -256,10 +336,19 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
   sigma = 0.5
   x = _inputs_at_margins(w, [0.9, -0.6, 0.3, 0.05])
   p_true, cls = _true_pa(w, x, sigma)
-  srs = deq.SRSConfig(solver=models.SolverConfig("broyden", 2),
-                      warmup=models.SolverConfig("broyden", 5), m=150)
-  kw = dict(sigma=sigma, num_classes=2, method="srs", solver="30B", n0=50, n=2000, alpha=0.001,
-            batch_size=100)
+  srs = deq.SRSConfig(
+    solver=models.SolverConfig("broyden", 2), warmup=models.SolverConfig("broyden", 5), m=150
+  )
+  kw = dict(
+    sigma=sigma,
+    num_classes=2,
+    method="srs",
+    solver="30B",
+    n0=50,
+    n=2000,
+    alpha=0.001,
+    batch_size=100,
+  )
   key = getkey()
   cert = deq.certify(key, deq_fn, params, x, srs=srs, **kw)
   assert np.all(cert.p_lower <= p_true)
@@ -267,8 +356,9 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
   ok = cert.prediction >= 0
   np.testing.assert_array_equal(cert.prediction[ok], cls[ok])
   assert ok[0] and "30 broyden steps" in cert.guarantee
-  naive = deq.certify(key, deq_fn, params, x,
-                      srs=srs.replace(solver=models.SolverConfig("naive", 1)), **kw)
+  naive = deq.certify(
+    key, deq_fn, params, x, srs=srs.replace(solver=models.SolverConfig("naive", 1)), **kw
+  )
 
   def miss(c):
     return np.sum(c.check_selected - c.check_agree)
@@ -279,8 +369,11 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
 def test_certify_deq_options_and_errors(getkey):
   deq_fn, params, w = _linear_deq(getkey())
   x = _inputs_at_margins(w, [0.8])
-  srs = deq.SRSConfig(warmup=models.SolverConfig("iteration", 10),
-                      check_solver=models.SolverConfig("iteration", 60), m=40)
+  srs = deq.SRSConfig(
+    warmup=models.SolverConfig("iteration", 10),
+    check_solver=models.SolverConfig("iteration", 60),
+    m=40,
+  )
   kw = dict(sigma=0.25, num_classes=2, n0=20, n=300, batch_size=50, alpha=0.01, srs=srs)
   a = deq.certify(7, deq_fn, params, x, **kw)
   b = deq.certify(7, deq_fn, params, x, **kw)
@@ -289,14 +382,30 @@ def test_certify_deq_options_and_errors(getkey):
   assert a.prediction[0] == 1 and a.check_total == 40
   # Keys: selection noise is rsjax.certify's; the selection chunk (n0 <= chains) is
   # solved from z = 0 with the warm-up solver, so it equals standard RS with that solver.
-  std = deq.certify(7, deq_fn, params, x, method="standard",
-                    solver=models.SolverConfig("iteration", 10), sigma=0.25, num_classes=2, n0=20,
-                    n=300, batch_size=50, alpha=0.01)
+  std = deq.certify(
+    7,
+    deq_fn,
+    params,
+    x,
+    method="standard",
+    solver=models.SolverConfig("iteration", 10),
+    sigma=0.25,
+    num_classes=2,
+    n0=20,
+    n=300,
+    batch_size=50,
+    alpha=0.01,
+  )
   np.testing.assert_array_equal(std.counts_selection, a.counts_selection)
   with warnings.catch_warnings(record=True) as rec:
     warnings.simplefilter("always")
-    c = deq.certify(7, deq_fn, params, x, **dict(kw, srs=srs.replace(
-        check="consecutive", correction="authors_code", m=5)))
+    c = deq.certify(
+      7,
+      deq_fn,
+      params,
+      x,
+      **dict(kw, srs=srs.replace(check="consecutive", correction="authors_code", m=5)),
+    )
   assert any("never certify" in str(r.message) for r in rec)
   assert c.check_total == 5 and "NOT a proven guarantee" in c.guarantee
   assert a.sound and not c.sound

@@ -11,14 +11,20 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "experiments"))  # as `python experiments/x.py` has it: for _common
-SCRIPTS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "experiments"))
-                 if f.endswith(".py") and not f.startswith("_"))
+sys.path.insert(
+  0, os.path.join(ROOT, "experiments")
+)  # as `python experiments/x.py` has it: for _common
+SCRIPTS = sorted(
+  f[:-3]
+  for f in os.listdir(os.path.join(ROOT, "experiments"))
+  if f.endswith(".py") and not f.startswith("_")
+)
 
 
 def _load(name):
-  spec = importlib.util.spec_from_file_location(f"experiments_{name}",
-                                                os.path.join(ROOT, "experiments", f"{name}.py"))
+  spec = importlib.util.spec_from_file_location(
+    f"experiments_{name}", os.path.join(ROOT, "experiments", f"{name}.py")
+  )
   module = importlib.util.module_from_spec(spec)
   sys.modules[spec.name] = module  # dataclasses look their module up there
   spec.loader.exec_module(module)
@@ -45,11 +51,15 @@ def test_script_has_config_command_numbers_and_one_results_dir(name):
 
 def test_recorded_results_are_in_results_dir():
   have = set(os.listdir(os.path.join(ROOT, "results")))
-  for name in ("idrs_table1.json", "idrs_numerics.json", "idrs_toy.json", "idrs_mnist.json",
-               "srs_deq_quick.json"):
+  for name in (
+    "idrs_table1.json",
+    "idrs_numerics.json",
+    "idrs_toy.json",
+    "idrs_mnist.json",
+    "srs_deq_quick.json",
+  ):
     assert name in have
   assert not os.path.exists(os.path.join(ROOT, "experiments", "results"))
-
 
 
 def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
@@ -59,6 +69,7 @@ def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
 
   from rsjax import Certificate, io, runner
   from rsjax.method import Plan
+
   xs, labels = np.arange(4, dtype=np.float32)[:, None], np.zeros(4, np.int64)
   calls = []
 
@@ -66,8 +77,13 @@ def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
     def fn(x, ids):
       calls.append(len(ids))
       zeros = np.zeros(len(x))
-      return Certificate(prediction=np.zeros(len(x), np.int64),
-                         radius=x[:, 0].astype(float) + offset, p_lower=zeros, counts=zeros)
+      return Certificate(
+        prediction=np.zeros(len(x), np.int64),
+        radius=x[:, 0].astype(float) + offset,
+        p_lower=zeros,
+        counts=zeros,
+      )
+
     return Plan(fn)
 
   path = str(tmp_path / "rows.tsv")
@@ -76,8 +92,16 @@ def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
     return xs[idx], labels[idx]
 
   for model, offset in (("a", 0.0), ("a", 0.0), ("b", 10.0)):
-    _common.certify_rows(runner.certify_dataset, certify_fn(offset), get_batch, np.arange(4),
-                         path, inputs_per_call=2, progress=False, run={"model": model})
+    _common.certify_rows(
+      runner.certify_dataset,
+      certify_fn(offset),
+      get_batch,
+      np.arange(4),
+      path,
+      inputs_per_call=2,
+      progress=False,
+      run={"model": model},
+    )
   # model a twice: the second call resumes (no calls); model b: every row again, with b's radii
   assert calls == [2, 2, 2, 2]
   np.testing.assert_allclose(io.read_certify(path).radius, xs[:, 0] + 10.0)
@@ -87,6 +111,7 @@ def test_committed_checkpoints_name_no_machine_path(tmp_path):
   """Orbax writes the checkpoint's absolute path into ``commit_success.txt``; the results'
   committed checkpoints must not carry it, and ``strip_checkpoint_paths`` takes it out."""
   import _common
+
   found = []
   for parent, _, files in os.walk(os.path.join(ROOT, "results")):
     if "commit_success.txt" in files:

@@ -22,16 +22,36 @@ def run_cli(*argv):
 
 
 def certify(model, out, *more):
-  assert run_cli("certify", model, out, "--N", N, "--N0", N0, "--batch", "400", "--quiet",
-                 *more) == 0
+  assert (
+    run_cli("certify", model, out, "--N", N, "--N0", N0, "--batch", "400", "--quiet", *more) == 0
+  )
   return out
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
   d = tmp_path_factory.mktemp("forge") / "mlp"
-  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.5", "--epochs",
-                 "2", "--batch", "64", "--lr", "0.1", "--out", d, "--quiet") == 0
+  assert (
+    run_cli(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "mlp",
+      "--sigma",
+      "0.5",
+      "--epochs",
+      "2",
+      "--batch",
+      "64",
+      "--lr",
+      "0.1",
+      "--out",
+      d,
+      "--quiet",
+    )
+    == 0
+  )
   return d
 
 
@@ -82,14 +102,27 @@ def test_shrunk_input_shape_is_caught_by_verify(model, tmp_path):
   reradius(f)  # Linf radii x sqrt(dim)-ish larger
   rep = verify.verify(f)
   assert not rep.ok and "declares inputs of shape [2, 2, 1], digits has [8, 8, 1]" in str(
-      rep.mismatches[0])
+    rep.mismatches[0]
+  )
   a = audit.audit(f, model_dir=model, rows=1, seed=0)
   assert not a.ok
 
 
 def test_ddrs_run_relabelled_cohen_is_caught(model, tmp_path):
-  f = certify(model, tmp_path / "d.tsv", "--method", "ddrs", "--ddrs-steps", "3", "--ddrs-lr",
-              "0.05", "--max", "30", "--skip", "10")
+  f = certify(
+    model,
+    tmp_path / "d.tsv",
+    "--method",
+    "ddrs",
+    "--ddrs-steps",
+    "3",
+    "--ddrs-lr",
+    "0.05",
+    "--max",
+    "30",
+    "--skip",
+    "10",
+  )
   assert verify.verify(f).ok
 
   def as_cohen(r):
@@ -97,8 +130,9 @@ def test_ddrs_run_relabelled_cohen_is_caught(model, tmp_path):
 
   edit_run(f, as_cohen)
   lines = f.read_text().split("\n")  # drop the ddrs columns
-  keep = [lines[0].split("\t").index(c) for c in ("idx", "label", "predict", "radius", "correct",
-                                                  "time")]
+  keep = [
+    lines[0].split("\t").index(c) for c in ("idx", "label", "predict", "radius", "correct", "time")
+  ]
   f.write_text("\n".join("\t".join(ln.split("\t")[k] for k in keep) if ln else ln for ln in lines))
   reradius(f)
   assert verify.verify(f).ok
@@ -108,8 +142,11 @@ def test_ddrs_run_relabelled_cohen_is_caught(model, tmp_path):
 
 def test_an_old_two_copy_record_is_refused_in_one_line(run40, tmp_path, capsys):
   f = copy_run(run40, tmp_path / "old.tsv")
-  (tmp_path / "old.tsv.run.json").write_text(json.dumps(
-      {"sigma": 0.5, "command": "certify", "certificate": {"format": "rsjax-certificate/1"}}))
+  (tmp_path / "old.tsv.run.json").write_text(
+    json.dumps(
+      {"sigma": 0.5, "command": "certify", "certificate": {"format": "rsjax-certificate/1"}}
+    )
+  )
   with pytest.raises(verify.VerifyError, match="older rsjax"):
     verify.verify(f)
   assert run_cli("verify", f) == 2
@@ -185,8 +222,9 @@ def test_a_relabelled_wrong_row_is_caught_by_verify(run40, tmp_path):
   lines[1 + j] = "\t".join(fields)
   f.write_text("\n".join(lines))
   rep = verify.verify(f)
-  assert not rep.ok and any(m.idx == int(res.idx[j]) and "label" in m.reason
-                            for m in rep.mismatches)
+  assert not rep.ok and any(
+    m.idx == int(res.idx[j]) and "label" in m.reason for m in rep.mismatches
+  )
 
 
 # ----------------------------------------------------------------------------- 4. missing rows
@@ -242,8 +280,12 @@ def test_out_of_range_idx_fails_verify_and_the_audit(model, run40, tmp_path):
   f.write_text("\n".join(lines))
   edit_record(f, last, lambda r: {**r, "idx": 5000})
   rep = verify.verify(f)
-  assert any(m.idx == 5000 and "not one of the run's declared indices" in m.reason
-             for m in rep.mismatches) and rep.missing == 1
+  assert (
+    any(
+      m.idx == 5000 and "not one of the run's declared indices" in m.reason for m in rep.mismatches
+    )
+    and rep.missing == 1
+  )
   a = audit.audit(f, model_dir=model, rows="all")
   assert not a.ok and a.reason.startswith("verify")
 
@@ -260,11 +302,14 @@ def test_an_edited_p_lower_is_caught(run40, tmp_path):
 
 
 def test_verify_never_imports_jax(run40):
-  code = ("import sys; from rsjax import verify; r = verify.verify(sys.argv[1]); "
-          "assert r.ok, r.summary(); assert 'jax' not in sys.modules, 'jax imported'; "
-          "print('ok')")
-  out = subprocess.run([sys.executable, "-c", code, str(run40)], capture_output=True, text=True,
-                       check=False)
+  code = (
+    "import sys; from rsjax import verify; r = verify.verify(sys.argv[1]); "
+    "assert r.ok, r.summary(); assert 'jax' not in sys.modules, 'jax imported'; "
+    "print('ok')"
+  )
+  out = subprocess.run(
+    [sys.executable, "-c", code, str(run40)], capture_output=True, text=True, check=False
+  )
   assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
@@ -292,8 +337,18 @@ def _scale_columns(path, factor, columns):
 
 
 def test_ucan_scales_rewritten_are_caught(model, tmp_path):
-  src = certify(model, tmp_path / "u.tsv", "--method", "ucan", "--ucan-sigma", "pattern",
-                "--max", "30", "--skip", "10")
+  src = certify(
+    model,
+    tmp_path / "u.tsv",
+    "--method",
+    "ucan",
+    "--ucan-sigma",
+    "pattern",
+    "--max",
+    "30",
+    "--skip",
+    "10",
+  )
   assert verify.verify(src).ok
   # The pattern's sigma raised with its scales: verify derives the pattern from the run.
   f = copy_run(src, tmp_path / "p.tsv")
@@ -321,8 +376,9 @@ def test_ucan_scales_rewritten_are_caught(model, tmp_path):
 
 
 def test_a_budget_schedule_rewritten_is_caught(model, tmp_path):
-  b = certify(model, tmp_path / "b.tsv", "--grid", "0,0.25,0.5", "--N", "2000", "--max", "20",
-              "--skip", "10")
+  b = certify(
+    model, tmp_path / "b.tsv", "--grid", "0,0.25,0.5", "--N", "2000", "--max", "20", "--skip", "10"
+  )
   edit_run(b, lambda r: r["method"]["details"]["budget"].update(final_share=0.02))
   reradius_budgeted = verify.verify(b)
   assert not reradius_budgeted.ok  # the bounds moved with the schedule
@@ -369,8 +425,18 @@ def test_a_dataset_name_blanked_or_unknown_is_not_verified_by_the_audit(model, r
 
 
 def test_ddrs_rows_reordered_are_caught(model, tmp_path):
-  f = certify(model, tmp_path / "d.tsv", "--method", "ddrs", "--ddrs-steps", "2", "--max", "30",
-              "--skip", "10")
+  f = certify(
+    model,
+    tmp_path / "d.tsv",
+    "--method",
+    "ddrs",
+    "--ddrs-steps",
+    "2",
+    "--max",
+    "30",
+    "--skip",
+    "10",
+  )
   lines = f.read_text().split("\n")
   body = [ln for ln in lines[1:] if ln]
   f.write_text("\n".join([lines[0], *reversed(body)]) + "\n")

@@ -37,7 +37,9 @@ def test_contract_catches_a_changed_count_and_a_moved_float(results):
   # The comparison is not a tolerance wide enough to pass anything.
   expected, _ = golden_cases.load()
   moved = dict(results)
-  moved["certify/gaussian/counts"] = np.asarray(results["certify/gaussian/counts"]) + np.eye(5, 3, dtype=np.int32)
+  moved["certify/gaussian/counts"] = np.asarray(results["certify/gaussian/counts"]) + np.eye(
+    5, 3, dtype=np.int32
+  )
   moved["ddrs/sigma"] = np.asarray(results["ddrs/sigma"]) * np.float32(1 + 1e-4)
   bad = golden_cases.mismatches(moved, expected)
   assert any(b.startswith("certify/gaussian/counts") for b in bad)
@@ -52,12 +54,19 @@ def test_golden_cases_certify_something(results):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(jax.default_backend() != "cpu" or os.uname().machine not in ("x86_64", "AMD64"),
-                    reason="XLA:CPU's instruction-set cap applies to x86 CPUs")
+@pytest.mark.skipif(
+  jax.default_backend() != "cpu" or os.uname().machine not in ("x86_64", "AMD64"),
+  reason="XLA:CPU's instruction-set cap applies to x86 CPUs",
+)
 def test_golden_outputs_under_a_capped_instruction_set():
   # One cheap stand-in for another machine: XLA:CPU limited to AVX2, in a fresh process.
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_cpu_max_isa=AVX2")
-  proc = subprocess.run([sys.executable, golden_cases.__file__, "--check"], env=env,
-                        capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(
+    [sys.executable, golden_cases.__file__, "--check"],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "golden outputs match" in proc.stderr

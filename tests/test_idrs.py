@@ -16,11 +16,11 @@ from rsjax.idrs._reference import ball_probability
 
 
 XI_CASES = [  # (a, sigma0, sigma1, p_a): both sides, small and large shifts
-    (0.3, 1.0, 0.8, 0.9),
-    (1.0, 1.0, 0.95, 0.99),
-    (0.5, 0.5, 0.6, 0.8),
-    (0.2, 1.0, 1.3, 0.7),
-    (0.05, 0.25, 0.24, 0.6),
+  (0.3, 1.0, 0.8, 0.9),
+  (1.0, 1.0, 0.95, 0.99),
+  (0.5, 0.5, 0.6, 0.8),
+  (0.2, 1.0, 1.3, 0.7),
+  (0.05, 0.25, 0.24, 0.6),
 ]
 
 
@@ -55,8 +55,11 @@ def test_worst_case_ball_is_likelihood_ratio_level_set(a, s0, s1, p_a):
   x1 = np.array([a, 0.0, 0.0])
 
   def log_lr(z):
-    return (dim * math.log(s0 / s1) - np.sum((z - x1) ** 2, -1) / (2 * s1**2)
-            + np.sum(z**2, -1) / (2 * s0**2))
+    return (
+      dim * math.log(s0 / s1)
+      - np.sum((z - x1) ** 2, -1) / (2 * s1**2)
+      + np.sum(z**2, -1) / (2 * s0**2)
+    )
 
   rng = np.random.default_rng(0)
   u = rng.standard_normal((50, dim))
@@ -71,14 +74,17 @@ def test_worst_case_ball_is_likelihood_ratio_level_set(a, s0, s1, p_a):
     assert np.all(inside < on[0]) and np.all(outside > on[0])
 
 
-@pytest.mark.parametrize("dim,p_b,t,u", [
-    (784, 7e-5, -1e-3, 2.0),      # noncentrality ~1e6
+@pytest.mark.parametrize(
+  "dim,p_b,t,u",
+  [
+    (784, 7e-5, -1e-3, 2.0),  # noncentrality ~1e6
     (784, 1e-10, 1e-3, 0.5),
     (3072, 1e-3, -0.02, 3.0),
     (3072, 0.2, 0.02, 1.0),
-    (3072, 7e-5, 2e-4, 1.5),      # noncentrality ~1.4e7
-    (150528, 1e-3, -1e-3, 1.0),   # ImageNet 3x224x224
-])
+    (3072, 7e-5, 2e-4, 1.5),  # noncentrality ~1.4e7
+    (150528, 1e-3, -1e-3, 1.0),  # ImageNet 3x224x224
+  ],
+)
 def test_xi_matches_direct_integration(dim, p_b, t, u):
   """scipy's ncx2 quantile and CDF against independent quadrature, high dimension."""
   s0, s1 = 1.0, math.exp(t)
@@ -207,13 +213,13 @@ def test_both_sides_checked_xi_less_limits_radius():
   p, s, rate, dim = 0.999, 0.5, 2.0, 2
   r = float(idrs.certified_radius(p, sigma=s, rate=rate, dim=dim))
   probe = 0.8  # between the xi_< limit (~0.556) and the xi_> limit (~1.06)
-  assert idrs.xi_greater(probe, sigma0=s, sigma1=s * math.exp(-rate * probe), p_a=p,
-                         dim=dim) < 0.5
+  assert idrs.xi_greater(probe, sigma0=s, sigma1=s * math.exp(-rate * probe), p_a=p, dim=dim) < 0.5
   assert idrs.xi_less(probe, sigma0=s, sigma1=s * math.exp(rate * probe), p_a=p, dim=dim) > 0.5
   assert r < probe
   # The radius is where the xi_< side reaches 1/2.
-  assert idrs.xi_less(r, sigma0=s, sigma1=s * math.exp(rate * r), p_a=p,
-                      dim=dim) == pytest.approx(0.5, abs=1e-3)
+  assert idrs.xi_less(r, sigma0=s, sigma1=s * math.exp(rate * r), p_a=p, dim=dim) == pytest.approx(
+    0.5, abs=1e-3
+  )
 
 
 def test_thresholds_sound_and_conservative():
@@ -236,15 +242,16 @@ def test_slack_shrinks_radius():
   assert r1 < r0
   # Slack alone (rate 0) is a constant envelope: no longer Cohen's radius.
   assert idrs.certified_radius(0.99, sigma=0.5, rate=0.0, dim=784, slack=1e-3) < (
-      rsjax.stats.gaussian_radius(0.99, 0.5))
+    rsjax.stats.gaussian_radius(0.99, 0.5)
+  )
 
 
 # ------------------------------------------------------------- Table 1 and Rényi
 
 TABLE1 = {  # seed 004 Table 1: smallest usable sigma1/sigma0
-    784: [0.946, 0.924, 0.908, 0.892],
-    3072: [0.973, 0.961, 0.953, 0.945],
-    3 * 256 * 256: [0.997, 0.995, 0.994, 0.993],
+  784: [0.946, 0.924, 0.908, 0.892],
+  3072: [0.973, 0.961, 0.953, 0.945],
+  3 * 256 * 256: [0.997, 0.995, 0.994, 0.993],
 }
 
 
@@ -379,10 +386,20 @@ def test_certify_constant_design_equals_core_certify():
   apply_fn, params = _linear(rng.standard_normal(_D), 0.1)
   x = rng.random((_B, _D)).astype(np.float32)
   key = jax.random.key(7)  # not consumed: certify derives its keys by fold_in
-  got = idrs.certify(key, apply_fn, params, x, design=idrs.ConstantSigma(0.3), num_classes=2,
-                     n0=_N0, n=_N, batch_size=1000)
-  want = rsjax.certify(key, apply_fn, params, x, sigma=0.3, num_classes=2, n0=_N0, n=_N,
-                       batch_size=1000)
+  got = idrs.certify(
+    key,
+    apply_fn,
+    params,
+    x,
+    design=idrs.ConstantSigma(0.3),
+    num_classes=2,
+    n0=_N0,
+    n=_N,
+    batch_size=1000,
+  )
+  want = rsjax.certify(
+    key, apply_fn, params, x, sigma=0.3, num_classes=2, n0=_N0, n=_N, batch_size=1000
+  )
   np.testing.assert_array_equal(got.prediction, want.prediction)
   np.testing.assert_array_equal(got.radius, want.radius)
   np.testing.assert_array_equal(got.counts, want.counts)
@@ -399,8 +416,9 @@ def test_certify_knn_design_linear_ground_truth(getkey):
   train = rng.random((200, _D)).astype(np.float32)
   design = idrs.KnnSigma(train, 0.3, 0.05, k=10, m=1.2)
   x = rng.random((_B, _D)).astype(np.float32)
-  cert = idrs.certify(getkey(), apply_fn, params, x, design=design, num_classes=2, n0=_N0,
-                      n=_N, batch_size=1000)
+  cert = idrs.certify(
+    getkey(), apply_fn, params, x, design=design, num_classes=2, n0=_N0, n=_N, batch_size=1000
+  )
   s = x.astype(np.float64) @ w - 0.2
   dist = np.abs(s) / np.linalg.norm(w)
   ok = cert.prediction != -1
@@ -428,14 +446,19 @@ def test_certified_sphere_not_contradicted_by_monte_carlo(getkey):
   train = np.stack([r * np.cos(th), r * np.sin(th)], 1).astype(np.float32)
   design = idrs.KnnSigma(train, 0.2, 0.4, k=10, m=0.3)
   x0 = np.array([[2.0, 0.0], [-1.0, 0.5], [1.5, 0.1]], np.float32)
-  cert = idrs.certify(getkey(), apply_fn, None, x0, design=design, num_classes=2, n0=64,
-                      n=20_000, batch_size=4000)
+  cert = idrs.certify(
+    getkey(), apply_fn, None, x0, design=design, num_classes=2, n0=64, n=20_000, batch_size=4000
+  )
   assert np.all(cert.prediction != -1) and np.all(cert.radius > 0)
   ang = np.linspace(0, 2 * np.pi, 48, endpoint=False)
-  x1 = np.concatenate([x0[i] + cert.radius[i] * np.stack([np.cos(ang), np.sin(ang)], 1)
-                       for i in range(3)]).astype(np.float32)
-  counts = np.asarray(rsjax.sample_counts(getkey(), apply_fn, None, x1, sigma=design(x1),
-                                          num_classes=2, num=4000, batch_size=4000))
+  x1 = np.concatenate(
+    [x0[i] + cert.radius[i] * np.stack([np.cos(ang), np.sin(ang)], 1) for i in range(3)]
+  ).astype(np.float32)
+  counts = np.asarray(
+    rsjax.sample_counts(
+      getkey(), apply_fn, None, x1, sigma=design(x1), num_classes=2, num=4000, batch_size=4000
+    )
+  )
   want = np.repeat(cert.prediction, len(ang))
   p_hat = counts[np.arange(len(x1)), want] / 4000
   assert np.all(p_hat >= 0.5 - 4 * math.sqrt(0.25 / 4000))

@@ -17,21 +17,42 @@ print(" ".join(sorted(m for m in sys.modules if m.startswith("rsjax"))))
 
 def test_certify_imports_no_training_and_no_denoising(tmp_path):
   from rsjax import models
+
   model = models.create_model("mlp", num_classes=10, input_shape=(8, 8, 1), rngs=0)
   model_dir = tmp_path / "mlp"
-  models.save_model(model_dir, model, {"model": "mlp", "num_classes": 10, "input_shape": [8, 8, 1],
-                                       "dataset": "digits", "sigma": 0.25})
+  models.save_model(
+    model_dir,
+    model,
+    {
+      "model": "mlp",
+      "num_classes": 10,
+      "input_shape": [8, 8, 1],
+      "dataset": "digits",
+      "sigma": 0.25,
+    },
+  )
   out = tmp_path / "out.tsv"
-  done = subprocess.run([sys.executable, "-c", _CERTIFY, str(model_dir), str(out)],
-                        capture_output=True, text=True, env=dict(os.environ), timeout=600)
+  done = subprocess.run(
+    [sys.executable, "-c", _CERTIFY, str(model_dir), str(out)],
+    capture_output=True,
+    text=True,
+    env=dict(os.environ),
+    timeout=600,
+  )
   assert done.returncode == 0, done.stderr
   status, modules = done.stdout.strip().splitlines()[-2:]
   assert status == "0", done.stdout + done.stderr
   modules = modules.split()
   assert "rsjax.cli.certify" in modules and "rsjax.models" in modules, modules
   assert len(out.read_text().splitlines()) == 2  # the header and one row
-  unwanted = [m for m in modules if m.split(".")[:2] in (["rsjax", "training"], ["rsjax", "denoise"])]
+  unwanted = [
+    m for m in modules if m.split(".")[:2] in (["rsjax", "training"], ["rsjax", "denoise"])
+  ]
   assert not unwanted, unwanted
-  other_commands = [m for m in modules if m.startswith("rsjax.cli.") and m not in
-                    ("rsjax.cli.certify", "rsjax.cli._main", "rsjax.cli._parser", "rsjax.cli._args")]
+  other_commands = [
+    m
+    for m in modules
+    if m.startswith("rsjax.cli.")
+    and m not in ("rsjax.cli.certify", "rsjax.cli._main", "rsjax.cli._parser", "rsjax.cli._args")
+  ]
   assert not other_commands, other_commands

@@ -71,10 +71,12 @@ def test_timedelta_and_float_times(tmp_path):
     io.parse_time("fifteen")
   # a reference-style file (timedelta strings, 3-digit radii) and a shipped-log style one
   path = tmp_path / "ref.tsv"
-  path.write_text("idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
-                  "0\t3\t3\t0.438\t1\t0:00:15.412345\n"
-                  "20\t8\t-1\t0.0\t0\t0:00:16.9\n"
-                  "40\t8\t8\t1.2\t1\t15.4\n")
+  path.write_text(
+    "idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
+    "0\t3\t3\t0.438\t1\t0:00:15.412345\n"
+    "20\t8\t-1\t0.0\t0\t0:00:16.9\n"
+    "40\t8\t8\t1.2\t1\t15.4\n"
+  )
   res = io.read_certify(path)
   np.testing.assert_allclose(res.time, [15.412345, 16.9, 15.4])
   np.testing.assert_array_equal(res.radius, [0.438, 0.0, 1.2])
@@ -83,7 +85,9 @@ def test_timedelta_and_float_times(tmp_path):
 
 def test_resume_truncated_last_line(tmp_path):
   path = tmp_path / "cert.tsv"
-  rows = [dict(idx=i, label=i % 3, predict=i % 3, radius=0.1 * i + 1 / 3, time=1.0) for i in range(5)]
+  rows = [
+    dict(idx=i, label=i % 3, predict=i % 3, radius=0.1 * i + 1 / 3, time=1.0) for i in range(5)
+  ]
   _write_certify(path, rows)
   clean = path.read_bytes()
   # simulate a kill in the middle of writing row 5
@@ -184,8 +188,9 @@ def test_a_run_mismatch_names_the_differing_fields_of_nested_records(tmp_path):
     io.ResultsWriter(path, run=other)
   # Only a nested entry differs: it is named by its path.
   newer = {"N": 40, "certificate": {"sampling": {"n": 40}, "versions": {"jax": "0.10.3"}}}
-  with pytest.raises(io.RunMismatchError,
-                     match=r"\(certificate.versions.jax '0.10.2' in the file, '0.10.3' now\)"):
+  with pytest.raises(
+    io.RunMismatchError, match=r"\(certificate.versions.jax '0.10.2' in the file, '0.10.3' now\)"
+  ):
     io.ResultsWriter(path, run=newer)
   with io.ResultsWriter(path, run=run):  # the same run resumes
     pass

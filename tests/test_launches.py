@@ -41,14 +41,16 @@ def counted(monkeypatch):
   return calls
 
 
-@pytest.mark.parametrize("num_inputs, n, batch_size", [(1, 500, 100), (1, 20_000, 100),
-                                                       (6, 4_000, 250)])
+@pytest.mark.parametrize(
+  "num_inputs, n, batch_size", [(1, 500, 100), (1, 20_000, 100), (6, 4_000, 250)]
+)
 def test_certify_is_two_launches_and_one_wait_whatever_n(counted, num_inputs, n, batch_size):
   w = jnp.asarray(np.random.default_rng(0).normal(size=(6, 3)), jnp.float32)
   x = np.random.default_rng(1).uniform(size=(num_inputs, 6)).astype(np.float32)
   with jax.transfer_guard_device_to_host("disallow"):  # no implicit read of a device array
-    cert = rsjax.certify(0, _apply, w, x, sigma=0.5, num_classes=3, n0=50, n=n,
-                         batch_size=batch_size)
+    cert = rsjax.certify(
+      0, _apply, w, x, sigma=0.5, num_classes=3, n0=50, n=n, batch_size=batch_size
+    )
   assert cert.counts.sum() == num_inputs * n  # every sample was counted
   steps = -(-n // batch_size) * num_inputs
   assert steps >= 5  # many noise batches ...
@@ -72,16 +74,26 @@ def test_both_passes_are_dispatched_before_the_host_waits(monkeypatch):
   monkeypatch.setattr(_sampling, "_counts_jit", logged_launch)
   monkeypatch.setattr(_sampling.PendingCounts, "result", logged_result)
   w = jnp.ones((4, 2), jnp.float32)
-  rsjax.certify(1, _apply, w, np.zeros((2, 4), np.float32), sigma=0.5, num_classes=2, n0=20,
-                n=200, batch_size=50)
+  rsjax.certify(
+    1,
+    _apply,
+    w,
+    np.zeros((2, 4), np.float32),
+    sigma=0.5,
+    num_classes=2,
+    n0=20,
+    n=200,
+    batch_size=50,
+  )
   assert events[:2] == ["launch", "launch"] and set(events[2:]) == {"read"}
 
 
 def test_sample_counts_is_one_launch(counted):
   w = jnp.ones((4, 2), jnp.float32)
   with jax.transfer_guard_device_to_host("disallow"):
-    rsjax.sample_counts(2, _apply, w, np.zeros((3, 4), np.float32), sigma=0.5, num_classes=2,
-                        num=3_000, batch_size=64)
+    rsjax.sample_counts(
+      2, _apply, w, np.zeros((3, 4), np.float32), sigma=0.5, num_classes=2, num=3_000, batch_size=64
+    )
   assert counted == {"launch": 1, "to_host": 1}
 
 
@@ -93,6 +105,7 @@ def test_srs_sampling_is_one_launch_whatever_the_chunks(counted, monkeypatch, nu
   from golden_cases import LinearDEQ
 
   from rsjax.deq import _srs
+
   launch, calls = _srs._srs_jit, []
 
   def counting_launch(*a, **k):
@@ -101,16 +114,30 @@ def test_srs_sampling_is_one_launch_whatever_the_chunks(counted, monkeypatch, nu
 
   monkeypatch.setattr(_srs, "_srs_jit", counting_launch)
   d = 4
-  params = {"A": 0.5 * jnp.eye(d), "W": jnp.ones((d, 3)), "v": jnp.arange(d, dtype=jnp.float32),
-            "b": jnp.float32(-1.0)}
+  params = {
+    "A": 0.5 * jnp.eye(d),
+    "W": jnp.ones((d, 3)),
+    "v": jnp.arange(d, dtype=jnp.float32),
+    "b": jnp.float32(-1.0),
+  }
   step = rsjax.models.SolverConfig(name="anderson", steps=3)
-  config = rsjax.deq.SRSConfig(solver=step, warmup=step.replace(steps=10),
-                               check_solver=step.replace(steps=30), m=m)
+  config = rsjax.deq.SRSConfig(
+    solver=step, warmup=step.replace(steps=10), check_solver=step.replace(steps=30), m=m
+  )
   x = np.random.default_rng(0).uniform(size=(2, 3)).astype(np.float32)
   with jax.transfer_guard_device_to_host("disallow"):
-    out = rsjax.deq.srs_sample(0, LinearDEQ(), params, x, sigma=0.5, num_classes=2, num=num,
-                               config=config, settings=rsjax.Sampling(batch_size=chains),
-                               check_key=1)
+    out = rsjax.deq.srs_sample(
+      0,
+      LinearDEQ(),
+      params,
+      x,
+      sigma=0.5,
+      num_classes=2,
+      num=num,
+      config=config,
+      settings=rsjax.Sampling(batch_size=chains),
+      check_key=1,
+    )
   assert out.counts.sum() == 2 * num and num // chains >= 10  # many chunks, every sample counted
   assert (out.check_labels >= 0).all() and out.check_labels.shape == (2, m)
   assert len(calls) == 1 and counted["to_host"] == 1

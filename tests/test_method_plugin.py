@@ -78,10 +78,17 @@ def plugin(tmp_path_factory):
 
 
 def _rsjax(plugin, *args, check=True):
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-      [str(plugin), *filter(None, [os.environ.get("PYTHONPATH")])])}
-  out = subprocess.run([sys.executable, "-m", "rsjax.cli", *map(str, args)], env=env,
-                       capture_output=True, text=True, timeout=600)
+  env = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(plugin), *filter(None, [os.environ.get("PYTHONPATH")])]),
+  }
+  out = subprocess.run(
+    [sys.executable, "-m", "rsjax.cli", *map(str, args)],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   if check and out.returncode != 0:
     raise AssertionError(f"rsjax {args[0]} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
   return out
@@ -89,8 +96,25 @@ def _rsjax(plugin, *args, check=True):
 
 def test_a_method_from_outside_certifies_and_verifies(trained, plugin, tmp_path):
   out = tmp_path / "toy.tsv"
-  _rsjax(plugin, "certify", trained, out, "--method", "toy-capped", "--toy-cap", "0.2",
-         "--N0", "50", "--N", "400", "--max", "6", "--batch", "200", "--quiet")
+  _rsjax(
+    plugin,
+    "certify",
+    trained,
+    out,
+    "--method",
+    "toy-capped",
+    "--toy-cap",
+    "0.2",
+    "--N0",
+    "50",
+    "--N",
+    "400",
+    "--max",
+    "6",
+    "--batch",
+    "200",
+    "--quiet",
+  )
   lines = out.read_text().splitlines()
   assert lines[0].split("\t")[-1] == "uncapped" and len(lines) == 7
   rows = [dict(zip(lines[0].split("\t"), line.split("\t"), strict=True)) for line in lines[1:]]
@@ -111,7 +135,19 @@ def test_a_method_from_outside_certifies_and_verifies(trained, plugin, tmp_path)
 
 
 def test_without_its_entry_point_the_method_is_unknown(trained, tmp_path):
-  out = subprocess.run([sys.executable, "-m", "rsjax.cli", "certify", str(trained),
-                        str(tmp_path / "o.tsv"), "--method", "toy-capped"],
-                       capture_output=True, text=True, timeout=600)
+  out = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "rsjax.cli",
+      "certify",
+      str(trained),
+      str(tmp_path / "o.tsv"),
+      "--method",
+      "toy-capped",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert out.returncode == 2 and "toy-capped" in out.stderr

@@ -19,9 +19,16 @@ def _linear(params, x):
 def _context(sigma=0.5, **kw):
   w = jnp.array([[1.0, -1.0], [0.5, -0.5]], jnp.float32)  # class 0 iff x0 + x1/2 > 0
   ds = types.SimpleNamespace(name="toy", num_classes=2, input_shape=(2,))
-  return Context(key=jax.random.key(3), model=None, apply_fn=_linear, params=w, dataset=ds,
-                 sigma=sigma, settings=rsjax.Sampling(n0=50, n=2000, alpha=0.001, batch_size=500),
-                 **kw)
+  return Context(
+    key=jax.random.key(3),
+    model=None,
+    apply_fn=_linear,
+    params=w,
+    dataset=ds,
+    sigma=sigma,
+    settings=rsjax.Sampling(n0=50, n=2000, alpha=0.001, batch_size=500),
+    **kw,
+  )
 
 
 def _x():
@@ -33,8 +40,9 @@ def test_cohen_entry_is_rsjax_certify():
   plan = methods.get("cohen").plan(ctx)
   ids = np.array([4, 9, 2, 7])
   got = plan.certify(_x(), ids)
-  want = rsjax.certify(ctx.key, _linear, ctx.params, _x(), sigma=0.5, num_classes=2, ids=ids,
-                       settings=ctx.settings)
+  want = rsjax.certify(
+    ctx.key, _linear, ctx.params, _x(), sigma=0.5, num_classes=2, ids=ids, settings=ctx.settings
+  )
   np.testing.assert_array_equal(got.counts, want.counts)
   np.testing.assert_array_equal(got.radius, want.radius)
   assert plan.columns == () and plan.restore is None
@@ -55,8 +63,10 @@ def test_ddrs_memory_keeps_balls_of_other_classes_apart_and_replays():
   flat = x.astype(np.float64)
   for i in range(4):
     for j in range(i):
-      if min(cert.prediction[i], cert.prediction[j]) >= 0 and \
-          cert.prediction[i] != cert.prediction[j]:
+      if (
+        min(cert.prediction[i], cert.prediction[j]) >= 0
+        and cert.prediction[i] != cert.prediction[j]
+      ):
         assert np.linalg.norm(flat[i] - flat[j]) >= cert.radius[i] + cert.radius[j]
   rows = [cert.row_fields(j) for j in range(4)]
   assert all(r["sound"] == 1 for r in rows)
@@ -96,14 +106,22 @@ def test_every_method_has_the_one_call_shape():
   noise = rsjax.anisotropic.FrozenNoise(np.array([0.3, 0.5], np.float32))
   sig = np.array([0.3, 0.4, 0.5, 0.6])
   pairs = [
-      (rsjax.certify(key, _linear, w, x, sigma=0.4, certifier=rsjax.Cohen(multiclass=True), **kw),
-       rsjax.certify(key, _linear, w, x, sigma=0.4, multiclass=True, **kw)),
-      (rsjax.certify(key, _linear, w, x, sigma=None, certifier=rsjax.idrs.IDRS(design), **kw),
-       rsjax.idrs.certify(key, _linear, w, x, design=design, **kw)),
-      (rsjax.certify(key, _linear, w, x, sigma=noise, certifier=rsjax.anisotropic.UCAN(), **kw),
-       rsjax.anisotropic.certify(key, _linear, w, x, sigma=noise, **kw)),
-      (rsjax.certify(key, _linear, w, x, sigma=sig, certifier=rsjax.ddrs.DDRS(), **kw),
-       rsjax.ddrs.certify(key, _linear, w, x, sigma=sig, **kw)),
+    (
+      rsjax.certify(key, _linear, w, x, sigma=0.4, certifier=rsjax.Cohen(multiclass=True), **kw),
+      rsjax.certify(key, _linear, w, x, sigma=0.4, multiclass=True, **kw),
+    ),
+    (
+      rsjax.certify(key, _linear, w, x, sigma=None, certifier=rsjax.idrs.IDRS(design), **kw),
+      rsjax.idrs.certify(key, _linear, w, x, design=design, **kw),
+    ),
+    (
+      rsjax.certify(key, _linear, w, x, sigma=noise, certifier=rsjax.anisotropic.UCAN(), **kw),
+      rsjax.anisotropic.certify(key, _linear, w, x, sigma=noise, **kw),
+    ),
+    (
+      rsjax.certify(key, _linear, w, x, sigma=sig, certifier=rsjax.ddrs.DDRS(), **kw),
+      rsjax.ddrs.certify(key, _linear, w, x, sigma=sig, **kw),
+    ),
   ]
   for got, want in pairs:
     assert type(got) is type(want)
@@ -113,5 +131,4 @@ def test_every_method_has_the_one_call_shape():
   with pytest.raises(ValueError, match="design"):
     rsjax.certify(key, _linear, w, x, sigma=0.4, certifier=rsjax.idrs.IDRS(design), **kw)
   with pytest.raises(ValueError, match="Cohen"):
-    rsjax.certify(key, _linear, w, x, sigma=0.4, certifier=rsjax.ddrs.DDRS(), multiclass=True,
-                  **kw)
+    rsjax.certify(key, _linear, w, x, sigma=0.4, certifier=rsjax.ddrs.DDRS(), multiclass=True, **kw)

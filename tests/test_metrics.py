@@ -26,7 +26,9 @@ def test_certified_accuracy_known():
 
 def test_acr_abstention():
   assert metrics.acr(CORRECT, RADIUS) == pytest.approx((0 + 0.25 + 0.5 + 1 + 2) / 8)
-  assert metrics.average_certified_radius(CORRECT, RADIUS, predict=PREDICT) == pytest.approx(3.75 / 8)
+  assert metrics.average_certified_radius(CORRECT, RADIUS, predict=PREDICT) == pytest.approx(
+    3.75 / 8
+  )
   assert metrics.abstention_rate(PREDICT) == 2 / 8
   with pytest.raises(ValueError, match="empty"):
     metrics.acr([], [])
@@ -45,13 +47,23 @@ def test_radius_grid_no_drift():
 
 
 def test_envelope_and_best_over_sigma():
-  a = io.CertifyResults(idx=np.arange(4), label=np.zeros(4, int), predict=np.zeros(4, int),
-                        radius=np.array([0.1, 0.2, 0.3, 0.4]), correct=np.ones(4, bool),
-                        time=np.zeros(4))
+  a = io.CertifyResults(
+    idx=np.arange(4),
+    label=np.zeros(4, int),
+    predict=np.zeros(4, int),
+    radius=np.array([0.1, 0.2, 0.3, 0.4]),
+    correct=np.ones(4, bool),
+    time=np.zeros(4),
+  )
   # b: fewer correct but larger radii
-  b = io.CertifyResults(idx=np.arange(4), label=np.zeros(4, int), predict=np.array([0, 0, -1, -1]),
-                        radius=np.array([1.0, 2.0, 0.0, 0.0]), correct=np.array([1, 1, 0, 0], bool),
-                        time=np.zeros(4))
+  b = io.CertifyResults(
+    idx=np.arange(4),
+    label=np.zeros(4, int),
+    predict=np.array([0, 0, -1, -1]),
+    radius=np.array([1.0, 2.0, 0.0, 0.0]),
+    correct=np.array([1, 1, 0, 0], bool),
+    time=np.zeros(4),
+  )
   radii = [0.0, 0.25, 0.5, 1.5, 3.0]
   best, which = metrics.best_over_sigma([a, b], radii)
   np.testing.assert_allclose(best, [1.0, 0.5, 0.5, 0.25, 0.0])
@@ -72,8 +84,14 @@ def test_high_prob_accuracy_formula():
 
 
 def _results():
-  return io.CertifyResults(idx=np.arange(8), label=np.where(CORRECT, PREDICT, 0), predict=PREDICT,
-                           radius=RADIUS, correct=CORRECT, time=np.full(8, 2.0))
+  return io.CertifyResults(
+    idx=np.arange(8),
+    label=np.where(CORRECT, PREDICT, 0),
+    predict=PREDICT,
+    radius=RADIUS,
+    correct=CORRECT,
+    time=np.full(8, 2.0),
+  )
 
 
 def test_summarize_and_tables():
@@ -81,10 +99,17 @@ def test_summarize_and_tables():
   assert s["n"] == 8 and s["accuracy"] == 5 / 8 and s["abstention"] == 0.25
   assert s["acr"] == pytest.approx(3.75 / 8) and s["mean_time"] == 2.0
   np.testing.assert_allclose(s["certified_accuracy"], [5 / 8, 3 / 8, 2 / 8])
-  r2 = io.CertifyResults(idx=np.arange(2), label=np.zeros(2, int), predict=np.zeros(2, int),
-                         radius=np.array([0.6, 0.6]), correct=np.ones(2, bool), time=np.zeros(2))
-  table = metrics.format_table({"sigma=0.25": _results(), "sigma=0.50": r2}, [0.0, 0.5, 1.0],
-                               show_envelope=True)
+  r2 = io.CertifyResults(
+    idx=np.arange(2),
+    label=np.zeros(2, int),
+    predict=np.zeros(2, int),
+    radius=np.array([0.6, 0.6]),
+    correct=np.ones(2, bool),
+    time=np.zeros(2),
+  )
+  table = metrics.format_table(
+    {"sigma=0.25": _results(), "sigma=0.50": r2}, [0.0, 0.5, 1.0], show_envelope=True
+  )
   lines = table.splitlines()
   assert lines[0].split() == ["r=0", "r=0.5", "r=1", "ACR", "abstain", "n"]
   assert lines[1].split() == ["sigma=0.25", "0.625", "0.375", "0.250*", "0.469", "0.250", "8"]
@@ -101,11 +126,21 @@ def test_plot_png(tmp_path):
   import matplotlib
 
   backend = matplotlib.get_backend()
-  r2 = io.CertifyResults(idx=np.arange(2), label=np.zeros(2, int), predict=np.zeros(2, int),
-                         radius=np.array([0.6, 1.6]), correct=np.ones(2, bool), time=np.zeros(2))
-  out = plots.plot_certified_accuracy(tmp_path / "sub" / "curves", {"sigma=0.25": _results(),
-                                                                     "sigma=0.50": r2},
-                                      title="test", show_envelope=True, high_prob=(0.001, 0.01))
+  r2 = io.CertifyResults(
+    idx=np.arange(2),
+    label=np.zeros(2, int),
+    predict=np.zeros(2, int),
+    radius=np.array([0.6, 1.6]),
+    correct=np.ones(2, bool),
+    time=np.zeros(2),
+  )
+  out = plots.plot_certified_accuracy(
+    tmp_path / "sub" / "curves",
+    {"sigma=0.25": _results(), "sigma=0.50": r2},
+    title="test",
+    show_envelope=True,
+    high_prob=(0.001, 0.01),
+  )
   assert out.endswith(".png")
   data = open(out, "rb").read()
   assert data[:8] == b"\x89PNG\r\n\x1a\n"

@@ -15,21 +15,22 @@ from rsjax import models
 # LeNet-5 (padded conv1) is 61,706; the CIFAR ResNets are the ballpark of
 # Cohen et al. (0.27M, 1.7M) plus the two 1x1 projection shortcuts.
 ARCHS = [
-    ("mlp", (8, 8, 1), 10, 64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10),
-    ("cnn", (28, 28, 1), 10, (1.1e6, 1.3e6)),
-    ("lenet", (28, 28, 1), 10, 61_706),
-    ("resnet20", (32, 32, 3), 10, (0.26e6, 0.28e6)),
-    ("resnet110", (32, 32, 3), 10, (1.7e6, 1.75e6)),
-    ("resnet18", (32, 32, 3), 10, 11_173_962),
-    ("resnet50", (224, 224, 3), 1000, 25_557_032),
+  ("mlp", (8, 8, 1), 10, 64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10),
+  ("cnn", (28, 28, 1), 10, (1.1e6, 1.3e6)),
+  ("lenet", (28, 28, 1), 10, 61_706),
+  ("resnet20", (32, 32, 3), 10, (0.26e6, 0.28e6)),
+  ("resnet110", (32, 32, 3), 10, (1.7e6, 1.75e6)),
+  ("resnet18", (32, 32, 3), 10, 11_173_962),
+  ("resnet50", (224, 224, 3), 1000, 25_557_032),
 ]
 
 
 @functools.cache
 def _abstract(name, input_shape, num_classes):
   """Model with abstract (shape-only) variables: nothing allocated; cached, never mutated."""
-  return nnx.eval_shape(lambda: models.create_model(
-      name, num_classes=num_classes, input_shape=input_shape, rngs=0))
+  return nnx.eval_shape(
+    lambda: models.create_model(name, num_classes=num_classes, input_shape=input_shape, rngs=0)
+  )
 
 
 @pytest.mark.parametrize("name,input_shape,num_classes,expected", ARCHS, ids=[a[0] for a in ARCHS])
@@ -43,18 +44,29 @@ def test_param_counts(name, input_shape, num_classes, expected):
 
 def test_torch_layout_options():
   """torchvision's ResNet-18 and the literature's MNIST LeNet (counts as in PyTorch)."""
-  def count(name, input_shape, num_classes, **kw):
-    return models.count_params(nnx.eval_shape(lambda: models.create_model(
-        name, num_classes=num_classes, input_shape=input_shape, rngs=0, **kw)))
 
-  assert count("imagenet_resnet", (224, 224, 3), 1000, block="basic",
-               stage_sizes=(2, 2, 2, 2)) == 11_689_512
-  assert count("lenet", (28, 28, 1), 10, channels=(20, 50), hidden_sizes=(500,),
-               padding=0) == 431_080
+  def count(name, input_shape, num_classes, **kw):
+    return models.count_params(
+      nnx.eval_shape(
+        lambda: models.create_model(
+          name, num_classes=num_classes, input_shape=input_shape, rngs=0, **kw
+        )
+      )
+    )
+
+  assert (
+    count("imagenet_resnet", (224, 224, 3), 1000, block="basic", stage_sizes=(2, 2, 2, 2))
+    == 11_689_512
+  )
+  assert (
+    count("lenet", (28, 28, 1), 10, channels=(20, 50), hidden_sizes=(500,), padding=0) == 431_080
+  )
   assert count("cifar_resnet", (32, 32, 3), 10, depth=20) == count("resnet20", (32, 32, 3), 10)
 
 
-@pytest.mark.parametrize("name,input_shape,num_classes,batch", [
+@pytest.mark.parametrize(
+  "name,input_shape,num_classes,batch",
+  [
     ("resnet110", (32, 32, 3), 10, 2),
     ("resnet18", (32, 32, 3), 10, 2),
     ("resnet50", (64, 64, 3), 7, 2),
@@ -62,7 +74,8 @@ def test_torch_layout_options():
     ("lenet", (28, 28, 1), 10, 3),
     ("cnn", (8, 8, 1), 7, 3),
     ("mlp", (5,), 7, 3),
-])
+  ],
+)
 def test_output_shapes_abstract(name, input_shape, num_classes, batch):
   model = _abstract(name, input_shape, num_classes)
   apply_fn, variables = models.to_apply_fn(model)
@@ -72,8 +85,10 @@ def test_output_shapes_abstract(name, input_shape, num_classes, batch):
   assert out.dtype == jnp.float32
 
 
-@pytest.mark.parametrize("name,input_shape", [
-    ("mlp", (8, 8, 1)), ("cnn", (8, 8, 1)), ("lenet", (28, 28, 1)), ("resnet20", (32, 32, 3))])
+@pytest.mark.parametrize(
+  "name,input_shape",
+  [("mlp", (8, 8, 1)), ("cnn", (8, 8, 1)), ("lenet", (28, 28, 1)), ("resnet20", (32, 32, 3))],
+)
 def test_forward_real(name, input_shape, getkey):
   model = models.create_model(name, num_classes=10, input_shape=input_shape, rngs=0)
   apply_fn, variables = models.to_apply_fn(model)
@@ -86,8 +101,14 @@ def test_forward_real(name, input_shape, getkey):
 @pytest.fixture(scope="module")
 def tiny_resnet():
   """A 2-stage basic-block ResNet with BatchNorm (the ResNet-20/110/18 code path), built once."""
-  return models.BasicResNet(input_shape=(8, 8, 3), num_classes=5, stage_sizes=(1, 1),
-                            widths=(4, 8), normalize="cifar10", rngs=nnx.Rngs(0))
+  return models.BasicResNet(
+    input_shape=(8, 8, 3),
+    num_classes=5,
+    stage_sizes=(1, 1),
+    widths=(4, 8),
+    normalize="cifar10",
+    rngs=nnx.Rngs(0),
+  )
 
 
 @nnx.jit
@@ -147,17 +168,24 @@ def test_default_normalizations():
   def stats(name, shape):
     m = _abstract(name, shape, 1000 if name == "resnet50" else 10)
     return (m.normalize.mean, m.normalize.std) if m.normalize is not None else None
+
   assert stats("resnet110", (32, 32, 3)) == ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
   assert stats("resnet20", (32, 32, 3)) == models.NORMALIZATION["cifar10"]
   assert stats("resnet18", (32, 32, 3)) == models.NORMALIZATION["cifar10"]
   assert stats("resnet50", (224, 224, 3)) == ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
   assert stats("lenet", (28, 28, 1)) == ((0.1307,), (0.3081,))
   assert stats("mlp", (8, 8, 1)) is None
-  m = nnx.eval_shape(lambda: models.create_model(
-      "resnet20", num_classes=10, input_shape=(32, 32, 3), rngs=0, normalize=None))
+  m = nnx.eval_shape(
+    lambda: models.create_model(
+      "resnet20", num_classes=10, input_shape=(32, 32, 3), rngs=0, normalize=None
+    )
+  )
   assert m.normalize is None
-  m = nnx.eval_shape(lambda: models.create_model(
-      "lenet", num_classes=10, input_shape=(16, 16, 1), rngs=0, normalize=((0.5,), (0.25,))))
+  m = nnx.eval_shape(
+    lambda: models.create_model(
+      "lenet", num_classes=10, input_shape=(16, 16, 1), rngs=0, normalize=((0.5,), (0.25,))
+    )
+  )
   assert (m.normalize.mean, m.normalize.std) == ((0.5,), (0.25,))
 
 
@@ -196,13 +224,15 @@ def test_train_fn_updates_batch_stats_and_matches_eval_after_merge(tiny_resnet, 
   assert np.isfinite(float(l0))
   assert jax.tree.structure(grads) == jax.tree.structure(params)
   assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
-  moved = [not np.allclose(a, b)
-           for a, b in zip(jax.tree.leaves(rest), jax.tree.leaves(new_rest), strict=True)]
+  moved = [
+    not np.allclose(a, b)
+    for a, b in zip(jax.tree.leaves(rest), jax.tree.leaves(new_rest), strict=True)
+  ]
   assert any(moved)
   # Train-mode logits use batch statistics: equal to the NNX train forward.
-  np.testing.assert_allclose(jax.jit(train_fn)(params, rest, x)[0],
-                             _nnx_forward(nnx.clone(model), x),
-                             rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(
+    jax.jit(train_fn)(params, rest, x)[0], _nnx_forward(nnx.clone(model), x), rtol=1e-4, atol=1e-5
+  )
   # Eval apply on merged (params, new_rest) equals the model updated in place.
   apply_fn, _ = models.to_apply_fn(model)
   merged = nnx.merge_state(params, new_rest)
@@ -212,8 +242,9 @@ def test_train_fn_updates_batch_stats_and_matches_eval_after_merge(tiny_resnet, 
 
 
 def test_bfloat16_compute_dtype(getkey):
-  model = models.create_model("cnn", num_classes=3, input_shape=(8, 8, 1), rngs=0,
-                              dtype=jnp.bfloat16)
+  model = models.create_model(
+    "cnn", num_classes=3, input_shape=(8, 8, 1), rngs=0, dtype=jnp.bfloat16
+  )
   apply_fn, variables = models.to_apply_fn(model)
   assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(variables))
   out = apply_fn(variables, jax.random.uniform(getkey(), (2, 8, 8, 1)))
@@ -230,14 +261,16 @@ def test_errors():
   with pytest.raises(ValueError, match="normalize"):
     models.create_model("mlp", num_classes=2, input_shape=(4,), rngs=0, normalize="svhn")
   with pytest.raises(ValueError, match="channels"):
-    models.create_model("resnet20", num_classes=10, input_shape=(32, 32, 1), rngs=0,
-                        normalize="cifar10")
+    models.create_model(
+      "resnet20", num_classes=10, input_shape=(32, 32, 1), rngs=0, normalize="cifar10"
+    )
   with pytest.raises(ValueError, match="num_classes"):
     models.create_model("mlp", num_classes=0, input_shape=(4,), rngs=0)
 
 
 def _randomize_batch_norm(model, seed=0):
   from flax import nnx
+
   rng = np.random.default_rng(seed)
   for _, m in nnx.iter_graph(model):
     if isinstance(m, nnx.BatchNorm):
@@ -248,10 +281,13 @@ def _randomize_batch_norm(model, seed=0):
       m.bias.set_value(jnp.asarray(rng.normal(size=c) * 0.1, jnp.float32))
 
 
-@pytest.mark.parametrize("name, shape, pairs", [("resnet20", (32, 32, 3), 1 + 9 * 2 + 2),
-                                                ("resnet50", (32, 32, 3), 1 + 16 * 3 + 4)])
+@pytest.mark.parametrize(
+  "name, shape, pairs",
+  [("resnet20", (32, 32, 3), 1 + 9 * 2 + 2), ("resnet50", (32, 32, 3), 1 + 16 * 3 + 4)],
+)
 def test_fold_batch_norm_keeps_the_function(name, shape, pairs):
   from flax import nnx
+
   model = models.create_model(name, num_classes=10, input_shape=shape, rngs=0)
   _randomize_batch_norm(model)
   folded, count = models.fold_batch_norm(model)

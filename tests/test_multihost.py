@@ -41,9 +41,21 @@ def _apply(w, x):
 
 def _certify(ids):
   import rsjax
+
   w, x = _problem()
-  cert = rsjax.certify(SEED, _apply, w, x[ids], sigma=SIGMA, num_classes=NUM_CLASSES, n0=N0,
-                       n=N, alpha=0.01, batch_size=256, ids=ids)
+  cert = rsjax.certify(
+    SEED,
+    _apply,
+    w,
+    x[ids],
+    sigma=SIGMA,
+    num_classes=NUM_CLASSES,
+    n0=N0,
+    n=N,
+    alpha=0.01,
+    batch_size=256,
+    ids=ids,
+  )
   return cert
 
 
@@ -58,9 +70,11 @@ HEADER = "idx\tpredict\tradius\tcounts_selection\tcounts"
 
 def _worker(how: str, port: int, process_id: int, out: str) -> None:
   import rsjax.distributed as dist
+
   if how == "coordinator":
-    pid, count = dist.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id,
-                                 initialization_timeout=60)
+    pid, count = dist.initialize(
+      f"127.0.0.1:{port}", num_processes=2, process_id=process_id, initialization_timeout=60
+    )
   else:  # the cluster's variables only
     pid, count = dist.initialize(initialization_timeout=60)
   assert (pid, count) == (process_id, 2)
@@ -101,19 +115,33 @@ def cluster_env(how: str, port: int, process_id: int) -> dict[str, str]:
   ``process_id`` of a 2-process job on this machine whose coordinator JAX puts on ``port``."""
   job = port - CLUSTER_PORTS + 3 * 2**12  # a job id that JAX maps to this port
   if how == "slurm":
-    return {"SLURM_JOB_ID": str(job), "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2",
-            "SLURM_PROCID": str(process_id), "SLURM_LOCALID": str(process_id),
-            "SLURM_STEP_NUM_NODES": "1", "SLURM_NNODES": "1"}
+    return {
+      "SLURM_JOB_ID": str(job),
+      "SLURM_STEP_NODELIST": "localhost",
+      "SLURM_NTASKS": "2",
+      "SLURM_PROCID": str(process_id),
+      "SLURM_LOCALID": str(process_id),
+      "SLURM_STEP_NUM_NODES": "1",
+      "SLURM_NNODES": "1",
+    }
   if how == "ompi":  # Open MPI 4 (ORTE): the job id is a multiple of 2**12
-    return {"OMPI_MCA_orte_hnp_uri": f"{job * 2**12}.0;tcp://127.0.0.1:41000",
-            "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": str(process_id),
-            "OMPI_COMM_WORLD_LOCAL_RANK": str(process_id)}
+    return {
+      "OMPI_MCA_orte_hnp_uri": f"{job * 2**12}.0;tcp://127.0.0.1:41000",
+      "OMPI_COMM_WORLD_SIZE": "2",
+      "OMPI_COMM_WORLD_RANK": str(process_id),
+      "OMPI_COMM_WORLD_LOCAL_RANK": str(process_id),
+    }
   raise ValueError(how)
 
 
 #: The variables of this test's own launcher, removed from the workers' environment.
-LAUNCH_VARS = ("RSJAX_COORDINATOR_ADDRESS", "RSJAX_NUM_PROCESSES", "RSJAX_PROCESS_ID",
-               "JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_PORT")
+LAUNCH_VARS = (
+  "RSJAX_COORDINATOR_ADDRESS",
+  "RSJAX_NUM_PROCESSES",
+  "RSJAX_PROCESS_ID",
+  "JAX_COORDINATOR_ADDRESS",
+  "JAX_COORDINATOR_PORT",
+)
 
 
 def _launch(tmp_path, how, port):
@@ -124,10 +152,14 @@ def _launch(tmp_path, how, port):
   for k in LAUNCH_VARS:
     env.pop(k, None)
   procs = [
-      subprocess.Popen([sys.executable, __file__, "worker", how, str(port), str(i), out],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       env=env if how == "coordinator" else {**env, **cluster_env(how, port, i)})
-      for i in range(2)
+    subprocess.Popen(
+      [sys.executable, __file__, "worker", how, str(port), str(i), out],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      env=env if how == "coordinator" else {**env, **cluster_env(how, port, i)},
+    )
+    for i in range(2)
   ]
   deadline = time.monotonic() + 120
   results = []
@@ -155,8 +187,11 @@ def test_two_processes_match_single_process(tmp_path, how):
   shares = [json.loads(stdout.strip().splitlines()[-1]) for _, stdout, _ in results]
   assert sorted(i for s in shares for i in s["ids"]) == list(range(NUM_INPUTS))
   assert all(s["ids"] for s in shares)  # both processes did work
-  through = {"coordinator": "the coordinator given", "slurm": "the SLURM job",
-             "ompi": "the Open MPI job"}[how]
+  through = {
+    "coordinator": "the coordinator given",
+    "slurm": "the SLURM job",
+    "ompi": "the Open MPI job",
+  }[how]
   for p, s in enumerate(shares):
     assert s["joined"].startswith(f"process {p} of 2 ") and through in s["joined"], s["joined"]
     assert s["joined"].endswith("processes 0, 1 hold 4 devices"), s["joined"]
@@ -173,6 +208,7 @@ def test_two_processes_match_single_process(tmp_path, how):
 
 def test_split_indices_partitions():
   import rsjax.distributed as dist
+
   idx = np.arange(10) * 3
   parts = [dist.split_indices(idx, process_index=p, process_count=3) for p in range(3)]
   assert sorted(np.concatenate(parts).tolist()) == idx.tolist()
@@ -183,6 +219,7 @@ def test_split_indices_partitions():
 
 def test_merge_rows_sorts_dedups_and_rejects_conflicts(tmp_path):
   import rsjax.distributed as dist
+
   a, b = tmp_path / "a", tmp_path / "b"
   a.write_text("idx\tv\n3\tx\n0\ty\n")
   b.write_text("idx\tv\n1\tz\n3\tx\n")
@@ -198,12 +235,15 @@ def test_merge_rows_sorts_dedups_and_rejects_conflicts(tmp_path):
 
 
 def _no_job(monkeypatch):
-  for k in LAUNCH_VARS + tuple(cluster_env("slurm", 61440, 0)) + tuple(cluster_env("ompi", 61440, 0)):
+  for k in (
+    LAUNCH_VARS + tuple(cluster_env("slurm", 61440, 0)) + tuple(cluster_env("ompi", 61440, 0))
+  ):
     monkeypatch.delenv(k, raising=False)
 
 
 def test_initialize_single_process_and_bad_arguments(monkeypatch):
   import rsjax.distributed as dist
+
   _no_job(monkeypatch)
   assert dist.detect_cluster() is None
   assert dist.initialize() == (0, 1)
@@ -220,6 +260,7 @@ def test_initialize_single_process_and_bad_arguments(monkeypatch):
 @pytest.mark.parametrize("jax_detection", [True, False])
 def test_detect_cluster_reads_the_jobs_jax_detects(monkeypatch, jax_detection):
   import rsjax.distributed as dist
+
   _no_job(monkeypatch)
   # JAX's own detection is reachable in this JAX (else rsjax falls back on its own list).
   assert dist._jax_cluster_kinds() is not None
@@ -242,6 +283,7 @@ def test_detect_cluster_reads_the_jobs_jax_detects(monkeypatch, jax_detection):
   monkeypatch.setenv("RSJAX_NUM_PROCESSES", "1")
   assert dist.initialize() == (0, 1)
   import jax
+
   assert not jax.distributed.is_initialized()
 
 

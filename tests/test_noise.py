@@ -13,13 +13,13 @@ from rsjax import noise, sample_noise
 
 
 @pytest.mark.parametrize(
-    "family, dist",
-    [
-        (noise.Gaussian(), st.norm()),
-        (noise.Gaussian(stream="threefry13"), st.norm()),
-        (noise.Laplace(), st.laplace()),
-        (noise.Uniform(), st.uniform(loc=-1, scale=2)),
-    ],
+  "family, dist",
+  [
+    (noise.Gaussian(), st.norm()),
+    (noise.Gaussian(stream="threefry13"), st.norm()),
+    (noise.Laplace(), st.laplace()),
+    (noise.Uniform(), st.uniform(loc=-1, scale=2)),
+  ],
 )
 def test_unit_samples_follow_the_family(family, dist):
   z = np.asarray(family.sample(jax.random.key(0), (40_001,))).astype(np.float64)
@@ -36,9 +36,8 @@ def test_gaussian_words_are_independent_within_a_sample():
   assert abs(np.corrcoef(z[0::2], z[1::2])[0, 1]) < 0.02
   assert abs(z.mean()) < 0.02 and abs(z.std() - 1) < 0.02
   half = z.size // 2  # threefry hashes counter i with counter i + n/2
-  assert abs(np.corrcoef(z[:half], z[half:2 * half])[0, 1]) < 0.02
-  np.testing.assert_array_equal(z, np.asarray(noise.standard_normal(jax.random.key(3),
-                                                                    (100_000,))))
+  assert abs(np.corrcoef(z[:half], z[half : 2 * half])[0, 1]) < 0.02
+  np.testing.assert_array_equal(z, np.asarray(noise.standard_normal(jax.random.key(3), (100_000,))))
 
 
 def test_scale_from_std():
@@ -74,14 +73,17 @@ def test_default_stream_is_unchanged(shape):
   np.testing.assert_array_equal(np.asarray(noise.Gaussian().sample(key, shape)), np.asarray(got))
 
 
-@pytest.mark.parametrize("rounds, ctr, key, out", [
+@pytest.mark.parametrize(
+  "rounds, ctr, key, out",
+  [
     # Random123 known-answer vectors (tests/kat_vectors): rounds, counter, key, output.
-    (13, (0, 0), (0, 0), (0x9d1c5ec6, 0x8bd50731)),
-    (13, (0xffffffff,) * 2, (0xffffffff,) * 2, (0xfd36d048, 0x2d17272c)),
-    (13, (0x243f6a88, 0x85a308d3), (0x13198a2e, 0x03707344), (0xba3e4725, 0xf27d669e)),
-    (20, (0, 0), (0, 0), (0x6b200159, 0x99ba4efe)),
-    (20, (0x243f6a88, 0x85a308d3), (0x13198a2e, 0x03707344), (0xc4923a9c, 0x483df7a0)),
-])
+    (13, (0, 0), (0, 0), (0x9D1C5EC6, 0x8BD50731)),
+    (13, (0xFFFFFFFF,) * 2, (0xFFFFFFFF,) * 2, (0xFD36D048, 0x2D17272C)),
+    (13, (0x243F6A88, 0x85A308D3), (0x13198A2E, 0x03707344), (0xBA3E4725, 0xF27D669E)),
+    (20, (0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+    (20, (0x243F6A88, 0x85A308D3), (0x13198A2E, 0x03707344), (0xC4923A9C, 0x483DF7A0)),
+  ],
+)
 def test_threefry_known_answers(rounds, ctr, key, out):
   u = jnp.uint32
   got = noise._threefry2x32(u(key[0]), u(key[1]), u(ctr[0]), u(ctr[1]), rounds)
@@ -103,8 +105,9 @@ def test_fast_stream_is_a_different_standard_normal():
     assert np.mean(np.abs(fast) > t) == pytest.approx(2 * st.norm.sf(t), rel=0.1)
   # Giles' erfinv agrees with XLA's to float32 precision.
   u = noise._uniform_open(jnp.arange(1 << 16, dtype=jnp.uint32) * jnp.uint32(65537 * 4099))
-  np.testing.assert_allclose(np.asarray(noise._erfinv_giles(u)), np.asarray(jax.lax.erf_inv(u)),
-                             rtol=2e-5, atol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(noise._erfinv_giles(u)), np.asarray(jax.lax.erf_inv(u)), rtol=2e-5, atol=1e-6
+  )
 
 
 def test_stream_names():
@@ -123,16 +126,22 @@ def test_jax_rbg_keys_are_not_batch_invariant_so_rsjax_does_not_offer_them(impl)
   # slower on CPU: benchmarks/profile.py --noise.) If JAX ever makes them
   # batch-invariant, this test fails and the option should be reconsidered.
   key = jax.random.fold_in(jax.random.key(0, impl=impl), 5)
-  f = jax.jit(lambda js: jax.vmap(lambda k: jax.random.normal(k, (16,)))(
-      jax.vmap(lambda j: jax.random.fold_in(key, j))(js)))
+  f = jax.jit(
+    lambda js: jax.vmap(lambda k: jax.random.normal(k, (16,)))(
+      jax.vmap(lambda j: jax.random.fold_in(key, j))(js)
+    )
+  )
   whole = np.asarray(f(jnp.arange(64, dtype=jnp.uint32)))
-  parts = np.concatenate([np.asarray(f(jnp.arange(s, s + 8, dtype=jnp.uint32)))
-                          for s in range(0, 64, 8)])
+  parts = np.concatenate(
+    [np.asarray(f(jnp.arange(s, s + 8, dtype=jnp.uint32))) for s in range(0, 64, 8)]
+  )
   assert not np.array_equal(whole, parts)
   # The same check passes for rsjax's stream (threefry, one key per sample).
   k3 = jax.random.fold_in(jax.random.key(0), 5)
   g = jax.jit(lambda js: sample_noise(noise.GAUSSIAN, k3, 0, js, (16,)))
   np.testing.assert_array_equal(
-      np.asarray(g(jnp.arange(64, dtype=jnp.uint32))),
-      np.concatenate([np.asarray(g(jnp.arange(s, s + 8, dtype=jnp.uint32)))
-                      for s in range(0, 64, 8)]))
+    np.asarray(g(jnp.arange(64, dtype=jnp.uint32))),
+    np.concatenate(
+      [np.asarray(g(jnp.arange(s, s + 8, dtype=jnp.uint32))) for s in range(0, 64, 8)]
+    ),
+  )

@@ -33,20 +33,25 @@ def _params(d=64, c=10):
   return {"w": jnp.zeros((d, c), jnp.float32), "b": jnp.zeros((c,), jnp.float32)}
 
 
-@pytest.mark.parametrize("objective", [
+@pytest.mark.parametrize(
+  "objective",
+  [
     obj.Gaussian(num_noise=2),
     obj.Consistency(num_noise=2),
     obj.SmoothAdv(num_noise=2, epsilon=0.5, steps=2, warmup=1),
     obj.MACER(num_noise=4),
     obj.Gaussian(num_noise=2, attack=obj.SphereAttack(steps=2, step_size=0.25)),
-], ids=lambda o: o.name + ("+attack" if getattr(o, "attack", None) else ""))
+  ],
+  ids=lambda o: o.name + ("+attack" if getattr(o, "attack", None) else ""),
+)
 def test_objective_trains(objective, small):
   x, y = small
 
   @jax.jit
   def step(params, key):
     (loss, aux), g = jax.value_and_grad(
-        lambda p: objective(key, linear_apply, p, x, y, sigma=0.25, epoch=3), has_aux=True)(params)
+      lambda p: objective(key, linear_apply, p, x, y, sigma=0.25, epoch=3), has_aux=True
+    )(params)
     return jax.tree.map(lambda p, g: p - 0.5 * g, params, g), loss, aux
 
   params, losses = _params(), []
@@ -93,8 +98,9 @@ def test_consistency_matches_formula():
 
 def test_macer_matches_formula():
   """Noise-free logits: p and q are plain softmaxes; check the hinge on the radius."""
-  logits = np.array([[0.8, 0.0, -1.0], [0.1, 0.0, 0.0], [0.0, 3.0, 0.0], [9.0, 0.0, 0.0]],
-                    np.float32)
+  logits = np.array(
+    [[0.8, 0.0, -1.0], [0.1, 0.0, 0.0], [0.0, 3.0, 0.0], [9.0, 0.0, 0.0]], np.float32
+  )
   y = np.array([0, 0, 0, 0])
 
   def const_apply(params, x):
@@ -102,8 +108,14 @@ def test_macer_matches_formula():
 
   o = obj.MACER(num_noise=2, lbd=3.0, gamma=2.0, beta=1.5)
   sigma = np.array([0.5, 0.5, 0.5, 1.0], np.float32)
-  loss, aux = o(jax.random.key(0), const_apply, None, jnp.zeros((4, 2)), jnp.asarray(y),
-                sigma=jnp.asarray(sigma))
+  loss, aux = o(
+    jax.random.key(0),
+    const_apply,
+    None,
+    jnp.zeros((4, 2)),
+    jnp.asarray(y),
+    sigma=jnp.asarray(sigma),
+  )
   sm = lambda z: np.exp(z) / np.exp(z).sum(1, keepdims=True)  # noqa: E731
   p, q = sm(logits.astype(np.float64)), sm(1.5 * logits.astype(np.float64))
   xent = -np.log(p[:, 0] + 1e-10)
@@ -133,19 +145,23 @@ def test_macer_deferred_switches_the_hinge_on_at_its_epoch():
     np.testing.assert_allclose(float(loss), float(aux["xent"]), rtol=1e-6)
   assert float(late[0][1]["robust"]) > 0
   for loss, aux in late:
-    np.testing.assert_allclose(float(loss), float(aux["xent"]) + 3.0 * float(aux["robust"]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      float(loss), float(aux["xent"]) + 3.0 * float(aux["robust"]), rtol=1e-6
+    )
   with pytest.raises(ValueError, match="deferred"):
     obj.MACER(deferred=-1)
 
 
 def test_smoothadv_perturbation_within_epsilon(small):
   x, y = small
-  params = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(64, 10)), jnp.float32),
-            "b": jnp.zeros(10)}
+  params = {
+    "w": jnp.asarray(np.random.default_rng(0).normal(size=(64, 10)), jnp.float32),
+    "b": jnp.zeros(10),
+  }
   o = obj.SmoothAdv(num_noise=2, epsilon=0.8, steps=4, warmup=4)
-  np.testing.assert_allclose([float(o.epsilon_at(e)) for e in range(6)],
-                             [0.2, 0.4, 0.6, 0.8, 0.8, 0.8], rtol=1e-6)
+  np.testing.assert_allclose(
+    [float(o.epsilon_at(e)) for e in range(6)], [0.2, 0.4, 0.6, 0.8, 0.8, 0.8], rtol=1e-6
+  )
   _, _, noise = obj.replicate(jax.random.key(0), jnp.asarray(x), jnp.asarray(y), 0.25, 2)
   for eps in (0.3, 0.8):
     adv = np.asarray(o.attack(linear_apply, params, jnp.asarray(x), jnp.asarray(y), noise, eps))
@@ -154,8 +170,9 @@ def test_smoothadv_perturbation_within_epsilon(small):
     assert np.median(norms) > 0.5 * eps  # the attack moves
     assert adv.min() >= 0 and adv.max() <= 1
   # the attack raises the smoothed loss it ascends
-  _, aux = o(jax.random.key(0), linear_apply, params, jnp.asarray(x), jnp.asarray(y), sigma=0.25,
-             epoch=10)
+  _, aux = o(
+    jax.random.key(0), linear_apply, params, jnp.asarray(x), jnp.asarray(y), sigma=0.25, epoch=10
+  )
   assert float(aux["max_perturbation"]) <= 0.8 * (1 + 1e-5)
   assert float(aux["epsilon"]) == pytest.approx(0.8)
 
@@ -172,8 +189,9 @@ def test_sphere_attack_keeps_norm_and_first_misclassifying_iterate():
   delta0 = jnp.array([[0.0, 0.6], [0.0, 3.0], [0.0, 0.5]])
   att = obj.SphereAttack(steps=5, step_size=2.0, norm="l2")
   delta = np.asarray(att(apply, None, x, y, delta0))
-  np.testing.assert_allclose(np.linalg.norm(delta, axis=1), np.linalg.norm(delta0, axis=1),
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    np.linalg.norm(delta, axis=1), np.linalg.norm(delta0, axis=1), rtol=1e-6
+  )
   # row 2 is misclassified from the start: unchanged
   np.testing.assert_array_equal(delta[2], delta0[2])
   # row 1: one step (-2, 3) renormalized to radius 3 already misclassifies (x_0 + d_0 < 0):
@@ -189,8 +207,10 @@ def test_sphere_attack_keeps_norm_and_first_misclassifying_iterate():
 
 def test_sphere_attack_starts_at_its_epoch(small):
   x, y = small
-  params = {"w": jnp.asarray(np.random.default_rng(1).normal(size=(64, 10)), jnp.float32),
-            "b": jnp.zeros(10)}
+  params = {
+    "w": jnp.asarray(np.random.default_rng(1).normal(size=(64, 10)), jnp.float32),
+    "b": jnp.zeros(10),
+  }
   g = obj.Gaussian(num_noise=2, attack=obj.SphereAttack(steps=3, step_size=0.5, start_epoch=2))
   plain = obj.Gaussian(num_noise=2)
   key = lambda: jax.random.key(3)  # noqa: E731  (the same noise in all three calls)
@@ -203,8 +223,9 @@ def test_sphere_attack_starts_at_its_epoch(small):
 
 def test_discard_mask_and_resample():
   counts = np.array([0, 39, 40, 41, 100])
-  np.testing.assert_array_equal(strategies.discard_mask(counts, 100, 0.4),
-                                [False, False, True, True, True])
+  np.testing.assert_array_equal(
+    strategies.discard_mask(counts, 100, 0.4), [False, False, True, True, True]
+  )
   with pytest.raises(ValueError, match="counts"):
     strategies.discard_mask([101], 100, 0.4)
   w = np.array([0.0, 1.0, 0.0, 3.0])
@@ -235,6 +256,8 @@ def test_make_objective_errors():
   with pytest.raises(ValueError, match="norm"):
     obj.SphereAttack(norm="l1")
   assert obj.Gaussian(attack=obj.SphereAttack()).to_json() == {
-      "name": "gaussian", "num_noise": 1,
-      "attack": {"steps": 6, "step_size": 0.25, "norm": "l2", "start_epoch": 0}}
+    "name": "gaussian",
+    "num_noise": 1,
+    "attack": {"steps": 6, "step_size": 0.25, "norm": "l2", "start_epoch": 0},
+  }
   assert math.isclose(obj.SmoothAdv().epsilon, 1.0)

@@ -17,7 +17,7 @@ import sys
 
 MAX_MODULES = 15
 
-TRACE = r'''
+TRACE = r"""
 import json, os, sys
 import rsjax
 from rsjax.cli import _parser, certify
@@ -63,42 +63,78 @@ sys.setprofile(profile)
 certify.run(args)
 sys.setprofile(None)
 print("TRACE " + json.dumps({"modules": order, "climbs": sorted(set(climbs))}))
-'''
+"""
 
 
 def _trace(*argv):
-  out = subprocess.run([sys.executable, "-c", TRACE, *map(str, argv)], capture_output=True,
-                       text=True, timeout=600)
+  out = subprocess.run(
+    [sys.executable, "-c", TRACE, *map(str, argv)], capture_output=True, text=True, timeout=600
+  )
   assert out.returncode == 0, out.stderr
   line = next(x for x in out.stdout.splitlines() if x.startswith("TRACE "))
-  return json.loads(line[len("TRACE "):])
+  return json.loads(line[len("TRACE ") :])
 
 
 def test_one_image_opens_few_modules_and_never_climbs_back(trained, tmp_path):
-  got = _trace("certify", trained, tmp_path / "one.tsv", "--N0", "20", "--N", "100", "--max",
-               "1", "--batch", "100", "--quiet")
+  got = _trace(
+    "certify",
+    trained,
+    tmp_path / "one.tsv",
+    "--N0",
+    "20",
+    "--N",
+    "100",
+    "--max",
+    "1",
+    "--batch",
+    "100",
+    "--quiet",
+  )
   modules = got["modules"]
   assert modules[0] == "rsjax.data._dataset" and "rsjax.engine.step" in modules
   assert len(modules) <= MAX_MODULES, f"{len(modules)} modules: {modules}"
   assert not got["climbs"], got["climbs"]
   # The path stays out of the launch, training and command-line layers.
-  assert not [m for m in modules if m.startswith(("rsjax.launch", "rsjax.training",
-                                                  "rsjax.cli"))], modules
+  assert not [
+    m for m in modules if m.startswith(("rsjax.launch", "rsjax.training", "rsjax.cli"))
+  ], modules
 
 
 def test_the_trace_sees_a_climb_back(trained, tmp_path):
   """The probe itself: a bound that calls back into the runner is reported as a climb."""
-  script = TRACE.replace("certify.run(args)", """
+  script = TRACE.replace(
+    "certify.run(args)",
+    """
 from rsjax import runner, stats
 real = stats.clopper_pearson_lower
 def clopper_pearson_lower(*a, **k):  # called by the driver, calls the runner back
   runner.default_inputs_per_call()
   return real(*a, **k)
 stats.clopper_pearson_lower = clopper_pearson_lower
-certify.run(args)""")
-  out = subprocess.run([sys.executable, "-c", script, "certify", str(trained),
-                        str(tmp_path / "one.tsv"), "--N0", "20", "--N", "100", "--max", "1",
-                        "--batch", "100", "--quiet"], capture_output=True, text=True, timeout=600)
+certify.run(args)""",
+  )
+  out = subprocess.run(
+    [
+      sys.executable,
+      "-c",
+      script,
+      "certify",
+      str(trained),
+      str(tmp_path / "one.tsv"),
+      "--N0",
+      "20",
+      "--N",
+      "100",
+      "--max",
+      "1",
+      "--batch",
+      "100",
+      "--quiet",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert out.returncode == 0, out.stderr
   got = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("TRACE "))[6:])
   assert any(c.endswith("rsjax.engine.driver -> rsjax.runner") for c in got["climbs"]), got

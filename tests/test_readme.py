@@ -21,23 +21,28 @@ README = ROOT / "README.md"
 
 # A distinctive piece of each block that is not run -> why.
 _NOT_RUN = {
-    'pip install -e ".[dev]"\npython -m pytest': "installs the package and runs this suite",
-    '"jax[cuda12]': "needs a GPU and the CUDA build of jax; runs this suite there",
-    "rsjax train --dataset cifar10 --data-dir /path/to/tfds": "needs a prepared TFDS data_dir",
-    "rsjax certify --torch-checkpoint models/cifar10": "needs Cohen et al.'s released checkpoint "
-                                                      "and CIFAR-10 in a TFDS data_dir",
-    "gcloud compute tpus tpu-vm ssh": "needs a Cloud TPU pod slice",
-    "srun --nodes": "needs a SLURM cluster (tests/test_multihost.py simulates one)",
+  'pip install -e ".[dev]"\npython -m pytest': "installs the package and runs this suite",
+  '"jax[cuda12]': "needs a GPU and the CUDA build of jax; runs this suite there",
+  "rsjax train --dataset cifar10 --data-dir /path/to/tfds": "needs a prepared TFDS data_dir",
+  "rsjax certify --torch-checkpoint models/cifar10": "needs Cohen et al.'s released checkpoint "
+  "and CIFAR-10 in a TFDS data_dir",
+  "gcloud compute tpus tpu-vm ssh": "needs a Cloud TPU pod slice",
+  "srun --nodes": "needs a SLURM cluster (tests/test_multihost.py simulates one)",
 }
 
 # Flags set to a small value (added when absent: the key of _ADD).
 _SHRINK = {
-    "train": {"--epochs": 1},
-    "train-denoiser": {"--epochs": 1},
-    "certify": {"--N": 64, "--N0": 16, "--ddrs-steps": 3, "--max": 25},
-    "demo": {"--epochs": 1, "--N": 64, "--images": 3},
+  "train": {"--epochs": 1},
+  "train-denoiser": {"--epochs": 1},
+  "certify": {"--N": 64, "--N0": 16, "--ddrs-steps": 3, "--max": 25},
+  "demo": {"--epochs": 1, "--N": 64, "--images": 3},
 }
-_ADD = {"train": {"--epochs"}, "train-denoiser": {"--epochs"}, "certify": {"--N", "--N0", "--max"}, "demo": {"--epochs", "--N", "--images"}}
+_ADD = {
+  "train": {"--epochs"},
+  "train-denoiser": {"--epochs"},
+  "certify": {"--N", "--N0", "--max"},
+  "demo": {"--epochs", "--N", "--images"},
+}
 
 
 def _blocks(lang: str) -> list[str]:
@@ -65,8 +70,11 @@ def _small(line: str) -> str:
 
 def _script(block: str) -> str:
   lines = re.sub(r"\\\n\s*", " ", block).splitlines()  # join continued lines
-  return "set -e\n" + "\n".join(_small(x) if x.strip() and not x.lstrip().startswith("#")
-                                else x for x in lines) + "\n"
+  return (
+    "set -e\n"
+    + "\n".join(_small(x) if x.strip() and not x.lstrip().startswith("#") else x for x in lines)
+    + "\n"
+  )
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +89,21 @@ def shell(tmp_path_factory):
     exe = bin_dir / name
     exe.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)}{args} "$@"\n')
     exe.chmod(0o755)
-  env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-             PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+  env = dict(
+    os.environ,
+    PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+  )
 
   def run(script: str, what: str) -> str:
-    out = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True,
-                         text=True, timeout=900)
-    assert out.returncode == 0, (f"README {what} failed (status {out.returncode}):\n{script}\n"
-                                 f"--- stdout\n{out.stdout[-3000:]}\n--- stderr\n"
-                                 f"{out.stderr[-3000:]}")
+    out = subprocess.run(
+      ["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert out.returncode == 0, (
+      f"README {what} failed (status {out.returncode}):\n{script}\n"
+      f"--- stdout\n{out.stdout[-3000:]}\n--- stderr\n"
+      f"{out.stderr[-3000:]}"
+    )
     return out.stdout
 
   return run
@@ -103,11 +117,15 @@ def test_the_not_run_list_matches_one_block_each():
 
 def test_small_keeps_the_command_and_shrinks_its_sizes():
   assert _small("rsjax certify a b --N0 100 --N 10000 --skip 5") == (
-      "rsjax certify a b --N0 16 --N 64 --skip 5 --max 25")
+    "rsjax certify a b --N0 16 --N 64 --skip 5 --max 25"
+  )
   assert _small("rsjax certify a b --N 6000") == "rsjax certify a b --N 64 --N0 16 --max 25"
   assert _small("python -m rsjax.cli train --dataset d --epochs 20 --out o") == (
-      "python -m rsjax.cli train --dataset d --epochs 1 --out o")
-  assert _small("rsjax analyze f.tsv --radii 0 0.5  # two radii") == "rsjax analyze f.tsv --radii 0 0.5"
+    "python -m rsjax.cli train --dataset d --epochs 1 --out o"
+  )
+  assert (
+    _small("rsjax analyze f.tsv --radii 0 0.5  # two radii") == "rsjax analyze f.tsv --radii 0 0.5"
+  )
   assert _small("ls runs") == "ls runs"
 
 
@@ -122,8 +140,11 @@ def test_every_readme_block_runs(shell):
   assert ran >= 6
   for i, block in enumerate(_blocks("python")):
     if "training.train(" in block:  # the ten lines: 1 epoch, 3 images, N 64
-      for big, small in (("epochs=10", "epochs=1"), ("range(100)", "range(3)"),
-                         ("n=10_000", "n=64")):
+      for big, small in (
+        ("epochs=10", "epochs=1"),
+        ("range(100)", "range(3)"),
+        ("n=10_000", "n=64"),
+      ):
         assert big in block, big
         block = block.replace(big, small)
     shell(f"python - <<'PY'\n{block}PY\n", f"python block {i + 1}")

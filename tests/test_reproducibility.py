@@ -52,15 +52,21 @@ _CHILD = textwrap.dedent("""
 
 def _child_counts(devices, **env):
   environ = dict(os.environ, **env)
-  proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(devices)], env=environ,
-                        capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "-c", _CHILD, json.dumps(devices)],
+    env=environ,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _cpu_env(num_devices):
-  return dict(JAX_PLATFORMS="cpu",
-              XLA_FLAGS=f"--xla_force_host_platform_device_count={num_devices}")
+  return dict(
+    JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={num_devices}"
+  )
 
 
 @pytest.mark.slow
@@ -75,8 +81,10 @@ def test_counts_identical_across_device_counts():
 
 
 def _has_gpu_plugin() -> bool:
-  return any(importlib.util.find_spec(m) is not None
-             for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm7_plugin"))
+  return any(
+    importlib.util.find_spec(m) is not None
+    for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm7_plugin")
+  )
 
 
 @pytest.mark.slow
@@ -101,9 +109,14 @@ def test_precision_names_resolve_and_conflicts_are_refused():
     rsjax.Sampling(precision="tf32", compute_dtype=jnp.bfloat16)
 
 
-@pytest.mark.parametrize("precision, matmul, dtype", [
-    ("float32", "highest", jnp.float32), ("tf32", "tensorfloat32", jnp.float32),
-    ("bfloat16", "default", jnp.bfloat16)])
+@pytest.mark.parametrize(
+  "precision, matmul, dtype",
+  [
+    ("float32", "highest", jnp.float32),
+    ("tf32", "tensorfloat32", jnp.float32),
+    ("bfloat16", "default", jnp.bfloat16),
+  ],
+)
 def test_the_declared_precision_reaches_the_traced_classifier(precision, matmul, dtype):
   # What the classifier sees when the engine traces it: the matmul precision in
   # force and the dtype of its input, for certify's passes and for predict.
@@ -115,10 +128,12 @@ def test_the_declared_precision_reaches_the_traced_classifier(precision, matmul,
     return x.reshape(x.shape[0], -1) @ params.astype(x.dtype)
 
   x = np.random.default_rng(1).uniform(size=(2, 4)).astype(np.float32)
-  rsjax.certify(0, apply_fn, w, x, sigma=0.5, num_classes=3, n0=8, n=16, batch_size=8,
-                precision=precision)
-  rsjax.predict(1, apply_fn, w, x, sigma=0.5, num_classes=3, n=16, batch_size=8,
-                precision=precision)
+  rsjax.certify(
+    0, apply_fn, w, x, sigma=0.5, num_classes=3, n0=8, n=16, batch_size=8, precision=precision
+  )
+  rsjax.predict(
+    1, apply_fn, w, x, sigma=0.5, num_classes=3, n=16, batch_size=8, precision=precision
+  )
   assert seen and set(seen) == {(matmul, jnp.dtype(dtype))}
 
 
@@ -139,12 +154,44 @@ def test_bfloat16_is_another_classifier_and_float32_is_the_default(digits256):
 
 def test_precision_is_in_the_run_identity_and_a_resume_at_another_is_refused(tmp_path, capsys):
   out = tmp_path / "model"
-  assert cli.main(["train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25",
-                   "--epochs", "1", "--batch", "64", "--lr", "0.1", "--out", str(out),
-                   "--quiet"]) == 0
+  assert (
+    cli.main(
+      [
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--sigma",
+        "0.25",
+        "--epochs",
+        "1",
+        "--batch",
+        "64",
+        "--lr",
+        "0.1",
+        "--out",
+        str(out),
+        "--quiet",
+      ]
+    )
+    == 0
+  )
   tsv = tmp_path / "c.tsv"
-  args = ["certify", str(out), str(tsv), "--N", "100", "--N0", "20", "--skip", "200",
-          "--batch", "100", "--quiet"]
+  args = [
+    "certify",
+    str(out),
+    str(tsv),
+    "--N",
+    "100",
+    "--N0",
+    "20",
+    "--skip",
+    "200",
+    "--batch",
+    "100",
+    "--quiet",
+  ]
   assert cli.main(args) == 0
   assert io.read_run_record(tsv)["sampling"]["precision"] == "float32"
   assert "precision: float32" in capsys.readouterr().out

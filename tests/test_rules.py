@@ -38,8 +38,10 @@ class TwoRounds:
     c0 = counts(jax.random.fold_in(key, 0), settings.n0)
     k_est = jax.random.fold_in(key, 1)
     half = settings.n // 2
-    c1 = sum(np.asarray(resolve_counts(counts(jax.random.fold_in(k_est, r), m)))
-             for r, m in enumerate((half, settings.n - half)))
+    c1 = sum(
+      np.asarray(resolve_counts(counts(jax.random.fold_in(k_est, r), m)))
+      for r, m in enumerate((half, settings.n - half))
+    )
     return rule(resolve_counts(c0), c1)
 
 
@@ -52,17 +54,18 @@ def test_a_custom_rule_plugs_into_the_driver():
   cert = rsjax.run_certify(key, counts, rule, settings, sampling_rule=TwoRounds())
 
   def drawn(k, num):
-    return rsjax.sample_counts(k, _linear, w, x, sigma=0.5, num_classes=2, num=num,
-                               batch_size=100)
+    return rsjax.sample_counts(k, _linear, w, x, sigma=0.5, num_classes=2, num=num, batch_size=100)
 
   k_est = jax.random.fold_in(key, 1)
   np.testing.assert_array_equal(cert.counts_selection, drawn(jax.random.fold_in(key, 0), 20))
-  np.testing.assert_array_equal(cert.counts, drawn(jax.random.fold_in(k_est, 0), 150)
-                                + drawn(jax.random.fold_in(k_est, 1), 150))
+  np.testing.assert_array_equal(
+    cert.counts, drawn(jax.random.fold_in(k_est, 0), 150) + drawn(jax.random.fold_in(k_est, 1), 150)
+  )
   assert np.all(cert.counts.sum(axis=1) == 300)
   # The method's rule made the certificate: Cohen's bound of the two rounds' counts.
-  again = rsjax.certificate_from_counts(cert.counts_selection, cert.counts, n=300, alpha=0.001,
-                                        scale=np.full(len(x), 0.5), dim=D)
+  again = rsjax.certificate_from_counts(
+    cert.counts_selection, cert.counts, n=300, alpha=0.001, scale=np.full(len(x), 0.5), dim=D
+  )
   np.testing.assert_array_equal(cert.prediction, again.prediction)
   np.testing.assert_allclose(cert.radius, again.radius)
 
@@ -89,8 +92,9 @@ def test_rules_refuse_what_they_cannot_run():
   with pytest.raises(ValueError, match="sampling_rule must have run"):
     rsjax.run_certify(0, counts, rule, settings, sampling_rule=(0.5, 1.0))
   with pytest.raises(ValueError, match="Cohen's binary radius"):  # another method's rule
-    rsjax.run_certify(0, counts, lambda c0, c1: None, settings,
-                      sampling_rule=budgeted.Budget(grid=(0.5,)))
+    rsjax.run_certify(
+      0, counts, lambda c0, c1: None, settings, sampling_rule=budgeted.Budget(grid=(0.5,))
+    )
 
 
 def _path(module: str) -> pathlib.Path | None:
@@ -104,16 +108,23 @@ def _imports(path: pathlib.Path) -> set[str]:
   out = set()
   for node in ast.walk(ast.parse(path.read_text())):
     if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rsjax"):
-      out |= {f"{node.module}.{a.name}" if _path(f"{node.module}.{a.name}") else node.module
-              for a in node.names}
+      out |= {
+        f"{node.module}.{a.name}" if _path(f"{node.module}.{a.name}") else node.module
+        for a in node.names
+      }
     elif isinstance(node, ast.Import):
       out |= {a.name for a in node.names if a.name.startswith("rsjax")}
   return out
 
 
 def test_the_driver_imports_no_rule_and_no_method():
-  assert _imports(_path("rsjax.engine.driver")) <= {"rsjax.engine.counts", "rsjax.noise",
-                                               "rsjax.precision", "rsjax.stats", "rsjax.util"}
+  assert _imports(_path("rsjax.engine.driver")) <= {
+    "rsjax.engine.counts",
+    "rsjax.noise",
+    "rsjax.precision",
+    "rsjax.stats",
+    "rsjax.util",
+  }
 
 
 @pytest.mark.parametrize("module", ["rsjax.engine.driver", "rsjax.engine.budget", "rsjax.cohen"])

@@ -10,6 +10,7 @@ from rsjax.method import Plan
 
 def axis_apply(params, x):
   import jax.numpy as jnp
+
   z = x.reshape(x.shape[0], -1)[:, 0] * params
   return jnp.stack([-z, z], axis=-1)
 
@@ -30,16 +31,28 @@ def make_fn(calls=None, fail_after=None):
       calls.append(list(ids))
       if fail_after is not None and len(calls) > fail_after:
         raise KeyboardInterrupt("simulated interruption")
-    return rsjax.certify(3, axis_apply, jnp.float32(1.0), x, sigma=0.5, num_classes=2, n0=20,
-                         n=200, alpha=0.01, batch_size=100, ids=ids)
+    return rsjax.certify(
+      3,
+      axis_apply,
+      jnp.float32(1.0),
+      x,
+      sigma=0.5,
+      num_classes=2,
+      n0=20,
+      n=200,
+      alpha=0.01,
+      batch_size=100,
+      ids=ids,
+    )
 
   return fn
 
 
 def rows(path):
   r = io.read_certify(path)
-  return list(zip(r.idx.tolist(), r.label.tolist(), r.predict.tolist(), r.radius.tolist(),
-                  strict=True))
+  return list(
+    zip(r.idx.tolist(), r.label.tolist(), r.predict.tolist(), r.radius.tolist(), strict=True)
+  )
 
 
 def test_select_indices():
@@ -62,15 +75,17 @@ def test_interrupted_run_resumes_without_duplicates(tmp_path, problem):
   part = tmp_path / "part.tsv"
   calls = []
   with pytest.raises(KeyboardInterrupt):
-    runner.certify_dataset(Plan(make_fn(calls, fail_after=2)), get_batch, idx, part, inputs_per_call=3,
-                           progress=False)
+    runner.certify_dataset(
+      Plan(make_fn(calls, fail_after=2)), get_batch, idx, part, inputs_per_call=3, progress=False
+    )
   assert len(rows(part)) == 6  # two calls of 3 rows made it to disk
   # Simulate a kill in the middle of writing a row.
   with open(part, "a") as f:
     f.write("99\t1\t1\t0.3")
   calls2 = []
-  wrote = runner.certify_dataset(Plan(make_fn(calls2)), get_batch, idx, part, inputs_per_call=3,
-                                 progress=False)
+  wrote = runner.certify_dataset(
+    Plan(make_fn(calls2)), get_batch, idx, part, inputs_per_call=3, progress=False
+  )
   assert wrote == len(idx) - 6
   assert sorted(sum(calls2, [])) == sorted(set(idx.tolist()) - set(sum(calls[:2], [])))
   assert rows(part) == rows(full)  # same rows, in the same order, no duplicate
@@ -85,22 +100,26 @@ def test_rows_are_on_disk_before_the_run_ends(tmp_path, problem):
     seen.append(len(io.read_certify(path).idx) if path.exists() else 0)
     return make_fn()(x_, ids)
 
-  runner.certify_dataset(Plan(fn), lambda i: (x[i], y[i]), np.arange(6), path, inputs_per_call=2,
-                         progress=False)
+  runner.certify_dataset(
+    Plan(fn), lambda i: (x[i], y[i]), np.arange(6), path, inputs_per_call=2, progress=False
+  )
   assert seen == [0, 2, 4]
 
 
 def test_predict_dataset(tmp_path, problem):
   import jax.numpy as jnp
+
   x, y = problem
 
   def fn(x_, ids):
-    return rsjax.predict(1, axis_apply, jnp.float32(1.0), x_, sigma=0.1, num_classes=2, n=200,
-                         alpha=0.01, ids=ids)
+    return rsjax.predict(
+      1, axis_apply, jnp.float32(1.0), x_, sigma=0.1, num_classes=2, n=200, alpha=0.01, ids=ids
+    )
 
   path = tmp_path / "p.tsv"
-  runner.predict_dataset(fn, lambda i: (x[i], y[i]), np.arange(len(x)), path, inputs_per_call=5,
-                         progress=False)
+  runner.predict_dataset(
+    fn, lambda i: (x[i], y[i]), np.arange(len(x)), path, inputs_per_call=5, progress=False
+  )
   r = io.read_predict(path)
   assert len(r.idx) == len(x)
   ok = r.predict != -1

@@ -14,9 +14,9 @@ NUM_CLASSES = 5
 def init_mlp(seed, d_in, hidden=16):
   rng = np.random.default_rng(seed)
   return {
-      "w1": jnp.asarray(rng.normal(size=(d_in, hidden)) / np.sqrt(d_in), jnp.float32),
-      "b1": jnp.zeros((hidden,), jnp.float32),
-      "w2": jnp.asarray(rng.normal(size=(hidden, NUM_CLASSES)), jnp.float32),
+    "w1": jnp.asarray(rng.normal(size=(d_in, hidden)) / np.sqrt(d_in), jnp.float32),
+    "b1": jnp.zeros((hidden,), jnp.float32),
+    "w2": jnp.asarray(rng.normal(size=(hidden, NUM_CLASSES)), jnp.float32),
   }
 
 
@@ -26,8 +26,9 @@ def mlp_apply(params, x):
 
 
 def cnn_apply(params, x):
-  y = jax.lax.conv_general_dilated(x, params["k"], (1, 1), "SAME",
-                                   dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  y = jax.lax.conv_general_dilated(
+    x, params["k"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+  )
   y = jax.nn.relu(y).mean(axis=(1, 2))
   return y @ params["w"]
 
@@ -57,8 +58,9 @@ def test_counts_shape_and_total(data):
 @pytest.mark.parametrize("batch_size", [1, 7, 100, 700, 5000])
 def test_counts_identical_across_batch_sizes(data, batch_size):
   params, x = data
-  np.testing.assert_array_equal(counts(x, params, batch_size=batch_size),
-                                counts(x, params, batch_size=256))
+  np.testing.assert_array_equal(
+    counts(x, params, batch_size=batch_size), counts(x, params, batch_size=256)
+  )
 
 
 def test_counts_identical_across_splits_and_orders(data):
@@ -73,8 +75,9 @@ def test_counts_identical_across_splits_and_orders(data):
   np.testing.assert_array_equal(shuffled, full[perm])
 
 
-@pytest.mark.parametrize("variant", [dict(batch_size=7), dict(batch_size=700), dict(devices=3),
-                                     dict(split=True)])
+@pytest.mark.parametrize(
+  "variant", [dict(batch_size=7), dict(batch_size=700), dict(devices=3), dict(split=True)]
+)
 def test_fast_stream_counts_identical_across_batch_splits_devices(data, variant):
   # The cheaper Gaussian stream keeps every reproducibility property.
   params, x = data
@@ -82,8 +85,12 @@ def test_fast_stream_counts_identical_across_batch_splits_devices(data, variant)
   assert not np.array_equal(ref, counts(x, params))  # it is another stream
   if variant.get("split"):
     ids = np.arange(13)
-    got = np.concatenate([counts(x[:4], params, ids=ids[:4], noise="gaussian_fast"),
-                          counts(x[4:], params, ids=ids[4:], noise="gaussian_fast")])
+    got = np.concatenate(
+      [
+        counts(x[:4], params, ids=ids[:4], noise="gaussian_fast"),
+        counts(x[4:], params, ids=ids[4:], noise="gaussian_fast"),
+      ]
+    )
   else:
     got = counts(x, params, noise="gaussian_fast", **variant)
   np.testing.assert_array_equal(got, ref)
@@ -96,8 +103,10 @@ def test_single_input_is_sharded_over_devices():
 
 def test_cnn_counts_reproducible():
   rng = np.random.default_rng(5)
-  params = {"k": jnp.asarray(rng.normal(size=(3, 3, 1, 4)), jnp.float32),
-            "w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)}
+  params = {
+    "k": jnp.asarray(rng.normal(size=(3, 3, 1, 4)), jnp.float32),
+    "w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32),
+  }
   x = rng.uniform(size=(3, 8, 8, 1)).astype(np.float32)
   kw = dict(sigma=0.3, num_classes=3, num=300)
   a = rsjax.sample_counts(9, cnn_apply, params, x, batch_size=64, **kw)
@@ -109,8 +118,9 @@ def test_keys_matter(data):
   params, x = data
   a = rsjax.sample_counts(1, mlp_apply, params, x, sigma=0.5, num_classes=5, num=500)
   b = rsjax.sample_counts(2, mlp_apply, params, x, sigma=0.5, num_classes=5, num=500)
-  c = rsjax.sample_counts(jax.random.key(1), mlp_apply, params, x, sigma=0.5, num_classes=5,
-                          num=500)
+  c = rsjax.sample_counts(
+    jax.random.key(1), mlp_apply, params, x, sigma=0.5, num_classes=5, num=500
+  )
   assert not np.array_equal(np.asarray(a), np.asarray(b))
   np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
 
@@ -121,8 +131,9 @@ def test_per_input_sigma(data):
   c = counts(x, params, sigma=sig)
   # Same as certifying each input alone with its scalar sigma.
   for i in (0, 6, 12):
-    np.testing.assert_array_equal(c[i], counts(x[i:i + 1], params, sigma=float(sig[i]),
-                                               ids=[i])[0])
+    np.testing.assert_array_equal(
+      c[i], counts(x[i : i + 1], params, sigma=float(sig[i]), ids=[i])[0]
+    )
 
 
 def test_no_recompilation_for_a_second_batch(data):
@@ -147,31 +158,38 @@ def test_certify_no_recompilation(data):
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        (dict(x=np.zeros((6,), np.float32)), "x must have shape"),
-        (dict(x=np.full((2, 6), np.nan, np.float32)), "NaN"),
-        (dict(x=np.full((2, 6), np.inf, np.float32)), "NaN or inf"),
-        (dict(sigma=0.0), "sigma"),
-        (dict(sigma=-1.0), "sigma"),
-        (dict(sigma=np.ones((3,), np.float32)), "sigma"),
-        (dict(sigma=np.array([0.5, 0.0], np.float32)), "sigma"),
-        (dict(alpha=0.0), "alpha"),
-        (dict(alpha=1.0), "alpha"),
-        (dict(alpha=2.0), "alpha"),
-        (dict(n0=0), "n0"),
-        (dict(n=0), "n must"),
-        (dict(num_classes=3), "num_classes"),
-        (dict(ids=[0]), "ids"),
-        (dict(ids=[-1, 2]), "ids"),
-        (dict(batch_size=0), "batch_size"),
-        (dict(noise="cauchy"), "noise"),
-    ],
+  "kwargs, match",
+  [
+    (dict(x=np.zeros((6,), np.float32)), "x must have shape"),
+    (dict(x=np.full((2, 6), np.nan, np.float32)), "NaN"),
+    (dict(x=np.full((2, 6), np.inf, np.float32)), "NaN or inf"),
+    (dict(sigma=0.0), "sigma"),
+    (dict(sigma=-1.0), "sigma"),
+    (dict(sigma=np.ones((3,), np.float32)), "sigma"),
+    (dict(sigma=np.array([0.5, 0.0], np.float32)), "sigma"),
+    (dict(alpha=0.0), "alpha"),
+    (dict(alpha=1.0), "alpha"),
+    (dict(alpha=2.0), "alpha"),
+    (dict(n0=0), "n0"),
+    (dict(n=0), "n must"),
+    (dict(num_classes=3), "num_classes"),
+    (dict(ids=[0]), "ids"),
+    (dict(ids=[-1, 2]), "ids"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(noise="cauchy"), "noise"),
+  ],
 )
 def test_bad_input_raises_value_error(kwargs, match):
   params = init_mlp(0, 6)
-  args = dict(x=np.zeros((2, 6), np.float32), sigma=0.5, num_classes=NUM_CLASSES, n0=10, n=20,
-              alpha=0.01, batch_size=10)
+  args = dict(
+    x=np.zeros((2, 6), np.float32),
+    sigma=0.5,
+    num_classes=NUM_CLASSES,
+    n0=10,
+    n=20,
+    alpha=0.01,
+    batch_size=10,
+  )
   args.update(kwargs)
   x = args.pop("x")
   with pytest.raises(ValueError, match=match):
@@ -180,12 +198,27 @@ def test_bad_input_raises_value_error(kwargs, match):
 
 def test_bad_key():
   with pytest.raises(ValueError, match="key"):
-    rsjax.sample_counts("seed", mlp_apply, init_mlp(0, 6), np.zeros((1, 6)), sigma=0.5,
-                        num_classes=NUM_CLASSES, num=10)
+    rsjax.sample_counts(
+      "seed",
+      mlp_apply,
+      init_mlp(0, 6),
+      np.zeros((1, 6)),
+      sigma=0.5,
+      num_classes=NUM_CLASSES,
+      num=10,
+    )
 
 
 def test_warns_when_n_can_never_certify():
   with pytest.warns(UserWarning, match="never certify"):
-    cert = rsjax.certify(0, mlp_apply, init_mlp(0, 6), np.zeros((1, 6), np.float32), sigma=0.5,
-                         num_classes=NUM_CLASSES, n0=5, n=5)
+    cert = rsjax.certify(
+      0,
+      mlp_apply,
+      init_mlp(0, 6),
+      np.zeros((1, 6), np.float32),
+      sigma=0.5,
+      num_classes=NUM_CLASSES,
+      n0=5,
+      n=5,
+    )
   assert cert.prediction[0] == -1

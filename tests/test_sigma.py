@@ -21,12 +21,11 @@ def test_sigma_values_live_in_the_core_and_idrs_reexports_them():
 def test_every_method_source_follows_the_protocol():
   x = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
   sources = {
-      "idrs constant": idrs.ConstantSigma(0.25),
-      "idrs knn": idrs.KnnSigma(x + 0.5, 0.25, 0.1, k=2, m=1.0),
-      "ddrs": ddrs.OptimizedSigma(0, lambda p, z: z[:, :2] * p, 1.0, 0.25,
-                                  ddrs.SigmaAscent(steps=1)),
-      "ucan frozen": anisotropic.FrozenNoise(np.full(4, 0.5, np.float32), mu=0.1),
-      "ucan input": anisotropic.InputDependentNoise(lambda z: (None, 0.1 + z)),
+    "idrs constant": idrs.ConstantSigma(0.25),
+    "idrs knn": idrs.KnnSigma(x + 0.5, 0.25, 0.1, k=2, m=1.0),
+    "ddrs": ddrs.OptimizedSigma(0, lambda p, z: z[:, :2] * p, 1.0, 0.25, ddrs.SigmaAscent(steps=1)),
+    "ucan frozen": anisotropic.FrozenNoise(np.full(4, 0.5, np.float32), mu=0.1),
+    "ucan input": anisotropic.InputDependentNoise(lambda z: (None, 0.1 + z)),
   }
   rates = {}
   for name, source in sources.items():
@@ -44,16 +43,26 @@ def test_every_method_source_follows_the_protocol():
   frozen = sources["ucan frozen"].evaluate(x)
   np.testing.assert_array_equal(frozen.mu, np.full(x.shape, 0.1, np.float32))
   np.testing.assert_array_equal(sources["ucan input"].evaluate(x).sigma, 0.1 + x)
-  assert rates == {"idrs constant": 0.0, "idrs knn": knn.rate, "ddrs": np.inf,
-                   "ucan frozen": 0.0, "ucan input": np.inf}
+  assert rates == {
+    "idrs constant": 0.0,
+    "idrs knn": knn.rate,
+    "ddrs": np.inf,
+    "ucan frozen": 0.0,
+    "ucan input": np.inf,
+  }
 
 
 def test_idrs_certify_refuses_what_it_cannot_certify():
   x = np.zeros((2, 4), np.float32)
   kw = dict(num_classes=2, n0=10, n=100)
   with pytest.raises(ValueError, match="rate inf"):
-    idrs.certify(0, _linear_apply, np.ones(4), x,
-                 design=anisotropic.InputDependentNoise(lambda z: (None, 0.5)), **kw)
+    idrs.certify(
+      0,
+      _linear_apply,
+      np.ones(4),
+      x,
+      design=anisotropic.InputDependentNoise(lambda z: (None, 0.5)),
+      **kw,
+    )
   with pytest.raises(ValueError, match="zero-mean"):
-    idrs.certify(0, _linear_apply, np.ones(4), x,
-                 design=anisotropic.FrozenNoise(0.5, mu=0.1), **kw)
+    idrs.certify(0, _linear_apply, np.ones(4), x, design=anisotropic.FrozenNoise(0.5, mu=0.1), **kw)

@@ -19,8 +19,16 @@ RUN = {"model": "deq", "sigma": 0.25, "m": 744}
 
 
 def _row(i, **kw):
-  return {"id": i, "label": 1, "predict": 1, "radius": 0.1 * i, "seconds": 2.0, "cpu_seconds": 2.0,
-          "compile": False, **kw}
+  return {
+    "id": i,
+    "label": 1,
+    "predict": 1,
+    "radius": 0.1 * i,
+    "seconds": 2.0,
+    "cpu_seconds": 2.0,
+    "compile": False,
+    **kw,
+  }
 
 
 def test_rows_append_read_and_a_cut_short_tail(tmp_path):
@@ -70,9 +78,13 @@ def test_f_evals_of_the_full_run():
 
 def test_summary_and_speedups():
   cfg = srs_deq.get_config(False)
-  rows = [_row(0, seconds=9.0, compile=True), _row(1, seconds=4.0, cpu_seconds=4.0),
-          _row(2, seconds=6.0, cpu_seconds=6.5), _row(3, predict=2),
-          _row(4, predict=2, radius=0.0, seconds=9.0, cpu_seconds=5.0)]  # waited for a core
+  rows = [
+    _row(0, seconds=9.0, compile=True),
+    _row(1, seconds=4.0, cpu_seconds=4.0),
+    _row(2, seconds=6.0, cpu_seconds=6.5),
+    _row(3, predict=2),
+    _row(4, predict=2, radius=0.0, seconds=9.0, cpu_seconds=5.0),
+  ]  # waited for a core
   s = rows_lib.summarize(cfg, rows, "30A", 744)
   assert s["images"] == 5 and s["timed_images"] == 3 and s["waited_images"] == 1
   assert s["seconds_per_image"] == pytest.approx(4.0)  # neither the compile call nor the wait
@@ -81,8 +93,14 @@ def test_summary_and_speedups():
   assert s["certified_accuracy"] == {"0": 0.6, "0.25": 0.0, "0.5": 0.0, "0.75": 0.0, "1": 0.0}
   empty = rows_lib.summarize(cfg, [], "3B", 744)  # a piece whose images have no rows yet
   assert empty["images"] == 0 and empty["certified_accuracy"] is None and empty["acr"] is None
-  results = {"standard-30A": s, "SRS-3B": {"seconds_per_image": 1.0, "cpu_seconds_per_image": None,
-                                         "f_evals_per_image": 56_120}}
+  results = {
+    "standard-30A": s,
+    "SRS-3B": {
+      "seconds_per_image": 1.0,
+      "cpu_seconds_per_image": None,
+      "f_evals_per_image": 56_120,
+    },
+  }
   rows_lib.add_speedups(results, "standard-30A")
   assert results["SRS-3B"]["speedup_vs_standard"] == pytest.approx(4.0)
   assert results["SRS-3B"]["cpu_speedup_vs_standard"] is None
@@ -93,8 +111,9 @@ def test_summary_and_speedups():
 def test_pieces_of_the_run_have_their_own_json(monkeypatch):
   """``--models``/``--sigmas``/``--from-image`` select a piece; its JSON is its own."""
   seen = {}
-  monkeypatch.setattr(srs_deq, "run", lambda cfg, out, workdir, **kw: seen.update(
-      cfg=cfg, out=out, workdir=workdir))
+  monkeypatch.setattr(
+    srs_deq, "run", lambda cfg, out, workdir, **kw: seen.update(cfg=cfg, out=out, workdir=workdir)
+  )
   srs_deq.main(["--full", "--models", "mdeq", "--from-image", "120", "--report"])
   cfg = seen["cfg"]
   assert cfg.runs() == [("mdeq", 0.25)] and cfg.first_image == 120
@@ -110,6 +129,7 @@ def test_losses_below_cap_name_their_causes():
   from scipy import stats as st
 
   from rsjax import deq, stats
+
   cfg = srs_deq.get_config(False)
   n, alpha, m, target = cfg.n, cfg.alpha, 744, st.norm.cdf(2.0)
   srs_bound = lambda c, mm: float(deq.srs_p_lower(c, n, mm, mm, alpha)[0])  # noqa: E731
@@ -119,9 +139,12 @@ def test_losses_below_cap_name_their_causes():
   few = 9_850  # certified by standard RS; SRS needs more than 744 checks
   assert stats.clopper_pearson_lower(few, n, alpha) >= target and srs_bound(few, m) < target
   srs = {"predict": 1, "label": 1, "radius": 0.3, "check_selected": m, "check_agree": m}
-  cases = {"labels": dict(predict=2, count=10_000),
-           "check_disagreements": dict(count=10_000, check_agree=m - 3),
-           "alpha_split": dict(count=split), "too_few_checks": dict(count=few)}
+  cases = {
+    "labels": dict(predict=2, count=10_000),
+    "check_disagreements": dict(count=10_000, check_agree=m - 3),
+    "alpha_split": dict(count=split),
+    "too_few_checks": dict(count=few),
+  }
   std_rows = [_row(i, radius=0.6, count=c["count"]) for i, c in enumerate(cases.values())]
   srs_rows = [{**srs, "id": i, **c} for i, c in enumerate(cases.values())]
   srs_rows.append({**srs, "id": 9, "radius": 0.52, "count": 10_000})  # kept: not lost
@@ -136,7 +159,8 @@ def test_losses_below_cap_name_their_causes():
   assert srs_bound(few, m_a(m_needed)) >= target > srs_bound(few, m_a(m_needed - 1))
   assert m_needed > m
   assert got["f_eval_ratio_at_m_needed"] == pytest.approx(
-      rows_lib.f_evals(cfg, "30A", m_needed) / rows_lib.f_evals(cfg, "3B", m_needed))
+    rows_lib.f_evals(cfg, "30A", m_needed) / rows_lib.f_evals(cfg, "3B", m_needed)
+  )
 
 
 def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monkeypatch):
@@ -151,9 +175,14 @@ def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monke
 
   monkeypatch.setattr(srs_deq, "train_model", train_model)
   monkeypatch.setattr(srs_deq.rsjax.models, "to_deq_fn", lambda model: (None, None))
+
   def report(cfg, ids, setups, out_path, t_start):  # records the 30A rows each JSON would see
-    reports.append({t: len(rows_lib.read_rows(st.paths[cfg.standard], st.headers[cfg.standard]))
-                    for t, st in setups.items()})
+    reports.append(
+      {
+        t: len(rows_lib.read_rows(st.paths[cfg.standard], st.headers[cfg.standard]))
+        for t, st in setups.items()
+      }
+    )
     return {"runs": {}, "complete": False}
 
   def certify_image(cfg, deq_fn, variables, sigma, variant, m, x, label, image_id, compile_call):
@@ -162,8 +191,13 @@ def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monke
 
   monkeypatch.setattr(srs_deq, "_report", report)
   monkeypatch.setattr(rows_lib, "certify_image", certify_image)
-  run = lambda **kw: srs_deq.run(cfg, str(tmp_path / "out.json"), str(tmp_path / "work"),  # noqa: E731
-                                 log=logs.append, **kw)
+  run = lambda **kw: srs_deq.run(
+    cfg,
+    str(tmp_path / "out.json"),
+    str(tmp_path / "work"),  # noqa: E731
+    log=logs.append,
+    **kw,
+  )
   run()
   assert sorted(certified) == sorted((v, i) for v in srs_deq._names(cfg) for i in (0, 100, 200))
   assert reports == [{}, {"deq sigma=0.25": 2}, {"deq sigma=0.25": 3}]  # start, then each block

@@ -59,7 +59,8 @@ def test_gaussian_radius_and_saturation():
   assert stats.max_radius(100_000, 0.001, 1.0) == pytest.approx(3.81, abs=5e-3)
   assert stats.max_probability_lower(100_000, 0.001) == pytest.approx(0.99993, abs=1e-5)
   assert stats.clopper_pearson_lower(100_000, 100_000, 0.001) == pytest.approx(
-      0.001 ** (1 / 100_000))
+    0.001 ** (1 / 100_000)
+  )
 
 
 def test_multiclass_radius():

@@ -21,14 +21,19 @@ def _private_imports(path: pathlib.Path):
 
 
 def test_no_cross_module_import_of_underscore_names():
-  found = [f"{p.relative_to(ROOT.parent)}:{line}: from {mod} import {name}"
-           for p in sorted(ROOT.rglob("*.py")) for line, mod, name in _private_imports(p)]
+  found = [
+    f"{p.relative_to(ROOT.parent)}:{line}: from {mod} import {name}"
+    for p in sorted(ROOT.rglob("*.py"))
+    for line, mod, name in _private_imports(p)
+  ]
   assert not found, "\n".join(found)
 
 
 def test_the_check_sees_an_underscore_import(tmp_path):
   bad = tmp_path / "bad.py"
-  bad.write_text("from rsjax.engine.driver import _nothing\nfrom rsjax.engine import counts as _sampling\n")
+  bad.write_text(
+    "from rsjax.engine.driver import _nothing\nfrom rsjax.engine import counts as _sampling\n"
+  )
   assert [name for _, _, name in _private_imports(bad)] == ["_nothing"]
 
 
@@ -47,7 +52,10 @@ def _underscore_uses(path: pathlib.Path):
 
 def test_scripts_use_only_the_public_api():
   """Benchmarks and experiments are users of rsjax: they import no private module or name."""
-  found = [f"{p.relative_to(ROOT.parent)}:{line}: {text}"
-           for d in ("benchmarks", "experiments") for p in sorted(ROOT.parent.joinpath(d).glob("*.py"))
-           for line, text in _underscore_uses(p)]
+  found = [
+    f"{p.relative_to(ROOT.parent)}:{line}: {text}"
+    for d in ("benchmarks", "experiments")
+    for p in sorted(ROOT.parent.joinpath(d).glob("*.py"))
+    for line, text in _underscore_uses(p)
+  ]
   assert not found, "\n".join(found)

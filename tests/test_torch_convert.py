@@ -18,16 +18,19 @@ from rsjax import cli, io, models  # noqa: E402
 
 # arch -> input height/width: Cohen's CIFAR ResNets need 32x32 (AvgPool2d(8)),
 # torchvision's work at any size >= 32, LeNet's fc1 needs 28x28.
-_ARCHS = {"lenet": 28, "cifar_resnet20": 32, "resnet18": 32, "resnet50": 64,
-          "cifar_resnet110": 32}
+_ARCHS = {"lenet": 28, "cifar_resnet20": 32, "resnet18": 32, "resnet50": 64, "cifar_resnet110": 32}
 
 
 def _checkpoint(arch: str, seed: int = 0, num_classes=None):
   """A reference model with random weights and the checkpoint Cohen et al.'s train.py writes."""
   model = ta.randomize_(ta.cohen_model(arch, num_classes), torch.Generator().manual_seed(seed))
   opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-  return model, {"epoch": 90, "arch": arch, "state_dict": model.state_dict(),
-                 "optimizer": opt.state_dict()}
+  return model, {
+    "epoch": 90,
+    "arch": arch,
+    "state_dict": model.state_dict(),
+    "optimizer": opt.state_dict(),
+  }
 
 
 def _inputs(hw: int, channels: int, sigma: float = 0.25, clean: int = 2, noisy: int = 6):
@@ -49,9 +52,16 @@ def _assert_same(out, ref, noisy_from: int = 2):
   np.testing.assert_array_equal(out[noisy_from:].argmax(1), ref[noisy_from:].argmax(1))
 
 
-@pytest.mark.parametrize("arch", [
-    "lenet", "cifar_resnet20", "resnet18", "resnet50",
-    pytest.param("cifar_resnet110", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+  "arch",
+  [
+    "lenet",
+    "cifar_resnet20",
+    "resnet18",
+    "resnet50",
+    pytest.param("cifar_resnet110", marks=pytest.mark.slow),
+  ],
+)
 def test_logits_match_pytorch(arch, tmp_path):
   model, ckpt = _checkpoint(arch)
   path = tmp_path / "checkpoint.pth.tar"
@@ -71,9 +81,12 @@ def test_prefixes_and_detection():
   """Bare, DataParallel-wrapped and Sequential(NormalizeLayer, ...) state dicts give one model."""
   model, ckpt = _checkpoint("lenet", num_classes=7)
   bare = model[1].state_dict()
-  variants = [bare, {"module." + k: v for k, v in bare.items()},
-              {"1.module." + k: v for k, v in bare.items()},
-              {k: v.numpy() for k, v in ckpt["state_dict"].items()}]  # NumPy, no 'arch'
+  variants = [
+    bare,
+    {"module." + k: v for k, v in bare.items()},
+    {"1.module." + k: v for k, v in bare.items()},
+    {k: v.numpy() for k, v in ckpt["state_dict"].items()},
+  ]  # NumPy, no 'arch'
   x = _inputs(28, 1)
   ref = _torch_logits(model, x)
   for sd, wrapped in zip(variants, [False, False, True, True], strict=True):
@@ -103,13 +116,17 @@ def test_normalized_cohen_lenet(tmp_path, capsys):
   """A Cohen-format LeNet behind a NormalizeLayer (values not in the state dict) is refused
   without normalize=, and certifies with PyTorch's logits when it is given."""
   mean, std = [0.1307], [0.3081]
-  torch_net = ta.randomize_(torch.nn.Sequential(ta.NormalizeLayer(mean, std), ta.LeNet()),
-                            torch.Generator().manual_seed(3))
+  torch_net = ta.randomize_(
+    torch.nn.Sequential(ta.NormalizeLayer(mean, std), ta.LeNet()), torch.Generator().manual_seed(3)
+  )
   path = str(tmp_path / "lenet_normalized.pth.tar")
   torch.save({"arch": "lenet", "state_dict": torch_net.state_dict()}, path)
   assert not any(k.startswith("0.") for k in torch_net.state_dict())  # nothing to read
-  with pytest.raises(models.UnknownNormalizationError, match=r"Sequential\(layer 0, lenet\).*"
-                     r"pass normalize=") as e:
+  with pytest.raises(
+    models.UnknownNormalizationError,
+    match=r"Sequential\(layer 0, lenet\).*"
+    r"pass normalize=",
+  ) as e:
     models.from_torch(path)
   assert "\n" not in str(e.value)
   x = _inputs(28, 1)
@@ -124,14 +141,27 @@ def test_normalized_cohen_lenet(tmp_path, capsys):
   assert np.max(np.abs(np.asarray(apply_fn(params, x)) - ref)) > 0.1 * np.max(np.abs(ref))
   # The command: the same refusal in its words, then the normalization it uses, printed.
   out = str(tmp_path / "rows.tsv")
-  flags = ["--dataset", "mnist5k", "--N0", "16", "--N", "64", "--max", "1", "--sigma", "0.25",
-           "--quiet"]
+  flags = [
+    "--dataset",
+    "mnist5k",
+    "--N0",
+    "16",
+    "--N",
+    "64",
+    "--max",
+    "1",
+    "--sigma",
+    "0.25",
+    "--quiet",
+  ]
   assert cli.main(["certify", "--torch-checkpoint", path, out, *flags]) == 2
   err = capsys.readouterr().err
   assert "pass --normalize none, a dataset name" in err and err.count("\n") == 1
   assert not os.path.exists(out)
-  assert cli.main(["certify", "--torch-checkpoint", path, out, *flags,
-                   "--normalize", "0.1307/0.3081"]) == 0
+  assert (
+    cli.main(["certify", "--torch-checkpoint", path, out, *flags, "--normalize", "0.1307/0.3081"])
+    == 0
+  )
   assert "input normalization mean (0.1307) std (0.3081): given" in capsys.readouterr().out
   assert cli.main(["convert", path, str(tmp_path / "wd"), "--normalize", "bogus"]) == 2
   assert "--normalize bogus: expected none, a dataset name" in capsys.readouterr().err
@@ -140,8 +170,9 @@ def test_normalized_cohen_lenet(tmp_path, capsys):
 def test_unmapped_layer_warns_and_inferred_normalization_is_said():
   _, ckpt = _checkpoint("cifar_resnet20")
   _, config = models.load_torch(ckpt)
-  assert config["normalization"].startswith("mean (0.4914, 0.4822, 0.4465) std (0.2023, "
-                                            "0.1994, 0.201): cifar10's, inferred from")
+  assert config["normalization"].startswith(
+    "mean (0.4914, 0.4822, 0.4465) std (0.2023, 0.1994, 0.201): cifar10's, inferred from"
+  )
   sd = dict(ckpt["state_dict"])
   sd["0.scale"] = torch.ones(3)
   with pytest.warns(UserWarning, match=r"layer 0 .* not mapped \(ignored\): \[scale\]"):
@@ -151,9 +182,12 @@ def test_unmapped_layer_warns_and_inferred_normalization_is_said():
 def test_mismatch_is_one_clear_line():
   _, ckpt = _checkpoint("lenet")
   sd = dict(ckpt["state_dict"])
-  with pytest.raises(ValueError, match=r"missing keys \[bn1\.bias, .* more\)\], unexpected keys "
-                     r"\[conv1\.bias, conv2\.bias, .*\]; known architectures: "
-                     r".*cifar_resnet20.*resnet50.*lenet") as e:
+  with pytest.raises(
+    ValueError,
+    match=r"missing keys \[bn1\.bias, .* more\)\], unexpected keys "
+    r"\[conv1\.bias, conv2\.bias, .*\]; known architectures: "
+    r".*cifar_resnet20.*resnet50.*lenet",
+  ) as e:
     models.load_torch(sd, arch="cifar_resnet20")
   assert "\n" not in str(e.value)
   sd["1.extra.weight"] = torch.zeros(3)
@@ -188,11 +222,24 @@ def test_cli_certify_torch_checkpoint_and_convert(tmp_path, capsys):
   _, ckpt = _checkpoint("lenet")
   path = str(tmp_path / "lenet.pth")
   torch.save(ckpt, path)
-  common = ["--N0", "16", "--N", "64", "--batch", "64", "--max", "2", "--sigma", "0.25",
-            "--quiet"]
+  common = ["--N0", "16", "--N", "64", "--batch", "64", "--max", "2", "--sigma", "0.25", "--quiet"]
   rows1 = str(tmp_path / "torch.tsv")
-  assert cli.main(["certify", "--torch-checkpoint", path, rows1, "--dataset", "mnist5k",
-                   "--normalize", "none", *common]) == 0
+  assert (
+    cli.main(
+      [
+        "certify",
+        "--torch-checkpoint",
+        path,
+        rows1,
+        "--dataset",
+        "mnist5k",
+        "--normalize",
+        "none",
+        *common,
+      ]
+    )
+    == 0
+  )
   wd = str(tmp_path / "converted")
   assert cli.main(["convert", path, wd, "--dataset", "mnist5k", "--normalize", "none"]) == 0
   rows2 = str(tmp_path / "converted.tsv")
@@ -207,8 +254,24 @@ def test_cli_certify_torch_checkpoint_and_convert(tmp_path, capsys):
   # Errors are one line, status 2.
   assert cli.main(["certify", "--torch-checkpoint", path, rows1, "--sigma", "0.25"]) == 2
   assert "--dataset is required" in capsys.readouterr().err
-  assert cli.main(["certify", "--torch-checkpoint", path, rows1, "--dataset", "mnist5k",
-                   "--normalize", "none", "--torch-arch", "resnet50", *common]) == 2
+  assert (
+    cli.main(
+      [
+        "certify",
+        "--torch-checkpoint",
+        path,
+        rows1,
+        "--dataset",
+        "mnist5k",
+        "--normalize",
+        "none",
+        "--torch-arch",
+        "resnet50",
+        *common,
+      ]
+    )
+    == 2
+  )
   err = capsys.readouterr().err
   assert "does not fit resnet50" in err and err.count("\n") == 1
   assert cli.main(["certify", rows1, "--dataset", "mnist5k", *common]) == 2

@@ -55,7 +55,9 @@ _CONFIG_FIELDS = {f.name for f in dataclasses.fields(training.TrainConfig)}
 def _train(key, model, data, **kw):
   """``training.train`` with the TrainConfig fields given as keywords."""
   cfg = training.TrainConfig(**{k: v for k, v in kw.items() if k in _CONFIG_FIELDS})
-  return training.train(key, model, data, cfg, **{k: v for k, v in kw.items() if k not in _CONFIG_FIELDS})
+  return training.train(
+    key, model, data, cfg, **{k: v for k, v in kw.items() if k not in _CONFIG_FIELDS}
+  )
 
 
 def _accuracy(model, x, y):
@@ -69,10 +71,21 @@ def test_training_improves_accuracy(digits, tmp_path):
   before = _accuracy(model, xe, ye)
   seen = []
   model, hist = _train(
-      jax.random.key(0), model, (xt, yt), sigma=0.25, epochs=3, batch_size=64, lr=0.1,
-      lr_step=2, eval_data=(xe, ye), eval_batch_size=64, workdir=tmp_path, progress=False,
-      on_epoch_end=seen.append,
-      model_config={"model": "tiny", "num_classes": 10, "input_shape": [8, 8, 1]})
+    jax.random.key(0),
+    model,
+    (xt, yt),
+    sigma=0.25,
+    epochs=3,
+    batch_size=64,
+    lr=0.1,
+    lr_step=2,
+    eval_data=(xe, ye),
+    eval_batch_size=64,
+    workdir=tmp_path,
+    progress=False,
+    on_epoch_end=seen.append,
+    model_config={"model": "tiny", "num_classes": 10, "input_shape": [8, 8, 1]},
+  )
   assert [h["epoch"] for h in hist] == [1, 2, 3] and seen == hist
   np.testing.assert_allclose([h["lr"] for h in hist], [0.1, 0.1, 0.01])
   assert before < 0.3
@@ -100,8 +113,17 @@ def test_noise_is_added_per_step(digits):
   """With a huge sigma the noisy training batches are at chance level."""
   (xt, yt), _ = digits
   model = TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(0))
-  _, hist = _train(jax.random.key(1), model, (xt, yt), sigma=20.0, epochs=1,
-                           batch_size=64, lr=0.1, lr_step=2, progress=False)
+  _, hist = _train(
+    jax.random.key(1),
+    model,
+    (xt, yt),
+    sigma=20.0,
+    epochs=1,
+    batch_size=64,
+    lr=0.1,
+    lr_step=2,
+    progress=False,
+  )
   assert hist[0]["train_acc"] < 0.25 and hist[0]["clean_acc"] is None
 
 
@@ -118,17 +140,34 @@ def _state_leaves(model):
 def test_resume_is_exact(digits, tmp_path):
   (xt, yt), (xe, ye) = digits
   data = (xt, yt)  # 1200 = 18 * 64 + 48: a partial last batch
-  kw = dict(sigma=0.5, batch_size=64, lr=0.1, lr_step=1, eval_data=(xe[:100], ye[:100]),
-            eval_batch_size=64, progress=False)
-  full, hist_full = _train(jax.random.key(7), TinyNet(input_shape=(8, 8, 1), num_classes=10,
-                                                             rngs=nnx.Rngs(3)),
-                                   data, epochs=2, workdir=tmp_path / "a", **kw)
+  kw = dict(
+    sigma=0.5,
+    batch_size=64,
+    lr=0.1,
+    lr_step=1,
+    eval_data=(xe[:100], ye[:100]),
+    eval_batch_size=64,
+    progress=False,
+  )
+  full, hist_full = _train(
+    jax.random.key(7),
+    TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3)),
+    data,
+    epochs=2,
+    workdir=tmp_path / "a",
+    **kw,
+  )
   # run 1 epoch, "kill", restart the same command with 2 epochs on a fresh model object
-  _train(jax.random.key(7), TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3)),
-                 data, epochs=1, workdir=tmp_path / "b", **kw)
+  _train(
+    jax.random.key(7),
+    TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3)),
+    data,
+    epochs=1,
+    workdir=tmp_path / "b",
+    **kw,
+  )
   fresh = TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3))
-  resumed, hist_res = _train(jax.random.key(7), fresh, data, epochs=2,
-                                     workdir=tmp_path / "b", **kw)
+  resumed, hist_res = _train(jax.random.key(7), fresh, data, epochs=2, workdir=tmp_path / "b", **kw)
   a, b = _state_leaves(full), _state_leaves(resumed)
   assert a.keys() == b.keys()
   for k in a:
@@ -136,15 +175,23 @@ def test_resume_is_exact(digits, tmp_path):
   strip = lambda h: [{k: v for k, v in e.items() if k != "seconds"} for e in h]  # noqa: E731
   assert strip(hist_full) == strip(hist_res)
   # the second epoch changed the weights (so equality above is not vacuous)
-  one, _ = models.restore_model(tmp_path / "b", TinyNet(input_shape=(8, 8, 1), num_classes=10,
-                                                          rngs=nnx.Rngs(3)), step=1)
-  assert not np.array_equal(_state_leaves(one)["['l1']['kernel'].value"], a["['l1']['kernel'].value"])
+  one, _ = models.restore_model(
+    tmp_path / "b", TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3)), step=1
+  )
+  assert not np.array_equal(
+    _state_leaves(one)["['l1']['kernel'].value"], a["['l1']['kernel'].value"]
+  )
   with Checkpoints(tmp_path / "b" / "checkpoints") as ck:
     assert ck.all_steps() == [1, 2]
   # resuming a finished run trains nothing and returns the same weights
   again, hist_again = _train(
-      jax.random.key(7), TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3)),
-      data, epochs=2, workdir=tmp_path / "b", **kw)
+    jax.random.key(7),
+    TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3)),
+    data,
+    epochs=2,
+    workdir=tmp_path / "b",
+    **kw,
+  )
   c = _state_leaves(again)
   for k in a:
     np.testing.assert_array_equal(a[k], c[k], err_msg=k)
@@ -160,8 +207,7 @@ def test_resume_checks(digits, tmp_path):
   with pytest.raises(ValueError, match="resume=True"):
     _train(jax.random.key(0), make(), data, epochs=2, workdir=tmp_path, resume=False, **kw)
   with pytest.raises(ValueError, match="sigma"):
-    _train(jax.random.key(0), make(), data, epochs=2, workdir=tmp_path,
-                   **{**kw, "sigma": 0.5})
+    _train(jax.random.key(0), make(), data, epochs=2, workdir=tmp_path, **{**kw, "sigma": 0.5})
   with pytest.raises(ValueError, match="key"):
     _train(jax.random.key(1), make(), data, epochs=2, workdir=tmp_path, **kw)
   with pytest.raises(ValueError, match="num_train"):
@@ -186,8 +232,9 @@ def test_bad_arguments(digits):
 
 def test_optimizer_matches_torch_sgd_step():
   """One update of the optax chain equals torch SGD(momentum, weight_decay) by hand."""
-  cfg = training.TrainConfig(sigma=0.0, lr=0.1, momentum=0.9, weight_decay=1e-2, lr_step=1,
-                             gamma=0.5)
+  cfg = training.TrainConfig(
+    sigma=0.0, lr=0.1, momentum=0.9, weight_decay=1e-2, lr_step=1, gamma=0.5
+  )
   tx = training.make_optimizer(cfg, steps_per_epoch=2)
   p = {"w": np.array([1.0, -2.0], np.float32)}
   g = {"w": np.array([0.5, 0.25], np.float32)}
@@ -209,11 +256,18 @@ def test_strategies_discard_reweigh_attack_and_resume(digits, tmp_path):
   sampling weights survive a restart, and a resumed run equals an uninterrupted one."""
   (xt, yt), _ = digits
   data = (xt[:400], yt[:400])
-  kw = dict(sigma=0.5, batch_size=64, lr=0.1, lr_step=5, progress=False,
-            objective=training.Gaussian(num_noise=2, attack=training.SphereAttack(
-                steps=2, step_size=0.5, start_epoch=1)),
-            discard=training.Discard(epoch=1, threshold=0.5, num_noise=20),
-            reweigh=training.Reweigh(epoch=1, every=1))
+  kw = dict(
+    sigma=0.5,
+    batch_size=64,
+    lr=0.1,
+    lr_step=5,
+    progress=False,
+    objective=training.Gaussian(
+      num_noise=2, attack=training.SphereAttack(steps=2, step_size=0.5, start_epoch=1)
+    ),
+    discard=training.Discard(epoch=1, threshold=0.5, num_noise=20),
+    reweigh=training.Reweigh(epoch=1, every=1),
+  )
   make = lambda: TinyNet(input_shape=(8, 8, 1), num_classes=10, rngs=nnx.Rngs(3))  # noqa: E731
   full, hist = _train(jax.random.key(5), make(), data, epochs=3, workdir=tmp_path / "a", **kw)
   assert "kept_fraction" in hist[0] and hist[0]["kept_fraction"] == 1.0
@@ -222,9 +276,17 @@ def test_strategies_discard_reweigh_attack_and_resume(digits, tmp_path):
   m1, _ = models.restore_model(tmp_path / "b", make(), step=1)
   apply_fn, variables = to_apply_fn(m1)
   count_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(5), 3), 1)
-  counts = training.correct_counts(jax.random.fold_in(count_key, 0), apply_fn, variables,
-                                   data[0], data[1], sigma=0.5, num=20, num_classes=10,
-                                   ids=np.arange(400))
+  counts = training.correct_counts(
+    jax.random.fold_in(count_key, 0),
+    apply_fn,
+    variables,
+    data[0],
+    data[1],
+    sigma=0.5,
+    num=20,
+    num_classes=10,
+    ids=np.arange(400),
+  )
   kept = training.discard_mask(counts, 20, 0.5)
   assert 0 < kept.mean() < 1
   assert hist[1]["kept_fraction"] == pytest.approx(kept.mean())

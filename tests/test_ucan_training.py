@@ -12,13 +12,15 @@ def _model():
 
 
 def _config(generator, sigma=0.25, **kw):
-  return ucan.UCANConfig(generator, sigma, **{"batch_size": 64, "lr": 0.05, "draws": 2,
-                                              "epochs": 1, **kw})
+  return ucan.UCANConfig(
+    generator, sigma, **{"batch_size": 64, "lr": 0.05, "draws": 2, "epochs": 1, **kw}
+  )
 
 
 def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits256, tmp_path):
-  model, noise, hist = ucan.train_ucan(0, _model(), digits256, _config("universal"),
-                                       workdir=tmp_path)
+  model, noise, hist = ucan.train_ucan(
+    0, _model(), digits256, _config("universal"), workdir=tmp_path
+  )
   assert isinstance(noise, anisotropic.FrozenNoise) and noise.evaluate(digits256[0][:2]).rate == 0
   mu, sig = noise.mu, noise.sigma
   assert mu.shape == sig.shape == (8, 8, 1) and len(hist) == 1
@@ -30,8 +32,9 @@ def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits256, tmp
   assert sorted(p.name for p in tmp_path.glob("*.npz")) == [anisotropic.NOISE_FILE]
   np.testing.assert_array_equal(anisotropic.load_universal_noise(tmp_path).sigma, sig)
   # a finished workdir is loaded, not retrained: same frozen noise, same weights
-  again, noise3, _ = ucan.train_ucan(1, _model(), digits256, ucan.UCANConfig("universal", 0.25),
-                                     workdir=tmp_path)
+  again, noise3, _ = ucan.train_ucan(
+    1, _model(), digits256, ucan.UCANConfig("universal", 0.25), workdir=tmp_path
+  )
   np.testing.assert_array_equal(noise3.sigma, sig)
   apply_fn, params = models.to_apply_fn(model)
   apply2, params2 = models.to_apply_fn(again)
@@ -48,11 +51,13 @@ def test_universal_noise_is_trained_frozen_and_certified_as_saved(digits256, tmp
 
 
 def test_pattern_noise_is_the_fixed_map(digits256):
-  _, noise, _ = ucan.train_ucan(0, _model(), digits256,
-                                _config("pattern-linf", 0.5, batch_size=128, lr=1e-3, draws=1))
+  _, noise, _ = ucan.train_ucan(
+    0, _model(), digits256, _config("pattern-linf", 0.5, batch_size=128, lr=1e-3, draws=1)
+  )
   np.testing.assert_array_equal(noise.mu, 0.0)
-  np.testing.assert_allclose(noise.sigma,
-                             0.5 * anisotropic.pattern_sigma((8, 8, 1), pattern="linf"))
+  np.testing.assert_allclose(
+    noise.sigma, 0.5 * anisotropic.pattern_sigma((8, 8, 1), pattern="linf")
+  )
 
 
 def test_ucan_config_checks_its_fields():
@@ -68,10 +73,15 @@ def test_ucan_config_checks_its_fields():
 def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits256, tmp_path):
   with pytest.raises(ValueError, match="not sound"):
     ucan.train_ucan(0, _model(), digits256, _config("input"))
-  model, noise, hist = ucan.train_ucan(0, _model(), digits256, _config("input"), workdir=tmp_path,
-                                       allow_unsound=True,
-                                       model_config={"model": "mlp", "num_classes": 10,
-                                                     "input_shape": [8, 8, 1]})
+  model, noise, hist = ucan.train_ucan(
+    0,
+    _model(),
+    digits256,
+    _config("input"),
+    workdir=tmp_path,
+    allow_unsound=True,
+    model_config={"model": "mlp", "num_classes": 10, "input_shape": [8, 8, 1]},
+  )
   assert isinstance(noise, anisotropic.InputDependentNoise)
   assert len(hist) == 1 and np.isfinite(hist[0]["train_loss"])
   assert not (tmp_path / anisotropic.NOISE_FILE).exists()  # nothing frozen: the noise depends on x
@@ -89,8 +99,9 @@ def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits
   np.testing.assert_array_equal(values.mu, np.asarray(mu_x))
   np.testing.assert_array_equal(values.sigma, np.asarray(sig_x) * np.float32(0.25))
   # the finished workdir gives the same source back
-  _, again, _ = ucan.train_ucan(0, _model(), digits256, _config("input"), workdir=tmp_path,
-                                allow_unsound=True)
+  _, again, _ = ucan.train_ucan(
+    0, _model(), digits256, _config("input"), workdir=tmp_path, allow_unsound=True
+  )
   np.testing.assert_array_equal(again.evaluate(x).sigma, values.sigma)
   kw = dict(sigma=0.25, num_classes=10, n0=32, n=300, alpha=0.01, batch_size=300)
   with pytest.raises(ValueError, match="not sound"):
@@ -98,36 +109,54 @@ def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits
   cert = anisotropic.certify_input_dependent(3, wrapped, x, allow_unsound=True, **kw)
   assert not cert.sound and "NOT A CERTIFICATE" in cert.guarantee
   apply_fn, params = models.to_apply_fn(wrapped.classifier)
-  raw = anisotropic.certify(3, apply_fn, params, x, sigma=values.sigma, mu=values.mu,
-                            num_classes=10, n0=32, n=300, alpha=0.01, batch_size=300)
+  raw = anisotropic.certify(
+    3,
+    apply_fn,
+    params,
+    x,
+    sigma=values.sigma,
+    mu=values.mu,
+    num_classes=10,
+    n0=32,
+    n=300,
+    alpha=0.01,
+    batch_size=300,
+  )
   np.testing.assert_array_equal(cert.counts, raw.counts)  # same noise, only the label differs
   assert raw.sound
   # the classifier alone reloads from the workdir as any trained model
   clf, _ = models.load_model(tmp_path)
-  np.testing.assert_array_equal(models.to_apply_fn(clf)[0](models.to_apply_fn(clf)[1], x),
-                                models.to_apply_fn(model)[0](models.to_apply_fn(model)[1], x))
+  np.testing.assert_array_equal(
+    models.to_apply_fn(clf)[0](models.to_apply_fn(clf)[1], x),
+    models.to_apply_fn(model)[0](models.to_apply_fn(model)[1], x),
+  )
 
 
 def test_ucan_training_resumes(digits256, tmp_path):
-  _, noise, _ = ucan.train_ucan(0, _model(), digits256, _config("universal", epochs=2),
-                                workdir=tmp_path / "a", progress=False)
+  _, noise, _ = ucan.train_ucan(
+    0, _model(), digits256, _config("universal", epochs=2), workdir=tmp_path / "a", progress=False
+  )
   # cut after epoch 1 (the run directory without its final save), then resumed
-  ucan.train_ucan(0, _model(), digits256, _config("universal"), workdir=tmp_path / "b",
-                  progress=False)
+  ucan.train_ucan(
+    0, _model(), digits256, _config("universal"), workdir=tmp_path / "b", progress=False
+  )
   import shutil
+
   for name in ("config.json", "checkpoints", anisotropic.NOISE_FILE):
     p = tmp_path / "b" / name
     shutil.rmtree(p) if p.is_dir() else p.unlink()
-  _, noise_b, hist_b = ucan.train_ucan(0, _model(), digits256, _config("universal", epochs=2),
-                                       workdir=tmp_path / "b", progress=False)
+  _, noise_b, hist_b = ucan.train_ucan(
+    0, _model(), digits256, _config("universal", epochs=2), workdir=tmp_path / "b", progress=False
+  )
   assert [h["epoch"] for h in hist_b] == [1, 2]
   np.testing.assert_array_equal(noise_b.sigma, noise.sigma)
   np.testing.assert_array_equal(noise_b.mu, noise.mu)
 
 
 def test_only_universal_noise_is_the_dataset_wise_noise(tmp_path):
-  noise = anisotropic.FrozenNoise(np.full((4, 4, 1), 0.3, np.float32),
-                                  mu=np.zeros((4, 4, 1), np.float32))
+  noise = anisotropic.FrozenNoise(
+    np.full((4, 4, 1), 0.3, np.float32), mu=np.zeros((4, 4, 1), np.float32)
+  )
   assert anisotropic.load_universal_noise(tmp_path) is None
   anisotropic.save_noise(tmp_path, noise, "pattern-l2")
   assert anisotropic.read_noise(tmp_path)[1] == "pattern-l2"

@@ -25,8 +25,24 @@ def run_cli(*argv):
 
 
 def certify(model, out, *more):
-  assert run_cli("certify", model, out, "--N", N, "--N0", N0, "--skip", "60", "--batch", "500",
-                 "--quiet", *more) == 0
+  assert (
+    run_cli(
+      "certify",
+      model,
+      out,
+      "--N",
+      N,
+      "--N0",
+      N0,
+      "--skip",
+      "60",
+      "--batch",
+      "500",
+      "--quiet",
+      *more,
+    )
+    == 0
+  )
   return out
 
 
@@ -36,8 +52,29 @@ def models(tmp_path_factory):
   out = []
   for seed in (0, 1):
     d = base / f"mlp{seed}"
-    assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs",
-                   "2", "--batch", "64", "--lr", "0.1", "--seed", seed, "--out", d, "--quiet") == 0
+    assert (
+      run_cli(
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "mlp",
+        "--sigma",
+        "0.25",
+        "--epochs",
+        "2",
+        "--batch",
+        "64",
+        "--lr",
+        "0.1",
+        "--seed",
+        seed,
+        "--out",
+        d,
+        "--quiet",
+      )
+      == 0
+    )
     out.append(d)
   return out
 
@@ -45,8 +82,6 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def honest(models, tmp_path_factory):
   return certify(models[0], tmp_path_factory.mktemp("runs") / "honest.tsv")
-
-
 
 
 def edit_lines(path, fn):
@@ -62,12 +97,26 @@ def test_record_has_what_a_third_party_needs(models, honest):
   assert (run.sampling["noise"], run.noise_family, run.norm) == ("gaussian", "gaussian", "l2")
   assert run.seed == 0 and "fold_in(K, 1), idx), j)" in KEY_DERIVATION
   assert set(run.versions) >= {"rsjax", "jax", "jaxlib"} and run.model.fingerprint
-  assert (run.data.name, run.data.split, run.data.skip, run.data.size) == ("digits", "test", 60, 300)
+  assert (run.data.name, run.data.split, run.data.skip, run.data.size) == (
+    "digits",
+    "test",
+    60,
+    300,
+  )
   assert run.indices() == [0, 60, 120, 180, 240] and run.model.path == str(models[0])
   # Each field once: the record is the value's JSON, nothing else.
   raw = json.loads((honest.parent / (honest.name + ".run.json")).read_text())
   assert RunSpec.from_json(raw) == run and set(raw) == {
-      "format", "command", "model", "data", "sigma", "sampling", "method", "key", "versions"}
+    "format",
+    "command",
+    "model",
+    "data",
+    "sigma",
+    "sampling",
+    "method",
+    "key",
+    "versions",
+  }
   recs = record.read_records(honest)
   assert sorted(recs) == sorted(int(i) for i in res.idx)
   for r in recs.values():
@@ -107,8 +156,6 @@ def test_edited_radius_is_caught(honest, tmp_path, capsys):
   assert run_cli("verify", f) == 1
   out = capsys.readouterr().out
   assert f"idx {int(res.idx[j])}: radius" in out and "NOT verified: 1 of 5 rows" in out
-
-
 
 
 def test_edited_count_is_caught_by_verify_and_audit(models, honest, tmp_path):
@@ -180,14 +227,15 @@ def test_budgeted_and_multiclass_runs_verify(models, tmp_path):
   assert rep.ok and rep.rows == 5, rep.mismatches
   recs = record.read_records(b)
   looks = {1000, 2000, 4000}  # Budget's first look 1000, ratio 2, at most N
-  assert {r["n"] for r in recs.values()} <= looks and RunSpec.read(b).details["budget"]["first"] == 1000
+  assert {r["n"] for r in recs.values()} <= looks and RunSpec.read(b).details["budget"][
+    "first"
+  ] == 1000
   assert audit.audit(b, model_dir=models[0], rows=2).ok
   # Spending more alpha on the early looks than the run did (final share 0.01) is caught;
   # a negative share (alpha levels below 0) is no schedule at all.
   edit_run(b, lambda r: r["method"]["details"]["budget"].update(final_share=0.01))
   rep = verify.verify(b)
-  assert not rep.ok and any("p_lower" in x.reason or "radius" in x.reason
-                            for x in rep.mismatches)
+  assert not rep.ok and any("p_lower" in x.reason or "radius" in x.reason for x in rep.mismatches)
   edit_run(b, lambda r: r["method"]["details"]["budget"].update(final_share=-200))
   rep = verify.verify(b)
   assert not rep.ok and "is not one" in rep.mismatches[0].reason
@@ -211,7 +259,9 @@ def test_missing_record_is_an_error_in_cli_words(honest, tmp_path, capsys):
   g = copy_run(honest, tmp_path / "norows.tsv")
   (tmp_path / "norows.tsv.cert.jsonl").write_text("")
   rep = verify.verify(g)
-  assert len(rep.mismatches) == 5 and "no certificate record for this row" in rep.mismatches[0].reason
+  assert (
+    len(rep.mismatches) == 5 and "no certificate record for this row" in rep.mismatches[0].reason
+  )
 
 
 def test_resume_keeps_record_and_rows_aligned(models, honest, tmp_path):

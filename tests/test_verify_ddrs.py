@@ -40,8 +40,12 @@ def test_replay_memory_equals_the_memory_certifier(monkeypatch, dim, block):
 @pytest.fixture(scope="module")
 def ddrs_run(trained, tmp_path_factory):
   out = tmp_path_factory.mktemp("ddrs") / "ddrs.tsv"
-  assert run_cli("certify", trained, out, "--method", "ddrs", "--ddrs-steps", "2", "--ddrs-lr",
-                 "0.01", *COMMON) == 0
+  assert (
+    run_cli(
+      "certify", trained, out, "--method", "ddrs", "--ddrs-steps", "2", "--ddrs-lr", "0.01", *COMMON
+    )
+    == 0
+  )
   return trained, out
 
 
@@ -74,6 +78,7 @@ def test_an_honest_ddrs_run_verifies_and_edits_are_caught(ddrs_run, tmp_path):
 def test_ddrs_inputs_are_checked_against_their_fingerprints(ddrs_run):
   _, src = ddrs_run
   from rsjax import data
+
   ds = data.load("digits", "test")
 
   def other(idx):  # the next digit of each row
@@ -88,8 +93,23 @@ def test_ddrs_inputs_are_checked_against_their_fingerprints(ddrs_run):
 def test_ddrs_without_the_memory_is_never_verified(ddrs_run, tmp_path):
   model, _ = ddrs_run
   out = tmp_path / "nomem.tsv"
-  assert run_cli("certify", model, out, "--method", "ddrs", "--ddrs-steps", "2", "--ddrs-lr",
-                 "0.01", "--ddrs-memory", "off", *COMMON) == 0
+  assert (
+    run_cli(
+      "certify",
+      model,
+      out,
+      "--method",
+      "ddrs",
+      "--ddrs-steps",
+      "2",
+      "--ddrs-lr",
+      "0.01",
+      "--ddrs-memory",
+      "off",
+      *COMMON,
+    )
+    == 0
+  )
   rep = verify.verify(out)
   assert not rep.ok
   assert len(rep.mismatches) == rep.rows == 5

@@ -51,8 +51,23 @@ def check_method(src, tmp_path, *, column="radius"):
 @pytest.fixture(scope="module")
 def idrs_run(trained, tmp_path_factory):
   out = tmp_path_factory.mktemp("idrs") / "idrs.tsv"
-  assert run_cli("certify", trained, out, "--method", "idrs", "--idrs-rate", "0.05", "--idrs-k",
-                 "5", "--idrs-m", "1.0", *COMMON) == 0
+  assert (
+    run_cli(
+      "certify",
+      trained,
+      out,
+      "--method",
+      "idrs",
+      "--idrs-rate",
+      "0.05",
+      "--idrs-k",
+      "5",
+      "--idrs-m",
+      "1.0",
+      *COMMON,
+    )
+    == 0
+  )
   return out
 
 
@@ -89,8 +104,23 @@ def test_idrs_constant_sigma_is_cohens_radius(trained, tmp_path):
 @pytest.mark.parametrize("pattern", ["linf", "l2"])
 def test_ucan_pattern_verifies_and_catches_edits(trained, tmp_path, pattern):
   out = tmp_path / "ucan.tsv"
-  assert run_cli("certify", trained, out, "--method", "ucan", "--ucan-pattern", pattern,
-                 "--ucan-kappa", "0.5", "--sigma", "0.3", *COMMON) == 0
+  assert (
+    run_cli(
+      "certify",
+      trained,
+      out,
+      "--method",
+      "ucan",
+      "--ucan-pattern",
+      pattern,
+      "--ucan-kappa",
+      "0.5",
+      "--sigma",
+      "0.3",
+      *COMMON,
+    )
+    == 0
+  )
   d = RunSpec.read(out).details
   assert d["source"] == "pattern" and d["pattern"] == pattern and d["sigma_min"] > 0
   res = check_method(out, tmp_path)
@@ -104,14 +134,16 @@ def test_ucan_pattern_verifies_and_catches_edits(trained, tmp_path, pattern):
   edit_column(f, 0, "sound", lambda v: "0")
   assert_caught(f, int(res.idx[0]), "sound 0")
   f = copy_run(out, tmp_path / "sig.tsv")
-  edit_run(f, lambda r: r["method"]["details"].update(
-      sigma_min=r["method"]["details"]["sigma_min"] * 1.1))
+  edit_run(
+    f, lambda r: r["method"]["details"].update(sigma_min=r["method"]["details"]["sigma_min"] * 1.1)
+  )
   rep = verify.verify(f)
   assert not rep.ok and rep.mismatches[0].idx == -1 and "pattern" in rep.mismatches[0].reason
 
 
 def test_ucan_dataset_wise_verifies(trained, tmp_path):
   from rsjax import anisotropic
+
   wd = tmp_path / "wd"
   shutil.copytree(trained, wd)
   rng = np.random.default_rng(0)
@@ -130,8 +162,27 @@ def test_ucan_dataset_wise_verifies(trained, tmp_path):
 @pytest.fixture(scope="module")
 def deq_model(tmp_path_factory):
   out = tmp_path_factory.mktemp("deq") / "deq"
-  assert run_cli("train", "--dataset", "digits", "--model", "deq", "--sigma", "0.25", "--epochs",
-                 "1", "--batch", "64", "--lr", "0.05", "--out", out, "--quiet") == 0
+  assert (
+    run_cli(
+      "train",
+      "--dataset",
+      "digits",
+      "--model",
+      "deq",
+      "--sigma",
+      "0.25",
+      "--epochs",
+      "1",
+      "--batch",
+      "64",
+      "--lr",
+      "0.05",
+      "--out",
+      out,
+      "--quiet",
+    )
+    == 0
+  )
   return out
 
 
@@ -148,9 +199,29 @@ def edit_check(r):
 @pytest.mark.parametrize("correction", ["paper", "authors_code"])
 def test_srs_verifies_and_catches_edits(deq_model, tmp_path, correction):
   out = tmp_path / "srs.tsv"
-  assert run_cli("certify", deq_model, out, "--method", "srs", "--srs-m", "60", "--N", "300",
-                 "--N0", "30", "--batch", "100", "--skip", "60", "--srs-correction", correction,
-                 "--quiet") == 0
+  assert (
+    run_cli(
+      "certify",
+      deq_model,
+      out,
+      "--method",
+      "srs",
+      "--srs-m",
+      "60",
+      "--N",
+      "300",
+      "--N0",
+      "30",
+      "--batch",
+      "100",
+      "--skip",
+      "60",
+      "--srs-correction",
+      correction,
+      "--quiet",
+    )
+    == 0
+  )
   d = RunSpec.read(out).details
   assert d["m"] == 60 and d["correction"] == correction
   recs = record.read_records(out)
@@ -171,8 +242,9 @@ def test_srs_verifies_and_catches_edits(deq_model, tmp_path, correction):
 
 def test_deq_standard_verifies(deq_model, tmp_path):
   out = tmp_path / "std.tsv"
-  assert run_cli("certify", deq_model, out, "--method", "deq-standard", "--deq-steps", "5",
-                 *COMMON) == 0
+  assert (
+    run_cli("certify", deq_model, out, "--method", "deq-standard", "--deq-steps", "5", *COMMON) == 0
+  )
   check_method(out, tmp_path)
 
 
@@ -183,18 +255,72 @@ def test_honest_runs_of_each_method_pass_their_audit(trained, deq_model, idrs_ru
   # The audit draws again each method's counts and its own record fields (IDRS's sigma(x),
   # slack and rate; SRS's check counts), so an honest run of each passes.
   from rsjax import audit
+
   ucan = tmp_path / "ucan.tsv"
-  assert run_cli("certify", trained, ucan, "--method", "ucan", "--ucan-pattern", "linf",
-                 "--ucan-kappa", "0.5", "--sigma", "0.3", *COMMON) == 0
+  assert (
+    run_cli(
+      "certify",
+      trained,
+      ucan,
+      "--method",
+      "ucan",
+      "--ucan-pattern",
+      "linf",
+      "--ucan-kappa",
+      "0.5",
+      "--sigma",
+      "0.3",
+      *COMMON,
+    )
+    == 0
+  )
   srs = tmp_path / "srs.tsv"
-  assert run_cli("certify", deq_model, srs, "--method", "srs", "--srs-m", "60", "--N", "300",
-                 "--N0", "30", "--batch", "100", "--skip", "60", "--quiet") == 0
+  assert (
+    run_cli(
+      "certify",
+      deq_model,
+      srs,
+      "--method",
+      "srs",
+      "--srs-m",
+      "60",
+      "--N",
+      "300",
+      "--N0",
+      "30",
+      "--batch",
+      "100",
+      "--skip",
+      "60",
+      "--quiet",
+    )
+    == 0
+  )
   assert {"m_a", "k"} <= set(next(iter(record.read_records(srs).values())))
   # The chains change SRS's counts: they are part of the run (a resume with others is refused),
   # and the audit draws again with the run's.
   assert RunSpec.read(srs).details["chains"] == 100
-  assert run_cli("certify", deq_model, srs, "--method", "srs", "--srs-m", "60", "--N", "300",
-                 "--N0", "30", "--batch", "50", "--skip", "60", "--quiet") != 0
+  assert (
+    run_cli(
+      "certify",
+      deq_model,
+      srs,
+      "--method",
+      "srs",
+      "--srs-m",
+      "60",
+      "--N",
+      "300",
+      "--N0",
+      "30",
+      "--batch",
+      "50",
+      "--skip",
+      "60",
+      "--quiet",
+    )
+    != 0
+  )
   for out, model in ((idrs_run, trained), (ucan, trained), (srs, deq_model)):
     report = audit.audit(out, model_dir=model, rows=2)
     assert report.ok, (out.name, report.reason)

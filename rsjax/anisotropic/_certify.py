@@ -47,17 +47,21 @@ class AnisotropicCertificate(Certificate):
   columns: ClassVar[tuple[str, ...]] = ("normalized_radius", "alm", "sound")
 
   def row_fields(self, j: int) -> dict:
-    return {"normalized_radius": repr(float(self.normalized_radius[j])),
-            "alm": repr(float(self.alm[j])), "sound": int(bool(self.sound))}
+    return {
+      "normalized_radius": repr(float(self.normalized_radius[j])),
+      "alm": repr(float(self.alm[j])),
+      "sound": int(bool(self.sound)),
+    }
 
 
 _UNSOUND = (
-    "input-dependent noise (a sigma source with rate inf: (mu, sigma) computed from x, e.g. UCAN's "
-    "certification-wise generator) is not sound: the classifier deployed at x + delta smooths "
-    "with mu(x + delta), sigma(x + delta), not with the (mu, sigma) the region around x was "
-    "computed for (the objection of UCAN's reviewers; see IDRS for a sound input-dependent bound "
-    "and DDRS/ANCER for memory-based schemes). Pass allow_unsound=True to compute the paper's "
-    "numbers anyway, labelled NOT A CERTIFICATE.")
+  "input-dependent noise (a sigma source with rate inf: (mu, sigma) computed from x, e.g. UCAN's "
+  "certification-wise generator) is not sound: the classifier deployed at x + delta smooths "
+  "with mu(x + delta), sigma(x + delta), not with the (mu, sigma) the region around x was "
+  "computed for (the objection of UCAN's reviewers; see IDRS for a sound input-dependent bound "
+  "and DDRS/ANCER for memory-based schemes). Pass allow_unsound=True to compute the paper's "
+  "numbers anyway, labelled NOT A CERTIFICATE."
+)
 
 
 def _noise_arrays(values, x_shape) -> tuple[np.ndarray, np.ndarray]:
@@ -66,8 +70,10 @@ def _noise_arrays(values, x_shape) -> tuple[np.ndarray, np.ndarray]:
   if sig.shape == x_shape[:1]:  # one scale per input (e.g. an IDRS design)
     sig = np.broadcast_to(sig.reshape(x_shape[:1] + (1,) * (len(x_shape) - 1)), x_shape)
   if sig.shape != x_shape:
-    raise ValueError(f"the sigma source returned sigma of shape {sig.shape}, expected [B]="
-                     f"{x_shape[:1]} or [B, *input_shape]={x_shape}")
+    raise ValueError(
+      f"the sigma source returned sigma of shape {sig.shape}, expected [B]="
+      f"{x_shape[:1]} or [B, *input_shape]={x_shape}"
+    )
   shift = np.zeros(x_shape, np.float32) if values.mu is None else np.asarray(values.mu, np.float32)
   if shift.shape != x_shape:
     raise ValueError(f"the sigma source returned mu of shape {shift.shape}, expected {x_shape}")
@@ -77,19 +83,19 @@ def _noise_arrays(values, x_shape) -> tuple[np.ndarray, np.ndarray]:
 
 
 def certify(
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: Any,
-    mu: ArrayLike | None = None,
-    num_classes: int,
-    settings: Sampling | None = None,
-    ids: ArrayLike | None = None,
-    multiclass: bool = False,
-    allow_unsound: bool = False,
-    **sampling: Any,
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  sigma: Any,
+  mu: ArrayLike | None = None,
+  num_classes: int,
+  settings: Sampling | None = None,
+  ids: ArrayLike | None = None,
+  multiclass: bool = False,
+  allow_unsound: bool = False,
+  **sampling: Any,
 ) -> AnisotropicCertificate:
   """Certifies ``g(x) = argmax_c P[f(x + mu + sigma * eps) = c]`` (UCAN Theorem 3.2).
 
@@ -143,38 +149,68 @@ def certify(
   x_shift, sig, ids_arr = prepare_inputs(x_np + shift, sig, ids)
   dim = int(np.prod(x_np.shape[1:]))
   p = noise.norm
-  region = (f"with prob >= 1 - {settings.alpha} per input, g(x + delta) = prediction for every "
-            f"delta with ||delta / sigma||_{p[1:]} <= normalized_radius (UCAN Thm 3.2, "
-            f"{noise.name} base noise, {'multiclass' if multiclass else 'binary'} "
-            "Clopper-Pearson CERTIFY), for the given (mu, sigma) held fixed; radius = min(sigma) "
-            f"* normalized_radius is the {p} ball inside it (Cor. 3.3); alm is a "
-            "volume-equivalent radius, not a ball guarantee")
+  region = (
+    f"with prob >= 1 - {settings.alpha} per input, g(x + delta) = prediction for every "
+    f"delta with ||delta / sigma||_{p[1:]} <= normalized_radius (UCAN Thm 3.2, "
+    f"{noise.name} base noise, {'multiclass' if multiclass else 'binary'} "
+    "Clopper-Pearson CERTIFY), for the given (mu, sigma) held fixed; radius = min(sigma) "
+    f"* normalized_radius is the {p} ball inside it (Cor. 3.3); alm is a "
+    "volume-equivalent radius, not a ball guarantee"
+  )
   if input_dependent:
-    guarantee = (f"NOT A CERTIFICATE: (mu, sigma) were computed from x (rate {values.rate:g}: "
-                 "input-dependent noise), "
-                 "so the deployed classifier at x + delta uses other noise; the radii are reported "
-                 "only to compare with the UCAN paper. Formula used: " + region)
+    guarantee = (
+      f"NOT A CERTIFICATE: (mu, sigma) were computed from x (rate {values.rate:g}: "
+      "input-dependent noise), "
+      "so the deployed classifier at x + delta uses other noise; the radii are reported "
+      "only to compare with the UCAN paper. Formula used: " + region
+    )
   else:
-    guarantee = (region + "; valid for input-independent (mu, sigma): fixed patterns or "
-                 "dataset-wise generators frozen after training")
+    guarantee = (
+      region + "; valid for input-independent (mu, sigma): fixed patterns or "
+      "dataset-wise generators frozen after training"
+    )
 
   def rule(c0, c1):
-    base = certificate_from_counts(c0, c1, n=settings.n, alpha=settings.alpha, scale=np.ones(b),
-                                   dim=dim, noise=noise, multiclass=multiclass)
+    base = certificate_from_counts(
+      c0,
+      c1,
+      n=settings.n,
+      alpha=settings.alpha,
+      scale=np.ones(b),
+      dim=dim,
+      noise=noise,
+      multiclass=multiclass,
+    )
     r = base.radius  # unit-noise radius: the normalized R
     return AnisotropicCertificate(
-        prediction=base.prediction, radius=isotropic_radius(r, sig), p_lower=base.p_lower,
-        counts=base.counts, counts_selection=base.counts_selection, norm=p, guarantee=guarantee,
-        sound=not input_dependent, normalized_radius=r, alm=alm(r, sig))
+      prediction=base.prediction,
+      radius=isotropic_radius(r, sig),
+      p_lower=base.p_lower,
+      counts=base.counts,
+      counts_selection=base.counts_selection,
+      norm=p,
+      guarantee=guarantee,
+      sound=not input_dependent,
+      normalized_radius=r,
+      alm=alm(r, sig),
+    )
 
-  counts = engine_counts(apply_fn, params, x_shift, sig, ids_arr, num_classes=num_classes,
-                         settings=settings)
+  counts = engine_counts(
+    apply_fn, params, x_shift, sig, ids_arr, num_classes=num_classes, settings=settings
+  )
   return run_certify(key, counts, rule, settings)
 
 
-def certify_input_dependent(key: jax.Array | int, model: Any, x: ArrayLike, *, sigma: float,
-                            num_classes: int, allow_unsound: bool = False,
-                            **kwargs: Any) -> AnisotropicCertificate:
+def certify_input_dependent(
+  key: jax.Array | int,
+  model: Any,
+  x: ArrayLike,
+  *,
+  sigma: float,
+  num_classes: int,
+  allow_unsound: bool = False,
+  **kwargs: Any,
+) -> AnisotropicCertificate:
   """UCAN's numbers for the input-dependent generator: NOT a certificate.
 
   Runs :func:`rsjax.anisotropic.certify` with the generator's sigma source
@@ -196,9 +232,18 @@ def certify_input_dependent(key: jax.Array | int, model: Any, x: ArrayLike, *, s
     generator).
   """
   from rsjax.models import to_apply_fn
+
   apply_fn, params = to_apply_fn(model.classifier)
-  return certify(key, apply_fn, params, x, sigma=model.noise_source(sigma),
-                             num_classes=num_classes, allow_unsound=allow_unsound, **kwargs)
+  return certify(
+    key,
+    apply_fn,
+    params,
+    x,
+    sigma=model.noise_source(sigma),
+    num_classes=num_classes,
+    allow_unsound=allow_unsound,
+    **kwargs,
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,9 +259,27 @@ class UCAN:
   multiclass: bool = False
   allow_unsound: bool = False
 
-  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-              sigma: Any, num_classes: int, settings: Sampling,
-              ids: ArrayLike | None = None) -> AnisotropicCertificate:
-    return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
-                   settings=settings, ids=ids, multiclass=self.multiclass,
-                   allow_unsound=self.allow_unsound)
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: Any,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> AnisotropicCertificate:
+    return certify(
+      key,
+      apply_fn,
+      params,
+      x,
+      sigma=sigma,
+      num_classes=num_classes,
+      settings=settings,
+      ids=ids,
+      multiclass=self.multiclass,
+      allow_unsound=self.allow_unsound,
+    )

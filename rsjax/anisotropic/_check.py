@@ -30,41 +30,63 @@ def _ucan_pattern(shape, sigma: float, pattern: str, kappa: float, iota: float) 
   return scales * np.float32(sigma)
 
 
-def check_ucan(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
-                **_: object) -> list[Mismatch]:
+def check_ucan(
+  cert: dict, res: Any, recs: dict, *, rtol: float, atol: float, **_: object
+) -> list[Mismatch]:
   """UCAN with frozen ``(mu, sigma)`` (``rsjax.anisotropic.certify``): Cohen's CERTIFY of the
   unit noise gives the normalized radius R; radius = min(sigma) R, alm = geomean(sigma) R."""
   d = cert.get("details")
   if not d or "sigma_min" not in d:
-    raise VerifyError("ucan run without its (mu, sigma) in the certificate record (details): "
-                      "certify it again with this rsjax")
+    raise VerifyError(
+      "ucan run without its (mu, sigma) in the certificate record (details): "
+      "certify it again with this rsjax"
+    )
   issues: list[Mismatch] = []
   s_min, s_gmean = float(d["sigma_min"]), float(d["sigma_gmean"])
   if not (s_min > 0 and s_gmean >= s_min):
-    issues.append(Mismatch(-1, f"recorded sigma min {s_min!r}, geometric mean {s_gmean!r} are "
-                           "not scales"))
+    issues.append(
+      Mismatch(-1, f"recorded sigma min {s_min!r}, geometric mean {s_gmean!r} are not scales")
+    )
     return issues
   if d.get("source") == "pattern":
     opts = cert.get("settings") or {}
     try:
       claimed = (float(d["sigma"]), d["pattern"], float(d["kappa"]), float(d["iota"]))
-      declared = (float(cert["sigma"]), opts.get("ucan_pattern"), float(opts["ucan_kappa"]),
-                  float(opts["ucan_iota"]))
+      declared = (
+        float(cert["sigma"]),
+        opts.get("ucan_pattern"),
+        float(opts["ucan_kappa"]),
+        float(opts["ucan_iota"]),
+      )
     except (KeyError, TypeError, ValueError):
-      raise VerifyError("ucan run without its pattern settings (sigma, pattern, kappa, iota)") \
-          from None
+      raise VerifyError(
+        "ucan run without its pattern settings (sigma, pattern, kappa, iota)"
+      ) from None
     if claimed != declared or opts.get("ucan_sigma") == "dataset":
-      issues.append(Mismatch(-1, f"the pattern (sigma, p, kappa, iota) {claimed} in the details "
-                             f"is not the run's {declared}"))
+      issues.append(
+        Mismatch(
+          -1,
+          f"the pattern (sigma, p, kappa, iota) {claimed} in the details "
+          f"is not the run's {declared}",
+        )
+      )
       return issues
-    scales = _ucan_pattern(cert["input_shape"], float(d["sigma"]), d["pattern"],
-                           float(d["kappa"]), float(d["iota"]))
+    scales = _ucan_pattern(
+      cert["input_shape"], float(d["sigma"]), d["pattern"], float(d["kappa"]), float(d["iota"])
+    )
     want_min = float(scales.min())
     want_gmean = float(np.exp(np.mean(np.log(scales.astype(np.float64)))))
-    if not (math.isclose(s_min, want_min, rel_tol=1e-6)
-            and math.isclose(s_gmean, want_gmean, rel_tol=1e-6)):
-      issues.append(Mismatch(-1, f"recorded sigma min {s_min!r} / geometric mean {s_gmean!r} "
-                             f"are not those of the pattern ({want_min!r}, {want_gmean!r})"))
+    if not (
+      math.isclose(s_min, want_min, rel_tol=1e-6)
+      and math.isclose(s_gmean, want_gmean, rel_tol=1e-6)
+    ):
+      issues.append(
+        Mismatch(
+          -1,
+          f"recorded sigma min {s_min!r} / geometric mean {s_gmean!r} "
+          f"are not those of the pattern ({want_min!r}, {want_gmean!r})",
+        )
+      )
       return issues
   rows = read_rows(cert, res, recs, issues)
   predict, r_norm, p = cohen_certificate(cert, rows, 1.0)
@@ -72,8 +94,9 @@ def check_ucan(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
     if column not in res.extra:
       raise VerifyError(f"ucan run without its {column!r} column")
     before = len(issues)
-    compare(res, rows, predict, r_norm * scale, issues, rtol=rtol, atol=atol,
-            columns=("predict", column))
+    compare(
+      res, rows, predict, r_norm * scale, issues, rtol=rtol, atol=atol, columns=("predict", column)
+    )
     if len(issues) > before:
       return issues
   compare(res, rows, predict, r_norm * s_min, issues, rtol=rtol, atol=atol, p_lower=p)

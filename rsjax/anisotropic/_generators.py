@@ -20,8 +20,13 @@ from jax.typing import ArrayLike
 from rsjax.anisotropic._region import NORM_ORDERS
 from rsjax.sigma import SigmaValues
 
-__all__ = ["FrozenNoise", "InputDependentNoise", "UniversalNoise", "pattern_sigma",
-           "universal_loss"]
+__all__ = [
+  "FrozenNoise",
+  "InputDependentNoise",
+  "UniversalNoise",
+  "pattern_sigma",
+  "universal_loss",
+]
 
 
 def _per_input(v, name, x_shape, default=None) -> np.ndarray:
@@ -33,15 +38,20 @@ def _per_input(v, name, x_shape, default=None) -> np.ndarray:
     return np.broadcast_to(arr, x_shape).copy()
   if arr.shape == x_shape:
     return arr
-  raise ValueError(f"{name} must be a float, shape [*input_shape]={x_shape[1:]} or "
-                   f"[B, *input_shape]={x_shape}, got shape {arr.shape}")
+  raise ValueError(
+    f"{name} must be a float, shape [*input_shape]={x_shape[1:]} or "
+    f"[B, *input_shape]={x_shape}, got shape {arr.shape}"
+  )
 
 
 def _values(x, mu, sigma, rate: float) -> SigmaValues:
   shape = np.shape(x)
-  return SigmaValues(sigma=_per_input(sigma, "sigma", shape), rate=rate,
-                     slack=np.zeros(shape[:1], np.float64),
-                     mu=None if mu is None else _per_input(mu, "mu", shape))
+  return SigmaValues(
+    sigma=_per_input(sigma, "sigma", shape),
+    rate=rate,
+    slack=np.zeros(shape[:1], np.float64),
+    mu=None if mu is None else _per_input(mu, "mu", shape),
+  )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -86,8 +96,9 @@ class InputDependentNoise:
     return _values(x, mu, sigma, math.inf)
 
 
-def pattern_sigma(input_shape: tuple[int, ...], *, pattern: str = "l2", kappa: float = 0.2,
-                  iota: float = 0.8) -> np.ndarray:
+def pattern_sigma(
+  input_shape: tuple[int, ...], *, pattern: str = "l2", kappa: float = 0.2, iota: float = 0.8
+) -> np.ndarray:
   """UCAN's fixed pattern-wise scales ``P(a, b) = kappa * ||(a, b)||_p^2 + iota``.
 
   ``(a, b)`` are pixel coordinates normalized to ``[-1, 1]`` (centre 0). The
@@ -119,7 +130,7 @@ def pattern_sigma(input_shape: tuple[int, ...], *, pattern: str = "l2", kappa: f
     r = np.maximum(np.abs(a), np.abs(b))
   else:
     r = (np.abs(a) ** order + np.abs(b) ** order) ** (1.0 / order)
-  p = kappa * r ** 2 + iota
+  p = kappa * r**2 + iota
   if not np.all(p > 0):
     raise ValueError(f"kappa={kappa!r}, iota={iota!r} give scales <= 0")
   if len(shape) == 3:
@@ -151,16 +162,26 @@ class UniversalNoise:
     if not 0.0 < sigma0 < self.scale:
       raise ValueError(f"sigma0 must lie in (0, scale={self.scale}), got {sigma0!r}")
     shape = tuple(self.input_shape)
-    return {"a": jnp.full(shape, np.arctanh(mu0), jnp.float32),
-            "b": jnp.full(shape, np.arctanh(sigma0 / self.scale), jnp.float32)}
+    return {
+      "a": jnp.full(shape, np.arctanh(mu0), jnp.float32),
+      "b": jnp.full(shape, np.arctanh(sigma0 / self.scale), jnp.float32),
+    }
 
   def __call__(self, params: Any) -> tuple[jax.Array, jax.Array]:
     """Returns ``(mu, sigma)``, each ``input_shape``."""
     return jnp.tanh(params["a"]), jnp.abs(jnp.tanh(params["b"])) * self.scale
 
 
-def universal_loss(logits_fn: Callable, x: ArrayLike, y: ArrayLike, eps: ArrayLike, *,
-                   mu: ArrayLike, sigma: ArrayLike, weight: float = 5.0) -> jax.Array:
+def universal_loss(
+  logits_fn: Callable,
+  x: ArrayLike,
+  y: ArrayLike,
+  eps: ArrayLike,
+  *,
+  mu: ArrayLike,
+  sigma: ArrayLike,
+  weight: float = 5.0,
+) -> jax.Array:
   """UCAN's dataset-wise loss ``sum_j CE(f(x + mu + eps_j * sigma), y) - weight * sum_j min|sigma|``.
 
   Args:

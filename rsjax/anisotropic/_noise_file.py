@@ -18,8 +18,16 @@ from rsjax.io import atomic_write
 if TYPE_CHECKING:
   from rsjax.anisotropic._generators import FrozenNoise
 
-__all__ = ["GENERATORS", "NOISE_FILE", "SOUND_GENERATORS", "load_noise", "load_universal_noise",
-           "read_noise", "save_noise", "save_universal_noise"]
+__all__ = [
+  "GENERATORS",
+  "NOISE_FILE",
+  "SOUND_GENERATORS",
+  "load_noise",
+  "load_universal_noise",
+  "read_noise",
+  "save_noise",
+  "save_universal_noise",
+]
 
 #: UCAN's noise generators (``rsjax train --method ucan --generator``).
 GENERATORS = ("pattern-l1", "pattern-l2", "pattern-linf", "universal", "input")
@@ -61,6 +69,7 @@ def read_noise(workdir: str | os.PathLike) -> tuple[FrozenNoise, str] | None:
   if not os.path.exists(path):
     return None
   from rsjax.anisotropic._generators import FrozenNoise
+
   with np.load(path) as f:
     return FrozenNoise(f["sigma"], mu=f["mu"]), str(f["generator"])
 
@@ -69,8 +78,10 @@ def load_noise(workdir: str | os.PathLike) -> FrozenNoise:
   """The noise frozen after UCAN training: ``FrozenNoise(sigma, mu)`` (sigma includes lambda)."""
   saved = read_noise(workdir)
   if saved is None:
-    raise FileNotFoundError(f"no {NOISE_FILE} in {os.fspath(workdir)!r}: train with an "
-                            "input-independent UCAN generator first")
+    raise FileNotFoundError(
+      f"no {NOISE_FILE} in {os.fspath(workdir)!r}: train with an "
+      "input-independent UCAN generator first"
+    )
   return saved[0]
 
 
@@ -89,6 +100,7 @@ def save_universal_noise(workdir: str | os.PathLike, *, mu: ArrayLike, sigma: Ar
     The path written.
   """
   from rsjax.anisotropic._generators import FrozenNoise
+
   return save_noise(workdir, FrozenNoise(sigma, mu=mu), "universal")  # checks the arrays
 
 

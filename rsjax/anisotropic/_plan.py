@@ -21,46 +21,71 @@ def _trained_unsound(workdir) -> bool:
   return models.read_config(workdir).get("sound", True) is False
 
 
-def build(ctx: Context, *, ucan_sigma: str, ucan_pattern: str, ucan_kappa: float,
-          ucan_iota: float) -> Plan:
+def build(
+  ctx: Context, *, ucan_sigma: str, ucan_pattern: str, ucan_kappa: float, ucan_iota: float
+) -> Plan:
   """Refuses what UCAN cannot certify, else the plan (``rsjax.method.Method.build``)."""
   noise_family = ctx.settings.noise
   if ctx.multiclass and not (noise_family.name == "gaussian" and noise_family.norm == "l2"):
-    raise ValueError(f"--multiclass works with Gaussian noise only, not --noise "
-                     f"{noise_family.name}")
+    raise ValueError(
+      f"--multiclass works with Gaussian noise only, not --noise {noise_family.name}"
+    )
   shape = tuple(ctx.dataset.input_shape)
   if ucan_sigma == "auto" and _trained_unsound(ctx.workdir):
-    raise ValueError("the model was trained with UCAN's input-dependent generator, which gives no "
-                     "certificate (rsjax.anisotropic.certify_input_dependent reports its unsound "
-                     "numbers); pass --ucan-sigma pattern to certify the classifier with pattern-wise "
-                     "noise instead")
+    raise ValueError(
+      "the model was trained with UCAN's input-dependent generator, which gives no "
+      "certificate (rsjax.anisotropic.certify_input_dependent reports its unsound "
+      "numbers); pass --ucan-sigma pattern to certify the classifier with pattern-wise "
+      "noise instead"
+    )
   noise = load_universal_noise(ctx.workdir) if ucan_sigma != "pattern" else None
   if ucan_sigma == "dataset" and noise is None:
-    raise ValueError(f"--ucan-sigma dataset needs the universal generator's {NOISE_FILE} in the "
-                     "model directory (rsjax.anisotropic.save_universal_noise); use --ucan-sigma pattern")
+    raise ValueError(
+      f"--ucan-sigma dataset needs the universal generator's {NOISE_FILE} in the "
+      "model directory (rsjax.anisotropic.save_universal_noise); use --ucan-sigma pattern"
+    )
   if noise is not None:
     if noise.sigma.shape != shape:
-      raise ValueError(f"{NOISE_FILE} holds sigma of shape {noise.sigma.shape}, the "
-                       f"dataset's inputs are {shape}")
+      raise ValueError(
+        f"{NOISE_FILE} holds sigma of shape {noise.sigma.shape}, the dataset's inputs are {shape}"
+      )
     source = "dataset"
-    what = (f"dataset-wise (mu, sigma) from {NOISE_FILE} (sigma in "
-            f"[{noise.sigma.min():.4g}, {noise.sigma.max():.4g}])")
+    what = (
+      f"dataset-wise (mu, sigma) from {NOISE_FILE} (sigma in "
+      f"[{noise.sigma.min():.4g}, {noise.sigma.max():.4g}])"
+    )
   else:
-    noise = FrozenNoise(ctx.sigma * pattern_sigma(shape, pattern=ucan_pattern, kappa=ucan_kappa,
-                                                  iota=ucan_iota))
+    noise = FrozenNoise(
+      ctx.sigma * pattern_sigma(shape, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota)
+    )
     source = "pattern"
-    what = (f"pattern-wise sigma = {ctx.sigma} * ({ucan_kappa} ||(a, b)||_{ucan_pattern[1:]}^2 + "
-            f"{ucan_iota}) in [{noise.sigma.min():.4g}, {noise.sigma.max():.4g}]")
+    what = (
+      f"pattern-wise sigma = {ctx.sigma} * ({ucan_kappa} ||(a, b)||_{ucan_pattern[1:]}^2 + "
+      f"{ucan_iota}) in [{noise.sigma.min():.4g}, {noise.sigma.max():.4g}]"
+    )
 
   def fn(x, ids):
-    return certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=noise, ids=ids,
-                   certifier=UCAN(multiclass=ctx.multiclass),
-                   num_classes=ctx.dataset.num_classes, settings=ctx.settings)
+    return certify(
+      ctx.key,
+      ctx.apply_fn,
+      ctx.params,
+      x,
+      sigma=noise,
+      ids=ids,
+      certifier=UCAN(multiclass=ctx.multiclass),
+      num_classes=ctx.dataset.num_classes,
+      settings=ctx.settings,
+    )
 
-  details = _details(noise, source, sigma=ctx.sigma, pattern=ucan_pattern, kappa=ucan_kappa,
-                     iota=ucan_iota)
-  return Plan(fn, AnisotropicCertificate.columns,
-              describe=f"UCAN, {what}; radius = min(sigma) * normalized_radius", details=details)
+  details = _details(
+    noise, source, sigma=ctx.sigma, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota
+  )
+  return Plan(
+    fn,
+    AnisotropicCertificate.columns,
+    describe=f"UCAN, {what}; radius = min(sigma) * normalized_radius",
+    details=details,
+  )
 
 
 def _details(noise: FrozenNoise, source: str, **pattern) -> dict:
@@ -69,10 +94,13 @@ def _details(noise: FrozenNoise, source: str, **pattern) -> dict:
   the pattern's parameters when sigma is a pattern."""
   sig = np.asarray(noise.sigma, np.float32)
   mu = np.zeros_like(sig) if noise.mu is None else np.asarray(noise.mu, np.float32)
-  out = {"source": source, "sigma_min": float(sig.min()),
-         "sigma_gmean": float(np.exp(np.mean(np.log(sig.astype(np.float64))))),
-         "sigma_fingerprint": record.input_fingerprint(sig),
-         "mu_fingerprint": record.input_fingerprint(mu)}
+  out = {
+    "source": source,
+    "sigma_min": float(sig.min()),
+    "sigma_gmean": float(np.exp(np.mean(np.log(sig.astype(np.float64))))),
+    "sigma_fingerprint": record.input_fingerprint(sig),
+    "mu_fingerprint": record.input_fingerprint(mu),
+  }
   if source == "pattern":
     out.update(pattern)
   return out

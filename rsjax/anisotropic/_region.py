@@ -13,8 +13,9 @@ __all__ = ["NORM_ORDERS", "alm", "in_certified_region", "isotropic_radius", "nor
 NORM_ORDERS = {"l1": 1, "l2": 2, "linf": np.inf}
 
 
-def normalized_radius(p_lower: ArrayLike, *, noise: noise_lib.Noise | str | None = None,
-                      dim: int | None = None) -> np.ndarray:
+def normalized_radius(
+  p_lower: ArrayLike, *, noise: noise_lib.Noise | str | None = None, dim: int | None = None
+) -> np.ndarray:
   """The isotropic radius ``R`` of the unit-scale base noise (host, float64).
 
   Args:
@@ -41,8 +42,9 @@ def _check_norm(norm: str) -> float:
   return NORM_ORDERS[norm]
 
 
-def in_certified_region(delta: ArrayLike, sigma: ArrayLike, radius: ArrayLike,
-                        norm: str = "l2") -> np.ndarray:
+def in_certified_region(
+  delta: ArrayLike, sigma: ArrayLike, radius: ArrayLike, norm: str = "l2"
+) -> np.ndarray:
   """Whether ``||delta / sigma||_p <= radius`` (host, float64).
 
   Args:
@@ -71,8 +73,10 @@ def _reduce_sigma(r, sigma, fn) -> np.ndarray:
   if r.ndim == 0:
     return fn(sig.reshape(-1)) * r
   if r.ndim != 1 or sig.ndim < 2 or sig.shape[0] not in (1, r.shape[0]):
-    raise ValueError(f"for radius of shape [B]={r.shape}, sigma must have shape [B or 1, "
-                     f"*input_shape], got {sig.shape}")
+    raise ValueError(
+      f"for radius of shape [B]={r.shape}, sigma must have shape [B or 1, "
+      f"*input_shape], got {sig.shape}"
+    )
   return fn(sig.reshape(sig.shape[0], -1), axis=1) * r
 
 

@@ -11,17 +11,33 @@ __all__ = ["METHOD"]
 
 def _build(ctx: Context, **options) -> Plan:
   from rsjax.anisotropic._plan import build
+
   return build(ctx, **options)
 
 
 METHOD = Method(
-    "ucan", "anisotropic (mu, sigma) noise, UCAN's certified region (pattern-wise or "
-    "dataset-wise sigma)", _build, (
-        Option("ucan_sigma", "auto", f"dataset: the model directory's saved universal "
-               f"{NOISE_FILE}; pattern: --sigma times the pattern; auto: dataset if saved, else "
-               "pattern", str, choices=("auto", "pattern", "dataset")),
-        Option("ucan_pattern", "l2", "norm p of the pattern kappa ||(a, b)||_p^2 + iota", str,
-               choices=("l1", "l2", "linf")),
-        Option("ucan_kappa", 0.2, "pattern curvature kappa", float),
-        Option("ucan_iota", 0.8, "pattern value iota at the centre", float, positive=True),
-    ), check=check_ucan)
+  "ucan",
+  "anisotropic (mu, sigma) noise, UCAN's certified region (pattern-wise or dataset-wise sigma)",
+  _build,
+  (
+    Option(
+      "ucan_sigma",
+      "auto",
+      f"dataset: the model directory's saved universal "
+      f"{NOISE_FILE}; pattern: --sigma times the pattern; auto: dataset if saved, else "
+      "pattern",
+      str,
+      choices=("auto", "pattern", "dataset"),
+    ),
+    Option(
+      "ucan_pattern",
+      "l2",
+      "norm p of the pattern kappa ||(a, b)||_p^2 + iota",
+      str,
+      choices=("l1", "l2", "linf"),
+    ),
+    Option("ucan_kappa", 0.2, "pattern curvature kappa", float),
+    Option("ucan_iota", 0.8, "pattern value iota at the centre", float, positive=True),
+  ),
+  check=check_ucan,
+)

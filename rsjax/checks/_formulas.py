@@ -51,8 +51,14 @@ def binary_radius(p: ArrayLike, scale: float | np.ndarray, noise: dict, dim: int
   return np.where(p > 0.5, r, 0.0)
 
 
-def multiclass(n_a: ArrayLike, runner_up: ArrayLike, n: ArrayLike, alpha: float | np.ndarray,
-               num_classes: int, scale: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def multiclass(
+  n_a: ArrayLike,
+  runner_up: ArrayLike,
+  n: ArrayLike,
+  alpha: float | np.ndarray,
+  num_classes: int,
+  scale: float | np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
   """Cohen's Theorem 1 with simultaneous bounds: ``(ok, radius)``."""
   others = max(num_classes - 1, 1)
   pa = cp_lower(n_a, n, alpha / 2)
@@ -76,4 +82,3 @@ def budget_alphas(alpha: float, k: int, final_share: float) -> list[float]:
   if k == 1:
     return [alpha]
   return [(1.0 - final_share) * alpha / (k - 1)] * (k - 1) + [final_share * alpha]
-

@@ -32,30 +32,54 @@ def dense(sparse: object, num_classes: int, out: np.ndarray | None = None) -> np
   return out
 
 
-def budget_levels(cert: dict, n_max: int, alpha: float,
-                  issues: list[Mismatch]) -> dict[int, float] | None:
+def budget_levels(
+  cert: dict, n_max: int, alpha: float, issues: list[Mismatch]
+) -> dict[int, float] | None:
   """``{look: alpha_k}`` of a budgeted run, after checking its schedule spends at most alpha."""
   b = cert["budget"]
   first, ratio, share = b.get("first"), b.get("ratio"), b.get("final_share")
-  if not (isinstance(first, int) and first >= 1 and isinstance(ratio, (int, float)) and ratio > 1
-          and isinstance(share, (int, float)) and 0 < share <= 1):
-    issues.append(Mismatch(-1, f"budgeted schedule first {first!r}, ratio {ratio!r}, final share "
-                           f"{share!r} is not one (first >= 1, ratio > 1, 0 < share <= 1)"))
+  if not (
+    isinstance(first, int)
+    and first >= 1
+    and isinstance(ratio, (int, float))
+    and ratio > 1
+    and isinstance(share, (int, float))
+    and 0 < share <= 1
+  ):
+    issues.append(
+      Mismatch(
+        -1,
+        f"budgeted schedule first {first!r}, ratio {ratio!r}, final share "
+        f"{share!r} is not one (first >= 1, ratio > 1, 0 < share <= 1)",
+      )
+    )
     return None
   looks = budget_looks(n_max, b["first"], b["ratio"])
   alphas = budget_alphas(alpha, len(looks), float(b["final_share"]))
   if [int(v) for v in b["looks"]] != looks:
-    issues.append(Mismatch(-1, f"budgeted looks {b['looks']} are not the declared schedule "
-                           f"{looks} (first {b['first']}, ratio {b['ratio']}, N {n_max})"))
+    issues.append(
+      Mismatch(
+        -1,
+        f"budgeted looks {b['looks']} are not the declared schedule "
+        f"{looks} (first {b['first']}, ratio {b['ratio']}, N {n_max})",
+      )
+    )
     return None
   rec = np.asarray(b["alphas"], np.float64)
   if len(rec) != len(looks) or not np.allclose(rec, alphas, rtol=1e-12, atol=0):
-    issues.append(Mismatch(-1, f"budgeted alpha levels {b['alphas']} are not the declared "
-                           f"split {alphas} of alpha {alpha}"))
+    issues.append(
+      Mismatch(
+        -1,
+        f"budgeted alpha levels {b['alphas']} are not the declared split {alphas} of alpha {alpha}",
+      )
+    )
     return None
   if not np.all(rec > 0) or rec.sum() > alpha * (1 + 1e-12):
-    issues.append(Mismatch(-1, f"budgeted alpha levels {list(rec)} are not > 0 or spend "
-                           f"{rec.sum()} > alpha {alpha}"))
+    issues.append(
+      Mismatch(
+        -1, f"budgeted alpha levels {list(rec)} are not > 0 or spend {rec.sum()} > alpha {alpha}"
+      )
+    )
     return None
   return dict(zip(looks, alphas, strict=True))
 
@@ -88,16 +112,27 @@ def run_sigma(cert: dict) -> float:
   return float(sigma)
 
 
-def read_rows(cert: dict, res: CertifyResults, recs: dict[int, dict], issues: list[Mismatch],
-              levels: dict[int, float] | None = None) -> Rows:
+def read_rows(
+  cert: dict,
+  res: CertifyResults,
+  recs: dict[int, dict],
+  issues: list[Mismatch],
+  levels: dict[int, float] | None = None,
+) -> Rows:
   """Parses each row's counts, reporting rows whose record is missing or inconsistent."""
   s = cert["sampling"]
   n0, n_max, alpha = int(s["n0"]), int(s["n"]), float(s["alpha"])
   num_classes = int(cert["num_classes"])
   b = len(res)
-  out = Rows(np.zeros(b, bool), np.zeros(b, np.int64), np.zeros(b, np.int64),
-              np.zeros(b, np.int64), np.full(b, n_max, np.int64), np.full(b, alpha),
-              np.full(b, np.nan))
+  out = Rows(
+    np.zeros(b, bool),
+    np.zeros(b, np.int64),
+    np.zeros(b, np.int64),
+    np.zeros(b, np.int64),
+    np.full(b, n_max, np.int64),
+    np.full(b, alpha),
+    np.full(b, np.nan),
+  )
   c0s = np.zeros((b, num_classes), np.int64)
   c1s = np.zeros((b, num_classes), np.int64)
   why: dict[int, str] = {}
@@ -110,10 +145,14 @@ def read_rows(cert: dict, res: CertifyResults, recs: dict[int, dict], issues: li
     if r.get("counts0") is None or r.get("counts") is None:
       why[j] = "the record holds no counts"
       continue
-    if dense(r["counts0"], num_classes, c0s[j]) is None or dense(
-        r["counts"], num_classes, c1s[j]) is None:
-      why[j] = (f"recorded counts name a class outside 0..{num_classes - 1} or are not "
-                "non-negative integers")
+    if (
+      dense(r["counts0"], num_classes, c0s[j]) is None
+      or dense(r["counts"], num_classes, c1s[j]) is None
+    ):
+      why[j] = (
+        f"recorded counts name a class outside 0..{num_classes - 1} or are not "
+        "non-negative integers"
+      )
       continue
     used = r.get("n", n_max) if r.get("n") is not None else n_max
     if not _is_count(used):
@@ -129,8 +168,9 @@ def read_rows(cert: dict, res: CertifyResults, recs: dict[int, dict], issues: li
       continue
     p_rec = r.get("p_lower")
     if p_rec is not None:
-      if not (isinstance(p_rec, (int, float)) and not isinstance(p_rec, bool)
-              and 0.0 <= p_rec <= 1.0):
+      if not (
+        isinstance(p_rec, (int, float)) and not isinstance(p_rec, bool) and 0.0 <= p_rec <= 1.0
+      ):
         why[j] = f"recorded p_lower {p_rec!r} is not a number in [0, 1]"
         continue
       out.p_recorded[j] = float(p_rec)
@@ -154,10 +194,18 @@ def read_rows(cert: dict, res: CertifyResults, recs: dict[int, dict], issues: li
   return out
 
 
-def compare(res: CertifyResults, rows: Rows, predict: np.ndarray, radius: np.ndarray,
-            issues: list[Mismatch], *, rtol: float, atol: float,
-            columns: tuple[str, str] = ("predict", "radius"),
-            p_lower: np.ndarray | None = None) -> None:
+def compare(
+  res: CertifyResults,
+  rows: Rows,
+  predict: np.ndarray,
+  radius: np.ndarray,
+  issues: list[Mismatch],
+  *,
+  rtol: float,
+  atol: float,
+  columns: tuple[str, str] = ("predict", "radius"),
+  p_lower: np.ndarray | None = None,
+) -> None:
   """Reports valid rows whose prediction or radius in the file differs from the recomputation.
 
   Args:
@@ -171,34 +219,55 @@ def compare(res: CertifyResults, rows: Rows, predict: np.ndarray, radius: np.nda
     p_lower: ``[b]`` recomputed lower bounds, compared with the recorded ones
       (to ``rtol``, ``atol``), or None.
   """
-  got_p, got_r = (np.asarray(getattr(res, c) if c in ("predict", "radius") else res.extra[c])
-                  for c in columns)
+  got_p, got_r = (
+    np.asarray(getattr(res, c) if c in ("predict", "radius") else res.extra[c]) for c in columns
+  )
   for j in np.flatnonzero(rows.valid):
     idx = int(res.idx[j])
-    if p_lower is not None and not (np.isnan(rows.p_recorded[j]) or math.isclose(
-        float(rows.p_recorded[j]), float(p_lower[j]), rel_tol=rtol, abs_tol=atol)):
-      issues.append(Mismatch(idx, f"p_lower {float(rows.p_recorded[j])!r} recorded, the counts "
-                             f"give {float(p_lower[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]})"))
+    if p_lower is not None and not (
+      np.isnan(rows.p_recorded[j])
+      or math.isclose(float(rows.p_recorded[j]), float(p_lower[j]), rel_tol=rtol, abs_tol=atol)
+    ):
+      issues.append(
+        Mismatch(
+          idx,
+          f"p_lower {float(rows.p_recorded[j])!r} recorded, the counts "
+          f"give {float(p_lower[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]})",
+        )
+      )
     elif int(got_p[j]) != predict[j]:
-      issues.append(Mismatch(idx, f"{columns[0]} {got_p[j]} in the file, the counts give "
-                             f"{predict[j]} (n_A {rows.n_a[j]} of {rows.n[j]})"))
+      issues.append(
+        Mismatch(
+          idx,
+          f"{columns[0]} {got_p[j]} in the file, the counts give "
+          f"{predict[j]} (n_A {rows.n_a[j]} of {rows.n[j]})",
+        )
+      )
     elif not math.isclose(float(got_r[j]), radius[j], rel_tol=rtol, abs_tol=atol):
-      issues.append(Mismatch(idx, f"{columns[1]} {float(got_r[j])!r} in the file, the counts give "
-                             f"{float(radius[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]}, "
-                             f"alpha {rows.alpha[j]:g})"))
+      issues.append(
+        Mismatch(
+          idx,
+          f"{columns[1]} {float(got_r[j])!r} in the file, the counts give "
+          f"{float(radius[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]}, "
+          f"alpha {rows.alpha[j]:g})",
+        )
+      )
 
 
-def cohen_certificate(cert: dict, rows: Rows,
-                      scale: float | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def cohen_certificate(
+  cert: dict, rows: Rows, scale: float | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Cohen's ``(prediction [b], radius [b], p_lower [b])`` of every row at noise ``scale``
   (a float or ``[b]``)."""
   if cert.get("multiclass"):
-    ok, radius = multiclass(rows.n_a, rows.runner_up, rows.n, rows.alpha,
-                             int(cert["num_classes"]), scale)
+    ok, radius = multiclass(
+      rows.n_a, rows.runner_up, rows.n, rows.alpha, int(cert["num_classes"]), scale
+    )
     p = cp_lower(rows.n_a, rows.n, rows.alpha / 2)
   else:
     p = cp_lower(rows.n_a, rows.n, rows.alpha)
     ok = p >= 0.5
-    radius = np.where(ok, binary_radius(p, scale, cert["noise"],
-                                         int(np.prod(cert["input_shape"]))), 0.0)
+    radius = np.where(
+      ok, binary_radius(p, scale, cert["noise"], int(np.prod(cert["input_shape"]))), 0.0
+    )
   return np.where(ok, rows.guess, -1), radius, p

@@ -23,8 +23,11 @@ class HelpFormatter(argparse.HelpFormatter):
 
   def _get_help_string(self, action):
     text = action.help or ""
-    if (not action.option_strings or "default" in text
-        or any(action.default is v for v in (None, False, argparse.SUPPRESS))):
+    if (
+      not action.option_strings
+      or "default" in text
+      or any(action.default is v for v in (None, False, argparse.SUPPRESS))
+    ):
       return text
     return text + " (default: %(default)s)"
 

@@ -39,6 +39,7 @@ def _setup_jax(args) -> None:
   cache = compilation_cache_dir(getattr(args, "compilation_cache", None))
   if cache:
     import jax
+
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
@@ -76,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   if argv[:1] == ["--version"]:  # without building the parser (importing rsjax loads JAX)
     from importlib import metadata
+
     try:
       version = metadata.version("rsjax")
     except metadata.PackageNotFoundError:
@@ -88,8 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   first = _command(argv)
   only = first if first in {c.replace("_", "-") for c in COMMANDS} else None
   # Building the parser imports JAX, Flax and SciPy (2-5 s): say so on a terminal.
-  loading = (first not in JAX_FREE and sys.stderr.isatty()
-             and not {"-h", "--help", "--quiet"} & set(argv))
+  loading = (
+    first not in JAX_FREE and sys.stderr.isatty() and not {"-h", "--help", "--quiet"} & set(argv)
+  )
   if loading:
     print("rsjax: loading JAX ...", end="\r", file=sys.stderr, flush=True)
   parser = build_parser(only)

@@ -13,22 +13,38 @@ __all__ = ["build_parser", "COMMANDS"]
 
 # The commands (modules of this package) in the order of ``rsjax --help``; each is
 # imported when its parser is built, so ``rsjax verify`` imports only its own.
-COMMANDS = ("train", "certify", "predict", "analyze", "verify", "audit", "convert",
-            "train_denoiser", "demo")
+COMMANDS = (
+  "train",
+  "certify",
+  "predict",
+  "analyze",
+  "verify",
+  "audit",
+  "convert",
+  "train_denoiser",
+  "demo",
+)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
   """The parser of every command (or of command ``only``); each sets ``func`` (its
   module's ``run``)."""
   from rsjax import __version__
+
   p = Parser(
-      prog="rsjax", description="Randomized smoothing in JAX: train, certify, predict, analyze.",
-      formatter_class=HelpFormatter)
+    prog="rsjax",
+    description="Randomized smoothing in JAX: train, certify, predict, analyze.",
+    formatter_class=HelpFormatter,
+  )
   p.add_argument("--version", action="version", version=f"rsjax {__version__}")
-  p.add_argument("--compilation-cache", default=None, metavar="DIR",
-                 help="directory of JAX's persistent compilation cache, or 'off' (or "
-                 "$RSJAX_COMPILATION_CACHE; default: $XDG_CACHE_HOME/rsjax/jax, i.e. "
-                 "~/.cache/rsjax/jax)")
+  p.add_argument(
+    "--compilation-cache",
+    default=None,
+    metavar="DIR",
+    help="directory of JAX's persistent compilation cache, or 'off' (or "
+    "$RSJAX_COMPILATION_CACHE; default: $XDG_CACHE_HOME/rsjax/jax, i.e. "
+    "~/.cache/rsjax/jax)",
+  )
   p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
   sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
   common = common_flags()

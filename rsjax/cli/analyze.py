@@ -18,21 +18,41 @@ HELP = "tables and plots from certify result files"
 def add_arguments(p) -> None:
   """The flags of ``rsjax analyze``."""
   p.add_argument("files", nargs="+", help="certify result files")
-  p.add_argument("--labels", nargs="+", default=None,
-                 help="one name per file for the table and the plot (default: file names)")
-  p.add_argument("--radii", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0],
-                 help="radii of the table's columns")
+  p.add_argument(
+    "--labels",
+    nargs="+",
+    default=None,
+    help="one name per file for the table and the plot (default: file names)",
+  )
+  p.add_argument(
+    "--radii",
+    nargs="+",
+    type=float,
+    default=[0.0, 0.25, 0.5, 0.75, 1.0],
+    help="radii of the table's columns",
+  )
   p.add_argument("--format", default="text", choices=["text", "markdown"], help="table format")
-  p.add_argument("--radius-column", default=None,
-                 help="read radii from this extra column (e.g. 'alm' of --method ucan; ALM is "
-                      "not a ball guarantee)")
+  p.add_argument(
+    "--radius-column",
+    default=None,
+    help="read radii from this extra column (e.g. 'alm' of --method ucan; ALM is "
+    "not a ball guarantee)",
+  )
   p.add_argument("--plot", default=None, help="write the certified-accuracy curves here (PNG)")
-  p.add_argument("--pa-cdf", default=None, metavar="PNG",
-                 help="plot the empirical CDF of p_A per file (Sun et al. Fig. 3; needs files "
-                      "certified with --save-counts)")
-  p.add_argument("--easy-hard", default=None, metavar="REFERENCE",
-                 help="certified accuracy on easy / hard inputs, split by p_A >= 0.5 in this "
-                      "reference result file (e.g. the Gaussian model's, with --save-counts)")
+  p.add_argument(
+    "--pa-cdf",
+    default=None,
+    metavar="PNG",
+    help="plot the empirical CDF of p_A per file (Sun et al. Fig. 3; needs files "
+    "certified with --save-counts)",
+  )
+  p.add_argument(
+    "--easy-hard",
+    default=None,
+    metavar="REFERENCE",
+    help="certified accuracy on easy / hard inputs, split by p_A >= 0.5 in this "
+    "reference result file (e.g. the Gaussian model's, with --save-counts)",
+  )
 
 
 def _extra_summary(label: str, res) -> str:
@@ -42,11 +62,15 @@ def _extra_summary(label: str, res) -> str:
     numeric = values.dtype != object and len(values) > 0
     if name == "sound" and numeric:
       bad = int(np.sum(values == 0))
-      parts.append(f"sound=1 on all {len(values)} rows" if bad == 0 else
-                   f"sound=0 (NOT a certificate) on {bad} of {len(values)} rows")
+      parts.append(
+        f"sound=1 on all {len(values)} rows"
+        if bad == 0
+        else f"sound=0 (NOT a certificate) on {bad} of {len(values)} rows"
+      )
     elif numeric:
-      parts.append(f"{name}: mean {np.mean(values):.4g} [{np.min(values):.4g}, "
-                   f"{np.max(values):.4g}]")
+      parts.append(
+        f"{name}: mean {np.mean(values):.4g} [{np.min(values):.4g}, {np.max(values):.4g}]"
+      )
     else:
       parts.append(f"{name}: {len(set(values))} distinct values")
   return f"{label} extra columns: " + "; ".join(parts)
@@ -55,6 +79,7 @@ def _extra_summary(label: str, res) -> str:
 def run(args) -> int:
   """Runs ``rsjax analyze``; returns the exit status."""
   from rsjax import io, metrics, plots
+
   results = {}
   labels = args.labels or [os.path.basename(p) for p in args.files]
   if len(labels) != len(args.files):
@@ -104,13 +129,17 @@ def _warn_if_inputs_differ(results: dict) -> None:
   common = set.intersection(*sets.values())
   if any(len(v) != len(common) for v in sets.values()):
     sizes = ", ".join(f"{label}: {len(v)}" for label, v in sets.items())
-    print(f"rsjax analyze: warning: the envelope mixes files over different inputs ({sizes}; "
-          f"{len(common)} in common); compare runs over the same inputs", file=sys.stderr)
+    print(
+      f"rsjax analyze: warning: the envelope mixes files over different inputs ({sizes}; "
+      f"{len(common)} in common); compare runs over the same inputs",
+      file=sys.stderr,
+    )
 
 
 def _read_run(path):
   """The run of a result file (``rsjax.runspec.RunSpec``), or None (no record or an old one)."""
   from rsjax.runspec import RunFormatError, RunSpec
+
   try:
     return RunSpec.read(path)
   except RunFormatError:
@@ -123,11 +152,16 @@ def _run_summary(label: str, run, res) -> str:
   declared = len(run.indices())
   budget = (run.details or {}).get("budget")
   how = (" (multiclass radius)" if run.multiclass else "") + (
-      f" (budgeted: grid {run.options.get('grid')}, first look {budget['first']}, ratio "
-      f"{budget['ratio']:g}, final share {budget['final_share']:g})" if budget else "")
-  return (f"{label}: {run.method}{how}, sigma={run.sigma:g}, {s['noise']} ({run.norm}), "
-          f"N={s['n']}, alpha={s['alpha']:g}, {run.data.name} {run.data.split}: {len(res)} of "
-          f"{declared} declared rows" + ("" if len(res) == declared else " (incomplete)"))
+    f" (budgeted: grid {run.options.get('grid')}, first look {budget['first']}, ratio "
+    f"{budget['ratio']:g}, final share {budget['final_share']:g})"
+    if budget
+    else ""
+  )
+  return (
+    f"{label}: {run.method}{how}, sigma={run.sigma:g}, {s['noise']} ({run.norm}), "
+    f"N={s['n']}, alpha={s['alpha']:g}, {run.data.name} {run.data.split}: {len(res)} of "
+    f"{declared} declared rows" + ("" if len(res) == declared else " (incomplete)")
+  )
 
 
 def plot_title(runs: list, results: dict) -> str:
@@ -153,6 +187,7 @@ def plot_title(runs: list, results: dict) -> str:
 def _print_easy_hard(results, reference_path: str, radii) -> None:
   """Certified accuracy on easy / hard inputs (p_A >= / < 0.5 under the reference file's model)."""
   from rsjax import io, metrics
+
   if not os.path.exists(reference_path):
     raise CliError(f"reference file {reference_path!r} does not exist")
   ref = io.read_certify(reference_path)

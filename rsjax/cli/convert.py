@@ -11,27 +11,35 @@ from rsjax.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
-HELP = ("convert a PyTorch checkpoint into a model directory "
-        "(certify it later without PyTorch)")
+HELP = "convert a PyTorch checkpoint into a model directory (certify it later without PyTorch)"
 
 
 def add_arguments(p) -> None:
   """The flags of ``rsjax convert``."""
   p.add_argument("checkpoint", help="PyTorch checkpoint (.pth, .pth.tar)")
   p.add_argument("out", help="output model directory (as written by 'rsjax train')")
-  p.add_argument("--arch", default=None,
-                 help="architecture (default: the checkpoint's 'arch' entry or recognized from "
-                 "its keys): cifar_resnet20, cifar_resnet110, resnet18, resnet50, lenet, ...")
+  p.add_argument(
+    "--arch",
+    default=None,
+    help="architecture (default: the checkpoint's 'arch' entry or recognized from "
+    "its keys): cifar_resnet20, cifar_resnet110, resnet18, resnet50, lenet, ...",
+  )
   flags.normalize_flag(p)
-  p.add_argument("--dataset", default=None,
-                 help="record the dataset (the default dataset of certify)")
-  p.add_argument("--sigma", type=flags.positive_float, default=None,
-                 help="record the training sigma (the default sigma of certify)")
+  p.add_argument(
+    "--dataset", default=None, help="record the dataset (the default dataset of certify)"
+  )
+  p.add_argument(
+    "--sigma",
+    type=flags.positive_float,
+    default=None,
+    help="record the training sigma (the default sigma of certify)",
+  )
 
 
 def run(args) -> int:
   """Runs ``rsjax convert``; returns the exit status."""
   from rsjax import models
+
   model, config = launch.open_torch_checkpoint(args.checkpoint, args.arch, args.normalize)
   config["source"] = os.path.basename(args.checkpoint)
   if args.dataset is not None:
@@ -42,6 +50,8 @@ def run(args) -> int:
     models.save_model(args.out, model, config)
   except ValueError as e:
     raise CliError(str(e)) from None
-  print(f"converted {config['torch_arch']} ({config['num_classes']} classes) from "
-        f"{args.checkpoint}; saved in {args.out}")
+  print(
+    f"converted {config['torch_arch']} ({config['num_classes']} classes) from "
+    f"{args.checkpoint}; saved in {args.out}"
+  )
   return 0

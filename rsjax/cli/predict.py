@@ -21,23 +21,43 @@ def run(args) -> int:
   """Runs ``rsjax predict``; returns the exit status."""
   import rsjax
   from rsjax import runner
+
   run, loaded = launch.run_from_flags(args)
   ds, apply_fn, params, key = loaded.dataset, loaded.apply_fn, loaded.params, launch.key(run)
   indices = np.asarray(run.indices(), np.int64)
 
   def fn(x, ids):
-    return rsjax.predict(key, apply_fn, params, x, sigma=run.sigma, num_classes=ds.num_classes,
-                         n=args.N, alpha=args.alpha, batch_size=args.batch, ids=ids,
-                         noise=args.noise, precision=args.precision)
+    return rsjax.predict(
+      key,
+      apply_fn,
+      params,
+      x,
+      sigma=run.sigma,
+      num_classes=ds.num_classes,
+      n=args.N,
+      alpha=args.alpha,
+      batch_size=args.batch,
+      ids=ids,
+      noise=args.noise,
+      precision=args.precision,
+    )
 
-  wrote = runner.predict_dataset(fn, ds.get_batch, indices, args.outfile,
-                                 inputs_per_call=(args.inputs_per_call
-                                                  or runner.default_inputs_per_call(args.N)),
-                                 progress=not args.quiet, resume=not args.overwrite,
-                                 run=run)
+  wrote = runner.predict_dataset(
+    fn,
+    ds.get_batch,
+    indices,
+    args.outfile,
+    inputs_per_call=(args.inputs_per_call or runner.default_inputs_per_call(args.N)),
+    progress=not args.quiet,
+    resume=not args.overwrite,
+    run=run,
+  )
   from rsjax import io, metrics
+
   res = io.read_predict(args.outfile)
-  print(f"predicted {wrote} new inputs; {len(res)} inputs in {args.outfile}: accuracy "
-        f"{np.mean(res.correct):.4f}, abstained {metrics.abstention_rate(res.predict):.4f} "
-        f"(N={args.N}, alpha={args.alpha})")
+  print(
+    f"predicted {wrote} new inputs; {len(res)} inputs in {args.outfile}: accuracy "
+    f"{np.mean(res.correct):.4f}, abstained {metrics.abstention_rate(res.predict):.4f} "
+    f"(N={args.N}, alpha={args.alpha})"
+  )
   return 0

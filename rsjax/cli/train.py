@@ -11,99 +11,181 @@ from rsjax.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
-HELP = ("train a base classifier on noisy inputs (Gaussian, Consistency, "
-        "SmoothAdv, MACER; Sun et al.'s strategies)")
+HELP = (
+  "train a base classifier on noisy inputs (Gaussian, Consistency, "
+  "SmoothAdv, MACER; Sun et al.'s strategies)"
+)
 
 
 def add_arguments(p) -> None:
   """The flags of ``rsjax train``."""
   from rsjax import models, training
   from rsjax.training import ucan
+
   flags.data_flags(p, dataset_required=True)
   p.add_argument("--model", required=True, help=", ".join(models.MODELS))
   p.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
   p.add_argument("--out", required=True, help="output directory (checkpoints, config)")
-  p.add_argument("--epochs", type=flags.positive_int, default=None,
-                 help="number of epochs" + _by_dataset("epochs") + ", else 90")
-  p.add_argument("--batch", type=flags.positive_int, default=None,
-                 help="training batch size" + _by_dataset("batch_size") + ", else 256")
-  p.add_argument("--lr", type=flags.positive_float, default=None,
-                 help="initial learning rate (SGD)" + _by_dataset("lr") + ", else 0.1")
-  p.add_argument("--lr-step-size", type=flags.positive_int, default=None,
-                 help="epochs between learning-rate drops" + _by_dataset("lr_step")
-                 + ", else 30")
-  p.add_argument("--gamma", type=flags.positive_float, default=0.1,
-                 help="learning-rate factor at each drop")
+  p.add_argument(
+    "--epochs",
+    type=flags.positive_int,
+    default=None,
+    help="number of epochs" + _by_dataset("epochs") + ", else 90",
+  )
+  p.add_argument(
+    "--batch",
+    type=flags.positive_int,
+    default=None,
+    help="training batch size" + _by_dataset("batch_size") + ", else 256",
+  )
+  p.add_argument(
+    "--lr",
+    type=flags.positive_float,
+    default=None,
+    help="initial learning rate (SGD)" + _by_dataset("lr") + ", else 0.1",
+  )
+  p.add_argument(
+    "--lr-step-size",
+    type=flags.positive_int,
+    default=None,
+    help="epochs between learning-rate drops" + _by_dataset("lr_step") + ", else 30",
+  )
+  p.add_argument(
+    "--gamma", type=flags.positive_float, default=0.1, help="learning-rate factor at each drop"
+  )
   p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
   p.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
   p.add_argument("--seed", type=int, default=0, help="seed of initialization, shuffling and noise")
-  p.add_argument("--objective", default="gaussian", choices=list(training.OBJECTIVES),
-                 help="training loss (rsjax.training.objectives; default gaussian, Cohen et al.)")
-  p.add_argument("--num-noise", type=flags.positive_int, default=None,
-                 help="noise draws per input m (default: the objective's: 1 gaussian, "
-                      "2 consistency, 4 smoothadv, 16 macer)")
-  p.add_argument("--objective-arg", action="append", default=[], metavar="NAME=VALUE",
-                 help="objective hyperparameter, e.g. lbd=20 (consistency), epsilon=0.5 "
-                      "(smoothadv), gamma=8 (macer); repeatable")
-  p.add_argument("--discard", type=flags.nonneg_int, default=None, metavar="E",
-                 help="Sun et al.: after E epochs drop inputs with p_A < --discard-threshold "
-                      "(100 noisy copies), then resample with replacement")
+  p.add_argument(
+    "--objective",
+    default="gaussian",
+    choices=list(training.OBJECTIVES),
+    help="training loss (rsjax.training.objectives; default gaussian, Cohen et al.)",
+  )
+  p.add_argument(
+    "--num-noise",
+    type=flags.positive_int,
+    default=None,
+    help="noise draws per input m (default: the objective's: 1 gaussian, "
+    "2 consistency, 4 smoothadv, 16 macer)",
+  )
+  p.add_argument(
+    "--objective-arg",
+    action="append",
+    default=[],
+    metavar="NAME=VALUE",
+    help="objective hyperparameter, e.g. lbd=20 (consistency), epsilon=0.5 "
+    "(smoothadv), gamma=8 (macer); repeatable",
+  )
+  p.add_argument(
+    "--discard",
+    type=flags.nonneg_int,
+    default=None,
+    metavar="E",
+    help="Sun et al.: after E epochs drop inputs with p_A < --discard-threshold "
+    "(100 noisy copies), then resample with replacement",
+  )
   p.add_argument("--discard-threshold", type=float, default=0.4, help="p_t of --discard")
-  p.add_argument("--reweigh", type=flags.nonneg_int, default=None, metavar="E",
-                 help="Sun et al.: from E epochs on, every 10 epochs, sample inputs in proportion "
-                      "to their approximate certified radius (16 noisy copies)")
-  p.add_argument("--sphere-attack", type=flags.nonneg_int, default=None, metavar="E",
-                 help="Sun et al.: from E epochs on, replace each noise draw by the adaptive attack "
-                      "on its sphere (gaussian objective)")
+  p.add_argument(
+    "--reweigh",
+    type=flags.nonneg_int,
+    default=None,
+    metavar="E",
+    help="Sun et al.: from E epochs on, every 10 epochs, sample inputs in proportion "
+    "to their approximate certified radius (16 noisy copies)",
+  )
+  p.add_argument(
+    "--sphere-attack",
+    type=flags.nonneg_int,
+    default=None,
+    metavar="E",
+    help="Sun et al.: from E epochs on, replace each noise draw by the adaptive attack "
+    "on its sphere (gaussian objective)",
+  )
   p.add_argument("--attack-steps", type=flags.positive_int, default=6, help="T of --sphere-attack")
-  p.add_argument("--attack-step", type=flags.positive_float, default=0.25,
-                 help="step eps of --sphere-attack (L2; for linf the paper's sqrt(d)*eps)")
-  p.add_argument("--attack-norm", choices=["l2", "linf"], default="l2",
-                 help="norm of the --sphere-attack steps (the sphere is always L2)")
-  p.add_argument("--overwrite", "--restart", dest="overwrite", action="store_true",
-                 help="start over: remove the checkpoints of an earlier run in OUT (by default a "
-                 "run in OUT resumes from its last epoch, with the same settings)")
-  p.add_argument("--method", default="gaussian", choices=["gaussian", "ddrs", "ucan"],
-                 help="gaussian: Cohen et al.; ddrs: per-example optimized sigma (DDRS Alg. 2), "
-                      "--sigma is sigma0; ucan: anisotropic noise of --generator")
+  p.add_argument(
+    "--attack-step",
+    type=flags.positive_float,
+    default=0.25,
+    help="step eps of --sphere-attack (L2; for linf the paper's sqrt(d)*eps)",
+  )
+  p.add_argument(
+    "--attack-norm",
+    choices=["l2", "linf"],
+    default="l2",
+    help="norm of the --sphere-attack steps (the sphere is always L2)",
+  )
+  p.add_argument(
+    "--overwrite",
+    "--restart",
+    dest="overwrite",
+    action="store_true",
+    help="start over: remove the checkpoints of an earlier run in OUT (by default a "
+    "run in OUT resumes from its last epoch, with the same settings)",
+  )
+  p.add_argument(
+    "--method",
+    default="gaussian",
+    choices=["gaussian", "ddrs", "ucan"],
+    help="gaussian: Cohen et al.; ddrs: per-example optimized sigma (DDRS Alg. 2), "
+    "--sigma is sigma0; ucan: anisotropic noise of --generator",
+  )
   p.add_argument("--sigma-steps", type=int, default=1, help="DDRS: sigma ascent steps per batch")
   p.add_argument("--sigma-lr", type=float, default=1e-2, help="DDRS: sigma ascent step size")
-  p.add_argument("--sigma-draws", type=flags.positive_int, default=4,
-                 help="DDRS: noise draws per ascent step")
-  p.add_argument("--sigma-param", default="sigma", choices=["sigma", "log"],
-                 help="DDRS: ascend sigma (paper) or log sigma")
-  p.add_argument("--ddrs-warmup-epochs", type=int, default=0,
-                 help="first epochs at the fixed sigma0 (ddrs)")
-  p.add_argument("--generator", default=None,
-                 choices=list(ucan.GENERATORS),
-                 help="UCAN anisotropic noise (--sigma is the base lambda; --lr 0.001 as UCAN); "
-                      "the noise is frozen in OUT/ucan_noise.npz")
+  p.add_argument(
+    "--sigma-draws", type=flags.positive_int, default=4, help="DDRS: noise draws per ascent step"
+  )
+  p.add_argument(
+    "--sigma-param",
+    default="sigma",
+    choices=["sigma", "log"],
+    help="DDRS: ascend sigma (paper) or log sigma",
+  )
+  p.add_argument(
+    "--ddrs-warmup-epochs", type=int, default=0, help="first epochs at the fixed sigma0 (ddrs)"
+  )
+  p.add_argument(
+    "--generator",
+    default=None,
+    choices=list(ucan.GENERATORS),
+    help="UCAN anisotropic noise (--sigma is the base lambda; --lr 0.001 as UCAN); "
+    "the noise is frozen in OUT/ucan_noise.npz",
+  )
   p.add_argument("--init", default=None, help="UCAN: fine-tune the model of this workdir")
-  p.add_argument("--ucan-draws", type=flags.positive_int, default=5,
-                 help="UCAN noise draws per step")
-  p.add_argument("--allow-unsound", action="store_true",
-                 help="UCAN: train the input-dependent generator (its radii are NOT a certificate)")
+  p.add_argument(
+    "--ucan-draws", type=flags.positive_int, default=5, help="UCAN noise draws per step"
+  )
+  p.add_argument(
+    "--allow-unsound",
+    action="store_true",
+    help="UCAN: train the input-dependent generator (its radii are NOT a certificate)",
+  )
   p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _by_dataset(field: str) -> str:
   """The end of a schedule flag's help: its value per dataset (``rsjax.training``)."""
   from rsjax import training
+
   return "; default by dataset: " + ", ".join(
-      f"{name} {getattr(d, field):g}" for name, d in training.TRAINING_DEFAULTS.items())
+    f"{name} {getattr(d, field):g}" for name, d in training.TRAINING_DEFAULTS.items()
+  )
 
 
 def _objective(args):
   """The training objective from ``--objective``, ``--num-noise``, ``--objective-arg`` and
   ``--sphere-attack``."""
   from rsjax import training
+
   hyper = {}
   for item in args.objective_arg:
     name, sep, value = item.partition("=")
     if not sep:
       raise CliError(f"--objective-arg expects NAME=VALUE, got {item!r}")
     try:
-      hyper[name.strip().replace("-", "_")] = int(value) if value.strip().isdigit() else float(value)
+      hyper[name.strip().replace("-", "_")] = (
+        int(value) if value.strip().isdigit() else float(value)
+      )
     except ValueError:
       raise CliError(f"--objective-arg {name}: expected a number, got {value!r}") from None
   if args.num_noise is not None:
@@ -111,52 +193,78 @@ def _objective(args):
   if args.sphere_attack is not None:
     if args.objective != "gaussian":
       raise CliError("--sphere-attack works with --objective gaussian (Sun et al.'s strategy)")
-    hyper["attack"] = training.SphereAttack(steps=args.attack_steps, step_size=args.attack_step,
-                                            norm=args.attack_norm, start_epoch=args.sphere_attack)
+    hyper["attack"] = training.SphereAttack(
+      steps=args.attack_steps,
+      step_size=args.attack_step,
+      norm=args.attack_norm,
+      start_epoch=args.sphere_attack,
+    )
   return training.make_objective(args.objective, **hyper)
 
 
 def _train_config(args, **more):
   """The ``TrainConfig`` of the training flags (``more``: its other fields)."""
   from rsjax import training
+
   return training.TrainConfig(
-      sigma=args.sigma, epochs=args.epochs, batch_size=args.batch, lr=args.lr,
-      momentum=args.momentum, weight_decay=args.weight_decay, lr_step=args.lr_step_size,
-      gamma=args.gamma, objective=_objective(args), **more)
+    sigma=args.sigma,
+    epochs=args.epochs,
+    batch_size=args.batch,
+    lr=args.lr,
+    momentum=args.momentum,
+    weight_decay=args.weight_decay,
+    lr_step=args.lr_step_size,
+    gamma=args.gamma,
+    objective=_objective(args),
+    **more,
+  )
 
 
 def _print_trained(args, history, what: str, more) -> int:
   """Prints the last epoch of ``history`` (``more(last)``: its method's own numbers); returns 0."""
   if history:
     last = history[-1]
-    print(f"trained {args.model} {what}: epoch {last['epoch']}, clean accuracy "
-          f"{last['clean_acc']:.4f}, {more(last)}; saved in {args.out}")
+    print(
+      f"trained {args.model} {what}: epoch {last['epoch']}, clean accuracy "
+      f"{last['clean_acc']:.4f}, {more(last)}; saved in {args.out}"
+    )
   return 0
 
 
 def _fill_training_defaults(args) -> None:
   """Sets the schedule flags not given to the dataset's defaults and prints the schedule."""
   from rsjax import training
+
   d = training.training_defaults(args.dataset)
   given = []
-  for flag, attr, field in (("epochs", "epochs", "epochs"), ("batch", "batch", "batch_size"),
-                            ("lr", "lr", "lr"), ("lr-step-size", "lr_step_size", "lr_step")):
+  for flag, attr, field in (
+    ("epochs", "epochs", "epochs"),
+    ("batch", "batch", "batch_size"),
+    ("lr", "lr", "lr"),
+    ("lr-step-size", "lr_step_size", "lr_step"),
+  ):
     if getattr(args, attr) is None:
       setattr(args, attr, getattr(d, field))
     else:
       given.append(f"--{flag}")
   told = f"given: {' '.join(given)}; " if given else ""
-  print(f"training schedule: epochs {args.epochs}, batch {args.batch}, lr {args.lr:g}, "
-        f"lr-step-size {args.lr_step_size} ({told}defaults for {args.dataset}: {d.describe()}, "
-        f"{d.source})")
+  print(
+    f"training schedule: epochs {args.epochs}, batch {args.batch}, lr {args.lr:g}, "
+    f"lr-step-size {args.lr_step_size} ({told}defaults for {args.dataset}: {d.describe()}, "
+    f"{d.source})"
+  )
 
 
 # Library words -> command words, for the errors of the trainer the command shows.
-_CLI_WORDS = (("resume=False", "--overwrite (start over)"),
-              ("pass resume=True to continue, or use a new workdir",
-               "run without --overwrite to continue, or use a new --out"),
-              ("allow_unsound=True (CLI --allow-unsound)", "--allow-unsound"),
-              ("workdir", "--out directory"))
+_CLI_WORDS = (
+  ("resume=False", "--overwrite (start over)"),
+  (
+    "pass resume=True to continue, or use a new workdir",
+    "run without --overwrite to continue, or use a new --out",
+  ),
+  ("allow_unsound=True (CLI --allow-unsound)", "--allow-unsound"),
+  ("workdir", "--out directory"),
+)
 
 
 def _cli_error(e: Exception) -> CliError:
@@ -172,9 +280,12 @@ def _start_over(out: str) -> None:
   import shutil
 
   from rsjax import models
+
   if not os.path.isdir(out):
     return
-  marks = [n for n in (models.CONFIG_FILE, models.CHECKPOINT_DIR) if os.path.exists(os.path.join(out, n))]
+  marks = [
+    n for n in (models.CONFIG_FILE, models.CHECKPOINT_DIR) if os.path.exists(os.path.join(out, n))
+  ]
   if not marks:
     return
   shutil.rmtree(out)
@@ -186,6 +297,7 @@ def run(args) -> int:
   import jax
 
   from rsjax import models, training
+
   _fill_training_defaults(args)
   if args.overwrite:
     _start_over(args.out)
@@ -194,12 +306,20 @@ def run(args) -> int:
   x, y = ds_train.arrays()
   xt, yt = ds_test.arrays()
   try:
-    model = models.create_model(args.model, num_classes=ds_train.num_classes,
-                                input_shape=tuple(ds_train.input_shape), rngs=args.seed)
+    model = models.create_model(
+      args.model,
+      num_classes=ds_train.num_classes,
+      input_shape=tuple(ds_train.input_shape),
+      rngs=args.seed,
+    )
   except ValueError as e:
     raise CliError(str(e)) from None
-  model_config = {"model": args.model, "num_classes": int(ds_train.num_classes),
-                  "input_shape": list(ds_train.input_shape), "dataset": args.dataset}
+  model_config = {
+    "model": args.model,
+    "num_classes": int(ds_train.num_classes),
+    "input_shape": list(ds_train.input_shape),
+    "dataset": args.dataset,
+  }
   if args.method == "ddrs":
     return _train_ddrs(args, model, (x, y), (xt, yt), model_config)
   if args.method == "ucan" or args.generator is not None:
@@ -208,38 +328,70 @@ def run(args) -> int:
     raise CliError("--allow-unsound works with --method ucan --generator input")
   try:
     config = _train_config(
-        args, discard=None if args.discard is None else training.Discard(
-            epoch=args.discard, threshold=args.discard_threshold),
-        reweigh=None if args.reweigh is None else training.Reweigh(epoch=args.reweigh))
+      args,
+      discard=None
+      if args.discard is None
+      else training.Discard(epoch=args.discard, threshold=args.discard_threshold),
+      reweigh=None if args.reweigh is None else training.Reweigh(epoch=args.reweigh),
+    )
     _, history = training.train(
-        jax.random.key(args.seed), model, (x, y), config, eval_data=(xt, yt), workdir=args.out,
-        resume=True, model_config=model_config, progress=not args.quiet)
+      jax.random.key(args.seed),
+      model,
+      (x, y),
+      config,
+      eval_data=(xt, yt),
+      workdir=args.out,
+      resume=True,
+      model_config=model_config,
+      progress=not args.quiet,
+    )
   except ValueError as e:
     raise _cli_error(e) from None
-  return _print_trained(args, history, f"on {args.dataset} at sigma={args.sigma}",
-                        lambda last: f"noisy accuracy {last['noisy_acc']:.4f}")
+  return _print_trained(
+    args,
+    history,
+    f"on {args.dataset} at sigma={args.sigma}",
+    lambda last: f"noisy accuracy {last['noisy_acc']:.4f}",
+  )
 
 
 def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
   import jax
 
   from rsjax.training import ddrs as ddrs_training
+
   if args.discard is not None or args.reweigh is not None:
     raise CliError("--method ddrs cannot be combined with --discard or --reweigh")
   try:
     tc = _train_config(args)
-    cfg = ddrs_training.DDRSConfig(sigma0=args.sigma, sigma_steps=args.sigma_steps,
-                                   sigma_lr=args.sigma_lr, sigma_draws=args.sigma_draws,
-                                   parametrization=args.sigma_param,
-                                   warmup_epochs=args.ddrs_warmup_epochs)
+    cfg = ddrs_training.DDRSConfig(
+      sigma0=args.sigma,
+      sigma_steps=args.sigma_steps,
+      sigma_lr=args.sigma_lr,
+      sigma_draws=args.sigma_draws,
+      parametrization=args.sigma_param,
+      warmup_epochs=args.ddrs_warmup_epochs,
+    )
     _, history, mem = ddrs_training.train_ddrs(
-        jax.random.key(args.seed), model, train_xy, ddrs_config=cfg, train_config=tc,
-        eval_data=test_xy, workdir=args.out, resume=True, model_config=model_config,
-        progress=not args.quiet)
+      jax.random.key(args.seed),
+      model,
+      train_xy,
+      ddrs_config=cfg,
+      train_config=tc,
+      eval_data=test_xy,
+      workdir=args.out,
+      resume=True,
+      model_config=model_config,
+      progress=not args.quiet,
+    )
   except ValueError as e:
     raise _cli_error(e) from None
-  return _print_trained(args, history, f"with DDRS (sigma0={args.sigma})",
-                        lambda last: f"training sigma {mem.mean():.4f} +- {mem.std():.4f}")
+  return _print_trained(
+    args,
+    history,
+    f"with DDRS (sigma0={args.sigma})",
+    lambda last: f"training sigma {mem.mean():.4f} +- {mem.std():.4f}",
+  )
 
 
 def _train_ucan(args, model, train_xy, model_config) -> int:
@@ -248,29 +400,48 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
 
   from rsjax import anisotropic
   from rsjax.training import ucan
+
   if args.generator is None:
-    raise CliError("--method ucan needs --generator pattern-l1|pattern-l2|pattern-linf|universal|"
-                   "input")
+    raise CliError(
+      "--method ucan needs --generator pattern-l1|pattern-l2|pattern-linf|universal|input"
+    )
   if args.allow_unsound and args.generator != "input":
     raise CliError("--allow-unsound works with --generator input only")
   if args.init is not None:
     model, _ = launch.open_model_dir(args.init)
   try:
-    config = ucan.UCANConfig(generator=args.generator, sigma=args.sigma, epochs=args.epochs,
-                             batch_size=args.batch, lr=args.lr, draws=args.ucan_draws)
-    _, noise, _ = ucan.train_ucan(jax.random.key(args.seed), model, train_xy, config,
-                                  workdir=args.out, model_config=model_config,
-                                  progress=not args.quiet, allow_unsound=args.allow_unsound)
+    config = ucan.UCANConfig(
+      generator=args.generator,
+      sigma=args.sigma,
+      epochs=args.epochs,
+      batch_size=args.batch,
+      lr=args.lr,
+      draws=args.ucan_draws,
+    )
+    _, noise, _ = ucan.train_ucan(
+      jax.random.key(args.seed),
+      model,
+      train_xy,
+      config,
+      workdir=args.out,
+      model_config=model_config,
+      progress=not args.quiet,
+      allow_unsound=args.allow_unsound,
+    )
   except ValueError as e:
     raise _cli_error(e) from None
   if args.generator not in anisotropic.SOUND_GENERATORS:
-    print(f"trained {args.model} with UCAN's input-dependent generator (lambda={args.sigma}) in "
-          f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.training.ucan."
-          "certify_input_dependent with allow_unsound=True computes them); the sound alternative "
-          "is --generator universal")
+    print(
+      f"trained {args.model} with UCAN's input-dependent generator (lambda={args.sigma}) in "
+      f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.training.ucan."
+      "certify_input_dependent with allow_unsound=True computes them); the sound alternative "
+      "is --generator universal"
+    )
     return 0
-  print(f"trained {args.model} with UCAN {args.generator} noise (lambda={args.sigma}): sigma in "
-        f"[{noise.sigma.min():.4f}, {noise.sigma.max():.4f}], mean |mu| "
-        f"{abs(noise.mu).mean():.4f}, frozen in "
-        f"{os.path.join(args.out, anisotropic.NOISE_FILE)}")
+  print(
+    f"trained {args.model} with UCAN {args.generator} noise (lambda={args.sigma}): sigma in "
+    f"[{noise.sigma.min():.4f}, {noise.sigma.max():.4f}], mean |mu| "
+    f"{abs(noise.mu).mean():.4f}, frozen in "
+    f"{os.path.join(args.out, anisotropic.NOISE_FILE)}"
+  )
   return 0

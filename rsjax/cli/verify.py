@@ -8,32 +8,40 @@ from rsjax.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
-HELP = ("recompute every radius and prediction of certify runs from their "
-        "recorded counts (SciPy only: no model, no device); exit status 1 if a row "
-        "does not match")
+HELP = (
+  "recompute every radius and prediction of certify runs from their "
+  "recorded counts (SciPy only: no model, no device); exit status 1 if a row "
+  "does not match"
+)
 
 
 def add_arguments(p) -> None:
   """The flags of ``rsjax verify``."""
-  p.add_argument("files", nargs="+", help="certify result files (with their .run.json and "
-                 ".cert.jsonl)")
-  p.add_argument("--show", type=flags.nonneg_int, default=20,
-                 help="rows that do not match to print")
-  p.add_argument("--data-dir", default=None,
-                 help="TFDS data_dir of a ddrs run's dataset (its memory step is replayed from "
-                      "the inputs; the bundled datasets need none)")
+  p.add_argument(
+    "files", nargs="+", help="certify result files (with their .run.json and .cert.jsonl)"
+  )
+  p.add_argument(
+    "--show", type=flags.nonneg_int, default=20, help="rows that do not match to print"
+  )
+  p.add_argument(
+    "--data-dir",
+    default=None,
+    help="TFDS data_dir of a ddrs run's dataset (its memory step is replayed from "
+    "the inputs; the bundled datasets need none)",
+  )
 
 
 def run(args) -> int:
   """Runs ``rsjax verify``; returns the exit status."""
   from rsjax import verify
+
   status = 0
   for path in args.files:
     try:
       report = verify.verify(path, data_dir=args.data_dir)
     except (verify.VerifyError, ValueError) as e:
       raise CliError(str(e)) from None
-    for m in report.mismatches[:args.show]:
+    for m in report.mismatches[: args.show]:
       print(f"{path}: {m}")
     if len(report.mismatches) > args.show:
       print(f"{path}: ... and {len(report.mismatches) - args.show} more")

@@ -11,13 +11,16 @@ Names are imported on first use (``rsjax.cohen.method`` imports no JAX).
 
 from rsjax import _lazy
 
-__getattr__, __dir__ = _lazy.exports(__name__, {
+__getattr__, __dir__ = _lazy.exports(
+  __name__,
+  {
     "Certifier": "rsjax.cohen._certify",
     "Cohen": "rsjax.cohen._certify",
     "certify": "rsjax.cohen._certify",
     "predict": "rsjax.cohen._certify",
     "METHOD": "rsjax.cohen.method",
     "parse_grid": "rsjax.cohen.method",
-})
+  },
+)
 
 __all__ = ["Certifier", "Cohen", "METHOD", "certify", "parse_grid", "predict"]

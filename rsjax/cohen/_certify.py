@@ -30,9 +30,18 @@ __all__ = ["Certifier", "Cohen", "certify", "predict"]
 class Certifier(Protocol):
   """A method for :func:`certify`: a value whose ``certify`` certifies a batch."""
 
-  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-              sigma: Any, num_classes: int, settings: Sampling,
-              ids: ArrayLike | None = None) -> Certificate: ...
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: Any,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> Certificate: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,21 +63,48 @@ class Cohen:
     if self.budget is not None and self.multiclass:
       raise ValueError("budget= gives the binary radius only, not multiclass=True")
 
-  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-              sigma: Any, num_classes: int, settings: Sampling,
-              ids: ArrayLike | None = None) -> Certificate:
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: Any,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> Certificate:
     """Selection and estimation passes on independent keys, Cohen's certificate."""
     rule = None if self.budget is None else as_budget(self.budget)
-    counts, certificate = cohen_passes(apply_fn, params, x, sigma, ids, num_classes=num_classes,
-                                       settings=settings, multiclass=self.multiclass)
+    counts, certificate = cohen_passes(
+      apply_fn,
+      params,
+      x,
+      sigma,
+      ids,
+      num_classes=num_classes,
+      settings=settings,
+      multiclass=self.multiclass,
+    )
     return run_certify(key, counts, certificate, settings, sampling_rule=rule)
 
 
-def certify(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-            sigma: Any = None, num_classes: int, certifier: Certifier | None = None,
-            settings: Sampling | None = None, ids: ArrayLike | None = None,
-            multiclass: bool = False, budget: Budget | Sequence[float] | None = None,
-            **sampling: Any) -> Certificate:
+def certify(
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  sigma: Any = None,
+  num_classes: int,
+  certifier: Certifier | None = None,
+  settings: Sampling | None = None,
+  ids: ArrayLike | None = None,
+  multiclass: bool = False,
+  budget: Budget | Sequence[float] | None = None,
+  **sampling: Any,
+) -> Certificate:
   """CERTIFY of a batch of inputs with any method: the one call shape of rsjax.
 
   By default Cohen et al.'s CERTIFY: selection (``n0`` samples) and estimation
@@ -112,15 +148,26 @@ def certify(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike,
   if certifier is None:
     certifier = Cohen(multiclass=multiclass, budget=budget)
   elif multiclass or budget is not None:
-    raise ValueError("multiclass= and budget= are Cohen's: with certifier= give them to "
-                     "rsjax.cohen.Cohen")
-  return certifier.certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
-                           settings=settings, ids=ids)
+    raise ValueError(
+      "multiclass= and budget= are Cohen's: with certifier= give them to rsjax.cohen.Cohen"
+    )
+  return certifier.certify(
+    key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, settings=settings, ids=ids
+  )
 
 
-def predict(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *, sigma: Any,
-            num_classes: int, settings: Sampling | None = None,
-            ids: ArrayLike | None = None, **sampling: Any) -> np.ndarray:
+def predict(
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  sigma: Any,
+  num_classes: int,
+  settings: Sampling | None = None,
+  ids: ArrayLike | None = None,
+  **sampling: Any,
+) -> np.ndarray:
   """Cohen et al.'s PREDICT: the top class, or -1 when the two-sided binomial test
   of the top two counts at 1/2 has p-value above ``alpha``.
 
@@ -133,9 +180,20 @@ def predict(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike,
   """
   refuse_traced("rsjax.predict", key, params, x, sigma, ids)
   s = Sampling.of(settings, **sampling)
-  counts = sample_counts(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, num=s.n,
-                         batch_size=s.batch_size, ids=ids, noise=s.noise,
-                         precision=s.precision, devices=s.devices)
+  counts = sample_counts(
+    key,
+    apply_fn,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=num_classes,
+    num=s.n,
+    batch_size=s.batch_size,
+    ids=ids,
+    noise=s.noise,
+    precision=s.precision,
+    devices=s.devices,
+  )
   order = np.argsort(-counts, axis=1, kind="stable")
   top = order[:, 0]
   n1 = counts[np.arange(len(top)), top]

@@ -7,14 +7,16 @@ from typing import Any
 from rsjax.checks import Mismatch, budget_levels, cohen_certificate, compare, read_rows, run_sigma
 
 
-def check_cohen(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
-                **_: object) -> list[Mismatch]:
+def check_cohen(
+  cert: dict, res: Any, recs: dict, *, rtol: float, atol: float, **_: object
+) -> list[Mismatch]:
   issues: list[Mismatch] = []
   sigma = run_sigma(cert)
   levels = None
   if cert.get("budget"):
-    levels = budget_levels(cert, int(cert["sampling"]["n"]), float(cert["sampling"]["alpha"]),
-                            issues)
+    levels = budget_levels(
+      cert, int(cert["sampling"]["n"]), float(cert["sampling"]["alpha"]), issues
+    )
     if levels is None:
       return issues
   rows = read_rows(cert, res, recs, issues, levels)

@@ -12,16 +12,28 @@ def build(ctx: Context, *, grid: tuple[float, ...] | None) -> Plan:
   """Refuses what Cohen's radius cannot do, else the plan (``rsjax.method.Method.build``)."""
   noise = ctx.settings.noise
   if ctx.multiclass and not (noise.name == "gaussian" and noise.norm == "l2"):
-    raise ValueError(f"--multiclass (Cohen et al.'s multiclass L2 radius) works with Gaussian "
-                     f"noise only, not --noise {noise.name}")
+    raise ValueError(
+      f"--multiclass (Cohen et al.'s multiclass L2 radius) works with Gaussian "
+      f"noise only, not --noise {noise.name}"
+    )
   if grid is not None and ctx.multiclass:
-    raise ValueError("--grid (budgeted CERTIFY) works with --method cohen and the binary radius "
-                     "only")
+    raise ValueError(
+      "--grid (budgeted CERTIFY) works with --method cohen and the binary radius only"
+    )
 
   def fn(x, ids):
-    return certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=ctx.sigma, ids=ids,
-                   num_classes=ctx.dataset.num_classes, settings=ctx.settings,
-                   multiclass=ctx.multiclass, budget=grid)
+    return certify(
+      ctx.key,
+      ctx.apply_fn,
+      ctx.params,
+      x,
+      sigma=ctx.sigma,
+      ids=ids,
+      num_classes=ctx.dataset.num_classes,
+      settings=ctx.settings,
+      multiclass=ctx.multiclass,
+      budget=grid,
+    )
 
   what = f"Cohen et al.'s CERTIFY, {noise.name} noise, sigma={ctx.sigma}"
   if grid is None:
@@ -29,8 +41,16 @@ def build(ctx: Context, *, grid: tuple[float, ...] | None) -> Plan:
   # Budgeted inputs stop independently and share launches: certify 16 per call. The
   # schedule (Budget's defaults) is part of the run's record.
   b = Budget(grid=tuple(grid))
-  schedule = {"first": b.first, "ratio": b.ratio, "final_share": b.final_share,
-              "stop_alpha": b.stop_alpha}
-  return Plan(fn, BudgetedCertificate.columns,
-              describe=f"{what}, budgeted on the radius grid {list(grid)}", inputs_per_call=16,
-              details={"budget": schedule})
+  schedule = {
+    "first": b.first,
+    "ratio": b.ratio,
+    "final_share": b.final_share,
+    "stop_alpha": b.stop_alpha,
+  }
+  return Plan(
+    fn,
+    BudgetedCertificate.columns,
+    describe=f"{what}, budgeted on the radius grid {list(grid)}",
+    inputs_per_call=16,
+    details={"budget": schedule},
+  )

@@ -17,19 +17,31 @@ def parse_grid(text: str) -> tuple[float, ...]:
   except ValueError:
     raise ValueError(f"expected comma-separated radii, got {text!r}") from None
   if not all(math.isfinite(r) and r >= 0 for r in radii) or any(
-      b <= a for a, b in zip(radii, radii[1:], strict=False)):
+    b <= a for a, b in zip(radii, radii[1:], strict=False)
+  ):
     raise ValueError(f"radii must be >= 0 and strictly increasing, got {text}")
   return radii
 
 
 def _build(ctx: Context, **options) -> Plan:
   from rsjax.cohen._plan import build
+
   return build(ctx, **options)
 
 
 METHOD = Method(
-    "cohen", "Cohen et al.'s CERTIFY (Gaussian, Laplace or uniform noise)", _build, (
-        Option("grid", None, "budgeted CERTIFY for this radius grid (e.g. 0,0.25,0.5,0.75): "
-               "stop each input once its certified grid radius is decided, at most --N "
-               "samples; adds a 'samples' column", parse_grid),
-    ), check=check_cohen)
+  "cohen",
+  "Cohen et al.'s CERTIFY (Gaussian, Laplace or uniform noise)",
+  _build,
+  (
+    Option(
+      "grid",
+      None,
+      "budgeted CERTIFY for this radius grid (e.g. 0,0.25,0.5,0.75): "
+      "stop each input once its certified grid radius is decided, at most --N "
+      "samples; adds a 'samples' column",
+      parse_grid,
+    ),
+  ),
+  check=check_cohen,
+)

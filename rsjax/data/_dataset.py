@@ -47,13 +47,16 @@ class Dataset:
   def _check_indices(self, indices) -> np.ndarray:
     idx = np.asarray(indices)
     if idx.ndim != 1 or not (np.issubdtype(idx.dtype, np.integer) or idx.size == 0):
-      raise ValueError(f"indices must be a 1-d array of integers; got shape {idx.shape}, "
-                       f"dtype {idx.dtype}.")
+      raise ValueError(
+        f"indices must be a 1-d array of integers; got shape {idx.shape}, dtype {idx.dtype}."
+      )
     idx = idx.astype(np.int64)
     n = len(self)
     if idx.size and (idx.min() < 0 or idx.max() >= n):
-      raise IndexError(f"indices must lie in [0, {n}) for {self.name!r} split {self.split!r}; "
-                       f"got min {idx.min()}, max {idx.max()}.")
+      raise IndexError(
+        f"indices must lie in [0, {n}) for {self.name!r} split {self.split!r}; "
+        f"got min {idx.min()}, max {idx.max()}."
+      )
     return idx
 
   def get_batch(self, indices) -> tuple[np.ndarray, np.ndarray]:
@@ -89,12 +92,14 @@ class Dataset:
     nbytes = 4 * len(self) * math.prod(self.input_shape)
     if nbytes > MAX_ARRAY_BYTES:
       raise ValueError(
-          f"{self.name!r} split {self.split!r} is {nbytes / 2**30:.1f} GiB as float32; too large "
-          "for arrays(). Read it with get_batch(indices) or batches(batch_size).")
+        f"{self.name!r} split {self.split!r} is {nbytes / 2**30:.1f} GiB as float32; too large "
+        "for arrays(). Read it with get_batch(indices) or batches(batch_size)."
+      )
     return self.get_batch(np.arange(len(self)))
 
-  def batches(self, batch_size: int, *,
-              indices=None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+  def batches(
+    self, batch_size: int, *, indices=None
+  ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Yields ``(x, y, ids)`` batches in order (the last one may be smaller).
 
     Args:
@@ -106,13 +111,15 @@ class Dataset:
       raise ValueError(f"batch_size must be >= 1; got {batch_size}.")
     idx = np.arange(len(self)) if indices is None else self._check_indices(indices)
     for start in range(0, len(idx), int(batch_size)):
-      chunk = idx[start:start + int(batch_size)]
+      chunk = idx[start : start + int(batch_size)]
       x, y = self._load(chunk)
       yield x, y, chunk
 
   def __repr__(self) -> str:
-    return (f"{type(self).__name__}(name={self.name!r}, split={self.split!r}, len={len(self)}, "
-            f"num_classes={self.num_classes}, input_shape={self.input_shape})")
+    return (
+      f"{type(self).__name__}(name={self.name!r}, split={self.split!r}, len={len(self)}, "
+      f"num_classes={self.num_classes}, input_shape={self.input_shape})"
+    )
 
 
 class ArrayDataset(Dataset):
@@ -129,8 +136,9 @@ class ArrayDataset(Dataset):
     y = np.asarray(y, dtype=np.int64)
     if x.ndim < 2 or y.shape != (x.shape[0],):
       raise ValueError(f"x must be [N, ...] and y [N]; got {x.shape} and {y.shape}.")
-    super().__init__(name=name, split=split, num_classes=num_classes, input_shape=x.shape[1:],
-                     extras=extras)
+    super().__init__(
+      name=name, split=split, num_classes=num_classes, input_shape=x.shape[1:], extras=extras
+    )
     x.flags.writeable = False
     y.flags.writeable = False
     self.x, self.y = x, y

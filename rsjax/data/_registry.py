@@ -11,16 +11,16 @@ __all__ = ["DATASETS", "load"]
 
 # name -> (splits, loader(split, data_dir))
 _LOCAL = {
-    "digits": (("train", "test"), lambda split, data_dir: _bundled.load_digits(split)),
-    "mnist5k": (("train", "test"), lambda split, data_dir: _bundled.load_mnist5k(split)),
-    "linear": (("train", "test"), lambda split, data_dir: _synthetic.load_linear(split)),
-    "toy2d": (("train", "test"), lambda split, data_dir: _synthetic.load_toy2d(split)),
+  "digits": (("train", "test"), lambda split, data_dir: _bundled.load_digits(split)),
+  "mnist5k": (("train", "test"), lambda split, data_dir: _bundled.load_mnist5k(split)),
+  "linear": (("train", "test"), lambda split, data_dir: _synthetic.load_linear(split)),
+  "toy2d": (("train", "test"), lambda split, data_dir: _synthetic.load_toy2d(split)),
 }
 
 #: Every dataset name ``load`` accepts, with its splits.
 DATASETS: dict[str, tuple[str, ...]] = {
-    **{k: v[0] for k, v in _LOCAL.items()},
-    **{k: v.splits for k, v in _tfds.TFDS_DATASETS.items()},
+  **{k: v[0] for k, v in _LOCAL.items()},
+  **{k: v.splits for k, v in _tfds.TFDS_DATASETS.items()},
 }
 DATASETS["imagenet2012"] = (*DATASETS["imagenet2012"], "test")
 
@@ -66,7 +66,7 @@ def load(name: str, split: str, *, data_dir=None) -> Dataset:
   if name in _LOCAL:
     return _LOCAL[name][1](split, data_dir)
   base = match.group("base")
-  tfds_split = _SPLIT_ALIASES.get((name, base), base) + split[len(base):]
+  tfds_split = _SPLIT_ALIASES.get((name, base), base) + split[len(base) :]
   ds = _tfds.load_tfds(name, tfds_split, data_dir=data_dir)
   ds.split = split
   return ds

@@ -41,17 +41,20 @@ def load_linear(split: str, *, num: int | None = None) -> ArrayDataset:
   x = (center + (s * m)[:, None] * w + e).astype(np.float32)
   y = ((s + 1) // 2).astype(np.int64)
   distance = np.abs(x.astype(np.float64) @ w + b)  # exact for the stored float32 inputs
-  return ArrayDataset(x, y, name="linear", split=split, num_classes=2,
-                      extras={"w": w, "b": b, "distance": distance})
+  return ArrayDataset(
+    x, y, name="linear", split=split, num_classes=2, extras={"w": w, "b": b, "distance": distance}
+  )
 
 
 def load_toy2d(split: str) -> ArrayDataset:
   """The "toy2d" half-moons dataset (see module docstring)."""
   from sklearn.datasets import make_moons
+
   n = {"train": 1000, "test": 500}[split]
   x, y = make_moons(n_samples=n, noise=0.1, random_state=_SEEDS[split])
   # make_moons lies in about [-1.5, 2.5] x [-1, 1.5] (noise 0.1); a fixed map into [0, 1]^2.
   x = (x - np.array([-1.5, -1.0])) / np.array([4.0, 2.5])
   x = np.clip(x, 0.0, 1.0)
-  return ArrayDataset(x.astype(np.float32), y.astype(np.int64), name="toy2d", split=split,
-                      num_classes=2)
+  return ArrayDataset(
+    x.astype(np.float32), y.astype(np.int64), name="toy2d", split=split, num_classes=2
+  )

@@ -39,8 +39,9 @@ def _to_float(image: np.ndarray) -> np.ndarray:
   return np.asarray(image, dtype=np.float32) / 255.0
 
 
-def resize_center_crop(image: np.ndarray, resize: int = IMAGENET_RESIZE,
-                       crop: int = IMAGENET_CROP) -> np.ndarray:
+def resize_center_crop(
+  image: np.ndarray, resize: int = IMAGENET_RESIZE, crop: int = IMAGENET_CROP
+) -> np.ndarray:
   """torchvision ``Resize(resize)`` + ``CenterCrop(crop)`` on a uint8 ``[H, W, 3]`` image.
 
   The shorter side becomes ``resize`` (the longer one ``int(resize * long /
@@ -49,6 +50,7 @@ def resize_center_crop(image: np.ndarray, resize: int = IMAGENET_RESIZE,
   ``[crop, crop, 3]``.
   """
   from PIL import Image
+
   image = np.asarray(image)
   if image.ndim == 2:
     image = image[..., None]
@@ -63,7 +65,7 @@ def resize_center_crop(image: np.ndarray, resize: int = IMAGENET_RESIZE,
     image = np.asarray(Image.fromarray(image).resize((new_w, new_h), Image.BILINEAR))
   top = int(round((new_h - crop) / 2.0))
   left = int(round((new_w - crop) / 2.0))
-  return image[top:top + crop, left:left + crop]
+  return image[top : top + crop, left : left + crop]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,14 +81,20 @@ class TfdsSpec:
 
 
 TFDS_DATASETS = {
-    "mnist": TfdsSpec("mnist", ("train", "test"), 10, (28, 28, 1)),
-    "cifar10": TfdsSpec("cifar10", ("train", "test"), 10, (32, 32, 3)),
-    "imagenet2012": TfdsSpec(
-        "imagenet2012", ("train", "validation"), 1000, (IMAGENET_CROP, IMAGENET_CROP, 3),
-        transform=lambda im: _to_float(resize_center_crop(im)),
-        note=("TFDS cannot download ImageNet itself: put ILSVRC2012_img_train.tar and "
-              "ILSVRC2012_img_val.tar in <download_dir>/manual/ first (see the TFDS "
-              "imagenet2012 page). Cohen et al. certify on the 'validation' split.")),
+  "mnist": TfdsSpec("mnist", ("train", "test"), 10, (28, 28, 1)),
+  "cifar10": TfdsSpec("cifar10", ("train", "test"), 10, (32, 32, 3)),
+  "imagenet2012": TfdsSpec(
+    "imagenet2012",
+    ("train", "validation"),
+    1000,
+    (IMAGENET_CROP, IMAGENET_CROP, 3),
+    transform=lambda im: _to_float(resize_center_crop(im)),
+    note=(
+      "TFDS cannot download ImageNet itself: put ILSVRC2012_img_train.tar and "
+      "ILSVRC2012_img_val.tar in <download_dir>/manual/ first (see the TFDS "
+      "imagenet2012 page). Cohen et al. certify on the 'validation' split."
+    ),
+  ),
 }
 
 
@@ -100,8 +108,9 @@ class TfdsDataset(Dataset):
   """
 
   def __init__(self, source, spec: TfdsSpec, *, name: str, split: str):
-    super().__init__(name=name, split=split, num_classes=spec.num_classes,
-                     input_shape=spec.input_shape)
+    super().__init__(
+      name=name, split=split, num_classes=spec.num_classes, input_shape=spec.input_shape
+    )
     self.source = source
     self.spec = spec
 
@@ -115,8 +124,10 @@ class TfdsDataset(Dataset):
       example = self.source[int(i)]
       image = self.spec.transform(example["image"])
       if image.shape != self.input_shape:
-        raise ValueError(f"{self.name!r} example {int(i)} has shape {image.shape} after decoding, "
-                         f"expected {self.input_shape}.")
+        raise ValueError(
+          f"{self.name!r} example {int(i)} has shape {image.shape} after decoding, "
+          f"expected {self.input_shape}."
+        )
       x[k] = image
       y[k] = example["label"]
     return x, y
@@ -128,12 +139,14 @@ def _resolved_data_dir(data_dir) -> str:
   if os.environ.get("TFDS_DATA_DIR"):
     return os.environ["TFDS_DATA_DIR"]
   from tensorflow_datasets.core import constants
+
   return os.fspath(constants.DATA_DIR)
 
 
 def _tfds_version(tfds_name: str) -> str:
   try:
     import tensorflow_datasets as tfds
+
     return str(tfds.builder_cls(tfds_name).VERSION)
   except Exception:  # the message must not fail; the version is only a hint
     return "<version>"
@@ -144,18 +157,18 @@ def _missing_message(name: str, spec: TfdsSpec, split: str, data_dir: str) -> st
   version = _tfds_version(tfds_name)
   found = os.path.isdir(os.path.join(data_dir, tfds_name))
   lines = [
-      f"Dataset {name!r} (TFDS {tfds_name!r}, split {split!r}) is not available in data_dir "
-      f"{data_dir!r}" + (" (a folder for it exists but holds no usable array_record copy)."
-                         if found else "."),
-      "rsjax never downloads data; it reads TFDS datasets prepared in the array_record format. "
-      "To prepare one, on a machine with network access and TensorFlow run:",
-      f"  tfds build {tfds_name} --data_dir=DIR --file_format=array_record",
-      f"  (or: tfds.builder({tfds_name!r}, data_dir=DIR, file_format='array_record')"
-      ".download_and_prepare())",
-      f"then copy DIR/{tfds_name}/{version}/ (dataset_info.json, features.json, "
-      f"*.array_record-*) to {os.path.join(data_dir, tfds_name, version)}/ on this machine, "
-      "or pass data_dir=... (CLI: --data-dir) or set TFDS_DATA_DIR to the folder holding "
-      f"{tfds_name}/.",
+    f"Dataset {name!r} (TFDS {tfds_name!r}, split {split!r}) is not available in data_dir "
+    f"{data_dir!r}"
+    + (" (a folder for it exists but holds no usable array_record copy)." if found else "."),
+    "rsjax never downloads data; it reads TFDS datasets prepared in the array_record format. "
+    "To prepare one, on a machine with network access and TensorFlow run:",
+    f"  tfds build {tfds_name} --data_dir=DIR --file_format=array_record",
+    f"  (or: tfds.builder({tfds_name!r}, data_dir=DIR, file_format='array_record')"
+    ".download_and_prepare())",
+    f"then copy DIR/{tfds_name}/{version}/ (dataset_info.json, features.json, "
+    f"*.array_record-*) to {os.path.join(data_dir, tfds_name, version)}/ on this machine, "
+    "or pass data_dir=... (CLI: --data-dir) or set TFDS_DATA_DIR to the folder holding "
+    f"{tfds_name}/.",
   ]
   if spec.note:
     lines.append(spec.note)
@@ -167,10 +180,13 @@ def load_tfds(name: str, split: str, *, data_dir=None) -> TfdsDataset:
   """Opens split ``split`` of TFDS dataset ``name`` (a key of ``TFDS_DATASETS``)."""
   spec = TFDS_DATASETS[name]
   import tensorflow_datasets as tfds
+
   try:
-    source = tfds.data_source(spec.tfds_name, split=split, data_dir=data_dir, download=False,
-                              try_gcs=False)
+    source = tfds.data_source(
+      spec.tfds_name, split=split, data_dir=data_dir, download=False, try_gcs=False
+    )
   except (NotImplementedError, FileNotFoundError, KeyError, AssertionError, OSError) as e:
     raise DatasetNotFoundError(
-        _missing_message(name, spec, split, _resolved_data_dir(data_dir))) from e
+      _missing_message(name, spec, split, _resolved_data_dir(data_dir))
+    ) from e
   return TfdsDataset(source, spec, name=name, split=split)

@@ -24,7 +24,9 @@ this input order, only.
 
 from rsjax import _lazy
 
-__getattr__, __dir__ = _lazy.exports(__name__, {
+__getattr__, __dir__ = _lazy.exports(
+  __name__,
+  {
     "DDRS": "rsjax.ddrs._certify",
     "METHOD": "rsjax.ddrs.method",
     "MC_COLUMNS": "rsjax.ddrs._certify",
@@ -41,23 +43,24 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
     "optimize_sigma": "rsjax.ddrs._sigma",
     "sigma_ascent": "rsjax.ddrs._sigma",
     "smoothing_objective": "rsjax.ddrs._sigma",
-})
+  },
+)
 
 __all__ = [
-    "DDRS",
-    "METHOD",
-    "DDRSCertificate",
-    "FAMILIES",
-    "MC_COLUMNS",
-    "MEMORY_COLUMNS",
-    "MemoryCertifier",
-    "OptimizedSigma",
-    "PARAMETRIZATIONS",
-    "SigmaAscent",
-    "certify",
-    "certify_dataset",
-    "memory_path",
-    "optimize_sigma",
-    "sigma_ascent",
-    "smoothing_objective",
+  "DDRS",
+  "METHOD",
+  "DDRSCertificate",
+  "FAMILIES",
+  "MC_COLUMNS",
+  "MEMORY_COLUMNS",
+  "MemoryCertifier",
+  "OptimizedSigma",
+  "PARAMETRIZATIONS",
+  "SigmaAscent",
+  "certify",
+  "certify_dataset",
+  "memory_path",
+  "optimize_sigma",
+  "sigma_ascent",
+  "smoothing_objective",
 ]

@@ -21,21 +21,30 @@ from rsjax.util import as_key
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
 
-__all__ = ["DDRSCertificate", "MC_COLUMNS", "MEMORY_COLUMNS", "certify", "certify_dataset",
-           "memory_path", "DDRS"]
+__all__ = [
+  "DDRSCertificate",
+  "MC_COLUMNS",
+  "MEMORY_COLUMNS",
+  "certify",
+  "certify_dataset",
+  "memory_path",
+  "DDRS",
+]
 
 _NOT_A_CERTIFICATE = (
-    "NOT A CERTIFICATE of a fixed classifier: Cohen's radius (binary, one-sided "
-    "Clopper-Pearson) at a sigma optimized for each input (DDRS); the smoothed classifier changes "
-    "with sigma, so the radius is not sound for any fixed smoothed classifier (Súkeník et al., "
-    "IDRS App. C). Use the memory (DDRS memory-based guarantee) or rsjax.idrs for a sound "
-    "input-dependent certificate")
+  "NOT A CERTIFICATE of a fixed classifier: Cohen's radius (binary, one-sided "
+  "Clopper-Pearson) at a sigma optimized for each input (DDRS); the smoothed classifier changes "
+  "with sigma, so the radius is not sound for any fixed smoothed classifier (Súkeník et al., "
+  "IDRS App. C). Use the memory (DDRS memory-based guarantee) or rsjax.idrs for a sound "
+  "input-dependent certificate"
+)
 _MEMORY_GUARANTEE = (
-    "DDRS memory-based guarantee (Alfarra et al. 2022, Algorithm 3): Cohen's radius (binary "
-    "Gaussian L2, one-sided Clopper-Pearson) at the per-input optimized sigma, post-processed so "
-    "that certified balls of different classes never intersect; valid only for this deployment "
-    "run and this input order (the memory's earlier inputs), not a certificate of a fixed "
-    "smoothed classifier")
+  "DDRS memory-based guarantee (Alfarra et al. 2022, Algorithm 3): Cohen's radius (binary "
+  "Gaussian L2, one-sided Clopper-Pearson) at the per-input optimized sigma, post-processed so "
+  "that certified balls of different classes never intersect; valid only for this deployment "
+  "run and this input order (the memory's earlier inputs), not a certificate of a fixed "
+  "smoothed classifier"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +66,12 @@ class DDRSCertificate(Certificate):
   columns: ClassVar[tuple[str, ...]] = ("sigma", "predict_mc", "radius_mc", "sound")
 
   def row_fields(self, j: int) -> dict:
-    return {"sigma": repr(float(self.sigma[j])), "predict_mc": int(self.prediction_mc[j]),
-            "radius_mc": repr(float(self.radius_mc[j])), "sound": int(bool(self.sound))}
+    return {
+      "sigma": repr(float(self.sigma[j])),
+      "predict_mc": int(self.prediction_mc[j]),
+      "radius_mc": repr(float(self.radius_mc[j])),
+      "sound": int(bool(self.sound)),
+    }
 
   def record_fields(self, j: int) -> dict:
     return {"sigma": float(self.sigma[j])}
@@ -78,10 +91,19 @@ class _MonteCarloCertificate(DDRSCertificate):
     return {"sigma": repr(float(self.sigma[j]))}
 
 
-def certify(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-            sigma: ArrayLike, num_classes: int, settings: Sampling | None = None,
-            ids: ArrayLike | None = None, memory: MemoryCertifier | None = None,
-            **sampling: Any) -> DDRSCertificate:
+def certify(
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  sigma: ArrayLike,
+  num_classes: int,
+  settings: Sampling | None = None,
+  ids: ArrayLike | None = None,
+  memory: MemoryCertifier | None = None,
+  **sampling: Any,
+) -> DDRSCertificate:
   """Cohen's CERTIFY at per-input sigma (DDRS ``certify_ds``), then the optional memory.
 
   Args:
@@ -117,8 +139,9 @@ def certify(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike,
     raise ValueError(f"memory must be a MemoryCertifier or None, got {memory!r}")
   if memory is not None and settings.noise.norm != "l2":
     raise ValueError("the memory works with L2 balls: use Gaussian noise (noise=None) with it")
-  base = cohen_certify(key, apply_fn, params, x_np, sigma=sig, num_classes=num_classes,
-                       settings=settings, ids=ids)
+  base = cohen_certify(
+    key, apply_fn, params, x_np, sigma=sig, num_classes=num_classes, settings=settings, ids=ids
+  )
   pred, rad = base.prediction, base.radius
   if memory is None:
     guarantee = _NOT_A_CERTIFICATE + f" (alpha={settings.alpha}, {settings.noise.name} noise)"
@@ -126,20 +149,19 @@ def certify(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike,
     pred, rad = memory.update_batch(x_np, pred, rad)
     guarantee = _MEMORY_GUARANTEE + f" (alpha={settings.alpha} per input)"
   return DDRSCertificate(
-      prediction=np.asarray(pred, np.int64),
-      radius=np.asarray(rad, np.float64),
-      p_lower=base.p_lower,
-      counts=base.counts,
-      counts_selection=base.counts_selection,
-      norm=base.norm,
-      guarantee=guarantee,
-      sound=memory is not None,
-      sigma=sig.astype(np.float64),
-      prediction_mc=base.prediction,
-      radius_mc=base.radius,
-      memory_used=memory is not None,
+    prediction=np.asarray(pred, np.int64),
+    radius=np.asarray(rad, np.float64),
+    p_lower=base.p_lower,
+    counts=base.counts,
+    counts_selection=base.counts_selection,
+    norm=base.norm,
+    guarantee=guarantee,
+    sound=memory is not None,
+    sigma=sig.astype(np.float64),
+    prediction_mc=base.prediction,
+    radius_mc=base.radius,
+    memory_used=memory is not None,
   )
-
 
 
 def memory_path(out_path: str | os.PathLike) -> str:
@@ -147,13 +169,21 @@ def memory_path(out_path: str | os.PathLike) -> str:
   return os.fspath(out_path) + ".mc.tsv"
 
 
-
-
-def certify_dataset(key: jax.Array | int, apply_fn: Callable, params: Any, get_batch: Callable,
-                    indices: ArrayLike, out_path: str | os.PathLike, *, sigma0: float,
-                    num_classes: int, ascent: SigmaAscent | None = None,
-                    settings: Sampling | None = None, memory: bool = True,
-                    **run_options: Any) -> dict:
+def certify_dataset(
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  get_batch: Callable,
+  indices: ArrayLike,
+  out_path: str | os.PathLike,
+  *,
+  sigma0: float,
+  num_classes: int,
+  ascent: SigmaAscent | None = None,
+  settings: Sampling | None = None,
+  memory: bool = True,
+  **run_options: Any,
+) -> dict:
   """DDRS for a dataset: optimize sigma per input, CERTIFY with it, then the memory.
 
   1. For each chunk of ``indices`` (in order): ``optimize_sigma`` (key
@@ -199,26 +229,37 @@ def certify_dataset(key: jax.Array | int, apply_fn: Callable, params: Any, get_b
   if ascent.family == "uniform":
     settings = settings.replace(noise="uniform")
   run_options.setdefault("inputs_per_call", 8)
-  run = dict(method="ddrs", model=runner.fingerprint(params), sigma0=float(sigma0), steps=ascent.steps, lr=ascent.lr,
-             num_samples=ascent.num_samples, clip=list(ascent.clip),
-             parametrization=ascent.parametrization, family=ascent.family, n0=settings.n0,
-             n=settings.n, alpha=settings.alpha,
-             key=np.asarray(jax.random.key_data(key)).tolist(),
-             **(run_options.pop("run", None) or {}))
+  run = dict(
+    method="ddrs",
+    model=runner.fingerprint(params),
+    sigma0=float(sigma0),
+    steps=ascent.steps,
+    lr=ascent.lr,
+    num_samples=ascent.num_samples,
+    clip=list(ascent.clip),
+    parametrization=ascent.parametrization,
+    family=ascent.family,
+    n0=settings.n0,
+    n=settings.n,
+    alpha=settings.alpha,
+    key=np.asarray(jax.random.key_data(key)).tolist(),
+    **(run_options.pop("run", None) or {}),
+  )
 
   def fn(x, ids):
     sig = optimize_sigma(k_opt, apply_fn, params, x, sigma0=sigma0, config=ascent, ids=ids)
-    return certify(key, apply_fn, params, x, sigma=sig, num_classes=num_classes,
-                   settings=settings, ids=ids)
+    return certify(
+      key, apply_fn, params, x, sigma=sig, num_classes=num_classes, settings=settings, ids=ids
+    )
 
   def mc_rows(x, ids):  # the Monte-Carlo rows: the sigma column only
     cert = fn(x, ids)
-    return _MonteCarloCertificate(**{f.name: getattr(cert, f.name)
-                                     for f in dataclasses.fields(cert)})
+    return _MonteCarloCertificate(
+      **{f.name: getattr(cert, f.name) for f in dataclasses.fields(cert)}
+    )
 
   mc = memory_path(out_path)
-  runner.certify_dataset(Plan(mc_rows, MC_COLUMNS), get_batch, indices, mc, run=run,
-                         **run_options)
+  runner.certify_dataset(Plan(mc_rows, MC_COLUMNS), get_batch, indices, mc, run=run, **run_options)
   out = {"mc_path": mc, "out_path": None, "changed": 0, "guarantee": _NOT_A_CERTIFICATE}
   if not memory:
     return out
@@ -227,15 +268,28 @@ def certify_dataset(key: jax.Array | int, apply_fn: Callable, params: Any, get_b
   mem = MemoryCertifier()
   pred, rad = mem.update_batch(np.asarray(x), rows.predict, rows.radius)
   changed = (pred != rows.predict) | (rad != rows.radius)
-  with io.ResultsWriter(out_path, kind="certify", resume=False, extra_columns=MEMORY_COLUMNS,
-                        run=dict(run, memory=True, guarantee=_MEMORY_GUARANTEE)) as w:
+  with io.ResultsWriter(
+    out_path,
+    kind="certify",
+    resume=False,
+    extra_columns=MEMORY_COLUMNS,
+    run=dict(run, memory=True, guarantee=_MEMORY_GUARANTEE),
+  ) as w:
     for j in range(len(rows)):
-      w.write(idx=int(rows.idx[j]), label=int(rows.label[j]), predict=int(pred[j]),
-              radius=float(rad[j]) if pred[j] >= 0 else 0.0, time=float(rows.time[j]),
-              sigma=repr(float(rows.extra["sigma"][j])), predict_mc=int(rows.predict[j]),
-              radius_mc=repr(float(rows.radius[j])), memory_changed=int(changed[j]))
-  return dict(out, out_path=os.fspath(out_path), changed=int(changed.sum()),
-              guarantee=_MEMORY_GUARANTEE)
+      w.write(
+        idx=int(rows.idx[j]),
+        label=int(rows.label[j]),
+        predict=int(pred[j]),
+        radius=float(rad[j]) if pred[j] >= 0 else 0.0,
+        time=float(rows.time[j]),
+        sigma=repr(float(rows.extra["sigma"][j])),
+        predict_mc=int(rows.predict[j]),
+        radius_mc=repr(float(rows.radius[j])),
+        memory_changed=int(changed[j]),
+      )
+  return dict(
+    out, out_path=os.fspath(out_path), changed=int(changed.sum()), guarantee=_MEMORY_GUARANTEE
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,8 +304,26 @@ class DDRS:
 
   memory: MemoryCertifier | None = None
 
-  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-              sigma: Any, num_classes: int, settings: Sampling,
-              ids: ArrayLike | None = None) -> DDRSCertificate:
-    return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
-                   settings=settings, ids=ids, memory=self.memory)
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: Any,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> DDRSCertificate:
+    return certify(
+      key,
+      apply_fn,
+      params,
+      x,
+      sigma=sigma,
+      num_classes=num_classes,
+      settings=settings,
+      ids=ids,
+      memory=self.memory,
+    )

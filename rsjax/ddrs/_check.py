@@ -25,8 +25,9 @@ def _toward_zero(v: float) -> float:
   return float(np.nextafter(v, 0.0)) if v > 0 else 0.0
 
 
-def replay_memory(x: ArrayLike, classes: ArrayLike,
-                  radii: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def replay_memory(
+  x: ArrayLike, classes: ArrayLike, radii: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
   """DDRS Algorithm 3 over inputs in order, in float64.
 
   Ball ``j`` (an earlier row of another class, not abstained) meets row ``i``'s
@@ -102,9 +103,16 @@ def _sigmas(res, recs, rows, issues) -> np.ndarray:
   return out
 
 
-def check_ddrs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
-               inputs: ArrayLike | None = None,
-               **_: object) -> list[Mismatch]:
+def check_ddrs(
+  cert: dict,
+  res: Any,
+  recs: dict,
+  *,
+  rtol: float,
+  atol: float,
+  inputs: ArrayLike | None = None,
+  **_: object,
+) -> list[Mismatch]:
   """DDRS: ``predict_mc``/``radius_mc`` are Cohen's at the row's sigma; with the memory
   on, ``predict``/``radius`` its replay over the inputs in file order (without it the
   rows are no certificate, and each is reported)."""
@@ -118,31 +126,48 @@ def check_ddrs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
   rows = read_rows(cert, res, recs, issues)
   sigma = _sigmas(res, recs, rows, issues)
   pred_mc, rad_mc, p = cohen_certificate(cert, rows, sigma)
-  compare(res, rows, pred_mc, rad_mc, issues, rtol=rtol, atol=atol,
-          columns=("predict_mc", "radius_mc"), p_lower=p)
+  compare(
+    res,
+    rows,
+    pred_mc,
+    rad_mc,
+    issues,
+    rtol=rtol,
+    atol=atol,
+    columns=("predict_mc", "radius_mc"),
+    p_lower=p,
+  )
   sound = np.asarray(res.extra["sound"], np.float64)
   if not memory:
     compare(res, rows, pred_mc, rad_mc, issues, rtol=rtol, atol=atol)
     for j in np.flatnonzero(sound != 0):
       issues.append(Mismatch(int(res.idx[j]), "sound 1 without the memory"))
-    issues.extend(Mismatch(int(i), "sound 0: without the memory the row is no certificate")
-                  for i in res.idx)
+    issues.extend(
+      Mismatch(int(i), "sound 0: without the memory the row is no certificate") for i in res.idx
+    )
     return issues
   for j in np.flatnonzero(sound != 1):
     issues.append(Mismatch(int(res.idx[j]), "sound 0 in a run with the memory"))
   if not rows.valid.all() or not len(res):
     if len(res):
-      issues.append(Mismatch(-1, "the memory step is not replayed: a row before it does not "
-                             "follow from its record"))
+      issues.append(
+        Mismatch(
+          -1, "the memory step is not replayed: a row before it does not follow from its record"
+        )
+      )
     return issues
   if inputs is None:
-    raise VerifyError("ddrs run: the memory step needs the inputs (verify(..., inputs=...), or "
-                      "the run's dataset)")
+    raise VerifyError(
+      "ddrs run: the memory step needs the inputs (verify(..., inputs=...), or the run's dataset)"
+    )
   x = np.asarray(inputs(np.asarray(res.idx, np.int64)))
   if x.shape[0] != len(res):
     raise VerifyError(f"inputs gave {x.shape[0]} inputs for {len(res)} rows")
-  bad = [int(i) for i, xi in zip(res.idx, x, strict=True)
-         if record_lib.input_fingerprint(xi) != recs[int(i)].get("input")]
+  bad = [
+    int(i)
+    for i, xi in zip(res.idx, x, strict=True)
+    if record_lib.input_fingerprint(xi) != recs[int(i)].get("input")
+  ]
   if bad:
     issues.extend(Mismatch(i, "the input differs from its recorded fingerprint") for i in bad)
     return issues

@@ -51,17 +51,17 @@ class MemoryCertifier:
   @property
   def points(self) -> np.ndarray:
     """``[M, D]`` float64 flattened inputs in processing order."""
-    return np.zeros((0, 0)) if self._x is None else self._x[:self._size].copy()
+    return np.zeros((0, 0)) if self._x is None else self._x[: self._size].copy()
 
   @property
   def classes(self) -> np.ndarray:
     """``[M]`` int64 recorded classes (-1: abstain)."""
-    return self._cls[:self._size].copy()
+    return self._cls[: self._size].copy()
 
   @property
   def radii(self) -> np.ndarray:
     """``[M]`` float64 recorded radii."""
-    return self._radius[:self._size].copy()
+    return self._radius[: self._size].copy()
 
   def _append(self, x, cls, radius):
     if self._x is None:
@@ -98,8 +98,8 @@ class MemoryCertifier:
     candidates' distances are then recomputed exactly in float64 here.
     """
     if cls != ABSTAIN and self._size:
-      mem_c = self._cls[:self._size]
-      mem_r = self._radius[:self._size]
+      mem_c = self._cls[: self._size]
+      mem_r = self._radius[: self._size]
       other = (mem_c != ABSTAIN) & (mem_c != cls)
       if d_approx is not None:
         d_approx = np.asarray(d_approx, np.float64)
@@ -140,8 +140,9 @@ class MemoryCertifier:
     self._check(xf, cls, radius)
     return self._decide(xf, cls, radius)
 
-  def update_batch(self, x: ArrayLike, cls: ArrayLike,
-                   radius: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+  def update_batch(
+    self, x: ArrayLike, cls: ArrayLike, radius: ArrayLike
+  ) -> tuple[np.ndarray, np.ndarray]:
     """``update`` for each input of a batch, in order, with distances on device.
 
     The distances of the batch to every stored point and to each other are
@@ -161,8 +162,9 @@ class MemoryCertifier:
     cls = np.asarray(cls).reshape(-1)
     radius = np.asarray(radius, np.float64).reshape(-1)
     if x.ndim < 1 or not x.shape[0] == cls.shape[0] == radius.shape[0]:
-      raise ValueError(f"x, cls and radius must share the batch size, got {x.shape}, "
-                       f"{cls.shape}, {radius.shape}")
+      raise ValueError(
+        f"x, cls and radius must share the batch size, got {x.shape}, {cls.shape}, {radius.shape}"
+      )
     b = cls.shape[0]
     xf = x.reshape(b, -1).astype(np.float64)
     for i in range(b):
@@ -173,7 +175,7 @@ class MemoryCertifier:
     out_c = np.empty(b, np.int64)
     out_r = np.empty(b, np.float64)
     for i in range(b):
-      out_c[i], out_r[i] = self._decide(xf[i], int(cls[i]), float(radius[i]), d_all[i, :m0 + i])
+      out_c[i], out_r[i] = self._decide(xf[i], int(cls[i]), float(radius[i]), d_all[i, : m0 + i])
     return out_c, out_r
 
 
@@ -186,4 +188,3 @@ _DIST_RTOL, _DIST_ATOL = 1e-3, 1e-5
 def _distances(a, b):
   """``[A, D]``, ``[M, D]`` -> ``[A, M]`` float32 L2 distances (row by row)."""
   return jax.lax.map(lambda ai: jnp.sqrt(jnp.sum((b - ai) ** 2, axis=1)), a)
-

@@ -16,8 +16,15 @@ from rsjax.engine.counts import prepare_inputs
 from rsjax.sigma import SigmaValues
 from rsjax.util import as_key, check_int
 
-__all__ = ["FAMILIES", "PARAMETRIZATIONS", "OptimizedSigma", "SigmaAscent", "optimize_sigma",
-           "sigma_ascent", "smoothing_objective"]
+__all__ = [
+  "FAMILIES",
+  "PARAMETRIZATIONS",
+  "OptimizedSigma",
+  "SigmaAscent",
+  "optimize_sigma",
+  "sigma_ascent",
+  "smoothing_objective",
+]
 
 
 #: The two objectives: ``"gaussian"`` (L2, Cohen-style soft margin) and
@@ -119,8 +126,24 @@ def _check_clip(clip) -> tuple[float, float]:
   return lo, hi
 
 
-def _ascent(key, apply_fn, params, x, sigma0, ids, lr, lo, hi, sigma_min, *, steps, num_samples,
-            family, parametrization, return_path):
+def _ascent(
+  key,
+  apply_fn,
+  params,
+  x,
+  sigma0,
+  ids,
+  lr,
+  lo,
+  hi,
+  sigma_min,
+  *,
+  steps,
+  num_samples,
+  family,
+  parametrization,
+  return_path,
+):
   """The ascent loop with traced ``lr, lo, hi, sigma_min`` (static: the rest)."""
   params = jax.lax.stop_gradient(params)  # the classifier is frozen
   obj = functools.partial(_objective, apply_fn, params, family=family)
@@ -144,9 +167,17 @@ def _ascent(key, apply_fn, params, x, sigma0, ids, lr, lo, hi, sigma_min, *, ste
   return sigma
 
 
-def sigma_ascent(key: jax.Array, apply_fn: Callable, params: Any, x: ArrayLike,
-                 sigma0: ArrayLike, ids: ArrayLike, *, config: SigmaAscent,
-                 return_path: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+def sigma_ascent(
+  key: jax.Array,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  sigma0: ArrayLike,
+  ids: ArrayLike,
+  *,
+  config: SigmaAscent,
+  return_path: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
   """The traceable ascent loop of :func:`optimize_sigma` (use inside ``jax.jit``).
 
   Args:
@@ -163,19 +194,63 @@ def sigma_ascent(key: jax.Array, apply_fn: Callable, params: Any, x: ArrayLike,
   Returns:
     ``[B]`` optimized sigma (and the path when ``return_path``).
   """
-  return _ascent(key, apply_fn, params, x, sigma0, ids, config.lr, *config.clip,
-                 config.sigma_min, steps=config.steps, num_samples=config.num_samples,
-                 family=config.family, parametrization=config.parametrization,
-                 return_path=return_path)
+  return _ascent(
+    key,
+    apply_fn,
+    params,
+    x,
+    sigma0,
+    ids,
+    config.lr,
+    *config.clip,
+    config.sigma_min,
+    steps=config.steps,
+    num_samples=config.num_samples,
+    family=config.family,
+    parametrization=config.parametrization,
+    return_path=return_path,
+  )
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "steps", "num_samples", "family",
-                                             "parametrization", "return_path"))
-def _optimize(key, params, x, sigma0, ids, lr, lo, hi, sigma_min, *, apply_fn, steps, num_samples,
-              family, parametrization, return_path):
-  return _ascent(key, apply_fn, params, x, sigma0, ids, lr, lo, hi, sigma_min, steps=steps,
-                 num_samples=num_samples, family=family, parametrization=parametrization,
-                 return_path=return_path)
+@functools.partial(
+  jax.jit,
+  static_argnames=("apply_fn", "steps", "num_samples", "family", "parametrization", "return_path"),
+)
+def _optimize(
+  key,
+  params,
+  x,
+  sigma0,
+  ids,
+  lr,
+  lo,
+  hi,
+  sigma_min,
+  *,
+  apply_fn,
+  steps,
+  num_samples,
+  family,
+  parametrization,
+  return_path,
+):
+  return _ascent(
+    key,
+    apply_fn,
+    params,
+    x,
+    sigma0,
+    ids,
+    lr,
+    lo,
+    hi,
+    sigma_min,
+    steps=steps,
+    num_samples=num_samples,
+    family=family,
+    parametrization=parametrization,
+    return_path=return_path,
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "num_samples", "family"))
@@ -198,10 +273,18 @@ def _check_inputs(x, sigma, ids):
   return x_np, sig.astype(np.float32), ids_arr
 
 
-def optimize_sigma(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-                   sigma0: ArrayLike, config: SigmaAscent | None = None,
-                   ids: ArrayLike | None = None, return_path: bool = False,
-                   **ascent: Any) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+def optimize_sigma(
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  sigma0: ArrayLike,
+  config: SigmaAscent | None = None,
+  ids: ArrayLike | None = None,
+  return_path: bool = False,
+  **ascent: Any,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
   """Per-input sigma by gradient ascent on the soft smoothed margin (DDRS Algorithm 1).
 
   For each input, ``steps`` steps of gradient ascent
@@ -276,20 +359,41 @@ def optimize_sigma(key: jax.Array | int, apply_fn: Callable, params: Any, x: Arr
   x_np, sig0, ids_arr = _check_inputs(x, sigma0, ids)
   sig0 = np.maximum(sig0, np.float32(c.sigma_min))
   f32 = np.float32
-  out = _optimize(as_key(key), params, x_np, sig0, ids_arr, f32(c.lr), f32(c.clip[0]),
-                  f32(c.clip[1]), f32(c.sigma_min), apply_fn=apply_fn, steps=c.steps,
-                  num_samples=c.num_samples, family=c.family, parametrization=c.parametrization,
-                  return_path=bool(return_path))
+  out = _optimize(
+    as_key(key),
+    params,
+    x_np,
+    sig0,
+    ids_arr,
+    f32(c.lr),
+    f32(c.clip[0]),
+    f32(c.clip[1]),
+    f32(c.sigma_min),
+    apply_fn=apply_fn,
+    steps=c.steps,
+    num_samples=c.num_samples,
+    family=c.family,
+    parametrization=c.parametrization,
+    return_path=bool(return_path),
+  )
   out = jax.device_get(out)
   if return_path:
     return np.asarray(out[0], np.float32), np.asarray(out[1], np.float32)
   return np.asarray(out, np.float32)
 
 
-def smoothing_objective(key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-                        sigma: ArrayLike, num_samples: int = 256,
-                        clip: tuple[float, float] = (0.02, 0.98), ids: ArrayLike | None = None,
-                        family: str = "gaussian") -> np.ndarray:
+def smoothing_objective(
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  sigma: ArrayLike,
+  num_samples: int = 256,
+  clip: tuple[float, float] = (0.02, 0.98),
+  ids: ArrayLike | None = None,
+  family: str = "gaussian",
+) -> np.ndarray:
   """Monte-Carlo estimate of R(sigma) per input (the quantity ``optimize_sigma`` ascends).
 
   Args:
@@ -310,8 +414,18 @@ def smoothing_objective(key: jax.Array | int, apply_fn: Callable, params: Any, x
   _check_choice("family", family, FAMILIES)
   lo, hi = _check_clip(clip)
   x_np, sig, ids_arr = _check_inputs(x, sigma, ids)
-  out = _evaluate(as_key(key), params, x_np, sig, ids_arr, np.float32(lo), np.float32(hi),
-                  apply_fn=apply_fn, num_samples=num_samples, family=family)
+  out = _evaluate(
+    as_key(key),
+    params,
+    x_np,
+    sig,
+    ids_arr,
+    np.float32(lo),
+    np.float32(hi),
+    apply_fn=apply_fn,
+    num_samples=num_samples,
+    family=family,
+  )
   return np.asarray(jax.device_get(out), np.float32)
 
 
@@ -338,6 +452,7 @@ class OptimizedSigma:
 
   def evaluate(self, x: ArrayLike, ids: ArrayLike | None = None) -> SigmaValues:
     """``SigmaValues`` of ``x`` ``[B, *input_shape]``: sigma ``[B]`` float32, rate inf."""
-    sigma = optimize_sigma(self.key, self.apply_fn, self.params, x, sigma0=self.sigma0,
-                           config=self.config, ids=ids)
+    sigma = optimize_sigma(
+      self.key, self.apply_fn, self.params, x, sigma0=self.sigma0, config=self.config, ids=ids
+    )
     return SigmaValues(sigma=sigma, rate=float("inf"), slack=np.zeros(sigma.shape))

@@ -10,15 +10,26 @@ __all__ = ["METHOD"]
 
 def _build(ctx: Context, **options) -> Plan:
   from rsjax.ddrs._plan import build
+
   return build(ctx, **options)
 
 
 METHOD = Method(
-    "ddrs", "data-dependent sigma optimized per input, then the memory-based certification "
-    "(DDRS)", _build, (
-        Option("ddrs_steps", 100, "sigma ascent steps per input", int),
-        Option("ddrs_lr", 1e-4, "sigma ascent step size", float),
-        Option("ddrs_draws", 1, "noise draws per ascent step", int, positive=True),
-        Option("ddrs_memory", "on", "off: no memory, the radius is NOT a certificate", str,
-               choices=("on", "off")),
-    ), check=check_ddrs, ordered=True)
+  "ddrs",
+  "data-dependent sigma optimized per input, then the memory-based certification (DDRS)",
+  _build,
+  (
+    Option("ddrs_steps", 100, "sigma ascent steps per input", int),
+    Option("ddrs_lr", 1e-4, "sigma ascent step size", float),
+    Option("ddrs_draws", 1, "noise draws per ascent step", int, positive=True),
+    Option(
+      "ddrs_memory",
+      "on",
+      "off: no memory, the radius is NOT a certificate",
+      str,
+      choices=("on", "off"),
+    ),
+  ),
+  check=check_ddrs,
+  ordered=True,
+)

@@ -28,6 +28,7 @@ _SUBMODULES = ("diffusers_import", "diffusion", "dncnn", "train", "unet", "workd
 
 def __getattr__(name):
   import importlib
+
   if name in _LAZY:
     module, attr = _LAZY[name]
     return getattr(importlib.import_module(module), attr)

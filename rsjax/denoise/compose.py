@@ -62,18 +62,21 @@ def as_pure(model_or_fn, params=None) -> tuple[Callable, Any]:
     ValueError: a function given without params, or params given with a module.
   """
   from flax import nnx
+
   if isinstance(model_or_fn, nnx.Module):
     if params is not None:
       raise ValueError("give params only with a function; an NNX module carries its own")
     from rsjax.models import to_apply_fn
+
     return to_apply_fn(model_or_fn)
   if not callable(model_or_fn):
     raise ValueError(f"expected an NNX module or a function fn(params, x), got {model_or_fn!r}")
   return model_or_fn, params
 
 
-def denoised(denoiser, classifier, *, denoiser_params=None,
-             classifier_params=None) -> tuple[Denoised, tuple[Any, Any]]:
+def denoised(
+  denoiser, classifier, *, denoiser_params=None, classifier_params=None
+) -> tuple[Denoised, tuple[Any, Any]]:
   """The composed base classifier ``classifier(denoiser(x))`` and its params.
 
   Args:

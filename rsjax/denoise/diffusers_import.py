@@ -60,13 +60,16 @@ def load_state_dict(model: UNet2DModel, state_dict: Mapping) -> UNet2DModel:
     try:
       module = _module_at(model, names)
     except (AttributeError, IndexError, TypeError):
-      raise ValueError(f"diffusers weight {key!r} has no parameter in the NNX UNet2DModel "
-                       "(another configuration?)") from None
+      raise ValueError(
+        f"diffusers weight {key!r} has no parameter in the NNX UNet2DModel (another configuration?)"
+      ) from None
     w = _numpy(value)
     if isinstance(module, nnx.Conv):
       name, w = ("kernel", w.transpose(2, 3, 1, 0)) if leaf == "weight" else ("bias", w)
     elif isinstance(module, nnx.Linear):
-      if leaf == "weight" and w.ndim == 4:  # old checkpoints store attention projections as 1x1 convs
+      if (
+        leaf == "weight" and w.ndim == 4
+      ):  # old checkpoints store attention projections as 1x1 convs
         w = w[:, :, 0, 0]
       name, w = ("kernel", w.T) if leaf == "weight" else ("bias", w)
     elif isinstance(module, nnx.GroupNorm):
@@ -75,15 +78,23 @@ def load_state_dict(model: UNet2DModel, state_dict: Mapping) -> UNet2DModel:
       raise ValueError(f"diffusers weight {key!r} has no parameter in the NNX UNet2DModel")
     param = getattr(module, name)
     if tuple(param.shape) != w.shape:
-      raise ValueError(f"diffusers weight {key!r} has shape {w.shape} after conversion, the NNX "
-                       f"parameter {tuple(param.shape)}")
+      raise ValueError(
+        f"diffusers weight {key!r} has shape {w.shape} after conversion, the NNX "
+        f"parameter {tuple(param.shape)}"
+      )
     param.set_value(jnp.asarray(w, param.dtype))
     seen.add((id(module), name))
-  expected = {(id(m), n) for _, m in nnx.iter_modules(model)
-              for n in ("kernel", "bias", "scale") if isinstance(getattr(m, n, None), nnx.Param)}
+  expected = {
+    (id(m), n)
+    for _, m in nnx.iter_modules(model)
+    for n in ("kernel", "bias", "scale")
+    if isinstance(getattr(m, n, None), nnx.Param)
+  }
   if missing := len(expected - seen):
-    raise ValueError(f"the state dict leaves {missing} of the NNX model's {len(expected)} "
-                     "parameters unset (another configuration?)")
+    raise ValueError(
+      f"the state dict leaves {missing} of the NNX model's {len(expected)} "
+      "parameters unset (another configuration?)"
+    )
   return model
 
 
@@ -115,9 +126,11 @@ def load_diffusers_dir(path) -> UNet2DModel:
   binf = os.path.join(path, "diffusion_pytorch_model.bin")
   if os.path.exists(st):
     from safetensors.numpy import load_file
+
     state = load_file(st)
   elif os.path.exists(binf):
     import torch
+
     state = torch.load(binf, map_location="cpu", weights_only=True)
   else:
     raise FileNotFoundError(f"no diffusion_pytorch_model.safetensors or .bin in {path!r}")

@@ -26,17 +26,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-__all__ = ["linear_schedule", "timestep_for_sigma", "OneStep", "one_step_denoiser",
-           "ddpm_loss"]
+__all__ = ["linear_schedule", "timestep_for_sigma", "OneStep", "one_step_denoiser", "ddpm_loss"]
 
 
-def linear_schedule(num_steps: int = 1000, beta_start: float = 1e-4,
-                    beta_end: float = 0.02) -> np.ndarray:
+def linear_schedule(
+  num_steps: int = 1000, beta_start: float = 1e-4, beta_end: float = 0.02
+) -> np.ndarray:
   """``[num_steps]`` float64 alpha-bar of DDPM's linear beta schedule (google/ddpm-cifar10-32:
   1000 steps, betas 1e-4 to 0.02)."""
   if num_steps < 2 or not 0 < beta_start < beta_end < 1:
-    raise ValueError(f"need num_steps >= 2 and 0 < beta_start < beta_end < 1, got {num_steps}, "
-                     f"{beta_start}, {beta_end}")
+    raise ValueError(
+      f"need num_steps >= 2 and 0 < beta_start < beta_end < 1, got {num_steps}, "
+      f"{beta_start}, {beta_end}"
+    )
   betas = np.linspace(beta_start, beta_end, num_steps, dtype=np.float64)
   return np.cumprod(1.0 - betas)
 
@@ -53,8 +55,10 @@ def timestep_for_sigma(alphas_cumprod, sigma: float) -> int:
   level = np.sqrt((1.0 - a) / a)
   ok = np.nonzero(level[1:] >= 2.0 * sigma)[0]
   if not len(ok):
-    raise ValueError(f"sigma {sigma} is above the schedule's largest noise level "
-                     f"{level[-1] / 2:.4g} (in [0, 1] units)")
+    raise ValueError(
+      f"sigma {sigma} is above the schedule's largest noise level "
+      f"{level[-1] / 2:.4g} (in [0, 1] units)"
+    )
   return int(ok[0]) + 1
 
 
@@ -90,18 +94,21 @@ class _EpsApply:
 
   def __call__(self, state, x, t):
     from flax import nnx
+
     return nnx.merge(self.graphdef, state, copy=True)(x, t)
 
 
 def eps_apply(model) -> tuple[Callable, Any]:
   """Pure ``(eps_fn, state)`` of an NNX noise model ``model(x, t)`` (hashable, jit-static)."""
   from flax import nnx
+
   graphdef, state = nnx.split(model)
   return _EpsApply(graphdef), state
 
 
-def one_step_denoiser(model, *, sigma: float, alphas_cumprod, params=None,
-                      clip: bool = True) -> tuple[OneStep, Any]:
+def one_step_denoiser(
+  model, *, sigma: float, alphas_cumprod, params=None, clip: bool = True
+) -> tuple[OneStep, Any]:
   """The one-step diffusion denoiser for noise level ``sigma`` and its params.
 
   Args:

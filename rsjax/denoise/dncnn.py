@@ -23,21 +23,34 @@ class DnCNN(nnx.Module):
     rngs: ``nnx.Rngs`` or int seed.
   """
 
-  def __init__(self, *, channels: int, depth: int = 17, features: int = 64,
-               rngs: nnx.Rngs | int):
+  def __init__(self, *, channels: int, depth: int = 17, features: int = 64, rngs: nnx.Rngs | int):
     if depth < 2 or features < 1 or channels < 1:
-      raise ValueError(f"need depth >= 2, features >= 1, channels >= 1, got {depth}, "
-                       f"{features}, {channels}")
+      raise ValueError(
+        f"need depth >= 2, features >= 1, channels >= 1, got {depth}, {features}, {channels}"
+      )
     rngs = nnx.Rngs(rngs) if isinstance(rngs, int) else rngs
     ortho = nnx.initializers.orthogonal()
-    self.first = nnx.Conv(channels, features, (3, 3), padding="SAME", kernel_init=ortho,
-                          rngs=rngs)
-    self.convs = nnx.List([nnx.Conv(features, features, (3, 3), padding="SAME", use_bias=False,
-                                    kernel_init=ortho, rngs=rngs) for _ in range(depth - 2)])
-    self.norms = nnx.List([nnx.BatchNorm(features, epsilon=1e-4, rngs=rngs)
-                           for _ in range(depth - 2)])
-    self.last = nnx.Conv(features, channels, (3, 3), padding="SAME", use_bias=False,
-                         kernel_init=nnx.initializers.zeros, rngs=rngs)
+    self.first = nnx.Conv(channels, features, (3, 3), padding="SAME", kernel_init=ortho, rngs=rngs)
+    self.convs = nnx.List(
+      [
+        nnx.Conv(
+          features, features, (3, 3), padding="SAME", use_bias=False, kernel_init=ortho, rngs=rngs
+        )
+        for _ in range(depth - 2)
+      ]
+    )
+    self.norms = nnx.List(
+      [nnx.BatchNorm(features, epsilon=1e-4, rngs=rngs) for _ in range(depth - 2)]
+    )
+    self.last = nnx.Conv(
+      features,
+      channels,
+      (3, 3),
+      padding="SAME",
+      use_bias=False,
+      kernel_init=nnx.initializers.zeros,
+      rngs=rngs,
+    )
 
   def __call__(self, y: jax.Array) -> jax.Array:
     """``y [b, H, W, channels]`` -> denoised ``[b, H, W, channels]``."""

@@ -71,8 +71,9 @@ def _loss(objective, sigma, classifier_fn, alphas_cumprod, t_max):
 
   def loss(model, classifier_params, key, x):
     if objective == "ddpm":
-      return diffusion.ddpm_loss(key, lambda m, xt, t: m(xt, t), model, x,
-                                 alphas_cumprod=alphas_cumprod, t_max=t_max)
+      return diffusion.ddpm_loss(
+        key, lambda m, xt, t: m(xt, t), model, x, alphas_cumprod=alphas_cumprod, t_max=t_max
+      )
     y = x + sigma * jax.random.normal(key, x.shape, x.dtype)
     out = model(y)
     if objective == "mse":
@@ -84,9 +85,16 @@ def _loss(objective, sigma, classifier_fn, alphas_cumprod, t_max):
   return loss
 
 
-def train_denoiser(key, model: nnx.Module, train_x, config: DenoiserTraining, *,
-                   classifier: tuple[Callable, Any] | None = None, alphas_cumprod=None,
-                   log: Callable[[str], None] | None = print) -> list[dict]:
+def train_denoiser(
+  key,
+  model: nnx.Module,
+  train_x,
+  config: DenoiserTraining,
+  *,
+  classifier: tuple[Callable, Any] | None = None,
+  alphas_cumprod=None,
+  log: Callable[[str], None] | None = print,
+) -> list[dict]:
   """Trains ``model`` in place on clean images.
 
   Args:
@@ -113,8 +121,13 @@ def train_denoiser(key, model: nnx.Module, train_x, config: DenoiserTraining, *,
     alphas_cumprod = diffusion.linear_schedule()
   if config.t_max is not None and alphas_cumprod is not None and config.t_max > len(alphas_cumprod):
     raise ValueError(f"t_max {config.t_max} exceeds the schedule's {len(alphas_cumprod)} steps")
-  loss_fn = _loss(config.objective, config.sigma, classifier_fn,
-                  None if alphas_cumprod is None else np.asarray(alphas_cumprod), config.t_max)
+  loss_fn = _loss(
+    config.objective,
+    config.sigma,
+    classifier_fn,
+    None if alphas_cumprod is None else np.asarray(alphas_cumprod),
+    config.t_max,
+  )
   optimizer = nnx.Optimizer(model, optax.adam(config.lr), wrt=nnx.Param)
 
   @nnx.jit
@@ -128,11 +141,12 @@ def train_denoiser(key, model: nnx.Module, train_x, config: DenoiserTraining, *,
   history, global_step = [], 0
   for epoch in range(config.epochs):
     t0 = time.perf_counter()
-    order = np.asarray(jax.random.permutation(jax.random.fold_in(jax.random.fold_in(key, 0),
-                                                                  epoch), n))
+    order = np.asarray(
+      jax.random.permutation(jax.random.fold_in(jax.random.fold_in(key, 0), epoch), n)
+    )
     losses = []
     for s in range(steps_per_epoch):
-      batch = x_all[order[s * config.batch_size:(s + 1) * config.batch_size]]
+      batch = x_all[order[s * config.batch_size : (s + 1) * config.batch_size]]
       k = jax.random.fold_in(jax.random.fold_in(key, 1), global_step)
       losses.append(step(model, optimizer, classifier_params, k, jnp.asarray(batch)))
       global_step += 1
@@ -141,6 +155,8 @@ def train_denoiser(key, model: nnx.Module, train_x, config: DenoiserTraining, *,
       raise FloatingPointError(f"denoiser training diverged at epoch {epoch + 1} (loss {loss})")
     history.append({"epoch": epoch + 1, "loss": loss, "seconds": time.perf_counter() - t0})
     if log is not None:
-      log(f"epoch {epoch + 1}/{config.epochs}: {config.objective} loss {loss:.5f} "
-          f"({history[-1]['seconds']:.1f}s)")
+      log(
+        f"epoch {epoch + 1}/{config.epochs}: {config.objective} loss {loss:.5f} "
+        f"({history[-1]['seconds']:.1f}s)"
+      )
   return history

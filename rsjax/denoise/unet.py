@@ -60,9 +60,11 @@ class UNetConfig:
       set_(k, tuple(getattr(self, k)))
     n = len(self.block_out_channels)
     if n < 1 or len(self.down_block_types) != n or len(self.up_block_types) != n:
-      raise ValueError("block_out_channels, down_block_types and up_block_types must have the "
-                       f"same length >= 1, got {n}, {len(self.down_block_types)}, "
-                       f"{len(self.up_block_types)}")
+      raise ValueError(
+        "block_out_channels, down_block_types and up_block_types must have the "
+        f"same length >= 1, got {n}, {len(self.down_block_types)}, "
+        f"{len(self.up_block_types)}"
+      )
     for t in self.down_block_types:
       if t not in _DOWN:
         raise ValueError(f"down block type {t!r} is not supported (supported: {_DOWN})")
@@ -71,30 +73,45 @@ class UNetConfig:
         raise ValueError(f"up block type {t!r} is not supported (supported: {_UP})")
     for c in self.block_out_channels:
       if c % self.norm_num_groups:
-        raise ValueError(f"norm_num_groups {self.norm_num_groups} must divide every channel "
-                         f"width, got {self.block_out_channels}")
+        raise ValueError(
+          f"norm_num_groups {self.norm_num_groups} must divide every channel "
+          f"width, got {self.block_out_channels}"
+        )
 
   @classmethod
   def from_diffusers(cls, config: dict) -> UNetConfig:
     """From a diffusers ``config.json`` dict; an unsupported setting is an error."""
-    need = {"time_embedding_type": "positional", "act_fn": "silu",
-            "resnet_time_scale_shift": "default", "class_embed_type": None,
-            "num_class_embeds": None, "downsample_type": "conv", "upsample_type": "conv"}
+    need = {
+      "time_embedding_type": "positional",
+      "act_fn": "silu",
+      "resnet_time_scale_shift": "default",
+      "class_embed_type": None,
+      "num_class_embeds": None,
+      "downsample_type": "conv",
+      "upsample_type": "conv",
+    }
     for k, want in need.items():
       if config.get(k, want) != want:
         raise ValueError(f"UNet2DModel config {k}={config[k]!r} is not supported (only {want!r})")
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {k: v for k, v in config.items() if k in names}
     # diffusers' own defaults where the config leaves a field out.
-    defaults = dict(downsample_padding=1, flip_sin_to_cos=True, freq_shift=0, norm_num_groups=32,
-                    norm_eps=1e-5, attention_head_dim=8)
+    defaults = dict(
+      downsample_padding=1,
+      flip_sin_to_cos=True,
+      freq_shift=0,
+      norm_num_groups=32,
+      norm_eps=1e-5,
+      attention_head_dim=8,
+    )
     for k, v in defaults.items():
       kwargs.setdefault(k, v)
     return cls(**kwargs)
 
 
-def timestep_embedding(t: jax.Array, dim: int, *, flip_sin_to_cos: bool, freq_shift: float,
-                       max_period: float = 10000.0) -> jax.Array:
+def timestep_embedding(
+  t: jax.Array, dim: int, *, flip_sin_to_cos: bool, freq_shift: float, max_period: float = 10000.0
+) -> jax.Array:
   """Sinusoidal embedding of timesteps ``t [b]`` (int or float) -> ``[b, dim]`` float32.
 
   diffusers' ``get_timestep_embedding``: frequencies ``exp(-ln(max_period) k / (dim/2 -
@@ -119,8 +136,17 @@ def _conv(cin, cout, k, rngs, *, stride=1, padding=None):
 class ResnetBlock(nnx.Module):
   """diffusers ``ResnetBlock2D`` (time shift "default", no resampling)."""
 
-  def __init__(self, cin: int, cout: int, temb: int, *, groups: int, eps: float,
-               output_scale_factor: float = 1.0, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    cin: int,
+    cout: int,
+    temb: int,
+    *,
+    groups: int,
+    eps: float,
+    output_scale_factor: float = 1.0,
+    rngs: nnx.Rngs,
+  ):
     self.norm1 = nnx.GroupNorm(cin, num_groups=groups, epsilon=eps, rngs=rngs)
     self.conv1 = _conv(cin, cout, 3, rngs)
     self.time_emb_proj = nnx.Linear(temb, cout, rngs=rngs)
@@ -140,8 +166,16 @@ class ResnetBlock(nnx.Module):
 class Attention(nnx.Module):
   """diffusers' spatial self-attention block (``Attention`` from the deprecated attn block)."""
 
-  def __init__(self, c: int, *, head_dim: int | None, groups: int, eps: float,
-               rescale_output_factor: float = 1.0, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    c: int,
+    *,
+    head_dim: int | None,
+    groups: int,
+    eps: float,
+    rescale_output_factor: float = 1.0,
+    rngs: nnx.Rngs,
+  ):
     head_dim = c if head_dim is None else head_dim
     if c % head_dim:
       raise ValueError(f"attention_head_dim {head_dim} must divide the channel width {c}")
@@ -189,13 +223,23 @@ class Upsample(nnx.Module):
 class DownBlock(nnx.Module):
   def __init__(self, cin, cout, temb, *, num_layers, attn, downsample, cfg: UNetConfig, rngs):
     g, eps = cfg.norm_num_groups, cfg.norm_eps
-    self.resnets = nnx.List([ResnetBlock(cin if i == 0 else cout, cout, temb, groups=g, eps=eps,
-                                         rngs=rngs) for i in range(num_layers)])
-    self.attentions = nnx.List([Attention(cout, head_dim=cfg.attention_head_dim, groups=g,
-                                          eps=eps, rngs=rngs) for _ in range(num_layers)]
-                               if attn else [])
-    self.downsamplers = nnx.List([Downsample(cout, padding=cfg.downsample_padding, rngs=rngs)]
-                                 if downsample else [])
+    self.resnets = nnx.List(
+      [
+        ResnetBlock(cin if i == 0 else cout, cout, temb, groups=g, eps=eps, rngs=rngs)
+        for i in range(num_layers)
+      ]
+    )
+    self.attentions = nnx.List(
+      [
+        Attention(cout, head_dim=cfg.attention_head_dim, groups=g, eps=eps, rngs=rngs)
+        for _ in range(num_layers)
+      ]
+      if attn
+      else []
+    )
+    self.downsamplers = nnx.List(
+      [Downsample(cout, padding=cfg.downsample_padding, rngs=rngs)] if downsample else []
+    )
 
   def __call__(self, h, temb, skips):
     for i, resnet in enumerate(self.resnets):
@@ -215,12 +259,18 @@ class UpBlock(nnx.Module):
     resnets = []
     for i in range(num_layers):
       skip = cin if i == num_layers - 1 else cout
-      resnets.append(ResnetBlock((prev if i == 0 else cout) + skip, cout, temb, groups=g,
-                                 eps=eps, rngs=rngs))
+      resnets.append(
+        ResnetBlock((prev if i == 0 else cout) + skip, cout, temb, groups=g, eps=eps, rngs=rngs)
+      )
     self.resnets = nnx.List(resnets)
-    self.attentions = nnx.List([Attention(cout, head_dim=cfg.attention_head_dim, groups=g,
-                                          eps=eps, rngs=rngs) for _ in range(num_layers)]
-                               if attn else [])
+    self.attentions = nnx.List(
+      [
+        Attention(cout, head_dim=cfg.attention_head_dim, groups=g, eps=eps, rngs=rngs)
+        for _ in range(num_layers)
+      ]
+      if attn
+      else []
+    )
     self.upsamplers = nnx.List([Upsample(cout, rngs=rngs)] if upsample else [])
 
   def __call__(self, h, temb, skips):
@@ -236,11 +286,26 @@ class UpBlock(nnx.Module):
 class MidBlock(nnx.Module):
   def __init__(self, c, temb, *, cfg: UNetConfig, rngs):
     g, eps, s = cfg.norm_num_groups, cfg.norm_eps, cfg.mid_block_scale_factor
-    self.resnets = nnx.List([ResnetBlock(c, c, temb, groups=g, eps=eps, output_scale_factor=s,
-                                         rngs=rngs) for _ in range(2)])
+    self.resnets = nnx.List(
+      [
+        ResnetBlock(c, c, temb, groups=g, eps=eps, output_scale_factor=s, rngs=rngs)
+        for _ in range(2)
+      ]
+    )
     self.attentions = nnx.List(
-        [Attention(c, head_dim=cfg.attention_head_dim, groups=cfg.attn_norm_num_groups or g,
-                   eps=eps, rescale_output_factor=s, rngs=rngs)] if cfg.add_attention else [])
+      [
+        Attention(
+          c,
+          head_dim=cfg.attention_head_dim,
+          groups=cfg.attn_norm_num_groups or g,
+          eps=eps,
+          rescale_output_factor=s,
+          rngs=rngs,
+        )
+      ]
+      if cfg.add_attention
+      else []
+    )
 
   def __call__(self, h, temb):
     h = self.resnets[0](h, temb)
@@ -278,9 +343,18 @@ class UNet2DModel(nnx.Module):
     down, cout = [], ch[0]
     for i, kind in enumerate(cfg.down_block_types):
       cin, cout = cout, ch[i]
-      down.append(DownBlock(cin, cout, temb, num_layers=cfg.layers_per_block,
-                            attn=kind == "AttnDownBlock2D", downsample=i < n - 1, cfg=cfg,
-                            rngs=rngs))
+      down.append(
+        DownBlock(
+          cin,
+          cout,
+          temb,
+          num_layers=cfg.layers_per_block,
+          attn=kind == "AttnDownBlock2D",
+          downsample=i < n - 1,
+          cfg=cfg,
+          rngs=rngs,
+        )
+      )
     self.down_blocks = nnx.List(down)
     self.mid_block = MidBlock(ch[-1], temb, cfg=cfg, rngs=rngs)
     rev = list(reversed(ch))
@@ -288,11 +362,23 @@ class UNet2DModel(nnx.Module):
     for i, kind in enumerate(cfg.up_block_types):
       prev, cout = cout, rev[i]
       cin = rev[min(i + 1, n - 1)]
-      up.append(UpBlock(cin, prev, cout, temb, num_layers=cfg.layers_per_block + 1,
-                        attn=kind == "AttnUpBlock2D", upsample=i < n - 1, cfg=cfg, rngs=rngs))
+      up.append(
+        UpBlock(
+          cin,
+          prev,
+          cout,
+          temb,
+          num_layers=cfg.layers_per_block + 1,
+          attn=kind == "AttnUpBlock2D",
+          upsample=i < n - 1,
+          cfg=cfg,
+          rngs=rngs,
+        )
+      )
     self.up_blocks = nnx.List(up)
-    self.conv_norm_out = nnx.GroupNorm(ch[0], num_groups=cfg.norm_num_groups,
-                                       epsilon=cfg.norm_eps, rngs=rngs)
+    self.conv_norm_out = nnx.GroupNorm(
+      ch[0], num_groups=cfg.norm_num_groups, epsilon=cfg.norm_eps, rngs=rngs
+    )
     self.conv_out = _conv(ch[0], cfg.out_channels, 3, rngs)
 
   def __call__(self, x: jax.Array, t) -> jax.Array:
@@ -302,8 +388,9 @@ class UNet2DModel(nnx.Module):
     if cfg.center_input_sample:
       x = 2 * x - 1
     t = jnp.broadcast_to(jnp.asarray(t, jnp.float32), (x.shape[0],))
-    emb = timestep_embedding(t, cfg.block_out_channels[0], flip_sin_to_cos=cfg.flip_sin_to_cos,
-                             freq_shift=cfg.freq_shift)
+    emb = timestep_embedding(
+      t, cfg.block_out_channels[0], flip_sin_to_cos=cfg.flip_sin_to_cos, freq_shift=cfg.freq_shift
+    )
     temb = self.time_embedding(emb)
     h = self.conv_in(x)
     skips = [h]

@@ -52,17 +52,25 @@ def _diffusers_dir(path: str):
     if json.load(f).get("_class_name") != "UNet2DModel":
       return None
   schedule = {}
-  for sched in (os.path.join(path, "scheduler", "scheduler_config.json"),
-                os.path.join(unet_dir, "scheduler_config.json")):
+  for sched in (
+    os.path.join(path, "scheduler", "scheduler_config.json"),
+    os.path.join(unet_dir, "scheduler_config.json"),
+  ):
     if os.path.exists(sched):
       with open(sched, encoding="utf-8") as f:
         s = json.load(f)
-      if s.get("beta_schedule", "linear") != "linear" or s.get("prediction_type",
-                                                               "epsilon") != "epsilon":
-        raise ValueError(f"{sched}: only the linear beta schedule with epsilon prediction is "
-                         "supported")
-      schedule = dict(num_steps=s.get("num_train_timesteps", 1000),
-                      beta_start=s.get("beta_start", 1e-4), beta_end=s.get("beta_end", 0.02))
+      if (
+        s.get("beta_schedule", "linear") != "linear"
+        or s.get("prediction_type", "epsilon") != "epsilon"
+      ):
+        raise ValueError(
+          f"{sched}: only the linear beta schedule with epsilon prediction is supported"
+        )
+      schedule = dict(
+        num_steps=s.get("num_train_timesteps", 1000),
+        beta_start=s.get("beta_start", 1e-4),
+        beta_end=s.get("beta_end", 0.02),
+      )
       break
   return unet_dir, schedule
 
@@ -78,9 +86,12 @@ def load_denoiser(path) -> tuple[nnx.Module, dict]:
   if not os.path.exists(file):
     found = _diffusers_dir(path) if os.path.isdir(path) else None
     if found is None:
-      raise FileNotFoundError(f"{path!r} is not a denoiser directory (no {DENOISER_FILE}; write "
-                              "one with 'rsjax train-denoiser') nor a diffusers UNet2DModel one")
+      raise FileNotFoundError(
+        f"{path!r} is not a denoiser directory (no {DENOISER_FILE}; write "
+        "one with 'rsjax train-denoiser') nor a diffusers UNet2DModel one"
+      )
     from rsjax.denoise.diffusers_import import load_diffusers_dir
+
     unet_dir, schedule = found
     model = load_diffusers_dir(unet_dir)
     return model, {"kind": "ddpm", "source": "diffusers", "schedule": schedule}
@@ -95,6 +106,7 @@ def denoiser_fn(path, *, sigma: float):
   """``(denoise_fn, params, config)`` of a denoiser directory for noise level ``sigma``:
   a DnCNN in eval mode, or a DDPM as the one-step denoiser at ``timestep_for_sigma``."""
   from rsjax.models import to_apply_fn
+
   model, config = load_denoiser(path)
   if config["kind"] == "dncnn":
     fn, params = to_apply_fn(model)

@@ -17,7 +17,9 @@ The DEQ models and their fixed-point solvers are ``rsjax.models`` (``DEQClassifi
 
 from rsjax import _lazy
 
-__getattr__, __dir__ = _lazy.exports(__name__, {
+__getattr__, __dir__ = _lazy.exports(
+  __name__,
+  {
     "SRS": "rsjax.deq._certify",
     "StandardRS": "rsjax.deq._certify",
     "STANDARD_METHOD": "rsjax.deq.method",
@@ -38,27 +40,28 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
     "check_indices": "rsjax.deq._srs",
     "make_srs_plan": "rsjax.deq._srs",
     "srs_sample": "rsjax.deq._srs",
-})
+  },
+)
 
 __all__ = [
-    "SRS",
-    "StandardRS",
-    "SRS_METHOD",
-    "STANDARD_METHOD",
-    "CHECK_MODES",
-    "CORRECTIONS",
-    "MODES",
-    "SRSCertificate",
-    "SRSConfig",
-    "SRSCounts",
-    "SRSPlan",
-    "certify",
-    "check_indices",
-    "make_srs_plan",
-    "max_certifiable_radius",
-    "min_check_samples",
-    "mismatch_cap",
-    "srs_certificate",
-    "srs_p_lower",
-    "srs_sample",
+  "SRS",
+  "StandardRS",
+  "SRS_METHOD",
+  "STANDARD_METHOD",
+  "CHECK_MODES",
+  "CORRECTIONS",
+  "MODES",
+  "SRSCertificate",
+  "SRSConfig",
+  "SRSCounts",
+  "SRSPlan",
+  "certify",
+  "check_indices",
+  "make_srs_plan",
+  "max_certifiable_radius",
+  "min_check_samples",
+  "mismatch_cap",
+  "srs_certificate",
+  "srs_p_lower",
+  "srs_sample",
 ]

@@ -55,8 +55,9 @@ def mismatch_cap(n: int, m: int, alpha: float, correction: str = "paper") -> flo
   return float(p)
 
 
-def max_certifiable_radius(n: int, m: int, alpha: float, sigma: float,
-                           correction: str = "paper") -> float:
+def max_certifiable_radius(
+  n: int, m: int, alpha: float, sigma: float, correction: str = "paper"
+) -> float:
   """The largest Gaussian L2 radius SRS can certify with ``N = n`` and ``m`` checks.
 
   Args:
@@ -79,9 +80,15 @@ def max_certifiable_radius(n: int, m: int, alpha: float, sigma: float,
   return float(sigma * _st.norm.ppf(cap)) if cap > 0.5 else 0.0
 
 
-def min_check_samples(radius: float, n: int, alpha: float, sigma: float,
-                      correction: str = "paper", m_max: int = 10_000_000,
-                      count: int | None = None) -> int:
+def min_check_samples(
+  radius: float,
+  n: int,
+  alpha: float,
+  sigma: float,
+  correction: str = "paper",
+  m_max: int = 10_000_000,
+  count: int | None = None,
+) -> int:
   """The smallest ``m`` whose ``max_certifiable_radius`` reaches ``radius``.
 
   The cap grows with ``m`` (towards standard RS's ``(alpha/2)^(1/N)``), so a
@@ -122,9 +129,11 @@ def min_check_samples(radius: float, n: int, alpha: float, sigma: float,
     return float(sigma * _st.norm.ppf(p)) if p > 0.5 else -float("inf")  # abstains
 
   if not bound_radius(m_max) >= radius:
-    raise ValueError(f"radius {radius} is out of reach with N={n}, count={count}, alpha={alpha}, "
-                     f"sigma={sigma}: at most {bound_radius(m_max):.3f} even with m={m_max}; "
-                     "raise N")
+    raise ValueError(
+      f"radius {radius} is out of reach with N={n}, count={count}, alpha={alpha}, "
+      f"sigma={sigma}: at most {bound_radius(m_max):.3f} even with m={m_max}; "
+      "raise N"
+    )
   lo, hi = 0, int(m_max)  # the bound reaches radius at hi, not at lo (m >= 1)
   while hi - lo > 1:
     mid = (lo + hi) // 2

@@ -70,8 +70,16 @@ if TYPE_CHECKING:
   import jax
   from jax.typing import ArrayLike
 
-__all__ = ["SRS", "SRSCertificate", "StandardRS", "certify", "srs_certificate", "srs_p_lower",
-           "CORRECTIONS", "MODES"]
+__all__ = [
+  "SRS",
+  "SRSCertificate",
+  "StandardRS",
+  "certify",
+  "srs_certificate",
+  "srs_p_lower",
+  "CORRECTIONS",
+  "MODES",
+]
 
 #: The ways :func:`certify` samples a DEQ (its ``method=``; the certifiers ``SRS`` and
 #: ``StandardRS``, and the registry's ``srs`` and ``deq-standard``).
@@ -104,8 +112,12 @@ class SRSCertificate(Certificate):
     # The two-stage bound is a function of these and the counts (srs_p_lower).
     if self.check_class is None:
       return {}
-    return {"check_class": int(self.check_class[j]), "m_a": int(self.check_selected[j]),
-            "k": int(self.check_agree[j]), "m": int(self.check_total)}
+    return {
+      "check_class": int(self.check_class[j]),
+      "m_a": int(self.check_selected[j]),
+      "k": int(self.check_agree[j]),
+      "m": int(self.check_total),
+    }
 
 
 def _lcb(k, n, alpha):
@@ -118,8 +130,14 @@ def _lcb(k, n, alpha):
   return np.where(ok, stats.clopper_pearson_lower(safe_k, safe_n, alpha), 0.0)
 
 
-def srs_p_lower(n_a: ArrayLike, n: ArrayLike, k: ArrayLike, m_a: ArrayLike, alpha: float,
-                correction: str = "paper") -> tuple[np.ndarray, np.ndarray]:
+def srs_p_lower(
+  n_a: ArrayLike,
+  n: ArrayLike,
+  k: ArrayLike,
+  m_a: ArrayLike,
+  alpha: float,
+  correction: str = "paper",
+) -> tuple[np.ndarray, np.ndarray]:
   """Two-stage lower bound on the top-class probability of the full-solver DEQ.
 
   Args:
@@ -148,11 +166,20 @@ def srs_p_lower(n_a: ArrayLike, n: ArrayLike, k: ArrayLike, m_a: ArrayLike, alph
   return p, r
 
 
-def srs_certificate(counts_selection: ArrayLike, counts: ArrayLike, srs_labels: ArrayLike,
-                    check_labels: ArrayLike, *, n: int, alpha: float, scale: ArrayLike,
-                    dim: int = 1, noise: noise_lib.Noise | str | None = None,
-                    correction: str = "paper",
-                    description: str = "") -> SRSCertificate:
+def srs_certificate(
+  counts_selection: ArrayLike,
+  counts: ArrayLike,
+  srs_labels: ArrayLike,
+  check_labels: ArrayLike,
+  *,
+  n: int,
+  alpha: float,
+  scale: ArrayLike,
+  dim: int = 1,
+  noise: noise_lib.Noise | str | None = None,
+  correction: str = "paper",
+  description: str = "",
+) -> SRSCertificate:
   """The correlation-eliminated certificate from SRS counts and check pairs (host).
 
   Args:
@@ -184,7 +211,9 @@ def srs_certificate(counts_selection: ArrayLike, counts: ArrayLike, srs_labels: 
     raise ValueError(f"counts_selection and counts must both be [B, C], got {c0.shape}, {c1.shape}")
   b, num_classes = c1.shape
   if s.shape != t.shape or s.ndim != 2 or s.shape[0] != b:
-    raise ValueError(f"srs_labels and check_labels must both be [B={b}, m], got {s.shape}, {t.shape}")
+    raise ValueError(
+      f"srs_labels and check_labels must both be [B={b}, m], got {s.shape}, {t.shape}"
+    )
   if s.size and (s.min() < 0 or t.min() < 0):
     raise ValueError("srs_labels/check_labels contain missing (-1) entries")
   m = s.shape[1]
@@ -194,8 +223,13 @@ def srs_certificate(counts_selection: ArrayLike, counts: ArrayLike, srs_labels: 
   if correction == "paper":
     cls = guess
   else:  # the code's class: argmax of the SRS labels of the check subset
-    cls = np.array([np.bincount(si, minlength=num_classes).argmax() if m else g
-                    for si, g in zip(s, guess, strict=True)], dtype=np.int64)
+    cls = np.array(
+      [
+        np.bincount(si, minlength=num_classes).argmax() if m else g
+        for si, g in zip(s, guess, strict=True)
+      ],
+      dtype=np.int64,
+    )
   m_a = np.sum(s == cls[:, None], axis=1)
   k = np.sum((s == cls[:, None]) & (t == cls[:, None]), axis=1)
   p_lower, r = srs_p_lower(n_a, n, k, m_a, alpha, correction)
@@ -203,29 +237,33 @@ def srs_certificate(counts_selection: ArrayLike, counts: ArrayLike, srs_labels: 
   scale = np.broadcast_to(np.asarray(scale, np.float64), (b,))
   radius = np.where(ok & (p_lower > 0.5), noise.radius(p_lower, scale, dim), 0.0)
   if correction == "paper":
-    what = (f"SRS two-stage certificate, paper form LCB(N_A*(1-p_m_bar), N, alpha/2) with "
-            f"p_m_bar = 1 - LCB(k, m_A, alpha/2) on m={m} check samples; binary {noise.name} "
-            f"{noise.norm} radius for {description or 'the full-solver DEQ'}; holds with prob "
-            f">= 1 - {alpha} per input (union of two alpha/2 tests) when the check positions are "
-            "random (check='random')")
+    what = (
+      f"SRS two-stage certificate, paper form LCB(N_A*(1-p_m_bar), N, alpha/2) with "
+      f"p_m_bar = 1 - LCB(k, m_A, alpha/2) on m={m} check samples; binary {noise.name} "
+      f"{noise.norm} radius for {description or 'the full-solver DEQ'}; holds with prob "
+      f">= 1 - {alpha} per input (union of two alpha/2 tests) when the check positions are "
+      "random (check='random')"
+    )
   else:
-    what = (f"SRS with the authors' code's bound LCB(N_A*r, N*r, alpha/2) (m={m}): less "
-            "conservative than the paper's form and NOT a proven guarantee; for reproducing "
-            f"published numbers only ({description})")
+    what = (
+      f"SRS with the authors' code's bound LCB(N_A*r, N*r, alpha/2) (m={m}): less "
+      "conservative than the paper's form and NOT a proven guarantee; for reproducing "
+      f"published numbers only ({description})"
+    )
   return SRSCertificate(
-      prediction=np.where(ok, guess, ABSTAIN).astype(np.int64),
-      radius=np.asarray(radius, np.float64),
-      p_lower=np.asarray(p_lower, np.float64),
-      counts=c1,
-      counts_selection=c0,
-      norm=noise.norm,
-      guarantee=what,
-      mismatch_upper=1.0 - r,
-      check_class=np.asarray(cls, np.int64),
-      check_selected=np.asarray(m_a, np.int64),
-      check_agree=np.asarray(k, np.int64),
-      check_total=int(m),
-      sound=correction == "paper",
+    prediction=np.where(ok, guess, ABSTAIN).astype(np.int64),
+    radius=np.asarray(radius, np.float64),
+    p_lower=np.asarray(p_lower, np.float64),
+    counts=c1,
+    counts_selection=c0,
+    norm=noise.norm,
+    guarantee=what,
+    mismatch_upper=1.0 - r,
+    check_class=np.asarray(cls, np.int64),
+    check_selected=np.asarray(m_a, np.int64),
+    check_agree=np.asarray(k, np.int64),
+    check_total=int(m),
+    sound=correction == "paper",
   )
 
 
@@ -244,19 +282,19 @@ def _as_deq_fn(deq, params):
 
 
 def certify(
-    key: jax.Array | int,
-    deq: Any,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: ArrayLike,
-    num_classes: int,
-    method: str = "srs",
-    solver: SolverConfig | str | None = None,
-    srs: SRSConfig | None = None,
-    settings: Sampling | None = None,
-    ids: ArrayLike | None = None,
-    **sampling: Any,
+  key: jax.Array | int,
+  deq: Any,
+  params: Any,
+  x: ArrayLike,
+  *,
+  sigma: ArrayLike,
+  num_classes: int,
+  method: str = "srs",
+  solver: SolverConfig | str | None = None,
+  srs: SRSConfig | None = None,
+  settings: Sampling | None = None,
+  ids: ArrayLike | None = None,
+  **sampling: Any,
 ) -> Certificate:
   """Certifies a DEQ classifier with standard RS or serialized RS (SRS).
 
@@ -306,11 +344,21 @@ def certify(
 
   if method == "standard":
     cfg = solver or SolverConfig("anderson", 30)
-    cert = cohen_certify(key, DEQApply(deq_fn, cfg), params, x, sigma=sigma,
-                         num_classes=num_classes, settings=settings, ids=ids)
+    cert = cohen_certify(
+      key,
+      DEQApply(deq_fn, cfg),
+      params,
+      x,
+      sigma=sigma,
+      num_classes=num_classes,
+      settings=settings,
+      ids=ids,
+    )
     return dataclasses.replace(
-        cert, guarantee=cert.guarantee + f"; base classifier: the DEQ solved from z = 0 with "
-        f"{_describe(cfg)} (standard RS, every sample from scratch)")
+      cert,
+      guarantee=cert.guarantee + f"; base classifier: the DEQ solved from z = 0 with "
+      f"{_describe(cfg)} (standard RS, every sample from scratch)",
+    )
 
   srs = SRSConfig() if srs is None else srs
   if solver is not None:
@@ -322,26 +370,56 @@ def certify(
 
   def counts(key, num, selection=None, aux_key=None):
     cfg = srs if selection is not None else srs.replace(m=0)
-    return srs_sample(key, deq_fn, params, x_np, sigma=sig, num_classes=num_classes, num=num,
-                      config=cfg, settings=settings, check_key=aux_key, ids=ids_arr)
+    return srs_sample(
+      key,
+      deq_fn,
+      params,
+      x_np,
+      sigma=sig,
+      num_classes=num_classes,
+      num=num,
+      config=cfg,
+      settings=settings,
+      check_key=aux_key,
+      ids=ids_arr,
+    )
 
   scale, aniso = scale_per_input(sig)
-  desc = (f"the DEQ solved from z = 0 with {_describe(srs.check_solver)} (SRS chains: "
-          f"{_describe(srs.warmup)} warm-up, then {_describe(srs.solver)} per chunk of "
-          f"{min(settings.batch_size, n)})")
+  desc = (
+    f"the DEQ solved from z = 0 with {_describe(srs.check_solver)} (SRS chains: "
+    f"{_describe(srs.warmup)} warm-up, then {_describe(srs.solver)} per chunk of "
+    f"{min(settings.batch_size, n)})"
+  )
 
   def rule(sel, est):
-    cert = srs_certificate(sel.counts, est.counts, est.srs_labels, est.check_labels, n=n,
-                           alpha=alpha, scale=scale, dim=int(np.prod(x_np.shape[1:])),
-                           noise=settings.noise, correction=srs.correction, description=desc)
-    cert = dataclasses.replace(cert, residual=np.asarray(est.residual, np.float64),
-                               check_residual=np.asarray(est.check_residual, np.float64))
+    cert = srs_certificate(
+      sel.counts,
+      est.counts,
+      est.srs_labels,
+      est.check_labels,
+      n=n,
+      alpha=alpha,
+      scale=scale,
+      dim=int(np.prod(x_np.shape[1:])),
+      noise=settings.noise,
+      correction=srs.correction,
+      description=desc,
+    )
+    cert = dataclasses.replace(
+      cert,
+      residual=np.asarray(est.residual, np.float64),
+      check_residual=np.asarray(est.check_residual, np.float64),
+    )
     if srs.check != "random" and srs.correction == "paper":
-      cert = dataclasses.replace(cert, guarantee=cert.guarantee + "; WARNING: check='consecutive' "
-                                 "positions are not random, the argument above does not apply")
+      cert = dataclasses.replace(
+        cert,
+        guarantee=cert.guarantee + "; WARNING: check='consecutive' "
+        "positions are not random, the argument above does not apply",
+      )
     if aniso:
-      cert = dataclasses.replace(cert, guarantee=cert.guarantee + "; anisotropic sigma: "
-                                 "isotropic radius min(sigma) * R")
+      cert = dataclasses.replace(
+        cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R"
+      )
     return dataclasses.replace(cert, sound=srs.sound)
 
   return run_certify(key, counts, rule, settings, tests=2)
@@ -360,11 +438,31 @@ class SRS:
   solver: SolverConfig | str | None = None
   srs: SRSConfig | None = None
 
-  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-              sigma: Any, num_classes: int, settings: Sampling,
-              ids: ArrayLike | None = None) -> SRSCertificate:
-    return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, method="srs",
-                   solver=self.solver, srs=self.srs, settings=settings, ids=ids)
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: Any,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> SRSCertificate:
+    return certify(
+      key,
+      apply_fn,
+      params,
+      x,
+      sigma=sigma,
+      num_classes=num_classes,
+      method="srs",
+      solver=self.solver,
+      srs=self.srs,
+      settings=settings,
+      ids=ids,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -378,8 +476,27 @@ class StandardRS:
 
   solver: SolverConfig | str | None = None
 
-  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-              sigma: Any, num_classes: int, settings: Sampling,
-              ids: ArrayLike | None = None) -> Certificate:
-    return certify(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
-                   method="standard", solver=self.solver, settings=settings, ids=ids)
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: Any,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> Certificate:
+    return certify(
+      key,
+      apply_fn,
+      params,
+      x,
+      sigma=sigma,
+      num_classes=num_classes,
+      method="standard",
+      solver=self.solver,
+      settings=settings,
+      ids=ids,
+    )

@@ -17,8 +17,9 @@ from rsjax.checks import (
 )
 
 
-def check_srs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
-                **_: object) -> list[Mismatch]:
+def check_srs(
+  cert: dict, res: Any, recs: dict, *, rtol: float, atol: float, **_: object
+) -> list[Mismatch]:
   """SRS (``rsjax.deq.certify(method="srs")``, Gao et al.): the correlation-eliminated bound.
 
   With ``a = alpha / 2``: ``r = LCB(k, m_A, a)`` (0 when ``m_A = 0``) from the
@@ -29,8 +30,10 @@ def check_srs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
   """
   d = cert.get("details")
   if not d or "correction" not in d:
-    raise VerifyError("srs run without its check settings in the certificate record (details): "
-                      "certify it again with this rsjax")
+    raise VerifyError(
+      "srs run without its check settings in the certificate record (details): "
+      "certify it again with this rsjax"
+    )
   if cert.get("multiclass"):
     raise VerifyError("srs certifies with the binary radius only")
   issues: list[Mismatch] = []
@@ -38,9 +41,14 @@ def check_srs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
   if correction not in ("paper", "authors_code"):
     raise VerifyError(f"srs run with unknown correction {correction!r}")
   if correction != "paper" or d.get("check") != "random":
-    issues.append(Mismatch(-1, f"srs with correction {correction!r} and check {d.get('check')!r}: "
-                           "the bound is no proven certificate (only 'paper' with random check "
-                           "positions is)"))
+    issues.append(
+      Mismatch(
+        -1,
+        f"srs with correction {correction!r} and check {d.get('check')!r}: "
+        "the bound is no proven certificate (only 'paper' with random check "
+        "positions is)",
+      )
+    )
   sigma = run_sigma(cert)
   rows = read_rows(cert, res, recs, issues)
   b = len(res)
@@ -59,8 +67,7 @@ def check_srs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
     elif not 0 <= k[j] <= m_a[j] <= m:
       why = f"check counts k={int(k[j])}, m_A={int(m_a[j])} of m={m} are not 0 <= k <= m_A <= m"
     elif correction == "paper" and cls != rows.guess[j]:
-      why = (f"check class {cls} recorded, the paper's test uses the selected class "
-             f"{rows.guess[j]}")
+      why = f"check class {cls} recorded, the paper's test uses the selected class {rows.guess[j]}"
     if why is not None:
       issues.append(Mismatch(idx, why))
       rows.valid[j] = False
@@ -70,9 +77,8 @@ def check_srs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
   trials = n_eff >= 1
   p = np.where(trials, cp_lower(rows.n_a * r, np.maximum(n_eff, 1.0), a2), 0.0)
   ok = p >= 0.5
-  radius = np.where(ok, binary_radius(p, sigma, cert["noise"],
-                                       int(np.prod(cert["input_shape"]))), 0.0)
-  compare(res, rows, np.where(ok, rows.guess, -1), radius, issues, rtol=rtol, atol=atol,
-          p_lower=p)
+  radius = np.where(
+    ok, binary_radius(p, sigma, cert["noise"], int(np.prod(cert["input_shape"]))), 0.0
+  )
+  compare(res, rows, np.where(ok, rows.guess, -1), radius, issues, rtol=rtol, atol=atol, p_lower=p)
   return issues
-

@@ -158,14 +158,22 @@ def make_srs_plan(num: int, chains: int, m: int, devices: int, check: str = "ran
   chains = min(int(chains), int(num))
   if check == "consecutive" and m and chains + m > num:
     raise ValueError(
-        f"check='consecutive' takes the m={m} samples after the warm-up chunk ({chains} samples), "
-        f"but num={num} < {chains + m}; lower m or use check='random'")
+      f"check='consecutive' takes the m={m} samples after the warm-up chunk ({chains} samples), "
+      f"but num={num} < {chains + m}; lower m or use check='random'"
+    )
   per_dev = -(-int(m) // int(devices)) if m else 1
   # As few check batches of at most `chains` solves as cover a device's share, of equal size
   # (m = 420 on 400 chains: two batches of 210, not 400 + 20 padded to 400).
   batches = -(-per_dev // chains)
-  return SRSPlan(num=int(num), chains=chains, chunks=-(-int(num) // chains), devices=int(devices),
-                 m=int(m), check=check, check_batch=max(1, -(-per_dev // batches)))
+  return SRSPlan(
+    num=int(num),
+    chains=chains,
+    chunks=-(-int(num) // chains),
+    devices=int(devices),
+    m=int(m),
+    check=check,
+    check_batch=max(1, -(-per_dev // batches)),
+  )
 
 
 def check_indices(key: jax.Array, input_id: ArrayLike, plan: SRSPlan) -> jax.Array:
@@ -193,14 +201,29 @@ def _labels(logits):
   return jnp.where(ok, jnp.argmax(logits, axis=-1), -1).astype(jnp.int32)
 
 
-def _per_input(deq_fn, params, key, key_check, x, sig, input_id, *, plan, noise, num_classes,
-               solver, warmup, check_solver):
+def _per_input(
+  deq_fn,
+  params,
+  key,
+  key_check,
+  x,
+  sig,
+  input_id,
+  *,
+  plan,
+  noise,
+  num_classes,
+  solver,
+  warmup,
+  check_solver,
+):
   """Counts, check pairs and residuals of one input on this device's chains."""
   dev = jax.lax.axis_index("dev")
   cpd = plan.chains_per_device
   shape = x.shape
   chain = dev * cpd + jnp.arange(cpd, dtype=jnp.int32)
   chain_ok = chain < plan.chains
+
   def noisy(j):
     return x[None] + sig[None] * sample_noise(noise, key, input_id, j, shape)
 
@@ -212,11 +235,14 @@ def _per_input(deq_fn, params, key, key_check, x, sig, input_id, *, plan, noise,
     valid = chain_ok & (j < plan.num)
     logits, res = deq_fn(params, noisy(j), z0, cfg)
     if logits.shape != (cpd, num_classes):
-      raise ValueError(f"deq_fn returned logits of shape {logits.shape} for a batch of {cpd}; "
-                       f"expected [{cpd}, num_classes={num_classes}]")
+      raise ValueError(
+        f"deq_fn returned logits of shape {logits.shape} for a batch of {cpd}; "
+        f"expected [{cpd}, num_classes={num_classes}]"
+      )
     labels = _labels(logits)
-    counts = counts + jnp.sum((labels[:, None] == jnp.arange(num_classes)) & valid[:, None],
-                              axis=0, dtype=jnp.int32)
+    counts = counts + jnp.sum(
+      (labels[:, None] == jnp.arange(num_classes)) & valid[:, None], axis=0, dtype=jnp.int32
+    )
     res_sum = res_sum + jnp.sum(jnp.where(valid, res.residual, 0.0))
     if plan.m:
       local = check_idx - t * plan.chains - dev * cpd
@@ -226,10 +252,14 @@ def _per_input(deq_fn, params, key, key_check, x, sig, input_id, *, plan, noise,
       s_check = jnp.where(hit, labels[local], s_check)
     return res.z, (counts, s_check, res_sum)
 
-  carry = (jnp.zeros((num_classes,), jnp.int32), jnp.full((plan.m,), -1, jnp.int32),
-           jnp.float32(0.0))
+  carry = (
+    jnp.zeros((num_classes,), jnp.int32),
+    jnp.full((plan.m,), -1, jnp.int32),
+    jnp.float32(0.0),
+  )
   z, carry = chunk(0, None, warmup, carry)
   if plan.chunks > 1:
+
     def body(state, t):
       z, carry = state
       return chunk(t, z, solver, carry), None
@@ -254,22 +284,61 @@ def _per_input(deq_fn, params, key, key_check, x, sig, input_id, *, plan, noise,
       chk_sum = chk_sum + jnp.sum(jnp.where(ok, res.residual, 0.0))
       return (t_check, chk_sum), None
 
-    (t_check, chk_sum), _ = jax.lax.scan(check_step, (t_check, chk_sum),
-                                         jnp.arange(plan.check_steps, dtype=jnp.int32))
+    (t_check, chk_sum), _ = jax.lax.scan(
+      check_step, (t_check, chk_sum), jnp.arange(plan.check_steps, dtype=jnp.int32)
+    )
   # Partial results of this device; combined on the host.
   return counts, check_idx, s_check, t_check, res_sum, chk_sum
 
 
-@functools.partial(jax.jit, static_argnames=(
-    "deq_fn", "plan", "noise", "num_classes", "solver", "warmup", "check_solver", "mesh"))
-def _srs_jit(key, key_check, params, x, sig, ids, *, deq_fn, plan, noise, num_classes, solver,
-             warmup, check_solver, mesh):
+@functools.partial(
+  jax.jit,
+  static_argnames=(
+    "deq_fn",
+    "plan",
+    "noise",
+    "num_classes",
+    "solver",
+    "warmup",
+    "check_solver",
+    "mesh",
+  ),
+)
+def _srs_jit(
+  key,
+  key_check,
+  params,
+  x,
+  sig,
+  ids,
+  *,
+  deq_fn,
+  plan,
+  noise,
+  num_classes,
+  solver,
+  warmup,
+  check_solver,
+  mesh,
+):
   def per_device(key, key_check, params, x, sig, ids):
     def one(args):
       xi, si, ii = args
-      return _per_input(deq_fn, params, key, key_check, xi, si, ii, plan=plan, noise=noise,
-                        num_classes=num_classes, solver=solver, warmup=warmup,
-                        check_solver=check_solver)
+      return _per_input(
+        deq_fn,
+        params,
+        key,
+        key_check,
+        xi,
+        si,
+        ii,
+        plan=plan,
+        noise=noise,
+        num_classes=num_classes,
+        solver=solver,
+        warmup=warmup,
+        check_solver=check_solver,
+      )
 
     out = jax.lax.map(one, (x, sig, ids))
     return jax.tree.map(lambda a: a[None], out)
@@ -278,18 +347,18 @@ def _srs_jit(key, key_check, params, x, sig, ids, *, deq_fn, plan, noise, num_cl
 
 
 def srs_sample(
-    key: jax.Array,
-    deq_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: ArrayLike,
-    num_classes: int,
-    num: int,
-    config: SRSConfig | None = None,
-    settings: Sampling | None = None,
-    check_key: jax.Array | None = None,
-    ids: ArrayLike | None = None,
+  key: jax.Array,
+  deq_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  sigma: ArrayLike,
+  num_classes: int,
+  num: int,
+  config: SRSConfig | None = None,
+  settings: Sampling | None = None,
+  check_key: jax.Array | None = None,
+  ids: ArrayLike | None = None,
 ) -> SRSCounts:
   """Serialized (warm-started) Monte Carlo counts of a DEQ, with check samples.
 
@@ -317,8 +386,13 @@ def srs_sample(
   """
   config = SRSConfig() if config is None else config
   settings = Sampling() if settings is None else settings
-  chains, noise, devices, m, check = (settings.batch_size, settings.noise, settings.devices,
-                                      config.m, config.check)
+  chains, noise, devices, m, check = (
+    settings.batch_size,
+    settings.noise,
+    settings.devices,
+    config.m,
+    config.check,
+  )
   num_classes = check_int("num_classes", num_classes)
   key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
@@ -333,22 +407,39 @@ def srs_sample(
   mesh = local_mesh(ndev)
   # Everything enters replicated over the mesh, as in the core engine.
   key, check_key, params, x_np, sig, ids_arr = replicate(
-      mesh, (key, check_key, params, x_np, sig, ids_arr))
+    mesh, (key, check_key, params, x_np, sig, ids_arr)
+  )
   out = _srs_jit(
-      key, check_key, params, x_np, sig, ids_arr,
-      deq_fn=deq_fn, plan=plan, noise=noise, num_classes=num_classes,
-      solver=config.solver, warmup=config.warmup, check_solver=config.check_solver, mesh=mesh)
+    key,
+    check_key,
+    params,
+    x_np,
+    sig,
+    ids_arr,
+    deq_fn=deq_fn,
+    plan=plan,
+    noise=noise,
+    num_classes=num_classes,
+    solver=config.solver,
+    warmup=config.warmup,
+    check_solver=config.check_solver,
+    mesh=mesh,
+  )
   counts, check_idx, s_check, t_check, res_sum, chk_sum = jax.device_get(out)
   # Samples with non-finite logits were counted in no class; every check sample has a label.
   num_bad = plan.num - counts.sum(axis=(0, 2)) + (t_check.max(0) < 0).sum(axis=1)
   check_finite_outputs(num_bad, np.asarray(ids_arr), plan.num)
   with np.errstate(invalid="ignore", divide="ignore"):
-    chk_mean = (chk_sum.sum(0) / plan.m).astype(np.float32) if plan.m else np.full(
-        counts.shape[1], np.nan, np.float32)
+    chk_mean = (
+      (chk_sum.sum(0) / plan.m).astype(np.float32)
+      if plan.m
+      else np.full(counts.shape[1], np.nan, np.float32)
+    )
   return SRSCounts(
-      counts=counts.sum(0, dtype=np.int64).astype(np.int32),
-      check_idx=check_idx[0],
-      srs_labels=s_check.max(0),
-      check_labels=t_check.max(0),
-      residual=(res_sum.sum(0) / plan.num).astype(np.float32),
-      check_residual=chk_mean)
+    counts=counts.sum(0, dtype=np.int64).astype(np.int32),
+    check_idx=check_idx[0],
+    srs_labels=s_check.max(0),
+    check_labels=t_check.max(0),
+    residual=(res_sum.sum(0) / plan.num).astype(np.float32),
+    check_residual=chk_mean,
+  )

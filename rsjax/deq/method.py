@@ -18,38 +18,70 @@ _SOLVER_CHOICES = ("anderson", "iteration", "broyden")
 def _solver_name(text: str) -> str:
   """A solver name or alias (``naive``, ``A``, ...) -> its registry name."""
   from rsjax.models import SolverConfig
+
   return SolverConfig(name=text).name
 
 
 _DEQ_OPTIONS = (
-    Option("deq_solver", "anderson", "DEQ fixed-point solver (naive: plain iteration)",
-           _solver_name, choices=_SOLVER_CHOICES),
-    Option("deq_steps", None, "solver steps per sample (default: 30 for deq-standard, 3 for srs)",
-           int, positive=True),
+  Option(
+    "deq_solver",
+    "anderson",
+    "DEQ fixed-point solver (naive: plain iteration)",
+    _solver_name,
+    choices=_SOLVER_CHOICES,
+  ),
+  Option(
+    "deq_steps",
+    None,
+    "solver steps per sample (default: 30 for deq-standard, 3 for srs)",
+    int,
+    positive=True,
+  ),
 )
 _SRS_OPTIONS = (
-    Option("deq_warmup_steps", 10, "SRS: steps on the first chunk of each chain", int,
-           positive=True),
-    Option("srs_m", 400, "SRS: check samples re-solved from scratch", int, positive=True),
-    Option("srs_check_steps", 30, "SRS: solver steps of the check samples (the certified "
-           "classifier)", int, positive=True),
-    Option("srs_correction", "paper", "SRS: correction of the bound (the paper's, or the "
-           "authors' code)", str, choices=("paper", "authors_code")),
+  Option("deq_warmup_steps", 10, "SRS: steps on the first chunk of each chain", int, positive=True),
+  Option("srs_m", 400, "SRS: check samples re-solved from scratch", int, positive=True),
+  Option(
+    "srs_check_steps",
+    30,
+    "SRS: solver steps of the check samples (the certified classifier)",
+    int,
+    positive=True,
+  ),
+  Option(
+    "srs_correction",
+    "paper",
+    "SRS: correction of the bound (the paper's, or the authors' code)",
+    str,
+    choices=("paper", "authors_code"),
+  ),
 )
 
 
 def _standard(ctx: Context, **options) -> Plan:
   from rsjax.deq._plan import build
+
   return build(ctx, "standard", **{o.name: o.default for o in _SRS_OPTIONS}, **options)
 
 
 def _srs(ctx: Context, **options) -> Plan:
   from rsjax.deq._plan import build
+
   return build(ctx, "srs", **options)
 
 
 # Cohen's CERTIFY of the DEQ solved from scratch: Cohen's check.
-STANDARD_METHOD = Method("deq-standard", "a DEQ model, every sample solved from scratch", _standard,
-                      _DEQ_OPTIONS, check=check_cohen)
-SRS_METHOD = Method("srs", "a DEQ model, serialized randomized smoothing (Gao et al.)", _srs,
-             _DEQ_OPTIONS + _SRS_OPTIONS, check=check_srs)
+STANDARD_METHOD = Method(
+  "deq-standard",
+  "a DEQ model, every sample solved from scratch",
+  _standard,
+  _DEQ_OPTIONS,
+  check=check_cohen,
+)
+SRS_METHOD = Method(
+  "srs",
+  "a DEQ model, serialized randomized smoothing (Gao et al.)",
+  _srs,
+  _DEQ_OPTIONS + _SRS_OPTIONS,
+  check=check_srs,
+)

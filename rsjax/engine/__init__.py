@@ -17,4 +17,5 @@ The modules are imported on first use (``rsjax.engine.counts`` etc.).
 from rsjax import _lazy
 
 __getattr__, __dir__ = _lazy.exports(
-    __name__, {}, submodules=("batching", "budget", "counts", "driver", "step", "traced"))
+  __name__, {}, submodules=("batching", "budget", "counts", "driver", "step", "traced")
+)

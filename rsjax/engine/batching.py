@@ -66,35 +66,63 @@ _LeafSignature = tuple[tuple[tuple[int, ...], str], ...]
 
 def _params_signature(params: PyTree) -> tuple[jax.tree_util.PyTreeDef, _LeafSignature]:
   leaves, treedef = jax.tree.flatten(params)
-  sig = tuple((tuple(a.shape), str(a.dtype)) if hasattr(a, "dtype")
-              else (tuple(jnp.shape(a)), str(jnp.result_type(a))) for a in leaves)
+  sig = tuple(
+    (tuple(a.shape), str(a.dtype))
+    if hasattr(a, "dtype")
+    else (tuple(jnp.shape(a)), str(jnp.result_type(a)))
+    for a in leaves
+  )
   return treedef, sig
 
 
 @functools.lru_cache(maxsize=32)
-def _probe_cached(apply_fn: ApplyFn, treedef: jax.tree_util.PyTreeDef, leaf_sig: _LeafSignature,
-                  input_shape: tuple[int, ...], batch: int, compute_dtype: jnp.dtype | None,
-                  device: jax.Device) -> StepProbe:
+def _probe_cached(
+  apply_fn: ApplyFn,
+  treedef: jax.tree_util.PyTreeDef,
+  leaf_sig: _LeafSignature,
+  input_shape: tuple[int, ...],
+  batch: int,
+  compute_dtype: jnp.dtype | None,
+  device: jax.Device,
+) -> StepProbe:
   abstract_params = jax.tree.unflatten(
-      treedef, [jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in leaf_sig])
+    treedef, [jax.ShapeDtypeStruct(s, jnp.dtype(d)) for s, d in leaf_sig]
+  )
 
   # The engine's own step (``rsjax.engine.step.step_counts``) for one input and
   # ``batch`` samples: what is measured is what the engine runs.
-  num_classes = int(jax.eval_shape(
-      apply_fn, abstract_params, jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)).shape[-1])
+  num_classes = int(
+    jax.eval_shape(
+      apply_fn, abstract_params, jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)
+    ).shape[-1]
+  )
   plan = make_chunk_plan(1, batch, batch, 1)
 
   def step(key: jax.Array, params: PyTree, x: jax.Array, sigma: jax.Array) -> jax.Array:
     params = cast_floating(params, compute_dtype)
-    return step_counts(apply_fn, params, noise_lib.GAUSSIAN, num_classes, plan, key, x, sigma,
-                       jnp.zeros((1,), jnp.uint32), jnp.uint32(0), compute_dtype)
+    return step_counts(
+      apply_fn,
+      params,
+      noise_lib.GAUSSIAN,
+      num_classes,
+      plan,
+      key,
+      x,
+      sigma,
+      jnp.zeros((1,), jnp.uint32),
+      jnp.uint32(0),
+      compute_dtype,
+    )
 
   x_spec = jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)
   key_spec = jax.eval_shape(lambda: jax.random.key(0))
   sharding = jax.sharding.SingleDeviceSharding(device)
   lowered = jax.jit(step, in_shardings=sharding, out_shardings=sharding).lower(
-      key_spec, abstract_params, x_spec, jax.ShapeDtypeStruct((1,) + (1,) * len(input_shape),
-                                                              jnp.float32))
+    key_spec,
+    abstract_params,
+    x_spec,
+    jax.ShapeDtypeStruct((1,) + (1,) * len(input_shape), jnp.float32),
+  )
   compiled = lowered.compile()
   mem = compiled.memory_analysis()
   x_bytes = batch * math.prod(input_shape) * 4
@@ -112,13 +140,20 @@ def _probe_cached(apply_fn: ApplyFn, treedef: jax.tree_util.PyTreeDef, leaf_sig:
     flops = float((cost or {}).get("flops", 0.0)) / batch
   except Exception:  # noqa: BLE001 - cost analysis is optional on some backends
     flops = 0.0
-  return StepProbe(batch=batch, bytes_per_sample=float(per_sample), param_bytes=param_bytes,
-                   flops_per_sample=flops)
+  return StepProbe(
+    batch=batch, bytes_per_sample=float(per_sample), param_bytes=param_bytes, flops_per_sample=flops
+  )
 
 
-def probe_step(apply_fn: ApplyFn, params: PyTree, input_shape: Sequence[int], *,
-               batch: int = _PROBE_BATCH, compute_dtype: DTypeLike | None = None,
-               device: jax.Device | None = None) -> StepProbe:
+def probe_step(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  input_shape: Sequence[int],
+  *,
+  batch: int = _PROBE_BATCH,
+  compute_dtype: DTypeLike | None = None,
+  device: jax.Device | None = None,
+) -> StepProbe:
   """Compiles one engine step at ``batch`` for abstract inputs and reports its cost.
 
   Nothing is allocated or executed; the result is cached per (``apply_fn``,
@@ -160,11 +195,19 @@ def _even_steps(batch: int, num: int) -> int:
   return min(batch, -(-even // 8) * 8)
 
 
-def auto_batch_size(apply_fn: ApplyFn, params: PyTree, input_shape: Sequence[int], *, num: int,
-                    compute_dtype: DTypeLike | None = None, device: jax.Device | None = None,
-                    memory_fraction: float = 0.5,
-                    cpu_budget_bytes: int = _CPU_BUDGET, accelerator_cap: int = _ACCELERATOR_CAP,
-                    probe_batch: int = _PROBE_BATCH) -> int:
+def auto_batch_size(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  input_shape: Sequence[int],
+  *,
+  num: int,
+  compute_dtype: DTypeLike | None = None,
+  device: jax.Device | None = None,
+  memory_fraction: float = 0.5,
+  cpu_budget_bytes: int = _CPU_BUDGET,
+  accelerator_cap: int = _ACCELERATOR_CAP,
+  probe_batch: int = _PROBE_BATCH,
+) -> int:
   """Forward passes per engine step that fit in the device memory.
 
   Args:
@@ -193,21 +236,33 @@ def auto_batch_size(apply_fn: ApplyFn, params: PyTree, input_shape: Sequence[int
     raise ValueError(f"cpu_budget_bytes must be >= 1, got {cpu_budget_bytes!r}")
   input_shape = tuple(int(s) for s in input_shape)
   device = jax.local_devices()[0] if device is None else device
-  probe = probe_step(apply_fn, params, input_shape, batch=probe_batch,
-                     compute_dtype=compute_dtype, device=device)
+  probe = probe_step(
+    apply_fn, params, input_shape, batch=probe_batch, compute_dtype=compute_dtype, device=device
+  )
   try:
     stats = device.memory_stats()
   except Exception:  # noqa: BLE001 - not every backend implements memory_stats
     stats = None
-  batch = _batch_from_budget(probe, stats, math.prod(input_shape),
-                             memory_fraction=float(memory_fraction),
-                             cpu_budget_bytes=int(cpu_budget_bytes),
-                             accelerator_cap=int(accelerator_cap))
+  batch = _batch_from_budget(
+    probe,
+    stats,
+    math.prod(input_shape),
+    memory_fraction=float(memory_fraction),
+    cpu_budget_bytes=int(cpu_budget_bytes),
+    accelerator_cap=int(accelerator_cap),
+  )
   return _even_steps(batch, num)
 
 
-def _batch_from_budget(probe: StepProbe, stats: Mapping[str, int] | None, input_size: int, *,
-                       memory_fraction: float, cpu_budget_bytes: int, accelerator_cap: int) -> int:
+def _batch_from_budget(
+  probe: StepProbe,
+  stats: Mapping[str, int] | None,
+  input_size: int,
+  *,
+  memory_fraction: float,
+  cpu_budget_bytes: int,
+  accelerator_cap: int,
+) -> int:
   """Samples per step that fit: accelerator memory (``stats``) or the CPU budget."""
   if stats and stats.get("bytes_limit"):
     free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))

@@ -100,8 +100,7 @@ from rsjax.engine.driver import (
 )
 from rsjax.engine.rounds import CountFn, round_counter
 
-__all__ = ["Budget", "BudgetedCertificate", "as_budget", "sequential_bounds",
-           "grid_level"]
+__all__ = ["Budget", "BudgetedCertificate", "as_budget", "sequential_bounds", "grid_level"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,11 +140,16 @@ class Budget:
       raise ValueError(f"grid must be a sequence of radii, got {self.grid!r}") from None
     if g.size == 0 or not np.all(np.isfinite(g)) or np.any(g < 0) or np.any(np.diff(g) <= 0):
       raise ValueError(
-          f"grid must be non-empty, finite, >= 0 and strictly increasing, got {self.grid!r}")
+        f"grid must be non-empty, finite, >= 0 and strictly increasing, got {self.grid!r}"
+      )
     if g[0] != 0.0:
       g = np.concatenate([[0.0], g])
     object.__setattr__(self, "grid", tuple(float(r) for r in g))
-    if isinstance(self.first, bool) or not isinstance(self.first, (int, np.integer)) or self.first < 1:
+    if (
+      isinstance(self.first, bool)
+      or not isinstance(self.first, (int, np.integer))
+      or self.first < 1
+    ):
       raise ValueError(f"first must be an integer >= 1, got {self.first!r}")
     if not float(self.ratio) > 1.0:
       raise ValueError(f"ratio must be > 1, got {self.ratio!r}")
@@ -179,8 +183,9 @@ class Budget:
     early = (1.0 - float(self.final_share)) * alpha / (k - 1)
     return np.asarray([early] * (k - 1) + [float(self.final_share) * alpha])
 
-  def run(self, key: jax.Array, counts: CountsFn, rule: RuleFn,
-          settings: Sampling) -> BudgetedCertificate:
+  def run(
+    self, key: jax.Array, counts: CountsFn, rule: RuleFn, settings: Sampling
+  ) -> BudgetedCertificate:
     """Budgeted CERTIFY, the sampling rule (``rsjax.engine.driver.SamplingRule``).
 
     The ``n0`` selection samples of ``counts`` (``fold_in(key, 0)``), then the
@@ -196,29 +201,38 @@ class Budget:
       ValueError: for another method or ``batch_size="auto"``.
     """
     if not isinstance(counts, EngineCounts) or not isinstance(rule, CohenRule) or rule.multiclass:
-      raise ValueError("budgeted CERTIFY runs on the engine's counts with Cohen's binary radius "
-                       "(rsjax.certify(..., budget=...)), not this method")
+      raise ValueError(
+        "budgeted CERTIFY runs on the engine's counts with Cohen's binary radius "
+        "(rsjax.certify(..., budget=...)), not this method"
+      )
     if settings.batch_size == "auto":
       raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
     c0 = resolve_counts(counts(jax.random.fold_in(key, SELECTION), settings.n0))
-    counts1, used, p_lower = _estimation(jax.random.fold_in(key, ESTIMATION), counts, rule,
-                                         c0.argmax(axis=1), budget=self, settings=settings)
+    counts1, used, p_lower = _estimation(
+      jax.random.fold_in(key, ESTIMATION),
+      counts,
+      rule,
+      c0.argmax(axis=1),
+      budget=self,
+      settings=settings,
+    )
     noise, n, alpha = settings.noise, settings.n, settings.alpha
     ok = p_lower >= 0.5
     return BudgetedCertificate(
-        prediction=np.where(ok, c0.argmax(axis=1), ABSTAIN).astype(np.int64),
-        radius=rule.radius(p_lower),
-        p_lower=np.asarray(p_lower, np.float64),
-        counts=counts1,
-        counts_selection=c0,
-        norm=noise.norm,
-        guarantee=(
-            f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
-            f"{len(self.looks(n))} fixed looks up to n={n} samples with alpha split over them, "
-            f"union bound); holds with prob >= 1 - {alpha} per input for the given sigma held "
-            "fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"),
-        num_samples=used,
-        grid=self.grid,
+      prediction=np.where(ok, c0.argmax(axis=1), ABSTAIN).astype(np.int64),
+      radius=rule.radius(p_lower),
+      p_lower=np.asarray(p_lower, np.float64),
+      counts=counts1,
+      counts_selection=c0,
+      norm=noise.norm,
+      guarantee=(
+        f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
+        f"{len(self.looks(n))} fixed looks up to n={n} samples with alpha split over them, "
+        f"union bound); holds with prob >= 1 - {alpha} per input for the given sigma held "
+        "fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"
+      ),
+      num_samples=used,
+      grid=self.grid,
     )
 
 
@@ -233,8 +247,14 @@ def as_budget(budget: Budget | Sequence[float]) -> Budget:
   return Budget(grid=tuple(np.asarray(budget, np.float64).reshape(-1)))
 
 
-def grid_level(p: ArrayLike, grid: Sequence[float], *, noise: noise_lib.Noise | str | None = None,
-               scale: ArrayLike = 1.0, dim: int = 1) -> np.ndarray:
+def grid_level(
+  p: ArrayLike,
+  grid: Sequence[float],
+  *,
+  noise: noise_lib.Noise | str | None = None,
+  scale: ArrayLike = 1.0,
+  dim: int = 1,
+) -> np.ndarray:
   """Grid level of a probability bound: the index of the largest ``grid`` radius
   ``<= radius(p)``, or -1 (abstain) where ``p < 1/2``.
 
@@ -249,10 +269,17 @@ def grid_level(p: ArrayLike, grid: Sequence[float], *, noise: noise_lib.Noise | 
   return np.where(p >= 0.5, lvl, -1)
 
 
-def sequential_bounds(count_fn: CountFn, num_inputs: int, *, n_max: int, alpha: float,
-                      budget: Budget, noise: noise_lib.Noise | str | None = None,
-                      scale: ArrayLike = 1.0,
-                      dim: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sequential_bounds(
+  count_fn: CountFn,
+  num_inputs: int,
+  *,
+  n_max: int,
+  alpha: float,
+  budget: Budget,
+  noise: noise_lib.Noise | str | None = None,
+  scale: ArrayLike = 1.0,
+  dim: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The looks, bounds and stopping rule on the host, for any source of counts.
 
   Args:
@@ -286,17 +313,24 @@ def sequential_bounds(count_fn: CountFn, num_inputs: int, *, n_max: int, alpha: 
     samples[active] = n_k
     s_a = successes[active]
     lb = stats.clopper_pearson_lower(s_a, n_k, a_k)
-    level = functools.partial(grid_level, grid=budget.grid, noise=noise, scale=scale[active],
-                              dim=dim)
+    level = functools.partial(
+      grid_level, grid=budget.grid, noise=noise, scale=scale[active], dim=dim
+    )
     lo = level(lb)
     if k + 1 < len(looks):
       ub = stats.clopper_pearson_upper(s_a, n_k, budget.stop_alpha)
       # The best bound a later look j could plausibly give (module docstring): p_A at its
       # upper bound ub and the n_j - n_k new samples at their upper stop_alpha quantile.
-      later = zip(looks[k + 1:], alphas[k + 1:], strict=True)
-      best = np.max([stats.clopper_pearson_lower(
-          s_a + scipy.stats.binom.ppf(1.0 - budget.stop_alpha, n_j - n_k, ub), n_j, a_j)
-                     for n_j, a_j in later], axis=0)
+      later = zip(looks[k + 1 :], alphas[k + 1 :], strict=True)
+      best = np.max(
+        [
+          stats.clopper_pearson_lower(
+            s_a + scipy.stats.binom.ppf(1.0 - budget.stop_alpha, n_j - n_k, ub), n_j, a_j
+          )
+          for n_j, a_j in later
+        ],
+        axis=0,
+      )
       stop = lo >= np.minimum(level(ub), level(best))
     else:
       stop = np.ones(len(active), bool)
@@ -328,15 +362,29 @@ class BudgetedCertificate(Certificate):
     return {"samples": int(self.num_samples[j])}
 
 
-def _estimation(k_est: jax.Array, source: EngineCounts, rule: CohenRule, guess: np.ndarray, *,
-                budget: Budget, settings: Sampling) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _estimation(
+  k_est: jax.Array,
+  source: EngineCounts,
+  rule: CohenRule,
+  guess: np.ndarray,
+  *,
+  budget: Budget,
+  settings: Sampling,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The sequential estimation pass: ``(counts [B, C] int32, used [B], p_lower [B])``.
 
   The looks' samples of the inputs still running are drawn in rounds on device
   (``rsjax.engine.rounds``); the host decides after each which inputs stop.
   """
   count_fn, counts = round_counter(k_est, source, guess, settings)
-  _, used, p_lower = sequential_bounds(count_fn, len(source.x), n_max=settings.n,
-                                       alpha=settings.alpha, budget=budget, noise=settings.noise,
-                                       scale=rule.scale, dim=rule.dim)
+  _, used, p_lower = sequential_bounds(
+    count_fn,
+    len(source.x),
+    n_max=settings.n,
+    alpha=settings.alpha,
+    budget=budget,
+    noise=settings.noise,
+    scale=rule.scale,
+    dim=rule.dim,
+  )
   return counts.astype(np.int32), used, p_lower

@@ -42,9 +42,21 @@ from rsjax.engine.step import (
 )
 from rsjax.util import KeyLike, PyTree, as_key, check_int, local_mesh, num_local_devices, replicate
 
-__all__ = ["ApplyFn", "PendingCounts", "sample_counts", "counts_prepared", "dispatch_counts",
-           "noisy_counts", "as_key", "ChunkPlan", "make_chunk_plan", "prepare_inputs",
-           "refuse_traced", "resolve_counts", "run_on_devices"]
+__all__ = [
+  "ApplyFn",
+  "PendingCounts",
+  "sample_counts",
+  "counts_prepared",
+  "dispatch_counts",
+  "noisy_counts",
+  "as_key",
+  "ChunkPlan",
+  "make_chunk_plan",
+  "prepare_inputs",
+  "refuse_traced",
+  "resolve_counts",
+  "run_on_devices",
+]
 
 
 def refuse_traced(name: str, *trees: PyTree) -> None:
@@ -56,27 +68,31 @@ def refuse_traced(name: str, *trees: PyTree) -> None:
   for leaf in jax.tree.leaves(trees):
     if isinstance(leaf, jax.core.Tracer):
       raise TypeError(
-          f"{name} is the host-side driver (NumPy input checks, batches planned for device "
-          "memory, float64 bounds on the host) and cannot run under jax.jit, jax.vmap or "
-          "jax.grad; under a transformation call rsjax.engine.traced.counts (pure JAX, the same "
-          "counts), then rsjax.certificate_from_counts on the host (see rsjax.engine.traced)")
+        f"{name} is the host-side driver (NumPy input checks, batches planned for device "
+        "memory, float64 bounds on the host) and cannot run under jax.jit, jax.vmap or "
+        "jax.grad; under a transformation call rsjax.engine.traced.counts (pure JAX, the same "
+        "counts), then rsjax.certificate_from_counts on the host (see rsjax.engine.traced)"
+      )
 
 
-def run_on_devices(per_device: Callable[..., PyTree], mesh: jax.sharding.Mesh,
-                   *args: PyTree) -> PyTree:
+def run_on_devices(
+  per_device: Callable[..., PyTree], mesh: jax.sharding.Mesh, *args: PyTree
+) -> PyTree:
   """Runs ``per_device(*args)`` on every device of ``mesh`` (use inside ``jax.jit``).
 
   Every argument is replicated; ``per_device`` reads its device with
   ``jax.lax.axis_index("dev")`` and returns partial results, each with a leading
   axis of size 1. The result stacks them: leading axis = devices.
   """
-  fn = jax.shard_map(per_device, mesh=mesh, in_specs=(P(),) * len(args), out_specs=P("dev"),
-                     check_vma=False)
+  fn = jax.shard_map(
+    per_device, mesh=mesh, in_specs=(P(),) * len(args), out_specs=P("dev"), check_vma=False
+  )
   return fn(*args)
 
 
-def prepare_inputs(x: ArrayLike, sigma: ArrayLike,
-                   ids: ArrayLike | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def prepare_inputs(
+  x: ArrayLike, sigma: ArrayLike, ids: ArrayLike | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Validates ``x``, ``sigma`` and ``ids`` and brings them to engine form.
 
   Args:
@@ -96,8 +112,9 @@ def prepare_inputs(x: ArrayLike, sigma: ArrayLike,
   x = np.asarray(x)
   if x.ndim < 2:
     raise ValueError(
-        f"x must have shape [B, *input_shape] (a batch of inputs), got shape {x.shape}; "
-        "add a leading batch axis for a single input (x[None])")
+      f"x must have shape [B, *input_shape] (a batch of inputs), got shape {x.shape}; "
+      "add a leading batch axis for a single input (x[None])"
+    )
   if x.shape[0] < 1:
     raise ValueError("x must hold at least one input, got an empty batch")
   if not np.issubdtype(x.dtype, np.number):
@@ -116,8 +133,9 @@ def prepare_inputs(x: ArrayLike, sigma: ArrayLike,
     pass
   else:
     raise ValueError(
-        f"sigma must be a float, shape [B]={(b,)} or [B, *input_shape]={x.shape}, "
-        f"got shape {sig.shape}")
+      f"sigma must be a float, shape [B]={(b,)} or [B, *input_shape]={x.shape}, "
+      f"got shape {sig.shape}"
+    )
   if not np.all(np.isfinite(sig)) or np.any(sig <= 0):
     raise ValueError("sigma must be finite and > 0 everywhere")
 
@@ -136,17 +154,29 @@ def prepare_inputs(x: ArrayLike, sigma: ArrayLike,
 
 
 @functools.partial(
-    jax.jit, static_argnames=("apply_fn", "noise", "num_classes", "plan", "mesh", "compute_dtype"))
-def _counts_jit(key: jax.Array, params: PyTree, x_pad: jax.Array, sig_pad: jax.Array,
-                ids_pad: jax.Array, *, apply_fn: ApplyFn, noise: noise_lib.Noise, num_classes: int,
-                plan: ChunkPlan, mesh: jax.sharding.Mesh,
-                compute_dtype: DTypeLike | None) -> jax.Array:
+  jax.jit, static_argnames=("apply_fn", "noise", "num_classes", "plan", "mesh", "compute_dtype")
+)
+def _counts_jit(
+  key: jax.Array,
+  params: PyTree,
+  x_pad: jax.Array,
+  sig_pad: jax.Array,
+  ids_pad: jax.Array,
+  *,
+  apply_fn: ApplyFn,
+  noise: noise_lib.Noise,
+  num_classes: int,
+  plan: ChunkPlan,
+  mesh: jax.sharding.Mesh,
+  compute_dtype: DTypeLike | None,
+) -> jax.Array:
   g, chunks = plan.inputs_per_step, plan.chunks
   steps_local = plan.steps_per_device
   params = cast_floating(params, compute_dtype)
 
-  def per_device(key: jax.Array, params: PyTree, x_pad: jax.Array, sig_pad: jax.Array,
-                 ids_pad: jax.Array) -> jax.Array:
+  def per_device(
+    key: jax.Array, params: PyTree, x_pad: jax.Array, sig_pad: jax.Array, ids_pad: jax.Array
+  ) -> jax.Array:
     # This device runs the steps [lo, hi) of the pass (step = group * chunks + chunk).
     dev = jax.lax.axis_index("dev")
     lo = jnp.minimum(dev * steps_local, plan.steps)
@@ -166,13 +196,23 @@ def _counts_jit(key: jax.Array, params: PyTree, x_pad: jax.Array, sig_pad: jax.A
       i_g = jax.lax.dynamic_slice_in_dim(ids_pad, start, g)
 
       def chunk_body(chunk: jax.Array, c_g: jax.Array) -> jax.Array:
-        return c_g + step_counts(apply_fn, params, noise, num_classes, plan, key, x_g, s_g, i_g,
-                                 chunk.astype(jnp.uint32), compute_dtype)
+        return c_g + step_counts(
+          apply_fn,
+          params,
+          noise,
+          num_classes,
+          plan,
+          key,
+          x_g,
+          s_g,
+          i_g,
+          chunk.astype(jnp.uint32),
+          compute_dtype,
+        )
 
       first = jnp.clip(lo - group * chunks, 0, chunks)
       last = jnp.clip(hi - group * chunks, 0, chunks)
-      c_g = jax.lax.fori_loop(first, last, chunk_body,
-                              jnp.zeros((g, num_classes + 1), jnp.int32))
+      c_g = jax.lax.fori_loop(first, last, chunk_body, jnp.zeros((g, num_classes + 1), jnp.int32))
       return jax.lax.dynamic_update_slice_in_dim(counts, c_g, start, 0)
 
     counts = jax.lax.fori_loop(lo // chunks, (hi + chunks - 1) // chunks, group_body, counts0)
@@ -185,20 +225,20 @@ def _counts_jit(key: jax.Array, params: PyTree, x_pad: jax.Array, sig_pad: jax.A
 
 
 def sample_counts(
-    key: KeyLike,
-    apply_fn: ApplyFn,
-    params: PyTree,
-    x: ArrayLike,
-    *,
-    sigma: ArrayLike,
-    num_classes: int,
-    num: int,
-    batch_size: int | str = 1000,
-    ids: ArrayLike | None = None,
-    noise: noise_lib.Noise | str | None = None,
-    compute_dtype: DTypeLike | None = None,
-    devices: int | None = None,
-    precision: str | None = None,
+  key: KeyLike,
+  apply_fn: ApplyFn,
+  params: PyTree,
+  x: ArrayLike,
+  *,
+  sigma: ArrayLike,
+  num_classes: int,
+  num: int,
+  batch_size: int | str = 1000,
+  ids: ArrayLike | None = None,
+  noise: noise_lib.Noise | str | None = None,
+  compute_dtype: DTypeLike | None = None,
+  devices: int | None = None,
+  precision: str | None = None,
 ) -> np.ndarray:
   """Monte Carlo class counts of the smoothed classifier.
 
@@ -235,16 +275,37 @@ def sample_counts(
   """
   refuse_traced("rsjax.sample_counts", key, params, x, sigma, ids)
   x, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  return counts_prepared(as_key(key), apply_fn, params, x, sig, ids_arr, num=num,
-                         num_classes=num_classes, batch_size=batch_size, noise=noise,
-                         precision=precision_lib.resolve(precision, compute_dtype),
-                         devices=devices)
+  return counts_prepared(
+    as_key(key),
+    apply_fn,
+    params,
+    x,
+    sig,
+    ids_arr,
+    num=num,
+    num_classes=num_classes,
+    batch_size=batch_size,
+    noise=noise,
+    precision=precision_lib.resolve(precision, compute_dtype),
+    devices=devices,
+  )
 
 
-def counts_prepared(key: jax.Array, apply_fn: ApplyFn, params: PyTree, x: np.ndarray,
-                    sig: np.ndarray, ids_arr: np.ndarray, *, num: int, num_classes: int,
-                    batch_size: int | str, noise: noise_lib.Noise | str | None = None,
-                    precision: str | None = None, devices: int | None = None) -> np.ndarray:
+def counts_prepared(
+  key: jax.Array,
+  apply_fn: ApplyFn,
+  params: PyTree,
+  x: np.ndarray,
+  sig: np.ndarray,
+  ids_arr: np.ndarray,
+  *,
+  num: int,
+  num_classes: int,
+  batch_size: int | str,
+  noise: noise_lib.Noise | str | None = None,
+  precision: str | None = None,
+  devices: int | None = None,
+) -> np.ndarray:
   """:func:`sample_counts` for inputs already validated by :func:`prepare_inputs`.
 
   ``key`` is a typed key (:func:`as_key`); ``x``, ``sig``, ``ids_arr`` are the
@@ -252,9 +313,20 @@ def counts_prepared(key: jax.Array, apply_fn: ApplyFn, params: PyTree, x: np.nda
   passes over the same inputs (``certify``: n0 then n) validate once.
   ``precision`` is a name of ``rsjax.precision`` (None: the default).
   """
-  return dispatch_counts(key, apply_fn, params, x, sig, ids_arr, num=num,
-                         num_classes=num_classes, batch_size=batch_size, noise=noise,
-                         precision=precision, devices=devices).result()
+  return dispatch_counts(
+    key,
+    apply_fn,
+    params,
+    x,
+    sig,
+    ids_arr,
+    num=num,
+    num_classes=num_classes,
+    batch_size=batch_size,
+    noise=noise,
+    precision=precision,
+    devices=devices,
+  ).result()
 
 
 class PendingCounts:
@@ -294,10 +366,21 @@ def resolve_counts(counts: PendingCounts | _Counts) -> np.ndarray | _Counts:
   return counts.result() if isinstance(counts, PendingCounts) else counts
 
 
-def dispatch_counts(key: jax.Array, apply_fn: ApplyFn, params: PyTree, x: np.ndarray,
-                    sig: np.ndarray, ids_arr: np.ndarray, *, num: int, num_classes: int,
-                    batch_size: int | str, noise: noise_lib.Noise | str | None = None,
-                    precision: str | None = None, devices: int | None = None) -> PendingCounts:
+def dispatch_counts(
+  key: jax.Array,
+  apply_fn: ApplyFn,
+  params: PyTree,
+  x: np.ndarray,
+  sig: np.ndarray,
+  ids_arr: np.ndarray,
+  *,
+  num: int,
+  num_classes: int,
+  batch_size: int | str,
+  noise: noise_lib.Noise | str | None = None,
+  precision: str | None = None,
+  devices: int | None = None,
+) -> PendingCounts:
   """Launches the counts of :func:`counts_prepared` without waiting for them.
 
   One compiled program does every step of the pass (a device-side ``lax.scan``
@@ -330,9 +413,18 @@ def dispatch_counts(key: jax.Array, apply_fn: ApplyFn, params: PyTree, x: np.nda
   key, params, x, sig, ids_arr = replicate(mesh, (key, params, x, sig, ids_arr))
   with precision_lib.context(precision):
     partial = _counts_jit(
-        key, params, x, sig, ids_arr,
-        apply_fn=apply_fn, noise=noise, num_classes=num_classes, plan=plan,
-        mesh=mesh, compute_dtype=compute_dtype)
+      key,
+      params,
+      x,
+      sig,
+      ids_arr,
+      apply_fn=apply_fn,
+      noise=noise,
+      num_classes=num_classes,
+      plan=plan,
+      mesh=mesh,
+      compute_dtype=compute_dtype,
+    )
   return PendingCounts(partial, plan.num_inputs, ids_given, num)
 
 
@@ -352,6 +444,7 @@ def check_finite_outputs(num_bad: ArrayLike, ids: np.ndarray, num: int) -> None:
     hit = np.flatnonzero(num_bad > 0)
     names = ", ".join(str(int(ids[i])) for i in hit[:10]) + (", ..." if len(hit) > 10 else "")
     raise FloatingPointError(
-        f"the base classifier returned NaN or inf logits for {int(num_bad.sum())} of "
-        f"{num * len(num_bad)} noise samples, on the inputs with ids [{names}]; no certificate or "
-        "prediction is made from non-finite outputs")
+      f"the base classifier returned NaN or inf logits for {int(num_bad.sum())} of "
+      f"{num * len(num_bad)} noise samples, on the inputs with ids [{names}]; no certificate or "
+      "prediction is made from non-finite outputs"
+    )

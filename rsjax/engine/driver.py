@@ -35,9 +35,19 @@ from rsjax.engine.counts import (
 )
 from rsjax.util import KeyLike, PyTree, as_key, check_alpha, check_int, scale_per_input
 
-__all__ = ["ABSTAIN", "CohenRule", "Certificate", "EngineCounts", "FixedN", "Sampling",
-           "SamplingRule", "certificate_from_counts", "cohen_passes", "engine_counts",
-           "run_certify"]
+__all__ = [
+  "ABSTAIN",
+  "CohenRule",
+  "Certificate",
+  "EngineCounts",
+  "FixedN",
+  "Sampling",
+  "SamplingRule",
+  "certificate_from_counts",
+  "cohen_passes",
+  "engine_counts",
+  "run_certify",
+]
 
 ABSTAIN = -1
 
@@ -99,8 +109,9 @@ class Sampling:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(fields) - names)
     if unknown:
-      raise TypeError(f"unexpected keyword argument(s) {unknown}; sampling settings are "
-                      f"{sorted(names)}")
+      raise TypeError(
+        f"unexpected keyword argument(s) {unknown}; sampling settings are {sorted(names)}"
+      )
     if settings is None:
       return cls(**fields)
     if not isinstance(settings, cls):
@@ -169,10 +180,18 @@ RuleFn = Callable[[Any, Any], Certificate]
 SELECTION, ESTIMATION, AUXILIARY = 0, 1, 2
 
 
-def certificate_from_counts(counts_selection: ArrayLike, counts: ArrayLike, *, n: int,
-                            alpha: float, scale: ArrayLike, dim: int,
-                            noise: noise_lib.Noise | str | None = None, multiclass: bool = False,
-                            guarantee: str | None = None) -> Certificate:
+def certificate_from_counts(
+  counts_selection: ArrayLike,
+  counts: ArrayLike,
+  *,
+  n: int,
+  alpha: float,
+  scale: ArrayLike,
+  dim: int,
+  noise: noise_lib.Noise | str | None = None,
+  multiclass: bool = False,
+  guarantee: str | None = None,
+) -> Certificate:
   """Cohen's certificate from selection and estimation counts (host, float64).
 
   Args:
@@ -212,14 +231,16 @@ def certificate_from_counts(counts_selection: ArrayLike, counts: ArrayLike, *, n
     desc = f"binary {noise.name} {noise.norm} (Cohen et al. CERTIFY, one-sided Clopper-Pearson)"
   prediction = np.where(ok, guess, ABSTAIN).astype(np.int64)
   return Certificate(
-      prediction=prediction,
-      radius=np.asarray(radius, np.float64),
-      p_lower=np.asarray(p_lower, np.float64),
-      counts=counts,
-      counts_selection=counts0,
-      norm=noise.norm,
-      guarantee=guarantee or desc + f"; holds with prob >= 1 - {alpha} per input for the given "
-      "sigma held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)",
+    prediction=prediction,
+    radius=np.asarray(radius, np.float64),
+    p_lower=np.asarray(p_lower, np.float64),
+    counts=counts,
+    counts_selection=counts0,
+    norm=noise.norm,
+    guarantee=guarantee
+    or desc
+    + f"; holds with prob >= 1 - {alpha} per input for the given "
+    "sigma held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)",
   )
 
 
@@ -253,13 +274,32 @@ class EngineCounts:
 
   def __call__(self, key: jax.Array, num: int, **_: object) -> PendingCounts:
     s = self.settings
-    return dispatch_counts(key, self.apply_fn, self.params, self.x, self.sigma, self.ids, num=num,
-                           num_classes=self.num_classes, batch_size=s.batch_size, noise=s.noise,
-                           precision=s.precision, devices=s.devices)
+    return dispatch_counts(
+      key,
+      self.apply_fn,
+      self.params,
+      self.x,
+      self.sigma,
+      self.ids,
+      num=num,
+      num_classes=self.num_classes,
+      batch_size=s.batch_size,
+      noise=s.noise,
+      precision=s.precision,
+      devices=s.devices,
+    )
 
 
-def engine_counts(apply_fn: ApplyFn, params: PyTree, x_np: np.ndarray, sig: np.ndarray,
-                  ids_arr: np.ndarray, *, num_classes: int, settings: Sampling) -> EngineCounts:
+def engine_counts(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  x_np: np.ndarray,
+  sig: np.ndarray,
+  ids_arr: np.ndarray,
+  *,
+  num_classes: int,
+  settings: Sampling,
+) -> EngineCounts:
   """The counts source of the core engine (:class:`EngineCounts`) for prepared inputs."""
   return EngineCounts(apply_fn, params, x_np, sig, ids_arr, num_classes, settings)
 
@@ -289,8 +329,16 @@ class CohenRule:
 
   def __call__(self, c0: np.ndarray, c1: np.ndarray) -> Certificate:
     s = self.settings
-    cert = certificate_from_counts(c0, c1, n=s.n, alpha=s.alpha, scale=self.scale, dim=self.dim,
-                                   noise=s.noise, multiclass=self.multiclass)
+    cert = certificate_from_counts(
+      c0,
+      c1,
+      n=s.n,
+      alpha=s.alpha,
+      scale=self.scale,
+      dim=self.dim,
+      noise=s.noise,
+      multiclass=self.multiclass,
+    )
     return dataclasses.replace(cert, guarantee=cert.guarantee + self.note) if self.note else cert
 
   def radius(self, p_lower: ArrayLike) -> np.ndarray:
@@ -300,9 +348,17 @@ class CohenRule:
     return np.asarray(r, np.float64)
 
 
-def cohen_passes(apply_fn: ApplyFn, params: PyTree, x: ArrayLike, sigma: ArrayLike,
-                 ids: ArrayLike | None, *, num_classes: int, settings: Sampling,
-                 multiclass: bool = False) -> tuple[EngineCounts, CohenRule]:
+def cohen_passes(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  x: ArrayLike,
+  sigma: ArrayLike,
+  ids: ArrayLike | None,
+  *,
+  num_classes: int,
+  settings: Sampling,
+  multiclass: bool = False,
+) -> tuple[EngineCounts, CohenRule]:
   """What Cohen's CERTIFY supplies to the driver: the engine's counts and :class:`CohenRule`.
 
   Args:
@@ -320,11 +376,18 @@ def cohen_passes(apply_fn: ApplyFn, params: PyTree, x: ArrayLike, sigma: ArrayLi
   """
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
   scale, aniso = scale_per_input(sig)
-  note = ("; anisotropic sigma: isotropic radius min(sigma) * R (UCAN Cor. 3.3; see "
-          "rsjax.anisotropic for the full region)") if aniso else ""
+  note = (
+    (
+      "; anisotropic sigma: isotropic radius min(sigma) * R (UCAN Cor. 3.3; see "
+      "rsjax.anisotropic for the full region)"
+    )
+    if aniso
+    else ""
+  )
   rule = CohenRule(settings, scale, int(np.prod(x_np.shape[1:])), multiclass, note)
-  counts = engine_counts(apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes,
-                         settings=settings)
+  counts = engine_counts(
+    apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
+  )
   return counts, rule
 
 
@@ -342,9 +405,9 @@ class SamplingRule(Protocol):
   ``ValueError`` for a method it cannot run.
   """
 
-  def run(self, key: jax.Array, counts: CountsFn, rule: RuleFn,
-          settings: Sampling) -> Certificate:
-    ...
+  def run(
+    self, key: jax.Array, counts: CountsFn, rule: RuleFn, settings: Sampling
+  ) -> Certificate: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,16 +420,26 @@ class FixedN:
   selection counts resolves them first (``resolve_counts``).
   """
 
-  def run(self, key: jax.Array, counts: CountsFn, rule: RuleFn,
-          settings: Sampling) -> Certificate:
+  def run(self, key: jax.Array, counts: CountsFn, rule: RuleFn, settings: Sampling) -> Certificate:
     selection = counts(jax.random.fold_in(key, SELECTION), settings.n0)
-    estimation = counts(jax.random.fold_in(key, ESTIMATION), settings.n, selection=selection,
-                        aux_key=jax.random.fold_in(key, AUXILIARY))
+    estimation = counts(
+      jax.random.fold_in(key, ESTIMATION),
+      settings.n,
+      selection=selection,
+      aux_key=jax.random.fold_in(key, AUXILIARY),
+    )
     return rule(resolve_counts(selection), resolve_counts(estimation))
 
 
-def run_certify(key: KeyLike, counts: CountsFn, rule: RuleFn, settings: Sampling, *,
-                tests: int = 1, sampling_rule: SamplingRule | None = None) -> Certificate:
+def run_certify(
+  key: KeyLike,
+  counts: CountsFn,
+  rule: RuleFn,
+  settings: Sampling,
+  *,
+  tests: int = 1,
+  sampling_rule: SamplingRule | None = None,
+) -> Certificate:
   """CERTIFY, the one driver of every method: selection, estimation, certificate.
 
   A method supplies what differs: its source of counts (the engine; the
@@ -404,8 +477,9 @@ def run_certify(key: KeyLike, counts: CountsFn, rule: RuleFn, settings: Sampling
   """
   sampling_rule = FixedN() if sampling_rule is None else sampling_rule
   if not isinstance(sampling_rule, SamplingRule):
-    raise ValueError(f"sampling_rule must have run(key, counts, rule, settings), got "
-                     f"{sampling_rule!r}")
+    raise ValueError(
+      f"sampling_rule must have run(key, counts, rule, settings), got {sampling_rule!r}"
+    )
   key = as_key(key)
   stats.check_sample_size(settings.n, settings.alpha / tests)
   # Every program the passes trace (the engine, SRS chains, budgeted rounds)

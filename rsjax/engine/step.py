@@ -18,8 +18,15 @@ from jax.typing import ArrayLike, DTypeLike
 from rsjax import noise as noise_lib
 from rsjax.util import PyTree
 
-__all__ = ["ApplyFn", "ChunkPlan", "cast_floating", "make_chunk_plan", "noisy_counts",
-           "sample_noise", "step_counts"]
+__all__ = [
+  "ApplyFn",
+  "ChunkPlan",
+  "cast_floating",
+  "make_chunk_plan",
+  "noisy_counts",
+  "sample_noise",
+  "step_counts",
+]
 
 #: ``apply_fn(params, x) -> logits``: the base classifier (jit-traceable).
 ApplyFn = Callable[[PyTree, jax.Array], jax.Array]
@@ -69,18 +76,19 @@ def make_chunk_plan(num_inputs: int, num: int, batch_size: int, devices: int) ->
   s = min(int(batch_size), int(num))
   g = max(1, min(int(batch_size) // s, int(num_inputs)))
   return ChunkPlan(
-      num_inputs=int(num_inputs),
-      num=int(num),
-      samples_per_step=s,
-      inputs_per_step=g,
-      chunks=-(-int(num) // s),
-      groups=-(-int(num_inputs) // g),
-      devices=int(devices),
+    num_inputs=int(num_inputs),
+    num=int(num),
+    samples_per_step=s,
+    inputs_per_step=g,
+    chunks=-(-int(num) // s),
+    groups=-(-int(num_inputs) // g),
+    devices=int(devices),
   )
 
 
-def sample_noise(noise: noise_lib.Noise, key: jax.Array, input_id: ArrayLike, j: ArrayLike,
-                 shape: Sequence[int]) -> jax.Array:
+def sample_noise(
+  noise: noise_lib.Noise, key: jax.Array, input_id: ArrayLike, j: ArrayLike, shape: Sequence[int]
+) -> jax.Array:
   """Unit noise of samples ``j`` of the input with id ``input_id``: ``[len(j), *shape]``.
 
   Sample ``j`` is drawn from ``fold_in(fold_in(key, input_id), j)``. This is the
@@ -97,13 +105,26 @@ def cast_floating(params: PyTree, dtype: DTypeLike | None) -> PyTree:
   if dtype is None:
     return params
   return jax.tree.map(
-      lambda p: p.astype(dtype)
-      if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+    lambda p: (
+      p.astype(dtype) if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p
+    ),
+    params,
+  )
 
 
-def noisy_counts(apply_fn: ApplyFn, params: PyTree, noise: noise_lib.Noise, num_classes: int,
-                 key: jax.Array, x_g: jax.Array, sig_g: jax.Array, ids_g: jax.Array, j: jax.Array,
-                 valid: jax.Array, compute_dtype: DTypeLike | None = None) -> jax.Array:
+def noisy_counts(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  noise: noise_lib.Noise,
+  num_classes: int,
+  key: jax.Array,
+  x_g: jax.Array,
+  sig_g: jax.Array,
+  ids_g: jax.Array,
+  j: jax.Array,
+  valid: jax.Array,
+  compute_dtype: DTypeLike | None = None,
+) -> jax.Array:
   """Class counts of samples ``j`` of ``g`` inputs: ``[g, C + 1]`` int32 (traceable).
 
   Draws the noise of samples ``j`` (``[s]`` uint32, the same indices for every
@@ -136,22 +157,27 @@ def noisy_counts(apply_fn: ApplyFn, params: PyTree, noise: noise_lib.Noise, num_
     logits = apply_fn(params, xn)
   except (TypeError, ValueError) as e:
     raise ValueError(
-        f"apply_fn failed on inputs of shape {tuple(shape)} (x must be [B, *input_shape]; for a "
-        f"single input add a batch axis, x[None]): {type(e).__name__}: "
-        f"{(str(e).splitlines() or [''])[0]}") from e
+      f"apply_fn failed on inputs of shape {tuple(shape)} (x must be [B, *input_shape]; for a "
+      f"single input add a batch axis, x[None]): {type(e).__name__}: "
+      f"{(str(e).splitlines() or [''])[0]}"
+    ) from e
   if logits.ndim != 2 or logits.shape != (g * s, num_classes):
     raise ValueError(
-        f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
-        f"expected [{g * s}, num_classes={num_classes}]")
+      f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
+      f"expected [{g * s}, num_classes={num_classes}]"
+    )
   pred = jnp.argmax(logits, axis=-1).reshape(g, s)
   onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[None, :, None]
   bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid[None, :]
-  return jnp.concatenate([jnp.sum(onehot, axis=1, dtype=jnp.int32),
-                          jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]], axis=1)
+  return jnp.concatenate(
+    [jnp.sum(onehot, axis=1, dtype=jnp.int32), jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]],
+    axis=1,
+  )
 
 
-def _has_convolution(apply_fn: ApplyFn, params: PyTree, shape: Sequence[int],
-                     dtype: DTypeLike) -> bool:
+def _has_convolution(
+  apply_fn: ApplyFn, params: PyTree, shape: Sequence[int], dtype: DTypeLike
+) -> bool:
   """Whether ``apply_fn`` on one ``shape`` input of ``dtype`` runs a convolution (at any depth)."""
   spec = jax.ShapeDtypeStruct((1,) + tuple(shape), dtype)
   abstract = jax.tree.map(lambda p: jax.ShapeDtypeStruct(jnp.shape(p), jnp.result_type(p)), params)
@@ -172,10 +198,21 @@ def _has_convolution(apply_fn: ApplyFn, params: PyTree, shape: Sequence[int],
   return walk(closed.jaxpr)
 
 
-def step_counts(apply_fn: ApplyFn, params: PyTree, noise: noise_lib.Noise, num_classes: int,
-                plan: ChunkPlan, key: jax.Array, x_g: jax.Array, sig_g: jax.Array,
-                ids_g: jax.Array, chunk: jax.Array, compute_dtype: DTypeLike | None) -> jax.Array:
+def step_counts(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  noise: noise_lib.Noise,
+  num_classes: int,
+  plan: ChunkPlan,
+  key: jax.Array,
+  x_g: jax.Array,
+  sig_g: jax.Array,
+  ids_g: jax.Array,
+  chunk: jax.Array,
+  compute_dtype: DTypeLike | None,
+) -> jax.Array:
   """Counts of one planned step: ``g`` inputs x ``s`` samples -> ``[g, C + 1]`` int32."""
   j = chunk * plan.samples_per_step + jnp.arange(plan.samples_per_step, dtype=jnp.uint32)
-  return noisy_counts(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j,
-                      j < plan.num, compute_dtype)
+  return noisy_counts(
+    apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, j < plan.num, compute_dtype
+  )

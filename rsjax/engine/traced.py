@@ -45,9 +45,19 @@ from rsjax.util import PyTree
 __all__ = ["counts"]
 
 
-def counts(key: jax.Array, params: PyTree, x: ArrayLike, *, apply_fn: ApplyFn, sigma: ArrayLike,
-           num_classes: int, num: int, samples_per_step: int = 100, ids: ArrayLike | None = None,
-           noise: noise_lib.Noise | str | None = None) -> tuple[jax.Array, jax.Array]:
+def counts(
+  key: jax.Array,
+  params: PyTree,
+  x: ArrayLike,
+  *,
+  apply_fn: ApplyFn,
+  sigma: ArrayLike,
+  num_classes: int,
+  num: int,
+  samples_per_step: int = 100,
+  ids: ArrayLike | None = None,
+  noise: noise_lib.Noise | str | None = None,
+) -> tuple[jax.Array, jax.Array]:
   """Monte Carlo class counts of ``num`` noisy samples per input, in pure JAX.
 
   Jittable (``num``, ``samples_per_step``, ``num_classes``, ``apply_fn`` and
@@ -81,8 +91,9 @@ def counts(key: jax.Array, params: PyTree, x: ArrayLike, *, apply_fn: ApplyFn, s
   if sig.ndim == 0 or sig.shape == (b,):
     sig = jnp.broadcast_to(sig, (b,)).reshape((b,) + (1,) * len(shape))
   elif sig.shape != x.shape:
-    raise ValueError(f"sigma must be a scalar, [B]={(b,)} or [B, *input_shape]={x.shape}, got "
-                     f"shape {sig.shape}")
+    raise ValueError(
+      f"sigma must be a scalar, [B]={(b,)} or [B, *input_shape]={x.shape}, got shape {sig.shape}"
+    )
   ids = jnp.arange(b, dtype=jnp.uint32) if ids is None else jnp.asarray(ids, jnp.uint32)
   s = int(min(samples_per_step, num))
   chunks = -(-int(num) // s)

@@ -54,23 +54,22 @@ class IDRSCertificate(Certificate):
     return {"sigma": repr(float(self.sigma[j]))}
 
   def record_fields(self, j: int) -> dict:
-    return {"sigma": float(self.sigma[j]), "slack": float(self.slack[j]),
-            "rate": float(self.rate)}
+    return {"sigma": float(self.sigma[j]), "slack": float(self.slack[j]), "rate": float(self.rate)}
 
 
 def certify(
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    design: SigmaSource,
-    num_classes: int,
-    settings: Sampling | None = None,
-    ids: ArrayLike | None = None,
-    thresholds: ArrayLike | None = None,
-    rtol: float = 1e-4,
-    **sampling: Any,
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  design: SigmaSource,
+  num_classes: int,
+  settings: Sampling | None = None,
+  ids: ArrayLike | None = None,
+  thresholds: ArrayLike | None = None,
+  rtol: float = 1e-4,
+  **sampling: Any,
 ) -> IDRSCertificate:
   """Certifies a batch with input-dependent noise sigma(x) (IDRS Thm 3.2).
 
@@ -113,8 +112,10 @@ def certify(
   if values.mu is not None:
     raise ValueError("IDRS certifies zero-mean noise; the design returned a shift mu")
   if not np.isfinite(values.rate):
-    raise ValueError("the design's sigma(x) has rate inf (no bound on its change with x): no IDRS "
-                     "certificate; DDRS's optimized sigma is certified by rsjax.ddrs.certify")
+    raise ValueError(
+      "the design's sigma(x) has rate inf (no bound on its change with x): no IDRS "
+      "certificate; DDRS's optimized sigma is certified by rsjax.ddrs.certify"
+    )
   sigma = np.asarray(values.sigma, np.float32)
   if sigma.shape != (x_np.shape[0],):
     raise ValueError(f"design returned sigma of shape {sigma.shape}, expected {(x_np.shape[0],)}")
@@ -135,27 +136,45 @@ def certify(
     if constant:
       radius = np.asarray(base.radius, np.float64)
     elif np.any(ok):
-      radius[ok] = certified_radius(base.p_lower[ok], sigma=sigma64[ok], rate=rate, dim=dim,
-                                    slack=slack[ok], thresholds=thresholds, rtol=rtol)
+      radius[ok] = certified_radius(
+        base.p_lower[ok],
+        sigma=sigma64[ok],
+        rate=rate,
+        dim=dim,
+        slack=slack[ok],
+        thresholds=thresholds,
+        rtol=rtol,
+      )
     if constant:
       guarantee = f"constant sigma (rate 0, Cohen's radius): {base.guarantee}"
     else:
       guarantee = (
-          f"input-dependent sigma(x) (IDRS, Súkeník et al. ICML 2022, Thm 3.2, both sides "
-          f"checked) for an r-semi-elastic sigma(x), rate r={rate:.6g} (design rate "
-          f"{design.rate:.6g} with float-rounding margin); binary Gaussian L2, one-sided "
-          f"Clopper-Pearson; holds with prob >= 1 - {alpha} per input for the smoothed "
-          f"classifier that uses sigma(x) everywhere (the design fixed before seeing the test "
-          f"inputs)")
+        f"input-dependent sigma(x) (IDRS, Súkeník et al. ICML 2022, Thm 3.2, both sides "
+        f"checked) for an r-semi-elastic sigma(x), rate r={rate:.6g} (design rate "
+        f"{design.rate:.6g} with float-rounding margin); binary Gaussian L2, one-sided "
+        f"Clopper-Pearson; holds with prob >= 1 - {alpha} per input for the smoothed "
+        f"classifier that uses sigma(x) everywhere (the design fixed before seeing the test "
+        f"inputs)"
+      )
       if thresholds is not None:
         guarantee += f"; numerical thresholds {thresholds!r} (sound by Thm 3.1, conservative)"
     return IDRSCertificate(
-        prediction=base.prediction, radius=radius, p_lower=base.p_lower, counts=base.counts,
-        counts_selection=base.counts_selection, norm="l2", guarantee=guarantee, sound=True,
-        sigma=sigma64, rate=rate, slack=slack)
+      prediction=base.prediction,
+      radius=radius,
+      p_lower=base.p_lower,
+      counts=base.counts,
+      counts_selection=base.counts_selection,
+      norm="l2",
+      guarantee=guarantee,
+      sound=True,
+      sigma=sigma64,
+      rate=rate,
+      slack=slack,
+    )
 
-  counts = engine_counts(apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes,
-                         settings=settings)
+  counts = engine_counts(
+    apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
+  )
   return run_certify(key, counts, rule, settings)
 
 
@@ -173,10 +192,29 @@ class IDRS:
   thresholds: Any = None
   rtol: float = 1e-4
 
-  def certify(self, key: jax.Array | int, apply_fn: Callable, params: Any, x: ArrayLike, *,
-              sigma: Any, num_classes: int, settings: Sampling,
-              ids: ArrayLike | None = None) -> IDRSCertificate:
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: Any,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> IDRSCertificate:
     if sigma is not None:
       raise ValueError("IDRS takes sigma(x) from its design: pass sigma=None")
-    return certify(key, apply_fn, params, x, design=self.design, num_classes=num_classes,
-                   settings=settings, ids=ids, thresholds=self.thresholds, rtol=self.rtol)
+    return certify(
+      key,
+      apply_fn,
+      params,
+      x,
+      design=self.design,
+      num_classes=num_classes,
+      settings=settings,
+      ids=ids,
+      thresholds=self.thresholds,
+      rtol=self.rtol,
+    )

@@ -16,11 +16,20 @@ _IDRS_MIN_P_B = 1e-12  # the IDRS radius caps p_A at 1 - 1e-12 (lowering a lower
 
 def _ncx2():
   from scipy import stats  # the noncentral chi-square: imported for IDRS runs only
+
   return stats.ncx2
 
 
-def _idrs_holds(radius: float, s0: float, p_b: float, rate: float, slack: float, dim: int,
-                max_nc: float, margin: float) -> bool:
+def _idrs_holds(
+  radius: float,
+  s0: float,
+  p_b: float,
+  rate: float,
+  slack: float,
+  dim: int,
+  max_nc: float,
+  margin: float,
+) -> bool:
   """Both conditions of IDRS Thm 3.2 at ``radius`` (Súkeník et al., ICML 2022).
 
   The adversary at distance ``radius`` has sigma1 in ``[s0 e^-t, s0 e^t]``,
@@ -51,8 +60,9 @@ def _idrs_holds(radius: float, s0: float, p_b: float, rate: float, slack: float,
     lam0 = (u / math.expm1(2.0 * t_hi)) ** 2
     q = _ncx2().isf(p_b, dim, lam0)
     xi_hi = _ncx2().sf(q / rho2, dim, rho2 * lam0)
-  return bool(np.isfinite(xi_lo) and np.isfinite(xi_hi) and xi_lo < 0.5 - margin
-              and xi_hi < 0.5 - margin)
+  return bool(
+    np.isfinite(xi_lo) and np.isfinite(xi_hi) and xi_lo < 0.5 - margin and xi_hi < 0.5 - margin
+  )
 
 
 def _idrs_sigma_issue(d: dict, dim: int, r: dict, sigma_col) -> str | None:
@@ -65,13 +75,17 @@ def _idrs_sigma_issue(d: dict, dim: int, r: dict, sigma_col) -> str | None:
   if d["kind"] == "constant":
     want = float(np.float32(d["sigma_b"]))
     if rate != 0.0 or slack != 0.0 or s0 != want:
-      return (f"constant sigma {want!r} has rate 0 and slack 0; the record says sigma {s0!r}, "
-              f"rate {rate!r}, slack {slack!r}")
+      return (
+        f"constant sigma {want!r} has rate 0 and slack 0; the record says sigma {s0!r}, "
+        f"rate {rate!r}, slack {slack!r}"
+      )
     return None
   r_b, k = float(d["rate"]), int(d["k"])
   eps = (dim + 2 * k + 8) * _U32  # float32 rounding of the k-NN mean distance
   if not math.isclose(rate, r_b * (1.0 + eps), rel_tol=1e-12):
-    return f"rate {rate!r} recorded, the design's rate {r_b} with rounding margin is {r_b * (1 + eps)!r}"
+    return (
+      f"rate {rate!r} recorded, the design's rate {r_b} with rounding margin is {r_b * (1 + eps)!r}"
+    )
   # slack = 2 r eps dist / (1 - eps) + 3 u gives the k-NN mean distance dist >= 0 of the row,
   # and sigma(x) = float32(sigma_b exp(r (dist - m))) (clipped) must follow from it.
   dist = (slack - 3.0 * _U32) * (1.0 - eps) / (2.0 * r_b * eps)
@@ -84,13 +98,16 @@ def _idrs_sigma_issue(d: dict, dim: int, r: dict, sigma_col) -> str | None:
     log_s = min(log_s, math.log(float(d["sigma_max"])))
   want = math.exp(log_s)
   if not math.isclose(s0, want, rel_tol=1e-6):
-    return (f"sigma {s0!r} does not follow from the design at the k-NN distance {dist:.6g} "
-            f"its slack implies (sigma_b exp(r (d - m)) = {want!r})")
+    return (
+      f"sigma {s0!r} does not follow from the design at the k-NN distance {dist:.6g} "
+      f"its slack implies (sigma_b exp(r (d - m)) = {want!r})"
+    )
   return None
 
 
-def check_idrs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
-                **_: object) -> list[Mismatch]:
+def check_idrs(
+  cert: dict, res: Any, recs: dict, *, rtol: float, atol: float, **_: object
+) -> list[Mismatch]:
   """IDRS (``rsjax.idrs.certify``): Cohen's counts at sigma(x), the radius of Thm 3.2.
 
   A radius from the bisection of ``rsjax.idrs.certified_radius`` is checked,
@@ -100,8 +117,10 @@ def check_idrs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
   """
   d = cert.get("details")
   if not d or d.get("kind") not in ("knn", "constant"):
-    raise VerifyError("idrs run without the design in its certificate record (details): certify "
-                      "it again with this rsjax")
+    raise VerifyError(
+      "idrs run without the design in its certificate record (details): certify "
+      "it again with this rsjax"
+    )
   if cert.get("multiclass") or cert["noise"]["family"] != "gaussian":
     raise VerifyError("idrs certifies Gaussian noise with the binary radius only")
   issues: list[Mismatch] = []
@@ -118,14 +137,26 @@ def check_idrs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
     if why is not None:
       issues.append(Mismatch(idx, why))
       continue
-    if not (np.isnan(rows.p_recorded[j]) or math.isclose(float(rows.p_recorded[j]), float(p[j]),
-                                                          rel_tol=rtol, abs_tol=atol)):
-      issues.append(Mismatch(idx, f"p_lower {float(rows.p_recorded[j])!r} recorded, the counts "
-                             f"give {float(p[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]})"))
+    if not (
+      np.isnan(rows.p_recorded[j])
+      or math.isclose(float(rows.p_recorded[j]), float(p[j]), rel_tol=rtol, abs_tol=atol)
+    ):
+      issues.append(
+        Mismatch(
+          idx,
+          f"p_lower {float(rows.p_recorded[j])!r} recorded, the counts "
+          f"give {float(p[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]})",
+        )
+      )
       continue
     if predict[j] != res.predict[j]:
-      issues.append(Mismatch(idx, f"predict {res.predict[j]} in the file, the counts give "
-                             f"{predict[j]} (n_A {rows.n_a[j]} of {rows.n[j]})"))
+      issues.append(
+        Mismatch(
+          idx,
+          f"predict {res.predict[j]} in the file, the counts give "
+          f"{predict[j]} (n_A {rows.n_a[j]} of {rows.n[j]})",
+        )
+      )
       continue
     s0, slack, rate = float(r["sigma"]), float(r["slack"]), float(r["rate"])
     pj = min(float(p[j]), 1.0 - _IDRS_MIN_P_B)
@@ -133,21 +164,40 @@ def check_idrs(cert: dict, res: Any, recs: dict, *, rtol: float, atol: float,
     claim = float(res.radius[j])
     if rate == 0.0 and slack == 0.0:
       if not math.isclose(claim, cohen, rel_tol=rtol, abs_tol=atol):
-        issues.append(Mismatch(idx, f"radius {claim!r} in the file, the counts give {cohen!r} "
-                               f"(constant sigma {s0}, n_A {rows.n_a[j]} of {rows.n[j]})"))
+        issues.append(
+          Mismatch(
+            idx,
+            f"radius {claim!r} in the file, the counts give {cohen!r} "
+            f"(constant sigma {s0}, n_A {rows.n_a[j]} of {rows.n[j]})",
+          )
+        )
       continue
     tol = tol_r * cohen + tol_a
     args = (s0, 1.0 - pj, rate, slack, dim, max_nc)
     if claim < 0 or claim > cohen * (1 + 1e-12) + atol:
-      issues.append(Mismatch(idx, f"radius {claim!r} in the file exceeds Cohen's radius "
-                             f"{cohen!r} at sigma {s0} (n_A {rows.n_a[j]} of {rows.n[j]})"))
+      issues.append(
+        Mismatch(
+          idx,
+          f"radius {claim!r} in the file exceeds Cohen's radius "
+          f"{cohen!r} at sigma {s0} (n_A {rows.n_a[j]} of {rows.n[j]})",
+        )
+      )
     elif claim > 0 and not _idrs_holds(claim, *args, margin=0.0):
-      issues.append(Mismatch(idx, f"radius {claim!r} in the file is not certified by IDRS Thm "
-                             f"3.2 at sigma {s0}, rate {rate:.6g} (n_A {rows.n_a[j]} of "
-                             f"{rows.n[j]})"))
+      issues.append(
+        Mismatch(
+          idx,
+          f"radius {claim!r} in the file is not certified by IDRS Thm "
+          f"3.2 at sigma {s0}, rate {rate:.6g} (n_A {rows.n_a[j]} of "
+          f"{rows.n[j]})",
+        )
+      )
     elif claim + tol < cohen and _idrs_holds(claim + tol * (1 + 1e-9), *args, margin=margin):
-      issues.append(Mismatch(idx, f"radius {claim!r} in the file is below the IDRS radius of the "
-                             f"counts by more than the search tolerance {tol:.3g} (n_A "
-                             f"{rows.n_a[j]} of {rows.n[j]})"))
+      issues.append(
+        Mismatch(
+          idx,
+          f"radius {claim!r} in the file is below the IDRS radius of the "
+          f"counts by more than the search tolerance {tol:.3g} (n_A "
+          f"{rows.n_a[j]} of {rows.n[j]})",
+        )
+      )
   return issues
-

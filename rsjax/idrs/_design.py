@@ -101,8 +101,9 @@ def _knn_mean_block(x, train, num_train, *, k: int, chunk: int):
   return jnp.mean(jnp.sqrt(best), axis=1)
 
 
-def mean_knn_distance(x: ArrayLike, train: ArrayLike, *, k: int, train_chunk: int = 512,
-                      max_elements: int = 2**28) -> jax.Array:
+def mean_knn_distance(
+  x: ArrayLike, train: ArrayLike, *, k: int, train_chunk: int = 512, max_elements: int = 2**28
+) -> jax.Array:
   """Mean L2 distance of each input to its k nearest training points (device, float32).
 
   Args:
@@ -148,10 +149,10 @@ def _mean_knn_padded(x, train_pad, n, d, k, chunk, max_elements):
   block = int(max(1, min(b, max_elements // (chunk * d))))
   out = []
   for s in range(0, b, block):
-    xb = x[s:s + block]
+    xb = x[s : s + block]
     if xb.shape[0] < block:  # keep one compiled shape
       xb = jnp.concatenate([xb, jnp.zeros((block - xb.shape[0], d), jnp.float32)])
-    out.append(_knn_mean_block(xb, train_pad, n, k=k, chunk=chunk)[:min(block, b - s)])
+    out.append(_knn_mean_block(xb, train_pad, n, k=k, chunk=chunk)[: min(block, b - s)])
   return jnp.concatenate(out)
 
 
@@ -171,10 +172,19 @@ class KnnSigma:
     max_elements: bound on inputs x chunk x D per device step (see ``mean_knn_distance``).
   """
 
-  def __init__(self, train_x: ArrayLike, sigma_b: float, rate: float, k: int = 20,
-               m: float = 0.0, *,
-               sigma_min: float | None = None, sigma_max: float | None = None,
-               train_chunk: int = 512, max_elements: int = 2**28) -> None:
+  def __init__(
+    self,
+    train_x: ArrayLike,
+    sigma_b: float,
+    rate: float,
+    k: int = 20,
+    m: float = 0.0,
+    *,
+    sigma_min: float | None = None,
+    sigma_max: float | None = None,
+    train_chunk: int = 512,
+    max_elements: int = 2**28,
+  ) -> None:
     train = np.asarray(jax.device_get(train_x), dtype=np.float32)
     if train.ndim < 2 or train.shape[0] < 1:
       raise ValueError(f"train_x must have shape [N, *input_shape], got {train.shape}")
@@ -196,8 +206,9 @@ class KnnSigma:
     self.sigma_max = None if sigma_max is None else float(sigma_max)
     if self.sigma_min is not None and not self.sigma_min > 0:
       raise ValueError("sigma_min must be > 0")
-    if (self.sigma_min is not None and self.sigma_max is not None
-        and self.sigma_max < self.sigma_min):
+    if (
+      self.sigma_min is not None and self.sigma_max is not None and self.sigma_max < self.sigma_min
+    ):
       raise ValueError("sigma_max must be >= sigma_min")
     self.input_shape = train.shape[1:]
     self.num_train = train.shape[0]
@@ -211,8 +222,9 @@ class KnnSigma:
     """``[B]`` float32 mean distance of ``x`` to its k nearest training points (device)."""
     if tuple(np.shape(x)[1:]) != tuple(self.input_shape):
       raise ValueError(f"x must have shape [B, *{self.input_shape}], got {np.shape(x)}")
-    return _mean_knn_padded(x, self._train, self.num_train, self.dim, self.k, self._chunk,
-                            self._max_elements)
+    return _mean_knn_padded(
+      x, self._train, self.num_train, self.dim, self.k, self._chunk, self._max_elements
+    )
 
   def _sigma_from_distance(self, dist) -> np.ndarray:
     d = np.asarray(dist, np.float64)
@@ -223,8 +235,10 @@ class KnnSigma:
       log_s = np.minimum(log_s, math.log(self.sigma_max))
     s = np.exp(log_s).astype(np.float32)
     if not np.all(np.isfinite(s)) or np.any(s <= 0):
-      raise ValueError("sigma(x) overflowed or underflowed float32; clip it with sigma_max "
-                       "/ sigma_min or lower the rate")
+      raise ValueError(
+        "sigma(x) overflowed or underflowed float32; clip it with sigma_max "
+        "/ sigma_min or lower the rate"
+      )
     return s
 
   def evaluate(self, x: ArrayLike) -> SigmaValues:
@@ -246,15 +260,24 @@ class KnnSigma:
     return jnp.asarray(self.evaluate(x).sigma)
 
   def __repr__(self) -> str:
-    return (f"KnnSigma(sigma_b={self.sigma_b}, rate={self.rate}, k={self.k}, m={self.m}, "
-            f"num_train={self.num_train}, sigma_min={self.sigma_min}, "
-            f"sigma_max={self.sigma_max})")
+    return (
+      f"KnnSigma(sigma_b={self.sigma_b}, rate={self.rate}, k={self.k}, m={self.m}, "
+      f"num_train={self.num_train}, sigma_min={self.sigma_min}, "
+      f"sigma_max={self.sigma_max})"
+    )
 
 
-def make_design(train_x: ArrayLike | None = None, *, sigma: float, rate: float = 0.0,
-                k: int = 20, m: float | None = None, dataset: str | None = None,
-                sigma_min: float | None = None,
-                sigma_max: float | None = None) -> ConstantSigma | KnnSigma:
+def make_design(
+  train_x: ArrayLike | None = None,
+  *,
+  sigma: float,
+  rate: float = 0.0,
+  k: int = 20,
+  m: float | None = None,
+  dataset: str | None = None,
+  sigma_min: float | None = None,
+  sigma_max: float | None = None,
+) -> ConstantSigma | KnnSigma:
   """A design from command-line style options (``--sigma --idrs-rate --idrs-k --idrs-m``).
 
   Args:
@@ -280,6 +303,7 @@ def make_design(train_x: ArrayLike | None = None, *, sigma: float, rate: float =
         m = value
         break
     else:
-      raise ValueError(f"m is required (no default for dataset {dataset!r}; the paper uses "
-                       f"{DEFAULT_M})")
+      raise ValueError(
+        f"m is required (no default for dataset {dataset!r}; the paper uses {DEFAULT_M})"
+      )
   return KnnSigma(train_x, sigma, rate, k, m, sigma_min=sigma_min, sigma_max=sigma_max)

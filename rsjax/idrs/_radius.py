@@ -24,12 +24,12 @@ from rsjax.idrs._xi import MIN_P_B, IDRSNumericalError, check_dim, xi_side
 from rsjax.util import check_int
 
 __all__ = [
-    "THRESHOLD_PRESETS",
-    "certified_radius",
-    "is_certified",
-    "renyi_radius",
-    "sigma_ratio_threshold",
-    "threshold_ratios",
+  "THRESHOLD_PRESETS",
+  "certified_radius",
+  "is_certified",
+  "renyi_radius",
+  "sigma_ratio_threshold",
+  "threshold_ratios",
 ]
 
 #: ``sigma_t(p_A) = c + 0.001 log10(p_B)``, ``sigma_T = 1 / sigma_t`` (paper, App. D).
@@ -61,8 +61,9 @@ def threshold_ratios(thresholds: ArrayLike | None, p_b: ArrayLike) -> tuple[np.n
     lo, hi = np.ones_like(p_b), np.ones_like(p_b)
   elif isinstance(thresholds, str):
     if thresholds not in THRESHOLD_PRESETS:
-      raise ValueError(f"thresholds: unknown preset {thresholds!r}, expected one of "
-                       f"{sorted(THRESHOLD_PRESETS)}")
+      raise ValueError(
+        f"thresholds: unknown preset {thresholds!r}, expected one of {sorted(THRESHOLD_PRESETS)}"
+      )
     lo = THRESHOLD_PRESETS[thresholds] + 0.001 * np.log10(p_b)
     hi = 1.0 / lo
   elif callable(thresholds):
@@ -71,11 +72,12 @@ def threshold_ratios(thresholds: ArrayLike | None, p_b: ArrayLike) -> tuple[np.n
     try:
       lo, hi = (float(v) for v in thresholds)
     except (TypeError, ValueError):
-      raise ValueError("thresholds must be None, a preset name, a pair (sigma_t, sigma_T) or "
-                       f"a callable, got {thresholds!r}") from None
+      raise ValueError(
+        "thresholds must be None, a preset name, a pair (sigma_t, sigma_T) or "
+        f"a callable, got {thresholds!r}"
+      ) from None
   lo, hi, _ = np.broadcast_arrays(np.asarray(lo, np.float64), np.asarray(hi, np.float64), p_b)
-  if not (np.all(lo > 0.0) and np.all(lo <= 1.0) and np.all(hi >= 1.0)
-          and np.all(np.isfinite(hi))):
+  if not (np.all(lo > 0.0) and np.all(lo <= 1.0) and np.all(hi >= 1.0) and np.all(np.isfinite(hi))):
     raise ValueError("thresholds must satisfy 0 < sigma_t <= 1 <= sigma_T < inf")
   return lo, hi
 
@@ -85,8 +87,9 @@ def _prepare(p_lower, sigma, rate, slack, dim):
   rate = float(rate)
   if not math.isfinite(rate) or rate < 0.0:
     raise ValueError(f"rate must be finite and >= 0, got {rate!r}")
-  p, s0, sl = np.broadcast_arrays(np.asarray(p_lower, np.float64),
-                                  np.asarray(sigma, np.float64), np.asarray(slack, np.float64))
+  p, s0, sl = np.broadcast_arrays(
+    np.asarray(p_lower, np.float64), np.asarray(sigma, np.float64), np.asarray(slack, np.float64)
+  )
   if np.any(~np.isfinite(p)) or np.any(p < 0.0) or np.any(p >= 1.0):
     raise ValueError("p_lower must lie in [0, 1)")
   if np.any(~np.isfinite(s0)) or np.any(s0 <= 0.0):
@@ -128,9 +131,16 @@ def _passes(radius, s0, p_b, rate, slack, t_lo, t_hi, dim) -> np.ndarray:
   return out
 
 
-def is_certified(radius: ArrayLike, p_lower: ArrayLike, *, sigma: ArrayLike, rate: float,
-                 dim: int, slack: ArrayLike = 0.0,
-                 thresholds: ArrayLike | None = None) -> np.ndarray:
+def is_certified(
+  radius: ArrayLike,
+  p_lower: ArrayLike,
+  *,
+  sigma: ArrayLike,
+  rate: float,
+  dim: int,
+  slack: ArrayLike = 0.0,
+  thresholds: ArrayLike | None = None,
+) -> np.ndarray:
   """Whether the two checks of Theorem 3.2 pass at ``radius`` (both sides).
 
   Args:
@@ -159,9 +169,17 @@ def is_certified(radius: ArrayLike, p_lower: ArrayLike, *, sigma: ArrayLike, rat
   return out
 
 
-def certified_radius(p_lower: ArrayLike, *, sigma: ArrayLike, rate: float, dim: int,
-                     slack: ArrayLike = 0.0, thresholds: ArrayLike | None = None,
-                     rtol: float = 1e-4, atol: float = 1e-7) -> np.ndarray:
+def certified_radius(
+  p_lower: ArrayLike,
+  *,
+  sigma: ArrayLike,
+  rate: float,
+  dim: int,
+  slack: ArrayLike = 0.0,
+  thresholds: ArrayLike | None = None,
+  rtol: float = 1e-4,
+  atol: float = 1e-7,
+) -> np.ndarray:
   """The IDRS certified radius of Theorem 3.2 (both sides checked).
 
   ``CR = sup{R : xi_>(R, sigma11(R)) < 1/2 and xi_<(R, sigma12(R)) < 1/2}`` with
@@ -208,6 +226,7 @@ def certified_radius(p_lower: ArrayLike, *, sigma: ArrayLike, rate: float, dim: 
   act = np.flatnonzero(cohen > 0.0)
   if act.size == 0:
     return out.reshape(shape)
+
   def args(idx):
     return (s0[idx], p_b[idx], rate, sl[idx], t_lo[idx], t_hi[idx], dim)
 
@@ -233,8 +252,9 @@ def certified_radius(p_lower: ArrayLike, *, sigma: ArrayLike, rate: float, dim: 
   return out.reshape(shape)
 
 
-def sigma_ratio_threshold(p_a: ArrayLike, dim: int, *, method: str = "theorem",
-                          side: str = "lower") -> np.ndarray | float:
+def sigma_ratio_threshold(
+  p_a: ArrayLike, dim: int, *, method: str = "theorem", side: str = "lower"
+) -> np.ndarray | float:
   """The most extreme usable ``sigma1 / sigma0`` (curse of dimensionality, Thm 2.4).
 
   Beyond it no ``x1`` (at any distance) is certified from ``x0``.
@@ -271,6 +291,7 @@ def sigma_ratio_threshold(p_a: ArrayLike, dim: int, *, method: str = "theorem",
   elif method == "theorem":
     if side == "upper" and n < 2:
       raise ValueError("side='upper' of Thm 2.4 needs dim >= 2")
+
     def g(z, c):
       return math.log(z) + 1.0 - z - c
 
@@ -307,8 +328,15 @@ def _renyi_objective(alpha, log_pa, log_pb, pa, pb, s0, s1, n):
   return np.where(np.isfinite(val) & (var_a > 0), val, -np.inf)
 
 
-def renyi_radius(p_a: float, *, sigma0: float, sigma1: float, dim: int, p_b: float | None = None,
-                 num_alpha: int = 4000) -> float:
+def renyi_radius(
+  p_a: float,
+  *,
+  sigma0: float,
+  sigma1: float,
+  dim: int,
+  p_b: float | None = None,
+  num_alpha: int = 4000,
+) -> float:
   """Certified radius of the Rényi-divergence bound generalized to two sigmas (Thm B.5).
 
   ``R^2 = sup_{alpha in S} (2 sigma_a^2 / alpha) [-log(1 - p_A - p_B + 2 M_{1-alpha}(p_A, p_B))
@@ -348,10 +376,12 @@ def renyi_radius(p_a: float, *, sigma0: float, sigma1: float, dim: int, p_b: flo
   best = vals[i]
   lo_a, hi_a = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
   if hi_a > lo_a:
-    res = _opt.minimize_scalar(lambda a: -float(_renyi_objective(np.asarray(a), *args)),
-                               bounds=(lo_a, hi_a), method="bounded",
-                               options={"xatol": 1e-10 * hi_a})
+    res = _opt.minimize_scalar(
+      lambda a: -float(_renyi_objective(np.asarray(a), *args)),
+      bounds=(lo_a, hi_a),
+      method="bounded",
+      options={"xatol": 1e-10 * hi_a},
+    )
     if res.success and -res.fun > best and abs(res.x - 1.0) > 1e-6:
       best = -res.fun
   return math.sqrt(best) if best > 0 else 0.0
-

@@ -19,8 +19,9 @@ from scipy import stats as _st
 __all__ = ["ball_probability"]
 
 
-def ball_probability(x: float, dim: int, nc: float, *, upper: bool = False,
-                     epsrel: float = 1e-10) -> float:
+def ball_probability(
+  x: float, dim: int, nc: float, *, upper: bool = False, epsrel: float = 1e-10
+) -> float:
   """``P(||Z - mu||^2 <= x)`` (``upper=False``) or ``> x`` (``upper=True``) by quadrature.
 
   Args:
@@ -59,6 +60,13 @@ def ball_probability(x: float, dim: int, nc: float, *, upper: bool = False,
   pts = sorted({p for p in cand if lo < p < b})
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    val, _ = _int.quad(lambda v: _st.chi2.pdf(v, df) * slice_prob(v), lo, b,
-                       points=pts or None, epsabs=0.0, epsrel=epsrel, limit=1000)
+    val, _ = _int.quad(
+      lambda v: _st.chi2.pdf(v, df) * slice_prob(v),
+      lo,
+      b,
+      points=pts or None,
+      epsabs=0.0,
+      epsrel=epsrel,
+      limit=1000,
+    )
   return float(val + tail)

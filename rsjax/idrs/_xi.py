@@ -40,14 +40,14 @@ from scipy import stats as _st
 from rsjax.util import check_int
 
 __all__ = [
-    "IDRSNumericalError",
-    "MAX_DIM",
-    "MAX_NONCENTRALITY",
-    "MIN_P_B",
-    "xi",
-    "xi_greater",
-    "xi_less",
-    "worst_case_ball",
+  "IDRSNumericalError",
+  "MAX_DIM",
+  "MAX_NONCENTRALITY",
+  "MIN_P_B",
+  "xi",
+  "xi_greater",
+  "xi_less",
+  "worst_case_ball",
 ]
 
 #: Largest dimension accepted: the evaluations were checked against direct
@@ -71,8 +71,9 @@ def check_dim(dim: int) -> int:
   dim = check_int("dim", dim)
   if dim > MAX_DIM:
     raise IDRSNumericalError(
-        f"dim={dim} exceeds MAX_DIM={MAX_DIM}, the largest dimension at which the noncentral "
-        "chi-square evaluations were validated")
+      f"dim={dim} exceeds MAX_DIM={MAX_DIM}, the largest dimension at which the noncentral "
+      "chi-square evaluations were validated"
+    )
   return dim
 
 
@@ -83,8 +84,9 @@ def _check_p_a(p_a) -> tuple[np.ndarray, np.ndarray]:
   p_b = 1.0 - p_a
   if np.any(p_b < MIN_P_B):
     raise IDRSNumericalError(
-        f"p_a too close to 1: p_B = 1 - p_a below MIN_P_B={MIN_P_B} is outside the validated "
-        "range of the chi-square quantiles (lowering p_a to 1 - MIN_P_B is sound)")
+      f"p_a too close to 1: p_B = 1 - p_a below MIN_P_B={MIN_P_B} is outside the validated "
+      "range of the chi-square quantiles (lowering p_a to 1 - MIN_P_B is sound)"
+    )
   return p_a, p_b
 
 
@@ -125,8 +127,9 @@ def _ncx2(fn: str, x, dim: int, lam) -> np.ndarray:
   return out
 
 
-def xi_side(u: ArrayLike, one_minus: ArrayLike, rho2: ArrayLike, p_b: ArrayLike, dim: int,
-            greater: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def xi_side(
+  u: ArrayLike, one_minus: ArrayLike, rho2: ArrayLike, p_b: ArrayLike, dim: int, greater: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """One side on normalized arguments.
 
   Args:
@@ -143,7 +146,8 @@ def xi_side(u: ArrayLike, one_minus: ArrayLike, rho2: ArrayLike, p_b: ArrayLike,
     worst-case ball in units of sigma0.
   """
   u, one_minus, rho2, p_b = np.broadcast_arrays(
-      *(np.asarray(v, np.float64) for v in (u, one_minus, rho2, p_b)))
+    *(np.asarray(v, np.float64) for v in (u, one_minus, rho2, p_b))
+  )
   with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
     lam0 = (u / one_minus) ** 2
   lam1 = rho2 * lam0
@@ -151,10 +155,11 @@ def xi_side(u: ArrayLike, one_minus: ArrayLike, rho2: ArrayLike, p_b: ArrayLike,
   if np.any(big):
     worst = float(np.nanmax(np.where(np.isnan(lam0), np.inf, np.maximum(lam0, lam1))))
     raise IDRSNumericalError(
-        f"noncentrality {worst:.3g} exceeds MAX_NONCENTRALITY={MAX_NONCENTRALITY:g}: sigma1 is "
-        "too close to sigma0 for this distance (the noncentral chi-square is not reliable "
-        "there). Use a more extreme sigma1 (sound by Thm 3.1), e.g. certified_radius's "
-        "thresholds, or rate=0 for Cohen's radius")
+      f"noncentrality {worst:.3g} exceeds MAX_NONCENTRALITY={MAX_NONCENTRALITY:g}: sigma1 is "
+      "too close to sigma0 for this distance (the noncentral chi-square is not reliable "
+      "there). Use a more extreme sigma1 (sound by Thm 3.1), e.g. certified_radius's "
+      "thresholds, or rate=0 for Cohen's radius"
+    )
   if greater:
     q = _ncx2("ppf", p_b, dim, lam0)
     back = _ncx2("cdf", q, dim, lam0)
@@ -163,14 +168,20 @@ def xi_side(u: ArrayLike, one_minus: ArrayLike, rho2: ArrayLike, p_b: ArrayLike,
     q = _ncx2("isf", p_b, dim, lam0)
     back = _ncx2("sf", q, dim, lam0)
     val = _ncx2("sf", q / rho2, dim, lam1)
-  ok = (np.isfinite(q) & np.isfinite(val) & (val >= 0.0) & (val <= 1.0)
-        & (np.abs(back - p_b) <= _ROUNDTRIP_RTOL * p_b))
+  ok = (
+    np.isfinite(q)
+    & np.isfinite(val)
+    & (val >= 0.0)
+    & (val <= 1.0)
+    & (np.abs(back - p_b) <= _ROUNDTRIP_RTOL * p_b)
+  )
   if not np.all(ok):
     i = np.flatnonzero(~ok.ravel())[0]
     raise IDRSNumericalError(
-        f"noncentral chi-square evaluation failed (dim={dim}, noncentrality "
-        f"{lam0.ravel()[i]:.6g}, p_B={p_b.ravel()[i]:.3g}: quantile {q.ravel()[i]!r}, "
-        f"round trip {back.ravel()[i]!r}, xi {val.ravel()[i]!r})")
+      f"noncentral chi-square evaluation failed (dim={dim}, noncentrality "
+      f"{lam0.ravel()[i]:.6g}, p_B={p_b.ravel()[i]:.3g}: quantile {q.ravel()[i]!r}, "
+      f"round trip {back.ravel()[i]!r}, xi {val.ravel()[i]!r})"
+    )
   return val, q, lam0, lam1
 
 
@@ -179,8 +190,9 @@ def _finish(v):
   return v[()] if v.ndim == 0 else v
 
 
-def xi_greater(a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike,
-               dim: int) -> np.ndarray | float:
+def xi_greater(
+  a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike, dim: int
+) -> np.ndarray | float:
   """``xi_>``: worst-case class-B probability at the adversary, ``sigma1 < sigma0``.
 
   Args:
@@ -204,8 +216,9 @@ def xi_greater(a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: Array
   return _finish(xi_side(a / s0, (1.0 - rho) * (1.0 + rho), rho * rho, p_b, dim, True)[0])
 
 
-def xi_less(a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike,
-            dim: int) -> np.ndarray | float:
+def xi_less(
+  a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike, dim: int
+) -> np.ndarray | float:
   """``xi_<``: worst-case class-B probability at the adversary, ``sigma1 > sigma0``.
 
   Args:
@@ -229,8 +242,9 @@ def xi_less(a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLik
   return _finish(xi_side(a / s0, (rho - 1.0) * (rho + 1.0), rho * rho, p_b, dim, False)[0])
 
 
-def xi(a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike,
-       dim: int) -> np.ndarray | float:
+def xi(
+  a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike, dim: int
+) -> np.ndarray | float:
   """``xi_>``, ``xi_<`` or Cohen's half-space value, by the sign of ``sigma1 - sigma0``.
 
   For ``sigma1 == sigma0`` the worst case is Cohen's half-space and
@@ -246,13 +260,15 @@ def xi(a: ArrayLike, *, sigma0: ArrayLike, sigma1: ArrayLike, p_a: ArrayLike,
   for greater, mask in ((True, s1 < s0), (False, s1 > s0)):
     if np.any(mask):
       r = rho[mask]
-      out[mask] = xi_side(a[mask] / s0[mask], np.abs((1.0 - r) * (1.0 + r)), r * r, p_b[mask],
-                        dim, greater)[0]
+      out[mask] = xi_side(
+        a[mask] / s0[mask], np.abs((1.0 - r) * (1.0 + r)), r * r, p_b[mask], dim, greater
+      )[0]
   return _finish(out)
 
 
-def worst_case_ball(a: float, *, sigma0: float, sigma1: float, p_a: float,
-                    dim: int) -> tuple[float, float, bool]:
+def worst_case_ball(
+  a: float, *, sigma0: float, sigma1: float, p_a: float, dim: int
+) -> tuple[float, float, bool]:
   """The Neyman-Pearson worst-case ball of Theorem 2.2 (for checks and plots).
 
   Coordinates are along the segment from ``x0`` (0) to ``x1`` (``a``).

@@ -10,13 +10,20 @@ __all__ = ["METHOD"]
 
 def _build(ctx: Context, **options) -> Plan:
   from rsjax.idrs._plan import build
+
   return build(ctx, **options)
 
 
 METHOD = Method(
-    "idrs", "input-dependent sigma(x) with the sound IDRS certificate", _build, (
-        Option("idrs_rate", 0.01, "IDRS semi-elasticity r", float),
-        Option("idrs_k", 20, "IDRS nearest neighbours k", int, positive=True),
-        Option("idrs_m", None, "IDRS offset m (default by dataset: 1.5 for MNIST, 5 for "
-               "CIFAR-10)", float),
-    ), check=check_idrs)
+  "idrs",
+  "input-dependent sigma(x) with the sound IDRS certificate",
+  _build,
+  (
+    Option("idrs_rate", 0.01, "IDRS semi-elasticity r", float),
+    Option("idrs_k", 20, "IDRS nearest neighbours k", int, positive=True),
+    Option(
+      "idrs_m", None, "IDRS offset m (default by dataset: 1.5 for MNIST, 5 for CIFAR-10)", float
+    ),
+  ),
+  check=check_idrs,
+)

@@ -12,7 +12,8 @@ PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time")
 COLUMNS = {"certify": CERTIFY_COLUMNS, "predict": PREDICT_COLUMNS}
 
 _TIMEDELTA = re.compile(
-    r"^(?:(?P<days>-?\d+) days?, )?(?P<h>\d+):(?P<m>\d{1,2}):(?P<s>\d{1,2}(?:\.\d*)?)$")
+  r"^(?:(?P<days>-?\d+) days?, )?(?P<h>\d+):(?P<m>\d{1,2}):(?P<s>\d{1,2}(?:\.\d*)?)$"
+)
 
 
 def parse_time(text: str) -> float:
@@ -38,7 +39,6 @@ def parse_time(text: str) -> float:
     raise ValueError(f"time must be float seconds or H:MM:SS[.ffffff], got {text!r}") from None
 
 
-
 def check_kind(kind: str) -> tuple[str, ...]:
   """The standard columns of a ``"certify"`` or ``"predict"`` file."""
   if kind not in COLUMNS:
@@ -57,11 +57,12 @@ def check_header(names: Sequence[str], kind: str, path: str | os.PathLike) -> li
   repeated = sorted({n for n in names if list(names).count(n) > 1})
   if repeated:
     raise ValueError(f"{os.fspath(path)!r}: header repeats the column(s) {repeated}")
-  if tuple(names[:len(cols)]) != cols:
+  if tuple(names[: len(cols)]) != cols:
     raise ValueError(
-        f"{os.fspath(path)!r} is not a {kind} file: header {chr(9).join(names)!r}, "
-        f"expected {chr(9).join(cols)!r}")
-  return list(names[len(cols):])
+      f"{os.fspath(path)!r} is not a {kind} file: header {chr(9).join(names)!r}, "
+      f"expected {chr(9).join(cols)!r}"
+    )
+  return list(names[len(cols) :])
 
 
 def _int_field(text: str, lo: int) -> int:
@@ -80,17 +81,18 @@ def _radius_field(text: str) -> float:
 
 # Check of each standard column: (parse, what a valid value is).
 _FIELDS = {
-    "idx": (lambda t: _int_field(t, 0), "an integer >= 0"),
-    "label": (lambda t: _int_field(t, 0), "an integer >= 0"),
-    "predict": (lambda t: _int_field(t, -1), "an integer >= -1"),
-    "radius": (_radius_field, "a finite number >= 0"),
-    "correct": (lambda t: {"0": 0, "1": 1}[t], "0 or 1"),
-    "time": (parse_time, "seconds or H:MM:SS"),
+  "idx": (lambda t: _int_field(t, 0), "an integer >= 0"),
+  "label": (lambda t: _int_field(t, 0), "an integer >= 0"),
+  "predict": (lambda t: _int_field(t, -1), "an integer >= -1"),
+  "radius": (_radius_field, "a finite number >= 0"),
+  "correct": (lambda t: {"0": 0, "1": 1}[t], "0 or 1"),
+  "time": (parse_time, "seconds or H:MM:SS"),
 }
 
 
-def parse_rows(path: str | os.PathLike, lines: Sequence[str],
-               header: Sequence[str]) -> dict[str, list]:
+def parse_rows(
+  path: str | os.PathLike, lines: Sequence[str], header: Sequence[str]
+) -> dict[str, list]:
   """Parses and checks complete rows (file lines 2, 3, ...) into columns.
 
   Raises:

@@ -79,12 +79,12 @@ def _read(path, kind: str | None):
     return np.asarray(get[name], dtype=np.int64)
 
   common = dict(
-      idx=ints("idx"),
-      label=ints("label"),
-      predict=ints("predict"),
-      correct=ints("correct").astype(bool),
-      time=np.asarray(get["time"], dtype=np.float64),
-      extra={name: _parse_extra(list(get[name])) for name in extra_names},
+    idx=ints("idx"),
+    label=ints("label"),
+    predict=ints("predict"),
+    correct=ints("correct").astype(bool),
+    time=np.asarray(get["time"], dtype=np.float64),
+    extra={name: _parse_extra(list(get[name])) for name in extra_names},
   )
   if kind == "certify":
     radius = np.asarray(get["radius"], dtype=np.float64)

@@ -57,8 +57,9 @@ def check_run(path: str | os.PathLike, run: Any) -> None:
   p = os.fspath(path)
   if saved is None:
     raise RunMismatchError(
-        f"{p!r} has rows but no run record ({os.path.basename(run_record_path(p))}), so it cannot "
-        "be told apart from another run; start over (--overwrite) or write to another file")
+      f"{p!r} has rows but no run record ({os.path.basename(run_record_path(p))}), so it cannot "
+      "be told apart from another run; start over (--overwrite) or write to another file"
+    )
   if isinstance(run, RunSpec):
     try:
       saved = RunSpec.from_json(saved, out=p).identity()
@@ -70,16 +71,19 @@ def check_run(path: str | os.PathLike, run: Any) -> None:
     name = str
   run = json.loads(json.dumps(dict(run)))  # as it would be read back
   saved_flat, run_flat = _flatten(saved), _flatten(run)
-  diff = [k for k in sorted(set(saved_flat) | set(run_flat))
-          if saved_flat.get(k) != run_flat.get(k)]
+  diff = [
+    k for k in sorted(set(saved_flat) | set(run_flat)) if saved_flat.get(k) != run_flat.get(k)
+  ]
   # Entries of nested records (the certificate header) follow from the top-level
   # settings: name them only when no top-level setting differs.
   top = [k for k in diff if "." not in k]
   if diff:
-    what = "; ".join(f"{name(k)} {saved_flat.get(k)!r} in the file, {run_flat.get(k)!r} now"
-                     for k in (top or diff))
+    what = "; ".join(
+      f"{name(k)} {saved_flat.get(k)!r} in the file, {run_flat.get(k)!r} now" for k in (top or diff)
+    )
     raise RunMismatchError(
-        f"{p!r} holds another run ({what}); start over (--overwrite) or write to another file")
+      f"{p!r} holds another run ({what}); start over (--overwrite) or write to another file"
+    )
 
 
 def _spec_name(key: str) -> str:
@@ -89,7 +93,7 @@ def _spec_name(key: str) -> str:
     return "method"
   for prefix in ("sampling.", "method.options.", "method.", "data.", "key."):
     if key.startswith(prefix):
-      return key[len(prefix):]
+      return key[len(prefix) :]
   return key.removesuffix(".value")
 
 

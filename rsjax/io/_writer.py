@@ -15,8 +15,9 @@ from rsjax.io._lock import lock
 from rsjax.io._run_record import check_run, write_run_record
 
 
-def resume(path: str | os.PathLike, *, kind: str = "certify",
-           extra_columns: Sequence[str] = ()) -> set[int]:
+def resume(
+  path: str | os.PathLike, *, kind: str = "certify", extra_columns: Sequence[str] = ()
+) -> set[int]:
   """Prepares a result file for appending and returns the indices already done.
 
   A missing or empty file is created with its header. In an existing file, a
@@ -56,7 +57,9 @@ def resume(path: str | os.PathLike, *, kind: str = "certify",
   names = split_header(first)
   got_extra = check_header(names, kind, path)
   if tuple(got_extra) != tuple(extra_columns):
-    raise ValueError(f"{os.fspath(path)!r} has extra columns {got_extra}, expected {list(extra_columns)}")
+    raise ValueError(
+      f"{os.fspath(path)!r} has extra columns {got_extra}, expected {list(extra_columns)}"
+    )
   body = data[:end].decode("utf-8", errors="replace").split("\n")[1:-1]
   done = set(parse_rows(path, body, names)["idx"])  # checked before the repair
   if end < len(data):
@@ -95,8 +98,15 @@ class ResultsWriter:
     done: the set of ``idx`` already in the file (updated by each write).
   """
 
-  def __init__(self, path: str | os.PathLike, *, kind: str = "certify", resume: bool = True,
-               extra_columns: Sequence[str] = (), run: Mapping | None = None) -> None:
+  def __init__(
+    self,
+    path: str | os.PathLike,
+    *,
+    kind: str = "certify",
+    resume: bool = True,
+    extra_columns: Sequence[str] = (),
+    run: Mapping | None = None,
+  ) -> None:
     """Opens a result file for appending, holding its lock until :meth:`close`.
 
     Args:
@@ -137,8 +147,16 @@ class ResultsWriter:
       os.close(self._lock_fd)
       raise
 
-  def write(self, *, idx: int, label: int, predict: int, radius: float | None = None,
-            time: float = 0.0, **extra: Any) -> None:
+  def write(
+    self,
+    *,
+    idx: int,
+    label: int,
+    predict: int,
+    radius: float | None = None,
+    time: float = 0.0,
+    **extra: Any,
+  ) -> None:
     """Appends one row and makes it durable (flush + fsync).
 
     Args:
@@ -181,9 +199,16 @@ class ResultsWriter:
       raise OSError(e.errno, e.strerror, self.path) from e
     self.done.add(idx)
 
-  def write_many(self, *, idx: Iterable, label: Iterable, predict: Iterable,
-                 radius: Iterable | None = None, time: float | Iterable = 0.0,
-                 **extra: Any) -> None:
+  def write_many(
+    self,
+    *,
+    idx: Iterable,
+    label: Iterable,
+    predict: Iterable,
+    radius: Iterable | None = None,
+    time: float | Iterable = 0.0,
+    **extra: Any,
+  ) -> None:
     """Appends several rows, each made durable before the next is written.
 
     Args:
@@ -208,9 +233,14 @@ class ResultsWriter:
     radius = None if radius is None else col(radius, "radius")
     extra = {k: col(v, k) for k, v in extra.items()}
     for j in range(b):
-      self.write(idx=idx[j], label=label[j], predict=predict[j],
-                 radius=None if radius is None else radius[j], time=float(time[j]),
-                 **{k: v[j] for k, v in extra.items()})
+      self.write(
+        idx=idx[j],
+        label=label[j],
+        predict=predict[j],
+        radius=None if radius is None else radius[j],
+        time=float(time[j]),
+        **{k: v[j] for k, v in extra.items()},
+      )
 
   def close(self) -> None:
     """Closes the file and releases its lock."""

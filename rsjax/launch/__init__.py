@@ -20,5 +20,16 @@ from rsjax.launch.run import plan as plan
 from rsjax.launch.run import run_from_flags as run_from_flags
 from rsjax.launch.run import settings as settings
 
-__all__ = ["CliError", "Loaded", "flags", "key", "load", "open_dataset", "open_model_dir",
-           "open_torch_checkpoint", "plan", "run_from_flags", "settings"]
+__all__ = [
+  "CliError",
+  "Loaded",
+  "flags",
+  "key",
+  "load",
+  "open_dataset",
+  "open_model_dir",
+  "open_torch_checkpoint",
+  "plan",
+  "run_from_flags",
+  "settings",
+]

@@ -11,13 +11,19 @@ from typing import Any
 
 from rsjax.launch.errors import CliError
 
-__all__ = ["open_dataset", "open_model_dir", "open_torch_checkpoint", "open_denoised",
-           "warn_if_unfinished"]
+__all__ = [
+  "open_dataset",
+  "open_model_dir",
+  "open_torch_checkpoint",
+  "open_denoised",
+  "warn_if_unfinished",
+]
 
 
 def open_dataset(name: str, split: str, data_dir: str | None) -> Any:
   """The split of a dataset (``rsjax.data.load``)."""
   from rsjax import data
+
   try:
     return data.load(name, split, data_dir=data_dir)
   except data.DatasetNotFoundError as e:
@@ -30,9 +36,12 @@ def open_model_dir(model_dir: str) -> tuple[Any, dict]:
   """``(model, config)`` of a directory of 'rsjax train' or 'rsjax convert'
   (``rsjax.models.load_model``)."""
   from rsjax import models
+
   if not os.path.isdir(model_dir):
-    raise CliError(f"model directory {model_dir!r} does not exist; train one with "
-                   "'rsjax train --dataset mnist5k --model lenet --sigma 0.25 --out DIR'")
+    raise CliError(
+      f"model directory {model_dir!r} does not exist; train one with "
+      "'rsjax train --dataset mnist5k --model lenet --sigma 0.25 --out DIR'"
+    )
   try:
     return models.load_model(model_dir)
   except (FileNotFoundError, ValueError) as e:
@@ -43,34 +52,45 @@ def open_model_dir(model_dir: str) -> tuple[Any, dict]:
   named = config.get("model")
   held = _architecture_held(model_dir, config)
   holds = f"holds a {held!r} model" if held else "holds another architecture"
-  raise CliError(f"the checkpoint in {model_dir!r} {holds}, but its config.json says {named!r} "
-                 f"(num_classes {config.get('num_classes')}, input_shape "
-                 f"{config.get('input_shape')}); retrain or fix config.json")
+  raise CliError(
+    f"the checkpoint in {model_dir!r} {holds}, but its config.json says {named!r} "
+    f"(num_classes {config.get('num_classes')}, input_shape "
+    f"{config.get('input_shape')}); retrain or fix config.json"
+  )
 
 
 def warn_if_unfinished(model_dir: str, config: dict) -> None:
   """Warns when the model's training stopped before its last epoch."""
   from rsjax import models
   from rsjax.checkpoint import Checkpoints
+
   epochs = (config.get("train") or {}).get("epochs")
   if not isinstance(epochs, int):
     return  # not trained by 'rsjax train' (converted)
   with Checkpoints(os.path.join(model_dir, models.CHECKPOINT_DIR), max_to_keep=None) as ckpt:
     done = ckpt.latest_step()
   if done is not None and done < epochs:
-    warnings.warn(f"the model in {model_dir} finished {done} of its {epochs} training epochs "
-                  "(run the same 'rsjax train' command again to finish it)", stacklevel=2)
+    warnings.warn(
+      f"the model in {model_dir} finished {done} of its {epochs} training epochs "
+      "(run the same 'rsjax train' command again to finish it)",
+      stacklevel=2,
+    )
 
 
 def _architecture_held(model_dir: str, config: dict) -> str | None:
   """The zoo architecture whose weights the checkpoint holds, if any."""
   from rsjax import models
+
   for name in models.MODELS:
     if name == config.get("model"):
       continue
     try:
-      model = models.create_model(name, num_classes=int(config["num_classes"]),
-                                  input_shape=tuple(config["input_shape"]), rngs=0)
+      model = models.create_model(
+        name,
+        num_classes=int(config["num_classes"]),
+        input_shape=tuple(config["input_shape"]),
+        rngs=0,
+      )
       models.restore_model(model_dir, model)
     except Exception:  # noqa: BLE001 -- not this one
       continue
@@ -78,29 +98,41 @@ def _architecture_held(model_dir: str, config: dict) -> str | None:
   return None
 
 
-def open_torch_checkpoint(path: str, arch: str | None, normalize: str | None,
-                          input_shape: tuple[int, ...] | None = None) -> tuple[Any, dict]:
+def open_torch_checkpoint(
+  path: str, arch: str | None, normalize: str | None, input_shape: tuple[int, ...] | None = None
+) -> tuple[Any, dict]:
   """The model of a PyTorch checkpoint; prints the normalization it uses."""
   from rsjax import models
+
   try:
     norm = "auto" if normalize is None else models.parse_normalize(normalize)
     model, config = models.load_torch(path, arch, normalize=norm, input_shape=input_shape)
   except models.UnknownNormalizationError as e:
-    raise CliError(str(models.UnknownNormalizationError(
-        e.arch, how="pass --normalize none, a dataset name (mnist, cifar10, imagenet2012, ...) "
-        "or MEAN/STD (e.g. 0.1307/0.3081)"))) from None
+    raise CliError(
+      str(
+        models.UnknownNormalizationError(
+          e.arch,
+          how="pass --normalize none, a dataset name (mnist, cifar10, imagenet2012, ...) "
+          "or MEAN/STD (e.g. 0.1307/0.3081)",
+        )
+      )
+    ) from None
   except (FileNotFoundError, ImportError, ValueError) as e:
     raise CliError(str(e)) from None
-  print(f"{os.path.basename(path)}: {config['torch_arch']}, input normalization "
-        f"{config['normalization']}")
+  print(
+    f"{os.path.basename(path)}: {config['torch_arch']}, input normalization "
+    f"{config['normalization']}"
+  )
   return model, config
 
 
-def open_denoised(path: str, apply_fn: Callable, params: Any, *,
-                  sigma: float) -> tuple[Callable, Any]:
+def open_denoised(
+  path: str, apply_fn: Callable, params: Any, *, sigma: float
+) -> tuple[Callable, Any]:
   """Denoised smoothing: ``(apply_fn, params)`` of classifier(denoiser(x + delta)), the
   denoiser read from ``path`` ('rsjax train-denoiser' or a diffusers UNet2DModel)."""
   from rsjax.denoise import compose, workdir
+
   try:
     d_fn, d_params, _ = workdir.denoiser_fn(path, sigma=sigma)
   except (FileNotFoundError, ValueError) as e:

@@ -52,23 +52,30 @@ class Loaded:
 def settings(run: RunSpec, batch_size: int = 1000) -> Sampling:
   """The ``rsjax.Sampling`` of a run (``batch_size`` changes speed, never counts)."""
   from rsjax import Sampling
+
   s = dict(run.sampling)
-  return Sampling(n0=int(s["n0"]), n=int(s["n"]), alpha=float(s["alpha"]), noise=s["noise"],
-                  precision=s.get("precision"), compute_dtype=s.get("compute_dtype"),
-                  batch_size=batch_size)
+  return Sampling(
+    n0=int(s["n0"]),
+    n=int(s["n"]),
+    alpha=float(s["alpha"]),
+    noise=s["noise"],
+    precision=s.get("precision"),
+    compute_dtype=s.get("compute_dtype"),
+    batch_size=batch_size,
+  )
 
 
 def key(run: RunSpec) -> jax.Array:
   """The run's ``jax.random.key``: its seed folded with ``key_fold_in``."""
   import jax
+
   k = jax.random.key(run.seed)
   for v in run.key_fold_in:
     k = jax.random.fold_in(k, v)
   return k
 
 
-def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir, dataset,
-                split):
+def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir, dataset, split):
   """``(model, config, dataset_name, dataset)`` of a model directory or PyTorch checkpoint."""
   if torch_checkpoint is not None:
     if model_dir is not None:
@@ -76,14 +83,18 @@ def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir,
     if dataset is None:
       raise CliError("--dataset is required with --torch-checkpoint")
     ds = loading.open_dataset(dataset, split, data_dir)
-    model, config = loading.open_torch_checkpoint(torch_checkpoint, torch_arch, normalize, ds.input_shape)
+    model, config = loading.open_torch_checkpoint(
+      torch_checkpoint, torch_arch, normalize, ds.input_shape
+    )
     return model, config, ds
   if model_dir is None:
-    raise CliError("give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or "
-                   "--torch-checkpoint F.pth")
+    raise CliError(
+      "give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or --torch-checkpoint F.pth"
+    )
   if normalize is not None:
-    raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its "
-                   "normalization)")
+    raise CliError(
+      "--normalize works with --torch-checkpoint (a model directory keeps its normalization)"
+    )
   model, config = loading.open_model_dir(model_dir)
   loading.warn_if_unfinished(model_dir, config)
   name = dataset or config.get("dataset")
@@ -93,14 +104,17 @@ def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir,
   want = config.get("input_shape")
   if want is not None and tuple(want) != tuple(ds.input_shape):
     shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
-    raise CliError(f"model expects {shape(want)} inputs, {name} is "
-                   f"{shape(ds.input_shape)} (the model was trained on "
-                   f"{config.get('dataset', 'another dataset')})")
+    raise CliError(
+      f"model expects {shape(want)} inputs, {name} is "
+      f"{shape(ds.input_shape)} (the model was trained on "
+      f"{config.get('dataset', 'another dataset')})"
+    )
   return model, config, ds
 
 
 def _apply(model, denoiser, sigma):
   from rsjax import models
+
   apply_fn, params = models.to_apply_fn(model)
   if denoiser is not None:  # denoised smoothing: classifier(denoiser(x + delta))
     apply_fn, params = loading.open_denoised(denoiser, apply_fn, params, sigma=sigma)
@@ -112,51 +126,88 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   it loads. ``--sigma`` defaults to the model's training sigma."""
   from rsjax import methods, record, runner
   from rsjax.runspec import DataRef, ModelRef, RunSpec
+
   model, config, ds = _load_model(
-      model_dir=args.model_dir, torch_checkpoint=args.torch_checkpoint,
-      torch_arch=args.torch_arch, normalize=args.normalize, data_dir=args.data_dir,
-      dataset=args.dataset, split=args.split)
+    model_dir=args.model_dir,
+    torch_checkpoint=args.torch_checkpoint,
+    torch_arch=args.torch_arch,
+    normalize=args.normalize,
+    data_dir=args.data_dir,
+    dataset=args.dataset,
+    split=args.split,
+  )
   sigma, sigma_source = args.sigma, "flag"
   if sigma is None:
     if "sigma" not in config:
       raise CliError("--sigma is required (the model does not record its training sigma)")
     sigma, sigma_source = float(config["sigma"]), "model"
     if not sigma > 0:
-      raise CliError(f"the model in {args.model_dir or args.torch_checkpoint!r} was trained "
-                     f"without noise (sigma {sigma:g}): pass the certification noise "
-                     "level with --sigma")
+      raise CliError(
+        f"the model in {args.model_dir or args.torch_checkpoint!r} was trained "
+        f"without noise (sigma {sigma:g}): pass the certification noise "
+        "level with --sigma"
+      )
   apply_fn, params = _apply(model, args.denoiser, sigma)
-  data = DataRef(name=ds.name, split=args.split, size=len(ds),
-                 input_shape=tuple(int(d) for d in ds.input_shape),
-                 num_classes=int(ds.num_classes), start=args.start, stop=args.max, skip=args.skip)
+  data = DataRef(
+    name=ds.name,
+    split=args.split,
+    size=len(ds),
+    input_shape=tuple(int(d) for d in ds.input_shape),
+    num_classes=int(ds.num_classes),
+    start=args.start,
+    stop=args.max,
+    skip=args.skip,
+  )
   if not data.indices():
-    raise CliError(f"no input selected: {ds.name} {args.split} has {len(ds)} inputs, "
-                   f"--start {args.start} --max {args.max}")
+    raise CliError(
+      f"no input selected: {ds.name} {args.split} has {len(ds)} inputs, "
+      f"--start {args.start} --max {args.max}"
+    )
   torch = args.torch_checkpoint is not None
-  ref = ModelRef(fingerprint=runner.fingerprint(params),
-                 architecture=config.get("torch_arch" if torch else "model") or config.get("model"),
-                 source="torch_checkpoint" if torch else "model_dir",
-                 path=args.torch_checkpoint if torch else args.model_dir,
-                 torch_arch=args.torch_arch if torch else None,
-                 normalize=args.normalize if torch else None, denoiser=args.denoiser)
+  ref = ModelRef(
+    fingerprint=runner.fingerprint(params),
+    architecture=config.get("torch_arch" if torch else "model") or config.get("model"),
+    source="torch_checkpoint" if torch else "model_dir",
+    path=args.torch_checkpoint if torch else args.model_dir,
+    torch_arch=args.torch_arch if torch else None,
+    normalize=args.normalize if torch else None,
+    denoiser=args.denoiser,
+  )
   command = getattr(args, "command", "certify")
   method_name = getattr(args, "method", "cohen") if command == "certify" else "cohen"
   method = methods.get(method_name)
   options = {o.name: getattr(args, o.name) for o in method.options} if command == "certify" else {}
   _refuse_other_options(args, method)
   s = _flag_sampling(args)
-  run = RunSpec(model=ref, data=data, sigma=float(sigma), sigma_source=sigma_source,
-                sampling=record.sampling_fields(s), method=method_name, options=options,
-                multiclass=bool(getattr(args, "multiclass", False)),
-                seed=args.seed, command=command, versions=record.versions(), out=args.outfile)
+  run = RunSpec(
+    model=ref,
+    data=data,
+    sigma=float(sigma),
+    sigma_source=sigma_source,
+    sampling=record.sampling_fields(s),
+    method=method_name,
+    options=options,
+    multiclass=bool(getattr(args, "multiclass", False)),
+    seed=args.seed,
+    command=command,
+    versions=record.versions(),
+    out=args.outfile,
+  )
   return run, Loaded(model, config, ds, apply_fn, params, args.model_dir)
 
 
 def _flag_sampling(args):
   from rsjax import Sampling
+
   try:
-    return Sampling(n0=getattr(args, "N0", 100), n=args.N, alpha=args.alpha,
-                    batch_size=args.batch, noise=args.noise, precision=args.precision)
+    return Sampling(
+      n0=getattr(args, "N0", 100),
+      n=args.N,
+      alpha=args.alpha,
+      batch_size=args.batch,
+      noise=args.noise,
+      precision=args.precision,
+    )
   except ValueError as e:
     raise CliError(str(e)) from None
 
@@ -164,41 +215,64 @@ def _flag_sampling(args):
 def _refuse_other_options(args, method) -> None:
   """A method option given with another ``--method`` is an error, not silently ignored."""
   from rsjax import methods
+
   for other in methods.available():
     for o in other.options:
       if o not in method.options and getattr(args, o.name, o.default) != o.default:
         users = [m.name for m in methods.available() if o in m.options]
-        raise CliError(f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
-                       f"not {method.name}")
+        raise CliError(
+          f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
+          f"not {method.name}"
+        )
 
 
-def load(run: RunSpec, *, model_dir: str | None = None, torch_checkpoint: str | None = None,
-         denoiser: str | None = None, data_dir: str | None = None) -> Loaded:
+def load(
+  run: RunSpec,
+  *,
+  model_dir: str | None = None,
+  torch_checkpoint: str | None = None,
+  denoiser: str | None = None,
+  data_dir: str | None = None,
+) -> Loaded:
   """What ``run`` certified, loaded again (``rsjax audit``): the model from ``model_dir`` or
   ``torch_checkpoint`` (with the run's ``--torch-arch`` / ``--normalize``), the denoiser
   from ``denoiser`` (default: the recorded directory), the run's dataset split."""
   model, config, ds = _load_model(
-      model_dir=model_dir, torch_checkpoint=torch_checkpoint, torch_arch=run.model.torch_arch,
-      normalize=run.model.normalize, data_dir=data_dir, dataset=run.data.name,
-      split=run.data.split)  # a run's dataset name is never empty (RunSpec refuses it)
+    model_dir=model_dir,
+    torch_checkpoint=torch_checkpoint,
+    torch_arch=run.model.torch_arch,
+    normalize=run.model.normalize,
+    data_dir=data_dir,
+    dataset=run.data.name,
+    split=run.data.split,
+  )  # a run's dataset name is never empty (RunSpec refuses it)
   if run.model.denoiser is not None and denoiser is None:
     denoiser = run.model.denoiser
   apply_fn, params = _apply(model, denoiser, run.sigma)
   return Loaded(model, config, ds, apply_fn, params, model_dir)
 
 
-def plan(run: RunSpec, loaded: Loaded, *, batch_size: int = 1000,
-         data_dir: str | None = None) -> Plan:
+def plan(
+  run: RunSpec, loaded: Loaded, *, batch_size: int = 1000, data_dir: str | None = None
+) -> Plan:
   """The method's plan of ``run`` (``rsjax.methods``) over what it loaded."""
   from rsjax import methods
   from rsjax.method import Context
+
   ds = loaded.dataset
   try:
     ctx = Context(
-        key=key(run), model=loaded.model, apply_fn=loaded.apply_fn, params=loaded.params,
-        dataset=ds, sigma=run.sigma, settings=settings(run, batch_size),
-        multiclass=run.multiclass, workdir=loaded.workdir,
-        load_split=lambda split: loading.open_dataset(ds.name, split, data_dir))
+      key=key(run),
+      model=loaded.model,
+      apply_fn=loaded.apply_fn,
+      params=loaded.params,
+      dataset=ds,
+      sigma=run.sigma,
+      settings=settings(run, batch_size),
+      multiclass=run.multiclass,
+      workdir=loaded.workdir,
+      load_split=lambda split: loading.open_dataset(ds.name, split, data_dir),
+    )
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in run.options.items()}
     return methods.get(run.method).plan(ctx, **options)
   except ValueError as e:

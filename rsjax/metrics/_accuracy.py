@@ -10,9 +10,20 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["abstention_rate", "acr", "average_certified_radius", "best_over_sigma",
-           "certified_accuracy", "envelope", "fields", "format_table",
-           "high_prob_certified_accuracy", "radius_grid", "samples_summary", "summarize"]
+__all__ = [
+  "abstention_rate",
+  "acr",
+  "average_certified_radius",
+  "best_over_sigma",
+  "certified_accuracy",
+  "envelope",
+  "fields",
+  "format_table",
+  "high_prob_certified_accuracy",
+  "radius_grid",
+  "samples_summary",
+  "summarize",
+]
 
 
 def _arrays(correct, radius, predict=None) -> tuple[np.ndarray, np.ndarray]:
@@ -20,7 +31,8 @@ def _arrays(correct, radius, predict=None) -> tuple[np.ndarray, np.ndarray]:
   radius = np.asarray(radius, dtype=np.float64)
   if correct.ndim != 1 or radius.ndim != 1 or correct.shape != radius.shape:
     raise ValueError(
-        f"correct and radius must be 1-D of the same length, got {correct.shape} and {radius.shape}")
+      f"correct and radius must be 1-D of the same length, got {correct.shape} and {radius.shape}"
+    )
   if correct.shape[0] == 0:
     raise ValueError("no results: correct and radius are empty")
   if correct.dtype != bool:
@@ -59,8 +71,9 @@ def radius_grid(stop: float, step: float = 0.25, start: float = 0.0) -> np.ndarr
   return np.round(start + step * np.arange(k), 10)
 
 
-def certified_accuracy(correct: ArrayLike, radius: ArrayLike, radii: ArrayLike, *,
-                       predict: ArrayLike | None = None) -> float | np.ndarray:
+def certified_accuracy(
+  correct: ArrayLike, radius: ArrayLike, radii: ArrayLike, *, predict: ArrayLike | None = None
+) -> float | np.ndarray:
   """Certified accuracy at each radius: ``mean(correct & (radius >= r))``.
 
   Args:
@@ -78,8 +91,9 @@ def certified_accuracy(correct: ArrayLike, radius: ArrayLike, radii: ArrayLike, 
   return float(acc[0]) if r.ndim == 0 else acc.reshape(r.shape)
 
 
-def average_certified_radius(correct: ArrayLike, radius: ArrayLike, *,
-                             predict: ArrayLike | None = None) -> float:
+def average_certified_radius(
+  correct: ArrayLike, radius: ArrayLike, *, predict: ArrayLike | None = None
+) -> float:
   """ACR: the mean over all inputs of the radius, counting 0 for wrong or abstain.
 
   Args:
@@ -105,9 +119,15 @@ def abstention_rate(predict: ArrayLike) -> float:
   return float(np.mean(predict == -1))
 
 
-def high_prob_certified_accuracy(correct: ArrayLike, radius: ArrayLike, radii: ArrayLike, *,
-                                 alpha: float, rho: float,
-                                 predict: ArrayLike | None = None) -> float | np.ndarray:
+def high_prob_certified_accuracy(
+  correct: ArrayLike,
+  radius: ArrayLike,
+  radii: ArrayLike,
+  *,
+  alpha: float,
+  rho: float,
+  predict: ArrayLike | None = None,
+) -> float | np.ndarray:
   """Certified accuracy lowered to hold with probability ``1 - rho`` (Cohen et al.).
 
   Each certificate is wrong with probability at most ``alpha``; with a Bernstein
@@ -198,8 +218,14 @@ def samples_summary(samples: ArrayLike) -> dict:
   if s.ndim != 1 or s.shape[0] == 0 or not np.all(np.isfinite(s)):
     raise ValueError(f"samples must be a non-empty 1-D array of numbers, got shape {s.shape}")
   q = np.percentile(s, [0, 10, 50, 90, 100])
-  return {"mean": float(s.mean()), "min": q[0], "p10": q[1], "median": q[2], "p90": q[3],
-          "max": q[4]}
+  return {
+    "mean": float(s.mean()),
+    "min": q[0],
+    "p10": q[1],
+    "median": q[2],
+    "p90": q[3],
+    "max": q[4],
+  }
 
 
 def _samples_of(results):
@@ -229,19 +255,25 @@ def summarize(results: Any, radii: ArrayLike) -> dict:
   t = getattr(results, "time", None)
   samples = _samples_of(results)
   return {
-      **({"samples": samples_summary(samples)} if samples is not None else {}),
-      "n": int(correct_b.shape[0]),
-      "accuracy": float(np.mean(correct_b)),
-      "abstention": abstention_rate(predict) if predict is not None else float("nan"),
-      "acr": average_certified_radius(correct, radius, predict=predict),
-      "radii": radii,
-      "certified_accuracy": certified_accuracy(correct, radius, radii, predict=predict),
-      "mean_time": float(np.mean(t)) if t is not None and len(t) else float("nan"),
+    **({"samples": samples_summary(samples)} if samples is not None else {}),
+    "n": int(correct_b.shape[0]),
+    "accuracy": float(np.mean(correct_b)),
+    "abstention": abstention_rate(predict) if predict is not None else float("nan"),
+    "acr": average_certified_radius(correct, radius, predict=predict),
+    "radii": radii,
+    "certified_accuracy": certified_accuracy(correct, radius, radii, predict=predict),
+    "mean_time": float(np.mean(t)) if t is not None and len(t) else float("nan"),
   }
 
 
-def format_table(results: Mapping, radii: ArrayLike, *, fmt: str = "text", digits: int = 3,
-                 show_envelope: bool = False) -> str:
+def format_table(
+  results: Mapping,
+  radii: ArrayLike,
+  *,
+  fmt: str = "text",
+  digits: int = 3,
+  show_envelope: bool = False,
+) -> str:
   """Table of certified accuracy at radii, with ACR and abstention, one row per file.
 
   The best value of each radius column is marked (``*``) when there are several
@@ -274,17 +306,21 @@ def format_table(results: Mapping, radii: ArrayLike, *, fmt: str = "text", digit
   header += ["samples mean", "p10/p50/p90"] if budgeted else []
   rows = []
   for label, s, a in zip(labels, sums, acc, strict=True):
-    cells = [f"{v:.{digits}f}" + ("*" if mark and v == b else "")
-             for v, b in zip(a, best, strict=True)]
-    rows.append([label, *cells, f"{s['acr']:.{digits}f}", f"{s['abstention']:.{digits}f}",
-                 str(s["n"])])
+    cells = [
+      f"{v:.{digits}f}" + ("*" if mark and v == b else "") for v, b in zip(a, best, strict=True)
+    ]
+    rows.append(
+      [label, *cells, f"{s['acr']:.{digits}f}", f"{s['abstention']:.{digits}f}", str(s["n"])]
+    )
     if budgeted:
       q = s.get("samples")
-      rows[-1] += ["", ""] if q is None else [
-          f"{q['mean']:.0f}", f"{q['p10']:.0f}/{q['median']:.0f}/{q['p90']:.0f}"]
+      rows[-1] += (
+        ["", ""]
+        if q is None
+        else [f"{q['mean']:.0f}", f"{q['p10']:.0f}/{q['median']:.0f}/{q['p90']:.0f}"]
+      )
   if show_envelope:
-    rows.append(["envelope", *[f"{v:.{digits}f}" for v in best], "", "", ""]
-                + ["", ""] * budgeted)
+    rows.append(["envelope", *[f"{v:.{digits}f}" for v in best], "", "", ""] + ["", ""] * budgeted)
   if fmt == "markdown":
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

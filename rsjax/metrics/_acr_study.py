@@ -13,8 +13,14 @@ from numpy.typing import ArrayLike
 
 from rsjax.metrics._accuracy import certified_accuracy, fields
 
-__all__ = ["COUNTS_COLUMN", "constant_classifier_budget", "easy_hard_accuracy", "format_counts",
-           "label_probability", "parse_counts"]
+__all__ = [
+  "COUNTS_COLUMN",
+  "constant_classifier_budget",
+  "easy_hard_accuracy",
+  "format_counts",
+  "label_probability",
+  "parse_counts",
+]
 
 
 #: Name of the extra result-file column holding an input's estimation counts
@@ -63,8 +69,9 @@ def label_probability(results: Any) -> np.ndarray:
   return counts[np.arange(len(label)), label] / np.maximum(total, 1)
 
 
-def easy_hard_accuracy(results: Any, reference_pa: ArrayLike, radii: ArrayLike, *,
-                       threshold: float = 0.5) -> dict:
+def easy_hard_accuracy(
+  results: Any, reference_pa: ArrayLike, radii: ArrayLike, *, threshold: float = 0.5
+) -> dict:
   """Certified accuracy on easy and hard inputs, split by a reference model's ``p_A``.
 
   Sun et al. (2025, Section 4.3) call an input hard when a Gaussian-trained
@@ -98,8 +105,12 @@ def easy_hard_accuracy(results: Any, reference_pa: ArrayLike, radii: ArrayLike, 
   out = {"num_easy": int(easy.sum()), "num_hard": int((~easy).sum())}
   for name, mask in (("easy", easy), ("hard", ~easy)):
     if mask.any():
-      out[name] = certified_accuracy(np.asarray(correct)[mask], np.asarray(radius)[mask], radii,
-                                     predict=None if predict is None else np.asarray(predict)[mask])
+      out[name] = certified_accuracy(
+        np.asarray(correct)[mask],
+        np.asarray(radius)[mask],
+        radii,
+        predict=None if predict is None else np.asarray(predict)[mask],
+      )
     else:
       out[name] = np.full(radii.shape, np.nan)
   return out
@@ -132,6 +143,7 @@ def constant_classifier_budget(margin: float, num_classes: int, sigma: float, al
   from scipy.stats import norm
 
   from rsjax import stats
+
   alpha = stats.check_alpha(alpha)
   if not (margin > 0 and math.isfinite(margin)):
     raise ValueError(f"margin must be > 0, got {margin!r}")

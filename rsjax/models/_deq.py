@@ -35,12 +35,21 @@ from rsjax.models._implicit import implicit_fixed_point, jacobian_frobenius_sq
 from rsjax.models._layers import Normalize, resolve_normalization
 from rsjax.models._solvers import SolverConfig, as_solver_config, solve
 
-__all__ = ["DEQCell", "DEQModel", "DEQClassifier", "DEQForward", "DEQApply", "to_deq_fn", "make_apply_fn"]
+__all__ = [
+  "DEQCell",
+  "DEQModel",
+  "DEQClassifier",
+  "DEQForward",
+  "DEQApply",
+  "to_deq_fn",
+  "make_apply_fn",
+]
 
 
 def _normal(std):
   def init(key, shape, dtype=jnp.float32):
     return std * jax.random.normal(key, (math.prod(shape),), dtype).reshape(shape)
+
   return init
 
 
@@ -57,8 +66,16 @@ class DEQCell(nnx.Module):
     rngs: ``nnx.Rngs``.
   """
 
-  def __init__(self, channels: int, *, hidden: int | None = None, groups: int = 4,
-               init_std: float = 0.01, dtype=None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    channels: int,
+    *,
+    hidden: int | None = None,
+    groups: int = 4,
+    init_std: float = 0.01,
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
     hidden = int(hidden or channels)
     for name, c in (("channels", channels), ("hidden", hidden)):
       if c % groups:
@@ -105,8 +122,9 @@ class DEQModel(nnx.Module):
   def normalized(self, x: jax.Array) -> jax.Array:
     """Checks ``x [b, H, W, C_in]`` and applies the normalization layer."""
     if x.ndim != 4 or tuple(x.shape[1:]) != self.input_shape:
-      raise ValueError(f"x must have shape [b, {', '.join(map(str, self.input_shape))}], "
-                       f"got {x.shape}")
+      raise ValueError(
+        f"x must have shape [b, {', '.join(map(str, self.input_shape))}], got {x.shape}"
+      )
     return x if self.normalize is None else self.normalize(x)
 
   def setup_solver(self, solver, steps, backward, jac_weight: float, rngs: nnx.Rngs):
@@ -139,9 +157,14 @@ class DEQModel(nnx.Module):
     forward solve's residual ``[b]`` and steps."""
     u = self.inject(x)
     f, state = self._f()
-    z, residual, steps = implicit_fixed_point(f, (state, u), jnp.zeros_like(u),
-                                              forward=self.solver, backward=self.backward,
-                                              return_info=True)
+    z, residual, steps = implicit_fixed_point(
+      f,
+      (state, u),
+      jnp.zeros_like(u),
+      forward=self.solver,
+      backward=self.backward,
+      return_info=True,
+    )
     return z, lambda zz: f((state, u), zz), residual, steps
 
   # -- forward passes ---------------------------------------------------------
@@ -160,8 +183,14 @@ class DEQModel(nnx.Module):
         self.jacobian_loss_term.set_value(self.jac_weight * jac)
     return self.head(z)
 
-  def forward(self, x: jax.Array, *, solver: SolverConfig | str | None = None,
-              steps: int | None = None, z0: jax.Array | None = None):
+  def forward(
+    self,
+    x: jax.Array,
+    *,
+    solver: SolverConfig | str | None = None,
+    steps: int | None = None,
+    z0: jax.Array | None = None,
+  ):
     """Forward solve without implicit differentiation (certification).
 
     Args:
@@ -217,12 +246,24 @@ class DEQClassifier(DEQModel):
     rngs: ``nnx.Rngs`` or an int seed.
   """
 
-  def __init__(self, *, input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
-               channels: int = 16, hidden: int | None = None, groups: int = 4,
-               stem_stride: int = 2, normalize="mnist",
-               solver: SolverConfig | str = "anderson", steps: int = 12,
-               backward: SolverConfig | str | None = None, init_std: float = 0.01,
-               jac_weight: float = 0.0, dtype=None, rngs: nnx.Rngs | int = 0):
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int] = (28, 28, 1),
+    num_classes: int = 10,
+    channels: int = 16,
+    hidden: int | None = None,
+    groups: int = 4,
+    stem_stride: int = 2,
+    normalize="mnist",
+    solver: SolverConfig | str = "anderson",
+    steps: int = 12,
+    backward: SolverConfig | str | None = None,
+    init_std: float = 0.01,
+    jac_weight: float = 0.0,
+    dtype=None,
+    rngs: nnx.Rngs | int = 0,
+  ):
     rngs = nnx.Rngs(rngs) if isinstance(rngs, int) else rngs
     shape = self.setup_input(input_shape, num_classes, normalize)
     if channels % groups:
@@ -250,7 +291,6 @@ class DEQClassifier(DEQModel):
     return self.fc(y.reshape(y.shape[0], -1))
 
 
-
 @dataclasses.dataclass(frozen=True)
 class DEQForward:
   """Pure ``deq_fn(variables, x, z0, solver) -> (logits, SolverResult)`` of a DEQ module.
@@ -262,8 +302,7 @@ class DEQForward:
 
   graphdef: Any
 
-  def __call__(self, variables, x: jax.Array, z0: jax.Array | None,
-               solver: SolverConfig):
+  def __call__(self, variables, x: jax.Array, z0: jax.Array | None, solver: SolverConfig):
     model = nnx.merge(self.graphdef, variables, copy=True)
     return model.forward(x, solver=solver, z0=z0)
 
@@ -289,8 +328,7 @@ def to_deq_fn(model: nnx.Module) -> tuple[DEQForward, nnx.State]:
   return DEQForward(graphdef), variables
 
 
-def make_apply_fn(model_or_fn, *, solver: SolverConfig | str = "anderson",
-                  steps: int | None = 30):
+def make_apply_fn(model_or_fn, *, solver: SolverConfig | str = "anderson", steps: int | None = 30):
   """Standard ``apply_fn(variables, x) -> logits`` of a DEQ: zero init, ``steps`` steps.
 
   Args:

@@ -27,8 +27,16 @@ from typing import Any
 from rsjax.models._bridge import to_train_fn
 from rsjax.models._registry import create_model
 
-__all__ = ["CONFIG_FILE", "CHECKPOINT_DIR", "read_config", "write_config", "load_model",
-           "restore_model", "save_model", "write_checkpointed"]
+__all__ = [
+  "CONFIG_FILE",
+  "CHECKPOINT_DIR",
+  "read_config",
+  "write_config",
+  "load_model",
+  "restore_model",
+  "save_model",
+  "write_checkpointed",
+]
 
 CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoints"
@@ -49,18 +57,21 @@ def read_config(directory: str | os.PathLike) -> dict:
     try:
       return json.load(f)
     except json.JSONDecodeError as e:
-      raise ValueError(f"{path!r} is not valid JSON ({e.msg} at line {e.lineno}, column "
-                       f"{e.colno})") from None
+      raise ValueError(
+        f"{path!r} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
+      ) from None
 
 
 def write_config(directory: str | os.PathLike, config: Mapping) -> None:
   """Writes ``config`` as ``config.json`` of a model directory, atomically."""
   from rsjax.io import write_json
+
   write_json(os.path.join(os.fspath(directory), CONFIG_FILE), dict(config))
 
 
-def restore_model(directory: str | os.PathLike, model: Any, *,
-                  step: int | None = None) -> tuple[Any, dict]:
+def restore_model(
+  directory: str | os.PathLike, model: Any, *, step: int | None = None
+) -> tuple[Any, dict]:
   """Loads the weights of a model directory into an existing NNX model.
 
   Args:
@@ -87,8 +98,14 @@ def restore_model(directory: str | os.PathLike, model: Any, *,
   return model, meta
 
 
-def save_model(directory: str | os.PathLike, model: Any, config: Mapping, *, step: int = 0,
-               meta: Mapping | None = None) -> None:
+def save_model(
+  directory: str | os.PathLike,
+  model: Any,
+  config: Mapping,
+  *,
+  step: int = 0,
+  meta: Mapping | None = None,
+) -> None:
   """Writes a model as a model directory that :func:`load_model` (and ``rsjax certify``) reads.
 
   For models that were not trained by ``rsjax.training.train``, e.g. ones
@@ -110,8 +127,15 @@ def save_model(directory: str | os.PathLike, model: Any, config: Mapping, *, ste
   write_checkpointed(directory, CONFIG_FILE, model, config, step=step, meta=meta)
 
 
-def write_checkpointed(directory: str | os.PathLike, config_file: str, model: Any,
-                       config: Mapping, *, step: int = 0, meta: Mapping | None = None) -> None:
+def write_checkpointed(
+  directory: str | os.PathLike,
+  config_file: str,
+  model: Any,
+  config: Mapping,
+  *,
+  step: int = 0,
+  meta: Mapping | None = None,
+) -> None:
   """Writes ``config`` as ``directory/config_file`` and the model's weights as a checkpoint.
 
   What every model directory shares (a model's, a denoiser's).
@@ -132,8 +156,13 @@ def write_checkpointed(directory: str | os.PathLike, config_file: str, model: An
     ckpt.save(step, items={"model": {"params": params, "rest": rest}}, meta=meta)
 
 
-def load_model(directory: str | os.PathLike, *, step: int | None = None, rngs: Any = 0,
-               create_fn: Callable | None = None) -> Any:
+def load_model(
+  directory: str | os.PathLike,
+  *,
+  step: int | None = None,
+  rngs: Any = 0,
+  create_fn: Callable | None = None,
+) -> Any:
   """Rebuilds a model from its model directory.
 
   The model is constructed from ``config.json`` with
@@ -155,10 +184,15 @@ def load_model(directory: str | os.PathLike, *, step: int | None = None, rngs: A
   for name in _REBUILD:
     if name not in config:
       raise ValueError(
-          f"{CONFIG_FILE} in {os.fspath(directory)!r} has no {name!r}; train with "
-          "model_config={'model': ..., 'num_classes': ..., 'input_shape': ...} or use restore_model")
-  model = (create_fn or create_model)(config["model"], num_classes=int(config["num_classes"]),
-                                      input_shape=tuple(config["input_shape"]), rngs=rngs,
-                                      **config.get("model_kwargs", {}))
+        f"{CONFIG_FILE} in {os.fspath(directory)!r} has no {name!r}; train with "
+        "model_config={'model': ..., 'num_classes': ..., 'input_shape': ...} or use restore_model"
+      )
+  model = (create_fn or create_model)(
+    config["model"],
+    num_classes=int(config["num_classes"]),
+    input_shape=tuple(config["input_shape"]),
+    rngs=rngs,
+    **config.get("model_kwargs", {}),
+  )
   restore_model(directory, model, step=step)
   return model, config

@@ -40,11 +40,20 @@ def _folded_conv(conv: nnx.Conv, bn: nnx.BatchNorm) -> nnx.Conv:
   kernel = get(conv.kernel)
   if conv.bias is not None:
     bias = bias + get(conv.bias) * s
-  new = nnx.Conv(conv.in_features, conv.out_features, conv.kernel_size, strides=conv.strides,
-                 padding=conv.padding, input_dilation=conv.input_dilation,
-                 kernel_dilation=conv.kernel_dilation,
-                 feature_group_count=conv.feature_group_count, use_bias=True, dtype=conv.dtype,
-                 param_dtype=conv.param_dtype, rngs=nnx.Rngs(0))
+  new = nnx.Conv(
+    conv.in_features,
+    conv.out_features,
+    conv.kernel_size,
+    strides=conv.strides,
+    padding=conv.padding,
+    input_dilation=conv.input_dilation,
+    kernel_dilation=conv.kernel_dilation,
+    feature_group_count=conv.feature_group_count,
+    use_bias=True,
+    dtype=conv.dtype,
+    param_dtype=conv.param_dtype,
+    rngs=nnx.Rngs(0),
+  )
   new.kernel.set_value((kernel * s).astype(kernel.dtype))
   new.bias.set_value(bias.astype(kernel.dtype))
   return new

@@ -48,9 +48,15 @@ def _fixed_point_bwd(f, forward, backward, res, cotangents):
 _fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)
 
 
-def implicit_fixed_point(f: Callable[[Any, jax.Array], jax.Array], theta, z0: jax.Array, *,
-                forward: SolverConfig | str = "anderson",
-                backward: SolverConfig | str | None = None, return_info: bool = False):
+def implicit_fixed_point(
+  f: Callable[[Any, jax.Array], jax.Array],
+  theta,
+  z0: jax.Array,
+  *,
+  forward: SolverConfig | str = "anderson",
+  backward: SolverConfig | str | None = None,
+  return_info: bool = False,
+):
   """Differentiable fixed point ``z* = f(theta, z*)`` (implicit gradient).
 
   Args:
@@ -75,8 +81,9 @@ def implicit_fixed_point(f: Callable[[Any, jax.Array], jax.Array], theta, z0: ja
   return (z, residual, steps) if return_info else z
 
 
-def jacobian_frobenius_sq(key, f: Callable[[jax.Array], jax.Array], z: jax.Array, *,
-                          num_vectors: int = 1) -> jax.Array:
+def jacobian_frobenius_sq(
+  key, f: Callable[[jax.Array], jax.Array], z: jax.Array, *, num_vectors: int = 1
+) -> jax.Array:
   """Hutchinson estimate of ``||J_f(z)||_F^2 / D`` per sample (Bai et al. 2021).
 
   ``E_eps ||eps^T J||^2 = ||J||_F^2`` for ``eps ~ N(0, I)``; dividing by the

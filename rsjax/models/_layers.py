@@ -20,11 +20,11 @@ __all__ = ["NORMALIZATION", "Normalize", "conv_init", "resolve_normalization", "
 # CIFAR-10 values are the ones of Cohen et al.'s code (``code/datasets.py``).
 # "digits": computed on all 1,797 scikit-learn digits after dividing by 16.
 NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
-    "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    "mnist": ((0.1307,), (0.3081,)),
-    "mnist5k": ((0.1307,), (0.3081,)),
-    "digits": ((0.3053,), (0.3760,)),
+  "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+  "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+  "mnist": ((0.1307,), (0.3081,)),
+  "mnist5k": ((0.1307,), (0.3081,)),
+  "digits": ((0.3053,), (0.3760,)),
 }
 NORMALIZATION["imagenet"] = NORMALIZATION["imagenet2012"]
 NORMALIZATION["cifar"] = NORMALIZATION["cifar10"]
@@ -32,7 +32,6 @@ NORMALIZATION["cifar"] = NORMALIZATION["cifar10"]
 # PyTorch BatchNorm2d defaults (momentum 0.1 there is 1 - 0.1 here).
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
-
 
 
 def _flat_sample(sampler, key, shape, dtype):
@@ -57,7 +56,9 @@ def torch_default_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
   fan_in = math.prod(shape[:-1])
   bound = 1.0 / math.sqrt(fan_in)
   return _flat_sample(
-      lambda k, s, d: jax.random.uniform(k, s, d, minval=-bound, maxval=bound), key, shape, dtype)
+    lambda k, s, d: jax.random.uniform(k, s, d, minval=-bound, maxval=bound), key, shape, dtype
+  )
+
 
 def resolve_normalization(normalize, num_channels: int):
   """Turns a ``normalize`` argument into ``(mean, std)`` tuples or ``None``.
@@ -76,22 +77,24 @@ def resolve_normalization(normalize, num_channels: int):
   if isinstance(normalize, str):
     if normalize not in NORMALIZATION:
       raise ValueError(
-          f"normalize={normalize!r} is not a known dataset; use one of "
-          f"{sorted(NORMALIZATION)}, a (mean, std) pair, or None.")
+        f"normalize={normalize!r} is not a known dataset; use one of "
+        f"{sorted(NORMALIZATION)}, a (mean, std) pair, or None."
+      )
     mean, std = NORMALIZATION[normalize]
   else:
     try:
       mean, std = normalize
     except (TypeError, ValueError):
       raise ValueError(
-          f"normalize must be None, a dataset name or a (mean, std) pair; got {normalize!r}."
+        f"normalize must be None, a dataset name or a (mean, std) pair; got {normalize!r}."
       ) from None
   mean = tuple(float(m) for m in (mean if isinstance(mean, Sequence) else (mean,)))
   std = tuple(float(s) for s in (std if isinstance(std, Sequence) else (std,)))
   for name, v in (("mean", mean), ("std", std)):
     if len(v) not in (1, num_channels):
       raise ValueError(
-          f"normalize {name} has {len(v)} values but the input has {num_channels} channels.")
+        f"normalize {name} has {len(v)} values but the input has {num_channels} channels."
+      )
   if any(s <= 0 for s in std):
     raise ValueError(f"normalize std must be positive; got {std}.")
   return mean, std

@@ -32,6 +32,7 @@ __all__ = ["MDEQCell", "MDEQClassifier"]
 def _small(std):
   def init(key, shape, dtype=jnp.float32):
     return std * jax.random.normal(key, shape, dtype)
+
   return init
 
 
@@ -72,7 +73,7 @@ class MDEQCell(nnx.Module):
     (z1, z2), (u1, u2) = self.unpack(z), self.unpack(u)
     y1, y2 = self.block1(z1, u1), self.block2(z2, u2)
     up = jnp.repeat(jnp.repeat(self.up(y2), 2, axis=1), 2, axis=2)
-    up = up[:, :y1.shape[1], :y1.shape[2]]
+    up = up[:, : y1.shape[1], : y1.shape[2]]
     return self.pack(self.gn1(nnx.relu(y1 + up)), self.gn2(nnx.relu(y2 + self.down(y1))))
 
 
@@ -93,11 +94,23 @@ class MDEQClassifier(DEQModel):
     rngs: ``nnx.Rngs`` or an int seed.
   """
 
-  def __init__(self, *, input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
-               channels: Sequence[int] = (8, 16), groups: int = 4, stem_stride: int = 2,
-               normalize="mnist", solver: SolverConfig | str = "anderson", steps: int = 12,
-               backward: SolverConfig | str | None = None, init_std: float = 0.01,
-               jac_weight: float = 0.0, dtype=None, rngs: nnx.Rngs | int = 0):
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int] = (28, 28, 1),
+    num_classes: int = 10,
+    channels: Sequence[int] = (8, 16),
+    groups: int = 4,
+    stem_stride: int = 2,
+    normalize="mnist",
+    solver: SolverConfig | str = "anderson",
+    steps: int = 12,
+    backward: SolverConfig | str | None = None,
+    init_std: float = 0.01,
+    jac_weight: float = 0.0,
+    dtype=None,
+    rngs: nnx.Rngs | int = 0,
+  ):
     rngs = nnx.Rngs(rngs) if isinstance(rngs, int) else rngs
     shape = self.setup_input(input_shape, num_classes, normalize)
     c1, c2 = (int(c) for c in channels)

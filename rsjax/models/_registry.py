@@ -22,28 +22,35 @@ from rsjax.models._simple import CNN, MLP, LeNet
 __all__ = ["MODELS", "create_model"]
 
 MODELS = {
-    "mlp": MLP,
-    "cnn": CNN,
-    "lenet": LeNet,
-    "resnet20": ResNet20,
-    "resnet110": ResNet110,
-    "resnet18": ResNet18,
-    "resnet50": ResNet50,
-    "deq": DEQClassifier,
-    "mdeq": MDEQClassifier,
-    # General forms (used by converted PyTorch checkpoints): ``depth`` of a
-    # CIFAR ResNet; ``block`` and ``stage_sizes`` of a torchvision ResNet.
-    "cifar_resnet": CifarResNet,
-    "imagenet_resnet": ImageNetResNet,
+  "mlp": MLP,
+  "cnn": CNN,
+  "lenet": LeNet,
+  "resnet20": ResNet20,
+  "resnet110": ResNet110,
+  "resnet18": ResNet18,
+  "resnet50": ResNet50,
+  "deq": DEQClassifier,
+  "mdeq": MDEQClassifier,
+  # General forms (used by converted PyTorch checkpoints): ``depth`` of a
+  # CIFAR ResNet; ``block`` and ``stage_sizes`` of a torchvision ResNet.
+  "cifar_resnet": CifarResNet,
+  "imagenet_resnet": ImageNetResNet,
 }
 
 # Names used by Cohen et al.'s code (``code/architectures.py``).
 _ALIASES = {"cifar_resnet20": "resnet20", "cifar_resnet110": "resnet110"}
 
 
-def create_model(name: str, *, num_classes: int, input_shape: Sequence[int],
-                 rngs: nnx.Rngs | int | jax.Array, normalize="auto", dtype=None,
-                 **kwargs) -> nnx.Module:
+def create_model(
+  name: str,
+  *,
+  num_classes: int,
+  input_shape: Sequence[int],
+  rngs: nnx.Rngs | int | jax.Array,
+  normalize="auto",
+  dtype=None,
+  **kwargs,
+) -> nnx.Module:
   """Builds an NNX model by name, in train mode.
 
   Args:
@@ -69,12 +76,14 @@ def create_model(name: str, *, num_classes: int, input_shape: Sequence[int],
   key = _ALIASES.get(name, name)
   if key not in MODELS:
     raise ValueError(
-        f"Unknown model name {name!r}; available: {sorted(MODELS) + sorted(_ALIASES)}.")
+      f"Unknown model name {name!r}; available: {sorted(MODELS) + sorted(_ALIASES)}."
+    )
   if int(num_classes) < 1:
     raise ValueError(f"num_classes must be >= 1; got {num_classes}.")
   if not isinstance(rngs, nnx.Rngs):
     rngs = nnx.Rngs(rngs)
   if normalize != "auto":
     kwargs["normalize"] = normalize
-  return MODELS[key](input_shape=tuple(input_shape), num_classes=int(num_classes), dtype=dtype,
-                     rngs=rngs, **kwargs)
+  return MODELS[key](
+    input_shape=tuple(input_shape), num_classes=int(num_classes), dtype=dtype, rngs=rngs, **kwargs
+  )

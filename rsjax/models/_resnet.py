@@ -36,18 +36,33 @@ from rsjax.models._layers import (
   torch_default_init,
 )
 
-__all__ = ["BasicResNet", "CifarResNet", "ImageNetResNet", "ResNet20", "ResNet110", "ResNet18",
-           "ResNet50"]
+__all__ = [
+  "BasicResNet",
+  "CifarResNet",
+  "ImageNetResNet",
+  "ResNet20",
+  "ResNet110",
+  "ResNet18",
+  "ResNet50",
+]
 
 
 def _conv_bn(cin, cout, k, stride, *, dtype, rngs):
   """A ``k x k`` convolution without bias (PyTorch's symmetric padding) and the BatchNorm of its
   ``cout`` outputs."""
   p = (k - 1) // 2
-  conv = nnx.Conv(cin, cout, (k, k), strides=(stride, stride), padding=((p, p), (p, p)),
-                  use_bias=False, kernel_init=conv_init, dtype=dtype, rngs=rngs)
-  return conv, nnx.BatchNorm(cout, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype=dtype,
-                             rngs=rngs)
+  conv = nnx.Conv(
+    cin,
+    cout,
+    (k, k),
+    strides=(stride, stride),
+    padding=((p, p), (p, p)),
+    use_bias=False,
+    kernel_init=conv_init,
+    dtype=dtype,
+    rngs=rngs,
+  )
+  return conv, nnx.BatchNorm(cout, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype=dtype, rngs=rngs)
 
 
 def _channels(input_shape, model):
@@ -115,15 +130,28 @@ class _ResNet(nnx.Module):
 
   stem_max_pool = False
 
-  def _build(self, input_shape, num_classes, normalize, block_cls, stage_sizes, widths, *,
-             stem_kernel: int, stem_stride: int, dtype, rngs: nnx.Rngs):
+  def _build(
+    self,
+    input_shape,
+    num_classes,
+    normalize,
+    block_cls,
+    stage_sizes,
+    widths,
+    *,
+    stem_kernel: int,
+    stem_stride: int,
+    dtype,
+    rngs: nnx.Rngs,
+  ):
     """Creates the layers; the stem has ``widths[0]`` channels, stage ``i > 0`` starts with
     stride 2."""
     c = _channels(input_shape, type(self).__name__)
     norm = resolve_normalization(normalize, c)
     self.normalize = Normalize(*norm) if norm is not None else None
-    self.stem_conv, self.stem_bn = _conv_bn(c, widths[0], stem_kernel, stem_stride, dtype=dtype,
-                                            rngs=rngs)
+    self.stem_conv, self.stem_bn = _conv_bn(
+      c, widths[0], stem_kernel, stem_stride, dtype=dtype, rngs=rngs
+    )
     blocks = []
     cin = widths[0]
     for i, (n, w) in enumerate(zip(stage_sizes, widths, strict=True)):
@@ -132,8 +160,7 @@ class _ResNet(nnx.Module):
         blocks.append(block_cls(cin, w, stride, dtype=dtype, rngs=rngs))
         cin = w * block_cls.expansion
     self.blocks = nnx.List(blocks)
-    self.head = nnx.Linear(cin, num_classes, kernel_init=torch_default_init, dtype=dtype,
-                           rngs=rngs)
+    self.head = nnx.Linear(cin, num_classes, kernel_init=torch_default_init, dtype=dtype, rngs=rngs)
 
   def features(self, x: jax.Array) -> jax.Array:
     """Pooled features ``[b, widths[-1] * block expansion]`` of ``x`` ``[b, H, W, C]``."""
@@ -165,53 +192,127 @@ class BasicResNet(_ResNet):
     rngs: ``nnx.Rngs`` for initialization.
   """
 
-  def __init__(self, *, input_shape: Sequence[int], num_classes: int,
-               stage_sizes: Sequence[int], widths: Sequence[int], normalize="cifar10",
-               dtype=None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int],
+    num_classes: int,
+    stage_sizes: Sequence[int],
+    widths: Sequence[int],
+    normalize="cifar10",
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
     if len(stage_sizes) != len(widths) or not stage_sizes:
       raise ValueError(f"stage_sizes {stage_sizes} and widths {widths} must have the same length.")
-    self._build(input_shape, num_classes, normalize, BasicBlock, stage_sizes, widths,
-                stem_kernel=3, stem_stride=1, dtype=dtype, rngs=rngs)
+    self._build(
+      input_shape,
+      num_classes,
+      normalize,
+      BasicBlock,
+      stage_sizes,
+      widths,
+      stem_kernel=3,
+      stem_stride=1,
+      dtype=dtype,
+      rngs=rngs,
+    )
 
 
 class CifarResNet(BasicResNet):
   """Cohen et al.'s CIFAR ResNet of depth ``6 n + 2`` (16/32/64 channels)."""
 
-  def __init__(self, *, depth: int, input_shape: Sequence[int] = (32, 32, 3),
-               num_classes: int = 10, normalize="cifar10", dtype=None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    depth: int,
+    input_shape: Sequence[int] = (32, 32, 3),
+    num_classes: int = 10,
+    normalize="cifar10",
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
     if depth < 8 or (depth - 2) % 6:
       raise ValueError(
-          f"CifarResNet depth must be 6n + 2 with n >= 1 (20, 32, 110, ...); got {depth}.")
+        f"CifarResNet depth must be 6n + 2 with n >= 1 (20, 32, 110, ...); got {depth}."
+      )
     n = (depth - 2) // 6
-    super().__init__(input_shape=input_shape, num_classes=num_classes, stage_sizes=(n, n, n),
-                     widths=(16, 32, 64), normalize=normalize, dtype=dtype, rngs=rngs)
+    super().__init__(
+      input_shape=input_shape,
+      num_classes=num_classes,
+      stage_sizes=(n, n, n),
+      widths=(16, 32, 64),
+      normalize=normalize,
+      dtype=dtype,
+      rngs=rngs,
+    )
 
 
 class ResNet20(CifarResNet):
   """CIFAR ResNet-20 (3 basic blocks per stage, about 0.27M parameters)."""
 
-  def __init__(self, *, input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 10,
-               normalize="cifar10", dtype=None, rngs: nnx.Rngs):
-    super().__init__(depth=20, input_shape=input_shape, num_classes=num_classes,
-                     normalize=normalize, dtype=dtype, rngs=rngs)
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int] = (32, 32, 3),
+    num_classes: int = 10,
+    normalize="cifar10",
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
+    super().__init__(
+      depth=20,
+      input_shape=input_shape,
+      num_classes=num_classes,
+      normalize=normalize,
+      dtype=dtype,
+      rngs=rngs,
+    )
 
 
 class ResNet110(CifarResNet):
   """CIFAR ResNet-110 of Cohen et al. (18 basic blocks per stage, about 1.7M parameters)."""
 
-  def __init__(self, *, input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 10,
-               normalize="cifar10", dtype=None, rngs: nnx.Rngs):
-    super().__init__(depth=110, input_shape=input_shape, num_classes=num_classes,
-                     normalize=normalize, dtype=dtype, rngs=rngs)
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int] = (32, 32, 3),
+    num_classes: int = 10,
+    normalize="cifar10",
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
+    super().__init__(
+      depth=110,
+      input_shape=input_shape,
+      num_classes=num_classes,
+      normalize=normalize,
+      dtype=dtype,
+      rngs=rngs,
+    )
 
 
 class ResNet18(BasicResNet):
   """CIFAR ResNet-18: 3x3 stem, no max-pool, 64-512 channels (about 11.2M parameters)."""
 
-  def __init__(self, *, input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 10,
-               normalize="cifar10", dtype=None, rngs: nnx.Rngs):
-    super().__init__(input_shape=input_shape, num_classes=num_classes, stage_sizes=(2, 2, 2, 2),
-                     widths=(64, 128, 256, 512), normalize=normalize, dtype=dtype, rngs=rngs)
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int] = (32, 32, 3),
+    num_classes: int = 10,
+    normalize="cifar10",
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
+    super().__init__(
+      input_shape=input_shape,
+      num_classes=num_classes,
+      stage_sizes=(2, 2, 2, 2),
+      widths=(64, 128, 256, 512),
+      normalize=normalize,
+      dtype=dtype,
+      rngs=rngs,
+    )
 
 
 class ImageNetResNet(_ResNet):
@@ -236,16 +337,34 @@ class ImageNetResNet(_ResNet):
   widths = (64, 128, 256, 512)
   stem_max_pool = True
 
-  def __init__(self, *, input_shape: Sequence[int] = (224, 224, 3), num_classes: int = 1000,
-               block: str = "bottleneck", stage_sizes: Sequence[int] = (3, 4, 6, 3),
-               normalize="imagenet2012", dtype=None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int] = (224, 224, 3),
+    num_classes: int = 1000,
+    block: str = "bottleneck",
+    stage_sizes: Sequence[int] = (3, 4, 6, 3),
+    normalize="imagenet2012",
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
     blocks_by_name = {"basic": BasicBlock, "bottleneck": Bottleneck}
     if block not in blocks_by_name:
       raise ValueError(f"block must be 'basic' or 'bottleneck'; got {block!r}.")
     if len(stage_sizes) != 4 or min(stage_sizes) < 1:
       raise ValueError(f"stage_sizes must be four positive counts; got {tuple(stage_sizes)}.")
-    self._build(input_shape, num_classes, normalize, blocks_by_name[block], stage_sizes,
-                self.widths, stem_kernel=7, stem_stride=2, dtype=dtype, rngs=rngs)
+    self._build(
+      input_shape,
+      num_classes,
+      normalize,
+      blocks_by_name[block],
+      stage_sizes,
+      self.widths,
+      stem_kernel=7,
+      stem_stride=2,
+      dtype=dtype,
+      rngs=rngs,
+    )
 
 
 class ResNet50(ImageNetResNet):
@@ -261,7 +380,21 @@ class ResNet50(ImageNetResNet):
 
   stage_sizes = (3, 4, 6, 3)
 
-  def __init__(self, *, input_shape: Sequence[int] = (224, 224, 3), num_classes: int = 1000,
-               normalize="imagenet2012", dtype=None, rngs: nnx.Rngs):
-    super().__init__(input_shape=input_shape, num_classes=num_classes, block="bottleneck",
-                     stage_sizes=self.stage_sizes, normalize=normalize, dtype=dtype, rngs=rngs)
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int] = (224, 224, 3),
+    num_classes: int = 1000,
+    normalize="imagenet2012",
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
+    super().__init__(
+      input_shape=input_shape,
+      num_classes=num_classes,
+      block="bottleneck",
+      stage_sizes=self.stage_sizes,
+      normalize=normalize,
+      dtype=dtype,
+      rngs=rngs,
+    )

@@ -40,18 +40,28 @@ class MLP(nnx.Module):
     rngs: ``nnx.Rngs`` for initialization.
   """
 
-  def __init__(self, *, input_shape: Sequence[int], num_classes: int,
-               hidden_sizes: Sequence[int] = (256, 256), normalize=None, dtype=None,
-               rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int],
+    num_classes: int,
+    hidden_sizes: Sequence[int] = (256, 256),
+    normalize=None,
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
     input_shape = tuple(int(s) for s in input_shape)
     if not input_shape or min(input_shape) < 1:
       raise ValueError(f"MLP needs a non-empty input_shape with positive sizes; got {input_shape}.")
     norm = resolve_normalization(normalize, input_shape[-1])
     self.normalize = Normalize(*norm) if norm is not None else None
     sizes = [math.prod(input_shape), *(int(h) for h in hidden_sizes)]
-    self.hidden = nnx.List([
+    self.hidden = nnx.List(
+      [
         nnx.Linear(a, b, kernel_init=_W, dtype=dtype, rngs=rngs)
-        for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
+        for a, b in zip(sizes[:-1], sizes[1:], strict=True)
+      ]
+    )
     self.head = nnx.Linear(sizes[-1], num_classes, kernel_init=_W, dtype=dtype, rngs=rngs)
     self.ndim = len(input_shape)
 
@@ -59,7 +69,7 @@ class MLP(nnx.Module):
     """``x`` of shape ``[b, *input_shape]`` -> logits ``[b, num_classes]``."""
     if self.normalize is not None:
       x = self.normalize(x)
-    x = x.reshape(x.shape[:x.ndim - self.ndim] + (-1,))
+    x = x.reshape(x.shape[: x.ndim - self.ndim] + (-1,))
     for layer in self.hidden:
       x = nnx.relu(layer(x))
     return self.head(x)
@@ -93,7 +103,7 @@ def _single_channel_conv(conv: nnx.Conv, x: jax.Array, *, pad: int) -> jax.Array
     for i in range(kh):
       for j in range(kw):
         if i or j:
-          acc = acc + xp[:, i:i + h, j:j + w] * k[i, j, 0, c]
+          acc = acc + xp[:, i : i + h, j : j + w] * k[i, j, 0, c]
     outs.append(acc if bias is None else acc + bias[c])
   return jnp.stack(outs, axis=-1)
 
@@ -121,9 +131,18 @@ class LeNet(nnx.Module):
     rngs: ``nnx.Rngs`` for initialization.
   """
 
-  def __init__(self, *, input_shape: Sequence[int], num_classes: int, normalize="mnist",
-               channels: Sequence[int] = (6, 16), hidden_sizes: Sequence[int] = (120, 84),
-               padding: int = 2, dtype=None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int],
+    num_classes: int,
+    normalize="mnist",
+    channels: Sequence[int] = (6, 16),
+    hidden_sizes: Sequence[int] = (120, 84),
+    padding: int = 2,
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
     h, w, c = _image_shape(input_shape, "LeNet")
     c1, c2 = (int(v) for v in channels)
     self.padding = int(padding)
@@ -131,19 +150,24 @@ class LeNet(nnx.Module):
     if fh < 1 or fw < 1:
       least = 16 - 2 * self.padding
       raise ValueError(
-          f"LeNet needs images of at least {least}x{least} (padding {self.padding}); got "
-          f"input_shape {tuple(input_shape)}. Use 'cnn' or 'mlp' for smaller images.")
+        f"LeNet needs images of at least {least}x{least} (padding {self.padding}); got "
+        f"input_shape {tuple(input_shape)}. Use 'cnn' or 'mlp' for smaller images."
+      )
     norm = resolve_normalization(normalize, c)
     self.normalize = Normalize(*norm) if norm is not None else None
     p = self.padding
-    self.conv1 = nnx.Conv(c, c1, (5, 5), padding=((p, p), (p, p)), kernel_init=_W, dtype=dtype,
-                          rngs=rngs)
+    self.conv1 = nnx.Conv(
+      c, c1, (5, 5), padding=((p, p), (p, p)), kernel_init=_W, dtype=dtype, rngs=rngs
+    )
     self.conv2 = nnx.Conv(c1, c2, (5, 5), padding="VALID", kernel_init=_W, dtype=dtype, rngs=rngs)
     sizes = [c2 * fh * fw, *(int(s) for s in hidden_sizes), num_classes]
     self.num_fc = len(sizes) - 1
     for i in range(self.num_fc):
-      setattr(self, f"fc{i + 1}", nnx.Linear(sizes[i], sizes[i + 1], kernel_init=_W, dtype=dtype,
-                                             rngs=rngs))
+      setattr(
+        self,
+        f"fc{i + 1}",
+        nnx.Linear(sizes[i], sizes[i + 1], kernel_init=_W, dtype=dtype, rngs=rngs),
+      )
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """``x`` of shape ``[b, H, W, C]`` -> logits ``[b, num_classes]``."""
@@ -175,8 +199,15 @@ class CNN(nnx.Module):
     rngs: ``nnx.Rngs`` for initialization.
   """
 
-  def __init__(self, *, input_shape: Sequence[int], num_classes: int, normalize=None,
-               dtype=None, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    input_shape: Sequence[int],
+    num_classes: int,
+    normalize=None,
+    dtype=None,
+    rngs: nnx.Rngs,
+  ):
     h, w, c = _image_shape(input_shape, "CNN")
     fh, fw = (h - 4) // 2, (w - 4) // 2
     if fh < 1 or fw < 1:

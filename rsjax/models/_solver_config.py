@@ -14,9 +14,17 @@ from rsjax.util import check_int
 __all__ = ["SOLVERS", "SolverConfig", "SolverResult", "as_solver_config"]
 
 SOLVERS = ("anderson", "iteration", "broyden")
-_ALIASES = {"anderson": "anderson", "a": "anderson", "iteration": "iteration", "naive": "iteration",
-            "n": "iteration", "fixed_point": "iteration", "picard": "iteration",
-            "broyden": "broyden", "b": "broyden"}
+_ALIASES = {
+  "anderson": "anderson",
+  "a": "anderson",
+  "iteration": "iteration",
+  "naive": "iteration",
+  "n": "iteration",
+  "fixed_point": "iteration",
+  "picard": "iteration",
+  "broyden": "broyden",
+  "b": "broyden",
+}
 _LETTERS = {"anderson": "A", "iteration": "N", "broyden": "B"}
 _LABEL = re.compile(r"^\s*(\d+)\s*([ANBanb])\s*$")
 

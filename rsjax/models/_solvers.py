@@ -42,16 +42,17 @@ from rsjax.models._solver_config import SOLVERS, SolverConfig, SolverResult, as_
 _EPS = 1e-8
 
 __all__ = [
-    "SolverConfig",
-    "broyden",
-    "SolverResult",
-    "SOLVERS",
-    "as_solver_config",
-    "anderson",
-    "fixed_point_iteration",
-    "relative_residual",
-    "solve",
+  "SolverConfig",
+  "broyden",
+  "SolverResult",
+  "SOLVERS",
+  "as_solver_config",
+  "anderson",
+  "fixed_point_iteration",
+  "relative_residual",
+  "solve",
 ]
+
 
 def _flat(z: jax.Array) -> jax.Array:
   return z.reshape(z.shape[0], -1)
@@ -94,9 +95,14 @@ def _converged(res, cfg):
   return res <= cfg.tol
 
 
-def fixed_point_iteration(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
-                          config: SolverConfig | None = None, steps: int | None = None,
-                          tol: float | None = None) -> SolverResult:
+def fixed_point_iteration(
+  f: Callable[[jax.Array], jax.Array],
+  z0: jax.Array,
+  *,
+  config: SolverConfig | None = None,
+  steps: int | None = None,
+  tol: float | None = None,
+) -> SolverResult:
   """Plain fixed-point iteration ``z_{k+1} = f(z_k)`` ("naive", "kN").
 
   Args:
@@ -189,10 +195,12 @@ def _anderson_mix(F, G, gram, count, latest, cfg: SolverConfig):
   mixed = jnp.einsum("bj,bjd->bd", alpha, F)
   plain = jax.lax.dynamic_index_in_dim(F, latest, 1, keepdims=False)
   if cfg.beta != 1.0:  # beta F + (1 - beta) X = F - (1 - beta) G
-    mixed = mixed - (1.0 - cfg.beta) * jnp.einsum("bj,bjd->bd", alpha.astype(G.dtype),
-                                                  G).astype(F.dtype)
+    mixed = mixed - (1.0 - cfg.beta) * jnp.einsum("bj,bjd->bd", alpha.astype(G.dtype), G).astype(
+      F.dtype
+    )
     plain = plain - (1.0 - cfg.beta) * jax.lax.dynamic_index_in_dim(
-        G, latest, 1, keepdims=False).astype(F.dtype)
+      G, latest, 1, keepdims=False
+    ).astype(F.dtype)
   ok = jnp.all(jnp.isfinite(alpha), axis=1) & jnp.all(jnp.isfinite(mixed), axis=1)
   return jnp.where(ok[:, None], mixed, plain)
 
@@ -209,6 +217,7 @@ def _gram_update(G, gram, g, slot):
 
 def _first_evaluation(f, z0):
   """``(ff, x0, f(x0), residual)`` on flat ``[B, D]`` states; ``ff`` is ``f`` on flat states."""
+
   def ff(x):
     return _flat(f(x.reshape(z0.shape)))
 
@@ -217,9 +226,14 @@ def _first_evaluation(f, z0):
   return ff, x0, f0, relative_residual(f0, x0)
 
 
-def anderson(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
-             config: SolverConfig | None = None, steps: int | None = None,
-             tol: float | None = None) -> SolverResult:
+def anderson(
+  f: Callable[[jax.Array], jax.Array],
+  z0: jax.Array,
+  *,
+  config: SolverConfig | None = None,
+  steps: int | None = None,
+  tol: float | None = None,
+) -> SolverResult:
   """Anderson acceleration (type II, as in MDEQ's ``anderson``), batched.
 
   The history of the last ``m`` values ``F = f(X)`` and residuals ``G = F - X``
@@ -246,12 +260,17 @@ def anderson(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
   ff, x0, f0, res0 = _first_evaluation(f, z0)
   if cfg.steps == 1:  # the mix of a one-slot history is the plain (damped) step
     z = f0 if cfg.beta == 1.0 else cfg.beta * f0 + (1.0 - cfg.beta) * x0
-    return SolverResult(z=z.reshape(z0.shape), residual=res0, steps=jnp.int32(1),
-                        converged=_converged(res0, cfg))
+    return SolverResult(
+      z=z.reshape(z0.shape), residual=res0, steps=jnp.int32(1), converged=_converged(res0, cfg)
+    )
   b, d = x0.shape
   F = jnp.zeros((b, m, d), f0.dtype).at[:, 0].set(f0)
-  G, gram = _gram_update(jnp.zeros((b, m, d), jnp.float32), jnp.zeros((b, m, m), jnp.float32),
-                         (f0 - x0).astype(jnp.float32), 0)
+  G, gram = _gram_update(
+    jnp.zeros((b, m, d), jnp.float32),
+    jnp.zeros((b, m, m), jnp.float32),
+    (f0 - x0).astype(jnp.float32),
+    0,
+  )
 
   def step(k, carry):
     F, G, gram = carry
@@ -274,9 +293,14 @@ def _lowrank(U, V, x, transpose=False):
   return -x + jnp.einsum("bs,bsd->bd", jnp.einsum("bd,bsd->bs", x, V), U)
 
 
-def broyden(f: Callable[[jax.Array], jax.Array], z0: jax.Array, *,
-            config: SolverConfig | None = None, steps: int | None = None,
-            tol: float | None = None) -> SolverResult:
+def broyden(
+  f: Callable[[jax.Array], jax.Array],
+  z0: jax.Array,
+  *,
+  config: SolverConfig | None = None,
+  steps: int | None = None,
+  tol: float | None = None,
+) -> SolverResult:
   """Broyden's method ("good" Broyden on ``g(z) = f(z) - z``, as in MDEQ), batched.
 
   The inverse Jacobian estimate of ``g`` starts at ``H = -I`` and receives one
@@ -328,9 +352,14 @@ def _resolve(config, default_name, steps, tol) -> SolverConfig:
   return cfg.replace(**over) if over else cfg
 
 
-def solve(f: Callable[[jax.Array], jax.Array], z0: jax.Array,
-          config: SolverConfig | str = "anderson", *, steps: int | None = None,
-          tol: float | None = None) -> SolverResult:
+def solve(
+  f: Callable[[jax.Array], jax.Array],
+  z0: jax.Array,
+  config: SolverConfig | str = "anderson",
+  *,
+  steps: int | None = None,
+  tol: float | None = None,
+) -> SolverResult:
   """Solves ``z = f(z)`` from ``z0`` with the solver named in ``config``.
 
   Args:

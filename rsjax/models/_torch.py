@@ -38,20 +38,29 @@ from rsjax.models._bridge import EvalApply, to_apply_fn
 from rsjax.models._layers import NORMALIZATION, Normalize, resolve_normalization
 from rsjax.models._registry import create_model
 
-__all__ = ["TORCH_ARCHITECTURES", "UnknownNormalizationError", "describe_normalization", "from_torch", "load_torch",
-           "parse_normalize"]
+__all__ = [
+  "TORCH_ARCHITECTURES",
+  "UnknownNormalizationError",
+  "describe_normalization",
+  "from_torch",
+  "load_torch",
+  "parse_normalize",
+]
 
 # torchvision ResNets: (block, blocks per stage).
 _TORCHVISION = {
-    "resnet18": ("basic", (2, 2, 2, 2)),
-    "resnet34": ("basic", (3, 4, 6, 3)),
-    "resnet50": ("bottleneck", (3, 4, 6, 3)),
-    "resnet101": ("bottleneck", (3, 4, 23, 3)),
-    "resnet152": ("bottleneck", (3, 8, 36, 3)),
+  "resnet18": ("basic", (2, 2, 2, 2)),
+  "resnet34": ("basic", (3, 4, 6, 3)),
+  "resnet50": ("bottleneck", (3, 4, 6, 3)),
+  "resnet101": ("bottleneck", (3, 4, 23, 3)),
+  "resnet152": ("bottleneck", (3, 8, 36, 3)),
 }
 TORCH_ARCHITECTURES = ("cifar_resnet20", "cifar_resnet110", *_TORCHVISION, "lenet")
-_KNOWN = ("known architectures: cifar_resnetD (D = 6n + 2: cifar_resnet20, cifar_resnet110), "
-          + ", ".join(_TORCHVISION) + ", lenet")
+_KNOWN = (
+  "known architectures: cifar_resnetD (D = 6n + 2: cifar_resnet20, cifar_resnet110), "
+  + ", ".join(_TORCHVISION)
+  + ", lenet"
+)
 
 # Normalization of Cohen et al.'s ``get_architecture(arch, dataset)``: CIFAR-10
 # for the CIFAR ResNets, ImageNet for torchvision's, none for MNIST (Consistency).
@@ -60,9 +69,9 @@ _DEFAULT_HW = {"cifar": (32, 32), "imagenet": (224, 224), "lenet": (28, 28)}
 
 # torch parameter name -> rsjax variable name, per layer kind.
 _NAMES = {
-    "conv": (("weight", "kernel"), ("bias", "bias")),
-    "linear": (("weight", "kernel"), ("bias", "bias")),
-    "bn": (("weight", "scale"), ("bias", "bias"), ("running_mean", "mean"), ("running_var", "var")),
+  "conv": (("weight", "kernel"), ("bias", "bias")),
+  "linear": (("weight", "kernel"), ("bias", "bias")),
+  "bn": (("weight", "scale"), ("bias", "bias"), ("running_mean", "mean"), ("running_var", "var")),
 }
 _IGNORED_SUFFIX = ".num_batches_tracked"
 
@@ -87,7 +96,7 @@ def _read(path_or_state_dict) -> tuple[dict[str, np.ndarray], str | None]:
       import torch
     except ImportError:
       raise ImportError(
-          f"reading the PyTorch checkpoint {path!r} needs PyTorch: pip install 'rsjax[torch]'"
+        f"reading the PyTorch checkpoint {path!r} needs PyTorch: pip install 'rsjax[torch]'"
       ) from None
     try:
       obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -103,15 +112,16 @@ def _read(path_or_state_dict) -> tuple[dict[str, np.ndarray], str | None]:
   for k, v in obj.items():
     if not (hasattr(v, "shape") and hasattr(v, "dtype")):
       raise ValueError(
-          f"expected a state_dict of tensors (or a checkpoint with a 'state_dict' entry); the "
-          f"entry {k!r} is a {type(v).__name__}")
+        f"expected a state_dict of tensors (or a checkpoint with a 'state_dict' entry); the "
+        f"entry {k!r} is a {type(v).__name__}"
+      )
     arrays[str(k)] = _to_numpy(v)
   return arrays, arch
 
 
 def _strip_module(key: str) -> str:
   while key.startswith("module."):
-    key = key[len("module."):]
+    key = key[len("module.") :]
   return key
 
 
@@ -138,15 +148,19 @@ def parse_normalize(text: str):
     return None
   if "/" not in text:
     if text not in NORMALIZATION:
-      raise ValueError(f"--normalize {text}: expected none, a dataset name "
-                       f"({', '.join(sorted(NORMALIZATION))}) or MEAN/STD such as 0.1307/0.3081")
+      raise ValueError(
+        f"--normalize {text}: expected none, a dataset name "
+        f"({', '.join(sorted(NORMALIZATION))}) or MEAN/STD such as 0.1307/0.3081"
+      )
     return text
   mean, _, std = text.partition("/")
   try:
     return ([float(v) for v in mean.split(",")], [float(v) for v in std.split(",")])
   except ValueError:
-    raise ValueError(f"--normalize {text}: MEAN/STD must be numbers, e.g. 0.1307/0.3081 or "
-                     "0.49,0.48,0.45/0.2,0.2,0.2") from None
+    raise ValueError(
+      f"--normalize {text}: MEAN/STD must be numbers, e.g. 0.1307/0.3081 or "
+      "0.49,0.48,0.45/0.2,0.2,0.2"
+    ) from None
 
 
 def _blocks_per_stage(sd, num_stages: int) -> tuple[int, ...]:
@@ -168,15 +182,19 @@ def _detect(sd) -> str:
       for name, spec in _TORCHVISION.items():
         if spec == (block, stages):
           return name
-      raise ValueError(f"a torchvision-style ResNet with {block} blocks {stages} is not one of "
-                       f"{', '.join(_TORCHVISION)}; {_KNOWN}")
+      raise ValueError(
+        f"a torchvision-style ResNet with {block} blocks {stages} is not one of "
+        f"{', '.join(_TORCHVISION)}; {_KNOWN}"
+      )
     n = _blocks_per_stage(sd, 3)[0]
     return f"cifar_resnet{6 * n + 2}"
   if "conv2.weight" in sd and "fc1.weight" in sd:
     return "lenet"
   some = ", ".join(sorted(sd)[:6])
-  raise ValueError(f"cannot recognize the architecture of the checkpoint (keys {some}, ...); pass "
-                   f"arch=...; {_KNOWN}")
+  raise ValueError(
+    f"cannot recognize the architecture of the checkpoint (keys {some}, ...); pass "
+    f"arch=...; {_KNOWN}"
+  )
 
 
 def _family(arch: str):
@@ -200,6 +218,7 @@ def _lenet_kwargs(sd) -> dict:
 
   A missing weight gets a stand-in size of 1; the key check reports it.
   """
+
   def out_size(key):
     w = sd.get(key)
     return int(w.shape[0]) if w is not None and w.ndim >= 1 else 1
@@ -209,8 +228,11 @@ def _lenet_kwargs(sd) -> dict:
   while f"fc{i + 1}.weight" in sd:
     hidden.append(out_size(f"fc{i}.weight"))
     i += 1
-  return {"channels": [out_size("conv1.weight"), out_size("conv2.weight")],
-          "hidden_sizes": hidden, "padding": 0}
+  return {
+    "channels": [out_size("conv1.weight"), out_size("conv2.weight")],
+    "hidden_sizes": hidden,
+    "padding": 0,
+  }
 
 
 def _head_key(family: str, sd) -> str:
@@ -232,11 +254,15 @@ def _layers(family: str, model, stage_sizes) -> list[tuple[str, tuple, str]]:
   for i, (t, block) in enumerate(zip(names, model.blocks, strict=True)):
     for k in (1, 2, 3):
       if hasattr(block, f"conv{k}"):
-        out += [(f"{t}.conv{k}", ("blocks", i, f"conv{k}"), "conv"),
-                (f"{t}.bn{k}", ("blocks", i, f"bn{k}"), "bn")]
+        out += [
+          (f"{t}.conv{k}", ("blocks", i, f"conv{k}"), "conv"),
+          (f"{t}.bn{k}", ("blocks", i, f"bn{k}"), "bn"),
+        ]
     if block.proj_conv is not None:
-      out += [(f"{t}.downsample.0", ("blocks", i, "proj_conv"), "conv"),
-              (f"{t}.downsample.1", ("blocks", i, "proj_bn"), "bn")]
+      out += [
+        (f"{t}.downsample.0", ("blocks", i, "proj_conv"), "conv"),
+        (f"{t}.downsample.1", ("blocks", i, "proj_bn"), "bn"),
+      ]
   return out + [("fc", ("head",), "linear")]
 
 
@@ -269,13 +295,19 @@ def _short(keys, limit: int = 8) -> str:
 class UnknownNormalizationError(ValueError):
   """A checkpoint's normalization layer holds no values and its architecture has no default."""
 
-  def __init__(self, arch: str, *, how: str = "pass normalize=: None, a dataset name (mnist, "
-               "cifar10, imagenet2012, ...) or a (mean, std) pair"):
+  def __init__(
+    self,
+    arch: str,
+    *,
+    how: str = "pass normalize=: None, a dataset name (mnist, "
+    "cifar10, imagenet2012, ...) or a (mean, std) pair",
+  ):
     self.arch = arch
     super().__init__(
-        f"the checkpoint is Sequential(layer 0, {arch}) and its layer 0 (a normalization layer "
-        "such as Cohen et al.'s NormalizeLayer, whose means and sds are not in the state_dict) "
-        f"can be neither read nor inferred for {arch}: {how}")
+      f"the checkpoint is Sequential(layer 0, {arch}) and its layer 0 (a normalization layer "
+      "such as Cohen et al.'s NormalizeLayer, whose means and sds are not in the state_dict) "
+      f"can be neither read nor inferred for {arch}: {how}"
+    )
 
 
 def _normalization(normalize, norm_sd, family, arch, *, wrapped: bool):
@@ -294,8 +326,10 @@ def _normalization(normalize, norm_sd, family, arch, *, wrapped: bool):
     return normalize, "given"
   for m_name, s_name in (("means", "sds"), ("mean", "std")):
     if m_name in norm_sd and s_name in norm_sd:
-      return ([float(v) for v in np.ravel(norm_sd[m_name])],
-              [float(v) for v in np.ravel(norm_sd[s_name])]), "read from the checkpoint's layer 0"
+      return (
+        [float(v) for v in np.ravel(norm_sd[m_name])],
+        [float(v) for v in np.ravel(norm_sd[s_name])],
+      ), "read from the checkpoint's layer 0"
   default = _DEFAULT_NORMALIZE[family]
   if wrapped and default is None:
     raise UnknownNormalizationError(arch)
@@ -303,8 +337,9 @@ def _normalization(normalize, norm_sd, family, arch, *, wrapped: bool):
     return None, "none (the checkpoint has no normalization layer)"
   where = "layer 0" if wrapped else "the model"
   return [list(v) for v in NORMALIZATION[default]], (
-      f"{default}'s, inferred from the architecture {arch} as in Cohen et al.'s get_architecture "
-      f"({where} holds no values; pass normalize= to change it)")
+    f"{default}'s, inferred from the architecture {arch} as in Cohen et al.'s get_architecture "
+    f"({where} holds no values; pass normalize= to change it)"
+  )
 
 
 def describe_normalization(mean_std) -> str:
@@ -316,8 +351,13 @@ def describe_normalization(mean_std) -> str:
   return f"mean ({fmt(mean)}) std ({fmt(std)})"
 
 
-def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
-               input_shape: Sequence[int] | None = None) -> tuple[nnx.Module, dict]:
+def load_torch(
+  path_or_state_dict,
+  arch: str | None = None,
+  *,
+  normalize="auto",
+  input_shape: Sequence[int] | None = None,
+) -> tuple[nnx.Module, dict]:
   """Builds the rsjax model holding a PyTorch checkpoint's weights (eval use).
 
   Args:
@@ -370,12 +410,16 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
 
   # The normalization layer holds no variables: it is set after the weights are
   # checked, so that a checkpoint that does not fit is reported by its keys.
-  abstract = nnx.eval_shape(lambda: create_model(
-      name, num_classes=num_classes, input_shape=input_shape, rngs=0, normalize=None, **kwargs))
+  abstract = nnx.eval_shape(
+    lambda: create_model(
+      name, num_classes=num_classes, input_shape=input_shape, rngs=0, normalize=None, **kwargs
+    )
+  )
   graphdef, state = nnx.split(abstract)
   targets = dict(nnx.to_flat_state(state))
-  stage_sizes = (kwargs["stage_sizes"] if family == "imagenet"
-                 else [(kwargs.get("depth", 2) - 2) // 6] * 3)
+  stage_sizes = (
+    kwargs["stage_sizes"] if family == "imagenet" else [(kwargs.get("depth", 2) - 2) // 6] * 3
+  )
   layers = _layers(family, abstract, stage_sizes)
 
   values, expected = {}, set()
@@ -389,8 +433,10 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
   missing = expected - set(sd)
   unexpected = {k for k in sd if k not in expected and not k.endswith(_IGNORED_SUFFIX)}
   if missing or unexpected:
-    raise ValueError(f"checkpoint does not fit {arch}: missing keys {_short(missing)}, "
-                     f"unexpected keys {_short(unexpected)}; {_KNOWN}")
+    raise ValueError(
+      f"checkpoint does not fit {arch}: missing keys {_short(missing)}, "
+      f"unexpected keys {_short(unexpected)}; {_KNOWN}"
+    )
   new, bad = [], []
   for path, var in targets.items():
     key, kind, t_name = values[path]
@@ -404,15 +450,21 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
     new.append((path, var.replace(np.asarray(value, dtype=np.float32))))
   if bad:
     hint = f" with input_shape {input_shape}" if family == "lenet" else ""
-    raise ValueError(f"checkpoint does not fit {arch}{hint}: shapes differ for {_short(bad, 4)}; "
-                     f"{_KNOWN}")
+    raise ValueError(
+      f"checkpoint does not fit {arch}{hint}: shapes differ for {_short(bad, 4)}; {_KNOWN}"
+    )
   norm, norm_how = _normalization(normalize, norm_sd, family, arch, wrapped=wrapped)
-  unmapped = sorted(k for k in norm_sd if k not in ("means", "sds", "mean", "std")
-                    and not k.endswith(_IGNORED_SUFFIX))
+  unmapped = sorted(
+    k
+    for k in norm_sd
+    if k not in ("means", "sds", "mean", "std") and not k.endswith(_IGNORED_SUFFIX)
+  )
   if unmapped:
-    warnings.warn(f"layer 0 of the checkpoint holds entries that are not mapped (ignored): "
-                  f"{_short(unmapped)}; only a normalization layer's means/sds are read",
-                  stacklevel=2)
+    warnings.warn(
+      f"layer 0 of the checkpoint holds entries that are not mapped (ignored): "
+      f"{_short(unmapped)}; only a normalization layer's means/sds are read",
+      stacklevel=2,
+    )
   try:
     mean_std = resolve_normalization(norm, input_shape[-1])
   except ValueError as e:
@@ -421,14 +473,24 @@ def load_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
   if mean_std is not None:
     model.normalize = nnx.data(Normalize(*mean_std))
   kwargs["normalize"] = norm
-  config = {"model": name, "num_classes": num_classes, "input_shape": list(input_shape),
-            "model_kwargs": kwargs, "torch_arch": arch,
-            "normalization": f"{describe_normalization(mean_std)}: {norm_how}"}
+  config = {
+    "model": name,
+    "num_classes": num_classes,
+    "input_shape": list(input_shape),
+    "model_kwargs": kwargs,
+    "torch_arch": arch,
+    "normalization": f"{describe_normalization(mean_std)}: {norm_how}",
+  }
   return model, config
 
 
-def from_torch(path_or_state_dict, arch: str | None = None, *, normalize="auto",
-               input_shape: Sequence[int] | None = None) -> tuple[EvalApply, nnx.State]:
+def from_torch(
+  path_or_state_dict,
+  arch: str | None = None,
+  *,
+  normalize="auto",
+  input_shape: Sequence[int] | None = None,
+) -> tuple[EvalApply, nnx.State]:
   """``(apply_fn, params)`` of a PyTorch checkpoint, ready for ``rsjax.certify``.
 
   ``apply_fn(params, x)`` maps NHWC inputs ``[b, H, W, C]`` in [0, 1] to logits

@@ -39,7 +39,27 @@ from rsjax.training.strategies import resample as resample
 from rsjax.training.strategies import reweigh_weights as reweigh_weights
 from rsjax.training.trainer import train as train
 
-__all__ = ["BatchSigma", "Consistency", "Discard", "Gaussian", "MACER", "OBJECTIVES", "Objective", "Reweigh",
-           "SmoothAdv", "SphereAttack", "TRAINING_DEFAULTS", "TrainConfig", "correct_counts", "discard_mask", "gradient_norm_table",
-           "make_objective", "make_optimizer", "per_sample_gradient_norms", "resample",
-           "reweigh_weights", "train", "training_defaults"]
+__all__ = [
+  "BatchSigma",
+  "Consistency",
+  "Discard",
+  "Gaussian",
+  "MACER",
+  "OBJECTIVES",
+  "Objective",
+  "Reweigh",
+  "SmoothAdv",
+  "SphereAttack",
+  "TRAINING_DEFAULTS",
+  "TrainConfig",
+  "correct_counts",
+  "discard_mask",
+  "gradient_norm_table",
+  "make_objective",
+  "make_optimizer",
+  "per_sample_gradient_norms",
+  "resample",
+  "reweigh_weights",
+  "train",
+  "training_defaults",
+]

@@ -33,15 +33,19 @@ def _norms(key, params, x, y, sigma, *, apply_fn, m):
       xr, yr, delta = replicate(ki, xi[None], yi[None], sigma, m)
       logits = apply_fn(p, xr + delta).astype(jnp.float32)
       return optax.softmax_cross_entropy_with_integer_labels(logits, yr).mean()
+
     g = jax.grad(loss)(params)
-    return jnp.sqrt(sum(jnp.sum(jnp.square(leaf.astype(jnp.float32))) for leaf in jax.tree.leaves(g)))
+    return jnp.sqrt(
+      sum(jnp.sum(jnp.square(leaf.astype(jnp.float32))) for leaf in jax.tree.leaves(g))
+    )
 
   keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(x.shape[0]))
   return jax.vmap(one)(x, y, keys)
 
 
-def per_sample_gradient_norms(key, apply_fn, params, x, y, *, sigma: float, num_noise: int = 4,
-                              batch_size: int = 64) -> np.ndarray:
+def per_sample_gradient_norms(
+  key, apply_fn, params, x, y, *, sigma: float, num_noise: int = 4, batch_size: int = 64
+) -> np.ndarray:
   """L2 norm of each input's Gaussian-loss gradient with respect to the parameters.
 
   Args:
@@ -62,9 +66,19 @@ def per_sample_gradient_norms(key, apply_fn, params, x, y, *, sigma: float, num_
   y = np.asarray(y, np.int32)
   out = []
   for start in range(0, x.shape[0], batch_size):
-    out.append(np.asarray(_norms(jax.random.fold_in(key, start), params,
-                                 x[start:start + batch_size], y[start:start + batch_size],
-                                 jnp.float32(sigma), apply_fn=apply_fn, m=num_noise)))
+    out.append(
+      np.asarray(
+        _norms(
+          jax.random.fold_in(key, start),
+          params,
+          x[start : start + batch_size],
+          y[start : start + batch_size],
+          jnp.float32(sigma),
+          apply_fn=apply_fn,
+          m=num_noise,
+        )
+      )
+    )
   return np.concatenate(out).astype(np.float64)
 
 

@@ -135,8 +135,12 @@ class TrainConfig:
 
 
 #: JSON of the fields added after the first release, as older workdirs lack them.
-LATER_FIELDS = {"objective": Gaussian().to_json(), "discard": None, "reweigh": None,
-                 "batch_sigma": None}
+LATER_FIELDS = {
+  "objective": Gaussian().to_json(),
+  "discard": None,
+  "reweigh": None,
+  "batch_sigma": None,
+}
 
 
 def make_optimizer(config: TrainConfig, steps_per_epoch: int) -> optax.GradientTransformation:
@@ -148,8 +152,11 @@ def make_optimizer(config: TrainConfig, steps_per_epoch: int) -> optax.GradientT
   lr_step)``.
   """
   schedule = optax.exponential_decay(
-      init_value=config.lr, transition_steps=config.lr_step * steps_per_epoch,
-      decay_rate=config.gamma, staircase=True)
+    init_value=config.lr,
+    transition_steps=config.lr_step * steps_per_epoch,
+    decay_rate=config.gamma,
+    staircase=True,
+  )
   parts = []
   if config.weight_decay > 0:
     parts.append(optax.add_decayed_weights(config.weight_decay))
@@ -159,6 +166,14 @@ def make_optimizer(config: TrainConfig, steps_per_epoch: int) -> optax.GradientT
 
 def optimizer_spec(config: TrainConfig) -> TrainConfig:
   """The config with the fields the optimizer does not use normalized (a jit cache key)."""
-  return dataclasses.replace(config, sigma=0.0, epochs=0, drop_last=False, eval_batch_size=1,
-                             objective=Gaussian(), discard=None, reweigh=None,
-                             batch_sigma=None)
+  return dataclasses.replace(
+    config,
+    sigma=0.0,
+    epochs=0,
+    drop_last=False,
+    eval_batch_size=1,
+    objective=Gaussian(),
+    discard=None,
+    reweigh=None,
+    batch_sigma=None,
+  )

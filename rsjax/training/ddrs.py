@@ -81,8 +81,9 @@ class DDRSConfig(BatchSigma):
     if not (math.isfinite(self.sigma_lr) and self.sigma_lr >= 0):
       raise ValueError(f"sigma_lr must be >= 0, got {self.sigma_lr!r}")
     if self.parametrization not in ddrs.PARAMETRIZATIONS:
-      raise ValueError(f"parametrization must be one of {ddrs.PARAMETRIZATIONS}, "
-                       f"got {self.parametrization!r}")
+      raise ValueError(
+        f"parametrization must be one of {ddrs.PARAMETRIZATIONS}, got {self.parametrization!r}"
+      )
     object.__setattr__(self, "clip", tuple(float(c) for c in self.clip))
     lo, hi = self.clip
     if not 0 < lo < hi < 1:
@@ -93,9 +94,14 @@ class DDRSConfig(BatchSigma):
   @property
   def ascent(self) -> ddrs.SigmaAscent:
     """The per-batch sigma ascent as a :class:`rsjax.ddrs.SigmaAscent`."""
-    return ddrs.SigmaAscent(steps=self.sigma_steps, lr=self.sigma_lr, num_samples=self.sigma_draws,
-                            clip=self.clip, sigma_min=self.sigma_min,
-                            parametrization=self.parametrization)
+    return ddrs.SigmaAscent(
+      steps=self.sigma_steps,
+      lr=self.sigma_lr,
+      num_samples=self.sigma_draws,
+      clip=self.clip,
+      sigma_min=self.sigma_min,
+      parametrization=self.parametrization,
+    )
 
   def to_json(self) -> dict:
     d = {"name": "ddrs", **dataclasses.asdict(self)}
@@ -110,22 +116,38 @@ class DDRSConfig(BatchSigma):
     """OptimizeSigma from the memory (after the warm-up), written back: ``(memory, sigma_b)``."""
     sig = state[idx]
     if self.sigma_steps > 0:
+
       def ascend(s):
         return ddrs.sigma_ascent(key, eval_fn, variables, x, s, idx, config=self.ascent)
+
       sig = jax.lax.cond(epoch >= self.warmup_epochs, ascend, lambda s: s, sig)
     return state.at[idx].set(sig), sig
 
   def summary(self, state) -> dict:
     """Mean, spread and range of the memory."""
     s = np.asarray(state)
-    return {"sigma_mean": float(s.mean()), "sigma_std": float(s.std()),
-            "sigma_min": float(s.min()), "sigma_max": float(s.max())}
+    return {
+      "sigma_mean": float(s.mean()),
+      "sigma_std": float(s.std()),
+      "sigma_min": float(s.min()),
+      "sigma_max": float(s.max()),
+    }
 
 
-def train_ddrs(key, model: nnx.Module, train_data, *, ddrs_config: DDRSConfig,
-               train_config: TrainConfig | None = None, eval_data=None, workdir=None,
-               resume: bool = True, model_config=None, keep_checkpoints: int = 2,
-               progress: bool = True):
+def train_ddrs(
+  key,
+  model: nnx.Module,
+  train_data,
+  *,
+  ddrs_config: DDRSConfig,
+  train_config: TrainConfig | None = None,
+  eval_data=None,
+  workdir=None,
+  resume: bool = True,
+  model_config=None,
+  keep_checkpoints: int = 2,
+  progress: bool = True,
+):
   """Trains an NNX classifier with DDRS's per-example optimized sigma (Algorithm 2).
 
   :func:`rsjax.training.train` with ``batch_sigma=ddrs_config``.
@@ -160,10 +182,19 @@ def train_ddrs(key, model: nnx.Module, train_data, *, ddrs_config: DDRSConfig,
   tc = train_config or TrainConfig(sigma=ddrs_config.sigma0)
   tc = dataclasses.replace(tc, sigma=ddrs_config.sigma0, batch_sigma=ddrs_config)
   mc = {**(model_config or {}), "method": "ddrs"}
-  model, history, memory = train(key, model, train_data, tc, eval_data=eval_data,
-                                 workdir=workdir, resume=resume, model_config=mc,
-                                 keep_checkpoints=keep_checkpoints, progress=progress,
-                                 return_state=True)
+  model, history, memory = train(
+    key,
+    model,
+    train_data,
+    tc,
+    eval_data=eval_data,
+    workdir=workdir,
+    resume=resume,
+    model_config=mc,
+    keep_checkpoints=keep_checkpoints,
+    progress=progress,
+    return_state=True,
+  )
   memory = np.asarray(memory, np.float32)
   if workdir is not None:
     np.save(os.path.join(os.fspath(workdir), SIGMA_FILE), memory)

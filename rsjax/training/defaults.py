@@ -35,20 +35,22 @@ class TrainingDefaults:
 
   def describe(self) -> str:
     """``epochs 20, batch 128, lr 0.05, lr-step-size 8`` (CLI words)."""
-    return (f"epochs {self.epochs}, batch {self.batch_size}, lr {self.lr:g}, "
-            f"lr-step-size {self.lr_step}")
+    return (
+      f"epochs {self.epochs}, batch {self.batch_size}, lr {self.lr:g}, lr-step-size {self.lr_step}"
+    )
 
 
-_COHEN = TrainingDefaults(epochs=90, batch_size=256, lr=0.1, lr_step=30,
-                          source="Cohen et al.'s train.py")
+_COHEN = TrainingDefaults(
+  epochs=90, batch_size=256, lr=0.1, lr_step=30, source="Cohen et al.'s train.py"
+)
 _DEMO = TrainingDefaults(epochs=20, batch_size=128, lr=0.05, lr_step=8, source="the demo's")
 
 TRAINING_DEFAULTS: dict[str, TrainingDefaults] = {
-    "imagenet2012": _COHEN,
-    "cifar10": _COHEN,
-    "mnist": _DEMO,
-    "mnist5k": _DEMO,
-    "digits": dataclasses.replace(_DEMO, batch_size=64, source="the demo's, batch 64"),
+  "imagenet2012": _COHEN,
+  "cifar10": _COHEN,
+  "mnist": _DEMO,
+  "mnist5k": _DEMO,
+  "digits": dataclasses.replace(_DEMO, batch_size=64, source="the demo's, batch 64"),
 }
 
 

@@ -46,8 +46,17 @@ import jax.numpy as jnp
 import optax
 from jax.scipy.special import ndtri, xlogy
 
-__all__ = ["Objective", "Gaussian", "Consistency", "SmoothAdv", "MACER", "SphereAttack",
-           "OBJECTIVES", "make_objective", "replicate"]
+__all__ = [
+  "Objective",
+  "Gaussian",
+  "Consistency",
+  "SmoothAdv",
+  "MACER",
+  "SphereAttack",
+  "OBJECTIVES",
+  "make_objective",
+  "replicate",
+]
 
 
 def replicate(key, x, y, sigma, m: int):
@@ -229,8 +238,11 @@ class Gaussian(Objective):
     if self.attack is not None:
       attack_fn = eval_fn or apply_fn
       delta = jax.lax.cond(
-          jnp.asarray(epoch) >= self.attack.start_epoch,
-          lambda d: self.attack(attack_fn, params, xr, yr, d), lambda d: d, delta)
+        jnp.asarray(epoch) >= self.attack.start_epoch,
+        lambda d: self.attack(attack_fn, params, xr, yr, d),
+        lambda d: d,
+        delta,
+      )
     logits = apply_fn(params, xr + delta)
     loss = _ce(logits, yr).mean()
     return loss, {"correct": _correct(logits, yr, m)}
@@ -270,8 +282,12 @@ class Consistency(Objective):
     kl = (jnp.sum(xlogy(avg, avg), -1)[:, None] - jnp.sum(avg[:, None] * logp, -1)).mean(1)
     ent = -jnp.sum(avg * jnp.log(avg + 1e-10), -1)
     loss = xent + jnp.mean(self.lbd * kl + self.eta * ent)
-    return loss, {"correct": _correct(logits, yr, m), "xent": xent, "kl": kl.mean(),
-                  "entropy": ent.mean()}
+    return loss, {
+      "correct": _correct(logits, yr, m),
+      "xent": xent,
+      "kl": kl.mean(),
+      "entropy": ent.mean(),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,7 +331,9 @@ class SmoothAdv(Objective):
 
   def epsilon_at(self, epoch):
     """The warmed-up radius of a (0-based) epoch."""
-    return jnp.minimum(self.epsilon, (jnp.asarray(epoch, jnp.float32) + 1) * self.epsilon / self.warmup)
+    return jnp.minimum(
+      self.epsilon, (jnp.asarray(epoch, jnp.float32) + 1) * self.epsilon / self.warmup
+    )
 
   def attack(self, apply_fn, params, x, y, noise, eps):
     """PGD on the soft smoothed classifier; returns ``x' [B, ...]`` with ``||x' - x|| <= eps``.
@@ -350,8 +368,11 @@ class SmoothAdv(Objective):
     adv = self.attack(eval_fn or apply_fn, params, x, y, noise, eps)
     logits = apply_fn(params, jnp.repeat(adv, m, axis=0) + noise)
     loss = _ce(logits, yr).mean()
-    return loss, {"correct": _correct(logits, yr, m), "epsilon": eps,
-                  "max_perturbation": jnp.max(_row_norm(adv - x))}
+    return loss, {
+      "correct": _correct(logits, yr, m),
+      "epsilon": eps,
+      "max_perturbation": jnp.max(_row_norm(adv - x)),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -424,8 +445,7 @@ class MACER(Objective):
     robust = jnp.where(hinge, (self.gamma - xi) * sig / 2, 0.0)
     lbd = jnp.where(jnp.asarray(epoch) >= self.deferred, jnp.float32(self.lbd), jnp.float32(0.0))
     loss = jnp.mean(xent + lbd * robust)
-    return loss, {"correct": _correct(logits, yr, m), "xent": xent.mean(),
-                  "robust": robust.mean()}
+    return loss, {"correct": _correct(logits, yr, m), "xent": xent.mean(), "robust": robust.mean()}
 
 
 #: Objectives by name (the CLI's ``--objective`` choices).
@@ -444,6 +464,8 @@ def make_objective(name: str, **hyperparameters) -> Objective:
   fields = {f.name for f in dataclasses.fields(cls)}
   unknown = sorted(set(hyperparameters) - fields)
   if unknown:
-    raise ValueError(f"objective {name!r} has no hyperparameter {', '.join(unknown)}; "
-                     f"it takes {', '.join(sorted(fields))}")
+    raise ValueError(
+      f"objective {name!r} has no hyperparameter {', '.join(unknown)}; "
+      f"it takes {', '.join(sorted(fields))}"
+    )
   return cls(**hyperparameters)

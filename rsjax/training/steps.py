@@ -18,11 +18,30 @@ from rsjax.training.config import make_optimizer
 __all__ = ["train_step", "eval_step", "evaluate", "first_bad_step", "check_finite_loss"]
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "eval_fn", "objective", "spec",
-                                             "steps_per_epoch", "batch_sigma"))
-def train_step(params, rest, opt_state, x, y, sigma, key, epoch, sigma_state=None, idx=None,
-                sigma_key=None, *, graphdef, eval_fn, objective, spec, steps_per_epoch,
-                batch_sigma=None):
+@functools.partial(
+  jax.jit,
+  static_argnames=("graphdef", "eval_fn", "objective", "spec", "steps_per_epoch", "batch_sigma"),
+)
+def train_step(
+  params,
+  rest,
+  opt_state,
+  x,
+  y,
+  sigma,
+  key,
+  epoch,
+  sigma_state=None,
+  idx=None,
+  sigma_key=None,
+  *,
+  graphdef,
+  eval_fn,
+  objective,
+  spec,
+  steps_per_epoch,
+  batch_sigma=None,
+):
   """One optimizer step of ``objective`` on a batch.
 
   With ``batch_sigma`` the batch's per-input sigma comes from it (and its state),
@@ -31,8 +50,9 @@ def train_step(params, rest, opt_state, x, y, sigma, key, epoch, sigma_state=Non
   """
   tx = make_optimizer(spec, steps_per_epoch)
   if batch_sigma is not None:
-    sigma_state, sigma = batch_sigma(sigma_key, sigma_state, eval_fn, nnx.merge_state(params, rest),
-                                     x, idx, epoch)
+    sigma_state, sigma = batch_sigma(
+      sigma_key, sigma_state, eval_fn, nnx.merge_state(params, rest), x, idx, epoch
+    )
     sigma = jax.lax.stop_gradient(sigma)
 
   def loss_fn(p, r):
@@ -71,8 +91,10 @@ def _model_reports(model: nnx.Module):
   variable to its value.
   """
   losses = jax.tree.leaves(nnx.state(model, AuxLoss))
-  diags = {"/".join(str(k) for k in path): jnp.asarray(v.get_value(), jnp.float32)
-           for path, v in nnx.to_flat_state(nnx.state(model, Diagnostic))}
+  diags = {
+    "/".join(str(k) for k in path): jnp.asarray(v.get_value(), jnp.float32)
+    for path, v in nnx.to_flat_state(nnx.state(model, Diagnostic))
+  }
   return (sum(losses) if losses else None), diags
 
 
@@ -106,7 +128,7 @@ def evaluate(eval_fn, variables, x, y, key, batch_size) -> tuple[float, float]:
   b = min(batch_size, n)
   clean = noisy = 0
   for i, start in enumerate(range(0, n, b)):
-    xb, yb = x[start:start + b], y[start:start + b]
+    xb, yb = x[start : start + b], y[start : start + b]
     m = xb.shape[0]
     mask = np.arange(b) < m
     if m < b:  # pad to a static shape; padding is masked out
@@ -127,6 +149,7 @@ def check_finite_loss(first_bad: int, epoch: int, steps_per_epoch: int) -> None:
   """Raises ``FloatingPointError`` naming the step where the loss stopped being finite."""
   if first_bad >= 0:
     raise FloatingPointError(
-        f"training loss became non-finite (NaN or inf) at step {first_bad + 1} (epoch {epoch + 1}, "
-        f"batch {first_bad - epoch * steps_per_epoch + 1} of {steps_per_epoch}); epoch "
-        f"{epoch + 1} was not saved. Lower the learning rate or check the data and model")
+      f"training loss became non-finite (NaN or inf) at step {first_bad + 1} (epoch {epoch + 1}, "
+      f"batch {first_bad - epoch * steps_per_epoch + 1} of {steps_per_epoch}); epoch "
+      f"{epoch + 1} was not saved. Lower the learning rate or check the data and model"
+    )

@@ -97,8 +97,19 @@ class Reweigh:
     return epoch >= self.epoch and (epoch - self.epoch) % self.every == 0
 
 
-def correct_counts(key, apply_fn, params, x, y, *, sigma, num: int, num_classes: int,
-                   batch_size: int = 1000, ids=None) -> np.ndarray:
+def correct_counts(
+  key,
+  apply_fn,
+  params,
+  x,
+  y,
+  *,
+  sigma,
+  num: int,
+  num_classes: int,
+  batch_size: int = 1000,
+  ids=None,
+) -> np.ndarray:
   """Number of ``num`` sigma-noisy copies of each input classified as its label.
 
   Uses the core counts engine (:func:`rsjax.sample_counts`), so the noise of
@@ -119,8 +130,18 @@ def correct_counts(key, apply_fn, params, x, y, *, sigma, num: int, num_classes:
     ``[N]`` int64 counts in ``[0, num]``.
   """
   from rsjax import sample_counts
-  counts = sample_counts(key, apply_fn, params, x, sigma=sigma, num_classes=num_classes,
-                         num=num, batch_size=batch_size, ids=ids)
+
+  counts = sample_counts(
+    key,
+    apply_fn,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=num_classes,
+    num=num,
+    batch_size=batch_size,
+    ids=ids,
+  )
   return np.asarray(counts)[np.arange(len(y)), np.asarray(y)].astype(np.int64)
 
 
@@ -141,7 +162,9 @@ def discard_mask(counts, num: int, threshold: float) -> np.ndarray:
   return counts / num >= threshold
 
 
-def reweigh_weights(counts, num: int = 16, *, alpha: float = 0.1, p_min: float = 0.75) -> np.ndarray:
+def reweigh_weights(
+  counts, num: int = 16, *, alpha: float = 0.1, p_min: float = 0.75
+) -> np.ndarray:
   """Sampling weights by approximate certified radius, as the authors' code computes them.
 
   ``C`` is raised to at least ``floor(p_min * num)`` and

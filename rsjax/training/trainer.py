@@ -65,7 +65,9 @@ def _check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
   if not np.issubdtype(x.dtype, np.floating):
     raise ValueError(f"{name}: x must be floating point in [0, 1], got dtype {x.dtype}")
   if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
-    raise ValueError(f"{name}: expected x [N, ...] and y [N] with N >= 1, got {x.shape} and {y.shape}")
+    raise ValueError(
+      f"{name}: expected x [N, ...] and y [N] with N >= 1, got {x.shape} and {y.shape}"
+    )
   if not np.issubdtype(y.dtype, np.integer):
     raise ValueError(f"{name}: y must be integer labels, got dtype {y.dtype}")
   if y.min() < 0:
@@ -75,8 +77,9 @@ def _check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"{name}: x contains NaN or inf")
   if lo < -1e-6 or hi > 1 + 1e-6:
     raise ValueError(
-        f"{name}: x must lie in [0, 1] (noise is added in pixel scale and the model normalizes), "
-        f"got range [{lo:.4g}, {hi:.4g}]")
+      f"{name}: x must lie in [0, 1] (noise is added in pixel scale and the model normalizes), "
+      f"got range [{lo:.4g}, {hi:.4g}]"
+    )
   return x.astype(np.float32, copy=False), y.astype(np.int32, copy=False)
 
 
@@ -86,13 +89,17 @@ _COMPAT_IGNORED = ("epochs",)
 def _check_compatible(saved: Mapping, current: Mapping, what: str) -> None:
   if what == "training config":
     saved = {**LATER_FIELDS, **saved}
-  diff = {k: (saved.get(k), current.get(k)) for k in set(saved) | set(current)
-          if k not in _COMPAT_IGNORED and saved.get(k) != current.get(k)}
+  diff = {
+    k: (saved.get(k), current.get(k))
+    for k in set(saved) | set(current)
+    if k not in _COMPAT_IGNORED and saved.get(k) != current.get(k)
+  }
   if diff:
     items = ", ".join(f"{k}: saved {a!r} vs now {b!r}" for k, (a, b) in sorted(diff.items()))
     raise ValueError(
-        f"cannot resume: the {what} differs from the checkpointed run ({items}); use the same "
-        "arguments, a new workdir, or resume=False")
+      f"cannot resume: the {what} differs from the checkpointed run ({items}); use the same "
+      "arguments, a new workdir, or resume=False"
+    )
 
 
 def _split_sigma(train_data):
@@ -101,18 +108,30 @@ def _split_sigma(train_data):
     x, y, sig = train_data
     sig = np.asarray(sig, np.float32)
     if sig.ndim != 1 or sig.shape[0] != np.shape(x)[0]:
-      raise ValueError(f"train_data: per-input sigma must have shape [N] = [{np.shape(x)[0]}], "
-                       f"got {sig.shape}")
+      raise ValueError(
+        f"train_data: per-input sigma must have shape [N] = [{np.shape(x)[0]}], got {sig.shape}"
+      )
     if not (np.all(np.isfinite(sig)) and np.all(sig >= 0)):
       raise ValueError("train_data: per-input sigma must be finite and >= 0")
     return (x, y), sig
   return train_data, None
 
 
-def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=None,
-          workdir=None, resume: bool = True, model_config: Mapping | None = None,
-          keep_checkpoints: int = 2, progress: bool = True,
-          on_epoch_end: Callable[[dict], None] | None = None, return_state: bool = False):
+def train(
+  key,
+  model: nnx.Module,
+  train_data,
+  config: TrainConfig,
+  *,
+  eval_data=None,
+  workdir=None,
+  resume: bool = True,
+  model_config: Mapping | None = None,
+  keep_checkpoints: int = 2,
+  progress: bool = True,
+  on_epoch_end: Callable[[dict], None] | None = None,
+  return_state: bool = False,
+):
   """Trains an NNX classifier on noisy inputs with the configured objective.
 
   Args:
@@ -173,7 +192,9 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
   ev = _check_data(eval_data, "eval_data") if eval_data is not None else None
   n = x.shape[0]
   if config.drop_last and n < config.batch_size:
-    raise ValueError(f"batch_size {config.batch_size} > number of training inputs {n} with drop_last")
+    raise ValueError(
+      f"batch_size {config.batch_size} > number of training inputs {n} with drop_last"
+    )
   steps_per_epoch = n // config.batch_size if config.drop_last else -(-n // config.batch_size)
 
   train_fn, params, rest = to_train_fn(model)
@@ -205,7 +226,11 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
       state["batch_sigma"] = sigma_state
     return {"model": {"params": params, "rest": rest}, "train": state}
 
-  data_info = {"num_train": int(n), "input_shape": list(x.shape[1:]), "num_classes": int(num_classes)}
+  data_info = {
+    "num_train": int(n),
+    "input_shape": list(x.shape[1:]),
+    "num_classes": int(num_classes),
+  }
   if train_sigma is not None:
     data_info["per_input_sigma"] = True
 
@@ -220,11 +245,13 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
       latest = ckpt.latest_step()
       if latest is not None and not resume:
         raise ValueError(
-            f"workdir {workdir!r} already holds checkpoints (epoch {latest}); pass resume=True to "
-            "continue, or use a new workdir")
+          f"workdir {workdir!r} already holds checkpoints (epoch {latest}); pass resume=True to "
+          "continue, or use a new workdir"
+        )
       if latest is not None:
         items, meta = ckpt.restore(
-            latest, targets=state_items(params, rest, opt_state, weights, sigma_state))
+          latest, targets=state_items(params, rest, opt_state, weights, sigma_state)
+        )
         _check_compatible(meta["config"], config.to_json(), "training config")
         _check_compatible(meta["data"], data_info, "training data")
         if meta["key"] != key_data:
@@ -245,8 +272,10 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
           cfg["train"] = config.to_json()
           models.write_config(workdir, cfg)
         if progress:
-          tqdm.write(f"resuming {workdir} after epoch {start_epoch} of {config.epochs} "
-                     "(a new workdir starts over)")
+          tqdm.write(
+            f"resuming {workdir} after epoch {start_epoch} of {config.epochs} "
+            "(a new workdir starts over)"
+          )
       else:
         cfg = dict(model_config or {})
         for reserved in ("sigma", "train", "data"):
@@ -261,37 +290,56 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
   # One committed placement for fresh and restored state alike, so a resumed run
   # reuses the compiled step (single-device training).
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  params, rest, opt_state, sigma_state = jax.device_put((params, rest, opt_state, sigma_state),
-                                                        device)
+  params, rest, opt_state, sigma_state = jax.device_put(
+    (params, rest, opt_state, sigma_state), device
+  )
   sigma_arr = jax.device_put(jnp.float32(config.sigma), device)
-  step_fn = functools.partial(train_step, graphdef=train_fn.graphdef, eval_fn=apply_fn,
-                              objective=config.objective, spec=optimizer_spec(config),
-                              steps_per_epoch=steps_per_epoch, batch_sigma=batch_sigma)
+  step_fn = functools.partial(
+    train_step,
+    graphdef=train_fn.graphdef,
+    eval_fn=apply_fn,
+    objective=config.objective,
+    spec=optimizer_spec(config),
+    steps_per_epoch=steps_per_epoch,
+    batch_sigma=batch_sigma,
+  )
   eval_fn = functools.partial(eval_step, sigma=sigma_arr, apply_fn=apply_fn)
   schedule_lr = lambda epoch: config.lr * config.gamma ** (epoch // config.lr_step)  # noqa: E731
 
   def update_weights(epoch, weights):
     """Applies the discard / reweigh due at the start of ``epoch``."""
-    due = [(s, i) for i, s in enumerate((config.discard, config.reweigh))
-           if s is not None and s.due(epoch)]
+    due = [
+      (s, i)
+      for i, s in enumerate((config.discard, config.reweigh))
+      if s is not None and s.due(epoch)
+    ]
     if not due:
       return weights
     variables = nnx.merge_state(params, rest)
     for s, i in due:
       kept = np.flatnonzero(weights > 0)
       counts = correct_counts(
-          jax.random.fold_in(jax.random.fold_in(count_key, epoch), i), apply_fn, variables,
-          x[kept], y[kept], num=s.num_noise, num_classes=num_classes, ids=kept,
-          sigma=config.sigma if train_sigma is None else train_sigma[kept],
-          batch_size=config.eval_batch_size)
+        jax.random.fold_in(jax.random.fold_in(count_key, epoch), i),
+        apply_fn,
+        variables,
+        x[kept],
+        y[kept],
+        num=s.num_noise,
+        num_classes=num_classes,
+        ids=kept,
+        sigma=config.sigma if train_sigma is None else train_sigma[kept],
+        batch_size=config.eval_batch_size,
+      )
       weights = weights.copy()
       if isinstance(s, Discard):
         weights[kept] = np.where(discard_mask(counts, s.num_noise, s.threshold), weights[kept], 0.0)
       else:
         weights[kept] = reweigh_weights(counts, s.num_noise, alpha=s.alpha, p_min=s.p_min)
     if not np.any(weights > 0):
-      raise ValueError(f"epoch {epoch + 1}: the discard kept no training input; lower the "
-                       "threshold or discard later")
+      raise ValueError(
+        f"epoch {epoch + 1}: the discard kept no training input; lower the "
+        "threshold or discard later"
+      )
     return weights
 
   def epoch_order(epoch, weights):
@@ -311,33 +359,62 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
       diag_sum = {}  # the model's Diagnostic values (and aux_loss), summed over the steps
       seen = 0
       first_bad = jnp.int32(-1)  # first step of the epoch with a non-finite loss (on device)
-      bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}",
-                 disable=not progress, leave=False, dynamic_ncols=True)
+      bar = tqdm(
+        total=steps_per_epoch,
+        desc=f"epoch {epoch + 1}/{config.epochs}",
+        disable=not progress,
+        leave=False,
+        dynamic_ncols=True,
+      )
       for b in range(steps_per_epoch):
-        idx = perm[b * config.batch_size:(b + 1) * config.batch_size]
+        idx = perm[b * config.batch_size : (b + 1) * config.batch_size]
         step = epoch * steps_per_epoch + b
         sig = sigma_arr if train_sigma is None else train_sigma[idx]
-        extra = () if batch_sigma is None else (
-            sigma_state, idx.astype(np.int32), jax.random.fold_in(batch_sigma_key, step))
+        extra = (
+          ()
+          if batch_sigma is None
+          else (sigma_state, idx.astype(np.int32), jax.random.fold_in(batch_sigma_key, step))
+        )
         params, rest, opt_state, loss, aux, sigma_state = step_fn(
-            params, rest, opt_state, x[idx], y[idx], sig, jax.random.fold_in(noise_key, step),
-            epoch_arr, *extra)
+          params,
+          rest,
+          opt_state,
+          x[idx],
+          y[idx],
+          sig,
+          jax.random.fold_in(noise_key, step),
+          epoch_arr,
+          *extra,
+        )
         loss_sum, correct_sum = loss_sum + loss, correct_sum + aux["correct"]
         diag_sum = {k: diag_sum.get(k, 0.0) + v for k, v in aux.get("diagnostics", {}).items()}
         seen += idx.shape[0]
         first_bad = first_bad_step(first_bad, loss, step)
         bar.update(1)
         if progress and (b % 50 == 49 or b == steps_per_epoch - 1):
-          bar.set_postfix(loss=f"{float(loss_sum) / seen:.4f}", acc=f"{float(correct_sum) / seen:.3f}")
+          bar.set_postfix(
+            loss=f"{float(loss_sum) / seen:.4f}", acc=f"{float(correct_sum) / seen:.3f}"
+          )
       bar.close()
       check_finite_loss(int(first_bad), epoch, steps_per_epoch)
-      entry = {"epoch": epoch + 1, "lr": schedule_lr(epoch), "train_loss": float(loss_sum) / seen,
-               "train_acc": float(correct_sum) / seen, "clean_acc": None, "noisy_acc": None}
+      entry = {
+        "epoch": epoch + 1,
+        "lr": schedule_lr(epoch),
+        "train_loss": float(loss_sum) / seen,
+        "train_acc": float(correct_sum) / seen,
+        "clean_acc": None,
+        "noisy_acc": None,
+      }
       if ev is not None:
         variables = nnx.merge_state(params, rest)
         entry["clean_acc"], entry["noisy_acc"] = evaluate(
-            eval_fn, variables, ev[0], ev[1], jax.random.fold_in(eval_key, epoch),
-            config.eval_batch_size)
+          eval_fn,
+          variables,
+          ev[0],
+          ev[1],
+          jax.random.fold_in(eval_key, epoch),
+          config.eval_batch_size,
+        )
       if strategies:
         entry["kept_fraction"] = float(np.mean(weights > 0))
       if batch_sigma is not None:
@@ -346,13 +423,23 @@ def train(key, model: nnx.Module, train_data, config: TrainConfig, *, eval_data=
       entry["seconds"] = time.perf_counter() - t0
       history.append(entry)
       if ckpt is not None:
-        ckpt.save(epoch + 1, items=state_items(params, rest, opt_state, weights, sigma_state),
-                  meta={"epoch": epoch + 1, "config": config.to_json(), "data": data_info,
-                        "key": key_data, "history": history})
+        ckpt.save(
+          epoch + 1,
+          items=state_items(params, rest, opt_state, weights, sigma_state),
+          meta={
+            "epoch": epoch + 1,
+            "config": config.to_json(),
+            "data": data_info,
+            "key": key_data,
+            "history": history,
+          },
+        )
         write_json(os.path.join(workdir, HISTORY_FILE), history)
       if progress:
-        msg = (f"epoch {epoch + 1}/{config.epochs}  lr {entry['lr']:.4g}  loss {entry['train_loss']:.4f}"
-               f"  train acc {entry['train_acc']:.4f}")
+        msg = (
+          f"epoch {epoch + 1}/{config.epochs}  lr {entry['lr']:.4g}  loss {entry['train_loss']:.4f}"
+          f"  train acc {entry['train_acc']:.4f}"
+        )
         if ev is not None:
           msg += f"  clean acc {entry['clean_acc']:.4f}  noisy acc {entry['noisy_acc']:.4f}"
         if strategies:

@@ -71,17 +71,26 @@ from rsjax.training.objectives import Objective
 from rsjax.training.trainer import HISTORY_FILE, train
 from rsjax.util import as_key, check_int
 
-__all__ = ["TRAIN_DIR", "UCANConfig", "UCANLoss", "UCANModel", "make_generator", "train_ucan",
-           "load_ucan_model"]
+__all__ = [
+  "TRAIN_DIR",
+  "UCANConfig",
+  "UCANLoss",
+  "UCANModel",
+  "make_generator",
+  "train_ucan",
+  "load_ucan_model",
+]
 
 #: Subdirectory of the workdir with the trainer's run (classifier + generator).
 TRAIN_DIR = "ucan_train"
 _UNIVERSAL_SCALE = 2.0
 
-_UNSOUND = ("generator 'input' (UCAN's input-dependent CNN generator) is not sound: the noise at "
-            "x + delta differs from the noise at x, so its radii are no certificate; pass "
-            "allow_unsound=True (CLI --allow-unsound) to run it anyway, or use the sound "
-            "dataset-wise 'universal' generator")
+_UNSOUND = (
+  "generator 'input' (UCAN's input-dependent CNN generator) is not sound: the noise at "
+  "x + delta differs from the noise at x, so its radii are no certificate; pass "
+  "allow_unsound=True (CLI --allow-unsound) to run it anyway, or use the sound "
+  "dataset-wise 'universal' generator"
+)
 
 
 class _Frozen(nnx.Variable):
@@ -186,8 +195,9 @@ class UCANModel(nnx.Module):
 
       return anisotropic.InputDependentNoise(fn)
     m, s = self.noise(jnp.zeros((1, *self.generator.shape), jnp.float32), jnp.float32(lam))
-    return anisotropic.FrozenNoise(np.asarray(s[0], np.float32) * lam32,
-                                   mu=np.asarray(m[0], np.float32))
+    return anisotropic.FrozenNoise(
+      np.asarray(s[0], np.float32) * lam32, mu=np.asarray(m[0], np.float32)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,8 +292,17 @@ def _restore_generator(workdir, classifier, generator: str, shape) -> UCANModel:
   return model
 
 
-def train_ucan(key, model: nnx.Module, train_data, config: UCANConfig, *, workdir=None,
-               model_config=None, progress: bool = True, allow_unsound: bool = False):
+def train_ucan(
+  key,
+  model: nnx.Module,
+  train_data,
+  config: UCANConfig,
+  *,
+  workdir=None,
+  model_config=None,
+  progress: bool = True,
+  allow_unsound: bool = False,
+):
   """Fine-tunes ``model`` with a UCAN noise generator; returns ``(model, noise, history)``.
 
   Args:
@@ -315,8 +334,10 @@ def train_ucan(key, model: nnx.Module, train_data, config: UCANConfig, *, workdi
   if workdir is not None and _finished(workdir) is not None:
     done = _finished(workdir)
     if done["ucan"]["generator"] != generator:
-      raise ValueError(f"workdir {os.fspath(workdir)!r} holds a {done['ucan']['generator']!r} "
-                       f"model, not {generator!r}")
+      raise ValueError(
+        f"workdir {os.fspath(workdir)!r} holds a {done['ucan']['generator']!r} "
+        f"model, not {generator!r}"
+      )
     model, meta = models.restore_model(workdir, model)
     if generator in SOUND_GENERATORS:
       return model, load_noise(workdir), list(meta["history"])
@@ -324,29 +345,51 @@ def train_ucan(key, model: nnx.Module, train_data, config: UCANConfig, *, workdi
     return model, noise, list(meta["history"])
   key = as_key(key)
   wrapped = UCANModel(model, make_generator(generator, shape, rngs=jax.random.fold_in(key, 5)))
-  loss = UCANLoss(num_noise=config.draws,
-                  weight=0.0 if generator.startswith("pattern") else config.weight)
-  train_config = TrainConfig(sigma=float(sigma), epochs=config.epochs,
-                             batch_size=config.batch_size, lr=config.lr, momentum=0.9,
-                             weight_decay=1e-4, lr_step=1, gamma=1.0,  # constant lr
-                             objective=loss)
+  loss = UCANLoss(
+    num_noise=config.draws, weight=0.0 if generator.startswith("pattern") else config.weight
+  )
+  train_config = TrainConfig(
+    sigma=float(sigma),
+    epochs=config.epochs,
+    batch_size=config.batch_size,
+    lr=config.lr,
+    momentum=0.9,
+    weight_decay=1e-4,
+    lr_step=1,
+    gamma=1.0,  # constant lr
+    objective=loss,
+  )
   train_dir = None if workdir is None else os.path.join(os.fspath(workdir), TRAIN_DIR)
   ucan_cfg = {k: v for k, v in dataclasses.asdict(config).items() if k != "sigma"}
-  wrapped, history = train(key, wrapped, train_data, train_config, workdir=train_dir,
-                           model_config={**(model_config or {}), "ucan": ucan_cfg},
-                           progress=progress)
+  wrapped, history = train(
+    key,
+    wrapped,
+    train_data,
+    train_config,
+    workdir=train_dir,
+    model_config={**(model_config or {}), "ucan": ucan_cfg},
+    progress=progress,
+  )
   model = wrapped.classifier
   noise = wrapped.noise_source(sigma)  # frozen (mu, lambda * sigma) unless input-dependent
   if workdir is not None:
     workdir = os.fspath(workdir)
     if generator in SOUND_GENERATORS:  # the universal one is also the CLI's dataset-wise noise
       save_noise(workdir, noise, generator)
-    cfg = {**(model_config or {}), "sigma": float(sigma), "method": "ucan", "ucan": ucan_cfg,
-           "sound": generator in SOUND_GENERATORS}
+    cfg = {
+      **(model_config or {}),
+      "sigma": float(sigma),
+      "method": "ucan",
+      "ucan": ucan_cfg,
+      "sound": generator in SOUND_GENERATORS,
+    }
     models.write_config(workdir, cfg)
     write_json(os.path.join(workdir, HISTORY_FILE), history)
     _, params, rest = to_train_fn(model)
     with Checkpoints(os.path.join(workdir, models.CHECKPOINT_DIR), max_to_keep=1) as ckpt:
-      ckpt.save(int(config.epochs), items={"model": {"params": params, "rest": rest}},
-                meta={"epoch": int(config.epochs), "history": history})
+      ckpt.save(
+        int(config.epochs),
+        items={"model": {"params": params, "rest": rest}},
+        meta={"epoch": int(config.epochs), "history": history},
+      )
   return model, noise, history

@@ -69,6 +69,7 @@ def read_run(path: str | os.PathLike[str]) -> RunSpec:
     VerifyError: no such file, no readable run record, or not a certify run.
   """
   from rsjax.runspec import RunFormatError, RunSpec
+
   p = os.fspath(path)
   if not os.path.exists(p):
     raise VerifyError(f"{p!r} does not exist")
@@ -81,9 +82,15 @@ def read_run(path: str | os.PathLike[str]) -> RunSpec:
   return run
 
 
-def verify(path: str | os.PathLike[str], *, rtol: float = 1e-9, atol: float = 1e-12,
-           inputs: Callable[[np.ndarray], np.ndarray] | None = None, data_dir: str | None = None,
-           dataset: Dataset | None = None) -> VerifyReport:
+def verify(
+  path: str | os.PathLike[str],
+  *,
+  rtol: float = 1e-9,
+  atol: float = 1e-12,
+  inputs: Callable[[np.ndarray], np.ndarray] | None = None,
+  data_dir: str | None = None,
+  dataset: Dataset | None = None,
+) -> VerifyReport:
   """Recomputes every prediction and radius of a certify result file from its record.
 
   Args:
@@ -112,16 +119,23 @@ def verify(path: str | os.PathLike[str], *, rtol: float = 1e-9, atol: float = 1e
   run = read_run(p)
   table = verifiable()
   if run.method not in table:
-    raise VerifyError(f"{p!r}: method {run.method!r} cannot be verified from counts by this "
-                      f"rsjax (verifiable: {', '.join(sorted(table))})")
+    raise VerifyError(
+      f"{p!r}: method {run.method!r} cannot be verified from counts by this "
+      f"rsjax (verifiable: {', '.join(sorted(table))})"
+    )
   method = table[run.method]
   res = io.read_certify(p)
   recs = record_lib.read_records(p)
   issues, missing = check_rows_declared(run, res)
   if method.ordered and np.any(np.diff(np.asarray(res.idx, np.int64)) <= 0):
     # A memory depends on the order the run processed its inputs: the declared order.
-    issues.append(Mismatch(-1, f"the rows are not in the run's order (increasing idx), which "
-                           f"{run.method}'s memory depends on"))
+    issues.append(
+      Mismatch(
+        -1,
+        f"the rows are not in the run's order (increasing idx), which "
+        f"{run.method}'s memory depends on",
+      )
+    )
   unchecked = []
   ds, why = (dataset, None) if dataset is not None else load_dataset(run, data_dir)
   if ds is None:
@@ -131,16 +145,29 @@ def verify(path: str | os.PathLike[str], *, rtol: float = 1e-9, atol: float = 1e
     if inputs is None:
       inputs = lambda idx: np.asarray(ds.get_batch(np.asarray(idx, np.int64))[0])  # noqa: E731
   assert method.check is not None  # verifiable() holds only methods with a check
-  issues.extend(method.check(certificate_view(run), res, recs, rtol=rtol, atol=atol,
-                             inputs=inputs))
+  issues.extend(method.check(certificate_view(run), res, recs, rtol=rtol, atol=atol, inputs=inputs))
   # The correct column follows from predict and label.
   for j in np.flatnonzero(res.correct != (res.predict == res.label)):
-    issues.append(Mismatch(int(res.idx[j]), f"correct {int(res.correct[j])} but predict "
-                           f"{res.predict[j]}, label {res.label[j]}"))
+    issues.append(
+      Mismatch(
+        int(res.idx[j]),
+        f"correct {int(res.correct[j])} but predict {res.predict[j]}, label {res.label[j]}",
+      )
+    )
   extra = sorted(set(recs) - {int(i) for i in res.idx})
   if extra:
-    issues.append(Mismatch(-1, f"the record holds {len(extra)} rows that are not in the file "
-                           f"(first idx {extra[0]})"))
-  return VerifyReport(p, run.method, len(res), tuple(issues), declared=len(run.indices()),
-                      missing=missing, unchecked=tuple(unchecked),
-                      data=None if ds is None else f"{run.data.name} {run.data.split}")
+    issues.append(
+      Mismatch(
+        -1, f"the record holds {len(extra)} rows that are not in the file (first idx {extra[0]})"
+      )
+    )
+  return VerifyReport(
+    p,
+    run.method,
+    len(res),
+    tuple(issues),
+    declared=len(run.indices()),
+    missing=missing,
+    unchecked=tuple(unchecked),
+    data=None if ds is None else f"{run.data.name} {run.data.split}",
+  )

@@ -46,13 +46,19 @@ class VerifyReport:
   def summary(self) -> str:
     if self.mismatches:
       bad = len({m.idx for m in self.mismatches})
-      return (f"NOT verified: {bad} of {self.rows} rows of {self.path} do not match their "
-              f"recorded counts (first: {self.mismatches[0]})")
+      return (
+        f"NOT verified: {bad} of {self.rows} rows of {self.path} do not match their "
+        f"recorded counts (first: {self.mismatches[0]})"
+      )
     if not self.complete:
-      return (f"NOT verified: incomplete: {self.declared - self.missing} of {self.declared} "
-              f"rows of {self.path} (the rows present match their counts)")
-    text = (f"verified: all {self.rows} rows of {self.path} match their recorded counts "
-            f"(method {self.method})")
+      return (
+        f"NOT verified: incomplete: {self.declared - self.missing} of {self.declared} "
+        f"rows of {self.path} (the rows present match their counts)"
+      )
+    text = (
+      f"verified: all {self.rows} rows of {self.path} match their recorded counts "
+      f"(method {self.method})"
+    )
     if self.data:
       text += f"; labels and inputs are those of {self.data}"
     if self.unchecked:

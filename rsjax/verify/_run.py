@@ -22,19 +22,28 @@ def certificate_view(run: RunSpec) -> dict:
   """
   s = run.sampling
   out = {
-      "method": run.method, "settings": dict(run.options), "sampling": dict(s),
-      "noise": {"family": run.noise_family, "name": s["noise"], "norm": run.norm},
-      "sigma": run.sigma, "multiclass": run.multiclass,
-      "input_shape": list(run.data.input_shape), "num_classes": run.data.num_classes,
-      "dataset": run.data.name, "details": run.details, "model": run.model.fingerprint,
+    "method": run.method,
+    "settings": dict(run.options),
+    "sampling": dict(s),
+    "noise": {"family": run.noise_family, "name": s["noise"], "norm": run.norm},
+    "sigma": run.sigma,
+    "multiclass": run.multiclass,
+    "input_shape": list(run.data.input_shape),
+    "num_classes": run.data.num_classes,
+    "dataset": run.data.name,
+    "details": run.details,
+    "model": run.model.fingerprint,
   }
   budget = (run.details or {}).get("budget")
   if budget is not None:
     b = dict(budget)
     looks = budget_looks(int(s["n"]), int(b["first"]), float(b["ratio"]))
-    out["budget"] = {**b, "grid": list(run.options.get("grid") or ()), "looks": looks,
-                     "alphas": budget_alphas(float(s["alpha"]), len(looks),
-                                             float(b["final_share"]))}
+    out["budget"] = {
+      **b,
+      "grid": list(run.options.get("grid") or ()),
+      "looks": looks,
+      "alphas": budget_alphas(float(s["alpha"]), len(looks), float(b["final_share"])),
+    }
   return out
 
 
@@ -46,8 +55,11 @@ def check_rows_declared(run: RunSpec, res: CertifyResults) -> tuple[list[Mismatc
   """
   declared = set(run.indices())
   have = {int(i) for i in res.idx}
-  issues = [Mismatch(int(i), f"idx {int(i)} is not one of the run's declared indices "
-                     f"({_range(run)})") for i in res.idx if int(i) not in declared]
+  issues = [
+    Mismatch(int(i), f"idx {int(i)} is not one of the run's declared indices ({_range(run)})")
+    for i in res.idx
+    if int(i) not in declared
+  ]
   missing = len(declared - have)
   return issues, missing
 
@@ -55,20 +67,21 @@ def check_rows_declared(run: RunSpec, res: CertifyResults) -> tuple[list[Mismatc
 def _range(run: RunSpec) -> str:
   d = run.data
   stop = d.size if d.stop < 0 else min(d.stop, d.size)
-  return (f"{d.name} {d.split}: {d.start} to {stop - 1} step {d.skip}, "
-          f"{len(run.indices())} inputs")
+  return f"{d.name} {d.split}: {d.start} to {stop - 1} step {d.skip}, {len(run.indices())} inputs"
 
 
 def load_dataset(run: RunSpec, data_dir: str | None) -> tuple[Dataset | None, str | None]:
   """The run's dataset split, or ``(None, why)`` when it cannot be loaded here."""
   try:
     from rsjax import data
+
     if run.data.name not in data.DATASETS:
       return None, f"dataset {run.data.name!r} is not one rsjax can load"
     return data.load(run.data.name, run.data.split, data_dir=data_dir), None
   except Exception as e:  # noqa: BLE001 -- any failure to load: say it and check the rest
     return None, f"dataset {run.data.name!r} ({run.data.split}) cannot be loaded here: " + (
-        " ".join(str(e).split())[:200])
+      " ".join(str(e).split())[:200]
+    )
 
 
 def check_dataset_shape(run: RunSpec, ds: Dataset) -> list[Mismatch]:
@@ -76,22 +89,31 @@ def check_dataset_shape(run: RunSpec, ds: Dataset) -> list[Mismatch]:
   issues: list[Mismatch] = []
   d = run.data
   if tuple(ds.input_shape) != tuple(d.input_shape):
-    issues.append(Mismatch(-1, f"the run declares inputs of shape {list(d.input_shape)}, "
-                           f"{d.name} has {list(ds.input_shape)}"))
+    issues.append(
+      Mismatch(
+        -1,
+        f"the run declares inputs of shape {list(d.input_shape)}, "
+        f"{d.name} has {list(ds.input_shape)}",
+      )
+    )
   if int(ds.num_classes) != d.num_classes:
-    issues.append(Mismatch(-1, f"the run declares {d.num_classes} classes, {d.name} has "
-                           f"{ds.num_classes}"))
+    issues.append(
+      Mismatch(-1, f"the run declares {d.num_classes} classes, {d.name} has {ds.num_classes}")
+    )
   if len(ds) != d.size:
-    issues.append(Mismatch(-1, f"the run declares {d.size} inputs in {d.name} {d.split}, it "
-                           f"has {len(ds)}"))
+    issues.append(
+      Mismatch(-1, f"the run declares {d.size} inputs in {d.name} {d.split}, it has {len(ds)}")
+    )
   return issues
 
 
-def check_against_dataset(run: RunSpec, res: CertifyResults, recs: dict[int, dict],
-                          ds: Dataset) -> list[Mismatch]:
+def check_against_dataset(
+  run: RunSpec, res: CertifyResults, recs: dict[int, dict], ds: Dataset
+) -> list[Mismatch]:
   """The run's declared shape, classes and size, and every row's label and input
   fingerprint, against the dataset itself."""
   from rsjax import record as record_lib
+
   d = run.data
   issues = check_dataset_shape(run, ds)
   if issues:
@@ -100,17 +122,19 @@ def check_against_dataset(run: RunSpec, res: CertifyResults, recs: dict[int, dic
   inside = (idx >= 0) & (idx < len(ds))
   rows = np.flatnonzero(inside)
   for s in range(0, len(rows), 1024):
-    part = rows[s:s + 1024]
+    part = rows[s : s + 1024]
     x, y = ds.get_batch(idx[part])
     x, y = np.asarray(x), np.asarray(y)
     for j, xi, yi in zip(part, x, y, strict=True):
       i = int(idx[j])
       if int(res.label[j]) != int(yi):
-        issues.append(Mismatch(i, f"label {int(res.label[j])} in the file, {int(yi)} in "
-                               f"{d.name} {d.split}"))
+        issues.append(
+          Mismatch(i, f"label {int(res.label[j])} in the file, {int(yi)} in {d.name} {d.split}")
+        )
         continue
       r = recs.get(i)
       if r is not None and r.get("input") != record_lib.input_fingerprint(xi):
-        issues.append(Mismatch(i, f"the recorded input fingerprint is not that of {d.name} "
-                               f"{d.split} input {i}"))
+        issues.append(
+          Mismatch(i, f"the recorded input fingerprint is not that of {d.name} {d.split} input {i}")
+        )
   return issues
