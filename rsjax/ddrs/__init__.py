@@ -2,6 +2,8 @@
 
 A flat API over private modules:
 
+* ``_objective``: ``SigmaAscent`` (the ascent's settings) and
+  ``smoothing_objective`` (a Monte-Carlo estimate of the margin R below).
 * ``_sigma``: ``optimize_sigma`` (with a ``SigmaAscent`` config): per-input
   sigma by gradient ascent on the soft smoothed margin
   ``R(sigma) = sigma/2 * (Phi^-1(clip(psi_A)) - Phi^-1(clip(psi_B)))``
@@ -36,13 +38,13 @@ __getattr__, __dir__ = _lazy.exports(
     "certify_dataset": "rsjax.ddrs._certify",
     "memory_path": "rsjax.ddrs._certify",
     "MemoryCertifier": "rsjax.ddrs._memory",
-    "FAMILIES": "rsjax.ddrs._sigma",
-    "PARAMETRIZATIONS": "rsjax.ddrs._sigma",
+    "FAMILIES": "rsjax.ddrs._objective",
+    "PARAMETRIZATIONS": "rsjax.ddrs._objective",
     "OptimizedSigma": "rsjax.ddrs._sigma",
-    "SigmaAscent": "rsjax.ddrs._sigma",
+    "SigmaAscent": "rsjax.ddrs._objective",
     "optimize_sigma": "rsjax.ddrs._sigma",
     "sigma_ascent": "rsjax.ddrs._sigma",
-    "smoothing_objective": "rsjax.ddrs._sigma",
+    "smoothing_objective": "rsjax.ddrs._objective",
   },
 )
 

@@ -12,7 +12,8 @@ import numpy as np
 
 from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.ddrs._memory import MemoryCertifier
-from rsjax.ddrs._sigma import SigmaAscent, optimize_sigma
+from rsjax.ddrs._objective import SigmaAscent
+from rsjax.ddrs._sigma import optimize_sigma
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import Certificate, Sampling
 from rsjax.method import Plan

@@ -1,4 +1,10 @@
-"""DDRS's sigma optimization (Algorithm 1): per-input sigma by ascent on the soft smoothed margin."""
+"""DDRS's sigma optimization (Algorithm 1): per-input sigma by ascent on the soft smoothed margin.
+
+The objective, its noise and the ``SigmaAscent`` settings are in
+``rsjax.ddrs._objective``; this module runs the ascent (``sigma_ascent`` inside
+``jax.jit``, ``optimize_sigma`` compiled) and wraps it as a sigma source
+(``OptimizedSigma``).
+"""
 
 from __future__ import annotations
 
@@ -12,118 +18,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from rsjax.engine.counts import prepare_inputs
+from rsjax.ddrs._objective import SigmaAscent, check_inputs, noise, objective
 from rsjax.sigma import SigmaValues
-from rsjax.util import as_key, check_int
+from rsjax.util import as_key
 
 __all__ = [
-  "FAMILIES",
-  "PARAMETRIZATIONS",
   "OptimizedSigma",
-  "SigmaAscent",
   "optimize_sigma",
   "sigma_ascent",
-  "smoothing_objective",
 ]
-
-
-#: The two objectives: ``"gaussian"`` (L2, Cohen-style soft margin) and
-#: ``"uniform"`` (L1, Yang et al.: noise ``U[-lambda, lambda]^d``, sigma IS lambda).
-FAMILIES = ("gaussian", "uniform")
-#: How sigma is stepped: ``"sigma"`` (the paper: ascent on sigma) or ``"log"``
-#: (ascent on log sigma: ``sigma <- sigma * exp(lr * sigma * dR/dsigma)``).
-PARAMETRIZATIONS = ("sigma", "log")
-
-
-def _objective(apply_fn, params, x, sigma, z, lo, hi, family="gaussian"):
-  """R(sigma) of one input: x ``[*shape]``, z ``[n, *shape]`` unit noise, sigma scalar.
-
-  Gaussian: ``sigma/2 (Phi^-1(clip psi_A) - Phi^-1(clip psi_B))``; uniform:
-  ``sigma (psi_A - psi_B)`` (no clamp, DDRS §4.4).
-  """
-  logits = apply_fn(params, x[None] + sigma * z)  # [n, C]
-  psi = jnp.mean(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), axis=0)
-  top2, _ = jax.lax.top_k(psi, 2)  # class not fixed across steps
-  if family == "uniform":
-    return sigma * (top2[0] - top2[1])
-  top2 = jnp.clip(top2, lo, hi)  # zero gradient when saturated, like the in-place clamp
-  return sigma / 2 * (jax.scipy.special.ndtri(top2[0]) - jax.scipy.special.ndtri(top2[1]))
-
-
-def _unit_noise(family, key, shape):
-  if family == "uniform":
-    return jax.random.uniform(key, shape, jnp.float32, minval=-1.0, maxval=1.0)
-  return jax.random.normal(key, shape, jnp.float32)
-
-
-def _noise(key, step, ids, shape, num_samples, family="gaussian"):
-  """``[B, n, *shape]`` unit noise; input i at step t from fold_in(fold_in(key, t), id_i)."""
-  k_t = jax.random.fold_in(key, step)
-  keys = jax.vmap(lambda i: jax.random.fold_in(k_t, i))(ids)
-  return jax.vmap(lambda k: _unit_noise(family, k, (num_samples, *shape)))(keys)
-
-
-@dataclasses.dataclass(frozen=True)
-class SigmaAscent:
-  """How sigma is optimized per input (DDRS Algorithm 1; see :func:`optimize_sigma`).
-
-  Attributes:
-    steps: K, number of ascent steps (paper 100).
-    lr: step size alpha (paper 1e-4).
-    num_samples: noise samples per step (paper 1).
-    clip: ``(lo, hi)`` clamp of psi (DDRS scripts (0.02, 0.98); Gaussian only).
-    sigma_min: lower bound kept on sigma.
-    family: ``"gaussian"`` (L2) or ``"uniform"`` (L1, sigma = lambda).
-    parametrization: ``"sigma"`` (the paper) or ``"log"`` (ascent on log sigma).
-  """
-
-  steps: int = 100
-  lr: float = 1e-4
-  num_samples: int = 1
-  clip: tuple[float, float] = (0.02, 0.98)
-  sigma_min: float = 1e-3
-  family: str = "gaussian"
-  parametrization: str = "sigma"
-
-  def __post_init__(self) -> None:
-    def set_(name: str, value: object) -> None:  # frozen: normalize
-      object.__setattr__(self, name, value)
-
-    set_("steps", check_int("steps", self.steps, 0))
-    set_("num_samples", check_int("num_samples", self.num_samples, 1))
-    _check_choice("family", self.family, FAMILIES)
-    _check_choice("parametrization", self.parametrization, PARAMETRIZATIONS)
-    set_("lr", float(self.lr))
-    set_("sigma_min", float(self.sigma_min))
-    if not np.isfinite(self.lr) or self.lr < 0:
-      raise ValueError(f"lr must be finite and >= 0, got {self.lr!r}")
-    if not np.isfinite(self.sigma_min) or self.sigma_min <= 0:
-      raise ValueError(f"sigma_min must be finite and > 0, got {self.sigma_min!r}")
-    set_("clip", _check_clip(self.clip))
-
-  @classmethod
-  def of(cls, config: SigmaAscent | None = None, **fields: Any) -> SigmaAscent:
-    """``config`` (default ``SigmaAscent()``) with ``fields`` replaced."""
-    config = cls() if config is None else config
-    if not isinstance(config, cls):
-      raise ValueError(f"config must be a SigmaAscent, got {config!r}")
-    return dataclasses.replace(config, **fields) if fields else config
-
-
-def _check_choice(name, v, choices):
-  if v not in choices:
-    raise ValueError(f"{name} must be one of {choices}, got {v!r}")
-  return v
-
-
-def _check_clip(clip) -> tuple[float, float]:
-  try:
-    lo, hi = (float(c) for c in clip)
-  except (TypeError, ValueError):
-    raise ValueError(f"clip must be a pair (lo, hi), got {clip!r}") from None
-  if not 0.0 < lo < hi < 1.0:
-    raise ValueError(f"clip must satisfy 0 < lo < hi < 1, got {clip!r}")
-  return lo, hi
 
 
 def _ascent(
@@ -146,11 +49,11 @@ def _ascent(
 ):
   """The ascent loop with traced ``lr, lo, hi, sigma_min`` (static: the rest)."""
   params = jax.lax.stop_gradient(params)  # the classifier is frozen
-  obj = functools.partial(_objective, apply_fn, params, family=family)
+  obj = functools.partial(objective, apply_fn, params, family=family)
   grad_fn = jax.vmap(jax.grad(obj, argnums=1), in_axes=(0, 0, 0, None, None))
 
   def body(sigma, t):
-    z = _noise(key, t, ids, x.shape[1:], num_samples, family)
+    z = noise(key, t, ids, x.shape[1:], num_samples, family)
     g = grad_fn(x, sigma, z, lo, hi)
     if parametrization == "log":  # d R / d log sigma = sigma * dR/dsigma
       # at most a factor e^(+-1/2) per step: the gradient is heavy-tailed near the boundary
@@ -253,26 +156,6 @@ def _optimize(
   )
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "num_samples", "family"))
-def _evaluate(key, params, x, sigma, ids, lo, hi, *, apply_fn, num_samples, family):
-  z = _noise(key, 0, ids, x.shape[1:], num_samples, family)
-  fn = functools.partial(_objective, apply_fn, params, family=family)
-  return jax.vmap(fn, in_axes=(0, 0, 0, None, None))(x, sigma, z, lo, hi)
-
-
-def _check_inputs(x, sigma, ids):
-  x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
-  b = x_np.shape[0]
-  sig = np.asarray(sigma, np.float64)
-  if sig.ndim == 0:
-    sig = np.full((b,), float(sig))
-  if sig.shape != (b,):
-    raise ValueError(f"sigma0/sigma must be a float or of shape [B]={(b,)}, got shape {sig.shape}")
-  if not np.all(np.isfinite(sig)) or np.any(sig <= 0):
-    raise ValueError("sigma0/sigma must be finite and > 0")
-  return x_np, sig.astype(np.float32), ids_arr
-
-
 def optimize_sigma(
   key: jax.Array | int,
   apply_fn: Callable,
@@ -356,7 +239,7 @@ def optimize_sigma(
     ValueError: for bad arguments (named in the message).
   """
   c = SigmaAscent.of(config, **ascent)
-  x_np, sig0, ids_arr = _check_inputs(x, sigma0, ids)
+  x_np, sig0, ids_arr = check_inputs(x, sigma0, ids)
   sig0 = np.maximum(sig0, np.float32(c.sigma_min))
   f32 = np.float32
   out = _optimize(
@@ -380,53 +263,6 @@ def optimize_sigma(
   if return_path:
     return np.asarray(out[0], np.float32), np.asarray(out[1], np.float32)
   return np.asarray(out, np.float32)
-
-
-def smoothing_objective(
-  key: jax.Array | int,
-  apply_fn: Callable,
-  params: Any,
-  x: ArrayLike,
-  *,
-  sigma: ArrayLike,
-  num_samples: int = 256,
-  clip: tuple[float, float] = (0.02, 0.98),
-  ids: ArrayLike | None = None,
-  family: str = "gaussian",
-) -> np.ndarray:
-  """Monte-Carlo estimate of R(sigma) per input (the quantity ``optimize_sigma`` ascends).
-
-  Args:
-    key: ``jax.random.key`` or int seed (same noise layout as ``optimize_sigma`` step 0).
-    apply_fn: ``apply_fn(params, x) -> logits`` (hashable).
-    params: pytree for ``apply_fn``.
-    x: ``[B, *input_shape]`` inputs.
-    sigma: float or ``[B]``.
-    num_samples: noise samples per input.
-    clip: ``(lo, hi)`` clamp of psi.
-    ids: ``[B]`` dataset indices.
-    family: ``"gaussian"`` or ``"uniform"`` (see ``optimize_sigma``).
-
-  Returns:
-    ``[B]`` float32 NumPy array of R estimates.
-  """
-  num_samples = check_int("num_samples", num_samples, 1)
-  _check_choice("family", family, FAMILIES)
-  lo, hi = _check_clip(clip)
-  x_np, sig, ids_arr = _check_inputs(x, sigma, ids)
-  out = _evaluate(
-    as_key(key),
-    params,
-    x_np,
-    sig,
-    ids_arr,
-    np.float32(lo),
-    np.float32(hi),
-    apply_fn=apply_fn,
-    num_samples=num_samples,
-    family=family,
-  )
-  return np.asarray(jax.device_get(out), np.float32)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,10 @@ first linear layer -> NHWC), BatchNorm ``weight/bias/running_mean/running_var``
 -> ``scale/bias/mean/var``. The rsjax models use PyTorch's explicit symmetric
 padding, so strides and padding agree with torchvision's.
 
+The state-dict keys, the recognition of the architecture and the layout
+conversions are in ``rsjax.models._torch_keys``; this module reads the file,
+checks the keys and shapes, fills the model and settles its normalization.
+
 PyTorch is needed only to read a checkpoint file (``pip install 'rsjax[torch]'``);
 a state dict of NumPy arrays needs no PyTorch.
 """
@@ -27,7 +31,6 @@ a state dict of NumPy arrays needs no PyTorch.
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -37,6 +40,21 @@ from flax import nnx
 from rsjax.models._bridge import EvalApply, to_apply_fn
 from rsjax.models._layers import NORMALIZATION, Normalize, resolve_normalization
 from rsjax.models._registry import create_model
+from rsjax.models._torch_keys import (
+  DEFAULT_HW,
+  IGNORED_SUFFIX,
+  KNOWN,
+  LAYER_NAMES,
+  TORCH_ARCHITECTURES,
+  arch_family,
+  convert_layout,
+  detect_arch,
+  head_key,
+  layer_names,
+  lenet_fc1,
+  lenet_kwargs,
+  split_state_dict,
+)
 
 __all__ = [
   "TORCH_ARCHITECTURES",
@@ -47,33 +65,9 @@ __all__ = [
   "parse_normalize",
 ]
 
-# torchvision ResNets: (block, blocks per stage).
-_TORCHVISION = {
-  "resnet18": ("basic", (2, 2, 2, 2)),
-  "resnet34": ("basic", (3, 4, 6, 3)),
-  "resnet50": ("bottleneck", (3, 4, 6, 3)),
-  "resnet101": ("bottleneck", (3, 4, 23, 3)),
-  "resnet152": ("bottleneck", (3, 8, 36, 3)),
-}
-TORCH_ARCHITECTURES = ("cifar_resnet20", "cifar_resnet110", *_TORCHVISION, "lenet")
-_KNOWN = (
-  "known architectures: cifar_resnetD (D = 6n + 2: cifar_resnet20, cifar_resnet110), "
-  + ", ".join(_TORCHVISION)
-  + ", lenet"
-)
-
 # Normalization of Cohen et al.'s ``get_architecture(arch, dataset)``: CIFAR-10
 # for the CIFAR ResNets, ImageNet for torchvision's, none for MNIST (Consistency).
 _DEFAULT_NORMALIZE = {"cifar": "cifar10", "imagenet": "imagenet2012", "lenet": None}
-_DEFAULT_HW = {"cifar": (32, 32), "imagenet": (224, 224), "lenet": (28, 28)}
-
-# torch parameter name -> rsjax variable name, per layer kind.
-_NAMES = {
-  "conv": (("weight", "kernel"), ("bias", "bias")),
-  "linear": (("weight", "kernel"), ("bias", "bias")),
-  "bn": (("weight", "scale"), ("bias", "bias"), ("running_mean", "mean"), ("running_var", "var")),
-}
-_IGNORED_SUFFIX = ".num_batches_tracked"
 
 
 def _to_numpy(value) -> np.ndarray:
@@ -119,24 +113,6 @@ def _read(path_or_state_dict) -> tuple[dict[str, np.ndarray], str | None]:
   return arrays, arch
 
 
-def _strip_module(key: str) -> str:
-  while key.startswith("module."):
-    key = key[len("module.") :]
-  return key
-
-
-def _split(sd: Mapping[str, np.ndarray]) -> tuple[dict, dict, bool]:
-  """``(model entries, normalization-layer entries, wrapped)`` without ``module.`` / ``0.`` /
-  ``1.``; ``wrapped``: the checkpoint is ``Sequential(layer 0, model)``."""
-  sd = {_strip_module(k): v for k, v in sd.items()}
-  if sd and all(k.startswith(("0.", "1.")) for k in sd) and any(k.startswith("1.") for k in sd):
-    # Sequential(NormalizeLayer, model): the model is item 1.
-    norm = {k[2:]: v for k, v in sd.items() if k.startswith("0.")}
-    model = {_strip_module(k[2:]): v for k, v in sd.items() if k.startswith("1.")}
-    return model, norm, True
-  return sd, {}, False
-
-
 def parse_normalize(text: str):
   """The ``normalize=`` of a ``--normalize`` text: ``none``, a dataset name or ``MEAN/STD``.
 
@@ -161,129 +137,6 @@ def parse_normalize(text: str):
       f"--normalize {text}: MEAN/STD must be numbers, e.g. 0.1307/0.3081 or "
       "0.49,0.48,0.45/0.2,0.2,0.2"
     ) from None
-
-
-def _blocks_per_stage(sd, num_stages: int) -> tuple[int, ...]:
-  counts = []
-  for s in range(1, num_stages + 1):
-    pat = re.compile(rf"layer{s}\.(\d+)\.")
-    idx = {int(m.group(1)) for k in sd for m in [pat.match(k)] if m}
-    counts.append(max(idx) + 1 if idx else 0)
-  return tuple(counts)
-
-
-def _detect(sd) -> str:
-  """The architecture name of a (prefix-free) state dict, or a ValueError."""
-  conv1 = sd.get("conv1.weight")
-  if conv1 is not None and conv1.ndim == 4 and "layer1.0.conv1.weight" in sd:
-    if "layer4.0.conv1.weight" in sd:
-      block = "bottleneck" if "layer1.0.conv3.weight" in sd else "basic"
-      stages = _blocks_per_stage(sd, 4)
-      for name, spec in _TORCHVISION.items():
-        if spec == (block, stages):
-          return name
-      raise ValueError(
-        f"a torchvision-style ResNet with {block} blocks {stages} is not one of "
-        f"{', '.join(_TORCHVISION)}; {_KNOWN}"
-      )
-    n = _blocks_per_stage(sd, 3)[0]
-    return f"cifar_resnet{6 * n + 2}"
-  if "conv2.weight" in sd and "fc1.weight" in sd:
-    return "lenet"
-  some = ", ".join(sorted(sd)[:6])
-  raise ValueError(
-    f"cannot recognize the architecture of the checkpoint (keys {some}, ...); pass "
-    f"arch=...; {_KNOWN}"
-  )
-
-
-def _family(arch: str):
-  """``(family, rsjax model name, model kwargs)`` of an architecture name."""
-  m = re.fullmatch(r"cifar_resnet(\d+)", arch)
-  if m:
-    depth = int(m.group(1))
-    if depth < 8 or (depth - 2) % 6:
-      raise ValueError(f"{arch}: the depth of a CIFAR ResNet must be 6n + 2; {_KNOWN}")
-    return "cifar", "cifar_resnet", {"depth": depth}
-  if arch in _TORCHVISION:
-    block, stages = _TORCHVISION[arch]
-    return "imagenet", "imagenet_resnet", {"block": block, "stage_sizes": list(stages)}
-  if arch == "lenet":
-    return "lenet", "lenet", {}
-  raise ValueError(f"unknown architecture {arch!r}; {_KNOWN}")
-
-
-def _lenet_kwargs(sd) -> dict:
-  """LeNet channels and hidden sizes from the weight shapes (padding 0).
-
-  A missing weight gets a stand-in size of 1; the key check reports it.
-  """
-
-  def out_size(key):
-    w = sd.get(key)
-    return int(w.shape[0]) if w is not None and w.ndim >= 1 else 1
-
-  hidden = []
-  i = 1
-  while f"fc{i + 1}.weight" in sd:
-    hidden.append(out_size(f"fc{i}.weight"))
-    i += 1
-  return {
-    "channels": [out_size("conv1.weight"), out_size("conv2.weight")],
-    "hidden_sizes": hidden,
-    "padding": 0,
-  }
-
-
-def _head_key(family: str, sd) -> str:
-  if family == "lenet":
-    i = 1
-    while f"fc{i + 1}.weight" in sd:
-      i += 1
-    return f"fc{i}.weight"
-  return "fc.weight"
-
-
-def _layers(family: str, model, stage_sizes) -> list[tuple[str, tuple, str]]:
-  """``(torch module name, rsjax module path, kind)`` of every layer of ``model``."""
-  if family == "lenet":
-    out = [("conv1", ("conv1",), "conv"), ("conv2", ("conv2",), "conv")]
-    return out + [(f"fc{i}", (f"fc{i}",), "linear") for i in range(1, model.num_fc + 1)]
-  out = [("conv1", ("stem_conv",), "conv"), ("bn1", ("stem_bn",), "bn")]
-  names = [f"layer{s + 1}.{j}" for s, n in enumerate(stage_sizes) for j in range(n)]
-  for i, (t, block) in enumerate(zip(names, model.blocks, strict=True)):
-    for k in (1, 2, 3):
-      if hasattr(block, f"conv{k}"):
-        out += [
-          (f"{t}.conv{k}", ("blocks", i, f"conv{k}"), "conv"),
-          (f"{t}.bn{k}", ("blocks", i, f"bn{k}"), "bn"),
-        ]
-    if block.proj_conv is not None:
-      out += [
-        (f"{t}.downsample.0", ("blocks", i, "proj_conv"), "conv"),
-        (f"{t}.downsample.1", ("blocks", i, "proj_bn"), "bn"),
-      ]
-  return out + [("fc", ("head",), "linear")]
-
-
-def _convert(kind: str, torch_name: str, value: np.ndarray, target_shape) -> np.ndarray:
-  if torch_name == "weight" and kind == "conv":
-    return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
-  if torch_name == "weight" and kind == "linear":
-    out_f, in_f = value.shape
-    if tuple(target_shape) == (in_f, out_f):
-      return value.T
-    return value  # the shape check reports it
-  return value
-
-
-def _lenet_fc1(value: np.ndarray, input_shape, channels: int, padding: int) -> np.ndarray:
-  """LeNet's first linear weight ``[out, C*H*W]`` read from an NCHW flatten -> from NHWC."""
-  h, w = (((s + 2 * padding - 4) // 2 - 4) // 2 for s in input_shape[:2])
-  out_f, in_f = value.shape
-  if in_f != channels * h * w:
-    return value  # the shape check reports it
-  return value.reshape(out_f, channels, h, w).transpose(0, 2, 3, 1).reshape(out_f, in_f)
 
 
 def _short(keys, limit: int = 8) -> str:
@@ -393,19 +246,19 @@ def load_torch(
       the missing and unexpected keys and the known architectures).
   """
   raw, ckpt_arch = _read(path_or_state_dict)
-  sd, norm_sd, wrapped = _split(raw)
-  arch = arch or ckpt_arch or _detect(sd)
-  family, name, kwargs = _family(arch)
+  sd, norm_sd, wrapped = split_state_dict(raw)
+  arch = arch or ckpt_arch or detect_arch(sd)
+  family, name, kwargs = arch_family(arch)
   if family == "lenet":
-    kwargs.update(_lenet_kwargs(sd))
+    kwargs.update(lenet_kwargs(sd))
   # Without the head or the stem, build a stand-in model: the key check below
   # reports what is missing.
-  head = sd.get(_head_key(family, sd))
+  head = sd.get(head_key(family, sd))
   num_classes = int(head.shape[0]) if head is not None and head.ndim else 1
   if input_shape is None:
     stem = sd.get("conv1.weight")
     channels = int(stem.shape[1]) if stem is not None and stem.ndim == 4 else 1
-    input_shape = (*_DEFAULT_HW[family], channels)
+    input_shape = (*DEFAULT_HW[family], channels)
   input_shape = tuple(int(s) for s in input_shape)
 
   # The normalization layer holds no variables: it is set after the weights are
@@ -420,30 +273,30 @@ def load_torch(
   stage_sizes = (
     kwargs["stage_sizes"] if family == "imagenet" else [(kwargs.get("depth", 2) - 2) // 6] * 3
   )
-  layers = _layers(family, abstract, stage_sizes)
+  layers = layer_names(family, abstract, stage_sizes)
 
   values, expected = {}, set()
   for t_module, path, kind in layers:
-    for t_name, r_name in _NAMES[kind]:
+    for t_name, r_name in LAYER_NAMES[kind]:
       if path + (r_name,) in targets:
         key = f"{t_module}.{t_name}"
         expected.add(key)
         if key in sd:
           values[path + (r_name,)] = (key, kind, t_name)
   missing = expected - set(sd)
-  unexpected = {k for k in sd if k not in expected and not k.endswith(_IGNORED_SUFFIX)}
+  unexpected = {k for k in sd if k not in expected and not k.endswith(IGNORED_SUFFIX)}
   if missing or unexpected:
     raise ValueError(
       f"checkpoint does not fit {arch}: missing keys {_short(missing)}, "
-      f"unexpected keys {_short(unexpected)}; {_KNOWN}"
+      f"unexpected keys {_short(unexpected)}; {KNOWN}"
     )
   new, bad = [], []
   for path, var in targets.items():
     key, kind, t_name = values[path]
     value = sd[key]
     if family == "lenet" and path == ("fc1", "kernel"):
-      value = _lenet_fc1(value, input_shape, kwargs["channels"][1], kwargs["padding"])
-    value = _convert(kind, t_name, value, var.shape)
+      value = lenet_fc1(value, input_shape, kwargs["channels"][1], kwargs["padding"])
+    value = convert_layout(kind, t_name, value, var.shape)
     if value.shape != tuple(var.shape):
       bad.append(f"{key} {tuple(sd[key].shape)} (needs {tuple(var.shape)} in rsjax layout)")
       continue
@@ -451,13 +304,13 @@ def load_torch(
   if bad:
     hint = f" with input_shape {input_shape}" if family == "lenet" else ""
     raise ValueError(
-      f"checkpoint does not fit {arch}{hint}: shapes differ for {_short(bad, 4)}; {_KNOWN}"
+      f"checkpoint does not fit {arch}{hint}: shapes differ for {_short(bad, 4)}; {KNOWN}"
     )
   norm, norm_how = _normalization(normalize, norm_sd, family, arch, wrapped=wrapped)
   unmapped = sorted(
     k
     for k in norm_sd
-    if k not in ("means", "sds", "mean", "std") and not k.endswith(_IGNORED_SUFFIX)
+    if k not in ("means", "sds", "mean", "std") and not k.endswith(IGNORED_SUFFIX)
   )
   if unmapped:
     warnings.warn(
