@@ -191,10 +191,10 @@ def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monke
 
   monkeypatch.setattr(srs_deq, "_report", report)
   monkeypatch.setattr(rows_lib, "certify_image", certify_image)
-  run = lambda **kw: srs_deq.run(
+  run = lambda **kw: srs_deq.run(  # noqa: E731
     cfg,
     str(tmp_path / "out.json"),
-    str(tmp_path / "work"),  # noqa: E731
+    str(tmp_path / "work"),
     log=logs.append,
     **kw,
   )
