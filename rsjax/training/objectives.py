@@ -33,6 +33,9 @@ over to MNIST. Quantities measured in input-space L2 norm (sigma, attack radii)
 keep their value, since certified radii are compared in the same L2 units
 whatever the input dimension; per-coordinate steps (Linf) scale with
 ``1 / sqrt(d)``; epoch counts (warm-ups) scale with the length of training.
+
+The attacks the objectives use (SmoothAdv's PGD, the sphere attack) are in
+:mod:`rsjax.training.attacks`.
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import optax
 from jax.scipy.special import ndtri, xlogy
+
+from rsjax.training.attacks import SphereAttack as SphereAttack
+from rsjax.training.attacks import cross_entropy, row_norm, smoothed_pgd, warmup_epsilon
 
 __all__ = [
   "Objective",
@@ -81,20 +86,8 @@ def replicate(key, x, y, sigma, m: int):
   return x, y, sigma * jax.random.normal(key, x.shape, x.dtype)
 
 
-def _ce(logits, y):
-  return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), y)
-
-
 def _correct(logits, y, m: int):
   return jnp.sum(jnp.argmax(logits, axis=-1) == y).astype(jnp.float32) / m
-
-
-def _row_norm(v):
-  return jnp.sqrt(jnp.sum(jnp.square(v.reshape(v.shape[0], -1)), axis=1))
-
-
-def _per_row(s, like):
-  return s.reshape((-1,) + (1,) * (like.ndim - 1))
 
 
 class Objective:
@@ -131,88 +124,6 @@ class Objective:
 
 
 @dataclasses.dataclass(frozen=True)
-class SphereAttack:
-  """Adaptive attack on the noise sphere (Sun et al. 2025, Algorithm 1; ``radius_PGD``).
-
-  Starting from a Gaussian draw ``delta0``, up to ``steps`` PGD steps ascend the
-  cross-entropy of the base classifier at ``x + delta`` and project back onto
-  the sphere ``||delta||_2 = ||delta0||_2`` (a Gaussian has equal density
-  there, Theorem 2). A copy is frozen at the first iterate the classifier gets
-  wrong (checked before each step), so copies that are misclassified from the
-  start are unchanged; without a misclassification the last iterate is kept.
-
-  * L2 step: ``delta += step_size * g / (||g||_2 + 1e-8)``.
-  * Linf step: ``delta += (step_size / sqrt(d)) * sign(g)``: ``step_size`` is
-    the paper's ``sqrt(d) * eps`` (0.25 in its App. C.2), the per-coordinate
-    step then shrinks with the input dimension ``d``.
-
-  Defaults: CIFAR-10 at sigma = 0.5 (Table 4: T = 6, eps = 0.25, L2), active
-  from ``start_epoch`` = E_t. For MNIST the L2 step is kept (it is a distance on
-  the same sphere of radius ~ sigma * sqrt(d), relative moves only get smaller
-  as d grows); scale ``start_epoch`` with the number of epochs (70 of 150).
-
-  Attributes:
-    steps: T, the maximum number of PGD steps.
-    step_size: eps (L2) or sqrt(d) * eps (Linf).
-    norm: ``"l2"`` or ``"linf"``.
-    start_epoch: first (0-based) epoch in which the attack runs; before it the
-      noise is plain Gaussian.
-  """
-
-  steps: int = 6
-  step_size: float = 0.25
-  norm: str = "l2"
-  start_epoch: int = 0
-
-  def __post_init__(self):
-    if int(self.steps) != self.steps or self.steps < 1:
-      raise ValueError(f"steps must be an integer >= 1, got {self.steps!r}")
-    if not (math.isfinite(self.step_size) and self.step_size > 0):
-      raise ValueError(f"step_size must be > 0, got {self.step_size!r}")
-    if self.norm not in ("l2", "linf"):
-      raise ValueError(f"norm must be 'l2' or 'linf', got {self.norm!r}")
-    if int(self.start_epoch) != self.start_epoch or self.start_epoch < 0:
-      raise ValueError(f"start_epoch must be an integer >= 0, got {self.start_epoch!r}")
-
-  def __call__(self, apply_fn, params, x, y, delta0):
-    """Runs Algorithm 1 on every row.
-
-    Args:
-      apply_fn: ``apply_fn(params, x) -> logits`` (eval mode in training).
-      params: the classifier's parameters (not differentiated).
-      x: ``[n, *input_shape]`` clean inputs; ``y``: ``[n]`` labels.
-      delta0: ``[n, *input_shape]`` initial Gaussian noise.
-
-    Returns:
-      ``delta [n, *input_shape]`` with ``||delta_i||_2 = ||delta0_i||_2``.
-    """
-    params = jax.lax.stop_gradient(params)
-    radius = _row_norm(delta0)
-    dim = math.prod(x.shape[1:])
-
-    def loss(d):
-      logits = apply_fn(params, x + d)
-      return jnp.sum(_ce(logits, y)), logits
-
-    def body(_, carry):
-      delta, active = carry
-      (_, logits), g = jax.value_and_grad(loss, has_aux=True)(delta)
-      active = active & (jnp.argmax(logits, axis=-1) == y)
-      if self.norm == "l2":
-        step = self.step_size * g / _per_row(_row_norm(g) + 1e-8, g)
-      else:
-        step = (self.step_size / math.sqrt(dim)) * jnp.sign(g)
-      new = delta + step
-      norm = _row_norm(new)
-      new = new * _per_row(jnp.where(norm > 0, radius / jnp.where(norm > 0, norm, 1.0), 1.0), new)
-      return jnp.where(_per_row(active, delta), new, delta), active
-
-    active = jnp.ones(y.shape, bool)
-    delta, _ = jax.lax.fori_loop(0, self.steps, body, (delta0, active))
-    return jax.lax.stop_gradient(delta)
-
-
-@dataclasses.dataclass(frozen=True)
 class Gaussian(Objective):
   """Gaussian-noise training (Cohen et al. 2019) with ``m`` draws per input.
 
@@ -244,7 +155,7 @@ class Gaussian(Objective):
         delta,
       )
     logits = apply_fn(params, xr + delta)
-    loss = _ce(logits, yr).mean()
+    loss = cross_entropy(logits, yr).mean()
     return loss, {"correct": _correct(logits, yr, m)}
 
 
@@ -276,7 +187,7 @@ class Consistency(Objective):
   def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
     m = self.num_noise
     logits, yr = self.noisy_logits(key, apply_fn, params, x, y, sigma)
-    xent = _ce(logits, yr).mean()
+    xent = cross_entropy(logits, yr).mean()
     logp = jax.nn.log_softmax(logits).reshape(x.shape[0], m, -1)
     avg = jnp.exp(logp).mean(axis=1)  # [B, C]
     kl = (jnp.sum(xlogy(avg, avg), -1)[:, None] - jnp.sum(avg[:, None] * logp, -1)).mean(1)
@@ -331,35 +242,17 @@ class SmoothAdv(Objective):
 
   def epsilon_at(self, epoch):
     """The warmed-up radius of a (0-based) epoch."""
-    return jnp.minimum(
-      self.epsilon, (jnp.asarray(epoch, jnp.float32) + 1) * self.epsilon / self.warmup
-    )
+    return warmup_epsilon(self.epsilon, self.warmup, epoch)
 
   def attack(self, apply_fn, params, x, y, noise, eps):
     """PGD on the soft smoothed classifier; returns ``x' [B, ...]`` with ``||x' - x|| <= eps``.
 
-    ``noise`` is ``[B*m, ...]`` (input-major copies of each input).
+    ``noise`` is ``[B*m, ...]`` (input-major copies of each input); see
+    :func:`rsjax.training.attacks.smoothed_pgd`.
     """
-    m = self.num_noise
-    params = jax.lax.stop_gradient(params)
-    step = 2.0 * eps / self.steps
-
-    def neg_log_smoothed(adv):
-      logits = apply_fn(params, jnp.repeat(adv, m, axis=0) + noise).astype(jnp.float32)
-      p = jax.nn.softmax(logits).reshape(x.shape[0], m, -1).mean(1)
-      p_y = jnp.take_along_axis(p, y[:, None], axis=1)[:, 0]
-      return -jnp.sum(jnp.log(jnp.maximum(p_y, 1e-20)))
-
-    def body(_, delta):
-      g = jax.grad(neg_log_smoothed)(x + delta)
-      delta = delta + step * g / _per_row(_row_norm(g) + 1e-12, g)
-      delta = jnp.clip(x + delta, 0.0, 1.0) - x
-      norm = _row_norm(delta)
-      scale = jnp.where(norm > eps, eps / jnp.where(norm > 0, norm, 1.0), 1.0)
-      return delta * _per_row(scale, delta)
-
-    delta = jax.lax.fori_loop(0, self.steps, body, jnp.zeros_like(x))
-    return jax.lax.stop_gradient(x + delta)
+    return smoothed_pgd(
+      apply_fn, params, x, y, noise, eps, steps=self.steps, num_noise=self.num_noise
+    )
 
   def __call__(self, key, apply_fn, params, x, y, *, sigma, epoch=0, eval_fn=None):
     m = self.num_noise
@@ -367,11 +260,11 @@ class SmoothAdv(Objective):
     _, yr, noise = replicate(key, x, y, sigma, m)
     adv = self.attack(eval_fn or apply_fn, params, x, y, noise, eps)
     logits = apply_fn(params, jnp.repeat(adv, m, axis=0) + noise)
-    loss = _ce(logits, yr).mean()
+    loss = cross_entropy(logits, yr).mean()
     return loss, {
       "correct": _correct(logits, yr, m),
       "epsilon": eps,
-      "max_perturbation": jnp.max(_row_norm(adv - x)),
+      "max_perturbation": jnp.max(row_norm(adv - x)),
     }
 
 

@@ -18,13 +18,13 @@ Randomness comes from one key: the shuffle of epoch ``e`` from
 :class:`BatchSigma` at step ``t`` from ``fold_in(fold_in(key, 4), t)``. With a
 ``workdir`` the state is checkpointed after every epoch and a restarted run
 resumes from the last finished epoch; it ends with the same weights as an
-uninterrupted run.
+uninterrupted run. The checks of the data and of a resumed run are in
+:mod:`rsjax.training.inputs`.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -39,7 +39,8 @@ from rsjax import models
 from rsjax.checkpoint import Checkpoints
 from rsjax.engine.counts import as_key
 from rsjax.io import write_json
-from rsjax.training.config import LATER_FIELDS, TrainConfig, make_optimizer, optimizer_spec
+from rsjax.training.config import TrainConfig, make_optimizer, optimizer_spec
+from rsjax.training.inputs import check_compatible, check_data, split_sigma
 from rsjax.training.steps import check_finite_loss, eval_step, evaluate, first_bad_step, train_step
 from rsjax.training.strategies import (
   Discard,
@@ -53,68 +54,6 @@ __all__ = ["HISTORY_FILE", "train"]
 
 # The per-epoch metrics in a workdir, next to its model directory (``rsjax.models``).
 HISTORY_FILE = "history.json"
-
-
-def _check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
-  try:
-    x, y = data
-  except (TypeError, ValueError):
-    raise ValueError(f"{name} must be a pair (x, y) of arrays") from None
-  x = np.asarray(x)
-  y = np.asarray(y)
-  if not np.issubdtype(x.dtype, np.floating):
-    raise ValueError(f"{name}: x must be floating point in [0, 1], got dtype {x.dtype}")
-  if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
-    raise ValueError(
-      f"{name}: expected x [N, ...] and y [N] with N >= 1, got {x.shape} and {y.shape}"
-    )
-  if not np.issubdtype(y.dtype, np.integer):
-    raise ValueError(f"{name}: y must be integer labels, got dtype {y.dtype}")
-  if y.min() < 0:
-    raise ValueError(f"{name}: labels must be >= 0")
-  lo, hi = float(np.min(x)), float(np.max(x))
-  if not (math.isfinite(lo) and math.isfinite(hi)):
-    raise ValueError(f"{name}: x contains NaN or inf")
-  if lo < -1e-6 or hi > 1 + 1e-6:
-    raise ValueError(
-      f"{name}: x must lie in [0, 1] (noise is added in pixel scale and the model normalizes), "
-      f"got range [{lo:.4g}, {hi:.4g}]"
-    )
-  return x.astype(np.float32, copy=False), y.astype(np.int32, copy=False)
-
-
-_COMPAT_IGNORED = ("epochs",)
-
-
-def _check_compatible(saved: Mapping, current: Mapping, what: str) -> None:
-  if what == "training config":
-    saved = {**LATER_FIELDS, **saved}
-  diff = {
-    k: (saved.get(k), current.get(k))
-    for k in set(saved) | set(current)
-    if k not in _COMPAT_IGNORED and saved.get(k) != current.get(k)
-  }
-  if diff:
-    items = ", ".join(f"{k}: saved {a!r} vs now {b!r}" for k, (a, b) in sorted(diff.items()))
-    raise ValueError(
-      f"cannot resume: the {what} differs from the checkpointed run ({items}); use the same "
-      "arguments, a new workdir, or resume=False"
-    )
-
-
-def _split_sigma(train_data):
-  """``(x, y)`` or ``(x, y, sigma [N])`` -> ``((x, y), sigma or None)``."""
-  if isinstance(train_data, (tuple, list)) and len(train_data) == 3:
-    x, y, sig = train_data
-    sig = np.asarray(sig, np.float32)
-    if sig.ndim != 1 or sig.shape[0] != np.shape(x)[0]:
-      raise ValueError(
-        f"train_data: per-input sigma must have shape [N] = [{np.shape(x)[0]}], got {sig.shape}"
-      )
-    if not (np.all(np.isfinite(sig)) and np.all(sig >= 0)):
-      raise ValueError("train_data: per-input sigma must be finite and >= 0")
-    return (x, y), sig
-  return train_data, None
 
 
 def train(
@@ -184,12 +123,12 @@ def train(
   if not isinstance(config, TrainConfig):
     raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
   key = as_key(key)
-  train_data, train_sigma = _split_sigma(train_data)
+  train_data, train_sigma = split_sigma(train_data)
   batch_sigma = config.batch_sigma
   if batch_sigma is not None and train_sigma is not None:
     raise ValueError("train_data with per-input sigma cannot be combined with config.batch_sigma")
-  x, y = _check_data(train_data, "train_data")
-  ev = _check_data(eval_data, "eval_data") if eval_data is not None else None
+  x, y = check_data(train_data, "train_data")
+  ev = check_data(eval_data, "eval_data") if eval_data is not None else None
   n = x.shape[0]
   if config.drop_last and n < config.batch_size:
     raise ValueError(
@@ -252,8 +191,8 @@ def train(
         items, meta = ckpt.restore(
           latest, targets=state_items(params, rest, opt_state, weights, sigma_state)
         )
-        _check_compatible(meta["config"], config.to_json(), "training config")
-        _check_compatible(meta["data"], data_info, "training data")
+        check_compatible(meta["config"], config.to_json(), "training config")
+        check_compatible(meta["data"], data_info, "training data")
         if meta["key"] != key_data:
           raise ValueError("cannot resume: key differs from the key of the checkpointed run")
         params, rest = items["model"]["params"], items["model"]["rest"]
