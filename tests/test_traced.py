@@ -51,12 +51,12 @@ def test_vmap_over_sigma_equals_one_call_per_sigma():
   x = jax.random.uniform(jax.random.key(1), (3, 6))
   key = jax.random.key(2)
   sigmas = jnp.array([0.1, 0.5, 1.0])
-  fn = lambda s: rsjax.engine.traced.counts(
+  fn = lambda s: rsjax.engine.traced.counts(  # noqa: E731
     key,
     w,
     x,
     apply_fn=apply_fn,
-    sigma=s,  # noqa: E731
+    sigma=s,
     num_classes=3,
     num=80,
   )[0]
@@ -71,13 +71,13 @@ def test_drivers_under_a_transformation_say_what_to_use(transform):
   x = jnp.ones((2, 6))
   certify = lambda x: rsjax.certify(0, apply_fn, w, x, sigma=0.25, num_classes=3)  # noqa: E731
   predict = lambda x: rsjax.predict(0, apply_fn, w, x, sigma=0.25, num_classes=3)  # noqa: E731
-  counts = lambda x: rsjax.sample_counts(
+  counts = lambda x: rsjax.sample_counts(  # noqa: E731
     0,
     apply_fn,
     w,
     x,
     sigma=0.25,
-    num_classes=3,  # noqa: E731
+    num_classes=3,
     num=10,
   )
   for name, fn in (
