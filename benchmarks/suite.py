@@ -24,13 +24,12 @@ image. Per model and precision it writes into ``benchmarks/results/gpu.json``
   on an H100 (``--device-peaks`` elsewhere);
 * the goals (``GOALS``, docs/PERFORMANCE.md) that apply and whether each was met.
 
-The same suite runs on a CPU with a small N (``tests/test_benchmarks_smoke.py``).
+The same suite runs on a CPU with a small N (``tests/test_benchmarks_smoke.py``). The peaks and
+the bound are in ``benchmarks.roofline``, the table and the JSON in ``benchmarks.suite_report``.
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import statistics
 import time
@@ -41,6 +40,8 @@ import numpy as np
 import rsjax
 from benchmarks import measure
 from benchmarks.costs import activation_elements, matmul_flops
+from benchmarks.roofline import bound_seconds, device_peaks
+from benchmarks.suite_report import table, write_json
 from rsjax import models
 from rsjax.engine import batching
 
@@ -53,15 +54,6 @@ GPU_MODELS = ("lenet", "resnet20", "resnet110", "resnet50")
 PRECISIONS = {"fp32": "float32", "tf32": "tf32", "bf16": "bfloat16"}
 DEFAULT_JSON = os.path.join("benchmarks", "results", "gpu.json")
 
-# Attainable peaks (docs/PERFORMANCE.md): FLOP/s, the NVIDIA H100/H200 datasheets' dense figures
-# derated (bf16 989, TF32 495, fp32 without tensor cores 67 TFLOP/s for the SXM H100), HBM B/s
-# as the datasheets give it (3.35 TB/s H100 SXM, 4.8 TB/s H200 SXM). "fp32" is rsjax's
-# default precision (full-precision matmuls), so its peak is the fp32 one, not TF32's.
-DEVICE_PEAKS = {
-  "H100": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 3.35e12},
-  "H200": {"bf16": 800e12, "tf32": 400e12, "fp32": 60e12, "hbm": 4.8e12},
-}
-
 # The suite's goals at N = 100,000 (docs/PERFORMANCE.md): (model, precision) -> (s/image, ratio).
 GOALS = {
   ("resnet110", "bf16"): (0.5, 1.5),
@@ -69,37 +61,6 @@ GOALS = {
   ("resnet50", "bf16"): (3.0, None),
   ("lenet", "bf16"): (0.02, None),
 }
-
-
-def device_peaks(override: str | None = None) -> dict | None:
-  """The peaks (docs/PERFORMANCE.md) of the first device, or ``override``:
-  ``"bf16_tflops,fp32_tflops,hbm_tbps"`` (TF32 taken as half the bf16 peak) or
-  ``"bf16_tflops,tf32_tflops,fp32_tflops,hbm_tbps"``."""
-  if override:
-    values = [float(v) * 1e12 for v in override.split(",")]
-    if len(values) == 3:
-      values.insert(1, values[0] / 2)
-    bf16, tf32, fp32, hbm = values
-    return {"bf16": bf16, "tf32": tf32, "fp32": fp32, "hbm": hbm}
-  kind = jax.local_devices()[0].device_kind
-  for name, peaks in DEVICE_PEAKS.items():
-    if name in kind:
-      return peaks
-  return None
-
-
-def bound_seconds(
-  flops_per_sample: float, act_elements: int, precision: str, peaks: dict, samples: int
-) -> dict:
-  """The bound (docs/PERFORMANCE.md) of ``samples`` forward passes: compute, memory, their max."""
-  compute = flops_per_sample * samples / peaks[precision]
-  memory = 2.5 * act_elements * (2 if precision == "bf16" else 4) * samples / peaks["hbm"]
-  return {
-    "compute_s": compute,
-    "memory_s": memory,
-    "bound_s": max(compute, memory),
-    "bound": "compute" if compute >= memory else "memory",
-  }
 
 
 def _summary(times, samples_per_image) -> dict:
@@ -353,13 +314,13 @@ def run_dataset_workload(
 
     tmod, _ = rt.tuned_module(model, spec.input_shape, compile_mode=twin_compile)
     gen = rt.torch_generator(seed)
-    one = lambda i: rt.tuned_certify(
+    one = lambda i: rt.tuned_certify(  # noqa: E731
       tmod,
       xs[i],
       n0=n0,
       n=num,
       alpha=ALPHA,
-      sigma=SIGMA,  # noqa: E731
+      sigma=SIGMA,
       num_classes=spec.num_classes,
       batch_size=bs,
       autocast_dtype=precision,
@@ -374,57 +335,6 @@ def run_dataset_workload(
       f"{res['ratio_budgeted']:.2f}x budgeted"
     )
   return res
-
-
-def table(results: list[dict]) -> str:
-  """Markdown table of a suite run."""
-  head = (
-    "| model | precision | N | batch | rsjax s/image (p50) | rsjax samples/s | twin s/image "
-    "| ratio to twin | compile s (rsjax / twin) | peak MB (rsjax / twin) | MFU | bound s "
-    "| fraction of bound |"
-  )
-  rows = [head, "|" + "---|" * (head.count("|") - 1)]
-
-  def f(v, s="{:.3g}"):
-    return "-" if v is None else s.format(v)
-
-  for r in results:
-    if "task" in r:
-      continue
-    rs, tw = r["rsjax"], r.get("twin", {})
-    rows.append(
-      f"| {r['model']} | {r['precision']} | {r['num']} | {r['batch_size']} "
-      f"| {f(rs['seconds_per_image'])} ({f(rs['seconds_per_image_p50'])}) "
-      f"| {f(rs['samples_per_s'], '{:.0f}')} | {f(tw.get('seconds_per_image'))} "
-      f"| {f(r.get('ratio_to_twin'), '{:.2f}')} "
-      f"| {f(rs['compile_s'], '{:.1f}')} / {f(tw.get('compile_s'), '{:.1f}')} "
-      f"| {f(rs['peak_memory_mb'], '{:.0f}')} / {f(tw.get('peak_memory_mb'), '{:.0f}')} "
-      f"| {f(r['mfu'], '{:.3f}')} | {f((r['bound'] or {}).get('bound_s'))} "
-      f"| {f(r['bound_fraction'], '{:.2f}')} |"
-    )
-  return "\n".join(rows)
-
-
-def write_json(path: str, env: dict, results: list[dict]) -> None:
-  """Merges ``results`` into the JSON at ``path`` (one entry per model and precision)."""
-  old = []
-  if os.path.exists(path):
-    with open(path, encoding="utf-8") as fh:
-      old = json.load(fh).get("results", [])
-  key = lambda r: (r["model"], r["precision"], r.get("task", "image"))  # noqa: E731
-  keys = {key(r) for r in results}
-  merged = [r for r in old if key(r) not in keys]
-  merged += [dict(r, environment=env) for r in results]
-  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  with open(path, "w", encoding="utf-8") as fh:
-    json.dump(
-      {
-        "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "results": merged,
-      },
-      fh,
-      indent=1,
-    )
 
 
 def run(args, env: dict, clock) -> list[dict]:

@@ -98,88 +98,18 @@ import shutil
 import time
 import types
 
+import _srs_report as report_lib
 import _srs_rows as rows_lib
 import jax
 import numpy as np
 from _common import RESULTS, ROOT, strip_checkpoint_paths  # first: the repository on sys.path
+from _srs_config import Config, check_samples, get_config, row_settings, variant_names
 from flax import nnx
 
 import rsjax
-from rsjax import data, deq, io, stats
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-  models: tuple = (("deq", (0.25, 0.5)), ("mdeq", (0.25,)))  # (model kind, its sigmas)
-  channels: int = 16
-  mdeq_channels: tuple[int, int] = (8, 16)  # the MDEQ's two streams (14x14 and 7x7)
-  train_steps: int = 8
-  epochs: int = 20
-  batch: int = 64
-  lr: float = 0.05
-  jac_weight: float = 2.0
-  images_every: int = 5
-  n0: int = 100
-  n: int = 10_000
-  m: int | None = None  # None: the smallest m whose cap reaches cap_sigmas * sigma
-  cap_sigmas: float = 2.2
-  chains: int = 400
-  alpha: float = 0.001
-  standard: str = "30A"
-  warmup_steps: int = 10
-  srs: tuple[str, ...] = ("1A", "3A", "1B", "3B")
-  block: int = 10  # images per model and sigma in one round (all of them progress together)
-  share_images: int = 2  # images on which the time share of the check solves is measured
-  resnet: bool = False  # also train a ResNet of the DEQ's size (its noisy accuracy)
-  train_size: int | None = None  # None: all 4,000 training digits
-  max_images: int | None = None  # None: every images_every-th held-out digit; K: the first K
-  first_image: int = 0  # J: start at the J-th of those images (a piece of the run)
-  seed: int = 0
-
-  def runs(self) -> list[tuple[str, float]]:
-    """``(kind, sigma)`` pairs in the order a round visits them."""
-    pairs = [(k, s) for k, sigmas in self.models for s in sigmas]
-    return sorted(pairs, key=lambda p: (p[1], p[0]))
-
+from rsjax import data
 
 RUNS = os.path.join(ROOT, "runs")
-
-
-def get_config(quick: bool = False) -> Config:
-  """The settings of one run (the numbers they produced are in the module docstring).
-
-  Commands::
-
-    python experiments/srs_deq.py --quick   # get_config(True): results/srs_deq_quick.json
-    python experiments/srs_deq.py --full    # get_config(False): results/srs_deq_full.json
-
-  Args:
-    quick: the DEQ at sigma 0.5 only, 5 epochs, 50 images, N = 2,000, m = 200, 100
-      chains, SRS-1A and SRS-3A (~15 min on 2 cores) instead of the DEQ at sigma 0.25
-      and 0.5 and the MDEQ at 0.25, 20 epochs, 200 images, N = 10,000, m from the
-      mismatch budget (744: the smallest m whose cap reaches 2.2 sigma), 400 chains,
-      SRS-1A/3A/1B/3B.
-  """
-  if quick:
-    return Config(
-      models=(("deq", (0.5,)),),
-      epochs=5,
-      images_every=20,
-      n=2_000,
-      m=200,
-      chains=100,
-      srs=("1A", "3A"),
-      resnet=True,
-      block=50,
-    )
-  return Config()
-
-
-def check_samples(cfg: Config, sigma: float) -> int:
-  """The run's number of SRS check samples: ``cfg.m``, or from the mismatch budget."""
-  if cfg.m is not None:
-    return cfg.m
-  return deq.min_check_samples(cfg.cap_sigmas * sigma, cfg.n, cfg.alpha, sigma)
 
 
 def _noisy_held_out(cfg: Config, sigma: float, held_out) -> np.ndarray:
@@ -283,133 +213,6 @@ def train_resnet(cfg: Config, sigma: float, workdir: str, train, held_out) -> di
   }
 
 
-def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> float:
-  """Measured share of SRS estimation time spent in the m check solves (30A from z = 0):
-  the same ``srs_sample`` call with and without check samples, after compilation."""
-  m = check_samples(cfg, sigma)
-  deq_fn, variables = rsjax.models.to_deq_fn(model)
-  settings = rsjax.Sampling(n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.chains)
-  times = {}
-  for mm in (0, m):
-    call = (
-      lambda i, mm=mm: deq.srs_sample(  # noqa: E731
-        jax.random.key(cfg.seed + 1),
-        deq_fn,
-        variables,
-        x[i : i + 1],
-        sigma=sigma,
-        num_classes=10,
-        num=cfg.n,
-        config=rows_lib.srs_config(cfg, variant, mm),
-        settings=settings,
-        check_key=jax.random.key(cfg.seed + 2),
-        ids=ids[i : i + 1],
-      )
-    )
-    call(0)  # compile
-    t0 = time.perf_counter()
-    for i in range(cfg.share_images):
-      call(i)
-    times[mm] = time.perf_counter() - t0
-  return float(max(0.0, 1.0 - times[0] / times[m]))
-
-
-def _names(cfg: Config) -> dict[str, str]:
-  return {
-    v: (f"standard-{v}" if v == cfg.standard else f"SRS-{v}") for v in (cfg.standard, *cfg.srs)
-  }
-
-
-def _row_settings(cfg: Config, kind: str, sigma: float, variant: str, m: int, epoch) -> dict:
-  """What fixes a rows file's results (its header): a file of other settings is refused."""
-  return {
-    "model": kind,
-    "epoch": epoch,
-    "sigma": sigma,
-    "variant": variant,
-    "n0": cfg.n0,
-    "n": cfg.n,
-    "m": m,
-    "alpha": cfg.alpha,
-    "chains": cfg.chains,
-    "warmup_steps": cfg.warmup_steps,
-    "standard": cfg.standard,
-    "seed": cfg.seed,
-  }
-
-
-def _report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> dict:
-  """The JSON of everything certified so far (methods compared on the images every method
-  of a (model, sigma) has done) and its plot."""
-  names = _names(cfg)
-  report = {
-    "config": dataclasses.asdict(cfg),
-    "dataset": "mnist5k (train 4000 / test 1000)",
-    "images": [int(i) for i in ids],
-    "radii": list(rows_lib.RADII),
-    "runs": {},
-    "jax": jax.__version__,
-    "devices": [str(d) for d in jax.devices()],
-  }
-  curves, done_all = {}, True
-  for tag, st in setups.items():
-    by_variant = {
-      v: {r["id"]: r for r in rows_lib.read_rows(st.paths[v], st.headers[v])} for v in names
-    }
-    common = [int(i) for i in ids if all(int(i) in rows for rows in by_variant.values())]
-    done_all &= len(common) == len(ids)
-    results = {}
-    for v, name in names.items():
-      rows = [by_variant[v][i] for i in common]
-      results[name] = rows_lib.summarize(cfg, rows, v, st.m)
-      if v != cfg.standard:  # images lost to standard RS below the cap, and why
-        results[name]["lost_below_cap"] = rows_lib.losses_below_cap(
-          cfg, [by_variant[cfg.standard][i] for i in common], rows, v, st.m, st.sigma
-        )
-      if len(common) == len(ids) and v != cfg.standard and cfg.share_images:
-        results[name]["check_time_share"] = st.share.setdefault(
-          v, check_time_share(cfg, st.model, st.sigma, v, st.x, ids)
-        )
-      curves.setdefault(tag, {})[name] = rows
-    if common:
-      rows_lib.add_speedups(results, names[cfg.standard])
-    report["runs"][tag] = {
-      "model": st.kind,
-      "sigma": st.sigma,
-      "images_done": len(common),
-      "images_total": len(ids),
-      "n0": cfg.n0,
-      "n": cfg.n,
-      "m": st.m,
-      "alpha": cfg.alpha,
-      "srs_radius_cap": deq.max_certifiable_radius(cfg.n, st.m, cfg.alpha, st.sigma),
-      "standard_radius_cap": float(stats.max_radius(cfg.n, cfg.alpha, st.sigma)),
-      "num_params": rsjax.models.count_params(st.model),
-      "train_history": st.history,
-      "noisy_accuracy_from_zero": st.acc,
-      "resnet_same_size": st.resnet,
-      "results": results,
-    }
-  for kind, sigma in cfg.runs():  # not reached yet in this call
-    tag = f"{kind} sigma={sigma:g}"
-    if tag not in report["runs"]:
-      done_all = False
-      report["runs"][tag] = {
-        "model": kind,
-        "sigma": sigma,
-        "images_done": 0,
-        "images_total": len(ids),
-        "results": {},
-      }
-  report["complete"] = done_all
-  report["seconds_this_call"] = time.perf_counter() - t_start
-  os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
-  io.atomic_write_text(out_path, json.dumps(report, indent=1))
-  if any(rows for c in curves.values() for rows in c.values()):
-    rows_lib.plot(os.path.splitext(out_path)[0] + ".png", curves, report["runs"])
-  return report
-
-
 def run(
   cfg: Config,
   out_path: str,
@@ -447,8 +250,8 @@ def run(
       log(f"{tag} ResNet of the same size: " + json.dumps(resnet))
     m = check_samples(cfg, sigma)
     epoch = history[-1]["epoch"] if history else None
-    headers = {v: _row_settings(cfg, kind, sigma, v, m, epoch) for v in _names(cfg)}
-    paths = {v: os.path.join(wd, f"rows_{name}.jsonl") for v, name in _names(cfg).items()}
+    headers = {v: row_settings(cfg, kind, sigma, v, m, epoch) for v in variant_names(cfg)}
+    paths = {v: os.path.join(wd, f"rows_{name}.jsonl") for v, name in variant_names(cfg).items()}
     setups[tag] = types.SimpleNamespace(
       kind=kind,
       sigma=sigma,
@@ -475,7 +278,7 @@ def run(
     if trained(kind, sigma):
       setup(kind, sigma)
   compiled, stop = set(), report_only
-  report = _report(cfg, ids, setups, out_path, t_start)
+  report = report_lib.write_report(cfg, ids, setups, out_path, t_start)
   for start in range(0, len(ids), cfg.block):
     for kind, sigma in cfg.runs():
       if stop:
@@ -487,7 +290,7 @@ def run(
       }
       certified = False
       for i in range(start, min(start + cfg.block, len(ids))):
-        todo = {v: name for v, name in _names(cfg).items() if int(ids[i]) not in done[v]}
+        todo = {v: name for v, name in variant_names(cfg).items() if int(ids[i]) not in done[v]}
         if todo and max_minutes is not None and time.perf_counter() - t_start > 60 * max_minutes:
           stop = True
           log(f"stopping after {max_minutes} min; rerun the same command to continue")
@@ -513,7 +316,7 @@ def run(
             f"({row['seconds']:.1f}s, cpu {row['cpu_seconds']:.1f}s)"
           )
       if certified:  # else the JSON and plot stand as they are
-        report = _report(cfg, ids, setups, out_path, t_start)
+        report = report_lib.write_report(cfg, ids, setups, out_path, t_start)
         log(
           "progress: "
           + ", ".join(

@@ -167,16 +167,16 @@ def test_gpu_suite_runs_on_cpu(tmp_path):
 def test_suite_json_keeps_other_entries(tmp_path):
   sys.path.insert(0, ROOT)
   try:
-    from benchmarks import suite
+    from benchmarks import suite_report
   finally:
     sys.path.remove(ROOT)
   path = str(tmp_path / "r" / "gpu.json")
-  suite.write_json(
+  suite_report.write_json(
     path,
     {"d": 1},
     [{"model": "a", "precision": "fp32", "v": 1}, {"model": "a", "precision": "bf16", "v": 2}],
   )
-  suite.write_json(path, {"d": 2}, [{"model": "a", "precision": "bf16", "v": 3}])
+  suite_report.write_json(path, {"d": 2}, [{"model": "a", "precision": "bf16", "v": 3}])
   got = {(r["model"], r["precision"]): r["v"] for r in json.loads(open(path).read())["results"]}
   assert got == {("a", "fp32"): 1, ("a", "bf16"): 3}
 

@@ -189,7 +189,7 @@ def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monke
     certified.append((variant, int(image_id)))
     return _row(int(image_id))
 
-  monkeypatch.setattr(srs_deq, "_report", report)
+  monkeypatch.setattr(srs_deq.report_lib, "write_report", report)
   monkeypatch.setattr(rows_lib, "certify_image", certify_image)
   run = lambda **kw: srs_deq.run(  # noqa: E731
     cfg,
@@ -199,7 +199,9 @@ def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monke
     **kw,
   )
   run()
-  assert sorted(certified) == sorted((v, i) for v in srs_deq._names(cfg) for i in (0, 100, 200))
+  assert sorted(certified) == sorted(
+    (v, i) for v in srs_deq.variant_names(cfg) for i in (0, 100, 200)
+  )
   assert reports == [{}, {"deq sigma=0.25": 2}, {"deq sigma=0.25": 3}]  # start, then each block
   certified.clear(), reports.clear(), logs.clear()
   run(max_minutes=0.0)
