@@ -17,7 +17,7 @@ _LAZY_NAMES = {
   "FixedN": "engine.driver",
   "Sampling": "engine.driver",
   "SamplingRule": "engine.driver",
-  "certificate_from_counts": "engine.driver",
+  "certificate_from_counts": "engine.cohen_rule",
   "run_certify": "engine.driver",
   "certify": "cohen._certify",
   "Cohen": "cohen._certify",

@@ -107,7 +107,7 @@ def test_the_trace_sees_a_climb_back(trained, tmp_path):
     """
 from rsjax import runner, stats
 real = stats.clopper_pearson_lower
-def clopper_pearson_lower(*a, **k):  # called by the driver, calls the runner back
+def clopper_pearson_lower(*a, **k):  # called by Cohen's rule, calls the runner back
   runner.default_inputs_per_call()
   return real(*a, **k)
 stats.clopper_pearson_lower = clopper_pearson_lower
@@ -137,4 +137,4 @@ certify.run(args)""",
   )
   assert out.returncode == 0, out.stderr
   got = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("TRACE "))[6:])
-  assert any(c.endswith("rsjax.engine.driver -> rsjax.runner") for c in got["climbs"]), got
+  assert any(c.endswith("rsjax.engine.cohen_rule -> rsjax.runner") for c in got["climbs"]), got

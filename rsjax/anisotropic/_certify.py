@@ -10,11 +10,11 @@ import numpy as np
 
 from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
+from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
   Certificate,
   Sampling,
-  certificate_from_counts,
   engine_counts,
   run_certify,
 )

@@ -17,8 +17,9 @@ import numpy as np
 
 from rsjax import stats
 from rsjax.engine.budget import Budget, as_budget
+from rsjax.engine.cohen_rule import cohen_passes
 from rsjax.engine.counts import refuse_traced, sample_counts
-from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, cohen_passes, run_certify
+from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
 
 if TYPE_CHECKING:
   import jax

@@ -11,8 +11,10 @@ The DEQ models and their fixed-point solvers are ``rsjax.models`` (``DEQClassifi
 * ``_budget``: the mismatch budget (``max_certifiable_radius``,
   ``min_check_samples``, ``mismatch_cap``): the largest radius SRS can certify
   with ``N`` samples and ``m`` check samples, and the ``m`` a radius needs.
-* ``_certify``: ``certify`` (standard RS or SRS), ``SRSCertificate`` and the
-  two-stage correlation-eliminated certificate.
+* ``_bound``: the two-stage correlation-eliminated certificate
+  (``srs_p_lower``, ``srs_certificate``, ``SRSCertificate``).
+* ``_certify``: ``certify`` (standard RS or SRS) and the certifiers ``SRS``
+  and ``StandardRS``.
 """
 
 from rsjax import _lazy
@@ -27,12 +29,12 @@ __getattr__, __dir__ = _lazy.exports(
     "max_certifiable_radius": "rsjax.deq._budget",
     "min_check_samples": "rsjax.deq._budget",
     "mismatch_cap": "rsjax.deq._budget",
-    "CORRECTIONS": "rsjax.deq._certify",
+    "CORRECTIONS": "rsjax.deq._srs",
     "MODES": "rsjax.deq._certify",
-    "SRSCertificate": "rsjax.deq._certify",
+    "SRSCertificate": "rsjax.deq._bound",
     "certify": "rsjax.deq._certify",
-    "srs_certificate": "rsjax.deq._certify",
-    "srs_p_lower": "rsjax.deq._certify",
+    "srs_certificate": "rsjax.deq._bound",
+    "srs_p_lower": "rsjax.deq._bound",
     "CHECK_MODES": "rsjax.deq._srs",
     "SRSConfig": "rsjax.deq._srs",
     "SRSCounts": "rsjax.deq._srs",

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from scipy import stats as _st
 
-from rsjax.deq._certify import srs_p_lower
+from rsjax.deq._bound import srs_p_lower
 from rsjax.util import check_alpha, check_int
 
 __all__ = ["mismatch_cap", "max_certifiable_radius", "min_check_samples"]

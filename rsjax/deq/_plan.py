@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rsjax.cohen._certify import certify
-from rsjax.deq._certify import SRS, SRSCertificate, StandardRS
+from rsjax.deq._bound import SRSCertificate
+from rsjax.deq._certify import SRS, StandardRS
 from rsjax.deq._srs import SRSConfig
 from rsjax.method import Context, Plan
 from rsjax.models import DEQModel, SolverConfig

@@ -7,7 +7,9 @@
 * :mod:`rsjax.engine.batching`: the batch size (``"auto"``).
 * :mod:`rsjax.engine.traced`: counts inside ``jit`` / ``vmap`` / ``grad``.
 * :mod:`rsjax.engine.driver`: ``run_certify``, the sampling settings
-  (``Sampling``), the sampling rule ``FixedN``, Cohen et al.'s certificate.
+  (``Sampling``), the sampling rule ``FixedN``.
+* :mod:`rsjax.engine.cohen_rule`: Cohen et al.'s certificate
+  (``certificate_from_counts``, ``CohenRule``, ``cohen_passes``).
 * :mod:`rsjax.engine.budget`: the budgeted sampling rule ``Budget`` (sound
   early stopping on a radius grid).
 
@@ -17,5 +19,7 @@ The modules are imported on first use (``rsjax.engine.counts`` etc.).
 from rsjax import _lazy
 
 __getattr__, __dir__ = _lazy.exports(
-  __name__, {}, submodules=("batching", "budget", "counts", "driver", "step", "traced")
+  __name__,
+  {},
+  submodules=("batching", "budget", "cohen_rule", "counts", "driver", "step", "traced"),
 )

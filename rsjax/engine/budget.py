@@ -86,13 +86,13 @@ from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
+from rsjax.engine.cohen_rule import CohenRule
 from rsjax.engine.counts import resolve_counts
 from rsjax.engine.driver import (
   ABSTAIN,
   ESTIMATION,
   SELECTION,
   Certificate,
-  CohenRule,
   CountsFn,
   EngineCounts,
   RuleFn,
@@ -194,7 +194,7 @@ class Budget:
     radius of the bound at its stopping look is the method's (``rule.radius``).
     ``counts`` must be the engine's (``rsjax.engine.driver.EngineCounts``: the rounds
     draw from its classifier and inputs) and ``rule`` Cohen's binary
-    ``rsjax.engine.driver.CohenRule``; ``settings.batch_size`` an integer (the
+    ``rsjax.engine.cohen_rule.CohenRule``; ``settings.batch_size`` an integer (the
     samples of one input per step).
 
     Raises:

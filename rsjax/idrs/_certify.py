@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
   ABSTAIN,
   Certificate,
   Sampling,
-  certificate_from_counts,
   engine_counts,
   run_certify,
 )
