@@ -172,7 +172,7 @@ def round_counter(
         )
       )
     # One host sync per round: the launches above were dispatched asynchronously.
-    new = sum(np.asarray(jax.device_get(p), np.int64).sum(axis=0) for p in partials)
+    new = np.sum([np.asarray(jax.device_get(p), np.int64).sum(axis=0) for p in partials], axis=0)
     check_finite_outputs(new[active, -1], ids_arr[active], stop - start)
     counts[active] += new[active, :-1]
     return new[active, guess[active]]
