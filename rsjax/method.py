@@ -87,6 +87,26 @@ class Context:
   workdir: str | None = None
   load_split: Callable[[str], Any] | None = None
 
+  @property
+  def gaussian_l2(self) -> bool:
+    """Whether the run's noise is Gaussian with its L2 radius."""
+    return self.settings.noise.name == "gaussian" and self.settings.noise.norm == "l2"
+
+  def require_binary_gaussian(self, method: str) -> None:
+    """Refuses, before anything runs, what a method with Gaussian noise and the binary radius
+    only (``method``, its ``--method`` name) cannot certify.
+
+    Raises:
+      ValueError: ``multiclass``, or noise other than Gaussian (L2).
+    """
+    if self.multiclass:
+      raise ValueError(f"--multiclass works with --method cohen or ucan, not {method}")
+    if not self.gaussian_l2:
+      raise ValueError(
+        f"--method {method} certifies with Gaussian noise only, not --noise "
+        f"{self.settings.noise.name}"
+      )
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:

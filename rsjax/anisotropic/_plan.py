@@ -26,7 +26,7 @@ def build(
 ) -> Plan:
   """Refuses what UCAN cannot certify, else the plan (``rsjax.method.Method.build``)."""
   noise_family = ctx.settings.noise
-  if ctx.multiclass and not (noise_family.name == "gaussian" and noise_family.norm == "l2"):
+  if ctx.multiclass and not ctx.gaussian_l2:
     raise ValueError(
       f"--multiclass works with Gaussian noise only, not --noise {noise_family.name}"
     )

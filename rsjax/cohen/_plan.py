@@ -11,7 +11,7 @@ from rsjax.method import Context, Plan
 def build(ctx: Context, *, grid: tuple[float, ...] | None) -> Plan:
   """Refuses what Cohen's radius cannot do, else the plan (``rsjax.method.Method.build``)."""
   noise = ctx.settings.noise
-  if ctx.multiclass and not (noise.name == "gaussian" and noise.norm == "l2"):
+  if ctx.multiclass and not ctx.gaussian_l2:
     raise ValueError(
       f"--multiclass (Cohen et al.'s multiclass L2 radius) works with Gaussian "
       f"noise only, not --noise {noise.name}"

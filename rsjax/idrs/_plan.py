@@ -11,11 +11,7 @@ from rsjax.method import Context, Plan
 
 def build(ctx: Context, *, idrs_rate: float, idrs_k: int, idrs_m: float | None) -> Plan:
   """Refuses what IDRS cannot certify, else the plan (``rsjax.method.Method.build``)."""
-  noise = ctx.settings.noise
-  if ctx.multiclass:
-    raise ValueError("--multiclass works with --method cohen or ucan, not idrs")
-  if not (noise.name == "gaussian" and noise.norm == "l2"):
-    raise ValueError(f"--method idrs certifies with Gaussian noise only, not --noise {noise.name}")
+  ctx.require_binary_gaussian("idrs")
   xtr = ctx.load_split("train").arrays()[0] if idrs_rate > 0 else None
   try:
     design = make_design(
