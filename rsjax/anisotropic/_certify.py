@@ -1,4 +1,5 @@
-"""UCAN's CERTIFY: Cohen's passes on the shifted input ``x + mu``, the normalized region."""
+"""UCAN's CERTIFY (Cohen's passes on the shifted input ``x + mu``, the normalized region): the
+certifier :class:`UCAN` of ``rsjax.certify``, and :func:`certify`, its alias."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
+from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
@@ -82,6 +84,126 @@ def _noise_arrays(values, x_shape) -> tuple[np.ndarray, np.ndarray]:
   return sig, shift
 
 
+@dataclasses.dataclass(frozen=True)
+class UCAN:
+  """Anisotropic smoothing (UCAN Theorem 3.2) as a certifier of ``rsjax.certify``.
+
+  Certifies ``g(x) = argmax_c P[f(x + mu + sigma * eps) = c]``: Cohen et al.'s
+  CERTIFY (``rsjax.run_certify``) on the shifted input ``x + mu`` with
+  per-dimension ``sigma``; selection and estimation keys are ``fold_in(key, 0)``
+  and ``fold_in(key, 1)`` (the key is not consumed). The region is centered at
+  ``x``.
+
+  Attributes:
+    multiclass: Cohen's multiclass radius for the unit noise (Gaussian only).
+    allow_unsound: certify noise whose rate is not 0 (``(mu, sigma)`` computed
+      from ``x``) anyway, labelled ``NOT A CERTIFICATE`` (``sound=False``).
+  """
+
+  multiclass: bool = False
+  allow_unsound: bool = False
+
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: Any,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> AnisotropicCertificate:
+    """Certifies a batch with frozen anisotropic noise ``(mu, sigma)``.
+
+    Args:
+      key: ``jax.random.key`` or int seed.
+      apply_fn: ``apply_fn(params, x) -> logits``.
+      params: pytree for ``apply_fn``.
+      x: ``[B, *input_shape]`` inputs.
+      sigma: float, ``[*input_shape]`` (shared) or ``[B, *input_shape]`` scales > 0
+        (the noise is ``sigma * eps`` with ``eps`` unit base noise; fold the
+        family's lambda into sigma), or a sigma source (``rsjax.SigmaSource``:
+        ``FrozenNoise(sigma, mu)``, ``InputDependentNoise``,
+        ``UCANModel.noise_source``) whose ``evaluate(x)`` gives sigma ``[B]`` or
+        ``[B, *input_shape]``, mu and the rate.
+      num_classes: number of classes C.
+      settings: an ``rsjax.Sampling``; its noise is the base noise family.
+      ids: ``[B]`` dataset indices (reproducible noise per input).
+
+    Returns:
+      ``AnisotropicCertificate``: ``radius`` = ``min_i sigma_i * R``,
+      ``normalized_radius`` = R, ``alm``.
+
+    Raises:
+      ValueError: for bad arguments, or input-dependent noise without
+        ``allow_unsound``.
+    """
+    noise = settings.noise
+    x_np, _, _ = prepare_inputs(x, 1.0, ids)
+    source = sigma if isinstance(sigma, SigmaSource) else FrozenNoise(sigma)
+    values = source.evaluate(x_np)
+    input_dependent = values.rate != 0.0
+    if input_dependent and not self.allow_unsound:
+      raise ValueError(_UNSOUND)
+    b = x_np.shape[0]
+    sig, shift = _noise_arrays(values, x_np.shape)
+    x_shift, sig, ids_arr = prepare_inputs(x_np + shift, sig, ids)
+    dim = int(np.prod(x_np.shape[1:]))
+    p = noise.norm
+    region = (
+      f"with prob >= 1 - {settings.alpha} per input, g(x + delta) = prediction for every "
+      f"delta with ||delta / sigma||_{p[1:]} <= normalized_radius (UCAN Thm 3.2, "
+      f"{noise.name} base noise, {'multiclass' if self.multiclass else 'binary'} "
+      "Clopper-Pearson CERTIFY), for the given (mu, sigma) held fixed; radius = min(sigma) "
+      f"* normalized_radius is the {p} ball inside it (Cor. 3.3); alm is a "
+      "volume-equivalent radius, not a ball guarantee"
+    )
+    if input_dependent:
+      guarantee = (
+        f"NOT A CERTIFICATE: (mu, sigma) were computed from x (rate {values.rate:g}: "
+        "input-dependent noise), "
+        "so the deployed classifier at x + delta uses other noise; the radii are reported "
+        "only to compare with the UCAN paper. Formula used: " + region
+      )
+    else:
+      guarantee = (
+        region + "; valid for input-independent (mu, sigma): fixed patterns or "
+        "dataset-wise generators frozen after training"
+      )
+
+    def rule(c0, c1):
+      base = certificate_from_counts(
+        c0,
+        c1,
+        n=settings.n,
+        alpha=settings.alpha,
+        scale=np.ones(b),
+        dim=dim,
+        noise=noise,
+        multiclass=self.multiclass,
+      )
+      r = base.radius  # unit-noise radius: the normalized R
+      return AnisotropicCertificate(
+        prediction=base.prediction,
+        radius=isotropic_radius(r, sig),
+        p_lower=base.p_lower,
+        counts=base.counts,
+        counts_selection=base.counts_selection,
+        norm=p,
+        guarantee=guarantee,
+        sound=not input_dependent,
+        normalized_radius=r,
+        alm=alm(r, sig),
+      )
+
+    counts = engine_counts(
+      apply_fn, params, x_shift, sig, ids_arr, num_classes=num_classes, settings=settings
+    )
+    return run_certify(key, counts, rule, settings)
+
+
 def certify(
   key: jax.Array | int,
   apply_fn: Callable,
@@ -97,108 +219,29 @@ def certify(
   allow_unsound: bool = False,
   **sampling: Any,
 ) -> AnisotropicCertificate:
-  """Certifies ``g(x) = argmax_c P[f(x + mu + sigma * eps) = c]`` (UCAN Theorem 3.2).
+  """``rsjax.certify(key, apply_fn, params, x, sigma=FrozenNoise(sigma, mu),
+  certifier=UCAN(multiclass, allow_unsound), ...)``: see :class:`UCAN`.
 
-  Cohen et al.'s CERTIFY (``rsjax.run_certify``) on the shifted input ``x + mu``
-  with per-dimension ``sigma``; selection and estimation keys are
-  ``fold_in(key, 0)`` and ``fold_in(key, 1)`` (the key is not consumed). The
-  region is centered at ``x``.
-
-  Args:
-    key: ``jax.random.key`` or int seed.
-    apply_fn: ``apply_fn(params, x) -> logits``.
-    params: pytree for ``apply_fn``.
-    x: ``[B, *input_shape]`` inputs.
-    sigma: float, ``[*input_shape]`` (shared) or ``[B, *input_shape]`` scales > 0
-      (the noise is ``sigma * eps`` with ``eps`` unit base noise; fold the family's
-      lambda into sigma), or a sigma source (``rsjax.SigmaSource``: ``FrozenNoise``,
-      ``InputDependentNoise``, ``UCANModel.noise_source``) whose ``evaluate(x)``
-      gives sigma ``[B]`` or ``[B, *input_shape]``, mu and the rate. Arrays
-      mean ``FrozenNoise(sigma, mu)``.
-    mu: None (0), float, ``[*input_shape]`` or ``[B, *input_shape]`` shift (with
-      array sigma only).
-    num_classes: number of classes C.
-    settings: an ``rsjax.Sampling``; its noise is the base noise family.
-    ids: ``[B]`` dataset indices (reproducible noise per input).
-    multiclass: Cohen's multiclass radius for the unit noise (Gaussian only).
-    allow_unsound: certify noise whose rate is not 0 (``(mu, sigma)`` computed
-      from ``x``) anyway, labelled ``NOT A CERTIFICATE`` (``sound=False``).
-    **sampling: ``rsjax.Sampling`` fields as keywords (override ``settings``).
-
-  Returns:
-    ``AnisotropicCertificate``: ``radius`` = ``min_i sigma_i * R``,
-    ``normalized_radius`` = R, ``alm``.
-
-  Raises:
-    ValueError: for bad arguments, or input-dependent noise without ``allow_unsound``.
+  ``sigma`` may also be a sigma source (then ``mu`` is None: the source gives
+  it); ``**sampling`` are ``rsjax.Sampling`` fields as keywords (override
+  ``settings``).
   """
-  settings = Sampling.of(settings, **sampling)
-  noise = settings.noise
-  x_np, _, _ = prepare_inputs(x, 1.0, ids)
-  if isinstance(sigma, SigmaSource):
-    if mu is not None:
+  if mu is not None:
+    if isinstance(sigma, SigmaSource):
       raise ValueError("mu must be None when sigma is a sigma source (the source gives mu)")
-    values = sigma.evaluate(x_np)
-  else:
-    values = FrozenNoise(sigma, mu).evaluate(x_np)
-  input_dependent = values.rate != 0.0
-  if input_dependent and not allow_unsound:
-    raise ValueError(_UNSOUND)
-  b = x_np.shape[0]
-  sig, shift = _noise_arrays(values, x_np.shape)
-  x_shift, sig, ids_arr = prepare_inputs(x_np + shift, sig, ids)
-  dim = int(np.prod(x_np.shape[1:]))
-  p = noise.norm
-  region = (
-    f"with prob >= 1 - {settings.alpha} per input, g(x + delta) = prediction for every "
-    f"delta with ||delta / sigma||_{p[1:]} <= normalized_radius (UCAN Thm 3.2, "
-    f"{noise.name} base noise, {'multiclass' if multiclass else 'binary'} "
-    "Clopper-Pearson CERTIFY), for the given (mu, sigma) held fixed; radius = min(sigma) "
-    f"* normalized_radius is the {p} ball inside it (Cor. 3.3); alm is a "
-    "volume-equivalent radius, not a ball guarantee"
+    sigma = FrozenNoise(sigma, mu)
+  return cohen_certify(
+    key,
+    apply_fn,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=num_classes,
+    certifier=UCAN(multiclass, allow_unsound),
+    settings=settings,
+    ids=ids,
+    **sampling,
   )
-  if input_dependent:
-    guarantee = (
-      f"NOT A CERTIFICATE: (mu, sigma) were computed from x (rate {values.rate:g}: "
-      "input-dependent noise), "
-      "so the deployed classifier at x + delta uses other noise; the radii are reported "
-      "only to compare with the UCAN paper. Formula used: " + region
-    )
-  else:
-    guarantee = (
-      region + "; valid for input-independent (mu, sigma): fixed patterns or "
-      "dataset-wise generators frozen after training"
-    )
-
-  def rule(c0, c1):
-    base = certificate_from_counts(
-      c0,
-      c1,
-      n=settings.n,
-      alpha=settings.alpha,
-      scale=np.ones(b),
-      dim=dim,
-      noise=noise,
-      multiclass=multiclass,
-    )
-    r = base.radius  # unit-noise radius: the normalized R
-    return AnisotropicCertificate(
-      prediction=base.prediction,
-      radius=isotropic_radius(r, sig),
-      p_lower=base.p_lower,
-      counts=base.counts,
-      counts_selection=base.counts_selection,
-      norm=p,
-      guarantee=guarantee,
-      sound=not input_dependent,
-      normalized_radius=r,
-      alm=alm(r, sig),
-    )
-
-  counts = engine_counts(
-    apply_fn, params, x_shift, sig, ids_arr, num_classes=num_classes, settings=settings
-  )
-  return run_certify(key, counts, rule, settings)
 
 
 def certify_input_dependent(
@@ -244,42 +287,3 @@ def certify_input_dependent(
     allow_unsound=allow_unsound,
     **kwargs,
   )
-
-
-@dataclasses.dataclass(frozen=True)
-class UCAN:
-  """Anisotropic smoothing as a certifier of ``rsjax.certify`` (``sigma``: the frozen noise,
-  a ``FrozenNoise`` or ``[*input_shape]`` scales).
-
-  Attributes:
-    multiclass: the multiclass radius with simultaneous bounds.
-    allow_unsound: see :func:`certify`.
-  """
-
-  multiclass: bool = False
-  allow_unsound: bool = False
-
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: Any,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> AnisotropicCertificate:
-    return certify(
-      key,
-      apply_fn,
-      params,
-      x,
-      sigma=sigma,
-      num_classes=num_classes,
-      settings=settings,
-      ids=ids,
-      multiclass=self.multiclass,
-      allow_unsound=self.allow_unsound,
-    )

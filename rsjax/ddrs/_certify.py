@@ -1,4 +1,5 @@
-"""DDRS's CERTIFY at per-input optimized sigma, then the memory; a resumable dataset run."""
+"""DDRS's CERTIFY at per-input optimized sigma, then the memory (the certifier :class:`DDRS`
+of ``rsjax.certify`` and :func:`certify`, its alias); a resumable dataset run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import jax
 import numpy as np
 
+from rsjax.cohen._certify import Cohen
 from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._objective import SigmaAscent
@@ -92,6 +94,87 @@ class _MonteCarloCertificate(DDRSCertificate):
     return {"sigma": repr(float(self.sigma[j]))}
 
 
+@dataclasses.dataclass(frozen=True)
+class DDRS:
+  """DDRS (Alfarra et al. 2022) as a certifier of ``rsjax.certify``: Cohen's CERTIFY at
+  per-input sigma (``sigma``: ``[B]``, e.g. from ``optimize_sigma``; DDRS's
+  ``certify_ds``), then the optional memory.
+
+  Attributes:
+    memory: a ``MemoryCertifier`` (updated in place, in the inputs' order), or
+      None: Cohen's radius at the optimized sigma, NOT a certificate.
+  """
+
+  memory: MemoryCertifier | None = None
+
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: ArrayLike,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> DDRSCertificate:
+    """Certifies a batch at its per-input sigma, then passes it through the memory.
+
+    Args:
+      key: ``jax.random.key`` or int seed (selection and estimation keys
+        ``fold_in(key, 0)`` / ``fold_in(key, 1)``, as Cohen's).
+      apply_fn: ``apply_fn(params, x) -> logits``.
+      params: pytree for ``apply_fn``.
+      x: ``[B, *input_shape]`` inputs.
+      sigma: ``[B]`` per-input sigma.
+      num_classes: number of classes C.
+      settings: an ``rsjax.Sampling``. Its noise is Gaussian (L2) or
+        ``"uniform"`` (the L1 variant: sigma is the half-width lambda, radius
+        ``2 lambda (p_A_lower - 1/2)``, Yang et al.). The memory needs Gaussian
+        noise (it works with L2 balls).
+      ids: ``[B]`` dataset indices.
+
+    Returns:
+      ``DDRSCertificate``; ``guarantee`` says what (little) it guarantees, and
+      ``sound`` is True only with the memory (its deployment-run guarantee).
+
+    Raises:
+      ValueError: for bad arguments.
+    """
+    x_np, _, _ = prepare_inputs(x, 1.0, ids)
+    sig = np.asarray(sigma, np.float32)
+    if sig.shape != (x_np.shape[0],):
+      raise ValueError(f"sigma must have shape [B]={(x_np.shape[0],)}, got {sig.shape}")
+    if self.memory is not None and not isinstance(self.memory, MemoryCertifier):
+      raise ValueError(f"memory must be a MemoryCertifier or None, got {self.memory!r}")
+    if self.memory is not None and settings.noise.norm != "l2":
+      raise ValueError("the memory works with L2 balls: use Gaussian noise (noise=None) with it")
+    base = Cohen().certify(
+      key, apply_fn, params, x_np, sigma=sig, num_classes=num_classes, settings=settings, ids=ids
+    )
+    pred, rad = base.prediction, base.radius
+    if self.memory is None:
+      guarantee = _NOT_A_CERTIFICATE + f" (alpha={settings.alpha}, {settings.noise.name} noise)"
+    else:
+      pred, rad = self.memory.update_batch(x_np, pred, rad)
+      guarantee = _MEMORY_GUARANTEE + f" (alpha={settings.alpha} per input)"
+    return DDRSCertificate(
+      prediction=np.asarray(pred, np.int64),
+      radius=np.asarray(rad, np.float64),
+      p_lower=base.p_lower,
+      counts=base.counts,
+      counts_selection=base.counts_selection,
+      norm=base.norm,
+      guarantee=guarantee,
+      sound=self.memory is not None,
+      sigma=sig.astype(np.float64),
+      prediction_mc=base.prediction,
+      radius_mc=base.radius,
+      memory_used=self.memory is not None,
+    )
+
+
 def certify(
   key: jax.Array | int,
   apply_fn: Callable,
@@ -105,63 +188,22 @@ def certify(
   memory: MemoryCertifier | None = None,
   **sampling: Any,
 ) -> DDRSCertificate:
-  """Cohen's CERTIFY at per-input sigma (DDRS ``certify_ds``), then the optional memory.
+  """``rsjax.certify(key, apply_fn, params, x, sigma=sigma, certifier=DDRS(memory), ...)``:
+  see :class:`DDRS`.
 
-  Args:
-    key: ``jax.random.key`` or int seed (passed to ``rsjax.certify``: selection
-      and estimation keys ``fold_in(key, 0)`` / ``fold_in(key, 1)``).
-    apply_fn: ``apply_fn(params, x) -> logits``.
-    params: pytree for ``apply_fn``.
-    x: ``[B, *input_shape]`` inputs.
-    sigma: ``[B]`` per-input sigma (e.g. from ``optimize_sigma``).
-    num_classes: number of classes C.
-    settings: an ``rsjax.Sampling``. Its noise is Gaussian (L2) or
-      ``"uniform"`` (the L1 variant: sigma is the half-width lambda, radius
-      ``2 lambda (p_A_lower - 1/2)``, Yang et al.).
-    ids: ``[B]`` dataset indices.
-    memory: a ``MemoryCertifier``; when given, the inputs are passed through it in
-      their order (the memory is updated in place). Gaussian noise only (the
-      memory works with L2 balls).
-    **sampling: ``rsjax.Sampling`` fields as keywords (override ``settings``).
-
-  Returns:
-    ``DDRSCertificate``; ``guarantee`` says what (little) it guarantees, and
-    ``sound`` is True only with the memory (its deployment-run guarantee).
-
-  Raises:
-    ValueError: for bad arguments.
+  ``**sampling`` are ``rsjax.Sampling`` fields as keywords (override ``settings``).
   """
-  settings = Sampling.of(settings, **sampling)
-  x_np, _, _ = prepare_inputs(x, 1.0, ids)
-  sig = np.asarray(sigma, np.float32)
-  if sig.shape != (x_np.shape[0],):
-    raise ValueError(f"sigma must have shape [B]={(x_np.shape[0],)}, got {sig.shape}")
-  if memory is not None and not isinstance(memory, MemoryCertifier):
-    raise ValueError(f"memory must be a MemoryCertifier or None, got {memory!r}")
-  if memory is not None and settings.noise.norm != "l2":
-    raise ValueError("the memory works with L2 balls: use Gaussian noise (noise=None) with it")
-  base = cohen_certify(
-    key, apply_fn, params, x_np, sigma=sig, num_classes=num_classes, settings=settings, ids=ids
-  )
-  pred, rad = base.prediction, base.radius
-  if memory is None:
-    guarantee = _NOT_A_CERTIFICATE + f" (alpha={settings.alpha}, {settings.noise.name} noise)"
-  else:
-    pred, rad = memory.update_batch(x_np, pred, rad)
-    guarantee = _MEMORY_GUARANTEE + f" (alpha={settings.alpha} per input)"
-  return DDRSCertificate(
-    prediction=np.asarray(pred, np.int64),
-    radius=np.asarray(rad, np.float64),
-    p_lower=base.p_lower,
-    counts=base.counts,
-    counts_selection=base.counts_selection,
-    norm=base.norm,
-    guarantee=guarantee,
-    sound=memory is not None,
-    sigma=sig.astype(np.float64),
-    prediction_mc=base.prediction,
-    radius_mc=base.radius,
-    memory_used=memory is not None,
+  return cohen_certify(
+    key,
+    apply_fn,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=num_classes,
+    certifier=DDRS(memory),
+    settings=settings,
+    ids=ids,
+    **sampling,
   )
 
 
@@ -249,7 +291,7 @@ def certify_dataset(
 
   def fn(x, ids):
     sig = optimize_sigma(k_opt, apply_fn, params, x, sigma0=sigma0, config=ascent, ids=ids)
-    return certify(
+    return DDRS().certify(
       key, apply_fn, params, x, sigma=sig, num_classes=num_classes, settings=settings, ids=ids
     )
 
@@ -291,40 +333,3 @@ def certify_dataset(
   return dict(
     out, out_path=os.fspath(out_path), changed=int(changed.sum()), guarantee=_MEMORY_GUARANTEE
   )
-
-
-@dataclasses.dataclass(frozen=True)
-class DDRS:
-  """DDRS as a certifier of ``rsjax.certify`` (``sigma``: ``[B]`` per-input sigma, e.g.
-  from ``optimize_sigma``).
-
-  Attributes:
-    memory: a ``MemoryCertifier`` (updated in place, in the inputs' order), or
-      None: Cohen's radius at the optimized sigma, NOT a certificate.
-  """
-
-  memory: MemoryCertifier | None = None
-
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: Any,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> DDRSCertificate:
-    return certify(
-      key,
-      apply_fn,
-      params,
-      x,
-      sigma=sigma,
-      num_classes=num_classes,
-      settings=settings,
-      ids=ids,
-      memory=self.memory,
-    )

@@ -1,14 +1,10 @@
-"""Certification of DEQs: ``certify`` (standard RS or serialized RS) and the
-certifiers ``SRS`` and ``StandardRS``.
+"""Certification of DEQs: the certifiers ``SRS`` (serialized RS) and ``StandardRS`` of
+``rsjax.certify``, and ``certify``, their alias.
 
-Standard RS (``method="standard"``) certifies the DEQ solved from z = 0 with a
-fixed solver ("30A") for every sample: it is the core engine
-(``rsjax.certify``) applied to ``DEQApply``.
-
-SRS (``method="srs"``, Gao et al. 2024) samples with warm-started chains
-(``rsjax.deq.srs_sample``) and check samples re-solved with the full solver, and
-certifies with the two-stage correlation-eliminated certificate of
-``rsjax.deq._bound`` (``srs_certificate``; why it holds is stated there).
+Standard RS certifies the DEQ solved from z = 0 with a fixed solver ("30A") for
+every sample: Cohen's CERTIFY applied to ``DEQApply``. SRS (Gao et al. 2024)
+samples with warm-started chains and certifies the same classifier with the
+two-stage correlation-eliminated certificate.
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from rsjax import stats
+from rsjax.cohen._certify import Cohen
 from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.deq._bound import SRSCertificate, srs_certificate
 from rsjax.deq._srs import SRSConfig, srs_sample
@@ -49,7 +46,10 @@ def _describe(cfg: SolverConfig) -> str:
   return f"{cfg.steps} {cfg.name} step{'s' if cfg.steps != 1 else ''}"
 
 
-def _as_deq_fn(deq, params):
+def _prepare(deq: Any, params: Any, settings: Sampling) -> tuple[Callable, Any]:
+  """``(deq_fn, params)`` of a DEQ module or function; refuses ``batch_size="auto"``."""
+  if settings.batch_size == "auto":
+    raise ValueError("DEQ certification needs an integer batch_size, not 'auto'")
   if isinstance(deq, nnx.Module):
     if params is not None:
       raise ValueError("params must be None when deq is an NNX module (its variables are used)")
@@ -57,6 +57,183 @@ def _as_deq_fn(deq, params):
   if callable(deq):
     return deq, params
   raise ValueError(f"deq must be a DEQ NNX module or a deq_fn callable, got {type(deq)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SRS:
+  """Serialized randomized smoothing (Gao et al. 2024) as a certifier of ``rsjax.certify``.
+
+  Samples with warm-started chains (``rsjax.deq.srs_sample``) and check samples
+  re-solved with the full solver, and certifies with the two-stage
+  correlation-eliminated certificate of ``rsjax.deq._bound``
+  (``srs_certificate``; why it holds is stated there). It certifies the same base
+  classifier as :class:`StandardRS`: the DEQ solved from z = 0 with ``solver``.
+  Keys: ``fold_in(key, 0)`` (selection), ``fold_in(key, 1)`` (estimation),
+  ``fold_in(key, 2)`` (check positions); the selection and estimation noise are
+  Cohen's with the same key, so standard RS and SRS see the same noisy inputs.
+
+  Attributes:
+    solver: the certified classifier's solver (a ``SolverConfig`` or a name;
+      default 30 Anderson steps, "30A"); it replaces ``srs.check_solver``.
+    srs: the chains and check samples (``SRSConfig``: chain and warm-up solvers,
+      ``m`` check samples, check positions, correction; default ``SRSConfig()``).
+  """
+
+  solver: SolverConfig | str | None = None
+  srs: SRSConfig | None = None
+
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: ArrayLike,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> SRSCertificate:
+    """Certifies a batch with serialized RS.
+
+    Args:
+      key: ``jax.random.key`` or int seed (not consumed).
+      apply_fn: a DEQ NNX module (``DEQClassifier``; pass ``params=None``) or a
+        pure ``deq_fn(params, x, z0, solver) -> (logits, SolverResult)``.
+      params: variables of ``deq_fn`` (None for a module).
+      x: ``[B, *input_shape]`` inputs in [0, 1].
+      sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
+      num_classes: number of classes C.
+      settings: an ``rsjax.Sampling`` (an integer ``batch_size``: the number of parallel chains).
+      ids: ``[B]`` dataset indices (reproducible noise per input).
+
+    Returns:
+      An ``SRSCertificate`` whose ``guarantee`` names the method and the certified
+      classifier; ``sound`` is False for the authors' code's bound or consecutive
+      check positions.
+    """
+    deq_fn, params = _prepare(apply_fn, params, settings)
+    srs = SRSConfig() if self.srs is None else self.srs
+    if self.solver is not None:
+      srs = srs.replace(check_solver=as_solver_config(self.solver))
+    n, alpha = settings.n, settings.alpha
+    check_int("m", srs.m)
+    stats.check_sample_size(srs.m, alpha / 2)
+    x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
+
+    def counts(key, num, selection=None, aux_key=None):
+      cfg = srs if selection is not None else srs.replace(m=0)
+      return srs_sample(
+        key,
+        deq_fn,
+        params,
+        x_np,
+        sigma=sig,
+        num_classes=num_classes,
+        num=num,
+        config=cfg,
+        settings=settings,
+        check_key=aux_key,
+        ids=ids_arr,
+      )
+
+    scale, aniso = scale_per_input(sig)
+    desc = (
+      f"the DEQ solved from z = 0 with {_describe(srs.check_solver)} (SRS chains: "
+      f"{_describe(srs.warmup)} warm-up, then {_describe(srs.solver)} per chunk of "
+      f"{min(settings.batch_size, n)})"
+    )
+
+    def rule(sel, est):
+      cert = srs_certificate(
+        sel.counts,
+        est.counts,
+        est.srs_labels,
+        est.check_labels,
+        n=n,
+        alpha=alpha,
+        scale=scale,
+        dim=int(np.prod(x_np.shape[1:])),
+        noise=settings.noise,
+        correction=srs.correction,
+        description=desc,
+      )
+      cert = dataclasses.replace(
+        cert,
+        residual=np.asarray(est.residual, np.float64),
+        check_residual=np.asarray(est.check_residual, np.float64),
+      )
+      if srs.check != "random" and srs.correction == "paper":
+        cert = dataclasses.replace(
+          cert,
+          guarantee=cert.guarantee + "; WARNING: check='consecutive' "
+          "positions are not random, the argument above does not apply",
+        )
+      if aniso:
+        cert = dataclasses.replace(
+          cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R"
+        )
+      return dataclasses.replace(cert, sound=srs.sound)
+
+    return run_certify(key, counts, rule, settings, tests=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class StandardRS:
+  """Standard randomized smoothing of a DEQ as a certifier of ``rsjax.certify``: Cohen's
+  CERTIFY of ``DEQApply``, the DEQ solved from z = 0 with ``solver`` for every sample.
+
+  Attributes:
+    solver: the solver (a ``SolverConfig`` or a name; default 30 Anderson steps).
+  """
+
+  solver: SolverConfig | str | None = None
+
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: ArrayLike,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> Certificate:
+    """Certifies a batch with standard RS (every sample solved from scratch).
+
+    Args:
+      key: ``jax.random.key`` or int seed (not consumed).
+      apply_fn: a DEQ NNX module (``DEQClassifier``; pass ``params=None``) or a
+        pure ``deq_fn(params, x, z0, solver) -> (logits, SolverResult)``.
+      params: variables of ``deq_fn`` (None for a module).
+      x: ``[B, *input_shape]`` inputs in [0, 1].
+      sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
+      num_classes: number of classes C.
+      settings: an ``rsjax.Sampling`` (an integer ``batch_size``).
+      ids: ``[B]`` dataset indices (reproducible noise per input).
+
+    Returns:
+      A ``Certificate`` whose ``guarantee`` names the certified classifier.
+    """
+    deq_fn, params = _prepare(apply_fn, params, settings)
+    cfg = SolverConfig("anderson", 30) if self.solver is None else as_solver_config(self.solver)
+    cert = Cohen().certify(
+      key,
+      DEQApply(deq_fn, cfg),
+      params,
+      x,
+      sigma=sigma,
+      num_classes=num_classes,
+      settings=settings,
+      ids=ids,
+    )
+    return dataclasses.replace(
+      cert,
+      guarantee=cert.guarantee + f"; base classifier: the DEQ solved from z = 0 with "
+      f"{_describe(cfg)} (standard RS, every sample from scratch)",
+    )
 
 
 def certify(
@@ -74,207 +251,25 @@ def certify(
   ids: ArrayLike | None = None,
   **sampling: Any,
 ) -> Certificate:
-  """Certifies a DEQ classifier with standard RS or serialized RS (SRS).
+  """``rsjax.certify(key, deq, params, x, certifier=SRS(solver, srs))`` (``method="srs"``) or
+  ``certifier=StandardRS(solver)`` (``method="standard"``): see :class:`SRS`.
 
-  Both methods certify the same base classifier, the DEQ solved from z = 0
-  with ``solver`` (default 30 Anderson steps, "30A"): standard RS solves every
-  sample so; SRS samples with warm-started chains (``srs``) and re-solves its
-  check samples so.
-
-  Keys: ``fold_in(key, 0)`` (selection), ``fold_in(key, 1)`` (estimation),
-  ``fold_in(key, 2)`` (check positions), from the driver ``rsjax.run_certify``.
-  The selection and estimation noise are those of ``rsjax.certify`` with the
-  same key, so standard RS and SRS see the same noisy inputs, and one key
-  serves every chunk of a dataset.
-
-  Args:
-    key: ``jax.random.key`` or int seed.
-    deq: a DEQ NNX module (``DEQClassifier``; pass ``params=None``) or a pure
-      ``deq_fn(params, x, z0, solver) -> (logits, SolverResult)``.
-    params: variables of ``deq_fn`` (None for a module).
-    x: ``[B, *input_shape]`` inputs in [0, 1].
-    sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
-    num_classes: number of classes C.
-    method: ``"srs"`` or ``"standard"``.
-    solver: the solver of the certified classifier (a ``SolverConfig`` or a
-      name; default ``SolverConfig("anderson", 30)``). With SRS it replaces
-      ``srs.check_solver``.
-    srs: an :class:`SRSConfig` (chain and warm-up solvers, ``m`` check samples,
-      check positions, correction); default ``SRSConfig()``.
-    settings: an ``rsjax.Sampling``; with SRS ``batch_size`` is the number of
-      parallel chains.
-    ids: ``[B]`` dataset indices (reproducible noise per input).
-    **sampling: ``rsjax.Sampling`` fields as keywords (override ``settings``).
-
-  Returns:
-    A ``Certificate`` (an ``SRSCertificate`` for SRS) whose ``guarantee`` names
-    the method and the certified classifier; ``sound`` is False for the
-    authors' code's bound or consecutive check positions.
+  ``**sampling`` are ``rsjax.Sampling`` fields as keywords (override ``settings``).
   """
   if method not in MODES:
     raise ValueError(f"method must be one of {MODES}, got {method!r}")
-  settings = Sampling.of(settings, **sampling)
-  if settings.batch_size == "auto":
-    raise ValueError("DEQ certification needs an integer batch_size, not 'auto'")
-  deq_fn, params = _as_deq_fn(deq, params)
-  if solver is not None:
-    solver = as_solver_config(solver)
-
-  if method == "standard":
-    cfg = solver or SolverConfig("anderson", 30)
-    cert = cohen_certify(
-      key,
-      DEQApply(deq_fn, cfg),
-      params,
-      x,
-      sigma=sigma,
-      num_classes=num_classes,
-      settings=settings,
-      ids=ids,
-    )
-    return dataclasses.replace(
-      cert,
-      guarantee=cert.guarantee + f"; base classifier: the DEQ solved from z = 0 with "
-      f"{_describe(cfg)} (standard RS, every sample from scratch)",
-    )
-
-  srs = SRSConfig() if srs is None else srs
-  if solver is not None:
-    srs = srs.replace(check_solver=solver)
-  n, alpha = settings.n, settings.alpha
-  check_int("m", srs.m)
-  stats.check_sample_size(srs.m, alpha / 2)
-  x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-
-  def counts(key, num, selection=None, aux_key=None):
-    cfg = srs if selection is not None else srs.replace(m=0)
-    return srs_sample(
-      key,
-      deq_fn,
-      params,
-      x_np,
-      sigma=sig,
-      num_classes=num_classes,
-      num=num,
-      config=cfg,
-      settings=settings,
-      check_key=aux_key,
-      ids=ids_arr,
-    )
-
-  scale, aniso = scale_per_input(sig)
-  desc = (
-    f"the DEQ solved from z = 0 with {_describe(srs.check_solver)} (SRS chains: "
-    f"{_describe(srs.warmup)} warm-up, then {_describe(srs.solver)} per chunk of "
-    f"{min(settings.batch_size, n)})"
+  if method == "standard" and srs is not None:
+    raise ValueError("srs= configures SRS's chains: not with method='standard'")
+  certifier = SRS(solver, srs) if method == "srs" else StandardRS(solver)
+  return cohen_certify(
+    key,
+    deq,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=num_classes,
+    certifier=certifier,
+    settings=settings,
+    ids=ids,
+    **sampling,
   )
-
-  def rule(sel, est):
-    cert = srs_certificate(
-      sel.counts,
-      est.counts,
-      est.srs_labels,
-      est.check_labels,
-      n=n,
-      alpha=alpha,
-      scale=scale,
-      dim=int(np.prod(x_np.shape[1:])),
-      noise=settings.noise,
-      correction=srs.correction,
-      description=desc,
-    )
-    cert = dataclasses.replace(
-      cert,
-      residual=np.asarray(est.residual, np.float64),
-      check_residual=np.asarray(est.check_residual, np.float64),
-    )
-    if srs.check != "random" and srs.correction == "paper":
-      cert = dataclasses.replace(
-        cert,
-        guarantee=cert.guarantee + "; WARNING: check='consecutive' "
-        "positions are not random, the argument above does not apply",
-      )
-    if aniso:
-      cert = dataclasses.replace(
-        cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R"
-      )
-    return dataclasses.replace(cert, sound=srs.sound)
-
-  return run_certify(key, counts, rule, settings, tests=2)
-
-
-@dataclasses.dataclass(frozen=True)
-class SRS:
-  """Serialized randomized smoothing as a certifier of ``rsjax.certify`` (``apply_fn``: the
-  DEQ model, ``params`` None).
-
-  Attributes:
-    solver: the certified classifier's solver (default 30 Anderson steps).
-    srs: the chains and check samples (``SRSConfig``; default ``SRSConfig()``).
-  """
-
-  solver: SolverConfig | str | None = None
-  srs: SRSConfig | None = None
-
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: Any,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> SRSCertificate:
-    return certify(
-      key,
-      apply_fn,
-      params,
-      x,
-      sigma=sigma,
-      num_classes=num_classes,
-      method="srs",
-      solver=self.solver,
-      srs=self.srs,
-      settings=settings,
-      ids=ids,
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class StandardRS:
-  """Standard randomized smoothing of a DEQ (every sample solved from scratch) as a certifier
-  of ``rsjax.certify`` (``apply_fn``: the DEQ model, ``params`` None).
-
-  Attributes:
-    solver: the solver (default 30 Anderson steps).
-  """
-
-  solver: SolverConfig | str | None = None
-
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: Any,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> Certificate:
-    return certify(
-      key,
-      apply_fn,
-      params,
-      x,
-      sigma=sigma,
-      num_classes=num_classes,
-      method="standard",
-      solver=self.solver,
-      settings=settings,
-      ids=ids,
-    )

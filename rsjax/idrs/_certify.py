@@ -1,9 +1,5 @@
-"""CERTIFY with input-dependent sigma(x) (IDRS, Súkeník et al. Algorithm 3).
-
-sigma0 = sigma(x) comes from a design; counts are sampled with that per-input
-sigma through the core engine; Cohen's selection (n0) and one-sided
-Clopper-Pearson bound (n) give ``p_lower``; the radius is Theorem 3.2's, with
-the rate (and float-rounding slack) taken from the design.
+"""CERTIFY with input-dependent sigma(x) (IDRS, Súkeník et al. Algorithm 3): the
+certifier :class:`IDRS` of ``rsjax.certify``, and :func:`certify`, its alias.
 """
 
 from __future__ import annotations
@@ -14,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
@@ -57,138 +54,26 @@ class IDRSCertificate(Certificate):
     return {"sigma": float(self.sigma[j]), "slack": float(self.slack[j]), "rate": float(self.rate)}
 
 
-def certify(
-  key: jax.Array | int,
-  apply_fn: Callable,
-  params: Any,
-  x: ArrayLike,
-  *,
-  design: SigmaSource,
-  num_classes: int,
-  settings: Sampling | None = None,
-  ids: ArrayLike | None = None,
-  thresholds: ArrayLike | None = None,
-  rtol: float = 1e-4,
-  **sampling: Any,
-) -> IDRSCertificate:
-  """Certifies a batch with input-dependent noise sigma(x) (IDRS Thm 3.2).
+@dataclasses.dataclass(frozen=True)
+class IDRS:
+  """IDRS (Súkeník et al., ICML 2022, Algorithm 3) as a certifier of ``rsjax.certify``.
 
-  Selection (``n0``) and estimation (``n``) samples use independent keys
-  (``fold_in(key, 0)`` and ``fold_in(key, 1)``, as ``rsjax.certify``: the key is
-  not consumed, so one key serves every chunk of a dataset); with
-  ``ConstantSigma`` the result equals ``rsjax.certify`` at that sigma.
+  sigma(x) comes from the design (pass ``sigma=None``); counts are sampled with
+  that per-input sigma through the core engine; Cohen's selection (``n0``) and
+  one-sided Clopper-Pearson bound (``n``) give ``p_lower``; the radius is
+  Theorem 3.2's with the design's rate (and float-rounding slack). Selection and
+  estimation use ``fold_in(key, 0)`` and ``fold_in(key, 1)``, as ``rsjax.certify``;
+  with ``ConstantSigma`` the result equals Cohen's at that sigma.
 
-  Args:
-    key: ``jax.random.key`` or int seed.
-    apply_fn: ``apply_fn(params, x) -> logits``.
-    params: pytree for ``apply_fn``.
-    x: ``[B, *input_shape]`` inputs.
+  Attributes:
     design: a sigma source, ``evaluate(x) -> SigmaValues`` (``KnnSigma``,
       ``ConstantSigma``); its rate enters the radius.
-    num_classes: number of classes C.
-    settings: an ``rsjax.Sampling`` (Gaussian noise only).
-    ids: ``[B]`` dataset indices (reproducible noise per input).
     thresholds: optional numerical thresholds (``"mnist"``, ``"cifar10"``, a pair
       or a callable; see ``certified_radius``). Sound but conservative.
     rtol: bisection tolerance of the radius relative to Cohen's radius.
-    **sampling: ``rsjax.Sampling`` fields as keywords (``n0``, ``n``, ``alpha``,
-      ``batch_size``, ``compute_dtype``, ...; override ``settings``).
-
-  Returns:
-    ``IDRSCertificate``: prediction (-1 abstain), radius, p_lower, counts,
-    counts_selection, and the per-input sigma.
-
-  Raises:
-    ValueError: for bad arguments.
-    IDRSNumericalError: if a radius cannot be computed reliably.
-  """
-  settings = Sampling.of(settings, **sampling)
-  if not isinstance(settings.noise, Gaussian):
-    raise ValueError(f"IDRS certifies Gaussian noise only, got noise={settings.noise.name!r}")
-  if not isinstance(design, SigmaSource):
-    raise ValueError(f"design must be a sigma(x) design (KnnSigma, ConstantSigma), got {design!r}")
-  x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
-  values = design.evaluate(x_np)
-  if values.mu is not None:
-    raise ValueError("IDRS certifies zero-mean noise; the design returned a shift mu")
-  if not np.isfinite(values.rate):
-    raise ValueError(
-      "the design's sigma(x) has rate inf (no bound on its change with x): no IDRS "
-      "certificate; DDRS's optimized sigma is certified by rsjax.ddrs.certify"
-    )
-  sigma = np.asarray(values.sigma, np.float32)
-  if sigma.shape != (x_np.shape[0],):
-    raise ValueError(f"design returned sigma of shape {sigma.shape}, expected {(x_np.shape[0],)}")
-  if not np.all(np.isfinite(sigma)) or np.any(sigma <= 0):
-    raise ValueError("sigma must be finite and > 0 everywhere (the design returned otherwise)")
-  sig = sigma.reshape((-1,) + (1,) * (x_np.ndim - 1))
-  dim = int(np.prod(x_np.shape[1:]))
-  sigma64 = sigma.astype(np.float64)
-  rate = float(values.rate)
-  slack = np.asarray(values.slack, np.float64)
-  alpha = settings.alpha
-
-  def rule(c0, c1):
-    base = certificate_from_counts(c0, c1, n=settings.n, alpha=alpha, scale=sigma64, dim=dim)
-    constant = rate == 0.0 and np.all(slack == 0.0) and thresholds is None
-    ok = base.prediction != ABSTAIN
-    radius = np.zeros(len(base), np.float64)
-    if constant:
-      radius = np.asarray(base.radius, np.float64)
-    elif np.any(ok):
-      radius[ok] = certified_radius(
-        base.p_lower[ok],
-        sigma=sigma64[ok],
-        rate=rate,
-        dim=dim,
-        slack=slack[ok],
-        thresholds=thresholds,
-        rtol=rtol,
-      )
-    if constant:
-      guarantee = f"constant sigma (rate 0, Cohen's radius): {base.guarantee}"
-    else:
-      guarantee = (
-        f"input-dependent sigma(x) (IDRS, Súkeník et al. ICML 2022, Thm 3.2, both sides "
-        f"checked) for an r-semi-elastic sigma(x), rate r={rate:.6g} (design rate "
-        f"{design.rate:.6g} with float-rounding margin); binary Gaussian L2, one-sided "
-        f"Clopper-Pearson; holds with prob >= 1 - {alpha} per input for the smoothed "
-        f"classifier that uses sigma(x) everywhere (the design fixed before seeing the test "
-        f"inputs)"
-      )
-      if thresholds is not None:
-        guarantee += f"; numerical thresholds {thresholds!r} (sound by Thm 3.1, conservative)"
-    return IDRSCertificate(
-      prediction=base.prediction,
-      radius=radius,
-      p_lower=base.p_lower,
-      counts=base.counts,
-      counts_selection=base.counts_selection,
-      norm="l2",
-      guarantee=guarantee,
-      sound=True,
-      sigma=sigma64,
-      rate=rate,
-      slack=slack,
-    )
-
-  counts = engine_counts(
-    apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
-  )
-  return run_certify(key, counts, rule, settings)
-
-
-@dataclasses.dataclass(frozen=True)
-class IDRS:
-  """IDRS as a certifier of ``rsjax.certify`` (``sigma=None``: the design gives sigma(x)).
-
-  Attributes:
-    design: a sigma(x) design with its rate (``KnnSigma``, ``ConstantSigma``).
-    thresholds: see :func:`certify`.
-    rtol: see :func:`certify`.
   """
 
-  design: Any
+  design: SigmaSource
   thresholds: Any = None
   rtol: float = 1e-4
 
@@ -199,22 +84,141 @@ class IDRS:
     params: Any,
     x: ArrayLike,
     *,
-    sigma: Any,
+    sigma: None,
     num_classes: int,
     settings: Sampling,
     ids: ArrayLike | None = None,
   ) -> IDRSCertificate:
+    """Certifies a batch with input-dependent noise sigma(x) (IDRS Thm 3.2).
+
+    Args:
+      key: ``jax.random.key`` or int seed (not consumed).
+      apply_fn: ``apply_fn(params, x) -> logits``.
+      params: pytree for ``apply_fn``.
+      x: ``[B, *input_shape]`` inputs.
+      sigma: None (the design gives sigma(x)).
+      num_classes: number of classes C.
+      settings: an ``rsjax.Sampling`` (Gaussian noise only).
+      ids: ``[B]`` dataset indices (reproducible noise per input).
+
+    Returns:
+      ``IDRSCertificate``: prediction (-1 abstain), radius, p_lower, counts,
+      counts_selection, and the per-input sigma.
+
+    Raises:
+      ValueError: for bad arguments.
+      IDRSNumericalError: if a radius cannot be computed reliably.
+    """
     if sigma is not None:
       raise ValueError("IDRS takes sigma(x) from its design: pass sigma=None")
-    return certify(
-      key,
-      apply_fn,
-      params,
-      x,
-      design=self.design,
-      num_classes=num_classes,
-      settings=settings,
-      ids=ids,
-      thresholds=self.thresholds,
-      rtol=self.rtol,
+    if not isinstance(settings.noise, Gaussian):
+      raise ValueError(f"IDRS certifies Gaussian noise only, got noise={settings.noise.name!r}")
+    if not isinstance(self.design, SigmaSource):
+      raise ValueError(
+        f"design must be a sigma(x) design (KnnSigma, ConstantSigma), got {self.design!r}"
+      )
+    x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
+    values = self.design.evaluate(x_np)
+    if values.mu is not None:
+      raise ValueError("IDRS certifies zero-mean noise; the design returned a shift mu")
+    if not np.isfinite(values.rate):
+      raise ValueError(
+        "the design's sigma(x) has rate inf (no bound on its change with x): no IDRS "
+        "certificate; DDRS's optimized sigma is certified by rsjax.ddrs.certify"
+      )
+    sigma_x = np.asarray(values.sigma, np.float32)
+    if sigma_x.shape != (x_np.shape[0],):
+      raise ValueError(
+        f"design returned sigma of shape {sigma_x.shape}, expected {(x_np.shape[0],)}"
+      )
+    if not np.all(np.isfinite(sigma_x)) or np.any(sigma_x <= 0):
+      raise ValueError("sigma must be finite and > 0 everywhere (the design returned otherwise)")
+    sig = sigma_x.reshape((-1,) + (1,) * (x_np.ndim - 1))
+    dim = int(np.prod(x_np.shape[1:]))
+    sigma64 = sigma_x.astype(np.float64)
+    rate = float(values.rate)
+    slack = np.asarray(values.slack, np.float64)
+    alpha = settings.alpha
+
+    def rule(c0, c1):
+      base = certificate_from_counts(c0, c1, n=settings.n, alpha=alpha, scale=sigma64, dim=dim)
+      constant = rate == 0.0 and np.all(slack == 0.0) and self.thresholds is None
+      ok = base.prediction != ABSTAIN
+      radius = np.zeros(len(base), np.float64)
+      if constant:
+        radius = np.asarray(base.radius, np.float64)
+      elif np.any(ok):
+        radius[ok] = certified_radius(
+          base.p_lower[ok],
+          sigma=sigma64[ok],
+          rate=rate,
+          dim=dim,
+          slack=slack[ok],
+          thresholds=self.thresholds,
+          rtol=self.rtol,
+        )
+      if constant:
+        guarantee = f"constant sigma (rate 0, Cohen's radius): {base.guarantee}"
+      else:
+        guarantee = (
+          f"input-dependent sigma(x) (IDRS, Súkeník et al. ICML 2022, Thm 3.2, both sides "
+          f"checked) for an r-semi-elastic sigma(x), rate r={rate:.6g} (design rate "
+          f"{self.design.rate:.6g} with float-rounding margin); binary Gaussian L2, one-sided "
+          f"Clopper-Pearson; holds with prob >= 1 - {alpha} per input for the smoothed "
+          f"classifier that uses sigma(x) everywhere (the design fixed before seeing the test "
+          f"inputs)"
+        )
+        if self.thresholds is not None:
+          guarantee += (
+            f"; numerical thresholds {self.thresholds!r} (sound by Thm 3.1, conservative)"
+          )
+      return IDRSCertificate(
+        prediction=base.prediction,
+        radius=radius,
+        p_lower=base.p_lower,
+        counts=base.counts,
+        counts_selection=base.counts_selection,
+        norm="l2",
+        guarantee=guarantee,
+        sound=True,
+        sigma=sigma64,
+        rate=rate,
+        slack=slack,
+      )
+
+    counts = engine_counts(
+      apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
     )
+    return run_certify(key, counts, rule, settings)
+
+
+def certify(
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  design: SigmaSource,
+  num_classes: int,
+  settings: Sampling | None = None,
+  ids: ArrayLike | None = None,
+  thresholds: Any = None,
+  rtol: float = 1e-4,
+  **sampling: Any,
+) -> IDRSCertificate:
+  """``rsjax.certify(key, apply_fn, params, x, sigma=None, certifier=IDRS(design,
+  thresholds, rtol), ...)``: see :class:`IDRS`.
+
+  ``**sampling`` are ``rsjax.Sampling`` fields as keywords (override ``settings``).
+  """
+  return cohen_certify(
+    key,
+    apply_fn,
+    params,
+    x,
+    num_classes=num_classes,
+    certifier=IDRS(design, thresholds, rtol),
+    settings=settings,
+    ids=ids,
+    **sampling,
+  )
