@@ -5,6 +5,7 @@ of every command) are declared in :mod:`rsjax.launch.flags`."""
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 __all__ = ["Parser", "HelpFormatter", "common_flags"]
 
@@ -14,7 +15,7 @@ DEBUG_HELP = "show the full traceback of an error instead of one line"
 class Parser(argparse.ArgumentParser):
   """An argument parser whose usage errors are one line."""
 
-  def error(self, message):
+  def error(self, message: str) -> NoReturn:
     self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 

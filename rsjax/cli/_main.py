@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rsjax.cli._parser import COMMANDS, build_parser
 from rsjax.launch.errors import CliError
@@ -20,7 +20,7 @@ __all__ = ["JAX_FREE", "main", "compilation_cache_dir"]
 JAX_FREE = frozenset({"verify"})
 
 
-def compilation_cache_dir(flag: str | None, environ=os.environ) -> str | None:
+def compilation_cache_dir(flag: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
   """The persistent compilation cache of the command: ``--compilation-cache``, else
   ``$RSJAX_COMPILATION_CACHE``, else ``$XDG_CACHE_HOME/rsjax/jax`` (``~/.cache/rsjax/jax``);
   ``off`` (or ``none``) turns it off. None: off, or left to ``$JAX_COMPILATION_CACHE_DIR``."""
