@@ -22,7 +22,7 @@ class Parser(argparse.ArgumentParser):
 class HelpFormatter(argparse.HelpFormatter):
   """Adds each flag's default to its help, unless the help already tells it."""
 
-  def _get_help_string(self, action):
+  def _get_help_string(self, action: argparse.Action) -> str:
     text = action.help or ""
     if (
       not action.option_strings

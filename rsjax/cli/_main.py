@@ -6,10 +6,12 @@ never at import of the library.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import TextIO
 
 from rsjax.cli._parser import COMMANDS, build_parser
 from rsjax.launch.errors import CliError
@@ -35,7 +37,7 @@ def compilation_cache_dir(flag: str | None, environ: Mapping[str, str] = os.envi
   return os.path.join(base, "rsjax", "jax")
 
 
-def _setup_jax(args) -> None:
+def _setup_jax(args: argparse.Namespace) -> None:
   cache = compilation_cache_dir(getattr(args, "compilation_cache", None))
   if cache:
     import jax
@@ -100,7 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(" " * 24, end="\r", file=sys.stderr, flush=True)
   args = parser.parse_args(argv)
 
-  def show_warning(message, category, filename, lineno, file=None, line=None):
+  def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+  ) -> None:
     del category, filename, lineno, file, line
     print(f"rsjax {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
 

@@ -16,7 +16,7 @@ HELP = (
 )
 
 
-def _rows(text: str):
+def _rows(text: str) -> str | int:
   return "all" if text == "all" else flags.positive_int(text)
 
 

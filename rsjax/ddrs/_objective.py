@@ -19,6 +19,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from rsjax.engine.counts import prepare_inputs
+from rsjax.engine.step import ApplyFn
 from rsjax.util import as_key, check_int
 
 __all__ = [
@@ -45,7 +46,7 @@ _T = TypeVar("_T")
 
 
 def objective(
-  apply_fn: Callable[[Any, jax.Array], jax.Array],
+  apply_fn: ApplyFn,
   params: Any,
   x: jax.Array,
   sigma: jax.Array,
@@ -156,7 +157,19 @@ def check_clip(clip: Iterable[float]) -> tuple[float, float]:
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "num_samples", "family"))
-def _evaluate(key, params, x, sigma, ids, lo, hi, *, apply_fn, num_samples, family):
+def _evaluate(
+  key: jax.Array,
+  params: Any,
+  x: jax.Array,
+  sigma: jax.Array,
+  ids: jax.Array,
+  lo: ArrayLike,
+  hi: ArrayLike,
+  *,
+  apply_fn: ApplyFn,
+  num_samples: int,
+  family: str,
+) -> jax.Array:
   z = noise(key, 0, ids, x.shape[1:], num_samples, family)
   fn = functools.partial(objective, apply_fn, params, family=family)
   return jax.vmap(fn, in_axes=(0, 0, 0, None, None))(x, sigma, z, lo, hi)

@@ -71,7 +71,7 @@ class SolverConfig:
   tol: float | None = None
   early_stop: bool = True
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     name = _ALIASES.get(str(self.name).lower())
     if name is None:
       raise ValueError(f"solver must be one of {SOLVERS} (or an alias), got {self.name!r}")
