@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import jax
 import jax.numpy as jnp
@@ -337,6 +337,24 @@ def to_deq_fn(model: nnx.Module) -> tuple[DEQForward, nnx.State]:
   """``(deq_fn, variables)`` of a DEQ module (see ``DEQForward``)."""
   graphdef, variables = nnx.split(model)
   return DEQForward(graphdef), variables
+
+
+@overload
+def make_apply_fn(
+  model_or_fn: nnx.Module,
+  *,
+  solver: SolverConfig | str = "anderson",
+  steps: int | None = 30,
+) -> tuple[DEQApply, nnx.State]: ...
+
+
+@overload
+def make_apply_fn(
+  model_or_fn: DEQForward,
+  *,
+  solver: SolverConfig | str = "anderson",
+  steps: int | None = 30,
+) -> DEQApply: ...
 
 
 def make_apply_fn(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +46,30 @@ def _fixed_point_bwd(f, forward, backward, res, cotangents):
 
 
 _fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)
+
+
+@overload
+def implicit_fixed_point(
+  f: Callable[[Any, jax.Array], jax.Array],
+  theta: Any,
+  z0: jax.Array,
+  *,
+  forward: SolverConfig | str = "anderson",
+  backward: SolverConfig | str | None = None,
+  return_info: Literal[False] = False,
+) -> jax.Array: ...
+
+
+@overload
+def implicit_fixed_point(
+  f: Callable[[Any, jax.Array], jax.Array],
+  theta: Any,
+  z0: jax.Array,
+  *,
+  forward: SolverConfig | str = "anderson",
+  backward: SolverConfig | str | None = None,
+  return_info: Literal[True],
+) -> tuple[jax.Array, jax.Array, jax.Array]: ...
 
 
 def implicit_fixed_point(
