@@ -155,14 +155,14 @@ def _choose(run: RunSpec, rows, seed: int) -> np.ndarray:
 
 
 def audit(
-  path,
+  path: str | os.PathLike,
   *,
-  model_dir=None,
+  model_dir: str | os.PathLike | None = None,
   rows: int | str = 20,
   seed: int | None = None,
-  data_dir=None,
-  torch_checkpoint=None,
-  denoiser=None,
+  data_dir: str | os.PathLike | None = None,
+  torch_checkpoint: str | os.PathLike | None = None,
+  denoiser: str | os.PathLike | None = None,
   batch_size: int = 1000,
 ) -> AuditReport:
   """Audits a certify run with its model (module docstring).

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import shutil
 import time
+from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -92,7 +93,7 @@ def _selected(res, indices):
 def run(
   out: str,
   *,
-  sigmas=(0.25, 0.5),
+  sigmas: Sequence[float] = (0.25, 0.5),
   epochs: int | None = None,
   n: int | None = None,
   num_images: int | None = None,

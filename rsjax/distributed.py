@@ -36,6 +36,7 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
+import numpy.typing as npt
 
 from rsjax.io import atomic_write_text
 from rsjax.util import check_int
@@ -147,7 +148,7 @@ def initialize(
   num_processes: int | None = None,
   process_id: int | None = None,
   *,
-  local_device_ids=None,
+  local_device_ids: int | Sequence[int] | None = None,
   initialization_timeout: int = 300,
   detect: bool = True,
 ) -> tuple[int, int]:
@@ -258,7 +259,7 @@ def joined() -> str:
 
 
 def split_indices(
-  indices, *, process_index: int | None = None, process_count: int | None = None
+  indices: npt.ArrayLike, *, process_index: int | None = None, process_count: int | None = None
 ) -> np.ndarray:
   """This process' share of a list of dataset indices: ``indices[p::count]``.
 
@@ -288,7 +289,10 @@ def split_indices(
 
 
 def process_path(
-  path, *, process_index: int | None = None, process_count: int | None = None
+  path: str | os.PathLike,
+  *,
+  process_index: int | None = None,
+  process_count: int | None = None,
 ) -> str:
   """The rows file of one process: ``path.part-00001-of-00002``.
 
@@ -313,7 +317,9 @@ def _read_rows(path) -> tuple[str, list[str]]:
   return lines[0], rows
 
 
-def merge_rows(paths: Sequence, out_path=None) -> list[str]:
+def merge_rows(
+  paths: Sequence[str | os.PathLike], out_path: str | os.PathLike | None = None
+) -> list[str]:
   """Merges per-process tab-separated rows files (one header line each), sorted by idx.
 
   The first column of every row is the integer dataset index. Rows repeated

@@ -42,7 +42,7 @@ def _save(fig, ax, path, *, title, dpi, legend: str) -> str:
 
 
 def plot_certified_accuracy(
-  path,
+  path: str | os.PathLike,
   results: Mapping,
   *,
   max_radius: float | None = None,
@@ -120,7 +120,9 @@ def _step_curve(res, max_radius: float) -> tuple[np.ndarray, np.ndarray]:
   return x, y
 
 
-def plot_pa_cdf(path, pa: Mapping, *, title: str | None = None, dpi: int = 150) -> str:
+def plot_pa_cdf(
+  path: str | os.PathLike, pa: Mapping, *, title: str | None = None, dpi: int = 150
+) -> str:
   """Empirical CDF of ``p_A`` per model (Sun et al. 2025, Figure 3).
 
   Args:

@@ -5,6 +5,7 @@ of every command) are declared in :mod:`rsjax.launch.flags`."""
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 __all__ = ["Parser", "HelpFormatter", "common_flags"]
 
@@ -14,14 +15,14 @@ DEBUG_HELP = "show the full traceback of an error instead of one line"
 class Parser(argparse.ArgumentParser):
   """An argument parser whose usage errors are one line."""
 
-  def error(self, message):
+  def error(self, message: str) -> NoReturn:
     self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 class HelpFormatter(argparse.HelpFormatter):
   """Adds each flag's default to its help, unless the help already tells it."""
 
-  def _get_help_string(self, action):
+  def _get_help_string(self, action: argparse.Action) -> str:
     text = action.help or ""
     if (
       not action.option_strings

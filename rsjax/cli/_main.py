@@ -6,10 +6,12 @@ never at import of the library.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TextIO
 
 from rsjax.cli._parser import COMMANDS, build_parser
 from rsjax.launch.errors import CliError
@@ -20,7 +22,7 @@ __all__ = ["JAX_FREE", "main", "compilation_cache_dir"]
 JAX_FREE = frozenset({"verify"})
 
 
-def compilation_cache_dir(flag: str | None, environ=os.environ) -> str | None:
+def compilation_cache_dir(flag: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
   """The persistent compilation cache of the command: ``--compilation-cache``, else
   ``$RSJAX_COMPILATION_CACHE``, else ``$XDG_CACHE_HOME/rsjax/jax`` (``~/.cache/rsjax/jax``);
   ``off`` (or ``none``) turns it off. None: off, or left to ``$JAX_COMPILATION_CACHE_DIR``."""
@@ -35,7 +37,7 @@ def compilation_cache_dir(flag: str | None, environ=os.environ) -> str | None:
   return os.path.join(base, "rsjax", "jax")
 
 
-def _setup_jax(args) -> None:
+def _setup_jax(args: argparse.Namespace) -> None:
   cache = compilation_cache_dir(getattr(args, "compilation_cache", None))
   if cache:
     import jax
@@ -100,7 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(" " * 24, end="\r", file=sys.stderr, flush=True)
   args = parser.parse_args(argv)
 
-  def show_warning(message, category, filename, lineno, file=None, line=None):
+  def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+  ) -> None:
     del category, filename, lineno, file, line
     print(f"rsjax {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
 

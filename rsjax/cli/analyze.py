@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import sys
@@ -15,7 +16,7 @@ __all__ = ["HELP", "add_arguments", "run", "plot_title"]
 HELP = "tables and plots from certify result files"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax analyze``."""
   p.add_argument("files", nargs="+", help="certify result files")
   p.add_argument(
@@ -76,7 +77,7 @@ def _extra_summary(label: str, res) -> str:
   return f"{label} extra columns: " + "; ".join(parts)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax analyze``; returns the exit status."""
   from rsjax import io, metrics, plots
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from rsjax.launch import flags
 from rsjax.launch.errors import CliError
 
@@ -14,11 +16,11 @@ HELP = (
 )
 
 
-def _rows(text: str):
+def _rows(text: str) -> str | int:
   return "all" if text == "all" else flags.positive_int(text)
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax audit``."""
   p.add_argument("file", help="certify result file (with its .run.json and .cert.jsonl)")
   p.add_argument("--model-dir", default=None, help="the model directory the run certified")
@@ -48,7 +50,7 @@ def add_arguments(p) -> None:
   p.add_argument("--quiet", action="store_true", help="print the summary line only")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax audit``; returns the exit status."""
   from rsjax import audit
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import time
@@ -18,12 +19,12 @@ __all__ = ["HELP", "add_arguments", "run"]
 HELP = "certify a dataset (CERTIFY of Cohen et al.)"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax certify``."""
   flags.add_certify_flags(p)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax certify``; returns the exit status."""
   from rsjax import distributed
 

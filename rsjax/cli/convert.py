@@ -3,6 +3,7 @@ without PyTorch)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from rsjax import launch
@@ -14,7 +15,7 @@ __all__ = ["HELP", "add_arguments", "run"]
 HELP = "convert a PyTorch checkpoint into a model directory (certify it later without PyTorch)"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax convert``."""
   p.add_argument("checkpoint", help="PyTorch checkpoint (.pth, .pth.tar)")
   p.add_argument("out", help="output model directory (as written by 'rsjax train')")
@@ -36,7 +37,7 @@ def add_arguments(p) -> None:
   )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax convert``; returns the exit status."""
   from rsjax import models
 

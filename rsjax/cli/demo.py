@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from rsjax.launch import flags
 from rsjax.launch.errors import CliError
 
@@ -10,7 +12,7 @@ __all__ = ["HELP", "add_arguments", "run"]
 HELP = "train and certify LeNet on the embedded MNIST (minutes, CPU)"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax demo``."""
   p.add_argument("--out", default="runs/demo", help="output directory")
   p.add_argument(
@@ -49,7 +51,7 @@ def add_arguments(p) -> None:
   p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax demo``; returns the exit status."""
   from rsjax import demo
 

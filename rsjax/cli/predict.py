@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 from rsjax import launch
@@ -12,12 +14,12 @@ __all__ = ["HELP", "add_arguments", "run"]
 HELP = "predict with abstention (PREDICT of Cohen et al.)"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax predict``."""
   flags.add_sampling_flags(p)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax predict``; returns the exit status."""
   import rsjax
   from rsjax import runner

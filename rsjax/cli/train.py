@@ -3,6 +3,7 @@ SmoothAdv, MACER; Sun et al.'s strategies; DDRS; UCAN's anisotropic noise)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from rsjax import launch
@@ -17,7 +18,7 @@ HELP = (
 )
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax train``."""
   from rsjax import models, training
   from rsjax.training import ucan
@@ -292,7 +293,7 @@ def _start_over(out: str) -> None:
   print(f"starting over: removed the earlier training run in {out}")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax train``; returns the exit status."""
   import jax
 

@@ -8,6 +8,7 @@ ddpm`` a small DDPM UNet); ``rsjax certify MODEL_DIR OUT --denoiser DIR`` certif
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from rsjax import launch
@@ -19,7 +20,7 @@ __all__ = ["HELP", "add_arguments", "run"]
 HELP = "train a denoiser for denoised smoothing (DnCNN: mse / stability; a small DDPM)"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax train-denoiser``."""
   p.add_argument("--dataset", required=True, help="image dataset (e.g. mnist5k)")
   p.add_argument("--data-dir", default=None, help="folder of prepared TFDS datasets")
@@ -74,7 +75,7 @@ def add_arguments(p) -> None:
   p.add_argument("--quiet", action="store_true", help="no per-epoch lines")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax train-denoiser``; returns the exit status."""
   import jax
 

@@ -3,6 +3,8 @@ recorded counts (SciPy only: no model, no device)."""
 
 from __future__ import annotations
 
+import argparse
+
 from rsjax.launch import flags
 from rsjax.launch.errors import CliError
 
@@ -15,7 +17,7 @@ HELP = (
 )
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax verify``."""
   p.add_argument(
     "files", nargs="+", help="certify result files (with their .run.json and .cert.jsonl)"
@@ -31,7 +33,7 @@ def add_arguments(p) -> None:
   )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax verify``; returns the exit status."""
   from rsjax import verify
 

@@ -27,7 +27,9 @@ from rsjax.data._dataset import ArrayDataset
 __all__ = ["load_digits", "load_mnist5k", "stratified_split"]
 
 
-def stratified_split(labels: np.ndarray, test_per_class: int, seed: int = 0):
+def stratified_split(
+  labels: np.ndarray, test_per_class: int, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
   """Fixed stratified split of ``labels`` ``[N]``.
 
   Returns:

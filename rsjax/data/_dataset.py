@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["Dataset", "ArrayDataset"]
 
@@ -59,7 +60,7 @@ class Dataset:
       )
     return idx
 
-  def get_batch(self, indices) -> tuple[np.ndarray, np.ndarray]:
+  def get_batch(self, indices: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Inputs and labels of ``indices``.
 
     Args:
@@ -98,7 +99,7 @@ class Dataset:
     return self.get_batch(np.arange(len(self)))
 
   def batches(
-    self, batch_size: int, *, indices=None
+    self, batch_size: int, *, indices: npt.ArrayLike | None = None
   ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Yields ``(x, y, ids)`` batches in order (the last one may be smaller).
 
@@ -149,5 +150,5 @@ class ArrayDataset(Dataset):
   def _load(self, indices):
     return self.x[indices], self.y[indices]
 
-  def arrays(self):
+  def arrays(self) -> tuple[np.ndarray, np.ndarray]:
     return self.x, self.y

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from rsjax.data import _bundled, _synthetic, _tfds
@@ -30,7 +31,7 @@ _SPLIT_ALIASES = {("imagenet2012", "test"): "validation"}
 _SLICE = re.compile(r"^(?P<base>[a-z]+)(\[[-0-9:%]*\])?$")
 
 
-def load(name: str, split: str, *, data_dir=None) -> Dataset:
+def load(name: str, split: str, *, data_dir: str | os.PathLike | None = None) -> Dataset:
   """Loads split ``split`` of dataset ``name``.
 
   Args:

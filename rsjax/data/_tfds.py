@@ -176,7 +176,7 @@ def _missing_message(name: str, spec: TfdsSpec, split: str, data_dir: str) -> st
   return "\n".join(lines)
 
 
-def load_tfds(name: str, split: str, *, data_dir=None) -> TfdsDataset:
+def load_tfds(name: str, split: str, *, data_dir: str | os.PathLike | None = None) -> TfdsDataset:
   """Opens split ``split`` of TFDS dataset ``name`` (a key of ``TFDS_DATASETS``)."""
   spec = TFDS_DATASETS[name]
   import tensorflow_datasets as tfds

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +19,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from rsjax.engine.counts import prepare_inputs
+from rsjax.engine.step import ApplyFn
 from rsjax.util import as_key, check_int
 
 __all__ = [
@@ -41,8 +42,19 @@ FAMILIES = ("gaussian", "uniform")
 #: (ascent on log sigma: ``sigma <- sigma * exp(lr * sigma * dR/dsigma)``).
 PARAMETRIZATIONS = ("sigma", "log")
 
+_T = TypeVar("_T")
 
-def objective(apply_fn, params, x, sigma, z, lo, hi, family="gaussian"):
+
+def objective(
+  apply_fn: ApplyFn,
+  params: Any,
+  x: jax.Array,
+  sigma: jax.Array,
+  z: jax.Array,
+  lo: ArrayLike,
+  hi: ArrayLike,
+  family: str = "gaussian",
+) -> jax.Array:
   """R(sigma) of one input: x ``[*shape]``, z ``[n, *shape]`` unit noise, sigma scalar.
 
   Gaussian: ``sigma/2 (Phi^-1(clip psi_A) - Phi^-1(clip psi_B))``; uniform:
@@ -57,14 +69,25 @@ def objective(apply_fn, params, x, sigma, z, lo, hi, family="gaussian"):
   return sigma / 2 * (jax.scipy.special.ndtri(top2[0]) - jax.scipy.special.ndtri(top2[1]))
 
 
-def unit_noise(family, key, shape):
+def unit_noise(family: str, key: jax.Array, shape: Sequence[int]) -> jax.Array:
+  """Unit noise of ``shape``: U[-1, 1] (``"uniform"``) or standard normal, float32."""
   if family == "uniform":
     return jax.random.uniform(key, shape, jnp.float32, minval=-1.0, maxval=1.0)
   return jax.random.normal(key, shape, jnp.float32)
 
 
-def noise(key, step, ids, shape, num_samples, family="gaussian"):
-  """``[B, n, *shape]`` unit noise; input i at step t from fold_in(fold_in(key, t), id_i)."""
+def noise(
+  key: jax.Array,
+  step: ArrayLike,
+  ids: jax.Array,
+  shape: Sequence[int],
+  num_samples: int,
+  family: str = "gaussian",
+) -> jax.Array:
+  """``[B, n, *shape]`` unit noise; input i at step t from fold_in(fold_in(key, t), id_i).
+
+  ``ids`` is ``[B]`` (integer ids of the inputs), ``shape`` the shape of one input.
+  """
   k_t = jax.random.fold_in(key, step)
   keys = jax.vmap(lambda i: jax.random.fold_in(k_t, i))(ids)
   return jax.vmap(lambda k: unit_noise(family, k, (num_samples, *shape)))(keys)
@@ -117,13 +140,13 @@ class SigmaAscent:
     return dataclasses.replace(config, **fields) if fields else config
 
 
-def check_choice(name, v, choices):
+def check_choice(name: str, v: _T, choices: Sequence[object]) -> _T:
   if v not in choices:
     raise ValueError(f"{name} must be one of {choices}, got {v!r}")
   return v
 
 
-def check_clip(clip) -> tuple[float, float]:
+def check_clip(clip: Iterable[float]) -> tuple[float, float]:
   try:
     lo, hi = (float(c) for c in clip)
   except (TypeError, ValueError):
@@ -134,13 +157,29 @@ def check_clip(clip) -> tuple[float, float]:
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "num_samples", "family"))
-def _evaluate(key, params, x, sigma, ids, lo, hi, *, apply_fn, num_samples, family):
+def _evaluate(
+  key: jax.Array,
+  params: Any,
+  x: jax.Array,
+  sigma: jax.Array,
+  ids: jax.Array,
+  lo: ArrayLike,
+  hi: ArrayLike,
+  *,
+  apply_fn: ApplyFn,
+  num_samples: int,
+  family: str,
+) -> jax.Array:
   z = noise(key, 0, ids, x.shape[1:], num_samples, family)
   fn = functools.partial(objective, apply_fn, params, family=family)
   return jax.vmap(fn, in_axes=(0, 0, 0, None, None))(x, sigma, z, lo, hi)
 
 
-def check_inputs(x, sigma, ids):
+def check_inputs(
+  x: ArrayLike, sigma: ArrayLike, ids: ArrayLike | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``x`` ``[B, *shape]``, ``sigma`` (a float or ``[B]``) and ``ids`` ``[B]`` (or None) in
+  engine form: float32 inputs, float32 ``[B]`` sigmas and int ids."""
   x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
   b = x_np.shape[0]
   sig = np.asarray(sigma, np.float64)

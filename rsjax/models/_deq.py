@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +32,8 @@ from flax import nnx
 
 from rsjax.models._aux import AuxLoss, Diagnostic
 from rsjax.models._implicit import implicit_fixed_point, jacobian_frobenius_sq
-from rsjax.models._layers import Normalize, resolve_normalization
-from rsjax.models._solvers import SolverConfig, as_solver_config, solve
+from rsjax.models._layers import Normalize, NormalizeArg, resolve_normalization
+from rsjax.models._solvers import SolverConfig, SolverResult, as_solver_config, solve
 
 __all__ = [
   "DEQCell",
@@ -108,7 +108,9 @@ class DEQModel(nnx.Module):
   the loss; one Hutchinson probe per call, Bai et al. 2021).
   """
 
-  def setup_input(self, input_shape, num_classes: int, normalize) -> tuple[int, int, int]:
+  def setup_input(
+    self, input_shape: Sequence[int], num_classes: int, normalize: NormalizeArg
+  ) -> tuple[int, int, int]:
     """Validates and stores ``input_shape``, ``num_classes`` and the normalization layer."""
     shape = tuple(int(s) for s in input_shape)
     if len(shape) != 3 or min(shape) < 1:
@@ -127,7 +129,14 @@ class DEQModel(nnx.Module):
       )
     return x if self.normalize is None else self.normalize(x)
 
-  def setup_solver(self, solver, steps, backward, jac_weight: float, rngs: nnx.Rngs):
+  def setup_solver(
+    self,
+    solver: SolverConfig | str,
+    steps: int | None,
+    backward: SolverConfig | str | None,
+    jac_weight: float,
+    rngs: nnx.Rngs,
+  ) -> None:
     """Training solver, adjoint solver, Jacobian weight and the train-mode variables."""
     fwd = as_solver_config(solver, steps if isinstance(solver, str) else None)
     self.solver = fwd
@@ -190,7 +199,7 @@ class DEQModel(nnx.Module):
     solver: SolverConfig | str | None = None,
     steps: int | None = None,
     z0: jax.Array | None = None,
-  ):
+  ) -> tuple[jax.Array, SolverResult]:
     """Forward solve without implicit differentiation (certification).
 
     Args:
@@ -209,7 +218,9 @@ class DEQModel(nnx.Module):
     res = solve(lambda z: f((state, u), z), z0, cfg)
     return self.head(res.z), res
 
-  def jacobian_loss(self, x: jax.Array, key, *, num_vectors: int = 1):
+  def jacobian_loss(
+    self, x: jax.Array, key: jax.Array, *, num_vectors: int = 1
+  ) -> tuple[jax.Array, jax.Array]:
     """Logits (implicit gradient) and the Hutchinson ``||J_f(z*)||_F^2 / D`` ``[b]``.
 
     MDEQ adds ``JAC_LOSS_WEIGHT * mean(jac)`` to the loss (Bai et al. 2021).
@@ -328,7 +339,30 @@ def to_deq_fn(model: nnx.Module) -> tuple[DEQForward, nnx.State]:
   return DEQForward(graphdef), variables
 
 
-def make_apply_fn(model_or_fn, *, solver: SolverConfig | str = "anderson", steps: int | None = 30):
+@overload
+def make_apply_fn(
+  model_or_fn: nnx.Module,
+  *,
+  solver: SolverConfig | str = "anderson",
+  steps: int | None = 30,
+) -> tuple[DEQApply, nnx.State]: ...
+
+
+@overload
+def make_apply_fn(
+  model_or_fn: DEQForward,
+  *,
+  solver: SolverConfig | str = "anderson",
+  steps: int | None = 30,
+) -> DEQApply: ...
+
+
+def make_apply_fn(
+  model_or_fn: nnx.Module | DEQForward,
+  *,
+  solver: SolverConfig | str = "anderson",
+  steps: int | None = 30,
+) -> tuple[DEQApply, nnx.State] | DEQApply:
   """Standard ``apply_fn(variables, x) -> logits`` of a DEQ: zero init, ``steps`` steps.
 
   Args:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -48,15 +48,39 @@ def _fixed_point_bwd(f, forward, backward, res, cotangents):
 _fixed_point.defvjp(_fixed_point_fwd, _fixed_point_bwd)
 
 
+@overload
 def implicit_fixed_point(
   f: Callable[[Any, jax.Array], jax.Array],
-  theta,
+  theta: Any,
+  z0: jax.Array,
+  *,
+  forward: SolverConfig | str = "anderson",
+  backward: SolverConfig | str | None = None,
+  return_info: Literal[False] = False,
+) -> jax.Array: ...
+
+
+@overload
+def implicit_fixed_point(
+  f: Callable[[Any, jax.Array], jax.Array],
+  theta: Any,
+  z0: jax.Array,
+  *,
+  forward: SolverConfig | str = "anderson",
+  backward: SolverConfig | str | None = None,
+  return_info: Literal[True],
+) -> tuple[jax.Array, jax.Array, jax.Array]: ...
+
+
+def implicit_fixed_point(
+  f: Callable[[Any, jax.Array], jax.Array],
+  theta: Any,
   z0: jax.Array,
   *,
   forward: SolverConfig | str = "anderson",
   backward: SolverConfig | str | None = None,
   return_info: bool = False,
-):
+) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
   """Differentiable fixed point ``z* = f(theta, z*)`` (implicit gradient).
 
   Args:
@@ -82,7 +106,7 @@ def implicit_fixed_point(
 
 
 def jacobian_frobenius_sq(
-  key, f: Callable[[jax.Array], jax.Array], z: jax.Array, *, num_vectors: int = 1
+  key: jax.Array, f: Callable[[jax.Array], jax.Array], z: jax.Array, *, num_vectors: int = 1
 ) -> jax.Array:
   """Hutchinson estimate of ``||J_f(z)||_F^2 / D`` per sample (Bai et al. 2021).
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.typing import DTypeLike
 
 __all__ = ["NORMALIZATION", "Normalize", "conv_init", "resolve_normalization", "torch_default_init"]
 
@@ -29,6 +30,10 @@ NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 NORMALIZATION["imagenet"] = NORMALIZATION["imagenet2012"]
 NORMALIZATION["cifar"] = NORMALIZATION["cifar10"]
 
+#: A ``normalize`` argument: ``None``, a dataset name in ``NORMALIZATION`` or a
+#: ``(mean, std)`` pair of per-channel sequences (or scalars).
+NormalizeArg = str | tuple[float | Sequence[float], float | Sequence[float]] | None
+
 # PyTorch BatchNorm2d defaults (momentum 0.1 there is 1 - 0.1 here).
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
@@ -44,14 +49,16 @@ def _flat_sample(sampler, key, shape, dtype):
   return sampler(key, (size,), dtype)[:n].reshape(shape)
 
 
-def conv_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+def conv_init(key: jax.Array, shape: Sequence[int], dtype: DTypeLike = jnp.float32) -> jax.Array:
   """He-normal on fan-out, ``N(0, 2 / (k_h k_w c_out))``: bearpaw / torchvision ResNets."""
   fan_out = math.prod(shape[:-2]) * shape[-1]
   std = math.sqrt(2.0 / fan_out)
   return _flat_sample(jax.random.normal, key, shape, dtype) * jnp.asarray(std, dtype)
 
 
-def torch_default_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+def torch_default_init(
+  key: jax.Array, shape: Sequence[int], dtype: DTypeLike = jnp.float32
+) -> jax.Array:
   """PyTorch's default weight init for Linear/Conv: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``."""
   fan_in = math.prod(shape[:-1])
   bound = 1.0 / math.sqrt(fan_in)
@@ -60,7 +67,9 @@ def torch_default_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
   )
 
 
-def resolve_normalization(normalize, num_channels: int):
+def resolve_normalization(
+  normalize: NormalizeArg, num_channels: int
+) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
   """Turns a ``normalize`` argument into ``(mean, std)`` tuples or ``None``.
 
   Args:

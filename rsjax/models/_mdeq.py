@@ -59,7 +59,7 @@ class MDEQCell(nnx.Module):
     self.gn1 = nnx.GroupNorm(c1, num_groups=groups, **kw)
     self.gn2 = nnx.GroupNorm(c2, num_groups=groups, **kw)
 
-  def unpack(self, z: jax.Array):
+  def unpack(self, z: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``[b, D] -> ([b, h, w, C1], [b, h2, w2, C2])``."""
     n1 = math.prod(self.shape1)
     return z[:, :n1].reshape(-1, *self.shape1), z[:, n1:].reshape(-1, *self.shape2)

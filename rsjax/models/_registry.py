@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 from flax import nnx
+from jax.typing import DTypeLike
 
 from rsjax.models._deq import DEQClassifier
 from rsjax.models._mdeq import MDEQClassifier
@@ -18,6 +20,9 @@ from rsjax.models._resnet import (
   ResNet110,
 )
 from rsjax.models._simple import CNN, MLP, LeNet
+
+if TYPE_CHECKING:
+  from rsjax.models._layers import NormalizeArg
 
 __all__ = ["MODELS", "create_model"]
 
@@ -47,9 +52,9 @@ def create_model(
   num_classes: int,
   input_shape: Sequence[int],
   rngs: nnx.Rngs | int | jax.Array,
-  normalize="auto",
-  dtype=None,
-  **kwargs,
+  normalize: NormalizeArg = "auto",
+  dtype: DTypeLike | None = None,
+  **kwargs: Any,
 ) -> nnx.Module:
   """Builds an NNX model by name, in train mode.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
@@ -71,7 +71,7 @@ class SolverConfig:
   tol: float | None = None
   early_stop: bool = True
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     name = _ALIASES.get(str(self.name).lower())
     if name is None:
       raise ValueError(f"solver must be one of {SOLVERS} (or an alias), got {self.name!r}")
@@ -85,7 +85,7 @@ class SolverConfig:
     if self.tol is not None and not self.tol > 0:
       raise ValueError(f"tol must be > 0 or None, got {self.tol!r}")
 
-  def replace(self, **kw) -> SolverConfig:
+  def replace(self, **kw: Any) -> SolverConfig:
     return dataclasses.replace(self, **kw)
 
   @property
@@ -94,7 +94,9 @@ class SolverConfig:
     return f"{self.steps}{_LETTERS[self.name]}"
 
 
-def as_solver_config(solver: SolverConfig | str, steps: int | None = None, **kw) -> SolverConfig:
+def as_solver_config(
+  solver: SolverConfig | str, steps: int | None = None, **kw: Any
+) -> SolverConfig:
   """Builds a ``SolverConfig`` from a name, a paper label or a config.
 
   Args:

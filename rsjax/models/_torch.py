@@ -33,12 +33,13 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from flax import nnx
 
 from rsjax.models._bridge import EvalApply, to_apply_fn
-from rsjax.models._layers import NORMALIZATION, Normalize, resolve_normalization
+from rsjax.models._layers import NORMALIZATION, Normalize, NormalizeArg, resolve_normalization
 from rsjax.models._registry import create_model
 from rsjax.models._torch_keys import (
   DEFAULT_HW,
@@ -113,7 +114,7 @@ def _read(path_or_state_dict) -> tuple[dict[str, np.ndarray], str | None]:
   return arrays, arch
 
 
-def parse_normalize(text: str):
+def parse_normalize(text: str) -> str | tuple[list[float], list[float]] | None:
   """The ``normalize=`` of a ``--normalize`` text: ``none``, a dataset name or ``MEAN/STD``.
 
   ``MEAN`` and ``STD`` are one number or comma-separated per-channel numbers,
@@ -195,7 +196,9 @@ def _normalization(normalize, norm_sd, family, arch, *, wrapped: bool):
   )
 
 
-def describe_normalization(mean_std) -> str:
+def describe_normalization(
+  mean_std: tuple[Sequence[float], Sequence[float]] | None,
+) -> str:
   """``mean (..) std (..)`` of a resolved normalization, or ``none``."""
   if mean_std is None:
     return "none"
@@ -205,10 +208,10 @@ def describe_normalization(mean_std) -> str:
 
 
 def load_torch(
-  path_or_state_dict,
+  path_or_state_dict: str | os.PathLike | Mapping[str, Any],
   arch: str | None = None,
   *,
-  normalize="auto",
+  normalize: NormalizeArg = "auto",
   input_shape: Sequence[int] | None = None,
 ) -> tuple[nnx.Module, dict]:
   """Builds the rsjax model holding a PyTorch checkpoint's weights (eval use).
@@ -338,10 +341,10 @@ def load_torch(
 
 
 def from_torch(
-  path_or_state_dict,
+  path_or_state_dict: str | os.PathLike | Mapping[str, Any],
   arch: str | None = None,
   *,
-  normalize="auto",
+  normalize: NormalizeArg = "auto",
   input_shape: Sequence[int] | None = None,
 ) -> tuple[EvalApply, nnx.State]:
   """``(apply_fn, params)`` of a PyTorch checkpoint, ready for ``rsjax.certify``.

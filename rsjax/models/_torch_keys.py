@@ -11,9 +11,13 @@ NHWC). No file reading and no PyTorch here: NumPy arrays only.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+  from flax import nnx
 
 __all__ = [
   "DEFAULT_HW",
@@ -79,7 +83,7 @@ def split_state_dict(sd: Mapping[str, np.ndarray]) -> tuple[dict, dict, bool]:
   return sd, {}, False
 
 
-def blocks_per_stage(sd, num_stages: int) -> tuple[int, ...]:
+def blocks_per_stage(sd: Mapping[str, np.ndarray], num_stages: int) -> tuple[int, ...]:
   counts = []
   for s in range(1, num_stages + 1):
     pat = re.compile(rf"layer{s}\.(\d+)\.")
@@ -88,7 +92,7 @@ def blocks_per_stage(sd, num_stages: int) -> tuple[int, ...]:
   return tuple(counts)
 
 
-def detect_arch(sd) -> str:
+def detect_arch(sd: Mapping[str, np.ndarray]) -> str:
   """The architecture name of a (prefix-free) state dict, or a ValueError."""
   conv1 = sd.get("conv1.weight")
   if conv1 is not None and conv1.ndim == 4 and "layer1.0.conv1.weight" in sd:
@@ -113,7 +117,7 @@ def detect_arch(sd) -> str:
   )
 
 
-def arch_family(arch: str):
+def arch_family(arch: str) -> tuple[str, str, dict[str, Any]]:
   """``(family, rsjax model name, model kwargs)`` of an architecture name."""
   m = re.fullmatch(r"cifar_resnet(\d+)", arch)
   if m:
@@ -129,7 +133,7 @@ def arch_family(arch: str):
   raise ValueError(f"unknown architecture {arch!r}; {KNOWN}")
 
 
-def lenet_kwargs(sd) -> dict:
+def lenet_kwargs(sd: Mapping[str, np.ndarray]) -> dict:
   """LeNet channels and hidden sizes from the weight shapes (padding 0).
 
   A missing weight gets a stand-in size of 1; the key check reports it.
@@ -151,7 +155,7 @@ def lenet_kwargs(sd) -> dict:
   }
 
 
-def head_key(family: str, sd) -> str:
+def head_key(family: str, sd: Mapping[str, np.ndarray]) -> str:
   if family == "lenet":
     i = 1
     while f"fc{i + 1}.weight" in sd:
@@ -160,7 +164,9 @@ def head_key(family: str, sd) -> str:
   return "fc.weight"
 
 
-def layer_names(family: str, model, stage_sizes) -> list[tuple[str, tuple, str]]:
+def layer_names(
+  family: str, model: nnx.Module, stage_sizes: Sequence[int]
+) -> list[tuple[str, tuple, str]]:
   """``(torch module name, rsjax module path, kind)`` of every layer of ``model``."""
   if family == "lenet":
     out = [("conv1", ("conv1",), "conv"), ("conv2", ("conv2",), "conv")]
@@ -182,7 +188,9 @@ def layer_names(family: str, model, stage_sizes) -> list[tuple[str, tuple, str]]
   return out + [("fc", ("head",), "linear")]
 
 
-def convert_layout(kind: str, torch_name: str, value: np.ndarray, target_shape) -> np.ndarray:
+def convert_layout(
+  kind: str, torch_name: str, value: np.ndarray, target_shape: Sequence[int]
+) -> np.ndarray:
   if torch_name == "weight" and kind == "conv":
     return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
   if torch_name == "weight" and kind == "linear":
@@ -193,8 +201,13 @@ def convert_layout(kind: str, torch_name: str, value: np.ndarray, target_shape) 
   return value
 
 
-def lenet_fc1(value: np.ndarray, input_shape, channels: int, padding: int) -> np.ndarray:
-  """LeNet's first linear weight ``[out, C*H*W]`` read from an NCHW flatten -> from NHWC."""
+def lenet_fc1(
+  value: np.ndarray, input_shape: Sequence[int], channels: int, padding: int
+) -> np.ndarray:
+  """LeNet's first linear weight ``[out, C*H*W]`` read from an NCHW flatten -> from NHWC.
+
+  ``input_shape`` is ``(H, W, C)`` of one input.
+  """
   h, w = (((s + 2 * padding - 4) // 2 - 4) // 2 for s in input_shape[:2])
   out_f, in_f = value.shape
   if in_f != channels * h * w:

@@ -14,12 +14,17 @@ input under that model.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
 from rsjax.training.objectives import replicate
+
+if TYPE_CHECKING:
+  from rsjax.engine.step import ApplyFn
 
 __all__ = ["per_sample_gradient_norms", "gradient_norm_table"]
 
@@ -44,7 +49,15 @@ def _norms(key, params, x, y, sigma, *, apply_fn, m):
 
 
 def per_sample_gradient_norms(
-  key, apply_fn, params, x, y, *, sigma: float, num_noise: int = 4, batch_size: int = 64
+  key: jax.Array,
+  apply_fn: ApplyFn,
+  params: Any,
+  x: npt.ArrayLike,
+  y: npt.ArrayLike,
+  *,
+  sigma: float,
+  num_noise: int = 4,
+  batch_size: int = 64,
 ) -> np.ndarray:
   """L2 norm of each input's Gaussian-loss gradient with respect to the parameters.
 
@@ -82,7 +95,7 @@ def per_sample_gradient_norms(
   return np.concatenate(out).astype(np.float64)
 
 
-def gradient_norm_table(norms, pa, *, threshold: float = 0.5) -> dict:
+def gradient_norm_table(norms: npt.ArrayLike, pa: npt.ArrayLike, *, threshold: float = 0.5) -> dict:
   """Average gradient norm of easy (``p_A >= threshold``) and hard inputs, and their ratio.
 
   Args:

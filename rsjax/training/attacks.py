@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import optax
+
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
+
+  from rsjax.engine.step import ApplyFn
 
 __all__ = [
   "SphereAttack",
@@ -28,17 +34,17 @@ __all__ = [
 ]
 
 
-def cross_entropy(logits, y):
+def cross_entropy(logits: jax.Array, y: jax.Array) -> jax.Array:
   """Per-row float32 cross-entropy of ``logits [n, C]`` against integer labels ``y [n]``."""
   return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), y)
 
 
-def row_norm(v):
+def row_norm(v: jax.Array) -> jax.Array:
   """L2 norm of each row of ``v [n, ...]``."""
   return jnp.sqrt(jnp.sum(jnp.square(v.reshape(v.shape[0], -1)), axis=1))
 
 
-def per_row(s, like):
+def per_row(s: jax.Array, like: jax.Array) -> jax.Array:
   """``s [n]`` reshaped to broadcast over the rows of ``like [n, ...]``."""
   return s.reshape((-1,) + (1,) * (like.ndim - 1))
 
@@ -125,12 +131,22 @@ class SphereAttack:
     return jax.lax.stop_gradient(delta)
 
 
-def warmup_epsilon(epsilon, warmup, epoch):
+def warmup_epsilon(epsilon: float, warmup: int, epoch: ArrayLike) -> jax.Array:
   """SmoothAdv's warmed-up radius of a (0-based) epoch: ``min(eps, (epoch + 1) * eps / warmup)``."""
   return jnp.minimum(epsilon, (jnp.asarray(epoch, jnp.float32) + 1) * epsilon / warmup)
 
 
-def smoothed_pgd(apply_fn, params, x, y, noise, eps, *, steps: int, num_noise: int):
+def smoothed_pgd(
+  apply_fn: ApplyFn,
+  params: Any,
+  x: jax.Array,
+  y: jax.Array,
+  noise: jax.Array,
+  eps: ArrayLike,
+  *,
+  steps: int,
+  num_noise: int,
+) -> jax.Array:
   """SmoothAdv's PGD on the soft smoothed classifier (Salman et al. 2019, ``train_pgd.py``).
 
   Starts at ``x' = x`` and takes ``steps`` steps of size ``2 eps / steps``

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import optax
 
@@ -32,13 +33,13 @@ class BatchSigma:
   * ``summary(state) -> dict``: JSON numbers added to each epoch's history.
   """
 
-  def init(self, n: int):
+  def init(self, n: int) -> Any:
     raise NotImplementedError
 
   def __call__(self, key, state, eval_fn, variables, x, idx, epoch):
     raise NotImplementedError
 
-  def summary(self, state) -> dict:
+  def summary(self, state: Any) -> dict:
     return {}
 
   def to_json(self) -> dict:

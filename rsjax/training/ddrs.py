@@ -31,15 +31,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 from flax import nnx
 
 from rsjax import ddrs
 from rsjax.training.config import BatchSigma, TrainConfig
 from rsjax.training.trainer import train
+
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
+
+  from rsjax.util import KeyLike
 
 __all__ = ["DDRSConfig", "train_ddrs", "SIGMA_FILE"]
 
@@ -123,8 +131,8 @@ class DDRSConfig(BatchSigma):
       sig = jax.lax.cond(epoch >= self.warmup_epochs, ascend, lambda s: s, sig)
     return state.at[idx].set(sig), sig
 
-  def summary(self, state) -> dict:
-    """Mean, spread and range of the memory."""
+  def summary(self, state: ArrayLike) -> dict:
+    """Mean, spread and range of the memory ``state`` ``[N]``."""
     s = np.asarray(state)
     return {
       "sigma_mean": float(s.mean()),
@@ -135,19 +143,19 @@ class DDRSConfig(BatchSigma):
 
 
 def train_ddrs(
-  key,
+  key: KeyLike,
   model: nnx.Module,
-  train_data,
+  train_data: Sequence[npt.ArrayLike],
   *,
   ddrs_config: DDRSConfig,
   train_config: TrainConfig | None = None,
-  eval_data=None,
-  workdir=None,
+  eval_data: Sequence[npt.ArrayLike] | None = None,
+  workdir: str | os.PathLike | None = None,
   resume: bool = True,
-  model_config=None,
+  model_config: Mapping | None = None,
   keep_checkpoints: int = 2,
   progress: bool = True,
-):
+) -> tuple[nnx.Module, list[dict], np.ndarray]:
   """Trains an NNX classifier with DDRS's per-example optimized sigma (Algorithm 2).
 
   :func:`rsjax.training.train` with ``batch_sigma=ddrs_config``.

@@ -10,16 +10,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from rsjax.training.config import LATER_FIELDS
 
 __all__ = ["COMPAT_IGNORED", "check_compatible", "check_data", "split_sigma"]
 
 
-def check_data(data, name: str) -> tuple[np.ndarray, np.ndarray]:
+def check_data(data: Sequence[npt.ArrayLike], name: str) -> tuple[np.ndarray, np.ndarray]:
   """Checks ``(x [N, ...] in [0, 1], y [N] int)``; returns them as float32 and int32."""
   try:
     x, y = data
@@ -69,7 +70,9 @@ def check_compatible(saved: Mapping, current: Mapping, what: str) -> None:
     )
 
 
-def split_sigma(train_data):
+def split_sigma(
+  train_data: Sequence[npt.ArrayLike],
+) -> tuple[Sequence[npt.ArrayLike], np.ndarray | None]:
   """``(x, y)`` or ``(x, y, sigma [N])`` -> ``((x, y), sigma or None)``."""
   if isinstance(train_data, (tuple, list)) and len(train_data) == 3:
     x, y, sig = train_data

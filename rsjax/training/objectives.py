@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +50,11 @@ from jax.scipy.special import ndtri, xlogy
 
 from rsjax.training.attacks import SphereAttack as SphereAttack
 from rsjax.training.attacks import cross_entropy, row_norm, smoothed_pgd, warmup_epsilon
+
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
+
+  from rsjax.engine.step import ApplyFn
 
 __all__ = [
   "Objective",
@@ -64,7 +69,9 @@ __all__ = [
 ]
 
 
-def replicate(key, x, y, sigma, m: int):
+def replicate(
+  key: jax.Array, x: jax.Array, y: jax.Array, sigma: ArrayLike, m: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """``m`` Gaussian copies of each input (input-major).
 
   Args:
@@ -117,7 +124,15 @@ class Objective:
       if int(v) != v or v < 0:
         raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
 
-  def noisy_logits(self, key, apply_fn, params, x, y, sigma):
+  def noisy_logits(
+    self,
+    key: jax.Array,
+    apply_fn: ApplyFn,
+    params: Any,
+    x: jax.Array,
+    y: jax.Array,
+    sigma: ArrayLike,
+  ) -> tuple[jax.Array, jax.Array]:
     """Float32 logits ``[B*m, C]`` of the ``m`` Gaussian copies of each input, and their labels."""
     xr, yr, delta = replicate(key, x, y, sigma, self.num_noise)
     return apply_fn(params, xr + delta).astype(jnp.float32), yr
@@ -240,11 +255,19 @@ class SmoothAdv(Objective):
       if int(v) != v or v < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
 
-  def epsilon_at(self, epoch):
+  def epsilon_at(self, epoch: ArrayLike) -> jax.Array:
     """The warmed-up radius of a (0-based) epoch."""
     return warmup_epsilon(self.epsilon, self.warmup, epoch)
 
-  def attack(self, apply_fn, params, x, y, noise, eps):
+  def attack(
+    self,
+    apply_fn: ApplyFn,
+    params: Any,
+    x: jax.Array,
+    y: jax.Array,
+    noise: jax.Array,
+    eps: ArrayLike,
+  ) -> jax.Array:
     """PGD on the soft smoothed classifier; returns ``x' [B, ...]`` with ``||x' - x|| <= eps``.
 
     ``noise`` is ``[B*m, ...]`` (input-major copies of each input); see
@@ -345,7 +368,7 @@ class MACER(Objective):
 OBJECTIVES: dict[str, Any] = {cls.name: cls for cls in (Gaussian, Consistency, SmoothAdv, MACER)}
 
 
-def make_objective(name: str, **hyperparameters) -> Objective:
+def make_objective(name: str, **hyperparameters: Any) -> Objective:
   """The objective called ``name`` (a key of :data:`OBJECTIVES`) with the given hyperparameters.
 
   Raises:

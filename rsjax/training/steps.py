@@ -5,6 +5,8 @@ loss."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +17,13 @@ from flax import nnx
 from rsjax.models import AuxLoss, Diagnostic
 from rsjax.training.config import make_optimizer
 
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
+
+  from rsjax.engine.step import ApplyFn
+  from rsjax.training.config import BatchSigma, TrainConfig
+  from rsjax.training.objectives import Objective
+
 __all__ = ["train_step", "eval_step", "evaluate", "first_bad_step", "check_finite_loss"]
 
 
@@ -23,26 +32,29 @@ __all__ = ["train_step", "eval_step", "evaluate", "first_bad_step", "check_finit
   static_argnames=("graphdef", "eval_fn", "objective", "spec", "steps_per_epoch", "batch_sigma"),
 )
 def train_step(
-  params,
-  rest,
-  opt_state,
-  x,
-  y,
-  sigma,
-  key,
-  epoch,
-  sigma_state=None,
-  idx=None,
-  sigma_key=None,
+  params: nnx.State,
+  rest: nnx.State,
+  opt_state: optax.OptState,
+  x: jax.Array,
+  y: jax.Array,
+  sigma: ArrayLike,
+  key: jax.Array,
+  epoch: ArrayLike,
+  sigma_state: Any = None,
+  idx: jax.Array | None = None,
+  sigma_key: jax.Array | None = None,
   *,
-  graphdef,
-  eval_fn,
-  objective,
-  spec,
-  steps_per_epoch,
-  batch_sigma=None,
-):
+  graphdef: nnx.GraphDef,
+  eval_fn: ApplyFn,
+  objective: Objective,
+  spec: TrainConfig,
+  steps_per_epoch: int,
+  batch_sigma: BatchSigma | None = None,
+) -> tuple[nnx.State, nnx.State, optax.OptState, jax.Array, dict, Any]:
   """One optimizer step of ``objective`` on a batch.
+
+  ``x`` is ``[B, *input_shape]``, ``y`` ``[B]`` labels, ``sigma`` a scalar or ``[B]``
+  and ``idx`` the ``[B]`` dataset indices of the batch (for ``batch_sigma``).
 
   With ``batch_sigma`` the batch's per-input sigma comes from it (and its state),
   computed before the objective. Returns the new state, the summed loss, aux and
@@ -115,15 +127,36 @@ def _add_model_reports(loss, aux: dict, reported):
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn",))
-def eval_step(variables, x, y, mask, key, sigma, *, apply_fn):
-  """Numbers of correct clean and noisy (one draw) predictions among the unmasked rows."""
+def eval_step(
+  variables: Any,
+  x: jax.Array,
+  y: jax.Array,
+  mask: jax.Array,
+  key: jax.Array,
+  sigma: ArrayLike,
+  *,
+  apply_fn: ApplyFn,
+) -> tuple[jax.Array, jax.Array]:
+  """Numbers of correct clean and noisy (one draw) predictions among the unmasked rows.
+
+  ``x`` is ``[b, *input_shape]``, ``y`` ``[b]`` labels and ``mask`` ``[b]`` booleans.
+  """
   noise = sigma * jax.random.normal(key, x.shape, x.dtype)
   clean = jnp.argmax(apply_fn(variables, x), axis=-1) == y
   noisy = jnp.argmax(apply_fn(variables, x + noise), axis=-1) == y
   return jnp.sum(clean & mask), jnp.sum(noisy & mask)
 
 
-def evaluate(eval_fn, variables, x, y, key, batch_size) -> tuple[float, float]:
+def evaluate(
+  eval_fn: Callable[..., tuple[jax.Array, jax.Array]],
+  variables: Any,
+  x: np.ndarray,
+  y: np.ndarray,
+  key: jax.Array,
+  batch_size: int,
+) -> tuple[float, float]:
+  """Clean and noisy accuracy of ``x [n, *input_shape]``, ``y [n]`` with ``eval_fn`` (an
+  :func:`eval_step` with its ``apply_fn`` and ``sigma`` bound), ``batch_size`` rows a call."""
   n = x.shape[0]
   b = min(batch_size, n)
   clean = noisy = 0
@@ -140,7 +173,7 @@ def evaluate(eval_fn, variables, x, y, key, batch_size) -> tuple[float, float]:
 
 
 @jax.jit
-def first_bad_step(first_bad, loss, step):
+def first_bad_step(first_bad: jax.Array, loss: jax.Array, step: ArrayLike) -> jax.Array:
   """``step`` if ``loss`` is the first non-finite one (``first_bad < 0``), else ``first_bad``."""
   return jnp.where((first_bad < 0) & ~jnp.isfinite(loss), jnp.asarray(step, jnp.int32), first_bad)
 

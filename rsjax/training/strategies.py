@@ -25,11 +25,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.stats import norm
 
 from rsjax import stats
+
+if TYPE_CHECKING:
+  import jax
+  from jax.typing import ArrayLike
+
+  from rsjax.engine.step import ApplyFn
 
 __all__ = ["Discard", "Reweigh", "correct_counts", "discard_mask", "resample", "reweigh_weights"]
 
@@ -98,17 +105,17 @@ class Reweigh:
 
 
 def correct_counts(
-  key,
-  apply_fn,
-  params,
-  x,
-  y,
+  key: jax.Array | int,
+  apply_fn: ApplyFn,
+  params: Any,
+  x: ArrayLike,
+  y: np.ndarray | jax.Array,
   *,
-  sigma,
+  sigma: ArrayLike,
   num: int,
   num_classes: int,
   batch_size: int = 1000,
-  ids=None,
+  ids: ArrayLike | None = None,
 ) -> np.ndarray:
   """Number of ``num`` sigma-noisy copies of each input classified as its label.
 
@@ -145,7 +152,7 @@ def correct_counts(
   return np.asarray(counts)[np.arange(len(y)), np.asarray(y)].astype(np.int64)
 
 
-def discard_mask(counts, num: int, threshold: float) -> np.ndarray:
+def discard_mask(counts: ArrayLike, num: int, threshold: float) -> np.ndarray:
   """``p_A >= threshold`` with ``p_A = counts / num`` (the authors' plain fraction).
 
   Args:
@@ -163,7 +170,7 @@ def discard_mask(counts, num: int, threshold: float) -> np.ndarray:
 
 
 def reweigh_weights(
-  counts, num: int = 16, *, alpha: float = 0.1, p_min: float = 0.75
+  counts: ArrayLike, num: int = 16, *, alpha: float = 0.1, p_min: float = 0.75
 ) -> np.ndarray:
   """Sampling weights by approximate certified radius, as the authors' code computes them.
 
@@ -194,7 +201,7 @@ def reweigh_weights(
   return w
 
 
-def resample(key, weights, num: int) -> np.ndarray:
+def resample(key: jax.Array, weights: ArrayLike, num: int) -> np.ndarray:
   """``num`` indices drawn with replacement, with probability proportional to ``weights``.
 
   Args:

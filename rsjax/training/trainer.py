@@ -27,11 +27,13 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 from flax import nnx
 from tqdm.auto import tqdm
 
@@ -40,6 +42,9 @@ from rsjax.checkpoint import Checkpoints
 from rsjax.engine.counts import as_key
 from rsjax.io import write_json
 from rsjax.training.config import TrainConfig, make_optimizer, optimizer_spec
+
+if TYPE_CHECKING:
+  from rsjax.util import KeyLike
 from rsjax.training.inputs import check_compatible, check_data, split_sigma
 from rsjax.training.steps import check_finite_loss, eval_step, evaluate, first_bad_step, train_step
 from rsjax.training.strategies import (
@@ -55,22 +60,60 @@ __all__ = ["HISTORY_FILE", "train"]
 # The per-epoch metrics in a workdir, next to its model directory (``rsjax.models``).
 HISTORY_FILE = "history.json"
 
+_M = TypeVar("_M", bound=nnx.Module)
 
+
+@overload
 def train(
-  key,
-  model: nnx.Module,
-  train_data,
+  key: KeyLike,
+  model: _M,
+  train_data: Sequence[npt.ArrayLike],
   config: TrainConfig,
   *,
-  eval_data=None,
-  workdir=None,
+  eval_data: Sequence[npt.ArrayLike] | None = None,
+  workdir: str | os.PathLike | None = None,
+  resume: bool = True,
+  model_config: Mapping | None = None,
+  keep_checkpoints: int = 2,
+  progress: bool = True,
+  on_epoch_end: Callable[[dict], None] | None = None,
+  return_state: Literal[False] = False,
+) -> tuple[_M, list[dict]]: ...
+
+
+@overload
+def train(
+  key: KeyLike,
+  model: _M,
+  train_data: Sequence[npt.ArrayLike],
+  config: TrainConfig,
+  *,
+  eval_data: Sequence[npt.ArrayLike] | None = None,
+  workdir: str | os.PathLike | None = None,
+  resume: bool = True,
+  model_config: Mapping | None = None,
+  keep_checkpoints: int = 2,
+  progress: bool = True,
+  on_epoch_end: Callable[[dict], None] | None = None,
+  return_state: Literal[True],
+) -> tuple[_M, list[dict], Any]: ...
+
+
+def train(
+  key: KeyLike,
+  model: _M,
+  train_data: Sequence[npt.ArrayLike],
+  config: TrainConfig,
+  *,
+  eval_data: Sequence[npt.ArrayLike] | None = None,
+  workdir: str | os.PathLike | None = None,
   resume: bool = True,
   model_config: Mapping | None = None,
   keep_checkpoints: int = 2,
   progress: bool = True,
   on_epoch_end: Callable[[dict], None] | None = None,
   return_state: bool = False,
-):
+) -> tuple[_M, list[dict]] | tuple[_M, list[dict], Any]:
   """Trains an NNX classifier on noisy inputs with the configured objective.
 
   Args:

@@ -53,11 +53,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 import optax
 from flax import nnx
 
@@ -70,6 +72,11 @@ from rsjax.training.config import TrainConfig
 from rsjax.training.objectives import Objective
 from rsjax.training.trainer import HISTORY_FILE, train
 from rsjax.util import as_key, check_int
+
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
+
+  from rsjax.util import KeyLike
 
 __all__ = [
   "TRAIN_DIR",
@@ -151,7 +158,9 @@ class InputGenerator(nnx.Module):
     return mu, jnp.abs(self.g_sigma(x + mu))
 
 
-def make_generator(generator: str, input_shape, *, rngs=0) -> nnx.Module:
+def make_generator(
+  generator: str, input_shape: Sequence[int], *, rngs: int | jax.Array = 0
+) -> nnx.Module:
   """The noise generator called ``generator`` (one of ``GENERATORS``) for ``input_shape``.
 
   ``rngs`` (an int seed or ``jax.random.key``) initializes the input generator's CNNs.
@@ -175,10 +184,10 @@ class UCANModel(nnx.Module):
   def __call__(self, x):
     return self.classifier(x)
 
-  def noise(self, x, lam):
+  def noise(self, x: jax.Array, lam: ArrayLike) -> tuple[jax.Array, jax.Array]:
     return self.generator(x, lam)
 
-  def noise_source(self, lam: float):
+  def noise_source(self, lam: float) -> anisotropic.FrozenNoise | anisotropic.InputDependentNoise:
     """The deployed noise ``mu + lam * sigma * eps`` as a sigma source (``rsjax.sigma``).
 
     Returns:
@@ -269,7 +278,9 @@ def _finished(workdir) -> dict | None:
   return cfg if cfg.get("method") == "ucan" and os.path.isdir(ckpt) else None
 
 
-def load_ucan_model(workdir, *, allow_unsound: bool = False) -> tuple[UCANModel, dict]:
+def load_ucan_model(
+  workdir: str | os.PathLike, *, allow_unsound: bool = False
+) -> tuple[UCANModel, dict]:
   """The trained classifier with its generator (``model.noise``) from a UCAN workdir.
 
   Raises:
@@ -293,16 +304,16 @@ def _restore_generator(workdir, classifier, generator: str, shape) -> UCANModel:
 
 
 def train_ucan(
-  key,
+  key: KeyLike,
   model: nnx.Module,
-  train_data,
+  train_data: Sequence[npt.ArrayLike],
   config: UCANConfig,
   *,
-  workdir=None,
-  model_config=None,
+  workdir: str | os.PathLike | None = None,
+  model_config: Mapping | None = None,
   progress: bool = True,
   allow_unsound: bool = False,
-):
+) -> tuple[nnx.Module, anisotropic.FrozenNoise | anisotropic.InputDependentNoise, list[dict]]:
   """Fine-tunes ``model`` with a UCAN noise generator; returns ``(model, noise, history)``.
 
   Args:
