@@ -124,7 +124,7 @@ def _run(
   columns: Sequence[str] = (),
   progress: bool,
   resume: bool,
-  run: Mapping | None = None,
+  run: runspec.RunSpec | Mapping | None = None,
   restore: Callable | None = None,
   record_fn: Callable | None = None,
 ) -> Written:
@@ -194,7 +194,7 @@ def certify_dataset(
   inputs_per_call: int | None = None,
   progress: bool = True,
   resume: bool = True,
-  run: Mapping | None = None,
+  run: runspec.RunSpec | Mapping | None = None,
   record: bool = False,
   n: int | None = None,
   save_counts: bool = False,
@@ -294,7 +294,7 @@ def predict_dataset(
   inputs_per_call: int | None = None,
   progress: bool = True,
   resume: bool = True,
-  run: Mapping | None = None,
+  run: runspec.RunSpec | Mapping | None = None,
 ) -> int:
   """Like :func:`certify_dataset` for PREDICT (``predict_fn(x, ids) -> [b] classes``).
 

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
   ds, apply_fn, params, key = loaded.dataset, loaded.apply_fn, loaded.params, launch.key(run)
   indices = np.asarray(run.indices(), np.int64)
 
-  def fn(x, ids):
+  def fn(x: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return rsjax.predict(
       key,
       apply_fn,

@@ -69,7 +69,7 @@ def objective(
   return sigma / 2 * (jax.scipy.special.ndtri(top2[0]) - jax.scipy.special.ndtri(top2[1]))
 
 
-def unit_noise(family: str, key: jax.Array, shape: Sequence[int]) -> jax.Array:
+def unit_noise(key: jax.Array, family: str, shape: Sequence[int]) -> jax.Array:
   """Unit noise of ``shape``: U[-1, 1] (``"uniform"``) or standard normal, float32."""
   if family == "uniform":
     return jax.random.uniform(key, shape, jnp.float32, minval=-1.0, maxval=1.0)
@@ -90,7 +90,7 @@ def noise(
   """
   k_t = jax.random.fold_in(key, step)
   keys = jax.vmap(lambda i: jax.random.fold_in(k_t, i))(ids)
-  return jax.vmap(lambda k: unit_noise(family, k, (num_samples, *shape)))(keys)
+  return jax.vmap(lambda k: unit_noise(k, family, (num_samples, *shape)))(keys)
 
 
 @dataclasses.dataclass(frozen=True)

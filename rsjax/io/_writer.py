@@ -13,6 +13,7 @@ from rsjax.io._durable import write_header
 from rsjax.io._format import check_header, check_kind, parse_rows, split_header
 from rsjax.io._lock import lock
 from rsjax.io._run_record import check_run, write_run_record
+from rsjax.runspec import RunSpec
 
 
 def resume(
@@ -105,7 +106,7 @@ class ResultsWriter:
     kind: str = "certify",
     resume: bool = True,
     extra_columns: Sequence[str] = (),
-    run: Mapping | None = None,
+    run: RunSpec | Mapping | None = None,
   ) -> None:
     """Opens a result file for appending, holding its lock until :meth:`close`.
 
@@ -116,9 +117,9 @@ class ResultsWriter:
         truncated last line) and refuse to write their ``idx`` again; if False
         start a new file, replacing any existing one.
       extra_columns: names of extra columns written after the standard ones.
-      run: optional JSON-serializable identity of the run, kept in
-        ``<path>.run.json``. Rows already in the file are resumed only if
-        their record equals ``run``.
+      run: optional identity of the run (an ``rsjax.runspec.RunSpec`` or a JSON
+        dict), kept in ``<path>.run.json``. Rows already in the file are resumed
+        only if their record equals ``run``.
 
     Raises:
       ResultsLockedError: another writer has the file open.
