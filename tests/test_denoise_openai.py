@@ -153,3 +153,21 @@ def test_one_step_denoiser_equals_the_reference_pred_xstart():
   y = jnp.asarray((x + delta).numpy().transpose(0, 2, 3, 1))
   got = 2 * np.asarray(jax.jit(fn)(params, y)).transpose(0, 3, 1, 2) - 1
   assert np.max(np.abs(got - want)) <= 1e-4
+
+
+def test_openai_directory_loads_as_a_denoiser(tmp_path):
+  import json
+
+  from rsjax.denoise import workdir
+
+  ref = randomize(reference(SMALL_CIFAR), 4)
+  torch.save(ref.state_dict(), tmp_path / "model.pt")
+  (tmp_path / openai_import.FLAGS_FILE).write_text(json.dumps(SMALL_CIFAR))
+  fn, params, config = workdir.denoiser_fn(tmp_path, sigma=0.5)
+  assert config["kind"] == "openai" and config["timestep"] == 1984
+  assert fn.timestep_scale == 0.25 and fn.t == 1984
+  y = jnp.full((1, 32, 32, 3), 0.5)
+  assert np.asarray(fn(params, y)).shape == (1, 32, 32, 3)
+  (tmp_path / openai_import.FLAGS_FILE).write_text(json.dumps({**SMALL_CIFAR, "num_res_blocks": 2}))
+  with pytest.raises(ValueError, match="no parameter|leaves"):
+    workdir.denoiser_fn(tmp_path, sigma=0.5)

@@ -31,6 +31,7 @@ _SUBMODULES = (
   "dncnn",
   "openai_import",
   "openai_unet",
+  "schedules",
   "train",
   "unet",
   "workdir",

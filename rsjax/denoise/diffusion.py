@@ -107,7 +107,8 @@ def timestep_for_sigma(alphas_cumprod: ArrayLike, sigma: float) -> int:
   a = np.asarray(alphas_cumprod, np.float64)
   if not (math.isfinite(sigma) and sigma > 0):
     raise ValueError(f"sigma must be > 0, got {sigma!r}")
-  level = np.sqrt((1.0 - a) / a)
+  with np.errstate(divide="ignore"):  # a zero-terminal-SNR schedule ends with a_T = 0
+    level = np.sqrt((1.0 - a) / a)
   ok = np.nonzero(level[1:] >= 2.0 * sigma)[0]
   if not len(ok):
     raise ValueError(
@@ -159,7 +160,18 @@ class _EpsApply:
     return nnx.merge(self.graphdef, state, copy=True)(x, t)
 
 
-def eps_apply(model) -> tuple[Callable, Any]:
+@dataclasses.dataclass(frozen=True)
+class _FirstChannels:
+  """A learned-variance model's epsilon: the first ``channels`` output channels."""
+
+  fn: Callable
+  channels: int
+
+  def __call__(self, params: Any, x: jax.Array, t: jax.Array) -> jax.Array:
+    return self.fn(params, x, t)[..., : self.channels]
+
+
+def eps_apply(model: Any) -> tuple[Callable, Any]:
   """Pure ``(eps_fn, state)`` of an NNX noise model ``model(x, t)`` (hashable, jit-static)."""
   from flax import nnx
 
@@ -175,6 +187,7 @@ def one_step_denoiser(
   params: Any = None,
   clip: bool = True,
   timestep_scale: float = 1.0,
+  eps_channels: int | None = None,
 ) -> tuple[OneStep, Any]:
   """The one-step diffusion denoiser for noise level ``sigma`` and its params.
 
@@ -186,6 +199,8 @@ def one_step_denoiser(
     params: params of a function ``model``.
     clip: clip the estimate to the data range.
     timestep_scale: the network receives ``t * timestep_scale`` (``OneStep.timestep_scale``).
+    eps_channels: use the first ``eps_channels`` output channels as epsilon (a learned-variance
+      model returning ``[eps, variance]``); None: the whole output.
 
   Returns:
     ``(denoise_fn, params)`` for :func:`rsjax.denoise.denoised`.
@@ -195,6 +210,8 @@ def one_step_denoiser(
     fn = model
   else:
     fn, params = eps_apply(model)
+  if eps_channels is not None:
+    fn = _FirstChannels(fn, int(eps_channels))
   a_t = float(np.asarray(alphas_cumprod, np.float64)[t])
   return OneStep(fn, t, a_t, clip, float(timestep_scale)), params
 
