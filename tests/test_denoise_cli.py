@@ -244,3 +244,35 @@ def test_cli_errors_are_one_line(dirs, tmp_path, capsys):
     == 2
   )
   assert "needs --sigma" in capsys.readouterr().err
+
+
+def test_certify_from_an_array_file_equals_the_registry_dataset(dirs, tmp_path):
+  from rsjax import data
+
+  clf, mse = dirs[0], dirs[1]
+  x, y = data.load("digits", "test").arrays()
+  npz = tmp_path / "digits_test.npz"
+  np.savez(npz, x=x[:5], y=y[:5], num_classes=10)
+  outs = []
+  for name, dataset in (("a.tsv", npz), ("b.tsv", "digits")):
+    out = tmp_path / name
+    argv = ("certify", clf, out, "--dataset", dataset, "--denoiser", mse, "--sigma", 0.25)
+    assert run_cli(*argv, "--N0", 10, "--N", 50, "--batch", 50, "--max", 5, "--quiet") == 0
+    outs.append(io.read_certify(out))
+  a, b = outs
+  assert len(a) == len(b) == 5
+  np.testing.assert_array_equal(a.label, y[:5])
+  np.testing.assert_array_equal(a.predict, b.predict)
+  np.testing.assert_array_equal(a.radius, b.radius)
+  bad = tmp_path / "bad.npz"
+  np.savez(bad, images=x[:2] * 3, labels=y[:2])
+  argv = ("certify", clf, tmp_path / "c.tsv", "--dataset", bad, "--sigma", 0.25, "--quiet")
+  assert run_cli(*argv) != 0
+  with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+    data.load(str(bad), "test")
+  np.savez(bad, images=(x[:2] * 255).astype(np.uint8), labels=y[:2])
+  ds = data.load(str(bad), "test")
+  assert ds.num_classes == int(y[:2].max()) + 1 and ds.input_shape == x.shape[1:]
+  np.savez(bad, pixels=x[:2], labels=y[:2])
+  with pytest.raises(ValueError, match="needs images"):
+    data.load(str(bad), "test")

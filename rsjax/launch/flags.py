@@ -67,7 +67,8 @@ def data_flags(q: argparse.ArgumentParser, dataset_required: bool = False) -> No
     "--dataset",
     required=dataset_required,
     default=None,
-    help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS)",
+    help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS), or an "
+    "array file F.npz (images x [N, H, W, C] uint8 or in [0, 1], labels y [N])",
   )
   q.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
 
