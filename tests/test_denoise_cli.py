@@ -246,20 +246,29 @@ def test_cli_errors_are_one_line(dirs, tmp_path, capsys):
   assert "needs --sigma" in capsys.readouterr().err
 
 
-def test_certify_from_an_array_file_equals_the_registry_dataset(dirs, tmp_path):
+def test_certify_from_an_array_file_equals_the_registry_dataset(dirs, tmp_path, monkeypatch):
   from rsjax import data
+  from rsjax.engine import counts
+
+  sizes = []
+  auto = counts.auto_batch_size
+  monkeypatch.setattr(
+    counts, "auto_batch_size", lambda *a, **k: sizes.append(auto(*a, **k)) or sizes[-1]
+  )
 
   clf, mse = dirs[0], dirs[1]
   x, y = data.load("digits", "test").arrays()
   npz = tmp_path / "digits_test.npz"
   np.savez(npz, x=x[:5], y=y[:5], num_classes=10)
   outs = []
-  for name, dataset in (("a.tsv", npz), ("b.tsv", "digits")):
+  # The first run's step size is automatic (the default with --denoiser): counts are the same.
+  for name, dataset, batch in (("a.tsv", npz, ()), ("b.tsv", "digits", ("--batch", 50))):
     out = tmp_path / name
-    argv = ("certify", clf, out, "--dataset", dataset, "--denoiser", mse, "--sigma", 0.25)
-    assert run_cli(*argv, "--N0", 10, "--N", 50, "--batch", 50, "--max", 5, "--quiet") == 0
+    argv = ("certify", clf, out, "--dataset", dataset, "--denoiser", mse, "--sigma", 0.25, *batch)
+    assert run_cli(*argv, "--N0", 10, "--N", 50, "--max", 5, "--quiet") == 0
     outs.append(io.read_certify(out))
   a, b = outs
+  assert len(sizes) >= 1 and all(s >= 1 for s in sizes)  # run a's step was measured
   assert len(a) == len(b) == 5
   np.testing.assert_array_equal(a.label, y[:5])
   np.testing.assert_array_equal(a.predict, b.predict)

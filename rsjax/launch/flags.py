@@ -18,6 +18,7 @@ __all__ = [
   "nonneg_int",
   "positive_float",
   "probability",
+  "batch_size",
   "data_flags",
   "normalize_flag",
   "add_sampling_flags",
@@ -46,6 +47,11 @@ count = _number(int, lambda v: v >= -1, ">= 0 or -1 (no limit)")
 nonneg_int = _number(int, lambda v: v >= 0, ">= 0")
 positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
 probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
+
+
+def batch_size(text: str) -> int | str:
+  """An argparse ``type=``: ``auto`` or a positive integer."""
+  return "auto" if text == "auto" else positive_int(text)
 
 
 def normalize_flag(q: argparse.ArgumentParser) -> None:
@@ -91,7 +97,13 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
   )
   q.add_argument("--N", type=positive_int, default=100_000, help="estimation samples")
   q.add_argument("--alpha", type=probability, default=0.001, help="failure probability")
-  q.add_argument("--batch", type=positive_int, default=1000, help="forward passes per step")
+  q.add_argument(
+    "--batch",
+    type=batch_size,
+    default=None,
+    help="forward passes per step, or auto (from the device memory: "
+    "rsjax.engine.batching.auto_batch_size); default auto with --denoiser, else 1000",
+  )
   q.add_argument(
     "--skip", type=positive_int, default=1, help="use every skip-th input (Cohen et al.'s --skip)"
   )

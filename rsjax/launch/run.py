@@ -49,7 +49,7 @@ class Loaded:
   workdir: str | None = None
 
 
-def settings(run: RunSpec, batch_size: int = 1000) -> Sampling:
+def settings(run: RunSpec, batch_size: int | str = 1000) -> Sampling:
   """The ``rsjax.Sampling`` of a run (``batch_size`` changes speed, never counts)."""
   from rsjax import Sampling
 
@@ -127,6 +127,8 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   from rsjax import methods, record, runner
   from rsjax.runspec import DataRef, ModelRef, RunSpec
 
+  if getattr(args, "batch", 1000) is None:  # a denoiser's memory per sample is unknown: measure
+    args.batch = "auto" if getattr(args, "denoiser", None) else 1000
   model, config, ds = _load_model(
     model_dir=args.model_dir,
     torch_checkpoint=args.torch_checkpoint,
@@ -253,7 +255,7 @@ def load(
 
 
 def plan(
-  run: RunSpec, loaded: Loaded, *, batch_size: int = 1000, data_dir: str | None = None
+  run: RunSpec, loaded: Loaded, *, batch_size: int | str = 1000, data_dir: str | None = None
 ) -> Plan:
   """The method's plan of ``run`` (``rsjax.methods``) over what it loaded."""
   from rsjax import methods
