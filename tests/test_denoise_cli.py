@@ -285,3 +285,24 @@ def test_certify_from_an_array_file_equals_the_registry_dataset(dirs, tmp_path, 
   np.savez(bad, pixels=x[:2], labels=y[:2])
   with pytest.raises(ValueError, match="needs images"):
     data.load(str(bad), "test")
+
+
+def test_certify_with_a_resize_stage(dirs, tmp_path):
+  from rsjax import data
+
+  clf, mse = dirs[0], dirs[1]
+  x, y = data.load("digits", "test").arrays()
+  big = np.repeat(np.repeat(x[:3], 2, axis=1), 2, axis=2)  # 16 x 16 digits
+  npz = tmp_path / "big.npz"
+  np.savez(npz, x=big, y=y[:3], num_classes=10)
+  out = tmp_path / "r.tsv"
+  argv = ("certify", clf, out, "--dataset", npz, "--sigma", 0.25, "--N0", 10, "--N", 50)
+  assert run_cli(*argv, "--quiet") != 0  # 16 x 16 inputs, an 8 x 8 model
+  assert run_cli(*argv, "--resize", "8x8", "--quiet") == 0
+  assert len(io.read_certify(out)) == 3
+  run = json.loads(out.with_name(out.name + ".run.json").read_text())
+  assert "8x8" in json.dumps(run)
+  assert run_cli(*argv, "--resize", "8x9", "--quiet") != 0  # another classifier: not a resume
+  # Denoiser (fully convolutional, at 16 x 16), then the resize, then the classifier.
+  argv = ("certify", clf, tmp_path / "d.tsv", "--dataset", npz, "--sigma", 0.25, "--N", 50)
+  assert run_cli(*argv, "--N0", 10, "--denoiser", mse, "--resize", 8, "--quiet") == 0

@@ -159,7 +159,15 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     metavar="DIR",
     help="certify classifier(denoiser(x + noise)): a denoiser directory of "
     "'rsjax train-denoiser' or a diffusers UNet2DModel directory (one-step "
-    "diffusion denoising at --sigma)",
+    "diffusion denoising at --sigma), or an OpenAI improved/guided-diffusion checkpoint "
+    "directory (openai_flags.json)",
+  )
+  q.add_argument(
+    "--resize",
+    default=None,
+    metavar="HxW",
+    help="resize the (denoised) inputs to H x W, bicubic with antialiasing, before the "
+    "classifier (e.g. 224x224 for a ViT-B/16 on CIFAR-10)",
   )
   q.add_argument(
     "--torch-arch",
