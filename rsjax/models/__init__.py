@@ -98,6 +98,11 @@ from rsjax.models._torch import UnknownNormalizationError as UnknownNormalizatio
 from rsjax.models._torch import from_torch as from_torch
 from rsjax.models._torch import load_torch as load_torch
 from rsjax.models._torch import parse_normalize as parse_normalize
+from rsjax.models._vit import VisionTransformer as VisionTransformer
+from rsjax.models._vit import ViTConfig as ViTConfig
+from rsjax.models._vit_import import load_transformers_state_dict as load_transformers_state_dict
+from rsjax.models._vit_import import vit_config_from_transformers as vit_config_from_transformers
+from rsjax.models._vit_import import vit_from_transformers as vit_from_transformers
 
 __all__ = [
   "AuxLoss",
@@ -131,6 +136,8 @@ __all__ = [
   "TORCH_ARCHITECTURES",
   "TrainApply",
   "UnknownNormalizationError",
+  "ViTConfig",
+  "VisionTransformer",
   "anderson",
   "as_solver_config",
   "broyden",
@@ -138,6 +145,9 @@ __all__ = [
   "create_model",
   "fixed_point_iteration",
   "fold_batch_norm",
+  "load_transformers_state_dict",
+  "vit_config_from_transformers",
+  "vit_from_transformers",
   "from_torch",
   "implicit_fixed_point",
   "jacobian_frobenius_sq",
