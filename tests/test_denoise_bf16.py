@@ -17,7 +17,7 @@ from rsjax.denoise import denoised, diffusion
 from rsjax.denoise.openai_unet import OpenAIUNet, OpenAIUNetConfig
 from rsjax.denoise.unet import UNet2DModel, UNetConfig
 from rsjax.engine.step import cast_floating
-from rsjax.models import ResNet20
+from rsjax.models import ResNet20, VisionTransformer, ViTConfig
 
 OPS = ("conv_general_dilated", "dot_general")
 
@@ -57,9 +57,9 @@ def denoisers():
   return {"diffusers": (ddpm, 1.0, None), "openai": (openai, 0.25, 3)}
 
 
-@pytest.mark.parametrize("which", ["diffusers", "openai"])
+@pytest.mark.parametrize("which", ["diffusers", "openai", "openai+vit"])
 def test_bf16_runs_every_conv_and_matmul_in_bf16(which):
-  model, scale, eps_channels = denoisers()[which]
+  model, scale, eps_channels = denoisers()[which.split("+")[0]]
   fn, d_params = diffusion.one_step_denoiser(
     model,
     sigma=0.25,
@@ -67,9 +67,23 @@ def test_bf16_runs_every_conv_and_matmul_in_bf16(which):
     timestep_scale=scale,
     eps_channels=eps_channels,
   )
-  apply_fn, params = denoised(
-    fn, ResNet20(input_shape=(8, 8, 3), rngs=nnx.Rngs(0)), denoiser_params=d_params
-  )
+  if which.endswith("vit"):  # Carlini et al.'s pipeline in small: resize, then a ViT
+    vit = VisionTransformer(
+      ViTConfig(
+        image_size=16,
+        patch_size=4,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        num_labels=10,
+      ),
+      rngs=0,
+    )
+    apply_fn, params = denoised(fn, vit, denoiser_params=d_params, resize=(16, 16))
+  else:
+    clf = ResNet20(input_shape=(8, 8, 3), rngs=nnx.Rngs(0))
+    apply_fn, params = denoised(fn, clf, denoiser_params=d_params)
   x = jax.random.uniform(jax.random.key(1), (2, 8, 8, 3))
   counts32 = count_ops(jax.make_jaxpr(apply_fn)(params, x).jaxpr)
   p16, x16 = cast_floating(params, jnp.bfloat16), x.astype(jnp.bfloat16)
