@@ -93,3 +93,13 @@ def test_legacy_names_and_mismatches(kind):
     models.load_transformers_state_dict(models.VisionTransformer(config, rngs=0), state)
   with pytest.raises(ValueError, match="model_type 'swin'"):
     models.vit_config_from_transformers({"model_type": "swin"})
+
+
+def test_model_directory_round_trip(tmp_path):
+  ref = reference("beit")
+  model = models.vit_from_transformers(ref)
+  models.save_model(tmp_path / "beit", model, models.vit_model_config(model.config, sigma=0.0))
+  again, config = models.load_model(tmp_path / "beit")
+  assert config["model"] == "vit" and config["input_shape"] == [32, 32, 3]
+  x = np.random.default_rng(4).random((2, 32, 32, 3)).astype(np.float32)
+  np.testing.assert_array_equal(logits(again, x), logits(model, x))

@@ -103,6 +103,7 @@ from rsjax.models._vit import ViTConfig as ViTConfig
 from rsjax.models._vit_import import load_transformers_state_dict as load_transformers_state_dict
 from rsjax.models._vit_import import vit_config_from_transformers as vit_config_from_transformers
 from rsjax.models._vit_import import vit_from_transformers as vit_from_transformers
+from rsjax.models._vit_import import vit_model_config as vit_model_config
 
 __all__ = [
   "AuxLoss",
@@ -148,6 +149,7 @@ __all__ = [
   "load_transformers_state_dict",
   "vit_config_from_transformers",
   "vit_from_transformers",
+  "vit_model_config",
   "from_torch",
   "implicit_fixed_point",
   "jacobian_frobenius_sq",

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-__all__ = ["ViTConfig", "VisionTransformer"]
+__all__ = ["ViTConfig", "VisionTransformer", "create_vit"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,3 +192,22 @@ class VisionTransformer(nnx.Module):
     else:
       pooled = self.layernorm(h)[:, 0]
     return self.classifier(pooled)
+
+
+def create_vit(
+  *,
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  rngs: nnx.Rngs,
+  dtype: object = None,
+  **kwargs: object,
+) -> VisionTransformer:
+  """``create_model("vit", ...)``: a square ``input_shape`` ``(S, S, C)``; ``kwargs`` are the
+  other :class:`ViTConfig` fields (``dtype`` is unused: the engine casts for bf16)."""
+  del dtype
+  size, size2, channels = input_shape
+  if size != size2:
+    raise ValueError(f"a ViT needs square inputs, got {tuple(input_shape)}")
+  kwargs.pop("normalize", None)  # normalized inside with the config's mean and std
+  config = ViTConfig(image_size=size, num_channels=channels, num_labels=num_classes, **kwargs)
+  return VisionTransformer(config, rngs=rngs)

@@ -11,6 +11,7 @@ recomputed, not read.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +22,12 @@ from flax import nnx
 
 from rsjax.models._vit import VisionTransformer, ViTConfig
 
-__all__ = ["vit_config_from_transformers", "load_transformers_state_dict", "vit_from_transformers"]
+__all__ = [
+  "vit_config_from_transformers",
+  "load_transformers_state_dict",
+  "vit_from_transformers",
+  "vit_model_config",
+]
 
 _LEGACY = [
   (r"\.encoder\.layer\.", ".layers."),
@@ -153,3 +159,20 @@ def vit_from_transformers(hf_model: Any) -> VisionTransformer:
   config = vit_config_from_transformers(hf_model.config.to_dict())
   shapes = nnx.eval_shape(lambda: VisionTransformer(config, rngs=nnx.Rngs(0)))
   return load_transformers_state_dict(shapes, hf_model.state_dict())
+
+
+def vit_model_config(config: ViTConfig, **extra: Any) -> dict[str, Any]:
+  """The model directory config of a :class:`VisionTransformer` (``rsjax.models.save_model``;
+  ``load_model`` rebuilds it by the name ``"vit"``), with ``extra`` entries (``dataset``, ...)."""
+  kwargs = dataclasses.asdict(config)
+  for k in ("image_size", "num_channels", "num_labels"):
+    kwargs.pop(k)
+  kwargs["mean"], kwargs["std"] = list(config.mean), list(config.std)
+  shape = [config.image_size, config.image_size, config.num_channels]
+  return {
+    "model": "vit",
+    "num_classes": config.num_labels,
+    "input_shape": shape,
+    "model_kwargs": kwargs,
+    **extra,
+  }
