@@ -106,7 +106,7 @@ IMAGENET256_UNCOND: dict[str, Any] = dict(
 #: The flags file of an OpenAI denoiser directory (its ``checkpoint`` key names the weights).
 FLAGS_FILE = "openai_flags.json"
 
-_CHANNEL_MULT = {
+_CHANNEL_MULT: dict[str, dict[int, tuple[float, ...]]] = {
   "improved-diffusion": {256: (1, 1, 2, 2, 4, 4), 64: (1, 2, 3, 4), 32: (1, 2, 2, 2)},
   "guided-diffusion": {
     512: (0.5, 1, 1, 2, 2, 4, 4),
@@ -142,7 +142,7 @@ def config_from_flags(flags: Mapping[str, Any]) -> tuple[OpenAIUNetConfig, dict[
     if f[name] != want:
       raise ValueError(f"OpenAI flag {name}={f[name]!r} is not supported: {why}")
   size = int(f["image_size"])
-  mult = f.get("channel_mult", "")
+  mult: Any = f.get("channel_mult", "")
   if mult:
     mult = tuple(float(m) if "." in m else int(m) for m in str(mult).split(","))
   elif size in _CHANNEL_MULT[base]:
@@ -184,7 +184,7 @@ def _module_at(model: nnx.Module, parts: list[str]) -> nnx.Module:
   node: Any = model
   i = 0
   while i < len(parts):
-    names = getattr(node, "TORCH", {})
+    names: dict[str, str] = getattr(node, "TORCH", {})
     two = ".".join(parts[i : i + 2])
     if two in names:
       node, i = getattr(node, names[two]), i + 2

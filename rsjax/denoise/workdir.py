@@ -85,6 +85,7 @@ def load_denoiser(path: str | os.PathLike) -> tuple[nnx.Module, dict[str, Any]]:
   """
   path = os.fspath(path)
   file = os.path.join(path, DENOISER_FILE)
+  model: nnx.Module
   if os.path.exists(os.path.join(path, FLAGS_FILE)):
     model, info = load_openai_dir(path)
     return model, {"kind": "openai", "source": "openai", **info}
@@ -98,8 +99,8 @@ def load_denoiser(path: str | os.PathLike) -> tuple[nnx.Module, dict[str, Any]]:
     from rsjax.denoise.diffusers_import import load_diffusers_dir
 
     unet_dir, found_schedule = found
-    model = load_diffusers_dir(unet_dir)
-    cfg = model.config
+    unet = load_diffusers_dir(unet_dir)
+    cfg = unet.config
     learned = found_schedule.pop("learned")
     if (cfg.out_channels == 2 * cfg.in_channels) != learned:
       raise ValueError(
@@ -109,7 +110,7 @@ def load_denoiser(path: str | os.PathLike) -> tuple[nnx.Module, dict[str, Any]]:
       )
     if learned:
       found_schedule["eps_channels"] = cfg.in_channels
-    return model, {"kind": "ddpm", "source": "diffusers", **found_schedule}
+    return unet, {"kind": "ddpm", "source": "diffusers", **found_schedule}
   with open(file, encoding="utf-8") as f:
     config = json.load(f)
   model = build_denoiser(config["kind"], config["model_kwargs"])
@@ -127,7 +128,7 @@ def denoiser_fn(path: str | os.PathLike, *, sigma: float) -> tuple[Callable, Any
     fn, params = to_apply_fn(model)
     return fn, params, config
   schedule = diffusion.schedule_from(config.get("schedule", {}))
-  fn, params = diffusion.one_step_denoiser(
+  step, params = diffusion.one_step_denoiser(
     model,
     sigma=sigma,
     alphas_cumprod=schedule,
@@ -135,4 +136,4 @@ def denoiser_fn(path: str | os.PathLike, *, sigma: float) -> tuple[Callable, Any
     timestep_scale=config.get("timestep_scale", 1.0),
     eps_channels=config.get("eps_channels"),
   )
-  return fn, params, {**config, "timestep": fn.t}
+  return step, params, {**config, "timestep": step.t}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -190,6 +191,7 @@ class VisionTransformer(nnx.Module):
     if self.pooler is not None:
       pooled = self.pooler(h[:, 1:].mean(axis=1))
     else:
+      assert self.layernorm is not None
       pooled = self.layernorm(h)[:, 0]
     return self.classifier(pooled)
 
@@ -199,8 +201,8 @@ def create_vit(
   input_shape: tuple[int, ...],
   num_classes: int,
   rngs: nnx.Rngs,
-  dtype: object = None,
-  **kwargs: object,
+  dtype: Any = None,
+  **kwargs: Any,
 ) -> VisionTransformer:
   """``create_model("vit", ...)``: a square ``input_shape`` ``(S, S, C)``; ``kwargs`` are the
   other :class:`ViTConfig` fields (``dtype`` is unused: the engine casts for bf16)."""
