@@ -62,3 +62,23 @@ def test_the_stored_outputs_are_the_references(case):
   model.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
   got = ref.reference_output(case, model)
   assert np.max(np.abs(got - want)) <= 1e-4
+
+
+def test_openai_directory_with_npz_weights_is_a_denoiser(tmp_path):
+  """An OpenAI checkpoint saved as .npz beside openai_flags.json certifies without torch."""
+  import json
+
+  from rsjax.denoise import workdir
+
+  names, shapes, want, config = ref.load("openai_cifar10")
+  np.savez(tmp_path / "weights.npz", **ref.seeded_state(names, shapes))
+  flags_file = tmp_path / openai_import.FLAGS_FILE
+  flags_file.write_text(json.dumps({**config, "checkpoint": "weights.npz"}))
+  fn, params, info = workdir.denoiser_fn(tmp_path, sigma=0.25)
+  assert info["kind"] == "openai" and fn.t == 1158 and fn.timestep_scale == 0.25
+  y = np.full((1, 32, 32, 3), 0.5, np.float32)
+  x0 = np.asarray(jax.jit(fn)(params, y))
+  assert x0.shape == y.shape and np.all((x0 >= 0) & (x0 <= 1))
+  flags_file.write_text(json.dumps({**config, "checkpoint": "missing.npz"}))
+  with pytest.raises(FileNotFoundError, match="missing.npz"):
+    workdir.denoiser_fn(tmp_path, sigma=0.25)

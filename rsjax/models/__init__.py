@@ -41,6 +41,10 @@ solvers are here too:
   same ``DEQModel`` base.
 
 Their certification (SRS, Gao et al. 2024) is ``rsjax.deq``.
+
+ViT and BEiT classifiers (``_vit``: ``VisionTransformer``; ``create_model("vit")``) import
+Hugging Face transformers weights (``_vit_import``: ``vit_from_transformers``,
+``load_transformers_state_dict``, ``vit_model_config`` for a model directory).
 """
 
 from rsjax.models._aux import AuxLoss as AuxLoss
