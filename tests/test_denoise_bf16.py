@@ -31,10 +31,10 @@ def count_ops(jaxpr, counts=None):
       counts[(eqn.primitive.name, lhs, rhs)] += 1
     for value in eqn.params.values():
       for sub in value if isinstance(value, (tuple, list)) else (value,):
-        if isinstance(sub, jax.extend.core.ClosedJaxpr):
-          count_ops(sub.jaxpr, counts)
-        elif isinstance(sub, jax.extend.core.Jaxpr):
+        if hasattr(sub, "eqns"):  # a Jaxpr (duck-typed: JAX moves these classes around)
           count_ops(sub, counts)
+        elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):  # a ClosedJaxpr
+          count_ops(sub.jaxpr, counts)
   return counts
 
 
