@@ -98,6 +98,7 @@ class ModelRef:
     normalize: ``--normalize`` of a PyTorch checkpoint.
     denoiser: the denoiser directory of denoised smoothing (the fingerprint
       covers its weights; a resume names it when it differs).
+    resize: ``"HxW"``: the classifier saw its inputs resized (bicubic, antialiased) to H x W.
   """
 
   fingerprint: str
@@ -107,6 +108,7 @@ class ModelRef:
   torch_arch: str | None = None
   normalize: str | None = None
   denoiser: str | None = None
+  resize: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

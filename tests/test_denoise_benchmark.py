@@ -38,3 +38,21 @@ def test_denoised_benchmark_reports_its_figures(tmp_path):
 
   abstract = nnx.eval_shape(lambda: unet.UNet2DModel(denoised.CIFAR10_UNET, rngs=nnx.Rngs(0)))
   assert models.count_params(abstract) == 35_746_307
+
+
+def test_carlini_benchmark_compares_rsjax_and_torch(tmp_path):
+  import pytest
+
+  pytest.importorskip("torch")
+  pytest.importorskip("guided_diffusion.unet")
+  pytest.importorskip("transformers")
+  sys.path.insert(0, ROOT)
+  try:
+    from benchmarks import denoised_carlini
+  finally:
+    sys.path.remove(ROOT)
+  out = tmp_path / "c.json"
+  res = denoised_carlini.main(["--small", "--num", "8", "--batch-size", "4", "--json", str(out)])
+  assert res["rsjax"]["timestep"] == res["torch"]["timestep"] == 1158
+  assert res["rsjax"]["samples_per_s"] > 0 and res["torch"]["samples_per_s"] > 0
+  assert out.exists()

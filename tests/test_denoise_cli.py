@@ -244,3 +244,65 @@ def test_cli_errors_are_one_line(dirs, tmp_path, capsys):
     == 2
   )
   assert "needs --sigma" in capsys.readouterr().err
+
+
+def test_certify_from_an_array_file_equals_the_registry_dataset(dirs, tmp_path, monkeypatch):
+  from rsjax import data
+  from rsjax.engine import counts
+
+  sizes = []
+  auto = counts.auto_batch_size
+  monkeypatch.setattr(
+    counts, "auto_batch_size", lambda *a, **k: sizes.append(auto(*a, **k)) or sizes[-1]
+  )
+
+  clf, mse = dirs[0], dirs[1]
+  x, y = data.load("digits", "test").arrays()
+  npz = tmp_path / "digits_test.npz"
+  np.savez(npz, x=x[:5], y=y[:5], num_classes=10)
+  outs = []
+  # The first run's step size is automatic (the default with --denoiser): counts are the same.
+  for name, dataset, batch in (("a.tsv", npz, ()), ("b.tsv", "digits", ("--batch", 50))):
+    out = tmp_path / name
+    argv = ("certify", clf, out, "--dataset", dataset, "--denoiser", mse, "--sigma", 0.25, *batch)
+    assert run_cli(*argv, "--N0", 10, "--N", 50, "--max", 5, "--quiet") == 0
+    outs.append(io.read_certify(out))
+  a, b = outs
+  assert len(sizes) >= 1 and all(s >= 1 for s in sizes)  # run a's step was measured
+  assert len(a) == len(b) == 5
+  np.testing.assert_array_equal(a.label, y[:5])
+  np.testing.assert_array_equal(a.predict, b.predict)
+  np.testing.assert_array_equal(a.radius, b.radius)
+  bad = tmp_path / "bad.npz"
+  np.savez(bad, images=x[:2] * 3, labels=y[:2])
+  argv = ("certify", clf, tmp_path / "c.tsv", "--dataset", bad, "--sigma", 0.25, "--quiet")
+  assert run_cli(*argv) != 0
+  with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+    data.load(str(bad), "test")
+  np.savez(bad, images=(x[:2] * 255).astype(np.uint8), labels=y[:2])
+  ds = data.load(str(bad), "test")
+  assert ds.num_classes == int(y[:2].max()) + 1 and ds.input_shape == x.shape[1:]
+  np.savez(bad, pixels=x[:2], labels=y[:2])
+  with pytest.raises(ValueError, match="needs images"):
+    data.load(str(bad), "test")
+
+
+def test_certify_with_a_resize_stage(dirs, tmp_path):
+  from rsjax import data
+
+  clf, mse = dirs[0], dirs[1]
+  x, y = data.load("digits", "test").arrays()
+  big = np.repeat(np.repeat(x[:3], 2, axis=1), 2, axis=2)  # 16 x 16 digits
+  npz = tmp_path / "big.npz"
+  np.savez(npz, x=big, y=y[:3], num_classes=10)
+  out = tmp_path / "r.tsv"
+  argv = ("certify", clf, out, "--dataset", npz, "--sigma", 0.25, "--N0", 10, "--N", 50)
+  assert run_cli(*argv, "--quiet") != 0  # 16 x 16 inputs, an 8 x 8 model
+  assert run_cli(*argv, "--resize", "8x8", "--quiet") == 0
+  assert len(io.read_certify(out)) == 3
+  run = json.loads(out.with_name(out.name + ".run.json").read_text())
+  assert "8x8" in json.dumps(run)
+  assert run_cli(*argv, "--resize", "8x9", "--quiet") != 0  # another classifier: not a resume
+  # Denoiser (fully convolutional, at 16 x 16), then the resize, then the classifier.
+  argv = ("certify", clf, tmp_path / "d.tsv", "--dataset", npz, "--sigma", 0.25, "--N", 50)
+  assert run_cli(*argv, "--N0", 10, "--denoiser", mse, "--resize", 8, "--quiet") == 0

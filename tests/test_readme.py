@@ -27,6 +27,8 @@ _NOT_RUN = {
   "rsjax certify --torch-checkpoint models/cifar10": "needs Cohen et al.'s released checkpoint "
   "and CIFAR-10 in a TFDS data_dir",
   "gcloud compute tpus tpu-vm ssh": "needs a Cloud TPU pod slice",
+  "cp cifar10_uncond_50M_500K.pt": "needs Carlini et al.'s checkpoint files (OpenAI's "
+  "improved-diffusion model, a transformers ViT) and CIFAR-10 in a TFDS data_dir",
   "srun --nodes": "needs a SLURM cluster (tests/test_multihost.py simulates one)",
 }
 

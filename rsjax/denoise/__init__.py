@@ -8,6 +8,8 @@
   al.'s sigma-to-timestep rule), the DDPM schedule and loss.
 * :mod:`~rsjax.denoise.unet`: diffusers' ``UNet2DModel`` in NNX;
   :mod:`~rsjax.denoise.diffusers_import` loads its diffusers weights.
+* :mod:`~rsjax.denoise.openai_unet`: OpenAI's improved/guided-diffusion ``UNetModel`` in NNX;
+  :mod:`~rsjax.denoise.openai_import` loads their checkpoints under their flags.
 * :mod:`~rsjax.denoise.train`: denoiser training (mse, stability, ddpm);
   :mod:`~rsjax.denoise.workdir`: denoiser directories (``rsjax train-denoiser``,
   ``rsjax certify --denoiser``).
@@ -23,7 +25,17 @@ from rsjax.denoise.compose import identity_denoiser as identity_denoiser
 __all__ = ["Denoised", "DnCNN", "as_pure", "denoised", "identity_denoiser"]
 
 _LAZY = {"DnCNN": ("rsjax.denoise.dncnn", "DnCNN")}
-_SUBMODULES = ("diffusers_import", "diffusion", "dncnn", "train", "unet", "workdir")
+_SUBMODULES = (
+  "diffusers_import",
+  "diffusion",
+  "dncnn",
+  "openai_import",
+  "openai_unet",
+  "schedules",
+  "train",
+  "unet",
+  "workdir",
+)
 
 
 def __getattr__(name):

@@ -18,15 +18,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.typing import ArrayLike
 
-__all__ = ["linear_schedule", "timestep_for_sigma", "OneStep", "one_step_denoiser", "ddpm_loss"]
+__all__ = [
+  "linear_schedule",
+  "cosine_schedule",
+  "openai_schedule",
+  "schedule_from",
+  "timestep_for_sigma",
+  "OneStep",
+  "one_step_denoiser",
+  "ddpm_loss",
+]
 
 
 def linear_schedule(
@@ -43,7 +53,52 @@ def linear_schedule(
   return np.cumprod(1.0 - betas)
 
 
-def timestep_for_sigma(alphas_cumprod, sigma: float) -> int:
+def cosine_schedule(num_steps: int = 4000, *, max_beta: float = 0.999) -> np.ndarray:
+  """``[num_steps]`` float64 alpha-bar of the cosine schedule (Nichol & Dhariwal 2021).
+
+  ``f(u) = cos((u + 0.008) / 1.008 * pi / 2)^2``; ``beta_i = min(1 - f((i+1)/n) / f(i/n),
+  max_beta)``; alpha-bar the cumulative product of ``1 - beta`` (improved-diffusion's
+  ``betas_for_alpha_bar``; diffusers' ``squaredcos_cap_v2``).
+  """
+  if num_steps < 2:
+    raise ValueError(f"need num_steps >= 2, got {num_steps}")
+  f = lambda u: math.cos((u + 0.008) / 1.008 * math.pi / 2) ** 2  # noqa: E731
+  betas = [min(1 - f((i + 1) / num_steps) / f(i / num_steps), max_beta) for i in range(num_steps)]
+  return np.cumprod(1.0 - np.asarray(betas, np.float64))
+
+
+def openai_schedule(name: str, num_steps: int) -> np.ndarray:
+  """improved/guided-diffusion's ``get_named_beta_schedule(name, num_steps)`` as alpha-bar.
+
+  ``"linear"``: betas from ``1e-4 * 1000 / n`` to ``0.02 * 1000 / n`` (DDPM's, scaled to any step
+  count); ``"cosine"``: :func:`cosine_schedule`.
+  """
+  if name == "linear":
+    scale = 1000.0 / num_steps
+    return linear_schedule(num_steps, scale * 1e-4, scale * 0.02)
+  if name == "cosine":
+    return cosine_schedule(num_steps)
+  raise ValueError(f"unknown OpenAI noise_schedule {name!r} (linear or cosine)")
+
+
+def schedule_from(spec: Mapping[str, Any]) -> np.ndarray:
+  """The alpha-bar schedule a denoiser config names.
+
+  ``{"kind": "openai", "name": "cosine", "num_steps": 4000}``, ``{"kind": "alphas_cumprod",
+  "values": [...]}``, or ``linear_schedule`` keywords (optionally with ``"kind": "linear"``).
+  """
+  spec = dict(spec)
+  kind = spec.pop("kind", "linear")
+  if kind == "linear":
+    return linear_schedule(**spec)
+  if kind == "openai":
+    return openai_schedule(spec["name"], int(spec["num_steps"]))
+  if kind == "alphas_cumprod":
+    return np.asarray(spec["values"], np.float64)
+  raise ValueError(f"unknown schedule kind {kind!r} (linear, openai or alphas_cumprod)")
+
+
+def timestep_for_sigma(alphas_cumprod: ArrayLike, sigma: float) -> int:
   """The smallest ``t >= 1`` with ``sqrt((1 - a_t) / a_t) >= 2 sigma`` (Carlini et al.'s rule).
 
   Raises:
@@ -52,7 +107,8 @@ def timestep_for_sigma(alphas_cumprod, sigma: float) -> int:
   a = np.asarray(alphas_cumprod, np.float64)
   if not (math.isfinite(sigma) and sigma > 0):
     raise ValueError(f"sigma must be > 0, got {sigma!r}")
-  level = np.sqrt((1.0 - a) / a)
+  with np.errstate(divide="ignore"):  # a zero-terminal-SNR schedule ends with a_T = 0
+    level = np.sqrt((1.0 - a) / a)
   ok = np.nonzero(level[1:] >= 2.0 * sigma)[0]
   if not len(ok):
     raise ValueError(
@@ -71,17 +127,23 @@ class OneStep:
     t: the timestep (``timestep_for_sigma``).
     alpha_bar: ``a_t`` at ``t``.
     clip: clip ``x0`` to ``[-1, 1]`` (as Carlini et al. and diffusers' ``clip_sample``).
+    timestep_scale: the network receives ``t * timestep_scale`` as a float (improved-diffusion's
+      ``rescale_timesteps``: ``1000 / num_steps``); 1.0: the integer ``t``.
   """
 
   eps_fn: Callable
   t: int
   alpha_bar: float
   clip: bool = True
+  timestep_scale: float = 1.0
 
-  def __call__(self, params, y: jax.Array) -> jax.Array:
+  def __call__(self, params: Any, y: jax.Array) -> jax.Array:
     sa, s1a = math.sqrt(self.alpha_bar), math.sqrt(1.0 - self.alpha_bar)
     x_t = sa * (2.0 * y - 1.0)
-    t = jnp.full((y.shape[0],), self.t, jnp.int32)
+    if self.timestep_scale == 1.0:
+      t = jnp.full((y.shape[0],), self.t, jnp.int32)
+    else:
+      t = jnp.full((y.shape[0],), self.t * self.timestep_scale, jnp.float32)
     x0 = (x_t - s1a * self.eps_fn(params, x_t, t)) / sa
     if self.clip:
       x0 = jnp.clip(x0, -1.0, 1.0)
@@ -98,7 +160,18 @@ class _EpsApply:
     return nnx.merge(self.graphdef, state, copy=True)(x, t)
 
 
-def eps_apply(model) -> tuple[Callable, Any]:
+@dataclasses.dataclass(frozen=True)
+class _FirstChannels:
+  """A learned-variance model's epsilon: the first ``channels`` output channels."""
+
+  fn: Callable
+  channels: int
+
+  def __call__(self, params: Any, x: jax.Array, t: jax.Array) -> jax.Array:
+    return self.fn(params, x, t)[..., : self.channels]
+
+
+def eps_apply(model: Any) -> tuple[Callable, Any]:
   """Pure ``(eps_fn, state)`` of an NNX noise model ``model(x, t)`` (hashable, jit-static)."""
   from flax import nnx
 
@@ -107,7 +180,14 @@ def eps_apply(model) -> tuple[Callable, Any]:
 
 
 def one_step_denoiser(
-  model, *, sigma: float, alphas_cumprod, params=None, clip: bool = True
+  model: Any,
+  *,
+  sigma: float,
+  alphas_cumprod: ArrayLike,
+  params: Any = None,
+  clip: bool = True,
+  timestep_scale: float = 1.0,
+  eps_channels: int | None = None,
 ) -> tuple[OneStep, Any]:
   """The one-step diffusion denoiser for noise level ``sigma`` and its params.
 
@@ -118,6 +198,9 @@ def one_step_denoiser(
     alphas_cumprod: the model's alpha-bar schedule (``linear_schedule()``).
     params: params of a function ``model``.
     clip: clip the estimate to the data range.
+    timestep_scale: the network receives ``t * timestep_scale`` (``OneStep.timestep_scale``).
+    eps_channels: use the first ``eps_channels`` output channels as epsilon (a learned-variance
+      model returning ``[eps, variance]``); None: the whole output.
 
   Returns:
     ``(denoise_fn, params)`` for :func:`rsjax.denoise.denoised`.
@@ -127,7 +210,10 @@ def one_step_denoiser(
     fn = model
   else:
     fn, params = eps_apply(model)
-  return OneStep(fn, t, float(np.asarray(alphas_cumprod, np.float64)[t]), clip), params
+  if eps_channels is not None:
+    fn = _FirstChannels(fn, int(eps_channels))
+  a_t = float(np.asarray(alphas_cumprod, np.float64)[t])
+  return OneStep(fn, t, a_t, clip, float(timestep_scale)), params
 
 
 def ddpm_loss(key, eps_fn, params, x, *, alphas_cumprod, t_max: int | None = None):

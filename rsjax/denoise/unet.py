@@ -391,7 +391,7 @@ class UNet2DModel(nnx.Module):
     emb = timestep_embedding(
       t, cfg.block_out_channels[0], flip_sin_to_cos=cfg.flip_sin_to_cos, freq_shift=cfg.freq_shift
     )
-    temb = self.time_embedding(emb)
+    temb = self.time_embedding(emb.astype(x.dtype))  # bf16 stays bf16
     h = self.conv_in(x)
     skips = [h]
     for block in self.down_blocks:

@@ -18,6 +18,7 @@ __all__ = [
   "nonneg_int",
   "positive_float",
   "probability",
+  "batch_size",
   "data_flags",
   "normalize_flag",
   "add_sampling_flags",
@@ -48,6 +49,11 @@ positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
 probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
 
 
+def batch_size(text: str) -> int | str:
+  """An argparse ``type=``: ``auto`` or a positive integer."""
+  return "auto" if text == "auto" else positive_int(text)
+
+
 def normalize_flag(q: argparse.ArgumentParser) -> None:
   """``--normalize``: the input normalization of a PyTorch checkpoint."""
   q.add_argument(
@@ -67,7 +73,8 @@ def data_flags(q: argparse.ArgumentParser, dataset_required: bool = False) -> No
     "--dataset",
     required=dataset_required,
     default=None,
-    help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS)",
+    help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS), or an "
+    "array file F.npz (images x [N, H, W, C] uint8 or in [0, 1], labels y [N])",
   )
   q.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
 
@@ -90,7 +97,13 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
   )
   q.add_argument("--N", type=positive_int, default=100_000, help="estimation samples")
   q.add_argument("--alpha", type=probability, default=0.001, help="failure probability")
-  q.add_argument("--batch", type=positive_int, default=1000, help="forward passes per step")
+  q.add_argument(
+    "--batch",
+    type=batch_size,
+    default=None,
+    help="forward passes per step, or auto (from the device memory: "
+    "rsjax.engine.batching.auto_batch_size); default auto with --denoiser, else 1000",
+  )
   q.add_argument(
     "--skip", type=positive_int, default=1, help="use every skip-th input (Cohen et al.'s --skip)"
   )
@@ -146,7 +159,15 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     metavar="DIR",
     help="certify classifier(denoiser(x + noise)): a denoiser directory of "
     "'rsjax train-denoiser' or a diffusers UNet2DModel directory (one-step "
-    "diffusion denoising at --sigma)",
+    "diffusion denoising at --sigma), or an OpenAI improved/guided-diffusion checkpoint "
+    "directory (openai_flags.json)",
+  )
+  q.add_argument(
+    "--resize",
+    default=None,
+    metavar="HxW",
+    help="resize the (denoised) inputs to H x W, bicubic with antialiasing, before the "
+    "classifier (e.g. 224x224 for a ViT-B/16 on CIFAR-10)",
   )
   q.add_argument(
     "--torch-arch",

@@ -49,7 +49,7 @@ class Loaded:
   workdir: str | None = None
 
 
-def settings(run: RunSpec, batch_size: int = 1000) -> Sampling:
+def settings(run: RunSpec, batch_size: int | str = 1000) -> Sampling:
   """The ``rsjax.Sampling`` of a run (``batch_size`` changes speed, never counts)."""
   from rsjax import Sampling
 
@@ -75,7 +75,9 @@ def key(run: RunSpec) -> jax.Array:
   return k
 
 
-def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir, dataset, split):
+def _load_model(
+  *, model_dir, torch_checkpoint, torch_arch, normalize, data_dir, dataset, split, resize=None
+):
   """``(model, config, dataset_name, dataset)`` of a model directory or PyTorch checkpoint."""
   if torch_checkpoint is not None:
     if model_dir is not None:
@@ -102,20 +104,41 @@ def _load_model(*, model_dir, torch_checkpoint, torch_arch, normalize, data_dir,
     raise CliError("--dataset is required (the model directory does not name one)")
   ds = loading.open_dataset(name, split, data_dir)
   want = config.get("input_shape")
-  if want is not None and tuple(want) != tuple(ds.input_shape):
+  have = tuple(ds.input_shape)
+  if resize is not None and len(have) == 3:  # the resize stage feeds the classifier
+    have = (*parse_size(resize), have[-1])
+  if want is not None and tuple(want) != have:
     shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
     raise CliError(
       f"model expects {shape(want)} inputs, {name} is "
-      f"{shape(ds.input_shape)} (the model was trained on "
+      f"{shape(have)}{' after --resize' if resize else ''} (the model was trained on "
       f"{config.get('dataset', 'another dataset')})"
     )
   return model, config, ds
 
 
-def _apply(model, denoiser, sigma):
+def parse_size(text: str) -> tuple[int, int]:
+  """``"224"`` or ``"224x224"`` -> ``(224, 224)``."""
+  parts = str(text).lower().split("x")
+  try:
+    size = tuple(int(p) for p in parts)
+  except ValueError:
+    size = ()
+  if len(size) == 1:
+    size = size * 2
+  if len(size) != 2 or min(size) < 1:
+    raise CliError(f"--resize must be N or HxW (e.g. 224x224), got {text!r}")
+  return size  # type: ignore[return-value]
+
+
+def _apply(model, denoiser, sigma, resize=None):
   from rsjax import models
 
   apply_fn, params = models.to_apply_fn(model)
+  if resize is not None:  # bicubic antialiased, between denoiser and classifier
+    from rsjax.denoise.compose import Resized
+
+    apply_fn = Resized(apply_fn, parse_size(resize))
   if denoiser is not None:  # denoised smoothing: classifier(denoiser(x + delta))
     apply_fn, params = loading.open_denoised(denoiser, apply_fn, params, sigma=sigma)
   return apply_fn, params
@@ -127,6 +150,8 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   from rsjax import methods, record, runner
   from rsjax.runspec import DataRef, ModelRef, RunSpec
 
+  if getattr(args, "batch", 1000) is None:  # a denoiser's memory per sample is unknown: measure
+    args.batch = "auto" if getattr(args, "denoiser", None) else 1000
   model, config, ds = _load_model(
     model_dir=args.model_dir,
     torch_checkpoint=args.torch_checkpoint,
@@ -135,6 +160,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     data_dir=args.data_dir,
     dataset=args.dataset,
     split=args.split,
+    resize=getattr(args, "resize", None),
   )
   sigma, sigma_source = args.sigma, "flag"
   if sigma is None:
@@ -147,7 +173,9 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
         f"without noise (sigma {sigma:g}): pass the certification noise "
         "level with --sigma"
       )
-  apply_fn, params = _apply(model, args.denoiser, sigma)
+  resize = getattr(args, "resize", None)
+  resize = None if resize is None else "x".join(map(str, parse_size(resize)))
+  apply_fn, params = _apply(model, args.denoiser, sigma, resize)
   data = DataRef(
     name=ds.name,
     split=args.split,
@@ -172,6 +200,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     torch_arch=args.torch_arch if torch else None,
     normalize=args.normalize if torch else None,
     denoiser=args.denoiser,
+    resize=resize,
   )
   command = getattr(args, "command", "certify")
   method_name = getattr(args, "method", "cohen") if command == "certify" else "cohen"
@@ -244,16 +273,17 @@ def load(
     normalize=run.model.normalize,
     data_dir=data_dir,
     dataset=run.data.name,
+    resize=run.model.resize,
     split=run.data.split,
   )  # a run's dataset name is never empty (RunSpec refuses it)
   if run.model.denoiser is not None and denoiser is None:
     denoiser = run.model.denoiser
-  apply_fn, params = _apply(model, denoiser, run.sigma)
+  apply_fn, params = _apply(model, denoiser, run.sigma, run.model.resize)
   return Loaded(model, config, ds, apply_fn, params, model_dir)
 
 
 def plan(
-  run: RunSpec, loaded: Loaded, *, batch_size: int = 1000, data_dir: str | None = None
+  run: RunSpec, loaded: Loaded, *, batch_size: int | str = 1000, data_dir: str | None = None
 ) -> Plan:
   """The method's plan of ``run`` (``rsjax.methods``) over what it loaded."""
   from rsjax import methods

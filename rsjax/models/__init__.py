@@ -41,6 +41,10 @@ solvers are here too:
   same ``DEQModel`` base.
 
 Their certification (SRS, Gao et al. 2024) is ``rsjax.deq``.
+
+ViT and BEiT classifiers (``_vit``: ``VisionTransformer``; ``create_model("vit")``) import
+Hugging Face transformers weights (``_vit_import``: ``vit_from_transformers``,
+``load_transformers_state_dict``, ``vit_model_config`` for a model directory).
 """
 
 from rsjax.models._aux import AuxLoss as AuxLoss
@@ -98,6 +102,12 @@ from rsjax.models._torch import UnknownNormalizationError as UnknownNormalizatio
 from rsjax.models._torch import from_torch as from_torch
 from rsjax.models._torch import load_torch as load_torch
 from rsjax.models._torch import parse_normalize as parse_normalize
+from rsjax.models._vit import VisionTransformer as VisionTransformer
+from rsjax.models._vit import ViTConfig as ViTConfig
+from rsjax.models._vit_import import load_transformers_state_dict as load_transformers_state_dict
+from rsjax.models._vit_import import vit_config_from_transformers as vit_config_from_transformers
+from rsjax.models._vit_import import vit_from_transformers as vit_from_transformers
+from rsjax.models._vit_import import vit_model_config as vit_model_config
 
 __all__ = [
   "AuxLoss",
@@ -131,6 +141,8 @@ __all__ = [
   "TORCH_ARCHITECTURES",
   "TrainApply",
   "UnknownNormalizationError",
+  "ViTConfig",
+  "VisionTransformer",
   "anderson",
   "as_solver_config",
   "broyden",
@@ -138,6 +150,10 @@ __all__ = [
   "create_model",
   "fixed_point_iteration",
   "fold_batch_norm",
+  "load_transformers_state_dict",
+  "vit_config_from_transformers",
+  "vit_from_transformers",
+  "vit_model_config",
   "from_torch",
   "implicit_fixed_point",
   "jacobian_frobenius_sq",

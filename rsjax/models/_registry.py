@@ -20,6 +20,7 @@ from rsjax.models._resnet import (
   ResNet110,
 )
 from rsjax.models._simple import CNN, MLP, LeNet
+from rsjax.models._vit import create_vit
 
 if TYPE_CHECKING:
   from rsjax.models._layers import NormalizeArg
@@ -40,6 +41,8 @@ MODELS = {
   # CIFAR ResNet; ``block`` and ``stage_sizes`` of a torchvision ResNet.
   "cifar_resnet": CifarResNet,
   "imagenet_resnet": ImageNetResNet,
+  # ViT / BEiT (``rsjax.models.VisionTransformer``; ``vit_model_config`` writes its config).
+  "vit": create_vit,
 }
 
 # Names used by Cohen et al.'s code (``code/architectures.py``).
