@@ -26,7 +26,7 @@ import jax
 __all__ = ["Denoised", "Resized", "denoised", "identity_denoiser", "as_pure"]
 
 
-def identity_denoiser(params, x: jax.Array) -> jax.Array:
+def identity_denoiser(params: Any, x: jax.Array) -> jax.Array:
   """The denoiser that returns its input: ``classifier`` alone, as a composed classifier."""
   del params
   return x

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -103,13 +104,13 @@ def unet_shapes(config: UNetConfig) -> UNet2DModel:
   return nnx.eval_shape(lambda: UNet2DModel(config, rngs=nnx.Rngs(0)))
 
 
-def from_diffusers(unet) -> UNet2DModel:
+def from_diffusers(unet: Any) -> UNet2DModel:
   """The NNX port of a live diffusers ``UNet2DModel`` (its config and weights)."""
   config = UNetConfig.from_diffusers(dict(unet.config))
   return load_state_dict(unet_shapes(config), unet.state_dict())
 
 
-def load_diffusers_dir(path) -> UNet2DModel:
+def load_diffusers_dir(path: str | os.PathLike) -> UNet2DModel:
   """The NNX port of a saved diffusers ``UNet2DModel`` (``save_pretrained`` layout): its
   ``config.json`` and ``diffusion_pytorch_model.safetensors`` (or ``.bin``, which needs torch).
 

@@ -216,7 +216,15 @@ def one_step_denoiser(
   return OneStep(fn, t, a_t, clip, float(timestep_scale)), params
 
 
-def ddpm_loss(key, eps_fn, params, x, *, alphas_cumprod, t_max: int | None = None):
+def ddpm_loss(
+  key: jax.Array,
+  eps_fn: Callable[..., jax.Array],
+  params: Any,
+  x: ArrayLike,
+  *,
+  alphas_cumprod: ArrayLike,
+  t_max: int | None = None,
+) -> jax.Array:
   """DDPM's simple loss ``E |eps - eps_theta(sqrt(a_t) x0 + sqrt(1 - a_t) eps, t)|^2``.
 
   Args:

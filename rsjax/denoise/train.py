@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax.typing import ArrayLike
 
 from rsjax.denoise import diffusion
 
@@ -86,13 +87,13 @@ def _loss(objective, sigma, classifier_fn, alphas_cumprod, t_max):
 
 
 def train_denoiser(
-  key,
+  key: jax.Array | int,
   model: nnx.Module,
-  train_x,
+  train_x: np.ndarray,
   config: DenoiserTraining,
   *,
   classifier: tuple[Callable, Any] | None = None,
-  alphas_cumprod=None,
+  alphas_cumprod: ArrayLike | None = None,
   log: Callable[[str], None] | None = print,
 ) -> list[dict]:
   """Trains ``model`` in place on clean images.

@@ -30,7 +30,7 @@ DENOISER_FILE = "denoiser.json"
 KINDS = ("dncnn", "ddpm")
 
 
-def build_denoiser(kind: str, model_kwargs: dict, *, rngs=0) -> nnx.Module:
+def build_denoiser(kind: str, model_kwargs: dict, *, rngs: int | nnx.Rngs = 0) -> nnx.Module:
   """A fresh denoiser model: ``"dncnn"`` (:class:`DnCNN`) or ``"ddpm"`` (:class:`UNet2DModel`)."""
   if kind == "dncnn":
     return DnCNN(**model_kwargs, rngs=rngs)
@@ -39,7 +39,7 @@ def build_denoiser(kind: str, model_kwargs: dict, *, rngs=0) -> nnx.Module:
   raise ValueError(f"denoiser kind must be one of {KINDS}, got {kind!r}")
 
 
-def save_denoiser(out, model: nnx.Module, config: dict) -> None:
+def save_denoiser(out: str | os.PathLike, model: nnx.Module, config: dict) -> None:
   """Writes ``config`` (with ``kind``, ``model_kwargs``, ``input_shape``) and the weights."""
   for name in ("kind", "model_kwargs", "input_shape"):
     if name not in config:

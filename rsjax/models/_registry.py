@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MODELS", "create_model"]
 
-MODELS = {
+MODELS: dict[str, Callable[..., nnx.Module]] = {
   "mlp": MLP,
   "cnn": CNN,
   "lenet": LeNet,
