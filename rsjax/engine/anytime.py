@@ -99,8 +99,8 @@ class Anytime:
 
   grid: tuple[float, ...]
   first: int = 100
-  ratio: float = 1.1
-  stop_alpha: float = 0.01
+  ratio: float = 1.05
+  stop_alpha: float = 0.002
 
   def __post_init__(self) -> None:
     try:
