@@ -118,6 +118,7 @@ def round_counter(
   settings: Sampling,
   *,
   max_steps_per_launch: int = 64,
+  fit_steps: bool = False,
 ) -> tuple[CountFn, np.ndarray]:
   """The counts of the estimation rounds: ``(count_fn, counts [B, C] int64)``.
 
@@ -128,7 +129,10 @@ def round_counter(
   ``rsjax.engine.budget.sequential_bounds``. A round is a list of work items
   launched in scans whose length is a power of 4 up to
   ``max_steps_per_launch`` steps per device (a run compiles a handful of
-  programs), with one host sync per round.
+  programs), with one host sync per round. With ``fit_steps`` a round of ``d``
+  samples per input steps through them ``min(batch_size, 2^ceil(log2 d))`` at a
+  time, so that the small rounds of a dense schedule do not each compute a full
+  step (a few more programs, one per power of 2; the counts are the same).
 
   Raises:
     FloatingPointError: some sample's logits were NaN or inf (when ``count_fn``
@@ -145,7 +149,8 @@ def round_counter(
   counts = np.zeros((b, num_classes), np.int64)
 
   def count_fn(active: np.ndarray, start: int, stop: int) -> np.ndarray:
-    items = _round_items(active, start, stop, s)
+    step = min(s, 1 << (stop - start - 1).bit_length()) if fit_steps else s
+    items = _round_items(active, start, stop, step)
     partials = []
     while len(items):
       # The largest launch size (a power of 4, at most max_steps_per_launch steps
@@ -166,7 +171,7 @@ def round_counter(
           apply_fn=apply_fn,
           noise=noise,
           num_classes=num_classes,
-          samples_per_step=s,
+          samples_per_step=step,
           mesh=mesh,
           compute_dtype=settings.compute_dtype,
         )
