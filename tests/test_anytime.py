@@ -121,6 +121,15 @@ def test_engine_rounds_and_linear_soundness():
   assert np.all(cert.radius[~pred_ok] == 0) and cert.prediction[4] == 1
   assert cert.radius[4] >= 1.0 and cert.num_samples[4] < 1000
   assert "anytime-valid" in cert.guarantee
+  # The same certificate whatever the batch size, the rounds, the order or the devices.
+  perm = np.array([4, 2, 0, 3, 1])
+  again = rsjax.certify(
+    key, apply_fn, w, x[perm], n=n_max, batch_size=384, devices=1,
+    budget=anytime.Anytime(grid=GRID, round_ratio=3.0), **{**kw, "ids": ids[perm]},
+  )  # fmt: skip
+  np.testing.assert_array_equal(again.num_samples, cert.num_samples[perm])
+  np.testing.assert_array_equal(again.counts, cert.counts[perm])
+  np.testing.assert_array_equal(again.radius, cert.radius[perm])
 
 
 def test_many_linear_inputs_are_sound():

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import numpy as np
@@ -72,7 +73,7 @@ from rsjax.engine.driver import (
   RuleFn,
   Sampling,
 )
-from rsjax.engine.rounds import CountFn, round_counter
+from rsjax.engine.rounds import CountFn, SampleFn, round_sampler
 
 __all__ = ["Anytime", "anytime_bounds", "level_table"]
 
@@ -93,6 +94,11 @@ class Anytime:
     first: samples at the first look.
     ratio: growth of the looks, ``n_{k+1} = max(n_k + 1, ceil(ratio n_k))``.
       Looking is free; a smaller ratio overshoots less and costs more rounds.
+    round_ratio: growth of the engine's rounds (not of the looks): a round draws
+      whole steps of ``batch_size`` samples up to about ``round_ratio`` times
+      the samples so far, and the host looks at every look inside it. It only
+      trades compute past an input's stop against host syncs; the certificate,
+      the samples used and the counts do not depend on it.
     stop_alpha: tail level of the futility test (the stopping rule only): a
       larger value stops earlier and more often one level below ``n_max``'s.
   """
@@ -101,6 +107,7 @@ class Anytime:
   first: int = 100
   ratio: float = 1.05
   stop_alpha: float = 0.002
+  round_ratio: float = 1.25
 
   def __post_init__(self) -> None:
     try:
@@ -120,6 +127,8 @@ class Anytime:
       raise ValueError(f"first must be an integer >= 1, got {self.first!r}")
     if not float(self.ratio) > 1.0:
       raise ValueError(f"ratio must be > 1, got {self.ratio!r}")
+    if not float(self.round_ratio) > 1.0:
+      raise ValueError(f"round_ratio must be > 1, got {self.round_ratio!r}")
     stats.check_alpha(self.stop_alpha)
 
   def looks(self, n_max: int) -> np.ndarray:
@@ -148,18 +157,21 @@ class Anytime:
       raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
     c0 = resolve_counts(counts(jax.random.fold_in(key, SELECTION), settings.n0))
     guess = c0.argmax(axis=1)
-    count_fn, counts1 = round_counter(jax.random.fold_in(key, ESTIMATION), counts, guess, settings)
     noise, n, alpha = settings.noise, settings.n, settings.alpha
+    sample_fn = round_sampler(jax.random.fold_in(key, ESTIMATION), counts, settings)
+    cache = _Rounds(sample_fn, guess, counts.num_classes, n_max=n,
+                    step=min(int(settings.batch_size), n), ratio=self.round_ratio)  # fmt: skip
     _, used, p_lower = anytime_bounds(
-      count_fn, len(counts.x), n_max=n, alpha=alpha, budget=self, noise=noise,
+      cache, len(counts.x), n_max=n, alpha=alpha, budget=self, noise=noise,
       scale=rule.scale, dim=rule.dim,
     )  # fmt: skip
+    counts1 = cache.counts(used)
     ok = p_lower >= 0.5
     return BudgetedCertificate(
       prediction=np.where(ok, guess, ABSTAIN).astype(np.int64),
       radius=rule.radius(p_lower),
       p_lower=np.asarray(p_lower, np.float64),
-      counts=counts1.astype(np.int32),
+      counts=counts1,
       counts_selection=c0,
       norm=noise.norm,
       guarantee=(
@@ -181,6 +193,59 @@ def level_table(
   return np.asarray(
     [level_probability(lambda p: float(noise.radius(np.float64(p), scale, dim)), r) for r in grid]
   )
+
+
+class _Rounds:
+  """The successes of any look range from the engine's rounds (a ``CountFn``).
+
+  A request past the samples drawn so far draws one round for the inputs still
+  running: whole steps up to about ``ratio`` times the samples so far (at least
+  ``stop``, at most ``n_max``); later requests inside it are answered from its
+  per-sample classes on the host. Every input asked about at a request has
+  been drawn in the same rounds, so one end serves them all.
+  """
+
+  def __init__(
+    self, sample_fn: SampleFn, guess: np.ndarray, num_classes: int, *, n_max: int, step: int,
+    ratio: float,
+  ) -> None:  # fmt: skip
+    self.sample_fn, self.guess, self.n_max, self.step, self.ratio = (
+      sample_fn, guess, n_max, step, ratio,
+    )  # fmt: skip
+    b = len(guess)
+    self.full = np.zeros((b, num_classes), np.int64)  # class counts before base
+    self.base = np.zeros(b, np.int64)
+    self.buf: dict[int, np.ndarray] = {}  # classes of samples base .. end - 1
+    self.end = 0
+    self.num_classes = num_classes
+
+  def __call__(self, active: np.ndarray, start: int, stop: int) -> np.ndarray:
+    if stop > self.end:
+      new_end = max(stop, math.ceil(self.end * self.ratio), self.end + self.step)
+      new_end = min(self.n_max, -(-new_end // self.step) * self.step)
+      new = self.sample_fn(active, self.end, new_end)
+      for row, i in enumerate(active.tolist()):
+        old = self.buf.get(i, np.zeros(0, np.int32))[start - self.base[i] :]
+        self.full[i] += self._hist(self.buf.get(i, np.zeros(0, np.int32))[: start - self.base[i]])
+        self.buf[i], self.base[i] = np.concatenate([old, new[row]]), start
+      self.end = new_end
+    return np.asarray(
+      [
+        np.sum(self.buf[i][start - self.base[i] : stop - self.base[i]] == self.guess[i])
+        for i in active.tolist()
+      ],
+      np.int64,
+    )
+
+  def _hist(self, classes: np.ndarray) -> np.ndarray:
+    return np.bincount(classes, minlength=self.num_classes)[: self.num_classes]
+
+  def counts(self, used: np.ndarray) -> np.ndarray:
+    """``[B, C]`` int32 class counts of the first ``used[i]`` samples of each input."""
+    out = self.full.copy()
+    for i, buf in self.buf.items():
+      out[i] += self._hist(buf[: int(used[i]) - self.base[i]])
+    return out.astype(np.int32)
 
 
 @functools.lru_cache(maxsize=512)
