@@ -58,6 +58,13 @@ sigma 0.5 the median input stops at 8,000 samples, but 11 of the 100 run to
 within 0.05 of a grid radius, where only the last samples decide the level. At
 sigma 0.25, 2 inputs run to 100,000 (19% of the samples).
 
+Issue 40 added the anytime-valid rule (``rsjax.engine.anytime.Anytime``, ``--rules``):
+each certify call runs fixed N, ``Budget`` and ``Anytime`` on the same inputs and key.
+Its run (``benchmarks/results/budgeted_anytime.json``; figures in ``benchmarks/RESULTS.md``)::
+
+  python -m benchmarks.budgeted --images 50 --skip 20 --cifar-images 0 \
+    --json benchmarks/results/budgeted_anytime.json
+
 The previous run (the same command at 38a3e1b, before the "cannot reach it
 within ``n_max``" test of ``rsjax.engine.budget``) used 26,710 samples per input at
 sigma 0.5 (3.7x), with the same certified accuracies: inputs just above a

@@ -1,9 +1,9 @@
-"""Budgeted CERTIFY with anytime-valid tests at every round: the ``Anytime`` sampling rule.
+"""Budgeted CERTIFY with anytime-valid tests at every look: the ``Anytime`` sampling rule.
 
 ``rsjax.engine.budget.Budget`` splits ``alpha`` over a few fixed looks and pays
-for every look it takes. ``Anytime`` looks after every round of a dense
-schedule and pays nothing for looking (Ville's inequality), so an input stops
-within a few percent of the samples it needs:
+for every look it takes. ``Anytime`` looks on a dense schedule and pays
+nothing for looking (Ville's inequality), so an input stops within a few
+percent of the samples it needs:
 
 * **Per grid level, an anytime-valid test** at ``alpha / 2``: the one-sided
   Krichevsky-Trofimov mixture against ``p_A = m_j``, ``m_j`` the smallest
@@ -28,17 +28,23 @@ Clopper-Pearson bound at ``n_max`` to exceed ``p_A`` (``<= alpha / 2``):
 recursion over the count distribution in ``tests/test_anytime.py``.
 
 **The stopping rule** (efficiency only; checked at every look): an input stops
-when its level is the top of the grid, or when the level above is unlikely to be reached by ``n_max``: the count at
-``n_max`` it needs (mixture or Clopper-Pearson) lies above the predicted count
+when its level is the top of the grid, or when the level above is unlikely to
+be reached by ``n_max``: the count at ``n_max`` it needs (mixture or Clopper-Pearson) lies above the predicted count
 by more than ``z`` standard deviations, ``z`` the upper ``stop_alpha`` normal
 quantile, with ``p_A`` estimated from the count so far and the spread of the
 estimate and of the samples still to come together (this covers futility:
 ``p_A`` below the next level, and abstain).
 
-The rounds are ``rsjax.engine.rounds``'s: the samples of one look for the
-inputs still running, drawn from the same per-input streams as CERTIFY's
-estimation pass; the counts at a look equal ``rsjax.sample_counts(fold_in(key,
-1), ..., num=n_k)``.
+**Rounds and looks.** The looks (``first``, then ratio ``ratio``: about 140 up
+to ``n_max = 100,000``) are where the tests are read; the device draws in
+fewer, larger rounds (``round_ratio``: whole steps of ``batch_size``, about 20
+rounds up to ``n_max``) through ``rsjax.engine.rounds.round_sampler``, which
+returns the class of every sample, so the host reads the count at every look
+inside a round and an input stops at its first stopping look. The samples
+past it that its last round drew are computed but not used: the certificate,
+``num_samples`` and the counts are those of the first ``num_samples`` samples
+of CERTIFY's estimation stream (``fold_in(fold_in(key, 1), id)``), whatever
+the rounds, batch size or devices.
 """
 
 from __future__ import annotations
