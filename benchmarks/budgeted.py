@@ -58,6 +58,13 @@ sigma 0.5 the median input stops at 8,000 samples, but 11 of the 100 run to
 within 0.05 of a grid radius, where only the last samples decide the level. At
 sigma 0.25, 2 inputs run to 100,000 (19% of the samples).
 
+Issue 40 added the anytime-valid rule (``rsjax.engine.anytime.Anytime``, ``--rules``):
+each certify call runs fixed N, ``Budget`` and ``Anytime`` on the same inputs and key.
+Its run (``benchmarks/results/budgeted_anytime.json``; figures in ``benchmarks/RESULTS.md``)::
+
+  python -m benchmarks.budgeted --images 50 --skip 20 --cifar-images 0 \
+    --json benchmarks/results/budgeted_anytime.json
+
 The previous run (the same command at 38a3e1b, before the "cannot reach it
 within ``n_max``" test of ``rsjax.engine.budget``) used 26,710 samples per input at
 sigma 0.5 (3.7x), with the same certified accuracies: inputs just above a
@@ -77,6 +84,7 @@ import numpy as np
 import rsjax
 from benchmarks.common import dump_json
 from rsjax import data, metrics, models, runner, training
+from rsjax.engine import anytime
 from rsjax.engine import budget as budgeted
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
@@ -155,6 +163,13 @@ def main(argv=None) -> dict:
     default=10,
     help="certify every skip-th test input (1,000 test digits: 10 gives 100)",
   )
+  p.add_argument(
+    "--rules",
+    nargs="+",
+    default=["budgeted", "anytime"],
+    choices=["budgeted", "anytime"],
+    help="budgeted rules run beside fixed N: 'budgeted' (Budget, the looks rule), 'anytime'",
+  )
   p.add_argument("--workdir", default="runs/budgeted")
   p.add_argument("--json", default="benchmarks/results/budgeted.json")
   args = p.parse_args(argv)
@@ -190,7 +205,7 @@ def main(argv=None) -> dict:
       idx=idx,
       clean_accuracy=float(clean),
     )
-    rows[key] = {"fixed": [], "budgeted": []}
+    rows[key] = {m: [] for m in ["fixed", *args.rules]}
 
   cert_key = jax.random.key(1)
   out = {}
@@ -211,7 +226,9 @@ def main(argv=None) -> dict:
         batch_size=args.batch_size,
         ids=ids,
       )
-      for method, budget in (("fixed", None), ("budgeted", GRID)):
+      rules = {"fixed": None, "budgeted": GRID, "anytime": anytime.Anytime(GRID)}
+      for method in rows[key]:
+        budget = rules[method]
         t0 = time.perf_counter()
         cert = rsjax.certify(cert_key, s["apply_fn"], s["params"], x, budget=budget, **common)
         dt = time.perf_counter() - t0
@@ -226,21 +243,23 @@ def main(argv=None) -> dict:
         "test_indices": [int(i) for i in s["idx"][: (c + 1) * args.chunk]],
         **{m: _summary(r, GRID) for m, r in rows[key].items()},
       }
-      f, b = out[key]["fixed"], out[key]["budgeted"]
-      out[key]["samples_ratio"] = f["mean_samples"] / b["mean_samples"]
-      out[key]["wall_ratio"] = f["wall_s"] / b["wall_s"]
-      out[key]["max_accuracy_gap_points"] = 100 * max(
-        abs(f["certified_accuracy"][r] - b["certified_accuracy"][r])
-        for r in f["certified_accuracy"]
-      )
-      print(
-        f"[{time.perf_counter() - t_start:7.0f}s] {key}: {b['images']} images, samples "
-        f"{f['mean_samples']:.0f} vs {b['mean_samples']:.0f} "
-        f"({out[key]['samples_ratio']:.2f}x), wall {f['wall_s']:.0f}s vs {b['wall_s']:.0f}s "
-        f"({out[key]['wall_ratio']:.2f}x), max accuracy gap "
-        f"{out[key]['max_accuracy_gap_points']:.1f} points",
-        flush=True,
-      )
+      f = out[key]["fixed"]
+      for rule in args.rules:
+        b, tag = out[key][rule], "" if rule == "budgeted" else f"_{rule}"
+        out[key]["samples_ratio" + tag] = f["mean_samples"] / b["mean_samples"]
+        out[key]["wall_ratio" + tag] = f["wall_s"] / b["wall_s"]
+        out[key]["max_accuracy_gap_points" + tag] = 100 * max(
+          abs(f["certified_accuracy"][r] - b["certified_accuracy"][r])
+          for r in f["certified_accuracy"]
+        )
+        print(
+          f"[{time.perf_counter() - t_start:7.0f}s] {key} {rule}: {b['images']} images, samples "
+          f"{f['mean_samples']:.0f} vs {b['mean_samples']:.0f} "
+          f"({out[key]['samples_ratio' + tag]:.2f}x), wall {f['wall_s']:.0f}s vs "
+          f"{b['wall_s']:.0f}s ({out[key]['wall_ratio' + tag]:.2f}x), max accuracy gap "
+          f"{out[key]['max_accuracy_gap_points' + tag]:.1f} points",
+          flush=True,
+        )
       budget = dataclasses.asdict(budgeted.Budget(GRID))
       result = {
         "grid": list(GRID),
@@ -250,6 +269,7 @@ def main(argv=None) -> dict:
         "batch_size": args.batch_size,
         "chunk": args.chunk,
         "budget": budget,
+        "anytime": {**dataclasses.asdict(anytime.Anytime(GRID)), "rule": anytime.RULE},
         "looks": [int(v) for v in budgeted.Budget(GRID).looks(args.n)],
         "jax": jax.__version__,
         "device": str(jax.devices()[0]),

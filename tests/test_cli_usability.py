@@ -70,7 +70,10 @@ def test_a_mismatch_names_only_the_fields_that_differ(model_dir, tmp_path, capsy
   rows = str(tmp_path / "rows.tsv")
   assert cli.main(["certify", model_dir, rows, *_CERT]) == 0
   record = io.read_run_record(rows)
-  assert set(record["method"]["options"]) == {"grid"}  # not the other methods' options
+  assert set(record["method"]["options"]) == {
+    "grid",
+    "budget_rule",
+  }  # not the other methods' options
   capsys.readouterr()
   assert cli.main(["certify", model_dir, rows, *_CERT[:3], "80", *_CERT[4:]]) == 2
   err = capsys.readouterr().err

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from run_edits import copy_run, edit_run, move_one_count, reradius
 
-from rsjax import audit, cli, io, record, verify
+from rsjax import audit, checks, cli, io, record, verify
 from rsjax import noise as noise_lib
 from rsjax.runspec import KEY_DERIVATION, RunSpec
 
@@ -246,6 +246,27 @@ def test_budgeted_and_multiclass_runs_verify(models, tmp_path):
   edit_run(m, lambda r: r["method"].update(multiclass=False))
   res = io.read_certify(m)
   assert {x.idx for x in verify.verify(m).mismatches} == {int(i) for i in res.idx}
+
+
+def test_anytime_budgeted_runs_verify(models, tmp_path):
+  b = certify(
+    models[0], tmp_path / "a.tsv", "--grid", "0,0.25,0.5", "--N", "4000", "--budget-rule", "anytime"
+  )
+  rep = verify.verify(b)
+  assert rep.ok and rep.rows == 5, rep.mismatches
+  budget = RunSpec.read(b).details["budget"]
+  assert budget["rule"] == "anytime-kt-mixture" and budget["first"] == 100
+  looks = set(checks.anytime_looks(4000, budget["first"], budget["ratio"]))
+  recs = record.read_records(b)
+  assert {r["n"] for r in recs.values()} <= looks
+  assert audit.audit(b, model_dir=models[0], rows=2).ok
+  # A sample count that is no look, or another schedule, is caught.
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(ratio=1.5))
+  rep = verify.verify(b)
+  assert not rep.ok and any("looks" in x.reason for x in rep.mismatches)
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(ratio=0.5))
+  rep = verify.verify(b)
+  assert not rep.ok and "is not one" in rep.mismatches[0].reason
 
 
 def test_missing_record_is_an_error_in_cli_words(honest, tmp_path, capsys):

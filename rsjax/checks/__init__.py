@@ -5,11 +5,14 @@ NumPy and SciPy only (no JAX, no model, no device). A method's check (its
 again from the row's certificate record with these, written out again here
 rather than by calling the code that produced them: the Clopper-Pearson bounds
 and radii (``cp_lower``, ``binary_radius``, ``multiclass``), the budgeted
-looks and alpha levels, the counts of a row (``read_rows``), Cohen's
+looks and alpha levels, the anytime rule's mixture thresholds, the counts of a row (``read_rows``), Cohen's
 certificate from them (``cohen_certificate``) and the comparison with the
 file (``compare``), each difference a :class:`Mismatch`.
 """
 
+from rsjax.checks._anytime import ANYTIME_RULE as ANYTIME_RULE
+from rsjax.checks._anytime import anytime_certificate as anytime_certificate
+from rsjax.checks._anytime import anytime_levels as anytime_levels
 from rsjax.checks._formulas import binary_radius as binary_radius
 from rsjax.checks._formulas import budget_alphas as budget_alphas
 from rsjax.checks._formulas import budget_looks as budget_looks
@@ -18,6 +21,11 @@ from rsjax.checks._formulas import cp_upper as cp_upper
 from rsjax.checks._formulas import multiclass as multiclass
 from rsjax.checks._mismatch import Mismatch as Mismatch
 from rsjax.checks._mismatch import VerifyError as VerifyError
+from rsjax.checks._mixture import anytime_looks as anytime_looks
+from rsjax.checks._mixture import level_probability as level_probability
+from rsjax.checks._mixture import mixture_log_wealth as mixture_log_wealth
+from rsjax.checks._mixture import mixture_thresholds as mixture_thresholds
+from rsjax.checks._mixture import nested_level as nested_level
 from rsjax.checks._rows import Rows as Rows
 from rsjax.checks._rows import budget_levels as budget_levels
 from rsjax.checks._rows import cohen_certificate as cohen_certificate

@@ -154,7 +154,8 @@ def _run_summary(label: str, run, res) -> str:
   budget = (run.details or {}).get("budget")
   how = (" (multiclass radius)" if run.multiclass else "") + (
     f" (budgeted: grid {run.options.get('grid')}, first look {budget['first']}, ratio "
-    f"{budget['ratio']:g}, final share {budget['final_share']:g})"
+    f"{budget['ratio']:g}, "
+    + (f"rule {budget['rule']})" if "rule" in budget else f"final share {budget['final_share']:g})")
     if budget
     else ""
   )

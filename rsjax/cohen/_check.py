@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsjax.checks import Mismatch, budget_levels, cohen_certificate, compare, read_rows, run_sigma
+from rsjax.checks import (
+  ANYTIME_RULE,
+  Mismatch,
+  anytime_certificate,
+  anytime_levels,
+  budget_levels,
+  cohen_certificate,
+  compare,
+  read_rows,
+  run_sigma,
+)
 
 
 def check_cohen(
@@ -13,13 +23,23 @@ def check_cohen(
   issues: list[Mismatch] = []
   sigma = run_sigma(cert)
   levels = None
-  if cert.get("budget"):
+  anytime = bool(cert.get("budget")) and cert["budget"].get("rule") == ANYTIME_RULE
+  if anytime:
+    levels = anytime_levels(
+      cert, int(cert["sampling"]["n"]), float(cert["sampling"]["alpha"]), issues
+    )
+    if levels is None:
+      return issues
+  elif cert.get("budget"):
     levels = budget_levels(
       cert, int(cert["sampling"]["n"]), float(cert["sampling"]["alpha"]), issues
     )
     if levels is None:
       return issues
   rows = read_rows(cert, res, recs, issues, levels)
-  predict, radius, p = cohen_certificate(cert, rows, sigma)
+  if anytime:
+    predict, radius, p = anytime_certificate(cert, rows, sigma)
+  else:
+    predict, radius, p = cohen_certificate(cert, rows, sigma)
   compare(res, rows, predict, radius, issues, rtol=rtol, atol=atol, p_lower=p)
   return issues

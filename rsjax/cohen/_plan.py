@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from rsjax.cohen._certify import certify
+from rsjax.engine.anytime import Anytime
 from rsjax.engine.budget import Budget, BudgetedCertificate
 from rsjax.engine.driver import Certificate
 from rsjax.method import Context, Plan
 
 
-def build(ctx: Context, *, grid: tuple[float, ...] | None) -> Plan:
+def build(ctx: Context, *, grid: tuple[float, ...] | None, budget_rule: str = "looks") -> Plan:
   """Refuses what Cohen's radius cannot do, else the plan (``rsjax.method.Method.build``)."""
   noise = ctx.settings.noise
   if ctx.multiclass and not ctx.gaussian_l2:
@@ -21,6 +22,10 @@ def build(ctx: Context, *, grid: tuple[float, ...] | None) -> Plan:
       "--grid (budgeted CERTIFY) works with --method cohen and the binary radius only"
     )
 
+  rule = None
+  if grid is not None:
+    rule = Anytime(grid=tuple(grid)) if budget_rule == "anytime" else Budget(grid=tuple(grid))
+
   def fn(x, ids):
     return certify(
       ctx.key,
@@ -32,25 +37,29 @@ def build(ctx: Context, *, grid: tuple[float, ...] | None) -> Plan:
       num_classes=ctx.dataset.num_classes,
       settings=ctx.settings,
       multiclass=ctx.multiclass,
-      budget=grid,
+      budget=rule,
     )
 
   what = f"Cohen et al.'s CERTIFY, {noise.name} noise, sigma={ctx.sigma}"
   if grid is None:
     return Plan(fn, Certificate.columns, describe=what)
   # Budgeted inputs stop independently and share launches: certify 16 per call. The
-  # schedule (Budget's defaults) is part of the run's record.
-  b = Budget(grid=tuple(grid))
-  schedule = {
-    "first": b.first,
-    "ratio": b.ratio,
-    "final_share": b.final_share,
-    "stop_alpha": b.stop_alpha,
-  }
+  # rule and its schedule (the rule's defaults) are part of the run's record.
+  kind = ""
+  if isinstance(rule, Anytime):
+    schedule, kind = rule.record(), " (anytime-valid)"
+  else:
+    b = Budget(grid=tuple(grid))
+    schedule = {
+      "first": b.first,
+      "ratio": b.ratio,
+      "final_share": b.final_share,
+      "stop_alpha": b.stop_alpha,
+    }
   return Plan(
     fn,
     BudgetedCertificate.columns,
-    describe=f"{what}, budgeted on the radius grid {list(grid)}",
+    describe=f"{what}, budgeted{kind} on the radius grid {list(grid)}",
     inputs_per_call=16,
     details={"budget": schedule},
   )

@@ -42,6 +42,15 @@ METHOD = Method(
       "samples; adds a 'samples' column",
       parse_grid,
     ),
+    Option(
+      "budget_rule",
+      "looks",
+      "the stopping rule of budgeted CERTIFY (--grid): 'looks' (alpha split over "
+      "a few geometric looks) or 'anytime' (an anytime-valid mixture test per grid "
+      "level after every round, and Clopper-Pearson at --N)",
+      str,
+      choices=("looks", "anytime"),
+    ),
   ),
   check=check_cohen,
 )

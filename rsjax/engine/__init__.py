@@ -12,6 +12,8 @@
   (``certificate_from_counts``, ``CohenRule``, ``cohen_passes``).
 * :mod:`rsjax.engine.budget`: the budgeted sampling rule ``Budget`` (sound
   early stopping on a radius grid).
+* :mod:`rsjax.engine.anytime`: the budgeted sampling rule ``Anytime``
+  (anytime-valid tests per grid level after every round).
 
 The modules are imported on first use (``rsjax.engine.counts`` etc.).
 """
@@ -21,5 +23,5 @@ from rsjax import _lazy
 __getattr__, __dir__ = _lazy.exports(
   __name__,
   {},
-  submodules=("batching", "budget", "cohen_rule", "counts", "driver", "step", "traced"),
+  submodules=("anytime", "batching", "budget", "cohen_rule", "counts", "driver", "step", "traced"),
 )

@@ -239,11 +239,14 @@ class Budget:
 def as_budget(budget: Budget | Sequence[float]) -> Budget:
   """A :class:`Budget`, or the default looks for a radius grid (a sequence of radii).
 
+  Another budgeted sampling rule (``rsjax.engine.anytime.Anytime``: a value
+  with ``grid`` and ``run``) is returned as it is.
+
   Raises:
     ValueError: for a bad grid.
   """
-  if isinstance(budget, Budget):
-    return budget
+  if isinstance(budget, Budget) or (hasattr(budget, "run") and hasattr(budget, "grid")):
+    return budget  # type: ignore[return-value]
   return Budget(grid=tuple(np.asarray(budget, np.float64).reshape(-1)))
 
 

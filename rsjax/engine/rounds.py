@@ -27,13 +27,15 @@ from jax.typing import DTypeLike
 from rsjax import noise as noise_lib
 from rsjax.engine.counts import check_finite_outputs
 from rsjax.engine.driver import EngineCounts, Sampling
-from rsjax.engine.step import ApplyFn, cast_floating, noisy_counts
+from rsjax.engine.step import ApplyFn, cast_floating, noisy_counts, noisy_predictions
 from rsjax.util import PyTree, local_mesh, num_local_devices, replicate
 
-__all__ = ["CountFn", "round_counter"]
+__all__ = ["CountFn", "SampleFn", "round_counter", "round_sampler"]
 
 #: ``count_fn(active [m] int, start, stop) -> [m]`` successes (:func:`round_counter`).
 CountFn = Callable[[np.ndarray, int, int], np.ndarray]
+#: ``sample_fn(active [m] int, start, stop) -> [m, stop - start]`` classes (:func:`round_sampler`).
+SampleFn = Callable[[np.ndarray, int, int], np.ndarray]
 
 
 @functools.partial(
@@ -178,3 +180,116 @@ def round_counter(
     return new[active, guess[active]]
 
   return count_fn, counts
+
+
+@functools.partial(
+  jax.jit,
+  static_argnames=("apply_fn", "noise", "num_classes", "samples_per_step", "mesh", "compute_dtype"),
+)
+def _items_preds_jit(
+  key: jax.Array,
+  params: PyTree,
+  x: jax.Array,
+  sig: jax.Array,
+  ids: jax.Array,
+  items: jax.Array,
+  *,
+  apply_fn: ApplyFn,
+  noise: noise_lib.Noise,
+  num_classes: int,
+  samples_per_step: int,
+  mesh: jax.sharding.Mesh,
+  compute_dtype: DTypeLike | None,
+) -> jax.Array:
+  """The class of every sample of a list of work items ``[devices, T, 3]``: ``[devices, T, s]``
+  int32 (-1: non-finite logits, -2: past the item's end), as :func:`_items_jit` counts them."""
+  params = cast_floating(params, compute_dtype)
+
+  def per_device(
+    key: jax.Array, params: PyTree, x: jax.Array, sig: jax.Array, ids: jax.Array, items: jax.Array
+  ) -> jax.Array:
+    def body(carry: None, item: jax.Array) -> tuple[None, jax.Array]:
+      i, a, b = item[0], item[1], item[2]
+      j = a + jnp.arange(samples_per_step, dtype=jnp.uint32)
+
+      def take(arr: jax.Array) -> jax.Array:
+        return jax.lax.dynamic_index_in_dim(arr, i, keepdims=True)
+
+      p = noisy_predictions(
+        apply_fn, params, noise, num_classes, key, take(x), take(sig), take(ids), j, j < b,
+        compute_dtype,
+      )  # fmt: skip
+      return None, p[0]
+
+    _, preds = jax.lax.scan(body, None, items[0])
+    return preds[None]
+
+  fn = jax.shard_map(
+    per_device,
+    mesh=mesh,
+    in_specs=(P(), P(), P(), P(), P(), P("dev")),
+    out_specs=P("dev"),
+    check_vma=False,
+  )
+  return fn(key, params, x, sig, ids, items)
+
+
+def round_sampler(
+  k_est: jax.Array,
+  source: EngineCounts,
+  settings: Sampling,
+  *,
+  max_steps_per_launch: int = 64,
+) -> SampleFn:
+  """The class of every sample of the estimation rounds, per input: ``sample_fn``.
+
+  ``sample_fn(active [m], start, stop)`` draws samples ``start .. stop - 1`` of
+  the inputs ``active`` from ``k_est`` (the stream of :func:`round_counter`)
+  and returns their classes ``[m, stop - start]`` int32, so that the host can
+  look at every count in between (``rsjax.engine.anytime``). Launched as
+  :func:`round_counter`'s rounds, one host sync per round; the host receives
+  ``stop - start`` integers per input instead of ``C``.
+
+  Raises:
+    FloatingPointError: some sample's logits were NaN or inf (when ``sample_fn``
+      is called).
+  """
+  apply_fn, params, num_classes = source.apply_fn, source.params, source.num_classes
+  x_np, sig, ids_arr = source.x, source.sigma, source.ids
+  ndev = num_local_devices(settings.devices)
+  mesh = local_mesh(ndev)
+  s = min(int(settings.batch_size), settings.n)
+  dev_args = replicate(mesh, (k_est, params, x_np, sig, ids_arr))
+
+  def sample_fn(active: np.ndarray, start: int, stop: int) -> np.ndarray:
+    items = _round_items(active, start, stop, s)
+    per_input = len(items) // max(len(active), 1)
+    outs, total = [], len(items)
+    while len(items):
+      per_dev = -(-len(items) // ndev)
+      t = min(max_steps_per_launch, 4 ** int(math.log(per_dev, 4) + 1e-9))
+      launch, items = items[: t * ndev], items[t * ndev :]
+      pad = t * ndev - len(launch)
+      if pad:
+        launch = np.concatenate([launch, np.zeros((pad, 3), np.uint32)])
+      launch = launch.reshape(t, ndev, 3).transpose(1, 0, 2)
+      outs.append(
+        (
+          t * ndev - pad,
+          _items_preds_jit(
+            *dev_args, launch, apply_fn=apply_fn, noise=noise_lib.get_noise(settings.noise),
+            num_classes=num_classes, samples_per_step=s, mesh=mesh,
+            compute_dtype=settings.compute_dtype,
+          ),
+        )
+      )  # fmt: skip
+    # One host sync per round; back to the items' order (launches were round-robin).
+    preds = np.concatenate(
+      [np.asarray(jax.device_get(p)).transpose(1, 0, 2).reshape(-1, s)[:n] for n, p in outs]
+    )[:total]
+    preds = preds.reshape(len(active), per_input * s)
+    preds = preds[:, : stop - start] if per_input * s >= stop - start else preds
+    check_finite_outputs((preds == -1).sum(axis=1), ids_arr[active], stop - start)
+    return preds
+
+  return sample_fn

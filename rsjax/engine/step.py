@@ -112,7 +112,7 @@ def cast_floating(params: PyTree, dtype: DTypeLike | None) -> PyTree:
   )
 
 
-def noisy_counts(
+def _noisy_logits(
   apply_fn: ApplyFn,
   params: PyTree,
   noise: noise_lib.Noise,
@@ -123,19 +123,9 @@ def noisy_counts(
   ids_g: jax.Array,
   j: jax.Array,
   valid: jax.Array,
-  compute_dtype: DTypeLike | None = None,
+  compute_dtype: DTypeLike | None,
 ) -> jax.Array:
-  """Class counts of samples ``j`` of ``g`` inputs: ``[g, C + 1]`` int32 (traceable).
-
-  Draws the noise of samples ``j`` (``[s]`` uint32, the same indices for every
-  input) with :func:`sample_noise`, runs ``apply_fn`` on the ``g * s`` noisy
-  inputs in one forward batch and counts the argmax classes of the samples
-  where ``valid`` (``[s]`` bool) holds. Column ``C`` counts the samples whose
-  logits are not all finite (their argmax is meaningless; the host refuses to
-  use counts where it is nonzero, ``rsjax.engine.counts.check_finite_outputs``). Every sampler
-  of the engine (the planned passes here, the rounds of ``rsjax.engine.budget``)
-  counts through this function.
-  """
+  """The logits ``[g * s, C]`` of samples ``j`` of ``g`` inputs (:func:`noisy_counts`)."""
   g, s = x_g.shape[0], j.shape[0]
   shape = x_g.shape[1:]
 
@@ -166,9 +156,72 @@ def noisy_counts(
       f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
       f"expected [{g * s}, num_classes={num_classes}]"
     )
+  return logits
+
+
+def _predictions(
+  logits: jax.Array, g: int, s: int, valid: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """``(argmax classes [g, s], non-finite logits where valid [g, s])`` of a step's logits."""
   pred = jnp.argmax(logits, axis=-1).reshape(g, s)
-  onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[None, :, None]
   bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid[None, :]
+  return pred, bad
+
+
+def noisy_predictions(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  noise: noise_lib.Noise,
+  num_classes: int,
+  key: jax.Array,
+  x_g: jax.Array,
+  sig_g: jax.Array,
+  ids_g: jax.Array,
+  j: jax.Array,
+  valid: jax.Array,
+  compute_dtype: DTypeLike | None = None,
+) -> jax.Array:
+  """The class of each sample ``j`` of ``g`` inputs: ``[g, s]`` int32 (traceable).
+
+  The same noise and forward pass as :func:`noisy_counts` (its counts are the
+  histogram of these classes); -1 where the logits are not all finite, -2
+  where ``valid`` does not hold.
+  """
+  logits = _noisy_logits(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, valid,
+                         compute_dtype)  # fmt: skip
+  pred, bad = _predictions(logits, x_g.shape[0], j.shape[0], valid)
+  return jnp.where(valid[None, :], jnp.where(bad, -1, pred), -2).astype(jnp.int32)
+
+
+def noisy_counts(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  noise: noise_lib.Noise,
+  num_classes: int,
+  key: jax.Array,
+  x_g: jax.Array,
+  sig_g: jax.Array,
+  ids_g: jax.Array,
+  j: jax.Array,
+  valid: jax.Array,
+  compute_dtype: DTypeLike | None = None,
+) -> jax.Array:
+  """Class counts of samples ``j`` of ``g`` inputs: ``[g, C + 1]`` int32 (traceable).
+
+  Draws the noise of samples ``j`` (``[s]`` uint32, the same indices for every
+  input) with :func:`sample_noise`, runs ``apply_fn`` on the ``g * s`` noisy
+  inputs in one forward batch and counts the argmax classes of the samples
+  where ``valid`` (``[s]`` bool) holds. Column ``C`` counts the samples whose
+  logits are not all finite (their argmax is meaningless; the host refuses to
+  use counts where it is nonzero, ``rsjax.engine.counts.check_finite_outputs``). Every sampler
+  of the engine (the planned passes here, the rounds of ``rsjax.engine.budget``)
+  counts through this function.
+  """
+  g, s = x_g.shape[0], j.shape[0]
+  logits = _noisy_logits(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, valid,
+                         compute_dtype)  # fmt: skip
+  pred, bad = _predictions(logits, g, s, valid)
+  onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[None, :, None]
   return jnp.concatenate(
     [jnp.sum(onehot, axis=1, dtype=jnp.int32), jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]],
     axis=1,

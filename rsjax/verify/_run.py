@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rsjax.checks import Mismatch, budget_alphas, budget_looks
+from rsjax.checks import ANYTIME_RULE, Mismatch, budget_alphas, budget_looks
 
 if TYPE_CHECKING:
   from rsjax.data import Dataset
@@ -35,7 +35,9 @@ def certificate_view(run: RunSpec) -> dict:
     "model": run.model.fingerprint,
   }
   budget = (run.details or {}).get("budget")
-  if budget is not None:
+  if budget is not None and dict(budget).get("rule") == ANYTIME_RULE:
+    out["budget"] = {**dict(budget), "grid": list(run.options.get("grid") or ())}
+  elif budget is not None:
     b = dict(budget)
     looks = budget_looks(int(s["n"]), int(b["first"]), float(b["ratio"]))
     out["budget"] = {

@@ -1,0 +1,67 @@
+"""The check of budgeted CERTIFY's ``Anytime`` rule: each row's level again from its counts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rsjax.checks._formulas import binary_radius, cp_lower
+from rsjax.checks._mismatch import Mismatch
+from rsjax.checks._mixture import anytime_looks, level_probability, mixture_thresholds, nested_level
+from rsjax.checks._rows import Rows
+
+#: The rule's name in a run's record (``rsjax.engine.anytime.RULE``).
+ANYTIME_RULE = "anytime-kt-mixture"
+
+
+def anytime_levels(
+  cert: dict, n_max: int, alpha: float, issues: list[Mismatch]
+) -> dict[int, float] | None:
+  """``{look: alpha / 2}`` of an anytime run, after checking its declared schedule."""
+  b = cert["budget"]
+  first, ratio = b.get("first"), b.get("ratio")
+  if not (
+    isinstance(first, int)
+    and not isinstance(first, bool)
+    and first >= 1
+    and isinstance(ratio, (int, float))
+    and ratio > 1
+  ):
+    issues.append(Mismatch(-1, f"anytime schedule first {first!r}, ratio {ratio!r} is not one"))
+    return None
+  return {n: alpha / 2 for n in anytime_looks(n_max, first, float(ratio))}
+
+
+def anytime_certificate(
+  cert: dict, rows: Rows, scale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(prediction [b], radius [b], p_lower [b])`` of every row of an anytime run.
+
+  The level at a row's look is the highest grid level whose mixture test (and
+  every lower level's) rejects at ``alpha / 2``, ``p_lower`` its threshold
+  ``m_j`` (0 when none); at ``n_max`` the larger of that and the
+  Clopper-Pearson bound at ``alpha / 2`` (``rsjax.engine.anytime``).
+  """
+  s = cert["sampling"]
+  n_max, alpha = int(s["n"]), float(s["alpha"])
+  b = cert["budget"]
+  grid = [float(r) for r in b["grid"]]
+  if not grid or grid[0] != 0.0:
+    grid = [0.0, *grid]
+  dim = int(np.prod(cert["input_shape"]))
+  looks = anytime_looks(n_max, int(b["first"]), float(b["ratio"]))
+  ms = np.asarray(
+    [
+      level_probability(lambda p: float(binary_radius(np.float64(p), scale, cert["noise"], dim)), r)
+      for r in grid
+    ]
+  )
+  c = np.stack([mixture_thresholds(m, alpha / 2, looks) for m in ms], axis=1)  # [K, L]
+  pos = {n: k for k, n in enumerate(looks)}
+  at = np.asarray([pos.get(int(n), len(looks) - 1) for n in rows.n])
+  lvl = nested_level(rows.n_a, c[at])
+  p = np.where(lvl >= 0, ms[np.maximum(lvl, 0)], 0.0)
+  final = rows.n == n_max
+  p = np.where(final, np.maximum(p, cp_lower(rows.n_a, rows.n, alpha / 2)), p)
+  ok = p >= 0.5
+  radius = np.where(ok, binary_radius(p, scale, cert["noise"], dim), 0.0)
+  return np.where(ok, rows.guess, -1), radius, p

@@ -1,0 +1,138 @@
+"""The anytime-valid grid test of budgeted CERTIFY's ``Anytime`` rule (NumPy and SciPy only).
+
+For a grid level with probability threshold ``m`` (the smallest ``p`` whose
+radius reaches the level's radius), the one-sided Krichevsky-Trofimov mixture
+of likelihood ratios against ``p = m``::
+
+  M_t(S) = int_m^1 (q / m)^S ((1 - q) / (1 - m))^(t - S) dpi_m(q),
+
+``pi_m`` the Beta(1/2, 1/2) prior restricted to ``[m, 1]`` and renormalized, is
+a nonnegative supermartingale with ``M_0 = 1`` whenever ``p_A <= m`` (each
+factor has mean ``p_A q / m + (1 - p_A)(1 - q) / (1 - m) <= 1`` for ``q >= m``).
+By Ville's inequality ``P(exists t: M_t >= 1 / a) <= a``: the level may be
+tested after every sample, at any data-dependent times, at no cost in ``a``.
+``M_t`` increases in ``S``, so the test is an integer threshold ``c(t)``: the
+smallest ``S`` with ``M_t(S) >= 1 / a`` (``t + 1`` when none). Voracek (NeurIPS
+2024, "Treatment of statistical estimation problems in randomized smoothing",
+arXiv 2406.17830) uses the two-sided KT mixture; the prior here puts all its
+mass on the alternatives of the one test that matters for the level.
+
+The thresholds are computed in float64 on the host (``betaln``, ``betaincc``)
+and cached per ``(m, a, looks)``; the engine's rule and ``rsjax verify`` both
+call :func:`mixture_thresholds`. Their validity, float rounding included, is
+checked exactly by a forward recursion over the count distribution in the tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import numpy as np
+from scipy import special
+
+__all__ = [
+  "anytime_looks",
+  "level_probability",
+  "mixture_log_wealth",
+  "mixture_thresholds",
+  "nested_level",
+]
+
+
+def anytime_looks(n_max: int, first: int, ratio: float) -> list[int]:
+  """The looks ``n_1 < ... < n_K = n_max``: ``first``, then ``max(n + 1, ceil(ratio n))``."""
+  out, n = [], min(int(first), int(n_max))
+  while n < n_max:
+    out.append(n)
+    n = max(n + 1, math.ceil(n * float(ratio)))
+  return out + [int(n_max)]
+
+
+def mixture_log_wealth(s: np.ndarray, t: np.ndarray, m: float) -> np.ndarray:
+  """``log M_t(S)`` of the one-sided KT mixture against ``p = m`` (module docstring).
+
+  Args:
+    s: successes (broadcasts with ``t``).
+    t: samples.
+    m: the threshold, in (0, 1).
+  """
+  s = np.asarray(s, np.float64)
+  t = np.asarray(t, np.float64)
+  a, b = s + 0.5, t - s + 0.5
+  with np.errstate(divide="ignore"):
+    tail = np.log(special.betaincc(a, b, m))
+    z = math.log(special.betaincc(0.5, 0.5, m))
+  return (
+    special.betaln(a, b)
+    + tail
+    - special.betaln(0.5, 0.5)
+    - z
+    - s * math.log(m)
+    - (t - s) * math.log1p(-m)
+  )
+
+
+@functools.lru_cache(maxsize=512)
+def _thresholds(m: float, a: float, looks: tuple[int, ...]) -> np.ndarray:
+  t = np.asarray(looks, np.int64)
+  if not 0.0 < m < 1.0:  # m >= 1: the level is out of reach
+    return t + 1
+  # A hair above log(1/a): float error can only make a threshold larger (conservative).
+  target = -math.log(a) + 1e-9
+  lo = np.zeros_like(t)  # M_t(lo - 1) < target (or lo = 0)
+  hi = t + 1  # M_t(hi) >= target, or hi = t + 1 (none)
+  while np.any(hi > lo):
+    mid = (lo + hi) // 2
+    ok = mixture_log_wealth(mid, t, m) >= target
+    hi = np.where(ok & (hi > lo), mid, hi)
+    lo = np.where(~ok & (hi > lo), mid + 1, lo)
+  out = lo.copy()
+  out.setflags(write=False)
+  return out
+
+
+def mixture_thresholds(m: float, a: float, looks: tuple[int, ...] | list[int]) -> np.ndarray:
+  """The integer thresholds ``c(n_k)`` of one level: ``[K]`` int64 (cached).
+
+  ``S >= c(n_k)`` after ``n_k`` samples rejects ``p_A <= m`` at level ``a``,
+  anytime-valid over all the looks together (Ville's inequality).
+  """
+  return _thresholds(float(m), float(a), tuple(int(n) for n in looks))
+
+
+def level_probability(radius: Callable[[float], float], r: float) -> float:
+  """The smallest float64 ``p`` in ``[1/2, 1]`` with ``radius(p) >= r`` (1.0 past reach).
+
+  ``radius`` is increasing in ``p``; the result is exact to one ulp (bisection),
+  so a bound ``p_A >= level_probability`` gives a radius ``>= r`` exactly.
+  Returns ``inf`` when no ``p <= 1`` reaches ``r``.
+  """
+  if radius(0.5) >= r:
+    return 0.5
+  if not radius(1.0) >= r:
+    return math.inf
+  lo, hi = 0.5, 1.0
+  while True:
+    mid = 0.5 * (lo + hi)
+    if mid <= lo or mid >= hi:
+      return hi
+    if radius(mid) >= r:
+      hi = mid
+    else:
+      lo = mid
+
+
+def nested_level(s: np.ndarray, c: np.ndarray) -> np.ndarray:
+  """The highest level all of whose tests (and those of every level below) reject.
+
+  Args:
+    s: ``[m]`` successes.
+    c: ``[m, L]`` thresholds of the ``L`` levels at each input's look.
+
+  Returns:
+    ``[m]`` int64 level, -1 where level 0's test does not reject.
+  """
+  ok = np.asarray(s)[:, None] >= np.asarray(c)
+  return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64) - 1

@@ -1,0 +1,345 @@
+"""Budgeted CERTIFY with anytime-valid tests at every look: the ``Anytime`` sampling rule.
+
+``rsjax.engine.budget.Budget`` splits ``alpha`` over a few fixed looks and pays
+for every look it takes. ``Anytime`` looks on a dense schedule and pays
+nothing for looking (Ville's inequality), so an input stops within a few
+percent of the samples it needs:
+
+* **Per grid level, an anytime-valid test** at ``alpha / 2``: the one-sided
+  Krichevsky-Trofimov mixture against ``p_A = m_j``, ``m_j`` the smallest
+  probability whose radius reaches the level's radius ``r_j``
+  (``rsjax.checks.mixture_thresholds``; Voracek, NeurIPS 2024, arXiv
+  2406.17830, with the Beta(1/2, 1/2) prior restricted to ``[m_j, 1]``). At
+  look ``n_k`` the test is an integer threshold ``c_j(n_k)`` on the top-class
+  count, computed on the host once per ``(m_j, alpha, looks)`` and cached.
+  The certified level at a look is the highest ``j`` whose test and those of
+  every level below reject (``rsjax.checks.nested_level``); ``p_lower`` is
+  ``m_j``.
+* **At ``n_max``, Cohen's look** at ``alpha / 2``: the one-sided
+  Clopper-Pearson bound of the count, so an input that runs to ``n_max``
+  certifies nearly what fixed-N CERTIFY would; ``p_lower`` is the larger of
+  the two bounds.
+
+Soundness: reporting a level ``j`` with ``m_j > p_A`` needs the mixture of the
+lowest such level ``j_0`` to have crossed ``1 / (alpha / 2)`` at some look
+(probability ``<= alpha / 2`` by Ville, whatever the stopping rule), or the
+Clopper-Pearson bound at ``n_max`` to exceed ``p_A`` (``<= alpha / 2``):
+``alpha`` in all, per input. The exact probability is computed by a forward
+recursion over the count distribution in ``tests/test_anytime.py``.
+
+**The stopping rule** (efficiency only; checked at every look): an input stops
+when its level is the top of the grid, or when the level above is unlikely to
+be reached by ``n_max``: the count at ``n_max`` it needs (mixture or Clopper-Pearson) lies above the predicted count
+by more than ``z`` standard deviations, ``z`` the upper ``stop_alpha`` normal
+quantile, with ``p_A`` estimated from the count so far and the spread of the
+estimate and of the samples still to come together (this covers futility:
+``p_A`` below the next level, and abstain).
+
+**Rounds and looks.** The looks (``first``, then ratio ``ratio``: about 140 up
+to ``n_max = 100,000``) are where the tests are read; the device draws in
+fewer, larger rounds (``round_ratio``: whole steps of ``batch_size``, about 20
+rounds up to ``n_max``) through ``rsjax.engine.rounds.round_sampler``, which
+returns the class of every sample, so the host reads the count at every look
+inside a round and an input stops at its first stopping look. The samples
+past it that its last round drew are computed but not used: the certificate,
+``num_samples`` and the counts are those of the first ``num_samples`` samples
+of CERTIFY's estimation stream (``fold_in(fold_in(key, 1), id)``), whatever
+the rounds, batch size or devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import numpy as np
+import scipy.stats
+from jax.typing import ArrayLike
+
+from rsjax import noise as noise_lib
+from rsjax import stats
+from rsjax.checks import (
+  ANYTIME_RULE,
+  anytime_looks,
+  level_probability,
+  mixture_thresholds,
+  nested_level,
+)
+from rsjax.engine.budget import BudgetedCertificate
+from rsjax.engine.cohen_rule import CohenRule
+from rsjax.engine.counts import resolve_counts
+from rsjax.engine.driver import (
+  ABSTAIN,
+  ESTIMATION,
+  SELECTION,
+  CountsFn,
+  EngineCounts,
+  RuleFn,
+  Sampling,
+)
+from rsjax.engine.rounds import CountFn, SampleFn, round_sampler
+
+__all__ = ["Anytime", "anytime_bounds", "level_table"]
+
+#: The rule's name in a run's record (``details["budget"]["rule"]``).
+RULE = ANYTIME_RULE
+
+
+@dataclasses.dataclass(frozen=True)
+class Anytime:
+  """Budgeted CERTIFY with an anytime-valid test per grid level at every look.
+
+  A sampling rule (``rsjax.engine.driver.SamplingRule``) beside ``FixedN`` and
+  ``Budget``: ``rsjax.certify(..., budget=Anytime(grid=...))``.
+
+  Attributes:
+    grid: the radii whose certified accuracy matters, ascending, >= 0 (0 is
+      added when missing).
+    first: samples at the first look.
+    ratio: growth of the looks, ``n_{k+1} = max(n_k + 1, ceil(ratio n_k))``.
+      Looking is free; a smaller ratio overshoots less and costs more rounds.
+    round_ratio: growth of the engine's rounds (not of the looks): a round draws
+      whole steps of ``batch_size`` samples up to about ``round_ratio`` times
+      the samples so far, and the host looks at every look inside it. It only
+      trades compute past an input's stop against host syncs; the certificate,
+      the samples used and the counts do not depend on it.
+    stop_alpha: tail level of the futility test (the stopping rule only): a
+      larger value stops earlier and more often one level below ``n_max``'s.
+  """
+
+  grid: tuple[float, ...]
+  first: int = 100
+  ratio: float = 1.05
+  stop_alpha: float = 0.002
+  round_ratio: float = 1.25
+
+  def __post_init__(self) -> None:
+    try:
+      g = np.asarray(self.grid, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+      raise ValueError(f"grid must be a sequence of radii, got {self.grid!r}") from None
+    if g.size == 0 or not np.all(np.isfinite(g)) or np.any(g < 0) or np.any(np.diff(g) <= 0):
+      raise ValueError(
+        f"grid must be non-empty, finite, >= 0 and strictly increasing, got {self.grid!r}"
+      )
+    if g[0] != 0.0:
+      g = np.concatenate([[0.0], g])
+    object.__setattr__(self, "grid", tuple(float(r) for r in g))
+    if isinstance(self.first, bool) or not isinstance(self.first, (int, np.integer)):
+      raise ValueError(f"first must be an integer >= 1, got {self.first!r}")
+    if self.first < 1:
+      raise ValueError(f"first must be an integer >= 1, got {self.first!r}")
+    if not float(self.ratio) > 1.0:
+      raise ValueError(f"ratio must be > 1, got {self.ratio!r}")
+    if not float(self.round_ratio) > 1.0:
+      raise ValueError(f"round_ratio must be > 1, got {self.round_ratio!r}")
+    stats.check_alpha(self.stop_alpha)
+
+  def looks(self, n_max: int) -> np.ndarray:
+    """The looks ``n_1 < ... < n_K = n_max``: ``[K]`` int64."""
+    return np.asarray(anytime_looks(n_max, self.first, self.ratio), np.int64)
+
+  def record(self) -> dict:
+    """The rule and its parameters, for the run's record (``rsjax verify`` reads them)."""
+    return {"rule": RULE, "first": int(self.first), "ratio": float(self.ratio),
+            "stop_alpha": float(self.stop_alpha)}  # fmt: skip
+
+  def run(
+    self, key: jax.Array, counts: CountsFn, rule: RuleFn, settings: Sampling
+  ) -> BudgetedCertificate:
+    """The sampling rule: ``n0`` selection samples, then the estimation in rounds.
+
+    Raises:
+      ValueError: for another method than Cohen's binary one, or ``batch_size="auto"``.
+    """
+    if not isinstance(counts, EngineCounts) or not isinstance(rule, CohenRule) or rule.multiclass:
+      raise ValueError(
+        "budgeted CERTIFY runs on the engine's counts with Cohen's binary radius "
+        "(rsjax.certify(..., budget=...)), not this method"
+      )
+    if settings.batch_size == "auto":
+      raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
+    c0 = resolve_counts(counts(jax.random.fold_in(key, SELECTION), settings.n0))
+    guess = c0.argmax(axis=1)
+    noise, n, alpha = settings.noise, settings.n, settings.alpha
+    sample_fn = round_sampler(jax.random.fold_in(key, ESTIMATION), counts, settings)
+    cache = _Rounds(sample_fn, guess, counts.num_classes, n_max=n,
+                    step=min(int(settings.batch_size), n), ratio=self.round_ratio)  # fmt: skip
+    _, used, p_lower = anytime_bounds(
+      cache, len(counts.x), n_max=n, alpha=alpha, budget=self, noise=noise,
+      scale=rule.scale, dim=rule.dim,
+    )  # fmt: skip
+    counts1 = cache.counts(used)
+    ok = p_lower >= 0.5
+    return BudgetedCertificate(
+      prediction=np.where(ok, guess, ABSTAIN).astype(np.int64),
+      radius=rule.radius(p_lower),
+      p_lower=np.asarray(p_lower, np.float64),
+      counts=counts1,
+      counts_selection=c0,
+      norm=noise.norm,
+      guarantee=(
+        f"binary {noise.name} {noise.norm} (budgeted CERTIFY, anytime-valid: one-sided KT "
+        f"mixture test per grid level at alpha/2 after every round, Clopper-Pearson at "
+        f"n={n} at alpha/2); holds with prob >= 1 - {alpha} per input for the given sigma "
+        "held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"
+      ),
+      num_samples=used,
+      grid=self.grid,
+    )
+
+
+def level_table(
+  grid: tuple[float, ...], noise: noise_lib.Noise, scale: float, dim: int
+) -> np.ndarray:
+  """``[L]`` the probability thresholds ``m_j`` of the grid levels at one noise scale
+  (``inf``: out of reach)."""
+  return np.asarray(
+    [level_probability(lambda p: float(noise.radius(np.float64(p), scale, dim)), r) for r in grid]
+  )
+
+
+class _Rounds:
+  """The successes of any look range from the engine's rounds (a ``CountFn``).
+
+  A request past the samples drawn so far draws one round for the inputs still
+  running: whole steps up to about ``ratio`` times the samples so far (at least
+  ``stop``, at most ``n_max``); later requests inside it are answered from its
+  per-sample classes on the host. Every input asked about at a request has
+  been drawn in the same rounds, so one end serves them all.
+  """
+
+  def __init__(
+    self, sample_fn: SampleFn, guess: np.ndarray, num_classes: int, *, n_max: int, step: int,
+    ratio: float,
+  ) -> None:  # fmt: skip
+    self.sample_fn, self.guess, self.n_max, self.step, self.ratio = (
+      sample_fn, guess, n_max, step, ratio,
+    )  # fmt: skip
+    b = len(guess)
+    self.full = np.zeros((b, num_classes), np.int64)  # class counts before base
+    self.base = np.zeros(b, np.int64)
+    self.buf: dict[int, np.ndarray] = {}  # classes of samples base .. end - 1
+    self.end = 0
+    self.num_classes = num_classes
+
+  def __call__(self, active: np.ndarray, start: int, stop: int) -> np.ndarray:
+    if stop > self.end:
+      new_end = max(stop, math.ceil(self.end * self.ratio), self.end + self.step)
+      new_end = min(self.n_max, -(-new_end // self.step) * self.step)
+      new = self.sample_fn(active, self.end, new_end)
+      for row, i in enumerate(active.tolist()):
+        old = self.buf.get(i, np.zeros(0, np.int32))[start - self.base[i] :]
+        self.full[i] += self._hist(self.buf.get(i, np.zeros(0, np.int32))[: start - self.base[i]])
+        self.buf[i], self.base[i] = np.concatenate([old, new[row]]), start
+      self.end = new_end
+    return np.asarray(
+      [
+        np.sum(self.buf[i][start - self.base[i] : stop - self.base[i]] == self.guess[i])
+        for i in active.tolist()
+      ],
+      np.int64,
+    )
+
+  def _hist(self, classes: np.ndarray) -> np.ndarray:
+    return np.bincount(classes, minlength=self.num_classes)[: self.num_classes]
+
+  def counts(self, used: np.ndarray) -> np.ndarray:
+    """``[B, C]`` int32 class counts of the first ``used[i]`` samples of each input."""
+    out = self.full.copy()
+    for i, buf in self.buf.items():
+      out[i] += self._hist(buf[: int(used[i]) - self.base[i]])
+    return out.astype(np.int32)
+
+
+@functools.lru_cache(maxsize=512)
+def _cp_count(m: float, n: int, a: float) -> int:
+  """The least count ``S`` with ``clopper_pearson_lower(S, n, a) >= m`` (``n + 1``: none)."""
+  lo, hi = 0, n + 1
+  while lo < hi:
+    mid = (lo + hi) // 2
+    if stats.clopper_pearson_lower(mid, n, a) >= m:
+      hi = mid
+    else:
+      lo = mid + 1
+  return lo
+
+
+def anytime_bounds(
+  count_fn: CountFn,
+  num_inputs: int,
+  *,
+  n_max: int,
+  alpha: float,
+  budget: Anytime,
+  noise: noise_lib.Noise | str | None = None,
+  scale: ArrayLike = 1.0,
+  dim: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The looks, tests and stopping rule on the host, for any source of counts.
+
+  Args:
+    count_fn: ``count_fn(active [m] int, start, stop) -> [m]`` top-class
+      successes among samples ``start .. stop - 1`` (``rsjax.engine.rounds``
+      on device; simulated counts in the tests and the streams benchmark).
+    num_inputs: B.
+    n_max: the largest number of estimation samples per input.
+    alpha: the error level per input.
+    budget: grid, looks and stopping level.
+    noise: noise family of the radius.
+    scale: ``[B]`` (or scalar) noise scale.
+    dim: input dimension (Linf radius of uniform noise).
+
+  Returns:
+    ``(successes [B] int64, samples [B] int64, p_lower [B] float64)`` at the
+    look where each input stopped.
+  """
+  alpha = stats.check_alpha(alpha)
+  noise = noise_lib.get_noise(noise)
+  looks = budget.looks(n_max)
+  lk = tuple(int(v) for v in looks)
+  scale = np.broadcast_to(np.asarray(scale, np.float64), (num_inputs,))
+  uniq, which = np.unique(scale, return_inverse=True)
+  ms = np.stack([level_table(budget.grid, noise, float(s), dim) for s in uniq])  # [U, L]
+  # c[u, j, k]: threshold of level j at look k for noise scale u.
+  c = np.stack([np.stack([mixture_thresholds(m, alpha / 2, lk) for m in row]) for row in ms])
+  top = len(budget.grid) - 1
+  # need[u, j]: the least count at n_max that certifies level j (mixture or Clopper-Pearson).
+  need = np.minimum(
+    np.maximum.accumulate(c[:, :, -1], axis=1),
+    np.stack([[_cp_count(m, n_max, alpha / 2) for m in row] for row in ms]),
+  )
+  z_stop = float(scipy.stats.norm.isf(budget.stop_alpha))
+  successes = np.zeros(num_inputs, np.int64)
+  samples = np.zeros(num_inputs, np.int64)
+  p_lower = np.zeros(num_inputs, np.float64)
+  active = np.arange(num_inputs)
+  start = 0
+  for k, n_k in enumerate(lk):
+    successes[active] += np.asarray(count_fn(active, start, n_k), np.int64)
+    samples[active] = n_k
+    s_a, u_a = successes[active], which[active]
+    lvl = nested_level(s_a, c[u_a, :, k])
+    m_a = np.where(lvl >= 0, ms[u_a, np.maximum(lvl, 0)], 0.0)
+
+    if k + 1 == len(lk):
+      stop = np.ones(len(active), bool)
+      m_a = np.maximum(m_a, stats.clopper_pearson_lower(s_a, n_k, alpha / 2))
+    else:
+      # Predicted count at n_max: p_A estimated from the count so far, the spread of the
+      # new samples and of the estimate together (normal approximation; stopping only).
+      p_hat = (s_a + 0.5) / (n_k + 1.0)
+      rest = n_max - n_k
+      sd = np.sqrt(rest * p_hat * (1.0 - p_hat) * (1.0 + rest / n_k))
+      best = np.minimum(s_a + rest * p_hat + z_stop * sd, s_a + rest)
+      nxt = np.minimum(lvl + 1, top)
+      reach = best >= need[u_a, nxt]
+      stop = (lvl >= top) | ~reach
+    p_lower[active[stop]] = m_a[stop]
+    active = active[~stop]
+    start = n_k
+    if active.size == 0:
+      break
+  return successes, samples, p_lower

@@ -1,0 +1,163 @@
+"""Budgeted CERTIFY's anytime-valid rule (``rsjax.engine.anytime.Anytime``).
+
+Validity is checked exactly: for every grid threshold ``m_j``, the probability
+that the count ever reaches level ``j``'s mixture threshold at a look, or
+Cohen's Clopper-Pearson threshold at ``n_max``, when ``p_A = m_j`` (a forward
+recursion over the count distribution, ``benchmarks.streams_exact``), is at
+most alpha; a rule with too large a test level fails the same check. Then
+Monte Carlo just below each threshold at alpha = 0.05, and the real engine on
+a linear classifier whose true radius is known.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+import rsjax
+from benchmarks.streams_exact import crossing_probability
+from rsjax import checks, noise, stats
+from rsjax.engine import anytime
+from rsjax.engine import budget as budgeted
+
+GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+SIGMA = 0.5  # thresholds 0.5, 0.69, 0.84, 0.93, 0.977: all within reach of N = 2000
+
+
+def _table(n_max, alpha, rule):
+  ms = anytime.level_table(rule.grid, noise.get_noise(None), SIGMA, 1)
+  looks = rule.looks(n_max)
+  return ms, looks, [checks.mixture_thresholds(m, alpha / 2, tuple(looks)) for m in ms]
+
+
+def _cp_count(m, n, a):
+  k = np.arange(n + 1)
+  ok = stats.clopper_pearson_lower(k, n, a) >= m
+  return int(k[ok][0]) if ok.any() else n + 1
+
+
+@pytest.mark.parametrize("alpha", [0.001, 0.05])
+def test_exact_error_at_every_threshold(alpha):
+  n_max, rule = 2000, anytime.Anytime(grid=GRID)
+  ms, looks, cs = _table(n_max, alpha, rule)
+  for m, c in zip(ms, cs, strict=True):
+    err = crossing_probability(m, looks, c, _cp_count(m, n_max, alpha / 2))
+    assert 0.0 < err <= alpha, (m, err)
+  # The check can fail: the mixture at the full alpha plus Clopper-Pearson at alpha.
+  m = ms[2]
+  c = checks.mixture_thresholds(m, alpha, tuple(looks))
+  assert crossing_probability(m, looks, c, _cp_count(m, n_max, alpha)) > alpha
+
+
+def test_thresholds_are_the_mixture_crossing():
+  looks = (100, 250, 1000)
+  m, a = 0.8, 0.01
+  c = checks.mixture_thresholds(m, a, looks)
+  for t, ct in zip(looks, c, strict=True):
+    assert checks.mixture_log_wealth(ct, t, m) >= np.log(1 / a)
+    assert checks.mixture_log_wealth(ct - 1, t, m) < np.log(1 / a)
+  assert checks.mixture_thresholds(1.5, a, looks).tolist() == [101, 251, 1001]
+  assert checks.nested_level(np.array([5, 5, 0]), np.array([[1, 9, 2], [1, 2, 9], [1, 1, 1]]))\
+    .tolist() == [0, 1, -1]  # fmt: skip
+
+
+def _simulate(p, reps, *, rule, alpha, n_max, seed):
+  rng = np.random.default_rng(seed)
+
+  def count_fn(active, start, stop):
+    return rng.binomial(stop - start, p, size=len(active))
+
+  _, used, p_lower = anytime.anytime_bounds(
+    count_fn, reps, n_max=n_max, alpha=alpha, budget=rule, scale=SIGMA
+  )
+  return budgeted.grid_level(p_lower, rule.grid, scale=SIGMA), used
+
+
+def test_monte_carlo_just_below_each_threshold():
+  alpha, reps, n_max, rule = 0.05, 2000, 2000, anytime.Anytime(grid=GRID)
+  ms = anytime.level_table(rule.grid, noise.get_noise(None), SIGMA, 1)
+  for j, m in enumerate(ms):
+    p = float(np.nextafter(m, 0.0))
+    lvl, used = _simulate(p, reps, rule=rule, alpha=alpha, n_max=n_max, seed=j)
+    wrong = float(np.mean(lvl >= j))
+    assert wrong <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps), (j, wrong)
+    assert used.min() >= rule.first and used.max() <= n_max
+
+
+def test_clear_inputs_stop_early_and_keep_fixed_n_levels():
+  alpha, n_max, rule = 0.001, 20000, anytime.Anytime(grid=GRID)
+  lvl, used = _simulate(0.999, 300, rule=rule, alpha=alpha, n_max=n_max, seed=1)
+  assert np.all(lvl == 4) and used.mean() < 0.1 * n_max  # top of the grid, early
+  lvl, used = _simulate(0.3, 300, rule=rule, alpha=alpha, n_max=n_max, seed=2)
+  assert np.all(lvl == -1) and used.mean() < 0.05 * n_max  # abstain is certain
+  # Just above level 2 (m = 0.841): certified at level 2 as fixed N would.
+  lvl, used = _simulate(0.87, 300, rule=rule, alpha=alpha, n_max=n_max, seed=3)
+  assert np.mean(lvl == 2) > 0.95 and used.mean() < 0.5 * n_max
+
+
+def _linear(dim=16, num_classes=2):
+  w = np.zeros((dim, num_classes), np.float32)
+  w[:, 1] = 1.0 / np.sqrt(dim)
+  return lambda params, x: x.reshape(x.shape[0], -1) @ params, w
+
+
+def test_engine_rounds_and_linear_soundness():
+  apply_fn, w = _linear()
+  margins = np.array([-0.6, 0.05, 0.3, 1.5, 3.0])
+  x = np.zeros((5, 16), np.float32) + margins[:, None].astype(np.float32) / 4.0
+  key, ids, n_max = jax.random.key(5), np.array([3, 11, 7, 0, 42]), 8000
+  rule = anytime.Anytime(grid=GRID)
+  kw = dict(sigma=1.0, num_classes=2, n0=100, alpha=0.001, ids=ids)
+  cert = rsjax.certify(key, apply_fn, w, x, n=n_max, batch_size=1000, budget=rule, **kw)
+  assert isinstance(cert, budgeted.BudgetedCertificate)
+  assert np.all(cert.counts.sum(1) == cert.num_samples)
+  assert set(cert.num_samples.tolist()) <= set(rule.looks(n_max).tolist())
+  k_est, j = jax.random.fold_in(key, 1), np.arange(n_max)
+  for i in range(5):
+    eps = rsjax.sample_noise(noise.get_noise(None), k_est, int(ids[i]), j, (16,))
+    pred = np.asarray(apply_fn(w, x[i] + eps)).argmax(1)[: cert.num_samples[i]]
+    np.testing.assert_array_equal(np.bincount(pred, minlength=2), cert.counts[i])
+  pred_ok = cert.prediction == (margins > 0)
+  assert np.all(cert.radius[pred_ok] <= np.abs(margins[pred_ok]))
+  assert np.all(cert.radius[~pred_ok] == 0) and cert.prediction[4] == 1
+  assert cert.radius[4] >= 1.0 and cert.num_samples[4] < 1000
+  assert "anytime-valid" in cert.guarantee
+  # The same certificate whatever the batch size, the rounds, the order or the devices.
+  perm = np.array([4, 2, 0, 3, 1])
+  again = rsjax.certify(
+    key, apply_fn, w, x[perm], n=n_max, batch_size=384, devices=1,
+    budget=anytime.Anytime(grid=GRID, round_ratio=3.0), **{**kw, "ids": ids[perm]},
+  )  # fmt: skip
+  np.testing.assert_array_equal(again.num_samples, cert.num_samples[perm])
+  np.testing.assert_array_equal(again.counts, cert.counts[perm])
+  np.testing.assert_array_equal(again.radius, cert.radius[perm])
+
+
+def test_many_linear_inputs_are_sound():
+  # 200 inputs just above the grid radii: a radius beyond the true distance (or a wrong
+  # class) at most at the rate alpha allows (alpha = 0.01: 2 expected, 3 sd above is 6).
+  apply_fn, w = _linear()
+  rng = np.random.default_rng(0)
+  margins = rng.choice([0.26, 0.51, 0.76, 1.01], 200) * rng.choice([1, 1, 1, -1], 200)
+  x = np.zeros((200, 16), np.float32) + margins[:, None].astype(np.float32) / 4.0
+  cert = rsjax.certify(
+    0, apply_fn, w, x, sigma=1.0, num_classes=2, n0=100, n=4000, alpha=0.01, batch_size=500,
+    budget=anytime.Anytime(grid=GRID),
+  )  # fmt: skip
+  truth = (margins > 0).astype(int)
+  wrong = np.where(cert.prediction == truth, cert.radius > np.abs(margins), cert.prediction >= 0)
+  assert wrong.sum() <= 6, wrong.sum()
+  assert np.mean(cert.radius >= 0.25) > 0.5  # and it certifies
+
+
+def test_argument_errors():
+  for bad in ({"first": 0}, {"ratio": 1.0}, {"stop_alpha": 0.0}, {"first": True}):
+    with pytest.raises(ValueError):
+      anytime.Anytime(grid=GRID, **bad)
+  with pytest.raises(ValueError, match="grid"):
+    anytime.Anytime(grid=(0.5, 0.1))
+  apply_fn, w = _linear()
+  with pytest.raises(ValueError, match="multiclass"):
+    rsjax.certify(
+      0, apply_fn, w, np.zeros((2, 16), np.float32), sigma=1.0, num_classes=2,
+      budget=anytime.Anytime(grid=GRID), multiclass=True,
+    )  # fmt: skip
