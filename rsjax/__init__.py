@@ -27,6 +27,7 @@ _LAZY_NAMES = {
   "SigmaSource": "sigma",
   "SigmaValues": "sigma",
   "Budget": "engine.budget",
+  "Anytime": "engine.anytime",
 }
 _LAZY_MODULES = (
   "anisotropic",
@@ -79,6 +80,7 @@ def __dir__():
 
 __all__ = [
   "ABSTAIN",
+  "Anytime",
   "Budget",
   "Certificate",
   "Cohen",

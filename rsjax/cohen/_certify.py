@@ -23,6 +23,8 @@ from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
 
 if TYPE_CHECKING:
   import jax
+
+  from rsjax.engine.anytime import Anytime
   from jax.typing import ArrayLike
 
 __all__ = ["Certifier", "Cohen", "certify", "predict"]
@@ -51,14 +53,15 @@ class Cohen:
 
   Attributes:
     multiclass: the multiclass radius with simultaneous bounds.
-    budget: a radius grid (``rsjax.Budget`` or a sequence of radii): budgeted
+    budget: a budgeted sampling rule (``rsjax.Budget``, ``rsjax.Anytime``) or a
+      radius grid (a sequence of radii: ``Budget``'s default looks): budgeted
       CERTIFY, which stops each input once its certified grid radius can no
       longer change, with at most ``n`` estimation samples and the same
-      guarantee (the sampling rule ``Budget``; binary radius only).
+      guarantee (binary radius only).
   """
 
   multiclass: bool = False
-  budget: Budget | Sequence[float] | None = None
+  budget: Budget | Anytime | Sequence[float] | None = None
 
   def __post_init__(self) -> None:
     if self.budget is not None and self.multiclass:
@@ -103,7 +106,7 @@ def certify(
   settings: Sampling | None = None,
   ids: ArrayLike | None = None,
   multiclass: bool = False,
-  budget: Budget | Sequence[float] | None = None,
+  budget: Budget | Anytime | Sequence[float] | None = None,
   **sampling: Any,
 ) -> Certificate:
   """CERTIFY of a batch of inputs with any method: the one call shape of rsjax.
