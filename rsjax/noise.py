@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.extend.random as jex_random
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from rsjax import stats
+from rsjax import lattice, stats
 
 __all__ = [
   "standard_normal",
@@ -45,6 +46,7 @@ __all__ = [
   "Gaussian",
   "Laplace",
   "Uniform",
+  "Gaussian8bit",
   "GAUSSIAN",
   "NOISES",
   "get_noise",
@@ -57,6 +59,9 @@ class Noise:
 
   name: str = "noise"
   norm: str = "l2"
+
+  #: Whether the family draws grid offsets added to the image as integers (``noisy``).
+  lattice: ClassVar[bool] = False
 
   def sample(
     self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
@@ -71,6 +76,11 @@ class Noise:
   def scale_from_std(self, std: float) -> float:
     """The ``sigma`` of this family whose noise has standard deviation ``std``."""
     raise NotImplementedError
+
+  def bind(self, x: np.ndarray, sigma: np.ndarray) -> Noise:
+    """The family to draw with for inputs ``x`` at scales ``sigma`` (host; here itself).
+    A family whose draws depend on sigma (:class:`Gaussian8bit`) checks and binds it."""
+    return self
 
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -288,6 +298,104 @@ class Uniform(Noise):
     return std * math.sqrt(3.0)
 
 
+_INVALID = 1 << 30  # the grid offset of a draw counted against every class
+
+
+def _grid_offsets(tab: lattice.Table, key: jax.Array, n: int) -> jax.Array:
+  """``n`` draws of the rounded Gaussian in grid steps, ``_INVALID`` where not valid.
+
+  One Threefry-2x32 hash per draw gives the 64-bit ``u = hi * 2**32 + lo``; a
+  branch-free binary search over the padded table counts the thresholds ``<= u``
+  comparing (hi, lo) pairs lexicographically, and remembers the last one passed.
+  """
+  bits = jex_random.threefry_2x32(jax.random.key_data(key), jnp.arange(2 * n, dtype=jnp.uint32))
+  uh, ul = bits[:n], bits[n:]
+  t_hi, t_lo = jnp.asarray(tab.hi), jnp.asarray(tab.lo)
+  pos = jnp.zeros((n,), jnp.int32)
+  last_hi, last_lo = jnp.zeros_like(uh), jnp.zeros_like(ul)
+  for level in reversed(range(tab.levels)):
+    cand = pos + (1 << level)
+    h, lo = t_hi[cand - 1], t_lo[cand - 1]
+    le = (h < uh) | ((h == uh) & (lo <= ul))
+    pos = jnp.where(le, cand, pos)
+    last_hi, last_lo = jnp.where(le, h, last_hi), jnp.where(le, lo, last_lo)
+  m = len(tab.thresholds)  # t_0 = 0 <= u, so pos >= 1
+  ok = (pos < m) & ~((last_hi == uh) & (last_lo == ul))
+  return jnp.where(ok, pos - (tab.k_max + 1), jnp.int32(_INVALID))
+
+
+@dataclasses.dataclass(frozen=True)
+class Gaussian8bit(Noise):
+  """Sound Gaussian noise for 8-bit inputs (Voracek and Hein, ICLR 2023); certifies L2.
+
+  The noise is the Gaussian N(0, sigma^2) rounded to the grid ``1/255`` (exact
+  thresholds: ``rsjax.lattice``), drawn as integers; the image ``x`` (on the grid)
+  is kept as integers ``m = 255 x`` through the add and cast once, so the network
+  sees ``float32(m + k) / 255``: a function of the lattice point alone, whatever
+  low-order bits a float ``x + sigma * eps`` would have left. Smoothing with it at
+  ``x`` is smoothing ``f(round(.))`` with the real Gaussian, so Cohen et al.'s
+  radius ``sigma * Phi^-1(p_lower)`` holds for every 8-bit image within it.
+
+  A draw outside the table or in a cell a threshold cuts (probability below
+  ``2K 2**-64`` per pixel) counts against every class: the counts of such a
+  sample sum to less than ``n``. The family is bound to one scalar sigma per run
+  (:meth:`bind`); inputs off the grid are refused.
+  """
+
+  name: str = "gaussian_8bit"
+  norm: str = "l2"
+  sigma: float | None = None
+
+  lattice: ClassVar[bool] = True
+
+  def bind(self, x: np.ndarray, sigma: np.ndarray) -> Gaussian8bit:
+    sig = np.unique(np.asarray(sigma, np.float64))
+    if sig.size != 1:
+      raise ValueError(
+        f"noise {self.name}: one sigma for every input and pixel, got {sig.size} values"
+      )
+    if self.sigma is not None and float(sig[0]) != self.sigma:
+      raise ValueError(f"noise {self.name}: bound to sigma {self.sigma}, called with {sig[0]}")
+    check_grid(x, self.name)
+    return dataclasses.replace(self, sigma=float(sig[0]))
+
+  def table(self) -> lattice.Table:
+    if self.sigma is None:
+      raise ValueError(f"noise {self.name}: bind it to a sigma first (Gaussian8bit(sigma=...))")
+    return lattice.table(self.sigma)
+
+  def sample(
+    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.int32
+  ) -> jax.Array:
+    """int32 grid offsets of ``shape`` (``_INVALID`` where the draw is not valid)."""
+    return _grid_offsets(self.table(), key, math.prod(shape)).reshape(shape)
+
+  def noisy(self, x: jax.Array, eps: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(float32 (255 x + eps) / 255, valid)``: ``x`` ``[g, 1, *shape]`` on the grid, ``eps``
+    ``[g, s, *shape]`` int32 offsets -> ``[g, s, *shape]`` and ``valid`` ``[g, s]``."""
+    m = jnp.round(x * lattice.LEVELS).astype(jnp.int32) + eps
+    ok = jnp.all((eps != _INVALID).reshape(eps.shape[:2] + (-1,)), axis=-1)
+    return m.astype(jnp.float32) / jnp.float32(lattice.LEVELS), ok
+
+  def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
+    return stats.gaussian_radius(p_lower, sigma)
+
+  def scale_from_std(self, std: float) -> float:
+    return std
+
+
+def check_grid(x: ArrayLike, what: str = "gaussian_8bit") -> None:
+  """Refuses inputs not on the 8-bit grid ``{0, 1/255, ..., 1}`` (to 1e-4 grid steps)."""
+  v = np.asarray(x, np.float64) * lattice.LEVELS
+  r = np.round(v)
+  if v.size and (np.abs(v - r).max() > 1e-4 or r.min() < 0 or r.max() > lattice.LEVELS):
+    bad = float(np.asarray(x, np.float64).reshape(-1)[np.argmax(np.abs(v - r).reshape(-1))])
+    raise ValueError(
+      f"noise {what}: the inputs must be 8-bit images, values m/255 in [0, 1] "
+      f"(e.g. {bad!r} is not); use --noise gaussian for other inputs"
+    )
+
+
 GAUSSIAN = Gaussian()
 
 # The registry of noise families by name (the ``--noise`` choices of the command).
@@ -298,12 +406,14 @@ NOISES = {
   "uniform": Uniform(),
   "uniform_l1": Uniform(norm="l1"),
   "uniform_linf": Uniform(norm="linf"),
+  "gaussian_8bit": Gaussian8bit(),
 }
 
 
 def get_noise(noise: Noise | str | None) -> Noise:
   """Resolves a noise family from an instance or a name (``gaussian``,
-  ``gaussian_fast``, ``laplace``, ``uniform``/``uniform_l1``, ``uniform_linf``)."""
+  ``gaussian_fast``, ``laplace``, ``uniform``/``uniform_l1``, ``uniform_linf``,
+  ``gaussian_8bit``)."""
   if noise is None:
     return GAUSSIAN
   if isinstance(noise, Noise):

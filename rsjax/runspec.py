@@ -60,6 +60,7 @@ NOISE_NORMS = {
   "uniform": ("uniform", "l1"),
   "uniform_l1": ("uniform", "l1"),
   "uniform_linf": ("uniform", "linf"),
+  "gaussian_8bit": ("gaussian", "l2"),
 }
 
 #: Fields of the record that say where things were, which software ran or how sigma was

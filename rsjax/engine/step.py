@@ -8,6 +8,7 @@ costs, so the two cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 
 import jax
@@ -143,14 +144,24 @@ def noisy_counts(
     eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
     return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape)
 
+  if noise.lattice:  # integer grid offsets: the image stays integer through the add
+    draw = functools.partial(_draw_lattice, noise, key, x_g, ids_g, j)
+    zeros = (jnp.zeros((g * s,) + shape, jnp.float32), jnp.zeros((g, s), bool))
+  else:
+    zeros = jnp.zeros((g * s,) + shape, x_g.dtype)
   if _has_convolution(apply_fn, params, x_g.shape[1:], compute_dtype or x_g.dtype):
     # The noisy batch is drawn in a conditional (no valid sample: no draw), so
     # it is written to memory before the forward pass. Left to fuse, XLA:CPU
     # folds the draw into the first convolution's input fusion and recomputes
     # the normal transform for every output channel (LeNet: 20% of a step).
-    xn = jax.lax.cond(jnp.any(valid), draw, lambda: jnp.zeros((g * s,) + shape, x_g.dtype))
+    xn = jax.lax.cond(jnp.any(valid), draw, lambda: zeros)
   else:
     xn = draw()
+  if noise.lattice:  # a sample with an invalid draw counts against every class
+    xn, drawn_ok = xn
+    valid = valid[None, :] & drawn_ok
+  else:
+    valid = jnp.broadcast_to(valid[None, :], (g, s))
   if compute_dtype is not None:
     xn = xn.astype(compute_dtype)
   try:
@@ -167,12 +178,25 @@ def noisy_counts(
       f"expected [{g * s}, num_classes={num_classes}]"
     )
   pred = jnp.argmax(logits, axis=-1).reshape(g, s)
-  onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[None, :, None]
-  bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid[None, :]
+  onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[..., None]
+  bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid
   return jnp.concatenate(
     [jnp.sum(onehot, axis=1, dtype=jnp.int32), jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]],
     axis=1,
   )
+
+
+def _draw_lattice(
+  noise: noise_lib.Noise,
+  key: jax.Array,
+  x_g: jax.Array,
+  ids_g: jax.Array,
+  j: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+  """A lattice family's noisy batch ``[g * s, *shape]`` float32 and its valid draws ``[g, s]``."""
+  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, x_g.shape[1:]))(ids_g)
+  xn, ok = noise.noisy(x_g[:, None], eps)  # type: ignore[attr-defined]
+  return xn.reshape((-1,) + x_g.shape[1:]), ok
 
 
 def _has_convolution(
