@@ -62,6 +62,8 @@ class Noise:
 
   #: Whether the family draws grid offsets added to the image as integers (``noisy``).
   lattice: ClassVar[bool] = False
+  #: What the radius certifies, when more precise than "every x' within it" (guarantee texts).
+  certifies: ClassVar[str] = ""
 
   def sample(
     self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
@@ -298,18 +300,24 @@ class Uniform(Noise):
     return std * math.sqrt(3.0)
 
 
-_INVALID = 1 << 30  # the grid offset of a draw counted against every class
+GRID_INVALID = 1 << 30  # the grid offset of a draw counted against every class
 
 
 def _grid_offsets(tab: lattice.Table, key: jax.Array, n: int) -> jax.Array:
-  """``n`` draws of the rounded Gaussian in grid steps, ``_INVALID`` where not valid.
+  """``n`` draws of the rounded Gaussian in grid steps, ``GRID_INVALID`` where not valid.
 
   One Threefry-2x32 hash per draw gives the 64-bit ``u = hi * 2**32 + lo``; a
   branch-free binary search over the padded table counts the thresholds ``<= u``
   comparing (hi, lo) pairs lexicographically, and remembers the last one passed.
   """
   bits = jex_random.threefry_2x32(jax.random.key_data(key), jnp.arange(2 * n, dtype=jnp.uint32))
-  uh, ul = bits[:n], bits[n:]
+  return grid_lookup(tab, bits[:n], bits[n:])
+
+
+def grid_lookup(tab: lattice.Table, uh: jax.Array, ul: jax.Array) -> jax.Array:
+  """Grid offsets ``[n]`` int32 of the 64-bit uniforms ``uh * 2**32 + ul`` (``[n]`` uint32 each),
+  ``GRID_INVALID`` where the draw is out of the table or in a cell a threshold cuts."""
+  n = uh.shape[0]
   t_hi, t_lo = jnp.asarray(tab.hi), jnp.asarray(tab.lo)
   pos = jnp.zeros((n,), jnp.int32)
   last_hi, last_lo = jnp.zeros_like(uh), jnp.zeros_like(ul)
@@ -321,7 +329,7 @@ def _grid_offsets(tab: lattice.Table, key: jax.Array, n: int) -> jax.Array:
     last_hi, last_lo = jnp.where(le, h, last_hi), jnp.where(le, lo, last_lo)
   m = len(tab.thresholds)  # t_0 = 0 <= u, so pos >= 1
   ok = (pos < m) & ~((last_hi == uh) & (last_lo == ul))
-  return jnp.where(ok, pos - (tab.k_max + 1), jnp.int32(_INVALID))
+  return jnp.where(ok, pos - (tab.k_max + 1), jnp.int32(GRID_INVALID))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,6 +355,11 @@ class Gaussian8bit(Noise):
   sigma: float | None = None
 
   lattice: ClassVar[bool] = True
+  certifies: ClassVar[str] = (
+    "; sound in floating point (Voracek and Hein 2023): certifies every 8-bit image x' "
+    "(values m/255) with ||x' - x||_2 < R, for the network as it runs on float32(m/255); "
+    "draws outside the exact threshold table count against every class"
+  )
 
   def bind(self, x: np.ndarray, sigma: np.ndarray) -> Gaussian8bit:
     sig = np.unique(np.asarray(sigma, np.float64))
@@ -367,14 +380,14 @@ class Gaussian8bit(Noise):
   def sample(
     self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.int32
   ) -> jax.Array:
-    """int32 grid offsets of ``shape`` (``_INVALID`` where the draw is not valid)."""
+    """int32 grid offsets of ``shape`` (``GRID_INVALID`` where the draw is not valid)."""
     return _grid_offsets(self.table(), key, math.prod(shape)).reshape(shape)
 
   def noisy(self, x: jax.Array, eps: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(float32 (255 x + eps) / 255, valid)``: ``x`` ``[g, 1, *shape]`` on the grid, ``eps``
     ``[g, s, *shape]`` int32 offsets -> ``[g, s, *shape]`` and ``valid`` ``[g, s]``."""
     m = jnp.round(x * lattice.LEVELS).astype(jnp.int32) + eps
-    ok = jnp.all((eps != _INVALID).reshape(eps.shape[:2] + (-1,)), axis=-1)
+    ok = jnp.all((eps != GRID_INVALID).reshape(eps.shape[:2] + (-1,)), axis=-1)
     return m.astype(jnp.float32) / jnp.float32(lattice.LEVELS), ok
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:

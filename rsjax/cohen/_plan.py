@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsjax import lattice
 from rsjax.cohen._certify import certify
 from rsjax.engine.budget import Budget, BudgetedCertificate
 from rsjax.engine.driver import Certificate
@@ -36,8 +37,10 @@ def build(ctx: Context, *, grid: tuple[float, ...] | None) -> Plan:
     )
 
   what = f"Cohen et al.'s CERTIFY, {noise.name} noise, sigma={ctx.sigma}"
+  # Sound 8-bit noise: the record names its threshold table (verify computes it again).
+  table = {"noise_table": lattice.table_hash(ctx.sigma)} if noise.lattice else {}
   if grid is None:
-    return Plan(fn, Certificate.columns, describe=what)
+    return Plan(fn, Certificate.columns, describe=what, details=table or None)
   # Budgeted inputs stop independently and share launches: certify 16 per call. The
   # schedule (Budget's defaults) is part of the run's record.
   b = Budget(grid=tuple(grid))
@@ -52,5 +55,5 @@ def build(ctx: Context, *, grid: tuple[float, ...] | None) -> Plan:
     BudgetedCertificate.columns,
     describe=f"{what}, budgeted on the radius grid {list(grid)}",
     inputs_per_call=16,
-    details={"budget": schedule},
+    details={"budget": schedule, **table},
   )
