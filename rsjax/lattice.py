@@ -97,22 +97,68 @@ class Table:
     sigma: the noise level (its float64 value, exactly).
     k_max: ``K``: draws lie in ``-K .. K`` grid steps.
     thresholds: ``[2K + 2]`` Python ints ``t_i`` in ``[0, 2**64)``.
-    hi, lo: ``[P]`` uint32 high and low words of the thresholds, padded with
-      ``2**64 - 1`` to ``P = 2**levels - 1`` entries for a branch-free binary search.
-    levels: the number of steps of the binary search.
+    pairs: ``[2K + 1, 4]`` uint32: row ``i - 1`` holds the high words of ``t_{i-1}, t_i``,
+      then their low words (``i = 1 .. 2K + 1``): the two thresholds the device compares a
+      draw with (``rsjax.grid_draw``), fetched in one gather.
+    bucket_bits: ``b``, the mantissa bits of a bucket (below).
+    buckets: ``[2 * 65 * 2**b]`` int32: where to look a draw up. ``v = u`` for ``u < 2**63``
+      (half 0), else ``v = 2**64 - 1 - u`` (half 1); a bucket is ``(half, lz, mant)`` with
+      ``lz`` the leading zeros of ``v`` (64 bits) and ``mant`` the ``b`` bits below its
+      leading one (zero-padded). The entry is ``i = idx(smallest u of the bucket)``
+      (clipped to ``1 .. 2K + 1``); ``b`` is the smallest with at most one threshold
+      inside any bucket, so every ``u`` of the bucket has ``idx`` ``i`` or ``i + 1``:
+      ``t_{i-1}`` and ``t_i`` decide it.
     digest: :func:`table_hash` of the table.
   """
 
   def __init__(self, sigma: float, k_max: int, thresholds: list[int]):
     self.sigma, self.k_max, self.thresholds = float(sigma), int(k_max), thresholds
-    self.levels = max(1, math.ceil(math.log2(len(thresholds) + 1)))
-    padded = thresholds + [_TWO64 - 1] * ((1 << self.levels) - 1 - len(thresholds))
-    arr = np.array(padded, dtype=np.uint64)
-    self.hi = (arr >> np.uint64(32)).astype(np.uint32)
-    self.lo = (arr & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    arr = np.array(thresholds, dtype=np.uint64)
+    hi = (arr >> np.uint64(32)).astype(np.uint32)
+    lo = (arr & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    rows = np.arange(len(thresholds) - 1)[:, None] + np.arange(2)
+    self.pairs = np.concatenate([hi[rows], lo[rows]], axis=1)
+    self.bucket_bits, self.buckets = _buckets(arr)
     text = f"rsjax gaussian_8bit v1 levels={LEVELS} sigma={self.sigma!r} K={self.k_max}\n"
     text += "\n".join(str(t) for t in thresholds)
     self.digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def bucket_range(lz: int, mant: int, b: int) -> tuple[int, int]:
+  """``(first, last)`` value ``v`` of the bucket ``(lz, mant)`` (``last < first``: empty)."""
+  if lz == 0:  # v < 2**63 always
+    return 1, 0
+  if lz == 64:
+    return (0, 0) if mant == 0 else (1, 0)
+  p = 63 - lz  # the leading one's bit
+  if p >= b:
+    first = (1 << p) + (mant << (p - b))
+    return first, first + (1 << (p - b)) - 1
+  if mant & ((1 << (b - p)) - 1):
+    return 1, 0
+  v = (1 << p) + (mant >> (b - p))
+  return v, v
+
+
+def _buckets(t: np.ndarray) -> tuple[int, np.ndarray]:
+  """``(b, buckets)`` of the thresholds ``t`` ``[M]`` uint64 (:class:`Table`)."""
+  m = len(t)
+  for b in range(4, 20):
+    firsts, lasts = [], []
+    for half in (0, 1):
+      for lz in range(65):
+        for mant in range(1 << b):
+          a, z = bucket_range(lz, mant, b)
+          if z < a:
+            a = z = 0
+          lo, hi = (a, z) if half == 0 else (_TWO64 - 1 - z, _TWO64 - 1 - a)
+          firsts.append(lo)
+          lasts.append(hi)
+    i_first = np.searchsorted(t, np.array(firsts, np.uint64), side="right")
+    i_last = np.searchsorted(t, np.array(lasts, np.uint64), side="right")
+    if np.all(i_last - i_first <= 1):
+      return b, np.clip(i_first, 1, m - 1).astype(np.int32)
+  raise ArithmeticError("no bucket size keeps one threshold per bucket")
 
 
 @functools.lru_cache(maxsize=16)

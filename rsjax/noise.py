@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from rsjax import lattice, stats
+from rsjax import grid_draw, lattice, stats
 
 __all__ = [
   "standard_normal",
@@ -300,38 +300,6 @@ class Uniform(Noise):
     return std * math.sqrt(3.0)
 
 
-GRID_INVALID = 1 << 30  # the grid offset of a draw counted against every class
-
-
-def _grid_offsets(tab: lattice.Table, key: jax.Array, n: int) -> jax.Array:
-  """``n`` draws of the rounded Gaussian in grid steps, ``GRID_INVALID`` where not valid.
-
-  One Threefry-2x32 hash per draw gives the 64-bit ``u = hi * 2**32 + lo``; a
-  branch-free binary search over the padded table counts the thresholds ``<= u``
-  comparing (hi, lo) pairs lexicographically, and remembers the last one passed.
-  """
-  bits = jex_random.threefry_2x32(jax.random.key_data(key), jnp.arange(2 * n, dtype=jnp.uint32))
-  return grid_lookup(tab, bits[:n], bits[n:])
-
-
-def grid_lookup(tab: lattice.Table, uh: jax.Array, ul: jax.Array) -> jax.Array:
-  """Grid offsets ``[n]`` int32 of the 64-bit uniforms ``uh * 2**32 + ul`` (``[n]`` uint32 each),
-  ``GRID_INVALID`` where the draw is out of the table or in a cell a threshold cuts."""
-  n = uh.shape[0]
-  t_hi, t_lo = jnp.asarray(tab.hi), jnp.asarray(tab.lo)
-  pos = jnp.zeros((n,), jnp.int32)
-  last_hi, last_lo = jnp.zeros_like(uh), jnp.zeros_like(ul)
-  for level in reversed(range(tab.levels)):
-    cand = pos + (1 << level)
-    h, lo = t_hi[cand - 1], t_lo[cand - 1]
-    le = (h < uh) | ((h == uh) & (lo <= ul))
-    pos = jnp.where(le, cand, pos)
-    last_hi, last_lo = jnp.where(le, h, last_hi), jnp.where(le, lo, last_lo)
-  m = len(tab.thresholds)  # t_0 = 0 <= u, so pos >= 1
-  ok = (pos < m) & ~((last_hi == uh) & (last_lo == ul))
-  return jnp.where(ok, pos - (tab.k_max + 1), jnp.int32(GRID_INVALID))
-
-
 @dataclasses.dataclass(frozen=True)
 class Gaussian8bit(Noise):
   """Sound Gaussian noise for 8-bit inputs (Voracek and Hein, ICLR 2023); certifies L2.
@@ -369,7 +337,7 @@ class Gaussian8bit(Noise):
       )
     if self.sigma is not None and float(sig[0]) != self.sigma:
       raise ValueError(f"noise {self.name}: bound to sigma {self.sigma}, called with {sig[0]}")
-    check_grid(x, self.name)
+    grid_draw.check_grid(x, self.name)
     return dataclasses.replace(self, sigma=float(sig[0]))
 
   def table(self) -> lattice.Table:
@@ -380,33 +348,25 @@ class Gaussian8bit(Noise):
   def sample(
     self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.int32
   ) -> jax.Array:
-    """int32 grid offsets of ``shape`` (``GRID_INVALID`` where the draw is not valid)."""
-    return _grid_offsets(self.table(), key, math.prod(shape)).reshape(shape)
+    """int32 grid offsets of ``shape`` (``grid_draw.GRID_INVALID`` where not valid)."""
+    return grid_draw.grid_offsets(self.table(), key, math.prod(shape)).reshape(shape)
 
   def noisy(self, x: jax.Array, eps: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(float32 (255 x + eps) / 255, valid)``: ``x`` ``[g, 1, *shape]`` on the grid, ``eps``
     ``[g, s, *shape]`` int32 offsets -> ``[g, s, *shape]`` and ``valid`` ``[g, s]``."""
     m = jnp.round(x * lattice.LEVELS).astype(jnp.int32) + eps
-    ok = jnp.all((eps != GRID_INVALID).reshape(eps.shape[:2] + (-1,)), axis=-1)
-    return m.astype(jnp.float32) / jnp.float32(lattice.LEVELS), ok
+    xn = m.astype(jnp.float32) / jnp.float32(lattice.LEVELS)
+    # An invalid draw is NaN in the batch, and the mask is read from the batch: one consumer
+    # of the lookup, which XLA would otherwise evaluate once for each.
+    xn = jnp.where(eps == grid_draw.GRID_INVALID, jnp.float32(jnp.nan), xn)
+    ok = ~jnp.any(jnp.isnan(xn).reshape(eps.shape[:2] + (-1,)), axis=-1)
+    return xn, ok
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
     return stats.gaussian_radius(p_lower, sigma)
 
   def scale_from_std(self, std: float) -> float:
     return std
-
-
-def check_grid(x: ArrayLike, what: str = "gaussian_8bit") -> None:
-  """Refuses inputs not on the 8-bit grid ``{0, 1/255, ..., 1}`` (to 1e-4 grid steps)."""
-  v = np.asarray(x, np.float64) * lattice.LEVELS
-  r = np.round(v)
-  if v.size and (np.abs(v - r).max() > 1e-4 or r.min() < 0 or r.max() > lattice.LEVELS):
-    bad = float(np.asarray(x, np.float64).reshape(-1)[np.argmax(np.abs(v - r).reshape(-1))])
-    raise ValueError(
-      f"noise {what}: the inputs must be 8-bit images, values m/255 in [0, 1] "
-      f"(e.g. {bad!r} is not); use --noise gaussian for other inputs"
-    )
 
 
 GAUSSIAN = Gaussian()

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats as sps
 
 import rsjax
-from rsjax import lattice
+from rsjax import grid_draw, lattice
 from rsjax import noise as noise_lib
 
 TWO64 = 2**64
@@ -53,7 +53,7 @@ def _reference_draw(th, k_max, u):
   """The draw of the 64-bit uniform ``u`` by its definition (rsjax.lattice), in Python."""
   idx = bisect.bisect_right(th, u)
   if idx >= len(th) or u == th[idx - 1]:
-    return noise_lib.GRID_INVALID
+    return grid_draw.GRID_INVALID
   return idx - k_max - 1
 
 
@@ -68,10 +68,10 @@ def test_device_lookup_equals_the_definition():
   us += [int(v) * 2 + 1 for v in rng.integers(0, 2**63, 2000, dtype=np.uint64)]
   uh = jnp.asarray([u >> 32 for u in us], jnp.uint32)
   ul = jnp.asarray([u & 0xFFFFFFFF for u in us], jnp.uint32)
-  got = np.asarray(jax.jit(lambda a, b: noise_lib.grid_lookup(t, a, b))(uh, ul))
+  got = np.asarray(jax.jit(lambda a, b: grid_draw.grid_lookup(t, a, b))(uh, ul))
   want = np.array([_reference_draw(th, t.k_max, u) for u in us])
   np.testing.assert_array_equal(got, want)
-  assert (got == noise_lib.GRID_INVALID).sum() >= len(th) // 7  # u = t_i is never valid
+  assert (got == grid_draw.GRID_INVALID).sum() >= len(th) // 7  # u = t_i is never valid
 
 
 def test_sampled_noise_fits_its_exact_pmf():
@@ -80,7 +80,7 @@ def test_sampled_noise_fits_its_exact_pmf():
   sigma, num = 0.12, 400_000
   noise = noise_lib.Gaussian8bit(sigma=sigma)
   k = np.asarray(jax.jit(lambda key: noise.sample(key, (num,)))(jax.random.key(7)))
-  assert not np.any(k == noise_lib.GRID_INVALID)
+  assert not np.any(k == grid_draw.GRID_INVALID)
   support, pmf = lattice.pmf(sigma)
   exact = sps.norm.cdf((support + 0.5) / (255 * sigma)) - sps.norm.cdf(
     (support - 0.5) / (255 * sigma)
@@ -164,7 +164,7 @@ class _SomeInvalid(noise_lib.Gaussian8bit):
 
   def sample(self, key, shape, dtype=jnp.int32):
     k = super().sample(key, shape, dtype)
-    return k.at[0].set(jnp.where(k[0] == 0, noise_lib.GRID_INVALID, k[0]))
+    return k.at[0].set(jnp.where(k[0] == 0, grid_draw.GRID_INVALID, k[0]))
 
 
 def test_invalid_draws_count_against_every_class():

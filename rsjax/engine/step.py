@@ -145,7 +145,7 @@ def noisy_counts(
     return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape)
 
   if noise.lattice:  # integer grid offsets: the image stays integer through the add
-    draw = functools.partial(_draw_lattice, noise, key, x_g, ids_g, j)
+    draw = functools.partial(_draw_lattice, noise, key, x_g, ids_g, j, jnp.any(valid))
     zeros = (jnp.zeros((g * s,) + shape, jnp.float32), jnp.zeros((g, s), bool))
   else:
     zeros = jnp.zeros((g * s,) + shape, x_g.dtype)
@@ -192,9 +192,11 @@ def _draw_lattice(
   x_g: jax.Array,
   ids_g: jax.Array,
   j: jax.Array,
+  any_valid: jax.Array,
 ) -> tuple[jax.Array, jax.Array]:
   """A lattice family's noisy batch ``[g * s, *shape]`` float32 and its valid draws ``[g, s]``."""
-  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, x_g.shape[1:]))(ids_g)
+  shape = x_g.shape[1:]
+  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)
   xn, ok = noise.noisy(x_g[:, None], eps)  # type: ignore[attr-defined]
   return xn.reshape((-1,) + x_g.shape[1:]), ok
 
