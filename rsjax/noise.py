@@ -326,7 +326,8 @@ class Gaussian8bit(Noise):
   certifies: ClassVar[str] = (
     "; sound in floating point (Voracek and Hein 2023): certifies every 8-bit image x' "
     "(values m/255) with ||x' - x||_2 < R, for the network as it runs on float32(m/255); "
-    "draws outside the exact threshold table count against every class"
+    "draws outside the exact threshold table, or in a cell a threshold cuts, count against "
+    "every class"
   )
 
   def bind(self, x: np.ndarray, sigma: np.ndarray) -> Gaussian8bit:
