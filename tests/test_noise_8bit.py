@@ -139,6 +139,21 @@ def test_counts_identical_across_batch_sizes_splits_devices(variant):
   np.testing.assert_array_equal(got, ref)
 
 
+def test_traced_counts_equal_the_engine_with_the_bound_family():
+  from rsjax.engine import traced
+
+  x = _grid_inputs(b=3)
+  bound = noise_lib.Gaussian8bit(sigma=0.5)
+  got, bad = jax.jit(
+    lambda k: traced.counts(
+      k, _mlp(), x, apply_fn=_mlp_apply, sigma=0.5, num_classes=4, num=600, ids=np.arange(3),
+      noise=bound,
+    )
+  )(jax.random.key(3))  # fmt: skip
+  np.testing.assert_array_equal(np.asarray(got), _counts(x))
+  assert not np.any(np.asarray(bad))
+
+
 def test_refuses_inputs_off_the_grid_and_several_sigmas():
   x = _grid_inputs()
   with pytest.raises(ValueError, match="8-bit images"):

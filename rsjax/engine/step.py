@@ -8,7 +8,6 @@ costs, so the two cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 
 import jax
@@ -140,28 +139,24 @@ def noisy_counts(
   g, s = x_g.shape[0], j.shape[0]
   shape = x_g.shape[1:]
 
-  def draw() -> jax.Array:
+  def draw() -> tuple[jax.Array, jax.Array]:
+    if noise.lattice:  # integer grid offsets: the image stays integer through the add
+      return _draw_lattice(noise, key, x_g, ids_g, j)
     eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
-    return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape)
+    return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape), jnp.ones((g, s), bool)
 
-  if noise.lattice:  # integer grid offsets: the image stays integer through the add
-    draw = functools.partial(_draw_lattice, noise, key, x_g, ids_g, j, jnp.any(valid))
-    zeros = (jnp.zeros((g * s,) + shape, jnp.float32), jnp.zeros((g, s), bool))
-  else:
-    zeros = jnp.zeros((g * s,) + shape, x_g.dtype)
   if _has_convolution(apply_fn, params, x_g.shape[1:], compute_dtype or x_g.dtype):
     # The noisy batch is drawn in a conditional (no valid sample: no draw), so
     # it is written to memory before the forward pass. Left to fuse, XLA:CPU
     # folds the draw into the first convolution's input fusion and recomputes
     # the normal transform for every output channel (LeNet: 20% of a step).
-    xn = jax.lax.cond(jnp.any(valid), draw, lambda: zeros)
+    dtype = jnp.float32 if noise.lattice else x_g.dtype
+    zeros = (jnp.zeros((g * s,) + shape, dtype), jnp.zeros((g, s), bool))
+    xn, drawn_ok = jax.lax.cond(jnp.any(valid), draw, lambda: zeros)
   else:
-    xn = draw()
-  if noise.lattice:  # a sample with an invalid draw counts against every class
-    xn, drawn_ok = xn
-    valid = valid[None, :] & drawn_ok
-  else:
-    valid = jnp.broadcast_to(valid[None, :], (g, s))
+    xn, drawn_ok = draw()
+  # A sample with an invalid draw (sound 8-bit noise) counts against every class.
+  valid = valid[None, :] & drawn_ok
   if compute_dtype is not None:
     xn = xn.astype(compute_dtype)
   try:
@@ -192,7 +187,6 @@ def _draw_lattice(
   x_g: jax.Array,
   ids_g: jax.Array,
   j: jax.Array,
-  any_valid: jax.Array,
 ) -> tuple[jax.Array, jax.Array]:
   """A lattice family's noisy batch ``[g * s, *shape]`` float32 and its valid draws ``[g, s]``."""
   shape = x_g.shape[1:]
