@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--models", default="mlp,lenet,resnet20")
   p.add_argument("--reps", type=int, default=3)
+  p.add_argument("--num", type=int, default=None, help="samples per speed run (default per model)")
   p.add_argument("--sigmas", default="0.25,0.5")
   p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
   p.add_argument("--skip", type=int, default=10, help="certify every skip-th test image")
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
   print("|---|---|---|---|---|")
   for name in [m for m in args.models.split(",") if m]:
     num, batch = nums.get(name, (SPECS[name].num_quick, 256))
+    num = args.num or num
     r = speed(name, num, batch, args.reps)
     out["speed"].append(r)
     s = r["samples_per_s"]

@@ -308,3 +308,14 @@ def test_command_certifies_verifies_audits_and_analyzes(tmp_path, capsys):
     ["certify", str(tmp_path / "d"), str(tmp_path / "d.tsv"), "--noise", "gaussian_8bit", *flags]
   )
   assert code != 0 and "8-bit images" in capsys.readouterr().err
+
+
+def test_benchmark_reports_both_noises_side_by_side():
+  from benchmarks import sound_noise
+
+  out = sound_noise.main(["--models", "mlp", "--reps", "1", "--num", "300", "--no-accuracy"])
+  (r,) = out["speed"]
+  assert r["model"] == "mlp" and r["num"] == 300
+  assert set(r["samples_per_s"]) == {"gaussian", "gaussian_8bit"}
+  ratio = r["samples_per_s"]["gaussian_8bit"] / r["samples_per_s"]["gaussian"]
+  assert r["sound_over_float"] == pytest.approx(ratio, rel=1e-12)
