@@ -161,10 +161,17 @@ def _buckets(t: np.ndarray) -> tuple[int, np.ndarray]:
   raise ArithmeticError("no bucket size keeps one threshold per bucket")
 
 
-@functools.lru_cache(maxsize=16)
 def table(sigma: float) -> Table:
-  """The exact threshold table of ``sigma`` (cached; seconds for sigma <= 1)."""
-  sigma = float(sigma)
+  """The exact threshold table of ``sigma`` (cached; about a second for sigma <= 1).
+
+  The engine holds sigma in float32, so the table is that of ``float32(sigma)`` (exactly):
+  ``table(0.12)`` is the table the engine draws from at ``sigma=0.12``.
+  """
+  return _table(float(np.float32(sigma)))
+
+
+@functools.lru_cache(maxsize=16)
+def _table(sigma: float) -> Table:
   if not (math.isfinite(sigma) and 0 < sigma <= 4):
     raise ValueError(f"sigma: the 8-bit sound noise needs 0 < sigma <= 4, got {sigma}")
   ctx = decimal.Context(prec=_PREC)

@@ -313,8 +313,8 @@ class Gaussian8bit(Noise):
   radius ``sigma * Phi^-1(p_lower)`` holds for every 8-bit image within it.
 
   A draw outside the table or in a cell a threshold cuts (probability below
-  ``2K 2**-64`` per pixel) counts against every class: the counts of such a
-  sample sum to less than ``n``. The family is bound to one scalar sigma per run
+  ``2K 2**-64`` per pixel) counts against every class: the counts of its input then
+  sum to less than ``n``. The family is bound to one scalar sigma per run
   (:meth:`bind`); inputs off the grid are refused.
   """
 

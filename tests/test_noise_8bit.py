@@ -36,13 +36,15 @@ def test_thresholds_exact_and_cover_the_range():
     approx = TWO64 * sps.norm.cdf((i - t.k_max - 0.5) / s)
     assert abs(th[i] - approx) < 1e-13 * TWO64
   assert lattice.table_hash(0.25) == t.digest != lattice.table_hash(0.5)
+  # The engine holds sigma in float32: the table of 0.1 is the table of float32(0.1).
+  assert lattice.table(0.1).sigma == float(np.float32(0.1)) != 0.1
 
 
 def test_thresholds_match_mpmath():
   mpmath = pytest.importorskip("mpmath")
   mpmath.mp.dps = 60
-  t = lattice.table(0.12)
-  s = mpmath.mpf(255) * mpmath.mpf(0.12)
+  t = lattice.table(0.125)
+  s = mpmath.mpf(255) * mpmath.mpf(0.125)
   for i in (1, 5, t.k_max - 3, t.k_max, t.k_max + 1, t.k_max + 9, 2 * t.k_max):
     b = mpmath.mpf(i - t.k_max) - mpmath.mpf(1) / 2
     exact = mpmath.floor(mpmath.mpf(TWO64) * mpmath.ncdf(b / s))
@@ -58,7 +60,7 @@ def _reference_draw(th, k_max, u):
 
 
 def test_device_lookup_equals_the_definition():
-  t = lattice.table(0.12)
+  t = lattice.table(0.125)
   th = t.thresholds
   us = [0, 1, TWO64 - 1, TWO64 - 2]
   for i in range(0, len(th), 7):
@@ -77,7 +79,7 @@ def test_device_lookup_equals_the_definition():
 def test_sampled_noise_fits_its_exact_pmf():
   # Chi-square goodness of fit of 400,000 draws against the sampler's exact pmf, the tails
   # pooled into bins of expected count >= 20; threshold: the chi-square quantile 1 - 1e-6.
-  sigma, num = 0.12, 400_000
+  sigma, num = 0.125, 400_000
   noise = noise_lib.Gaussian8bit(sigma=sigma)
   k = np.asarray(jax.jit(lambda key: noise.sample(key, (num,)))(jax.random.key(7)))
   assert not np.any(k == grid_draw.GRID_INVALID)
