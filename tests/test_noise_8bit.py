@@ -216,8 +216,8 @@ def test_invalid_draws_count_against_every_class():
 
 
 # The attack (Voracek and Hein's toy example, in one dimension): x = 0 on the grid, sigma 0.5,
-# and a base classifier that answers class 0 exactly when its input, divided by sigma, is one
-# of the float32 normals the float Gaussian stream can produce (sqrt 2 erfinv of a 23-bit
+# and a base classifier that answers class 0 exactly when its input, divided by sigma, is (to one
+# float32 step) one of the float32 normals the float Gaussian stream can produce (sqrt 2 erfinv of a 23-bit
 # uniform). Under the float path at x = 0 the noisy input is 0 + 0.5 eps = 0.5 eps exactly, so
 # it always answers 0; anywhere else (x' = 0.8, an 8-bit point) it rarely does.
 SIG = 0.5
@@ -229,7 +229,10 @@ def _reads_float_traces(params, z):
   k0 = jnp.round((u + 1) * 0.5 * 2**23).astype(jnp.int32)
   ks = jnp.clip(k0[:, None] + jnp.arange(-3, 4), 0, 2**23 - 1).astype(jnp.uint32)
   normal = jnp.float32(math.sqrt(2)) * jax.lax.erf_inv(noise_lib._uniform_open(ks << 9))
-  hit = jnp.any(normal == e[:, None], axis=1).astype(jnp.float32)
+  # Equal to within one float32 step: robust to a different rounding of the last bit of erfinv
+  # in another XLA fusion, still rare away from x.
+  near = jnp.abs(normal - e[:, None]) <= jnp.abs(jnp.nextafter(e, 2 * e + 1) - e)[:, None]
+  hit = jnp.any(near, axis=1).astype(jnp.float32)
   return jnp.stack([hit, 1 - hit], -1)
 
 
@@ -254,7 +257,7 @@ def test_float_trace_attack_fools_the_float_path_not_the_sound_one(noise):
   at_other = rsjax.sample_counts(
     9, _reads_float_traces, None, x[1:], sigma=SIG, num_classes=2, num=2000, noise=noise
   )[0]
-  assert at_other[1] > 1500
+  assert at_other[1] > 1200
   fooled = cert.prediction[0] == 0 and cert.radius[0] > dist
   if noise == "gaussian":
     # The float path certifies class 0 around x with radius about 1.23 > 0.8: contradicted.
