@@ -18,6 +18,11 @@ Uniform     U[-1, 1]                      half-width        sigma/sqrt3  L1: 2 s
                                                                         Linf: 2 sigma (1-(3/2-p)^(1/d))
 ==========  ===========================  ===============  ==========  ================================
 
+``gaussian_8bit`` (:class:`Gaussian8bit`) is the Gaussian rounded to the 8-bit grid, drawn
+as exact integers and added to the image as integers (sound in floating point, Voracek and
+Hein 2023); its ``sigma`` is the Gaussian's std and its radius the Gaussian L2 radius, for
+8-bit images near ``x``.
+
 Use ``family.scale_from_std(std)`` to convert a nominal standard deviation to
 ``sigma`` (e.g. to compare families at equal variance).
 

@@ -216,10 +216,10 @@ def test_invalid_draws_count_against_every_class():
 
 
 # The attack (Voracek and Hein's toy example, in one dimension): x = 0 on the grid, sigma 0.5,
-# and a base classifier that answers class 0 exactly when its input, divided by sigma, is (to one
-# float32 step) one of the float32 normals the float Gaussian stream can produce (sqrt 2 erfinv of a 23-bit
-# uniform). Under the float path at x = 0 the noisy input is 0 + 0.5 eps = 0.5 eps exactly, so
-# it always answers 0; anywhere else (x' = 0.8, an 8-bit point) it rarely does.
+# and a base classifier that answers class 0 exactly when its input, divided by sigma, is (to
+# one float32 step) one of the float32 normals the float Gaussian stream can produce (sqrt 2
+# erfinv of a 23-bit uniform). Under the float path at x = 0 the noisy input is 0 + 0.5 eps =
+# 0.5 eps exactly, so it always answers 0; elsewhere (x' = 0.8, an 8-bit point) it rarely does.
 SIG = 0.5
 
 
