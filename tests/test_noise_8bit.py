@@ -286,6 +286,20 @@ def test_command_certifies_verifies_audits_and_analyzes(tmp_path, capsys):
   assert "audit passed" in capsys.readouterr().out
   assert cli.main(["analyze", str(out)]) == 0
   assert "gaussian_8bit (l2, sound 8-bit)" in capsys.readouterr().out
+  # Counts short of N (invalid draws, counted for no class) verify under this noise; counts
+  # over N do not. A runner-up count lowered by one leaves p_lower and the radius unchanged.
+  cert_path = tmp_path / "c.tsv.cert.jsonl"
+  lines = [json.loads(v) for v in cert_path.read_text().splitlines()]
+  row = next(r for r in lines if len(r["counts"]) >= 2)
+  top = max(row["counts"], key=lambda c: row["counts"][c])
+  other = next(c for c in row["counts"] if c != top)
+  for delta, code in ((-1, 0), (+2, 1)):
+    row["counts"][other] += delta
+    cert_path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert cli.main(["verify", str(out)]) == code
+  assert "estimation counts sum to 301, N is 300" in capsys.readouterr().out
+  row["counts"][other] -= 1
+  cert_path.write_text("".join(json.dumps(r) + "\n" for r in lines))
   # A record whose table hash is not sigma's fails verification.
   run["method"]["details"]["noise_table"] = "sha256:00"
   (tmp_path / "c.tsv.run.json").write_text(json.dumps(run))
