@@ -18,6 +18,11 @@ Uniform     U[-1, 1]                      half-width        sigma/sqrt3  L1: 2 s
                                                                         Linf: 2 sigma (1-(3/2-p)^(1/d))
 ==========  ===========================  ===============  ==========  ================================
 
+``gaussian_8bit`` (:class:`Gaussian8bit`) is the Gaussian rounded to the 8-bit grid, drawn
+as exact integers and added to the image as integers (sound in floating point, Voracek and
+Hein 2023); its ``sigma`` is the Gaussian's std and its radius the Gaussian L2 radius, for
+8-bit images near ``x``.
+
 Use ``family.scale_from_std(std)`` to convert a nominal standard deviation to
 ``sigma`` (e.g. to compare families at equal variance).
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.extend.random as jex_random
@@ -37,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from rsjax import stats
+from rsjax import grid_draw, lattice, stats
 
 __all__ = [
   "standard_normal",
@@ -45,6 +51,7 @@ __all__ = [
   "Gaussian",
   "Laplace",
   "Uniform",
+  "Gaussian8bit",
   "GAUSSIAN",
   "NOISES",
   "get_noise",
@@ -57,6 +64,11 @@ class Noise:
 
   name: str = "noise"
   norm: str = "l2"
+
+  #: Whether the family draws grid offsets added to the image as integers (``noisy``).
+  lattice: ClassVar[bool] = False
+  #: What the radius certifies, when more precise than "every x' within it" (guarantee texts).
+  certifies: ClassVar[str] = ""
 
   def sample(
     self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
@@ -71,6 +83,11 @@ class Noise:
   def scale_from_std(self, std: float) -> float:
     """The ``sigma`` of this family whose noise has standard deviation ``std``."""
     raise NotImplementedError
+
+  def bind(self, x: np.ndarray, sigma: np.ndarray) -> Noise:
+    """The family to draw with for inputs ``x`` at scales ``sigma`` (host; here itself).
+    A family whose draws depend on sigma (:class:`Gaussian8bit`) checks and binds it."""
+    return self
 
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -288,6 +305,76 @@ class Uniform(Noise):
     return std * math.sqrt(3.0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Gaussian8bit(Noise):
+  """Sound Gaussian noise for 8-bit inputs (Voracek and Hein, ICLR 2023); certifies L2.
+
+  The noise is the Gaussian N(0, sigma^2) rounded to the grid ``1/255`` (exact
+  thresholds: ``rsjax.lattice``), drawn as integers; the image ``x`` (on the grid)
+  is kept as integers ``m = 255 x`` through the add and cast once, so the network
+  sees ``float32(m + k) / 255``: a function of the lattice point alone, whatever
+  low-order bits a float ``x + sigma * eps`` would have left. Smoothing with it at
+  ``x`` is smoothing ``f(round(.))`` with the real Gaussian, so Cohen et al.'s
+  radius ``sigma * Phi^-1(p_lower)`` holds for every 8-bit image within it.
+
+  A draw outside the table or in a cell a threshold cuts (probability below
+  ``2K 2**-64`` per pixel) counts against every class: the counts of its input then
+  sum to less than ``n``. The family is bound to one scalar sigma per run
+  (:meth:`bind`); inputs off the grid are refused.
+  """
+
+  name: str = "gaussian_8bit"
+  norm: str = "l2"
+  sigma: float | None = None
+
+  lattice: ClassVar[bool] = True
+  certifies: ClassVar[str] = (
+    "; sound in floating point (Voracek and Hein 2023): certifies every 8-bit image x' "
+    "(values m/255) with ||x' - x||_2 < R, for the network as it runs on float32(m/255); "
+    "draws outside the exact threshold table, or in a cell a threshold cuts, count against "
+    "every class"
+  )
+
+  def bind(self, x: np.ndarray, sigma: np.ndarray) -> Gaussian8bit:
+    sig = np.unique(np.asarray(sigma, np.float64))
+    if sig.size != 1:
+      raise ValueError(
+        f"noise {self.name}: one sigma for every input and pixel, got {sig.size} values"
+      )
+    if self.sigma is not None and float(sig[0]) != self.sigma:
+      raise ValueError(f"noise {self.name}: bound to sigma {self.sigma}, called with {sig[0]}")
+    grid_draw.check_grid(x, self.name)
+    return dataclasses.replace(self, sigma=float(sig[0]))
+
+  def table(self) -> lattice.Table:
+    if self.sigma is None:
+      raise ValueError(f"noise {self.name}: bind it to a sigma first (Gaussian8bit(sigma=...))")
+    return lattice.table(self.sigma)
+
+  def sample(
+    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.int32
+  ) -> jax.Array:
+    """int32 grid offsets of ``shape`` (``grid_draw.GRID_INVALID`` where not valid)."""
+    return grid_draw.grid_offsets(self.table(), key, math.prod(shape)).reshape(shape)
+
+  def noisy(self, x: jax.Array, eps: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(float32 (255 x + eps) / 255, valid)``: ``x`` ``[g, 1, *shape]`` on the grid, ``eps``
+    ``[g, s, *shape]`` int32 offsets -> ``[g, s, *shape]`` and ``valid`` ``[g, s]``."""
+    m = jnp.round(x * lattice.LEVELS).astype(jnp.int32) + eps
+    xn = m.astype(jnp.float32) / jnp.float32(lattice.LEVELS)
+    # An invalid draw is NaN in the batch, and the mask is read from the batch: one consumer
+    # of the lookup, which XLA would otherwise evaluate once for each.
+    xn = jnp.where(eps == grid_draw.GRID_INVALID, jnp.float32(jnp.nan), xn)
+    ok = ~jnp.any(jnp.isnan(xn).reshape(eps.shape[:2] + (-1,)), axis=-1)
+    return xn, ok
+
+  def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
+    return stats.gaussian_radius(p_lower, sigma)
+
+  def scale_from_std(self, std: float) -> float:
+    return std
+
+
 GAUSSIAN = Gaussian()
 
 # The registry of noise families by name (the ``--noise`` choices of the command).
@@ -298,12 +385,14 @@ NOISES = {
   "uniform": Uniform(),
   "uniform_l1": Uniform(norm="l1"),
   "uniform_linf": Uniform(norm="linf"),
+  "gaussian_8bit": Gaussian8bit(),
 }
 
 
 def get_noise(noise: Noise | str | None) -> Noise:
   """Resolves a noise family from an instance or a name (``gaussian``,
-  ``gaussian_fast``, ``laplace``, ``uniform``/``uniform_l1``, ``uniform_linf``)."""
+  ``gaussian_fast``, ``laplace``, ``uniform``/``uniform_l1``, ``uniform_linf``,
+  ``gaussian_8bit``)."""
   if noise is None:
     return GAUSSIAN
   if isinstance(noise, Noise):

@@ -60,6 +60,7 @@ NOISE_NORMS = {
   "uniform": ("uniform", "l1"),
   "uniform_l1": ("uniform", "l1"),
   "uniform_linf": ("uniform", "linf"),
+  "gaussian_8bit": ("gaussian", "l2"),
 }
 
 #: Fields of the record that say where things were, which software ran or how sigma was
@@ -198,6 +199,13 @@ class RunSpec:
   def norm(self) -> str:
     """The norm of the radius (``l2``, ``l1``, ``linf``)."""
     return NOISE_NORMS[self.sampling["noise"]][1]
+
+  @property
+  def noise_label(self) -> str:
+    """The noise and the norm of its radius, as ``analyze`` labels a run: ``"gaussian (l2)"``;
+    sound 8-bit noise says so: ``"gaussian_8bit (l2, sound 8-bit)"``."""
+    sound = ", sound 8-bit" if self.sampling["noise"] == "gaussian_8bit" else ""
+    return f"{self.sampling['noise']} ({self.norm}{sound})"
 
   def indices(self) -> list[int]:
     """The declared dataset indices of the run."""

@@ -160,7 +160,7 @@ def _run_summary(label: str, run, res) -> str:
     else ""
   )
   return (
-    f"{label}: {run.method}{how}, sigma={run.sigma:g}, {s['noise']} ({run.norm}), "
+    f"{label}: {run.method}{how}, sigma={run.sigma:g}, {run.noise_label}, "
     f"N={s['n']}, alpha={s['alpha']:g}, {run.data.name} {run.data.split}: {len(res)} of "
     f"{declared} declared rows" + ("" if len(res) == declared else " (incomplete)")
   )
@@ -178,7 +178,7 @@ def plot_title(runs: list, results: dict) -> str:
   parts = []
   if runs:
     parts.append(f"sigma={values(lambda r: r.sigma)}")
-    parts.append(values(lambda r: f"{r.sampling['noise']} ({r.norm})"))
+    parts.append(values(lambda r: r.noise_label))
     parts.append(f"N={values(lambda r: r.sampling['n'])}")
     parts.append(f"alpha={values(lambda r: float(r.sampling['alpha']))}")
   counts = ", ".join(dict.fromkeys(str(len(r)) for r in results.values()))

@@ -23,9 +23,9 @@ from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
 
 if TYPE_CHECKING:
   import jax
+  from jax.typing import ArrayLike
 
   from rsjax.engine.anytime import Anytime
-  from jax.typing import ArrayLike
 
 __all__ = ["Certifier", "Cohen", "certify", "predict"]
 

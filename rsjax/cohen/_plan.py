@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsjax import lattice
 from rsjax.cohen._certify import certify
 from rsjax.engine.anytime import Anytime
 from rsjax.engine.budget import Budget, BudgetedCertificate
@@ -41,8 +42,10 @@ def build(ctx: Context, *, grid: tuple[float, ...] | None, budget_rule: str = "l
     )
 
   what = f"Cohen et al.'s CERTIFY, {noise.name} noise, sigma={ctx.sigma}"
+  # Sound 8-bit noise: the record names its threshold table (verify computes it again).
+  table = {"noise_table": lattice.table_hash(ctx.sigma)} if noise.lattice else {}
   if grid is None:
-    return Plan(fn, Certificate.columns, describe=what)
+    return Plan(fn, Certificate.columns, describe=what, details=table or None)
   # Budgeted inputs stop independently and share launches: certify 16 per call. The
   # rule and its schedule (the rule's defaults) are part of the run's record.
   kind = ""
@@ -61,5 +64,5 @@ def build(ctx: Context, *, grid: tuple[float, ...] | None, budget_rule: str = "l
     BudgetedCertificate.columns,
     describe=f"{what}, budgeted{kind} on the radius grid {list(grid)}",
     inputs_per_call=16,
-    details={"budget": schedule},
+    details={"budget": schedule, **table},
   )

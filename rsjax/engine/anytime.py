@@ -244,7 +244,8 @@ class _Rounds:
     )
 
   def _hist(self, classes: np.ndarray) -> np.ndarray:
-    return np.bincount(classes, minlength=self.num_classes)[: self.num_classes]
+    # -3 (an invalid draw of the sound 8-bit noise) is a sample of no class.
+    return np.bincount(classes[classes >= 0], minlength=self.num_classes)[: self.num_classes]
 
   def counts(self, used: np.ndarray) -> np.ndarray:
     """``[B, C]`` int32 class counts of the first ``used[i]`` samples of each input."""

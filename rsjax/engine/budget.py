@@ -228,8 +228,8 @@ class Budget:
       guarantee=(
         f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
         f"{len(self.looks(n))} fixed looks up to n={n} samples with alpha split over them, "
-        f"union bound); holds with prob >= 1 - {alpha} per input for the given sigma held "
-        "fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"
+        f"union bound){noise.certifies}; holds with prob >= 1 - {alpha} per input for the "
+        "given sigma held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"
       ),
       num_samples=used,
       grid=self.grid,

@@ -73,6 +73,7 @@ def certificate_from_counts(
     ok = p_lower >= 0.5
     radius = np.where(ok & (p_lower > 0.5), noise.radius(p_lower, scale, dim), 0.0)
     desc = f"binary {noise.name} {noise.norm} (Cohen et al. CERTIFY, one-sided Clopper-Pearson)"
+    desc += noise.certifies
   prediction = np.where(ok, guess, ABSTAIN).astype(np.int64)
   return Certificate(
     prediction=prediction,

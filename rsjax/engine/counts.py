@@ -396,7 +396,7 @@ def dispatch_counts(
   auto_batch = isinstance(batch_size, str) and batch_size == "auto"
   step = None if auto_batch else check_int("batch_size", batch_size)
   num_classes = check_int("num_classes", num_classes)
-  noise = noise_lib.get_noise(noise)
+  noise = noise_lib.get_noise(noise).bind(x, sig)
   if step is None:
     step = auto_batch_size(apply_fn, params, x.shape[1:], num=num, compute_dtype=compute_dtype)
   ndev = num_local_devices(devices)

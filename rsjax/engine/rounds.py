@@ -138,7 +138,7 @@ def round_counter(
   """
   apply_fn, params, num_classes = source.apply_fn, source.params, source.num_classes
   x_np, sig, ids_arr = source.x, source.sigma, source.ids
-  noise = settings.noise
+  noise = settings.noise.bind(x_np, sig)
   b = x_np.shape[0]
   ndev = num_local_devices(settings.devices)
   mesh = local_mesh(ndev)

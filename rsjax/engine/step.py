@@ -124,23 +124,31 @@ def _noisy_logits(
   j: jax.Array,
   valid: jax.Array,
   compute_dtype: DTypeLike | None,
-) -> jax.Array:
-  """The logits ``[g * s, C]`` of samples ``j`` of ``g`` inputs (:func:`noisy_counts`)."""
+) -> tuple[jax.Array, jax.Array]:
+  """The logits ``[g * s, C]`` of samples ``j`` of ``g`` inputs (:func:`noisy_counts`), and
+  which samples count: ``[g, s]`` bool, ``valid`` and a valid draw (the sound 8-bit noise's
+  rare invalid draws count for no class)."""
   g, s = x_g.shape[0], j.shape[0]
   shape = x_g.shape[1:]
 
-  def draw() -> jax.Array:
+  def draw() -> tuple[jax.Array, jax.Array]:
+    if noise.lattice:  # integer grid offsets: the image stays integer through the add
+      return _draw_lattice(noise, key, x_g, ids_g, j)
     eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
-    return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape)
+    return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape), jnp.ones((g, s), bool)
 
   if _has_convolution(apply_fn, params, x_g.shape[1:], compute_dtype or x_g.dtype):
     # The noisy batch is drawn in a conditional (no valid sample: no draw), so
     # it is written to memory before the forward pass. Left to fuse, XLA:CPU
     # folds the draw into the first convolution's input fusion and recomputes
     # the normal transform for every output channel (LeNet: 20% of a step).
-    xn = jax.lax.cond(jnp.any(valid), draw, lambda: jnp.zeros((g * s,) + shape, x_g.dtype))
+    dtype = jnp.float32 if noise.lattice else x_g.dtype
+    zeros = (jnp.zeros((g * s,) + shape, dtype), jnp.zeros((g, s), bool))
+    xn, drawn_ok = jax.lax.cond(jnp.any(valid), draw, lambda: zeros)
   else:
-    xn = draw()
+    xn, drawn_ok = draw()
+  # A sample with an invalid draw (sound 8-bit noise) counts against every class.
+  valid = valid[None, :] & drawn_ok
   if compute_dtype is not None:
     xn = xn.astype(compute_dtype)
   try:
@@ -156,7 +164,7 @@ def _noisy_logits(
       f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
       f"expected [{g * s}, num_classes={num_classes}]"
     )
-  return logits
+  return logits, valid
 
 
 def _predictions(
@@ -164,7 +172,7 @@ def _predictions(
 ) -> tuple[jax.Array, jax.Array]:
   """``(argmax classes [g, s], non-finite logits where valid [g, s])`` of a step's logits."""
   pred = jnp.argmax(logits, axis=-1).reshape(g, s)
-  bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid[None, :]
+  bad = ~jnp.all(jnp.isfinite(logits), axis=-1).reshape(g, s) & valid
   return pred, bad
 
 
@@ -185,12 +193,14 @@ def noisy_predictions(
 
   The same noise and forward pass as :func:`noisy_counts` (its counts are the
   histogram of these classes); -1 where the logits are not all finite, -2
-  where ``valid`` does not hold.
+  where ``valid`` does not hold (not a sample), -3 for an invalid draw of the
+  sound 8-bit noise (a sample that counts for no class).
   """
-  logits = _noisy_logits(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, valid,
-                         compute_dtype)  # fmt: skip
-  pred, bad = _predictions(logits, x_g.shape[0], j.shape[0], valid)
-  return jnp.where(valid[None, :], jnp.where(bad, -1, pred), -2).astype(jnp.int32)
+  logits, counted = _noisy_logits(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g,
+                                  j, valid, compute_dtype)  # fmt: skip
+  pred, bad = _predictions(logits, x_g.shape[0], j.shape[0], counted)
+  out = jnp.where(counted, jnp.where(bad, -1, pred), -3)
+  return jnp.where(valid[None, :], out, -2).astype(jnp.int32)
 
 
 def noisy_counts(
@@ -218,14 +228,28 @@ def noisy_counts(
   counts through this function.
   """
   g, s = x_g.shape[0], j.shape[0]
-  logits = _noisy_logits(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, valid,
-                         compute_dtype)  # fmt: skip
-  pred, bad = _predictions(logits, g, s, valid)
-  onehot = (pred[..., None] == jnp.arange(num_classes)) & valid[None, :, None]
+  logits, counted = _noisy_logits(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g,
+                                  j, valid, compute_dtype)  # fmt: skip
+  pred, bad = _predictions(logits, g, s, counted)
+  onehot = (pred[..., None] == jnp.arange(num_classes)) & counted[..., None]
   return jnp.concatenate(
     [jnp.sum(onehot, axis=1, dtype=jnp.int32), jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]],
     axis=1,
   )
+
+
+def _draw_lattice(
+  noise: noise_lib.Noise,
+  key: jax.Array,
+  x_g: jax.Array,
+  ids_g: jax.Array,
+  j: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+  """A lattice family's noisy batch ``[g * s, *shape]`` float32 and its valid draws ``[g, s]``."""
+  shape = x_g.shape[1:]
+  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)
+  xn, ok = noise.noisy(x_g[:, None], eps)  # type: ignore[attr-defined]
+  return xn.reshape((-1,) + x_g.shape[1:]), ok
 
 
 def _has_convolution(

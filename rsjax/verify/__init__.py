@@ -45,6 +45,7 @@ from rsjax.verify._report import VerifyReport
 from rsjax.verify._run import (
   certificate_view,
   check_against_dataset,
+  check_noise_table,
   check_rows_declared,
   load_dataset,
 )
@@ -127,6 +128,7 @@ def verify(
   res = io.read_certify(p)
   recs = record_lib.read_records(p)
   issues, missing = check_rows_declared(run, res)
+  issues.extend(check_noise_table(run))
   if method.ordered and np.any(np.diff(np.asarray(res.idx, np.int64)) <= 0):
     # A memory depends on the order the run processed its inputs: the declared order.
     issues.append(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rsjax import lattice
 from rsjax.checks import ANYTIME_RULE, Mismatch, budget_alphas, budget_looks
 
 if TYPE_CHECKING:
@@ -140,3 +141,20 @@ def check_against_dataset(
           Mismatch(i, f"the recorded input fingerprint is not that of {d.name} {d.split} input {i}")
         )
   return issues
+
+
+def check_noise_table(run: RunSpec) -> list[Mismatch]:
+  """The threshold table of sound 8-bit noise (``gaussian_8bit``), computed again from sigma,
+  against the hash the run recorded (``details.noise_table``)."""
+  if run.sampling.get("noise") != "gaussian_8bit":
+    return []
+  want = lattice.table_hash(run.sigma)
+  got = (run.details or {}).get("noise_table")
+  if got != want:
+    return [
+      Mismatch(
+        -1,
+        f"the run records the threshold table {got!r}; sigma {run.sigma:g} gives {want!r}",
+      )
+    ]
+  return []
