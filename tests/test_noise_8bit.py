@@ -215,6 +215,21 @@ def test_invalid_draws_count_against_every_class():
   np.testing.assert_allclose(cert.p_lower, rsjax.stats.clopper_pearson_lower(n_a, n, 0.001))
 
 
+def test_anytime_counts_invalid_draws_as_samples_of_no_class():
+  # Anytime reads each sample's class: an invalid draw is a sample (it counts towards the
+  # samples used) of no class, as in the fixed-N counts.
+  x = _grid_inputs(b=3)
+  kw = dict(sigma=0.25, num_classes=4, n0=100, n=2000, alpha=0.001, batch_size=500)
+  rule = rsjax.Anytime(grid=(0.0, 0.25, 0.5))
+  key = jax.random.key(5)
+  full = rsjax.certify(key, _mlp_apply, _mlp(), x, budget=rule, noise="gaussian_8bit", **kw)
+  noise = _SomeInvalid(name="gaussian_8bit")
+  cert = rsjax.certify(key, _mlp_apply, _mlp(), x, budget=rule, noise=noise, **kw)
+  assert np.all(full.counts.sum(1) == full.num_samples)
+  short = cert.num_samples - cert.counts.sum(1)  # about 1 in 160 samples
+  assert np.all(short >= 0) and short.sum() >= 3
+
+
 # The attack (Voracek and Hein's toy example, in one dimension): x = 0 on the grid, sigma 0.5,
 # and a base classifier that answers class 0 exactly when its input, divided by sigma, is (to
 # one float32 step) one of the float32 normals the float Gaussian stream can produce (sqrt 2

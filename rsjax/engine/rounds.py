@@ -256,6 +256,7 @@ def round_sampler(
   """
   apply_fn, params, num_classes = source.apply_fn, source.params, source.num_classes
   x_np, sig, ids_arr = source.x, source.sigma, source.ids
+  noise = settings.noise.bind(x_np, sig)
   ndev = num_local_devices(settings.devices)
   mesh = local_mesh(ndev)
   s = min(int(settings.batch_size), settings.n)
@@ -277,7 +278,7 @@ def round_sampler(
         (
           t * ndev - pad,
           _items_preds_jit(
-            *dev_args, launch, apply_fn=apply_fn, noise=noise_lib.get_noise(settings.noise),
+            *dev_args, launch, apply_fn=apply_fn, noise=noise,
             num_classes=num_classes, samples_per_step=s, mesh=mesh,
             compute_dtype=settings.compute_dtype,
           ),
