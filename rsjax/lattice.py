@@ -175,20 +175,21 @@ def _table(sigma: float) -> Table:
   if not (math.isfinite(sigma) and 0 < sigma <= 4):
     raise ValueError(f"sigma: the 8-bit sound noise needs 0 < sigma <= 4, got {sigma}")
   ctx = decimal.Context(prec=_PREC)
-  s = LEVELS * decimal.Decimal(sigma)  # the float's exact value
-  # K from the float tail estimate, then corrected with the exact values.
-  k = max(1, int(9.0 * float(s)))
-  while _scaled_cdf(-(2 * k + 1), s, ctx) >= 1:
-    k += 1
-  while k > 1 and _scaled_cdf(-(2 * k - 1), s, ctx) < 1:
-    k -= 1
-  # Boundaries b_i = i - K - 1/2, i = 0 .. 2K + 1; Phi(-z) = 1 - Phi(z) gives both halves.
-  upper = [_scaled_cdf(2 * j + 1, s, ctx) for j in range(k + 1)]  # b = j + 1/2
-  thresholds = [_floor_exact(_TWO64 - c, f"-{j}.5") for j, c in reversed(list(enumerate(upper)))]
-  thresholds += [_floor_exact(c, f"{j}.5") for j, c in enumerate(upper)]
-  assert thresholds[0] == 0 and thresholds[-1] == _TWO64 - 1, "K does not cover the range"
-  assert all(a <= b for a, b in zip(thresholds, thresholds[1:], strict=False))
-  return Table(sigma, k, thresholds)
+  with decimal.localcontext(ctx):  # every operation at _PREC digits
+    s = LEVELS * decimal.Decimal(sigma)  # the float's exact value
+    # K from the float tail estimate, then corrected with the exact values.
+    k = max(1, int(9.0 * float(s)))
+    while _scaled_cdf(-(2 * k + 1), s, ctx) >= 1:
+      k += 1
+    while k > 1 and _scaled_cdf(-(2 * k - 1), s, ctx) < 1:
+      k -= 1
+    # Boundaries b_i = i - K - 1/2, i = 0 .. 2K + 1; Phi(-z) = 1 - Phi(z) gives both halves.
+    upper = [_scaled_cdf(2 * j + 1, s, ctx) for j in range(k + 1)]  # b = j + 1/2
+    thresholds = [_floor_exact(_TWO64 - c, f"-{j}.5") for j, c in reversed(list(enumerate(upper)))]
+    thresholds += [_floor_exact(c, f"{j}.5") for j, c in enumerate(upper)]
+    assert thresholds[0] == 0 and thresholds[-1] == _TWO64 - 1, "K does not cover the range"
+    assert all(a <= b for a, b in zip(thresholds, thresholds[1:], strict=False))
+    return Table(sigma, k, thresholds)
 
 
 def table_hash(sigma: float) -> str:

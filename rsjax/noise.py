@@ -341,7 +341,7 @@ class Gaussian8bit(Noise):
       raise ValueError(
         f"noise {self.name}: one sigma for every input and pixel, got {sig.size} values"
       )
-    if self.sigma is not None and float(sig[0]) != self.sigma:
+    if self.sigma is not None and float(sig[0]) != float(np.float32(self.sigma)):
       raise ValueError(f"noise {self.name}: bound to sigma {self.sigma}, called with {sig[0]}")
     grid_draw.check_grid(x, self.name)
     return dataclasses.replace(self, sigma=float(sig[0]))

@@ -353,3 +353,36 @@ def test_benchmark_reports_both_noises_side_by_side():
   assert set(r["samples_per_s"]) == {"gaussian", "gaussian_8bit"}
   ratio = r["samples_per_s"]["gaussian_8bit"] / r["samples_per_s"]["gaussian"]
   assert r["sound_over_float"] == pytest.approx(ratio, rel=1e-12)
+
+
+def test_table_exact_whatever_the_callers_decimal_context():
+  import decimal
+
+  want = lattice.table(0.25).thresholds
+  with decimal.localcontext(decimal.Context(prec=12)):
+    assert lattice._table(0.25).thresholds == want
+
+
+def test_bound_sigma_is_the_float32_the_engine_draws_with():
+  x = _grid_inputs(b=2)
+  bound = noise_lib.Gaussian8bit(sigma=0.1).bind(x, np.full(2, 0.1, np.float32))
+  assert bound.sigma == float(np.float32(0.1))
+  with pytest.raises(ValueError, match="bound to sigma"):
+    noise_lib.Gaussian8bit(sigma=0.1).bind(x, np.full(2, 0.2, np.float32))
+
+
+def test_srs_chains_refuse_the_lattice_noise():
+  from rsjax.deq._srs import srs_sample
+
+  settings = rsjax.Sampling(noise=noise_lib.Gaussian8bit(sigma=0.25), batch_size=4)
+  with pytest.raises(ValueError, match="SRS chains add sigma"):
+    srs_sample(
+      0, None, None, _grid_inputs(b=2), sigma=0.25, num_classes=2, num=8, settings=settings
+    )
+
+
+def test_verify_refuses_a_multiclass_record_of_the_lattice_noise():
+  # Short counts bound no runner-up from above; rsjax never writes such a record.
+  cert = {"multiclass": True, "noise": {"name": "gaussian_8bit"}, "num_classes": 4}
+  with pytest.raises(rsjax.checks.VerifyError, match="multiclass record"):
+    rsjax.checks.cohen_certificate(cert, None, 0.25)

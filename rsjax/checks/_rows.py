@@ -263,6 +263,10 @@ def cohen_certificate(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Cohen's ``(prediction [b], radius [b], p_lower [b])`` of every row at noise ``scale``
   (a float or ``[b]``)."""
+  if cert.get("multiclass") and cert.get("noise", {}).get("name") == "gaussian_8bit":
+    # Counts short of N (invalid 8-bit draws) bound no runner-up from above; the engine
+    # refuses this combination, so a record of it was not written by rsjax.
+    raise VerifyError("a multiclass record with the sound 8-bit noise: rsjax never certifies it")
   if cert.get("multiclass"):
     ok, radius = multiclass(
       rows.n_a, rows.runner_up, rows.n, rows.alpha, int(cert["num_classes"]), scale

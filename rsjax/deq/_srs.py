@@ -393,6 +393,11 @@ def srs_sample(
     config.m,
     config.check,
   )
+  if noise.lattice:
+    raise ValueError(
+      f"noise {noise.name}: SRS chains add sigma * eps in float; the sound 8-bit noise is "
+      "drawn on the grid by the counts engine only (rsjax.certify, deq.StandardRS)"
+    )
   num_classes = check_int("num_classes", num_classes)
   key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)

@@ -13,7 +13,7 @@
 * :mod:`rsjax.engine.budget`: the budgeted sampling rule ``Budget`` (sound
   early stopping on a radius grid).
 * :mod:`rsjax.engine.anytime`: the budgeted sampling rule ``Anytime``
-  (anytime-valid tests per grid level after every round).
+  (anytime-valid tests per grid level at every look).
 
 The modules are imported on first use (``rsjax.engine.counts`` etc.).
 """

@@ -182,9 +182,9 @@ class Anytime:
       norm=noise.norm,
       guarantee=(
         f"binary {noise.name} {noise.norm} (budgeted CERTIFY, anytime-valid: one-sided KT "
-        f"mixture test per grid level at alpha/2 after every round, Clopper-Pearson at "
-        f"n={n} at alpha/2); holds with prob >= 1 - {alpha} per input for the given sigma "
-        "held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"
+        f"mixture test per grid level at alpha/2 at every look, Clopper-Pearson at "
+        f"n={n} at alpha/2){noise.certifies}; holds with prob >= 1 - {alpha} per input for the "
+        "given sigma held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"
       ),
       num_samples=used,
       grid=self.grid,
