@@ -17,21 +17,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from rsjax.denoise.unet import UNet2DModel, UNetConfig
+from rsjax.models._torch_state import load_torch_state
 
 __all__ = ["load_state_dict", "from_diffusers", "load_diffusers_dir", "unet_shapes"]
 
 _LEGACY = {"query": "to_q", "key": "to_k", "value": "to_v", "proj_attn": "to_out"}
-
-
-def _numpy(value) -> np.ndarray:
-  if hasattr(value, "detach"):  # a torch tensor
-    value = value.detach().cpu().float().numpy()
-  return np.asarray(value, np.float32)
 
 
 def _module_at(model: nnx.Module, names: list[str]):
@@ -55,48 +48,14 @@ def load_state_dict(model: UNet2DModel, state_dict: Mapping) -> UNet2DModel:
   Raises:
     ValueError: a tensor with no parameter, of another shape, or a parameter left unset.
   """
-  seen = set()
-  for key, value in state_dict.items():
+
+  def locate(key: str) -> tuple[nnx.Module, str]:
     names, leaf = _path(key)
-    try:
-      module = _module_at(model, names)
-    except (AttributeError, IndexError, TypeError):
-      raise ValueError(
-        f"diffusers weight {key!r} has no parameter in the NNX UNet2DModel (another configuration?)"
-      ) from None
-    w = _numpy(value)
-    if isinstance(module, nnx.Conv):
-      name, w = ("kernel", w.transpose(2, 3, 1, 0)) if leaf == "weight" else ("bias", w)
-    elif isinstance(module, nnx.Linear):
-      if (
-        leaf == "weight" and w.ndim == 4
-      ):  # old checkpoints store attention projections as 1x1 convs
-        w = w[:, :, 0, 0]
-      name, w = ("kernel", w.T) if leaf == "weight" else ("bias", w)
-    elif isinstance(module, nnx.GroupNorm):
-      name = "scale" if leaf == "weight" else "bias"
-    else:
-      raise ValueError(f"diffusers weight {key!r} has no parameter in the NNX UNet2DModel")
-    param = getattr(module, name)
-    if tuple(param.shape) != w.shape:
-      raise ValueError(
-        f"diffusers weight {key!r} has shape {w.shape} after conversion, the NNX "
-        f"parameter {tuple(param.shape)}"
-      )
-    param.set_value(jnp.asarray(w, param.dtype))
-    seen.add((id(module), name))
-  expected = {
-    (id(m), n)
-    for _, m in nnx.iter_modules(model)
-    for n in ("kernel", "bias", "scale")
-    if isinstance(getattr(m, n, None), nnx.Param)
-  }
-  if missing := len(expected - seen):
-    raise ValueError(
-      f"the state dict leaves {missing} of the NNX model's {len(expected)} "
-      "parameters unset (another configuration?)"
-    )
-  return model
+    return _module_at(model, names), leaf
+
+  return load_torch_state(
+    model, state_dict, locate, source="diffusers weight", hint=" (another configuration?)"
+  )
 
 
 def unet_shapes(config: UNetConfig) -> UNet2DModel:

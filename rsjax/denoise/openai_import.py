@@ -24,11 +24,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from rsjax.denoise.openai_unet import OpenAIUNet, OpenAIUNetConfig
+from rsjax.models._torch_state import load_torch_state
 
 __all__ = [
   "CODEBASES",
@@ -174,12 +174,6 @@ def config_from_flags(flags: Mapping[str, Any]) -> tuple[OpenAIUNetConfig, dict[
   return config, diffusion
 
 
-def _numpy(value: Any) -> np.ndarray:
-  if hasattr(value, "detach"):  # a torch tensor
-    value = value.detach().cpu().float().numpy()
-  return np.asarray(value, np.float32)
-
-
 def _module_at(model: nnx.Module, parts: list[str]) -> nnx.Module:
   node: Any = model
   i = 0
@@ -206,46 +200,12 @@ def load_state_dict(model: OpenAIUNet, state_dict: Mapping[str, Any]) -> OpenAIU
   Raises:
     ValueError: a tensor with no parameter, of another shape, or a parameter left unset.
   """
-  seen = set()
-  for key, value in state_dict.items():
+
+  def locate(key: str) -> tuple[nnx.Module, str]:
     *parts, leaf = key.split(".")
-    try:
-      module = _module_at(model, parts)
-    except (AttributeError, IndexError, TypeError):
-      raise ValueError(
-        f"OpenAI weight {key!r} has no parameter in the NNX UNetModel (other flags?)"
-      ) from None
-    w = _numpy(value)
-    if isinstance(module, nnx.Conv):
-      name, w = ("kernel", w.transpose(2, 3, 1, 0)) if leaf == "weight" else ("bias", w)
-    elif isinstance(module, nnx.Linear):
-      if leaf == "weight" and w.ndim == 3:  # a 1x1 conv1d
-        w = w[:, :, 0]
-      name, w = ("kernel", w.T) if leaf == "weight" else ("bias", w)
-    elif isinstance(module, nnx.GroupNorm):
-      name = "scale" if leaf == "weight" else "bias"
-    else:
-      raise ValueError(f"OpenAI weight {key!r} has no parameter in the NNX UNetModel")
-    param = getattr(module, name)
-    if tuple(param.shape) != w.shape:
-      raise ValueError(
-        f"OpenAI weight {key!r} has shape {w.shape} after conversion, the NNX parameter "
-        f"{tuple(param.shape)} (other flags?)"
-      )
-    param.set_value(jnp.asarray(w, param.dtype))
-    seen.add((id(module), name))
-  expected = {
-    (id(m), n)
-    for _, m in nnx.iter_modules(model)
-    for n in ("kernel", "bias", "scale")
-    if isinstance(getattr(m, n, None), nnx.Param)
-  }
-  if missing := len(expected - seen):
-    raise ValueError(
-      f"the state dict leaves {missing} of the NNX model's {len(expected)} parameters "
-      "unset (other flags?)"
-    )
-  return model
+    return _module_at(model, parts), leaf
+
+  return load_torch_state(model, state_dict, locate, source="OpenAI weight", hint=" (other flags?)")
 
 
 def openai_shapes(config: OpenAIUNetConfig) -> OpenAIUNet:

@@ -16,10 +16,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
+from rsjax.models._torch_state import load_torch_state
 from rsjax.models._vit import VisionTransformer, ViTConfig
 
 __all__ = [
@@ -113,44 +112,13 @@ def load_transformers_state_dict(
   Raises:
     ValueError: a tensor with no parameter, of another shape, or a parameter left unset.
   """
-  seen = set()
-  for key, value in state_dict.items():
-    try:
-      found = _target(model, key)
-    except (AttributeError, IndexError, TypeError):
-      raise ValueError(f"weight {key!r} has no parameter in the NNX {model.config.kind}") from None
-    if found is None:
-      continue
-    module, leaf = found
-    w = value.detach().cpu().float().numpy() if hasattr(value, "detach") else np.asarray(value)
-    w = np.asarray(w, np.float32)
-    if isinstance(module, nnx.Conv):
-      name, w = ("kernel", w.transpose(2, 3, 1, 0)) if leaf == "weight" else ("bias", w)
-    elif isinstance(module, nnx.Linear):
-      name, w = ("kernel", w.T) if leaf == "weight" else ("bias", w)
-    elif isinstance(module, nnx.LayerNorm):
-      name = "scale" if leaf == "weight" else "bias"
-    else:
-      name = leaf
-      if not isinstance(getattr(module, name, None), nnx.Param):
-        raise ValueError(f"weight {key!r} has no parameter in the NNX {model.config.kind}")
-    param = getattr(module, name)
-    if param is None or tuple(param.shape) != w.shape:
-      shape = None if param is None else tuple(param.shape)
-      raise ValueError(f"weight {key!r} has shape {w.shape} after conversion, the NNX {shape}")
-    param.set_value(jnp.asarray(w, param.dtype))
-    seen.add((id(module), name))
-  expected = {
-    (id(m), n)
-    for _, m in nnx.iter_modules(model)
-    for n, v in vars(m).items()
-    if isinstance(v, nnx.Param)
-  }
-  if missing := len(expected - seen):
-    raise ValueError(
-      f"the state dict leaves {missing} of the NNX model's {len(expected)} parameters unset"
-    )
-  return model
+  return load_torch_state(
+    model,
+    state_dict,
+    lambda key: _target(model, key),
+    source="weight",
+    plain_params=True,
+  )
 
 
 def vit_from_transformers(hf_model: Any) -> VisionTransformer:
