@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -113,6 +113,27 @@ def _round_items(active: np.ndarray, start: int, stop: int, s: int) -> np.ndarra
   return np.stack([inp, a, np.minimum(a + s, stop)], axis=1).astype(np.uint32)
 
 
+def _launches(
+  items: np.ndarray, ndev: int, max_steps_per_launch: int
+) -> Iterator[tuple[int, np.ndarray]]:
+  """``(real items, launch [ndev, t, 3])`` of a round's work items, in order.
+
+  Each launch is the largest size (a power of 4, at most ``max_steps_per_launch``
+  steps per device) that the remaining items fill: few programs, and padding only
+  in the last launch of a round (fewer than ``ndev`` items; padding items
+  ``(0, 0, 0)`` draw nothing). Items go round-robin over devices, so a short
+  launch still spreads over all of them.
+  """
+  while len(items):
+    per_dev = -(-len(items) // ndev)
+    t = min(max_steps_per_launch, 4 ** int(math.log(per_dev, 4) + 1e-9))
+    launch, items = items[: t * ndev], items[t * ndev :]
+    real = len(launch)
+    if real < t * ndev:
+      launch = np.concatenate([launch, np.zeros((t * ndev - real, 3), np.uint32)])
+    yield real, launch.reshape(t, ndev, 3).transpose(1, 0, 2)
+
+
 def round_counter(
   k_est: jax.Array,
   source: EngineCounts,
@@ -147,20 +168,8 @@ def round_counter(
   counts = np.zeros((b, num_classes), np.int64)
 
   def count_fn(active: np.ndarray, start: int, stop: int) -> np.ndarray:
-    items = _round_items(active, start, stop, s)
     partials = []
-    while len(items):
-      # The largest launch size (a power of 4, at most max_steps_per_launch steps
-      # per device) that the remaining items fill: few programs, and padding only
-      # in the last launch of a round (fewer than `devices` items).
-      per_dev = -(-len(items) // ndev)
-      t = min(max_steps_per_launch, 4 ** int(math.log(per_dev, 4) + 1e-9))
-      launch, items = items[: t * ndev], items[t * ndev :]
-      pad = t * ndev - len(launch)
-      if pad:  # padding items (0, 0, 0) count nothing
-        launch = np.concatenate([launch, np.zeros((pad, 3), np.uint32)])
-      # Round-robin over devices so a short launch still spreads over all of them.
-      launch = launch.reshape(t, ndev, 3).transpose(1, 0, 2)
+    for _, launch in _launches(_round_items(active, start, stop, s), ndev, max_steps_per_launch):
       partials.append(
         _items_jit(
           *dev_args,
@@ -266,17 +275,10 @@ def round_sampler(
     items = _round_items(active, start, stop, s)
     per_input = len(items) // max(len(active), 1)
     outs, total = [], len(items)
-    while len(items):
-      per_dev = -(-len(items) // ndev)
-      t = min(max_steps_per_launch, 4 ** int(math.log(per_dev, 4) + 1e-9))
-      launch, items = items[: t * ndev], items[t * ndev :]
-      pad = t * ndev - len(launch)
-      if pad:
-        launch = np.concatenate([launch, np.zeros((pad, 3), np.uint32)])
-      launch = launch.reshape(t, ndev, 3).transpose(1, 0, 2)
+    for real, launch in _launches(items, ndev, max_steps_per_launch):
       outs.append(
         (
-          t * ndev - pad,
+          real,
           _items_preds_jit(
             *dev_args, launch, apply_fn=apply_fn, noise=noise,
             num_classes=num_classes, samples_per_step=s, mesh=mesh,
