@@ -339,7 +339,9 @@ def run_dataset_workload(
 
 def run(args, env: dict, clock) -> list[dict]:
   """Runs the suite for the parsed ``throughput`` arguments; prints and writes the results."""
-  names = [m.strip() for m in (args.models or ",".join(GPU_MODELS)).split(",") if m.strip()]
+  # "none": only the --dataset-images row.
+  models = args.models or ",".join(GPU_MODELS)
+  names = [] if models == "none" else [m.strip() for m in models.split(",") if m.strip()]
   precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
   for p in precisions:
     if p not in PRECISIONS:

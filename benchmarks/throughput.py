@@ -97,7 +97,7 @@ def main(argv=None) -> list[dict]:
     "--models",
     default=None,
     help=f"comma-separated, from {sorted(SPECS)} (default: all; with --suite gpu "
-    "lenet,resnet20,resnet110,resnet50)",
+    "lenet,resnet20,resnet110,resnet50; 'none': only the --dataset-images row)",
   )
   p.add_argument(
     "--num",
