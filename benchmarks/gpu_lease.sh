@@ -57,14 +57,14 @@ try:
   import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.get_device_name())
 except Exception as e: print(\"torch:\", e)'" ;;
     golden)  # the golden outputs (made on a CPU) against this device at the default precision
-      stage golden 150 env JAX_PLATFORMS= "$PY" tests/golden_cases.py --check \
+      stage golden 150 env JAX_PLATFORMS= PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" tests/golden_cases.py --check \
         --save "$OUT/golden_gpu.npz" ;;
     r110bf16) suite resnet110_bf16 110 --models resnet110 --precisions bf16 --twin-compile none ;;
     r110fp32) suite resnet110_fp32 110 --models resnet110 --precisions fp32 --twin-compile none ;;
     r110tf32) suite resnet110_tf32 90 --models resnet110 --precisions tf32 --twin-compile none ;;
     small)  # bf16 first: the device peak is the process's so far
       suite small 120 --models lenet,resnet20 --precisions bf16,tf32,fp32 --twin-compile none ;;
-    r50bf16) suite resnet50_bf16 120 --models resnet50 --precisions bf16 --twin-compile none ;;
+    r50bf16) suite resnet50_bf16 240 --models resnet50 --precisions bf16 --twin-compile none ;;
     suite)  # every row; the twin eager (cuDNN autotuned, channels-last, autocast)
       for t in r110bf16 r110fp32 small r50bf16 r110tf32; do bash "$0" "$t"; done ;;
     compiled)  # the twin under torch.compile (default mode) on the headline row
