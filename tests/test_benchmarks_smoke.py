@@ -369,3 +369,35 @@ def test_plain_jax_reference_loop_counts_every_sample():
   assert loop.sample_noise(jax.random.key(0), x, 1001).tolist() == [0, 1001, 0]
   pred, radius = loop.certify(jax.random.key(1), x, n0=10, n=1000, alpha=0.001)
   assert pred == 1 and radius == pytest.approx(0.5 * st.norm.ppf(0.001 ** (1 / 1000)), rel=1e-6)
+
+
+def test_trace_summary_of_a_device_trace():
+  """The device-time summary of a hand-made perfetto trace: classes, busy time, gaps."""
+  trace_summary = _benchmark_module("trace_summary")
+  meta = [
+    {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+    {"ph": "M", "pid": 7, "name": "process_name", "args": {"name": "/host:CPU"}},
+  ]
+  kernels = [  # (stream, start us, duration us, name, hlo op)
+    (1, 0, 100, "sm90_xmma_fprop_implicit_gemm_bf16", "cudnn-conv.1"),
+    (2, 50, 100, "loop_maximum_fusion", "fusion.3"),  # overlaps the first on another stream
+    (1, 300, 50, "MemcpyD2D", "copy.1"),
+    (1, 400, 10, "threefry2x32", "fusion.9"),
+  ]
+  events = meta + [
+    {"ph": "X", "pid": 1, "tid": s, "ts": t, "dur": d, "name": n, "args": {"hlo_op": h}}
+    for s, t, d, n, h in kernels
+  ]
+  events.append({"ph": "X", "pid": 7, "tid": 1, "ts": 0, "dur": 999, "name": "PjitFunction"})
+  s = trace_summary.summarize({"traceEvents": events})
+  assert s["source"] == "gpu" and s["kernels"] == 4
+  assert {k: v["kernels"] for k, v in s["by_class"].items()} == {
+    "convolution": 1,
+    "fusion": 1,
+    "copy": 1,
+    "random": 1,
+  }
+  np.testing.assert_allclose(s["kernel_ms"], 0.26)
+  np.testing.assert_allclose(s["busy_ms"], 0.21)  # [0, 150] + [300, 350] + [400, 410]
+  np.testing.assert_allclose(s["span_ms"], 0.41)
+  np.testing.assert_allclose(s["gap_ms"], 0.20)
