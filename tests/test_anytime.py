@@ -1,21 +1,25 @@
 """Budgeted CERTIFY's anytime-valid rule (``rsjax.engine.anytime.Anytime``).
 
-Validity is checked exactly: for every grid threshold ``m_j``, the probability
-that the count ever reaches level ``j``'s mixture threshold at a look, or
-Cohen's Clopper-Pearson threshold at ``n_max``, when ``p_A = m_j`` (a forward
-recursion over the count distribution, ``benchmarks.streams_exact``), is at
-most alpha; a rule with too large a test level fails the same check. Then
-Monte Carlo just below each threshold at alpha = 0.05, and the real engine on
-a linear classifier whose true radius is known.
+Validity is checked exactly, through the rule's own per-look decision
+(``Decisions.decide``, which ``anytime_bounds`` applies): for every grid
+threshold ``m_j``, a forward recursion over the count distribution of the
+inputs still running, with ``p_A = m_j``, sums the probability of stopping
+with a bound ``p_lower >= m_j`` (stopping and futility included, and
+Clopper-Pearson at ``n_max``); it is at most alpha, the mixture's share at
+most alpha / 2, and a rule with twice the test level fails the same check.
+Then Monte Carlo just below each threshold at alpha = 0.05, and the real
+engine on a linear classifier whose true radius is known.
 """
+
+import dataclasses
 
 import jax
 import numpy as np
 import pytest
+from scipy import stats as st
 
 import rsjax
-from benchmarks.streams_exact import crossing_probability
-from rsjax import checks, noise, stats
+from rsjax import checks, noise
 from rsjax.engine import anytime
 from rsjax.engine import budget as budgeted
 
@@ -23,29 +27,47 @@ GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 SIGMA = 0.5  # thresholds 0.5, 0.69, 0.84, 0.93, 0.977: all within reach of N = 2000
 
 
-def _table(n_max, alpha, rule):
-  ms = anytime.level_table(rule.grid, noise.get_noise(None), SIGMA, 1)
-  looks = rule.looks(n_max)
-  return ms, looks, [checks.mixture_thresholds(m, alpha / 2, tuple(looks)) for m in ms]
+def _exact_error(table, j):
+  """``(mixture, clopper_pearson)``: the probability, at ``p_A = m_j``, of stopping with
+  ``p_lower >= m_j`` at a look with level ``j``'s mixture test rejecting, or at ``n_max``
+  by the Clopper-Pearson bound alone; each reachable count decided by ``table.decide``."""
+  p, looks = float(table.m[0, j]), table.looks.tolist()
+  dist, n, mix, cp, stopped = np.ones(1), 0, 0.0, 0.0, 0.0  # dist: counts still running
+  for k, n_k in enumerate(looks):
+    dist = np.convolve(dist, st.binom.pmf(np.arange(n_k - n + 1), n_k - n, p))
+    n, s = n_k, np.arange(n_k + 1)
+    level, p_lower, stop = table.decide(s, k)
+    assert np.array_equal(level >= j, p_lower >= p)  # the level is the bound's
+    wrong = stop & (p_lower >= p)
+    by_mixture = table.level(s, k) >= j
+    assert np.array_equal(wrong & by_mixture, wrong) or k + 1 == len(looks)
+    mix += float(dist[wrong & by_mixture].sum())
+    cp += float(dist[wrong & ~by_mixture].sum())
+    stopped += float(dist[stop].sum())
+    dist = np.where(stop, 0.0, dist)
+  assert stopped == pytest.approx(1.0, abs=1e-9)  # every input stops by n_max
+  return mix, cp
 
 
-def _cp_count(m, n, a):
-  k = np.arange(n + 1)
-  ok = stats.clopper_pearson_lower(k, n, a) >= m
-  return int(k[ok][0]) if ok.any() else n + 1
-
-
-@pytest.mark.parametrize("alpha", [0.001, 0.05])
-def test_exact_error_at_every_threshold(alpha):
-  n_max, rule = 2000, anytime.Anytime(grid=GRID)
-  ms, looks, cs = _table(n_max, alpha, rule)
-  for m, c in zip(ms, cs, strict=True):
-    err = crossing_probability(m, looks, c, _cp_count(m, n_max, alpha / 2))
-    assert 0.0 < err <= alpha, (m, err)
-  # The check can fail: the mixture at the full alpha plus Clopper-Pearson at alpha.
-  m = ms[2]
-  c = checks.mixture_thresholds(m, alpha, tuple(looks))
-  assert crossing_probability(m, looks, c, _cp_count(m, n_max, alpha)) > alpha
+@pytest.mark.parametrize(
+  ("sigma", "n_max", "alpha"),
+  [(0.5, 2000, 0.001), (0.5, 2000, 0.05), (0.25, 5000, 0.001), (0.25, 5000, 0.05)],
+)
+def test_exact_error_at_every_threshold(sigma, n_max, alpha):
+  rule = anytime.Anytime(grid=GRID)
+  table = anytime.anytime_decisions(rule, n_max=n_max, alpha=alpha, scales=[sigma])
+  levels = [j for j in range(len(GRID)) if table.m[0, j] < 1.0]
+  for j in levels:
+    mix, cp = _exact_error(table, j)
+    assert mix <= alpha / 2 and cp <= alpha / 2 and mix + cp <= alpha, (j, mix, cp)
+    if table.need[0, j] <= n_max:  # reachable: the check is not vacuous
+      assert mix > 0.0 and cp > 0.0, (j, mix, cp)
+  # The check can fail: the same rule with the mixture and Clopper-Pearson at alpha each.
+  loose = anytime.anytime_decisions(rule, n_max=n_max, alpha=2 * alpha, scales=[sigma])
+  assert max(sum(_exact_error(loose, j)) for j in levels) > alpha
+  # Clopper-Pearson at alpha, the mixture at alpha / 2: more than alpha / 2 from CP alone.
+  cp_loose = dataclasses.replace(table, alpha=2 * alpha)
+  assert max(_exact_error(cp_loose, j)[1] for j in levels) > alpha / 2
 
 
 def test_thresholds_are_the_mixture_crossing():
@@ -60,26 +82,32 @@ def test_thresholds_are_the_mixture_crossing():
     .tolist() == [0, 1, -1]  # fmt: skip
 
 
-def _simulate(p, reps, *, rule, alpha, n_max, seed):
+def _simulate(p, reps, *, rule, alpha, n_max, seed, sigma=SIGMA):
   rng = np.random.default_rng(seed)
 
   def count_fn(active, start, stop):
     return rng.binomial(stop - start, p, size=len(active))
 
   _, used, p_lower = anytime.anytime_bounds(
-    count_fn, reps, n_max=n_max, alpha=alpha, budget=rule, scale=SIGMA
+    count_fn, reps, n_max=n_max, alpha=alpha, budget=rule, scale=sigma
   )
-  return budgeted.grid_level(p_lower, rule.grid, scale=SIGMA), used
+  return budgeted.grid_level(p_lower, rule.grid, scale=sigma), used
 
 
-def test_monte_carlo_just_below_each_threshold():
-  alpha, reps, n_max, rule = 0.05, 2000, 2000, anytime.Anytime(grid=GRID)
-  ms = anytime.level_table(rule.grid, noise.get_noise(None), SIGMA, 1)
-  for j, m in enumerate(ms):
+@pytest.mark.parametrize(("sigma", "n_max"), [(0.5, 2000), (0.25, 5000)])
+def test_monte_carlo_just_below_each_threshold(sigma, n_max):
+  # anytime_bounds' own loop on simulated counts: wrong at most at rate alpha, and at the
+  # rate the recursion over counts computes (a check of the recursion against the loop).
+  alpha, reps, rule = 0.05, 10000, anytime.Anytime(grid=GRID)
+  table = anytime.anytime_decisions(rule, n_max=n_max, alpha=alpha, scales=[sigma])
+  for j, m in enumerate(table.m[0]):
+    if not m < 1.0:
+      continue
     p = float(np.nextafter(m, 0.0))
-    lvl, used = _simulate(p, reps, rule=rule, alpha=alpha, n_max=n_max, seed=j)
-    wrong = float(np.mean(lvl >= j))
+    lvl, used = _simulate(p, reps, rule=rule, alpha=alpha, n_max=n_max, seed=j, sigma=sigma)
+    wrong, exact = float(np.mean(lvl >= j)), sum(_exact_error(table, j))
     assert wrong <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps), (j, wrong)
+    assert abs(wrong - exact) <= 4 * np.sqrt(exact * (1 - exact) / reps) + 1e-4, (j, wrong, exact)
     assert used.min() >= rule.first and used.max() <= n_max
 
 

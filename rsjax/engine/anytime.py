@@ -24,8 +24,10 @@ Soundness: reporting a level ``j`` with ``m_j > p_A`` needs the mixture of the
 lowest such level ``j_0`` to have crossed ``1 / (alpha / 2)`` at some look
 (probability ``<= alpha / 2`` by Ville, whatever the stopping rule), or the
 Clopper-Pearson bound at ``n_max`` to exceed ``p_A`` (``<= alpha / 2``):
-``alpha`` in all, per input. The exact probability is computed by a forward
-recursion over the count distribution in ``tests/test_anytime.py``.
+``alpha`` in all, per input. The decision at a look is one pure function of
+the count (``Decisions.decide``); ``tests/test_anytime.py`` applies it to every
+reachable count at every look in a forward recursion over the count
+distribution, the exact probability of a wrong level, stopping included.
 
 **The stopping rule** (efficiency only; checked at every look): an input stops
 when its level is the top of the grid, or when the level above is unlikely to
@@ -81,7 +83,7 @@ from rsjax.engine.driver import (
 )
 from rsjax.engine.rounds import CountFn, SampleFn, round_sampler
 
-__all__ = ["Anytime", "anytime_bounds", "level_table"]
+__all__ = ["Anytime", "Decisions", "anytime_bounds", "anytime_decisions", "level_table"]
 
 #: The rule's name in a run's record (``details["budget"]["rule"]``).
 RULE = ANYTIME_RULE
@@ -268,6 +270,116 @@ def _cp_count(m: float, n: int, a: float) -> int:
   return lo
 
 
+@dataclasses.dataclass(frozen=True)
+class Decisions:
+  """The ``Anytime`` rule's decision at a look, for inputs at a few noise scales.
+
+  One pure function of the count (:meth:`decide`), which ``anytime_bounds``
+  applies at every look and the tests apply to every reachable count (the
+  exact error of the rule, stopping included). Built by :func:`anytime_decisions`.
+
+  Attributes:
+    looks: ``[K]`` int64 looks, the last one ``n_max``.
+    m: ``[U, L]`` float64 probability thresholds of the grid levels per noise
+      scale (``inf``: out of reach).
+    c: ``[U, L, K]`` int64 mixture thresholds at ``alpha / 2`` of each level at each look.
+    need: ``[U, L]`` int64 least count at ``n_max`` that certifies each level
+      (mixture or Clopper-Pearson).
+    alpha: the error level per input.
+    z_stop: upper ``stop_alpha`` normal quantile of the stopping rule.
+  """
+
+  looks: np.ndarray
+  m: np.ndarray
+  c: np.ndarray
+  need: np.ndarray
+  alpha: float
+  z_stop: float
+
+  def level(self, successes: ArrayLike, k: int, scale_index: ArrayLike = 0) -> np.ndarray:
+    """``[m]`` int64 mixture level at look ``k`` (-1: none), Clopper-Pearson aside.
+
+    Args:
+      successes: ``[m]`` top-class counts after ``looks[k]`` samples.
+      k: the look, ``0 <= k < K``.
+      scale_index: ``[m]`` (or scalar) row of ``m`` and ``c`` of each input.
+    """
+    s = np.asarray(successes, np.int64).reshape(-1)
+    u = np.broadcast_to(np.asarray(scale_index, np.int64), s.shape)
+    return nested_level(s, self.c[u, :, range(len(self.looks))[k]])
+
+  def decide(
+    self, successes: ArrayLike, k: int, scale_index: ArrayLike = 0
+  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The decision at look ``k`` for inputs still running there.
+
+    Args:
+      successes: ``[m]`` top-class counts after ``looks[k]`` samples.
+      k: the look, ``0 <= k < K``.
+      scale_index: ``[m]`` (or scalar) row of ``m`` and ``c`` of each input.
+
+    Returns:
+      ``(level [m] int64, p_lower [m] float64, stop [m] bool)``: the certified
+      grid level (-1: abstain) and bound if the input stops here; at the last
+      look every input stops, with the larger of the mixture's ``m_j`` and the
+      Clopper-Pearson bound at ``alpha / 2``.
+    """
+    k = range(len(self.looks))[k]
+    s_a = np.asarray(successes, np.int64).reshape(-1)
+    u_a = np.broadcast_to(np.asarray(scale_index, np.int64), s_a.shape)
+    n_k, n_max = int(self.looks[k]), int(self.looks[-1])
+    lvl = self.level(s_a, k, u_a)
+    m_a = np.where(lvl >= 0, self.m[u_a, np.maximum(lvl, 0)], 0.0)
+    if k + 1 == len(self.looks):
+      m_a = np.maximum(m_a, stats.clopper_pearson_lower(s_a, n_k, self.alpha / 2))
+      level = np.sum(self.m[u_a] <= m_a[:, None], axis=1).astype(np.int64) - 1
+      return level, m_a, np.ones(len(s_a), bool)
+    # Predicted count at n_max: p_A estimated from the count so far, the spread of the
+    # new samples and of the estimate together (normal approximation; stopping only).
+    p_hat = (s_a + 0.5) / (n_k + 1.0)
+    rest = n_max - n_k
+    sd = np.sqrt(rest * p_hat * (1.0 - p_hat) * (1.0 + rest / n_k))
+    best = np.minimum(s_a + rest * p_hat + self.z_stop * sd, s_a + rest)
+    top = self.m.shape[1] - 1
+    reach = best >= self.need[u_a, np.minimum(lvl + 1, top)]
+    return lvl, m_a, (lvl >= top) | ~reach
+
+
+def anytime_decisions(
+  budget: Anytime,
+  *,
+  n_max: int,
+  alpha: float,
+  noise: noise_lib.Noise | str | None = None,
+  scales: ArrayLike = 1.0,
+  dim: int = 1,
+) -> Decisions:
+  """The rule's tables for ``n_max`` and ``alpha`` at each of ``scales`` (``[U]``).
+
+  Args:
+    budget: grid, looks and stopping level.
+    n_max: the largest number of estimation samples per input.
+    alpha: the error level per input.
+    noise: noise family of the radius.
+    scales: ``[U]`` (or scalar) noise scales; row ``u`` of the tables is ``scales[u]``'s.
+    dim: input dimension (Linf radius of uniform noise).
+  """
+  alpha = stats.check_alpha(alpha)
+  noise = noise_lib.get_noise(noise)
+  looks = budget.looks(n_max)
+  lk = tuple(int(v) for v in looks)
+  uniq = np.asarray(scales, np.float64).reshape(-1)
+  ms = np.stack([level_table(budget.grid, noise, float(s), dim) for s in uniq])  # [U, L]
+  # c[u, j, k]: threshold of level j at look k for noise scale u.
+  c = np.stack([np.stack([mixture_thresholds(m, alpha / 2, lk) for m in row]) for row in ms])
+  need = np.minimum(
+    np.maximum.accumulate(c[:, :, -1], axis=1),
+    np.stack([[_cp_count(m, n_max, alpha / 2) for m in row] for row in ms]),
+  )
+  z_stop = float(scipy.stats.norm.isf(budget.stop_alpha))
+  return Decisions(looks=looks, m=ms, c=c, need=need, alpha=alpha, z_stop=z_stop)
+
+
 def anytime_bounds(
   count_fn: CountFn,
   num_inputs: int,
@@ -297,47 +409,18 @@ def anytime_bounds(
     ``(successes [B] int64, samples [B] int64, p_lower [B] float64)`` at the
     look where each input stopped.
   """
-  alpha = stats.check_alpha(alpha)
-  noise = noise_lib.get_noise(noise)
-  looks = budget.looks(n_max)
-  lk = tuple(int(v) for v in looks)
   scale = np.broadcast_to(np.asarray(scale, np.float64), (num_inputs,))
   uniq, which = np.unique(scale, return_inverse=True)
-  ms = np.stack([level_table(budget.grid, noise, float(s), dim) for s in uniq])  # [U, L]
-  # c[u, j, k]: threshold of level j at look k for noise scale u.
-  c = np.stack([np.stack([mixture_thresholds(m, alpha / 2, lk) for m in row]) for row in ms])
-  top = len(budget.grid) - 1
-  # need[u, j]: the least count at n_max that certifies level j (mixture or Clopper-Pearson).
-  need = np.minimum(
-    np.maximum.accumulate(c[:, :, -1], axis=1),
-    np.stack([[_cp_count(m, n_max, alpha / 2) for m in row] for row in ms]),
-  )
-  z_stop = float(scipy.stats.norm.isf(budget.stop_alpha))
+  table = anytime_decisions(budget, n_max=n_max, alpha=alpha, noise=noise, scales=uniq, dim=dim)
   successes = np.zeros(num_inputs, np.int64)
   samples = np.zeros(num_inputs, np.int64)
   p_lower = np.zeros(num_inputs, np.float64)
   active = np.arange(num_inputs)
   start = 0
-  for k, n_k in enumerate(lk):
+  for k, n_k in enumerate(table.looks.tolist()):
     successes[active] += np.asarray(count_fn(active, start, n_k), np.int64)
     samples[active] = n_k
-    s_a, u_a = successes[active], which[active]
-    lvl = nested_level(s_a, c[u_a, :, k])
-    m_a = np.where(lvl >= 0, ms[u_a, np.maximum(lvl, 0)], 0.0)
-
-    if k + 1 == len(lk):
-      stop = np.ones(len(active), bool)
-      m_a = np.maximum(m_a, stats.clopper_pearson_lower(s_a, n_k, alpha / 2))
-    else:
-      # Predicted count at n_max: p_A estimated from the count so far, the spread of the
-      # new samples and of the estimate together (normal approximation; stopping only).
-      p_hat = (s_a + 0.5) / (n_k + 1.0)
-      rest = n_max - n_k
-      sd = np.sqrt(rest * p_hat * (1.0 - p_hat) * (1.0 + rest / n_k))
-      best = np.minimum(s_a + rest * p_hat + z_stop * sd, s_a + rest)
-      nxt = np.minimum(lvl + 1, top)
-      reach = best >= need[u_a, nxt]
-      stop = (lvl >= top) | ~reach
+    _, m_a, stop = table.decide(successes[active], k, which[active])
     p_lower[active[stop]] = m_a[stop]
     active = active[~stop]
     start = n_k
