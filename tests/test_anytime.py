@@ -5,8 +5,8 @@ Validity is checked exactly, through the rule's own per-look decision
 threshold ``m_j``, a forward recursion over the count distribution of the
 inputs still running, with ``p_A = m_j``, sums the probability of stopping
 with a bound ``p_lower >= m_j`` (stopping and futility included, and
-Clopper-Pearson at ``n_max``); it is at most alpha, the mixture's share at
-most alpha / 2, and a rule with twice the test level fails the same check.
+Clopper-Pearson at ``n_max``); it is at most alpha, the mixture's part at
+most its share of alpha, and a rule with twice the test level fails the same check.
 Then Monte Carlo just below each threshold at alpha = 0.05, and the real
 engine on a linear classifier whose true radius is known.
 """
@@ -50,24 +50,32 @@ def _exact_error(table, j):
 
 
 @pytest.mark.parametrize(
-  ("sigma", "n_max", "alpha"),
-  [(0.5, 2000, 0.001), (0.5, 2000, 0.05), (0.25, 5000, 0.001), (0.25, 5000, 0.05)],
+  ("sigma", "n_max", "alpha", "share"),
+  [
+    (0.5, 2000, 0.001, 0.5),
+    (0.5, 2000, 0.05, 0.5),
+    (0.25, 5000, 0.001, 0.5),
+    (0.25, 5000, 0.05, 0.5),
+    (0.5, 2000, 0.05, 0.7),
+    (0.25, 5000, 0.001, 0.7),
+  ],
 )
-def test_exact_error_at_every_threshold(sigma, n_max, alpha):
-  rule = anytime.Anytime(grid=GRID)
+def test_exact_error_at_every_threshold(sigma, n_max, alpha, share):
+  rule = anytime.Anytime(grid=GRID, mixture_share=share)
   table = anytime.anytime_decisions(rule, n_max=n_max, alpha=alpha, scales=[sigma])
+  assert table.cp_alpha == pytest.approx((1 - share) * alpha, rel=1e-12)
   levels = [j for j in range(len(GRID)) if table.m[0, j] < 1.0]
   for j in levels:
     mix, cp = _exact_error(table, j)
-    assert mix <= alpha / 2 and cp <= alpha / 2 and mix + cp <= alpha, (j, mix, cp)
+    assert mix <= share * alpha and cp <= table.cp_alpha and mix + cp <= alpha, (j, mix, cp)
     if table.need[0, j] <= n_max:  # reachable: the check is not vacuous
       assert mix > 0.0 and cp > 0.0, (j, mix, cp)
   # The check can fail: the same rule with the mixture and Clopper-Pearson at alpha each.
   loose = anytime.anytime_decisions(rule, n_max=n_max, alpha=2 * alpha, scales=[sigma])
   assert max(sum(_exact_error(loose, j)) for j in levels) > alpha
-  # Clopper-Pearson at alpha, the mixture at alpha / 2: more than alpha / 2 from CP alone.
-  cp_loose = dataclasses.replace(table, alpha=2 * alpha)
-  assert max(_exact_error(cp_loose, j)[1] for j in levels) > alpha / 2
+  # Clopper-Pearson at alpha, the mixture at its share: more than CP's share from CP alone.
+  cp_loose = dataclasses.replace(table, cp_alpha=alpha)
+  assert max(_exact_error(cp_loose, j)[1] for j in levels) > table.cp_alpha
 
 
 def test_thresholds_are_the_mixture_crossing():
@@ -178,7 +186,8 @@ def test_many_linear_inputs_are_sound():
 
 
 def test_argument_errors():
-  for bad in ({"first": 0}, {"ratio": 1.0}, {"stop_alpha": 0.0}, {"first": True}):
+  for bad in ({"first": 0}, {"ratio": 1.0}, {"stop_alpha": 0.0}, {"first": True},
+              {"mixture_share": 0.0}, {"mixture_share": 1.0}):  # fmt: skip
     with pytest.raises(ValueError):
       anytime.Anytime(grid=GRID, **bad)
   with pytest.raises(ValueError, match="grid"):

@@ -15,6 +15,7 @@ from run_edits import copy_run, edit_run, move_one_count, reradius
 
 from rsjax import audit, checks, cli, io, record, verify
 from rsjax import noise as noise_lib
+from rsjax.engine import anytime
 from rsjax.runspec import KEY_DERIVATION, RunSpec
 
 N, N0 = 500, 50
@@ -256,6 +257,7 @@ def test_anytime_budgeted_runs_verify(models, tmp_path):
   assert rep.ok and rep.rows == 5, rep.mismatches
   budget = RunSpec.read(b).details["budget"]
   assert budget["rule"] == "anytime-kt-mixture" and budget["first"] == 100
+  assert budget["mixture_share"] == anytime.Anytime(grid=(0.0,)).mixture_share
   looks = set(checks.anytime_looks(4000, budget["first"], budget["ratio"]))
   recs = record.read_records(b)
   assert {r["n"] for r in recs.values()} <= looks
@@ -267,6 +269,14 @@ def test_anytime_budgeted_runs_verify(models, tmp_path):
   edit_run(b, lambda r: r["method"]["details"]["budget"].update(ratio=0.5))
   rep = verify.verify(b)
   assert not rep.ok and "is not one" in rep.mismatches[0].reason
+  # Another alpha split re-derives other levels; a share outside (0, 1) is refused.
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(ratio=budget["ratio"]))
+  assert verify.verify(b).ok
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(mixture_share=0.01))
+  assert not verify.verify(b).ok
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(mixture_share=1.0))
+  rep = verify.verify(b)
+  assert not rep.ok and "mixture_share" in rep.mismatches[0].reason
 
 
 def test_missing_record_is_an_error_in_cli_words(honest, tmp_path, capsys):

@@ -13,12 +13,21 @@ from rsjax.checks._rows import Rows
 ANYTIME_RULE = "anytime-kt-mixture"
 
 
+def mixture_share(budget: dict) -> float:
+  """The run's share of alpha for the mixture tests (records before the field: 1/2)."""
+  return float(budget.get("mixture_share", 0.5))
+
+
 def anytime_levels(
   cert: dict, n_max: int, alpha: float, issues: list[Mismatch]
 ) -> dict[int, float] | None:
-  """``{look: alpha / 2}`` of an anytime run, after checking its declared schedule."""
+  """``{look: Clopper-Pearson level}`` of an anytime run, after checking its declared schedule."""
   b = cert["budget"]
   first, ratio = b.get("first"), b.get("ratio")
+  share = b.get("mixture_share", 0.5)
+  if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+    issues.append(Mismatch(-1, f"anytime mixture_share {share!r} is not in (0, 1)"))
+    return None
   if not (
     isinstance(first, int)
     and not isinstance(first, bool)
@@ -28,7 +37,8 @@ def anytime_levels(
   ):
     issues.append(Mismatch(-1, f"anytime schedule first {first!r}, ratio {ratio!r} is not one"))
     return None
-  return {n: alpha / 2 for n in anytime_looks(n_max, first, float(ratio))}
+  cp_alpha = alpha - alpha * float(share)
+  return {n: cp_alpha for n in anytime_looks(n_max, first, float(ratio))}
 
 
 def anytime_certificate(
@@ -37,9 +47,9 @@ def anytime_certificate(
   """``(prediction [b], radius [b], p_lower [b])`` of every row of an anytime run.
 
   The level at a row's look is the highest grid level whose mixture test (and
-  every lower level's) rejects at ``alpha / 2``, ``p_lower`` its threshold
-  ``m_j`` (0 when none); at ``n_max`` the larger of that and the
-  Clopper-Pearson bound at ``alpha / 2`` (``rsjax.engine.anytime``).
+  every lower level's) rejects at ``s alpha`` (``s`` the run's ``mixture_share``),
+  ``p_lower`` its threshold ``m_j`` (0 when none); at ``n_max`` the larger of
+  that and the Clopper-Pearson bound at the rest of alpha (``rsjax.engine.anytime``).
   """
   s = cert["sampling"]
   n_max, alpha = int(s["n"]), float(s["alpha"])
@@ -55,13 +65,14 @@ def anytime_certificate(
       for r in grid
     ]
   )
-  c = np.stack([mixture_thresholds(m, alpha / 2, looks) for m in ms], axis=1)  # [K, L]
+  a_mix = alpha * mixture_share(b)
+  c = np.stack([mixture_thresholds(m, a_mix, looks) for m in ms], axis=1)  # [K, L]
   pos = {n: k for k, n in enumerate(looks)}
   at = np.asarray([pos.get(int(n), len(looks) - 1) for n in rows.n])
   lvl = nested_level(rows.n_a, c[at])
   p = np.where(lvl >= 0, ms[np.maximum(lvl, 0)], 0.0)
   final = rows.n == n_max
-  p = np.where(final, np.maximum(p, cp_lower(rows.n_a, rows.n, alpha / 2)), p)
+  p = np.where(final, np.maximum(p, cp_lower(rows.n_a, rows.n, alpha - a_mix)), p)
   ok = p >= 0.5
   radius = np.where(ok, binary_radius(p, scale, cert["noise"], dim), 0.0)
   return np.where(ok, rows.guess, -1), radius, p
