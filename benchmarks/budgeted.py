@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import time
 
@@ -146,6 +147,36 @@ def _summary(rows, grid):
   }
 
 
+def _earlier_rows(earlier: dict, key: str, ids, method: str) -> dict:
+  """One chunk's rows of ``method`` from an earlier run's JSON (wall time: none)."""
+  run = earlier[key]
+  pos = {int(i): k for k, i in enumerate(run["test_indices"])}
+  missing = [int(i) for i in ids if int(i) not in pos]
+  if missing:
+    raise SystemExit(f"--fixed-from: {key} has no row of test inputs {missing}")
+  take = [pos[int(i)] for i in ids]
+  per = run[method]["per_input"]
+  return dict(
+    correct=np.asarray(per["correct"])[take],
+    radius=np.asarray(per["radius"])[take],
+    samples=np.asarray(per["samples"])[take],
+    seconds=float("nan"),
+  )
+
+
+def _same_rows(now: dict, before: dict, key: str) -> None:
+  """Stops the run unless ``Budget``'s rows equal the earlier run's (same models and code)."""
+  same = np.array_equal(now["samples"], before["samples"]) and np.array_equal(
+    np.asarray(now["correct"]), before["correct"]
+  )
+  same = same and np.allclose(now["radius"], before["radius"], rtol=1e-12, atol=0.0)
+  if not same:
+    raise SystemExit(
+      f"--fixed-from: {key}: Budget's rows differ from the earlier run's: not the same models, "
+      "inputs, key or code, so its fixed-N rows are not this run's"
+    )
+
+
 def main(argv=None) -> dict:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--images", type=int, default=100, help="MNIST test inputs per sigma")
@@ -172,7 +203,20 @@ def main(argv=None) -> dict:
   )
   p.add_argument("--workdir", default="runs/budgeted")
   p.add_argument("--json", default="benchmarks/results/budgeted.json")
+  p.add_argument(
+    "--fixed-from",
+    default=None,
+    help="take fixed N's rows from this earlier run's JSON (same --workdir models, inputs and "
+    "key) instead of certifying them again; needs 'budgeted' in --rules, whose rows must equal "
+    "that run's (else the models or the code differ, and the run stops)",
+  )
   args = p.parse_args(argv)
+  earlier = None
+  if args.fixed_from:
+    if "budgeted" not in args.rules:
+      p.error("--fixed-from needs 'budgeted' in --rules (its rows check the models are the same)")
+    with open(args.fixed_from, encoding="utf-8") as fh:
+      earlier = json.load(fh)["runs"]
 
   runs = [
     ("mnist-lenet", "mnist5k", s, args.images, 20, lambda a: a)
@@ -229,6 +273,9 @@ def main(argv=None) -> dict:
       rules = {"fixed": None, "budgeted": GRID, "anytime": anytime.Anytime(GRID)}
       for method in rows[key]:
         budget = rules[method]
+        if earlier is not None and method == "fixed":
+          rows[key][method].append(_earlier_rows(earlier, key, ids, "fixed"))
+          continue
         t0 = time.perf_counter()
         cert = rsjax.certify(cert_key, s["apply_fn"], s["params"], x, budget=budget, **common)
         dt = time.perf_counter() - t0
@@ -243,11 +290,16 @@ def main(argv=None) -> dict:
         "test_indices": [int(i) for i in s["idx"][: (c + 1) * args.chunk]],
         **{m: _summary(r, GRID) for m, r in rows[key].items()},
       }
+      if earlier is not None:
+        _same_rows(rows[key]["budgeted"][-1], _earlier_rows(earlier, key, ids, "budgeted"), key)
+        out[key]["fixed_from"] = args.fixed_from
       f = out[key]["fixed"]
       for rule in args.rules:
         b, tag = out[key][rule], "" if rule == "budgeted" else f"_{rule}"
         out[key]["samples_ratio" + tag] = f["mean_samples"] / b["mean_samples"]
-        out[key]["wall_ratio" + tag] = f["wall_s"] / b["wall_s"]
+        # None with --fixed-from: fixed N's time was taken in another run.
+        wall = f["wall_s"] / b["wall_s"] if np.isfinite(f["wall_s"]) else None
+        out[key]["wall_ratio" + tag] = wall
         out[key]["max_accuracy_gap_points" + tag] = 100 * max(
           abs(f["certified_accuracy"][r] - b["certified_accuracy"][r])
           for r in f["certified_accuracy"]
@@ -256,7 +308,7 @@ def main(argv=None) -> dict:
           f"[{time.perf_counter() - t_start:7.0f}s] {key} {rule}: {b['images']} images, samples "
           f"{f['mean_samples']:.0f} vs {b['mean_samples']:.0f} "
           f"({out[key]['samples_ratio' + tag]:.2f}x), wall {f['wall_s']:.0f}s vs "
-          f"{b['wall_s']:.0f}s ({out[key]['wall_ratio' + tag]:.2f}x), max accuracy gap "
+          f"{b['wall_s']:.0f}s ({wall or float('nan'):.2f}x), max accuracy gap "
           f"{out[key]['max_accuracy_gap_points' + tag]:.1f} points",
           flush=True,
         )
