@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from rsjax import precision as precision_lib
 from rsjax.anisotropic._generators import FrozenNoise
 from rsjax.anisotropic._region import alm, isotropic_radius
 from rsjax.cohen._certify import certify as cohen_certify
@@ -143,7 +144,8 @@ class UCAN:
     noise = settings.noise
     x_np, _, _ = prepare_inputs(x, 1.0, ids)
     source = sigma if isinstance(sigma, SigmaSource) else FrozenNoise(sigma)
-    values = source.evaluate(x_np)
+    with precision_lib.context(settings.precision):  # a generator network runs as the classifier
+      values = source.evaluate(x_np)
     input_dependent = values.rate != 0.0
     if input_dependent and not self.allow_unsound:
       raise ValueError(_UNSOUND)

@@ -253,7 +253,8 @@ def certify_dataset(
     num_classes: C.
     ascent: a ``SigmaAscent`` (default the paper's settings); with
       ``family="uniform"`` the noise is uniform (L1).
-    settings: an ``rsjax.Sampling`` of CERTIFY.
+    settings: an ``rsjax.Sampling`` of CERTIFY; its precision is also the
+      ascent's (the classifier is computed alike in both).
     memory: run the memory step (False: only the Monte-Carlo rows).
     **run_options: ``rsjax.runner.certify_dataset`` options: ``inputs_per_call``
       (default 8), ``progress``, ``resume`` (keep the Monte-Carlo rows already
@@ -285,12 +286,22 @@ def certify_dataset(
     n0=settings.n0,
     n=settings.n,
     alpha=settings.alpha,
+    precision=settings.precision,
     key=np.asarray(jax.random.key_data(key)).tolist(),
     **(run_options.pop("run", None) or {}),
   )
 
   def fn(x, ids):
-    sig = optimize_sigma(k_opt, apply_fn, params, x, sigma0=sigma0, config=ascent, ids=ids)
+    sig = optimize_sigma(
+      k_opt,
+      apply_fn,
+      params,
+      x,
+      sigma0=sigma0,
+      config=ascent,
+      ids=ids,
+      precision=settings.precision,
+    )
     return DDRS().certify(
       key, apply_fn, params, x, sigma=sig, num_classes=num_classes, settings=settings, ids=ids
     )

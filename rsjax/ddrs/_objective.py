@@ -16,10 +16,11 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.typing import ArrayLike
+from jax.typing import ArrayLike, DTypeLike
 
+from rsjax import precision as precision_lib
 from rsjax.engine.counts import prepare_inputs
-from rsjax.engine.step import ApplyFn
+from rsjax.engine.step import ApplyFn, cast_floating
 from rsjax.util import as_key, check_int
 
 __all__ = [
@@ -54,13 +55,19 @@ def objective(
   lo: ArrayLike,
   hi: ArrayLike,
   family: str = "gaussian",
+  compute_dtype: DTypeLike | None = None,
 ) -> jax.Array:
   """R(sigma) of one input: x ``[*shape]``, z ``[n, *shape]`` unit noise, sigma scalar.
 
   Gaussian: ``sigma/2 (Phi^-1(clip psi_A) - Phi^-1(clip psi_B))``; uniform:
-  ``sigma (psi_A - psi_B)`` (no clamp, DDRS §4.4).
+  ``sigma (psi_A - psi_B)`` (no clamp, DDRS §4.4). With ``compute_dtype`` the
+  noisy input is cast to it (the parameters are the caller's to cast), as the
+  engine does.
   """
-  logits = apply_fn(params, x[None] + sigma * z)  # [n, C]
+  xn = x[None] + sigma * z
+  if compute_dtype is not None:
+    xn = xn.astype(compute_dtype)
+  logits = apply_fn(params, xn)  # [n, C]
   psi = jnp.mean(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), axis=0)
   top2, _ = jax.lax.top_k(psi, 2)  # class not fixed across steps
   if family == "uniform":
@@ -156,7 +163,7 @@ def check_clip(clip: Iterable[float]) -> tuple[float, float]:
   return lo, hi
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "num_samples", "family"))
+@functools.partial(jax.jit, static_argnames=("apply_fn", "num_samples", "family", "compute_dtype"))
 def _evaluate(
   key: jax.Array,
   params: Any,
@@ -169,9 +176,11 @@ def _evaluate(
   apply_fn: ApplyFn,
   num_samples: int,
   family: str,
+  compute_dtype: DTypeLike | None,
 ) -> jax.Array:
   z = noise(key, 0, ids, x.shape[1:], num_samples, family)
-  fn = functools.partial(objective, apply_fn, params, family=family)
+  params = cast_floating(params, compute_dtype)
+  fn = functools.partial(objective, apply_fn, params, family=family, compute_dtype=compute_dtype)
   return jax.vmap(fn, in_axes=(0, 0, 0, None, None))(x, sigma, z, lo, hi)
 
 
@@ -203,6 +212,7 @@ def smoothing_objective(
   clip: tuple[float, float] = (0.02, 0.98),
   ids: ArrayLike | None = None,
   family: str = "gaussian",
+  precision: str | None = None,
 ) -> np.ndarray:
   """Monte-Carlo estimate of R(sigma) per input (the quantity ``optimize_sigma`` ascends).
 
@@ -216,6 +226,7 @@ def smoothing_objective(
     clip: ``(lo, hi)`` clamp of psi.
     ids: ``[B]`` dataset indices.
     family: ``"gaussian"`` or ``"uniform"`` (see ``optimize_sigma``).
+    precision: the declared precision (``rsjax.precision``; default ``"float32"``).
 
   Returns:
     ``[B]`` float32 NumPy array of R estimates.
@@ -224,16 +235,18 @@ def smoothing_objective(
   check_choice("family", family, FAMILIES)
   lo, hi = check_clip(clip)
   x_np, sig, ids_arr = check_inputs(x, sigma, ids)
-  out = _evaluate(
-    as_key(key),
-    params,
-    x_np,
-    sig,
-    ids_arr,
-    np.float32(lo),
-    np.float32(hi),
-    apply_fn=apply_fn,
-    num_samples=num_samples,
-    family=family,
-  )
+  with precision_lib.context(precision):  # in force while the program is traced
+    out = _evaluate(
+      as_key(key),
+      params,
+      x_np,
+      sig,
+      ids_arr,
+      np.float32(lo),
+      np.float32(hi),
+      apply_fn=apply_fn,
+      num_samples=num_samples,
+      family=family,
+      compute_dtype=precision_lib.compute_dtype(precision),
+    )
   return np.asarray(jax.device_get(out), np.float32)

@@ -36,6 +36,7 @@ def build(
       lr=ddrs_lr,
       num_samples=ddrs_draws,
       ids=ids,
+      precision=ctx.settings.precision,
     )
     return certify(
       ctx.key,

@@ -18,7 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from rsjax import precision as precision_lib
 from rsjax.ddrs._objective import SigmaAscent, check_inputs, noise, objective
+from rsjax.engine.step import cast_floating
 from rsjax.sigma import SigmaValues
 from rsjax.util import as_key
 
@@ -46,10 +48,12 @@ def _ascent(
   family,
   parametrization,
   return_path,
+  compute_dtype,
 ):
   """The ascent loop with traced ``lr, lo, hi, sigma_min`` (static: the rest)."""
-  params = jax.lax.stop_gradient(params)  # the classifier is frozen
-  obj = functools.partial(objective, apply_fn, params, family=family)
+  # The classifier is frozen, and computed as the engine computes it (cast to compute_dtype).
+  params = cast_floating(jax.lax.stop_gradient(params), compute_dtype)
+  obj = functools.partial(objective, apply_fn, params, family=family, compute_dtype=compute_dtype)
   grad_fn = jax.vmap(jax.grad(obj, argnums=1), in_axes=(0, 0, 0, None, None))
 
   def body(sigma, t):
@@ -80,8 +84,13 @@ def sigma_ascent(
   *,
   config: SigmaAscent,
   return_path: bool = False,
+  precision: str | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
   """The traceable ascent loop of :func:`optimize_sigma` (use inside ``jax.jit``).
+
+  The classifier runs in ``precision``'s compute dtype; its matmul precision is
+  the one in force while tracing: trace inside ``rsjax.precision.context(precision)``
+  (as :func:`optimize_sigma` does).
 
   Args:
     key: a ``jax.random.key``; noise of input ``ids[i]`` at step t from
@@ -93,6 +102,7 @@ def sigma_ascent(
     ids: ``[B]`` integer ids.
     config: a :class:`SigmaAscent` (its values enter the program as constants).
     return_path: also return the ``[steps + 1, B]`` sigmas along the path.
+    precision: the declared precision (``rsjax.precision``; default ``"float32"``).
 
   Returns:
     ``[B]`` optimized sigma (and the path when ``return_path``).
@@ -112,12 +122,21 @@ def sigma_ascent(
     family=config.family,
     parametrization=config.parametrization,
     return_path=return_path,
+    compute_dtype=precision_lib.compute_dtype(precision),
   )
 
 
 @functools.partial(
   jax.jit,
-  static_argnames=("apply_fn", "steps", "num_samples", "family", "parametrization", "return_path"),
+  static_argnames=(
+    "apply_fn",
+    "steps",
+    "num_samples",
+    "family",
+    "parametrization",
+    "return_path",
+    "compute_dtype",
+  ),
 )
 def _optimize(
   key,
@@ -136,6 +155,7 @@ def _optimize(
   family,
   parametrization,
   return_path,
+  compute_dtype,
 ):
   return _ascent(
     key,
@@ -153,6 +173,7 @@ def _optimize(
     family=family,
     parametrization=parametrization,
     return_path=return_path,
+    compute_dtype=compute_dtype,
   )
 
 
@@ -166,6 +187,7 @@ def optimize_sigma(
   config: SigmaAscent | None = None,
   ids: ArrayLike | None = None,
   return_path: bool = False,
+  precision: str | None = None,
   **ascent: Any,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
   """Per-input sigma by gradient ascent on the soft smoothed margin (DDRS Algorithm 1).
@@ -229,6 +251,9 @@ def optimize_sigma(
       ``sigma_min`` are traced: changing them does not recompile.
     ids: ``[B]`` dataset indices (reproducible noise per input; default positions).
     return_path: also return the ``[steps + 1, B]`` sigmas along the path.
+    precision: the declared precision of the run (``rsjax.precision``: the
+      classifier is computed as the engine computes it; default ``"float32"``,
+      full-precision matmuls also on GPUs whose JAX default is TF32).
     **ascent: :class:`SigmaAscent` fields as keywords (override ``config``).
 
   Returns:
@@ -242,23 +267,25 @@ def optimize_sigma(
   x_np, sig0, ids_arr = check_inputs(x, sigma0, ids)
   sig0 = np.maximum(sig0, np.float32(c.sigma_min))
   f32 = np.float32
-  out = _optimize(
-    as_key(key),
-    params,
-    x_np,
-    sig0,
-    ids_arr,
-    f32(c.lr),
-    f32(c.clip[0]),
-    f32(c.clip[1]),
-    f32(c.sigma_min),
-    apply_fn=apply_fn,
-    steps=c.steps,
-    num_samples=c.num_samples,
-    family=c.family,
-    parametrization=c.parametrization,
-    return_path=bool(return_path),
-  )
+  with precision_lib.context(precision):  # in force while the loop is traced
+    out = _optimize(
+      as_key(key),
+      params,
+      x_np,
+      sig0,
+      ids_arr,
+      f32(c.lr),
+      f32(c.clip[0]),
+      f32(c.clip[1]),
+      f32(c.sigma_min),
+      apply_fn=apply_fn,
+      steps=c.steps,
+      num_samples=c.num_samples,
+      family=c.family,
+      parametrization=c.parametrization,
+      return_path=bool(return_path),
+      compute_dtype=precision_lib.compute_dtype(precision),
+    )
   out = jax.device_get(out)
   if return_path:
     return np.asarray(out[0], np.float32), np.asarray(out[1], np.float32)
@@ -278,6 +305,7 @@ class OptimizedSigma:
     apply_fn, params: the classifier.
     sigma0: the starting sigma.
     config: the :class:`SigmaAscent`.
+    precision: the declared precision of the run (``rsjax.precision``).
   """
 
   key: jax.Array
@@ -285,10 +313,18 @@ class OptimizedSigma:
   params: object
   sigma0: float
   config: SigmaAscent = SigmaAscent()
+  precision: str | None = None
 
   def evaluate(self, x: ArrayLike, ids: ArrayLike | None = None) -> SigmaValues:
     """``SigmaValues`` of ``x`` ``[B, *input_shape]``: sigma ``[B]`` float32, rate inf."""
     sigma = optimize_sigma(
-      self.key, self.apply_fn, self.params, x, sigma0=self.sigma0, config=self.config, ids=ids
+      self.key,
+      self.apply_fn,
+      self.params,
+      x,
+      sigma0=self.sigma0,
+      config=self.config,
+      ids=ids,
+      precision=self.precision,
     )
     return SigmaValues(sigma=sigma, rate=float("inf"), slack=np.zeros(sigma.shape))

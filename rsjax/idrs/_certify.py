@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from rsjax import precision as precision_lib
 from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
@@ -118,7 +119,8 @@ class IDRS:
         f"design must be a sigma(x) design (KnnSigma, ConstantSigma), got {self.design!r}"
       )
     x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
-    values = self.design.evaluate(x_np)
+    with precision_lib.context(settings.precision):  # a design that runs a network
+      values = self.design.evaluate(x_np)
     if values.mu is not None:
       raise ValueError("IDRS certifies zero-mean noise; the design returned a shift mu")
     if not np.isfinite(values.rate):
