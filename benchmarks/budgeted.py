@@ -60,10 +60,15 @@ sigma 0.25, 2 inputs run to 100,000 (19% of the samples).
 
 Issue 40 added the anytime-valid rule (``rsjax.engine.anytime.Anytime``, ``--rules``):
 each certify call runs fixed N, ``Budget`` and ``Anytime`` on the same inputs and key.
-Its run (``benchmarks/results/budgeted_anytime.json``; figures in ``benchmarks/RESULTS.md``)::
+Its runs (figures in ``benchmarks/RESULTS.md``): the whole run, with the rule's alpha split
+in halves as it was then, and the rule at its default share 0.6 on the same models with
+fixed N's rows taken from the first (``--fixed-from``)::
 
-  python -m benchmarks.budgeted --images 50 --skip 20 --cifar-images 0 \
+  python -m benchmarks.budgeted --images 100 --skip 10 --cifar-images 0 \
     --json benchmarks/results/budgeted_anytime.json
+  python -m benchmarks.budgeted --images 100 --skip 10 --cifar-images 0 \
+    --fixed-from benchmarks/results/budgeted_anytime.json \
+    --json benchmarks/results/budgeted_anytime_share06.json
 
 The previous run (the same command at 38a3e1b, before the "cannot reach it
 within ``n_max``" test of ``rsjax.engine.budget``) used 26,710 samples per input at
