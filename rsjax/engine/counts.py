@@ -390,7 +390,9 @@ def dispatch_counts(
   if placement is None:
     key, params, x, sig, ids_arr = replicate(mesh, (key, params, x, sig, ids_arr))
   else:
-    key = replicate(mesh, key)
+    # An uncommitted key (``as_key``, ``fold_keys``) is placed by the launch
+    # itself; placing it here costs more than the launch (a key's device_put).
+    key = replicate(mesh, key) if key.committed else key
     params = placement.params(mesh, params)
     x, sig, ids_arr = placement.inputs(mesh, x, sig, ids_arr)
   with precision_lib.context(precision):
