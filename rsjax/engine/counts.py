@@ -43,6 +43,7 @@ from rsjax.engine.transfer import (
   PendingCounts,
   Placement,
   check_finite_outputs,
+  fold_keys,
   resolve_all,
   resolve_counts,
 )
@@ -59,6 +60,7 @@ __all__ = [
   "ChunkPlan",
   "Placement",
   "check_finite_outputs",
+  "fold_keys",
   "make_chunk_plan",
   "prepare_inputs",
   "refuse_traced",

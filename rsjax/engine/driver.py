@@ -29,9 +29,11 @@ from rsjax import stats
 from rsjax.engine.counts import (
   ApplyFn,
   PendingCounts,
+  Placement,
   dispatch_counts,
+  fold_keys,
+  resolve_all,
 )
-from rsjax.engine.transfer import Placement, fold_keys, resolve_all
 from rsjax.util import KeyLike, PyTree, as_key, check_alpha, check_int
 
 __all__ = [
