@@ -3,7 +3,8 @@
 A warm call (same shapes and settings, another key) compiles and traces
 nothing; it waits for the device once (both passes' counts in one
 ``device_get``), places the parameters and the inputs once (not once per pass)
-and folds its three keys in one launch that gives ``fold_in``'s keys; the NNX
+and folds its three keys in one launch that gives ``fold_in``'s keys (on one
+device a model's uncommitted parameters go to the launch unplaced); the NNX
 bridge hashes its graph definition once (``jax.jit`` hashes a static
 ``apply_fn`` on every call). ``benchmarks/per_call.py`` times the same call.
 """
@@ -125,3 +126,33 @@ def test_bridge_hashes_its_graph_once():
   assert fn == EvalApply(graph)
   # The cached hash is not pickled (string hashes differ between processes).
   assert "_hash" not in pickle.loads(pickle.dumps(fn)).__dict__
+
+
+def test_one_device_takes_a_models_parameters_as_they_are(mlp, monkeypatch):
+  apply_fn, params, x = mlp
+  assert not any(leaf.committed for leaf in jax.tree.leaves(params))
+  everywhere = _certify(mlp, 5)
+  placed = []
+  real_replicate = transfer.replicate
+
+  def replicate(mesh, tree):
+    placed.append(len(jax.tree.leaves(tree)))
+    return real_replicate(mesh, tree)
+
+  monkeypatch.setattr(transfer, "replicate", replicate)
+  one = rsjax.certify(
+    5,
+    apply_fn,
+    params,
+    x,
+    sigma=0.25,
+    num_classes=10,
+    n0=100,
+    n=1000,
+    batch_size="auto",
+    devices=1,
+  )
+  assert placed == [3]  # (x, sigma, ids) only
+  np.testing.assert_array_equal(one.counts, everywhere.counts)
+  np.testing.assert_array_equal(one.counts_selection, everywhere.counts_selection)
+  np.testing.assert_array_equal(one.radius, everywhere.radius)
