@@ -156,3 +156,14 @@ def test_one_device_takes_a_models_parameters_as_they_are(mlp, monkeypatch):
   np.testing.assert_array_equal(one.counts, everywhere.counts)
   np.testing.assert_array_equal(one.counts_selection, everywhere.counts_selection)
   np.testing.assert_array_equal(one.radius, everywhere.radius)
+
+
+def test_per_call_benchmark_runs():
+  per_call = pytest.importorskip("benchmarks.per_call")
+  row = per_call.run(
+    "mlp", n0=16, num=16, batch_size=16, reps=2, profile_calls=1, log=lambda *_: None
+  )
+  assert row["wall_s_best"] > 0 and row["cpu_s_best"] >= 0 and row["programs_s_best"] > 0
+  assert (row["warm_call_compiles"], row["warm_call_traces"]) == (0, 0)
+  assert row["warm_call_device_gets"] == 1
+  assert set(row["phases_s_profiled"]) == set(per_call.PHASES)
