@@ -57,6 +57,7 @@ class PendingCounts:
       FloatingPointError: some sample's logits were NaN or inf.
     """
     if self._result is None:
+      assert self._partial is not None
       self._finish(fetch([self._partial])[0])
     assert self._result is not None
     return self._result
@@ -88,9 +89,13 @@ def resolve_all(*counts: object) -> list:
   The finite-output check runs in argument order, as resolving them one by one
   would.
   """
-  pending = [c for c in counts if isinstance(c, PendingCounts) and c._result is None]
+  pending = [
+    (c, c._partial)
+    for c in counts
+    if isinstance(c, PendingCounts) and c._result is None and c._partial is not None
+  ]
   if pending:
-    for c, host in zip(pending, fetch([c._partial for c in pending]), strict=True):
+    for (c, _), host in zip(pending, fetch([p for _, p in pending]), strict=True):
       c._finish(host)
   return [resolve_counts(c) for c in counts]
 
