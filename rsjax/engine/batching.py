@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -60,16 +61,16 @@ class StepProbe:
   flops_per_sample: float
 
 
-#: ``((shape, dtype name), ...)`` of the leaves of a pytree of parameters.
-_LeafSignature = tuple[tuple[tuple[int, ...], str], ...]
+#: ``((shape, dtype), ...)`` of the leaves of a pytree of parameters. The dtype
+#: objects themselves (hashable, compared by value): ``str(dtype)`` costs a few
+#: microseconds a leaf, milliseconds per pass for a ResNet-110.
+_LeafSignature = tuple[tuple[tuple[int, ...], Any], ...]
 
 
 def _params_signature(params: PyTree) -> tuple[jax.tree_util.PyTreeDef, _LeafSignature]:
   leaves, treedef = jax.tree.flatten(params)
   sig = tuple(
-    (tuple(a.shape), str(a.dtype))
-    if hasattr(a, "dtype")
-    else (tuple(jnp.shape(a)), str(jnp.result_type(a)))
+    (tuple(a.shape), a.dtype) if hasattr(a, "dtype") else (tuple(jnp.shape(a)), jnp.result_type(a))
     for a in leaves
   )
   return treedef, sig

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +39,14 @@ from rsjax.engine.step import (
   noisy_counts,
   step_counts,
 )
+from rsjax.engine.transfer import (
+  PendingCounts,
+  Placement,
+  check_finite_outputs,
+  fold_keys,
+  resolve_all,
+  resolve_counts,
+)
 from rsjax.util import KeyLike, PyTree, as_key, check_int, local_mesh, num_local_devices, replicate
 
 __all__ = [
@@ -51,9 +58,13 @@ __all__ = [
   "noisy_counts",
   "as_key",
   "ChunkPlan",
+  "Placement",
+  "check_finite_outputs",
+  "fold_keys",
   "make_chunk_plan",
   "prepare_inputs",
   "refuse_traced",
+  "resolve_all",
   "resolve_counts",
   "run_on_devices",
 ]
@@ -329,43 +340,6 @@ def counts_prepared(
   ).result()
 
 
-class PendingCounts:
-  """Counts of one engine launch, dispatched but not yet brought to the host.
-
-  JAX dispatches the launch asynchronously; :meth:`result` waits for it and
-  transfers the counts (the only device-to-host transfer of a pass), so a
-  caller can dispatch several passes (CERTIFY's selection and estimation)
-  before the host waits once.
-  """
-
-  def __init__(self, partial: jax.Array, num_inputs: int, ids: np.ndarray, num: int):
-    self._partial: jax.Array | None = partial
-    self._num_inputs, self._ids, self._num = num_inputs, ids, num
-    self._result: np.ndarray | None = None
-
-  def result(self) -> np.ndarray:
-    """``[B, num_classes]`` int32 NumPy counts (waits for the launch once).
-
-    Raises:
-      FloatingPointError: some sample's logits were NaN or inf.
-    """
-    if self._result is None:
-      # [devices, B_pad, C + 1] partial counts -> [B, C] on the host (a few KB).
-      total = np.asarray(jax.device_get(self._partial), dtype=np.int64).sum(axis=0)
-      total = total[: self._num_inputs]
-      check_finite_outputs(total[:, -1], self._ids, self._num)
-      self._result, self._partial = total[:, :-1].astype(np.int32), None
-    return self._result
-
-
-_Counts = TypeVar("_Counts")
-
-
-def resolve_counts(counts: PendingCounts | _Counts) -> np.ndarray | _Counts:
-  """``counts`` itself, or the NumPy counts of a :class:`PendingCounts`."""
-  return counts.result() if isinstance(counts, PendingCounts) else counts
-
-
 def dispatch_counts(
   key: jax.Array,
   apply_fn: ApplyFn,
@@ -380,12 +354,17 @@ def dispatch_counts(
   noise: noise_lib.Noise | str | None = None,
   precision: str | None = None,
   devices: int | None = None,
+  placement: Placement | None = None,
 ) -> PendingCounts:
   """Launches the counts of :func:`counts_prepared` without waiting for them.
 
   One compiled program does every step of the pass (a device-side ``lax.scan``
   over all inputs and sample chunks), so a pass is one launch whatever ``num``
   and the number of inputs; its inputs are placed explicitly (``device_put``).
+
+  ``placement``: what this call already placed (``rsjax.engine.transfer``):
+  a caller that dispatches several passes over the same ``params``, ``x``,
+  ``sig`` and ``ids_arr`` places them once (None: placed anew).
 
   Returns:
     A :class:`PendingCounts`; its ``result()`` is what :func:`counts_prepared` returns.
@@ -410,7 +389,14 @@ def dispatch_counts(
   mesh = local_mesh(ndev)
   # Everything enters replicated over the mesh (a no-op for arrays already placed
   # so), whatever device the caller's key or parameters were committed to.
-  key, params, x, sig, ids_arr = replicate(mesh, (key, params, x, sig, ids_arr))
+  if placement is None:
+    key, params, x, sig, ids_arr = replicate(mesh, (key, params, x, sig, ids_arr))
+  else:
+    # An uncommitted key (``as_key``, ``fold_keys``) is placed by the launch
+    # itself; placing it here costs more than the launch (a key's device_put).
+    key = replicate(mesh, key) if key.committed else key
+    params = placement.params(mesh, params)
+    x, sig, ids_arr = placement.inputs(mesh, x, sig, ids_arr)
   with precision_lib.context(precision):
     partial = _counts_jit(
       key,
@@ -426,25 +412,3 @@ def dispatch_counts(
       compute_dtype=compute_dtype,
     )
   return PendingCounts(partial, plan.num_inputs, ids_given, num)
-
-
-def check_finite_outputs(num_bad: ArrayLike, ids: np.ndarray, num: int) -> None:
-  """Raises if any input had noise samples with non-finite logits.
-
-  Args:
-    num_bad: ``[B]`` number of samples with NaN/inf logits per input.
-    ids: ``[B]`` ids of the inputs (named in the message).
-    num: samples drawn per input.
-
-  Raises:
-    FloatingPointError: naming the ids of the affected inputs.
-  """
-  num_bad = np.asarray(num_bad)
-  if np.any(num_bad > 0):
-    hit = np.flatnonzero(num_bad > 0)
-    names = ", ".join(str(int(ids[i])) for i in hit[:10]) + (", ..." if len(hit) > 10 else "")
-    raise FloatingPointError(
-      f"the base classifier returned NaN or inf logits for {int(num_bad.sum())} of "
-      f"{num * len(num_bad)} noise samples, on the inputs with ids [{names}]; no certificate or "
-      "prediction is made from non-finite outputs"
-    )

@@ -29,8 +29,10 @@ from rsjax import stats
 from rsjax.engine.counts import (
   ApplyFn,
   PendingCounts,
+  Placement,
   dispatch_counts,
-  resolve_counts,
+  fold_keys,
+  resolve_all,
 )
 from rsjax.util import KeyLike, PyTree, as_key, check_alpha, check_int
 
@@ -203,6 +205,8 @@ class EngineCounts:
   ids: np.ndarray
   num_classes: int
   settings: Sampling
+  # The parameters and inputs, placed on the devices by the first pass only.
+  placement: Placement = dataclasses.field(default_factory=Placement, init=False, repr=False)
 
   def __call__(self, key: jax.Array, num: int, **_: object) -> PendingCounts:
     s = self.settings
@@ -219,6 +223,7 @@ class EngineCounts:
       noise=s.noise,
       precision=s.precision,
       devices=s.devices,
+      placement=self.placement,
     )
 
 
@@ -260,20 +265,17 @@ class FixedN:
   """Cohen et al.'s fixed sample sizes: ``n0`` selection, then ``n`` estimation samples.
 
   Both passes are dispatched before the host waits, once, for both, when the
-  source's counts come back pending (the engine): one round trip per call,
-  whatever ``n`` and the number of inputs. A source whose estimation reads the
-  selection counts resolves them first (``resolve_counts``).
+  source's counts come back pending (the engine): one round trip per call
+  (``resolve_all``), whatever ``n`` and the number of inputs. A source whose
+  estimation reads the selection counts resolves them first (``resolve_counts``).
+  The three keys are folded in one launch (``fold_keys``).
   """
 
   def run(self, key: jax.Array, counts: CountsFn, rule: RuleFn, settings: Sampling) -> Certificate:
-    selection = counts(jax.random.fold_in(key, SELECTION), settings.n0)
-    estimation = counts(
-      jax.random.fold_in(key, ESTIMATION),
-      settings.n,
-      selection=selection,
-      aux_key=jax.random.fold_in(key, AUXILIARY),
-    )
-    return rule(resolve_counts(selection), resolve_counts(estimation))
+    k_sel, k_est, k_aux = fold_keys(key, (SELECTION, ESTIMATION, AUXILIARY))
+    selection = counts(k_sel, settings.n0)
+    estimation = counts(k_est, settings.n, selection=selection, aux_key=k_aux)
+    return rule(*resolve_all(selection, estimation))
 
 
 def run_certify(
