@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jaxpr_ops import matmul_eqns
 
 from rsjax.denoise import denoised, diffusion
 from rsjax.denoise.openai_unet import OpenAIUNet, OpenAIUNetConfig
@@ -19,23 +20,12 @@ from rsjax.denoise.unet import UNet2DModel, UNetConfig
 from rsjax.engine.step import cast_floating
 from rsjax.models import ResNet20, VisionTransformer, ViTConfig
 
-OPS = ("conv_general_dilated", "dot_general")
 
-
-def count_ops(jaxpr, counts=None):
+def count_ops(jaxpr):
   """``{(primitive, lhs dtype, rhs dtype): n}`` over a jaxpr and its sub-jaxprs."""
-  counts = collections.Counter() if counts is None else counts
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name in OPS:
-      lhs, rhs = (str(v.aval.dtype) for v in eqn.invars[:2])
-      counts[(eqn.primitive.name, lhs, rhs)] += 1
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (tuple, list)) else (value,):
-        if hasattr(sub, "eqns"):  # a Jaxpr (duck-typed: JAX moves these classes around)
-          count_ops(sub, counts)
-        elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):  # a ClosedJaxpr
-          count_ops(sub.jaxpr, counts)
-  return counts
+  return collections.Counter(
+    (e.primitive.name, *(str(v.aval.dtype) for v in e.invars[:2])) for e in matmul_eqns(jaxpr)
+  )
 
 
 def denoisers():

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jaxpr_ops import OPS, matmul_eqns
 
 import rsjax
 from rsjax import anisotropic, ddrs, idrs, methods
@@ -23,24 +24,15 @@ from rsjax import precision as precision_lib
 from rsjax.ddrs import _objective, _sigma
 from rsjax.method import Context
 
-OPS = ("conv_general_dilated", "dot_general")
 PRECISIONS = [None, "float32", "tf32", "bfloat16"]
 
 
-def ops(jaxpr, out=None):
+def ops(jaxpr):
   """``{(primitive, precision, lhs dtype): n}`` over a jaxpr and its sub-jaxprs."""
-  out = collections.Counter() if out is None else out
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name in OPS:
-      prec = eqn.params.get("precision")
-      out[(eqn.primitive.name, str(prec), str(eqn.invars[0].aval.dtype))] += 1
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (tuple, list)) else (value,):
-        if hasattr(sub, "eqns"):  # a Jaxpr (duck-typed: JAX moves these classes around)
-          ops(sub, out)
-        elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):  # a ClosedJaxpr
-          ops(sub.jaxpr, out)
-  return out
+  return collections.Counter(
+    (e.primitive.name, str(e.params.get("precision")), str(e.invars[0].aval.dtype))
+    for e in matmul_eqns(jaxpr)
+  )
 
 
 def declared(precision):
