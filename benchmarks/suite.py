@@ -30,9 +30,11 @@ the bound are in ``benchmarks.roofline``, the table and the JSON in ``benchmarks
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -73,6 +75,65 @@ def _summary(times, samples_per_image) -> dict:
   }
 
 
+@dataclasses.dataclass(frozen=True)
+class RowModel:
+  """rsjax's side of a suite row: the model, its forward, the engine's batch and precision."""
+
+  spec: measure.Spec
+  model: Any
+  apply_fn: Any
+  variables: Any
+  batch_size: int
+  precision: str  # rsjax's declared precision (``rsjax.precision``)
+  seed: int
+
+  def certify(self, x: np.ndarray, ids, *, n0: int, num: int, **options: Any):
+    """``rsjax.certify`` of ``x`` ``[b, *input_shape]`` at the suite's sigma and alpha."""
+    return rsjax.certify(
+      jax.random.key(self.seed),
+      self.apply_fn,
+      self.variables,
+      x,
+      ids=ids,
+      sigma=SIGMA,
+      num_classes=self.spec.num_classes,
+      n0=n0,
+      n=num,
+      alpha=ALPHA,
+      batch_size=self.batch_size,
+      precision=self.precision,
+      **options,
+    )
+
+
+def row_model(
+  name: str, precision: str, *, num: int, batch_size, seed: int = 0, fold_bn: bool = False
+) -> RowModel:
+  """Builds ``name`` (seeded) at the suite's ``precision`` and picks the engine's batch.
+
+  ``fold_bn``: rsjax certifies the model with eval-mode batch norm folded into the
+  convolutions (the same function up to rounding, one memory pass fewer per conv);
+  ``RowModel.model`` stays unfolded (the twin runs it as it is).
+  """
+  spec = measure.SPECS[name]
+  declared = PRECISIONS[precision]
+  model = models.create_model(
+    name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
+  )
+  apply_fn, variables = models.to_apply_fn(models.fold_batch_norm(model)[0] if fold_bn else model)
+  if batch_size == "auto":
+    bs = batching.auto_batch_size(
+      apply_fn,
+      variables,
+      spec.input_shape,
+      num=num,
+      compute_dtype=rsjax.precision.compute_dtype(declared),
+    )
+  else:
+    bs = int(batch_size)
+  return RowModel(spec, model, apply_fn, variables, bs, declared, seed)
+
+
 def run_workload(
   name: str,
   precision: str,
@@ -90,22 +151,11 @@ def run_workload(
   log=print,
 ) -> dict:
   """Certifies ``images`` random inputs of one model with rsjax and the twin; returns figures."""
-  spec = measure.SPECS[name]
-  declared = PRECISIONS[precision]
-  dtype = rsjax.precision.compute_dtype(declared)
-  model = models.create_model(
-    name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
-  )
-  # rsjax's side may fold eval-mode batch norm into the convolutions (the same function up to
-  # rounding, one memory pass fewer per conv); the twin runs the model as it is.
-  apply_fn, variables = models.to_apply_fn(models.fold_batch_norm(model)[0] if fold_bn else model)
+  row = row_model(name, precision, num=num, batch_size=batch_size, seed=seed, fold_bn=fold_bn)
+  spec, model, apply_fn, variables, bs = (
+    row.spec, row.model, row.apply_fn, row.variables, row.batch_size,
+  )  # fmt: skip
   xs = np.random.default_rng(seed).random((images + 1,) + spec.input_shape, dtype=np.float32)
-  if batch_size == "auto":
-    bs = batching.auto_batch_size(
-      apply_fn, variables, spec.input_shape, num=num, compute_dtype=dtype
-    )
-  else:
-    bs = int(batch_size)
   flops = matmul_flops(apply_fn, variables, spec.input_shape)
   acts = activation_elements(apply_fn, variables, spec.input_shape)
   res = {
@@ -124,20 +174,7 @@ def run_workload(
   }
 
   def rsjax_certify(i):
-    return rsjax.certify(
-      jax.random.key(seed),
-      apply_fn,
-      variables,
-      xs[i : i + 1],
-      ids=[i],
-      sigma=SIGMA,
-      num_classes=spec.num_classes,
-      n0=n0,
-      n=num,
-      alpha=ALPHA,
-      batch_size=bs,
-      precision=declared,
-    )
+    return row.certify(xs[i : i + 1], [i], n0=n0, num=num)
 
   clock.total = 0.0
   first, _ = measure.timed(lambda: rsjax_certify(0))  # warm-up image: compiles n0 and N programs
@@ -250,47 +287,21 @@ def run_dataset_workload(
   samples per input); the twin certifies one image after another at fixed N (it
   has no budgeted mode). Compilation is done on a warm-up chunk first.
   """
-  spec = measure.SPECS[name]
-  declared = PRECISIONS[precision]
-  model = models.create_model(
-    name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
-  )
-  apply_fn, variables = models.to_apply_fn(model)
+  row = row_model(name, precision, num=num, batch_size=batch_size, seed=seed)
+  spec, model, bs = row.spec, row.model, row.batch_size
   xs = np.random.default_rng(seed + 1).random((images,) + spec.input_shape, dtype=np.float32)
-  bs = (
-    batching.auto_batch_size(
-      apply_fn,
-      variables,
-      spec.input_shape,
-      num=num,
-      compute_dtype=rsjax.precision.compute_dtype(declared),
-    )
-    if batch_size == "auto"
-    else int(batch_size)
-  )
-  kw = dict(
-    sigma=SIGMA,
-    num_classes=spec.num_classes,
-    n0=n0,
-    n=num,
-    alpha=ALPHA,
-    batch_size=bs,
-    precision=declared,
-  )
 
   def certify_all(budget):
     samples = []
     for start in range(0, images, inputs_per_call):
       ids = np.arange(start, min(images, start + inputs_per_call))
-      cert = rsjax.certify(
-        jax.random.key(seed), apply_fn, variables, xs[ids], ids=ids, budget=budget, **kw
-      )
+      cert = row.certify(xs[ids], ids, n0=n0, num=num, budget=budget)
       samples.extend(getattr(cert, "num_samples", np.full(len(ids), num)).tolist())
     return samples
 
   warm = xs[: min(images, inputs_per_call)]
-  rsjax.certify(jax.random.key(seed), apply_fn, variables, warm, **kw)  # compile
-  rsjax.certify(jax.random.key(seed), apply_fn, variables, warm, budget=grid, **kw)
+  row.certify(warm, None, n0=n0, num=num)  # compile
+  row.certify(warm, None, n0=n0, num=num, budget=grid)
   res = {
     "model": name,
     "precision": precision,

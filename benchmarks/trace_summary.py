@@ -32,11 +32,8 @@ import time
 import jax
 import numpy as np
 
-import rsjax
 from benchmarks import measure
-from benchmarks.suite import ALPHA, N0, PRECISIONS, SIGMA
-from rsjax import models
-from rsjax.engine import batching
+from benchmarks.suite import N0, PRECISIONS, row_model
 
 #: Op classes, first match wins, by substrings of the kernel name or its HLO op (lower case).
 CLASSES = (
@@ -125,35 +122,12 @@ def summarize(trace: dict) -> dict:
 
 def trace_certify(name: str, precision: str, *, num: int, out: str, seed: int = 0) -> dict:
   """Traces one ``rsjax.certify`` of ``name`` (after a warm-up image); returns the summary."""
-  spec = measure.SPECS[name]
-  declared = PRECISIONS[precision]
-  model = models.create_model(
-    name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
-  )
-  apply_fn, variables = models.to_apply_fn(model)
-  bs = batching.auto_batch_size(
-    apply_fn,
-    variables,
-    spec.input_shape,
-    num=num,
-    compute_dtype=rsjax.precision.compute_dtype(declared),
-  )
-  xs = np.random.default_rng(seed).random((2,) + spec.input_shape, dtype=np.float32)
+  row = row_model(name, precision, num=num, batch_size="auto", seed=seed)
+  bs = row.batch_size
+  xs = np.random.default_rng(seed).random((2,) + row.spec.input_shape, dtype=np.float32)
 
   def certify(i):
-    return rsjax.certify(
-      jax.random.key(seed),
-      apply_fn,
-      variables,
-      xs[i : i + 1],
-      sigma=SIGMA,
-      num_classes=spec.num_classes,
-      n0=N0,
-      n=num,
-      alpha=ALPHA,
-      batch_size=bs,
-      precision=declared,
-    )
+    return row.certify(xs[i : i + 1], [i], n0=N0, num=num)
 
   certify(0)
   untraced, _ = measure.timed(lambda: certify(1))
