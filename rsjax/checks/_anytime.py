@@ -13,9 +13,13 @@ from rsjax.checks._rows import Rows
 ANYTIME_RULE = "anytime-kt-mixture"
 
 
+#: The mixture's share of alpha in records written before the share was a field.
+_SHARE_BEFORE_THE_FIELD = 0.5
+
+
 def mixture_share(budget: dict) -> float:
   """The run's share of alpha for the mixture tests (records before the field: 1/2)."""
-  return float(budget.get("mixture_share", 0.5))
+  return float(budget.get("mixture_share", _SHARE_BEFORE_THE_FIELD))
 
 
 def anytime_levels(
@@ -24,7 +28,7 @@ def anytime_levels(
   """``{look: Clopper-Pearson level}`` of an anytime run, after checking its declared schedule."""
   b = cert["budget"]
   first, ratio = b.get("first"), b.get("ratio")
-  share = b.get("mixture_share", 0.5)
+  share = b.get("mixture_share", _SHARE_BEFORE_THE_FIELD)
   if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
     issues.append(Mismatch(-1, f"anytime mixture_share {share!r} is not in (0, 1)"))
     return None
@@ -37,7 +41,7 @@ def anytime_levels(
   ):
     issues.append(Mismatch(-1, f"anytime schedule first {first!r}, ratio {ratio!r} is not one"))
     return None
-  cp_alpha = alpha - alpha * float(share)
+  cp_alpha = alpha - alpha * mixture_share(b)
   return {n: cp_alpha for n in anytime_looks(n_max, first, float(ratio))}
 
 
