@@ -25,10 +25,11 @@ Soundness: reporting a level ``j`` with ``m_j > p_A`` needs the mixture of the
 lowest such level ``j_0`` to have crossed ``1 / (s alpha)`` at some look
 (probability ``<= s alpha`` by Ville, whatever the stopping rule; ``s`` the
 ``mixture_share``), or the Clopper-Pearson bound at ``n_max`` to exceed
-``p_A`` (``<= (1 - s) alpha``): ``alpha`` in all, per input. The decision at a look is one pure function of
-the count (``Decisions.decide``); ``tests/test_anytime.py`` applies it to every
-reachable count at every look in a forward recursion over the count
-distribution, the exact probability of a wrong level, stopping included.
+``p_A`` (``<= (1 - s) alpha``): ``alpha`` in all, per input. The decision at a
+look is one pure function of the count (``Decisions.decide``);
+``tests/test_anytime.py`` applies it to every reachable count at every look in
+a forward recursion over the count distribution, the exact probability of a
+wrong level, stopping included.
 
 **The stopping rule** (efficiency only; checked at every look): an input stops
 when its level is the top of the grid, or when the level above is unlikely to
