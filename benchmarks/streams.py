@@ -5,9 +5,10 @@ counts at the union of every rule's looks) and each rule runs on them:
 
 * ``looks``: rsjax's ``Budget`` (alpha split over looks 1k, 2k, ..., N), its own
   ``sequential_bounds`` driven by the streams;
-* ``anytime``: rsjax's ``Anytime`` (one-sided KT mixture per level at its
-  ``mixture_share`` of alpha after every round, Clopper-Pearson at N at the
-  rest), its own ``anytime_bounds``;
+* ``anytime``: rsjax's ``Anytime`` (one-sided mixture per level, weight
+  ``agree_weight`` on all-agree and the rest KT, at its ``mixture_share`` of
+  alpha after every round, Clopper-Pearson at N at the rest), its own
+  ``anytime_bounds``;
 * ``fixed``: Cohen's CERTIFY, the Clopper-Pearson bound at N at alpha;
 * ``voracek``: the two-sided KT-mixture confidence sequence at alpha (Voracek,
   NeurIPS 2024, arXiv 2406.17830, Alg. 2): the certified level is that of its
@@ -170,6 +171,7 @@ def run(
   stop_alpha: float | None = None,
   ratio: float | None = None,
   mixture_share: float | None = None,
+  agree_weight: float | None = None,
 ) -> dict:
   gauss = noise.get_noise(None)
   old = budgeted.Budget(grid=grid)
@@ -178,6 +180,7 @@ def run(
     **({} if stop_alpha is None else {"stop_alpha": stop_alpha}),
     **({} if ratio is None else {"ratio": ratio}),
     **({} if mixture_share is None else {"mixture_share": mixture_share}),
+    **({} if agree_weight is None else {"agree_weight": agree_weight}),
   )
   ms = anytime.level_table(new.grid, gauss, sigma, 1)
   d_looks = anytime.Anytime(grid=grid, first=10, ratio=dense).looks(n_max)
@@ -276,7 +279,7 @@ def _exact_errors(old, new, ms, *, n_max: int, alpha: float) -> dict:
       out["looks"].append(0.0)
       continue
     a_mix = alpha * new.mixture_share
-    c = checks.mixture_thresholds(m, a_mix, tuple(int(v) for v in lk))
+    c = checks.mixture_thresholds(m, a_mix, tuple(int(v) for v in lk), new.agree_weight)
     out["anytime"].append(crossing_probability(m, lk, c, _cp_count(m, n_max, alpha - a_mix)))
     oc = np.asarray([_cp_count(m, int(n), float(a)) for n, a in zip(ol, oa, strict=True)])
     out["looks"].append(crossing_probability(m, ol, oc))
@@ -294,13 +297,14 @@ def main(argv: list[str] | None = None) -> None:
   ap.add_argument("--ratio", type=float, default=None, help="Anytime look ratio (default its own)")
   ap.add_argument("--stop-alpha", type=float, default=None, help="Anytime's (default its own)")
   ap.add_argument("--mixture-share", type=float, default=None, help="Anytime's (default its own)")
+  ap.add_argument("--agree-weight", type=float, default=None, help="Anytime's (default its own)")
   ap.add_argument("--json", default="benchmarks/results/streams.json")
   args = ap.parse_args(argv)
   grid = tuple(float(r) for r in np.arange(0, 1.51, 0.25))
   t0 = time.perf_counter()
   out = run(args.streams, n_max=args.n_max, alpha=args.alpha, sigma=args.sigma, grid=grid,
             dense=args.dense, stop_alpha=args.stop_alpha, ratio=args.ratio,
-            mixture_share=args.mixture_share)  # fmt: skip
+            mixture_share=args.mixture_share, agree_weight=args.agree_weight)  # fmt: skip
   out["settings"] = {**vars(args), "grid": list(grid), "seconds": time.perf_counter() - t0}
   with open(args.json, "w") as f:
     json.dump(out, f, indent=1)

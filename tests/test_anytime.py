@@ -50,18 +50,19 @@ def _exact_error(table, j):
 
 
 @pytest.mark.parametrize(
-  ("sigma", "n_max", "alpha", "share"),
+  ("sigma", "n_max", "alpha", "share", "weight"),
   [
-    (0.5, 2000, 0.001, 0.5),
-    (0.5, 2000, 0.05, 0.5),
-    (0.25, 5000, 0.001, 0.5),
-    (0.25, 5000, 0.05, 0.5),
-    (0.5, 2000, 0.05, 0.7),
-    (0.25, 5000, 0.001, 0.7),
+    (0.5, 2000, 0.001, 0.5, 0.0),
+    (0.5, 2000, 0.05, 0.5, 0.5),
+    (0.25, 5000, 0.001, 0.5, 0.5),
+    (0.25, 5000, 0.05, 0.5, 0.0),
+    (0.5, 2000, 0.05, 0.7, 0.9),
+    (0.25, 5000, 0.001, 0.7, 0.5),
+    (0.25, 5000, 0.001, 0.6, 0.99),
   ],
 )
-def test_exact_error_at_every_threshold(sigma, n_max, alpha, share):
-  rule = anytime.Anytime(grid=GRID, mixture_share=share)
+def test_exact_error_at_every_threshold(sigma, n_max, alpha, share, weight):
+  rule = anytime.Anytime(grid=GRID, mixture_share=share, agree_weight=weight)
   table = anytime.anytime_decisions(rule, n_max=n_max, alpha=alpha, scales=[sigma])
   assert table.cp_alpha == pytest.approx((1 - share) * alpha, rel=1e-12)
   levels = [j for j in range(len(GRID)) if table.m[0, j] < 1.0]
@@ -78,14 +79,34 @@ def test_exact_error_at_every_threshold(sigma, n_max, alpha, share):
   assert max(_exact_error(cp_loose, j)[1] for j in levels) > table.cp_alpha
 
 
-def test_thresholds_are_the_mixture_crossing():
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_thresholds_are_the_mixture_crossing(weight):
   looks = (100, 250, 1000)
   m, a = 0.8, 0.01
-  c = checks.mixture_thresholds(m, a, looks)
+  c = checks.mixture_thresholds(m, a, looks, weight)
   for t, ct in zip(looks, c, strict=True):
-    assert checks.mixture_log_wealth(ct, t, m) >= np.log(1 / a)
-    assert checks.mixture_log_wealth(ct - 1, t, m) < np.log(1 / a)
-  assert checks.mixture_thresholds(1.5, a, looks).tolist() == [101, 251, 1001]
+    assert checks.mixture_log_wealth(ct, t, m, weight) >= np.log(1 / a)
+    assert checks.mixture_log_wealth(ct - 1, t, m, weight) < np.log(1 / a)
+  assert checks.mixture_thresholds(1.5, a, looks, weight).tolist() == [101, 251, 1001]
+  with pytest.raises(ValueError, match="agree_weight"):
+    checks.mixture_thresholds(m, a, looks, 1.0)
+
+
+def test_agree_weight_is_the_likelihood_ratio_of_all_agree():
+  # The weight's part, w m^-t on the all-agree count, in closed form; the KT part scaled by 1 - w.
+  m, w, t = 0.99, 0.5, np.arange(1, 2000)
+  both = checks.mixture_log_wealth(t, t, m, w)
+  kt = checks.mixture_log_wealth(t, t, m)
+  np.testing.assert_allclose(both, np.logaddexp(np.log(w) - t * np.log(m), np.log1p(-w) + kt),
+                             rtol=1e-12)  # fmt: skip
+  np.testing.assert_allclose(checks.mixture_log_wealth(t - 1, t, m, w),
+                             np.log1p(-w) + checks.mixture_log_wealth(t - 1, t, m), rtol=1e-12)  # fmt: skip
+  # An input whose samples all agree crosses sooner with the weight, any other a little later.
+  a, looks = 0.0006, tuple(range(100, 20000, 10))
+  c0, c5 = checks.mixture_thresholds(m, a, looks), checks.mixture_thresholds(m, a, looks, w)
+  first = lambda c: looks[int(np.argmax(np.asarray(c) <= np.asarray(looks)))]  # noqa: E731
+  assert first(c5) < first(c0)
+  assert np.all(c5[np.asarray(c5) < np.asarray(looks)] >= c0[np.asarray(c5) < np.asarray(looks)])
   assert checks.nested_level(np.array([5, 5, 0]), np.array([[1, 9, 2], [1, 2, 9], [1, 1, 1]]))\
     .tolist() == [0, 1, -1]  # fmt: skip
 
@@ -187,7 +208,8 @@ def test_many_linear_inputs_are_sound():
 
 def test_argument_errors():
   for bad in ({"first": 0}, {"ratio": 1.0}, {"stop_alpha": 0.0}, {"first": True},
-              {"mixture_share": 0.0}, {"mixture_share": 1.0}):  # fmt: skip
+              {"mixture_share": 0.0}, {"mixture_share": 1.0},
+              {"agree_weight": 1.0}, {"agree_weight": -0.1}):  # fmt: skip
     with pytest.raises(ValueError):
       anytime.Anytime(grid=GRID, **bad)
   with pytest.raises(ValueError, match="grid"):

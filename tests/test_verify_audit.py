@@ -277,6 +277,17 @@ def test_anytime_budgeted_runs_verify(models, tmp_path):
   edit_run(b, lambda r: r["method"]["details"]["budget"].update(mixture_share=1.0))
   rep = verify.verify(b)
   assert not rep.ok and "mixture_share" in rep.mismatches[0].reason
+  # So does another prior weight on all-agree; a weight outside [0, 1) is refused.
+  assert budget["agree_weight"] == anytime.Anytime(grid=(0.0,)).agree_weight
+  edit_run(
+    b, lambda r: r["method"]["details"]["budget"].update(mixture_share=budget["mixture_share"])
+  )
+  assert verify.verify(b).ok
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(agree_weight=0.999))
+  assert not verify.verify(b).ok
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(agree_weight=1.0))
+  rep = verify.verify(b)
+  assert not rep.ok and "agree_weight" in rep.mismatches[0].reason
 
 
 def test_missing_record_is_an_error_in_cli_words(honest, tmp_path, capsys):

@@ -17,9 +17,18 @@ ANYTIME_RULE = "anytime-kt-mixture"
 _SHARE_BEFORE_THE_FIELD = 0.5
 
 
+#: The mixture prior's weight on ``q = 1`` in records written before the weight was a field.
+_AGREE_WEIGHT_BEFORE_THE_FIELD = 0.0
+
+
 def mixture_share(budget: dict) -> float:
   """The run's share of alpha for the mixture tests (records before the field: 1/2)."""
   return float(budget.get("mixture_share", _SHARE_BEFORE_THE_FIELD))
+
+
+def agree_weight(budget: dict) -> float:
+  """The run's prior weight on ``q = 1`` (records before the field: 0, the plain KT mixture)."""
+  return float(budget.get("agree_weight", _AGREE_WEIGHT_BEFORE_THE_FIELD))
 
 
 def anytime_levels(
@@ -31,6 +40,10 @@ def anytime_levels(
   share = b.get("mixture_share", _SHARE_BEFORE_THE_FIELD)
   if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
     issues.append(Mismatch(-1, f"anytime mixture_share {share!r} is not in (0, 1)"))
+    return None
+  w = b.get("agree_weight", _AGREE_WEIGHT_BEFORE_THE_FIELD)
+  if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < 1:
+    issues.append(Mismatch(-1, f"anytime agree_weight {w!r} is not in [0, 1)"))
     return None
   if not (
     isinstance(first, int)
@@ -51,7 +64,8 @@ def anytime_certificate(
   """``(prediction [b], radius [b], p_lower [b])`` of every row of an anytime run.
 
   The level at a row's look is the highest grid level whose mixture test (and
-  every lower level's) rejects at ``s alpha`` (``s`` the run's ``mixture_share``),
+  every lower level's) rejects at ``s alpha`` (``s`` the run's ``mixture_share``,
+  the prior's weight on ``q = 1`` its ``agree_weight``),
   ``p_lower`` its threshold ``m_j`` (0 when none); at ``n_max`` the larger of
   that and the Clopper-Pearson bound at the rest of alpha (``rsjax.engine.anytime``).
   """
@@ -70,7 +84,8 @@ def anytime_certificate(
     ]
   )
   a_mix = alpha * mixture_share(b)
-  c = np.stack([mixture_thresholds(m, a_mix, looks) for m in ms], axis=1)  # [K, L]
+  w = agree_weight(b)
+  c = np.stack([mixture_thresholds(m, a_mix, looks, w) for m in ms], axis=1)  # [K, L]
   pos = {n: k for k, n in enumerate(looks)}
   at = np.asarray([pos.get(int(n), len(looks) - 1) for n in rows.n])
   lvl = nested_level(rows.n_a, c[at])

@@ -6,11 +6,12 @@ nothing for looking (Ville's inequality), so an input stops within a few
 percent of the samples it needs:
 
 * **Per grid level, an anytime-valid test** at ``mixture_share * alpha``
-  (default ``0.6 alpha``): the one-sided
-  Krichevsky-Trofimov mixture against ``p_A = m_j``, ``m_j`` the smallest
-  probability whose radius reaches the level's radius ``r_j``
-  (``rsjax.checks.mixture_thresholds``; Voracek, NeurIPS 2024, arXiv
-  2406.17830, with the Beta(1/2, 1/2) prior restricted to ``[m_j, 1]``). At
+  (default ``0.6 alpha``): a one-sided mixture of likelihood ratios against
+  ``p_A = m_j``, ``m_j`` the smallest probability whose radius reaches the
+  level's radius ``r_j`` (``rsjax.checks.mixture_thresholds``): weight
+  ``agree_weight`` (default 1/2) on ``q = 1``, where every sample agrees, and
+  the rest on the Krichevsky-Trofimov prior Beta(1/2, 1/2) restricted to
+  ``[m_j, 1]`` (Voracek, NeurIPS 2024, arXiv 2406.17830, one-sided). At
   look ``n_k`` the test is an integer threshold ``c_j(n_k)`` on the top-class
   count, computed on the host once per ``(m_j, alpha, looks)`` and cached.
   The certified level at a look is the highest ``j`` whose test and those of
@@ -85,7 +86,14 @@ from rsjax.engine.driver import (
 )
 from rsjax.engine.rounds import CountFn, SampleFn, round_sampler
 
-__all__ = ["Anytime", "Decisions", "anytime_bounds", "anytime_decisions", "level_table"]
+__all__ = [
+  "Anytime",
+  "Decisions",
+  "anytime_bounds",
+  "anytime_decisions",
+  "level_table",
+  "run_decisions",
+]
 
 #: The rule's name in a run's record (``details["budget"]["rule"]``).
 RULE = ANYTIME_RULE
@@ -117,6 +125,13 @@ class Anytime:
       0.6 is the largest share that lost no more grid levels against fixed N
       than 0.5 on ``benchmarks.streams`` (11.45% of streams at ``p_A = 0.999``;
       0.7 lost 14.6%), for 6.16x fewer samples than fixed N instead of 6.11x.
+    agree_weight: the mixture prior's weight on ``q = 1`` (every sample of the
+      top class), in ``[0, 1)``; the rest is the one-sided KT prior. An input
+      whose samples all agree stops at about ``log(1 / (w s alpha)) / -log(m_j)``
+      samples instead of the KT mixture's later crossing; every other input's
+      test needs ``log(1 / (1 - w))`` more evidence. 1/2 splits the prior evenly
+      between the two; 0 is the plain KT mixture (records before the field).
+      ``python -m benchmarks.budgeted_frontier`` measures the trade-off.
   """
 
   grid: tuple[float, ...]
@@ -125,6 +140,7 @@ class Anytime:
   stop_alpha: float = 0.002
   round_ratio: float = 1.25
   mixture_share: float = 0.6
+  agree_weight: float = 0.5
 
   def __post_init__(self) -> None:
     try:
@@ -149,6 +165,8 @@ class Anytime:
     stats.check_alpha(self.stop_alpha)
     if not 0.0 < float(self.mixture_share) < 1.0:
       raise ValueError(f"mixture_share must lie in (0, 1), got {self.mixture_share!r}")
+    if isinstance(self.agree_weight, bool) or not 0.0 <= float(self.agree_weight) < 1.0:
+      raise ValueError(f"agree_weight must lie in [0, 1), got {self.agree_weight!r}")
 
   def looks(self, n_max: int) -> np.ndarray:
     """The looks ``n_1 < ... < n_K = n_max``: ``[K]`` int64."""
@@ -158,7 +176,8 @@ class Anytime:
     """The rule and its parameters, for the run's record (``rsjax verify`` reads them)."""
     return {"rule": RULE, "first": int(self.first), "ratio": float(self.ratio),
             "stop_alpha": float(self.stop_alpha),
-            "mixture_share": float(self.mixture_share)}  # fmt: skip
+            "mixture_share": float(self.mixture_share),
+            "agree_weight": float(self.agree_weight)}  # fmt: skip
 
   def run(
     self, key: jax.Array, counts: CountsFn, rule: RuleFn, settings: Sampling
@@ -195,8 +214,9 @@ class Anytime:
       counts_selection=c0,
       norm=noise.norm,
       guarantee=(
-        f"binary {noise.name} {noise.norm} (budgeted CERTIFY, anytime-valid: one-sided KT "
-        f"mixture test per grid level at {self.mixture_share:g} alpha at every look, "
+        f"binary {noise.name} {noise.norm} (budgeted CERTIFY, anytime-valid: one-sided "
+        f"mixture test (KT, weight {self.agree_weight:g} on all-agree) per grid level at "
+        f"{self.mixture_share:g} alpha at every look, "
         f"Clopper-Pearson at n={n} at the rest){noise.certifies}; holds with prob >= 1 - {alpha} per input for the "
         "given sigma held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"
       ),
@@ -387,7 +407,8 @@ def anytime_decisions(
   # c[u, j, k]: threshold of level j at look k for noise scale u.
   a_mix = alpha * float(budget.mixture_share)
   cp_alpha = alpha - a_mix
-  c = np.stack([np.stack([mixture_thresholds(m, a_mix, lk) for m in row]) for row in ms])
+  w = float(budget.agree_weight)
+  c = np.stack([np.stack([mixture_thresholds(m, a_mix, lk, w) for m in row]) for row in ms])
   need = np.minimum(
     np.maximum.accumulate(c[:, :, -1], axis=1),
     np.stack([[_cp_count(m, n_max, cp_alpha) for m in row] for row in ms]),
@@ -428,6 +449,26 @@ def anytime_bounds(
   scale = np.broadcast_to(np.asarray(scale, np.float64), (num_inputs,))
   uniq, which = np.unique(scale, return_inverse=True)
   table = anytime_decisions(budget, n_max=n_max, alpha=alpha, noise=noise, scales=uniq, dim=dim)
+  return run_decisions(table, count_fn, which)
+
+
+def run_decisions(
+  table: Decisions, count_fn: CountFn, scale_index: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Every input through the looks of one decision table until it stops.
+
+  Args:
+    table: the rule's decisions (:func:`anytime_decisions`, or tables built
+      otherwise, e.g. by a benchmark comparing tests).
+    count_fn: as in :func:`anytime_bounds`.
+    scale_index: ``[B]`` int row of ``table`` of each input.
+
+  Returns:
+    ``(successes [B] int64, samples [B] int64, p_lower [B] float64)`` at the
+    look where each input stopped.
+  """
+  which = np.asarray(scale_index, np.int64).reshape(-1)
+  num_inputs = len(which)
   successes = np.zeros(num_inputs, np.int64)
   samples = np.zeros(num_inputs, np.int64)
   p_lower = np.zeros(num_inputs, np.float64)
