@@ -215,7 +215,20 @@ def main(argv=None) -> dict:
     "key) instead of certifying them again; needs 'budgeted' in --rules, whose rows must equal "
     "that run's (else the models or the code differ, and the run stops)",
   )
+  p.add_argument(
+    "--anytime",
+    nargs="*",
+    default=[],
+    metavar="FIELD=VALUE",
+    help="fields of the Anytime rule other than its defaults, e.g. agree_weight=0.75 ratio=1.01",
+  )
   args = p.parse_args(argv)
+  try:
+    fields = {k: type(getattr(anytime.Anytime(GRID), k))(v)
+              for k, v in (f.split("=", 1) for f in args.anytime)}  # fmt: skip
+    rule_anytime = anytime.Anytime(GRID, **fields)
+  except (AttributeError, ValueError) as e:
+    p.error(f"--anytime: {e}")
   earlier = None
   if args.fixed_from:
     if "budgeted" not in args.rules:
@@ -275,7 +288,7 @@ def main(argv=None) -> dict:
         batch_size=args.batch_size,
         ids=ids,
       )
-      rules = {"fixed": None, "budgeted": GRID, "anytime": anytime.Anytime(GRID)}
+      rules = {"fixed": None, "budgeted": GRID, "anytime": rule_anytime}
       for method in rows[key]:
         budget = rules[method]
         if earlier is not None and method == "fixed":
@@ -326,7 +339,7 @@ def main(argv=None) -> dict:
         "batch_size": args.batch_size,
         "chunk": args.chunk,
         "budget": budget,
-        "anytime": {**dataclasses.asdict(anytime.Anytime(GRID)), "rule": anytime.RULE},
+        "anytime": {**dataclasses.asdict(rule_anytime), "rule": anytime.RULE},
         "looks": [int(v) for v in budgeted.Budget(GRID).looks(args.n)],
         "jax": jax.__version__,
         "device": str(jax.devices()[0]),
