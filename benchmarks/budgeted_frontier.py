@@ -19,9 +19,11 @@ Two parts:
 
 * **MNIST** (from a run of ``benchmarks.budgeted``, default
   ``benchmarks/results/budgeted_anytime_share06.json``, sigma 0.25): the digits
-  whose fixed-N count is N (every sample agreed, read from the radius), their
-  stop ``n*`` under each ``(share, w)`` with a look after *every* sample (the
-  most a look schedule can give), and the ratio it implies when every other
+  that stopped at the run's own all-agree stop with the top reachable level
+  (no sample disagreed before it), their stop ``n*`` under each ``(share, w)``
+  with a look after *every* sample (the most a look schedule can give; for a
+  setting slower than the run's, ``n*`` assumes they keep agreeing), and the
+  ratio it implies when every other
   digit keeps its measured samples less the 5% a look at every sample could
   save it (optimistic: those samples were measured at ``w = 0``, and a smaller
   KT weight makes those digits slower).
@@ -45,7 +47,6 @@ import math
 import time
 
 import numpy as np
-import scipy.stats
 
 from benchmarks.streams import MIX, PS, _cp_count, _floor
 from benchmarks.streams_exact import crossing_probability
@@ -110,21 +111,34 @@ def streams_part(share: float, w: float, *, streams: int, sigma: float, n_max: i
   }
 
 
-def mnist_part(run: dict, share: float, w: float, *, n_max: int, alpha: float) -> dict:
-  """The MNIST ratio a ``(share, w)`` rule with a look at every sample could reach at most."""
+def mnist_part(run: dict, rule: dict, share: float, w: float, *, n_max: int, alpha: float) -> dict:
+  """The MNIST ratio a ``(share, w)`` rule with a look at every sample could reach at most.
+
+  Args:
+    run: one ``runs`` entry of a ``benchmarks.budgeted`` JSON.
+    rule: that JSON's ``anytime`` entry (the rule the run used).
+    share, w: the setting to bound.
+    n_max, alpha: the run's.
+  """
   sigma = float(run["sigma"])
-  fixed_r = np.asarray(run["fixed"]["per_input"]["radius"])
   used = np.asarray(run["anytime"]["per_input"]["samples"], np.float64)
-  agree_r = sigma * scipy.stats.norm.ppf(stats.clopper_pearson_lower(n_max, n_max, alpha))
-  agree = np.isclose(fixed_r, agree_r, rtol=0, atol=1e-9)
+  radius = np.asarray(run["anytime"]["per_input"]["radius"])
   ms = anytime.level_table(GRID, noise.get_noise(None), sigma, 1)
   top = int(np.searchsorted(ms, stats.clopper_pearson_lower(n_max, n_max, alpha), "right")) - 1
+  # The run's own all-agree stop: its first look at or past the crossing of the top level.
+  run_share = float(rule.get("mixture_share", 0.5))
+  run_w = float(rule.get("agree_weight", 0.0))
+  looks = np.asarray(checks.anytime_looks(n_max, int(rule["first"]), float(rule["ratio"])))
+  cross = all_agree_stop(float(ms[top]), alpha * run_share, run_w, n_max)
+  n_run = int(looks[np.searchsorted(looks, cross)])
+  # Digits that stopped there at the top level saw no sample disagree before it.
+  agree = (used == n_run) & (radius >= GRID[top] - 1e-9)
   n_star = all_agree_stop(float(ms[top]), alpha * share, w, n_max)
   others = np.where(used[~agree] >= n_max, n_max, used[~agree] / 1.05).sum()
   total = agree.sum() * n_star + others
   return {
     "all_agree_digits": int(agree.sum()),
-    "all_agree_measured_samples": sorted(set(used[agree].astype(int).tolist())),
+    "all_agree_measured_samples": n_run,
     "all_agree_stop_every_sample": n_star,
     "others_optimistic_samples": float(others),
     "ratio_at_most": n_max * len(used) / float(total),
@@ -149,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
   for share in args.shares:
     for w in args.weights:
       row = {"share": share, "w": w,
-             "mnist": mnist_part(run, share, w, n_max=n_max, alpha=alpha),
+             "mnist": mnist_part(run, bench["anytime"], share, w, n_max=n_max, alpha=alpha),
              "streams": streams_part(share, w, streams=args.streams, sigma=sigma, n_max=n_max,
                                      alpha=alpha)}  # fmt: skip
       rows.append(row)
