@@ -32,7 +32,8 @@ Two parts:
   decision table at each ``(share, w)``): samples against fixed
   N on the 8-value mix, against the decide floor (``benchmarks.streams``),
   levels lost at 0.999, the all-agree stream's samples, and the exact worst
-  error at each threshold (``benchmarks.streams_exact``).
+  error at the thresholds (``rsjax.engine.anytime.exact_error``: the rule's
+  decisions at every reachable count, stopping included).
 
 Command (the run in ``benchmarks/results/budgeted_frontier.json``)::
 
@@ -48,8 +49,7 @@ import time
 
 import numpy as np
 
-from benchmarks.streams import MIX, PS, _cp_count, _floor
-from benchmarks.streams_exact import crossing_probability
+from benchmarks.streams import MIX, PS, wald_floor
 from rsjax import checks, noise, stats
 from rsjax.engine import anytime
 
@@ -91,14 +91,11 @@ def streams_part(share: float, w: float, *, streams: int, sigma: float, n_max: i
     per[str(p)] = {
       "mean_samples": float(used.mean()),
       "lost_vs_fixed": float(np.mean(lvl < fixed)),
-      "floor": _floor(p, ms, alpha, top, decide=False),
-      "floor_decide": _floor(p, ms, alpha, top, decide=True),
+      "floor": wald_floor(p, ms, alpha, top, decide=False),
+      "floor_decide": wald_floor(p, ms, alpha, top, decide=True),
     }
   dec_p = [str(p) for p in PS if per[str(p)]["floor"] <= n_max]
-  cp = [_cp_count(float(m), n_max, alpha * (1 - share)) if m < 1 else n_max + 1 for m in ms]
-  exact = max(
-    crossing_probability(float(m), lk, dec.c[0, j], cp[j]) for j, m in enumerate(ms) if m < 1
-  )
+  exact = max(sum(anytime.exact_error(dec, j)) for j, m in enumerate(ms) if m < 1)
   return {
     "mix_ratio_fixed": n_max / float(np.mean([per[str(p)]["mean_samples"] for p in MIX])),
     "ratio_to_floor_decide": sum(per[p]["mean_samples"] for p in dec_p)

@@ -23,8 +23,10 @@ counts at the union of every rule's looks) and each rule runs on them:
 ``voracek`` and ``betting`` look on a dense geometric grid (ratio ``--dense``),
 so they are a little worse than looking after every sample. Levels lost: the
 share of streams where a rule certifies a lower grid level than fixed N on the
-same stream. Exact worst-case error: ``benchmarks.streams_exact`` at ``p_A`` on
-each threshold (looks and anytime rules).
+same stream. Exact worst-case error, at ``p_A`` on each threshold: the
+``Anytime`` rule's own decisions at every reachable count and look, stopping
+included (``rsjax.engine.anytime.exact_error``); for ``looks``, the probability
+that the count ever reaches a look's threshold (``benchmarks.streams_exact``).
 
 Command (the run in ``benchmarks/results/streams.json``)::
 
@@ -144,7 +146,7 @@ def _kl(p: float, m: float) -> float:
   return p * math.log(p / m) + ((1 - p) * math.log((1 - p) / (1 - m)) if p < 1 else 0.0)
 
 
-def _floor(p: float, ms: np.ndarray, a: float, top: int, decide: bool) -> float:
+def wald_floor(p: float, ms: np.ndarray, a: float, top: int, decide: bool) -> float:
   """Wald's expected sample size of the oracle SPRT that knows p (inf: undecidable).
 
   It certifies p's own level ``j`` (``log(1/a) / KL(p || m_j)``); with ``decide``
@@ -226,8 +228,8 @@ def run(
     res["betting"] = _betting_run(cum[:, d_idx], d_t, ms, alpha / 2)
     fixed_lvl = res["fixed"][1]
     out["per_p"][str(p)] = {
-      "floor": _floor(p, ms, alpha, top, decide=False),
-      "floor_decide": _floor(p, ms, alpha, top, decide=True),
+      "floor": wald_floor(p, ms, alpha, top, decide=False),
+      "floor_decide": wald_floor(p, ms, alpha, top, decide=True),
       **{
         name: {
           "mean_samples": float(u.mean()),
@@ -239,7 +241,7 @@ def run(
       },
     }
     print(f"p_A {p}: " + ", ".join(f"{k} {res[k][0].mean():.0f}" for k in RULES)
-          + f", floor {_floor(p, ms, alpha, top, False):.0f} ({time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
+          + f", floor {wald_floor(p, ms, alpha, top, False):.0f} ({time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
   per = out["per_p"]
   out["mix_mean_samples"] = {
     k: float(np.mean([per[str(p)][k]["mean_samples"] for p in MIX])) for k in RULES
@@ -253,7 +255,7 @@ def run(
   out["ratio_to_floor_decide"] = {
     k: sum(per[p][k]["mean_samples"] for p in dec) / fd for k in RULES
   }
-  out["exact_error"] = _exact_errors(old, new, ms, n_max=n_max, alpha=alpha)
+  out["exact_error"] = _exact_errors(old, new, ms, sigma=sigma, n_max=n_max, alpha=alpha)
   return out
 
 
@@ -268,19 +270,23 @@ def _cp_count(m: float, n: int, a: float) -> int:
   return lo
 
 
-def _exact_errors(old, new, ms, *, n_max: int, alpha: float) -> dict:
-  """Worst probability of ever certifying a level at p_A on its threshold (exact recursion)."""
+def _exact_errors(old, new, ms, *, sigma: float, n_max: int, alpha: float) -> dict:
+  """Worst probability of certifying a level at p_A on its threshold (exact recursions).
+
+  ``anytime``: the rule's own decisions at every reachable count and look, stopping
+  included (``rsjax.engine.anytime.exact_error``); ``looks``: the count ever reaching a
+  look's Clopper-Pearson threshold on the uninterrupted stream (stopping only removes
+  chances, so this bounds the rule's error).
+  """
   out = {"anytime": [], "looks": [], "thresholds": [float(m) for m in ms]}
-  lk = new.looks(n_max)
+  table = anytime.anytime_decisions(new, n_max=n_max, alpha=alpha, scales=[sigma])
   ol, oa = old.looks(n_max), old.alphas(alpha, n_max)
-  for m in ms:
+  for j, m in enumerate(ms):
     if not m < 1.0:
       out["anytime"].append(0.0)
       out["looks"].append(0.0)
       continue
-    a_mix = alpha * new.mixture_share
-    c = checks.mixture_thresholds(m, a_mix, tuple(int(v) for v in lk), new.agree_weight)
-    out["anytime"].append(crossing_probability(m, lk, c, _cp_count(m, n_max, alpha - a_mix)))
+    out["anytime"].append(float(sum(anytime.exact_error(table, j))))
     oc = np.asarray([_cp_count(m, int(n), float(a)) for n, a in zip(ol, oa, strict=True)])
     out["looks"].append(crossing_probability(m, ol, oc))
   out["max"] = {k: max(out[k]) for k in ("anytime", "looks")}

@@ -1,0 +1,252 @@
+"""The ``Anytime`` rule's decision table: its thresholds, its decision at a look, its exact error.
+
+``rsjax.engine.anytime.Anytime`` reads each input's count at every look and
+decides there (:meth:`Decisions.decide`): the certified grid level if it stops,
+and whether it stops. The decision is one pure function of the count, built
+once per ``(rule, n_max, alpha, noise scales)`` by :func:`anytime_decisions`;
+:func:`run_decisions` applies it to any source of counts (the engine's rounds,
+simulated streams), and :func:`exact_error` applies it to every reachable count
+at every look: the exact probability, stopping and futility included, that the
+rule certifies a level when ``p_A`` sits exactly on its threshold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Protocol
+
+import numpy as np
+import scipy.stats
+from jax.typing import ArrayLike
+from scipy import signal
+
+from rsjax import noise as noise_lib
+from rsjax import stats
+from rsjax.checks import level_probability, mixture_thresholds, nested_level
+from rsjax.engine.rounds import CountFn
+
+__all__ = ["Decisions", "anytime_decisions", "exact_error", "level_table", "run_decisions"]
+
+
+class RuleSettings(Protocol):
+  """What the table is built from: ``rsjax.engine.anytime.Anytime``'s fields."""
+
+  @property
+  def grid(self) -> tuple[float, ...]: ...
+  @property
+  def mixture_share(self) -> float: ...
+  @property
+  def agree_weight(self) -> float: ...
+  @property
+  def stop_alpha(self) -> float: ...
+  def looks(self, n_max: int) -> np.ndarray: ...
+
+
+def level_table(
+  grid: tuple[float, ...], noise: noise_lib.Noise, scale: float, dim: int
+) -> np.ndarray:
+  """``[L]`` the probability thresholds ``m_j`` of the grid levels at one noise scale
+  (``inf``: out of reach)."""
+  return np.asarray(
+    [level_probability(lambda p: float(noise.radius(np.float64(p), scale, dim)), r) for r in grid]
+  )
+
+
+@functools.lru_cache(maxsize=512)
+def _cp_count(m: float, n: int, a: float) -> int:
+  """The least count ``S`` with ``clopper_pearson_lower(S, n, a) >= m`` (``n + 1``: none)."""
+  lo, hi = 0, n + 1
+  while lo < hi:
+    mid = (lo + hi) // 2
+    if stats.clopper_pearson_lower(mid, n, a) >= m:
+      hi = mid
+    else:
+      lo = mid + 1
+  return lo
+
+
+@dataclasses.dataclass(frozen=True)
+class Decisions:
+  """The ``Anytime`` rule's decision at a look, for inputs at a few noise scales.
+
+  One pure function of the count (:meth:`decide`), which ``anytime_bounds``
+  applies at every look and the tests apply to every reachable count (the
+  exact error of the rule, stopping included). Built by :func:`anytime_decisions`.
+
+  Attributes:
+    looks: ``[K]`` int64 looks, the last one ``n_max``.
+    m: ``[U, L]`` float64 probability thresholds of the grid levels per noise
+      scale (``inf``: out of reach).
+    c: ``[U, L, K]`` int64 mixture thresholds (at ``mixture_share * alpha``) of
+      each level at each look.
+    need: ``[U, L]`` int64 least count at ``n_max`` that certifies each level
+      (mixture or Clopper-Pearson).
+    cp_alpha: level of the Clopper-Pearson look at ``n_max`` (the rest of
+      ``alpha`` after the mixture's share).
+    z_stop: upper ``stop_alpha`` normal quantile of the stopping rule.
+  """
+
+  looks: np.ndarray
+  m: np.ndarray
+  c: np.ndarray
+  need: np.ndarray
+  cp_alpha: float
+  z_stop: float
+
+  def level(self, successes: ArrayLike, k: int, scale_index: ArrayLike = 0) -> np.ndarray:
+    """``[m]`` int64 mixture level at look ``k`` (-1: none), Clopper-Pearson aside.
+
+    Args:
+      successes: ``[m]`` top-class counts after ``looks[k]`` samples.
+      k: the look, ``0 <= k < K``.
+      scale_index: ``[m]`` (or scalar) row of ``m`` and ``c`` of each input.
+    """
+    s = np.asarray(successes, np.int64).reshape(-1)
+    u = np.broadcast_to(np.asarray(scale_index, np.int64), s.shape)
+    return nested_level(s, self.c[u, :, range(len(self.looks))[k]])
+
+  def decide(
+    self, successes: ArrayLike, k: int, scale_index: ArrayLike = 0
+  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The decision at look ``k`` for inputs still running there.
+
+    Args:
+      successes: ``[m]`` top-class counts after ``looks[k]`` samples.
+      k: the look, ``0 <= k < K``.
+      scale_index: ``[m]`` (or scalar) row of ``m`` and ``c`` of each input.
+
+    Returns:
+      ``(level [m] int64, p_lower [m] float64, stop [m] bool)``: the certified
+      grid level (-1: abstain) and bound if the input stops here; at the last
+      look every input stops, with the larger of the mixture's ``m_j`` and the
+      Clopper-Pearson bound at ``cp_alpha``.
+    """
+    k = range(len(self.looks))[k]
+    s_a = np.asarray(successes, np.int64).reshape(-1)
+    u_a = np.broadcast_to(np.asarray(scale_index, np.int64), s_a.shape)
+    n_k, n_max = int(self.looks[k]), int(self.looks[-1])
+    lvl = self.level(s_a, k, u_a)
+    m_a = np.where(lvl >= 0, self.m[u_a, np.maximum(lvl, 0)], 0.0)
+    if k + 1 == len(self.looks):
+      m_a = np.maximum(m_a, stats.clopper_pearson_lower(s_a, n_k, self.cp_alpha))
+      level = np.sum(self.m[u_a] <= m_a[:, None], axis=1).astype(np.int64) - 1
+      return level, m_a, np.ones(len(s_a), bool)
+    # Predicted count at n_max: p_A estimated from the count so far, the spread of the
+    # new samples and of the estimate together (normal approximation; stopping only).
+    p_hat = (s_a + 0.5) / (n_k + 1.0)
+    rest = n_max - n_k
+    sd = np.sqrt(rest * p_hat * (1.0 - p_hat) * (1.0 + rest / n_k))
+    best = np.minimum(s_a + rest * p_hat + self.z_stop * sd, s_a + rest)
+    top = self.m.shape[1] - 1
+    reach = best >= self.need[u_a, np.minimum(lvl + 1, top)]
+    return lvl, m_a, (lvl >= top) | ~reach
+
+
+def anytime_decisions(
+  budget: RuleSettings,
+  *,
+  n_max: int,
+  alpha: float,
+  noise: noise_lib.Noise | str | None = None,
+  scales: ArrayLike = 1.0,
+  dim: int = 1,
+) -> Decisions:
+  """The rule's tables for ``n_max`` and ``alpha`` at each of ``scales`` (``[U]``).
+
+  Args:
+    budget: grid, looks and stopping level.
+    n_max: the largest number of estimation samples per input.
+    alpha: the error level per input.
+    noise: noise family of the radius.
+    scales: ``[U]`` (or scalar) noise scales; row ``u`` of the tables is ``scales[u]``'s.
+    dim: input dimension (Linf radius of uniform noise).
+  """
+  alpha = stats.check_alpha(alpha)
+  noise = noise_lib.get_noise(noise)
+  looks = budget.looks(n_max)
+  lk = tuple(int(v) for v in looks)
+  uniq = np.asarray(scales, np.float64).reshape(-1)
+  ms = np.stack([level_table(budget.grid, noise, float(s), dim) for s in uniq])  # [U, L]
+  # c[u, j, k]: threshold of level j at look k for noise scale u.
+  a_mix = alpha * float(budget.mixture_share)
+  cp_alpha = alpha - a_mix
+  w = float(budget.agree_weight)
+  c = np.stack([np.stack([mixture_thresholds(m, a_mix, lk, w) for m in row]) for row in ms])
+  need = np.minimum(
+    np.maximum.accumulate(c[:, :, -1], axis=1),
+    np.stack([[_cp_count(m, n_max, cp_alpha) for m in row] for row in ms]),
+  )
+  z_stop = float(scipy.stats.norm.isf(budget.stop_alpha))
+  return Decisions(looks=looks, m=ms, c=c, need=need, cp_alpha=cp_alpha, z_stop=z_stop)
+
+
+def run_decisions(
+  table: Decisions, count_fn: CountFn, scale_index: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Every input through the looks of one decision table until it stops.
+
+  Args:
+    table: the rule's decisions (:func:`anytime_decisions`, or tables built
+      otherwise, e.g. by a benchmark comparing tests).
+    count_fn: as in :func:`anytime_bounds`.
+    scale_index: ``[B]`` int row of ``table`` of each input.
+
+  Returns:
+    ``(successes [B] int64, samples [B] int64, p_lower [B] float64)`` at the
+    look where each input stopped.
+  """
+  which = np.asarray(scale_index, np.int64).reshape(-1)
+  num_inputs = len(which)
+  successes = np.zeros(num_inputs, np.int64)
+  samples = np.zeros(num_inputs, np.int64)
+  p_lower = np.zeros(num_inputs, np.float64)
+  active = np.arange(num_inputs)
+  start = 0
+  for k, n_k in enumerate(table.looks.tolist()):
+    successes[active] += np.asarray(count_fn(active, start, n_k), np.int64)
+    samples[active] = n_k
+    _, m_a, stop = table.decide(successes[active], k, which[active])
+    p_lower[active[stop]] = m_a[stop]
+    active = active[~stop]
+    start = n_k
+    if active.size == 0:
+      break
+  return successes, samples, p_lower
+
+
+def exact_error(table: Decisions, j: int, scale_index: int = 0) -> tuple[float, float]:
+  """The rule's exact probability of certifying level ``j`` at ``p_A = m_j``.
+
+  A forward recursion over the count distribution of the inputs still running:
+  at every look, every reachable count is decided by ``table.decide``, and the
+  mass that stops with a bound ``p_lower >= m_j`` is summed, split by what
+  certified it (float64 convolutions; FFT for large ones, clipped at 0).
+
+  Args:
+    table: the rule's decisions.
+    j: the grid level, with ``m_j < 1``.
+    scale_index: the row of ``table`` (noise scale).
+
+  Returns:
+    ``(mixture, clopper_pearson)``: the probability of stopping with ``p_lower >=
+    m_j`` at a look where level ``j``'s mixture test rejects, and at ``n_max`` by
+    the Clopper-Pearson bound alone. Their sum is the rule's error at ``m_j``,
+    which bounds it at every ``p_A <= m_j``.
+  """
+  p, looks = float(table.m[scale_index, j]), table.looks.tolist()
+  dist, n, mix, cp = np.ones(1), 0, 0.0, 0.0  # dist: counts of the inputs still running
+  for k, n_k in enumerate(looks):
+    step = scipy.stats.binom.pmf(np.arange(n_k - n + 1), n_k - n, p)
+    if len(dist) * len(step) > 4_000_000:
+      dist = np.clip(signal.fftconvolve(dist, step), 0.0, None)
+    else:
+      dist = np.convolve(dist, step)
+    n, s = n_k, np.arange(n_k + 1)
+    _, p_lower, stop = table.decide(s, k, scale_index)
+    wrong = stop & (p_lower >= p)
+    by_mixture = table.level(s, k, scale_index) >= j
+    mix += float(dist[wrong & by_mixture].sum())
+    cp += float(dist[wrong & ~by_mixture].sum())
+    dist = np.where(stop, 0.0, dist)
+  return mix, cp
