@@ -258,6 +258,7 @@ def test_anytime_budgeted_runs_verify(models, tmp_path):
   budget = RunSpec.read(b).details["budget"]
   assert budget["rule"] == "anytime-kt-mixture" and budget["first"] == 100
   assert budget["mixture_share"] == anytime.Anytime(grid=(0.0,)).mixture_share
+  assert budget["thresholds"].startswith("sha256:")
   looks = set(checks.anytime_looks(4000, budget["first"], budget["ratio"]))
   recs = record.read_records(b)
   assert {r["n"] for r in recs.values()} <= looks
@@ -288,6 +289,17 @@ def test_anytime_budgeted_runs_verify(models, tmp_path):
   edit_run(b, lambda r: r["method"]["details"]["budget"].update(agree_weight=1.0))
   rep = verify.verify(b)
   assert not rep.ok and "agree_weight" in rep.mismatches[0].reason
+  # The thresholds the run used are named by their digest: others here are caught; a record
+  # written before the digest has none to compare.
+  edit_run(
+    b, lambda r: r["method"]["details"]["budget"].update(agree_weight=budget["agree_weight"])
+  )
+  assert verify.verify(b).ok
+  edit_run(b, lambda r: r["method"]["details"]["budget"].update(thresholds="sha256:0"))
+  rep = verify.verify(b)
+  assert not rep.ok and "anytime thresholds" in rep.mismatches[0].reason
+  edit_run(b, lambda r: r["method"]["details"]["budget"].pop("thresholds") and None)
+  assert verify.verify(b).ok
 
 
 def test_missing_record_is_an_error_in_cli_words(honest, tmp_path, capsys):

@@ -13,6 +13,8 @@ file (``compare``), each difference a :class:`Mismatch`.
 from rsjax.checks._anytime import ANYTIME_RULE as ANYTIME_RULE
 from rsjax.checks._anytime import anytime_certificate as anytime_certificate
 from rsjax.checks._anytime import anytime_levels as anytime_levels
+from rsjax.checks._anytime import anytime_table_issues as anytime_table_issues
+from rsjax.checks._anytime import thresholds_digest as thresholds_digest
 from rsjax.checks._formulas import binary_radius as binary_radius
 from rsjax.checks._formulas import budget_alphas as budget_alphas
 from rsjax.checks._formulas import budget_looks as budget_looks

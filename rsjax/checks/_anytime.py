@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
+
 import numpy as np
 
 from rsjax.checks._formulas import binary_radius, cp_lower
@@ -58,17 +61,20 @@ def anytime_levels(
   return {n: cp_alpha for n in anytime_looks(n_max, first, float(ratio))}
 
 
-def anytime_certificate(
-  cert: dict, rows: Rows, scale: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """``(prediction [b], radius [b], p_lower [b])`` of every row of an anytime run.
+def thresholds_digest(looks: Sequence[int], c: np.ndarray) -> str:
+  """``"sha256:<hex>"`` of an anytime run's integer thresholds (the run record names it).
 
-  The level at a row's look is the highest grid level whose mixture test (and
-  every lower level's) rejects at ``s alpha`` (``s`` the run's ``mixture_share``,
-  the prior's weight on ``q = 1`` its ``agree_weight``),
-  ``p_lower`` its threshold ``m_j`` (0 when none); at ``n_max`` the larger of
-  that and the Clopper-Pearson bound at the rest of alpha (``rsjax.engine.anytime``).
+  Args:
+    looks: ``[K]`` the looks.
+    c: ``[K, L]`` the mixture threshold of level ``j`` at look ``k``.
   """
+  h = hashlib.sha256(np.asarray(looks, "<i8").tobytes())
+  h.update(np.ascontiguousarray(np.asarray(c), dtype="<i8").tobytes())
+  return "sha256:" + h.hexdigest()
+
+
+def _tables(cert: dict, scale: float) -> tuple[list[int], np.ndarray, np.ndarray, float]:
+  """``(looks [K], m [L], c [K, L], mixture alpha)`` of an anytime run, from its record."""
   s = cert["sampling"]
   n_max, alpha = int(s["n"]), float(s["alpha"])
   b = cert["budget"]
@@ -86,6 +92,38 @@ def anytime_certificate(
   a_mix = alpha * mixture_share(b)
   w = agree_weight(b)
   c = np.stack([mixture_thresholds(m, a_mix, looks, w) for m in ms], axis=1)  # [K, L]
+  return looks, ms, c, a_mix
+
+
+def anytime_table_issues(cert: dict, scale: float) -> list[Mismatch]:
+  """The thresholds computed here against the digest the run recorded (records before
+  the digest: nothing to compare). A difference means this machine derives other
+  integer thresholds than the run used (another SciPy's rounding, another rule)."""
+  want = cert["budget"].get("thresholds")
+  if want is None:
+    return []
+  looks, _, c, _ = _tables(cert, scale)
+  got = thresholds_digest(looks, c)
+  if got != want:
+    return [Mismatch(-1, f"the run records the anytime thresholds {want!r}; they are {got!r} here")]
+  return []
+
+
+def anytime_certificate(
+  cert: dict, rows: Rows, scale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(prediction [b], radius [b], p_lower [b])`` of every row of an anytime run.
+
+  The level at a row's look is the highest grid level whose mixture test (and
+  every lower level's) rejects at ``s alpha`` (``s`` the run's ``mixture_share``,
+  the prior's weight on ``q = 1`` its ``agree_weight``),
+  ``p_lower`` its threshold ``m_j`` (0 when none); at ``n_max`` the larger of
+  that and the Clopper-Pearson bound at the rest of alpha (``rsjax.engine.anytime``).
+  """
+  s = cert["sampling"]
+  n_max, alpha = int(s["n"]), float(s["alpha"])
+  looks, ms, c, a_mix = _tables(cert, scale)
+  dim = int(np.prod(cert["input_shape"]))
   pos = {n: k for k, n in enumerate(looks)}
   at = np.asarray([pos.get(int(n), len(looks) - 1) for n in rows.n])
   lvl = nested_level(rows.n_a, c[at])

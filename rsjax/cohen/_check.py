@@ -9,6 +9,7 @@ from rsjax.checks import (
   Mismatch,
   anytime_certificate,
   anytime_levels,
+  anytime_table_issues,
   budget_levels,
   cohen_certificate,
   compare,
@@ -30,6 +31,7 @@ def check_cohen(
     )
     if levels is None:
       return issues
+    issues.extend(anytime_table_issues(cert, sigma))
   elif cert.get("budget"):
     levels = budget_levels(
       cert, int(cert["sampling"]["n"]), float(cert["sampling"]["alpha"]), issues

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from rsjax import lattice
+from rsjax.checks import thresholds_digest
 from rsjax.cohen._certify import certify
-from rsjax.engine.anytime import Anytime
+from rsjax.engine.anytime import Anytime, anytime_decisions
 from rsjax.engine.budget import Budget, BudgetedCertificate
 from rsjax.engine.driver import Certificate
 from rsjax.method import Context, Plan
@@ -50,7 +53,13 @@ def build(ctx: Context, *, grid: tuple[float, ...] | None, budget_rule: str = "l
   # rule and its schedule (the rule's defaults) are part of the run's record.
   kind = ""
   if isinstance(rule, Anytime):
-    schedule, kind = rule.record(), " (anytime-valid)"
+    # The integer thresholds the engine will use, named by their digest (verify derives
+    # them again and compares).
+    s = ctx.settings
+    dim = math.prod(ctx.dataset.input_shape)
+    t = anytime_decisions(rule, n_max=s.n, alpha=s.alpha, noise=noise, scales=ctx.sigma, dim=dim)
+    schedule = {**rule.record(), "thresholds": thresholds_digest(t.looks, t.c[0].T)}
+    kind = " (anytime-valid)"
   else:
     b = Budget(grid=tuple(grid))
     schedule = {
