@@ -17,63 +17,31 @@ budget=grid)`` with the same key, ids, ``n0``, ``alpha`` and batch size, so both
 see the same noise (an input that budgeted CERTIFY runs to ``N`` has exactly
 fixed CERTIFY's counts). Chunks of the sigmas alternate, so both methods and
 all sigmas meet the same machine load. Written to ``--json`` after every chunk:
-per model and sigma, for ``fixed`` and ``budgeted``, the mean samples per input
+per model and sigma, for ``fixed``, ``budgeted`` and ``anytime``, the mean samples per input
 (estimation samples; the ``n0`` selection samples come on top of both), the
 wall seconds (all chunks, and without the first chunk, which holds the
 compilation), the certified accuracy at each grid radius, and each input's
 samples, radius and correctness (``per_input``, in ``test_indices`` order).
 
-Command (the run that wrote ``benchmarks/results/budgeted.json``, 2026-11-23,
-fresh clone at 9729e85; the three models were the previous run's, reused from
-its ``--workdir``)::
+Command (the run that wrote ``benchmarks/results/budgeted.json``, 2026-11-26,
+every rule beside fixed N: ``Budget`` and ``Anytime`` at its defaults, mixture
+share 0.6, agree weight 1/2, looks at ratio 1.01; models trained by the
+command, 10 CIFAR-shaped epochs)::
 
-  python -m benchmarks.budgeted --images 100 --skip 10 --cifar-images 20 --cifar-epochs 5
+  python -m benchmarks.budgeted --images 100 --skip 10 --cifar-images 20
 
 (``--skip 10``: the bundled test split has 1,000 digits, so 100 inputs need
-every 10th.) CPU, JAX 0.10.2, 2 cores, 60 min 34 s; for its first 27 minutes
-the machine also trained a DEQ (another experiment), which the alternating
-chunks spread over both methods. Grid 0, 0.25, ..., 1.5; n0 = 100, N = N_max =
-100,000, alpha = 0.001, looks 1k, 2k, 4k, ..., 64k, 100k, ``stop_alpha`` 0.001::
-
-  model / sigma            inputs  mean samples    wall s         certified accuracy at 0 .. 1.5
-                                   fixed budgeted  fixed budgeted
-  LeNet sigma 0.25          100   100000  10460    1069   123   fixed    0.96 0.95 0.89 0.83 0.00 0.00 0.00
-                                                                budgeted 0.96 0.95 0.88 0.83 0.00 0.00 0.00
-  LeNet sigma 0.5           100   100000  23190    1084   271   fixed    0.94 0.91 0.85 0.75 0.62 0.50 0.34
-                                                                budgeted 0.94 0.91 0.85 0.75 0.62 0.50 0.34
-  CIFAR-shaped LeNet 0.25    20   100000   9900     990    88   fixed    1.00 0.95 0.95 0.80 0.00 0.00 0.00
-                                                                budgeted 1.00 0.95 0.95 0.80 0.00 0.00 0.00
-
-Ratios (fixed / budgeted): samples 9.6x, wall 8.7x at sigma 0.25; samples
-4.3x, wall 4.0x at sigma 0.5; samples 10.1x, wall 11.3x on the CIFAR-shaped
-model. Largest certified-accuracy gap: 1 point, one digit (test index 360,
-sigma 0.25) that both methods ran to 100,000 samples: fixed N certifies radius
-0.50020, the budgeted mode 0.49976, because its last look has alpha/2 (the
-price of the looks before it), so the digit falls below the 0.5 grid radius.
-
-Where the samples go (the JSON keeps each input's samples and radius): at
-sigma 0.5 the median input stops at 8,000 samples, but 11 of the 100 run to
-100,000 and use 47% of all samples. Fixed N certifies those 11 at radii 0.741,
-0.756, 0.991, 1.005, 1.227, 1.235, 1.265, 1.266, 1.456, 1.508, 1.509: each
-within 0.05 of a grid radius, where only the last samples decide the level. At
-sigma 0.25, 2 inputs run to 100,000 (19% of the samples).
-
-Issue 40 added the anytime-valid rule (``rsjax.engine.anytime.Anytime``, ``--rules``):
-each certify call runs fixed N, ``Budget`` and ``Anytime`` on the same inputs and key.
-Its runs (figures in ``benchmarks/RESULTS.md``): the whole run, with the rule's alpha split
-in halves as it was then, and the rule at its default share 0.6 on the same models with
-fixed N's rows taken from the first (``--fixed-from``)::
-
-  python -m benchmarks.budgeted --images 100 --skip 10 --cifar-images 0 \
-    --json benchmarks/results/budgeted_anytime.json
-  python -m benchmarks.budgeted --images 100 --skip 10 --cifar-images 0 \
-    --fixed-from benchmarks/results/budgeted_anytime.json \
-    --json benchmarks/results/budgeted_anytime_share06.json
-
-The previous run (the same command at 38a3e1b, before the "cannot reach it
-within ``n_max``" test of ``rsjax.engine.budget``) used 26,710 samples per input at
-sigma 0.5 (3.7x), with the same certified accuracies: inputs just above a
-level then ran to ``n_max`` even when ``n_max`` samples could not show it.
+every 10th.) CPU, JAX 0.10.2, 2 cores shared with other jobs, 15 min of
+certification. Grid 0, 0.25, ..., 1.5; n0 = 100, N = N_max = 100,000, alpha =
+0.001. Samples per input against fixed N, same certified accuracy at every
+radius except one digit one level lower at 1.5 (sigma 0.5, both rules):
+``Budget`` 8.9x / 4.0x / 10.9x, ``Anytime`` 11.8x / 6.7x / 15.7x at sigma 0.25 /
+sigma 0.5 / CIFAR-shaped (``benchmarks/RESULTS.md``, issue 40). The run before
+(2026-11-23, ``Budget`` only, models of an earlier command) gave ``Budget`` 9.6x
+/ 4.3x / 10.1x; the earlier ``Anytime`` settings' runs on the same models as
+this one are ``budgeted_anytime.json`` (alpha in halves), ``budgeted_anytime_share06.json``
+(share 0.6, no agree weight, looks 1.05) and ``anytime_settings/*.json``
+(``--fixed-from benchmarks/results/budgeted_anytime.json --anytime FIELD=VALUE``).
 """
 
 from __future__ import annotations

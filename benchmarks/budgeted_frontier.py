@@ -23,9 +23,9 @@ Two parts:
   (no sample disagreed before it), their stop ``n*`` under each ``(share, w)``
   with a look after *every* sample (the most a look schedule can give; for a
   setting slower than the run's, ``n*`` assumes they keep agreeing), and the
-  ratio it implies when every other
-  digit keeps its measured samples less the 5% a look at every sample could
-  save it (optimistic: those samples were measured at ``w = 0``, and a smaller
+  ratio it implies when every other digit keeps its measured samples divided by
+  the run's look ratio, what a look at every sample could save it at most
+  (optimistic: those samples were measured at the run's weight, and a smaller
   KT weight makes those digits slower).
 * **Streams** (2,000 Bernoulli streams per ``p_A``, sigma 0.25, alpha 0.001,
   N = 100,000, the rule's own looks and stopping, ``rsjax.engine.anytime``'s
@@ -131,7 +131,7 @@ def mnist_part(run: dict, rule: dict, share: float, w: float, *, n_max: int, alp
   # Digits that stopped there at the top level saw no sample disagree before it.
   agree = (used == n_run) & (radius >= GRID[top] - 1e-9)
   n_star = all_agree_stop(float(ms[top]), alpha * share, w, n_max)
-  others = np.where(used[~agree] >= n_max, n_max, used[~agree] / 1.05).sum()
+  others = np.where(used[~agree] >= n_max, n_max, used[~agree] / float(rule["ratio"])).sum()
   total = agree.sum() * n_star + others
   return {
     "all_agree_digits": int(agree.sum()),

@@ -21,7 +21,7 @@ sample, at any data-dependent times, at no cost in ``a``. ``M_t`` increases in
 
 Why the weight on ``q = 1``: most inputs of a certification set see every
 noisy sample agree (75 of 100 MNIST digits at sigma 0.25 in
-``benchmarks/results/budgeted_anytime.json``). For them the KT part needs
+``benchmarks/results/budgeted.json``). For them the KT part needs
 about ``log(1 / a) / -log(m)`` samples plus the log of the inverse prior mass
 within ``1 / t`` of 1; the point mass replaces that with ``log(1 / w)``, and
 costs every other input ``log(1 / (1 - w))`` (``w = 1/2``: 0.69 nats; the
