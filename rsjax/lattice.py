@@ -47,7 +47,7 @@ def _pi(ctx: decimal.Context) -> decimal.Decimal:
   with decimal.localcontext(ctx) as c:
     c.prec += 2
     three = decimal.Decimal(3)
-    lasts, t, s, n, na, d, da = 0, three, 3, 1, 0, 0, 24
+    lasts, t, s, n, na, d, da = decimal.Decimal(0), three, three, 1, 0, 0, 24
     while s != lasts:
       lasts = s
       n, na = n + na, na + 8

@@ -8,7 +8,7 @@ added (and radii are measured) in pixel units, not in normalized units.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +39,12 @@ BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
 
 
-def _flat_sample(sampler, key, shape, dtype):
+def _flat_sample(
+  sampler: Callable[[jax.Array, tuple[int, ...], DTypeLike], jax.Array],
+  key: jax.Array,
+  shape: Sequence[int],
+  dtype: DTypeLike,
+) -> jax.Array:
   # Eager initialization compiles one sampling program per shape, and XLA
   # compiles a 4-d random normal several times slower than a 1-d one. Drawing
   # a flat vector of a power-of-two size (few distinct programs) and slicing
@@ -83,22 +88,24 @@ def resolve_normalization(
   """
   if normalize is None:
     return None
+  raw_mean: float | Sequence[float]
+  raw_std: float | Sequence[float]
   if isinstance(normalize, str):
     if normalize not in NORMALIZATION:
       raise ValueError(
         f"normalize={normalize!r} is not a known dataset; use one of "
         f"{sorted(NORMALIZATION)}, a (mean, std) pair, or None."
       )
-    mean, std = NORMALIZATION[normalize]
+    raw_mean, raw_std = NORMALIZATION[normalize]
   else:
     try:
-      mean, std = normalize
+      raw_mean, raw_std = normalize
     except (TypeError, ValueError):
       raise ValueError(
         f"normalize must be None, a dataset name or a (mean, std) pair; got {normalize!r}."
       ) from None
-  mean = tuple(float(m) for m in (mean if isinstance(mean, Sequence) else (mean,)))
-  std = tuple(float(s) for s in (std if isinstance(std, Sequence) else (std,)))
+  mean = tuple(float(m) for m in (raw_mean if isinstance(raw_mean, Sequence) else (raw_mean,)))
+  std = tuple(float(s) for s in (raw_std if isinstance(raw_std, Sequence) else (raw_std,)))
   for name, v in (("mean", mean), ("std", std)):
     if len(v) not in (1, num_channels):
       raise ValueError(

@@ -33,13 +33,22 @@ is why the paper uses it only with few steps or small states.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from rsjax.models._solver_config import SOLVERS, SolverConfig, SolverResult, as_solver_config
 
 _EPS = 1e-8
+
+#: A solver's loop carry (its state between steps).
+_Carry = TypeVar("_Carry")
+#: Broyden's carry: ``(x, g(x), step d, U, V)``, ``[B, D]`` each, ``U, V [B, S, D]``.
+_BroydenCarry = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
+#: A batched map on flat ``[B, D]`` states.
+_FlatMap = Callable[[jax.Array], jax.Array]
 
 __all__ = [
   "SolverConfig",
@@ -64,32 +73,40 @@ def relative_residual(fx: jax.Array, x: jax.Array) -> jax.Array:
   return diff / (jnp.linalg.norm(_flat(fx).astype(jnp.float32), axis=1) + _EPS)
 
 
-def _loop(step_fn, carry0, res0, cfg: SolverConfig, first: int):
+def _loop(
+  step_fn: Callable[[jax.Array, _Carry], tuple[_Carry, jax.Array]],
+  carry0: _Carry,
+  res0: jax.Array,
+  cfg: SolverConfig,
+  first: int,
+) -> tuple[_Carry, jax.Array, jax.Array]:
   """Runs ``step_fn(k, carry) -> (carry, residual)`` for k in [first, cfg.steps)."""
   if cfg.tol is not None and cfg.early_stop:
     tol = jnp.float32(cfg.tol)
 
-    def cond(state):
+    def cond(state: tuple[jax.Array, _Carry, jax.Array]) -> jax.Array:
       k, _, res = state
       return (k < cfg.steps) & jnp.any(~(res <= tol))
 
-    def body(state):
+    def while_body(
+      state: tuple[jax.Array, _Carry, jax.Array],
+    ) -> tuple[jax.Array, _Carry, jax.Array]:
       k, carry, _ = state
       carry, res = step_fn(k, carry)
       return k + 1, carry, res
 
-    k, carry, res = jax.lax.while_loop(cond, body, (jnp.int32(first), carry0, res0))
+    k, carry, res = jax.lax.while_loop(cond, while_body, (jnp.int32(first), carry0, res0))
     return carry, res, k
 
-  def body(k, state):
+  def fori_body(k: jax.Array, state: tuple[_Carry, jax.Array]) -> tuple[_Carry, jax.Array]:
     carry, _ = state
     return step_fn(k, carry)
 
-  carry, res = jax.lax.fori_loop(first, cfg.steps, body, (carry0, res0))
+  carry, res = jax.lax.fori_loop(first, cfg.steps, fori_body, (carry0, res0))
   return carry, res, jnp.int32(cfg.steps)
 
 
-def _converged(res, cfg):
+def _converged(res: jax.Array, cfg: SolverConfig) -> jax.Array:
   if cfg.tol is None:
     return jnp.isfinite(res)
   return res <= cfg.tol
@@ -118,7 +135,7 @@ def fixed_point_iteration(
   cfg = _resolve(config, "iteration", steps, tol)
   res0 = jnp.full((z0.shape[0],), jnp.inf, jnp.float32)
 
-  def step(k, z):
+  def step(k: jax.Array, z: jax.Array) -> tuple[jax.Array, jax.Array]:
     fz = f(z)
     return fz, relative_residual(fz, z)
 
@@ -139,7 +156,9 @@ def _spd_solve_ones(a: jax.Array) -> jax.Array:
   inv_sqrt_d = jax.lax.rsqrt(jnp.diagonal(a, axis1=1, axis2=2))  # [B, n]
   a = a * inv_sqrt_d[:, :, None] * inv_sqrt_d[:, None, :]
 
-  def chol(j, low):  # column j of the Cholesky factor (columns >= j of low are 0)
+  def chol(
+    j: jax.Array, low: jax.Array
+  ) -> jax.Array:  # column j of the Cholesky factor (columns >= j of low are 0)
     v = a[:, :, j] - jnp.einsum("bik,bk->bi", low, low[:, j, :])
     v = jnp.where(rows >= j, v, 0.0)
     piv = jnp.maximum(jnp.take(v, j, axis=1), 1e-30)
@@ -148,13 +167,13 @@ def _spd_solve_ones(a: jax.Array) -> jax.Array:
   low = jax.lax.fori_loop(0, n, chol, jnp.zeros_like(a))
   diag = jnp.diagonal(low, axis1=1, axis2=2)
 
-  def fwd(i, w):  # low w = inv_sqrt_d
+  def fwd(i: jax.Array, w: jax.Array) -> jax.Array:  # low w = inv_sqrt_d
     acc = jnp.take(inv_sqrt_d, i, axis=1) - jnp.einsum("bk,bk->b", low[:, i, :], w)
     return w.at[:, i].set(acc / jnp.take(diag, i, axis=1))
 
   w = jax.lax.fori_loop(0, n, fwd, jnp.zeros_like(inv_sqrt_d))
 
-  def bwd(t, y):  # low^T y = w
+  def bwd(t: jax.Array, y: jax.Array) -> jax.Array:  # low^T y = w
     i = n - 1 - t
     acc = jnp.take(w, i, axis=1) - jnp.einsum("bk,bk->b", low[:, :, i], y)
     return y.at[:, i].set(acc / jnp.take(diag, i, axis=1))
@@ -163,7 +182,14 @@ def _spd_solve_ones(a: jax.Array) -> jax.Array:
   return y * inv_sqrt_d
 
 
-def _anderson_mix(F, G, gram, count, latest, cfg: SolverConfig):
+def _anderson_mix(
+  F: jax.Array,
+  G: jax.Array,
+  gram: jax.Array,
+  count: jax.Array,
+  latest: jax.Array,
+  cfg: SolverConfig,
+) -> jax.Array:
   """Anderson extrapolation from a ring-buffer history.
 
   Args:
@@ -205,7 +231,9 @@ def _anderson_mix(F, G, gram, count, latest, cfg: SolverConfig):
   return jnp.where(ok[:, None], mixed, plain)
 
 
-def _gram_update(G, gram, g, slot):
+def _gram_update(
+  G: jax.Array, gram: jax.Array, g: jax.Array, slot: ArrayLike
+) -> tuple[jax.Array, jax.Array]:
   """Writes residual ``g [B, D]`` into slot ``slot`` of ``G`` and row/column ``slot`` of
   ``gram = G G^T`` (one batched matrix-vector product instead of the whole product)."""
   G = jax.lax.dynamic_update_index_in_dim(G, g, slot, 1)
@@ -215,10 +243,12 @@ def _gram_update(G, gram, g, slot):
   return G, gram
 
 
-def _first_evaluation(f, z0):
+def _first_evaluation(
+  f: Callable[[jax.Array], jax.Array], z0: jax.Array
+) -> tuple[_FlatMap, jax.Array, jax.Array, jax.Array]:
   """``(ff, x0, f(x0), residual)`` on flat ``[B, D]`` states; ``ff`` is ``f`` on flat states."""
 
-  def ff(x):
+  def ff(x: jax.Array) -> jax.Array:
     return _flat(f(x.reshape(z0.shape)))
 
   x0 = _flat(z0)
@@ -272,7 +302,9 @@ def anderson(
     0,
   )
 
-  def step(k, carry):
+  def step(
+    k: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]
+  ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], jax.Array]:
     F, G, gram = carry
     x = _anderson_mix(F, G, gram, jnp.minimum(k, m), (k - 1) % m, cfg)
     fx = ff(x)
@@ -286,7 +318,7 @@ def anderson(
   return SolverResult(z=z, residual=res, steps=k, converged=_converged(res, cfg))
 
 
-def _lowrank(U, V, x, transpose=False):
+def _lowrank(U: jax.Array, V: jax.Array, x: jax.Array, transpose: bool = False) -> jax.Array:
   """``H x`` (or ``x^T H``) for ``H = -I + sum_j U_j V_j^T``; ``U, V [B, S, D]``, ``x [B, D]``."""
   if transpose:
     return -x + jnp.einsum("bs,bsd->bd", jnp.einsum("bd,bsd->bs", x, U), V)
@@ -321,7 +353,7 @@ def broyden(
   U = jnp.zeros((x0.shape[0], max(cfg.steps - 1, 1), x0.shape[1]), jnp.float32)
   V = jnp.zeros_like(U)
 
-  def step(k, carry):
+  def step(k: jax.Array, carry: _BroydenCarry) -> tuple[_BroydenCarry, jax.Array]:
     x, g, d, U, V = carry
     x_new = (x.astype(jnp.float32) + d).astype(x.dtype)
     fx = ff(x_new)
@@ -342,9 +374,11 @@ def broyden(
   return SolverResult(z=z, residual=res, steps=k, converged=_converged(res, cfg))
 
 
-def _resolve(config, default_name, steps, tol) -> SolverConfig:
+def _resolve(
+  config: SolverConfig | None, default_name: str, steps: int | None, tol: float | None
+) -> SolverConfig:
   cfg = config if config is not None else SolverConfig(name=default_name)
-  over = {}
+  over: dict[str, int | float] = {}
   if steps is not None:
     over["steps"] = steps
   if tol is not None:

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-  from flax import nnx
 
 __all__ = [
   "DEFAULT_HW",
@@ -139,7 +136,7 @@ def lenet_kwargs(sd: Mapping[str, np.ndarray]) -> dict:
   A missing weight gets a stand-in size of 1; the key check reports it.
   """
 
-  def out_size(key):
+  def out_size(key: str) -> int:
     w = sd.get(key)
     return int(w.shape[0]) if w is not None and w.ndim >= 1 else 1
 
@@ -165,9 +162,14 @@ def head_key(family: str, sd: Mapping[str, np.ndarray]) -> str:
 
 
 def layer_names(
-  family: str, model: nnx.Module, stage_sizes: Sequence[int]
-) -> list[tuple[str, tuple, str]]:
-  """``(torch module name, rsjax module path, kind)`` of every layer of ``model``."""
+  family: str, model: Any, stage_sizes: Sequence[int]
+) -> list[tuple[str, tuple[str | int, ...], str]]:
+  """``(torch module name, rsjax module path, kind)`` of every layer of ``model``.
+
+  ``model`` is the family's NNX model, read by its attributes: a LeNet's ``num_fc``, a
+  ResNet's ``blocks`` (hence ``Any``: ``family`` tells which, not the type).
+  """
+  out: list[tuple[str, tuple[str | int, ...], str]]
   if family == "lenet":
     out = [("conv1", ("conv1",), "conv"), ("conv2", ("conv2",), "conv")]
     return out + [(f"fc{i}", (f"fc{i}",), "linear") for i in range(1, model.num_fc + 1)]

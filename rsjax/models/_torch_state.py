@@ -76,8 +76,8 @@ def load_torch_state(
     else:
       raise ValueError(f"{source} {key!r} has no parameter in the NNX {target}{hint}")
     param = getattr(module, name, None)
-    shape = None if param is None else tuple(param.shape)
-    if shape != w.shape:
+    if param is None or tuple(param.shape) != w.shape:
+      shape = None if param is None else tuple(param.shape)
       raise ValueError(
         f"{source} {key!r} has shape {w.shape} after conversion, the NNX parameter {shape}{hint}"
       )

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = ["train_step", "eval_step", "evaluate", "first_bad_step", "check_finite_loss"]
 
+#: What a model reports after a train-mode call: ``(aux_loss or None, {name: diagnostic})``
+#: (``int`` only to the type checker: ``sum`` of a non-empty list of arrays is an array).
+_Reports = tuple[jax.Array | int | None, dict[str, jax.Array]]
+
 
 @functools.partial(
   jax.jit,
@@ -67,11 +71,12 @@ def train_step(
     )
     sigma = jax.lax.stop_gradient(sigma)
 
-  def loss_fn(p, r):
+  def loss_fn(p: nnx.State, r: nnx.State) -> tuple[jax.Array, tuple[nnx.State, dict]]:
     last_rest = [r]
-    reported = []  # (model AuxLoss terms, Diagnostic values) of each train-mode call
+    # (model AuxLoss terms, Diagnostic values) of each train-mode call
+    reported: list[_Reports] = []
 
-    def apply_fn(p_, x_, *args, method=None):
+    def apply_fn(p_: nnx.State, x_: jax.Array, *args: Any, method: str | None = None) -> Any:
       # copy=True: fresh NNX variables owned by this (grad) trace, so BatchNorm
       # can update its statistics here; each call starts from the statistics of
       # the previous one, and those of the last call are kept. ``method`` calls
@@ -82,7 +87,7 @@ def train_step(
       reported.append(_model_reports(model))
       return out
 
-    def eval_apply(p_, x_):
+    def eval_apply(p_: nnx.State, x_: jax.Array) -> jax.Array:
       return eval_fn(nnx.merge_state(p_, r), x_)
 
     loss, aux = objective(key, apply_fn, p, x, y, sigma=sigma, epoch=epoch, eval_fn=eval_apply)
@@ -95,7 +100,7 @@ def train_step(
   return params, new_rest, opt_state, loss * x.shape[0], aux, sigma_state
 
 
-def _model_reports(model: nnx.Module):
+def _model_reports(model: nnx.Module) -> _Reports:
   """``(aux_loss, diagnostics)`` a model set in its last train-mode call.
 
   ``aux_loss`` is the sum of its ``rsjax.models.AuxLoss`` variables (None if it
@@ -110,7 +115,9 @@ def _model_reports(model: nnx.Module):
   return (sum(losses) if losses else None), diags
 
 
-def _add_model_reports(loss, aux: dict, reported):
+def _add_model_reports(
+  loss: jax.Array, aux: dict, reported: list[_Reports]
+) -> tuple[jax.Array, dict]:
   """Adds the mean ``AuxLoss`` of the model's calls to ``loss`` and their mean
   diagnostics (and that loss term, as ``aux_loss``) to ``aux["diagnostics"]``."""
   if not reported:
@@ -159,7 +166,8 @@ def evaluate(
   :func:`eval_step` with its ``apply_fn`` and ``sigma`` bound), ``batch_size`` rows a call."""
   n = x.shape[0]
   b = min(batch_size, n)
-  clean = noisy = 0
+  clean: int | jax.Array = 0
+  noisy: int | jax.Array = 0
   for i, start in enumerate(range(0, n, b)):
     xb, yb = x[start : start + b], y[start : start + b]
     m = xb.shape[0]

@@ -199,7 +199,9 @@ def train(
   batch_sigma_key = jax.random.fold_in(key, 4)
   key_data = np.asarray(jax.random.key_data(key)).tolist()
 
-  def state_items(params, rest, opt_state, weights, sigma_state):
+  def state_items(
+    params: nnx.State, rest: nnx.State, opt_state: Any, weights: np.ndarray, sigma_state: Any
+  ) -> dict[str, dict[str, Any]]:
     """The checkpointed pytrees (also the restore targets)."""
     state = {"opt_state": opt_state, "key": jax.random.key_data(key)}
     if strategies:
@@ -288,7 +290,7 @@ def train(
   eval_fn = functools.partial(eval_step, sigma=sigma_arr, apply_fn=apply_fn)
   schedule_lr = lambda epoch: config.lr * config.gamma ** (epoch // config.lr_step)  # noqa: E731
 
-  def update_weights(epoch, weights):
+  def update_weights(epoch: int, weights: np.ndarray) -> np.ndarray:
     """Applies the discard / reweigh due at the start of ``epoch``."""
     due = [
       (s, i)
@@ -324,9 +326,9 @@ def train(
       )
     return weights
 
-  def epoch_order(epoch, weights):
+  def epoch_order(epoch: int, weights: np.ndarray) -> np.ndarray:
     ekey = jax.random.fold_in(shuffle_key, epoch)
-    if not strategies or epoch < config.strategy_epoch:
+    if config.strategy_epoch is None or epoch < config.strategy_epoch:  # (not strategies)
       return np.asarray(jax.random.permutation(ekey, n))
     return resample(ekey, weights, n)  # |D| draws with replacement from the kept inputs
 
@@ -338,7 +340,8 @@ def train(
       perm = epoch_order(epoch, weights)
       epoch_arr = jax.device_put(jnp.int32(epoch), device)
       loss_sum = correct_sum = 0
-      diag_sum = {}  # the model's Diagnostic values (and aux_loss), summed over the steps
+      # the model's Diagnostic values (and aux_loss), summed over the steps
+      diag_sum: dict[str, jax.Array] = {}
       seen = 0
       first_bad = jnp.int32(-1)  # first step of the epoch with a non-finite loss (on device)
       bar = tqdm(
@@ -404,7 +407,7 @@ def train(
       entry.update({k: float(v) / steps_per_epoch for k, v in diag_sum.items()})
       entry["seconds"] = time.perf_counter() - t0
       history.append(entry)
-      if ckpt is not None:
+      if ckpt is not None and workdir is not None:  # (one is set with the other)
         ckpt.save(
           epoch + 1,
           items=state_items(params, rest, opt_state, weights, sigma_state),
