@@ -156,6 +156,23 @@ def test_traced_counts_equal_the_engine_with_the_bound_family():
   assert not np.any(np.asarray(bad))
 
 
+def test_traced_counts_refuse_a_sigma_the_family_is_not_bound_to():
+  # The lattice draws read the bound sigma, never the argument: another one would be counts at
+  # one sigma certified at another.
+  from rsjax.engine import traced
+
+  x = _grid_inputs(b=2)
+  kw = dict(apply_fn=_mlp_apply, num_classes=4, num=10)
+  bound = noise_lib.Gaussian8bit(sigma=0.5)
+  with pytest.raises(ValueError, match="bound to one sigma"):
+    traced.counts(jax.random.key(0), _mlp(), x, sigma=0.5, noise="gaussian_8bit", **kw)
+  for other in (0.25, np.array([0.5, 0.25])):
+    with pytest.raises(ValueError, match="bound to sigma 0.5"):
+      traced.counts(jax.random.key(0), _mlp(), x, sigma=other, noise=bound, **kw)
+  with pytest.raises(ValueError, match="concrete"):
+    jax.jit(lambda s: traced.counts(jax.random.key(0), _mlp(), x, sigma=s, noise=bound, **kw))(0.5)
+
+
 def test_refuses_inputs_off_the_grid_and_several_sigmas():
   x = _grid_inputs()
   with pytest.raises(ValueError, match="8-bit images"):
