@@ -47,6 +47,7 @@ from benchmarks.streams_exact import crossing_probability
 from rsjax import checks, noise, stats
 from rsjax.engine import anytime
 from rsjax.engine import budget as budgeted
+from rsjax.engine.anytime_table import cp_count
 
 PS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999, 0.9999, 1.0)
 MIX = PS[:8]  # the 8-value mix: 0.5 .. 0.999
@@ -259,17 +260,6 @@ def run(
   return out
 
 
-def _cp_count(m: float, n: int, a: float) -> int:
-  lo, hi = 0, n + 1
-  while lo < hi:
-    mid = (lo + hi) // 2
-    if checks.cp_lower(mid, n, a) >= m:
-      hi = mid
-    else:
-      lo = mid + 1
-  return lo
-
-
 def _exact_errors(old, new, ms, *, sigma: float, n_max: int, alpha: float) -> dict:
   """Worst probability of certifying a level at p_A on its threshold (exact recursions).
 
@@ -287,7 +277,7 @@ def _exact_errors(old, new, ms, *, sigma: float, n_max: int, alpha: float) -> di
       out["looks"].append(0.0)
       continue
     out["anytime"].append(float(sum(anytime.exact_error(table, j))))
-    oc = np.asarray([_cp_count(m, int(n), float(a)) for n, a in zip(ol, oa, strict=True)])
+    oc = np.asarray([cp_count(m, int(n), float(a)) for n, a in zip(ol, oa, strict=True)])
     out["looks"].append(crossing_probability(m, ol, oc))
   out["max"] = {k: max(out[k]) for k in ("anytime", "looks")}
   return out

@@ -26,7 +26,14 @@ from rsjax import stats
 from rsjax.checks import level_probability, mixture_thresholds, nested_level
 from rsjax.engine.rounds import CountFn
 
-__all__ = ["Decisions", "anytime_decisions", "exact_error", "level_table", "run_decisions"]
+__all__ = [
+  "Decisions",
+  "anytime_decisions",
+  "cp_count",
+  "exact_error",
+  "level_table",
+  "run_decisions",
+]
 
 
 class RuleSettings(Protocol):
@@ -54,7 +61,7 @@ def level_table(
 
 
 @functools.lru_cache(maxsize=512)
-def _cp_count(m: float, n: int, a: float) -> int:
+def cp_count(m: float, n: int, a: float) -> int:
   """The least count ``S`` with ``clopper_pearson_lower(S, n, a) >= m`` (``n + 1``: none)."""
   lo, hi = 0, n + 1
   while lo < hi:
@@ -175,7 +182,7 @@ def anytime_decisions(
   c = np.stack([np.stack([mixture_thresholds(m, a_mix, lk, w) for m in row]) for row in ms])
   need = np.minimum(
     np.maximum.accumulate(c[:, :, -1], axis=1),
-    np.stack([[_cp_count(m, n_max, cp_alpha) for m in row] for row in ms]),
+    np.stack([[cp_count(m, n_max, cp_alpha) for m in row] for row in ms]),
   )
   z_stop = float(scipy.stats.norm.isf(budget.stop_alpha))
   return Decisions(looks=looks, m=ms, c=c, need=need, cp_alpha=cp_alpha, z_stop=z_stop)
