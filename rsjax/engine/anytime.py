@@ -254,7 +254,7 @@ class _Rounds:
     self.kept: dict[int, tuple[int, np.ndarray]] = {}  # stopped inputs: (base, classes)
     self.row = np.full(b, -1, np.int64)  # row of each running input in cls / hits
     self.cls = np.zeros((0, 0), np.int32)  # [A, end - base] classes of samples base .. end - 1
-    self.hits = np.zeros((0, 1), np.int64)  # [A, end - base + 1] top-class counts from base
+    self.hits = np.zeros((0, 1), np.int32)  # [A, end - base + 1] top-class counts from base
     self.base = 0
     self.end = 0
     self.num_classes = num_classes
@@ -274,13 +274,13 @@ class _Rounds:
       self.cls = np.concatenate([old[:, start - self.base :], new.astype(np.int32)], axis=1)
       top = self.cls == self.guess[active][:, None]
       self.hits = np.concatenate(
-        [np.zeros((len(active), 1), np.int64), np.cumsum(top, axis=1, dtype=np.int64)], axis=1
+        [np.zeros((len(active), 1), np.int32), np.cumsum(top, axis=1, dtype=np.int32)], axis=1
       )
       self.row[:] = -1
       self.row[active] = np.arange(len(active))
       self.base, self.end = start, new_end
     rows = self.row[active]
-    return self.hits[rows, stop - self.base] - self.hits[rows, start - self.base]
+    return (self.hits[rows, stop - self.base] - self.hits[rows, start - self.base]).astype(np.int64)
 
   def _hist(self, classes: np.ndarray) -> np.ndarray:
     # -3 (an invalid draw of the sound 8-bit noise) is a sample of no class.
