@@ -253,7 +253,7 @@ class _Rounds:
     self.full = np.zeros((b, num_classes), np.int64)  # class counts before the kept classes
     self.kept: dict[int, tuple[int, np.ndarray]] = {}  # stopped inputs: (base, classes)
     self.row = np.full(b, -1, np.int64)  # row of each running input in cls / hits
-    self.cls = np.zeros((0, 0), np.int32)  # [A, end - base] classes of samples base .. end - 1
+    self.cls = np.zeros((0, 0), np.int8)  # [A, end - base] classes of samples base .. end - 1
     self.hits = np.zeros((0, 1), np.int32)  # [A, end - base + 1] top-class counts from base
     self.base = 0
     self.end = 0
@@ -268,10 +268,10 @@ class _Rounds:
       running = np.flatnonzero(self.row >= 0)
       for i in np.setdiff1d(running, active).tolist():  # stopped since the last round
         self.kept[i] = (self.base, self.cls[self.row[i]])
-      old = self.cls[self.row[active]] if len(running) else np.zeros((len(active), 0), np.int32)
+      old = self.cls[self.row[active]] if len(running) else np.zeros((len(active), 0), new.dtype)
       for r, i in enumerate(active.tolist()):
         self.full[i] += self._hist(old[r, : start - self.base])
-      self.cls = np.concatenate([old[:, start - self.base :], new.astype(np.int32)], axis=1)
+      self.cls = np.concatenate([old[:, start - self.base :], new], axis=1)
       top = self.cls == self.guess[active][:, None]
       self.hits = np.concatenate(
         [np.zeros((len(active), 1), np.int32), np.cumsum(top, axis=1, dtype=np.int32)], axis=1

@@ -30,7 +30,7 @@ from rsjax.engine.driver import EngineCounts, Sampling
 from rsjax.engine.step import ApplyFn, cast_floating, noisy_counts, noisy_predictions
 from rsjax.util import PyTree, local_mesh, num_local_devices, replicate
 
-__all__ = ["CountFn", "SampleFn", "round_counter", "round_sampler"]
+__all__ = ["CountFn", "SampleFn", "class_dtype", "round_counter", "round_sampler"]
 
 #: ``count_fn(active [m] int, start, stop) -> [m]`` successes (:func:`round_counter`).
 CountFn = Callable[[np.ndarray, int, int], np.ndarray]
@@ -211,8 +211,11 @@ def _items_preds_jit(
   compute_dtype: DTypeLike | None,
 ) -> jax.Array:
   """The class of every sample of a list of work items ``[devices, T, 3]``: ``[devices, T, s]``
-  int32 (-1: non-finite logits, -2: past the item's end), as :func:`_items_jit` counts them."""
+  (-1: non-finite logits, -2: past the item's end), as :func:`_items_jit` counts them; in the
+  narrowest of int8 / int16 / int32 that holds every class (:func:`class_dtype`), the
+  device-to-host transfer of a round."""
   params = cast_floating(params, compute_dtype)
+  out_dtype = class_dtype(num_classes)
 
   def per_device(
     key: jax.Array, params: PyTree, x: jax.Array, sig: jax.Array, ids: jax.Array, items: jax.Array
@@ -228,7 +231,7 @@ def _items_preds_jit(
         apply_fn, params, noise, num_classes, key, take(x), take(sig), take(ids), j, j < b,
         compute_dtype,
       )  # fmt: skip
-      return None, p[0]
+      return None, p[0].astype(out_dtype)
 
     _, preds = jax.lax.scan(body, None, items[0])
     return preds[None]
@@ -243,6 +246,15 @@ def _items_preds_jit(
   return fn(key, params, x, sig, ids, items)
 
 
+def class_dtype(num_classes: int) -> np.dtype:
+  """The narrowest signed integer type of the classes ``0 .. num_classes - 1`` and the
+  negative markers (-1, -2, -3) of :func:`rsjax.engine.step.noisy_predictions`."""
+  for dt in (np.int8, np.int16):
+    if num_classes <= np.iinfo(dt).max:
+      return np.dtype(dt)
+  return np.dtype(np.int32)
+
+
 def round_sampler(
   k_est: jax.Array,
   source: EngineCounts,
@@ -254,7 +266,7 @@ def round_sampler(
 
   ``sample_fn(active [m], start, stop)`` draws samples ``start .. stop - 1`` of
   the inputs ``active`` from ``k_est`` (the stream of :func:`round_counter`)
-  and returns their classes ``[m, stop - start]`` int32, so that the host can
+  and returns their classes ``[m, stop - start]`` (:func:`class_dtype`), so that the host can
   look at every count in between (``rsjax.engine.anytime``). Launched as
   :func:`round_counter`'s rounds, one host sync per round; the host receives
   ``stop - start`` integers per input instead of ``C``.
