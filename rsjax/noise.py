@@ -89,6 +89,11 @@ class Noise:
     A family whose draws depend on sigma (:class:`Gaussian8bit`) checks and binds it."""
     return self
 
+  def bind_sigma(self, sigma: ArrayLike) -> Noise:
+    """The family to draw with at the float32 scales ``sigma``, inputs aside (here itself;
+    ``sigma`` is not read, so it may be traced). :class:`Gaussian8bit` checks and binds it."""
+    return self
+
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
@@ -336,14 +341,26 @@ class Gaussian8bit(Noise):
   )
 
   def bind(self, x: np.ndarray, sigma: np.ndarray) -> Gaussian8bit:
-    sig = np.unique(np.asarray(sigma, np.float64))
+    bound = self.bind_sigma(sigma)
+    grid_draw.check_grid(x, self.name)
+    return bound
+
+  def bind_sigma(self, sigma: ArrayLike) -> Gaussian8bit:
+    # The draws read the bound sigma, never the caller's: it must be one concrete value, and
+    # the bound one when the family is bound already.
+    try:
+      sig = np.unique(np.asarray(sigma, np.float32)).astype(np.float64)  # the engine's float32
+    except jax.errors.TracerArrayConversionError:
+      raise ValueError(
+        f"noise {self.name}: sigma must be a concrete value, not traced (the draws are bound "
+        "to one sigma on the host)"
+      ) from None
     if sig.size != 1:
       raise ValueError(
         f"noise {self.name}: one sigma for every input and pixel, got {sig.size} values"
       )
     if self.sigma is not None and float(sig[0]) != float(np.float32(self.sigma)):
       raise ValueError(f"noise {self.name}: bound to sigma {self.sigma}, called with {sig[0]}")
-    grid_draw.check_grid(x, self.name)
     return dataclasses.replace(self, sigma=float(sig[0]))
 
   def table(self) -> lattice.Table:

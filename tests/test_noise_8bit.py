@@ -156,21 +156,31 @@ def test_traced_counts_equal_the_engine_with_the_bound_family():
   assert not np.any(np.asarray(bad))
 
 
-def test_traced_counts_refuse_a_sigma_the_family_is_not_bound_to():
-  # The lattice draws read the bound sigma, never the argument: another one would be counts at
-  # one sigma certified at another.
+def test_traced_counts_bind_the_sigma_and_refuse_another():
+  # The lattice draws read the bound sigma, never the argument: an unbound family is bound to
+  # it, a bound one must agree, a traced sigma cannot be checked. Else counts at one sigma
+  # could be certified at another.
   from rsjax.engine import traced
 
   x = _grid_inputs(b=2)
   kw = dict(apply_fn=_mlp_apply, num_classes=4, num=10)
   bound = noise_lib.Gaussian8bit(sigma=0.5)
-  with pytest.raises(ValueError, match="bound to one sigma"):
-    traced.counts(jax.random.key(0), _mlp(), x, sigma=0.5, noise="gaussian_8bit", **kw)
-  for other in (0.25, np.array([0.5, 0.25])):
-    with pytest.raises(ValueError, match="bound to sigma 0.5"):
-      traced.counts(jax.random.key(0), _mlp(), x, sigma=other, noise=bound, **kw)
+  by_name, _ = traced.counts(jax.random.key(0), _mlp(), x, sigma=0.5, noise="gaussian_8bit", **kw)
+  by_family, _ = traced.counts(jax.random.key(0), _mlp(), x, sigma=0.5, noise=bound, **kw)
+  np.testing.assert_array_equal(np.asarray(by_name), np.asarray(by_family))
+  # Sigma is read as the engine's float32, as the family stores it: 0.1 is 0.1.
+  tenth = noise_lib.Gaussian8bit(sigma=0.1)
+  traced.counts(jax.random.key(0), _mlp(), x, sigma=0.1, noise=tenth, **kw)
+  with pytest.raises(ValueError, match="bound to sigma 0.5"):
+    traced.counts(jax.random.key(0), _mlp(), x, sigma=0.25, noise=bound, **kw)
+  with pytest.raises(ValueError, match="one sigma for every input"):
+    traced.counts(jax.random.key(0), _mlp(), x, sigma=np.array([0.5, 0.25]), noise=bound, **kw)
   with pytest.raises(ValueError, match="concrete"):
     jax.jit(lambda s: traced.counts(jax.random.key(0), _mlp(), x, sigma=s, noise=bound, **kw))(0.5)
+  with pytest.raises(ValueError, match="concrete"):
+    jax.jit(
+      lambda s: traced.counts(jax.random.key(0), _mlp(), x, sigma=s, noise="gaussian_8bit", **kw)
+    )(0.5)
 
 
 def test_refuses_inputs_off_the_grid_and_several_sigmas():

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
@@ -85,9 +84,8 @@ def counts(
     number of samples whose logits were not all finite (their class is
     meaningless; ``rsjax.certify`` refuses counts where it is nonzero).
   """
-  noise = noise_lib.get_noise(noise)
-  if noise.lattice:
-    _check_bound_sigma(noise, sigma)
+  # A family whose draws are bound to one sigma (sound 8-bit noise) binds or checks it here.
+  noise = noise_lib.get_noise(noise).bind_sigma(sigma)
   x = jnp.asarray(x, jnp.float32)
   b, shape = x.shape[0], x.shape[1:]
   sig = jnp.asarray(sigma, jnp.float32)
@@ -109,29 +107,3 @@ def counts(
   total0 = jnp.zeros((b, num_classes + 1), jnp.int32)
   total, _ = jax.lax.scan(body, total0, jnp.arange(chunks, dtype=jnp.uint32))
   return total[:, :num_classes], total[:, num_classes]
-
-
-def _check_bound_sigma(noise: noise_lib.Noise, sigma: ArrayLike) -> None:
-  """A lattice noise draws at the sigma it is bound to, not at ``sigma``: they must agree.
-
-  Raises:
-    ValueError: the family is not bound, ``sigma`` is traced (it cannot be checked),
-      or it holds another value than the bound one (as float32).
-  """
-  bound = getattr(noise, "sigma", None)
-  if bound is None:
-    raise ValueError(
-      f"noise {noise.name}: its draws are bound to one sigma, not read from the sigma "
-      f"argument; pass the family bound to it ({type(noise).__name__}(sigma=...))"
-    )
-  try:
-    values = np.unique(np.asarray(sigma, np.float32))
-  except jax.errors.TracerArrayConversionError:
-    raise ValueError(
-      f"noise {noise.name}: sigma must be a concrete value equal to the bound sigma {bound} "
-      "(its draws do not read a traced sigma)"
-    ) from None
-  if values.size != 1 or values[0] != np.float32(bound):
-    raise ValueError(
-      f"noise {noise.name}: bound to sigma {bound}, called with sigma {values.tolist()}"
-    )
