@@ -240,7 +240,11 @@ def audit(
   chains = (run.details or {}).get("chains")
   if chains is not None:  # SRS: the number of chains changes the counts
     batch_size = int(chains)
-  plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
+  try:
+    plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
+  except launch.CliError as e:  # a record verify may accept, which the model cannot rebuild
+    checks.append(Check("method", False, f"the run cannot be rebuilt from its record: {e}"))
+    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
   rebuilt = _as_recorded(run, plan.details)
   same = _same_tree(rebuilt, run.details)
   checks.append(

@@ -177,7 +177,24 @@ def run(
     )
     t_train = time.perf_counter() - t0
     apply_fn, params = models.to_apply_fn(model)
-    key = jax.random.fold_in(jax.random.key(seed), 1)
+    run_record = runspec.RunSpec(
+      model=runspec.ModelRef(
+        fingerprint=runner.fingerprint(params),
+        architecture=cfg["model"],
+        source="model_dir",
+        path=workdir,
+      ),
+      data=data_ref,
+      sigma=float(sigma),
+      sampling=record.sampling_fields(settings),
+      seed=seed,
+      key_fold_in=(1,),
+      versions=record.versions(),
+      out=path,
+    )
+    key = jax.random.key(seed)  # the run's key (rsjax.runspec.KEY_DERIVATION)
+    for v in run_record.key_path():
+      key = jax.random.fold_in(key, v)
 
     def certify_fn(xb, ids, sigma=sigma, key=key, apply_fn=apply_fn, params=params):
       return rsjax.certify(
@@ -194,21 +211,6 @@ def run(
     plan = Plan(certify_fn)
 
     t0 = time.perf_counter()
-    run_record = runspec.RunSpec(
-      model=runspec.ModelRef(
-        fingerprint=runner.fingerprint(params),
-        architecture=cfg["model"],
-        source="model_dir",
-        path=workdir,
-      ),
-      data=data_ref,
-      sigma=float(sigma),
-      sampling=record.sampling_fields(settings),
-      seed=seed,
-      key_fold_in=(1,),
-      versions=record.versions(),
-      out=path,
-    )
     try:
       runner.certify_dataset(
         plan, test.get_batch, indices, path, progress=progress, run=run_record, record=True, n=n

@@ -26,6 +26,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rsjax.checks import _claims as claims
+
 if TYPE_CHECKING:  # types only: this module imports no JAX
   import jax
 
@@ -87,25 +89,23 @@ class Context:
   workdir: str | None = None
   load_split: Callable[[str], Any] | None = None
 
-  @property
-  def gaussian_l2(self) -> bool:
-    """Whether the run's noise is Gaussian with its L2 radius."""
-    return self.settings.noise.name == "gaussian" and self.settings.noise.norm == "l2"
+  def claim(self, method: str, options: dict[str, Any]) -> claims.Claim:
+    """What a run of ``method`` with ``options`` in this context claims
+    (``rsjax.checks.refusal`` says whether rsjax certifies it)."""
+    from rsjax.record import noise_name
 
-  def require_binary_gaussian(self, method: str) -> None:
-    """Refuses, before anything runs, what a method with Gaussian noise and the binary radius
-    only (``method``, its ``--method`` name) cannot certify.
-
-    Raises:
-      ValueError: ``multiclass``, or noise other than Gaussian (L2).
-    """
-    if self.multiclass:
-      raise ValueError(f"--multiclass works with --method cohen or ucan, not {method}")
-    if not self.gaussian_l2:
-      raise ValueError(
-        f"--method {method} certifies with Gaussian noise only, not --noise "
-        f"{self.settings.noise.name}"
-      )
+    s = self.settings
+    return claims.Claim.of_run(
+      method=method,
+      sampling={
+        "noise": noise_name(s.noise),
+        "precision": getattr(s, "precision", None),
+        "pack": getattr(s, "pack", 1),
+        "alpha": s.alpha,
+      },
+      options=options,
+      multiclass=self.multiclass,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +150,8 @@ class Method:
       the radii derived again from the run's records (``rsjax.checks``; NumPy
       and SciPy only), or None when the method's radius cannot be verified.
     ordered: ``rsjax verify`` requires the rows in the run's order.
+    columns: the extra result columns the method defines and its ``check``
+      verifies (``rsjax verify`` lists any other column as unverified).
   """
 
   name: str
@@ -158,6 +160,7 @@ class Method:
   options: tuple[Option, ...] = ()
   check: Callable[..., list] | None = None
   ordered: bool = False
+  columns: tuple[str, ...] = ()
 
   def defaults(self) -> dict[str, Any]:
     """``{option: default}``."""
@@ -174,4 +177,8 @@ class Method:
       raise ValueError(
         f"method {self.name!r} has no option {unknown}; its options: {sorted(self.defaults())}"
       )
-    return self.build(context, **{**self.defaults(), **options})
+    options = {**self.defaults(), **options}
+    why = claims.refusal(context.claim(self.name, options))
+    if why is not None:
+      raise ValueError(why)
+    return self.build(context, **options)

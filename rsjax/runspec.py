@@ -22,6 +22,7 @@ Old run records (rsjax before this format) are refused in one line
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from typing import Any
 __all__ = [
   "FORMAT",
   "KEY_DERIVATION",
+  "UNBOUND_FORMAT",
   "NOISE_NORMS",
   "DataRef",
   "ModelRef",
@@ -40,16 +42,34 @@ __all__ = [
   "run_path",
 ]
 
-FORMAT = "rsjax-run/2"
+FORMAT = "rsjax-run/3"
+#: The format before the claim was bound into the key: still read and verified, its claim
+#: reported as not bound.
+UNBOUND_FORMAT = "rsjax-run/2"
 RUN_SUFFIX = ".run.json"
 
 #: How the noise of row ``idx`` derives from the run's seed (``rsjax.engine.driver.run_certify``
-#: and ``rsjax.sample_noise``).
+#: and ``rsjax.sample_noise``): the claim's digest (:meth:`RunSpec.claim_digest`) is folded
+#: into the key, so a claim edited after the noise was drawn makes every row draw other noise.
 KEY_DERIVATION = (
+  "K = jax.random.key(seed) folded with key.fold_in in order, then with key.claim (the "
+  "claim digest: the first 4 bytes, big-endian, of the SHA-256 of the canonical JSON of the "
+  "record without key, versions, format, model.path, sigma.source and method.details); "
+  "selection sample j of row idx: fold_in(fold_in(fold_in(K, 0), idx), j); estimation: "
+  "fold_in(fold_in(fold_in(K, 1), idx), j); Threefry-2x32 (jax default PRNG)"
+)
+#: The key derivation of ``rsjax-run/2`` records (no claim digest).
+UNBOUND_KEY_DERIVATION = (
   "K = jax.random.key(seed) folded with key.fold_in in order; selection sample j "
   "of row idx: fold_in(fold_in(fold_in(K, 0), idx), j); estimation: "
   "fold_in(fold_in(fold_in(K, 1), idx), j); Threefry-2x32 (jax default PRNG)"
 )
+_DERIVATIONS = {FORMAT: KEY_DERIVATION, UNBOUND_FORMAT: UNBOUND_KEY_DERIVATION}
+
+#: Record fields that are not part of the claim the key binds: the key itself, who wrote it,
+#: where things were, how sigma was given, and the run-wide facts the method derives from the
+#: rest (``rsjax audit`` rebuilds those and compares).
+NOT_CLAIM = ("key", "versions", "format", "model.path", "sigma.source", "method.details")
 
 #: ``--noise`` name -> (family, norm of the radius); ``rsjax.noise.NOISES`` agrees (a test
 #: checks it). The record names the noise once; its family and norm follow from the name.
@@ -165,6 +185,8 @@ class RunSpec:
     command: ``"certify"`` or ``"predict"``.
     versions: software versions that wrote the run (not part of its identity).
     out: the result file (the record lives beside it, so it is not written).
+    format: the record's format: :data:`FORMAT` (the claim is bound into the key), or
+      :data:`UNBOUND_FORMAT` for a record read from an older rsjax.
   """
 
   model: ModelRef
@@ -181,6 +203,7 @@ class RunSpec:
   command: str = "certify"
   versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   out: str | None = dataclasses.field(default=None, compare=False)
+  format: str = FORMAT
 
   def __post_init__(self) -> None:
     noise = self.sampling.get("noise")
@@ -211,6 +234,28 @@ class RunSpec:
     """The declared dataset indices of the run."""
     return self.data.indices()
 
+  # ------------------------------------------------------------------- the claim and the key
+
+  @property
+  def claim_bound(self) -> bool:
+    """Whether the run's noise was drawn with its claim's digest in the key."""
+    return self.format == FORMAT
+
+  def claim(self) -> dict:
+    """What the run claims, as JSON: the record without :data:`NOT_CLAIM`."""
+    return _claim_of(self.to_json())
+
+  def claim_digest(self) -> int:
+    """The claim's digest folded into the key: the first 4 bytes (big-endian) of the SHA-256
+    of :meth:`claim` as canonical JSON (sorted keys, no spaces)."""
+    return _digest(self.claim())
+
+  def key_path(self) -> tuple[int, ...]:
+    """The integers the run's ``jax.random.key(seed)`` is folded with, in order:
+    ``key.fold_in``, then the claim digest (not for an unbound, ``rsjax-run/2``, record)."""
+    bound = (self.claim_digest(),) if self.claim_bound else ()
+    return (*self.key_fold_in, *bound)
+
   # ------------------------------------------------------------------- JSON
 
   def to_json(self) -> dict:
@@ -225,21 +270,25 @@ class RunSpec:
     }
     if self.details is not None:
       method["details"] = _plain(self.details)
-    return {
-      "format": FORMAT,
+    key = {
+      "seed": int(self.seed),
+      "fold_in": [int(k) for k in self.key_fold_in],
+      "derivation": _DERIVATIONS.get(self.format, KEY_DERIVATION),
+    }
+    rec = {
+      "format": self.format,
       "command": self.command,
       "model": model,
       "data": data,
       "sigma": {"value": float(self.sigma), "source": self.sigma_source},
       "sampling": _plain(self.sampling),
       "method": method,
-      "key": {
-        "seed": int(self.seed),
-        "fold_in": [int(k) for k in self.key_fold_in],
-        "derivation": KEY_DERIVATION,
-      },
+      "key": key,
       "versions": _plain(self.versions),
     }
+    if self.claim_bound:  # stated for readers; verify derives it again
+      key["claim"] = _digest(_claim_of(rec))
+    return rec
 
   @classmethod
   def from_json(cls, rec: Mapping, out: str | None = None) -> RunSpec:
@@ -249,7 +298,7 @@ class RunSpec:
       RunFormatError: a record of another format, or a malformed one.
     """
     where = f"run record of {out!r}" if out else "run record"
-    if not isinstance(rec, Mapping) or rec.get("format") != FORMAT:
+    if not isinstance(rec, Mapping) or rec.get("format") not in _DERIVATIONS:
       fmt = rec.get("format") if isinstance(rec, Mapping) else None
       raise RunFormatError(
         f"{where} is not a {FORMAT} record (format {fmt!r}): written by an older rsjax or "
@@ -257,7 +306,7 @@ class RunSpec:
       )
     try:
       m, d, mt, k = rec["model"], rec["data"], rec["method"], rec["key"]
-      if k.get("derivation") != KEY_DERIVATION:
+      if k.get("derivation") != _DERIVATIONS[rec["format"]]:
         raise RunFormatError(f"{where}: unknown key derivation {k.get('derivation')!r}")
       data = DataRef(
         name=str(d["name"]),
@@ -288,6 +337,7 @@ class RunSpec:
         command=str(rec["command"]),
         versions=dict(rec.get("versions") or {}),
         out=out,
+        format=rec["format"],
       )
     except RunFormatError:
       raise
@@ -333,6 +383,23 @@ class RunSpec:
       except json.JSONDecodeError as e:
         raise RunFormatError(f"run record {rec_path!r} is not valid JSON ({e})") from None
     return cls.from_json(rec, out=p)
+
+
+def _claim_of(rec: Mapping) -> dict:
+  """A run record (JSON) without the fields of :data:`NOT_CLAIM` (a copy)."""
+  out = json.loads(json.dumps(rec))
+  for name in NOT_CLAIM:
+    *parents, leaf = name.split(".")
+    d = out
+    for k in parents:
+      d = d.get(k, {})
+    d.pop(leaf, None)
+  return out
+
+
+def _digest(claim: Mapping) -> int:
+  text = json.dumps(claim, sort_keys=True, separators=(",", ":"), allow_nan=False)
+  return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 
 def _plain(v):

@@ -43,11 +43,21 @@ def edit_record(path, idx, fn):
   rec.write_text("\n".join(out) + "\n")
 
 
-def edit_run(path, fn):
-  """Applies ``fn`` to the run record (a dict) of a result file and writes it back."""
+def edit_run(path, fn, *, restate_claim=True):
+  """Applies ``fn`` to the run record (a dict) of a result file and writes it back; as a
+  forger would, the record's stated claim digest (``key.claim``) is then computed again
+  from the edited fields (``restate_claim=False`` leaves it as it was)."""
+  from rsjax.runspec import RunFormatError, RunSpec
+
   rec = path.parent / (path.name + ".run.json")
   run = json.loads(rec.read_text())
-  rec.write_text(json.dumps(fn(run) or run, indent=1, sort_keys=True))
+  run = fn(run) or run
+  if restate_claim and isinstance(run.get("key"), dict) and "claim" in run["key"]:
+    try:
+      run["key"]["claim"] = RunSpec.from_json(run).claim_digest()
+    except (RunFormatError, TypeError, ValueError):
+      pass  # a record this rsjax cannot read: left for verify to refuse
+  rec.write_text(json.dumps(run, indent=1, sort_keys=True))
 
 
 def reradius(path):

@@ -4,15 +4,16 @@ keeps its own rsjax and is given the model. Each class of forgery is caught -- b
 audit of drawn rows where it does -- and the runs the forgeries start from pass.
 """
 
+import dataclasses
 import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from run_edits import copy_run, drop_rows, edit_record, edit_run, reradius
+from run_edits import copy_run, drop_rows, edit_column, edit_record, edit_run, reradius
 
-from rsjax import audit, cli, io, verify
+from rsjax import audit, cli, io, record, verify
 
 N, N0 = 400, 40
 
@@ -319,6 +320,255 @@ def test_verify_says_what_it_could_not_check(run40, tmp_path):
   rep = verify.verify(f, data_dir=str(tmp_path / "no-tfds"))
   assert rep.ok and rep.unchecked and "labels and inputs" in rep.unchecked[0]
   assert "not checked" in rep.summary()
+
+
+# ----------------------------------------------------------------------------- 7. the claim
+
+
+def _claim_record(base, claim):
+  """The run record ``base`` (a dict) rewritten to state ``claim``."""
+  r = json.loads(json.dumps(base))
+  r["sampling"].update(
+    noise=claim.noise, precision=claim.precision, pack=claim.pack, alpha=claim.alpha
+  )
+  r["method"]["name"] = claim.method
+  r["method"]["multiclass"] = claim.multiclass
+  grid = None if claim.budget_rule is None else [0.0, 0.25]
+  r["method"]["options"] = {"grid": grid, "budget_rule": claim.budget_rule or "looks"}
+  return r
+
+
+def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(run40, tmp_path):
+  """The one table (``rsjax.checks.refusal``) over every combination of method, noise,
+  multiclass, budget rule, precision and packing: what ``Method.plan`` refuses (certify's
+  path), ``verify`` refuses with the same line, and it accepts every other claim."""
+  import types
+
+  from rsjax import checks, methods, noise
+  from rsjax.method import Context
+
+  assert checks.METHODS == tuple(m.name for m in methods.METHODS)
+  f = copy_run(run40, tmp_path / "c.tsv")
+  base = json.loads((tmp_path / "c.tsv.run.json").read_text())
+  refused = 0
+  for claim in checks.every_claim():
+    why = checks.refusal(claim)
+    (tmp_path / "c.tsv.run.json").write_text(json.dumps(_claim_record(base, claim)))
+    try:
+      verify.verify(f)
+      got = None
+    except verify.VerifyError as e:
+      got = str(e)
+    if why is None:
+      assert got is None or "refuse" not in got, (claim, got)
+      continue
+    refused += 1
+    assert got is not None and got.endswith(": " + why), (claim, got)
+    method = methods.get(claim.method)
+    options = {"grid": (0.0, 0.25), "budget_rule": claim.budget_rule}
+    if claim.budget_rule is not None and "grid" not in method.defaults():
+      continue  # certify refuses --grid of another method before any plan (same line)
+    settings = types.SimpleNamespace(
+      noise=noise.get_noise(claim.noise),
+      precision=claim.precision,
+      pack=claim.pack,
+      alpha=claim.alpha,
+    )
+    ctx = Context(None, None, None, None, None, 0.5, settings, multiclass=claim.multiclass)
+    with pytest.raises(ValueError) as e:
+      method.plan(ctx, **(options if claim.budget_rule is not None else {}))
+    # The plan names the noise by its registry name (uniform_l1 is uniform), as its record does.
+    named = dataclasses.replace(claim, noise=record.noise_name(settings.noise))
+    assert str(e.value) == checks.refusal(named), claim
+  assert refused > 1000  # most combinations are not certificates
+
+
+@pytest.mark.parametrize(
+  "flags",
+  [
+    ("--noise", "uniform_linf", "--multiclass"),
+    ("--noise", "laplace", "--multiclass"),
+    ("--noise", "gaussian_8bit", "--multiclass"),
+    ("--method", "idrs", "--noise", "laplace"),
+    ("--method", "ddrs", "--multiclass"),
+    ("--method", "ucan", "--noise", "gaussian_8bit"),
+    ("--method", "idrs", "--grid", "0,0.25"),
+    ("--grid", "0,0.25", "--multiclass"),
+    ("--alpha", "0.9"),
+  ],
+)
+def test_certify_refuses_with_the_tables_line(model, tmp_path, capsys, flags):
+  from rsjax import checks
+
+  args = dict(zip(flags[::2], flags[1::2], strict=False))
+  grid = "--grid" in flags
+  claim = checks.Claim(
+    method=args.get("--method", "cohen"),
+    noise=args.get("--noise", "gaussian"),
+    multiclass="--multiclass" in flags,
+    budget_rule="looks" if grid else None,
+    alpha=float(args.get("--alpha", 0.001)),
+  )
+  why = checks.refusal(claim)
+  assert why is not None
+  assert run_cli("certify", model, tmp_path / "x.tsv", "--N", "100", "--quiet", *flags) == 2
+  assert why in capsys.readouterr().err
+
+
+def test_a_linf_run_relabelled_multiclass_is_refused(model, tmp_path, capsys):
+  for name in ("uniform_linf", "laplace"):
+    f = certify(model, tmp_path / f"{name}.tsv", "--noise", name, "--max", "40", "--skip", "10")
+    before = io.read_certify(f).radius.sum()
+    edit_run(f, lambda r: r["method"].update(multiclass=True))
+    reradius(f)  # the Gaussian multiclass radius, which does not hold for this noise
+    assert io.read_certify(f).radius.sum() > before
+    with pytest.raises(verify.VerifyError, match="multiclass.*Gaussian noise only"):
+      verify.verify(f)
+    assert run_cli("verify", f) == 2
+    assert f"not --noise {name}" in capsys.readouterr().err
+
+
+def test_alpha_outside_the_legal_range_is_refused(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "a.tsv")
+  edit_run(f, lambda r: r["sampling"].update(alpha=0.9999999))
+  reradius(f)
+  with pytest.raises(verify.VerifyError, match=r"alpha must lie in \(0, 0.5\]"):
+    verify.verify(f)
+
+
+def test_the_samples_column_is_verified(model, tmp_path):
+  b = certify(
+    model, tmp_path / "b.tsv", "--grid", "0,0.25,0.5", "--N", "2000", "--max", "20", "--skip", "10"
+  )
+  assert verify.verify(b).ok
+  _scale_columns(b, 0.1, ("samples",))
+  rep = verify.verify(b)
+  assert not rep.ok and "samples" in rep.mismatches[0].reason, rep.summary()
+  assert not audit.audit(b, model_dir=model, rows="all").ok
+
+
+def test_the_counts_column_is_verified(model, tmp_path):
+  f = certify(model, tmp_path / "c.tsv", "--save-counts", "--max", "30", "--skip", "10")
+  assert verify.verify(f).ok
+
+  def move(text):
+    c = [int(v) for v in text.split(",")]
+    top = max(range(len(c)), key=c.__getitem__)
+    c[top] -= 5
+    c[(top + 1) % len(c)] += 5
+    return ",".join(map(str, c))
+
+  edit_column(f, 0, "counts", move)
+  rep = verify.verify(f)
+  assert not rep.ok and "counts" in rep.mismatches[0].reason
+
+
+def test_time_and_foreign_columns_are_unverified_and_analyze_skips_them(run40, tmp_path, capsys):
+  f = copy_run(run40, tmp_path / "t.tsv")
+  lines = f.read_text().split("\n")
+  lines = [ln + ("\talm" if j == 0 else "\t3.0") if ln else ln for j, ln in enumerate(lines)]
+  f.write_text("\n".join(lines))
+  rep = verify.verify(f)
+  assert rep.ok and rep.unverified == ("time", "alm")
+  assert "columns not verified" in rep.summary() and "alm" in rep.summary()
+  assert run_cli("analyze", f, "--radius-column", "alm") == 2
+  assert "--unverified" in capsys.readouterr().err
+  assert run_cli("analyze", f, "--radius-column", "alm", "--unverified") == 0
+  out = capsys.readouterr().out
+  assert "unverified column 'alm'" in out and "alm (unverified)" in out
+  assert run_cli("analyze", f) == 0
+  assert "alm" not in capsys.readouterr().out
+
+
+def test_verify_states_the_claim_it_verified(run40):
+  s = verify.verify(run40).summary()
+  assert (
+    "method cohen, gaussian (l2) noise, sigma 0.5, N0 40, N 400, alpha 0.001, binary radius, "
+    "40 rows" in s
+  ), s
+
+
+def test_ucan_dataset_scales_are_bound_by_their_file(model, tmp_path):
+  import shutil
+
+  from rsjax import anisotropic
+
+  wd = tmp_path / "wd"
+  shutil.copytree(model, wd)
+  sigma = np.random.default_rng(0).uniform(0.3, 0.6, (8, 8, 1)).astype(np.float32)
+  anisotropic.save_universal_noise(wd, mu=np.zeros_like(sigma), sigma=sigma)
+  out = tmp_path / "runs"
+  out.mkdir()
+  f = certify(wd, out / "u.tsv", "--method", "ucan", "--max", "30", "--skip", "10")
+  rep = verify.verify(f)
+  assert rep.ok and any("no ucan_noise.npz beside the run" in u for u in rep.unchecked)
+  shutil.copy(wd / "ucan_noise.npz", out / "ucan_noise.npz")
+  rep = verify.verify(f)
+  assert rep.ok and not rep.unchecked, rep.unchecked
+
+  def doubled(r):
+    d = r["method"]["details"]
+    d.update(sigma_min=2 * d["sigma_min"], sigma_gmean=2 * d["sigma_gmean"])
+
+  g = copy_run(f, out / "g.tsv")
+  edit_run(g, doubled)
+  _scale_columns(g, 2.0, ("radius", "alm"))
+  rep = verify.verify(g)
+  assert not rep.ok and "not those of ucan_noise.npz" in rep.mismatches[0].reason
+  # Without the file beside it, verify says it could not check the scales; the audit, with
+  # a model that has no scales file, fails (exit 1) rather than refusing to run.
+  h = copy_run(g, tmp_path / "h.tsv")
+  rep = verify.verify(h)
+  assert rep.ok and any("dataset-wise scales" in u for u in rep.unchecked)
+  edit_run(h, lambda r: r["method"]["options"].update(ucan_sigma="dataset"))
+  a = audit.audit(h, model_dir=model, rows=1)
+  assert not a.ok and a.reason.startswith("method: the run cannot be rebuilt"), a.reason
+  assert run_cli("audit", h, "--model-dir", model, "--rows", "1") == 1
+
+
+@pytest.mark.parametrize("edit", ["alpha", "multiclass", "range"])
+def test_a_claim_edited_after_the_draw_makes_every_audited_row_differ(model, run40, tmp_path, edit):
+  f = copy_run(run40, tmp_path / "e.tsv")
+  if edit == "alpha":
+    edit_run(f, lambda r: r["sampling"].update(alpha=0.2))
+  elif edit == "multiclass":
+    edit_run(f, lambda r: r["method"].update(multiclass=True))
+  else:  # the declared range narrowed (to the rows that did well, say)
+    edit_run(f, lambda r: r["data"].update(start=70))
+    drop_rows(f, lambda i: i >= 70)
+  reradius(f)
+  rep = verify.verify(f)
+  assert rep.ok, rep.summary()
+  a = audit.audit(f, model_dir=model, rows="all")
+  k = len(io.read_certify(f))
+  assert not a.ok and f"{k} of {len(a.rows)} rows drawn again give other counts" in a.reason, (
+    a.reason
+  )
+
+
+def test_a_stated_claim_digest_left_stale_is_a_mismatch(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "s.tsv")
+  edit_run(f, lambda r: r["sampling"].update(alpha=0.01), restate_claim=False)
+  reradius(f)
+  rep = verify.verify(f)
+  assert not rep.ok and "claim digest" in rep.mismatches[0].reason
+
+
+def test_an_unbound_record_still_verifies_and_says_so(run40, tmp_path):
+  from rsjax import runspec
+
+  f = copy_run(run40, tmp_path / "u.tsv")
+
+  def unbound(r):
+    r["format"] = runspec.UNBOUND_FORMAT
+    r["key"]["derivation"] = runspec.UNBOUND_KEY_DERIVATION
+    r["key"].pop("claim")
+
+  edit_run(f, unbound, restate_claim=False)
+  rep = verify.verify(f)
+  assert rep.ok and "not checked: that the claim was fixed before the noise was drawn" in (
+    rep.summary()
+  )
 
 
 # ----------------------------------------------------------------------------- found by red-teaming

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
 
+from rsjax.anisotropic._noise_file import NOISE_FILE, noise_file_hash
 from rsjax.checks import Mismatch, VerifyError, cohen_certificate, compare, read_rows
+from rsjax.record import input_fingerprint
 
 
 def _ucan_pattern(shape, sigma: float, pattern: str, kappa: float, iota: float) -> np.ndarray:
@@ -28,6 +31,49 @@ def _ucan_pattern(shape, sigma: float, pattern: str, kappa: float, iota: float) 
   if len(shape) == 3:
     scales = np.repeat(scales[:, :, None], int(shape[2]), axis=2)
   return scales * np.float32(sigma)
+
+
+def _dataset_scales_issues(cert: dict, d: dict, s_min: float, s_gmean: float) -> list[Mismatch]:
+  """UCAN's dataset-wise scales against their file beside the run (``ucan_noise.npz`` in the
+  result file's directory), bound by the hash the record states; what cannot be read here is
+  said in ``cert["unchecked"]``."""
+  path = cert.get("path")
+  want = d.get("noise_file")
+  where = os.path.join(os.path.dirname(os.path.abspath(path)), NOISE_FILE) if path else None
+  if want is None:
+    cert.setdefault("unchecked", []).append(
+      "UCAN's dataset-wise scales (the record binds no scales file: certify it again)"
+    )
+    return []
+  if where is None or not os.path.exists(where):
+    cert.setdefault("unchecked", []).append(
+      f"UCAN's dataset-wise scales (no {NOISE_FILE} beside the run; copy the model "
+      "directory's file there to check them)"
+    )
+    return []
+  got = noise_file_hash(where)
+  if got != want:
+    return [Mismatch(-1, f"{where} has hash {got}, the run's scales file {want}")]
+  with np.load(where, allow_pickle=False) as f:
+    sig, mu = np.asarray(f["sigma"], np.float32), np.asarray(f["mu"], np.float32)
+  issues = []
+  if input_fingerprint(sig) != d.get("sigma_fingerprint") or input_fingerprint(mu) != d.get(
+    "mu_fingerprint"
+  ):
+    issues.append(Mismatch(-1, f"the (mu, sigma) fingerprints in the details are not {where}'s"))
+  want_min = float(sig.min())
+  want_gmean = float(np.exp(np.mean(np.log(sig.astype(np.float64)))))
+  if not (
+    math.isclose(s_min, want_min, rel_tol=1e-6) and math.isclose(s_gmean, want_gmean, rel_tol=1e-6)
+  ):
+    issues.append(
+      Mismatch(
+        -1,
+        f"recorded sigma min {s_min!r} / geometric mean {s_gmean!r} are not those of "
+        f"{NOISE_FILE} ({want_min!r}, {want_gmean!r})",
+      )
+    )
+  return issues
 
 
 def check_ucan(
@@ -87,6 +133,10 @@ def check_ucan(
           f"are not those of the pattern ({want_min!r}, {want_gmean!r})",
         )
       )
+      return issues
+  elif d.get("source") == "dataset":
+    issues.extend(_dataset_scales_issues(cert, d, s_min, s_gmean))
+    if issues:
       return issues
   rows = read_rows(cert, res, recs, issues)
   predict, r_norm, p = cohen_certificate(cert, rows, 1.0)

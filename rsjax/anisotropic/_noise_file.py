@@ -24,6 +24,7 @@ __all__ = [
   "SOUND_GENERATORS",
   "load_noise",
   "load_universal_noise",
+  "noise_file_hash",
   "read_noise",
   "save_noise",
   "save_universal_noise",
@@ -61,6 +62,14 @@ def save_noise(workdir: str | os.PathLike, noise: FrozenNoise, generator: str) -
   path = os.path.join(os.fspath(workdir), NOISE_FILE)
   atomic_write(path, lambda f: np.savez(f, mu=mu, sigma=sigma, generator=generator))
   return path
+
+
+def noise_file_hash(path: str | os.PathLike) -> str:
+  """``"sha256:<hex>"`` of a noise file's bytes (a run's record binds its scales by it)."""
+  import hashlib
+
+  with open(path, "rb") as f:
+    return "sha256:" + hashlib.sha256(f.read()).hexdigest()
 
 
 def read_noise(workdir: str | os.PathLike) -> tuple[FrozenNoise, str] | None:

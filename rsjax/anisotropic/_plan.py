@@ -9,7 +9,7 @@ import numpy as np
 from rsjax import models, record
 from rsjax.anisotropic._certify import UCAN, AnisotropicCertificate
 from rsjax.anisotropic._generators import FrozenNoise, pattern_sigma
-from rsjax.anisotropic._noise_file import NOISE_FILE, load_universal_noise
+from rsjax.anisotropic._noise_file import NOISE_FILE, load_universal_noise, noise_file_hash
 from rsjax.cohen._certify import certify
 from rsjax.method import Context, Plan
 
@@ -25,11 +25,6 @@ def build(
   ctx: Context, *, ucan_sigma: str, ucan_pattern: str, ucan_kappa: float, ucan_iota: float
 ) -> Plan:
   """Refuses what UCAN cannot certify, else the plan (``rsjax.method.Method.build``)."""
-  noise_family = ctx.settings.noise
-  if ctx.multiclass and not ctx.gaussian_l2:
-    raise ValueError(
-      f"--multiclass works with Gaussian noise only, not --noise {noise_family.name}"
-    )
   shape = tuple(ctx.dataset.input_shape)
   if ucan_sigma == "auto" and _trained_unsound(ctx.workdir):
     raise ValueError(
@@ -80,6 +75,8 @@ def build(
   details = _details(
     noise, source, sigma=ctx.sigma, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota
   )
+  if source == "dataset":  # the scales' file, bound by its hash (verify reads it beside the run)
+    details["noise_file"] = noise_file_hash(os.path.join(os.fspath(ctx.workdir), NOISE_FILE))
   return Plan(
     fn,
     AnisotropicCertificate.columns,

@@ -40,4 +40,5 @@ METHOD = Method(
     Option("ucan_iota", 0.8, "pattern value iota at the centre", float, positive=True),
   ),
   check=check_ucan,
+  columns=("normalized_radius", "alm", "sound"),
 )

@@ -7,7 +7,8 @@ rather than by calling the code that produced them: the Clopper-Pearson bounds
 and radii (``cp_lower``, ``binary_radius``, ``multiclass``), the budgeted
 looks and alpha levels, the anytime rule's mixture thresholds, the counts of a row (``read_rows``), Cohen's
 certificate from them (``cohen_certificate``) and the comparison with the
-file (``compare``), each difference a :class:`Mismatch`.
+file (``compare``), each difference a :class:`Mismatch`; and the one table of legal
+claims (:func:`refusal`), which ``Method.plan`` and ``rsjax verify`` share.
 """
 
 from rsjax.checks._anytime import ANYTIME_RULE as ANYTIME_RULE
@@ -15,6 +16,12 @@ from rsjax.checks._anytime import anytime_certificate as anytime_certificate
 from rsjax.checks._anytime import anytime_levels as anytime_levels
 from rsjax.checks._anytime import anytime_table_issues as anytime_table_issues
 from rsjax.checks._anytime import thresholds_digest as thresholds_digest
+from rsjax.checks._claims import ALPHA_MAX as ALPHA_MAX
+from rsjax.checks._claims import METHODS as METHODS
+from rsjax.checks._claims import Claim as Claim
+from rsjax.checks._claims import alpha_refusal as alpha_refusal
+from rsjax.checks._claims import every_claim as every_claim
+from rsjax.checks._claims import refusal as refusal
 from rsjax.checks._formulas import binary_radius as binary_radius
 from rsjax.checks._formulas import budget_alphas as budget_alphas
 from rsjax.checks._formulas import budget_looks as budget_looks

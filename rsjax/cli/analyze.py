@@ -39,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     help="read radii from this extra column (e.g. 'alm' of --method ucan; ALM is "
     "not a ball guarantee)",
   )
+  p.add_argument(
+    "--unverified",
+    action="store_true",
+    help="also read the columns rsjax verify does not vouch for (time, and any column the "
+    "run's method does not define), labelled as unverified",
+  )
   p.add_argument("--plot", default=None, help="write the certified-accuracy curves here (PNG)")
   p.add_argument(
     "--pa-cdf",
@@ -56,10 +62,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   )
 
 
-def _extra_summary(label: str, res) -> str:
-  """One line on a result file's extra columns (method outputs such as sigma or alm)."""
+def _verified_extra(run) -> frozenset[str]:
+  """The extra columns ``rsjax verify`` vouches for in a run (none without a run record)."""
+  from rsjax import methods
+  from rsjax.verify._columns import verified_columns
+
+  if run is None:
+    return frozenset()
+  try:
+    own = methods.get(run.method).columns
+  except (KeyError, ValueError):
+    own = ()
+  return verified_columns(own)
+
+
+def _extra_summary(label: str, res, verified: frozenset[str], unverified: bool) -> str:
+  """One line on a result file's extra columns (method outputs such as sigma or alm): the
+  verified ones, and with ``unverified`` the others, labelled."""
   parts = []
   for name, values in res.extra.items():
+    if name not in verified:
+      if not unverified:
+        continue
+      name = f"{name} (unverified)"
     numeric = values.dtype != object and len(values) > 0
     if name == "sound" and numeric:
       bad = int(np.sum(values == 0))
@@ -85,19 +110,28 @@ def run(args: argparse.Namespace) -> int:
   labels = args.labels or [os.path.basename(p) for p in args.files]
   if len(labels) != len(args.files):
     raise CliError(f"--labels gives {len(labels)} names for {len(args.files)} files")
+  runs, verified = [], {}
   for label, path in zip(labels, args.files, strict=True):
     if not os.path.exists(path):
       raise CliError(f"result file {path!r} does not exist")
     results[label] = io.read_certify(path)
+    runs.append(_read_run(path))
+    verified[label] = _verified_extra(runs[-1])
     if args.radius_column:
       res = results[label]
       if args.radius_column not in res.extra:
         raise CliError(f"{path} has no column {args.radius_column!r} (has {sorted(res.extra)})")
+      if args.radius_column not in verified[label]:
+        if not args.unverified:
+          raise CliError(
+            f"{path}: column {args.radius_column!r} is not one rsjax verify vouches for "
+            f"(the run's method does not define it); read it with --unverified"
+          )
+        print(f"{label}: radii from the unverified column {args.radius_column!r}")
       rad = np.where(res.predict >= 0, np.asarray(res.extra[args.radius_column], np.float64), 0.0)
       results[label] = dataclasses.replace(res, radius=rad)
     if not len(results[label]):
       raise CliError(f"{path!r} has a header but no rows (nothing certified yet)")
-  runs = [_read_run(p) for p in args.files]
   for label, run in zip(results, runs, strict=False):
     if run is not None:
       print(_run_summary(label, run, results[label]))
@@ -107,8 +141,8 @@ def run(args: argparse.Namespace) -> int:
   radii = np.asarray(args.radii, dtype=np.float64)
   print(metrics.format_table(results, radii, fmt=args.format, show_envelope=envelope))
   for label, res in results.items():
-    if res.extra:
-      print(_extra_summary(label, res))
+    if any(c in verified[label] or args.unverified for c in res.extra):
+      print(_extra_summary(label, res, verified[label], args.unverified))
   if args.plot:
     title = plot_title(runs, results)
     out = plots.plot_certified_accuracy(args.plot, results, show_envelope=envelope, title=title)

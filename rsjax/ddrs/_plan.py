@@ -16,8 +16,6 @@ def build(
   ctx: Context, *, ddrs_steps: int, ddrs_lr: float, ddrs_draws: int, ddrs_memory: str
 ) -> Plan:
   """Refuses what DDRS cannot certify, else the plan (``rsjax.method.Method.build``)."""
-  if ctx.settings.noise.name != "gaussian" or ctx.multiclass:
-    raise ValueError("--method ddrs certifies with Gaussian noise and the binary radius only")
   if ddrs_steps < 0 or not ddrs_lr >= 0:
     raise ValueError(f"--ddrs-steps and --ddrs-lr must be >= 0, got {ddrs_steps}, {ddrs_lr}")
   memory = MemoryCertifier() if ddrs_memory == "on" else None

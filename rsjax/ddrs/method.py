@@ -31,5 +31,6 @@ METHOD = Method(
     ),
   ),
   check=check_ddrs,
+  columns=("sigma", "predict_mc", "radius_mc", "sound"),
   ordered=True,
 )

@@ -24,7 +24,6 @@ def build(
   """Refuses what the DEQ methods cannot certify, else the plan of ``method`` (``"srs"`` or
   ``"standard"``; ``rsjax.method.Method.build``)."""
   name = "srs" if method == "srs" else "deq-standard"
-  ctx.require_binary_gaussian(name)
   if not isinstance(ctx.model, DEQModel):
     raise ValueError(f"--method {name} needs a DEQ model (trained with --model deq or mdeq)")
   steps = deq_steps if deq_steps is not None else (3 if method == "srs" else 30)

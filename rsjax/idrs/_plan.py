@@ -11,7 +11,6 @@ from rsjax.method import Context, Plan
 
 def build(ctx: Context, *, idrs_rate: float, idrs_k: int, idrs_m: float | None) -> Plan:
   """Refuses what IDRS cannot certify, else the plan (``rsjax.method.Method.build``)."""
-  ctx.require_binary_gaussian("idrs")
   xtr = ctx.load_split("train").arrays()[0] if idrs_rate > 0 else None
   try:
     design = make_design(

@@ -26,4 +26,5 @@ METHOD = Method(
     ),
   ),
   check=check_idrs,
+  columns=("sigma",),
 )

@@ -66,11 +66,12 @@ def settings(run: RunSpec, batch_size: int | str = 1000) -> Sampling:
 
 
 def key(run: RunSpec) -> jax.Array:
-  """The run's ``jax.random.key``: its seed folded with ``key_fold_in``."""
+  """The run's ``jax.random.key``: its seed folded with ``key_fold_in`` and its claim's digest
+  (``RunSpec.key_path``; ``rsjax.runspec.KEY_DERIVATION``)."""
   import jax
 
   k = jax.random.key(run.seed)
-  for v in run.key_fold_in:
+  for v in run.key_path():
     k = jax.random.fold_in(k, v)
   return k
 

@@ -39,14 +39,18 @@ import numpy as np
 
 from rsjax import io, methods
 from rsjax import record as record_lib
-from rsjax.checks import Mismatch, VerifyError
+from rsjax.checks import Claim, Mismatch, VerifyError, refusal
 from rsjax.method import Method
+from rsjax.verify._columns import check_generic, unverified_columns
 from rsjax.verify._report import VerifyReport
 from rsjax.verify._run import (
+  UNBOUND,
   certificate_view,
   check_against_dataset,
+  check_claim_digest,
   check_noise_table,
   check_rows_declared,
+  claim_line,
   load_dataset,
 )
 
@@ -125,10 +129,18 @@ def verify(
       f"rsjax (verifiable: {', '.join(sorted(table))})"
     )
   method = table[run.method]
+  refused = refusal(
+    Claim.of_run(
+      method=run.method, sampling=run.sampling, options=run.options, multiclass=run.multiclass
+    )
+  )
+  if refused is not None:  # the line certify refuses the same claim with
+    raise VerifyError(f"{p!r}: {refused}")
   res = io.read_certify(p)
   recs = record_lib.read_records(p)
   issues, missing = check_rows_declared(run, res)
   issues.extend(check_noise_table(run))
+  issues.extend(check_claim_digest(run))
   if method.ordered and np.any(np.diff(np.asarray(res.idx, np.int64)) <= 0):
     # A memory depends on the order the run processed its inputs: the declared order.
     issues.append(
@@ -138,7 +150,7 @@ def verify(
         f"{run.method}'s memory depends on",
       )
     )
-  unchecked = []
+  unchecked = [] if run.claim_bound else [UNBOUND]
   ds, why = (dataset, None) if dataset is not None else load_dataset(run, data_dir)
   if ds is None:
     unchecked.append(f"labels and inputs against the dataset ({why})")
@@ -147,7 +159,12 @@ def verify(
     if inputs is None:
       inputs = lambda idx: np.asarray(ds.get_batch(np.asarray(idx, np.int64))[0])  # noqa: E731
   assert method.check is not None  # verifiable() holds only methods with a check
-  issues.extend(method.check(certificate_view(run), res, recs, rtol=rtol, atol=atol, inputs=inputs))
+  view = certificate_view(run)
+  issues.extend(method.check(view, res, recs, rtol=rtol, atol=atol, inputs=inputs))
+  issues.extend(
+    check_generic(res, recs, n_max=int(run.sampling["n"]), num_classes=run.data.num_classes)
+  )
+  unchecked.extend(view["unchecked"])
   # The correct column follows from predict and label.
   for j in np.flatnonzero(res.correct != (res.predict == res.label)):
     issues.append(
@@ -172,4 +189,6 @@ def verify(
     missing=missing,
     unchecked=tuple(unchecked),
     data=None if ds is None else f"{run.data.name} {run.data.split}",
+    claim=claim_line(run),
+    unverified=unverified_columns(res, method.columns),
   )

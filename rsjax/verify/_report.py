@@ -23,6 +23,9 @@ class VerifyReport:
     unchecked: what could not be checked here, one line each (e.g. the labels
       when the dataset cannot be loaded).
     data: the dataset split the labels and inputs were checked against, or None.
+    claim: the claim checked, in one line (method, noise, sigma, N, alpha, radius, rows).
+    unverified: the file's columns verify does not vouch for (``time`` and any column
+      the method does not define); ``rsjax analyze`` reads them only with ``--unverified``.
   """
 
   path: str
@@ -33,6 +36,8 @@ class VerifyReport:
   missing: int = 0
   unchecked: tuple[str, ...] = ()
   data: str | None = None
+  claim: str = ""
+  unverified: tuple[str, ...] = ()
 
   @property
   def complete(self) -> bool:
@@ -55,12 +60,14 @@ class VerifyReport:
         f"NOT verified: incomplete: {self.declared - self.missing} of {self.declared} "
         f"rows of {self.path} (the rows present match their counts)"
       )
-    text = (
-      f"verified: all {self.rows} rows of {self.path} match their recorded counts "
-      f"(method {self.method})"
-    )
+    text = f"verified: all {self.rows} rows of {self.path} match their recorded counts"
+    text += f" ({self.claim})" if self.claim else f" (method {self.method})"
     if self.data:
       text += f"; labels and inputs are those of {self.data}"
     if self.unchecked:
       text += "; not checked: " + "; ".join(self.unchecked)
+    if self.unverified:
+      text += "; columns not verified (analyze reads them only with --unverified): " + ", ".join(
+        self.unverified
+      )
     return text

@@ -16,13 +16,24 @@ if TYPE_CHECKING:
   from rsjax.runspec import RunSpec
 
 
+#: What verify says of a record written before the claim was bound into the key.
+UNBOUND = (
+  "that the claim was fixed before the noise was drawn (an rsjax-run/2 record: its key does "
+  "not bind the claim's digest)"
+)
+
+
 def certificate_view(run: RunSpec) -> dict:
   """What the method checkers read of a run (``rsjax.runspec.RunSpec``), in one dict.
 
-  Everything here follows from the run's one record; nothing is read twice.
+  Everything here follows from the run's one record; nothing is read twice. ``path`` is
+  the result file (a check may read a file the run names beside it) and ``unchecked`` a
+  list a check appends to, one line for each thing it could not check here.
   """
   s = run.sampling
   out = {
+    "path": run.out,
+    "unchecked": [],
     "method": run.method,
     "settings": dict(run.options),
     "sampling": dict(s),
@@ -141,6 +152,46 @@ def check_against_dataset(
           Mismatch(i, f"the recorded input fingerprint is not that of {d.name} {d.split} input {i}")
         )
   return issues
+
+
+def claim_line(run: RunSpec) -> str:
+  """The claim verify checked, in one line: method, noise, sigma, N, alpha, the radius and
+  the declared rows."""
+  s = run.sampling
+  budget = (run.details or {}).get("budget")
+  rule = "" if not budget else f", budgeted ({budget.get('rule', 'looks')} rule)"
+  radius = "multiclass radius" if run.multiclass else "binary radius"
+  extra = [f"precision {s['precision']}"] if s.get("precision") not in (None, "float32") else []
+  if s.get("pack", 1) != 1:
+    extra.append(f"pack {s['pack']}")
+  return (
+    f"method {run.method}, {run.noise_label} noise, sigma {run.sigma:g}, N0 {s['n0']}, "
+    f"N {s['n']}{rule}, alpha {s['alpha']!r}, {radius}"
+    + "".join(f", {e}" for e in extra)
+    + f", {len(run.indices())} rows ({_range(run)})"
+  )
+
+
+def check_claim_digest(run: RunSpec) -> list[Mismatch]:
+  """The claim digest the record states (``key.claim``) against the one its fields give."""
+  if not run.claim_bound or run.out is None:
+    return []
+  import json
+
+  from rsjax.runspec import run_path
+
+  with open(run_path(run.out), encoding="utf-8") as f:
+    stated = (json.load(f).get("key") or {}).get("claim")
+  want = run.claim_digest()
+  if stated != want:
+    return [
+      Mismatch(
+        -1,
+        f"the record states the claim digest {stated!r}, its fields give {want}: the claim "
+        "was edited after the noise was drawn (every audited row will differ)",
+      )
+    ]
+  return []
 
 
 def check_noise_table(run: RunSpec) -> list[Mismatch]:
