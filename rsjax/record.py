@@ -176,9 +176,12 @@ def read_records(path: str | os.PathLike) -> dict[int, dict]:
   """The row records of a result file, by ``idx`` (``{}`` when it has none).
 
   Raises:
-    ValueError: a line that is not a JSON object with an integer ``idx``, or an
-      ``idx`` recorded twice with different contents.
+    ValueError: a line that is not a JSON object with a JSON integer ``idx`` in
+      ``0..rsjax.limits.MAX_INDEX``, or an ``idx`` recorded twice with different contents
+      (naming the file and line).
   """
+  from rsjax import limits
+
   rec = record_path(path)
   if not os.path.exists(rec):
     return {}
@@ -194,13 +197,20 @@ def read_records(path: str | os.PathLike) -> dict[int, dict]:
   for lineno, line in enumerate(lines, start=1):
     try:
       r = parsed[lineno - 1] if parsed is not None else json.loads(line)
-      idx = r["idx"]
-      if not isinstance(idx, int) or isinstance(idx, bool):
+      if not isinstance(r, dict):
         raise TypeError
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+    except (json.JSONDecodeError, TypeError, ValueError):
       if lineno == len(lines) and parsed is None:
         break  # an incomplete last line (a crash mid-write)
-      raise ValueError(f"certificate record {rec!r} line {lineno} is not a row record") from None
+      raise ValueError(
+        f"certificate record {rec!r} line {lineno} is not a row record (a JSON object)"
+      ) from None
+    try:
+      idx = limits.json_int(r.get("idx"), "idx", 0, limits.MAX_INDEX)
+    except limits.FieldError as e:
+      if lineno == len(lines) and parsed is None:
+        break  # an incomplete last line (a crash mid-write)
+      raise ValueError(f"certificate record {rec!r} line {lineno}: {e}") from None
     if idx in out and out[idx] != r:
       raise ValueError(
         f"certificate record {rec!r} line {lineno}: idx {idx} recorded twice, differently"

@@ -98,10 +98,11 @@ def run_path(path: str | os.PathLike) -> str:
   return os.fspath(path) + RUN_SUFFIX
 
 
-def declared_indices(size: int, start: int = 0, stop: int = -1, skip: int = 1) -> list[int]:
-  """The dataset indices ``start, start + skip, ...`` below ``stop`` (-1: the split's end)."""
+def declared_indices(size: int, start: int = 0, stop: int = -1, skip: int = 1) -> range:
+  """The dataset indices ``start, start + skip, ...`` below ``stop`` (-1: the split's end), as
+  a ``range``: its length and membership cost nothing, however many indices a record claims."""
   end = size if stop is None or stop < 0 else min(size, stop)
-  return list(range(start, end, skip))
+  return range(start, end, skip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,8 +156,8 @@ class DataRef:
   stop: int = -1
   skip: int = 1
 
-  def indices(self) -> list[int]:
-    """The declared dataset indices, in order."""
+  def indices(self) -> range:
+    """The declared dataset indices, in order (a ``range``)."""
     return declared_indices(self.size, self.start, self.stop, self.skip)
 
 
@@ -230,8 +231,8 @@ class RunSpec:
     sound = ", sound 8-bit" if self.sampling["noise"] == "gaussian_8bit" else ""
     return f"{self.sampling['noise']} ({self.norm}{sound})"
 
-  def indices(self) -> list[int]:
-    """The declared dataset indices of the run."""
+  def indices(self) -> range:
+    """The declared dataset indices of the run (a ``range``)."""
     return self.data.indices()
 
   # ------------------------------------------------------------------- the claim and the key
@@ -295,8 +296,12 @@ class RunSpec:
     """The run of a record (:meth:`to_json`).
 
     Raises:
-      RunFormatError: a record of another format, or a malformed one.
+      RunFormatError: a record of another format, or a malformed one: a field that is not
+        what it should be (an integer that is no JSON integer, a size beyond
+        ``rsjax.limits``) is named.
     """
+    from rsjax import limits
+
     where = f"run record of {out!r}" if out else "run record"
     if not isinstance(rec, Mapping) or rec.get("format") not in _DERIVATIONS:
       fmt = rec.get("format") if isinstance(rec, Mapping) else None
@@ -305,6 +310,7 @@ class RunSpec:
         "by hand; certify the run again with this rsjax (--overwrite)"
       )
     try:
+      limits.check_run_record(rec)  # the numbers, before anything is built from them
       m, d, mt, k = rec["model"], rec["data"], rec["method"], rec["key"]
       if k.get("derivation") != _DERIVATIONS[rec["format"]]:
         raise RunFormatError(f"{where}: unknown key derivation {k.get('derivation')!r}")
@@ -341,8 +347,12 @@ class RunSpec:
       )
     except RunFormatError:
       raise
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-      raise RunFormatError(f"{where} is malformed ({type(e).__name__}: {e})") from None
+    except limits.FieldError as e:
+      raise RunFormatError(f"{where}: {e}") from None
+    except KeyError as e:
+      raise RunFormatError(f"{where} is malformed (no field {e})") from None
+    except (TypeError, ValueError, AttributeError) as e:
+      raise RunFormatError(f"{where} is malformed ({e})") from None
 
   def identity(self) -> dict:
     """The record without the fields that do not change the rows (:data:`NOT_IDENTITY`)."""

@@ -692,3 +692,223 @@ def test_ddrs_rows_reordered_are_caught(model, tmp_path):
   f.write_text("\n".join([lines[0], *reversed(body)]) + "\n")
   rep = verify.verify(f)
   assert not rep.ok and any("run's order" in m.reason for m in rep.mismatches)
+
+
+# ----------------------------------------------------------------------------- strict, bounded parsing
+# Issue 51 item 5: every integer read from text is ASCII digits, every integer of a record a JSON
+# integer, every size bounded before anything is built, and every refusal one line naming the
+# file and the row or field -- never a raw OverflowError, MemoryError or "invalid literal".
+
+_RAW = ("Traceback", "OverflowError", "MemoryError", "invalid literal", "KeyError", "TypeError")
+
+
+def _tsv_edit(j, column, text):
+  def edit(path):
+    from run_edits import edit_column
+
+    edit_column(path, j, column, lambda _: text)
+
+  return edit
+
+
+def _run_edit(section, field, value):
+  def edit(path):
+    def fn(r):
+      (r[section] if section else r)[field] = value
+
+    edit_run(path, fn)
+
+  return edit
+
+
+def _rec_edit(idx, fn):
+  return lambda path: edit_record(path, idx, fn)
+
+
+def _top(key=None, value=None):
+  """Row 14's estimation count of its top class, under another ``key(top)`` or ``value``."""
+
+  def fn(r):
+    top = max(r["counts"], key=lambda k: r["counts"][k])
+    count = r["counts"].pop(top)
+    r["counts"][key(top) if key else top] = count if value is None else value
+    return r
+
+  return fn
+
+
+def _arabic(digits):
+  return "".join(chr(0x660 + int(c)) for c in digits)
+
+
+# (id, edit, what the message must name). Row 2 of run40 is idx 14, on line 4 of the file.
+MALFORMED = [
+  ("idx-underscore", _tsv_edit(2, "idx", "1_4"), "line 4: idx"),
+  ("idx-fullwidth", _tsv_edit(2, "idx", "\uff11\uff14"), "line 4: idx"),
+  ("idx-arabic-indic", _tsv_edit(2, "idx", "\u0661\u0664"), "line 4: idx"),
+  ("idx-plus", _tsv_edit(2, "idx", "+14"), "line 4: idx"),
+  ("idx-leading-zero", _tsv_edit(2, "idx", "014"), "line 4: idx"),
+  ("idx-huge", _tsv_edit(2, "idx", "9" * 30), "line 4: idx"),
+  ("idx-5000-digits", _tsv_edit(2, "idx", "1" * 5000), "line 4: idx"),
+  ("label-arabic-indic", _tsv_edit(2, "label", "\u0664"), "line 4: label"),
+  ("predict-fullwidth", _tsv_edit(2, "predict", "\uff14"), "line 4: predict"),
+  ("predict-huge", _tsv_edit(2, "predict", str(10**30)), "line 4: predict"),
+  ("radius-1e999", _tsv_edit(2, "radius", "1e999"), "line 4: radius"),
+  ("radius-arabic", _tsv_edit(2, "radius", "\u0660.\u0665"), "line 4: radius"),
+  ("radius-underscore", _tsv_edit(2, "radius", "0.3_1"), "line 4: radius"),
+  ("time-inf", _tsv_edit(2, "time", "inf"), "line 4: time"),
+  ("time-nan", _tsv_edit(2, "time", "nan"), "line 4: time"),
+  ("time-1e999", _tsv_edit(2, "time", "1e999"), "line 4: time"),
+  ("time-arabic", _tsv_edit(2, "time", "\u0660:\u0660\u0660:\u0660\u0661"), "line 4: time"),
+  ("n-float", _run_edit("sampling", "n", 400.5), "sampling.n"),
+  ("n-float-integral", _run_edit("sampling", "n", 400.0), "sampling.n"),
+  ("n-string", _run_edit("sampling", "n", "400"), "sampling.n"),
+  ("n-bool", _run_edit("sampling", "n", True), "sampling.n"),
+  ("n-infinity", _run_edit("sampling", "n", float("inf")), "sampling.n"),
+  ("n-huge", _run_edit("sampling", "n", 10**30), "sampling.n"),
+  ("n0-float", _run_edit("sampling", "n0", 40.0), "sampling.n0"),
+  ("alpha-string", _run_edit("sampling", "alpha", "0.001"), "sampling.alpha"),
+  ("alpha-bool", _run_edit("sampling", "alpha", True), "sampling.alpha"),
+  ("alpha-nan", _run_edit("sampling", "alpha", float("nan")), "sampling.alpha"),
+  ("sigma-string", _run_edit("sigma", "value", "0.5"), "sigma.value"),
+  ("sigma-bool", _run_edit("sigma", "value", True), "sigma.value"),
+  ("sigma-infinity", _run_edit("sigma", "value", float("inf")), "sigma.value"),
+  ("size-float", _run_edit("data", "size", 300.0), "data.size"),
+  ("size-10^400", _run_edit("data", "size", 10**400), "data.size"),
+  ("skip-string", _run_edit("data", "skip", "7"), "data.skip"),
+  ("stop-float", _run_edit("data", "stop", 280.5), "data.stop"),
+  ("classes-float", _run_edit("data", "num_classes", 10.0), "data.num_classes"),
+  ("classes-2^40", _run_edit("data", "num_classes", 2**40), "data.num_classes"),
+  ("shape-float", _run_edit("data", "input_shape", [8, 8, 1.0]), "data.input_shape"),
+  ("shape-huge", _run_edit("data", "input_shape", [2**40, 2**40, 1]), "data.input_shape"),
+  ("seed-float", _run_edit("key", "seed", 0.5), "key.seed"),
+  ("fold-in-float", _run_edit("key", "fold_in", [1.5]), "key.fold_in"),
+  ("rec-idx-negative", _rec_edit(14, lambda r: {**r, "idx": -14}), "idx"),
+  ("rec-idx-huge", _rec_edit(14, lambda r: {**r, "idx": 10**20}), "idx"),
+  ("rec-idx-string", _rec_edit(14, lambda r: {**r, "idx": "14"}), "idx"),
+  ("counts-key-arabic", _rec_edit(14, _top(key=_arabic)), "14"),
+  ("counts-key-leading-zero", _rec_edit(14, _top(key=lambda k: "0" + k)), "14"),
+  ("counts-huge", _rec_edit(14, _top(value=10**30)), "14"),
+  ("counts-float", _rec_edit(14, _top(value=400.0)), "14"),
+  ("n-used-huge", _rec_edit(14, lambda r: {**r, "n": 10**30}), "14"),
+]
+
+
+@pytest.mark.parametrize("edit,names", [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+def test_malformed_fields_are_refused_in_one_line_naming_them(run40, tmp_path, capsys, edit, names):
+  f = copy_run(run40, tmp_path / "f.tsv")
+  edit(f)
+  rc = run_cli("verify", f)
+  out, err = capsys.readouterr()
+  assert rc in (1, 2), (rc, out, err)
+  assert not any(raw in out + err for raw in _RAW), out + err
+  if rc == 2:  # refused: one line, naming the file and the field
+    assert err.count("\n") == 1 and err.startswith("rsjax verify: error: "), err
+    assert "f.tsv" in err and names in err, err
+  else:  # a row that does not match: named
+    assert names in out, out
+
+
+@pytest.mark.parametrize("text", ["1_4", "\uff11\uff14", "\u0661\u0664", "+14", "014"])
+def test_an_idx_in_other_digits_is_refused(run40, tmp_path, text):
+  # int() reads each of these as 14; the file must say 14.
+  f = copy_run(run40, tmp_path / "f.tsv")
+  _tsv_edit(2, "idx", text)(f)
+  with pytest.raises(ValueError, match=r"line 4: idx must be .*ASCII"):
+    verify.verify(f)
+
+
+@pytest.mark.parametrize("value", [400.5, 400.0, "400", True])
+def test_a_sample_count_that_is_no_json_integer_is_refused(run40, tmp_path, value):
+  f = copy_run(run40, tmp_path / "f.tsv")
+  _run_edit("sampling", "n", value)(f)
+  with pytest.raises(verify.VerifyError, match=r"sampling\.n must be a JSON integer"):
+    verify.verify(f)
+
+
+def test_counts_under_a_class_in_other_digits_are_not_counted(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "f.tsv")
+  edit_record(f, 14, _top(key=_arabic))  # the top class in Arabic-Indic digits
+  rep = verify.verify(f)
+  assert not rep.ok and [m.idx for m in rep.mismatches] == [14], rep.mismatches
+
+
+def test_a_record_idx_beyond_any_dataset_is_refused(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "f.tsv")
+  edit_record(f, 14, lambda r: {**r, "idx": 10**20})
+  with pytest.raises(ValueError, match=r"cert\.jsonl.* line 3: idx"):
+    verify.verify(f)
+
+
+def test_time_must_be_finite(run40, tmp_path):
+  f = copy_run(run40, tmp_path / "f.tsv")
+  _tsv_edit(2, "time", "inf")(f)
+  with pytest.raises(ValueError, match="line 4: time must be"):
+    io.read_certify(f)
+
+
+def test_a_claim_of_ten_billion_rows_fails_fast_naming_the_bound(run40, tmp_path):
+  import time
+  import tracemalloc
+
+  from rsjax import limits
+
+  f = copy_run(run40, tmp_path / "f.tsv")
+  edit_run(f, lambda r: r["data"].update(size=10**10, stop=-1))
+  tracemalloc.start()
+  t0 = time.perf_counter()
+  try:
+    with pytest.raises(verify.VerifyError, match=rf"data\.size .*{limits.MAX_SIZE}"):
+      verify.verify(f)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  print(f"refused in {time.perf_counter() - t0:.4f} s, peak {peak} bytes")
+  assert peak < 1 << 20
+  # Within the size bound, more declared rows than any run certifies.
+  edit_run(f, lambda r: r["data"].update(size=limits.MAX_SIZE, stop=-1, skip=1))
+  with pytest.raises(verify.VerifyError, match=rf"declares .* rows .*{limits.MAX_ROWS}"):
+    verify.verify(f)
+
+
+def test_a_large_declared_range_is_counted_not_built(run40, tmp_path):
+  import tracemalloc
+
+  from rsjax import limits
+
+  f = copy_run(run40, tmp_path / "f.tsv")
+  edit_run(f, lambda r: r["data"].update(size=limits.MAX_ROWS, stop=-1, skip=1))
+  tracemalloc.start()
+  try:
+    rep = verify.verify(f)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert not rep.ok and rep.missing == limits.MAX_ROWS - 40
+  assert peak < 64 << 20, peak  # a set of 2^24 ints is over 500 MB
+
+
+def test_audit_and_analyze_name_a_malformed_field_in_one_line(model, run40, tmp_path, capsys):
+  f = copy_run(run40, tmp_path / "f.tsv")
+  _run_edit("sampling", "n", 400.5)(f)
+  assert run_cli("audit", f, "--model-dir", model) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "sampling.n must be a JSON integer" in err, err
+  assert run_cli("analyze", f) == 0  # the table, without the run's summary, and why
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith("rsjax analyze: warning: "), err
+  assert "sampling.n must be a JSON integer" in err, err
+  g = copy_run(run40, tmp_path / "g.tsv")
+  _tsv_edit(2, "idx", "\u0661\u0664")(g)
+  for argv in (("audit", g, "--model-dir", model), ("analyze", g)):
+    assert run_cli(*argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "line 4: idx must be" in err, err
+
+
+def test_budget_looks_never_take_the_ceiling_of_infinity():
+  from rsjax import checks
+
+  # A forged ratio of 1e308: n * ratio overflows to inf, whose ceiling raised OverflowError.
+  assert checks.budget_looks(400, 100, 1e308) == [100, 400]
+  assert checks.anytime_looks(400, 100, 1e308) == [100, 400]

@@ -104,7 +104,7 @@ def test_record_has_what_a_third_party_needs(models, honest):
     60,
     300,
   )
-  assert run.indices() == [0, 60, 120, 180, 240] and run.model.path == str(models[0])
+  assert list(run.indices()) == [0, 60, 120, 180, 240] and run.model.path == str(models[0])
   # Each field once: the record is the value's JSON, nothing else.
   raw = json.loads((honest.parent / (honest.name + ".run.json")).read_text())
   assert RunSpec.from_json(raw) == run and set(raw) == {

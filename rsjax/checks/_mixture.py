@@ -60,7 +60,7 @@ def anytime_looks(n_max: int, first: int, ratio: float) -> list[int]:
   out, n = [], min(int(first), int(n_max))
   while n < n_max:
     out.append(n)
-    n = max(n + 1, math.ceil(n * float(ratio)))
+    n = max(n + 1, math.ceil(min(n * float(ratio), n_max)))  # no ceil(inf)
   return out + [int(n_max)]
 
 

@@ -10,25 +10,29 @@ import numpy as np
 
 from rsjax.checks._formulas import binary_radius, budget_alphas, budget_looks, cp_lower, multiclass
 from rsjax.checks._mismatch import Mismatch, VerifyError
+from rsjax.limits import MAX_SAMPLES, class_key, shown
 
 if TYPE_CHECKING:
   from rsjax.io import CertifyResults
 
 
 def _is_count(v: object) -> bool:
-  return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+  """A JSON integer in ``0..rsjax.limits.MAX_SAMPLES`` (it fits the int64 arrays)."""
+  return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SAMPLES
 
 
 def dense(sparse: object, num_classes: int, out: np.ndarray | None = None) -> np.ndarray | None:
   """``{class: count}`` -> ``[C]`` int64 (into ``out`` if given), or None when a class is
-  out of range or a count is not a non-negative integer."""
+  not written in ASCII digits without leading zeros (``rsjax.limits.class_key``), is out of
+  range, or a count is not an integer in ``0..rsjax.limits.MAX_SAMPLES``."""
   out = np.zeros(num_classes, np.int64) if out is None else out
   if not isinstance(sparse, dict):
     return None
   for k, v in sparse.items():
-    if not (isinstance(k, str) and k.isdigit() and int(k) < num_classes and _is_count(v)):
+    c = class_key(k, num_classes)
+    if c is None or not _is_count(v):
       return None
-    out[int(k)] = v
+    out[c] = v
   return out
 
 
@@ -150,13 +154,13 @@ def read_rows(
       or dense(r["counts"], num_classes, c1s[j]) is None
     ):
       why[j] = (
-        f"recorded counts name a class outside 0..{num_classes - 1} or are not "
-        "non-negative integers"
+        f"recorded counts name a class outside 0..{num_classes - 1} (in ASCII digits) or "
+        f"are not integers in 0..{MAX_SAMPLES}"
       )
       continue
     used = r.get("n", n_max) if r.get("n") is not None else n_max
     if not _is_count(used):
-      why[j] = f"recorded samples {used!r} is not an integer"
+      why[j] = f"recorded samples {shown(used)} is not an integer in 0..{MAX_SAMPLES}"
       continue
     if levels is not None:
       if used not in levels:

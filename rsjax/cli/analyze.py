@@ -172,12 +172,17 @@ def _warn_if_inputs_differ(results: dict) -> None:
 
 
 def _read_run(path):
-  """The run of a result file (``rsjax.runspec.RunSpec``), or None (no record or an old one)."""
-  from rsjax.runspec import RunFormatError, RunSpec
+  """The run of a result file (``rsjax.runspec.RunSpec``), or None (no record or an old one;
+  a record that cannot be read is named in a one-line warning)."""
+  import warnings
+
+  from rsjax.runspec import RunFormatError, RunSpec, run_path
 
   try:
     return RunSpec.read(path)
-  except RunFormatError:
+  except RunFormatError as e:
+    if os.path.exists(run_path(path)):
+      warnings.warn(f"{e}; no run summary for {path}", stacklevel=2)
     return None
 
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Sequence
+
+from rsjax import limits
 
 CERTIFY_COLUMNS = ("idx", "label", "predict", "radius", "correct", "time")
 PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time")
 COLUMNS = {"certify": CERTIFY_COLUMNS, "predict": PREDICT_COLUMNS}
 
 _TIMEDELTA = re.compile(
-  r"^(?:(?P<days>-?\d+) days?, )?(?P<h>\d+):(?P<m>\d{1,2}):(?P<s>\d{1,2}(?:\.\d*)?)$"
+  r"^(?:(?P<days>-?\d{1,9}) days?, )?(?P<h>\d{1,9}):(?P<m>\d{1,2}):(?P<s>\d{1,2}(?:\.\d*)?)$",
+  re.ASCII,
 )
 
 
@@ -26,7 +28,8 @@ def parse_time(text: str) -> float:
     The time in seconds (float).
 
   Raises:
-    ValueError: if the text is neither form.
+    ValueError: if the text is neither form in ASCII digits, or not finite (``inf``, ``nan``,
+      ``1e999``).
   """
   text = text.strip()
   m = _TIMEDELTA.match(text)
@@ -34,9 +37,11 @@ def parse_time(text: str) -> float:
     days = int(m["days"]) if m["days"] else 0
     return days * 86400.0 + int(m["h"]) * 3600.0 + int(m["m"]) * 60.0 + float(m["s"])
   try:
-    return float(text)
+    return limits.float_text(text)
   except ValueError:
-    raise ValueError(f"time must be float seconds or H:MM:SS[.ffffff], got {text!r}") from None
+    raise ValueError(
+      f"time must be finite float seconds or H:MM:SS[.ffffff], got {limits.shown(text)}"
+    ) from None
 
 
 def check_kind(kind: str) -> tuple[str, ...]:
@@ -65,28 +70,27 @@ def check_header(names: Sequence[str], kind: str, path: str | os.PathLike) -> li
   return list(names[len(cols) :])
 
 
-def _int_field(text: str, lo: int) -> int:
-  v = int(text)
-  if v < lo:
-    raise ValueError
-  return v
+_ASCII = "(ASCII digits, no '+', no leading zeros)"
 
-
-def _radius_field(text: str) -> float:
-  v = float(text)
-  if not (math.isfinite(v) and v >= 0):
-    raise ValueError
-  return v
-
-
-# Check of each standard column: (parse, what a valid value is).
+# Check of each standard column: (parse, what a valid value is). Integers are ASCII digits
+# (``int()`` also reads ``"1_0"``, ``"+10"``, ``"010"`` and other scripts' digits) within
+# ``rsjax.limits``; numbers are ASCII decimals, finite.
 _FIELDS = {
-  "idx": (lambda t: _int_field(t, 0), "an integer >= 0"),
-  "label": (lambda t: _int_field(t, 0), "an integer >= 0"),
-  "predict": (lambda t: _int_field(t, -1), "an integer >= -1"),
-  "radius": (_radius_field, "a finite number >= 0"),
+  "idx": (
+    lambda t: limits.int_text(t, 0, limits.MAX_INDEX),
+    f"an integer in 0..{limits.MAX_INDEX} {_ASCII}",
+  ),
+  "label": (
+    lambda t: limits.int_text(t, 0, limits.MAX_CLASSES - 1),
+    f"an integer in 0..{limits.MAX_CLASSES - 1} {_ASCII}",
+  ),
+  "predict": (
+    lambda t: limits.int_text(t, -1, limits.MAX_CLASSES - 1),
+    f"an integer in -1..{limits.MAX_CLASSES - 1} {_ASCII}",
+  ),
+  "radius": (lambda t: limits.float_text(t, 0.0), "a finite number >= 0 in ASCII digits"),
   "correct": (lambda t: {"0": 0, "1": 1}[t], "0 or 1"),
-  "time": (parse_time, "seconds or H:MM:SS"),
+  "time": (parse_time, "finite seconds or H:MM:SS in ASCII digits"),
 }
 
 
@@ -113,7 +117,7 @@ def parse_rows(
         try:
           text = parse(text)
         except (ValueError, KeyError):
-          raise ValueError(f"{where}: {name} must be {valid}, got {text!r}") from None
+          raise ValueError(f"{where}: {name} must be {valid}, got {limits.shown(text)}") from None
       cols[name].append(text)
     idx = cols["idx"][-1]
     if idx in first_line:

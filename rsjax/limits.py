@@ -1,0 +1,232 @@
+"""Strict, bounded parsing of a run's files: the limits no honest run exceeds, and the
+readers of integers and numbers that refuse anything else in one line.
+
+Every integer read from text (a result file's ``idx``, ``label``, ``predict``, a count's
+class in ``.cert.jsonl``) is ASCII digits: no sign but a leading ``-``, no leading zeros, no
+underscores, no other script's digits (Python's ``int()`` reads ``"1_0"``, ``"١٠"`` and
+``"１０"`` as 10; rsjax and Cohen et al.'s scripts write none of them). Every integer of a
+run record is a JSON integer (not ``1000.0``, ``"1000"`` or ``true``), every number a finite
+JSON number. Sizes are bounded before anything is built from them:
+
+====================  ==================  ==============================================
+limit                 value               why
+====================  ==================  ==============================================
+:data:`MAX_SIZE`      2^31 - 1            inputs in a split (ImageNet's val: 50,000);
+                                          dataset indices fit int32
+:data:`MAX_ROWS`      2^24 (16,777,216)   declared rows of one run (all of ImageNet-21k:
+                                          14.2M); ``rsjax audit`` builds an array of them
+:data:`MAX_SAMPLES`   2^31 - 1            N0, N and any count: the engine counts in int32
+:data:`MAX_CLASSES`   2^16 (65,536)       classes (ImageNet-21k: 21,841); verify keeps
+                                          rows x classes counts
+:data:`MAX_INPUT`     2^31 - 1            values in one input (product of input_shape),
+                      in 1 to 8 dims      e.g. 3 x 224 x 224 = 150,528
+:data:`MAX_LOOKS`     10,000              looks of a budgeted schedule (the default:
+                                          a dozen)
+====================  ==================  ==============================================
+
+Standard library only: ``rsjax verify`` imports it without NumPy or JAX.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+  "FieldError",
+  "MAX_CLASSES",
+  "MAX_INDEX",
+  "MAX_INPUT",
+  "MAX_INPUT_DIMS",
+  "MAX_LOOKS",
+  "MAX_ROWS",
+  "MAX_SAMPLES",
+  "MAX_SIZE",
+  "check_run_record",
+  "class_key",
+  "float_text",
+  "int_text",
+  "json_int",
+  "json_number",
+  "shown",
+]
+
+MAX_SIZE = 2**31 - 1
+MAX_INDEX = MAX_SIZE - 1
+MAX_ROWS = 2**24
+MAX_SAMPLES = 2**31 - 1
+MAX_CLASSES = 2**16
+MAX_INPUT = 2**31 - 1
+MAX_INPUT_DIMS = 8
+MAX_LOOKS = 10_000
+#: ``jax.random.key`` takes a 64-bit seed; ``fold_in`` a 32-bit unsigned integer.
+SEED_RANGE = (-(2**63), 2**64 - 1)
+FOLD_IN_RANGE = (0, 2**32 - 1)
+
+# An integer as rsjax and Cohen et al. write it: ASCII, "0" or no leading zero, at most 19
+# digits (so that int() never sees a long string).
+_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,18})\Z", re.ASCII)
+# A decimal float as repr() and "{:.3}" write it: ASCII, no "inf"/"nan", no underscores.
+_FLOAT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?\Z", re.ASCII)
+# A class of a sparse count, {class: count}: as int_text, >= 0.
+_CLASS = re.compile(r"(?:0|[1-9][0-9]{0,8})\Z", re.ASCII)
+
+
+class FieldError(ValueError):
+  """A field that is not what its reader expects (the message names it)."""
+
+
+def shown(value: Any, width: int = 40) -> str:
+  """``value`` as its file shows it (JSON for records, ``repr`` for text), cut to ``width``."""
+  try:
+    text = repr(value) if isinstance(value, str) else json.dumps(value)
+  except (TypeError, ValueError):
+    text = repr(value)
+  return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def int_text(text: str, lo: int, hi: int) -> int:
+  """The integer ``text`` writes in ASCII digits (optionally ``-``, no leading zeros), in
+  ``[lo, hi]``.
+
+  Raises:
+    ValueError: anything else (the caller names the field).
+  """
+  if not _INT.match(text):
+    raise ValueError(text)
+  v = int(text)
+  if not lo <= v <= hi:
+    raise ValueError(text)
+  return v
+
+
+def float_text(text: str, lo: float = -math.inf) -> float:
+  """The finite number ``text`` writes in ASCII decimal notation, ``>= lo``.
+
+  Raises:
+    ValueError: anything else (``inf``, ``nan``, ``1e999``, other scripts' digits).
+  """
+  if not _FLOAT.match(text):
+    raise ValueError(text)
+  v = float(text)
+  if not (math.isfinite(v) and v >= lo):
+    raise ValueError(text)
+  return v
+
+
+def class_key(key: object, num_classes: int) -> int | None:
+  """The class of a sparse count's key (ASCII digits, below ``num_classes``), or None."""
+  if not (isinstance(key, str) and _CLASS.match(key)):
+    return None
+  c = int(key)
+  return c if c < num_classes else None
+
+
+def _is_int(value: object) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def json_int(value: object, name: str, lo: int, hi: int) -> int:
+  """``value`` if it is a JSON integer in ``[lo, hi]``.
+
+  Raises:
+    FieldError: naming ``name`` and what was expected.
+  """
+  if not (_is_int(value) and lo <= value <= hi):  # type: ignore[operator]
+    raise FieldError(f"{name} must be a JSON integer in [{lo}, {hi}], got {shown(value)}")
+  return int(value)  # type: ignore[call-overload]
+
+
+def json_number(
+  value: object, name: str, lo: float, hi: float = math.inf, *, open_lo: bool = True
+) -> float:
+  """``value`` if it is a finite JSON number above ``lo`` (``>= lo`` unless ``open_lo``)
+  and below ``hi``.
+
+  Raises:
+    FieldError: naming ``name`` and what was expected.
+  """
+  ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+  if ok:
+    ok = (value > lo if open_lo else value >= lo) and value < hi  # type: ignore[operator]
+  if not ok:
+    what = f"{'(' if open_lo else '['}{lo:g}, {hi:g})"
+    raise FieldError(f"{name} must be a finite JSON number in {what}, got {shown(value)}")
+  return float(value)  # type: ignore[arg-type]
+
+
+def _get(section: object, section_name: str, key: str) -> object:
+  if not isinstance(section, Mapping):
+    raise FieldError(f"{section_name} must be a JSON object, got {shown(section)}")
+  if key not in section:
+    raise FieldError(f"{section_name}.{key} is missing")
+  return section[key]
+
+
+def _count_looks(n_max: int, first: int, ratio: float) -> int:
+  """How many looks ``rsjax.checks.budget_looks`` makes, counting to :data:`MAX_LOOKS` + 1."""
+  count, n = 0, min(first, n_max)
+  while n < n_max and count <= MAX_LOOKS:
+    count += 1
+    n = max(n + 1, math.ceil(min(n * ratio, n_max)))
+  return count + 1
+
+
+def check_run_record(rec: Mapping) -> None:
+  """Checks the numbers of a run record (``rsjax.runspec.RunSpec.to_json``) before anything
+  is built from them: integers are JSON integers, numbers finite, sizes within the limits
+  (module docstring), the declared rows at most :data:`MAX_ROWS`.
+
+  Raises:
+    FieldError: naming the first field that is not what it should be.
+  """
+  d = rec.get("data")
+  size = json_int(_get(d, "data", "size"), "data.size", 0, MAX_SIZE)
+  start = json_int(_get(d, "data", "start"), "data.start", 0, MAX_SIZE)
+  stop = json_int(_get(d, "data", "stop"), "data.stop", -1, MAX_SIZE)
+  skip = json_int(_get(d, "data", "skip"), "data.skip", 1, MAX_SIZE)
+  json_int(_get(d, "data", "num_classes"), "data.num_classes", 1, MAX_CLASSES)
+  shape = _get(d, "data", "input_shape")
+  if not (isinstance(shape, list) and 1 <= len(shape) <= MAX_INPUT_DIMS):
+    raise FieldError(
+      f"data.input_shape must be a list of 1 to {MAX_INPUT_DIMS} JSON integers, got {shown(shape)}"
+    )
+  total = 1
+  for i, v in enumerate(shape):
+    total *= json_int(v, f"data.input_shape[{i}]", 1, MAX_INPUT)
+  if total > MAX_INPUT:
+    raise FieldError(f"data.input_shape {shown(shape)} has {total} values, more than {MAX_INPUT}")
+  rows = len(range(start, size if stop < 0 else min(size, stop), skip))
+  if rows > MAX_ROWS:
+    raise FieldError(
+      f"data declares {rows} rows (start {start}, stop {stop}, skip {skip} of size {size}), "
+      f"more than the {MAX_ROWS} rows a run may declare"
+    )
+  s = rec.get("sampling")
+  n_max = json_int(_get(s, "sampling", "n"), "sampling.n", 1, MAX_SAMPLES)
+  json_int(_get(s, "sampling", "n0"), "sampling.n0", 1, MAX_SAMPLES)
+  json_number(_get(s, "sampling", "alpha"), "sampling.alpha", 0.0, 1.0)
+  json_number(_get(rec.get("sigma"), "sigma", "value"), "sigma.value", 0.0)
+  k = rec.get("key")
+  json_int(_get(k, "key", "seed"), "key.seed", *SEED_RANGE)
+  fold_in = k.get("fold_in", []) if isinstance(k, Mapping) else []
+  if not isinstance(fold_in, list):
+    raise FieldError(f"key.fold_in must be a list of JSON integers, got {shown(fold_in)}")
+  for i, v in enumerate(fold_in):
+    json_int(v, f"key.fold_in[{i}]", *FOLD_IN_RANGE)
+  mt = rec.get("method")
+  details = mt.get("details") if isinstance(mt, Mapping) else None
+  budget = details.get("budget") if isinstance(details, Mapping) else None
+  if isinstance(budget, Mapping) and ("first" in budget or "ratio" in budget):
+    # Their ranges are the method checks' (a mismatch); here: numbers, and few enough looks.
+    first = json_int(budget.get("first"), "method.details.budget.first", -MAX_SAMPLES, MAX_SAMPLES)
+    ratio = json_number(budget.get("ratio"), "method.details.budget.ratio", -math.inf)
+    looks = _count_looks(n_max, first, ratio)
+    if looks > MAX_LOOKS:
+      raise FieldError(
+        f"method.details.budget: first {first}, ratio {ratio!r} and N {n_max} make more "
+        f"than {MAX_LOOKS} looks"
+      )
