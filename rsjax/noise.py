@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from rsjax import grid_draw, lattice, stats
+from rsjax import checks, grid_draw, lattice, stats
 
 __all__ = [
   "standard_normal",
@@ -69,6 +69,8 @@ class Noise:
   lattice: ClassVar[bool] = False
   #: What the radius certifies, when more precise than "every x' within it" (guarantee texts).
   certifies: ClassVar[str] = ""
+  #: Relative margin by which the engine rounds the Clopper-Pearson bound down (0: as computed).
+  p_lower_margin: ClassVar[float] = 0.0
 
   def sample(
     self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
@@ -333,6 +335,8 @@ class Gaussian8bit(Noise):
   sigma: float | None = None
 
   lattice: ClassVar[bool] = True
+  # The certificate is rounded down, below its exact value (rsjax.checks.P_LOWER_MARGIN).
+  p_lower_margin: ClassVar[float] = checks.P_LOWER_MARGIN
   certifies: ClassVar[str] = (
     "; sound in floating point (Voracek and Hein 2023): certifies every 8-bit image x' "
     "(values m/255) with ||x' - x||_2 < R, for the network as it runs on float32(m/255); "
@@ -386,7 +390,8 @@ class Gaussian8bit(Noise):
     return xn, ok
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
-    return stats.gaussian_radius(p_lower, sigma)
+    """``sigma Phi^-1(p_lower)`` rounded down, below its exact value (``RADIUS_MARGIN``)."""
+    return checks.round_down(stats.gaussian_radius(p_lower, sigma), checks.RADIUS_MARGIN)
 
   def scale_from_std(self, std: float) -> float:
     return std

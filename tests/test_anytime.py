@@ -17,10 +17,11 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+import scipy.stats
 
 import rsjax
 from rsjax import checks, noise
-from rsjax.engine import anytime
+from rsjax.engine import anytime, anytime_table
 from rsjax.engine import budget as budgeted
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -212,3 +213,64 @@ def test_argument_errors():
       0, apply_fn, w, np.zeros((2, 16), np.float32), sigma=1.0, num_classes=2,
       budget=anytime.Anytime(grid=GRID), multiclass=True,
     )  # fmt: skip
+
+
+def test_mixture_crossing_is_within_its_share_at_every_p_below_each_threshold():
+  """The shipped setting (grid 0 to 1.5 by 0.25, sigma 0.25, N 100,000, alpha 0.001, the
+  rule's defaults: share 0.6, agree weight 1/2, looks at ratio 1.01): for every level ``j``
+  and every ``p_A <= m_j``, the probability that level ``j``'s mixture test ever crosses,
+  run to ``N`` over every look without stopping, is at most the mixture's share of alpha.
+
+  That event contains every way the rule can report level ``j`` by the mixture (the level
+  needs its own test to reject at the look it stops at, and stopping only removes looks),
+  so it bounds the mixture's part of the error at every ``p_A``, not only at ``p_A = m_j``
+  where ``exact_error`` computes it. Checking ``p = m_j`` suffices, by monotonicity:
+  couple every ``p`` on one path of uniforms ``U_1, U_2, ...`` with sample ``t`` a success
+  when ``U_t < p``. For ``p <= p'`` every count ``S(n) = #{t <= n: U_t < p}`` is at most
+  its count at ``p'``, and the crossing event ``{exists k: S(n_k) >= c(n_k)}`` is an
+  up-set (a larger count at every look crosses whenever a smaller one does), so the event
+  at ``p`` is contained in the event at ``p'`` on every path: ``P_p(cross) <=
+  P_p'(cross)``. The recursion (``anytime_table.crossing_probability``, with the mass it
+  leaves outside its windows counted as crossed) checks it numerically on 20 ``p`` per
+  level, from ``m_j / 2`` to ``m_j`` itself: each within the share, and nondecreasing up
+  to the float64 FFT noise (about 1e-14).
+  """
+  grid = tuple(float(r) for r in np.arange(0, 1.51, 0.25))
+  rule = anytime.Anytime(grid=grid)
+  alpha, n_max = 0.001, 100_000
+  table = anytime.anytime_decisions(rule, n_max=n_max, alpha=alpha, scales=[0.25])
+  a_mix = checks.split_alpha(alpha, rule.mixture_share)[0]
+  assert len(table.looks) == 654 and a_mix == pytest.approx(0.6 * alpha, rel=1e-15)
+  reach = [j for j in range(len(rule.grid)) if np.any(table.c[0, j] <= table.looks)]
+  assert reach == [0, 1, 2, 3]  # no count ever crosses the levels above: probability 0
+  u = np.geomspace(1e-9, 0.5, 18)[::-1]
+  ps = np.stack([np.r_[m * (1 - u), np.nextafter(m, 0.0), m] for m in table.m[0, reach]])
+  c = np.repeat(table.c[0, reach], ps.shape[1], axis=0)
+  crossed, outside = anytime_table.crossing_probability(table.looks, c, ps.reshape(-1))
+  crossed, outside = crossed.reshape(ps.shape), outside.reshape(ps.shape)
+  assert np.all(crossed + outside <= a_mix) and outside.max() < 1e-12
+  assert np.all(np.diff(crossed, axis=1) >= -1e-13)
+  # 0.068, 0.152, 0.540, 0.525 alpha at the thresholds (0.6 alpha allowed): stopping and
+  # Clopper-Pearson's part bring the rule's whole error at level 3 to 0.86 alpha.
+  np.testing.assert_allclose(crossed[:, -1] / alpha, [0.0677, 0.1520, 0.5402, 0.5249], atol=2e-4)
+
+
+@pytest.mark.parametrize(("sigma", "n_max", "weight"), [(0.5, 2000, 0.5), (0.25, 5000, 0.0)])
+def test_crossing_probability_against_the_full_recursion(sigma, n_max, weight):
+  # The windowed recursion equals the recursion over every count, and bounds the mixture
+  # part of the rule's exact error at the threshold (stopping only removes looks).
+  rule = anytime.Anytime(grid=GRID, agree_weight=weight)
+  table = anytime.anytime_decisions(rule, n_max=n_max, alpha=0.05, scales=[sigma])
+  for j in range(len(GRID)):
+    m, c = float(table.m[0, j]), table.c[0, j]
+    if not m < 1.0:
+      continue
+    dist, n, full = np.ones(1), 0, 0.0
+    for n_k, c_k in zip(table.looks.tolist(), c.tolist(), strict=True):
+      dist = np.convolve(dist, scipy.stats.binom.pmf(np.arange(n_k - n + 1), n_k - n, m))
+      n = n_k
+      full += dist[c_k:].sum()
+      dist[c_k:] = 0.0
+    got, outside = anytime_table.crossing_probability(table.looks, c, [m])
+    assert abs(got[0] - full) < 1e-12 and outside[0] < 1e-10, (j, got, full, outside)
+    assert got[0] + 1e-12 >= anytime.exact_error(table, j)[0]

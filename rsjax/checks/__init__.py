@@ -22,12 +22,17 @@ from rsjax.checks._claims import Claim as Claim
 from rsjax.checks._claims import alpha_refusal as alpha_refusal
 from rsjax.checks._claims import every_claim as every_claim
 from rsjax.checks._claims import refusal as refusal
+from rsjax.checks._formulas import P_LOWER_MARGIN as P_LOWER_MARGIN
+from rsjax.checks._formulas import RADIUS_MARGIN as RADIUS_MARGIN
 from rsjax.checks._formulas import binary_radius as binary_radius
 from rsjax.checks._formulas import budget_alphas as budget_alphas
 from rsjax.checks._formulas import budget_looks as budget_looks
 from rsjax.checks._formulas import cp_lower as cp_lower
 from rsjax.checks._formulas import cp_upper as cp_upper
+from rsjax.checks._formulas import directed as directed
 from rsjax.checks._formulas import multiclass as multiclass
+from rsjax.checks._formulas import round_down as round_down
+from rsjax.checks._formulas import split_alpha as split_alpha
 from rsjax.checks._mismatch import Mismatch as Mismatch
 from rsjax.checks._mismatch import VerifyError as VerifyError
 from rsjax.checks._mixture import anytime_looks as anytime_looks

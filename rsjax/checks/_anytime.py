@@ -7,7 +7,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rsjax.checks._formulas import binary_radius, cp_lower
+from rsjax.checks._formulas import (
+  P_LOWER_MARGIN,
+  binary_radius,
+  cp_lower,
+  directed,
+  round_down,
+  split_alpha,
+)
 from rsjax.checks._mismatch import Mismatch
 from rsjax.checks._mixture import anytime_looks, level_probability, mixture_thresholds, nested_level
 from rsjax.checks._rows import Rows
@@ -57,7 +64,7 @@ def anytime_levels(
   ):
     issues.append(Mismatch(-1, f"anytime schedule first {first!r}, ratio {ratio!r} is not one"))
     return None
-  cp_alpha = alpha - alpha * mixture_share(b)
+  cp_alpha = split_alpha(alpha, mixture_share(b))[1]
   return {n: cp_alpha for n in anytime_looks(n_max, first, float(ratio))}
 
 
@@ -89,7 +96,7 @@ def _tables(cert: dict, scale: float) -> tuple[list[int], np.ndarray, np.ndarray
       for r in grid
     ]
   )
-  a_mix = alpha * mixture_share(b)
+  a_mix = split_alpha(alpha, mixture_share(b))[0]
   w = agree_weight(b)
   c = np.stack([mixture_thresholds(m, a_mix, looks, w) for m in ms], axis=1)  # [K, L]
   return looks, ms, c, a_mix
@@ -129,7 +136,10 @@ def anytime_certificate(
   lvl = nested_level(rows.n_a, c[at])
   p = np.where(lvl >= 0, ms[np.maximum(lvl, 0)], 0.0)
   final = rows.n == n_max
-  p = np.where(final, np.maximum(p, cp_lower(rows.n_a, rows.n, alpha - a_mix)), p)
+  cp = cp_lower(rows.n_a, rows.n, split_alpha(alpha, mixture_share(cert["budget"]))[1])
+  if directed(cert.get("noise", {})):  # rounded down as the engine does (P_LOWER_MARGIN)
+    cp = round_down(cp, P_LOWER_MARGIN)
+  p = np.where(final, np.maximum(p, cp), p)
   ok = p >= 0.5
   radius = np.where(ok, binary_radius(p, scale, cert["noise"], dim), 0.0)
   return np.where(ok, rows.guess, -1), radius, p

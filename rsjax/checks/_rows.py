@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rsjax.checks._formulas import binary_radius, budget_alphas, budget_looks, cp_lower, multiclass
+from rsjax.checks._formulas import (
+  P_LOWER_MARGIN,
+  binary_radius,
+  budget_alphas,
+  budget_looks,
+  cp_lower,
+  directed,
+  multiclass,
+  round_down,
+)
 from rsjax.checks._mismatch import Mismatch, VerifyError
 from rsjax.limits import MAX_SAMPLES, class_key, shown
 
@@ -278,6 +287,8 @@ def cohen_certificate(
     p = cp_lower(rows.n_a, rows.n, rows.alpha / 2)
   else:
     p = cp_lower(rows.n_a, rows.n, rows.alpha)
+    if directed(cert.get("noise", {})):  # rounded down as the engine does (P_LOWER_MARGIN)
+      p = round_down(p, P_LOWER_MARGIN)
     ok = p >= 0.5
     radius = np.where(
       ok, binary_radius(p, scale, cert["noise"], int(np.prod(cert["input_shape"]))), 0.0

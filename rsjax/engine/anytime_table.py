@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Protocol
 
 import numpy as np
@@ -23,13 +24,20 @@ from scipy import signal
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.checks import level_probability, mixture_thresholds, nested_level
+from rsjax.checks import (
+  level_probability,
+  mixture_thresholds,
+  nested_level,
+  round_down,
+  split_alpha,
+)
 from rsjax.engine.rounds import CountFn
 
 __all__ = [
   "Decisions",
   "anytime_decisions",
   "cp_count",
+  "crossing_probability",
   "exact_error",
   "level_table",
   "run_decisions",
@@ -92,6 +100,8 @@ class Decisions:
     cp_alpha: level of the Clopper-Pearson look at ``n_max`` (the rest of
       ``alpha`` after the mixture's share).
     z_stop: upper ``stop_alpha`` normal quantile of the stopping rule.
+    cp_margin: relative margin by which the Clopper-Pearson bound is rounded down
+      (the noise's ``p_lower_margin``: 0 but for the sound 8-bit noise).
   """
 
   looks: np.ndarray
@@ -100,6 +110,7 @@ class Decisions:
   need: np.ndarray
   cp_alpha: float
   z_stop: float
+  cp_margin: float = 0.0
 
   def level(self, successes: ArrayLike, k: int, scale_index: ArrayLike = 0) -> np.ndarray:
     """``[m]`` int64 mixture level at look ``k`` (-1: none), Clopper-Pearson aside.
@@ -136,7 +147,8 @@ class Decisions:
     lvl = self.level(s_a, k, u_a)
     m_a = np.where(lvl >= 0, self.m[u_a, np.maximum(lvl, 0)], 0.0)
     if k + 1 == len(self.looks):
-      m_a = np.maximum(m_a, stats.clopper_pearson_lower(s_a, n_k, self.cp_alpha))
+      cp = round_down(stats.clopper_pearson_lower(s_a, n_k, self.cp_alpha), self.cp_margin)
+      m_a = np.maximum(m_a, cp)
       level = np.sum(self.m[u_a] <= m_a[:, None], axis=1).astype(np.int64) - 1
       return level, m_a, np.ones(len(s_a), bool)
     # Predicted count at n_max: p_A estimated from the count so far, the spread of the
@@ -176,8 +188,7 @@ def anytime_decisions(
   uniq = np.asarray(scales, np.float64).reshape(-1)
   ms = np.stack([level_table(budget.grid, noise, float(s), dim) for s in uniq])  # [U, L]
   # c[u, j, k]: threshold of level j at look k for noise scale u.
-  a_mix = alpha * float(budget.mixture_share)
-  cp_alpha = alpha - a_mix
+  a_mix, cp_alpha = split_alpha(alpha, float(budget.mixture_share))  # exact sum <= alpha
   w = float(budget.agree_weight)
   c = np.stack([np.stack([mixture_thresholds(m, a_mix, lk, w) for m in row]) for row in ms])
   need = np.minimum(
@@ -185,7 +196,8 @@ def anytime_decisions(
     np.stack([[cp_count(m, n_max, cp_alpha) for m in row] for row in ms]),
   )
   z_stop = float(scipy.stats.norm.isf(budget.stop_alpha))
-  return Decisions(looks=looks, m=ms, c=c, need=need, cp_alpha=cp_alpha, z_stop=z_stop)
+  return Decisions(looks=looks, m=ms, c=c, need=need, cp_alpha=cp_alpha, z_stop=z_stop,
+                   cp_margin=noise.p_lower_margin)  # fmt: skip
 
 
 def run_decisions(
@@ -257,3 +269,66 @@ def exact_error(table: Decisions, j: int, scale_index: int = 0) -> tuple[float, 
     cp += float(dist[wrong & ~by_mixture].sum())
     dist = np.where(stop, 0.0, dist)
   return mix, cp
+
+
+def crossing_probability(
+  looks: ArrayLike, thresholds: ArrayLike, ps: ArrayLike, *, width: float = 12.0
+) -> tuple[np.ndarray, np.ndarray]:
+  """``P_p(exists k: S(n_k) >= thresholds[k])`` for i.i.d. Bernoulli(``p``) samples, each ``p``.
+
+  One level's test run to ``n_max`` over every look, without stopping (the event
+  that bounds the rule's mixture error at that level, whatever it stops on). A
+  forward recursion over the count distribution of the paths not yet crossed,
+  all ``ps`` at once, each on a window of ``width`` standard deviations (and ``2 width`` counts) either side of
+  its mean (float64 FFT convolutions, clipped at 0). What leaves the windows is
+  not dropped silently: its mass is returned, and ``crossed + outside`` is an
+  upper bound of the probability.
+
+  Args:
+    looks: ``[K]`` increasing sample counts.
+    thresholds: ``[K]`` crossing counts (``> n_k``: no crossing at look ``k``), or
+      ``[P, K]``: one row per ``p``.
+    ps: ``[P]`` success probabilities in ``[0, 1]``.
+    width: half-width of the windows in standard deviations.
+
+  Returns:
+    ``(crossed [P], outside [P])`` float64.
+  """
+  looks = np.asarray(looks, np.int64)
+  ps = np.asarray(ps, np.float64).reshape(-1)
+  c = np.broadcast_to(np.asarray(thresholds, np.int64), (len(ps), len(looks)))
+  v = float(np.max(ps * (1.0 - ps)))
+  rows = np.arange(len(ps))[:, None]
+
+  def window(n: int) -> tuple[np.ndarray, int]:  # start [P] and width of the window at n trials
+    h = math.ceil(width * math.sqrt(n * v) + 2 * width)  # the 2 width: skewed tails near 0, 1
+    return np.clip(np.round(n * ps).astype(np.int64) - h, 0, None), 2 * h + 1
+
+  dist, lo = np.ones((len(ps), 1)), np.zeros(len(ps), np.int64)  # counts lo .. lo + width - 1
+  crossed, outside = np.zeros(len(ps)), np.zeros(len(ps))
+  n = 0
+  for n_k, c_k in zip(looks.tolist(), c.T, strict=True):
+    d = n_k - n
+    s_lo, s_w = window(d)
+    j = np.minimum(s_lo[:, None] + np.arange(s_w), d + 1)  # d + 1: pmf 0
+    step = scipy.stats.binom.pmf(j, d, ps[:, None])
+    # The step's mass outside its window, times the mass it would have moved.
+    cut = scipy.stats.binom.cdf(s_lo - 1, d, ps) + scipy.stats.binom.sf(s_lo + s_w - 1, d, ps)
+    outside += cut * dist.sum(axis=1)
+    if dist.shape[1] * s_w > 2_000:
+      dist = np.clip(signal.fftconvolve(dist, step, axes=1), 0.0, None)
+    else:
+      dist = np.stack([np.convolve(a, b) for a, b in zip(dist, step, strict=True)])
+    lo, n = lo + s_lo, n_k
+    count = lo[:, None] + np.arange(dist.shape[1])
+    over = count >= c_k[:, None]
+    crossed += np.where(over, dist, 0.0).sum(axis=1)
+    dist = np.where(over, 0.0, dist)
+    # Re-window around the new mean; the mass left out is counted in ``outside``.
+    new_lo, w = window(n)
+    idx = new_lo[:, None] - lo[:, None] + np.arange(w)
+    ok = (idx >= 0) & (idx < dist.shape[1])
+    kept = np.where(ok, dist[rows, np.clip(idx, 0, dist.shape[1] - 1)], 0.0)
+    outside += np.maximum(dist.sum(axis=1) - kept.sum(axis=1), 0.0)
+    dist, lo = kept, new_lo
+  return crossed, outside

@@ -86,6 +86,7 @@ from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
+from rsjax.checks import budget_alphas, round_down
 from rsjax.engine.cohen_rule import CohenRule
 from rsjax.engine.counts import resolve_counts
 from rsjax.engine.driver import (
@@ -174,14 +175,13 @@ class Budget:
     The last look gets ``final_share * alpha`` and the ``K - 1`` earlier ones
     ``(1 - final_share) * alpha / (K - 1)`` each (all of ``alpha`` when ``K = 1``).
     By the union bound the probability that *any* look's lower bound exceeds
-    ``p_A`` is at most the sum, ``alpha`` (module docstring).
+    ``p_A`` is at most the sum, ``alpha`` (module docstring): the exact sum of the
+    float levels, the early ones stepped down an ulp where it would exceed ``alpha``
+    (``rsjax.checks.budget_alphas``, which ``rsjax verify`` recomputes).
     """
     alpha = stats.check_alpha(alpha)
     k = len(self.looks(n_max))
-    if k == 1:
-      return np.asarray([alpha])
-    early = (1.0 - float(self.final_share)) * alpha / (k - 1)
-    return np.asarray([early] * (k - 1) + [float(self.final_share) * alpha])
+    return np.asarray(budget_alphas(alpha, k, float(self.final_share)), np.float64)
 
   def run(
     self, key: jax.Array, counts: CountsFn, rule: RuleFn, settings: Sampling
@@ -315,7 +315,7 @@ def sequential_bounds(
     successes[active] += np.asarray(count_fn(active, start, int(n_k)), np.int64)
     samples[active] = n_k
     s_a = successes[active]
-    lb = stats.clopper_pearson_lower(s_a, n_k, a_k)
+    lb = round_down(stats.clopper_pearson_lower(s_a, n_k, a_k), noise.p_lower_margin)
     level = functools.partial(
       grid_level, grid=budget.grid, noise=noise, scale=scale[active], dim=dim
     )
