@@ -31,8 +31,11 @@ escapes ``r`` drawn rows with probability ``C(M - k, r) / C(M, r)``
 every row. Any forgery of what the counts are drawn with (sigma, noise,
 method and its options, input shape, key, precision) changes every row's counts,
 so one drawn row catches it. Settings that change only the bound (alpha, the
-multiclass radius) change no count: a record claiming another alpha is an
-honest claim at that alpha, checked by ``verify`` and printed by ``analyze``.
+multiclass radius, the declared range) are part of the claim whose digest the
+run's key folds in (``rsjax-run/3``), so editing them after the draw changes
+every row's counts too. An ``rsjax-run/2`` record, whose key binds no claim,
+fails the audit (its ``verify`` check). The seed is the run's choice: a run
+certified again with other seeds and the best one kept is not detected.
 
 There are no statistical tests of the noise: they would test the auditor's
 own noise generator, not the run's (a run's noise is never stored), so they

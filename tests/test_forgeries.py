@@ -565,10 +565,54 @@ def test_an_unbound_record_still_verifies_and_says_so(run40, tmp_path):
     r["key"].pop("claim")
 
   edit_run(f, unbound, restate_claim=False)
-  rep = verify.verify(f)
+  rep = verify.verify(f, accept_unbound=True)
   assert rep.ok and "not checked: that the claim was fixed before the noise was drawn" in (
     rep.summary()
   )
+
+
+def test_a_bound_run_downgraded_to_an_unbound_record_is_not_verified(model, run40, tmp_path):
+  """Found by the red team: a /3 record rewritten as /2 with its claim digest moved into
+  key.fold_in draws the same noise, so its alpha could be raised after the draw. Unbound
+  records are refused unless accepted knowingly, and fail the audit."""
+  from rsjax import runspec
+
+  f = copy_run(run40, tmp_path / "d.tsv")
+
+  def downgrade(r):
+    r["format"] = runspec.UNBOUND_FORMAT
+    r["key"]["derivation"] = runspec.UNBOUND_KEY_DERIVATION
+    r["key"]["fold_in"].append(r["key"].pop("claim"))
+    r["sampling"]["alpha"] = 0.5
+
+  edit_run(f, downgrade, restate_claim=False)
+  reradius(f)
+  rep = verify.verify(f)
+  assert not rep.ok and "does not bind its claim" in rep.mismatches[0].reason
+  assert run_cli("verify", f) == 1
+  assert not audit.audit(f, model_dir=model, rows=1).ok
+  assert verify.verify(f, accept_unbound=True).ok  # knowingly: the report says not bound
+
+
+def test_an_anytime_record_without_its_thresholds_digest_is_a_mismatch(model, tmp_path):
+  f = certify(
+    model,
+    tmp_path / "a.tsv",
+    "--grid",
+    "0,0.25,0.5",
+    "--budget-rule",
+    "anytime",
+    "--N",
+    "2000",
+    "--max",
+    "20",
+    "--skip",
+    "10",
+  )
+  assert verify.verify(f).ok
+  edit_run(f, lambda r: r["method"]["details"]["budget"].pop("thresholds") and None)
+  rep = verify.verify(f)
+  assert not rep.ok and "thresholds digest" in rep.mismatches[0].reason
 
 
 # ----------------------------------------------------------------------------- found by red-teaming

@@ -26,6 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     "--show", type=flags.nonneg_int, default=20, help="rows that do not match to print"
   )
   p.add_argument(
+    "--accept-unbound",
+    action="store_true",
+    help="verify rsjax-run/2 records, whose key does not bind the claim (alpha, multiclass, "
+    "declared range may have been chosen after the draw); refused by default",
+  )
+  p.add_argument(
     "--data-dir",
     default=None,
     help="TFDS data_dir of a ddrs run's dataset (its memory step is replayed from "
@@ -40,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
   status = 0
   for path in args.files:
     try:
-      report = verify.verify(path, data_dir=args.data_dir)
+      report = verify.verify(path, data_dir=args.data_dir, accept_unbound=args.accept_unbound)
     except (verify.VerifyError, ValueError) as e:
       raise CliError(str(e)) from None
     for m in report.mismatches[: args.show]:

@@ -44,6 +44,7 @@ from rsjax.method import Method
 from rsjax.verify._columns import check_generic, unverified_columns
 from rsjax.verify._report import VerifyReport
 from rsjax.verify._run import (
+  NOT_BOUND,
   UNBOUND,
   certificate_view,
   check_against_dataset,
@@ -95,6 +96,7 @@ def verify(
   inputs: Callable[[np.ndarray], np.ndarray] | None = None,
   data_dir: str | None = None,
   dataset: Dataset | None = None,
+  accept_unbound: bool = False,
 ) -> VerifyReport:
   """Recomputes every prediction and radius of a certify result file from its record.
 
@@ -110,6 +112,10 @@ def verify(
     data_dir: TFDS ``data_dir`` of the run's dataset, if it needs one.
     dataset: the run's dataset split, already loaded (``rsjax audit`` has it);
       by default it is loaded by the run's name and split.
+    accept_unbound: verify an ``rsjax-run/2`` record, whose key does not bind its
+      claim. Off by default: any ``rsjax-run/3`` run can be rewritten as one with the
+      same key (its claim digest moved into ``key.fold_in``), after which alpha, the
+      multiclass radius and the declared range could be chosen after the draw.
 
   Returns:
     A :class:`VerifyReport`; ``report.ok`` when the run is complete and every
@@ -150,7 +156,11 @@ def verify(
         f"{run.method}'s memory depends on",
       )
     )
-  unchecked = [] if run.claim_bound else [UNBOUND]
+  unchecked = []
+  if not run.claim_bound:
+    if not accept_unbound:
+      issues.append(Mismatch(-1, NOT_BOUND))
+    unchecked.append(UNBOUND)
   ds, why = (dataset, None) if dataset is not None else load_dataset(run, data_dir)
   if ds is None:
     unchecked.append(f"labels and inputs against the dataset ({why})")

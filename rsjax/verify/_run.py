@@ -23,6 +23,15 @@ UNBOUND = (
 )
 
 
+#: Why an unbound record is not verified unless asked (``accept_unbound``).
+NOT_BOUND = (
+  "an rsjax-run/2 record: its key does not bind its claim, and any rsjax-run/3 run can be "
+  "rewritten as one with the same noise, so alpha, the multiclass radius and the declared "
+  "range may have been chosen after the draw; certify it again with this rsjax, or accept "
+  "it knowingly (rsjax verify --accept-unbound)"
+)
+
+
 def certificate_view(run: RunSpec) -> dict:
   """What the method checkers read of a run (``rsjax.runspec.RunSpec``), in one dict.
 
@@ -33,6 +42,7 @@ def certificate_view(run: RunSpec) -> dict:
   s = run.sampling
   out = {
     "path": run.out,
+    "bound": run.claim_bound,
     "unchecked": [],
     "method": run.method,
     "settings": dict(run.options),
