@@ -26,6 +26,11 @@ and read back with ``load_model`` (``_directory``)::
                                                "input_shape": [28, 28, 1]})
   model, config = rsjax.models.load_model("model_dir")
 
+Two opt-in inference transforms return a new model computing the same function up to
+rounding: ``fold_batch_norm`` (``_fold``: eval-mode batch norm folded into the convolutions)
+and ``pack_narrow_stage`` (``_pack``: a CIFAR ResNet's 16-channel stage run on 2 or 4
+samples packed in the channel axis, ``PackedResNet``).
+
 Deep equilibrium models (``create_model("deq")``, ``"mdeq"``) and their fixed-point
 solvers are here too:
 
