@@ -64,7 +64,7 @@ def _walk(jaxpr, multiplier: int = 1) -> tuple[int, int]:
   return flops, elements
 
 
-def op_costs(apply_fn, params, input_shape, dtype=jnp.float32) -> tuple[int, int]:
+def op_costs(apply_fn, params, input_shape, dtype=jnp.float32, batch: int = 1) -> tuple[int, int]:
   """``(matmul FLOPs, output elements)`` of matmuls and convolutions, for one sample.
 
   Args:
@@ -72,17 +72,20 @@ def op_costs(apply_fn, params, input_shape, dtype=jnp.float32) -> tuple[int, int
     params: its parameters (arrays or ``jax.ShapeDtypeStruct``).
     input_shape: the shape of one input (no batch axis).
     dtype: the input dtype to trace with.
+    batch: the batch traced, the costs divided by it (a model packed by ``g``,
+      ``rsjax.models.pack_narrow_stage``, pads a batch to a multiple of ``g``: trace ``g``).
   """
-  x = jax.ShapeDtypeStruct((1,) + tuple(input_shape), dtype)
+  x = jax.ShapeDtypeStruct((int(batch),) + tuple(input_shape), dtype)
   closed = jax.make_jaxpr(apply_fn)(params, x)
-  return _walk(closed.jaxpr)
+  flops, elements = _walk(closed.jaxpr)
+  return flops // int(batch), elements // int(batch)
 
 
-def matmul_flops(apply_fn, params, input_shape) -> float:
+def matmul_flops(apply_fn, params, input_shape, batch: int = 1) -> float:
   """FLOPs of one forward pass of one sample: 2 x MACs of its matmuls and convolutions."""
-  return float(op_costs(apply_fn, params, input_shape)[0])
+  return float(op_costs(apply_fn, params, input_shape, batch=batch)[0])
 
 
-def activation_elements(apply_fn, params, input_shape) -> int:
+def activation_elements(apply_fn, params, input_shape, batch: int = 1) -> int:
   """Output elements of the convolutions and dense layers of one forward pass (one sample)."""
-  return int(op_costs(apply_fn, params, input_shape)[1])
+  return int(op_costs(apply_fn, params, input_shape, batch=batch)[1])

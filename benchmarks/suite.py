@@ -86,6 +86,7 @@ class RowModel:
   batch_size: int
   precision: str  # rsjax's declared precision (``rsjax.precision``)
   seed: int
+  pack: int = 1  # samples per packed row of the narrow stage (1: not packed)
 
   def certify(self, x: np.ndarray, ids, *, n0: int, num: int, **options: Any):
     """``rsjax.certify`` of ``x`` ``[b, *input_shape]`` at the suite's sigma and alpha."""
@@ -107,20 +108,36 @@ class RowModel:
 
 
 def row_model(
-  name: str, precision: str, *, num: int, batch_size, seed: int = 0, fold_bn: bool = False
+  name: str,
+  precision: str,
+  *,
+  num: int,
+  batch_size,
+  seed: int = 0,
+  fold_bn: bool = False,
+  pack: int = 1,
+  log=print,
 ) -> RowModel:
   """Builds ``name`` (seeded) at the suite's ``precision`` and picks the engine's batch.
 
   ``fold_bn``: rsjax certifies the model with eval-mode batch norm folded into the
   convolutions (the same function up to rounding, one memory pass fewer per conv);
-  ``RowModel.model`` stays unfolded (the twin runs it as it is).
+  ``pack``: with its narrow stage packed ``pack`` samples a row
+  (``rsjax.models.pack_narrow_stage``; a model without one runs unpacked, ``RowModel.pack``
+  1, and says so). ``RowModel.model`` stays as built (the twin runs it as it is).
   """
   spec = measure.SPECS[name]
   declared = PRECISIONS[precision]
   model = models.create_model(
     name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
   )
-  apply_fn, variables = models.to_apply_fn(models.fold_batch_norm(model)[0] if fold_bn else model)
+  certified = models.fold_batch_norm(model)[0] if fold_bn else model
+  try:
+    certified = models.pack_narrow_stage(certified, pack)
+  except ValueError as e:
+    log(f"  --pack {pack}: {e}; {name} runs unpacked")
+    pack = 1
+  apply_fn, variables = models.to_apply_fn(certified)
   if batch_size == "auto":
     bs = batching.auto_batch_size(
       apply_fn,
@@ -131,7 +148,7 @@ def row_model(
     )
   else:
     bs = int(batch_size)
-  return RowModel(spec, model, apply_fn, variables, bs, declared, seed)
+  return RowModel(spec, model, apply_fn, variables, bs, declared, seed, pack)
 
 
 def run_workload(
@@ -148,16 +165,20 @@ def run_workload(
   clock,
   seed: int = 0,
   fold_bn: bool = False,
+  pack: int = 1,
   log=print,
 ) -> dict:
   """Certifies ``images`` random inputs of one model with rsjax and the twin; returns figures."""
-  row = row_model(name, precision, num=num, batch_size=batch_size, seed=seed, fold_bn=fold_bn)
+  row = row_model(
+    name, precision, num=num, batch_size=batch_size, seed=seed, fold_bn=fold_bn, pack=pack, log=log
+  )
   spec, model, apply_fn, variables, bs = (
     row.spec, row.model, row.apply_fn, row.variables, row.batch_size,
   )  # fmt: skip
   xs = np.random.default_rng(seed).random((images + 1,) + spec.input_shape, dtype=np.float32)
-  flops = matmul_flops(apply_fn, variables, spec.input_shape)
-  acts = activation_elements(apply_fn, variables, spec.input_shape)
+  # Per sample, traced on one packed row (a packed model pads a batch of 1 to ``pack``).
+  flops = matmul_flops(apply_fn, variables, spec.input_shape, batch=row.pack)
+  acts = activation_elements(apply_fn, variables, spec.input_shape, batch=row.pack)
   res = {
     "model": name,
     "precision": precision,
@@ -171,6 +192,7 @@ def run_workload(
     "flops_per_sample": flops,
     "activation_elements_per_sample": acts,
     "fold_bn": fold_bn,
+    "pack": row.pack,
   }
 
   def rsjax_certify(i):
@@ -312,6 +334,7 @@ def run_dataset_workload(
     "batch_size": bs,
     "inputs_per_call": inputs_per_call,
     "grid": list(grid),
+    "pack": 1,  # the dataset row certifies the model as built
   }
   res["rsjax_fixed_s"], _ = measure.timed(lambda: certify_all(None))
   res["rsjax_budgeted_s"], samples = measure.timed(lambda: certify_all(grid))
@@ -379,6 +402,7 @@ def run(args, env: dict, clock) -> list[dict]:
           peaks=peaks,
           clock=clock,
           fold_bn=args.fold_bn,
+          pack=args.pack,
           log=lambda s: print(s, flush=True),
         )
       )

@@ -130,6 +130,15 @@ def main(argv=None) -> list[dict]:
     "convolutions (rsjax.models.fold_batch_norm)",
   )
   p.add_argument(
+    "--pack",
+    type=int,
+    default=1,
+    choices=[1, 2, 4],
+    help="--suite gpu: rsjax runs the stage of fewer than 32 channels on G samples packed "
+    "in the channel axis (rsjax.models.pack_narrow_stage; models without one run "
+    "unpacked); each row records its 'pack'",
+  )
+  p.add_argument(
     "--twin-compile",
     default="default",
     help="--suite gpu: torch.compile mode of the tuned twin, or 'none'",

@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     f"({len(mine)} of {len(indices)} selected in process {pid} of {nproc}); "
     f"results in {args.outfile}"
   )
-  print(f"method: {plan.describe}; precision: {args.precision}")
+  pack = f"; pack: {args.pack}" if args.pack != 1 else ""
+  print(f"method: {plan.describe}; precision: {args.precision}{pack}")
   if wrote.guarantee:
     print(f"guarantee: {wrote.guarantee}")
   return 0

@@ -130,6 +130,15 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     "run's identity (a resume at another precision is refused)",
   )
   q.add_argument(
+    "--pack",
+    type=int,
+    default=1,
+    choices=[1, 2, 4],
+    help="run the model's stage of fewer than 32 channels on G samples packed in the "
+    "channel axis (rsjax.models.pack_narrow_stage; CIFAR ResNets); 1: off. The same "
+    "function up to rounding, so part of the run's identity, as the precision",
+  )
+  q.add_argument(
     "--inputs-per-call",
     type=positive_int,
     default=None,

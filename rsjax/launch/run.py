@@ -25,7 +25,7 @@ if TYPE_CHECKING:
   from rsjax.method import Plan
   from rsjax.runspec import RunSpec
 
-__all__ = ["Loaded", "key", "load", "plan", "run_from_flags", "settings"]
+__all__ = ["Loaded", "key", "load", "pack_of", "plan", "run_from_flags", "settings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +132,21 @@ def parse_size(text: str) -> tuple[int, int]:
   return size  # type: ignore[return-value]
 
 
+def _packed(model, pack: int):
+  """``model`` with its narrow stage packed ``pack`` samples a row (1: as it is)."""
+  from rsjax import models
+
+  try:
+    return models.pack_narrow_stage(model, int(pack))
+  except ValueError as e:
+    raise CliError(f"--pack {pack}: {e}") from None
+
+
+def pack_of(run: RunSpec) -> int:
+  """The narrow-stage packing a run certified with (``--pack``; a record without it: 1)."""
+  return int(run.sampling.get("pack", 1))
+
+
 def _apply(model, denoiser, sigma, resize=None):
   from rsjax import models
 
@@ -176,6 +191,8 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
       )
   resize = getattr(args, "resize", None)
   resize = None if resize is None else "x".join(map(str, parse_size(resize)))
+  pack = int(getattr(args, "pack", 1))
+  model = _packed(model, pack)
   apply_fn, params = _apply(model, args.denoiser, sigma, resize)
   data = DataRef(
     name=ds.name,
@@ -214,7 +231,9 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     data=data,
     sigma=float(sigma),
     sigma_source=sigma_source,
-    sampling=record.sampling_fields(s),
+    # --pack changes the arithmetic, as the precision does; named only when on, so the
+    # records of unpacked runs (and of older rsjax) read the same.
+    sampling={**record.sampling_fields(s), **({"pack": pack} if pack != 1 else {})},
     method=method_name,
     options=options,
     multiclass=bool(getattr(args, "multiclass", False)),
@@ -265,7 +284,8 @@ def load(
   data_dir: str | None = None,
 ) -> Loaded:
   """What ``run`` certified, loaded again (``rsjax audit``): the model from ``model_dir`` or
-  ``torch_checkpoint`` (with the run's ``--torch-arch`` / ``--normalize``), the denoiser
+  ``torch_checkpoint`` (with the run's ``--torch-arch`` / ``--normalize``, packed as the run
+  was: :func:`pack_of`), the denoiser
   from ``denoiser`` (default: the recorded directory), the run's dataset split."""
   model, config, ds = _load_model(
     model_dir=model_dir,
@@ -279,6 +299,7 @@ def load(
   )  # a run's dataset name is never empty (RunSpec refuses it)
   if run.model.denoiser is not None and denoiser is None:
     denoiser = run.model.denoiser
+  model = _packed(model, pack_of(run))
   apply_fn, params = _apply(model, denoiser, run.sigma, run.model.resize)
   return Loaded(model, config, ds, apply_fn, params, model_dir)
 

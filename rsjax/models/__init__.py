@@ -26,6 +26,11 @@ and read back with ``load_model`` (``_directory``)::
                                                "input_shape": [28, 28, 1]})
   model, config = rsjax.models.load_model("model_dir")
 
+Two opt-in inference transforms return a new model computing the same function up to
+rounding: ``fold_batch_norm`` (``_fold``: eval-mode batch norm folded into the convolutions)
+and ``pack_narrow_stage`` (``_pack``: a CIFAR ResNet's 16-channel stage run on 2 or 4
+samples packed in the channel axis, ``PackedResNet``).
+
 Deep equilibrium models (``create_model("deq")``, ``"mdeq"``) and their fixed-point
 solvers are here too:
 
@@ -76,6 +81,8 @@ from rsjax.models._layers import NORMALIZATION as NORMALIZATION
 from rsjax.models._layers import Normalize as Normalize
 from rsjax.models._mdeq import MDEQCell as MDEQCell
 from rsjax.models._mdeq import MDEQClassifier as MDEQClassifier
+from rsjax.models._pack import PackedResNet as PackedResNet
+from rsjax.models._pack import pack_narrow_stage as pack_narrow_stage
 from rsjax.models._registry import MODELS as MODELS
 from rsjax.models._registry import create_model as create_model
 from rsjax.models._resnet import BasicResNet as BasicResNet
@@ -131,6 +138,7 @@ __all__ = [
   "MODELS",
   "NORMALIZATION",
   "Normalize",
+  "PackedResNet",
   "ResNet110",
   "ResNet18",
   "ResNet20",
@@ -160,6 +168,7 @@ __all__ = [
   "load_model",
   "load_torch",
   "make_apply_fn",
+  "pack_narrow_stage",
   "parse_normalize",
   "read_config",
   "relative_residual",

@@ -52,6 +52,7 @@ def _folded_conv(conv: nnx.Conv, bn: nnx.BatchNorm) -> nnx.Conv:
     use_bias=True,
     dtype=conv.dtype,
     param_dtype=conv.param_dtype,
+    kernel_init=nnx.initializers.zeros_init(),  # overwritten: no random draw
     rngs=nnx.Rngs(0),
   )
   new.kernel.set_value((kernel * s).astype(kernel.dtype))
