@@ -86,7 +86,7 @@ NOISE_NORMS = {
 #: Fields of the record that say where things were, which software ran or how sigma was
 #: given, not what was certified: a resume may differ in them (a copied model, another
 #: rsjax, ``--sigma`` given equal to the training sigma).
-NOT_IDENTITY = ("versions", "model.path", "sigma.source")
+NOT_IDENTITY = ("versions", "model.path", "sigma.source", "key.claim")
 
 
 class RunFormatError(ValueError):
