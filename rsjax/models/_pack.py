@@ -36,7 +36,7 @@ makes the ``g - 1`` samples packed with it non-finite too (``0 * inf = nan``),
 and the engine refuses counts with any non-finite logit either way.
 
 Equality is proved by construction, not by a probe: only rsjax's ResNets
-(``_ResNet``: ``BasicResNet``, ``CifarResNet``, ``ResNet20``, ``ResNet110``, ...,
+(``ResNetBase``: ``BasicResNet``, ``CifarResNet``, ``ResNet20``, ``ResNet110``, ...,
 with their own ``features``) whose narrow blocks are ``BasicBlock`` or
 ``Bottleneck`` of plain convolutions (one feature group, no mask), batch norms
 over the last axis or folded ones, are packed; every other model is refused.
@@ -51,7 +51,7 @@ from flax import nnx
 
 from rsjax.models._fold import Identity
 from rsjax.models._layers import Normalize
-from rsjax.models._resnet import BasicBlock, Bottleneck, _ResNet
+from rsjax.models._resnet import BasicBlock, Bottleneck, ResNetBase
 
 __all__ = ["NARROW_CHANNELS", "PackedResNet", "pack_batch", "pack_narrow_stage", "unpack_batch"]
 
@@ -162,9 +162,9 @@ def _packable(model: nnx.Module) -> int:
   name = type(model).__name__
   cls = type(model)
   if not (
-    isinstance(model, _ResNet)
-    and cls.features is _ResNet.features
-    and cls.__call__ is _ResNet.__call__
+    isinstance(model, ResNetBase)
+    and cls.features is ResNetBase.features
+    and cls.__call__ is ResNetBase.__call__
   ):
     raise ValueError(
       f"pack_narrow_stage cannot pack {name}: only rsjax's ResNets (BasicResNet, "
@@ -196,7 +196,7 @@ class PackedResNet(nnx.Module):
   packs: ``x [B, H, W, C]`` in [0, 1] -> logits ``[B, num_classes]``, any ``B``.
   """
 
-  def __init__(self, model: _ResNet, g: int, narrow: int):
+  def __init__(self, model: ResNetBase, g: int, narrow: int):
     name = type(model).__name__
     self.g = int(g)
     self.packed_from = name

@@ -123,7 +123,7 @@ class Bottleneck(_ResidualBlock):
     return self._add_shortcut(x, y)
 
 
-class _ResNet(nnx.Module):
+class ResNetBase(nnx.Module):
   """What the ResNets share: input normalization, a conv + BN stem (followed by a 3x3 stride-2
   max-pool when ``stem_max_pool``), stages of residual blocks, global average pooling and a
   linear head."""
@@ -178,7 +178,7 @@ class _ResNet(nnx.Module):
     return self.head(self.features(x))
 
 
-class BasicResNet(_ResNet):
+class BasicResNet(ResNetBase):
   """Basic-block ResNet with a 3x3 stem and no max-pool (CIFAR-style).
 
   Args:
@@ -315,7 +315,7 @@ class ResNet18(BasicResNet):
     )
 
 
-class ImageNetResNet(_ResNet):
+class ImageNetResNet(ResNetBase):
   """torchvision's ImageNet ResNets: 7x7 stride-2 stem, 3x3 stride-2 max-pool, four stages.
 
   Basic blocks give ResNet-18 (``stage_sizes=(2, 2, 2, 2)``) and ResNet-34
