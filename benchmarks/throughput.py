@@ -47,6 +47,7 @@ from benchmarks.measure import (
   torch,
 )
 from benchmarks.throughput_workload import N0, run_model
+from rsjax.checks import PACKS
 
 # ------------------------------------------------------------------------------------------------
 # Command line
@@ -133,7 +134,7 @@ def main(argv=None) -> list[dict]:
     "--pack",
     type=int,
     default=1,
-    choices=[1, 2, 4],
+    choices=list(PACKS),
     help="--suite gpu: rsjax runs the stage of fewer than 32 channels on G samples packed "
     "in the channel axis (rsjax.models.pack_narrow_stage; models without one run "
     "unpacked); each row records its 'pack'",

@@ -97,12 +97,9 @@ class Context:
     s = self.settings
     return claims.Claim.of_run(
       method=method,
-      sampling={
-        "noise": noise_name(s.noise),
-        "precision": getattr(s, "precision", None),
-        "pack": getattr(s, "pack", 1),
-        "alpha": s.alpha,
-      },
+      # Packing is a model transform (rsjax.models.pack_narrow_stage), legal in every claim:
+      # verify reads it from the record.
+      sampling={"noise": noise_name(s.noise), "precision": s.precision, "alpha": s.alpha},
       options=options,
       multiclass=self.multiclass,
     )

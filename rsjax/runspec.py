@@ -188,6 +188,8 @@ class RunSpec:
     out: the result file (the record lives beside it, so it is not written).
     format: the record's format: :data:`FORMAT` (the claim is bound into the key), or
       :data:`UNBOUND_FORMAT` for a record read from an older rsjax.
+    stated_claim: the claim digest a record read back states (``key.claim``; verify
+      compares it with :meth:`claim_digest`), None for a run built here.
   """
 
   model: ModelRef
@@ -205,6 +207,7 @@ class RunSpec:
   versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   out: str | None = dataclasses.field(default=None, compare=False)
   format: str = FORMAT
+  stated_claim: Any = dataclasses.field(default=None, compare=False)
 
   def __post_init__(self) -> None:
     noise = self.sampling.get("noise")
@@ -344,6 +347,7 @@ class RunSpec:
         versions=dict(rec.get("versions") or {}),
         out=out,
         format=rec["format"],
+        stated_claim=k.get("claim"),
       )
     except RunFormatError:
       raise

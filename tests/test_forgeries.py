@@ -344,10 +344,12 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
   path), ``verify`` refuses with the same line, and it accepts every other claim."""
   import types
 
-  from rsjax import checks, methods, noise
+  from rsjax import checks, methods, noise, precision
   from rsjax.method import Context
 
   assert checks.METHODS == tuple(m.name for m in methods.METHODS)
+  assert checks.PRECISIONS == precision.PRECISIONS
+  assert checks.NOISES == tuple(noise.NOISES)
   f = copy_run(run40, tmp_path / "c.tsv")
   base = json.loads((tmp_path / "c.tsv.run.json").read_text())
   refused = 0

@@ -18,6 +18,9 @@ from rsjax.checks._anytime import anytime_table_issues as anytime_table_issues
 from rsjax.checks._anytime import thresholds_digest as thresholds_digest
 from rsjax.checks._claims import ALPHA_MAX as ALPHA_MAX
 from rsjax.checks._claims import METHODS as METHODS
+from rsjax.checks._claims import NOISES as NOISES
+from rsjax.checks._claims import PACKS as PACKS
+from rsjax.checks._claims import PRECISIONS as PRECISIONS
 from rsjax.checks._claims import Claim as Claim
 from rsjax.checks._claims import alpha_refusal as alpha_refusal
 from rsjax.checks._claims import every_claim as every_claim

@@ -22,6 +22,8 @@ import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from rsjax.runspec import NOISE_NORMS
+
 __all__ = [
   "ALPHA_MAX",
   "BUDGET_RULES",
@@ -42,19 +44,12 @@ ALPHA_MAX = 0.5
 #: The built-in methods (``rsjax.methods.METHODS``; a test checks they agree). A method
 #: plugged in from outside meets the rules of every method (noise, multiclass, budget, alpha).
 METHODS = ("cohen", "idrs", "ucan", "ddrs", "deq-standard", "srs")
-#: The noises (``rsjax.runspec.NOISE_NORMS``, ``rsjax.noise.NOISES``).
-NOISES = (
-  "gaussian",
-  "gaussian_fast",
-  "laplace",
-  "uniform",
-  "uniform_l1",
-  "uniform_linf",
-  "gaussian_8bit",
-)
+#: The noises, by their ``--noise`` names (``rsjax.runspec.NOISE_NORMS``).
+NOISES = tuple(NOISE_NORMS)
 #: Budget rules: None (fixed N), Cohen's looks with alpha spending, the anytime-valid rule.
 BUDGET_RULES = (None, "looks", "anytime")
-#: Compute precisions (``rsjax.precision.PRECISIONS``).
+#: Compute precisions (``rsjax.precision.PRECISIONS``, which imports JAX; a test checks they
+#: agree).
 PRECISIONS = ("float32", "tf32", "bfloat16")
 #: Samples packed into a narrow stage's channels (``rsjax.models.pack_narrow_stage``; 1: off).
 PACKS = (1, 2, 4)

@@ -12,6 +12,8 @@ import argparse
 
 import numpy as np
 
+from rsjax.checks import PACKS
+
 __all__ = [
   "positive_int",
   "count",
@@ -133,7 +135,7 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     "--pack",
     type=int,
     default=1,
-    choices=[1, 2, 4],
+    choices=list(PACKS),
     help="run the model's stage of fewer than 32 channels on G samples packed in the "
     "channel axis (rsjax.models.pack_narrow_stage; CIFAR ResNets); 1: off. The same "
     "function up to rounding, so part of the run's identity, as the precision",

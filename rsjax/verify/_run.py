@@ -184,14 +184,9 @@ def claim_line(run: RunSpec) -> str:
 
 def check_claim_digest(run: RunSpec) -> list[Mismatch]:
   """The claim digest the record states (``key.claim``) against the one its fields give."""
-  if not run.claim_bound or run.out is None:
+  if not run.claim_bound:
     return []
-  import json
-
-  from rsjax.runspec import run_path
-
-  with open(run_path(run.out), encoding="utf-8") as f:
-    stated = (json.load(f).get("key") or {}).get("claim")
+  stated = run.stated_claim
   want = run.claim_digest()
   if stated != want:
     return [
