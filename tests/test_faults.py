@@ -150,10 +150,16 @@ def test_mismatched_resume_names_the_differing_fields(tmp_path):
 @pytest.mark.parametrize(
   "row, needle",
   [
-    ("55\tx\ty\tzz\tq\tw", r"line 4: label must be an integer >= 0, got 'x'"),
+    (
+      "55\tx\ty\tzz\tq\tw",
+      r"line 4: label must be an integer in 0\.\.65535 \(ASCII digits.*\), got 'x'",
+    ),
     ("55\t1\t1\t0.5\t1", r"line 4: 5 fields, expected 6"),
     ("1\t1\t1\t0.5\t1\t0.1", r"line 4: duplicate idx 1 \(also on line 3\)"),
-    ("56\t1\t1\tnan\t1\t0.1", r"line 4: radius must be a finite number >= 0, got 'nan'"),
+    (
+      "56\t1\t1\tnan\t1\t0.1",
+      r"line 4: radius must be a finite number >= 0 in ASCII digits, got 'nan'",
+    ),
   ],
 )
 def test_corrupted_rows_are_errors_naming_file_and_line(tmp_path, row, needle):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from run_edits import copy_run, edit_run, move_one_count, reradius
 
-from rsjax import audit, checks, cli, io, record, verify
+from rsjax import audit, checks, cli, io, record, runspec, verify
 from rsjax import noise as noise_lib
 from rsjax.engine import anytime
 from rsjax.runspec import KEY_DERIVATION, RunSpec
@@ -272,7 +272,8 @@ def test_anytime_budgeted_runs_verify(models, tmp_path):
   assert not rep.ok and "is not one" in rep.mismatches[0].reason
   # Another alpha split re-derives other levels; a share outside (0, 1) is refused.
   edit_run(b, lambda r: r["method"]["details"]["budget"].update(ratio=budget["ratio"]))
-  assert verify.verify(b).ok
+  rep = verify.verify(b)
+  assert rep.ok, rep.summary()
   edit_run(b, lambda r: r["method"]["details"]["budget"].update(mixture_share=0.01))
   assert not verify.verify(b).ok
   edit_run(b, lambda r: r["method"]["details"]["budget"].update(mixture_share=1.0))
@@ -299,7 +300,16 @@ def test_anytime_budgeted_runs_verify(models, tmp_path):
   rep = verify.verify(b)
   assert not rep.ok and "anytime thresholds" in rep.mismatches[0].reason
   edit_run(b, lambda r: r["method"]["details"]["budget"].pop("thresholds") and None)
-  assert verify.verify(b).ok
+  rep = verify.verify(b)  # every rsjax-run/3 record states it
+  assert not rep.ok and "no thresholds digest" in rep.mismatches[0].reason
+
+  def unbound(r):  # a record written before the digest (rsjax-run/2): none to compare
+    r["format"] = runspec.UNBOUND_FORMAT
+    r["key"]["derivation"] = runspec.UNBOUND_KEY_DERIVATION
+    r["key"].pop("claim")
+
+  edit_run(b, unbound, restate_claim=False)
+  assert verify.verify(b, accept_unbound=True).ok
 
 
 def test_missing_record_is_an_error_in_cli_words(honest, tmp_path, capsys):
