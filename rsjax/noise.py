@@ -72,6 +72,13 @@ class Noise:
   #: Relative margin by which the engine rounds the Clopper-Pearson bound down (0: as computed).
   p_lower_margin: ClassVar[float] = 0.0
 
+  def round_p_lower(self, p_lower: ArrayLike) -> np.ndarray:
+    """A Clopper-Pearson bound as the engine reports it: rounded down by
+    :attr:`p_lower_margin` (``rsjax.checks.round_down``), unchanged when it is 0."""
+    if self.p_lower_margin == 0:
+      return np.asarray(p_lower, np.float64)
+    return checks.round_down(p_lower, self.p_lower_margin)
+
   def sample(
     self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
   ) -> jax.Array:

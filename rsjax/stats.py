@@ -16,6 +16,7 @@ Conventions (Cohen et al. 2019):
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 
 import numpy as np
@@ -23,6 +24,8 @@ from numpy.typing import ArrayLike
 from scipy import stats as _st
 
 __all__ = [
+  "ALPHA_MAX",
+  "alpha_refusal",
   "check_alpha",
   "clopper_pearson_lower",
   "clopper_pearson_upper",
@@ -52,6 +55,18 @@ def check_alpha(alpha: float) -> float:
 
 
 _check_alpha = check_alpha
+
+#: The largest alpha a run may claim: a certificate holds with probability 1 - alpha,
+#: and a "bound" that fails more often than it holds states nothing.
+ALPHA_MAX = 0.5
+
+
+def alpha_refusal(alpha: object) -> str | None:
+  """Why ``alpha`` is not a level a run may claim (one line), or None
+  (``rsjax.checks.refusal``'s rule, which ``rsjax.Sampling`` applies too)."""
+  if not isinstance(alpha, numbers.Real) or isinstance(alpha, bool) or not 0.0 < alpha <= ALPHA_MAX:
+    return f"alpha must lie in (0, {ALPHA_MAX}], got {alpha!r}"
+  return None
 
 
 def _counts(k: ArrayLike, n: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

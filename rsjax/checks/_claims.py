@@ -11,18 +11,19 @@ legal; ``Method.plan`` (certify, audit, the demo) and ``rsjax verify`` both call
 it, so a record that ``certify`` would never write is refused by ``verify`` with
 the same line, whoever wrote it.
 
-Standard library only: ``rsjax verify`` reads it without JAX.
+NumPy and SciPy at most (the alpha rule is ``rsjax.stats``'): ``rsjax verify`` reads it
+without JAX.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rsjax.runspec import NOISE_NORMS
+from rsjax.stats import ALPHA_MAX, alpha_refusal
 
 __all__ = [
   "ALPHA_MAX",
@@ -37,9 +38,6 @@ __all__ = [
   "refusal",
 ]
 
-#: The largest alpha a run may claim: a certificate holds with probability 1 - alpha,
-#: and a "bound" that fails more often than it holds states nothing.
-ALPHA_MAX = 0.5
 
 #: The built-in methods (``rsjax.methods.METHODS``; a test checks they agree). A method
 #: plugged in from outside meets the rules of every method (noise, multiclass, budget, alpha).
@@ -107,13 +105,6 @@ class Claim:
       pack=sampling.get("pack", 1),
       alpha=sampling.get("alpha", 0.001),
     )
-
-
-def alpha_refusal(alpha: object) -> str | None:
-  """Why ``alpha`` is not a level a run may claim (one line), or None."""
-  if not isinstance(alpha, numbers.Real) or isinstance(alpha, bool) or not 0.0 < alpha <= ALPHA_MAX:
-    return f"alpha must lie in (0, {ALPHA_MAX}], got {alpha!r}"
-  return None
 
 
 def refusal(claim: Claim) -> str | None:

@@ -86,7 +86,7 @@ from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.checks import budget_alphas, round_down
+from rsjax.checks import budget_alphas
 from rsjax.engine.cohen_rule import CohenRule
 from rsjax.engine.counts import resolve_counts
 from rsjax.engine.driver import (
@@ -315,7 +315,7 @@ def sequential_bounds(
     successes[active] += np.asarray(count_fn(active, start, int(n_k)), np.int64)
     samples[active] = n_k
     s_a = successes[active]
-    lb = round_down(stats.clopper_pearson_lower(s_a, n_k, a_k), noise.p_lower_margin)
+    lb = noise.round_p_lower(stats.clopper_pearson_lower(s_a, n_k, a_k))
     level = functools.partial(
       grid_level, grid=budget.grid, noise=noise, scale=scale[active], dim=dim
     )

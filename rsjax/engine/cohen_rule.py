@@ -17,7 +17,6 @@ from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.checks import round_down
 from rsjax.engine.counts import ApplyFn, prepare_inputs
 from rsjax.engine.driver import ABSTAIN, Certificate, EngineCounts, Sampling, engine_counts
 from rsjax.util import PyTree, check_alpha, scale_per_input
@@ -71,7 +70,7 @@ def certificate_from_counts(
     desc = "multiclass Gaussian L2 (Cohen Thm 1, simultaneous Clopper-Pearson/Bonferroni bounds)"
   else:
     # Rounded down by the noise's margin (the sound 8-bit noise's; 0 otherwise: unchanged).
-    p_lower = round_down(stats.clopper_pearson_lower(n_a, n, alpha), noise.p_lower_margin)
+    p_lower = noise.round_p_lower(stats.clopper_pearson_lower(n_a, n, alpha))
     ok = p_lower >= 0.5
     radius = np.where(ok & (p_lower > 0.5), noise.radius(p_lower, scale, dim), 0.0)
     desc = f"binary {noise.name} {noise.norm} (Cohen et al. CERTIFY, one-sided Clopper-Pearson)"

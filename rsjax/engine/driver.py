@@ -26,7 +26,6 @@ import numpy as np
 from rsjax import noise as noise_lib
 from rsjax import precision as precision_lib
 from rsjax import stats
-from rsjax.checks import alpha_refusal
 from rsjax.engine.counts import (
   ApplyFn,
   PendingCounts,
@@ -89,7 +88,7 @@ class Sampling:
 
     set_("n0", check_int("n0", self.n0))
     set_("n", check_int("n", self.n))
-    why = alpha_refusal(self.alpha)  # the claims table's line (rsjax.checks)
+    why = stats.alpha_refusal(self.alpha)  # the claims table's line (rsjax.checks)
     if why is not None:
       raise ValueError(why)
     set_("alpha", check_alpha(self.alpha))
