@@ -190,3 +190,7 @@ def enable_compile_cache(path: str) -> None:
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  if "jax_persistent_cache_enable_xla_caches" in jax.config.values:  # GPU autotune results
+    jax.config.update(
+      "jax_persistent_cache_enable_xla_caches", "xla_gpu_per_fusion_autotune_cache_dir"
+    )

@@ -153,6 +153,7 @@ def main(argv=None) -> list[dict]:
   )
   p.add_argument(
     "--compile-cache",
+    "--cache-dir",
     default=None,
     help="directory of JAX's persistent compilation cache (reused across runs)",
   )

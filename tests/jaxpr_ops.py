@@ -16,3 +16,15 @@ def matmul_eqns(jaxpr) -> Iterator:
           yield from matmul_eqns(sub)
         elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):  # a ClosedJaxpr
           yield from matmul_eqns(sub.jaxpr)
+
+
+def all_eqns(jaxpr) -> Iterator:
+  """Every equation of a jaxpr and of its sub-jaxprs (loop bodies, branches, shard_map)."""
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else (value,):
+        if hasattr(sub, "eqns"):
+          yield from all_eqns(sub)
+        elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):
+          yield from all_eqns(sub.jaxpr)

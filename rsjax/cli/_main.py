@@ -16,7 +16,7 @@ from typing import TextIO
 from rsjax.cli._parser import COMMANDS, build_parser
 from rsjax.launch.errors import CliError
 
-__all__ = ["JAX_FREE", "main", "compilation_cache_dir"]
+__all__ = ["JAX_FREE", "main", "compilation_cache_dir", "enable_compilation_cache"]
 
 #: Commands that never import JAX (the parser of the others does).
 JAX_FREE = frozenset({"verify"})
@@ -37,23 +37,36 @@ def compilation_cache_dir(flag: str | None, environ: Mapping[str, str] = os.envi
   return os.path.join(base, "rsjax", "jax")
 
 
+def enable_compilation_cache(cache: str) -> None:
+  """Turns on JAX's persistent compilation cache in ``cache`` for this process: every
+  compiled program that took 0.5 s or more, and XLA's own caches inside it (the
+  GPU per-fusion autotune results) where this JAX has the option."""
+  import jax
+
+  jax.config.update("jax_compilation_cache_dir", cache)
+  # Programs that compile in under 0.5 s are not worth a file in the user's cache.
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  if "jax_persistent_cache_enable_xla_caches" in jax.config.values:
+    jax.config.update(
+      "jax_persistent_cache_enable_xla_caches", "xla_gpu_per_fusion_autotune_cache_dir"
+    )
+
+
 def _setup_jax(args: argparse.Namespace) -> None:
   cache = compilation_cache_dir(getattr(args, "compilation_cache", None))
   if cache:
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    enable_compilation_cache(cache)
 
 
 def _command(argv: Sequence[str]) -> str | None:
   """The command ``argv`` names (its first word that is neither a global flag nor the value of
-  ``--compilation-cache``); None when there is none or ``--help`` comes before it."""
+  ``--compilation-cache`` / ``--cache-dir``); None when there is none or ``--help`` comes before it."""
   words = iter(argv)
   for word in words:
     if word in ("-h", "--help"):
       return None
-    if word == "--compilation-cache":
+    if word in ("--compilation-cache", "--cache-dir"):
       next(words, None)
     elif not word.startswith("-"):
       return word

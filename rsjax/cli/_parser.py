@@ -39,6 +39,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
   p.add_argument("--version", action="version", version=f"rsjax {__version__}")
   p.add_argument(
     "--compilation-cache",
+    "--cache-dir",
+    dest="compilation_cache",
     default=None,
     metavar="DIR",
     help="directory of JAX's persistent compilation cache, or 'off' (or "

@@ -8,9 +8,10 @@ One engine serves every method. Its properties:
   or on the number of devices.
 * **Bounded memory.** Work runs in static-size steps of ``batch_size`` forward
   passes (``inputs_per_step x samples_per_step``) inside one device-side loop
-  (over input groups, then over the sample chunks of a group); N noisy copies
-  are never held. Padding is masked, never counted.
-* **No host syncs while sampling.** Counts are accumulated on device.
+  over the steps; N noisy copies are never held. Padding is masked, never counted.
+* **No host syncs while sampling.** Counts are accumulated on device; the loop
+  has a static trip count (the same on every device, the overhang masked) and
+  no conditional, so a GPU runs it without asking the host once per step.
 * **All local devices.** The steps are spread over every local device with
   ``jax.shard_map``; each device returns its partial counts and the host adds
   them up (no collective, so devices never wait on each other). A single
@@ -35,9 +36,11 @@ from rsjax.engine.step import (
   ApplyFn,
   ChunkPlan,
   cast_floating,
+  count_drawn,
+  draw_step,
+  has_convolution,
   make_chunk_plan,
   noisy_counts,
-  step_counts,
 )
 from rsjax.engine.transfer import (
   PendingCounts,
@@ -181,58 +184,63 @@ def _counts_jit(
   mesh: jax.sharding.Mesh,
   compute_dtype: DTypeLike | None,
 ) -> jax.Array:
-  g, chunks = plan.inputs_per_step, plan.chunks
-  steps_local = plan.steps_per_device
+  g, chunks, steps = plan.inputs_per_step, plan.chunks, plan.steps_per_device
   params = cast_floating(params, compute_dtype)
+  ahead = has_convolution(apply_fn, params, x_pad.shape[1:], compute_dtype or x_pad.dtype)
 
   def per_device(
     key: jax.Array, params: PyTree, x_pad: jax.Array, sig_pad: jax.Array, ids_pad: jax.Array
   ) -> jax.Array:
-    # This device runs the steps [lo, hi) of the pass (step = group * chunks + chunk).
-    dev = jax.lax.axis_index("dev")
-    lo = jnp.minimum(dev * steps_local, plan.steps)
-    hi = jnp.minimum(lo + steps_local, plan.steps)
-    counts0 = jnp.zeros((plan.padded_inputs, num_classes + 1), jnp.int32)
+    # Every device runs the same static number of steps (a Python int): the
+    # steps [dev * L, dev * L + L) of the pass (step = group * chunks + chunk).
+    # A static trip count and no conditional let a GPU run the loop without a
+    # host sync per step. The last device's overhang (step >= plan.steps) is
+    # the chunk past the last group's last one: every j >= num, never counted.
+    first = jax.lax.axis_index("dev").astype(jnp.int32) * steps
 
-    # Two loops: over the input groups, then over the sample chunks of one group.
-    # The group's inputs are sliced once per group, outside the chunk loop, so
-    # the step sees them as loop-invariant buffers. Sliced inside the step (one
-    # flat loop over all steps), XLA:CPU fuses the dynamic slice of x and sigma
-    # into the noise + first-layer fusion and that loop stops being vectorized:
-    # each step of a call with several input groups cost up to 2x (LeNet).
-    def group_body(group: jax.Array, counts: jax.Array) -> jax.Array:
-      start = group * g
-      x_g = jax.lax.dynamic_slice_in_dim(x_pad, start, g)
-      s_g = jax.lax.dynamic_slice_in_dim(sig_pad, start, g)
-      i_g = jax.lax.dynamic_slice_in_dim(ids_pad, start, g)
+    def draw(t: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+      step = first + t
+      group = jnp.minimum(step // chunks, plan.groups - 1)
+      chunk = jnp.minimum(step - group * chunks, chunks).astype(jnp.uint32)
+      x_g, s_g, i_g = (jax.lax.dynamic_slice_in_dim(a, group * g, g)
+                       for a in (x_pad, sig_pad, ids_pad))  # fmt: skip
+      return group * g, draw_step(noise, plan, key, x_g, s_g, i_g, chunk)
 
-      def chunk_body(chunk: jax.Array, c_g: jax.Array) -> jax.Array:
-        return c_g + step_counts(
-          apply_fn,
-          params,
-          noise,
-          num_classes,
-          plan,
-          key,
-          x_g,
-          s_g,
-          i_g,
-          chunk.astype(jnp.uint32),
-          compute_dtype,
-        )
-
-      first = jnp.clip(lo - group * chunks, 0, chunks)
-      last = jnp.clip(hi - group * chunks, 0, chunks)
-      c_g = jax.lax.fori_loop(first, last, chunk_body, jnp.zeros((g, num_classes + 1), jnp.int32))
+    def add(counts: jax.Array, start: jax.Array, xn: jax.Array, ok: jax.Array) -> jax.Array:
+      c = count_drawn(apply_fn, params, num_classes, xn, ok, compute_dtype)
+      c_g = jax.lax.dynamic_slice_in_dim(counts, start, g) + c
       return jax.lax.dynamic_update_slice_in_dim(counts, c_g, start, 0)
 
-    counts = jax.lax.fori_loop(lo // chunks, (hi + chunks - 1) // chunks, group_body, counts0)
-    return counts[None]
+    def body(t: jax.Array, counts: jax.Array) -> jax.Array:
+      start, (xn, ok) = draw(t)
+      return add(counts, start, xn, ok)
+
+    def body_ahead(t: jax.Array, carry: tuple) -> tuple:
+      # The noisy batch of step t was drawn in step t - 1 and crossed the loop
+      # boundary, so it is in memory before the forward pass: left to fuse,
+      # XLA:CPU folds the draw into the first convolution's input fusion and
+      # recomputes the normal transform for every output channel (LeNet: 2x a
+      # step with several input groups). A barrier does not hold on XLA:CPU,
+      # and a conditional around the draw costs a GPU a host sync per step.
+      counts, start, xn, ok = carry
+      return (add(counts, start, xn, ok), *_flat(draw(t + 1)))
+
+    counts0 = jnp.zeros((plan.padded_inputs, num_classes + 1), jnp.int32)
+    if not ahead:
+      return jax.lax.fori_loop(0, steps, body, counts0)[None]
+    carry = jax.lax.fori_loop(0, steps, body_ahead, (counts0, *_flat(draw(0))))
+    return carry[0][None]
 
   # Each device returns its partial counts; they are summed on the host. The
   # program has no collective, so devices never wait on each other (in-process
   # CPU collectives can deadlock when devices outnumber cores).
   return run_on_devices(per_device, mesh, key, params, x_pad, sig_pad, ids_pad)
+
+
+def _flat(drawn: tuple) -> tuple:
+  """``(start, (xn, ok))`` as ``(start, xn, ok)``."""
+  start, (xn, ok) = drawn
+  return start, xn, ok
 
 
 def sample_counts(

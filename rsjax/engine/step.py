@@ -112,6 +112,53 @@ def cast_floating(params: PyTree, dtype: DTypeLike | None) -> PyTree:
   )
 
 
+def _draw(
+  noise: noise_lib.Noise,
+  key: jax.Array,
+  x_g: jax.Array,
+  sig_g: jax.Array,
+  ids_g: jax.Array,
+  j: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+  """The noisy batch ``[g * s, *shape]`` of samples ``j`` (``[s]``) of ``g`` inputs and its
+  valid draws ``[g, s]`` bool (all true but for the sound 8-bit noise's rare invalid draws)."""
+  if noise.lattice:  # integer grid offsets: the image stays integer through the add
+    return _draw_lattice(noise, key, x_g, ids_g, j)
+  g, s, shape = x_g.shape[0], j.shape[0], x_g.shape[1:]
+  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
+  return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape), jnp.ones((g, s), bool)
+
+
+def _logits(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  num_classes: int,
+  xn: jax.Array,
+  counted: jax.Array,
+  compute_dtype: DTypeLike | None,
+) -> tuple[jax.Array, jax.Array]:
+  """The logits ``[g * s, C]`` of a noisy batch ``xn`` ``[g * s, *shape]``, and ``counted``
+  ``[g, s]`` (which samples count) back."""
+  g, s = counted.shape
+  shape = xn.shape[1:]
+  if compute_dtype is not None:
+    xn = xn.astype(compute_dtype)
+  try:
+    logits = apply_fn(params, xn)
+  except (TypeError, ValueError) as e:
+    raise ValueError(
+      f"apply_fn failed on inputs of shape {tuple(shape)} (x must be [B, *input_shape]; for a "
+      f"single input add a batch axis, x[None]): {type(e).__name__}: "
+      f"{(str(e).splitlines() or [''])[0]}"
+    ) from e
+  if logits.ndim != 2 or logits.shape != (g * s, num_classes):
+    raise ValueError(
+      f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
+      f"expected [{g * s}, num_classes={num_classes}]"
+    )
+  return logits, counted
+
+
 def _noisy_logits(
   apply_fn: ApplyFn,
   params: PyTree,
@@ -132,39 +179,22 @@ def _noisy_logits(
   shape = x_g.shape[1:]
 
   def draw() -> tuple[jax.Array, jax.Array]:
-    if noise.lattice:  # integer grid offsets: the image stays integer through the add
-      return _draw_lattice(noise, key, x_g, ids_g, j)
-    eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
-    return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape), jnp.ones((g, s), bool)
+    return _draw(noise, key, x_g, sig_g, ids_g, j)
 
-  if _has_convolution(apply_fn, params, x_g.shape[1:], compute_dtype or x_g.dtype):
+  if has_convolution(apply_fn, params, x_g.shape[1:], compute_dtype or x_g.dtype):
     # The noisy batch is drawn in a conditional (no valid sample: no draw), so
     # it is written to memory before the forward pass. Left to fuse, XLA:CPU
     # folds the draw into the first convolution's input fusion and recomputes
     # the normal transform for every output channel (LeNet: 20% of a step).
+    # The planned passes (rsjax.engine.counts) draw a step ahead instead: no
+    # conditional, which costs a GPU a host sync per step.
     dtype = jnp.float32 if noise.lattice else x_g.dtype
     zeros = (jnp.zeros((g * s,) + shape, dtype), jnp.zeros((g, s), bool))
     xn, drawn_ok = jax.lax.cond(jnp.any(valid), draw, lambda: zeros)
   else:
     xn, drawn_ok = draw()
   # A sample with an invalid draw (sound 8-bit noise) counts against every class.
-  valid = valid[None, :] & drawn_ok
-  if compute_dtype is not None:
-    xn = xn.astype(compute_dtype)
-  try:
-    logits = apply_fn(params, xn)
-  except (TypeError, ValueError) as e:
-    raise ValueError(
-      f"apply_fn failed on inputs of shape {tuple(shape)} (x must be [B, *input_shape]; for a "
-      f"single input add a batch axis, x[None]): {type(e).__name__}: "
-      f"{(str(e).splitlines() or [''])[0]}"
-    ) from e
-  if logits.ndim != 2 or logits.shape != (g * s, num_classes):
-    raise ValueError(
-      f"apply_fn returned logits of shape {logits.shape} for a batch of {g * s} inputs; "
-      f"expected [{g * s}, num_classes={num_classes}]"
-    )
-  return logits, valid
+  return _logits(apply_fn, params, num_classes, xn, valid[None, :] & drawn_ok, compute_dtype)
 
 
 def _predictions(
@@ -227,9 +257,15 @@ def noisy_counts(
   of the engine (the planned passes here, the rounds of ``rsjax.engine.budget``)
   counts through this function.
   """
-  g, s = x_g.shape[0], j.shape[0]
   logits, counted = _noisy_logits(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g,
                                   j, valid, compute_dtype)  # fmt: skip
+  return _class_counts(logits, counted, num_classes)
+
+
+def _class_counts(logits: jax.Array, counted: jax.Array, num_classes: int) -> jax.Array:
+  """``[g, C + 1]`` int32 counts of logits ``[g * s, C]`` where ``counted`` ``[g, s]`` holds;
+  column ``C``: counted samples whose logits are not all finite."""
+  g, s = counted.shape
   pred, bad = _predictions(logits, g, s, counted)
   onehot = (pred[..., None] == jnp.arange(num_classes)) & counted[..., None]
   return jnp.concatenate(
@@ -252,7 +288,7 @@ def _draw_lattice(
   return xn.reshape((-1,) + x_g.shape[1:]), ok
 
 
-def _has_convolution(
+def has_convolution(
   apply_fn: ApplyFn, params: PyTree, shape: Sequence[int], dtype: DTypeLike
 ) -> bool:
   """Whether ``apply_fn`` on one ``shape`` input of ``dtype`` runs a convolution (at any depth)."""
@@ -275,6 +311,41 @@ def _has_convolution(
   return walk(closed.jaxpr)
 
 
+def step_samples(plan: ChunkPlan, chunk: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Sample indices ``j`` ``[s]`` uint32 of a planned step's ``chunk``, and ``j < num`` ``[s]``."""
+  j = chunk * plan.samples_per_step + jnp.arange(plan.samples_per_step, dtype=jnp.uint32)
+  return j, j < plan.num
+
+
+def draw_step(
+  noise: noise_lib.Noise,
+  plan: ChunkPlan,
+  key: jax.Array,
+  x_g: jax.Array,
+  sig_g: jax.Array,
+  ids_g: jax.Array,
+  chunk: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+  """The noisy batch ``[g * s, *shape]`` of one planned step and which samples count ``[g, s]``
+  (the sample exists, ``j < num``, and its draw is valid)."""
+  j, valid = step_samples(plan, chunk)
+  xn, drawn_ok = _draw(noise, key, x_g, sig_g, ids_g, j)
+  return xn, valid[None, :] & drawn_ok
+
+
+def count_drawn(
+  apply_fn: ApplyFn,
+  params: PyTree,
+  num_classes: int,
+  xn: jax.Array,
+  counted: jax.Array,
+  compute_dtype: DTypeLike | None,
+) -> jax.Array:
+  """Counts ``[g, C + 1]`` int32 of a drawn step (:func:`draw_step`'s ``xn`` and ``counted``)."""
+  logits, counted = _logits(apply_fn, params, num_classes, xn, counted, compute_dtype)
+  return _class_counts(logits, counted, num_classes)
+
+
 def step_counts(
   apply_fn: ApplyFn,
   params: PyTree,
@@ -289,7 +360,5 @@ def step_counts(
   compute_dtype: DTypeLike | None,
 ) -> jax.Array:
   """Counts of one planned step: ``g`` inputs x ``s`` samples -> ``[g, C + 1]`` int32."""
-  j = chunk * plan.samples_per_step + jnp.arange(plan.samples_per_step, dtype=jnp.uint32)
-  return noisy_counts(
-    apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g, j, j < plan.num, compute_dtype
-  )
+  xn, counted = draw_step(noise, plan, key, x_g, sig_g, ids_g, chunk)
+  return count_drawn(apply_fn, params, num_classes, xn, counted, compute_dtype)
