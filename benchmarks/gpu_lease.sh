@@ -1,42 +1,203 @@
 #!/usr/bin/env bash
-# One lease of a GPU machine, in stages, each under its own time limit, every output under $OUT
-# (a stage cut off by its limit loses only itself: the suite merges each model into the JSON as it
-# finishes). Run from the repository root:
+# One device lease as one command: stages in the order of what they decide, each under its own
+# time limit, all inside BUDGET seconds (540: one 600 s device call with room to spare). Each stage
+# appends a line to $OUT/stages.jsonl when it ends and `python -m benchmarks.lease merge` then
+# rewrites $OUT/gpu.json (every stage: status, seconds, limit, log, rows), so a stage killed by its
+# limit loses only itself, and so does the whole command cut short. Every output is under $OUT.
 #
-#   OUT=gpu_out bash benchmarks/gpu_lease.sh env suite golden trace dataset compiled
+# Usage, from the repository root:
 #
-# (``suite`` is the stages r110bf16 r110fp32 small r50bf16 r110tf32, in that order.)
+#   OUT=gpu_out bash benchmarks/gpu_lease.sh            # all: s0 s1 s2 s3 s4 s5
+#   OUT=gpu_out bash benchmarks/gpu_lease.sh s1 s3      # some stages, in the order given
 #
-# IMAGES (default 5) images per model and precision after the warm-up image; NUM (default 100000)
-# samples; DATASET_IMAGES (default 100) images of the fixed-N / budgeted ResNet-110 row. On a CPU,
-# NUM=200 IMAGES=1 DATASET_IMAGES=4 runs every stage in minutes (a check of the script itself).
+# CPU check of the script itself (tests/test_benchmarks_smoke.py runs it; LIMIT_SCALE=400 there so
+# that a loaded machine does not time a stage out):
+#
+#   NUM=48 N0=8 IMAGES=1 BATCH=8 CONV_BATCH=16 LENET_NUMS=100,200,400 LENET_BATCH=50 R50_SIZE=32 \
+#     R50_NUM=32 R50_BATCH=16 TWIN_MODELS=lenet OUT=/tmp/lease bash benchmarks/gpu_lease.sh all
+#
+# Stages (limit, s) and what each decides:
+#   s0  env (20): versions (jax, jaxlib, flax, torch, CUDA, cuDNN), nvidia-smi, the device, the
+#       topology's target_config (for later deviceless compiles): env.json, nvidia-smi.txt.
+#   s1  conv (60), conv_unfused (30): the 16-channel 3x3 conv alone (benchmarks/conv_micro.py) at
+#       batch CONV_BATCH: packed 2/4, zero-padded, grouped, the 32-ch stage-2 reference, with and
+#       without the fused epilogues; conv_unfused repeats the base and 2-packed cases with the
+#       cudnn-fused-convolution-rewriter pass disabled. Decides whether packing, padding or fused
+#       epilogues beat the 16-channel kernel. conv.json, conv_unfused.json, autotune_conv.txtpb.
+#   s2  lenet_scaling (45), lenet_trace (25), lenet_nocmdbuf (20, GPU only): LeNet bf16 at
+#       LENET_NUMS with batch LENET_BATCH, fit intercept (fixed ms per call) and slope (ns per
+#       sample); one traced certification at the largest N; the largest N again with CUDA-graph
+#       command buffers off. Decides fixed cost against device work.
+#   s3  r110_base, r110_fold, r110_fold_unfused, r110_pack2, r110_pack2_fold, r110_pack4 (30
+#       each): ResNet-110 bf16, rsjax alone, one process per variant, batch BATCH, IMAGES images:
+#       --fold-bn, --fold-bn with the fused-conv rewriter off, --pack 2/4 (with --fold-bn).
+#   s4  r50 (100): ResNet-50 bf16 (224 px, R50_SIZE), batch R50_BATCH, N = R50_NUM, rsjax alone,
+#       compile seconds apart from seconds per image; autotune_r50.txtpb.
+#   s5  twin_<model> for each of TWIN_MODELS (what is left of BUDGET; a model starts only with
+#       TWIN_MIN s left): the PyTorch twin eager and under torch.compile (TWIN_COMPILE: auto = the
+#       first of max-autotune-no-cudagraphs, reduce-overhead, default that runs), compile seconds
+#       apart, beside rsjax. Decides the ratio to a compiled twin.
+# Older stages, outside the budget plan: golden, trace (ResNet-110), dataset, suite.
+#
+# Environment (defaults): OUT (gpu_out), PYTHON (python3), BUDGET (540), LIMIT_SCALE (100: percent
+# applied to every limit and to BUDGET, for slow machines), NUM (100000), N0 (100), IMAGES (2),
+# BATCH (14288: ResNet-110/20), CONV_BATCH (14288), LENET_NUMS (1000,10000,100000), LENET_BATCH
+# (BATCH), R50_BATCH (1024), R50_NUM (NUM), R50_SIZE (the model's 224), TWIN_MODELS (resnet110
+# resnet20 resnet50), TWIN_COMPILE (auto), TWIN_MIN (60), CACHE_DIR (/tmp/rsjax_lease_cache: the
+# JAX persistent compilation cache shared by every stage), DATASET_IMAGES (100, stage dataset).
 set -u
 OUT=${OUT:-gpu_out}
-mkdir -p "$OUT"
+mkdir -p "$OUT/logs"
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
-IMAGES=${IMAGES:-5}
+LIMIT_SCALE=${LIMIT_SCALE:-100}
+BUDGET=$((${BUDGET:-540} * LIMIT_SCALE / 100))
 NUM=${NUM:-100000}
+N0=${N0:-100}
+IMAGES=${IMAGES:-2}
+BATCH=${BATCH:-14288}
+CONV_BATCH=${CONV_BATCH:-14288}
+LENET_NUMS=${LENET_NUMS:-1000,10000,100000}
+LENET_BATCH=${LENET_BATCH:-$BATCH}
+R50_BATCH=${R50_BATCH:-1024}
+R50_NUM=${R50_NUM:-$NUM}
+R50_SIZE=${R50_SIZE:-}
+TWIN_MODELS=${TWIN_MODELS:-resnet110 resnet20 resnet50}
+TWIN_COMPILE=${TWIN_COMPILE:-auto}
+TWIN_MIN=${TWIN_MIN:-60}
 DATASET_IMAGES=${DATASET_IMAGES:-100}
-JSON="$OUT/gpu.json"
+CACHE_DIR=${CACHE_DIR:-/tmp/rsjax_lease_cache}
+mkdir -p "$CACHE_DIR"
+export JAX_COMPILATION_CACHE_DIR=$CACHE_DIR
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1
+ON_GPU=false
+nvidia-smi -L >/dev/null 2>&1 && ON_GPU=true
+T0=$SECONDS
+NOFUSE=--xla_disable_hlo_passes=cudnn-fused-convolution-rewriter
 
-stage() {  # stage NAME SECONDS COMMAND...: runs COMMAND under a limit, logs to $OUT/lease.log
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  echo "=== $name (limit ${limit}s)"
-  timeout "$limit" "$@" >"/tmp/lease_$name.log" 2>&1
-  local rc=$?
-  { echo "=== $name: rc $rc, $((SECONDS - t0)) s"; cat "/tmp/lease_$name.log"; } >>"$OUT/lease.log"
-  tail -n 25 "/tmp/lease_$name.log"
-  echo "=== $name: rc $rc, $((SECONDS - t0)) s"
+lim() { echo $(($1 * LIMIT_SCALE / 100)); }
+
+record() {  # record NAME STATUS RC SECONDS LIMIT JSON: one line of stages.jsonl, then the merge
+  printf '{"stage": "%s", "status": "%s", "rc": %s, "seconds": %s, "limit": %s, "log": "%s", "json": "%s"}\n' \
+    "$1" "$2" "$3" "$4" "$5" "logs/$1.log" "$6" >>"$OUT/stages.jsonl"
+  "$PY" -m benchmarks.lease merge "$OUT" >/dev/null 2>&1 || echo "merge failed"
 }
 
-suite() {  # suite NAME SECONDS ARGS...: one process per call (its own peak memory)
-  local name=$1 limit=$2
+stage() {  # stage NAME LIMIT JSON COMMAND...: COMMAND under min(LIMIT, what is left of BUDGET)
+  local name=$1 limit=$2 json=$3
+  shift 3
+  local left=$((BUDGET - (SECONDS - T0)))
+  ((limit > left)) && limit=$left
+  if ((limit < 5)); then
+    echo "=== $name: skipped (budget spent)"
+    record "$name" "skipped: budget spent" null 0 "$limit" ""
+    return
+  fi
+  local t0=$SECONDS
+  echo "=== $name (limit ${limit}s, $((SECONDS - T0)) s so far)"
+  timeout -k 5 "$limit" "$@" >"$OUT/logs/$name.log" 2>&1
+  local rc=$? status=ok
+  ((rc == 124 || rc == 137)) && status=timeout
+  ((rc != 0 && rc != 124 && rc != 137)) && status="failed (rc $rc)"
+  tail -n 12 "$OUT/logs/$name.log"
+  echo "=== $name: $status, $((SECONDS - t0)) s"
+  { echo "=== $name: $status, $((SECONDS - t0)) s"; cat "$OUT/logs/$name.log"; } >>"$OUT/lease.log"
+  record "$name" "$status" "$rc" "$((SECONDS - t0))" "$limit" "$json"
+}
+
+skip() {  # skip NAME REASON
+  echo "=== $1: skipped: $2"
+  record "$1" "skipped: $2" null 0 0 ""
+}
+
+xla() {  # xla FLAG...: XLA_FLAGS with FLAG... added (no blank one: XLA would read it as a file)
+  local all="${XLA_FLAGS:-} $*"
+  echo $all
+}
+
+dump() {  # dump FILE: the XLA flag that saves the autotune results there (GPU only)
+  $ON_GPU && echo "--xla_gpu_dump_autotune_results_to=$OUT/$1"
+}
+
+suite() {  # suite NAME LIMIT XLA_FLAGS ARGS...: one benchmarks.throughput --suite gpu process
+  local name=$1 limit=$2 flags=$3
+  shift 3
+  stage "$name" "$limit" "$name.json" env XLA_FLAGS="$flags" "$PY" -m benchmarks.throughput \
+    --suite gpu --json "$OUT/$name.json" --cache-dir "$CACHE_DIR" "$@"
+}
+
+r110() {  # r110 NAME XLA_FLAGS ARGS...: a ResNet-110 bf16 variant, rsjax alone
+  local name=$1 flags=$2
   shift 2
-  stage "$name" "$limit" "$PY" -m benchmarks.throughput --suite gpu --num "$NUM" \
-    --images "$IMAGES" --json "$JSON" "$@"
+  suite "$name" "$(lim 30)" "$flags" --models resnet110 --precisions bf16 --num "$NUM" \
+    --n0 "$N0" --images "$IMAGES" --batch-size "$BATCH" --no-reference "$@"
+}
+
+twin() {  # twin MODEL: rsjax, the eager twin and the compiled twin on one model, bf16
+  local m=$1 left=$((BUDGET - (SECONDS - T0)))
+  if ((left < $(lim "$TWIN_MIN"))); then
+    skip "twin_$m" "${left} s left, under TWIN_MIN"
+    return
+  fi
+  local args=(--num "$NUM" --batch-size "$BATCH")
+  case $m in
+    resnet50) args=(--num "$R50_NUM" --batch-size "$R50_BATCH" ${R50_SIZE:+--input-size "$R50_SIZE"}) ;;
+    lenet) args=(--num "$NUM" --batch-size "$LENET_BATCH") ;;
+  esac
+  suite "twin_$m" "$left" "${XLA_FLAGS:-}" --models "$m" --precisions bf16 --n0 "$N0" \
+    --images "$IMAGES" --twin-compile "$TWIN_COMPILE" "${args[@]}"
+}
+
+s0() {
+  nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
+    >>"$OUT/nvidia-smi.txt" 2>&1
+  stage env "$(lim 20)" env.json "$PY" -m benchmarks.lease env "$OUT"
+}
+
+s1() {
+  stage conv "$(lim 60)" conv.json env XLA_FLAGS="$(xla "$(dump autotune_conv.txtpb)")" \
+    "$PY" -m benchmarks.conv_micro --batch "$CONV_BATCH" --check --json "$OUT/conv.json"
+  stage conv_unfused "$(lim 30)" conv_unfused.json env XLA_FLAGS="$(xla $NOFUSE)" \
+    "$PY" -m benchmarks.conv_micro --batch "$CONV_BATCH" --cases base16,pack2 \
+    --epilogues bias_relu,bias_res_relu --tag unfused --json "$OUT/conv_unfused.json"
+}
+
+s2() {
+  local top=${LENET_NUMS##*,}
+  stage lenet_scaling "$(lim 45)" lenet_scaling.json "$PY" -m benchmarks.n_scaling \
+    --model lenet --precision bf16 --nums "$LENET_NUMS" --n0 "$N0" --batch-size "$LENET_BATCH" \
+    --compile-cache "$CACHE_DIR" --json "$OUT/lenet_scaling.json"
+  stage lenet_trace "$(lim 25)" trace_lenet/trace_summary.json "$PY" -m benchmarks.trace_summary \
+    --model lenet --precision bf16 --num "$top" --batch-size "$LENET_BATCH" --out "$OUT/trace_lenet"
+  if $ON_GPU; then
+    stage lenet_nocmdbuf "$(lim 20)" lenet_nocmdbuf.json \
+      env XLA_FLAGS="$(xla --xla_gpu_enable_command_buffer=)" "$PY" -m benchmarks.n_scaling \
+      --model lenet --precision bf16 --nums "$top" --n0 "$N0" --batch-size "$LENET_BATCH" \
+      --json "$OUT/lenet_nocmdbuf.json"
+  else
+    skip lenet_nocmdbuf "not a GPU"
+  fi
+}
+
+s3() {
+  r110 r110_base "${XLA_FLAGS:-}"
+  r110 r110_fold "${XLA_FLAGS:-}" --fold-bn
+  r110 r110_fold_unfused "$(xla $NOFUSE)" --fold-bn
+  r110 r110_pack2 "${XLA_FLAGS:-}" --pack 2
+  r110 r110_pack2_fold "${XLA_FLAGS:-}" --pack 2 --fold-bn
+  r110 r110_pack4 "${XLA_FLAGS:-}" --pack 4
+}
+
+s4() {
+  suite r50 "$(lim 100)" "$(xla "$(dump autotune_r50.txtpb)")" --models resnet50 \
+    --precisions bf16 --num "$R50_NUM" --n0 "$N0" --images 1 --batch-size "$R50_BATCH" \
+    --no-reference ${R50_SIZE:+--input-size "$R50_SIZE"}
+}
+
+s5() {
+  for m in $TWIN_MODELS; do twin "$m"; done
 }
 
 # The project needs flax >= 0.12.8: where the machine's is older, the carried wheel (.whl/).
@@ -46,38 +207,30 @@ sys.exit(v < (0, 12, 8))' 2>/dev/null && ls .whl/flax-*.whl >/dev/null 2>&1; the
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
+[ $# -eq 0 ] && set -- all
 for s in "$@"; do
   case $s in
-    env)
-      stage env 60 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
-        --format=csv; $PY -c 'import sys, jax, jaxlib, flax, optax, numpy, scipy
-print(sys.version); print(jax.__version__, jaxlib.__version__, flax.__version__, optax.__version__,
-numpy.__version__, scipy.__version__); print(jax.devices())
-try:
-  import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.get_device_name())
-except Exception as e: print(\"torch:\", e)'" ;;
+    all) s0; s1; s2; s3; s4; s5 ;;
+    s0 | env) s0 ;;
+    s1) s1 ;;
+    s2) s2 ;;
+    s3) s3 ;;
+    s4) s4 ;;
+    s5 | compiled) s5 ;;
     golden)  # the golden outputs (made on a CPU) against this device at the default precision
-      stage golden 150 env JAX_PLATFORMS= PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" tests/golden_cases.py --check \
-        --save "$OUT/golden_gpu.npz" ;;
-    r110bf16) suite resnet110_bf16 110 --models resnet110 --precisions bf16 --twin-compile none ;;
-    r110fp32) suite resnet110_fp32 110 --models resnet110 --precisions fp32 --twin-compile none ;;
-    r110tf32) suite resnet110_tf32 90 --models resnet110 --precisions tf32 --twin-compile none ;;
-    small)  # bf16 first: the device peak is the process's so far
-      suite small 120 --models lenet,resnet20 --precisions bf16,tf32,fp32 --twin-compile none ;;
-    r50bf16) suite resnet50_bf16 240 --models resnet50 --precisions bf16 --twin-compile none ;;
-    suite)  # every row; the twin eager (cuDNN autotuned, channels-last, autocast)
-      for t in r110bf16 r110fp32 small r50bf16 r110tf32; do bash "$0" "$t"; done ;;
-    compiled)  # the twin under torch.compile (default mode) on the headline row
-      stage compiled 150 "$PY" -m benchmarks.throughput --suite gpu --num "$NUM" \
-        --images "$IMAGES" --json "$OUT/gpu_compiled.json" --models resnet110 \
-        --precisions bf16 --twin-compile default ;;
-    dataset)  # test-set-sized certification: fixed N and budgeted, rsjax vs the twin
-      stage dataset 200 "$PY" -m benchmarks.throughput --suite gpu --num "$NUM" --images 0 \
-        --json "$OUT/gpu_dataset.json" --models none --precisions bf16 --twin-compile none \
-        --dataset-images "$DATASET_IMAGES" --dataset-model resnet110 ;;
+      stage golden "$(lim 150)" "" env JAX_PLATFORMS= PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
+        "$PY" tests/golden_cases.py --check --save "$OUT/golden_gpu.npz" ;;
     trace)  # where the time of one ResNet-110 certification goes, by op class
-      stage trace 120 "$PY" -m benchmarks.trace_summary --model resnet110 --precision bf16 \
-        --num "$NUM" --out "$OUT" ;;
+      stage trace "$(lim 120)" trace_r110/trace_summary.json "$PY" -m benchmarks.trace_summary \
+        --model resnet110 --precision bf16 --num "$NUM" --batch-size "$BATCH" --out "$OUT/trace_r110" ;;
+    dataset)  # test-set-sized certification: fixed N and budgeted, rsjax vs the eager twin
+      suite dataset "$(lim 200)" "${XLA_FLAGS:-}" --num "$NUM" --images 0 --models none \
+        --precisions bf16 --dataset-images "$DATASET_IMAGES" --dataset-model resnet110 ;;
+    suite)  # the suite's rows, the twin eager
+      suite suite "$(lim 240)" "${XLA_FLAGS:-}" --models lenet,resnet20,resnet110 \
+        --precisions bf16,fp32 --num "$NUM" --images "$IMAGES" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
+echo "=== done in $((SECONDS - T0)) s (budget ${BUDGET} s)"
+"$PY" -m benchmarks.lease merge "$OUT"

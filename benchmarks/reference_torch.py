@@ -16,15 +16,20 @@ This is the baseline the throughput benchmark compares against. It has three par
   baseline of the GPU suite (docs/PERFORMANCE.md): the same network and weights on the
   fastest PyTorch path we know: noise drawn on the device and added by
   broadcasting (no ``repeat``), one large batch, channels-last memory format,
-  optional bfloat16 autocast and ``torch.compile``, counting on the device
-  (``scatter_add_``, no host sync until the counts are read), cuDNN autotuning.
+  optional bfloat16 autocast, counting on the device (``scatter_add_``, no host
+  sync until the counts are read), cuDNN autotuning.
+* ``compiled_twin``: that twin under ``torch.compile`` (static shapes, compiled
+  at the certification's batch sizes before any timing, so its compile time is
+  reported apart), with the first mode of a list that compiles and runs.
 
 PyTorch is a benchmark-only extra (``pip install torch``); rsjax never imports it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 
 import numpy as np
 import torch
@@ -32,7 +37,18 @@ from torch import nn
 
 from benchmarks.torch_models import from_flax, to_torch_layout
 
-__all__ = ["sample_noise_reference", "tuned_module", "tuned_counts", "tuned_certify"]
+__all__ = [
+  "COMPILE_MODES",
+  "compiled_twin",
+  "sample_noise_reference",
+  "tuned_certify",
+  "tuned_counts",
+  "tuned_module",
+]
+
+#: ``torch.compile`` modes, the one expected fastest on a GPU first: ``compiled_twin``'s
+#: ``"auto"`` takes the first of them that compiles and runs.
+COMPILE_MODES = ("max-autotune-no-cudagraphs", "reduce-overhead", "default")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -141,6 +157,100 @@ def _torch_shape(input_shape) -> tuple[int, ...]:
   return (s[2], s[0], s[1]) if len(s) == 3 else s
 
 
+def _forward_context(dev: torch.device, autocast_dtype: str) -> contextlib.ExitStack:
+  """The twin's forward settings: inference mode, TF32 on or off, bf16 autocast or not."""
+  tf32 = autocast_dtype == "tf32"
+  torch.backends.cuda.matmul.allow_tf32 = tf32
+  torch.backends.cudnn.allow_tf32 = tf32
+  stack = contextlib.ExitStack()
+  stack.enter_context(torch.inference_mode())
+  stack.enter_context(
+    torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast_dtype == "bf16")
+  )
+  return stack
+
+
+def _sync(dev: torch.device) -> None:
+  if dev.type == "cuda":
+    torch.cuda.synchronize(dev)
+
+
+def _torch_input(x: np.ndarray, dev: torch.device) -> torch.Tensor:
+  """One input in rsjax's layout (``[H, W, C]``) as the twin's tensor (``[C, H, W]``)."""
+  xt = torch.from_numpy(np.ascontiguousarray(to_torch_layout(np.asarray(x, np.float32)[None])))
+  return xt[0].to(dev)
+
+
+def _noisy_batch(xt: torch.Tensor, noise: torch.Tensor, sigma: float) -> torch.Tensor:
+  """``xt + sigma * noise``, channels-last for images (the layout every forward sees)."""
+  batch = torch.addcmul(xt, noise, torch.tensor(sigma, device=xt.device))
+  if xt.dim() == 3:
+    batch = batch.contiguous(memory_format=torch.channels_last)
+  return batch
+
+
+def _compile_once(module, mode, input_shape, batch_sizes, autocast_dtype) -> nn.Module:
+  """``torch.compile(module)`` in ``mode``, run once at each batch size as ``tuned_counts`` runs."""
+  dev = next(module.parameters()).device
+  compiled = torch.compile(module, mode=None if mode == "default" else mode, dynamic=False)
+  xt = _torch_input(np.zeros(tuple(input_shape), np.float32), dev)
+  with _forward_context(dev, autocast_dtype):
+    for b in dict.fromkeys(int(v) for v in batch_sizes):
+      compiled(_noisy_batch(xt, torch.zeros((b,) + tuple(xt.shape), device=dev), 0.25)).argmax(1)
+  _sync(dev)
+  return compiled
+
+
+def compiled_twin(
+  module: nn.Module,
+  input_shape,
+  *,
+  modes="auto",
+  batch_sizes=(2,),
+  autocast_dtype: str = "fp32",
+) -> dict:
+  """The twin under ``torch.compile``: the first of ``modes`` that compiles and runs.
+
+  Each mode is compiled with static shapes (``dynamic=False``) and run once at
+  every batch size of ``batch_sizes`` under the settings of
+  :func:`tuned_counts` (inference mode, autocast, channels-last), so that the
+  certification that follows does not compile again.
+
+  Args:
+    module: the eager twin from :func:`tuned_module` (``compile_mode="none"``).
+    input_shape: shape of one input as rsjax sees it (``(H, W, C)``).
+    modes: ``"auto"`` (:data:`COMPILE_MODES`), a comma-separated string or a
+      sequence of ``torch.compile`` modes, tried in order.
+    batch_sizes: the forward batches the certification will use.
+    autocast_dtype: as in :func:`tuned_counts`.
+
+  Returns:
+    ``{"module", "mode", "compile_s", "tried"}``: the compiled module and its mode
+    (``None`` and ``module`` itself when no mode ran), the seconds of the
+    successful compile and warm-up, and the error of each mode that failed.
+  """
+  if modes == "auto":
+    modes = COMPILE_MODES
+  elif isinstance(modes, str):
+    modes = tuple(m.strip() for m in modes.split(",") if m.strip())
+  tried = {}
+  for mode in modes:
+    t = time.perf_counter()
+    try:
+      compiled = _compile_once(module, mode, input_shape, batch_sizes, autocast_dtype)
+    except Exception as e:  # noqa: BLE001 - a mode that cannot run here: try the next
+      tried[mode] = f"{type(e).__name__}: {e}"[:300]
+      torch._dynamo.reset()
+      continue
+    return {
+      "module": compiled,
+      "mode": mode,
+      "compile_s": time.perf_counter() - t,
+      "tried": tried,
+    }
+  return {"module": module, "mode": None, "compile_s": None, "tried": tried}
+
+
 def tuned_counts(
   module: nn.Module,
   x: np.ndarray,
@@ -170,26 +280,15 @@ def tuned_counts(
   Returns:
     ``[num_classes]`` int64 counts (NumPy); the only host sync is reading them.
   """
-  tf32 = autocast_dtype == "tf32"
-  torch.backends.cuda.matmul.allow_tf32 = tf32
-  torch.backends.cudnn.allow_tf32 = tf32
   dev = next(module.parameters()).device
-  xt = torch.from_numpy(np.ascontiguousarray(to_torch_layout(np.asarray(x, np.float32)[None])))[0]
-  xt = xt.to(dev)
+  xt = _torch_input(x, dev)
   b = min(int(batch_size), int(num))
   counts = torch.zeros(num_classes, dtype=torch.int64, device=dev)
   ones = torch.ones(b, dtype=torch.int64, device=dev)
-  image = xt.dim() == 3
-  with (
-    torch.inference_mode(),
-    torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast_dtype == "bf16"),
-  ):
+  with _forward_context(dev, autocast_dtype):
     for start in range(0, num, b):
       noise = torch.randn((b,) + tuple(xt.shape), device=dev, generator=generator)
-      batch = torch.addcmul(xt, noise, torch.tensor(sigma, device=dev))
-      if image:
-        batch = batch.contiguous(memory_format=torch.channels_last)
-      pred = module(batch).argmax(1)
+      pred = module(_noisy_batch(xt, noise, sigma)).argmax(1)
       k = min(b, num - start)
       counts.scatter_add_(0, pred[:k], ones[:k])
   return counts.cpu().numpy()

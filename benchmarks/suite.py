@@ -5,9 +5,11 @@ process, Cohen et al.'s CERTIFY (n0 = 100, N = 100,000, alpha = 0.001) for
 LeNet, ResNet-20, ResNet-110 (CIFAR) and ResNet-50 (ImageNet size), in float32
 and bfloat16, with rsjax and with the tuned PyTorch twin
 (``benchmarks.reference_torch.tuned_certify``: same weights, noise made on the
-device, large batch, channels-last, bf16 autocast, counting on the device,
-optionally ``torch.compile``). One warm-up image (compile time), then
-``--images`` images (50 by default), rsjax and the twin alternating image by
+device, large batch, channels-last, bf16 autocast, counting on the device)
+and, with ``--twin-compile``, beside it the same twin under ``torch.compile``
+(``reference_torch.compiled_twin``: compiled at the certification's batch
+sizes first, its compile seconds apart). One warm-up image (compile time), then
+``--images`` images (50 by default), rsjax and the twins alternating image by
 image. Per model and precision it writes into ``benchmarks/results/gpu.json``
 (entries of other models and precisions already there are kept):
 
@@ -16,7 +18,10 @@ image. Per model and precision it writes into ``benchmarks/results/gpu.json``
   statistics included), ``compile_s`` (JAX's trace + lowering + compile events of
   the warm-up image), ``peak_memory_mb`` (device peak so far in the process:
   run one model per command for per-model peaks), for rsjax and for the twin;
-* ``ratio_to_twin`` = twin seconds per image / rsjax seconds per image;
+  for the compiled twin (``twin_compiled``) also its ``mode``, ``compile_s``
+  (``torch.compile`` and one forward per batch size) and the modes that failed;
+* ``ratio_to_twin`` = twin seconds per image / rsjax seconds per image, and
+  ``ratio_to_twin_compiled`` the same against the compiled twin;
 * ``mfu`` = FLOPs per sample (XLA ``cost_analysis``) x samples/s / device peak,
   and ``bound_fraction`` = bound / measured seconds per image, with the bound of
   docs/PERFORMANCE.md: max(FLOPs / peak, 2.5 x conv and dense output elements x
@@ -41,7 +46,7 @@ import numpy as np
 
 import rsjax
 from benchmarks import measure
-from benchmarks.costs import activation_elements, matmul_flops
+from benchmarks.costs import op_costs
 from benchmarks.roofline import bound_seconds, device_peaks
 from benchmarks.suite_report import table, write_json
 from rsjax import models
@@ -116,6 +121,7 @@ def row_model(
   seed: int = 0,
   fold_bn: bool = False,
   pack: int = 1,
+  input_size: int | None = None,
   log=print,
 ) -> RowModel:
   """Builds ``name`` (seeded) at the suite's ``precision`` and picks the engine's batch.
@@ -125,8 +131,12 @@ def row_model(
   ``pack``: with its narrow stage packed ``pack`` samples a row
   (``rsjax.models.pack_narrow_stage``; a model without one runs unpacked, ``RowModel.pack``
   1, and says so). ``RowModel.model`` stays as built (the twin runs it as it is).
+  ``input_size``: square inputs of that many pixels instead of the model's usual size (a
+  small ResNet-50 for a CPU check).
   """
   spec = measure.SPECS[name]
+  if input_size:
+    spec = dataclasses.replace(spec, input_shape=(input_size, input_size) + spec.input_shape[2:])
   declared = PRECISIONS[precision]
   model = models.create_model(
     name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
@@ -166,19 +176,29 @@ def run_workload(
   seed: int = 0,
   fold_bn: bool = False,
   pack: int = 1,
+  input_size: int | None = None,
   log=print,
 ) -> dict:
-  """Certifies ``images`` random inputs of one model with rsjax and the twin; returns figures."""
+  """Certifies ``images`` random inputs of one model with rsjax and the twins; returns figures."""
   row = row_model(
-    name, precision, num=num, batch_size=batch_size, seed=seed, fold_bn=fold_bn, pack=pack, log=log
+    name,
+    precision,
+    num=num,
+    batch_size=batch_size,
+    seed=seed,
+    fold_bn=fold_bn,
+    pack=pack,
+    input_size=input_size,
+    log=log,
   )
   spec, model, apply_fn, variables, bs = (
     row.spec, row.model, row.apply_fn, row.variables, row.batch_size,
   )  # fmt: skip
   xs = np.random.default_rng(seed).random((images + 1,) + spec.input_shape, dtype=np.float32)
-  # Per sample, traced on one packed row (a packed model pads a batch of 1 to ``pack``).
-  flops = matmul_flops(apply_fn, variables, spec.input_shape, batch=row.pack)
-  acts = activation_elements(apply_fn, variables, spec.input_shape, batch=row.pack)
+  # Per sample, traced on one packed row (a packed model pads a batch of 1 to ``pack``);
+  # one trace for both.
+  flops, acts = op_costs(apply_fn, variables, spec.input_shape, batch=row.pack)
+  flops = float(flops)
   res = {
     "model": name,
     "precision": precision,
@@ -202,23 +222,23 @@ def run_workload(
   first, _ = measure.timed(lambda: rsjax_certify(0))  # warm-up image: compiles n0 and N programs
   rs = {"compile_s": clock.total, "first_call_s": first}
 
-  tw = None
+  tw = twc = None
   if twin and measure.torch is not None:
     from benchmarks import reference_torch as rt
     from benchmarks import torch_models as tm
 
-    tw = {}
+    tw = {"compile": "none"}
     t = time.perf_counter()
-    tmod, tw["compile"] = rt.tuned_module(model, spec.input_shape, compile_mode=twin_compile)
+    tmod, _ = rt.tuned_module(model, spec.input_shape)
     xb = np.clip(
       xs[:4] + SIGMA * np.random.default_rng(1).standard_normal(xs[:4].shape), 0, 1
     ).astype(np.float32)
     res["logits_check"] = tm.check_same_logits(tmod, apply_fn, variables, xb)
-    gen = rt.torch_generator(seed)
 
-    def twin_certify(i):
-      return rt.tuned_certify(
-        tmod,
+    def twin_certifier(module):
+      gen = rt.torch_generator(seed)
+      return lambda i: rt.tuned_certify(
+        module,
         xs[i],
         n0=n0,
         n=num,
@@ -230,16 +250,24 @@ def run_workload(
         generator=gen,
       )
 
+    twin_certify = twin_certifier(tmod)
     rt.reset_peak_memory()
     twin_certify(0)
-    tw["compile_s"] = time.perf_counter() - t  # module set-up, compile and first image
+    tw["compile_s"] = time.perf_counter() - t  # module set-up, cuDNN autotuning and first image
+    if twin_compile != "none":
+      twc, compiled_certify = _compiled_twin(
+        rt, tmod, spec.input_shape, twin_compile, (min(bs, n0), min(bs, num)), precision
+      )
+      if compiled_certify is not None:
+        compiled_certify = twin_certifier(compiled_certify)
+        twc["first_call_s"], _ = measure.timed(lambda: compiled_certify(0))
 
   log(
     f"  {name} {precision}: batch {bs}, compile {rs['compile_s']:.1f} s, "
     f"{flops / 1e6:.2f} MFLOP/sample"
   )
-  t_rs, t_tw = [], []
-  pred_rs, pred_tw = [], []
+  t_rs, t_tw, t_twc = [], [], []
+  pred_rs, pred_tw, pred_twc = [], [], []
   for i in range(1, images + 1):
     dt, cert = measure.timed(lambda i=i: rsjax_certify(i))
     t_rs.append(dt)
@@ -248,6 +276,10 @@ def run_workload(
       dt, (pred, _) = measure.timed(lambda i=i: twin_certify(i))
       t_tw.append(dt)
       pred_tw.append(int(pred))
+    if twc is not None and twc["mode"] is not None:
+      dt, (pred, _) = measure.timed(lambda i=i: compiled_certify(i))
+      t_twc.append(dt)
+      pred_twc.append(int(pred))
   rs.update(_summary(t_rs, n0 + num))
   rs["peak_memory_mb"] = measure.device_peak_mb()
   rs["predictions"] = pred_rs
@@ -259,6 +291,12 @@ def run_workload(
     res["twin"] = tw
     res["ratio_to_twin"] = tw["seconds_per_image"] / rs["seconds_per_image"]
     res["prediction_agreement"] = float(np.mean(np.asarray(pred_rs) == np.asarray(pred_tw)))
+  if twc is not None:
+    if t_twc:
+      twc.update(_summary(t_twc, n0 + num))
+      twc["predictions"] = pred_twc
+      res["ratio_to_twin_compiled"] = twc["seconds_per_image"] / rs["seconds_per_image"]
+    res["twin_compiled"] = twc
 
   res["mfu"] = res["bound"] = res["bound_fraction"] = None
   if peaks is not None:
@@ -287,6 +325,15 @@ def run_workload(
   return res
 
 
+def _compiled_twin(rt, module, input_shape, modes, batch_sizes, precision):
+  """``reference_torch.compiled_twin``: its figures and its module (None when no mode ran)."""
+  out = rt.compiled_twin(
+    module, input_shape, modes=modes, batch_sizes=batch_sizes, autocast_dtype=precision
+  )
+  figures = {k: out[k] for k in ("mode", "compile_s", "tried")}
+  return figures, (out["module"] if out["mode"] is not None else None)
+
+
 def run_dataset_workload(
   name: str,
   precision: str,
@@ -307,7 +354,8 @@ def run_dataset_workload(
   rsjax certifies them ``inputs_per_call`` at a time (one program per pass over
   all of them), at fixed N and with budgeted CERTIFY on ``grid`` (at most N
   samples per input); the twin certifies one image after another at fixed N (it
-  has no budgeted mode). Compilation is done on a warm-up chunk first.
+  has no budgeted mode; eager, whatever ``twin_compile`` says). Compilation is
+  done on a warm-up chunk first.
   """
   row = row_model(name, precision, num=num, batch_size=batch_size, seed=seed)
   spec, model, bs = row.spec, row.model, row.batch_size
@@ -346,7 +394,7 @@ def run_dataset_workload(
   if twin and measure.torch is not None:
     from benchmarks import reference_torch as rt
 
-    tmod, _ = rt.tuned_module(model, spec.input_shape, compile_mode=twin_compile)
+    tmod, _ = rt.tuned_module(model, spec.input_shape)
     gen = rt.torch_generator(seed)
     one = lambda i: rt.tuned_certify(  # noqa: E731
       tmod,
@@ -403,6 +451,7 @@ def run(args, env: dict, clock) -> list[dict]:
           clock=clock,
           fold_bn=args.fold_bn,
           pack=args.pack,
+          input_size=args.input_size,
           log=lambda s: print(s, flush=True),
         )
       )

@@ -12,7 +12,8 @@ def table(results: list[dict]) -> str:
   """Markdown table of a suite run."""
   head = (
     "| model | precision | N | batch | rsjax s/image (p50) | rsjax samples/s | twin s/image "
-    "| ratio to twin | compile s (rsjax / twin) | peak MB (rsjax / twin) | MFU | bound s "
+    "| ratio to twin | compiled twin s/image (mode) | ratio to compiled twin "
+    "| compile s (rsjax / twin / compiled twin) | peak MB (rsjax / twin) | MFU | bound s "
     "| fraction of bound |"
   )
   rows = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -23,13 +24,16 @@ def table(results: list[dict]) -> str:
   for r in results:
     if "task" in r:
       continue
-    rs, tw = r["rsjax"], r.get("twin", {})
+    rs, tw, twc = r["rsjax"], r.get("twin", {}), r.get("twin_compiled") or {}
     rows.append(
       f"| {r['model']} | {r['precision']} | {r['num']} | {r['batch_size']} "
       f"| {f(rs['seconds_per_image'])} ({f(rs['seconds_per_image_p50'])}) "
       f"| {f(rs['samples_per_s'], '{:.0f}')} | {f(tw.get('seconds_per_image'))} "
       f"| {f(r.get('ratio_to_twin'), '{:.2f}')} "
+      f"| {f(twc.get('seconds_per_image'))} ({twc.get('mode', '-')}) "
+      f"| {f(r.get('ratio_to_twin_compiled'), '{:.2f}')} "
       f"| {f(rs['compile_s'], '{:.1f}')} / {f(tw.get('compile_s'), '{:.1f}')} "
+      f"/ {f(twc.get('compile_s'), '{:.1f}')} "
       f"| {f(rs['peak_memory_mb'], '{:.0f}')} / {f(tw.get('peak_memory_mb'), '{:.0f}')} "
       f"| {f(r['mfu'], '{:.3f}')} | {f((r['bound'] or {}).get('bound_s'))} "
       f"| {f(r['bound_fraction'], '{:.2f}')} |"

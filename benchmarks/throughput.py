@@ -141,8 +141,17 @@ def main(argv=None) -> list[dict]:
   )
   p.add_argument(
     "--twin-compile",
-    default="default",
-    help="--suite gpu: torch.compile mode of the tuned twin, or 'none'",
+    default="none",
+    help="--suite gpu: 'none' (the eager twin alone), 'auto' (the first of "
+    "max-autotune-no-cudagraphs, reduce-overhead, default that runs) or torch.compile "
+    "modes, comma-separated, tried in order: the compiled twin is timed beside the eager one",
+  )
+  p.add_argument(
+    "--input-size",
+    type=int,
+    default=None,
+    help="--suite gpu: square inputs of this many pixels instead of the model's usual "
+    "size (a small ResNet-50 for a CPU check)",
   )
   p.add_argument(
     "--device-peaks",

@@ -120,9 +120,11 @@ def summarize(trace: dict) -> dict:
   }
 
 
-def trace_certify(name: str, precision: str, *, num: int, out: str, seed: int = 0) -> dict:
+def trace_certify(
+  name: str, precision: str, *, num: int, out: str, seed: int = 0, batch_size="auto"
+) -> dict:
   """Traces one ``rsjax.certify`` of ``name`` (after a warm-up image); returns the summary."""
-  row = row_model(name, precision, num=num, batch_size="auto", seed=seed)
+  row = row_model(name, precision, num=num, batch_size=batch_size, seed=seed)
   bs = row.batch_size
   xs = np.random.default_rng(seed).random((2,) + row.spec.input_shape, dtype=np.float32)
 
@@ -161,8 +163,10 @@ def main(argv=None) -> dict:
   p.add_argument("--precision", default="bf16", choices=sorted(PRECISIONS))
   p.add_argument("--num", type=int, default=100_000)
   p.add_argument("--out", default=".")
+  p.add_argument("--batch-size", default="auto", help="'auto' or an int")
   a = p.parse_args(argv)
-  s = trace_certify(a.model, a.precision, num=a.num, out=a.out)
+  bs = a.batch_size if a.batch_size == "auto" else int(a.batch_size)
+  s = trace_certify(a.model, a.precision, num=a.num, out=a.out, batch_size=bs)
   with open(os.path.join(a.out, "trace_summary.json"), "w", encoding="utf-8") as fh:
     json.dump(s, fh, indent=1)
   print(

@@ -423,3 +423,91 @@ def test_streams_and_frontier_report_their_figures(tmp_path):
     agree["mnist"]["all_agree_stop_every_sample"] < plain["mnist"]["all_agree_stop_every_sample"]
   )
   assert agree["streams"]["all_agree_samples"] < plain["streams"]["all_agree_samples"]
+
+
+def test_conv_micro_packed_equals_unpacked(tmp_path):
+  # The stage-1 conv rewrites (2/4-packed block-diagonal, zero-padded, grouped) compute the
+  # base 16-channel convolution's outputs, up to float32 rounding; the timing rows are complete.
+  conv_micro = _benchmark_module("conv_micro")
+  import jax.numpy as jnp
+
+  for k, v in conv_micro.check(jnp.float32, batch=8).items():
+    assert v["max_abs_diff"] <= 1e-5 * v["scale"], k
+  out = conv_micro.main(["--batch", "8", "--precision", "fp32", "--cases", "base16,pack2",
+                         "--epilogues", "plain,bias_res_relu", "--reps", "1", "--loop", "2",
+                         "--json", str(tmp_path / "c.json")])  # fmt: skip
+  rows = {(r["case"], r["epilogue"]): r for r in out["rows"]}
+  assert len(rows) == 4 and all(r["ms_per_conv"] > 0 for r in rows.values())
+  base, pack2 = rows["base16", "plain"], rows["pack2", "plain"]
+  assert base["flops_per_conv"] == 8 * 32 * 32 * 16 * 16 * 9 * 2  # 4.72 MFLOP per sample
+  assert pack2["flops_per_conv"] == 2 * base["flops_per_conv"]  # the zero blocks count
+  assert pack2["batch_rows"] == 4 and pack2["samples"] == 8
+
+
+def test_compiled_twin_runs_beside_the_eager_one(tmp_path):
+  # --twin-compile: LeNet's twin under torch.compile (the first mode that runs on this CPU),
+  # compiled at the certification's batch sizes, timed beside the eager twin.
+  pytest.importorskip("torch")
+  out = tmp_path / "gpu.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run(
+    [sys.executable, "-m", "benchmarks.throughput", "--suite", "gpu", "--models", "lenet",
+     "--num", "100", "--n0", "10", "--images", "1", "--batch-size", "50", "--precisions", "bf16",
+     "--twin-compile", "auto", "--json", str(out)],
+    cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  (r,) = json.loads(out.read_text())["results"]
+  twc = r["twin_compiled"]
+  if twc["mode"] is None:
+    pytest.skip(f"torch.compile cannot run here: {twc['tried']}")
+  rt = _benchmark_module("reference_torch")
+  assert twc["mode"] in rt.COMPILE_MODES
+  assert twc["compile_s"] > 0 and twc["seconds_per_image"] > 0 and twc["images"] == 1
+  assert r["twin"]["compile"] == "none" and r["twin"]["seconds_per_image"] > 0
+  assert r["ratio_to_twin_compiled"] > 0
+  assert len(twc["predictions"]) == 1
+
+
+def test_lease_script_runs_every_stage_on_cpu(tmp_path):
+  # benchmarks/gpu_lease.sh end to end on the CPU at tiny sizes: every stage ends with rc 0 (or
+  # is skipped for a flag of another branch / a GPU-only stage) and leaves its rows in gpu.json.
+  # Limits are scaled up (LIMIT_SCALE) so that a loaded machine does not turn into a failure.
+  out = tmp_path / "out"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHON=sys.executable, OUT=str(out),
+             CACHE_DIR=str(tmp_path / "cache"), LIMIT_SCALE="400", NUM="48", N0="8", IMAGES="1",
+             BATCH="8", CONV_BATCH="16", LENET_NUMS="100,200,400", LENET_BATCH="50",
+             R50_SIZE="32", R50_NUM="32", R50_BATCH="16", TWIN_MODELS="lenet")  # fmt: skip
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run(
+    ["bash", "benchmarks/gpu_lease.sh", "all"],
+    cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500, check=False,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stdout[-3000:]
+  merged = json.loads((out / "gpu.json").read_text())
+  assert merged["env"]["jax"]
+  stages = {s["stage"]: s for s in merged["stages"]}
+  expected = ["env", "conv", "conv_unfused", "lenet_scaling", "lenet_trace", "lenet_nocmdbuf",
+              "r110_base", "r110_fold", "r110_fold_unfused", "r110_pack2", "r110_pack2_fold",
+              "r110_pack4", "r50", "twin_lenet"]  # fmt: skip
+  assert [s["stage"] for s in merged["stages"]] == expected
+  for name, s in stages.items():
+    if s["status"].startswith("skipped"):
+      assert name == "lenet_nocmdbuf" or name.startswith("r110_pack"), (name, s["status"])
+      continue
+    assert (s["status"], s["rc"]) == ("ok", 0), (name, s, (out / s["log"]).read_text()[-2000:])
+    assert s["data"], name  # the stage's JSON was written and merged
+  assert len(stages["conv"]["data"]["rows"]) == 18 and stages["conv"]["data"]["check"]
+  assert {r["tag"] for r in stages["conv_unfused"]["data"]["rows"]} == {"unfused"}
+  fit = stages["lenet_scaling"]["data"]["fit_best"]
+  assert set(fit) == {"intercept_ms", "slope_ns_per_sample"}
+  assert stages["lenet_trace"]["data"]["kernels"] > 0
+  for name in ("r110_base", "r110_fold", "r110_fold_unfused", "r50"):
+    (row,) = stages[name]["data"]["results"]
+    assert row["rsjax"]["seconds_per_image"] > 0 and row["rsjax"]["compile_s"] > 0, name
+  assert stages["r110_fold"]["data"]["results"][0]["fold_bn"] is True
+  (twin,) = stages["twin_lenet"]["data"]["results"]
+  assert "twin_compiled" in twin
+  if _has_torch():
+    assert twin["twin"]["seconds_per_image"] > 0
