@@ -198,7 +198,7 @@ def _counts_jit(
     # the chunk past the last group's last one: every j >= num, never counted.
     first = jax.lax.axis_index("dev").astype(jnp.int32) * steps
 
-    def draw(t: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    def draw(t: jax.Array | int) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
       step = first + t
       group = jnp.minimum(step // chunks, plan.groups - 1)
       chunk = jnp.minimum(step - group * chunks, chunks).astype(jnp.uint32)
