@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from benchmarks import measure
-from benchmarks.suite import N0, PRECISIONS, row_model
+from benchmarks.suite_rows import N0, PRECISIONS, row_model
 
 
 def fit(nums, seconds) -> dict:

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from benchmarks import measure
-from benchmarks.suite import N0, PRECISIONS, row_model
+from benchmarks.suite_rows import N0, PRECISIONS, row_model
 
 #: Op classes, first match wins, by substrings of the kernel name or its HLO op (lower case).
 CLASSES = (

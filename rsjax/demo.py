@@ -13,6 +13,7 @@ training runs and result rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -119,8 +120,19 @@ def run(
       not ``overwrite``).
   """
   import rsjax
-  from rsjax import data, io, metrics, models, plots, record, runner, runspec, training, verify
-  from rsjax.method import Plan
+  from rsjax import (
+    data,
+    io,
+    launch,
+    metrics,
+    models,
+    plots,
+    record,
+    runner,
+    runspec,
+    training,
+    verify,
+  )
 
   cfg = dict(DEFAULTS)
   epochs = epochs or cfg["epochs"]
@@ -192,46 +204,21 @@ def run(
       versions=record.versions(),
       out=path,
     )
-    key = jax.random.key(seed)  # the run's key (rsjax.runspec.KEY_DERIVATION)
-    for v in run_record.key_path():
-      key = jax.random.fold_in(key, v)
-
-    def certify_fn(xb, ids, sigma=sigma, key=key, apply_fn=apply_fn, params=params):
-      return rsjax.certify(
-        key,
-        apply_fn,
-        params,
-        xb,
-        sigma=sigma,
-        num_classes=train.num_classes,
-        settings=settings,
-        ids=ids,
-      )
-
-    plan = Plan(certify_fn)
-
+    model_json = {"model": cfg["model"], "num_classes": int(train.num_classes)}
+    loaded = launch.Loaded(model, model_json, test, apply_fn, params, workdir)
     t0 = time.perf_counter()
+    certify = functools.partial(
+      launch.run, run_record, loaded, batch_size=settings.batch_size, progress=progress
+    )
     try:
-      runner.certify_dataset(
-        plan, test.get_batch, indices, path, progress=progress, run=run_record, record=True, n=n
-      )
+      certify()
     except io.RunMismatchError:  # another model (the settings were checked above)
       if not overwrite:
         raise ValueError(
           f"{path} holds rows of another model ({workdir} was retrained): "
           "'rsjax demo --overwrite' starts it over, or use another --out"
         ) from None
-      runner.certify_dataset(
-        plan,
-        test.get_batch,
-        indices,
-        path,
-        progress=progress,
-        run=run_record,
-        resume=False,
-        record=True,
-        n=n,
-      )
+      certify(resume=False)
     t_cert = time.perf_counter() - t0
     result_files.append(path)
     results[f"sigma={sigma:g}"] = _selected(io.read_certify(path), indices)

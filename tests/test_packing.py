@@ -274,16 +274,16 @@ def test_cli_pack_refuses_a_model_it_cannot_pack(tmp_path, capsys):
 
 
 def test_the_gpu_suite_packs_where_it_can_and_records_it():
-  from benchmarks import costs, suite
+  from benchmarks import costs, suite_rows
 
   said = []
-  row = suite.row_model("resnet20", "fp32", num=10, batch_size=10, pack=2, log=said.append)
+  row = suite_rows.row_model("resnet20", "fp32", num=10, batch_size=10, pack=2, log=said.append)
   assert row.pack == 2 and isinstance(row.model, models.ResNet20)  # the twin's model: as built
-  plain = suite.row_model("resnet20", "fp32", num=10, batch_size=10)
+  plain = suite_rows.row_model("resnet20", "fp32", num=10, batch_size=10)
   # Per sample, traced on one packed row: stage 1's 3x3 convolutions cost g times more.
   packed_flops = costs.matmul_flops(row.apply_fn, row.variables, (32, 32, 3), batch=2)
   plain_flops = costs.matmul_flops(plain.apply_fn, plain.variables, (32, 32, 3))
   stage1 = 2 * 32 * 32 * (3 * 9 * 16 + 6 * 16 * 9 * 16)  # the stem and six 16-channel convs
   assert packed_flops - plain_flops == stage1
-  mlp = suite.row_model("mlp", "fp32", num=10, batch_size=10, pack=2, log=said.append)
+  mlp = suite_rows.row_model("mlp", "fp32", num=10, batch_size=10, pack=2, log=said.append)
   assert mlp.pack == 1 and "mlp runs unpacked" in said[-1]

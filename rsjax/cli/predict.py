@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
       num_classes=ds.num_classes,
       n=args.N,
       alpha=args.alpha,
-      batch_size=args.batch,
+      batch_size=launch.batch_of(args),
       ids=ids,
       noise=args.noise,
       precision=args.precision,

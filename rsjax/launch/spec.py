@@ -25,7 +25,7 @@ if TYPE_CHECKING:
   from rsjax.method import Plan
   from rsjax.runspec import RunSpec
 
-__all__ = ["Loaded", "key", "load", "pack_of", "plan", "run_from_flags", "settings"]
+__all__ = ["Loaded", "batch_of", "key", "load", "pack_of", "plan", "run_from_flags", "settings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,8 +166,6 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   from rsjax import methods, record, runner
   from rsjax.runspec import DataRef, ModelRef, RunSpec
 
-  if getattr(args, "batch", 1000) is None:  # a denoiser's memory per sample is unknown: measure
-    args.batch = "auto" if getattr(args, "denoiser", None) else 1000
   model, config, ds = _load_model(
     model_dir=args.model_dir,
     torch_checkpoint=args.torch_checkpoint,
@@ -245,6 +243,15 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   return run, Loaded(model, config, ds, apply_fn, params, args.model_dir)
 
 
+def batch_of(args: argparse.Namespace) -> int | str:
+  """The ``--batch`` of a certify or predict command: as given, else ``"auto"`` with a
+  denoiser (its memory per sample is unknown: measured) and 1000 without."""
+  batch = getattr(args, "batch", 1000)
+  if batch is None:
+    return "auto" if getattr(args, "denoiser", None) else 1000
+  return batch
+
+
 def _flag_sampling(args):
   from rsjax import Sampling
 
@@ -253,7 +260,7 @@ def _flag_sampling(args):
       n0=getattr(args, "N0", 100),
       n=args.N,
       alpha=args.alpha,
-      batch_size=args.batch,
+      batch_size=batch_of(args),
       noise=args.noise,
       precision=args.precision,
     )
