@@ -60,14 +60,34 @@ def edit_run(path, fn, *, restate_claim=True):
   rec.write_text(json.dumps(run, indent=1, sort_keys=True))
 
 
+def move_to_look(r, n):
+  """Moves a row's record to ``n`` estimation samples: its counts scaled to sum to ``n``
+  (largest remainders), as a forger claiming that the row stopped there would write them."""
+  old = sum(r["counts"].values())
+  exact = {c: v * n / old for c, v in r["counts"].items()}
+  counts = {c: int(v) for c, v in exact.items()}
+  for c in sorted(exact, key=lambda c: counts[c] - exact[c])[: n - sum(counts.values())]:
+    counts[c] += 1
+  r["counts"], r["n"] = {c: v for c, v in counts.items() if v}, n
+  return r
+
+
 def reradius(path):
-  """The forger's last step: rewrites ``predict``, ``radius``, ``correct`` of every row and
-  the recorded ``p_lower`` from the counts under the run record as it now stands (Cohen's
-  binary or multiclass radius), so that verify's recomputation agrees with the file."""
+  """The forger's last step: rewrites ``predict``, ``radius``, ``correct`` (and a budgeted
+  run's ``samples``) of every row and the recorded ``p_lower`` from the counts under the
+  run record as it now stands (Cohen's binary or multiclass radius, a budgeted run's rule),
+  so that verify's recomputation agrees with the file."""
   import numpy as np
 
   from rsjax import io
-  from rsjax.checks import cohen_certificate, read_rows
+  from rsjax.checks import (
+    ANYTIME_RULE,
+    anytime_certificate,
+    anytime_levels,
+    budget_levels,
+    cohen_certificate,
+    read_rows,
+  )
   from rsjax.runspec import RunSpec
   from rsjax.verify._run import certificate_view
 
@@ -75,8 +95,14 @@ def reradius(path):
   cert = certificate_view(run)
   res = io.read_certify(path)
   recs = record.read_records(path)
-  rows = read_rows(cert, res, recs, [])
-  pred, rad, p = cohen_certificate(cert, rows, run.sigma)
+  budget, n, alpha = cert.get("budget"), int(run.sampling["n"]), float(run.sampling["alpha"])
+  anytime = bool(budget) and budget.get("rule") == ANYTIME_RULE
+  levels = None
+  if budget:
+    levels = (anytime_levels if anytime else budget_levels)(cert, n, alpha, [])
+  rows = read_rows(cert, res, recs, [], levels)
+  certificate = anytime_certificate if anytime else cohen_certificate
+  pred, rad, p = certificate(cert, rows, run.sigma)
   lines = path.read_text().split("\n")
   head = lines[0].split("\t")
   for j in range(len(res)):
@@ -84,6 +110,8 @@ def reradius(path):
     fields[head.index("predict")] = str(int(pred[j]))
     fields[head.index("radius")] = repr(float(rad[j]))
     fields[head.index("correct")] = str(int(pred[j] == res.label[j]))
+    if "samples" in head:
+      fields[head.index("samples")] = str(int(rows.n[j]))
     lines[1 + j] = "\t".join(fields)
   path.write_text("\n".join(lines))
   by_idx = {int(i): float(p[j]) for j, i in enumerate(res.idx)}

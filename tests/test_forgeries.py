@@ -8,12 +8,22 @@ import dataclasses
 import json
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
-from run_edits import copy_run, drop_rows, edit_column, edit_record, edit_run, reradius
+from run_edits import (
+  copy_run,
+  drop_rows,
+  edit_column,
+  edit_record,
+  edit_run,
+  move_to_look,
+  reradius,
+)
 
-from rsjax import audit, cli, io, record, verify
+from rsjax import audit, checks, cli, io, record, verify
+from rsjax.runspec import RunSpec
 
 N, N0 = 400, 40
 
@@ -447,6 +457,90 @@ def test_the_samples_column_is_verified(model, tmp_path):
   rep = verify.verify(b)
   assert not rep.ok and "samples" in rep.mismatches[0].reason, rep.summary()
   assert not audit.audit(b, model_dir=model, rows="all").ok
+
+
+@pytest.fixture(scope="module")
+def budgeted_runs(model, tmp_path_factory):
+  """An honest budgeted run of each rule: 20 rows at N 2000 (every 5th test digit up to 100)."""
+  d = tmp_path_factory.mktemp("budgeted")
+  return {
+    rule: certify(model, d / f"{rule}.tsv", "--grid", "0,0.25,0.5", "--budget-rule", rule,
+                  "--N", "2000", "--max", "100", "--skip", "5")
+    for rule in ("looks", "anytime")
+  }  # fmt: skip
+
+
+def _looks(path):
+  b = RunSpec.read(path).details["budget"]
+  return checks.budget_looks(2000, b["first"], b["ratio"])  # both rules' looks
+
+
+@pytest.mark.parametrize("rule", ["looks", "anytime"])
+def test_a_row_moved_to_an_earlier_look_is_caught_by_its_stopping_rule(
+  budgeted_runs, rule, tmp_path
+):
+  src = budgeted_runs[rule]
+  assert verify.verify(src).ok  # its rows that stopped before N meet the rule where they did
+  assert any(r["n"] < 2000 for r in record.read_records(src).values())
+  # The forger claims half the samples: each row moved to the last look at or below half its
+  # own, its counts scaled to sum to it, its bound, radius and samples recomputed under the
+  # rule. Every count, look, alpha and radius is consistent; the stop is not the rule's.
+  f = copy_run(src, tmp_path / "f.tsv")
+  moved = {}
+  for idx, r in record.read_records(f).items():
+    earlier = [n for n in _looks(f) if n <= r["n"] // 2]
+    if earlier:
+      moved[idx] = earlier[-1]
+      edit_record(f, idx, lambda r, n=earlier[-1]: move_to_look(r, n))
+  reradius(f)
+  rep = verify.verify(f)
+  assert not rep.ok, rep.summary()
+  assert {m.idx for m in rep.mismatches} <= set(moved)
+  for m in rep.mismatches:
+    assert f"stopped at {moved[m.idx]:,} samples" in m.reason, m.reason
+    assert "do not meet the stopping rule" in m.reason, m.reason
+
+
+def test_the_stopping_check_is_the_engines_at_every_count_of_every_look(budgeted_runs):
+  """verify's decision, from the record, equals the engine's at every count of every look
+  before N: the same grid levels, alphas, thresholds and stop_alpha as the run's rule."""
+  from rsjax.engine import anytime, budget
+  from rsjax.verify._run import certificate_view
+
+  for rule, path in budgeted_runs.items():
+    run = RunSpec.read(path)
+    cert, n, alpha = certificate_view(run), 2000, run.sampling["alpha"]
+    looks, dim = _looks(path), int(np.prod(run.data.input_shape))
+    grid = tuple(run.options["grid"])
+    # One row per count s = 0..n_k at each look n_k before N.
+    s = np.concatenate([np.arange(k + 1) for k in looks[:-1]])
+    m, zero = len(s), np.zeros(len(s), np.int64)
+    rows = checks.Rows(
+      valid=np.ones(m, bool), guess=zero, n_a=s, runner_up=zero,
+      n=np.concatenate([np.full(k + 1, k) for k in looks[:-1]]),
+      alpha=np.full(m, alpha), p_recorded=np.full(m, np.nan),
+    )  # fmt: skip
+    res = types.SimpleNamespace(idx=np.arange(m))
+    if rule == "anytime":
+      table = anytime.anytime_decisions(anytime.Anytime(grid=grid), n_max=n, alpha=alpha,
+                                        scales=run.sigma, dim=dim)  # fmt: skip
+      goes_on = ~np.concatenate([table.decide(np.arange(k + 1), i)[2] for i, k in
+                                 enumerate(looks[:-1])])  # fmt: skip
+      found = checks.anytime_stop_issues(cert, res, rows, run.sigma)
+    else:
+      levels = checks.budget_levels(cert, n, alpha, [])
+      assert len(looks) == 2  # N 2000: one look (1000) before N, where s is the count
+
+      def count_fn(active, start, stop, s=s):  # the count s at the first look, then nothing
+        return s[active] if start == 0 else np.zeros(len(active), np.int64)
+
+      _, used, _ = budget.sequential_bounds(count_fn, len(s), n_max=n, alpha=alpha,
+                                            budget=budget.Budget(grid=grid), scale=run.sigma,
+                                            dim=dim)  # fmt: skip
+      goes_on = used > looks[0]
+      found = checks.looks_stop_issues(cert, res, rows, levels, run.sigma)
+    assert goes_on.any() and not goes_on.all(), rule
+    assert sorted(m.idx for m in found) == np.flatnonzero(goes_on).tolist(), rule
 
 
 def test_the_counts_column_is_verified(model, tmp_path):

@@ -7,13 +7,17 @@ rather than by calling the code that produced them: the Clopper-Pearson bounds
 and radii (``cp_lower``, ``binary_radius``, ``multiclass``), the budgeted
 looks and alpha levels, the anytime rule's mixture thresholds, the counts of a row (``read_rows``), Cohen's
 certificate from them (``cohen_certificate``) and the comparison with the
-file (``compare``), each difference a :class:`Mismatch`; and the one table of legal
+file (``compare``), each difference a :class:`Mismatch`; the budgeted rules'
+stopping decision at a look (``looks_decision``, ``anytime_stop``: the engine's rules
+call them too) and the check that a row which stopped before N meets it there
+(``looks_stop_issues``, ``anytime_stop_issues``); and the one table of legal
 claims (:func:`refusal`), which ``Method.plan`` and ``rsjax verify`` share.
 """
 
 from rsjax.checks._anytime import ANYTIME_RULE as ANYTIME_RULE
 from rsjax.checks._anytime import anytime_certificate as anytime_certificate
 from rsjax.checks._anytime import anytime_levels as anytime_levels
+from rsjax.checks._anytime import anytime_stop_issues as anytime_stop_issues
 from rsjax.checks._anytime import anytime_table_issues as anytime_table_issues
 from rsjax.checks._anytime import thresholds_digest as thresholds_digest
 from rsjax.checks._claims import ALPHA_MAX as ALPHA_MAX
@@ -50,3 +54,10 @@ from rsjax.checks._rows import compare as compare
 from rsjax.checks._rows import dense as dense
 from rsjax.checks._rows import read_rows as read_rows
 from rsjax.checks._rows import run_sigma as run_sigma
+from rsjax.checks._stopping import anytime_need as anytime_need
+from rsjax.checks._stopping import anytime_stop as anytime_stop
+from rsjax.checks._stopping import cp_count as cp_count
+from rsjax.checks._stopping import looks_decision as looks_decision
+from rsjax.checks._stopping import looks_stop_issues as looks_stop_issues
+from rsjax.checks._stopping import radius_level as radius_level
+from rsjax.checks._stopping import stop_quantile as stop_quantile

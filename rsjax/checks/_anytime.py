@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,17 @@ from rsjax.checks._formulas import (
 from rsjax.checks._mismatch import Mismatch
 from rsjax.checks._mixture import anytime_looks, level_probability, mixture_thresholds, nested_level
 from rsjax.checks._rows import Rows
+from rsjax.checks._stopping import (
+  anytime_need,
+  anytime_stop,
+  level_words,
+  record_stop_alpha,
+  stop_mismatches,
+  stop_quantile,
+)
+
+if TYPE_CHECKING:
+  from rsjax.io import CertifyResults
 
 #: The rule's name in a run's record (``rsjax.engine.anytime.RULE``).
 ANYTIME_RULE = "anytime-kt-mixture"
@@ -145,3 +157,38 @@ def anytime_certificate(
   ok = p >= 0.5
   radius = np.where(ok, binary_radius(p, scale, cert["noise"], dim), 0.0)
   return np.where(ok, rows.guess, -1), radius, p
+
+
+def anytime_stop_issues(
+  cert: dict, res: CertifyResults, rows: Rows, scale: float
+) -> list[Mismatch]:
+  """The rows of an anytime run that stopped before ``N`` where the rule does not stop.
+
+  A row's recorded counts are its counts at the look it stopped at, so the rule's
+  decision there (``rsjax.checks.anytime_stop``, the engine's) follows from them; the
+  earlier looks' counts are not recorded (the audit draws them again).
+  """
+  issues: list[Mismatch] = []
+  stop_alpha = record_stop_alpha(cert["budget"], issues)
+  if stop_alpha is None:
+    return issues
+  n_max, alpha = int(cert["sampling"]["n"]), float(cert["sampling"]["alpha"])
+  looks, ms, c, _ = _tables(cert, scale)
+  cp_alpha = split_alpha(alpha, mixture_share(cert["budget"]))[1]
+  need = anytime_need(c[-1], ms, n_max, cp_alpha)
+  z_stop = stop_quantile(stop_alpha)
+
+  def decide(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    lvl = nested_level(s, c[k][None, :])
+    return lvl, anytime_stop(
+      s, lvl, np.broadcast_to(need, (len(s), len(need))), looks[k], n_max, z_stop
+    )
+
+  def why(lvl: int) -> str:
+    return (
+      f"it certifies {level_words(lvl)} there, below the grid's top, and grid level "
+      f"{lvl + 1} is still within reach by N={n_max:,} (the anytime rule's futility test "
+      f"at stop_alpha {stop_alpha:g})"
+    )
+
+  return stop_mismatches(res, rows, looks, decide, why)

@@ -9,10 +9,12 @@ from rsjax.checks import (
   Mismatch,
   anytime_certificate,
   anytime_levels,
+  anytime_stop_issues,
   anytime_table_issues,
   budget_levels,
   cohen_certificate,
   compare,
+  looks_stop_issues,
   read_rows,
   run_sigma,
 )
@@ -44,4 +46,9 @@ def check_cohen(
   else:
     predict, radius, p = cohen_certificate(cert, rows, sigma)
   compare(res, rows, predict, radius, issues, rtol=rtol, atol=atol, p_lower=p)
+  # A row that stopped before N: its rule's stopping test, met at that look by its counts.
+  if anytime:
+    issues.extend(anytime_stop_issues(cert, res, rows, sigma))
+  elif levels is not None:
+    issues.extend(looks_stop_issues(cert, res, rows, levels, sigma))
   return issues

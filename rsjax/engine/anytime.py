@@ -38,7 +38,8 @@ be reached by ``n_max``: the count at ``n_max`` it needs (mixture or Clopper-Pea
 by more than ``z`` standard deviations, ``z`` the upper ``stop_alpha`` normal
 quantile, with ``p_A`` estimated from the count so far and the spread of the
 estimate and of the samples still to come together (this covers futility:
-``p_A`` below the next level, and abstain).
+``p_A`` below the next level, and abstain). It is ``rsjax.checks.anytime_stop``,
+which ``rsjax verify`` applies to a row's recorded counts at the look it stopped at.
 
 **Rounds and looks.** The looks (``first``, then ratio ``ratio``: about 650 up
 to ``n_max = 100,000``) are where the tests are read; the device draws in

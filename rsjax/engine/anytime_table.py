@@ -13,7 +13,6 @@ rule certifies a level when ``p_A`` sits exactly on its threshold.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Protocol
 
@@ -25,11 +24,15 @@ from scipy import signal
 from rsjax import noise as noise_lib
 from rsjax import stats
 from rsjax.checks import (
+  anytime_need,
+  anytime_stop,
+  cp_count,
   level_probability,
   mixture_thresholds,
   nested_level,
   round_down,
   split_alpha,
+  stop_quantile,
 )
 from rsjax.engine.rounds import CountFn
 
@@ -66,19 +69,6 @@ def level_table(
   return np.asarray(
     [level_probability(lambda p: float(noise.radius(np.float64(p), scale, dim)), r) for r in grid]
   )
-
-
-@functools.lru_cache(maxsize=512)
-def cp_count(m: float, n: int, a: float) -> int:
-  """The least count ``S`` with ``clopper_pearson_lower(S, n, a) >= m`` (``n + 1``: none)."""
-  lo, hi = 0, n + 1
-  while lo < hi:
-    mid = (lo + hi) // 2
-    if stats.clopper_pearson_lower(mid, n, a) >= m:
-      hi = mid
-    else:
-      lo = mid + 1
-  return lo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,15 +141,9 @@ class Decisions:
       m_a = np.maximum(m_a, cp)
       level = np.sum(self.m[u_a] <= m_a[:, None], axis=1).astype(np.int64) - 1
       return level, m_a, np.ones(len(s_a), bool)
-    # Predicted count at n_max: p_A estimated from the count so far, the spread of the
-    # new samples and of the estimate together (normal approximation; stopping only).
-    p_hat = (s_a + 0.5) / (n_k + 1.0)
-    rest = n_max - n_k
-    sd = np.sqrt(rest * p_hat * (1.0 - p_hat) * (1.0 + rest / n_k))
-    best = np.minimum(s_a + rest * p_hat + self.z_stop * sd, s_a + rest)
-    top = self.m.shape[1] - 1
-    reach = best >= self.need[u_a, np.minimum(lvl + 1, top)]
-    return lvl, m_a, (lvl >= top) | ~reach
+    # Stopping only: the level above out of reach by n_max, or the grid's top
+    # (rsjax.checks.anytime_stop; rsjax verify calls it on a row's recorded counts).
+    return lvl, m_a, anytime_stop(s_a, lvl, self.need[u_a], n_k, n_max, self.z_stop)
 
 
 def anytime_decisions(
@@ -191,11 +175,8 @@ def anytime_decisions(
   a_mix, cp_alpha = split_alpha(alpha, float(budget.mixture_share))  # exact sum <= alpha
   w = float(budget.agree_weight)
   c = np.stack([np.stack([mixture_thresholds(m, a_mix, lk, w) for m in row]) for row in ms])
-  need = np.minimum(
-    np.maximum.accumulate(c[:, :, -1], axis=1),
-    np.stack([[cp_count(m, n_max, cp_alpha) for m in row] for row in ms]),
-  )
-  z_stop = float(scipy.stats.norm.isf(budget.stop_alpha))
+  need = anytime_need(c[:, :, -1], ms, n_max, cp_alpha)
+  z_stop = stop_quantile(budget.stop_alpha)
   return Decisions(looks=looks, m=ms, c=c, need=need, cp_alpha=cp_alpha, z_stop=z_stop,
                    cp_margin=noise.p_lower_margin)  # fmt: skip
 

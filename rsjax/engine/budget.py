@@ -42,7 +42,9 @@ at ``UB_k`` and the ``n_j - n_k`` new samples at the upper ``stop_alpha``
 quantile of ``Binomial(n_j - n_k, UB_k)`` (even if ``p_A`` is above the next
 level, ``n_max`` samples are too few to show it). This covers "clears the
 largest grid radius", "cannot reach the next level", "cannot reach it within
-``n_max``" and "abstain is certain".
+``n_max``" and "abstain is certain". The decision at a look is one pure function
+of the count there (``rsjax.checks.looks_decision``), which ``rsjax verify``
+applies to a row's recorded counts at the look it stopped at.
 
 What stopping can cost: say look ``k`` stops an input, and the last look
 ``n_max`` would certify a higher level on the same samples. Then ``p_A >
@@ -81,12 +83,11 @@ from typing import ClassVar
 
 import jax
 import numpy as np
-import scipy.stats
 from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.checks import budget_alphas
+from rsjax.checks import budget_alphas, looks_decision, radius_level
 from rsjax.engine.cohen_rule import CohenRule
 from rsjax.engine.counts import resolve_counts
 from rsjax.engine.driver import (
@@ -267,9 +268,7 @@ def grid_level(
   """
   noise = noise_lib.get_noise(noise)
   p = np.asarray(p, dtype=np.float64)
-  r = np.asarray(noise.radius(p, scale, dim), dtype=np.float64)
-  lvl = np.searchsorted(np.asarray(grid, np.float64), r, side="right") - 1
-  return np.where(p >= 0.5, lvl, -1)
+  return radius_level(p, np.asarray(noise.radius(p, scale, dim), dtype=np.float64), grid)
 
 
 def sequential_bounds(
@@ -311,32 +310,19 @@ def sequential_bounds(
   p_lower = np.zeros(num_inputs, np.float64)
   active = np.arange(num_inputs)
   start = 0
-  for k, (n_k, a_k) in enumerate(zip(looks, alphas, strict=True)):
+  for k, n_k in enumerate(looks):
     successes[active] += np.asarray(count_fn(active, start, int(n_k)), np.int64)
     samples[active] = n_k
     s_a = successes[active]
-    lb = noise.round_p_lower(stats.clopper_pearson_lower(s_a, n_k, a_k))
     level = functools.partial(
       grid_level, grid=budget.grid, noise=noise, scale=scale[active], dim=dim
     )
-    lo = level(lb)
-    if k + 1 < len(looks):
-      ub = stats.clopper_pearson_upper(s_a, n_k, budget.stop_alpha)
-      # The best bound a later look j could plausibly give (module docstring): p_A at its
-      # upper bound ub and the n_j - n_k new samples at their upper stop_alpha quantile.
-      later = zip(looks[k + 1 :], alphas[k + 1 :], strict=True)
-      best = np.max(
-        [
-          stats.clopper_pearson_lower(
-            s_a + scipy.stats.binom.ppf(1.0 - budget.stop_alpha, n_j - n_k, ub), n_j, a_j
-          )
-          for n_j, a_j in later
-        ],
-        axis=0,
-      )
-      stop = lo >= np.minimum(level(ub), level(best))
-    else:
-      stop = np.ones(len(active), bool)
+    # The rule's decision at this look, one pure function of the count (module docstring;
+    # rsjax verify calls the same one on a row's recorded counts).
+    lb, stop = looks_decision(
+      s_a, k, looks=looks, alphas=alphas, stop_alpha=budget.stop_alpha, level=level,
+      margin=noise.p_lower_margin,
+    )  # fmt: skip
     p_lower[active[stop]] = lb[stop]
     active = active[~stop]
     start = int(n_k)

@@ -9,7 +9,9 @@ written out again here (not by calling the code that produced them), and
 reports each row where they differ from the file, or where the record itself is
 inconsistent (counts that do not sum to N0 / N, a row without a record, a
 ``correct`` column that does not follow from ``predict`` and ``label``, a
-budgeted run's looks or alpha levels). The rows must be exactly the run's
+budgeted run's looks or alpha levels, a budgeted row that stopped before N where
+its counts there do not meet its rule's stopping test: the engine's own decision,
+``rsjax.checks.looks_decision`` and ``anytime_stop``). The rows must be exactly the run's
 declared indices (a missing row leaves the run incomplete, a row outside them
 is a mismatch), and whenever the run's dataset can be loaded (the embedded
 ones always) every label and input fingerprint is checked against it; the

@@ -8,7 +8,9 @@ Every column a reader reads is either verified or named as unverified:
 * the method's own columns (``Method.columns``, e.g. UCAN's ``alm``, IDRS's
   ``sigma``): verified by the method's check;
 * ``samples`` (budgeted runs) and ``counts`` (``--save-counts``): verified here,
-  against the certificate record, whatever the method;
+  against the certificate record, whatever the method (that a row stopped before N
+  where its rule stops: by the budgeted check, ``rsjax.checks.looks_stop_issues``,
+  ``anytime_stop_issues``);
 * ``time`` and every other column: not verified. ``verify`` lists them, and
   ``rsjax analyze`` reads them only with ``--unverified``.
 """
