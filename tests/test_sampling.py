@@ -222,3 +222,24 @@ def test_warns_when_n_can_never_certify():
       n=5,
     )
   assert cert.prediction[0] == -1
+
+
+@pytest.mark.parametrize(
+  "fields",
+  [
+    {},
+    {"n0": 7, "n": 300, "alpha": 0.01, "noise": "uniform_linf"},
+    {"noise": "gaussian_8bit", "precision": "bfloat16"},
+    {"noise": "laplace", "precision": "tf32", "batch_size": 64},
+  ],
+)
+def test_a_record_gives_back_its_settings(fields):
+  """``Sampling.from_record`` inverts ``record.sampling_fields`` (speed-only fields given)."""
+  from rsjax import record
+
+  s = rsjax.Sampling(**fields)
+  rec = record.sampling_fields(s)
+  assert "batch_size" not in rec
+  back = rsjax.Sampling.from_record({**rec, "pack": 2}, batch_size=s.batch_size)
+  assert back == s
+  assert rsjax.Sampling.from_record(rec).batch_size == rsjax.Sampling().batch_size

@@ -17,7 +17,7 @@ Counts come from the device engine (``rsjax.engine.counts``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax
@@ -121,6 +121,17 @@ class Sampling:
 
   def replace(self, **fields: Any) -> Sampling:
     return dataclasses.replace(self, **fields)
+
+  @classmethod
+  def from_record(cls, fields: Mapping[str, Any], **speed: Any) -> Sampling:
+    """The settings a run record's ``sampling`` states (``rsjax.record.sampling_fields``,
+    its inverse), with the speed-only ``speed`` fields (``batch_size``, ``devices``) given.
+
+    Generic as ``sampling_fields`` is: every field of this class the record names is
+    read; the record's other entries (e.g. ``pack``, a model transform) are not settings.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls.of(**{k: v for k, v in fields.items() if k in names}, **speed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,16 +53,7 @@ def settings(run: RunSpec, batch_size: int | str = 1000) -> Sampling:
   """The ``rsjax.Sampling`` of a run (``batch_size`` changes speed, never counts)."""
   from rsjax import Sampling
 
-  s = dict(run.sampling)
-  return Sampling(
-    n0=int(s["n0"]),
-    n=int(s["n"]),
-    alpha=float(s["alpha"]),
-    noise=s["noise"],
-    precision=s.get("precision"),
-    compute_dtype=s.get("compute_dtype"),
-    batch_size=batch_size,
-  )
+  return Sampling.from_record(run.sampling, batch_size=batch_size)
 
 
 def key(run: RunSpec) -> jax.Array:
