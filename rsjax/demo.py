@@ -120,28 +120,11 @@ def run(
       not ``overwrite``).
   """
   import rsjax
-  from rsjax import (
-    data,
-    io,
-    launch,
-    metrics,
-    models,
-    plots,
-    record,
-    runner,
-    runspec,
-    training,
-    verify,
-  )
+  from rsjax import data, io, runner, runspec
 
-  cfg = dict(DEFAULTS)
-  epochs = epochs or cfg["epochs"]
-  n = n or cfg["n"]
+  cfg = dict(DEFAULTS, epochs=epochs or DEFAULTS["epochs"], n=n or DEFAULTS["n"])
   os.makedirs(out, exist_ok=True)
-  train = data.load(cfg["dataset"], "train")
-  test = data.load(cfg["dataset"], "test")
-  x, y = train.arrays()
-  xt, yt = test.arrays()
+  train, test = data.load(cfg["dataset"], "train"), data.load(cfg["dataset"], "test")
   indices = runner.select_indices(
     len(test), skip=cfg["skip"], max_count=-1 if num_images is None else num_images
   )
@@ -154,99 +137,148 @@ def run(
     skip=cfg["skip"],
     stop=int(indices[-1]) + 1,
   )
-  settings = rsjax.Sampling(n0=cfg["n0"], n=n, alpha=cfg["alpha"], batch_size=2000)
-  results, result_files = {}, []
+  settings = rsjax.Sampling(n0=cfg["n0"], n=cfg["n"], alpha=cfg["alpha"], batch_size=2000)
   t_start = time.perf_counter()
-  plan = {}
-  for sigma in sigmas:  # every reuse is checked before anything is trained
-    tag = f"sigma_{sigma:g}"
-    config = training.TrainConfig(
-      sigma=sigma, epochs=epochs, batch_size=cfg["batch_size"], lr=cfg["lr"], lr_step=cfg["lr_step"]
-    )
-    rows_run = dict(sigma=sigma, seed=seed, images=len(indices), **record.sampling_fields(settings))
-    paths = (os.path.join(out, f"{cfg['model']}_{tag}"), os.path.join(out, f"certify_{tag}.tsv"))
-    _reusable(*paths, config.to_json(), rows_run, overwrite)
-    plan[sigma] = (tag, config, rows_run, *paths)
-  for sigma, (tag, config, _, workdir, path) in plan.items():
-    model = models.create_model(
-      cfg["model"], num_classes=train.num_classes, input_shape=train.input_shape, rngs=seed
-    )
+  # Every reuse is checked before anything is trained.
+  jobs = [_job(out, cfg, sigma, seed, settings, len(indices), overwrite) for sigma in sigmas]
+  results = {}
+  for job in jobs:
+    model, t_train, clean = _train(job, cfg, train, test, seed, progress)
     t0 = time.perf_counter()
-    model, history = training.train(
-      jax.random.key(seed),
-      model,
-      (x, y),
-      config,
-      eval_data=(xt, yt),
-      workdir=workdir,
-      progress=progress,
-      model_config={
-        "model": cfg["model"],
-        "num_classes": int(train.num_classes),
-        "input_shape": list(train.input_shape),
-        "dataset": cfg["dataset"],
-      },
-    )
-    t_train = time.perf_counter() - t0
-    apply_fn, params = models.to_apply_fn(model)
-    run_record = runspec.RunSpec(
-      model=runspec.ModelRef(
-        fingerprint=runner.fingerprint(params),
-        architecture=cfg["model"],
-        source="model_dir",
-        path=workdir,
-      ),
-      data=data_ref,
-      sigma=float(sigma),
-      sampling=record.sampling_fields(settings),
-      seed=seed,
-      key_fold_in=(1,),
-      versions=record.versions(),
-      out=path,
-    )
-    model_json = {"model": cfg["model"], "num_classes": int(train.num_classes)}
-    loaded = launch.Loaded(model, model_json, test, apply_fn, params, workdir)
-    t0 = time.perf_counter()
-    certify = functools.partial(
-      launch.run, run_record, loaded, batch_size=settings.batch_size, progress=progress
-    )
-    try:
-      certify()
-    except io.RunMismatchError:  # another model (the settings were checked above)
-      if not overwrite:
-        raise ValueError(
-          f"{path} holds rows of another model ({workdir} was retrained): "
-          "'rsjax demo --overwrite' starts it over, or use another --out"
-        ) from None
-      certify(resume=False)
+    _certify(job, cfg, model, test, data_ref, settings, seed, progress, overwrite)
     t_cert = time.perf_counter() - t0
-    result_files.append(path)
-    results[f"sigma={sigma:g}"] = _selected(io.read_certify(path), indices)
-    last = history[-1] if history else {}
+    results[f"sigma={job.sigma:g}"] = _selected(io.read_certify(job.rows), indices)
     print(
-      f"[{tag}] clean accuracy {last.get('clean_acc', float('nan')):.4f}, "
-      f"training {t_train:.0f}s, certification {t_cert:.0f}s "
-      f"({len(indices)} images, N={n})"
+      f"[{job.tag}] clean accuracy {clean:.4f}, training {t_train:.0f}s, "
+      f"certification {t_cert:.0f}s ({len(indices)} images, N={cfg['n']})"
     )
+  _report(out, results, cfg, len(indices), [job.rows for job in jobs])
+  print(f"total time {time.perf_counter() - t_start:.0f}s")
+  return results
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+  """One sigma of the demo: its training settings and where its model and rows go."""
+
+  sigma: float
+  tag: str
+  config: object  # rsjax.training.TrainConfig
+  workdir: str
+  rows: str
+
+
+def _job(out, cfg, sigma, seed, settings, images, overwrite) -> _Job:
+  """The demo's job at ``sigma``, after checking (or, with ``overwrite``, clearing) what
+  ``out`` already holds for it."""
+  from rsjax import record, training
+
+  tag = f"sigma_{sigma:g}"
+  config = training.TrainConfig(
+    sigma=sigma,
+    epochs=cfg["epochs"],
+    batch_size=cfg["batch_size"],
+    lr=cfg["lr"],
+    lr_step=cfg["lr_step"],
+  )
+  rows_run = dict(sigma=sigma, seed=seed, images=images, **record.sampling_fields(settings))
+  job = _Job(
+    sigma,
+    tag,
+    config,
+    os.path.join(out, f"{cfg['model']}_{tag}"),
+    os.path.join(out, f"certify_{tag}.tsv"),
+  )
+  _reusable(job.workdir, job.rows, config.to_json(), rows_run, overwrite)
+  return job
+
+
+def _train(job: _Job, cfg: dict, train, test, seed: int, progress: bool):
+  """``(model, seconds, clean accuracy)``: LeNet trained at the job's sigma (or reloaded
+  from its finished workdir)."""
+  from rsjax import models, training
+
+  model = models.create_model(
+    cfg["model"], num_classes=train.num_classes, input_shape=train.input_shape, rngs=seed
+  )
+  t0 = time.perf_counter()
+  model, history = training.train(
+    jax.random.key(seed),
+    model,
+    train.arrays(),
+    job.config,
+    eval_data=test.arrays(),
+    workdir=job.workdir,
+    progress=progress,
+    model_config={
+      "model": cfg["model"],
+      "num_classes": int(train.num_classes),
+      "input_shape": list(train.input_shape),
+      "dataset": cfg["dataset"],
+    },
+  )
+  clean = history[-1].get("clean_acc", float("nan")) if history else float("nan")
+  return model, time.perf_counter() - t0, clean
+
+
+def _certify(job: _Job, cfg, model, test, data_ref, settings, seed, progress, overwrite) -> None:
+  """Certifies the job's rows through ``rsjax.launch.run`` (resuming its file, or
+  starting it over when it holds another model's rows and ``overwrite``)."""
+  from rsjax import io, launch, models, record, runner, runspec
+
+  apply_fn, params = models.to_apply_fn(model)
+  spec = runspec.RunSpec(
+    model=runspec.ModelRef(
+      fingerprint=runner.fingerprint(params),
+      architecture=cfg["model"],
+      source="model_dir",
+      path=job.workdir,
+    ),
+    data=data_ref,
+    sigma=float(job.sigma),
+    sampling=record.sampling_fields(settings),
+    seed=seed,
+    key_fold_in=(1,),
+    versions=record.versions(),
+    out=job.rows,
+  )
+  model_json = {"model": cfg["model"], "num_classes": int(test.num_classes)}
+  loaded = launch.Loaded(model, model_json, test, apply_fn, params, job.workdir)
+  certify = functools.partial(
+    launch.run, spec, loaded, batch_size=settings.batch_size, progress=progress
+  )
+  try:
+    certify()
+  except io.RunMismatchError:  # another model (the settings were checked above)
+    if not overwrite:
+      raise ValueError(
+        f"{job.rows} holds rows of another model ({job.workdir} was retrained): "
+        "'rsjax demo --overwrite' starts it over, or use another --out"
+      ) from None
+    certify(resume=False)
+
+
+def _report(out: str, results: dict, cfg: dict, images: int, files: list[str]) -> None:
+  """Prints the table, writes it and the plot under ``out``, and verifies every file."""
+  from rsjax import metrics, plots, verify
+
   table = metrics.format_table(results, np.asarray(cfg["radii"]), show_envelope=len(results) > 1)
   png = plots.plot_certified_accuracy(
     os.path.join(out, "certified_accuracy.png"),
     results,
     show_envelope=len(results) > 1,
-    title=f"LeNet on mnist5k, N={n}, alpha={cfg['alpha']}",
+    title=f"LeNet on mnist5k, N={cfg['n']}, alpha={cfg['alpha']}",
   )
   print(
-    f"\nCertified accuracy ({len(indices)} held-out MNIST digits, N0={cfg['n0']}, N={n}, "
+    f"\nCertified accuracy ({images} held-out MNIST digits, N0={cfg['n0']}, N={cfg['n']}, "
     f"alpha={cfg['alpha']}):\n{table}"
   )
   print(f"\nplot: {png}")
   # The certificates check out: every radius follows from its recorded counts (rsjax verify).
-  for path in result_files:
+  for path in files:
     report = verify.verify(path)
     print(report.summary())
     if not report.ok:
       raise RuntimeError(f"the demo's own run does not verify: {report.mismatches[0]}")
-  print(f"total time {time.perf_counter() - t_start:.0f}s")
   with open(os.path.join(out, "table.txt"), "w") as f:
     f.write(table + "\n")
-  return results
