@@ -64,3 +64,20 @@ def test_mypy():
   # The files and settings are pyproject.toml's; no cache, so a run reads the tree as it is.
   proc = _run("mypy", "--no-incremental", "--cache-dir", "/dev/null")
   _check(proc, "mypy found type errors")
+
+
+#: Commit subjects are at most this long from this commit on (older ones are not rewritten).
+SUBJECT_MAX = 72
+SUBJECTS_FROM = "611cbc2"
+
+
+def test_commit_subjects_are_short():
+  """``git log --oneline`` reads: every subject since :data:`SUBJECTS_FROM` fits 72
+  characters (the why and the figures go in the body)."""
+  git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)  # noqa: E731
+  if git("rev-parse", "--verify", "-q", f"{SUBJECTS_FROM}^{{commit}}").returncode != 0:
+    pytest.skip("not a git checkout with the project's history (a copy or a shallow clone)")
+  log = git("log", "--format=%h %s", f"{SUBJECTS_FROM}^..HEAD").stdout.splitlines()
+  assert log, "git log printed nothing"
+  long = [line for line in log if len(line.split(" ", 1)[1]) > SUBJECT_MAX]
+  assert not long, "subjects over 72 characters:\n" + "\n".join(long)
