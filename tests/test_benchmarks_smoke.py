@@ -511,3 +511,43 @@ def test_lease_script_runs_every_stage_on_cpu(tmp_path):
   assert "twin_compiled" in twin
   if _has_torch():
     assert twin["twin"]["seconds_per_image"] > 0
+
+
+def test_levers_cpu_reports_costs_and_program_shape(tmp_path):
+  # benchmarks/levers_cpu.py on ResNet-20, its cheap sections (costs; the counts program lowered,
+  # not compiled, at a tiny plan). What packing costs, by the arithmetic: a packed stage-1
+  # convolution has g*I inputs and g*O outputs per row, so per row it does g^2 times one
+  # sample's multiply-adds (the zero blocks of diag(W, ..., W) are multiplied too) and a row
+  # carries g samples: g times the FLOPs per sample in stage 1, exactly; the later stages are
+  # unchanged. Output elements per sample do not change (g*O channels over g samples).
+  levers = _benchmark_module("levers_cpu")
+  out = tmp_path / "levers.json"
+  res = levers.main(["--sections", "costs,program", "--models", "resnet20", "--packs", "1,2,4",
+                     "--program-model", "resnet20", "--program-num", "64", "--program-batch",
+                     "16", "--no-compile", "--json", str(out)])  # fmt: skip
+  assert json.loads(out.read_text())["sections"] == ["costs", "program"]
+  costs = {c["pack"]: c for c in res["costs"]}
+  assert set(costs) == {1, 2, 4}
+  base = {r["stage"]: r for r in costs[1]["stages"]}
+  assert list(base) == ["stage1", "stage2", "stage3", "head"]
+  assert base["stage1"]["flops_per_sample"] == 29_196_288  # stem 3->16 + 6 convs 16->16, 32x32
+  for g in (2, 4):
+    for r in costs[g]["stages"]:
+      b = base[r["stage"]]
+      factor = g if r["stage"] == "stage1" else 1
+      assert r["flops_per_sample"] == factor * b["flops_per_sample"], (g, r["stage"])
+      assert r["activation_elements_per_sample"] == b["activation_elements_per_sample"]
+      by = r["activation_bytes_per_sample"]
+      assert by["bf16"] * 2 == by["float32"] == 4 * r["activation_elements_per_sample"]
+    assert costs[g]["first_stage_convs"] == {
+      f"3x3 {3 * g}->{16 * g} /1 @32x32": 1,
+      f"3x3 {16 * g}->{16 * g} /1 @32x32": 6,
+    }
+  programs = {(p["pack"], p["fold_bn"]): p["stablehlo"] for p in res["program"]}
+  assert set(programs) == {(1, False), (1, True), (2, True)}
+  for s in programs.values():
+    assert s["conditional"] == 0 and s["convolution"] == 21 and s["while"] >= 1
+  # Folded: bias add, (residual add), relu after each conv; batch norm adds subtract and multiply.
+  assert programs[1, True]["rsqrt"] == 0
+  assert programs[1, True]["activation_ops_per_gap"] < programs[1, False]["activation_ops_per_gap"]
+  assert "broadcast_in_dim > add > relu" in programs[1, True]["ops_between_convs"]
