@@ -82,7 +82,9 @@ from rsjax.models._layers import Normalize as Normalize
 from rsjax.models._mdeq import MDEQCell as MDEQCell
 from rsjax.models._mdeq import MDEQClassifier as MDEQClassifier
 from rsjax.models._pack import PackedResNet as PackedResNet
+from rsjax.models._pack import pack_batch as pack_batch
 from rsjax.models._pack import pack_narrow_stage as pack_narrow_stage
+from rsjax.models._pack import unpack_batch as unpack_batch
 from rsjax.models._registry import MODELS as MODELS
 from rsjax.models._registry import create_model as create_model
 from rsjax.models._resnet import BasicResNet as BasicResNet
@@ -168,6 +170,7 @@ __all__ = [
   "load_model",
   "load_torch",
   "make_apply_fn",
+  "pack_batch",
   "pack_narrow_stage",
   "parse_normalize",
   "read_config",
