@@ -14,7 +14,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any, TypeAlias
 
 import jax
@@ -26,6 +28,8 @@ from jax.typing import ArrayLike
 from rsjax.stats import check_alpha
 
 __all__ = [
+  "COMPILE_EVENTS",
+  "compile_clock",
   "KeyLike",
   "PyTree",
   "as_key",
@@ -114,3 +118,34 @@ def local_mesh(num_devices: int) -> jax.sharding.Mesh:
 def replicate(mesh: jax.sharding.Mesh, tree: PyTree) -> PyTree:
   """``tree`` placed replicated over ``mesh`` (a no-op for arrays already placed so)."""
   return jax.device_put(tree, jax.sharding.NamedSharding(mesh, P()))
+
+
+#: JAX's compile-phase events (seconds each), summed by :func:`compile_clock`.
+COMPILE_EVENTS = (
+  "/jax/core/compile/jaxpr_trace_duration",
+  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+  "/jax/core/compile/backend_compile_duration",
+)
+
+
+@contextlib.contextmanager
+def compile_clock() -> Iterator[list[float]]:
+  """Sums JAX's compile-phase durations inside the block into ``clock[0]`` (seconds).
+
+  Example::
+
+    with compile_clock() as clock:
+      ...
+    print(f"compiling took {clock[0]:.1f} s")
+  """
+  clock = [0.0]
+
+  def on_event(name: str, duration: float, **_: object) -> None:
+    if name in COMPILE_EVENTS:
+      clock[0] += duration
+
+  jax.monitoring.register_event_duration_secs_listener(on_event)
+  try:
+    yield clock
+  finally:
+    jax.monitoring.unregister_event_duration_listener(on_event)

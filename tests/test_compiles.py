@@ -92,3 +92,19 @@ def test_certify_takes_a_cache_dir_after_the_command(monkeypatch):
     assert (
       updates["jax_persistent_cache_enable_xla_caches"] == "xla_gpu_per_fusion_autotune_cache_dir"
     )
+
+
+def test_the_compile_clock_sums_this_blocks_compiles_only():
+  """``launch.compile_clock`` (the ``compiling`` share ``rsjax certify`` prints): a fresh
+  program's compile is counted, a program compiled before the block is not."""
+  from rsjax.util import compile_clock
+
+  apply_fn, params = _conv_model()
+  x = np.ones((2, 9, 9, 1), np.float32)
+  f = jax.jit(apply_fn)
+  with compile_clock() as cold:
+    f(params, x).block_until_ready()
+  with compile_clock() as warm:
+    f(params, x).block_until_ready()
+  assert cold[0] > 0.0
+  assert warm[0] == 0.0

@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
   )
   print(
     f"certified {report.written} new inputs in {report.seconds:.1f}s "
-    f"({report.mine} of {report.selected} selected in process {pid} of {nproc}); "
+    f"({report.compile_seconds:.1f}s of it compiling; "
+    f"{report.mine} of {report.selected} selected in process {pid} of {nproc}); "
     f"results in {report.path}"
   )
   pack = f"; pack: {args.pack}" if args.pack != 1 else ""

@@ -19,6 +19,7 @@ import numpy as np
 
 from rsjax.launch import spec as spec_lib
 from rsjax.launch.errors import CliError
+from rsjax.util import compile_clock
 
 if TYPE_CHECKING:
   from rsjax.runspec import RunSpec
@@ -38,6 +39,8 @@ class Report:
     selected: rows the run declares (all processes).
     process: ``(index, count)`` of this process.
     seconds: wall seconds of the certification (planning and compiling included).
+    compile_seconds: of those, JAX's tracing, lowering and compiling (its
+      ``jax.monitoring`` events; near 0 when the persistent cache had the programs).
     describe: the method's one-line description.
     guarantee: what the radii of the last certificate guarantee, or None.
   """
@@ -49,6 +52,7 @@ class Report:
   selected: int
   process: tuple[int, int]
   seconds: float
+  compile_seconds: float
   describe: str
   guarantee: str | None
 
@@ -93,34 +97,36 @@ def run(
   if spec.out is None:
     raise ValueError("the run names no result file (RunSpec.out)")
   pid, nproc = process
-  plan = spec_lib.plan(spec, loaded, batch_size=batch_size, data_dir=data_dir)
-  spec = dataclasses.replace(spec, details=plan.details)
-  if plan.sequential and nproc > 1:
-    raise CliError(f"--method {spec.method} certifies inputs one after another in one process")
   out = str(spec.out)
-  indices = np.asarray(spec.indices(), np.int64)
-  mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
-  parts = [
-    distributed.process_path(out, process_index=p, process_count=nproc) for p in range(nproc)
-  ]
-  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   t0 = time.perf_counter()
-  try:
-    wrote = runner.certify_dataset(
-      plan,
-      loaded.dataset.get_batch,
-      mine,
-      out if nproc == 1 else parts[pid],
-      inputs_per_call=inputs_per_call,
-      progress=progress,
-      resume=resume,
-      run=spec,
-      record=True,
-      n=int(spec.sampling["n"]),
-      save_counts=save_counts,
-    )
-  except runner.NoCountsError as e:
-    raise CliError(f"--save-counts: {e}") from None
+  with compile_clock() as compiling:
+    plan = spec_lib.plan(spec, loaded, batch_size=batch_size, data_dir=data_dir)
+    spec = dataclasses.replace(spec, details=plan.details)
+    if plan.sequential and nproc > 1:
+      raise CliError(f"--method {spec.method} certifies inputs one after another in one process")
+    indices = np.asarray(spec.indices(), np.int64)
+    mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
+    parts = [
+      distributed.process_path(out, process_index=p, process_count=nproc) for p in range(nproc)
+    ]
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    try:
+      wrote = runner.certify_dataset(
+        plan,
+        loaded.dataset.get_batch,
+        mine,
+        out if nproc == 1 else parts[pid],
+        inputs_per_call=inputs_per_call,
+        progress=progress,
+        resume=resume,
+        run=spec,
+        record=True,
+        n=int(spec.sampling["n"]),
+        save_counts=save_counts,
+      )
+    except runner.NoCountsError as e:
+      raise CliError(f"--save-counts: {e}") from None
+  seconds = time.perf_counter() - t0
   if nproc > 1:
     distributed.barrier("rsjax-certify-rows-written")
     if pid == 0:
@@ -134,7 +140,8 @@ def run(
     mine=len(mine),
     selected=len(indices),
     process=(pid, nproc),
-    seconds=time.perf_counter() - t0,
+    seconds=seconds,
+    compile_seconds=compiling[0],
     describe=plan.describe,
     guarantee=wrote.guarantee,
   )
