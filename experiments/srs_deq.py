@@ -107,7 +107,7 @@ from _srs_config import Config, check_samples, get_config, row_settings, variant
 from flax import nnx
 
 import rsjax
-from rsjax import data
+from rsjax import data, training
 
 RUNS = os.path.join(ROOT, "runs")
 
@@ -122,7 +122,7 @@ def _noisy_held_out(cfg: Config, sigma: float, held_out) -> np.ndarray:
 def _train(cfg: Config, sigma: float, model, train, held_out, workdir: str, **kw):
   """The experiment's recipe through ``rsjax.training.train``: SGD, the lr cut by 5 at half
   of the epochs, Gaussian noise ``sigma``; resumes from ``workdir``."""
-  tcfg = rsjax.training.TrainConfig(
+  tcfg = training.TrainConfig(
     sigma=sigma,
     epochs=cfg.epochs,
     batch_size=cfg.batch,
@@ -132,7 +132,7 @@ def _train(cfg: Config, sigma: float, model, train, held_out, workdir: str, **kw
     eval_batch_size=250,
   )
   n = len(train.x) if cfg.train_size is None else cfg.train_size
-  return rsjax.training.train(
+  return training.train(
     cfg.seed,
     model,
     (train.x[:n], train.y[:n].astype(np.int32)),

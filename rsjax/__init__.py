@@ -10,7 +10,10 @@ from rsjax._version import __version__ as __version__
 
 # Everything is imported on first use, so ``import rsjax`` stays light: the core
 # never imports flax, and ``rsjax.verify`` / ``rsjax.runspec`` (NumPy and SciPy
-# only) never import JAX. ``rsjax.certify``, ``rsjax.models``, ... just work.
+# only) never import JAX. ``rsjax.certify``, ``rsjax.models``, ... just work. The
+# face hands on the library below it (docs/ARCHITECTURE.md, layer 7), not the
+# layers above: ``import rsjax.training`` (or ``rsjax.denoise``, ``rsjax.launch``,
+# ``rsjax.audit``, ``rsjax.demo``, ``rsjax.cli``) names them.
 _LAZY_NAMES = {
   "ABSTAIN": "engine.driver",
   "Certificate": "engine.driver",
@@ -31,16 +34,12 @@ _LAZY_NAMES = {
 }
 _LAZY_MODULES = (
   "anisotropic",
-  "audit",
   "checkpoint",
   "checks",
-  "cli",
   "cohen",
   "data",
   "ddrs",
-  "denoise",
   "deq",
-  "demo",
   "distributed",
   "engine",
   "idrs",
@@ -56,7 +55,6 @@ _LAZY_MODULES = (
   "runner",
   "runspec",
   "stats",
-  "training",
   "verify",
 )
 
@@ -78,24 +76,7 @@ def __dir__():
   return sorted(set(globals()) | set(_LAZY_NAMES) | set(_LAZY_MODULES))
 
 
-__all__ = [
-  "ABSTAIN",
-  "Anytime",
-  "Budget",
-  "Certificate",
-  "Cohen",
-  "FixedN",
-  "Sampling",
-  "SamplingRule",
-  "SigmaSource",
-  "SigmaValues",
-  "certificate_from_counts",
-  "certify",
-  "noise",
-  "precision",
-  "predict",
-  "run_certify",
-  "sample_counts",
-  "sample_noise",
-  "stats",
-]
+#: The submodules ``from rsjax import *`` hands on beside the names: the core's three steps.
+_CORE_MODULES = ("noise", "precision", "stats")
+
+__all__ = sorted([*_LAZY_NAMES, *_CORE_MODULES])

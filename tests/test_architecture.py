@@ -114,6 +114,8 @@ def imports_of(path: pathlib.Path, module: str, modules) -> set[str]:
       found.add(name)
 
   for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for name in lazy_targets(node, module):
+      add(name)
     if isinstance(node, ast.Import):
       for alias in node.names:
         add(alias.name)
@@ -125,6 +127,38 @@ def imports_of(path: pathlib.Path, module: str, modules) -> set[str]:
       for alias in node.names:
         add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
   return found
+
+
+#: Module-level tables of a package's lazy names (``rsjax/__init__.py``): name -> submodule
+#: (relative), and submodules handed on as attributes.
+LAZY_TABLES = ("_LAZY_NAMES", "_LAZY_MODULES")
+
+
+def _strings(node: ast.AST) -> list[str]:
+  """The string constants of a dict's values, or of a tuple, list or set."""
+  if isinstance(node, ast.Dict):
+    return [
+      v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)
+    ]
+  if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+    return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+  return []
+
+
+def lazy_targets(node: ast.AST, module: str) -> list[str]:
+  """The modules a lazy table at ``node`` imports on first use (PEP 562), as if imported:
+  ``_lazy.exports(__name__, {name: "pkg.mod"}, submodules=("sub",))`` and the
+  :data:`LAZY_TABLES` assignments (names relative to ``module``)."""
+  if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "exports":
+    table = _strings(node.args[1]) if len(node.args) > 1 else []
+    subs = [_strings(k.value) for k in node.keywords if k.arg == "submodules"]
+    subs += [_strings(node.args[2])] if len(node.args) > 2 else []
+    return table + [f"{module}.{s}" for group in subs for s in group]
+  if isinstance(node, ast.Assign) and any(
+    isinstance(t, ast.Name) and t.id in LAZY_TABLES for t in node.targets
+  ):
+    return [f"{module}.{s}" for s in _strings(node.value)]
+  return []
 
 
 def import_graph(root: pathlib.Path, packages) -> dict[str, set[str]]:

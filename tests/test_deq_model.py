@@ -7,8 +7,7 @@ import optax
 import pytest
 from flax import nnx
 
-import rsjax
-from rsjax import models
+from rsjax import models, training
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +82,7 @@ def test_generic_trainer_trains_a_deq():
   """Gaussian augmentation, the Jacobian regularizer (an AuxLoss the trainer adds) and
   the solver's residual and steps logged per epoch, all through rsjax.training.train."""
   x, y = _two_halves()
-  cfg = rsjax.training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
+  cfg = training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
   hists = {}
   for weight in (0.0, 5.0):
     model = models.DEQClassifier(
@@ -97,9 +96,7 @@ def test_generic_trainer_trains_a_deq():
       jac_weight=weight,
       rngs=1,
     )
-    model, hists[weight] = rsjax.training.train(
-      0, model, (x, y), cfg, eval_data=(x, y), progress=False
-    )
+    model, hists[weight] = training.train(0, model, (x, y), cfg, eval_data=(x, y), progress=False)
     assert hists[weight][-1]["clean_acc"] > 0.9
   plain, reg = hists[0.0], hists[5.0]
   for h in plain + reg:
@@ -125,7 +122,7 @@ def test_mdeq_trains_through_the_generic_trainer_and_reloads(tmp_path):
   )
   assert model.state_shape(3) == (3, 8 * 8 * 4 + 4 * 4 * 4)
   x, y = _two_halves(seed=1)
-  cfg = rsjax.training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
+  cfg = training.TrainConfig(sigma=0.1, epochs=4, batch_size=16, lr=0.05)
   spec = {
     "model": "mdeq",
     "num_classes": 2,
@@ -139,7 +136,7 @@ def test_mdeq_trains_through_the_generic_trainer_and_reloads(tmp_path):
       "jac_weight": 0.5,
     },
   }
-  model, hist = rsjax.training.train(
+  model, hist = training.train(
     0,
     model,
     (x, y),
