@@ -62,8 +62,16 @@ MAX_CLASSES = 2**16
 MAX_INPUT = 2**31 - 1
 MAX_INPUT_DIMS = 8
 MAX_LOOKS = 10_000
-#: ``jax.random.key`` takes a 64-bit seed; ``fold_in`` a 32-bit unsigned integer.
-SEED_RANGE = (-(2**63), 2**64 - 1)
+#: ``jax.random.key`` takes a signed 64-bit seed (2**63 overflows); ``fold_in`` a 32-bit
+#: unsigned integer.
+SEED_RANGE = (-(2**63), 2**63 - 1)
+#: The entries a record's ``sampling`` may hold: ``rsjax.Sampling``'s recorded fields
+#: (``rsjax.record.sampling_fields``; a test keeps them equal) and ``pack``. Any other
+#: entry would be claimed, and hashed into the key, without meaning anything.
+SAMPLING_KEYS = frozenset({"n0", "n", "alpha", "noise", "compute_dtype", "precision", "pack"})
+PACKS = (1, 2, 4)
+#: The compute dtype each declared precision records (``rsjax.precision``).
+COMPUTE_DTYPES = {"bfloat16": ("bfloat16",)}
 FOLD_IN_RANGE = (0, 2**32 - 1)
 
 # An integer as rsjax and Cohen et al. write it: ASCII, "0" or no leading zero, at most 19
@@ -209,6 +217,22 @@ def check_run_record(rec: Mapping) -> None:
   n_max = json_int(_get(s, "sampling", "n"), "sampling.n", 1, MAX_SAMPLES)
   json_int(_get(s, "sampling", "n0"), "sampling.n0", 1, MAX_SAMPLES)
   json_number(_get(s, "sampling", "alpha"), "sampling.alpha", 0.0, 1.0)
+  other = sorted(set(s) - SAMPLING_KEYS)
+  if other:
+    raise FieldError(
+      f"sampling.{other[0]} is not a sampling setting (a record's sampling holds "
+      f"{', '.join(sorted(SAMPLING_KEYS))})"
+    )
+  dtype = s.get("compute_dtype")
+  if dtype not in COMPUTE_DTYPES.get(s.get("precision"), (None,)):
+    raise FieldError(
+      f"sampling.compute_dtype {shown(dtype)} is not what precision {shown(s.get('precision'))} "
+      "computes in"
+    )
+  if "pack" in s and not (type(s["pack"]) is int and s["pack"] in PACKS):
+    raise FieldError(
+      f"sampling.pack must be one of {PACKS} (a JSON integer), got {shown(s['pack'])}"
+    )
   json_number(_get(rec.get("sigma"), "sigma", "value"), "sigma.value", 0.0)
   k = rec.get("key")
   json_int(_get(k, "key", "seed"), "key.seed", *SEED_RANGE)

@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,9 +53,10 @@ RUN_SUFFIX = ".run.json"
 #: and ``rsjax.sample_noise``): the claim's digest (:meth:`RunSpec.claim_digest`) is folded
 #: into the key, so a claim edited after the noise was drawn makes every row draw other noise.
 KEY_DERIVATION = (
-  "K = jax.random.key(seed) folded with key.fold_in in order, then with key.claim (the "
-  "claim digest: the first 4 bytes, big-endian, of the SHA-256 of the canonical JSON of the "
-  "record without key, versions, format, model.path, sigma.source and method.details); "
+  "K = jax.random.key(seed) folded with key.fold_in in order, then with the 8 words of "
+  "key.claim (the claim digest: the SHA-256, in hex, of the canonical JSON of the record "
+  "without key, versions, format, model.path, sigma.source and method.details; word i is "
+  "bytes 4i to 4i+3, big-endian); "
   "selection sample j of row idx: fold_in(fold_in(fold_in(K, 0), idx), j); estimation: "
   "fold_in(fold_in(fold_in(K, 1), idx), j); Threefry-2x32 (jax default PRNG)"
 )
@@ -249,15 +251,16 @@ class RunSpec:
     """What the run claims, as JSON: the record without :data:`NOT_CLAIM`."""
     return _claim_of(self.to_json())
 
-  def claim_digest(self) -> int:
-    """The claim's digest folded into the key: the first 4 bytes (big-endian) of the SHA-256
-    of :meth:`claim` as canonical JSON (sorted keys, no spaces)."""
+  def claim_digest(self) -> str:
+    """The claim's digest folded into the key: the SHA-256 (hex) of :meth:`claim` as
+    canonical JSON (sorted keys, no spaces). All 256 bits are folded in, so a claim chosen
+    after the draw must match an honest run's key (64 bits of Threefry state) by search."""
     return _digest(self.claim())
 
   def key_path(self) -> tuple[int, ...]:
     """The integers the run's ``jax.random.key(seed)`` is folded with, in order:
     ``key.fold_in``, then the claim digest (not for an unbound, ``rsjax-run/2``, record)."""
-    bound = (self.claim_digest(),) if self.claim_bound else ()
+    bound = _words(self.claim_digest()) if self.claim_bound else ()
     return (*self.key_fold_in, *bound)
 
   # ------------------------------------------------------------------- JSON
@@ -329,6 +332,7 @@ class RunSpec:
       )
       if not data.name or data.skip < 1 or data.start < 0 or data.size < 0 or data.num_classes < 1:
         raise RunFormatError(f"{where}: impossible data range {d}")
+      _check_model_fields(m, where)
       return cls(
         model=ModelRef(
           **{f.name: m.get(f.name) for f in dataclasses.fields(ModelRef) if f.name in m}
@@ -399,6 +403,30 @@ class RunSpec:
     return cls.from_json(rec, out=p)
 
 
+_SIZE = re.compile(r"[1-9][0-9]{0,4}x[1-9][0-9]{0,4}")
+
+
+def _check_model_fields(m: Mapping, where: str) -> None:
+  """A record's ``model`` holds :class:`ModelRef`'s fields only, and the PyTorch ones only
+  for a PyTorch checkpoint (else they would be claimed, and hashed, meaning nothing)."""
+  names = {f.name for f in dataclasses.fields(ModelRef)}
+  other = sorted(set(m) - names)
+  if other:
+    raise RunFormatError(
+      f"{where}: model.{other[0]} is not a model field ({', '.join(sorted(names))})"
+    )
+  resize = m.get("resize")
+  if resize is not None and not (isinstance(resize, str) and _SIZE.fullmatch(resize)):
+    raise RunFormatError(f"{where}: model.resize must be 'HxW' (e.g. '224x224'), got {resize!r}")
+  if m.get("source") != "torch_checkpoint":
+    for name in ("torch_arch", "normalize"):
+      if m.get(name) is not None:
+        raise RunFormatError(
+          f"{where}: model.{name} is set, but the model is not a PyTorch checkpoint "
+          f"(source {m.get('source')!r})"
+        )
+
+
 def _claim_of(rec: Mapping) -> dict:
   """A run record (JSON) without the fields of :data:`NOT_CLAIM` (a copy)."""
   out = json.loads(json.dumps(rec))
@@ -411,9 +439,15 @@ def _claim_of(rec: Mapping) -> dict:
   return out
 
 
-def _digest(claim: Mapping) -> int:
+def _digest(claim: Mapping) -> str:
   text = json.dumps(claim, sort_keys=True, separators=(",", ":"), allow_nan=False)
-  return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+  return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _words(digest: str) -> tuple[int, ...]:
+  """A hex digest as big-endian 32-bit words (what ``fold_in`` takes)."""
+  raw = bytes.fromhex(digest)
+  return tuple(int.from_bytes(raw[i : i + 4], "big") for i in range(0, len(raw), 4))
 
 
 def _plain(v):

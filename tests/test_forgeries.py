@@ -1052,3 +1052,43 @@ def test_budget_looks_never_take_the_ceiling_of_infinity():
   # A forged ratio of 1e308: n * ratio overflows to inf, whose ceiling raised OverflowError.
   assert checks.budget_looks(400, 100, 1e308) == [100, 400]
   assert checks.anytime_looks(400, 100, 1e308) == [100, 400]
+
+
+# ----------------------------------------------------------------------------- the second red team
+# A forger who edits the claim after the draw searched a nonce (an extra sampling entry) until
+# the claim's digest, then 32 bits, equalled an honest run's: verify and the audit of every row
+# passed with alpha 0.05, the multiclass radius and a range narrowed to the correct rows.
+
+
+def test_the_whole_claim_digest_is_folded_into_the_key(run40):
+  run = verify.read_run(str(run40))
+  digest = run.claim_digest()
+  words = run.key_path()[len(run.key_fold_in) :]
+  assert len(digest) == 64 and len(words) == 8  # 256 bits, not the first 32
+  assert b"".join(w.to_bytes(4, "big") for w in words) == bytes.fromhex(digest)
+  assert run.stated_claim == digest
+
+
+@pytest.mark.parametrize(
+  "edit, why",
+  [
+    (lambda r: r["sampling"].update(run_tag="g5MqhI"), "sampling.run_tag is not a sampling"),
+    (lambda r: r["sampling"].update(pack=2.0), "sampling.pack must be one of"),
+    (lambda r: r["sampling"].update(compute_dtype="int7"), "sampling.compute_dtype 'int7'"),
+    (lambda r: r["key"].update(seed=2**63), "key.seed"),
+    (lambda r: r["model"].update(torch_arch="resnet18"), "model.torch_arch is set, but"),
+    (lambda r: r["model"].update(resize="abc"), "model.resize must be 'HxW'"),
+    (lambda r: r["model"].update(note="x"), "model.note is not a model field"),
+    (lambda r: r["method"]["options"].update(tag="x"), "method.options.tag is not an option"),
+    (lambda r: r["method"]["options"].update(grid="abc"), "method.options.grid 'abc' is not"),
+    (lambda r: r["method"]["options"].update(budget_rule="best"), "budget_rule 'best' is not"),
+  ],
+)
+def test_a_record_certify_would_never_write_is_refused(run40, tmp_path, edit, why):
+  """Entries that mean nothing (a nonce), values certify cannot give, fields that do not
+  apply: refused by verify in one line, as the audit would fail to rebuild them."""
+  f = copy_run(run40, tmp_path / "n.tsv")
+  edit_run(f, edit)
+  with pytest.raises(verify.VerifyError, match=why):
+    verify.verify(f)
+  assert run_cli("verify", f) == 2

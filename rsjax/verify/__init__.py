@@ -55,6 +55,7 @@ from rsjax.verify._run import (
   check_rows_declared,
   claim_line,
   load_dataset,
+  option_refusal,
 )
 
 if TYPE_CHECKING:
@@ -142,6 +143,8 @@ def verify(
       method=run.method, sampling=run.sampling, options=run.options, multiclass=run.multiclass
     )
   )
+  if refused is None:
+    refused = option_refusal(method, run.options)
   if refused is not None:  # the line certify refuses the same claim with
     raise VerifyError(f"{p!r}: {refused}")
   res = io.read_certify(p)

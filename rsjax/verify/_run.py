@@ -3,7 +3,8 @@ and inputs against the dataset, and the view of the run the method checkers read
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from rsjax.checks import ANYTIME_RULE, Mismatch, budget_alphas, budget_looks
 if TYPE_CHECKING:
   from rsjax.data import Dataset
   from rsjax.io import CertifyResults
+  from rsjax.method import Method
   from rsjax.runspec import RunSpec
 
 
@@ -214,3 +216,28 @@ def check_noise_table(run: RunSpec) -> list[Mismatch]:
       )
     ]
   return []
+
+
+def option_refusal(method: Method, options: Mapping[str, Any]) -> str | None:
+  """Why a record's ``method.options`` are not options ``rsjax certify`` could have run
+  with (None when they are): a name the method does not have, a value outside its choices,
+  or a value its flag's parser would not give back (e.g. a radius grid ``"abc"``)."""
+  known = {o.name: o for o in method.options}
+  for name, value in options.items():
+    o = known.get(name)
+    if o is None:
+      names = ", ".join(sorted(known)) or "none"
+      return f"method.options.{name} is not an option of {method.name} (its options: {names})"
+    if value is None or value == o.default:
+      continue
+    if o.choices is not None and value not in o.choices:
+      return f"method.options.{name} {value!r} is not one of {list(o.choices)}"
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    try:
+      parsed = o.type(text)
+    except (TypeError, ValueError) as e:
+      return f"method.options.{name} {value!r} is not a value of --{name.replace('_', '-')}: {e}"
+    same = list(parsed) == list(value) if isinstance(value, (list, tuple)) else parsed == value
+    if not same:
+      return f"method.options.{name} {value!r} is not a value of --{name.replace('_', '-')}"
+  return None
