@@ -38,7 +38,6 @@ LONG_FUNCTIONS = {
   "rsjax/cli/train.py::add_arguments": "declares the train flags: one add_argument call each",
   "rsjax/launch/flags.py::add_sampling_flags": "declares the sampling flags, one call each",
   # Split in progress (one branch each), listed until they land:
-  "rsjax/training/trainer.py::train": "being split into state, step and loop",
   "rsjax/ddrs/_certify.py::certify_dataset": "goes: DDRS certifies through launch.run",
   "rsjax/audit.py::audit": "to split",
   "rsjax/checks/_rows.py::read_rows": "to split",
