@@ -70,6 +70,10 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 #: entry would be claimed, and hashed into the key, without meaning anything.
 SAMPLING_KEYS = frozenset({"n0", "n", "alpha", "noise", "compute_dtype", "precision", "pack"})
 PACKS = (1, 2, 4)
+#: The fields of a record's ``model`` (``rsjax.runspec.ModelRef``; a test keeps them equal).
+MODEL_FIELDS = frozenset(
+  {"fingerprint", "architecture", "source", "path", "torch_arch", "normalize", "denoiser", "resize"}
+)
 #: The compute dtype each declared precision records (``rsjax.precision``).
 COMPUTE_DTYPES = {"bfloat16": ("bfloat16",)}
 FOLD_IN_RANGE = (0, 2**32 - 1)
@@ -254,3 +258,30 @@ def check_run_record(rec: Mapping) -> None:
         f"method.details.budget: first {first}, ratio {ratio!r} and N {n_max} make more "
         f"than {MAX_LOOKS} looks"
       )
+
+
+_SIZE = re.compile(r"[1-9][0-9]{0,4}x[1-9][0-9]{0,4}")
+
+
+def check_model_fields(m: Mapping) -> None:
+  """A record's ``model`` holds ``rsjax.runspec.ModelRef``'s fields only, and the PyTorch
+  ones only for a PyTorch checkpoint (else they would be claimed, and hashed, meaning
+  nothing).
+
+  Raises:
+    FieldError: naming the first field that is not what it should be.
+  """
+  names = MODEL_FIELDS
+  other = sorted(set(m) - names)
+  if other:
+    raise FieldError(f"model.{other[0]} is not a model field ({', '.join(sorted(names))})")
+  resize = m.get("resize")
+  if resize is not None and not (isinstance(resize, str) and _SIZE.fullmatch(resize)):
+    raise FieldError(f"model.resize must be 'HxW' (e.g. '224x224'), got {resize!r}")
+  if m.get("source") != "torch_checkpoint":
+    for name in ("torch_arch", "normalize"):
+      if m.get(name) is not None:
+        raise FieldError(
+          f"model.{name} is set, but the model is not a PyTorch checkpoint "
+          f"(source {m.get('source')!r})"
+        )

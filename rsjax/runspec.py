@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -332,7 +331,7 @@ class RunSpec:
       )
       if not data.name or data.skip < 1 or data.start < 0 or data.size < 0 or data.num_classes < 1:
         raise RunFormatError(f"{where}: impossible data range {d}")
-      _check_model_fields(m, where)
+      limits.check_model_fields(m)
       return cls(
         model=ModelRef(
           **{f.name: m.get(f.name) for f in dataclasses.fields(ModelRef) if f.name in m}
@@ -401,30 +400,6 @@ class RunSpec:
       except json.JSONDecodeError as e:
         raise RunFormatError(f"run record {rec_path!r} is not valid JSON ({e})") from None
     return cls.from_json(rec, out=p)
-
-
-_SIZE = re.compile(r"[1-9][0-9]{0,4}x[1-9][0-9]{0,4}")
-
-
-def _check_model_fields(m: Mapping, where: str) -> None:
-  """A record's ``model`` holds :class:`ModelRef`'s fields only, and the PyTorch ones only
-  for a PyTorch checkpoint (else they would be claimed, and hashed, meaning nothing)."""
-  names = {f.name for f in dataclasses.fields(ModelRef)}
-  other = sorted(set(m) - names)
-  if other:
-    raise RunFormatError(
-      f"{where}: model.{other[0]} is not a model field ({', '.join(sorted(names))})"
-    )
-  resize = m.get("resize")
-  if resize is not None and not (isinstance(resize, str) and _SIZE.fullmatch(resize)):
-    raise RunFormatError(f"{where}: model.resize must be 'HxW' (e.g. '224x224'), got {resize!r}")
-  if m.get("source") != "torch_checkpoint":
-    for name in ("torch_arch", "normalize"):
-      if m.get(name) is not None:
-        raise RunFormatError(
-          f"{where}: model.{name} is set, but the model is not a PyTorch checkpoint "
-          f"(source {m.get('source')!r})"
-        )
 
 
 def _claim_of(rec: Mapping) -> dict:

@@ -1092,3 +1092,13 @@ def test_a_record_certify_would_never_write_is_refused(run40, tmp_path, edit, wh
   with pytest.raises(verify.VerifyError, match=why):
     verify.verify(f)
   assert run_cli("verify", f) == 2
+
+
+def test_the_record_strictness_tables_match_what_they_describe():
+  """``limits.SAMPLING_KEYS`` and ``MODEL_FIELDS`` are what certify records (JAX-free copies)."""
+  import rsjax
+  from rsjax import limits, runspec
+
+  recorded = set(record.sampling_fields(rsjax.Sampling()))
+  assert limits.SAMPLING_KEYS == recorded | {"pack"}
+  assert limits.MODEL_FIELDS == {f.name for f in dataclasses.fields(runspec.ModelRef)}
