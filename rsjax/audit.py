@@ -189,16 +189,10 @@ def audit(
     AuditError: the run cannot be audited (no run record, not a certify run,
       no model, ...).
   """
-  from rsjax import runner
-  from rsjax.verify._run import check_dataset_shape
-
   p = os.fspath(path)
   if rows != "all" and (not isinstance(rows, int) or rows < 1):
     raise AuditError(f"rows must be >= 1 or 'all', got {rows!r}")
-  try:
-    run = verify_lib.read_run(p)
-  except verify_lib.VerifyError as e:
-    raise AuditError(str(e)) from None
+  run = _read_run(p)
   seed = secrets.randbits(63) if seed is None else int(seed)
   declared = len(run.indices())
   try:
@@ -211,33 +205,67 @@ def audit(
     )
   except launch.CliError as e:
     raise AuditError(str(e)) from None
-  ds = loaded.dataset
-  try:  # every row, its labels and inputs against the dataset the audit loaded
+  checks = [_verify_check(p, data_dir, loaded.dataset), _model_check(run, loaded.params)]
+  chosen = _choose(run, rows, seed)
+  checks.extend(_drawn_checks(p, run, loaded, chosen, batch_size, data_dir))
+  return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
+
+
+def _read_run(p: str) -> RunSpec:
+  """The run record of the result file ``p``, its refusal an :class:`AuditError`."""
+  try:
+    return verify_lib.read_run(p)
+  except verify_lib.VerifyError as e:
+    raise AuditError(str(e)) from None
+
+
+def _verify_check(p: str, data_dir: str | os.PathLike | None, ds) -> Check:
+  """``verify`` of the whole file: every row, its label and input against ``ds``, the
+  dataset the audit loaded (a refusal an :class:`AuditError`)."""
+  try:
     report = verify_lib.verify(p, data_dir=data_dir, dataset=ds)
   except verify_lib.VerifyError as e:
     raise AuditError(str(e)) from None
-  checks = [Check("verify", report.ok, report.summary())]
-  fp = runner.fingerprint(loaded.params)
-  checks.append(
-    Check(
-      "model",
-      fp == run.model.fingerprint,
-      f"fingerprint {fp}"
-      if fp == run.model.fingerprint
-      else f"the model's parameters (fingerprint {fp}) "
-      f"are not the run's ({run.model.fingerprint}): another checkpoint",
-    )
+  return Check("verify", report.ok, report.summary())
+
+
+def _model_check(run: RunSpec, params) -> Check:
+  """Whether the fingerprint of the model's ``params`` (a pytree) is the run's."""
+  from rsjax import runner
+
+  fp = runner.fingerprint(params)
+  return Check(
+    "model",
+    fp == run.model.fingerprint,
+    f"fingerprint {fp}"
+    if fp == run.model.fingerprint
+    else f"the model's parameters (fingerprint {fp}) "
+    f"are not the run's ({run.model.fingerprint}): another checkpoint",
   )
-  chosen = _choose(run, rows, seed)
+
+
+def _drawn_checks(
+  p: str,
+  run: RunSpec,
+  loaded: launch.Loaded,
+  chosen: np.ndarray,
+  batch_size: int,
+  data_dir: str | os.PathLike | None,
+) -> list[Check]:
+  """The checks of the ``chosen`` rows (``[r]`` dataset indices): the dataset, the method's
+  run-wide facts rebuilt and, when they are the run's, the counts drawn again; each stops
+  at its first failure."""
+  from rsjax.verify._run import check_dataset_shape
+
+  ds = loaded.dataset
   if check_dataset_shape(run, ds):  # nothing can be drawn again from another dataset
-    checks.append(
+    return [
       Check(
         "data",
         False,
         f"{run.data.name} {run.data.split} is not the dataset the run declares (see verify)",
       )
-    )
-    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
+    ]
   recs = record_lib.read_records(p)
   x = np.asarray(ds.get_batch(chosen)[0])
   chains = (run.details or {}).get("chains")
@@ -246,23 +274,24 @@ def audit(
   try:
     plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
   except launch.CliError as e:  # a record verify may accept, which the model cannot rebuild
-    checks.append(Check("method", False, f"the run cannot be rebuilt from its record: {e}"))
-    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
-  rebuilt = _as_recorded(run, plan.details)
+    return [Check("method", False, f"the run cannot be rebuilt from its record: {e}")]
+  method = _method_check(run, plan.details)
+  if not method.ok:
+    return [method]
+  return [method, _redraw(run, plan, chosen, x, recs)]
+
+
+def _method_check(run: RunSpec, details) -> Check:
+  """Whether a plan's run-wide facts (``details``) are the ones the run records."""
+  rebuilt = _as_recorded(run, details)
   same = _same_tree(rebuilt, run.details)
-  checks.append(
-    Check(
-      "method",
-      same,
-      "the method's run-wide facts (details) are those of the run's settings and model"
-      if same
-      else f"the run records details {run.details}, its settings and model give {rebuilt}",
-    )
+  return Check(
+    "method",
+    same,
+    "the method's run-wide facts (details) are those of the run's settings and model"
+    if same
+    else f"the run records details {run.details}, its settings and model give {rebuilt}",
   )
-  if not same:
-    return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
-  checks.append(_redraw(run, plan, chosen, x, recs))
-  return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
 
 
 def _as_recorded(run: RunSpec, details):

@@ -39,13 +39,6 @@ LONG_FUNCTIONS = {
   "rsjax/launch/flags.py::add_sampling_flags": "declares the sampling flags, one call each",
   # Split in progress (one branch each), listed until they land:
   "rsjax/ddrs/_certify.py::certify_dataset": "goes: DDRS certifies through launch.run",
-  "rsjax/audit.py::audit": "to split",
-  "rsjax/checks/_rows.py::read_rows": "to split",
-  "rsjax/cli/train_denoiser.py::run": "to split",
-  "rsjax/idrs/_certify.py::certify": "to split",
-  "rsjax/idrs/_check.py::check_idrs": "to split",
-  "rsjax/models/_torch.py::load_torch": "to split",
-  "rsjax/verify/__init__.py::verify": "to split",
 }
 
 _LAYER_LINE = re.compile(r"^layer\s+(\d+)\s+([\w -]+):\s*(.*)$")

@@ -132,7 +132,18 @@ def read_rows(
   issues: list[Mismatch],
   levels: dict[int, float] | None = None,
 ) -> Rows:
-  """Parses each row's counts, reporting rows whose record is missing or inconsistent."""
+  """Parses each row's counts, reporting rows whose record is missing or inconsistent.
+
+  Args:
+    cert: the run's certificate view (``sampling``, ``num_classes``, ``noise``).
+    res: the result file's ``b`` rows (``rsjax.io.read_certify``).
+    recs: ``{idx: record}`` of the certificate records.
+    issues: where a row whose record is missing or inconsistent goes.
+    levels: ``{look: alpha_k}`` of a budgeted run (``budget_levels``), or None.
+
+  Returns:
+    The :class:`Rows` (``[b]`` each); the rows reported are not ``valid``.
+  """
   s = cert["sampling"]
   n0, n_max, alpha = int(s["n0"]), int(s["n"]), float(s["alpha"])
   num_classes = int(cert["num_classes"])
@@ -150,65 +161,102 @@ def read_rows(
   c1s = np.zeros((b, num_classes), np.int64)
   why: dict[int, str] = {}
   for j, idx in enumerate(res.idx):
-    idx = int(idx)
-    r = recs.get(idx)
-    if r is None:
-      why[j] = "no certificate record for this row"
-      continue
-    if r.get("counts0") is None or r.get("counts") is None:
-      why[j] = "the record holds no counts"
-      continue
-    if (
-      dense(r["counts0"], num_classes, c0s[j]) is None
-      or dense(r["counts"], num_classes, c1s[j]) is None
+    problem = _read_row(recs.get(int(idx)), j, out, c0s[j], c1s[j], n_max, levels)
+    if problem is not None:
+      why[j] = problem
+  why.update(_sum_problems(cert, n0, out, c0s, c1s))
+  for j in sorted(why):
+    out.valid[j] = False
+    issues.append(Mismatch(int(res.idx[j]), why[j]))
+  _select(out, c0s, c1s)
+  return out
+
+
+def _read_row(
+  r: dict | None,
+  j: int,
+  out: Rows,
+  c0: np.ndarray,
+  c1: np.ndarray,
+  n_max: int,
+  levels: dict[int, float] | None,
+) -> str | None:
+  """Reads row ``j``'s record ``r`` into ``out`` and its counts into ``c0``, ``c1``.
+
+  Args:
+    r: the row's certificate record, or None where it has none.
+    j: the row's position in the file.
+    out: the rows read so far; row ``j``'s ``alpha``, ``p_recorded``, ``n`` and
+      ``valid`` are set here.
+    c0, c1: ``[C]`` the row's selection and estimation counts, filled here.
+    n_max: the run's N.
+    levels: ``{look: alpha_k}`` of a budgeted run, or None.
+
+  Returns:
+    Why the record is missing or inconsistent, or None when row ``j`` is valid.
+  """
+  if r is None:
+    return "no certificate record for this row"
+  if r.get("counts0") is None or r.get("counts") is None:
+    return "the record holds no counts"
+  num_classes = len(c0)
+  if dense(r["counts0"], num_classes, c0) is None or dense(r["counts"], num_classes, c1) is None:
+    return (
+      f"recorded counts name a class outside 0..{num_classes - 1} (in ASCII digits) or "
+      f"are not integers in 0..{MAX_SAMPLES}"
+    )
+  used = r.get("n", n_max) if r.get("n") is not None else n_max
+  if not _is_count(used):
+    return f"recorded samples {shown(used)} is not an integer in 0..{MAX_SAMPLES}"
+  if levels is not None:
+    if used not in levels:
+      return f"{used} estimation samples is not one of the budgeted looks {sorted(levels)}"
+    out.alpha[j] = levels[used]
+  elif used != n_max:
+    return f"{used} estimation samples recorded, the run has N={n_max}"
+  p_rec = r.get("p_lower")
+  if p_rec is not None:
+    if not (
+      isinstance(p_rec, (int, float)) and not isinstance(p_rec, bool) and 0.0 <= p_rec <= 1.0
     ):
-      why[j] = (
-        f"recorded counts name a class outside 0..{num_classes - 1} (in ASCII digits) or "
-        f"are not integers in 0..{MAX_SAMPLES}"
-      )
-      continue
-    used = r.get("n", n_max) if r.get("n") is not None else n_max
-    if not _is_count(used):
-      why[j] = f"recorded samples {shown(used)} is not an integer in 0..{MAX_SAMPLES}"
-      continue
-    if levels is not None:
-      if used not in levels:
-        why[j] = f"{used} estimation samples is not one of the budgeted looks {sorted(levels)}"
-        continue
-      out.alpha[j] = levels[used]
-    elif used != n_max:
-      why[j] = f"{used} estimation samples recorded, the run has N={n_max}"
-      continue
-    p_rec = r.get("p_lower")
-    if p_rec is not None:
-      if not (
-        isinstance(p_rec, (int, float)) and not isinstance(p_rec, bool) and 0.0 <= p_rec <= 1.0
-      ):
-        why[j] = f"recorded p_lower {p_rec!r} is not a number in [0, 1]"
-        continue
-      out.p_recorded[j] = float(p_rec)
-    out.n[j] = used
-    out.valid[j] = True
+      return f"recorded p_lower {p_rec!r} is not a number in [0, 1]"
+    out.p_recorded[j] = float(p_rec)
+  out.n[j] = used
+  out.valid[j] = True
+  return None
+
+
+def _sum_problems(
+  cert: dict, n0: int, out: Rows, c0s: np.ndarray, c1s: np.ndarray
+) -> dict[int, str]:
+  """``{j: why}`` of the valid rows whose ``[b, C]`` selection counts ``c0s`` do not sum
+  to ``n0`` or estimation counts ``c1s`` to their ``out.n`` (with the sound 8-bit noise:
+  sum to more)."""
   s0, s1 = c0s.sum(axis=1), c1s.sum(axis=1)
   # Sound 8-bit noise: an invalid draw counts for no class, so counts may sum to less.
   short = cert.get("noise", {}).get("name") == "gaussian_8bit"
   bad0 = (s0 > n0) if short else (s0 != n0)
   bad1 = (s1 > out.n) if short else (s1 != out.n)
-  for j in np.flatnonzero(out.valid & bad0).tolist():
-    why[j] = f"selection counts sum to {s0[j]}, N0 is {n0}"
+  why = {
+    j: f"selection counts sum to {s0[j]}, N0 is {n0}"
+    for j in np.flatnonzero(out.valid & bad0).tolist()
+  }
   for j in np.flatnonzero(out.valid & ~bad0 & bad1).tolist():
     why[j] = f"estimation counts sum to {s1[j]}, N is {out.n[j]}"
-  for j in sorted(why):
-    out.valid[j] = False
-    issues.append(Mismatch(int(res.idx[j]), why[j]))
-  rows = np.arange(b)
+  return why
+
+
+def _select(out: Rows, c0s: np.ndarray, c1s: np.ndarray) -> None:
+  """Sets ``out.guess`` (the largest of ``[b, C]`` selection counts ``c0s``), its
+  estimation count ``out.n_a`` and the largest other one ``out.runner_up`` (of ``c1s``)."""
+  num_classes = c0s.shape[1]
+  rows = np.arange(len(c0s))
   out.guess[:] = np.argmax(c0s, axis=1) if num_classes else 0
   out.n_a[:] = c1s[rows, out.guess]
   if num_classes > 1:
     others = c1s.copy()
     others[rows, out.guess] = -1
     out.runner_up[:] = others.max(axis=1)
-  return out
 
 
 def compare(

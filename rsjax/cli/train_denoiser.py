@@ -88,39 +88,90 @@ def run(args: argparse.Namespace) -> int:
   x, _ = ds.arrays()
   if x.ndim != 4:
     raise CliError(f"{args.dataset} inputs are not images ([H, W, C]); a denoiser needs images")
-  classifier = None
-  if args.objective == "stability":
-    if args.classifier is None:
-      raise CliError("--objective stability needs --classifier MODEL_DIR (the frozen classifier)")
-    try:
-      model_c, config_c = models.load_model(args.classifier)
-    except (FileNotFoundError, ValueError) as e:
-      raise CliError(f"--classifier: no usable trained model in {args.classifier!r}: {e}") from None
-    if tuple(config_c.get("input_shape", x.shape[1:])) != tuple(x.shape[1:]):
-      raise CliError(
-        f"the classifier expects {config_c['input_shape']} inputs, {args.dataset} is "
-        f"{list(x.shape[1:])}"
-      )
-    classifier = models.to_apply_fn(model_c)
-  elif args.classifier is not None:
-    raise CliError("--classifier works with --objective stability only")
+  classifier = _frozen_classifier(args, x.shape[1:])
   if args.objective != "ddpm" and args.sigma is None:
     raise CliError(f"--objective {args.objective} needs --sigma")
+  kind, kwargs = _architecture(args, x.shape[-1])
+  cfg, model, kwargs = _training_and_model(args, kind, kwargs)
+  schedule: dict = {}
+  alphas = diffusion.linear_schedule(**schedule) if kind == "ddpm" else None
+  history = train.train_denoiser(
+    jax.random.key(args.seed),
+    model,
+    x,
+    cfg,
+    classifier=classifier,
+    alphas_cumprod=alphas,
+    log=None if args.quiet else print,
+  )
+  config = _denoiser_config(args, kind, kwargs, list(x.shape[1:]), history)
+  if kind == "ddpm":
+    config["schedule"] = schedule
+  workdir.save_denoiser(args.out, model, config)
+  print(
+    f"trained a {kind} denoiser ({args.objective}, {models.count_params(model):,} "
+    f"parameters; final loss {history[-1]['loss']:.5f}); saved in {args.out}"
+  )
+  return 0
+
+
+def _frozen_classifier(args: argparse.Namespace, input_shape: tuple[int, ...]):
+  """The ``apply_fn`` of ``--classifier`` for ``--objective stability`` (None otherwise).
+
+  Args:
+    args: the parsed flags.
+    input_shape: ``(H, W, C)`` of the dataset's inputs, which the classifier must take.
+
+  Raises:
+    CliError: stability without a usable classifier of these inputs, or a classifier
+      without stability.
+  """
+  from rsjax import models
+
+  if args.objective != "stability":
+    if args.classifier is not None:
+      raise CliError("--classifier works with --objective stability only")
+    return None
+  if args.classifier is None:
+    raise CliError("--objective stability needs --classifier MODEL_DIR (the frozen classifier)")
+  try:
+    model_c, config_c = models.load_model(args.classifier)
+  except (FileNotFoundError, ValueError) as e:
+    raise CliError(f"--classifier: no usable trained model in {args.classifier!r}: {e}") from None
+  if tuple(config_c.get("input_shape", input_shape)) != tuple(input_shape):
+    raise CliError(
+      f"the classifier expects {config_c['input_shape']} inputs, {args.dataset} is "
+      f"{list(input_shape)}"
+    )
+  return models.to_apply_fn(model_c)
+
+
+def _architecture(args: argparse.Namespace, channels: int) -> tuple[str, dict]:
+  """``(kind, model_kwargs)`` of a new denoiser of images with ``channels`` channels:
+  a DDPM UNet for ``--objective ddpm``, else a DnCNN."""
   if args.objective == "ddpm":
-    kind = "ddpm"
     n = len(args.unet_channels)
-    kwargs = dict(
-      in_channels=x.shape[-1],
-      out_channels=x.shape[-1],
+    return "ddpm", dict(
+      in_channels=channels,
+      out_channels=channels,
       block_out_channels=list(args.unet_channels),
       layers_per_block=args.layers_per_block,
       down_block_types=["AttnDownBlock2D" if i == n - 1 else "DownBlock2D" for i in range(n)],
       up_block_types=["AttnUpBlock2D" if i == 0 else "UpBlock2D" for i in range(n)],
       norm_num_groups=args.norm_groups,
     )
-  else:
-    kind = "dncnn"
-    kwargs = dict(channels=int(x.shape[-1]), depth=args.depth, features=args.features)
+  return "dncnn", dict(channels=int(channels), depth=args.depth, features=args.features)
+
+
+def _training_and_model(args: argparse.Namespace, kind: str, kwargs: dict):
+  """``(training settings, model, model_kwargs)``: the model the ``--init`` denoiser (its
+  own kwargs) or a new ``kind`` one built from ``kwargs``.
+
+  Raises:
+    CliError: bad training settings, or an ``--init`` that is not a ``kind`` denoiser.
+  """
+  from rsjax.denoise import train, workdir
+
   try:
     cfg = train.DenoiserTraining(
       objective=args.objective,
@@ -139,21 +190,17 @@ def run(args: argparse.Namespace) -> int:
       model = workdir.build_denoiser(kind, kwargs, rngs=args.seed)
   except (FileNotFoundError, ValueError) as e:
     raise CliError(str(e)) from None
-  schedule = {}
-  alphas = diffusion.linear_schedule(**schedule) if kind == "ddpm" else None
-  history = train.train_denoiser(
-    jax.random.key(args.seed),
-    model,
-    x,
-    cfg,
-    classifier=classifier,
-    alphas_cumprod=alphas,
-    log=None if args.quiet else print,
-  )
-  config = {
+  return cfg, model, kwargs
+
+
+def _denoiser_config(
+  args: argparse.Namespace, kind: str, kwargs: dict, input_shape: list[int], history: list
+) -> dict:
+  """The ``config.json`` of the trained denoiser: what rebuilds it and how it was trained."""
+  return {
     "kind": kind,
     "model_kwargs": kwargs,
-    "input_shape": list(x.shape[1:]),
+    "input_shape": input_shape,
     "dataset": args.dataset,
     "objective": args.objective,
     "sigma": args.sigma,
@@ -163,11 +210,3 @@ def run(args: argparse.Namespace) -> int:
     "train": {"epochs": args.epochs, "batch_size": args.batch, "lr": args.lr, "t_max": args.t_max},
     "history": history,
   }
-  if kind == "ddpm":
-    config["schedule"] = schedule
-  workdir.save_denoiser(args.out, model, config)
-  print(
-    f"trained a {kind} denoiser ({args.objective}, {models.count_params(model):,} "
-    f"parameters; final loss {history[-1]['loss']:.5f}); saved in {args.out}"
-  )
-  return 0

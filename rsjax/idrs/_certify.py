@@ -23,7 +23,7 @@ from rsjax.engine.driver import (
 )
 from rsjax.idrs._radius import certified_radius
 from rsjax.noise import Gaussian
-from rsjax.sigma import SigmaSource
+from rsjax.sigma import SigmaSource, SigmaValues
 
 if TYPE_CHECKING:
   import jax
@@ -119,6 +119,36 @@ class IDRS:
         f"design must be a sigma(x) design (KnnSigma, ConstantSigma), got {self.design!r}"
       )
     x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
+    values, sigma_x = self._sigma(x_np, settings)
+    sig = sigma_x.reshape((-1,) + (1,) * (x_np.ndim - 1))
+    dim = int(np.prod(x_np.shape[1:]))
+    sigma64 = sigma_x.astype(np.float64)
+    rate = float(values.rate)
+    slack = np.asarray(values.slack, np.float64)
+    alpha = settings.alpha
+
+    def rule(c0, c1):
+      base = certificate_from_counts(c0, c1, n=settings.n, alpha=alpha, scale=sigma64, dim=dim)
+      return self._certificate(base, sigma64, rate, slack, dim, alpha)
+
+    counts = engine_counts(
+      apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
+    )
+    return run_certify(key, counts, rule, settings)
+
+  def _sigma(self, x_np: np.ndarray, settings: Sampling) -> tuple[SigmaValues, np.ndarray]:
+    """The design's sigma(x) of a batch, checked.
+
+    Args:
+      x_np: ``[B, *input_shape]`` inputs.
+      settings: the run's ``rsjax.Sampling`` (its precision runs the design).
+
+    Returns:
+      ``(values, sigma)``: the design's ``SigmaValues`` and ``[B]`` float32 sigma(x).
+
+    Raises:
+      ValueError: a shift mu, an infinite rate, or sigma(x) not ``[B]``, finite and > 0.
+    """
     with precision_lib.context(settings.precision):  # a design that runs a network
       values = self.design.evaluate(x_np)
     if values.mu is not None:
@@ -135,63 +165,75 @@ class IDRS:
       )
     if not np.all(np.isfinite(sigma_x)) or np.any(sigma_x <= 0):
       raise ValueError("sigma must be finite and > 0 everywhere (the design returned otherwise)")
-    sig = sigma_x.reshape((-1,) + (1,) * (x_np.ndim - 1))
-    dim = int(np.prod(x_np.shape[1:]))
-    sigma64 = sigma_x.astype(np.float64)
-    rate = float(values.rate)
-    slack = np.asarray(values.slack, np.float64)
-    alpha = settings.alpha
+    return values, sigma_x
 
-    def rule(c0, c1):
-      base = certificate_from_counts(c0, c1, n=settings.n, alpha=alpha, scale=sigma64, dim=dim)
-      constant = rate == 0.0 and np.all(slack == 0.0) and self.thresholds is None
-      ok = base.prediction != ABSTAIN
-      radius = np.zeros(len(base), np.float64)
-      if constant:
-        radius = np.asarray(base.radius, np.float64)
-      elif np.any(ok):
-        radius[ok] = certified_radius(
-          base.p_lower[ok],
-          sigma=sigma64[ok],
-          rate=rate,
-          dim=dim,
-          slack=slack[ok],
-          thresholds=self.thresholds,
-          rtol=self.rtol,
-        )
-      if constant:
-        guarantee = f"constant sigma (rate 0, Cohen's radius): {base.guarantee}"
-      else:
-        guarantee = (
-          f"input-dependent sigma(x) (IDRS, Súkeník et al. ICML 2022, Thm 3.2, both sides "
-          f"checked) for an r-semi-elastic sigma(x), rate r={rate:.6g} (design rate "
-          f"{self.design.rate:.6g} with float-rounding margin); binary Gaussian L2, one-sided "
-          f"Clopper-Pearson; holds with prob >= 1 - {alpha} per input for the smoothed "
-          f"classifier that uses sigma(x) everywhere (the design fixed before seeing the test "
-          f"inputs)"
-        )
-        if self.thresholds is not None:
-          guarantee += (
-            f"; numerical thresholds {self.thresholds!r} (sound by Thm 3.1, conservative)"
-          )
-      return IDRSCertificate(
-        prediction=base.prediction,
-        radius=radius,
-        p_lower=base.p_lower,
-        counts=base.counts,
-        counts_selection=base.counts_selection,
-        norm="l2",
-        guarantee=guarantee,
-        sound=True,
-        sigma=sigma64,
+  def _certificate(
+    self,
+    base: Certificate,
+    sigma64: np.ndarray,
+    rate: float,
+    slack: np.ndarray,
+    dim: int,
+    alpha: float,
+  ) -> IDRSCertificate:
+    """The IDRS certificate of Cohen's certificate ``base`` at sigma(x).
+
+    Args:
+      base: Cohen's certificate of the counts at scale ``sigma64`` (its ``p_lower``).
+      sigma64: ``[B]`` float64 sigma(x).
+      rate: the semi-elasticity of the radius (the design's rate with rounding margin).
+      slack: ``[B]`` float64 additive envelope slack.
+      dim: input dimension.
+      alpha: the failure probability of each input's bound.
+
+    Returns:
+      An ``IDRSCertificate``: Cohen's radius where sigma is constant (rate 0, no slack,
+      no thresholds), else Theorem 3.2's.
+    """
+    constant = rate == 0.0 and np.all(slack == 0.0) and self.thresholds is None
+    ok = base.prediction != ABSTAIN
+    radius = np.zeros(len(base), np.float64)
+    if constant:
+      radius = np.asarray(base.radius, np.float64)
+    elif np.any(ok):
+      radius[ok] = certified_radius(
+        base.p_lower[ok],
+        sigma=sigma64[ok],
         rate=rate,
-        slack=slack,
+        dim=dim,
+        slack=slack[ok],
+        thresholds=self.thresholds,
+        rtol=self.rtol,
       )
-
-    counts = engine_counts(
-      apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
+    return IDRSCertificate(
+      prediction=base.prediction,
+      radius=radius,
+      p_lower=base.p_lower,
+      counts=base.counts,
+      counts_selection=base.counts_selection,
+      norm="l2",
+      guarantee=self._guarantee(base, bool(constant), rate, alpha),
+      sound=True,
+      sigma=sigma64,
+      rate=rate,
+      slack=slack,
     )
-    return run_certify(key, counts, rule, settings)
+
+  def _guarantee(self, base: Certificate, constant: bool, rate: float, alpha: float) -> str:
+    """What the certificate guarantees, in words (``base``: Cohen's certificate)."""
+    if constant:
+      return f"constant sigma (rate 0, Cohen's radius): {base.guarantee}"
+    guarantee = (
+      f"input-dependent sigma(x) (IDRS, Súkeník et al. ICML 2022, Thm 3.2, both sides "
+      f"checked) for an r-semi-elastic sigma(x), rate r={rate:.6g} (design rate "
+      f"{self.design.rate:.6g} with float-rounding margin); binary Gaussian L2, one-sided "
+      f"Clopper-Pearson; holds with prob >= 1 - {alpha} per input for the smoothed "
+      f"classifier that uses sigma(x) everywhere (the design fixed before seeing the test "
+      f"inputs)"
+    )
+    if self.thresholds is not None:
+      guarantee += f"; numerical thresholds {self.thresholds!r} (sound by Thm 3.1, conservative)"
+    return guarantee
 
 
 def certify(

@@ -129,75 +129,102 @@ def check_idrs(
   p = cp_lower(rows.n_a, rows.n, rows.alpha)
   predict = np.where(p >= 0.5, rows.guess, -1)
   sigma_col = res.extra.get("sigma")
-  tol_r, tol_a = float(d["radius_rtol"]), float(d["radius_atol"])
-  margin, max_nc = float(d["xi_margin"]), float(d["max_noncentrality"])
+  search = (
+    float(d["radius_rtol"]),
+    float(d["radius_atol"]),
+    float(d["xi_margin"]),
+    float(d["max_noncentrality"]),
+  )
   for j in np.flatnonzero(rows.valid):
     idx, r = int(res.idx[j]), recs[int(res.idx[j])]
+    counts = f"n_A {rows.n_a[j]} of {rows.n[j]}"
     why = _idrs_sigma_issue(d, dim, r, None if sigma_col is None else sigma_col[j])
+    if why is None:
+      why = _counts_issue(
+        rows.p_recorded[j], p[j], predict[j], res.predict[j], counts, rtol=rtol, atol=atol
+      )
+    if why is None:
+      why = _idrs_radius_issue(
+        r, float(p[j]), float(res.radius[j]), counts, dim, search, rtol=rtol, atol=atol
+      )
     if why is not None:
       issues.append(Mismatch(idx, why))
-      continue
-    if not (
-      np.isnan(rows.p_recorded[j])
-      or math.isclose(float(rows.p_recorded[j]), float(p[j]), rel_tol=rtol, abs_tol=atol)
-    ):
-      issues.append(
-        Mismatch(
-          idx,
-          f"p_lower {float(rows.p_recorded[j])!r} recorded, the counts "
-          f"give {float(p[j])!r} (n_A {rows.n_a[j]} of {rows.n[j]})",
-        )
-      )
-      continue
-    if predict[j] != res.predict[j]:
-      issues.append(
-        Mismatch(
-          idx,
-          f"predict {res.predict[j]} in the file, the counts give "
-          f"{predict[j]} (n_A {rows.n_a[j]} of {rows.n[j]})",
-        )
-      )
-      continue
-    s0, slack, rate = float(r["sigma"]), float(r["slack"]), float(r["rate"])
-    pj = min(float(p[j]), 1.0 - _IDRS_MIN_P_B)
-    cohen = s0 * float(special.ndtri(pj)) if pj > 0.5 else 0.0
-    claim = float(res.radius[j])
-    if rate == 0.0 and slack == 0.0:
-      if not math.isclose(claim, cohen, rel_tol=rtol, abs_tol=atol):
-        issues.append(
-          Mismatch(
-            idx,
-            f"radius {claim!r} in the file, the counts give {cohen!r} "
-            f"(constant sigma {s0}, n_A {rows.n_a[j]} of {rows.n[j]})",
-          )
-        )
-      continue
-    tol = tol_r * cohen + tol_a
-    args = (s0, 1.0 - pj, rate, slack, dim, max_nc)
-    if claim < 0 or claim > cohen * (1 + 1e-12) + atol:
-      issues.append(
-        Mismatch(
-          idx,
-          f"radius {claim!r} in the file exceeds Cohen's radius "
-          f"{cohen!r} at sigma {s0} (n_A {rows.n_a[j]} of {rows.n[j]})",
-        )
-      )
-    elif claim > 0 and not _idrs_holds(claim, *args, margin=0.0):
-      issues.append(
-        Mismatch(
-          idx,
-          f"radius {claim!r} in the file is not certified by IDRS Thm "
-          f"3.2 at sigma {s0}, rate {rate:.6g} (n_A {rows.n_a[j]} of "
-          f"{rows.n[j]})",
-        )
-      )
-    elif claim + tol < cohen and _idrs_holds(claim + tol * (1 + 1e-9), *args, margin=margin):
-      issues.append(
-        Mismatch(
-          idx,
-          f"radius {claim!r} in the file is below the IDRS radius of the "
-          f"counts by more than the search tolerance {tol:.3g} (n_A "
-          f"{rows.n_a[j]} of {rows.n[j]})",
-        )
-      )
   return issues
+
+
+def _counts_issue(
+  p_recorded: float,
+  p: float,
+  predict: int,
+  predict_file: int,
+  counts: str,
+  *,
+  rtol: float,
+  atol: float,
+) -> str | None:
+  """Why a row's recorded ``p_recorded`` (NaN: none) or the file's ``predict_file`` are not
+  the lower bound ``p`` and prediction ``predict`` of its counts (described by ``counts``),
+  or None."""
+  if not (
+    np.isnan(p_recorded) or math.isclose(float(p_recorded), float(p), rel_tol=rtol, abs_tol=atol)
+  ):
+    return f"p_lower {float(p_recorded)!r} recorded, the counts give {float(p)!r} ({counts})"
+  if predict != predict_file:
+    return f"predict {predict_file} in the file, the counts give {predict} ({counts})"
+  return None
+
+
+def _idrs_radius_issue(
+  r: dict,
+  p: float,
+  claim: float,
+  counts: str,
+  dim: int,
+  search: tuple[float, float, float, float],
+  *,
+  rtol: float,
+  atol: float,
+) -> str | None:
+  """Why the file's radius ``claim`` of a row is not its IDRS radius, or None.
+
+  Args:
+    r: the row's record (its ``sigma``, ``slack`` and ``rate``, already checked).
+    p: the lower bound of ``p_A`` of its counts.
+    claim: the radius in the file.
+    counts: its counts in words (``n_A .. of ..``).
+    dim: input dimension.
+    search: the design's ``(radius_rtol, radius_atol, xi_margin, max_noncentrality)``:
+      the tolerance of the radius search and Thm 3.2's margins.
+    rtol, atol: tolerances of Cohen's radius (constant sigma), of the bound of the
+      radius by Cohen's.
+
+  Returns:
+    Cohen's radius at a constant sigma must be the claim; else the claim must not
+    exceed Cohen's radius at sigma(x), must satisfy Thm 3.2, and Thm 3.2 must fail
+    at the claim plus the search tolerance. Why not, or None.
+  """
+  s0, slack, rate = float(r["sigma"]), float(r["slack"]), float(r["rate"])
+  pj = min(p, 1.0 - _IDRS_MIN_P_B)
+  cohen = s0 * float(special.ndtri(pj)) if pj > 0.5 else 0.0
+  if rate == 0.0 and slack == 0.0:
+    if not math.isclose(claim, cohen, rel_tol=rtol, abs_tol=atol):
+      return (
+        f"radius {claim!r} in the file, the counts give {cohen!r} (constant sigma {s0}, {counts})"
+      )
+    return None
+  tol_r, tol_a, margin, max_nc = search
+  tol = tol_r * cohen + tol_a
+  args = (s0, 1.0 - pj, rate, slack, dim, max_nc)
+  if claim < 0 or claim > cohen * (1 + 1e-12) + atol:
+    return f"radius {claim!r} in the file exceeds Cohen's radius {cohen!r} at sigma {s0} ({counts})"
+  if claim > 0 and not _idrs_holds(claim, *args, margin=0.0):
+    return (
+      f"radius {claim!r} in the file is not certified by IDRS Thm "
+      f"3.2 at sigma {s0}, rate {rate:.6g} ({counts})"
+    )
+  if claim + tol < cohen and _idrs_holds(claim + tol * (1 + 1e-9), *args, margin=margin):
+    return (
+      f"radius {claim!r} in the file is below the IDRS radius of the "
+      f"counts by more than the search tolerance {tol:.3g} ({counts})"
+    )
+  return None

@@ -254,15 +254,7 @@ def load_torch(
   family, name, kwargs = arch_family(arch)
   if family == "lenet":
     kwargs.update(lenet_kwargs(sd))
-  # Without the head or the stem, build a stand-in model: the key check below
-  # reports what is missing.
-  head = sd.get(head_key(family, sd))
-  num_classes = int(head.shape[0]) if head is not None and head.ndim else 1
-  if input_shape is None:
-    stem = sd.get("conv1.weight")
-    channels = int(stem.shape[1]) if stem is not None and stem.ndim == 4 else 1
-    input_shape = (*DEFAULT_HW[family], channels)
-  input_shape = tuple(int(s) for s in input_shape)
+  num_classes, input_shape = _head_and_input(sd, family, input_shape)
 
   # The normalization layer holds no variables: it is set after the weights are
   # checked, so that a checkpoint that does not fit is reported by its keys.
@@ -276,51 +268,10 @@ def load_torch(
   stage_sizes = (
     kwargs["stage_sizes"] if family == "imagenet" else [(kwargs.get("depth", 2) - 2) // 6] * 3
   )
-  layers = layer_names(family, abstract, stage_sizes)
-
-  values, expected = {}, set()
-  for t_module, path, kind in layers:
-    for t_name, r_name in LAYER_NAMES[kind]:
-      if path + (r_name,) in targets:
-        key = f"{t_module}.{t_name}"
-        expected.add(key)
-        if key in sd:
-          values[path + (r_name,)] = (key, kind, t_name)
-  missing = expected - set(sd)
-  unexpected = {k for k in sd if k not in expected and not k.endswith(IGNORED_SUFFIX)}
-  if missing or unexpected:
-    raise ValueError(
-      f"checkpoint does not fit {arch}: missing keys {_short(missing)}, "
-      f"unexpected keys {_short(unexpected)}; {KNOWN}"
-    )
-  new, bad = [], []
-  for path, var in targets.items():
-    key, kind, t_name = values[path]
-    value = sd[key]
-    if family == "lenet" and path == ("fc1", "kernel"):
-      value = lenet_fc1(value, input_shape, kwargs["channels"][1], kwargs["padding"])
-    value = convert_layout(kind, t_name, value, var.shape)
-    if value.shape != tuple(var.shape):
-      bad.append(f"{key} {tuple(sd[key].shape)} (needs {tuple(var.shape)} in rsjax layout)")
-      continue
-    new.append((path, var.replace(np.asarray(value, dtype=np.float32))))
-  if bad:
-    hint = f" with input_shape {input_shape}" if family == "lenet" else ""
-    raise ValueError(
-      f"checkpoint does not fit {arch}{hint}: shapes differ for {_short(bad, 4)}; {KNOWN}"
-    )
+  sources = _sources(sd, layer_names(family, abstract, stage_sizes), targets, arch)
+  new = _converted(sd, sources, targets, arch, family, kwargs, input_shape)
   norm, norm_how = _normalization(normalize, norm_sd, family, arch, wrapped=wrapped)
-  unmapped = sorted(
-    k
-    for k in norm_sd
-    if k not in ("means", "sds", "mean", "std") and not k.endswith(IGNORED_SUFFIX)
-  )
-  if unmapped:
-    warnings.warn(
-      f"layer 0 of the checkpoint holds entries that are not mapped (ignored): "
-      f"{_short(unmapped)}; only a normalization layer's means/sds are read",
-      stacklevel=2,
-    )
+  _warn_unmapped(norm_sd)
   try:
     mean_std = resolve_normalization(norm, input_shape[-1])
   except ValueError as e:
@@ -338,6 +289,113 @@ def load_torch(
     "normalization": f"{describe_normalization(mean_std)}: {norm_how}",
   }
   return model, config
+
+
+def _head_and_input(
+  sd: dict[str, np.ndarray], family: str, input_shape: Sequence[int] | None
+) -> tuple[int, tuple[int, ...]]:
+  """``(num_classes, input_shape)`` of the model of the state dict ``sd``.
+
+  The classes are the head's outputs, the input shape (if not given) the family's
+  default ``(H, W)`` with the stem's channels. Without the head or the stem, they are
+  those of a stand-in model: the key check of :func:`_sources` reports what is missing.
+  """
+  head = sd.get(head_key(family, sd))
+  num_classes = int(head.shape[0]) if head is not None and head.ndim else 1
+  if input_shape is None:
+    stem = sd.get("conv1.weight")
+    channels = int(stem.shape[1]) if stem is not None and stem.ndim == 4 else 1
+    input_shape = (*DEFAULT_HW[family], channels)
+  return num_classes, tuple(int(s) for s in input_shape)
+
+
+def _sources(
+  sd: dict[str, np.ndarray], layers, targets: dict, arch: str
+) -> dict[tuple, tuple[str, str, str]]:
+  """``{variable path: (state-dict key, layer kind, PyTorch name)}`` of every model variable.
+
+  Args:
+    sd: the state dict (without layer 0).
+    layers: ``(PyTorch module, variable path prefix, layer kind)`` of each layer
+      (``rsjax.models._torch_keys.layer_names``).
+    targets: ``{variable path: variable}`` of the abstract model.
+    arch: the architecture (for the message).
+
+  Raises:
+    ValueError: keys the model expects are missing, or keys it does not know are there.
+  """
+  values, expected = {}, set()
+  for t_module, path, kind in layers:
+    for t_name, r_name in LAYER_NAMES[kind]:
+      if path + (r_name,) in targets:
+        key = f"{t_module}.{t_name}"
+        expected.add(key)
+        if key in sd:
+          values[path + (r_name,)] = (key, kind, t_name)
+  missing = expected - set(sd)
+  unexpected = {k for k in sd if k not in expected and not k.endswith(IGNORED_SUFFIX)}
+  if missing or unexpected:
+    raise ValueError(
+      f"checkpoint does not fit {arch}: missing keys {_short(missing)}, "
+      f"unexpected keys {_short(unexpected)}; {KNOWN}"
+    )
+  return values
+
+
+def _converted(
+  sd: dict[str, np.ndarray],
+  sources: dict[tuple, tuple[str, str, str]],
+  targets: dict,
+  arch: str,
+  family: str,
+  kwargs: dict,
+  input_shape: tuple[int, ...],
+) -> list:
+  """``[(variable path, variable holding its float32 value in rsjax layout)]``.
+
+  Args:
+    sd: the state dict (without layer 0).
+    sources: where each variable comes from (:func:`_sources`).
+    targets: ``{variable path: variable}`` of the abstract model.
+    arch, family, kwargs: the architecture, its family and its model kwargs.
+    input_shape: ``(H, W, C)`` of one input (LeNet's first linear layer).
+
+  Raises:
+    ValueError: a value whose shape is not its variable's.
+  """
+  new, bad = [], []
+  for path, var in targets.items():
+    key, kind, t_name = sources[path]
+    value = sd[key]
+    if family == "lenet" and path == ("fc1", "kernel"):
+      value = lenet_fc1(value, input_shape, kwargs["channels"][1], kwargs["padding"])
+    value = convert_layout(kind, t_name, value, var.shape)
+    if value.shape != tuple(var.shape):
+      bad.append(f"{key} {tuple(sd[key].shape)} (needs {tuple(var.shape)} in rsjax layout)")
+      continue
+    new.append((path, var.replace(np.asarray(value, dtype=np.float32))))
+  if bad:
+    hint = f" with input_shape {input_shape}" if family == "lenet" else ""
+    raise ValueError(
+      f"checkpoint does not fit {arch}{hint}: shapes differ for {_short(bad, 4)}; {KNOWN}"
+    )
+  return new
+
+
+def _warn_unmapped(norm_sd: dict[str, np.ndarray]) -> None:
+  """Warns of the entries of layer 0 other than its means/sds (ignored), at the line that
+  called ``load_torch``."""
+  unmapped = sorted(
+    k
+    for k in norm_sd
+    if k not in ("means", "sds", "mean", "std") and not k.endswith(IGNORED_SUFFIX)
+  )
+  if unmapped:
+    warnings.warn(
+      f"layer 0 of the checkpoint holds entries that are not mapped (ignored): "
+      f"{_short(unmapped)}; only a normalization layer's means/sds are read",
+      stacklevel=3,  # load_torch's caller
+    )
 
 
 def from_torch(

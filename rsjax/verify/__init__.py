@@ -131,36 +131,13 @@ def verify(
   """
   p = os.fspath(path)
   run = read_run(p)
-  table = verifiable()
-  if run.method not in table:
-    raise VerifyError(
-      f"{p!r}: method {run.method!r} cannot be verified from counts by this "
-      f"rsjax (verifiable: {', '.join(sorted(table))})"
-    )
-  method = table[run.method]
-  refused = refusal(
-    Claim.of_run(
-      method=run.method, sampling=run.sampling, options=run.options, multiclass=run.multiclass
-    )
-  )
-  if refused is None:
-    refused = option_refusal(method, run.options)
-  if refused is not None:  # the line certify refuses the same claim with
-    raise VerifyError(f"{p!r}: {refused}")
+  method = _method_of(p, run)
   res = io.read_certify(p)
   recs = record_lib.read_records(p)
   issues, missing = check_rows_declared(run, res)
   issues.extend(check_noise_table(run))
   issues.extend(check_claim_digest(run))
-  if method.ordered and np.any(np.diff(np.asarray(res.idx, np.int64)) <= 0):
-    # A memory depends on the order the run processed its inputs: the declared order.
-    issues.append(
-      Mismatch(
-        -1,
-        f"the rows are not in the run's order (increasing idx), which "
-        f"{run.method}'s memory depends on",
-      )
-    )
+  issues.extend(_order_issues(method, run, res))
   unchecked = []
   if not run.claim_bound:
     if not accept_unbound:
@@ -180,21 +157,8 @@ def verify(
     check_generic(res, recs, n_max=int(run.sampling["n"]), num_classes=run.data.num_classes)
   )
   unchecked.extend(view["unchecked"])
-  # The correct column follows from predict and label.
-  for j in np.flatnonzero(res.correct != (res.predict == res.label)):
-    issues.append(
-      Mismatch(
-        int(res.idx[j]),
-        f"correct {int(res.correct[j])} but predict {res.predict[j]}, label {res.label[j]}",
-      )
-    )
-  extra = sorted(set(recs) - {int(i) for i in res.idx})
-  if extra:
-    issues.append(
-      Mismatch(
-        -1, f"the record holds {len(extra)} rows that are not in the file (first idx {extra[0]})"
-      )
-    )
+  issues.extend(_correct_column_issues(res))
+  issues.extend(_extra_record_issues(res, recs))
   return VerifyReport(
     p,
     run.method,
@@ -207,3 +171,65 @@ def verify(
     claim=claim_line(run),
     unverified=unverified_columns(res, method.columns),
   )
+
+
+def _method_of(p: str, run: RunSpec) -> Method:
+  """The registered method of the run in the file ``p``, whose check verifies it.
+
+  Raises:
+    VerifyError: no registered method verifies it, or its claim is one certify refuses.
+  """
+  table = verifiable()
+  if run.method not in table:
+    raise VerifyError(
+      f"{p!r}: method {run.method!r} cannot be verified from counts by this "
+      f"rsjax (verifiable: {', '.join(sorted(table))})"
+    )
+  method = table[run.method]
+  refused = refusal(
+    Claim.of_run(
+      method=run.method, sampling=run.sampling, options=run.options, multiclass=run.multiclass
+    )
+  )
+  if refused is None:
+    refused = option_refusal(method, run.options)
+  if refused is not None:  # the line certify refuses the same claim with
+    raise VerifyError(f"{p!r}: {refused}")
+  return method
+
+
+def _order_issues(method: Method, run: RunSpec, res: io.CertifyResults) -> list[Mismatch]:
+  """The rows out of the run's order (increasing idx), for a method with a memory."""
+  if method.ordered and np.any(np.diff(np.asarray(res.idx, np.int64)) <= 0):
+    # A memory depends on the order the run processed its inputs: the declared order.
+    return [
+      Mismatch(
+        -1,
+        f"the rows are not in the run's order (increasing idx), which "
+        f"{run.method}'s memory depends on",
+      )
+    ]
+  return []
+
+
+def _correct_column_issues(res: io.CertifyResults) -> list[Mismatch]:
+  """The rows whose ``correct`` column does not follow from ``predict`` and ``label``."""
+  return [
+    Mismatch(
+      int(res.idx[j]),
+      f"correct {int(res.correct[j])} but predict {res.predict[j]}, label {res.label[j]}",
+    )
+    for j in np.flatnonzero(res.correct != (res.predict == res.label))
+  ]
+
+
+def _extra_record_issues(res: io.CertifyResults, recs: dict[int, dict]) -> list[Mismatch]:
+  """One mismatch when the certificate record holds rows that are not in the file."""
+  extra = sorted(set(recs) - {int(i) for i in res.idx})
+  if extra:
+    return [
+      Mismatch(
+        -1, f"the record holds {len(extra)} rows that are not in the file (first idx {extra[0]})"
+      )
+    ]
+  return []
