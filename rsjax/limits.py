@@ -74,8 +74,8 @@ PACKS = (1, 2, 4)
 MODEL_FIELDS = frozenset(
   {"fingerprint", "architecture", "source", "path", "torch_arch", "normalize", "denoiser", "resize"}
 )
-#: The compute dtype each declared precision records (``rsjax.precision``).
-COMPUTE_DTYPES = {"bfloat16": ("bfloat16",)}
+#: The compute dtypes a record may name (``rsjax.precision``; None: the parameters' own).
+COMPUTE_DTYPES = (None, "bfloat16", "float16", "float32")
 FOLD_IN_RANGE = (0, 2**32 - 1)
 
 # An integer as rsjax and Cohen et al. write it: ASCII, "0" or no leading zero, at most 19
@@ -228,10 +228,9 @@ def check_run_record(rec: Mapping) -> None:
       f"{', '.join(sorted(SAMPLING_KEYS))})"
     )
   dtype = s.get("compute_dtype")
-  if dtype not in COMPUTE_DTYPES.get(s.get("precision"), (None,)):
+  if dtype not in COMPUTE_DTYPES:
     raise FieldError(
-      f"sampling.compute_dtype {shown(dtype)} is not what precision {shown(s.get('precision'))} "
-      "computes in"
+      f"sampling.compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {shown(dtype)}"
     )
   if "pack" in s and not (type(s["pack"]) is int and s["pack"] in PACKS):
     raise FieldError(

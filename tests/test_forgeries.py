@@ -678,7 +678,8 @@ def test_a_bound_run_downgraded_to_an_unbound_record_is_not_verified(model, run4
   def downgrade(r):
     r["format"] = runspec.UNBOUND_FORMAT
     r["key"]["derivation"] = runspec.UNBOUND_KEY_DERIVATION
-    r["key"]["fold_in"].append(r["key"].pop("claim"))
+    digest = bytes.fromhex(r["key"].pop("claim"))  # its 8 words, as the key folds them
+    r["key"]["fold_in"] += [int.from_bytes(digest[i : i + 4], "big") for i in range(0, 32, 4)]
     r["sampling"]["alpha"] = 0.5
 
   edit_run(f, downgrade, restate_claim=False)
@@ -1074,7 +1075,7 @@ def test_the_whole_claim_digest_is_folded_into_the_key(run40):
   [
     (lambda r: r["sampling"].update(run_tag="g5MqhI"), "sampling.run_tag is not a sampling"),
     (lambda r: r["sampling"].update(pack=2.0), "sampling.pack must be one of"),
-    (lambda r: r["sampling"].update(compute_dtype="int7"), "sampling.compute_dtype 'int7'"),
+    (lambda r: r["sampling"].update(compute_dtype="int7"), "sampling.compute_dtype must be"),
     (lambda r: r["key"].update(seed=2**63), "key.seed"),
     (lambda r: r["model"].update(torch_arch="resnet18"), "model.torch_arch is set, but"),
     (lambda r: r["model"].update(resize="abc"), "model.resize must be 'HxW'"),
