@@ -14,8 +14,9 @@ from typing import Any
 
 def exports(
   package: str, table: Mapping[str, str], submodules: tuple[str, ...] = ()
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-  """``(__getattr__, __dir__)`` of a package whose ``name`` lives in module ``table[name]``.
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+  """``(__getattr__, __dir__, __all__)`` of a package whose ``name`` lives in module
+  ``table[name]``; ``__all__`` is the table's names, sorted (derived, not written twice).
 
   Args:
     package: the package's ``__name__``.
@@ -39,4 +40,4 @@ def exports(
   def __dir__() -> list[str]:
     return sorted(set(namespace) | set(table) | set(submodules))
 
-  return __getattr__, __dir__
+  return __getattr__, __dir__, sorted(table)

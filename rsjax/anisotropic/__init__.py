@@ -28,7 +28,7 @@ unless ``allow_unsound=True``, and then labels the result ``NOT A CERTIFICATE``.
 
 from rsjax import _lazy
 
-__getattr__, __dir__ = _lazy.exports(
+__getattr__, __dir__, __all__ = _lazy.exports(
   __name__,
   {
     "UCAN": "rsjax.anisotropic._certify",
@@ -56,29 +56,3 @@ __getattr__, __dir__ = _lazy.exports(
     "normalized_radius": "rsjax.anisotropic._region",
   },
 )
-
-__all__ = [
-  "UCAN",
-  "GENERATORS",
-  "NOISE_FILE",
-  "SOUND_GENERATORS",
-  "METHOD",
-  "certify_input_dependent",
-  "load_noise",
-  "load_universal_noise",
-  "read_noise",
-  "save_noise",
-  "save_universal_noise",
-  "AnisotropicCertificate",
-  "FrozenNoise",
-  "InputDependentNoise",
-  "NORM_ORDERS",
-  "UniversalNoise",
-  "alm",
-  "certify",
-  "in_certified_region",
-  "isotropic_radius",
-  "normalized_radius",
-  "pattern_sigma",
-  "universal_loss",
-]

@@ -11,7 +11,7 @@ Names are imported on first use (``rsjax.cohen.method`` imports no JAX).
 
 from rsjax import _lazy
 
-__getattr__, __dir__ = _lazy.exports(
+__getattr__, __dir__, __all__ = _lazy.exports(
   __name__,
   {
     "Certifier": "rsjax.cohen._certify",
@@ -22,5 +22,3 @@ __getattr__, __dir__ = _lazy.exports(
     "parse_grid": "rsjax.cohen.method",
   },
 )
-
-__all__ = ["Certifier", "Cohen", "METHOD", "certify", "parse_grid", "predict"]

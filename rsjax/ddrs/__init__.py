@@ -26,7 +26,7 @@ this input order, only.
 
 from rsjax import _lazy
 
-__getattr__, __dir__ = _lazy.exports(
+__getattr__, __dir__, __all__ = _lazy.exports(
   __name__,
   {
     "DDRS": "rsjax.ddrs._certify",
@@ -47,22 +47,3 @@ __getattr__, __dir__ = _lazy.exports(
     "smoothing_objective": "rsjax.ddrs._objective",
   },
 )
-
-__all__ = [
-  "DDRS",
-  "METHOD",
-  "DDRSCertificate",
-  "FAMILIES",
-  "MC_COLUMNS",
-  "MEMORY_COLUMNS",
-  "MemoryCertifier",
-  "OptimizedSigma",
-  "PARAMETRIZATIONS",
-  "SigmaAscent",
-  "certify",
-  "certify_dataset",
-  "memory_path",
-  "optimize_sigma",
-  "sigma_ascent",
-  "smoothing_objective",
-]

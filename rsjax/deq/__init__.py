@@ -19,7 +19,7 @@ The DEQ models and their fixed-point solvers are ``rsjax.models`` (``DEQClassifi
 
 from rsjax import _lazy
 
-__getattr__, __dir__ = _lazy.exports(
+__getattr__, __dir__, __all__ = _lazy.exports(
   __name__,
   {
     "SRS": "rsjax.deq._certify",
@@ -44,26 +44,3 @@ __getattr__, __dir__ = _lazy.exports(
     "srs_sample": "rsjax.deq._srs",
   },
 )
-
-__all__ = [
-  "SRS",
-  "StandardRS",
-  "SRS_METHOD",
-  "STANDARD_METHOD",
-  "CHECK_MODES",
-  "CORRECTIONS",
-  "MODES",
-  "SRSCertificate",
-  "SRSConfig",
-  "SRSCounts",
-  "SRSPlan",
-  "certify",
-  "check_indices",
-  "make_srs_plan",
-  "max_certifiable_radius",
-  "min_check_samples",
-  "mismatch_cap",
-  "srs_certificate",
-  "srs_p_lower",
-  "srs_sample",
-]

@@ -20,7 +20,7 @@ The modules are imported on first use (``rsjax.engine.counts`` etc.).
 
 from rsjax import _lazy
 
-__getattr__, __dir__ = _lazy.exports(
+__getattr__, __dir__, __all__ = _lazy.exports(
   __name__,
   {},
   submodules=("anytime", "batching", "budget", "cohen_rule", "counts", "driver", "step", "traced"),

@@ -18,7 +18,7 @@ sigma0). Layout:
 from rsjax import _lazy
 from rsjax.sigma import SigmaValues as SigmaValues  # re-exported: defined in the core
 
-__getattr__, __dir__ = _lazy.exports(
+__getattr__, __dir__, __all__ = _lazy.exports(
   __name__,
   {
     "IDRS": "rsjax.idrs._certify",
@@ -47,31 +47,3 @@ __getattr__, __dir__ = _lazy.exports(
     "ball_probability": "rsjax.idrs._reference",
   },
 )
-
-__all__ = [
-  "IDRS",
-  "METHOD",
-  "ConstantSigma",
-  "DEFAULT_M",
-  "IDRSCertificate",
-  "IDRSNumericalError",
-  "KnnSigma",
-  "MAX_DIM",
-  "MAX_NONCENTRALITY",
-  "SigmaValues",
-  "THRESHOLD_PRESETS",
-  "certified_radius",
-  "certify",
-  "is_certified",
-  "make_design",
-  "mean_knn_distance",
-  "renyi_radius",
-  "sigma_ratio_threshold",
-  "threshold_ratios",
-  "worst_case_ball",
-  "xi",
-  "xi_greater",
-  "xi_less",
-  "xi_side",
-  "ball_probability",
-]
