@@ -57,7 +57,7 @@ import numpy as np
 
 import rsjax
 from benchmarks.common import dump_json
-from rsjax import data, metrics, models, runner, training
+from rsjax import data, metrics, models, runspec, training
 from rsjax.engine import anytime
 from rsjax.engine import budget as budgeted
 
@@ -224,7 +224,7 @@ def main(argv=None) -> dict:
   for name, dataset, sigma, images, epochs, shape_fn in runs:
     key = f"{name} sigma={sigma:g}"
     apply_fn, params, xt, yt, clean = _train(args.workdir, dataset, sigma, epochs, shape_fn)
-    idx = runner.select_indices(len(xt), skip=args.skip, max_count=images)
+    idx = np.asarray(runspec.declared_indices(len(xt), skip=args.skip, count=images))
     setups[key] = dict(
       model=name,
       sigma=sigma,

@@ -99,10 +99,12 @@ def sigmas_config(doc: str, get_config, argv=None):
 def load_splits(dataset: str, skip: int):
   """``(train, test, idx)``: the dataset's two splits and the test indices certified (every
   ``skip``-th)."""
-  from rsjax import data, runner
+  import numpy as np
+
+  from rsjax import data, runspec
 
   train, test = data.load(dataset, "train"), data.load(dataset, "test")
-  return train, test, runner.select_indices(len(test), skip=skip)
+  return train, test, np.asarray(runspec.declared_indices(len(test), skip=skip))
 
 
 def load_arrays(dataset: str, skip: int):

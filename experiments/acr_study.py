@@ -192,7 +192,7 @@ def train_and_certify(
   """Trains and certifies ``methods`` (resuming finished work); returns
   ``{name: (certify results, summary entry, apply_fn, params)}``."""
   import rsjax
-  from rsjax import data, io, metrics, models, runner, training
+  from rsjax import data, io, metrics, models, runner, runspec, training
   from rsjax.method import Plan
 
   rows_dir = os.path.join(results_dir, "acr_study" + ("_quick" if cfg.quick else ""))
@@ -200,7 +200,7 @@ def train_and_certify(
   train_ds, test_ds = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
   x, y = train_ds.arrays()
   xt, yt = test_ds.arrays()
-  indices = runner.select_indices(len(test_ds), skip=cfg.test_skip)
+  indices = np.asarray(runspec.declared_indices(len(test_ds), skip=cfg.test_skip))
   out = {}
   for name, spec in methods.items():
     model = models.create_model(

@@ -120,13 +120,13 @@ def run(
       not ``overwrite``).
   """
   import rsjax
-  from rsjax import data, io, runner, runspec
+  from rsjax import data, io, runspec
 
   cfg = dict(DEFAULTS, epochs=epochs or DEFAULTS["epochs"], n=n or DEFAULTS["n"])
   os.makedirs(out, exist_ok=True)
   train, test = data.load(cfg["dataset"], "train"), data.load(cfg["dataset"], "test")
-  indices = runner.select_indices(
-    len(test), skip=cfg["skip"], max_count=-1 if num_images is None else num_images
+  indices = runspec.declared_indices(
+    len(test), skip=cfg["skip"], count=-1 if num_images is None else num_images
   )
   data_ref = runspec.DataRef(
     name=cfg["dataset"],

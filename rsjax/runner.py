@@ -28,7 +28,6 @@ from rsjax.method import Plan
 __all__ = [
   "NoCountsError",
   "Written",
-  "select_indices",
   "certify_dataset",
   "predict_dataset",
   "fingerprint",
@@ -78,24 +77,6 @@ def default_inputs_per_call(num: int | None = None) -> int:
   if num is None:
     return INPUTS_PER_CALL
   return max(1, min(INPUTS_PER_CALL, SAMPLES_PER_CALL // max(int(num), 1)))
-
-
-def select_indices(
-  num: int, *, skip: int = 1, max_count: int = -1, start: int = 0, stop: int = -1
-) -> np.ndarray:
-  """Dataset indices ``start, start + skip, ...`` below ``stop``, at most ``max_count`` of them.
-
-  ``stop`` is the index bound of Cohen et al.'s ``--max`` (``certify.py`` stops
-  at index ``max``); ``max_count`` is a count of inputs. -1 means no limit.
-  """
-  if skip < 1:
-    raise ValueError(f"skip must be >= 1, got {skip}")
-  if start < 0:
-    raise ValueError(f"start must be >= 0, got {start}")
-  idx = np.asarray(runspec.declared_indices(num, start, stop, skip), np.int64)
-  if max_count is not None and max_count >= 0:
-    idx = idx[:max_count]
-  return idx
 
 
 def fingerprint(params: Any) -> str:

@@ -99,11 +99,25 @@ def run_path(path: str | os.PathLike) -> str:
   return os.fspath(path) + RUN_SUFFIX
 
 
-def declared_indices(size: int, start: int = 0, stop: int = -1, skip: int = 1) -> range:
-  """The dataset indices ``start, start + skip, ...`` below ``stop`` (-1: the split's end), as
-  a ``range``: its length and membership cost nothing, however many indices a record claims."""
+def declared_indices(
+  size: int, start: int = 0, stop: int = -1, skip: int = 1, count: int = -1
+) -> range:
+  """Which rows: the dataset indices ``start, start + skip, ...`` below ``stop`` (-1: the
+  split's end; Cohen et al.'s ``--max``), at most ``count`` of them (-1: all), as a
+  ``range``: its length and membership cost nothing, however many indices a record claims.
+  The one rule every path uses (``DataRef.indices``, the commands, the demo, the
+  experiments).
+
+  Raises:
+    ValueError: ``skip < 1`` or ``start < 0``.
+  """
+  if skip < 1:
+    raise ValueError(f"skip must be >= 1, got {skip}")
+  if start < 0:
+    raise ValueError(f"start must be >= 0, got {start}")
   end = size if stop is None or stop < 0 else min(size, stop)
-  return range(start, end, skip)
+  rows = range(start, end, skip)
+  return rows if count is None or count < 0 else rows[:count]
 
 
 @dataclasses.dataclass(frozen=True)

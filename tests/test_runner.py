@@ -55,12 +55,18 @@ def rows(path):
   )
 
 
-def test_select_indices():
-  np.testing.assert_array_equal(runner.select_indices(10, skip=3), [0, 3, 6, 9])
-  np.testing.assert_array_equal(runner.select_indices(10, skip=2, max_count=2), [0, 2])
-  np.testing.assert_array_equal(runner.select_indices(10, start=8), [8, 9])
+def test_declared_indices_is_the_one_rule_of_which_rows():
+  from rsjax.runspec import declared_indices
+
+  assert list(declared_indices(10, skip=3)) == [0, 3, 6, 9]
+  assert list(declared_indices(10, skip=2, count=2)) == [0, 2]
+  assert list(declared_indices(10, start=8)) == [8, 9]
+  assert list(declared_indices(10, start=1, stop=8, skip=3)) == [1, 4, 7]
+  assert len(declared_indices(10**12, skip=7)) == -(-(10**12) // 7)  # a range: nothing built
   with pytest.raises(ValueError, match="skip"):
-    runner.select_indices(10, skip=0)
+    declared_indices(10, skip=0)
+  with pytest.raises(ValueError, match="start"):
+    declared_indices(10, start=-1)
 
 
 def test_interrupted_run_resumes_without_duplicates(tmp_path, problem):
@@ -69,7 +75,7 @@ def test_interrupted_run_resumes_without_duplicates(tmp_path, problem):
   def get_batch(idx):
     return x[idx], y[idx]
 
-  idx = runner.select_indices(len(x), skip=2)
+  idx = np.arange(0, len(x), 2)
   full = tmp_path / "full.tsv"
   runner.certify_dataset(Plan(make_fn()), get_batch, idx, full, inputs_per_call=3, progress=False)
   part = tmp_path / "part.tsv"
