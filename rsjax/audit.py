@@ -10,7 +10,9 @@ counts are the model's. An audit, given the model, checks that they are:
    bounds, the dataset's input shape, classes and size, and every row's label
    and input fingerprint.
 2. **The model.** The fingerprint of the given model's parameters equals the
-   run's.
+   run's, and so does the digest of the configuration it is built from
+   (``rsjax.runspec.model_config_digest``: architecture, classes, input shape,
+   ``model_kwargs`` such as a normalization).
 3. **The method.** The method's run-wide facts rebuilt from the run's settings
    and model (``rsjax.method.Plan.details``: UCAN's scales, a budgeted run's
    schedule, IDRS's design, SRS's checks) equal the recorded ones.
@@ -205,7 +207,7 @@ def audit(
     )
   except launch.CliError as e:
     raise AuditError(str(e)) from None
-  checks = [_verify_check(p, data_dir, loaded.dataset), _model_check(run, loaded.params)]
+  checks = [_verify_check(p, data_dir, loaded.dataset), _model_check(run, loaded)]
   chosen = _choose(run, rows, seed)
   checks.extend(_drawn_checks(p, run, loaded, chosen, batch_size, data_dir))
   return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
@@ -229,19 +231,26 @@ def _verify_check(p: str, data_dir: str | os.PathLike | None, ds) -> Check:
   return Check("verify", report.ok, report.summary())
 
 
-def _model_check(run: RunSpec, params) -> Check:
-  """Whether the fingerprint of the model's ``params`` (a pytree) is the run's."""
+def _model_check(run: RunSpec, loaded: launch.Loaded) -> Check:
+  """Whether the model given is the run's: the fingerprint of its parameters and, where the
+  run recorded it, the digest of the configuration it was built from (its static constants,
+  e.g. a normalization, are not parameters)."""
   from rsjax import runner
+  from rsjax.runspec import model_config_digest
 
-  fp = runner.fingerprint(params)
-  return Check(
-    "model",
-    fp == run.model.fingerprint,
-    f"fingerprint {fp}"
-    if fp == run.model.fingerprint
-    else f"the model's parameters (fingerprint {fp}) "
-    f"are not the run's ({run.model.fingerprint}): another checkpoint",
-  )
+  fp = runner.fingerprint(loaded.params)
+  if fp != run.model.fingerprint:
+    why = f"the model's parameters (fingerprint {fp}) are not the run's "
+    return Check("model", False, why + f"({run.model.fingerprint}): another checkpoint")
+  config = model_config_digest(loaded.config)
+  if run.model.config is not None and config != run.model.config:
+    why = (
+      f"the model's configuration (digest {config[:16]}) is not the run's "
+      f"({run.model.config[:16]}): the same parameters built another way "
+      "(config.json's model, num_classes, input_shape or model_kwargs differ)"
+    )
+    return Check("model", False, why)
+  return Check("model", True, f"fingerprint {fp}")
 
 
 def _drawn_checks(

@@ -233,6 +233,7 @@ def _certify(job: _Job, cfg, model, test, data_ref, settings, seed, progress, ov
       architecture=cfg["model"],
       source="model_dir",
       path=job.workdir,
+      config=runspec.model_config_digest(models.read_config(job.workdir)),
     ),
     data=data_ref,
     sigma=float(job.sigma),

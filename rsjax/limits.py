@@ -72,7 +72,17 @@ SAMPLING_KEYS = frozenset({"n0", "n", "alpha", "noise", "compute_dtype", "precis
 PACKS = (1, 2, 4)
 #: The fields of a record's ``model`` (``rsjax.runspec.ModelRef``; a test keeps them equal).
 MODEL_FIELDS = frozenset(
-  {"fingerprint", "architecture", "source", "path", "torch_arch", "normalize", "denoiser", "resize"}
+  {
+    "fingerprint",
+    "architecture",
+    "source",
+    "path",
+    "torch_arch",
+    "normalize",
+    "denoiser",
+    "resize",
+    "config",
+  }
 )
 #: The compute dtypes a record may name (``rsjax.precision``; None: the parameters' own).
 COMPUTE_DTYPES = (None, "bfloat16", "float16", "float32")
@@ -259,6 +269,7 @@ def check_run_record(rec: Mapping) -> None:
       )
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _SIZE = re.compile(r"[1-9][0-9]{0,4}x[1-9][0-9]{0,4}")
 
 
@@ -274,6 +285,9 @@ def check_model_fields(m: Mapping) -> None:
   other = sorted(set(m) - names)
   if other:
     raise FieldError(f"model.{other[0]} is not a model field ({', '.join(sorted(names))})")
+  config = m.get("config")
+  if config is not None and not (isinstance(config, str) and _HEX64.fullmatch(config)):
+    raise FieldError(f"model.config must be a SHA-256 in hex, got {shown(config)}")
   resize = m.get("resize")
   if resize is not None and not (isinstance(resize, str) and _SIZE.fullmatch(resize)):
     raise FieldError(f"model.resize must be 'HxW' (e.g. '224x224'), got {resize!r}")

@@ -39,6 +39,7 @@ __all__ = [
   "RUN_SUFFIX",
   "RunSpec",
   "declared_indices",
+  "model_config_digest",
   "run_path",
 ]
 
@@ -136,6 +137,9 @@ class ModelRef:
     denoiser: the denoiser directory of denoised smoothing (the fingerprint
       covers its weights; a resume names it when it differs).
     resize: ``"HxW"``: the classifier saw its inputs resized (bicubic, antialiased) to H x W.
+    config: :func:`model_config_digest` of the configuration the model was built from (the
+      fingerprint covers the parameters only; static constants such as a normalization
+      live in the configuration), or None (a run written before it was recorded).
   """
 
   fingerprint: str
@@ -146,6 +150,22 @@ class ModelRef:
   normalize: str | None = None
   denoiser: str | None = None
   resize: str | None = None
+  config: str | None = None
+
+
+#: The entries of a model's configuration (``config.json``) that define its function: it is
+#: built as ``create_model(model, num_classes=..., input_shape=..., **model_kwargs)``.
+MODEL_CONFIG_KEYS = ("model", "num_classes", "input_shape", "model_kwargs")
+
+
+def model_config_digest(config: Mapping[str, Any]) -> str:
+  """The SHA-256 (hex) of the canonical JSON of a configuration's :data:`MODEL_CONFIG_KEYS`
+  (``model_kwargs`` absent reads as ``{}``): two models with the same parameters and this
+  digest compute the same function."""
+  core = {k: config.get(k) for k in MODEL_CONFIG_KEYS}
+  core["model_kwargs"] = core["model_kwargs"] or {}
+  core["input_shape"] = None if core["input_shape"] is None else list(core["input_shape"])
+  return _digest(core)
 
 
 @dataclasses.dataclass(frozen=True)

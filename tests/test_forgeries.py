@@ -1103,3 +1103,22 @@ def test_the_record_strictness_tables_match_what_they_describe():
   recorded = set(record.sampling_fields(rsjax.Sampling()))
   assert limits.SAMPLING_KEYS == recorded | {"pack"}
   assert limits.MODEL_FIELDS == {f.name for f in dataclasses.fields(runspec.ModelRef)}
+
+
+def test_the_same_parameters_built_another_way_fail_the_audit(model, run40, tmp_path):
+  """The fingerprint covers parameters only: a model directory whose config.json builds the
+  same parameters into another function (here a normalization) must not pass as the run's."""
+  import shutil
+
+  other = tmp_path / "renormalized"
+  shutil.copytree(model, other)
+  cfg = json.loads((other / "config.json").read_text())
+  cfg["model_kwargs"] = {**cfg.get("model_kwargs", {}), "normalize": [[0.5], [0.25]]}
+  (other / "config.json").write_text(json.dumps(cfg))
+  rep = audit.audit(run40, model_dir=other, rows=2, seed=0)
+  assert not rep.ok and "configuration" in rep.reason, rep.reason
+  assert audit.audit(run40, model_dir=model, rows=2, seed=0).ok
+  from rsjax.runspec import model_config_digest
+
+  named = json.loads((model / "config.json").read_text())
+  assert verify.read_run(str(run40)).model.config == model_config_digest(named)

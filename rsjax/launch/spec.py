@@ -155,7 +155,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   """``(run, loaded)``: the run value of ``rsjax certify`` / ``rsjax predict`` flags and what
   it loads. ``--sigma`` defaults to the model's training sigma."""
   from rsjax import methods, record, runner
-  from rsjax.runspec import DataRef, ModelRef, RunSpec
+  from rsjax.runspec import DataRef, ModelRef, RunSpec, model_config_digest
 
   model, config, ds = _load_model(
     model_dir=args.model_dir,
@@ -208,6 +208,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     normalize=args.normalize if torch else None,
     denoiser=args.denoiser,
     resize=resize,
+    config=model_config_digest(config),
   )
   command = getattr(args, "command", "certify")
   method_name = getattr(args, "method", "cohen") if command == "certify" else "cohen"
