@@ -11,7 +11,7 @@ counts are the model's. An audit, given the model, checks that they are:
    and input fingerprint.
 2. **The model.** The fingerprint of the given model's parameters equals the
    run's, and so does the digest of the configuration it is built from
-   (``rsjax.runspec.model_config_digest``: architecture, classes, input shape,
+   (``rsjax.canonical.model_config_digest``: architecture, classes, input shape,
    ``model_kwargs`` such as a normalization).
 3. **The method.** The method's run-wide facts rebuilt from the run's settings
    and model (``rsjax.method.Plan.details``: UCAN's scales, a budgeted run's
@@ -236,7 +236,7 @@ def _model_check(run: RunSpec, loaded: launch.Loaded) -> Check:
   run recorded it, the digest of the configuration it was built from (its static constants,
   e.g. a normalization, are not parameters)."""
   from rsjax import runner
-  from rsjax.runspec import model_config_digest
+  from rsjax.canonical import model_config_digest
 
   fp = runner.fingerprint(loaded.params)
   if fp != run.model.fingerprint:

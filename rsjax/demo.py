@@ -224,7 +224,7 @@ def _train(job: _Job, cfg: dict, train, test, seed: int, progress: bool):
 def _certify(job: _Job, cfg, model, test, data_ref, settings, seed, progress, overwrite) -> None:
   """Certifies the job's rows through ``rsjax.launch.run`` (resuming its file, or
   starting it over when it holds another model's rows and ``overwrite``)."""
-  from rsjax import io, launch, models, record, runner, runspec
+  from rsjax import canonical, io, launch, models, record, runner, runspec
 
   apply_fn, params = models.to_apply_fn(model)
   spec = runspec.RunSpec(
@@ -233,7 +233,7 @@ def _certify(job: _Job, cfg, model, test, data_ref, settings, seed, progress, ov
       architecture=cfg["model"],
       source="model_dir",
       path=job.workdir,
-      config=runspec.model_config_digest(models.read_config(job.workdir)),
+      config=canonical.model_config_digest(models.read_config(job.workdir)),
     ),
     data=data_ref,
     sigma=float(job.sigma),

@@ -22,11 +22,12 @@ Old run records (rsjax before this format) are refused in one line
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Mapping
 from typing import Any
+
+from rsjax import canonical
 
 __all__ = [
   "FORMAT",
@@ -39,7 +40,6 @@ __all__ = [
   "RUN_SUFFIX",
   "RunSpec",
   "declared_indices",
-  "model_config_digest",
   "run_path",
 ]
 
@@ -137,9 +137,10 @@ class ModelRef:
     denoiser: the denoiser directory of denoised smoothing (the fingerprint
       covers its weights; a resume names it when it differs).
     resize: ``"HxW"``: the classifier saw its inputs resized (bicubic, antialiased) to H x W.
-    config: :func:`model_config_digest` of the configuration the model was built from (the
-      fingerprint covers the parameters only; static constants such as a normalization
-      live in the configuration), or None (a run written before it was recorded).
+    config: ``rsjax.canonical.model_config_digest`` of the configuration the model was
+      built from (the fingerprint covers the parameters only; static constants such as a
+      normalization live in the configuration), or None (a run written before it was
+      recorded).
   """
 
   fingerprint: str
@@ -151,21 +152,6 @@ class ModelRef:
   denoiser: str | None = None
   resize: str | None = None
   config: str | None = None
-
-
-#: The entries of a model's configuration (``config.json``) that define its function: it is
-#: built as ``create_model(model, num_classes=..., input_shape=..., **model_kwargs)``.
-MODEL_CONFIG_KEYS = ("model", "num_classes", "input_shape", "model_kwargs")
-
-
-def model_config_digest(config: Mapping[str, Any]) -> str:
-  """The SHA-256 (hex) of the canonical JSON of a configuration's :data:`MODEL_CONFIG_KEYS`
-  (``model_kwargs`` absent reads as ``{}``): two models with the same parameters and this
-  digest compute the same function."""
-  core = {k: config.get(k) for k in MODEL_CONFIG_KEYS}
-  core["model_kwargs"] = core["model_kwargs"] or {}
-  core["input_shape"] = None if core["input_shape"] is None else list(core["input_shape"])
-  return _digest(core)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,12 +274,12 @@ class RunSpec:
     """The claim's digest folded into the key: the SHA-256 (hex) of :meth:`claim` as
     canonical JSON (sorted keys, no spaces). All 256 bits are folded in, so a claim chosen
     after the draw must match an honest run's key (64 bits of Threefry state) by search."""
-    return _digest(self.claim())
+    return canonical.digest(self.claim())
 
   def key_path(self) -> tuple[int, ...]:
     """The integers the run's ``jax.random.key(seed)`` is folded with, in order:
     ``key.fold_in``, then the claim digest (not for an unbound, ``rsjax-run/2``, record)."""
-    bound = _words(self.claim_digest()) if self.claim_bound else ()
+    bound = canonical.words(self.claim_digest()) if self.claim_bound else ()
     return (*self.key_fold_in, *bound)
 
   # ------------------------------------------------------------------- JSON
@@ -327,7 +313,7 @@ class RunSpec:
       "versions": _plain(self.versions),
     }
     if self.claim_bound:  # stated for readers; verify derives it again
-      key["claim"] = _digest(_claim_of(rec))
+      key["claim"] = canonical.digest(_claim_of(rec))
     return rec
 
   @classmethod
@@ -430,9 +416,13 @@ class RunSpec:
       )
     with open(rec_path, encoding="utf-8") as f:
       try:
-        rec = json.load(f)
+        rec = json.load(f, object_pairs_hook=canonical.unique_keys)
       except json.JSONDecodeError as e:
         raise RunFormatError(f"run record {rec_path!r} is not valid JSON ({e})") from None
+      except ValueError as e:  # a key twice: which value would a reader see?
+        raise RunFormatError(f"run record {rec_path!r}: {e}") from None
+      except RecursionError:
+        raise RunFormatError(f"run record {rec_path!r} is nested too deeply") from None
     return cls.from_json(rec, out=p)
 
 
@@ -446,17 +436,6 @@ def _claim_of(rec: Mapping) -> dict:
       d = d.get(k, {})
     d.pop(leaf, None)
   return out
-
-
-def _digest(claim: Mapping) -> str:
-  text = json.dumps(claim, sort_keys=True, separators=(",", ":"), allow_nan=False)
-  return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _words(digest: str) -> tuple[int, ...]:
-  """A hex digest as big-endian 32-bit words (what ``fold_in`` takes)."""
-  raw = bytes.fromhex(digest)
-  return tuple(int.from_bytes(raw[i : i + 4], "big") for i in range(0, len(raw), 4))
 
 
 def _plain(v):

@@ -1118,7 +1118,21 @@ def test_the_same_parameters_built_another_way_fail_the_audit(model, run40, tmp_
   rep = audit.audit(run40, model_dir=other, rows=2, seed=0)
   assert not rep.ok and "configuration" in rep.reason, rep.reason
   assert audit.audit(run40, model_dir=model, rows=2, seed=0).ok
-  from rsjax.runspec import model_config_digest
+  from rsjax.canonical import model_config_digest
 
   named = json.loads((model / "config.json").read_text())
   assert verify.read_run(str(run40)).model.config == model_config_digest(named)
+
+
+@pytest.mark.parametrize(
+  "text, why",
+  [
+    ('{"format": "rsjax-run/3", "format": "rsjax-run/3"}', "'format' appears twice"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+  ],
+)
+def test_a_record_with_a_key_twice_or_nested_too_deeply_is_refused(run40, tmp_path, text, why):
+  f = copy_run(run40, tmp_path / "j.tsv")
+  (tmp_path / "j.tsv.run.json").write_text(text)
+  with pytest.raises(verify.VerifyError, match=why):
+    verify.verify(f)

@@ -155,7 +155,8 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   """``(run, loaded)``: the run value of ``rsjax certify`` / ``rsjax predict`` flags and what
   it loads. ``--sigma`` defaults to the model's training sigma."""
   from rsjax import methods, record, runner
-  from rsjax.runspec import DataRef, ModelRef, RunSpec, model_config_digest
+  from rsjax.canonical import model_config_digest
+  from rsjax.runspec import DataRef, ModelRef, RunSpec
 
   model, config, ds = _load_model(
     model_dir=args.model_dir,
