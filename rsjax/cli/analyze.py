@@ -186,18 +186,29 @@ def _read_run(path):
     return None
 
 
+def _budget_words(run) -> str:
+  """`` (budgeted: grid ..., first look ..., ...)`` of a budgeted run's record ('' if none);
+  a schedule that is not what certify writes is said so (``rsjax verify`` refuses it)."""
+  budget = (run.details or {}).get("budget") if isinstance(run.details, dict) else None
+  if not budget:
+    return ""
+  try:
+    rule = (
+      f"rule {budget['rule']}" if "rule" in budget else f"final share {budget['final_share']:g}"
+    )
+    return (
+      f" (budgeted: grid {run.options.get('grid')}, first look {budget['first']}, "
+      f"ratio {budget['ratio']:g}, {rule})"
+    )
+  except (KeyError, TypeError, ValueError):
+    return " (budgeted: its schedule is not one certify writes; rsjax verify refuses it)"
+
+
 def _run_summary(label: str, run, res) -> str:
   """One line on what a run certified, from its record (the one ``verify`` checks)."""
   s = run.sampling
   declared = len(run.indices())
-  budget = (run.details or {}).get("budget")
-  how = (" (multiclass radius)" if run.multiclass else "") + (
-    f" (budgeted: grid {run.options.get('grid')}, first look {budget['first']}, ratio "
-    f"{budget['ratio']:g}, "
-    + (f"rule {budget['rule']})" if "rule" in budget else f"final share {budget['final_share']:g})")
-    if budget
-    else ""
-  )
+  how = (" (multiclass radius)" if run.multiclass else "") + _budget_words(run)
   return (
     f"{label}: {run.method}{how}, sigma={run.sigma:g}, {run.noise_label}, "
     f"N={s['n']}, alpha={s['alpha']:g}, {run.data.name} {run.data.split}: {len(res)} of "
