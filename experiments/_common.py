@@ -114,22 +114,85 @@ def load_arrays(dataset: str, skip: int):
   return train.arrays(), test.arrays(), idx, tuple(train.input_shape)
 
 
-def certify_rows(certify_dataset, *args, **kwargs):
-  """``certify_dataset(*args, **kwargs)``, started over when its rows are another run's.
+def repo_path(path: str) -> str:
+  """``path`` relative to the repository when inside it (what result files record, so that
+  they name no machine's directories), else as it is."""
+  inside = os.path.abspath(path).startswith(ROOT + os.sep)
+  return os.path.relpath(path, ROOT) if inside else path
 
-  ``certify_dataset`` is a resumable dataset runner (``rsjax.runner`` or
-  ``rsjax.ddrs`` ``certify_dataset``) whose ``run`` record names the model
-  (``rsjax.runner.fingerprint``). Rows left by another model or setting raise
+
+def certify_run(
+  out: str,
+  model,
+  workdir: str,
+  dataset,
+  *,
+  sigma: float,
+  skip: int,
+  n0: int,
+  n: int,
+  alpha: float,
+  seed: int,
+  method: str = "cohen",
+  options: dict | None = None,
+  batch_size: int = 1000,
+  inputs_per_call: int | None = None,
+  save_counts: bool = False,
+  progress: bool = False,
+):
+  """Certifies every ``skip``-th input of ``dataset`` with ``model`` into ``out``, a run that
+  ``rsjax verify`` accepts; returns the ``rsjax.launch.Report``.
+
+  The run (``rsjax.runspec.RunSpec``) names the model by its fingerprint and its model
+  directory ``workdir`` (where ``rsjax.training`` saved it; recorded relative to the
+  repository when inside it), ``method`` (``rsjax.methods``) with ``options`` (the others at
+  their defaults), the sampling settings and the key (``seed`` folded with 1, then the
+  claim), and ``rsjax.launch.run`` certifies it, resuming rows already in ``out``. Rows of
+  another run (another model, setting, or an older rsjax's record) raise
   ``rsjax.io.RunMismatchError`` on resume; then every row is certified again
-  (``resume=False``), so a rerun never mixes rows of two models.
+  (``resume=False``), so a rerun never mixes rows of two runs.
   """
-  from rsjax import io
+  import rsjax
+  from rsjax import io, launch, methods, models, record, runner, runspec
 
+  apply_fn, params = models.to_apply_fn(model)
+  config = models.read_config(workdir)
+  spec = runspec.RunSpec(
+    model=runspec.ModelRef(
+      fingerprint=runner.fingerprint(params),
+      architecture=config.get("model"),
+      source="model_dir",
+      path=repo_path(workdir),
+    ),
+    data=runspec.DataRef(
+      name=dataset.name,
+      split=dataset.split,
+      size=len(dataset),
+      input_shape=tuple(int(d) for d in dataset.input_shape),
+      num_classes=int(dataset.num_classes),
+      skip=skip,
+    ),
+    sigma=float(sigma),
+    sampling=record.sampling_fields(rsjax.Sampling(n0=n0, n=n, alpha=alpha)),
+    method=method,
+    options={o.name: o.default for o in methods.get(method).options} | dict(options or {}),
+    seed=seed,
+    key_fold_in=(1,),
+    versions=record.versions(),
+    out=out,
+  )
+  loaded = launch.Loaded(model, config, dataset, apply_fn, params, workdir)
+  kw = dict(
+    batch_size=batch_size,
+    inputs_per_call=inputs_per_call,
+    save_counts=save_counts,
+    progress=progress,
+  )
   try:
-    return certify_dataset(*args, **kwargs)
+    return launch.run(spec, loaded, **kw)
   except io.RunMismatchError as e:
     print(f"{e}: certifying again", flush=True)
-    return certify_dataset(*args, **{**kwargs, "resume": False})
+    return launch.run(spec, loaded, resume=False, **kw)
 
 
 def run_script(doc: str, get_config, run, plot, argv=None) -> int:

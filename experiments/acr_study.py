@@ -35,9 +35,11 @@ Commands::
 Outputs (repository root): ``results/acr_study_quick.json`` (``--quick``) or
 ``results/acr_study.json`` with ``{"config": ..., "methods": {name: {...}}}``,
 the p_A CDF plot ``results/acr_study_pa_cdf[_quick].png``, and the certify
-rows with their counts in ``results/acr_study[_quick]/<method>.tsv`` (so
+rows with their counts in ``results/acr_study[_quick]/<method>.tsv``: each a
+run of ``rsjax.launch.run`` (Cohen's CERTIFY of the model directory in
+``runs/``) with its record, so ``rsjax verify`` checks every radius and
 ``rsjax analyze results/acr_study_quick/*.tsv --pa-cdf cdf.png --easy-hard
-results/acr_study_quick/gaussian.tsv`` redoes the analyses). Training
+results/acr_study_quick/gaussian.tsv`` redoes the analyses. Training
 checkpoints go to ``runs/`` (git-ignored); every step resumes.
 
 Numbers produced (``--quick``, seed 0, fresh clone at 730cbf6, 2026-11-23, 22 min
@@ -74,7 +76,7 @@ import time
 
 import jax
 import numpy as np
-from _common import RESULTS, ROOT, certify_rows
+from _common import RESULTS, ROOT, certify_run
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
 
@@ -191,16 +193,13 @@ def train_and_certify(
 ) -> dict:
   """Trains and certifies ``methods`` (resuming finished work); returns
   ``{name: (certify results, summary entry, apply_fn, params)}``."""
-  import rsjax
-  from rsjax import data, io, metrics, models, runner, runspec, training
-  from rsjax.method import Plan
+  from rsjax import data, io, metrics, models, training
 
   rows_dir = os.path.join(results_dir, "acr_study" + ("_quick" if cfg.quick else ""))
   os.makedirs(rows_dir, exist_ok=True)
   train_ds, test_ds = data.load(cfg.dataset, "train"), data.load(cfg.dataset, "test")
   x, y = train_ds.arrays()
   xt, yt = test_ds.arrays()
-  indices = np.asarray(runspec.declared_indices(len(test_ds), skip=cfg.test_skip))
   out = {}
   for name, spec in methods.items():
     model = models.create_model(
@@ -222,36 +221,24 @@ def train_and_certify(
       },
     )
     apply_fn, params = models.to_apply_fn(model)
-    key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
-
-    def certify_fn(xb, ids, apply_fn=apply_fn, params=params, key=key):
-      return rsjax.certify(
-        key,
-        apply_fn,
-        params,
-        xb,
-        sigma=cfg.sigma,
-        num_classes=10,
-        n0=cfg.n0,
-        n=cfg.n,
-        alpha=cfg.alpha,
-        batch_size=2000,
-        ids=ids,
-      )
-
     path = os.path.join(rows_dir, f"{name.replace('+', '_')}.tsv")
-    # the rows' run record names the model, so rows of an earlier model are never reused
-    run_id = {
-      "method": name,
-      "model": runner.fingerprint(params),
-      "sigma": cfg.sigma,
-      "n0": cfg.n0,
-      "n": cfg.n,
-      "alpha": cfg.alpha,
-      "seed": cfg.seed,
-    }
-    kw = dict(inputs_per_call=10, save_counts=True, progress=progress, run=run_id)
-    certify_rows(runner.certify_dataset, Plan(certify_fn), test_ds.get_batch, indices, path, **kw)
+    # a run rsjax verify accepts; rows of an earlier model or setting are certified again
+    certify_run(
+      path,
+      model,
+      os.path.join(work_dir, name),
+      test_ds,
+      sigma=cfg.sigma,
+      skip=cfg.test_skip,
+      n0=cfg.n0,
+      n=cfg.n,
+      alpha=cfg.alpha,
+      seed=cfg.seed,
+      batch_size=2000,
+      inputs_per_call=10,
+      save_counts=True,
+      progress=progress,
+    )
     res = io.read_certify(path)
     last = history[-1]
     entry = {

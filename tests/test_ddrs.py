@@ -295,32 +295,55 @@ def test_memory_batch_on_device_equals_one_by_one():
   assert np.any(np.concatenate([c1, c1b]) != cls)  # both branches ran
 
 
-def test_certify_dataset_saves_sigma_resumes_and_applies_memory(getkey, tmp_path):
-  from rsjax import io
+def _ddrs_run(out, params):
+  """A ``--method ddrs`` run of ``linear_fn`` with ``params`` on six toy inputs, and what it
+  loads (``rsjax.launch.run``'s arguments)."""
+  from rsjax import data, launch, record, runner, runspec
 
   xs = _inputs([0.9, 0.1, 0.52, 0.95, 0.3, 0.7])
-  labels = (xs[:, 0] > 0.5).astype(np.int64)
+  ds = data.ArrayDataset(
+    xs, (xs[:, 0] > 0.5).astype(np.int64), name="toy", split="test", num_classes=2
+  )
+  spec = runspec.RunSpec(
+    model=runspec.ModelRef(fingerprint=runner.fingerprint(params)),
+    data=runspec.DataRef(name="toy", split="test", size=len(ds), input_shape=(4,), num_classes=2),
+    sigma=0.05,
+    sampling=record.sampling_fields(rsjax.Sampling(n0=32, n=500, alpha=0.01)),
+    method="ddrs",
+    options=dict(ddrs_steps=20, ddrs_lr=0.01, ddrs_draws=8, ddrs_memory="on"),
+    seed=3,
+    out=str(out),
+  )
+  return spec, launch.Loaded(None, {}, ds, linear_fn, params), xs
 
-  def get_batch(idx):
-    return xs[idx], labels[idx]
+
+def test_a_ddrs_run_saves_sigma_resumes_and_applies_memory(tmp_path):
+  # rsjax.launch.run of a RunSpec naming --method ddrs: the library's dataset run of DDRS.
+  from rsjax import io, launch
 
   out = tmp_path / "ddrs.tsv"
-  key = getkey()
-  kw = dict(
-    sigma0=0.05,
-    num_classes=2,
-    ascent=ddrs.SigmaAscent(steps=20, lr=0.01, num_samples=8),
-    settings=rsjax.Sampling(n0=32, n=500, alpha=0.01, batch_size=250),
-    inputs_per_call=2,
-    progress=False,
-  )
-  res = ddrs.certify_dataset(key, linear_fn, W, get_batch, np.arange(4), out, **kw)
-  res2 = ddrs.certify_dataset(key, linear_fn, W, get_batch, np.arange(6), out, **kw)  # resumes
-  mc = io.read_certify(res2["mc_path"])
+  spec, loaded, xs = _ddrs_run(out, W)
+  kw = dict(batch_size=250, inputs_per_call=2, progress=False)
+  get_batch, calls = loaded.dataset.get_batch, []
+
+  def interrupted(idx):  # the run stops after two calls (4 rows written)
+    calls.append(list(idx))
+    if len(calls) > 2:
+      raise KeyboardInterrupt
+    return get_batch(idx)
+
+  loaded.dataset.get_batch = interrupted
+  with pytest.raises(KeyboardInterrupt):
+    launch.run(spec, loaded, **kw)
+  assert list(io.read_certify(out).idx) == [0, 1, 2, 3]
+  loaded.dataset.get_batch = get_batch
+  report = launch.run(spec, loaded, **kw)  # resumes: the memory replays the rows written
+  assert report.written == 2 and report.selected == 6
+  assert "memory-based" in report.guarantee
   final = io.read_certify(out)
-  assert list(mc.idx) == list(range(6)) and list(final.idx) == list(range(6))
+  assert list(final.idx) == list(range(6))
   want = ddrs.optimize_sigma(
-    jax.random.fold_in(key, 2),
+    jax.random.fold_in(launch.key(report.run), 2),
     linear_fn,
     W,
     xs,
@@ -330,15 +353,19 @@ def test_certify_dataset_saves_sigma_resumes_and_applies_memory(getkey, tmp_path
     num_samples=8,
     ids=np.arange(6),
   )
-  np.testing.assert_allclose(mc.extra["sigma"], want, rtol=1e-6)
-  np.testing.assert_array_equal(final.extra["predict_mc"], mc.predict)
-  c, r = ddrs.MemoryCertifier().update_batch(xs, mc.predict, mc.radius)
+  np.testing.assert_allclose(final.extra["sigma"], want, rtol=1e-6)
+  mc_predict, mc_radius = final.extra["predict_mc"].astype(np.int64), final.extra["radius_mc"]
+  c, r = ddrs.MemoryCertifier().update_batch(xs, mc_predict, mc_radius)
   np.testing.assert_array_equal(final.predict, c)
-  np.testing.assert_allclose(final.radius, r)
-  assert res["changed"] >= 0 and "memory-based" in res2["guarantee"]
+  np.testing.assert_allclose(final.radius, np.where(c >= 0, r, 0.0))
+  # an uninterrupted run writes the same rows
+  whole = launch.run(_ddrs_run(tmp_path / "whole.tsv", W)[0], loaded, **kw)
+  assert whole.written == 6
+  np.testing.assert_array_equal(io.read_certify(tmp_path / "whole.tsv").radius, final.radius)
   # The run record names the model: rows of another model are never resumed.
+  other, loaded2, _ = _ddrs_run(out, W * 2)
   with pytest.raises(io.RunMismatchError):
-    ddrs.certify_dataset(key, linear_fn, W * 2, get_batch, np.arange(6), out, **kw)
+    launch.run(other, loaded2, **kw)
 
 
 def test_optimized_sigma_is_a_sigma_source(getkey):

@@ -62,49 +62,48 @@ def test_recorded_results_are_in_results_dir():
   assert not os.path.exists(os.path.join(ROOT, "experiments", "results"))
 
 
-def test_certify_rows_starts_over_on_rows_of_another_model(tmp_path):
-
+@pytest.mark.parametrize("method", ["cohen", "ddrs"])
+def test_certify_run_writes_a_verified_run_and_starts_over_on_another_model(tmp_path, method):
+  """``_common.certify_run``: every result file of the experiments is a run through
+  ``rsjax.launch.run`` that ``rsjax verify`` accepts; a rerun resumes its rows, and rows
+  of another model are certified again."""
   import _common
-  import numpy as np
 
-  from rsjax import Certificate, io, runner
-  from rsjax.method import Plan
+  from rsjax import data, io, models, runspec, verify
 
-  xs, labels = np.arange(4, dtype=np.float32)[:, None], np.zeros(4, np.int64)
-  calls = []
-
-  def certify_fn(offset):
-    def fn(x, ids):
-      calls.append(len(ids))
-      zeros = np.zeros(len(x))
-      return Certificate(
-        prediction=np.zeros(len(x), np.int64),
-        radius=x[:, 0].astype(float) + offset,
-        p_lower=zeros,
-        counts=zeros,
-      )
-
-    return Plan(fn)
-
+  test = data.load("digits", "test")
+  config = {"model": "mlp", "num_classes": 10, "input_shape": [8, 8, 1], "dataset": "digits"}
   path = str(tmp_path / "rows.tsv")
-
-  def get_batch(idx):
-    return xs[idx], labels[idx]
-
-  for model, offset in (("a", 0.0), ("a", 0.0), ("b", 10.0)):
-    _common.certify_rows(
-      runner.certify_dataset,
-      certify_fn(offset),
-      get_batch,
-      np.arange(4),
+  written, fingerprints = [], []
+  for seed in (0, 0, 1):  # model a twice, then model b
+    workdir = str(tmp_path / f"model_{seed}")
+    model = models.create_model("mlp", num_classes=10, input_shape=(8, 8, 1), rngs=seed)
+    if not os.path.exists(workdir):
+      models.save_model(workdir, model, config)
+    report = _common.certify_run(
       path,
-      inputs_per_call=2,
-      progress=False,
-      run={"model": model},
+      model,
+      workdir,
+      test,
+      sigma=0.25,
+      skip=60,
+      n0=20,
+      n=200,
+      alpha=0.01,
+      seed=0,
+      method=method,
+      options={"ddrs_steps": 2, "ddrs_lr": 0.01} if method == "ddrs" else None,
+      batch_size=200,
+      save_counts=method == "cohen",
     )
-  # model a twice: the second call resumes (no calls); model b: every row again, with b's radii
-  assert calls == [2, 2, 2, 2]
-  np.testing.assert_allclose(io.read_certify(path).radius, xs[:, 0] + 10.0)
+    written.append(report.written)
+    fingerprints.append(runspec.RunSpec.read(path).model.fingerprint)
+    assert len(io.read_certify(path).idx) == 5
+    assert report.run.model.path == workdir and report.run.method == method
+    assert verify.verify(path).ok
+  # model a twice: the second call resumes (no rows); model b: every row again, its run
+  assert written == [5, 0, 5]
+  assert fingerprints[0] == fingerprints[1] != fingerprints[2]
 
 
 def test_committed_checkpoints_name_no_machine_path(tmp_path):

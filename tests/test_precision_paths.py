@@ -19,7 +19,7 @@ import pytest
 from jaxpr_ops import OPS, matmul_eqns
 
 import rsjax
-from rsjax import anisotropic, ddrs, idrs, methods
+from rsjax import anisotropic, data, ddrs, idrs, launch, methods, record, runspec
 from rsjax import precision as precision_lib
 from rsjax.ddrs import _objective, _sigma
 from rsjax.method import Context
@@ -123,7 +123,7 @@ SMALL = dict(n0=20, n=200, alpha=0.01, batch_size=100)
 
 @pytest.mark.parametrize("precision, matmul", [("float32", "highest"), ("tf32", "tensorfloat32")])
 def test_ddrs_runs_pass_their_precision_to_the_ascent(tmp_path, precision, matmul):
-  # --method ddrs (the plan) and rsjax.ddrs.certify_dataset: ascent and CERTIFY alike.
+  # --method ddrs (the plan, and a run of it through rsjax.launch.run): ascent and CERTIFY alike.
   apply_fn, seen = _matmul_seen()
   ctx = Context(
     key=jax.random.key(3),
@@ -137,19 +137,18 @@ def test_ddrs_runs_pass_their_precision_to_the_ascent(tmp_path, precision, matmu
   methods.get("ddrs").plan(ctx, ddrs_steps=2, ddrs_lr=0.01).certify(X, np.arange(4))
   n_plan = len(seen)
   apply_fn, seen2 = _matmul_seen()
-  ddrs.certify_dataset(
-    0,
-    apply_fn,
-    W,
-    lambda idx: (X[idx], np.zeros(len(idx), np.int64)),
-    np.arange(4),
-    tmp_path / "d.tsv",
-    sigma0=0.5,
-    num_classes=2,
-    ascent=ddrs.SigmaAscent(steps=2, lr=0.01),
-    settings=rsjax.Sampling(precision=precision, **SMALL),
-    progress=False,
+  ds = data.ArrayDataset(X, np.zeros(4, np.int64), name="toy", split="test", num_classes=2)
+  spec = runspec.RunSpec(
+    model=runspec.ModelRef(fingerprint="toy"),
+    data=runspec.DataRef(name="toy", split="test", size=4, input_shape=(2,), num_classes=2),
+    sigma=0.5,
+    sampling=record.sampling_fields(rsjax.Sampling(precision=precision, **SMALL)),
+    method="ddrs",
+    options=dict(ddrs_steps=2, ddrs_lr=0.01, ddrs_draws=1, ddrs_memory="on"),
+    out=str(tmp_path / "d.tsv"),
   )
+  loaded = launch.Loaded(None, {}, ds, apply_fn, W)
+  launch.run(spec, loaded, batch_size=SMALL["batch_size"], progress=False)
   assert n_plan and seen2 and set(seen + seen2) == {matmul}
 
 

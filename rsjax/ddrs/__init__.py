@@ -13,8 +13,8 @@ A flat API over private modules:
   (Algorithm 3) that keeps certified balls of different classes disjoint over a
   deployment run.
 * ``_certify``: ``certify`` (Cohen's CERTIFY at the optimized per-input sigma,
-  then the memory; ``DDRSCertificate``) and ``certify_dataset`` (a resumable
-  dataset run).
+  then the memory; ``DDRSCertificate``). A resumable dataset run is the method
+  ``METHOD`` (``--method ddrs``; ``rsjax.launch.run`` of a ``RunSpec`` naming it).
 
 Soundness: a sigma chosen from x itself (as ``optimize_sigma`` does) changes the
 smoothed classifier from input to input, so Cohen's radius at that sigma is NOT
@@ -31,12 +31,8 @@ __getattr__, __dir__, __all__ = _lazy.exports(
   {
     "DDRS": "rsjax.ddrs._certify",
     "METHOD": "rsjax.ddrs.method",
-    "MC_COLUMNS": "rsjax.ddrs._certify",
-    "MEMORY_COLUMNS": "rsjax.ddrs._certify",
     "DDRSCertificate": "rsjax.ddrs._certify",
     "certify": "rsjax.ddrs._certify",
-    "certify_dataset": "rsjax.ddrs._certify",
-    "memory_path": "rsjax.ddrs._certify",
     "MemoryCertifier": "rsjax.ddrs._memory",
     "FAMILIES": "rsjax.ddrs._objective",
     "PARAMETRIZATIONS": "rsjax.ddrs._objective",
