@@ -8,9 +8,11 @@ value says everything that differs between methods:
 
 * ``name``, ``summary`` and ``options`` (each an :class:`Option`; the command
   turns it into ``--name``),
-* ``build(context, **options) -> Plan``: what it certifies a chunk of inputs
-  with, in which order, its result columns and its run-wide details (the JAX
-  half, imported when a plan is built),
+* ``certifier``: the string path (``"package.module:Name"``) of its JAX half, a
+  :class:`MethodCertifier` (imported when a run is planned): built from the
+  run's context and the options, it certifies a chunk of inputs and says in
+  which order, its result columns and its run-wide details. :meth:`Method.plan`
+  is the one plan of every method,
 * ``check(view, results, records, *, rtol, atol, inputs) -> [Mismatch]``: how
   ``rsjax verify`` derives every row's radius again from its record (NumPy and
   SciPy only),
@@ -23,8 +25,9 @@ Each row's output comes from its certificate (``Certificate.columns``,
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rsjax.checks import _claims as claims
 
@@ -33,7 +36,7 @@ if TYPE_CHECKING:  # types only: this module imports no JAX
 
   from rsjax.engine.driver import Certificate, Sampling
 
-__all__ = ["Context", "Method", "Option", "Plan"]
+__all__ = ["Context", "Method", "MethodCertifier", "Option", "Plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,7 @@ class Option:
   """One option of a method (the command's ``--name`` with ``_`` -> ``-``).
 
   Attributes:
-    name: keyword of ``Method.build``.
+    name: keyword of the method's ``MethodCertifier.from_options``.
     default: default value.
     help: one line for ``--help``.
     type: ``int``, ``float``, ``str`` or a ``str -> value`` converter that
@@ -133,6 +136,44 @@ class Plan:
   details: dict | None = None
 
 
+class MethodCertifier(Protocol):
+  """The JAX half of a method: ``Method.certifier`` names its class, imported only when a run
+  is planned. Built from the run's context and the method's options (``from_options``), it
+  certifies the run's chunks; :meth:`Method.plan` makes the :class:`Plan` of it.
+
+  A certifier subclasses this protocol for its defaults: no run-wide details, the caller's
+  inputs per call, chunks in any order (no memory).
+
+  Attributes:
+    columns: the extra result columns (``Certificate.columns`` of what ``certify`` returns).
+    describe: one line on the settings (printed by the command).
+    details: run-wide facts the radius depends on (JSON dict) for ``rsjax verify``, or None.
+    inputs_per_call: a good number of inputs per call, or None (the caller's default).
+    sequential: the chunks must run in the dataset's order in one process (a memory
+      carries state from input to input; ``restore`` replays the rows already written).
+  """
+
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+  inputs_per_call: int | None = None
+  sequential: bool = False
+
+  @classmethod
+  def from_options(cls, ctx: Context, *args: Any, **options: Any) -> MethodCertifier:
+    """The certifier of a run in ``ctx`` with every option given (``Method.plan`` fills the
+    defaults); raises ``ValueError`` (one line) for settings it cannot run."""
+    ...
+
+  def certify(self, x: Any, ids: Any) -> Certificate:
+    """``x [b, ...]`` with their dataset indices ``ids [b]`` -> their ``Certificate``."""
+    ...
+
+  def restore(self, x: Any, predict: Any, radius: Any) -> None:
+    """Replays rows already written (resume) into a ``sequential`` certifier's memory."""
+    raise ValueError(f"{type(self).__name__} keeps no state to restore")
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
   """A certify method as one value (an entry of ``rsjax.methods.METHODS``).
@@ -140,8 +181,8 @@ class Method:
   Attributes:
     name: the ``--method`` name.
     summary: one line for ``--help``.
-    build: ``build(context, **options) -> Plan``; raises ``ValueError`` (one
-      line) for settings it cannot run. Imports its JAX half when called.
+    certifier: ``"package.module:Name"``, the :class:`MethodCertifier` of the method
+      (its JAX half: imported by :meth:`plan`, never by ``rsjax verify``).
     options: its options (shared ``Option`` objects may appear in several methods).
     check: ``check(view, results, records, *, rtol, atol, inputs) -> [Mismatch]``,
       the radii derived again from the run's records (``rsjax.checks``; NumPy
@@ -153,18 +194,26 @@ class Method:
 
   name: str
   summary: str
-  build: Callable[..., Plan]
+  certifier: str
   options: tuple[Option, ...] = ()
   check: Callable[..., list] | None = None
   ordered: bool = False
   columns: tuple[str, ...] = ()
+
+  def __post_init__(self) -> None:
+    module, _, name = self.certifier.partition(":")
+    if not module or not name.isidentifier():
+      raise ValueError(
+        f"method {self.name!r}: certifier must be 'package.module:Name', got {self.certifier!r}"
+      )
 
   def defaults(self) -> dict[str, Any]:
     """``{option: default}``."""
     return {o.name: o.default for o in self.options}
 
   def plan(self, context: Context, **options: Any) -> Plan:
-    """``build`` with the given options over the defaults.
+    """The run's plan: the certifier (``certifier``) built from the given options over the
+    defaults, once the claim of the run is legal (``rsjax.checks.refusal``).
 
     Raises:
       ValueError: an unknown option, or settings the method cannot run.
@@ -178,4 +227,15 @@ class Method:
     why = claims.refusal(context.claim(self.name, options))
     if why is not None:
       raise ValueError(why)
-    return self.build(context, **options)
+    module, _, name = self.certifier.partition(":")
+    kind: type[MethodCertifier] = getattr(importlib.import_module(module), name)
+    c = kind.from_options(context, **options)
+    return Plan(
+      c.certify,
+      c.columns,
+      describe=c.describe,
+      sequential=c.sequential,
+      restore=c.restore if c.sequential else None,
+      inputs_per_call=c.inputs_per_call,
+      details=c.details,
+    )

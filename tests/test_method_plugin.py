@@ -1,7 +1,9 @@
 """A method defined outside rsjax, registered from outside, through `rsjax certify` and `verify`.
 
-The package below is written to a temporary directory with a ``.dist-info``
-whose entry point (group ``rsjax.methods``) names its ``Method`` value, exactly
+The package below (its ``Method`` value without JAX, and its certifier, the JAX
+half, named by the value's string path) is written to a temporary directory
+with a ``.dist-info`` whose entry point (group ``rsjax.methods``) names its
+``Method`` value, exactly
 what ``pip install`` of a package declaring
 ``[project.entry-points."rsjax.methods"]`` leaves. Nothing in rsjax names it:
 ``rsjax certify --method toy-capped`` gets its flag and plan from the value,
@@ -17,35 +19,16 @@ import textwrap
 import pytest
 
 TOY = '''
-"""Cohen's CERTIFY with the radius capped at --toy-cap (a smaller radius is still sound)."""
+"""Cohen's CERTIFY with the radius capped at --toy-cap (a smaller radius is still sound).
 
-import dataclasses
-from typing import ClassVar
+The method's description, without JAX (what ``rsjax verify`` reads); its certifier, the JAX
+half, is ``toy_rsjax_method._certify:Capped``, imported when a run is planned.
+"""
 
 import numpy as np
 
 from rsjax.checks import cohen_certificate, compare, read_rows, run_sigma
-from rsjax.method import Method, Option, Plan
-
-
-def _build(ctx, *, toy_cap):
-  import rsjax  # the JAX half: imported when a run is planned, never by verify
-
-  @dataclasses.dataclass(frozen=True)
-  class Capped(rsjax.Certificate):
-    uncapped: np.ndarray | None = None
-    columns: ClassVar[tuple[str, ...]] = ("uncapped",)
-
-    def row_fields(self, j):
-      return {"uncapped": repr(float(self.uncapped[j]))}
-
-  def certify(x, ids):
-    c = rsjax.certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=ctx.sigma, ids=ids,
-                      num_classes=ctx.dataset.num_classes, settings=ctx.settings)
-    fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
-    return Capped(**{**fields, "radius": np.minimum(c.radius, toy_cap)}, uncapped=c.radius)
-
-  return Plan(certify, Capped.columns, describe=f"Cohen's CERTIFY, radius capped at {toy_cap}")
+from rsjax.method import Method, Option
 
 
 def _check(view, res, recs, *, rtol, atol, **_):
@@ -60,8 +43,50 @@ def _check(view, res, recs, *, rtol, atol, **_):
 
 
 TOY = Method("toy-capped", "Cohen's CERTIFY with the radius capped (a method from outside)",
-             _build, (Option("toy_cap", 1.0, "the largest radius reported", float,
-                             positive=True),), check=_check)
+             "toy_rsjax_method._certify:Capped",
+             (Option("toy_cap", 1.0, "the largest radius reported", float, positive=True),),
+             check=_check)
+'''
+
+TOY_CERTIFY = '''
+"""The JAX half of toy-capped: its certifier (an rsjax.method.MethodCertifier)."""
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+import rsjax
+from rsjax.method import Context, MethodCertifier
+
+
+@dataclasses.dataclass(frozen=True)
+class CappedCertificate(rsjax.Certificate):
+  uncapped: np.ndarray | None = None
+  columns: ClassVar[tuple[str, ...]] = ("uncapped",)
+
+  def row_fields(self, j):
+    return {"uncapped": repr(float(self.uncapped[j]))}
+
+
+@dataclasses.dataclass(frozen=True)
+class Capped(MethodCertifier):
+  ctx: Context
+  cap: float
+  columns: tuple[str, ...] = CappedCertificate.columns
+  describe: str = ""
+
+  @classmethod
+  def from_options(cls, ctx, *, toy_cap):
+    return cls(ctx, toy_cap, describe=f"Cohen's CERTIFY, radius capped at {toy_cap}")
+
+  def certify(self, x, ids):
+    ctx = self.ctx
+    c = rsjax.certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=ctx.sigma, ids=ids,
+                      num_classes=ctx.dataset.num_classes, settings=ctx.settings)
+    fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
+    return CappedCertificate(**{**fields, "radius": np.minimum(c.radius, self.cap)},
+                             uncapped=c.radius)
 '''
 
 
@@ -69,7 +94,9 @@ TOY = Method("toy-capped", "Cohen's CERTIFY with the radius capped (a method fro
 def plugin(tmp_path_factory):
   """A directory holding the toy package and its installed metadata (entry point)."""
   root = tmp_path_factory.mktemp("plugin")
-  (root / "toy_rsjax_method.py").write_text(textwrap.dedent(TOY))
+  (root / "toy_rsjax_method").mkdir()
+  (root / "toy_rsjax_method" / "__init__.py").write_text(textwrap.dedent(TOY))
+  (root / "toy_rsjax_method" / "_certify.py").write_text(textwrap.dedent(TOY_CERTIFY))
   info = root / "toy_rsjax_method-0.1.dist-info"
   info.mkdir()
   (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-rsjax-method\nVersion: 0.1\n")

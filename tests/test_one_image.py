@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 
-MAX_MODULES = 15
+MAX_MODULES = 14
 
 TRACE = r"""
 import json, os, sys

@@ -1,18 +1,24 @@
 """UCAN's CERTIFY (Cohen's passes on the shifted input ``x + mu``, the normalized region): the
-certifier :class:`UCAN` of ``rsjax.certify``, and :func:`certify`, its alias."""
+certifier :class:`UCAN` of ``rsjax.certify``, :func:`certify`, its alias, and ``--method
+ucan``'s :class:`UCANCertifier`."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from rsjax import models, record
 from rsjax import precision as precision_lib
-from rsjax.anisotropic._generators import FrozenNoise
+from rsjax.anisotropic._generators import FrozenNoise, pattern_sigma
+from rsjax.anisotropic._noise_file import NOISE_FILE, load_universal_noise, noise_file_hash
 from rsjax.anisotropic._region import alm, isotropic_radius
 from rsjax.cohen._certify import certify as cohen_certify
+from rsjax.cohen._certify import certify_with
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
@@ -21,13 +27,14 @@ from rsjax.engine.driver import (
   engine_counts,
   run_certify,
 )
+from rsjax.method import Context, MethodCertifier
 from rsjax.sigma import SigmaSource
 
 if TYPE_CHECKING:
   import jax
   from jax.typing import ArrayLike
 
-__all__ = ["AnisotropicCertificate", "certify", "certify_input_dependent", "UCAN"]
+__all__ = ["AnisotropicCertificate", "certify", "certify_input_dependent", "UCAN", "UCANCertifier"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,44 +213,23 @@ class UCAN:
     return run_certify(key, counts, rule, settings)
 
 
-def certify(
-  key: jax.Array | int,
-  apply_fn: Callable,
-  params: Any,
-  x: ArrayLike,
-  *,
-  sigma: Any,
-  mu: ArrayLike | None = None,
-  num_classes: int,
-  settings: Sampling | None = None,
-  ids: ArrayLike | None = None,
-  multiclass: bool = False,
-  allow_unsound: bool = False,
-  **sampling: Any,
-) -> AnisotropicCertificate:
-  """``rsjax.certify(key, apply_fn, params, x, sigma=FrozenNoise(sigma, mu),
-  certifier=UCAN(multiclass, allow_unsound), ...)``: see :class:`UCAN`.
-
-  ``sigma`` may also be a sigma source (then ``mu`` is None: the source gives
-  it); ``**sampling`` are ``rsjax.Sampling`` fields as keywords (override
-  ``settings``).
-  """
+def _ucan(
+  sigma: Any, mu: ArrayLike | None = None, multiclass: bool = False, allow_unsound: bool = False
+) -> tuple[UCAN, Any]:
+  """``certify(..., sigma=, mu=None, multiclass=False, allow_unsound=False)``:
+  ``UCAN(multiclass, allow_unsound)`` at ``FrozenNoise(sigma, mu)`` (``sigma`` may also be a
+  sigma source; then ``mu`` is None: the source gives it)."""
   if mu is not None:
     if isinstance(sigma, SigmaSource):
       raise ValueError("mu must be None when sigma is a sigma source (the source gives mu)")
     sigma = FrozenNoise(sigma, mu)
-  return cohen_certify(
-    key,
-    apply_fn,
-    params,
-    x,
-    sigma=sigma,
-    num_classes=num_classes,
-    certifier=UCAN(multiclass, allow_unsound),
-    settings=settings,
-    ids=ids,
-    **sampling,
-  )
+  return UCAN(multiclass, allow_unsound), sigma
+
+
+#: ``rsjax.certify(key, apply_fn, params, x, sigma=FrozenNoise(sigma, mu),
+#: certifier=UCAN(multiclass, allow_unsound), ...)`` as ``certify(key, apply_fn, params, x,
+#: sigma=, mu=None, multiclass=False, allow_unsound=False, ...)``: see :class:`UCAN`.
+certify = functools.partial(certify_with, _ucan)
 
 
 def certify_input_dependent(
@@ -289,3 +275,107 @@ def certify_input_dependent(
     allow_unsound=allow_unsound,
     **kwargs,
   )
+
+
+def _trained_unsound(workdir: str | None) -> bool:
+  """Whether the model directory's config marks its training noise as not sound."""
+  if not workdir or not os.path.exists(os.path.join(os.fspath(workdir), models.CONFIG_FILE)):
+    return False
+  return models.read_config(workdir).get("sound", True) is False
+
+
+def _frozen_noise(ctx: Context, ucan_sigma: str) -> FrozenNoise | None:
+  """The model directory's dataset-wise noise (``--ucan-sigma`` auto or dataset), or None
+  for a pattern; refuses what UCAN cannot certify."""
+  shape = tuple(ctx.dataset.input_shape)
+  if ucan_sigma == "auto" and _trained_unsound(ctx.workdir):
+    raise ValueError(
+      "the model was trained with UCAN's input-dependent generator, which gives no "
+      "certificate (rsjax.anisotropic.certify_input_dependent reports its unsound "
+      "numbers); pass --ucan-sigma pattern to certify the classifier with pattern-wise "
+      "noise instead"
+    )
+  noise = load_universal_noise(ctx.workdir) if ucan_sigma != "pattern" else None
+  if ucan_sigma == "dataset" and noise is None:
+    raise ValueError(
+      f"--ucan-sigma dataset needs the universal generator's {NOISE_FILE} in the "
+      "model directory (rsjax.anisotropic.save_universal_noise); use --ucan-sigma pattern"
+    )
+  if noise is not None and noise.sigma.shape != shape:
+    raise ValueError(
+      f"{NOISE_FILE} holds sigma of shape {noise.sigma.shape}, the dataset's inputs are {shape}"
+    )
+  return noise
+
+
+@dataclasses.dataclass(frozen=True)
+class UCANCertifier(MethodCertifier):
+  """``--method ucan`` (``rsjax.anisotropic.METHOD``): :class:`UCAN` with frozen ``(mu,
+  sigma)``, the model directory's dataset-wise noise or a pattern, over a run's chunks."""
+
+  ctx: Context
+  noise: FrozenNoise
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+
+  @classmethod
+  def from_options(
+    cls, ctx: Context, *, ucan_sigma: str, ucan_pattern: str, ucan_kappa: float, ucan_iota: float
+  ) -> UCANCertifier:
+    noise = _frozen_noise(ctx, ucan_sigma)
+    if noise is not None:
+      source = "dataset"
+      what = (
+        f"dataset-wise (mu, sigma) from {NOISE_FILE} (sigma in "
+        f"[{noise.sigma.min():.4g}, {noise.sigma.max():.4g}])"
+      )
+    else:
+      shape = tuple(ctx.dataset.input_shape)
+      noise = FrozenNoise(
+        ctx.sigma * pattern_sigma(shape, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota)
+      )
+      source = "pattern"
+      what = (
+        f"pattern-wise sigma = {ctx.sigma} * ({ucan_kappa} ||(a, b)||_{ucan_pattern[1:]}^2 + "
+        f"{ucan_iota}) in [{noise.sigma.min():.4g}, {noise.sigma.max():.4g}]"
+      )
+    details = _details(
+      noise, source, sigma=ctx.sigma, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota
+    )
+    if source == "dataset":  # the scales' file, bound by its hash (verify reads it beside the run)
+      details["noise_file"] = noise_file_hash(os.path.join(os.fspath(ctx.workdir), NOISE_FILE))
+    describe = f"UCAN, {what}; radius = min(sigma) * normalized_radius"
+    return cls(ctx, noise, AnisotropicCertificate.columns, describe, details)
+
+  def certify(self, x: Any, ids: Any) -> Certificate:
+    ctx = self.ctx
+    return cohen_certify(
+      ctx.key,
+      ctx.apply_fn,
+      ctx.params,
+      x,
+      sigma=self.noise,
+      ids=ids,
+      certifier=UCAN(multiclass=ctx.multiclass),
+      num_classes=ctx.dataset.num_classes,
+      settings=ctx.settings,
+    )
+
+
+def _details(noise: FrozenNoise, source: str, **pattern: Any) -> dict:
+  """What ``rsjax verify`` needs of UCAN's frozen ``(mu, sigma)``: the scales' minimum
+  (radius = min(sigma) R) and geometric mean (alm), fingerprints of both arrays, and
+  the pattern's parameters when sigma is a pattern."""
+  sig = np.asarray(noise.sigma, np.float32)
+  mu = np.zeros_like(sig) if noise.mu is None else np.asarray(noise.mu, np.float32)
+  out = {
+    "source": source,
+    "sigma_min": float(sig.min()),
+    "sigma_gmean": float(np.exp(np.mean(np.log(sig.astype(np.float64))))),
+    "sigma_fingerprint": record.input_fingerprint(sig),
+    "mu_fingerprint": record.input_fingerprint(mu),
+  }
+  if source == "pattern":
+    out.update(pattern)
+  return out

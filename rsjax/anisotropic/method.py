@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from rsjax.anisotropic._check import check_ucan
 from rsjax.anisotropic._noise_file import NOISE_FILE
-from rsjax.method import Context, Method, Option, Plan
+from rsjax.method import Method, Option
 
 __all__ = ["METHOD"]
-
-
-def _build(ctx: Context, **options) -> Plan:
-  from rsjax.anisotropic._plan import build
-
-  return build(ctx, **options)
 
 
 METHOD = Method(
   "ucan",
   "anisotropic (mu, sigma) noise, UCAN's certified region (pattern-wise or dataset-wise sigma)",
-  _build,
+  "rsjax.anisotropic._certify:UCANCertifier",
   (
     Option(
       "ucan_sigma",

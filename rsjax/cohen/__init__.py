@@ -17,6 +17,7 @@ __getattr__, __dir__, __all__ = _lazy.exports(
     "Certifier": "rsjax.cohen._certify",
     "Cohen": "rsjax.cohen._certify",
     "certify": "rsjax.cohen._certify",
+    "certify_with": "rsjax.cohen._certify",
     "predict": "rsjax.cohen._certify",
     "METHOD": "rsjax.cohen.method",
     "parse_grid": "rsjax.cohen.method",

@@ -4,30 +4,33 @@
 Cohen's CERTIFY is the driver (``rsjax.engine.driver.run_certify``) run on the
 engine's counts with Cohen's certificate rule (``cohen_passes``), under the
 sampling rule its caller picks: fixed ``n0`` and ``n`` by default, budgeted
-CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``.
+CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``. ``--method cohen`` plans its
+runs with :class:`CohenCertifier`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from rsjax import stats
-from rsjax.engine.budget import Budget, as_budget
+from rsjax import lattice, stats
+from rsjax.checks import thresholds_digest
+from rsjax.engine.anytime import Anytime, anytime_decisions
+from rsjax.engine.budget import Budget, BudgetedCertificate, as_budget
 from rsjax.engine.cohen_rule import cohen_passes
 from rsjax.engine.counts import refuse_traced, sample_counts
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
+from rsjax.method import Context, MethodCertifier
 
 if TYPE_CHECKING:
   import jax
   from jax.typing import ArrayLike
 
-  from rsjax.engine.anytime import Anytime
-
-__all__ = ["Certifier", "Cohen", "certify", "predict"]
+__all__ = ["Certifier", "Cohen", "CohenCertifier", "certify", "certify_with", "predict"]
 
 
 class Certifier(Protocol):
@@ -160,6 +163,44 @@ def certify(
   )
 
 
+def certify_with(
+  make: Callable[..., tuple[Certifier, Any]],
+  key: jax.Array | int,
+  apply_fn: Callable,
+  params: Any,
+  x: ArrayLike,
+  *,
+  num_classes: int,
+  sigma: Any = None,
+  settings: Sampling | None = None,
+  ids: ArrayLike | None = None,
+  **options: Any,
+) -> Certificate:
+  """:func:`certify` with ``certifier, sigma = make(sigma, **options)``: each method's alias
+  (``rsjax.idrs.certify``, ``rsjax.anisotropic.certify``, ``rsjax.ddrs.certify``,
+  ``rsjax.deq.certify``) is ``functools.partial(certify_with, make)``.
+
+  ``options`` that are fields of :class:`Sampling` override ``settings``; the others are
+  ``make``'s (the method's own keywords, e.g. IDRS's ``design=``).
+  """
+  fields = {f.name for f in dataclasses.fields(Sampling)}
+  own = {k: v for k, v in options.items() if k not in fields}
+  certifier, sigma = make(sigma, **own)
+  sampling = {k: v for k, v in options.items() if k in fields}
+  return certify(
+    key,
+    apply_fn,
+    params,
+    x,
+    sigma=sigma,
+    num_classes=num_classes,
+    certifier=certifier,
+    settings=settings,
+    ids=ids,
+    **sampling,
+  )
+
+
 def predict(
   key: jax.Array | int,
   apply_fn: Callable,
@@ -204,3 +245,65 @@ def predict(
   n2 = counts[np.arange(len(top)), order[:, 1]] if counts.shape[1] > 1 else np.zeros_like(n1)
   pval = stats.binomial_test_half(n1, n2)
   return np.where(pval <= s.alpha, top, ABSTAIN).astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class CohenCertifier(MethodCertifier):
+  """``--method cohen`` (``rsjax.cohen.METHOD``): :func:`certify` of a run's chunks, fixed or
+  budgeted on a radius grid (``--grid``, ``--budget-rule``)."""
+
+  ctx: Context
+  rule: Budget | Anytime | None
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+  inputs_per_call: int | None = None
+
+  @classmethod
+  def from_options(
+    cls, ctx: Context, *, grid: tuple[float, ...] | None, budget_rule: str = "looks"
+  ) -> CohenCertifier:
+    noise = ctx.settings.noise  # the claim is legal (Method.plan: rsjax.checks.refusal)
+    what = f"Cohen et al.'s CERTIFY, {noise.name} noise, sigma={ctx.sigma}"
+    # Sound 8-bit noise: the record names its threshold table (verify computes it again).
+    table = {"noise_table": lattice.table_hash(ctx.sigma)} if noise.lattice else {}
+    if grid is None:
+      return cls(ctx, None, Certificate.columns, what, table or None)
+    # Budgeted inputs stop independently and share launches: certify 16 per call. The
+    # rule and its schedule (the rule's defaults) are part of the run's record.
+    if budget_rule == "anytime":
+      rule: Budget | Anytime = Anytime(grid=tuple(grid))
+      # The integer thresholds the engine will use, named by their digest (verify derives
+      # them again and compares).
+      s = ctx.settings
+      dim = math.prod(ctx.dataset.input_shape)
+      t = anytime_decisions(rule, n_max=s.n, alpha=s.alpha, noise=noise, scales=ctx.sigma, dim=dim)
+      schedule = {**rule.record(), "thresholds": thresholds_digest(t.looks, t.c[0].T)}
+      kind = " (anytime-valid)"
+    else:
+      rule = b = Budget(grid=tuple(grid))
+      schedule = {
+        "first": b.first,
+        "ratio": b.ratio,
+        "final_share": b.final_share,
+        "stop_alpha": b.stop_alpha,
+      }
+      kind = ""
+    describe = f"{what}, budgeted{kind} on the radius grid {list(grid)}"
+    details = {"budget": schedule, **table}
+    return cls(ctx, rule, BudgetedCertificate.columns, describe, details, inputs_per_call=16)
+
+  def certify(self, x: Any, ids: Any) -> Certificate:
+    ctx = self.ctx
+    return certify(
+      ctx.key,
+      ctx.apply_fn,
+      ctx.params,
+      x,
+      sigma=ctx.sigma,
+      ids=ids,
+      num_classes=ctx.dataset.num_classes,
+      settings=ctx.settings,
+      multiclass=ctx.multiclass,
+      budget=self.rule,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from rsjax.cohen._check import check_cohen
-from rsjax.method import Context, Method, Option, Plan
+from rsjax.method import Method, Option
 
 __all__ = ["METHOD", "parse_grid"]
 
@@ -23,16 +23,10 @@ def parse_grid(text: str) -> tuple[float, ...]:
   return radii
 
 
-def _build(ctx: Context, **options) -> Plan:
-  from rsjax.cohen._plan import build
-
-  return build(ctx, **options)
-
-
 METHOD = Method(
   "cohen",
   "Cohen et al.'s CERTIFY (Gaussian, Laplace or uniform noise)",
-  _build,
+  "rsjax.cohen._certify:CohenCertifier",
   (
     Option(
       "grid",

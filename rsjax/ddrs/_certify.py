@@ -6,14 +6,14 @@ of ``rsjax.certify`` and :func:`certify`, its alias). A dataset run is ``--metho
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import numpy as np
 
-from rsjax.cohen._certify import Cohen
-from rsjax.cohen._certify import certify as cohen_certify
+from rsjax.cohen._certify import Cohen, certify_with
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import Certificate, Sampling
@@ -154,33 +154,11 @@ class DDRS:
     )
 
 
-def certify(
-  key: jax.Array | int,
-  apply_fn: Callable,
-  params: Any,
-  x: ArrayLike,
-  *,
-  sigma: ArrayLike,
-  num_classes: int,
-  settings: Sampling | None = None,
-  ids: ArrayLike | None = None,
-  memory: MemoryCertifier | None = None,
-  **sampling: Any,
-) -> DDRSCertificate:
-  """``rsjax.certify(key, apply_fn, params, x, sigma=sigma, certifier=DDRS(memory), ...)``:
-  see :class:`DDRS`.
+def _ddrs(sigma: ArrayLike, memory: MemoryCertifier | None = None) -> tuple[DDRS, ArrayLike]:
+  """``certify(..., sigma=, memory=None)``: ``DDRS(memory)`` at the per-input ``sigma``."""
+  return DDRS(memory), sigma
 
-  ``**sampling`` are ``rsjax.Sampling`` fields as keywords (override ``settings``).
-  """
-  return cohen_certify(
-    key,
-    apply_fn,
-    params,
-    x,
-    sigma=sigma,
-    num_classes=num_classes,
-    certifier=DDRS(memory),
-    settings=settings,
-    ids=ids,
-    **sampling,
-  )
+
+#: ``rsjax.certify(key, apply_fn, params, x, sigma=sigma, certifier=DDRS(memory), ...)`` as
+#: ``certify(key, apply_fn, params, x, sigma=, memory=None, ...)``: see :class:`DDRS`.
+certify = functools.partial(certify_with, _ddrs)

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 from rsjax.ddrs._check import check_ddrs
-from rsjax.method import Context, Method, Option, Plan
+from rsjax.method import Method, Option
 
 __all__ = ["METHOD"]
-
-
-def _build(ctx: Context, **options) -> Plan:
-  from rsjax.ddrs._plan import build
-
-  return build(ctx, **options)
 
 
 METHOD = Method(
   "ddrs",
   "data-dependent sigma optimized per input, then the memory-based certification (DDRS)",
-  _build,
+  "rsjax.ddrs._certifier:DDRSCertifier",
   (
     Option("ddrs_steps", 100, "sigma ascent steps per input", int),
     Option("ddrs_lr", 1e-4, "sigma ascent step size", float),

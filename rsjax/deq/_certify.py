@@ -1,5 +1,6 @@
 """Certification of DEQs: the certifiers ``SRS`` (serialized RS) and ``StandardRS`` of
-``rsjax.certify``, and ``certify``, their alias.
+``rsjax.certify``, ``certify``, their alias, and ``--method deq-standard``'s and ``--method
+srs``'s :class:`DEQStandardCertifier` and :class:`SRSCertifier`.
 
 Standard RS certifies the DEQ solved from z = 0 with a fixed solver ("30A") for
 every sample: Cohen's CERTIFY applied to ``DEQApply``. SRS (Gao et al. 2024)
@@ -10,20 +11,22 @@ two-stage correlation-eliminated certificate.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from flax import nnx
 
 from rsjax import stats
-from rsjax.cohen._certify import Cohen
+from rsjax.cohen._certify import Cohen, certify_with
 from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.deq._bound import SRSCertificate, srs_certificate
 from rsjax.deq._srs import SRSConfig, srs_sample
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import Certificate, Sampling, run_certify
-from rsjax.models import DEQApply, SolverConfig, as_solver_config, to_deq_fn
+from rsjax.method import Context, MethodCertifier
+from rsjax.models import DEQApply, DEQModel, SolverConfig, as_solver_config, to_deq_fn
 from rsjax.util import check_int, scale_per_input
 
 if TYPE_CHECKING:
@@ -31,7 +34,9 @@ if TYPE_CHECKING:
   from jax.typing import ArrayLike
 
 __all__ = [
+  "DEQStandardCertifier",
   "SRS",
+  "SRSCertifier",
   "StandardRS",
   "certify",
   "MODES",
@@ -236,40 +241,89 @@ class StandardRS:
     )
 
 
-def certify(
-  key: jax.Array | int,
-  deq: Any,
-  params: Any,
-  x: ArrayLike,
-  *,
+def _deq(
   sigma: ArrayLike,
-  num_classes: int,
   method: str = "srs",
   solver: SolverConfig | str | None = None,
   srs: SRSConfig | None = None,
-  settings: Sampling | None = None,
-  ids: ArrayLike | None = None,
-  **sampling: Any,
-) -> Certificate:
-  """``rsjax.certify(key, deq, params, x, certifier=SRS(solver, srs))`` (``method="srs"``) or
-  ``certifier=StandardRS(solver)`` (``method="standard"``): see :class:`SRS`.
-
-  ``**sampling`` are ``rsjax.Sampling`` fields as keywords (override ``settings``).
-  """
+) -> tuple[SRS | StandardRS, ArrayLike]:
+  """``certify(..., method="srs", solver=None, srs=None)``: ``SRS(solver, srs)`` or
+  ``StandardRS(solver)`` (``method="standard"``)."""
   if method not in MODES:
     raise ValueError(f"method must be one of {MODES}, got {method!r}")
   if method == "standard" and srs is not None:
     raise ValueError("srs= configures SRS's chains: not with method='standard'")
-  certifier = SRS(solver, srs) if method == "srs" else StandardRS(solver)
-  return cohen_certify(
-    key,
-    deq,
-    params,
-    x,
-    sigma=sigma,
-    num_classes=num_classes,
-    certifier=certifier,
-    settings=settings,
-    ids=ids,
-    **sampling,
-  )
+  return (SRS(solver, srs) if method == "srs" else StandardRS(solver)), sigma
+
+
+#: ``rsjax.certify(key, deq, params, x, certifier=SRS(solver, srs))`` (``method="srs"``) or
+#: ``certifier=StandardRS(solver)`` (``method="standard"``) as ``certify(key, deq, params, x,
+#: sigma=, method="srs", solver=None, srs=None, ...)``: see :class:`SRS`.
+certify = functools.partial(certify_with, _deq)
+
+
+@dataclasses.dataclass(frozen=True)
+class DEQStandardCertifier(MethodCertifier):
+  """``--method deq-standard`` (``rsjax.deq.STANDARD_METHOD``): :class:`StandardRS` of the
+  run's DEQ model over a run's chunks; :class:`SRSCertifier` is ``--method srs``."""
+
+  ctx: Context
+  certifier: SRS | StandardRS
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+
+  mode: ClassVar[str] = "standard"
+  default_steps: ClassVar[int] = 30
+
+  @classmethod
+  def from_options(
+    cls, ctx: Context, *, deq_solver: str, deq_steps: int | None, **srs_options: Any
+  ) -> DEQStandardCertifier:
+    name = "srs" if cls.mode == "srs" else "deq-standard"
+    if not isinstance(ctx.model, DEQModel):
+      raise ValueError(f"--method {name} needs a DEQ model (trained with --model deq or mdeq)")
+    steps = deq_steps if deq_steps is not None else cls.default_steps
+    describe = f"DEQ {cls.mode} RS, {steps} {deq_solver} steps per sample"
+    if cls.mode != "srs":
+      standard = StandardRS(SolverConfig(deq_solver, steps))
+      return cls(ctx, standard, SRSCertificate.columns, describe)
+    # --deq-solver sets the chains; warm-up and check solves use Anderson.
+    srs = SRSConfig(
+      solver=SolverConfig(deq_solver, steps),
+      warmup=SolverConfig("anderson", srs_options["deq_warmup_steps"]),
+      m=srs_options["srs_m"],
+      correction=srs_options["srs_correction"],
+    )
+    # The chains (batch_size) change which noise each chain's warm start carries, so the
+    # counts: unlike for every other method, the batch size is part of an SRS run.
+    details = {
+      "m": srs.m,
+      "correction": srs.correction,
+      "check": srs.check,
+      "sound": bool(srs.sound),
+      "chains": ctx.settings.batch_size,
+    }
+    solver = SolverConfig("anderson", srs_options["srs_check_steps"])
+    return cls(ctx, SRS(solver, srs), SRSCertificate.columns, describe, details)
+
+  def certify(self, x: Any, ids: Any) -> Certificate:
+    ctx = self.ctx
+    return cohen_certify(
+      ctx.key,
+      ctx.model,
+      None,
+      x,
+      sigma=ctx.sigma,
+      ids=ids,
+      certifier=self.certifier,
+      num_classes=ctx.dataset.num_classes,
+      settings=ctx.settings,
+    )
+
+
+class SRSCertifier(DEQStandardCertifier):
+  """``--method srs`` (``rsjax.deq.SRS_METHOD``): :class:`SRS` of the run's DEQ model."""
+
+  mode: ClassVar[str] = "srs"
+  default_steps: ClassVar[int] = 3

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rsjax.cohen._check import check_cohen
 from rsjax.deq._check import check_srs
-from rsjax.method import Context, Method, Option, Plan
+from rsjax.method import Method, Option
 
 __all__ = ["SRS_METHOD", "STANDARD_METHOD"]
 
@@ -58,30 +58,18 @@ _SRS_OPTIONS = (
 )
 
 
-def _standard(ctx: Context, **options) -> Plan:
-  from rsjax.deq._plan import build
-
-  return build(ctx, "standard", **{o.name: o.default for o in _SRS_OPTIONS}, **options)
-
-
-def _srs(ctx: Context, **options) -> Plan:
-  from rsjax.deq._plan import build
-
-  return build(ctx, "srs", **options)
-
-
 # Cohen's CERTIFY of the DEQ solved from scratch: Cohen's check.
 STANDARD_METHOD = Method(
   "deq-standard",
   "a DEQ model, every sample solved from scratch",
-  _standard,
+  "rsjax.deq._certify:DEQStandardCertifier",
   _DEQ_OPTIONS,
   check=check_cohen,
 )
 SRS_METHOD = Method(
   "srs",
   "a DEQ model, serialized randomized smoothing (Gao et al.)",
-  _srs,
+  "rsjax.deq._certify:SRSCertifier",
   _DEQ_OPTIONS + _SRS_OPTIONS,
   check=check_srs,
 )

@@ -1,10 +1,12 @@
 """CERTIFY with input-dependent sigma(x) (IDRS, Súkeník et al. Algorithm 3): the
-certifier :class:`IDRS` of ``rsjax.certify``, and :func:`certify`, its alias.
+certifier :class:`IDRS` of ``rsjax.certify``, :func:`certify`, its alias, and
+``--method idrs``'s :class:`IDRSCertifier`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -12,6 +14,7 @@ import numpy as np
 
 from rsjax import precision as precision_lib
 from rsjax.cohen._certify import certify as cohen_certify
+from rsjax.cohen._certify import certify_with
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
@@ -21,7 +24,10 @@ from rsjax.engine.driver import (
   engine_counts,
   run_certify,
 )
+from rsjax.idrs import _radius
+from rsjax.idrs._design import KnnSigma, make_design
 from rsjax.idrs._radius import certified_radius
+from rsjax.method import Context, MethodCertifier
 from rsjax.noise import Gaussian
 from rsjax.sigma import SigmaSource, SigmaValues
 
@@ -29,7 +35,7 @@ if TYPE_CHECKING:
   import jax
   from jax.typing import ArrayLike
 
-__all__ = ["IDRSCertificate", "certify", "IDRS"]
+__all__ = ["IDRSCertificate", "IDRSCertifier", "certify", "IDRS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,33 +242,80 @@ class IDRS:
     return guarantee
 
 
-def certify(
-  key: jax.Array | int,
-  apply_fn: Callable,
-  params: Any,
-  x: ArrayLike,
-  *,
-  design: SigmaSource,
-  num_classes: int,
-  settings: Sampling | None = None,
-  ids: ArrayLike | None = None,
-  thresholds: Any = None,
-  rtol: float = 1e-4,
-  **sampling: Any,
-) -> IDRSCertificate:
-  """``rsjax.certify(key, apply_fn, params, x, sigma=None, certifier=IDRS(design,
-  thresholds, rtol), ...)``: see :class:`IDRS`.
+def _idrs(
+  sigma: None, design: SigmaSource, thresholds: Any = None, rtol: float = 1e-4
+) -> tuple[IDRS, None]:
+  """``certify(..., design=, thresholds=None, rtol=1e-4)``: ``IDRS(design, thresholds, rtol)``
+  (sigma None: the design gives sigma(x))."""
+  return IDRS(design, thresholds, rtol), sigma
 
-  ``**sampling`` are ``rsjax.Sampling`` fields as keywords (override ``settings``).
-  """
-  return cohen_certify(
-    key,
-    apply_fn,
-    params,
-    x,
-    num_classes=num_classes,
-    certifier=IDRS(design, thresholds, rtol),
-    settings=settings,
-    ids=ids,
-    **sampling,
-  )
+
+#: ``rsjax.certify(key, apply_fn, params, x, sigma=None, certifier=IDRS(design, thresholds,
+#: rtol), ...)`` as ``certify(key, apply_fn, params, x, design=, ...)``: see :class:`IDRS`.
+certify = functools.partial(certify_with, _idrs)
+
+
+@dataclasses.dataclass(frozen=True)
+class IDRSCertifier(MethodCertifier):
+  """``--method idrs`` (``rsjax.idrs.METHOD``): :class:`IDRS` with the kNN design of the
+  options (``--idrs-rate``, ``--idrs-k``, ``--idrs-m``) over a run's chunks."""
+
+  ctx: Context
+  design: SigmaSource
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+
+  @classmethod
+  def from_options(
+    cls, ctx: Context, *, idrs_rate: float, idrs_k: int, idrs_m: float | None
+  ) -> IDRSCertifier:
+    xtr = ctx.load_split("train").arrays()[0] if idrs_rate > 0 else None
+    try:
+      design = make_design(
+        xtr, sigma=ctx.sigma, rate=idrs_rate, k=idrs_k, m=idrs_m, dataset=ctx.dataset.name
+      )
+    except ValueError as e:
+      raise ValueError(f"{e} (set --idrs-m)") from None
+    describe = f"IDRS, design {design!r}"
+    return cls(ctx, design, IDRSCertificate.columns, describe, design_details(design))
+
+  def certify(self, x: Any, ids: Any) -> Certificate:
+    ctx = self.ctx
+    return cohen_certify(
+      ctx.key,
+      ctx.apply_fn,
+      ctx.params,
+      x,
+      sigma=None,
+      certifier=IDRS(self.design),
+      ids=ids,
+      num_classes=ctx.dataset.num_classes,
+      settings=ctx.settings,
+    )
+
+
+def design_details(design: object) -> dict:
+  """What ``rsjax verify`` needs of an IDRS design: sigma(x)'s formula and the radius search."""
+  # The radius search of certify at its defaults (rtol 1e-4, certified_radius's atol).
+  out = {
+    "design": repr(design),
+    "radius_rtol": 1e-4,
+    "radius_atol": 1e-7,
+    "xi_margin": _radius.XI_MARGIN,
+    "max_noncentrality": _radius.SEARCH_MAX_NONCENTRALITY,
+  }
+  if isinstance(design, KnnSigma):
+    out.update(
+      kind="knn",
+      sigma_b=design.sigma_b,
+      rate=design.rate,
+      k=design.k,
+      m=design.m,
+      eps=design.eps,
+      sigma_min=design.sigma_min,
+      sigma_max=design.sigma_max,
+    )
+  else:
+    out.update(kind="constant", sigma_b=float(design.sigma), rate=0.0)
+  return out

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 from rsjax.idrs._check import check_idrs
-from rsjax.method import Context, Method, Option, Plan
+from rsjax.method import Method, Option
 
 __all__ = ["METHOD"]
-
-
-def _build(ctx: Context, **options) -> Plan:
-  from rsjax.idrs._plan import build
-
-  return build(ctx, **options)
 
 
 METHOD = Method(
   "idrs",
   "input-dependent sigma(x) with the sound IDRS certificate",
-  _build,
+  "rsjax.idrs._certify:IDRSCertifier",
   (
     Option("idrs_rate", 0.01, "IDRS semi-elasticity r", float),
     Option("idrs_k", 20, "IDRS nearest neighbours k", int, positive=True),
