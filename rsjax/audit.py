@@ -145,10 +145,13 @@ class AuditReport:
 
 
 #: Relative tolerance of a method's own float record fields drawn again (DDRS's and
-#: IDRS's sigma): rsjax's reproducibility contract for floats (the golden test's).
-#: The per-input sigma of DDRS comes from a batched ascent, so it may move by an ulp
-#: when the rows are drawn again in other batches than the run's; counts compare exactly.
-FLOAT_RTOL = 1e-5
+#: IDRS's sigma): 4 float32 ulps. The per-input sigma of DDRS comes from a batched ascent,
+#: so on the run's platform it may move by an ulp when the rows are drawn again in other
+#: batches than the run's; counts compare exactly. A looser tolerance (the golden contract's
+#: 1e-5 across JAX versions) let a record state every sigma, and so every radius, that much
+#: higher than drawn and pass (found by the red team); another platform may need an audit
+#: there, as its counts may differ too.
+FLOAT_RTOL = 4 * 2.0**-23
 
 
 def _choose(run: RunSpec, rows, seed: int) -> np.ndarray:

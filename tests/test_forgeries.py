@@ -22,7 +22,7 @@ from run_edits import (
   reradius,
 )
 
-from rsjax import audit, checks, cli, io, record, verify
+from rsjax import audit, checks, cli, data, io, record, verify
 from rsjax.runspec import RunSpec
 
 N, N0 = 400, 40
@@ -1136,3 +1136,31 @@ def test_a_record_with_a_key_twice_or_nested_too_deeply_is_refused(run40, tmp_pa
   (tmp_path / "j.tsv.run.json").write_text(text)
   with pytest.raises(verify.VerifyError, match=why):
     verify.verify(f)
+
+
+def test_ddrs_sigmas_stated_higher_than_drawn_fail_the_audit(model, tmp_path):
+  """Red team: with the audit comparing sigma(x) to 1e-5, every DDRS sigma raised by 9e-6
+  (relative), its radii and the memory's replay recomputed, passed verify and the audit."""
+  from rsjax.ddrs._check import replay_memory
+  from rsjax.verify._run import certificate_view
+
+  f = certify(model, tmp_path / "d.tsv", "--method", "ddrs", "--ddrs-steps", "2", "--max", "30",
+              "--skip", "10")  # fmt: skip
+  raise_by = 1 + 9e-6
+  for idx in io.read_certify(f).idx.tolist():
+    edit_record(f, idx, lambda r: {**r, "sigma": float(np.float32(r["sigma"] * raise_by))})
+  run, res, recs = verify.read_run(str(f)), io.read_certify(f), record.read_records(f)
+  rows = checks.read_rows(certificate_view(run), res, recs, [])
+  sigma = np.array([recs[int(i)]["sigma"] for i in res.idx])
+  pred_mc, rad_mc, p_lower = checks.cohen_certificate(certificate_view(run), rows, sigma)
+  x = np.asarray(data.load("digits", "test").get_batch(np.asarray(res.idx))[0])
+  pred, rad = replay_memory(x.reshape(len(res), -1), pred_mc, rad_mc)
+  for j, idx in enumerate(res.idx.tolist()):
+    edit_record(f, idx, lambda r, j=j: {**r, "p_lower": float(p_lower[j])})
+    for column, value in (("sigma", repr(float(sigma[j]))), ("radius_mc", repr(float(rad_mc[j]))),
+                          ("predict_mc", str(int(pred_mc[j]))), ("predict", str(int(pred[j]))),
+                          ("radius", repr(float(rad[j]) if pred[j] >= 0 else 0.0))):  # fmt: skip
+      edit_column(f, j, column, lambda _, v=value: v)
+  assert verify.verify(f).ok  # the radii follow from the stated sigmas: only the model can tell
+  rep = audit.audit(f, model_dir=model, rows="all", seed=0)
+  assert not rep.ok and "sigma" in rep.reason, rep.reason
