@@ -20,7 +20,7 @@ from rsjax.launch.errors import CliError
 __all__ = ["SWEEP_CALL_S", "Request", "bench", "check_precisions", "device_peaks_now", "inputs"]
 
 #: Seconds of one timed call of the batch sweep, at the measured samples per second.
-SWEEP_CALL_S = 1.0
+SWEEP_CALL_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True)

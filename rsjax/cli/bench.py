@@ -185,7 +185,10 @@ def run(args: argparse.Namespace) -> int:
   doc = bench(target, request, progress=not args.quiet, log=log)
   doc["command"] = shlex.join(["rsjax", *getattr(args, "argv", sys.argv[1:])])
   if args.plot:
-    doc["plot"] = plot(doc["sweep"], args.plot, title=f"{target.name}: rsjax bench")
+    m = doc["machine"]
+    where = m["cpu"] if m["platform"] == "cpu" else m["device_kind"]
+    title = f"rsjax bench {target.name}: {m['platform']}, {where}"
+    doc["plot"] = plot(doc["sweep"], args.plot, title=title)
   print("\n".join(report.lines(doc)))
   if args.plot:
     print(f"plot: {doc['plot']}")
