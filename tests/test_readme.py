@@ -38,12 +38,14 @@ _SHRINK = {
   "train-denoiser": {"--epochs": 1},
   "certify": {"--N": 64, "--N0": 16, "--ddrs-steps": 3, "--max": 25},
   "demo": {"--epochs": 1, "--N": 64, "--images": 3},
+  "bench": {"--measure-n": 64, "--images": 1},
 }
 _ADD = {
   "train": {"--epochs"},
   "train-denoiser": {"--epochs"},
   "certify": {"--N", "--N0", "--max"},
   "demo": {"--epochs", "--N", "--images"},
+  "bench": {"--measure-n", "--images"},
 }
 
 

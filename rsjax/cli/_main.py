@@ -114,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if loading:
     print(" " * 24, end="\r", file=sys.stderr, flush=True)
   args = parser.parse_args(argv)
+  args.argv = argv  # the exact command, for what records it (rsjax bench --json)
 
   def show_warning(
     message: Warning | str,

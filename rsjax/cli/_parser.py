@@ -23,6 +23,7 @@ COMMANDS = (
   "convert",
   "train_denoiser",
   "demo",
+  "bench",
 )
 
 

@@ -23,6 +23,7 @@ __all__ = [
   "batch_size",
   "data_flags",
   "normalize_flag",
+  "model_source_flags",
   "add_sampling_flags",
   "add_certify_flags",
 ]
@@ -157,6 +158,12 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     "model, data, sigma, N, ...)",
   )
   q.add_argument("--quiet", action="store_true", help="no progress bar")
+  model_source_flags(q)
+
+
+def model_source_flags(q: argparse.ArgumentParser) -> None:
+  """What a run certifies besides MODEL_DIR: ``--torch-checkpoint`` (and its ``--torch-arch``,
+  ``--normalize``), ``--denoiser``, ``--resize`` (``rsjax certify``, ``predict``, ``bench``)."""
   q.add_argument(
     "--torch-checkpoint",
     default=None,

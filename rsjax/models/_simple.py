@@ -16,6 +16,9 @@ from flax import nnx
 from rsjax.models._layers import Normalize, resolve_normalization, torch_default_init
 
 _W = torch_default_init
+#: The named scope of LeNet's one-channel convolution written as multiply-adds
+#: (``_single_channel_conv``); ``rsjax.bench.costs`` counts its multiplies as a convolution's.
+SINGLE_CHANNEL_CONV = "single_channel_conv"
 
 __all__ = ["MLP", "LeNet", "CNN"]
 
@@ -91,21 +94,24 @@ def _single_channel_conv(conv: nnx.Conv, x: jax.Array, *, pad: int) -> jax.Array
   Returns:
     ``[b, H + 2 pad - kh + 1, W + 2 pad - kw + 1, out_features]``.
   """
-  dtype = conv.dtype or x.dtype
-  k = conv.kernel[...].astype(dtype)
-  bias = conv.bias[...].astype(dtype) if conv.bias is not None else None
-  kh, kw, _, cout = k.shape
-  xp = jnp.pad(x[..., 0].astype(dtype), ((0, 0), (pad, pad), (pad, pad)))
-  h, w = xp.shape[1] - kh + 1, xp.shape[2] - kw + 1
-  outs = []
-  for c in range(cout):
-    acc = xp[:, 0:h, 0:w] * k[0, 0, 0, c]
-    for i in range(kh):
-      for j in range(kw):
-        if i or j:
-          acc = acc + xp[:, i : i + h, j : j + w] * k[i, j, 0, c]
-    outs.append(acc if bias is None else acc + bias[c])
-  return jnp.stack(outs, axis=-1)
+  # The named scope lets FLOP counters find these multiply-adds (rsjax.bench.costs); it
+  # changes no arithmetic.
+  with jax.named_scope(SINGLE_CHANNEL_CONV):
+    dtype = conv.dtype or x.dtype
+    k = conv.kernel[...].astype(dtype)
+    bias = conv.bias[...].astype(dtype) if conv.bias is not None else None
+    kh, kw, _, cout = k.shape
+    xp = jnp.pad(x[..., 0].astype(dtype), ((0, 0), (pad, pad), (pad, pad)))
+    h, w = xp.shape[1] - kh + 1, xp.shape[2] - kw + 1
+    outs = []
+    for c in range(cout):
+      acc = xp[:, 0:h, 0:w] * k[0, 0, 0, c]
+      for i in range(kh):
+        for j in range(kw):
+          if i or j:
+            acc = acc + xp[:, i : i + h, j : j + w] * k[i, j, 0, c]
+      outs.append(acc if bias is None else acc + bias[c])
+    return jnp.stack(outs, axis=-1)
 
 
 class LeNet(nnx.Module):

@@ -1,0 +1,102 @@
+"""The machine a figure was taken on (device, CPU, versions) and the memory a run peaked at:
+the device's own peak where its backend reports one (``memory_stats()``), else the process'
+peak resident set size (Linux ``VmHWM``), labelled as such."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from importlib import metadata
+from typing import Any
+
+import jax
+
+__all__ = ["PACKAGES", "cpu_model", "environment", "peak_memory", "reset_peak_memory"]
+
+#: The packages whose versions a figure depends on (torch only if installed).
+PACKAGES = ("rsjax", "jax", "jaxlib", "flax", "numpy", "torch")
+
+
+def cpu_model() -> str:
+  """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+def _version(package: str) -> str | None:
+  try:
+    return metadata.version(package)
+  except metadata.PackageNotFoundError:
+    if package == "rsjax":
+      from rsjax import __version__
+
+      return __version__
+    return None
+
+
+def environment() -> dict[str, Any]:
+  """The machine and the versions: date, device(s), CPU, cores, load, Python and packages."""
+  device = jax.local_devices()[0]
+  return {
+    "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    "platform": device.platform,
+    "device_kind": device.device_kind,
+    "devices": len(jax.local_devices()),
+    "cpu": cpu_model(),
+    "cores": os.cpu_count(),
+    "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    "os": platform.platform(),
+    "python": platform.python_version(),
+    "versions": {p: _version(p) for p in PACKAGES},
+    "xla_flags": os.environ.get("XLA_FLAGS", ""),
+  }
+
+
+def _device_peak_bytes() -> int | None:
+  try:
+    stats = jax.local_devices()[0].memory_stats()
+  except Exception:  # noqa: BLE001 -- not every backend has memory_stats
+    return None
+  if not stats or "peak_bytes_in_use" not in stats:
+    return None
+  return int(stats["peak_bytes_in_use"])
+
+
+def _rss_peak_bytes() -> int | None:
+  try:
+    with open("/proc/self/status", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    return None
+  return None
+
+
+def reset_peak_memory() -> None:
+  """Resets the process' peak RSS where Linux allows it (``clear_refs`` 5); a device's peak
+  cannot be reset (it is the peak of the process so far)."""
+  try:
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+      f.write("5")
+  except OSError:
+    pass
+
+
+def peak_memory() -> dict[str, Any]:
+  """``{"bytes": ..., "kind": ...}``: the device's peak bytes in use (``kind`` "device peak")
+  where its backend reports it, else the process' peak RSS ("process peak RSS"), else None."""
+  device = _device_peak_bytes()
+  if device is not None:
+    return {"bytes": device, "kind": "device peak (memory_stats, process so far)"}
+  rss = _rss_peak_bytes()
+  if rss is not None:
+    return {"bytes": rss, "kind": "process peak RSS (host memory, since the last reset)"}
+  return {"bytes": None, "kind": "not reported by this backend"}

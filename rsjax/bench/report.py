@@ -1,0 +1,140 @@
+"""What ``rsjax bench`` prints and writes: the figures of :func:`rsjax.bench.run.bench` as
+lines of text (a small table, one row per precision) and as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+__all__ = ["lines", "write_json"]
+
+
+def _si(value: float, unit: str) -> str:
+  """``2.52e11, "FLOP/s"`` -> ``"252 GFLOP/s"``."""
+  for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if abs(value) >= factor:
+      return f"{value / factor:.3g} {prefix}{unit}"
+  return f"{value:.3g} {unit}"
+
+
+def _peaks_line(doc: dict[str, Any]) -> str:
+  m, peaks = doc["machine"], doc["peaks"]
+  kind = "" if m["device_kind"] == m["platform"] else f" ({m['device_kind']})"
+  head = f"device: {m['platform']}{kind}, {m['cpu']}, {m['cores']} cores"
+  if peaks is None:
+    return f"{head}; no peaks known for this device (MFU and bound left out)"
+  flops = ", ".join(
+    f"{name} {_si(peaks[key], 'FLOP/s')}"
+    for name, key in (("float32", "fp32"), ("tf32", "tf32"), ("bfloat16", "bf16"))
+    if peaks[key]
+  )
+  return f"{head}\npeaks ({peaks['source']}): {flops}, memory {_si(peaks['bandwidth'], 'B/s')}"
+
+
+def _n_line(doc: dict[str, Any]) -> str:
+  head = f"N = {doc['target_n']:,} (n0 = {doc['n0']}, alpha {doc['alpha']}) per image"
+  measured = sorted({r["measured_n"] for r in doc["results"] if r["extrapolated"]})
+  if not measured:
+    return f"{head}: measured in full"
+  at = " and ".join(f"{n:,}" for n in measured)
+  return (
+    f"{head}: measured at N = {at}, extrapolated at the measured samples/s (fixed costs "
+    "of a call spread over fewer samples: s/image is an upper estimate; --full runs it)"
+  )
+
+
+def _num(value: float) -> str:
+  """3 significant digits, thousands separated: ``4430.2`` -> ``"4,430"``, ``0.0312`` ->
+  ``"0.0312"``."""
+  if abs(value) >= 1000:
+    return f"{float(f'{value:.3g}'):,.0f}"
+  return f"{value:.3g}"
+
+
+def _memory(r: dict[str, Any]) -> str:
+  if r["peak_memory_bytes"] is None:
+    return "n/a"
+  kind = "device" if r["peak_memory_kind"].startswith("device") else "RSS"
+  return f"{r['peak_memory_bytes'] / 2**20:,.0f} MiB {kind}"
+
+
+def _row(r: dict[str, Any]) -> list[str]:
+  bound = r["bound"]
+  return [
+    r["precision"],
+    str(r["batch"]),
+    str(r["images"]),
+    f"{r['compile_s']:.1f}",
+    f"{r['samples_per_s']:,.0f}",
+    _num(r["seconds_per_image"]),
+    _memory(r),
+    "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.2g}%",
+    "n/a" if bound is None else f"{bound['bound']} {_num(bound['bound_s'])} s",
+    "n/a" if r["bound_fraction"] is None else f"{100 * r['bound_fraction']:.2g}%",
+  ]
+
+
+_HEADER = [
+  "precision",
+  "batch",
+  "images",
+  "compile s",
+  "samples/s",
+  "s/image",
+  "peak memory",
+  "MFU",
+  "bound s/image",
+  "of bound",
+]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+  widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+  return [
+    "  ".join(
+      c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+    )
+    for row in rows
+  ]
+
+
+def _sweep_lines(points: list[dict[str, Any]]) -> list[str]:
+  out = []
+  for p in dict.fromkeys(q["precision"] for q in points):
+    pts = ", ".join(
+      f"{q['batch']}: {q['samples_per_s']:,.0f}" for q in points if q["precision"] == p
+    )
+    out.append(f"samples/s by batch size, {p}: {pts}")
+  return out
+
+
+def lines(doc: dict[str, Any]) -> list[str]:
+  """The report of a benchmark as lines of text."""
+  m = doc["model"]
+  shape = "x".join(str(d) for d in m["input_shape"])
+  denoiser = f", behind the denoiser {m['denoiser']}" if m["denoiser"] else ""
+  out = [
+    f"{m['name']}: {m['kind']}{denoiser}, input {shape}, {m['num_classes']} classes, "
+    f"sigma {m['sigma']:g}"
+    + (f", pack {m['pack']}" if m["pack"] > 1 else "")
+    + (f", {m['fold_bn_pairs']} batch norms folded" if m["fold_bn_pairs"] else ""),
+    _peaks_line(doc),
+    f"FLOPs per sample: {_si(doc['flops_per_sample'], 'FLOP')} (2 x the multiply-adds of the "
+    f"matmuls and convolutions, counted in the program); inputs: {doc['inputs']}",
+    _n_line(doc),
+    "",
+    *_table([_HEADER, *(_row(r) for r in doc["results"])]),
+  ]
+  out += [f"note: {n}" for n in m["notes"]]
+  out += _sweep_lines(doc["sweep"])
+  return out
+
+
+def write_json(path: str, doc: dict[str, Any]) -> str:
+  """Writes ``doc`` to ``path`` (its folder made), indented; returns the path."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(doc, f, indent=2)
+    f.write("\n")
+  return path

@@ -1,0 +1,186 @@
+"""``rsjax bench`` (``rsjax.bench``): FLOPs per sample against hand counts, the extrapolation
+to the target N, the peaks tables, the JSON and the plot of a tiny run, one-line errors."""
+
+import importlib.util
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from rsjax import cli, models
+from rsjax.bench import costs, harness, peaks, run
+from rsjax.launch.errors import CliError
+
+# A run small enough for a test: N 1000 measured at 64, n0 16, one timed image.
+FAST = ["--N", "1000", "--N0", "16", "--measure-n", "64", "--images", "1", "--quiet"]
+
+
+def _lenet_hand_count() -> tuple[int, int]:
+  """LeNet-5 at 28x28x1 (``rsjax.models.LeNet``): 2 x multiply-adds, output elements."""
+  conv1 = 28 * 28 * 6 * (5 * 5 * 1)  # padding 2: 28x28 outputs, 6 channels
+  conv2 = 10 * 10 * 16 * (5 * 5 * 6)  # after a 2x2 pool: 14x14 -> 10x10, 16 channels
+  fc = 400 * 120 + 120 * 84 + 84 * 10
+  elements = 28 * 28 * 6 + 10 * 10 * 16 + 120 + 84 + 10
+  return 2 * (conv1 + conv2 + fc), elements
+
+
+@pytest.mark.parametrize(
+  "name, hand",
+  [
+    ("mlp", (2 * (784 * 256 + 256 * 256 + 256 * 10), 256 + 256 + 10)),
+    ("lenet", _lenet_hand_count()),
+  ],
+)
+def test_flops_per_sample_equal_the_hand_count(name, hand):
+  model = models.create_model(name, num_classes=10, input_shape=(28, 28, 1), rngs=0)
+  apply_fn, params = models.to_apply_fn(model)
+  assert costs.op_costs(apply_fn, params, (28, 28, 1)) == hand
+  assert costs.op_costs(apply_fn, params, (28, 28, 1), batch=3) == hand
+
+
+def test_the_benchmarks_import_the_counts_and_peaks_from_the_package():
+  from benchmarks import costs as bench_costs
+  from benchmarks import roofline
+
+  assert bench_costs.op_costs is costs.op_costs
+  assert roofline.bound_seconds is peaks.bound_seconds
+  assert roofline.DEVICE_PEAKS is peaks.DEVICE_PEAKS
+
+
+def test_extrapolation_at_the_measured_samples_per_second():
+  assert harness.extrapolate(0.5, 2_100, 100_100) == pytest.approx(0.5 * 100_100 / 2_100)
+  t = harness.Throughput(
+    precision="float32",
+    batch=100,
+    compile_s=1.0,
+    first_call_s=1.5,
+    seconds=(0.2, 0.4),
+    measured_samples=2_100,
+    target_samples=100_100,
+    peak_memory={"bytes": None, "kind": "x"},
+  )
+  assert t.seconds_per_image_measured == pytest.approx(0.3)
+  assert t.samples_per_s == pytest.approx(2_100 / 0.3)
+  assert t.seconds_per_image == pytest.approx(100_100 / (2_100 / 0.3))
+  p = peaks.Peaks("x", 1e12, None, 4e12, 1e11, "test")
+  f = harness.figures(t, 1e6, 1000, p)
+  assert f["mfu"] == pytest.approx(1e6 * t.samples_per_s / 1e12)
+  assert f["bound"]["compute_s"] == pytest.approx(1e6 * 100_100 / 1e12)
+  assert f["bound"]["memory_s"] == pytest.approx(2.5 * 1000 * 4 * 100_100 / 1e11)
+  assert f["bound_fraction"] == pytest.approx(f["bound"]["bound_s"] / t.seconds_per_image)
+  assert harness.figures(t, 1e6, 1000, None)["mfu"] is None
+  tf32 = harness.Throughput(**{**t.__dict__, "precision": "tf32"})
+  assert harness.figures(tf32, 1e6, 1000, p)["mfu"] is None  # no TF32 unit: no MFU
+
+
+def test_measured_n_from_the_flops_and_the_peak():
+  kw = dict(n0=100, target_n=100_000, cap=2000)
+  assert harness.choose_measure_n(flops_per_sample=6e5, peak_flops=1e11, **kw) == 2000
+  assert harness.choose_measure_n(flops_per_sample=3.6e9, peak_flops=1e11, **kw) == 50
+  n = harness.choose_measure_n(flops_per_sample=8e7, peak_flops=1e11, **kw)
+  assert n == 1400  # 0.3 x 1e11 / 8e7 x 4 s - 100 = 1400
+  assert harness.choose_measure_n(flops_per_sample=8e7, peak_flops=None, **kw) == 2000
+  small = {**kw, "target_n": 500}
+  assert harness.choose_measure_n(flops_per_sample=1.0, peak_flops=1e11, **small) == 500
+
+
+def test_published_peaks_by_device_kind():
+  assert peaks.published_peaks("NVIDIA H100 80GB HBM3").name == "H100 SXM"
+  assert peaks.published_peaks("NVIDIA A100-SXM4-80GB").bf16 == 312e12
+  assert peaks.published_peaks("TPU v4").bandwidth == 1.2e12
+  assert peaks.published_peaks("TPU v5 lite").name == "TPU v5e"
+  assert peaks.published_peaks("TPU v5p").name == "TPU v5p"
+  assert peaks.published_peaks("TPU v5").name == "TPU v5p"
+  assert peaks.published_peaks("cpu") is None
+  assert peaks.PUBLISHED["TPU v5e"].flops("tf32") is None
+  assert peaks.PUBLISHED["H200"].flops("bfloat16") == peaks.PUBLISHED["H100"].flops("bf16")
+
+
+def test_precisions_are_checked_against_the_device():
+  cpu = jax.devices("cpu")[0]
+  assert run.check_precisions(["fp32", "bf16", "float32"], cpu) == ("float32", "bfloat16")
+  with pytest.raises(CliError, match="unknown precision 'fp16'"):
+    run.check_precisions(["fp16"], cpu)
+  with pytest.raises(CliError, match="has no TensorFloat-32"):
+    run.check_precisions(["tf32"], cpu)
+
+
+def test_bench_writes_every_figure_and_the_plot(tmp_path, capsys):
+  out, png = tmp_path / "b.json", tmp_path / "b.png"
+  argv = ["bench", "--arch", "mlp", *FAST, "--json", str(out), "--plot", str(png)]
+  assert cli.main(argv) == 0
+  text = capsys.readouterr().out
+  assert "measured at N = 64, extrapolated" in text and "samples/s" in text
+  doc = json.loads(out.read_text())
+  assert doc["command"] == "rsjax " + " ".join(argv)
+  assert doc["flops_per_sample"] == 2 * (784 * 256 + 256 * 256 + 256 * 10)
+  assert doc["model"]["kind"] == "architecture (random weights)"
+  assert {"platform", "device_kind", "cpu", "cores", "versions"} <= set(doc["machine"])
+  assert doc["machine"]["versions"]["jax"] == jax.__version__
+  assert doc["peaks"]["fp32"] > 0 and doc["peaks"]["bandwidth"] > 0  # the CPU probe
+  (r,) = doc["results"]
+  assert r["precision"] == "float32" and r["measured_n"] == 64 and r["extrapolated"]
+  assert r["images"] == 1 and r["compile_s"] > 0 and r["peak_memory_bytes"] > 0
+  assert "RSS" in r["peak_memory_kind"]
+  assert r["samples_per_s"] == pytest.approx((16 + 64) / r["seconds_per_image_measured"])
+  assert r["seconds_per_image"] == pytest.approx((16 + 1000) / r["samples_per_s"])
+  assert r["mfu"] == pytest.approx(
+    doc["flops_per_sample"] * r["samples_per_s"] / doc["peaks"]["fp32"]
+  )
+  assert r["bound"]["bound"] in ("compute", "memory") and 0 < r["bound_fraction"]
+  assert doc["sweep"] and all(p["samples_per_s"] > 0 for p in doc["sweep"])
+  assert np.all(np.diff([p["batch"] for p in doc["sweep"]]) > 0)
+  assert png.stat().st_size > 0 and doc["plot"] == str(png)
+
+
+def test_bench_of_a_model_directory_behind_a_denoiser(tmp_path, capsys):
+  """A model directory as ``rsjax convert`` writes one, with a small DnCNN in front (the
+  denoiser pipeline), at two precisions; --pack on a model without a narrow stage is a note."""
+  from rsjax.denoise import workdir
+
+  model = models.create_model("mlp", num_classes=10, input_shape=(8, 8, 1), rngs=0)
+  config = {"model": "mlp", "num_classes": 10, "input_shape": [8, 8, 1]}
+  models.save_model(tmp_path / "m", model, config)
+  kwargs = {"channels": 1, "depth": 2, "features": 4}
+  denoiser = workdir.build_denoiser("dncnn", kwargs)
+  workdir.save_denoiser(
+    tmp_path / "d", denoiser, {"kind": "dncnn", "model_kwargs": kwargs, "input_shape": [8, 8, 1]}
+  )
+  argv = ["bench", str(tmp_path / "m"), "--denoiser", str(tmp_path / "d"), *FAST]
+  more = ["--precision", "fp32,bf16", "--pack", "2", "--json", str(tmp_path / "j")]
+  assert cli.main([*argv, *more]) == 0
+  out = capsys.readouterr().out
+  assert "behind the denoiser" in out and "note: --pack 2:" in out and "runs unpacked" in out
+  doc = json.loads((tmp_path / "j").read_text())
+  assert [r["precision"] for r in doc["results"]] == ["float32", "bfloat16"]
+  assert doc["model"]["pack"] == 1 and doc["model"]["sigma"] == 0.25
+
+
+@pytest.mark.parametrize(
+  "argv, needle",
+  [
+    (["bench", "nosuchmodel"], "unknown model 'nosuchmodel'"),
+    (["bench", "--arch", "nosuchnet"], "unknown model 'nosuchnet'"),
+    (["bench", "--arch", "lenet", "--precision", "fp16"], "unknown precision 'fp16'"),
+    (["bench", "--arch", "lenet", "--precision", "tf32"], "has no TensorFloat-32"),
+    (["bench", "--arch", "lenet", "--twin"], "benchmarks.throughput --suite gpu"),
+    (["bench"], "give one model"),
+    (["bench", "--arch", "lenet", "--resize", "32"], "--resize needs --input-shape"),
+  ],
+)
+def test_errors_are_one_line(argv, needle, capsys):
+  assert cli.main(argv) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and needle in err, err
+
+
+def test_twin_without_torch_says_so(monkeypatch):
+  from rsjax.cli import bench
+
+  real = importlib.util.find_spec
+  monkeypatch.setattr(
+    importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+  )
+  message = str(bench.twin_error())
+  assert "--twin needs PyTorch, which is not installed" in message and "\n" not in message
