@@ -153,7 +153,7 @@ def certify_run(
   (``resume=False``), so a rerun never mixes rows of two runs.
   """
   import rsjax
-  from rsjax import io, launch, methods, models, record, runner, runspec
+  from rsjax import canonical, io, launch, methods, models, record, runner, runspec
 
   apply_fn, params = models.to_apply_fn(model)
   config = models.read_config(workdir)
@@ -163,6 +163,7 @@ def certify_run(
       architecture=config.get("model"),
       source="model_dir",
       path=repo_path(workdir),
+      config=canonical.model_config_digest(config),
     ),
     data=runspec.DataRef(
       name=dataset.name,

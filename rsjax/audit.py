@@ -246,7 +246,17 @@ def _model_check(run: RunSpec, loaded: launch.Loaded) -> Check:
     why = f"the model's parameters (fingerprint {fp}) are not the run's "
     return Check("model", False, why + f"({run.model.fingerprint}): another checkpoint")
   config = model_config_digest(loaded.config)
-  if run.model.config is not None and config != run.model.config:
+  if run.model.config is None:
+    why = (
+      "the run records no configuration digest of its model (model.config), so no model "
+      "directory can be shown to be the run's (the same parameters may be built another way)"
+    )
+    return Check("model", False, why)
+  named = launch.architecture_of(loaded.config, torch=run.model.source == "torch_checkpoint")
+  if run.model.architecture != named:
+    why = f"the run names the architecture {run.model.architecture!r}, the model is {named!r}"
+    return Check("model", False, why)
+  if config != run.model.config:
     why = (
       f"the model's configuration (digest {config[:16]}) is not the run's "
       f"({run.model.config[:16]}): the same parameters built another way "

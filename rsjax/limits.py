@@ -70,6 +70,8 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 #: entry would be claimed, and hashed into the key, without meaning anything.
 SAMPLING_KEYS = frozenset({"n0", "n", "alpha", "noise", "compute_dtype", "precision", "pack"})
 PACKS = (1, 2, 4)
+#: Where a run's model came from (``rsjax.runspec.ModelRef.source``).
+MODEL_SOURCES = ("model_dir", "torch_checkpoint", "library")
 #: The fields of a record's ``model`` (``rsjax.runspec.ModelRef``; a test keeps them equal).
 MODEL_FIELDS = frozenset(
   {
@@ -273,7 +275,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SIZE = re.compile(r"[1-9][0-9]{0,4}x[1-9][0-9]{0,4}")
 
 
-def check_model_fields(m: Mapping) -> None:
+def check_model_fields(m: Mapping, *, bound: bool = False) -> None:
   """A record's ``model`` holds ``rsjax.runspec.ModelRef``'s fields only, and the PyTorch
   ones only for a PyTorch checkpoint (else they would be claimed, and hashed, meaning
   nothing).
@@ -285,7 +287,16 @@ def check_model_fields(m: Mapping) -> None:
   other = sorted(set(m) - names)
   if other:
     raise FieldError(f"model.{other[0]} is not a model field ({', '.join(sorted(names))})")
+  if m.get("source", "library") not in MODEL_SOURCES:
+    raise FieldError(
+      f"model.source must be one of {list(MODEL_SOURCES)}, got {shown(m.get('source'))}"
+    )
   config = m.get("config")
+  if bound and config is None and m.get("source") != "library":
+    raise FieldError(
+      "model.config is missing: a bound run (rsjax-run/3) of a loaded model names the digest "
+      "of the configuration it was built from"
+    )
   if config is not None and not (isinstance(config, str) and _HEX64.fullmatch(config)):
     raise FieldError(f"model.config must be a SHA-256 in hex, got {shown(config)}")
   resize = m.get("resize")
@@ -298,3 +309,51 @@ def check_model_fields(m: Mapping) -> None:
           f"model.{name} is set, but the model is not a PyTorch checkpoint "
           f"(source {m.get('source')!r})"
         )
+
+
+#: The entries of each part of a run record (``rsjax.runspec.RunSpec.to_json``; a test
+#: keeps them equal) and the JSON type of the ones a reader reads as text or a flag. An entry
+#: certify never writes would be claimed, and hashed, without meaning anything.
+RECORD_SHAPE: dict[str, frozenset[str]] = {
+  "": frozenset(
+    {"format", "command", "model", "data", "sigma", "sampling", "method", "key", "versions"}
+  ),
+  "data": frozenset(
+    {"name", "split", "size", "input_shape", "num_classes", "start", "stop", "skip"}
+  ),
+  "sigma": frozenset({"value", "source"}),
+  "method": frozenset({"name", "options", "multiclass", "details"}),
+  "key": frozenset({"seed", "fold_in", "derivation", "claim"}),
+}
+_TYPES: tuple[tuple[str, str, type], ...] = (
+  ("", "command", str),
+  ("data", "name", str),
+  ("data", "split", str),
+  ("sigma", "source", str),
+  ("method", "name", str),
+  ("method", "multiclass", bool),
+  ("method", "options", dict),
+)
+
+
+def check_record_shape(rec: Mapping) -> None:
+  """A run record holds the entries certify writes, no other, and its text and flags are
+  JSON strings and booleans (``"false"`` is not false).
+
+  Raises:
+    FieldError: naming the first entry that is not what it should be.
+  """
+  for part, names in RECORD_SHAPE.items():
+    section = rec if not part else rec.get(part)
+    if not isinstance(section, Mapping):
+      raise FieldError(f"{part} must be a JSON object, got {shown(section)}")
+    other = sorted(set(section) - names)
+    if other:
+      where = f"{part}.{other[0]}" if part else other[0]
+      raise FieldError(f"{where} is not an entry of a run record ({', '.join(sorted(names))})")
+  for part, name, kind in _TYPES:
+    section = rec if not part else rec[part]
+    value = section.get(name)
+    if name in section and type(value) is not kind:
+      where = f"{part}.{name}" if part else name
+      raise FieldError(f"{where} must be a JSON {kind.__name__}, got {shown(value)}")

@@ -335,6 +335,7 @@ class RunSpec:
         "by hand; certify the run again with this rsjax (--overwrite)"
       )
     try:
+      limits.check_record_shape(rec)  # the entries certify writes, and their types
       limits.check_run_record(rec)  # the numbers, before anything is built from them
       m, d, mt, k = rec["model"], rec["data"], rec["method"], rec["key"]
       if k.get("derivation") != _DERIVATIONS[rec["format"]]:
@@ -351,7 +352,7 @@ class RunSpec:
       )
       if not data.name or data.skip < 1 or data.start < 0 or data.size < 0 or data.num_classes < 1:
         raise RunFormatError(f"{where}: impossible data range {d}")
-      limits.check_model_fields(m)
+      limits.check_model_fields(m, bound=rec["format"] == FORMAT)
       return cls(
         model=ModelRef(
           **{f.name: m.get(f.name) for f in dataclasses.fields(ModelRef) if f.name in m}

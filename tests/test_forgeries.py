@@ -1164,3 +1164,52 @@ def test_ddrs_sigmas_stated_higher_than_drawn_fail_the_audit(model, tmp_path):
   assert verify.verify(f).ok  # the radii follow from the stated sigmas: only the model can tell
   rep = audit.audit(f, model_dir=model, rows="all", seed=0)
   assert not rep.ok and "sigma" in rep.reason, rep.reason
+
+
+# ----------------------------------------------------------------------------- the third red team
+# The configuration check was skipped when a record left model.config out: a run certified with
+# the same parameters built another way (a normalization in config.json), its config dropped,
+# passed verify and `audit --rows all` given the forger's model directory.
+
+
+@pytest.mark.parametrize(
+  "edit, why",
+  [
+    (lambda r: r["model"].pop("config") and None, "model.config is missing"),
+    (lambda r: r["model"].update(source="elsewhere"), "model.source must be one of"),
+    (lambda r: r["method"].update(multiclass="false"), "method.multiclass must be a JSON bool"),
+    (lambda r: r["method"].update(alpha=0.5), "method.alpha is not an entry"),
+    (lambda r: r["data"].update(count=3), "data.count is not an entry"),
+    (lambda r: r["sigma"].update(scale=2), "sigma.scale is not an entry"),
+    (lambda r: r.update(note="x"), "note is not an entry"),
+  ],
+)
+def test_a_record_part_certify_never_writes_is_refused(run40, tmp_path, edit, why):
+  f = copy_run(run40, tmp_path / "p.tsv")
+  edit_run(f, edit)
+  with pytest.raises(verify.VerifyError, match=why):
+    verify.verify(f)
+
+
+def test_the_audit_needs_the_configuration_and_the_architecture_named(model, run40, tmp_path):
+  f = copy_run(run40, tmp_path / "a.tsv")
+  edit_run(
+    f, lambda r: r["model"].update(source="library", config=None) or r["model"].pop("config")
+  )
+  assert verify.verify(f).ok  # a model built in code: nothing to load, nothing to compare
+  rep = audit.audit(f, model_dir=model, rows=1, seed=0)
+  assert not rep.ok and "records no configuration digest" in rep.reason, rep.reason
+  g = copy_run(run40, tmp_path / "b.tsv")
+  edit_run(g, lambda r: r["model"].update(architecture="resnet110"))
+  rep = audit.audit(g, model_dir=model, rows=1, seed=0)
+  assert not rep.ok and "architecture 'resnet110'" in rep.reason, rep.reason
+
+
+def test_the_record_shape_table_is_what_certify_writes(run40):
+  from rsjax import limits
+
+  rec = json.loads((run40.parent / (run40.name + ".run.json")).read_text())
+  for part, names in limits.RECORD_SHAPE.items():
+    section = rec if not part else rec[part]
+    assert set(section) <= names, part
+  assert set(rec) == limits.RECORD_SHAPE[""]

@@ -17,6 +17,7 @@ from rsjax.launch.loading import open_dataset as open_dataset
 from rsjax.launch.loading import open_model_dir as open_model_dir
 from rsjax.launch.loading import open_torch_checkpoint as open_torch_checkpoint
 from rsjax.launch.spec import Loaded as Loaded
+from rsjax.launch.spec import architecture_of as architecture_of
 from rsjax.launch.spec import batch_of as batch_of
 from rsjax.launch.spec import key as key
 from rsjax.launch.spec import load as load
@@ -28,6 +29,7 @@ __all__ = [
   "CliError",
   "Loaded",
   "Report",
+  "architecture_of",
   "batch_of",
   "flags",
   "key",

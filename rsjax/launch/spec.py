@@ -25,7 +25,17 @@ if TYPE_CHECKING:
   from rsjax.method import Plan
   from rsjax.runspec import RunSpec
 
-__all__ = ["Loaded", "batch_of", "key", "load", "pack_of", "plan", "run_from_flags", "settings"]
+__all__ = [
+  "Loaded",
+  "architecture_of",
+  "batch_of",
+  "key",
+  "load",
+  "pack_of",
+  "plan",
+  "run_from_flags",
+  "settings",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +212,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   torch = args.torch_checkpoint is not None
   ref = ModelRef(
     fingerprint=runner.fingerprint(params),
-    architecture=config.get("torch_arch" if torch else "model") or config.get("model"),
+    architecture=architecture_of(config, torch=torch),
     source="torch_checkpoint" if torch else "model_dir",
     path=args.torch_checkpoint if torch else args.model_dir,
     torch_arch=args.torch_arch if torch else None,
@@ -234,6 +244,12 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     out=args.outfile,
   )
   return run, Loaded(model, config, ds, apply_fn, params, args.model_dir)
+
+
+def architecture_of(config: dict, *, torch: bool) -> str | None:
+  """The architecture a run names for a model of this configuration (a PyTorch
+  checkpoint's ``torch_arch``, else the configuration's ``model``)."""
+  return config.get("torch_arch" if torch else "model") or config.get("model")
 
 
 def batch_of(args: argparse.Namespace) -> int | str:
