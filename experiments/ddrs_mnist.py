@@ -34,18 +34,19 @@ each row file a run that ``rsjax verify`` accepts).
 
 Numbers produced (``--quick``, seed 0, 50 test digits, N = 2,000, alpha = 0.001;
 every row file a run of ``rsjax.launch.run``, so the noise comes from the run's
-key: seed 0 folded with 1 and the run's claim, all 256 bits of its digest; the
-certifications rerun over the trained models in ``runs/ddrs_quick``, 7 min 58 s
-wall on 2 CPU cores shared with other jobs (202 s user); from an empty
+key: seed 0 folded with 1 and the run's claim, all 256 bits of its digest (the
+model's configuration digest among them); the certifications rerun over the trained
+models in ``runs/ddrs_quick``, 4 min 40 s wall on 2 CPU cores shared with other
+jobs (193 s user); from an empty
 ``runs/ddrs_quick`` it took 11 min 3 s, training included)::
 
                 sigma0 = 0.25                                sigma0 = 0.5
                 ACR    cert. acc. at r = 0 .25 .5 .75 1  sigma   ACR    cert. acc. at r = 0 .25 .5 .75 1  sigma
-  fixed         0.606  0.96 0.94 0.84 0.00 0.00  0.25+-0.00   0.821  0.94 0.86 0.74 0.60 0.48  0.50+-0.00
-  ddrs-paper    0.645  0.96 0.94 0.84 0.00 0.00  0.27+-0.00   0.821  0.94 0.86 0.74 0.60 0.44  0.51+-0.00
-  ddrs-tuned    0.895  0.96 0.94 0.84 0.68 0.50  0.56+-0.18   0.802  0.94 0.86 0.72 0.60 0.34  0.66+-0.16
-  ddrs-trained  0.914  0.96 0.94 0.84 0.68 0.44  0.57+-0.18   0.808  0.92 0.86 0.76 0.60 0.36  0.66+-0.15
-  ddrs-macer    0.894  0.96 0.94 0.84 0.66 0.40  0.56+-0.20   0.816  0.94 0.86 0.78 0.58 0.36  0.67+-0.21
+  fixed         0.605  0.96 0.94 0.84 0.00 0.00  0.25+-0.00   0.827  0.94 0.86 0.74 0.60 0.46  0.50+-0.00
+  ddrs-paper    0.647  0.96 0.94 0.84 0.00 0.00  0.27+-0.01   0.829  0.94 0.84 0.74 0.60 0.48  0.51+-0.00
+  ddrs-tuned    0.908  0.96 0.94 0.84 0.68 0.48  0.55+-0.17   0.810  0.94 0.86 0.72 0.60 0.36  0.65+-0.17
+  ddrs-trained  0.910  0.96 0.94 0.84 0.68 0.48  0.57+-0.18   0.809  0.94 0.88 0.76 0.60 0.38  0.67+-0.16
+  ddrs-macer    0.891  0.96 0.94 0.84 0.66 0.42  0.56+-0.19   0.823  0.96 0.86 0.78 0.60 0.32  0.67+-0.20
 
 (sigma: mean +- sd of the optimized sigma; the memory step changed 0
 certificates in every DDRS row. ``rsjax verify runs/ddrs_quick/*.tsv`` checks
@@ -53,15 +54,15 @@ every row: Cohen's radius at the row's sigma from its counts, then the memory.)
 
 What this shows, honestly: the paper's step (1e-4, K = 100, 1 draw) moves sigma
 by <= 0.02 (the bound K x step x 2.05), so its rows equal the fixed-sigma ones
-(up to two digits at r = 1 at sigma0 0.5) except for the slightly larger cap. With a
-step of 1e-2 and 8 draws sigma grows (10%-90% quantiles 0.33-0.78 at sigma0 0.25)
+(up to one digit at sigma0 0.5) except for the slightly larger cap. With a step
+of 1e-2 and 8 draws sigma grows (10%-90% quantiles 0.36-0.78 at sigma0 0.25)
 and radii beyond 0.675 appear; but N = 2,000 caps any radius at 2.70 sigma
 (0.675 at sigma 0.25), so much of that gain is the cap lifted by a larger
 sigma. At sigma0 0.5, where the cap (1.35) is not binding, the tuned ascent
-*lowers* ACR (0.802 vs 0.821): a larger sigma costs accuracy at r = 1.0 (0.34
-vs 0.48). DDRS training (Algorithm 2) adds little (0.895 -> 0.914; 0.802 ->
-0.808); DDRS + MACER (lbd 0.5) is the best of the rows whose sigma moves at 0.5
-(0.816; r = 0.5: 0.78 vs 0.74 fixed) but still below fixed sigma at r = 1.0.
+*lowers* ACR (0.810 vs 0.827): a larger sigma costs accuracy at r = 1.0 (0.36
+vs 0.46). DDRS training (Algorithm 2) adds little (0.908 -> 0.910; 0.810 ->
+0.809); DDRS + MACER (lbd 0.5) is the best of the rows whose sigma moves at 0.5
+(0.823; r = 0.5: 0.78 vs 0.74 fixed) but below fixed sigma at r = 1.0 (0.32).
 With 50 test digits one digit is 0.02, so most of these differences are within
 noise. None of the DDRS rows certifies a fixed smoothed classifier
 (memory-based guarantee only, ``sound`` False). The memory step changed no

@@ -124,3 +124,18 @@ def test_committed_checkpoints_name_no_machine_path(tmp_path):
   (step.parent / "commit_success.txt").write_text("Checkpoint commit was successful")
   assert _common.strip_checkpoint_paths(str(tmp_path)) == 1
   assert (step / "commit_success.txt").read_text() == "Checkpoint commit was successful"
+
+
+def test_every_committed_result_file_verifies():
+  """Every certify file under results/ is a run ``rsjax verify`` accepts (counts, bounds,
+  radii, labels against the dataset, the claim bound into the key)."""
+  import pathlib
+
+  from rsjax import verify
+
+  root = pathlib.Path(__file__).resolve().parent.parent / "results"
+  files = sorted(p for p in root.rglob("*.tsv") if (p.parent / (p.name + ".run.json")).exists())
+  assert len(files) >= 5, files
+  for f in files:
+    report = verify.verify(f)
+    assert report.ok, report.summary()
