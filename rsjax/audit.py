@@ -137,9 +137,10 @@ class AuditReport:
 
   def summary(self) -> str:
     if self.ok:
+      said = "".join(f"; {c.detail}" for c in self.checks if c.name == "data file")
       return (
         f"audit passed: {self.path}, {len(self.rows)} rows re-drawn with identical counts "
-        f"(seed {self.seed}); {self.power()}"
+        f"(seed {self.seed}); {self.power()}{said}"
       )
     return f"audit FAILED: {self.path}: {self.reason} (seed {self.seed})"
 
@@ -211,9 +212,25 @@ def audit(
   except launch.CliError as e:
     raise AuditError(str(e)) from None
   checks = [_verify_check(p, data_dir, loaded.dataset), _model_check(run, loaded)]
+  if run.data.file_sha256 is not None:  # the inputs came with the run: the file's, bound
+    checks.append(_data_file_check(run))
   chosen = _choose(run, rows, seed)
   checks.extend(_drawn_checks(p, run, loaded, chosen, batch_size, data_dir))
   return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
+
+
+def _data_file_check(run: RunSpec) -> Check:
+  """Whether the array file the audit loaded is the one the run certified (its SHA-256)."""
+  have = launch.loading.file_sha256(run.data.name)
+  ok = have == run.data.file_sha256
+  why = (
+    f"the inputs are the array file {run.data.name} the run supplied (SHA-256 {have[:16]}): "
+    "bound, but chosen by the run's author, not a dataset a reviewer loads by name"
+    if ok
+    else f"the array file {run.data.name} (SHA-256 {str(have)[:16]}) is not the run's "
+    f"({str(run.data.file_sha256)[:16]})"
+  )
+  return Check("data file", ok, why)
 
 
 def _read_run(p: str) -> RunSpec:

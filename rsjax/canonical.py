@@ -13,7 +13,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MODEL_CONFIG_KEYS", "digest", "model_config_digest", "unique_keys", "words"]
+__all__ = [
+  "MODEL_CONFIG_KEYS",
+  "digest",
+  "model_config_digest",
+  "read_json",
+  "unique_keys",
+  "words",
+]
 
 #: The entries of a model's configuration (``config.json``) that define its function: it is
 #: built as ``create_model(model, num_classes=..., input_shape=..., **model_kwargs)``.
@@ -49,3 +56,18 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict:
     twice = sorted({k for k, _ in pairs if sum(1 for j, _ in pairs if j == k) > 1})
     raise ValueError(f"the key {twice[0]!r} appears twice in one object")
   return out
+
+
+def read_json(path: str) -> Any:
+  """A JSON file whose objects have no key twice (which value would a reader see?).
+
+  Raises:
+    ValueError: not valid JSON, a key twice, or nested too deeply (one line each).
+  """
+  with open(path, encoding="utf-8") as f:
+    try:
+      return json.load(f, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"not valid JSON ({e})") from None
+    except RecursionError:
+      raise ValueError("nested too deeply") from None

@@ -70,6 +70,10 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 #: entry would be claimed, and hashed into the key, without meaning anything.
 SAMPLING_KEYS = frozenset({"n0", "n", "alpha", "noise", "compute_dtype", "precision", "pack"})
 PACKS = (1, 2, 4)
+#: How a run's sigma was given (``rsjax.runspec.RunSpec.sigma_source``).
+SIGMA_SOURCES = ("flag", "model", "library")
+#: The packages a run record names the versions of (``rsjax.record.versions``).
+VERSION_KEYS = frozenset({"rsjax", "numpy", "scipy", "jax", "jaxlib"})
 #: Where a run's model came from (``rsjax.runspec.ModelRef.source``).
 MODEL_SOURCES = ("model_dir", "torch_checkpoint", "library")
 #: The fields of a record's ``model`` (``rsjax.runspec.ModelRef``; a test keeps them equal).
@@ -319,7 +323,7 @@ RECORD_SHAPE: dict[str, frozenset[str]] = {
     {"format", "command", "model", "data", "sigma", "sampling", "method", "key", "versions"}
   ),
   "data": frozenset(
-    {"name", "split", "size", "input_shape", "num_classes", "start", "stop", "skip"}
+    {"name", "split", "size", "input_shape", "num_classes", "start", "stop", "skip", "file_sha256"}
   ),
   "sigma": frozenset({"value", "source"}),
   "method": frozenset({"name", "options", "multiclass", "details"}),
@@ -330,6 +334,7 @@ _TYPES: tuple[tuple[str, str, type], ...] = (
   ("data", "name", str),
   ("data", "split", str),
   ("sigma", "source", str),
+  ("data", "file_sha256", str),
   ("method", "name", str),
   ("method", "multiclass", bool),
   ("method", "options", dict),
@@ -351,6 +356,28 @@ def check_record_shape(rec: Mapping) -> None:
     if other:
       where = f"{part}.{other[0]}" if part else other[0]
       raise FieldError(f"{where} is not an entry of a run record ({', '.join(sorted(names))})")
+  d = rec["data"]
+  named_file = isinstance(d.get("name"), str) and d["name"].lower().endswith(".npz")
+  if rec.get("format") == "rsjax-run/3" and named_file and d.get("file_sha256") is None:
+    raise FieldError(
+      "data.file_sha256 is missing: a bound run of an array-file dataset names the SHA-256 "
+      "of the file's contents"
+    )
+  if d.get("file_sha256") is not None and not _HEX64.fullmatch(str(d["file_sha256"])):
+    raise FieldError(f"data.file_sha256 must be a SHA-256 in hex, got {shown(d['file_sha256'])}")
+  source = rec["sigma"].get("source")
+  if source not in SIGMA_SOURCES:
+    raise FieldError(f"sigma.source must be one of {list(SIGMA_SOURCES)}, got {shown(source)}")
+  versions = rec.get("versions", {})
+  if not (
+    isinstance(versions, Mapping)
+    and set(versions) <= VERSION_KEYS
+    and all(v is None or isinstance(v, str) for v in versions.values())
+  ):
+    raise FieldError(
+      f"versions must map {', '.join(sorted(VERSION_KEYS))} to version strings, "
+      f"got {shown(versions)}"
+    )
   for part, name, kind in _TYPES:
     section = rec if not part else rec[part]
     value = section.get(name)

@@ -166,6 +166,8 @@ class DataRef:
     num_classes: C.
     start, stop, skip: the declared indices ``start, start + skip, ...`` below
       ``stop`` (-1: the split's end); a complete run has exactly these rows.
+    file_sha256: for a dataset given as an array file (``name`` its path), the SHA-256 of
+      its contents: the run's author supplied the inputs, and this binds which.
   """
 
   name: str
@@ -176,6 +178,7 @@ class DataRef:
   start: int = 0
   stop: int = -1
   skip: int = 1
+  file_sha256: str | None = None
 
   def indices(self) -> range:
     """The declared dataset indices, in order (a ``range``)."""
@@ -287,7 +290,7 @@ class RunSpec:
   def to_json(self) -> dict:
     """The run record (a JSON object): every field once, ``out`` left out."""
     model = {k: v for k, v in dataclasses.asdict(self.model).items() if v is not None}
-    data = dataclasses.asdict(self.data)
+    data = {k: v for k, v in dataclasses.asdict(self.data).items() if v is not None}
     data["input_shape"] = [int(d) for d in self.data.input_shape]
     method = {
       "name": self.method,
@@ -349,6 +352,7 @@ class RunSpec:
         start=int(d["start"]),
         stop=int(d["stop"]),
         skip=int(d["skip"]),
+        file_sha256=d.get("file_sha256"),
       )
       if not data.name or data.skip < 1 or data.start < 0 or data.size < 0 or data.num_classes < 1:
         raise RunFormatError(f"{where}: impossible data range {d}")
@@ -415,15 +419,10 @@ class RunSpec:
       raise RunFormatError(
         f"{p!r} has no run record ({os.path.basename(rec_path)}): certify it with this rsjax"
       )
-    with open(rec_path, encoding="utf-8") as f:
-      try:
-        rec = json.load(f, object_pairs_hook=canonical.unique_keys)
-      except json.JSONDecodeError as e:
-        raise RunFormatError(f"run record {rec_path!r} is not valid JSON ({e})") from None
-      except ValueError as e:  # a key twice: which value would a reader see?
-        raise RunFormatError(f"run record {rec_path!r}: {e}") from None
-      except RecursionError:
-        raise RunFormatError(f"run record {rec_path!r} is nested too deeply") from None
+    try:
+      rec = canonical.read_json(rec_path)
+    except ValueError as e:
+      raise RunFormatError(f"run record {rec_path!r}: {e}") from None
     return cls.from_json(rec, out=p)
 
 

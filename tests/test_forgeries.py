@@ -1213,3 +1213,47 @@ def test_the_record_shape_table_is_what_certify_writes(run40):
     section = rec if not part else rec[part]
     assert set(section) <= names, part
   assert set(rec) == limits.RECORD_SHAPE[""]
+
+
+# ----------------------------------------------------------------------------- the fourth red team
+# A dataset given as an array file was named by its path only: a hand-made `digits.npz` of the
+# inputs the model certifies, split "test", read "labels and inputs are those of digits.npz
+# test" in both checks (certified accuracy 0.68 -> 1.00 at r = 0).
+
+
+def test_an_array_file_dataset_is_bound_by_its_hash_and_said_to_be_the_authors(model, tmp_path):
+  from rsjax import data as data_lib
+
+  x, y = data_lib.load("digits", "test").arrays()
+  npz = tmp_path / "digits.npz"
+  np.savez(npz, x=x[:12], y=y[:12], num_classes=10)
+  f = certify(model, tmp_path / "f.tsv", "--dataset", npz, "--max", "12")
+  run = verify.read_run(str(f))
+  assert run.data.file_sha256 is not None and len(run.data.file_sha256) == 64
+  said = verify.verify(f).summary()
+  assert "supplied with the run" in said and "those of digits" not in said, said
+  rep = audit.audit(f, model_dir=model, rows=2, seed=0)
+  assert rep.ok and "chosen by the run's author" in rep.summary(), rep.summary()
+  np.savez(npz, x=x[12:24], y=y[12:24], num_classes=10)  # other inputs, the same path
+  rep = audit.audit(f, model_dir=model, rows=2, seed=0)
+  failed = [c.detail for c in rep.checks if not c.ok]
+  assert not rep.ok and any("is not the run's" in d for d in failed), failed
+  g = copy_run(f, tmp_path / "g.tsv")
+  edit_run(g, lambda r: r["data"].pop("file_sha256") and None)
+  with pytest.raises(verify.VerifyError, match="data.file_sha256 is missing"):
+    verify.verify(g)
+
+
+@pytest.mark.parametrize(
+  "edit, why",
+  [
+    (lambda r: r["sigma"].update(source="the model's card"), "sigma.source must be one of"),
+    (lambda r: r["versions"].update(note="audited by X"), "versions must map"),
+    (lambda r: r["versions"].update(rsjax=9.9), "versions must map"),
+  ],
+)
+def test_free_text_in_a_record_is_refused(run40, tmp_path, edit, why):
+  f = copy_run(run40, tmp_path / "t.tsv")
+  edit_run(f, edit)
+  with pytest.raises(verify.VerifyError, match=why):
+    verify.verify(f)

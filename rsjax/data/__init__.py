@@ -14,6 +14,7 @@ in [0, 1], NHWC ``[N, H, W, C]``) and int64 labels, with ``num_classes``,
   ``DatasetNotFoundError`` saying how to prepare it.
 """
 
+from rsjax.data._arrays import is_array_file as is_array_file
 from rsjax.data._bundled import stratified_split as stratified_split
 from rsjax.data._dataset import ArrayDataset as ArrayDataset
 from rsjax.data._dataset import Dataset as Dataset
@@ -29,6 +30,7 @@ __all__ = [
   "Dataset",
   "DatasetNotFoundError",
   "TfdsDataset",
+  "is_array_file",
   "load",
   "resize_center_crop",
   "stratified_split",

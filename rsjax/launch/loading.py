@@ -4,6 +4,7 @@ them), each failure told as a :class:`CliError` the command prints in one line."
 
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
 from collections.abc import Callable
@@ -138,3 +139,17 @@ def open_denoised(
   except (FileNotFoundError, ValueError) as e:
     raise CliError(f"--denoiser: {e}") from None
   return compose.Denoised(d_fn, apply_fn), (d_params, params)
+
+
+def file_sha256(name: str) -> str | None:
+  """The SHA-256 of a dataset given as an array file (``*.npz``: its path), else None (a
+  registry dataset, which any verifier loads by name)."""
+  from rsjax import data
+
+  if not data.is_array_file(name):
+    return None
+  h = hashlib.sha256()
+  with open(name, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()

@@ -203,6 +203,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     start=args.start,
     stop=args.max,
     skip=args.skip,
+    file_sha256=loading.file_sha256(ds.name),
   )
   if not data.indices():
     raise CliError(

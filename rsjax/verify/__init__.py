@@ -167,9 +167,19 @@ def verify(
     declared=len(run.indices()),
     missing=missing,
     unchecked=tuple(unchecked),
-    data=None if ds is None else f"{run.data.name} {run.data.split}",
+    data=None if ds is None else _data_words(run),
     claim=claim_line(run),
     unverified=unverified_columns(res, method.columns),
+  )
+
+
+def _data_words(run: RunSpec) -> str:
+  """The inputs a report says the labels and inputs are those of."""
+  if run.data.file_sha256 is None:
+    return f"{run.data.name} {run.data.split}"
+  return (
+    f"the array file {run.data.name} (SHA-256 {run.data.file_sha256[:16]}), supplied with "
+    "the run: which inputs it holds is its author's choice"
   )
 
 

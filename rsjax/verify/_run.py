@@ -101,6 +101,12 @@ def load_dataset(run: RunSpec, data_dir: str | None) -> tuple[Dataset | None, st
   try:
     from rsjax import data
 
+    if run.data.file_sha256 is not None:
+      return None, (
+        f"the array file {run.data.name!r} supplied with the run (SHA-256 "
+        f"{run.data.file_sha256[:16]}): verify loads registry datasets only; the audit "
+        "loads the file and checks its SHA-256"
+      )
     if run.data.name not in data.DATASETS:
       return None, f"dataset {run.data.name!r} is not one rsjax can load"
     return data.load(run.data.name, run.data.split, data_dir=data_dir), None
