@@ -553,4 +553,8 @@ def test_levers_cpu_reports_costs_and_program_shape(tmp_path):
   # Folded: bias add, (residual add), relu after each conv; batch norm adds subtract and multiply.
   assert programs[1, True]["rsqrt"] == 0
   assert programs[1, True]["activation_ops_per_gap"] < programs[1, False]["activation_ops_per_gap"]
-  assert "broadcast_in_dim > add > relu" in programs[1, True]["ops_between_convs"]
+  # The bias add first, then (residual) adds; the relu depends on JAX's lowering (a `relu`
+  # call in 0.10; not among the counted ops in 0.12): no batch-norm subtract or multiply.
+  folded = programs[1, True]["ops_between_convs"]
+  assert folded and all(k.startswith("broadcast_in_dim > add") for k in folded), folded
+  assert not any("subtract" in k or "multiply" in k for k in folded), folded
