@@ -22,6 +22,8 @@ except ImportError:  # benchmark-only extra
 import jax  # noqa: E402
 from jax import monitoring  # noqa: E402
 
+from rsjax.bench.machine import cpu_model, reset_peak_memory, rss_peak_bytes  # noqa: E402
+
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
@@ -74,30 +76,14 @@ class CompileClock:
       self.total += duration
 
 
-def _read_status_kb(field: str) -> float | None:
-  try:
-    with open("/proc/self/status", encoding="ascii") as f:
-      for line in f:
-        if line.startswith(field + ":"):
-          return float(line.split()[1])
-  except OSError:
-    return None
-  return None
-
-
-def reset_peak_rss() -> bool:
-  """Resets the process' peak RSS (Linux ``clear_refs`` 5); False when unsupported."""
-  try:
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-      f.write("5")
-    return True
-  except OSError:
-    return False
+#: The process' peak RSS reset (Linux ``clear_refs`` 5; False when unsupported): rsjax's own.
+reset_peak_rss = reset_peak_memory
 
 
 def peak_rss_mb() -> float | None:
-  kb = _read_status_kb("VmHWM")
-  return None if kb is None else kb / 1024.0
+  """The process' peak RSS in MiB (``rsjax.bench.machine.rss_peak_bytes``), else None."""
+  peak = rss_peak_bytes()
+  return None if peak is None else peak / 2**20
 
 
 def device_peak_mb() -> float | None:
@@ -126,17 +112,6 @@ def peak_gflops(dtype: str, cpu_peak: float | None) -> float | None:
     if name in dev.device_kind:
       return peaks.get(dtype)
   return None
-
-
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
 
 
 def environment(threads) -> dict:

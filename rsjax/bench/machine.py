@@ -12,7 +12,14 @@ from typing import Any
 
 import jax
 
-__all__ = ["PACKAGES", "cpu_model", "environment", "peak_memory", "reset_peak_memory"]
+__all__ = [
+  "PACKAGES",
+  "cpu_model",
+  "environment",
+  "peak_memory",
+  "reset_peak_memory",
+  "rss_peak_bytes",
+]
 
 #: The packages whose versions a figure depends on (torch only if installed).
 PACKAGES = ("rsjax", "jax", "jaxlib", "flax", "numpy", "torch")
@@ -69,7 +76,8 @@ def _device_peak_bytes() -> int | None:
   return int(stats["peak_bytes_in_use"])
 
 
-def _rss_peak_bytes() -> int | None:
+def rss_peak_bytes() -> int | None:
+  """The process' peak resident memory in bytes (Linux ``VmHWM``), else None."""
   try:
     with open("/proc/self/status", encoding="ascii") as f:
       for line in f:
@@ -80,14 +88,15 @@ def _rss_peak_bytes() -> int | None:
   return None
 
 
-def reset_peak_memory() -> None:
-  """Resets the process' peak RSS where Linux allows it (``clear_refs`` 5); a device's peak
-  cannot be reset (it is the peak of the process so far)."""
+def reset_peak_memory() -> bool:
+  """Resets the process' peak RSS where Linux allows it (``clear_refs`` 5); False where it
+  cannot. A device's peak cannot be reset (it is the peak of the process so far)."""
   try:
     with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
       f.write("5")
+    return True
   except OSError:
-    pass
+    return False
 
 
 def peak_memory() -> dict[str, Any]:
@@ -96,7 +105,7 @@ def peak_memory() -> dict[str, Any]:
   device = _device_peak_bytes()
   if device is not None:
     return {"bytes": device, "kind": "device peak (memory_stats, process so far)"}
-  rss = _rss_peak_bytes()
+  rss = rss_peak_bytes()
   if rss is not None:
     return {"bytes": rss, "kind": "process peak RSS (host memory, since the last reset)"}
   return {"bytes": None, "kind": "not reported by this backend"}
