@@ -57,9 +57,10 @@ import numpy as np
 
 import rsjax
 from benchmarks.common import dump_json
-from rsjax import data, metrics, models, runspec, training
+from rsjax import data, metrics, models, training
 from rsjax.engine import anytime
 from rsjax.engine import budget as budgeted
+from rsjax.runs import spec as runspec
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
 

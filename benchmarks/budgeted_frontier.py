@@ -6,7 +6,7 @@ benchmark together with the streams goals (5.5x on the 8-value mix, within
 of the benchmark's digits see every sample agree, so what they cost decides
 the ratio. This command measures the trade-off along the knob that makes
 them cheaper, ``Anytime.agree_weight``: the prior weight ``w`` on ``q = 1`` in
-each level's mixture (``rsjax.checks.mixture_log_wealth``),
+each level's mixture (``rsjax.verify.checks.mixture_log_wealth``),
 
   M_t = w 1[S = t] m^-t + (1 - w) M_t^KT,
 
@@ -50,8 +50,9 @@ import time
 import numpy as np
 
 from benchmarks.streams import MIX, PS, wald_floor
-from rsjax import checks, noise, stats
+from rsjax import noise, stats
 from rsjax.engine import anytime
+from rsjax.verify import checks
 
 GRID = tuple(float(r) for r in np.arange(0, 1.51, 0.25))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from rsjax.io import atomic_write_text
+from rsjax.runs.io import atomic_write_text
 
 
 def dump_json(path: str | None, obj) -> None:

@@ -1,11 +1,11 @@
 """Throughput of the denoised-smoothing pipeline: one-step diffusion denoiser + classifier.
 
 The composed base classifier ``classifier(one_step_ddpm(x + delta))``
-(``rsjax.denoise``) in the counts engine (``rsjax.sample_counts``), random weights, one input,
+(``rsjax.models.denoise``) in the counts engine (``rsjax.sample_counts``), random weights, one input,
 sigma = 0.25 (t* = 145 on the linear 1000-step schedule):
 
 * ``--unet cifar10``: the UNet2DModel configuration of google/ddpm-cifar10-32 (35.7M
-  parameters; ``rsjax.denoise.diffusers_import`` loads its weights), CIFAR-shaped 32x32x3
+  parameters; ``rsjax.models.denoise.diffusers_import`` loads its weights), CIFAR-shaped 32x32x3
   input, before ResNet-110 (Cohen et al.'s CIFAR classifier; Carlini et al. use a ViT-B/16 at
   224 px, which is far costlier);
 * ``--unet small``: a small DDPM UNet (widths 32, 64) on 28x28x1, before LeNet.
@@ -38,7 +38,7 @@ import numpy as np
 
 import rsjax
 from rsjax import models
-from rsjax.denoise import denoised, diffusion, unet
+from rsjax.models.denoise import denoised, diffusion, unet
 
 N_CERT = 100_000
 N0 = 100

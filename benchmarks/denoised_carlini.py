@@ -38,7 +38,7 @@ import numpy as np
 
 import rsjax
 from rsjax import models
-from rsjax.denoise import denoised, diffusion, openai_import
+from rsjax.models.denoise import denoised, diffusion, openai_import
 
 N_CERT = 100_000
 N0 = 100

@@ -56,8 +56,8 @@ from benchmarks.costs import op_costs
 from benchmarks.levers_report import tables
 from rsjax import models
 from rsjax import noise as noise_lib
-from rsjax import precision as precision_lib
 from rsjax.engine import counts as engine_counts
+from rsjax.engine import precision as precision_lib
 from rsjax.engine.step import make_chunk_plan
 from rsjax.util import local_mesh
 

@@ -7,7 +7,7 @@ Two parts, both side by side in one process:
   weights, one 8-bit input, sigma 0.25; the two noises alternate repetition by repetition
   after a warm-up (compile) and the best repetition of each is reported with the ratio
   ``sound / float`` of the rates (below 1: the sound noise is slower);
-* **accuracy**: LeNet trained on ``mnist5k`` with the demo's settings (``rsjax.demo.DEFAULTS``:
+* **accuracy**: LeNet trained on ``mnist5k`` with the demo's settings (``rsjax.runs.demo.DEFAULTS``:
   Gaussian noise, lr 0.05, batch 128; ``--epochs`` as given) at each sigma, then every
   ``--skip``-th test image certified with both noises (same key, n0 = 100, ``--n``, alpha
   0.001): certified accuracy at radii 0 to 1.
@@ -29,7 +29,7 @@ import rsjax
 from benchmarks.common import dump_json
 from benchmarks.measure import SPECS, environment
 from rsjax import data, metrics, models, training
-from rsjax.demo import DEFAULTS
+from rsjax.runs.demo import DEFAULTS
 
 NOISES = ("gaussian", "gaussian_8bit")
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)

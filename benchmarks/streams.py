@@ -44,10 +44,11 @@ import numpy as np
 from scipy import special
 
 from benchmarks.streams_exact import crossing_probability
-from rsjax import checks, noise, stats
+from rsjax import noise, stats
 from rsjax.engine import anytime
 from rsjax.engine import budget as budgeted
 from rsjax.engine.anytime_table import cp_count
+from rsjax.verify import checks
 
 PS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999, 0.9999, 1.0)
 MIX = PS[:8]  # the 8-value mix: 0.5 .. 0.999

@@ -19,7 +19,7 @@ __all__ = ["ALPHA", "N0", "PRECISIONS", "SIGMA", "RowModel", "row_model"]
 N0 = 100
 ALPHA = 0.001
 SIGMA = 0.25
-# The suite's precision names -> rsjax's declared precision (``rsjax.precision``); the twin
+# The suite's precision names -> rsjax's declared precision (``rsjax.engine.precision``); the twin
 # computes the same way (TF32 off for fp32, on for tf32, bf16 autocast).
 PRECISIONS = {"fp32": "float32", "tf32": "tf32", "bf16": "bfloat16"}
 
@@ -33,7 +33,7 @@ class RowModel:
   apply_fn: Any
   variables: Any
   batch_size: int
-  precision: str  # rsjax's declared precision (``rsjax.precision``)
+  precision: str  # rsjax's declared precision (``rsjax.engine.precision``)
   seed: int
   pack: int = 1  # samples per packed row of the narrow stage (1: not packed)
 
@@ -98,7 +98,7 @@ def row_model(
       variables,
       spec.input_shape,
       num=num,
-      compute_dtype=rsjax.precision.compute_dtype(declared),
+      compute_dtype=rsjax.engine.precision.compute_dtype(declared),
     )
   else:
     bs = int(batch_size)

@@ -47,7 +47,7 @@ from benchmarks.measure import (
   torch,
 )
 from benchmarks.throughput_workload import N0, run_model
-from rsjax.checks import PACKS
+from rsjax.verify.checks import PACKS
 
 # ------------------------------------------------------------------------------------------------
 # Command line

@@ -26,7 +26,8 @@ import numpy as np
 
 def write_run(path: str, rows: int, seed: int = 0) -> None:
   import rsjax
-  from rsjax import io, record, runspec
+  from rsjax.runs import io, record
+  from rsjax.runs import spec as runspec
 
   rng = np.random.default_rng(seed)
   c, n0, n, alpha, sigma = 10, 100, 100_000, 0.001, 0.25

@@ -101,7 +101,8 @@ def load_splits(dataset: str, skip: int):
   ``skip``-th)."""
   import numpy as np
 
-  from rsjax import data, runspec
+  from rsjax import data
+  from rsjax.runs import spec as runspec
 
   train, test = data.load(dataset, "train"), data.load(dataset, "test")
   return train, test, np.asarray(runspec.declared_indices(len(test), skip=skip))
@@ -141,19 +142,21 @@ def certify_run(
   progress: bool = False,
 ):
   """Certifies every ``skip``-th input of ``dataset`` with ``model`` into ``out``, a run that
-  ``rsjax verify`` accepts; returns the ``rsjax.launch.Report``.
+  ``rsjax verify`` accepts; returns the ``rsjax.runs.launch.Report``.
 
-  The run (``rsjax.runspec.RunSpec``) names the model by its fingerprint and its model
+  The run (``rsjax.runs.spec.RunSpec``) names the model by its fingerprint and its model
   directory ``workdir`` (where ``rsjax.training`` saved it; recorded relative to the
   repository when inside it), ``method`` (``rsjax.methods``) with ``options`` (the others at
   their defaults), the sampling settings and the key (``seed`` folded with 1, then the
-  claim), and ``rsjax.launch.run`` certifies it, resuming rows already in ``out``. Rows of
+  claim), and ``rsjax.runs.launch.run`` certifies it, resuming rows already in ``out``. Rows of
   another run (another model, setting, or an older rsjax's record) raise
-  ``rsjax.io.RunMismatchError`` on resume; then every row is certified again
+  ``rsjax.runs.io.RunMismatchError`` on resume; then every row is certified again
   (``resume=False``), so a rerun never mixes rows of two runs.
   """
   import rsjax
-  from rsjax import canonical, io, launch, methods, models, record, runner, runspec
+  from rsjax import methods, models
+  from rsjax.runs import canonical, io, launch, record, runner
+  from rsjax.runs import spec as runspec
 
   apply_fn, params = models.to_apply_fn(model)
   config = models.read_config(workdir)

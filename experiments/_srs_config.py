@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rsjax import deq
+from rsjax import srs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +77,7 @@ def check_samples(cfg: Config, sigma: float) -> int:
   """The run's number of SRS check samples: ``cfg.m``, or from the mismatch budget."""
   if cfg.m is not None:
     return cfg.m
-  return deq.min_check_samples(cfg.cap_sigmas * sigma, cfg.n, cfg.alpha, sigma)
+  return srs.min_check_samples(cfg.cap_sigmas * sigma, cfg.n, cfg.alpha, sigma)
 
 
 def variant_names(cfg: Config) -> dict[str, str]:

@@ -13,7 +13,8 @@ import jax
 from _srs_config import Config, check_samples, variant_names
 
 import rsjax
-from rsjax import deq, io, stats
+from rsjax import srs, stats
+from rsjax.runs import io
 
 
 def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> float:
@@ -25,7 +26,7 @@ def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> 
   times = {}
   for mm in (0, m):
     call = (  # noqa: E731
-      lambda i, mm=mm: deq.srs_sample(
+      lambda i, mm=mm: srs.srs_sample(
         jax.random.key(cfg.seed + 1),
         deq_fn,
         variables,
@@ -91,7 +92,7 @@ def write_report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) 
       "n": cfg.n,
       "m": st.m,
       "alpha": cfg.alpha,
-      "srs_radius_cap": deq.max_certifiable_radius(cfg.n, st.m, cfg.alpha, st.sigma),
+      "srs_radius_cap": srs.max_certifiable_radius(cfg.n, st.m, cfg.alpha, st.sigma),
       "standard_radius_cap": float(stats.max_radius(cfg.n, cfg.alpha, st.sigma)),
       "num_params": rsjax.models.count_params(st.model),
       "train_history": st.history,

@@ -17,7 +17,7 @@ import time
 import jax
 import numpy as np
 
-from rsjax import deq, metrics, models
+from rsjax import metrics, models, srs
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)  # the radii of the table
 
@@ -70,11 +70,11 @@ def append_row(path: str, run: dict, row: dict) -> None:
     os.fsync(fh.fileno())
 
 
-def srs_config(cfg, variant: str, m: int) -> deq.SRSConfig:
+def srs_config(cfg, variant: str, m: int) -> srs.SRSConfig:
   """SRS with ``variant`` ("3B") chains, a 10-step warm-up of the same solver and ``m``
   check samples solved with the standard solver."""
   chain = models.as_solver_config(variant)
-  return deq.SRSConfig(
+  return srs.SRSConfig(
     solver=chain,
     warmup=chain.replace(steps=cfg.warmup_steps),
     check_solver=models.as_solver_config(cfg.standard),
@@ -124,7 +124,7 @@ def certify_image(
   else:
     kw.update(method="srs", srs=srs_config(cfg, variant, m))
   t0, c0 = time.perf_counter(), time.process_time()
-  cert = deq.certify(
+  cert = srs.certify(
     jax.random.key(cfg.seed + 1), deq_fn, variables, x, ids=np.array([image_id]), **kw
   )
   row = {
@@ -246,10 +246,10 @@ def plot(path: str, curves: dict, runs: dict) -> None:
 
 def _m_to_reach(n_a: int, n: int, alpha: float, radius: float, sigma: float) -> int | None:
   """The smallest m with which SRS's bound on an image whose SRS count is ``n_a`` would reach
-  ``radius`` (``deq.min_check_samples`` with ``count``); None if no m does (the alpha / 2 that
+  ``radius`` (``srs.min_check_samples`` with ``count``); None if no m does (the alpha / 2 that
   the bound spends on the count alone falls short)."""
   try:
-    return deq.min_check_samples(radius, n, alpha, sigma, count=n_a)
+    return srs.min_check_samples(radius, n, alpha, sigma, count=n_a)
   except ValueError as e:
     if "out of reach" not in str(e):
       raise
@@ -275,7 +275,7 @@ def losses_below_cap(
     ``{"r": {"lost": int, "causes": {cause: int}, "m_needed": int | None,
     "f_eval_ratio_at_m_needed": float | None}}`` for every ``r`` in ``radii`` below the cap.
   """
-  cap = deq.max_certifiable_radius(cfg.n, m, cfg.alpha, sigma)
+  cap = srs.max_certifiable_radius(cfg.n, m, cfg.alpha, sigma)
   std = {r["id"]: r for r in standard_rows}
 
   def certified(row: dict, radius: float) -> bool:

@@ -8,8 +8,8 @@ and, for reference, with Gaussian noise at each sigma. Per sigma, a DnCNN is tra
 MSE objective, then fine-tuned with the stability objective against the frozen clean LeNet
 (Stab+MSE, Salman et al.'s best full-access setting); one small DDPM UNet is trained on the
 train split (timesteps below ``ddpm_t_max``, which covers t* of both sigmas) and used as the
-one-step denoiser at t*(sigma) (``rsjax.denoise.diffusion``). Every row is Cohen's CERTIFY of
-the composed classifier ``lenet(denoiser(x + delta))`` (``rsjax.denoise.denoised``), a sound
+one-step denoiser at t*(sigma) (``rsjax.models.denoise.diffusion``). Every row is Cohen's CERTIFY of
+the composed classifier ``lenet(denoiser(x + delta))`` (``rsjax.models.denoise.denoised``), a sound
 certificate for sigma. ``denoiser_mse`` is the denoiser's mean squared error on noisy held-out
 digits.
 
@@ -140,7 +140,7 @@ def run(cfg: Config, log=print) -> dict:
   import jax.numpy as jnp
 
   from rsjax import certify, metrics
-  from rsjax.denoise import DnCNN, denoised, diffusion, train, unet
+  from rsjax.models.denoise import DnCNN, denoised, diffusion, train, unet
 
   t_all = time.perf_counter()
   (x, y), (xt, yt), idx, shape = load_arrays(cfg.dataset, cfg.skip)

@@ -26,7 +26,7 @@ fused every step; 30,018 parameters), the paper's model class, at sigma 0.25.
 
 The cap. With N = 10,000 and alpha = 0.001 standard RS certifies at most
 3.20 sigma (0.80 at sigma 0.25). SRS's m check samples cap it lower
-(``rsjax.deq.max_certifiable_radius``); m is the smallest one whose cap
+(``rsjax.srs.max_certifiable_radius``); m is the smallest one whose cap
 reaches ``cap_sigmas`` = 2.2 sigma: m = 744, cap 0.55 at sigma 0.25 and 1.10
 at 0.5. That is above every reported radius (0, 0.25, 0.5, 0.75, 1.0) at
 sigma 0.5 and above 0.5 at sigma 0.25; 0.75 = 3 sigma there would take

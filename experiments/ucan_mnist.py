@@ -2,9 +2,9 @@
 
 For each sigma0 = lambda in {0.25, 0.5}: LeNet trained with isotropic Gaussian
 noise on the ``mnist5k`` train split, then fine-tuned with each
-input-independent UCAN generator (``rsjax.training.ucan``: fixed patterns
+input-independent UCAN generator (``rsjax.ucan.training``: fixed patterns
 l1/l2/linf, dataset-wise ``universal`` noise frozen after training), and
-certified on every k-th held-out digit with ``rsjax.anisotropic.certify``
+certified on every k-th held-out digit with ``rsjax.ucan.certify``
 (Cohen's CERTIFY on ``x + mu + sigma * eps``). Each row reports certified
 accuracy against the isotropic radius ``min(sigma) * R`` (a sound L2 ball) and
 against UCAN's ALM ``exp(mean log sigma) * R`` (a volume-equivalent radius, NOT
@@ -13,7 +13,7 @@ a ball guarantee); ``sound`` is True for every input-independent row. The
 with the explicit opt-in (``allow_unsound=True``): its ``sound`` is False and its
 radii are NOT certificates (the noise at x + delta differs from the noise at x);
 it names its sound alternative, the frozen dataset-wise ``universal`` row of the
-same sigma0 (see ``rsjax.training.ucan`` for why that one and not the DDRS
+same sigma0 (see ``rsjax.ucan.training`` for why that one and not the DDRS
 memory on the inscribed ball).
 
 Commands::
@@ -107,8 +107,8 @@ def get_config(quick: bool) -> Config:
 def run(cfg: Config, log=print) -> dict:
   import jax
 
-  from rsjax import anisotropic, metrics, models, training
-  from rsjax.training import ucan
+  from rsjax import metrics, models, training, ucan
+  from rsjax.ucan import training as ucan_training
 
   t_all = time.perf_counter()
   (x, y), (xt, yt), idx, shape = load_arrays(cfg.dataset, cfg.skip)
@@ -120,12 +120,12 @@ def run(cfg: Config, log=print) -> dict:
   kw = dict(num_classes=10, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=1000, ids=idx)
 
   def certify_row(name, model, noise, s0, **extra):
-    if isinstance(model, ucan.UCANModel):  # input-dependent: NOT a certificate (opt-in)
-      cert = anisotropic.certify_input_dependent(key, model, xs, sigma=s0, allow_unsound=True, **kw)
+    if isinstance(model, ucan_training.UCANModel):  # input-dependent: NOT a certificate (opt-in)
+      cert = ucan.certify_input_dependent(key, model, xs, sigma=s0, allow_unsound=True, **kw)
       noise = model.noise_source(s0).evaluate(xs)  # per input, for the summary below
     else:  # a FrozenNoise: a certificate
       apply_fn, params = models.to_apply_fn(model)
-      cert = anisotropic.certify(key, apply_fn, params, xs, sigma=noise, **kw)
+      cert = ucan.certify(key, apply_fn, params, xs, sigma=noise, **kw)
     mu, sigma = noise.mu, noise.sigma
     correct = cert.prediction == ys
     sig = np.asarray(sigma, np.float64)
@@ -169,11 +169,11 @@ def run(cfg: Config, log=print) -> dict:
       model_config=mcfg,
       progress=False,
     )
-    iso = anisotropic.FrozenNoise(np.full(shape, s0, np.float32))
+    iso = ucan.FrozenNoise(np.full(shape, s0, np.float32))
     certify_row(f"isotropic_s{tag}", base, iso, s0)
 
     def ucan_config(gen, s0=s0):
-      return ucan.UCANConfig(
+      return ucan_training.UCANConfig(
         gen,
         s0,
         epochs=cfg.ucan_epochs,
@@ -184,7 +184,7 @@ def run(cfg: Config, log=print) -> dict:
 
     for gen in cfg.generators:
       model, _ = models.load_model(base_dir)  # fine-tune a copy of the Gaussian model
-      model, noise, _ = ucan.train_ucan(
+      model, noise, _ = ucan_training.train_ucan(
         cfg.seed,
         model,
         (x, y),
@@ -197,7 +197,7 @@ def run(cfg: Config, log=print) -> dict:
     for gen in cfg.unsound_generators:
       model, _ = models.load_model(base_dir)
       wdir = os.path.join(cfg.out, f"{gen}_{tag}")
-      ucan.train_ucan(
+      ucan_training.train_ucan(
         cfg.seed,
         model,
         (x, y),
@@ -207,7 +207,7 @@ def run(cfg: Config, log=print) -> dict:
         progress=False,
         allow_unsound=True,
       )
-      wrapped, _ = ucan.load_ucan_model(wdir, allow_unsound=True)
+      wrapped, _ = ucan_training.load_ucan_model(wdir, allow_unsound=True)
       certify_row(f"{gen}_s{tag}", wrapped, None, s0, sound_alternative=f"universal_s{tag}")
     timing[tag] = time.perf_counter() - t0
   timing["total"] = time.perf_counter() - t_all

@@ -9,11 +9,11 @@ noise for an input (``rsjax.noise``), class counts on device
 from rsjax._version import __version__ as __version__
 
 # Everything is imported on first use, so ``import rsjax`` stays light: the core
-# never imports flax, and ``rsjax.verify`` / ``rsjax.runspec`` (NumPy and SciPy
+# never imports flax, and ``rsjax.verify`` / ``rsjax.runs.spec`` (NumPy and SciPy
 # only) never import JAX. ``rsjax.certify``, ``rsjax.models``, ... just work. The
 # face hands on the library below it (docs/ARCHITECTURE.md, layer 7), not the
-# layers above: ``import rsjax.training`` (or ``rsjax.denoise``, ``rsjax.launch``,
-# ``rsjax.audit``, ``rsjax.demo``, ``rsjax.cli``) names them.
+# layers above: ``import rsjax.training`` (or ``rsjax.runs.launch``, ``rsjax.runs.demo``,
+# ``rsjax.verify.audit``, ``rsjax.bench``, ``rsjax.cli``) names them.
 _LAZY_NAMES = {
   "ABSTAIN": "engine.driver",
   "Certificate": "engine.driver",
@@ -27,34 +27,25 @@ _LAZY_NAMES = {
   "predict": "cohen._certify",
   "sample_counts": "engine.counts",
   "sample_noise": "engine.step",
-  "SigmaSource": "sigma",
-  "SigmaValues": "sigma",
+  "SigmaSource": "noise.sigma",
+  "SigmaValues": "noise.sigma",
   "Budget": "engine.budget",
   "Anytime": "engine.anytime",
 }
 _LAZY_MODULES = (
-  "anisotropic",
-  "checkpoint",
-  "checks",
   "cohen",
   "data",
   "ddrs",
-  "deq",
-  "distributed",
   "engine",
   "idrs",
-  "io",
-  "method",
   "methods",
   "metrics",
   "models",
   "noise",
-  "plots",
-  "precision",
-  "record",
-  "runner",
-  "runspec",
+  "runs",
+  "srs",
   "stats",
+  "ucan",
   "verify",
 )
 
@@ -77,6 +68,6 @@ def __dir__():
 
 
 #: The submodules ``from rsjax import *`` hands on beside the names: the core's three steps.
-_CORE_MODULES = ("noise", "precision", "stats")
+_CORE_MODULES = ("noise", "stats")
 
 __all__ = sorted([*_LAZY_NAMES, *_CORE_MODULES])

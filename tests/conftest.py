@@ -15,7 +15,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # home during the tests.
 os.environ.setdefault("RSJAX_COMPILATION_CACHE", "off")
 # The suite is one process even when started inside a cluster job (srun, mpirun): without the
-# variables JAX detects jobs by, rsjax.distributed.initialize() joins none. The multi-process
+# variables JAX detects jobs by, rsjax.runs.distributed.initialize() joins none. The multi-process
 # tests set them for their own child processes.
 for _var in (
   "SLURM_JOB_ID",

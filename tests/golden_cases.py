@@ -140,7 +140,7 @@ def _cert(prefix, cert, out):
 def compute() -> dict[str, np.ndarray]:
   """Runs every case and returns ``{name: array}``."""
   import rsjax
-  from rsjax import anisotropic, ddrs, deq, idrs, models
+  from rsjax import ddrs, idrs, models, srs, ucan
 
   mlp, lin, x, sig_b, sig_d, train, deq_params, x_deq = _problem()
   out = {}
@@ -236,16 +236,16 @@ def compute() -> dict[str, np.ndarray]:
     out,
   )
 
-  # rsjax.anisotropic (UCAN).
-  pat = anisotropic.pattern_sigma(SHAPE, pattern="l2") * 0.3
+  # rsjax.ucan (UCAN).
+  pat = ucan.pattern_sigma(SHAPE, pattern="l2") * 0.3
   _cert(
     "ucan/pattern",
-    anisotropic.certify(11, mlp_apply, mlp, x, sigma=pat, num_classes=C, **small),
+    ucan.certify(11, mlp_apply, mlp, x, sigma=pat, num_classes=C, **small),
     out,
   )
   _cert(
     "ucan/mu",
-    anisotropic.certify(
+    ucan.certify(
       12,
       mlp_apply,
       mlp,
@@ -259,10 +259,10 @@ def compute() -> dict[str, np.ndarray]:
     ),
     out,
   )
-  unsound = anisotropic.InputDependentNoise(lambda x: (None, sig_d))  # rate inf
+  unsound = ucan.InputDependentNoise(lambda x: (None, sig_d))  # rate inf
   _cert(
     "ucan/unsound",
-    anisotropic.certify(
+    ucan.certify(
       13,
       mlp_apply,
       mlp,
@@ -299,12 +299,12 @@ def compute() -> dict[str, np.ndarray]:
       out,
     )
 
-  # rsjax.deq: standard RS and SRS (the paper's bound and the authors' code's).
+  # rsjax.srs: standard RS and SRS (the paper's bound and the authors' code's).
   deq_fn = LinearDEQ()
   dsmall = dict(n0=16, n=200, alpha=0.05)
   _cert(
     "deq/standard",
-    deq.certify(
+    srs.certify(
       19,
       deq_fn,
       deq_params,
@@ -318,7 +318,7 @@ def compute() -> dict[str, np.ndarray]:
     ),
     out,
   )
-  srs = deq.SRSConfig(
+  srs_cfg = srs.SRSConfig(
     solver=models.SolverConfig(steps=2),
     warmup=models.SolverConfig(steps=8),
     check_solver=models.SolverConfig(steps=20),
@@ -327,13 +327,13 @@ def compute() -> dict[str, np.ndarray]:
   srs_kw = dict(num_classes=2, method="srs", batch_size=32, **dsmall)
   _cert(
     "deq/srs",
-    deq.certify(20, deq_fn, deq_params, x_deq, sigma=[0.2, 0.3, 0.4], srs=srs, **srs_kw),
+    srs.certify(20, deq_fn, deq_params, x_deq, sigma=[0.2, 0.3, 0.4], srs=srs_cfg, **srs_kw),
     out,
   )
   _cert(
     "deq/srs_code",
-    deq.certify(
-      21, deq_fn, deq_params, x_deq, sigma=0.3, srs=srs.replace(correction="authors_code"), **srs_kw
+    srs.certify(
+      21, deq_fn, deq_params, x_deq, sigma=0.3, srs=srs_cfg.replace(correction="authors_code"), **srs_kw
     ),
     out,
   )

@@ -45,7 +45,7 @@ def seeded_state(names: list[str], shapes: list[tuple[int, ...]]) -> dict[str, n
 
 
 def flags(case: str) -> dict:
-  from rsjax.denoise import openai_import
+  from rsjax.models.denoise import openai_import
 
   if case == "openai_cifar10":
     return {**openai_import.CIFAR10_UNCOND, "num_channels": 32}
@@ -85,7 +85,7 @@ def reference_model(case: str):
   if case.startswith("openai"):
     from guided_diffusion.unet import UNetModel
 
-    from rsjax.denoise import openai_import
+    from rsjax.models.denoise import openai_import
 
     f = flags(case)
     c, _ = openai_import.config_from_flags(f)

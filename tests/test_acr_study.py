@@ -10,7 +10,8 @@ import pytest
 from scipy.stats import norm
 
 import rsjax
-from rsjax import io, metrics
+from rsjax import metrics
+from rsjax.runs import io
 
 
 def test_constant_classifier_budget_end_to_end():
@@ -87,7 +88,8 @@ def test_label_probability_and_easy_hard_split(tmp_path):
 def test_per_sample_gradient_norms_and_table(tmp_path):
   import optax
 
-  from rsjax import plots, training
+  from rsjax import training
+  from rsjax.metrics import plots
   from rsjax.training.objectives import replicate
 
   rng = np.random.default_rng(0)

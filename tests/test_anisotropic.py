@@ -1,4 +1,4 @@
-"""rsjax.anisotropic: UCAN regions against exact ground truth on linear classifiers."""
+"""rsjax.ucan: UCAN regions against exact ground truth on linear classifiers."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +8,7 @@ import pytest
 import scipy.stats as st
 
 import rsjax
-from rsjax import anisotropic as an
+from rsjax import ucan as an
 
 D = 8
 

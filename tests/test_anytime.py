@@ -20,9 +20,10 @@ import pytest
 import scipy.stats
 
 import rsjax
-from rsjax import checks, noise
+from rsjax import noise
 from rsjax.engine import anytime, anytime_table
 from rsjax.engine import budget as budgeted
+from rsjax.verify import checks
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 SIGMA = 0.5  # thresholds 0.5, 0.69, 0.84, 0.93, 0.977: all within reach of N = 2000

@@ -324,3 +324,17 @@ def test_the_checks_see_a_lazy_upward_import_a_circle_and_a_module_without_layer
   assert circles(without(graph, {("pkg.low", "pkg.high"), ("pkg.sub", "pkg.sub.leaf")})) == []
   # 'stray' falls under the 'pkg' entry; without that entry it has no layer.
   assert layer_of("pkg.stray", {k: v for k, v in table.items() if k != "pkg"}) is None
+
+
+#: The most modules and packages at the root of ``rsjax/`` (the root grouped by job).
+MAX_ROOT_ENTRIES = 22
+
+
+def test_the_root_is_grouped_by_job():
+  root = ROOT / "rsjax"
+  entries = sorted(
+    p.name
+    for p in root.iterdir()
+    if (p.suffix == ".py" and p.is_file()) or (p / "__init__.py").is_file()
+  )
+  assert len(entries) <= MAX_ROOT_ENTRIES, f"{len(entries)} entries at the root: {entries}"

@@ -10,7 +10,7 @@ import pytest
 
 from rsjax import cli, models
 from rsjax.bench import costs, harness, peaks, run
-from rsjax.launch.errors import CliError
+from rsjax.runs.launch.errors import CliError
 
 # A run small enough for a test: N 1000 measured at 64, n0 16, one timed image.
 FAST = ["--N", "1000", "--N0", "16", "--measure-n", "64", "--images", "1", "--quiet"]
@@ -137,7 +137,7 @@ def test_bench_writes_every_figure_and_the_plot(tmp_path, capsys):
 def test_bench_of_a_model_directory_behind_a_denoiser(tmp_path, capsys):
   """A model directory as ``rsjax convert`` writes one, with a small DnCNN in front (the
   denoiser pipeline), at two precisions; --pack on a model without a narrow stage is a note."""
-  from rsjax.denoise import workdir
+  from rsjax.models.denoise import workdir
 
   model = models.create_model("mlp", num_classes=10, input_shape=(8, 8, 1), rngs=0)
   config = {"model": "mlp", "num_classes": 10, "input_shape": [8, 8, 1]}

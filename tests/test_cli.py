@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from rsjax import cli, io
+from rsjax import cli
+from rsjax.runs import io
 
 
 def run_cli(*argv):
@@ -274,7 +275,7 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
   np.testing.assert_array_equal(a.correct, b.correct)
   # The merged file is one run: the same record, and it verifies.
   from rsjax import verify
-  from rsjax.runspec import RunSpec
+  from rsjax.runs.spec import RunSpec
 
   assert RunSpec.read(multi).identity() == RunSpec.read(single).identity()
   assert verify.verify(multi).ok
@@ -392,7 +393,7 @@ def test_train_and_certify_a_deq_standard_and_srs(tmp_path):
 
 
 def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
-  from rsjax import anisotropic
+  from rsjax import ucan
 
   common = ["--N", "400", "--N0", "40", "--batch", "400", "--skip", "60", "--quiet"]
   out = tmp_path / "ucan.tsv"
@@ -417,7 +418,7 @@ def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
   assert "pattern-wise" in printed and "guarantee:" in printed and "UCAN Thm 3.2" in printed
   res = io.read_certify(out)
   assert len(res.idx) == 5 and list(res.extra) == ["normalized_radius", "alm", "sound"]
-  sigma = 0.3 * anisotropic.pattern_sigma((8, 8, 1), pattern="linf", kappa=0.5)
+  sigma = 0.3 * ucan.pattern_sigma((8, 8, 1), pattern="linf", kappa=0.5)
   # radius is the sound isotropic ball min(sigma) * R; alm = geometric mean(sigma) * R.
   r = res.extra["normalized_radius"]
   np.testing.assert_allclose(res.radius, sigma.min() * r, rtol=1e-12)
@@ -430,7 +431,7 @@ def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
 
   shutil.copytree(trained, wd)
   dsig = rng.uniform(0.1, 0.4, (8, 8, 1)).astype(np.float32)
-  anisotropic.save_universal_noise(wd, mu=np.zeros((8, 8, 1)), sigma=dsig)
+  ucan.save_universal_noise(wd, mu=np.zeros((8, 8, 1)), sigma=dsig)
   out2 = tmp_path / "ucan_ds.tsv"
   assert run_cli("certify", wd, out2, "--method", "ucan", *common) == 0
   assert "dataset-wise" in capsys.readouterr().out
@@ -447,7 +448,7 @@ def test_certify_ucan_pattern_and_dataset_wise_sigma(trained, tmp_path, capsys):
     )
     == 2
   )
-  assert anisotropic.NOISE_FILE in capsys.readouterr().err
+  assert ucan.NOISE_FILE in capsys.readouterr().err
 
 
 def _balls_of_other_classes_disjoint(x, predict, radius):

@@ -1,4 +1,4 @@
-"""Tests of rsjax.training.ddrs: DDRS Algorithm 2 (per-example sigma memory)."""
+"""Tests of rsjax.ddrs.training: DDRS Algorithm 2 (per-example sigma memory)."""
 
 import os
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from rsjax import models
+from rsjax.ddrs.training import SIGMA_FILE, DDRSConfig, train_ddrs
 from rsjax.training import MACER, TrainConfig
-from rsjax.training.ddrs import SIGMA_FILE, DDRSConfig, train_ddrs
 
 
 def _model():

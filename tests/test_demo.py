@@ -2,7 +2,8 @@
 
 import os
 
-from rsjax import cli, io
+from rsjax import cli
+from rsjax.runs import io
 
 _SMALL = ["--sigmas", "0.25", "--epochs", "1", "--N", "64", "--images", "3", "--quiet"]
 

@@ -34,7 +34,7 @@ def test_denoised_benchmark_reports_its_figures(tmp_path):
   from flax import nnx
 
   from rsjax import models
-  from rsjax.denoise import unet
+  from rsjax.models.denoise import unet
 
   abstract = nnx.eval_shape(lambda: unet.UNet2DModel(denoised.CIFAR10_UNET, rngs=nnx.Rngs(0)))
   assert models.count_params(abstract) == 35_746_307

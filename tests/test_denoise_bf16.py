@@ -14,11 +14,11 @@ import pytest
 from flax import nnx
 from jaxpr_ops import matmul_eqns
 
-from rsjax.denoise import denoised, diffusion
-from rsjax.denoise.openai_unet import OpenAIUNet, OpenAIUNetConfig
-from rsjax.denoise.unet import UNet2DModel, UNetConfig
 from rsjax.engine.step import cast_floating
 from rsjax.models import ResNet20, VisionTransformer, ViTConfig
+from rsjax.models.denoise import denoised, diffusion
+from rsjax.models.denoise.openai_unet import OpenAIUNet, OpenAIUNetConfig
+from rsjax.models.denoise.unet import UNet2DModel, UNetConfig
 
 
 def count_ops(jaxpr):

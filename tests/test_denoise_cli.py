@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from rsjax import cli, io
-from rsjax.denoise import workdir
+from rsjax import cli
+from rsjax.models.denoise import workdir
+from rsjax.runs import io
 
 
 def run_cli(*argv):
@@ -196,7 +197,8 @@ def test_certify_with_denoiser(dirs, tmp_path, capsys, which):
   )
   assert "denoiser" in capsys.readouterr().err
   if which == 1:  # an honest denoised run verifies and passes its audit (the denoiser recorded)
-    from rsjax import audit, verify
+    from rsjax import verify
+    from rsjax.verify import audit
 
     assert verify.verify(out).ok
     report = audit.audit(out, model_dir=clf, rows=2)

@@ -14,7 +14,8 @@ from flax import nnx
 from scipy import stats as st
 
 import rsjax
-from rsjax import denoise, idrs
+from rsjax import idrs
+from rsjax.models import denoise
 
 D = 8
 

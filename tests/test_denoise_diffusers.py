@@ -9,7 +9,7 @@ diffusers = pytest.importorskip("diffusers")
 import jax  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rsjax.denoise import diffusers_import, unet  # noqa: E402
+from rsjax.models.denoise import diffusers_import, unet  # noqa: E402
 
 
 def nchw(model, x, t):

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats as st
 
 import rsjax
-from rsjax.denoise import DnCNN, denoised, diffusion, train
+from rsjax.models.denoise import DnCNN, denoised, diffusion, train
 
 
 def test_timestep_rule_linear_schedule():

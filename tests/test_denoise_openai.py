@@ -19,7 +19,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from rsjax.denoise import diffusion, openai_import  # noqa: E402
+from rsjax.models.denoise import diffusion, openai_import  # noqa: E402
 
 SMALL_CIFAR = {**openai_import.CIFAR10_UNCOND, "num_channels": 32}
 SMALL_IMAGENET = {**openai_import.IMAGENET256_UNCOND, "num_channels": 32, "num_head_channels": 32}
@@ -161,7 +161,7 @@ def test_one_step_denoiser_equals_the_reference_pred_xstart():
 def test_openai_directory_loads_as_a_denoiser(tmp_path):
   import json
 
-  from rsjax.denoise import workdir
+  from rsjax.models.denoise import workdir
 
   ref = randomize(reference(SMALL_CIFAR), 4)
   torch.save(ref.state_dict(), tmp_path / "model.pt")

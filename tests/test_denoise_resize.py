@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rsjax.denoise import compose, denoised
+from rsjax.models.denoise import compose, denoised
 
 
 @pytest.mark.parametrize("size", [(224, 224), (16, 16), (48, 40)])

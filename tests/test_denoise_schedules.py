@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from rsjax.denoise import diffusion, schedules
+from rsjax.models.denoise import diffusion, schedules
 
 CASES = [
   {"beta_schedule": "linear"},
@@ -89,7 +89,7 @@ def _unet_dir(tmp_path, diffusers, out_channels=3):
 def test_diffusers_directory_schedule_is_read_or_refused(tmp_path):
   diffusers = pytest.importorskip("diffusers")
   torch = pytest.importorskip("torch")
-  from rsjax.denoise import workdir
+  from rsjax.models.denoise import workdir
 
   ref = _unet_dir(tmp_path, diffusers, out_channels=6)
   with pytest.raises(ValueError, match="no scheduler_config.json"):

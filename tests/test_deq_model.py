@@ -1,4 +1,4 @@
-"""Tests of the NNX DEQ classifier (rsjax.deq)."""
+"""Tests of the NNX DEQ classifier (rsjax.srs)."""
 
 import jax
 import jax.numpy as jnp

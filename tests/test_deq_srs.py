@@ -1,4 +1,4 @@
-"""Tests of serialized randomized smoothing for DEQs (rsjax.deq.srs_sample / certify)."""
+"""Tests of serialized randomized smoothing for DEQs (rsjax.srs.srs_sample / certify)."""
 
 import warnings
 
@@ -10,7 +10,7 @@ from golden_cases import LinearDEQ  # z = A z + W x, logits [0, v.z + b]
 from scipy import stats as st
 
 import rsjax
-from rsjax import deq, models, stats
+from rsjax import models, srs, stats
 
 
 def _linear_deq(key, d_in=3, d=8, rho=0.9):
@@ -53,25 +53,25 @@ def test_srs_bound_never_exceeds_uncorrected_bound():
   m_a = rng.integers(0, 500, 3000)
   k = (rng.random(3000) * (m_a + 1)).astype(int).clip(0, m_a)
   for alpha in (0.001, 0.05):
-    p, r = deq.srs_p_lower(n_a, n, k, m_a, alpha)
+    p, r = srs.srs_p_lower(n_a, n, k, m_a, alpha)
     plain = stats.clopper_pearson_lower(n_a, n, alpha)
     assert np.all(p <= plain + 1e-12)
     assert np.all(p <= stats.clopper_pearson_lower(n_a, n, alpha / 2) + 1e-12)
     assert np.all((r >= 0) & (r <= 1))
     # The authors' code's form is never more conservative than the paper's (where
     # N r >= 1 trials remain; below that it gives 0).
-    p_code, _ = deq.srs_p_lower(n_a, n, k, m_a, alpha, correction="authors_code")
+    p_code, _ = srs.srs_p_lower(n_a, n, k, m_a, alpha, correction="authors_code")
     big = n * r >= 1
     assert np.all(p_code[big] >= p[big] - 1e-12) and np.all(p_code[~big] == 0)
   # No mismatch seen: r = (alpha/2)^(1/m_A), paper bound = LCB(N_A r, N, alpha/2).
-  p, r = deq.srs_p_lower(1000, 1000, 200, 200, 0.001)
+  p, r = srs.srs_p_lower(1000, 1000, 200, 200, 0.001)
   np.testing.assert_allclose(r, 0.0005 ** (1 / 200))
   np.testing.assert_allclose(p, st.beta.ppf(0.0005, 1000 * r, 1000 - 1000 * r + 1))
   # No check sample of the class: nothing certified.
-  p, r = deq.srs_p_lower(1000, 1000, 0, 0, 0.001)
+  p, r = srs.srs_p_lower(1000, 1000, 0, 0, 0.001)
   assert p == 0 and r == 0
   with pytest.raises(ValueError, match="correction"):
-    deq.srs_p_lower(1, 2, 1, 1, 0.1, correction="none")
+    srs.srs_p_lower(1, 2, 1, 1, 0.1, correction="none")
 
 
 def _simulate_two_stage(rng, trials, n, m, p_a, flip_in, flip_out, alpha, run=1):
@@ -93,7 +93,7 @@ def _simulate_two_stage(rng, trials, n, m, p_a, flip_in, flip_out, alpha, run=1)
   t_c = np.take_along_axis(t, idx, 1)
   m_a = s_c.sum(1)
   k = (s_c & t_c).sum(1)
-  p_paper, _ = deq.srs_p_lower(n_a, n, k, m_a, alpha)
+  p_paper, _ = srs.srs_p_lower(n_a, n, k, m_a, alpha)
   p_naive = stats.clopper_pearson_lower(n_a, n, alpha)
   return p_paper, p_naive
 
@@ -122,7 +122,7 @@ def test_srs_certificate_from_counts():
   s = np.array([[0] * 100, [1] * 90 + [0] * 10, [0] * 100])
   t = s.copy()
   t[1, :5] = 0  # five mismatches of class 1
-  cert = deq.srs_certificate(c0, c1, s, t, n=1000, alpha=0.001, scale=0.5)
+  cert = srs.srs_certificate(c0, c1, s, t, n=1000, alpha=0.001, scale=0.5)
   assert isinstance(cert, rsjax.Certificate)
   np.testing.assert_array_equal(cert.prediction, [0, 1, -1])
   np.testing.assert_array_equal(cert.check_selected, [100, 90, 0])
@@ -133,7 +133,7 @@ def test_srs_certificate_from_counts():
   np.testing.assert_allclose(cert.radius[1], 0.5 * st.norm.ppf(p1))
   assert cert.radius[2] == 0 and cert.p_lower[2] == 0
   assert "paper form" in cert.guarantee
-  code = deq.srs_certificate(
+  code = srs.srs_certificate(
     c0, c1, s, t, n=1000, alpha=0.001, scale=0.5, correction="authors_code"
   )
   assert np.all(code.p_lower >= cert.p_lower) and "NOT a proven guarantee" in code.guarantee
@@ -141,7 +141,7 @@ def test_srs_certificate_from_counts():
   # certified class (from the n0 pass) is 1.
   assert code.check_class[2] == 0 and cert.check_class[2] == 1
   with pytest.raises(ValueError, match="missing"):
-    deq.srs_certificate(c0, c1, np.full_like(s, -1), t, n=1000, alpha=0.001, scale=0.5)
+    srs.srs_certificate(c0, c1, np.full_like(s, -1), t, n=1000, alpha=0.001, scale=0.5)
 
 
 # ---------------------------------------------------------------------------
@@ -180,8 +180,8 @@ def test_srs_sampler_matches_reference_loop(getkey):
   warm = models.SolverConfig(name="iteration", steps=4)
   full = models.SolverConfig(name="iteration", steps=80)
   # num=23, chains=5: 5 chunks, the last one partial; m=7 is not a multiple of 5.
-  cfg = deq.SRSConfig(solver=sol, warmup=warm, check_solver=full, m=7)
-  out = deq.srs_sample(
+  cfg = srs.SRSConfig(solver=sol, warmup=warm, check_solver=full, m=7)
+  out = srs.srs_sample(
     key,
     deq_fn,
     params,
@@ -196,7 +196,7 @@ def test_srs_sampler_matches_reference_loop(getkey):
   idx = np.asarray(out.check_idx[0])
   assert idx.shape == (7,) and idx.min() >= 0 and idx.max() < 23
   np.testing.assert_array_equal(
-    idx, np.asarray(deq.check_indices(ckey, 0, deq.make_srs_plan(23, 5, 7, 4)))
+    idx, np.asarray(srs.check_indices(ckey, 0, srs.make_srs_plan(23, 5, 7, 4)))
   )
   counts, s_ref, t_ref = _reference_srs(
     deq_fn, params, jnp.asarray(x[0]), 0.5, key, 23, 5, sol, warm, idx, full
@@ -207,7 +207,7 @@ def test_srs_sampler_matches_reference_loop(getkey):
   assert int(out.counts.sum()) == 23
   assert np.isfinite(float(out.residual[0])) and float(out.check_residual[0]) < 1e-2
   # Same results on one device.
-  one = deq.srs_sample(
+  one = srs.srs_sample(
     key,
     deq_fn,
     params,
@@ -232,7 +232,7 @@ def test_srs_check_solves_run_in_equal_batches():
     (7, 5, 4, 2, 1),
     (0, 5, 1, 1, 0),
   ):
-    plan = deq.make_srs_plan(10_000, chains, m, devices)
+    plan = srs.make_srs_plan(10_000, chains, m, devices)
     assert (plan.check_batch, plan.check_steps) == (batch, steps), (m, chains, devices)
     assert plan.check_batch * plan.check_steps * devices >= m
 
@@ -244,7 +244,7 @@ def test_srs_with_full_solver_sees_the_engine_noise(getkey):
   x = _inputs_at_margins(w, [0.1, -0.2, 0.05])
   key = getkey()
   full = models.SolverConfig(steps=40, lam=1e-9)  # converged to float32 precision
-  out = deq.srs_sample(
+  out = srs.srs_sample(
     key,
     deq_fn,
     params,
@@ -252,7 +252,7 @@ def test_srs_with_full_solver_sees_the_engine_noise(getkey):
     sigma=0.4,
     num_classes=2,
     num=300,
-    config=deq.SRSConfig(solver=full, warmup=full, m=0),
+    config=srs.SRSConfig(solver=full, warmup=full, m=0),
     settings=rsjax.Sampling(batch_size=64),
     ids=[5, 9, 2],
   )
@@ -280,10 +280,10 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   x = _inputs_at_margins(w, margins)
   p_true, cls = _true_pa(w, x, sigma)
   r_true = sigma * st.norm.ppf(p_true)
-  srs = deq.SRSConfig(
+  srs_cfg = srs.SRSConfig(
     solver=models.SolverConfig("iteration", 1), warmup=models.SolverConfig("anderson", 5), m=150
   )
-  cert = deq.certify(
+  cert = srs.certify(
     getkey(),
     deq_fn,
     params,
@@ -292,13 +292,13 @@ def test_certify_deq_sound_on_linear_deq(getkey):
     num_classes=2,
     method="srs",
     solver=models.SolverConfig(steps=40, lam=1e-9),
-    srs=srs,
+    srs=srs_cfg,
     n0=50,
     n=2000,
     alpha=0.001,
     batch_size=100,
   )
-  assert isinstance(cert, deq.SRSCertificate)
+  assert isinstance(cert, srs.SRSCertificate)
   assert np.all(cert.p_lower <= p_true)
   assert np.all(cert.radius <= r_true)
   ok = cert.prediction >= 0
@@ -310,7 +310,7 @@ def test_certify_deq_sound_on_linear_deq(getkey):
   assert "40 anderson steps" in cert.guarantee
   # Standard RS certifies the same classifier (lam=1e-9 once gave NaN for 1 of 8000
   # samples here; a breakdown of the Anderson solve is now a plain step).
-  std_cert = deq.certify(
+  std_cert = srs.certify(
     getkey(),
     deq_fn,
     params,
@@ -336,7 +336,7 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
   sigma = 0.5
   x = _inputs_at_margins(w, [0.9, -0.6, 0.3, 0.05])
   p_true, cls = _true_pa(w, x, sigma)
-  srs = deq.SRSConfig(
+  srs_cfg = srs.SRSConfig(
     solver=models.SolverConfig("broyden", 2), warmup=models.SolverConfig("broyden", 5), m=150
   )
   kw = dict(
@@ -350,14 +350,14 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
     batch_size=100,
   )
   key = getkey()
-  cert = deq.certify(key, deq_fn, params, x, srs=srs, **kw)
+  cert = srs.certify(key, deq_fn, params, x, srs=srs_cfg, **kw)
   assert np.all(cert.p_lower <= p_true)
   assert np.all(cert.radius <= sigma * st.norm.ppf(p_true))
   ok = cert.prediction >= 0
   np.testing.assert_array_equal(cert.prediction[ok], cls[ok])
   assert ok[0] and "30 broyden steps" in cert.guarantee
-  naive = deq.certify(
-    key, deq_fn, params, x, srs=srs.replace(solver=models.SolverConfig("naive", 1)), **kw
+  naive = srs.certify(
+    key, deq_fn, params, x, srs=srs_cfg.replace(solver=models.SolverConfig("naive", 1)), **kw
   )
 
   def miss(c):
@@ -369,20 +369,20 @@ def test_srs_with_broyden_is_sound_on_linear_deq(getkey):
 def test_certify_deq_options_and_errors(getkey):
   deq_fn, params, w = _linear_deq(getkey())
   x = _inputs_at_margins(w, [0.8])
-  srs = deq.SRSConfig(
+  srs_cfg = srs.SRSConfig(
     warmup=models.SolverConfig("iteration", 10),
     check_solver=models.SolverConfig("iteration", 60),
     m=40,
   )
-  kw = dict(sigma=0.25, num_classes=2, n0=20, n=300, batch_size=50, alpha=0.01, srs=srs)
-  a = deq.certify(7, deq_fn, params, x, **kw)
-  b = deq.certify(7, deq_fn, params, x, **kw)
+  kw = dict(sigma=0.25, num_classes=2, n0=20, n=300, batch_size=50, alpha=0.01, srs=srs_cfg)
+  a = srs.certify(7, deq_fn, params, x, **kw)
+  b = srs.certify(7, deq_fn, params, x, **kw)
   np.testing.assert_array_equal(a.counts, b.counts)
   np.testing.assert_array_equal(a.p_lower, b.p_lower)
   assert a.prediction[0] == 1 and a.check_total == 40
   # Keys: selection noise is rsjax.certify's; the selection chunk (n0 <= chains) is
   # solved from z = 0 with the warm-up solver, so it equals standard RS with that solver.
-  std = deq.certify(
+  std = srs.certify(
     7,
     deq_fn,
     params,
@@ -399,28 +399,28 @@ def test_certify_deq_options_and_errors(getkey):
   np.testing.assert_array_equal(std.counts_selection, a.counts_selection)
   with warnings.catch_warnings(record=True) as rec:
     warnings.simplefilter("always")
-    c = deq.certify(
+    c = srs.certify(
       7,
       deq_fn,
       params,
       x,
-      **dict(kw, srs=srs.replace(check="consecutive", correction="authors_code", m=5)),
+      **dict(kw, srs=srs_cfg.replace(check="consecutive", correction="authors_code", m=5)),
     )
   assert any("never certify" in str(r.message) for r in rec)
   assert c.check_total == 5 and "NOT a proven guarantee" in c.guarantee
   assert a.sound and not c.sound
   np.testing.assert_array_equal(c.counts, a.counts)  # same noise, same chains
   with pytest.raises(ValueError, match="method"):
-    deq.certify(7, deq_fn, params, x, method="fast", **kw)
+    srs.certify(7, deq_fn, params, x, method="fast", **kw)
   with pytest.raises(ValueError, match="correction"):
-    srs.replace(correction="none")
+    srs_cfg.replace(correction="none")
   with pytest.raises(ValueError, match="check"):
-    srs.replace(check="first")
+    srs_cfg.replace(check="first")
   with pytest.raises(ValueError, match="consecutive"):
-    deq.certify(7, deq_fn, params, x, **dict(kw, srs=srs.replace(check="consecutive", m=290)))
+    srs.certify(7, deq_fn, params, x, **dict(kw, srs=srs_cfg.replace(check="consecutive", m=290)))
   with pytest.raises(ValueError, match="m must"):
-    deq.certify(7, deq_fn, params, x, **dict(kw, srs=srs.replace(m=0)))
+    srs.certify(7, deq_fn, params, x, **dict(kw, srs=srs_cfg.replace(m=0)))
   with pytest.raises(ValueError, match="sigma"):
-    deq.certify(7, deq_fn, params, x, **dict(kw, sigma=-1.0))
+    srs.certify(7, deq_fn, params, x, **dict(kw, sigma=-1.0))
   with pytest.raises(ValueError, match="params"):
-    deq.certify(7, models.DEQClassifier(channels=4, rngs=0), params, x, **kw)
+    srs.certify(7, models.DEQClassifier(channels=4, rngs=0), params, x, **kw)

@@ -2,7 +2,7 @@
 
 ``gaussian_8bit`` certifies in the arithmetic actually performed (Voracek and Hein,
 ICLR 2023), so its reported ``p_lower`` and radius are rounded down below their exact
-values (``rsjax.checks.P_LOWER_MARGIN``, ``RADIUS_MARGIN``), by the engine and by
+values (``rsjax.verify.checks.P_LOWER_MARGIN``, ``RADIUS_MARGIN``), by the engine and by
 ``rsjax verify`` alike; the exact values here come from a 40-digit inversion (mpmath).
 The default Gaussian keeps its round-to-nearest numbers bit for bit.
 """
@@ -12,9 +12,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from rsjax import checks, noise, stats
+from rsjax import noise, stats
 from rsjax.engine import anytime, budget
 from rsjax.engine.cohen_rule import certificate_from_counts
+from rsjax.verify import checks
 
 mp = pytest.importorskip("mpmath")
 mp.mp.dps = 40

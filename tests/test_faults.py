@@ -107,7 +107,7 @@ def test_unbatched_input_gets_a_clear_error():
 
 
 def _write_rows(path, idx, run=None, resume=True):
-  from rsjax import io
+  from rsjax.runs import io
 
   with io.ResultsWriter(path, kind="certify", run=run, resume=resume) as w:
     for i in idx:
@@ -116,7 +116,7 @@ def _write_rows(path, idx, run=None, resume=True):
 
 def test_pandas_reads_files_with_a_run_record(tmp_path):
   pd = pytest.importorskip("pandas")
-  from rsjax import io
+  from rsjax.runs import io
 
   path = tmp_path / "o.tsv"
   _write_rows(path, [0, 1, 2], run={"N": 100, "sigma": 0.25})
@@ -127,7 +127,7 @@ def test_pandas_reads_files_with_a_run_record(tmp_path):
 
 
 def test_mismatched_resume_names_the_differing_fields(tmp_path):
-  from rsjax import io
+  from rsjax.runs import io
 
   path = tmp_path / "o.tsv"
   run = {"N": 2000, "sigma": 0.25, "alpha": 0.001, "model": "abc"}
@@ -163,7 +163,7 @@ def test_mismatched_resume_names_the_differing_fields(tmp_path):
   ],
 )
 def test_corrupted_rows_are_errors_naming_file_and_line(tmp_path, row, needle):
-  from rsjax import io
+  from rsjax.runs import io
 
   path = tmp_path / "o.tsv"
   _write_rows(path, [0, 1])
@@ -175,7 +175,7 @@ def test_corrupted_rows_are_errors_naming_file_and_line(tmp_path, row, needle):
 
 
 def test_only_an_incomplete_last_line_is_repaired(tmp_path):
-  from rsjax import io
+  from rsjax.runs import io
 
   path = tmp_path / "o.tsv"
   _write_rows(path, [0, 1])
@@ -190,7 +190,7 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
   import subprocess
   import sys
 
-  from rsjax import io
+  from rsjax.runs import io
 
   path = tmp_path / "o.tsv"
   with io.ResultsWriter(path, kind="certify") as w:
@@ -283,7 +283,7 @@ def _kill_9(proc):
 def test_kill_9_and_a_concurrent_writer(model_dir, tmp_path, capsys, command):
   """A second writer is refused while the first runs; after kill -9 the run resumes
   and ends with exactly the rows of an uninterrupted run."""
-  from rsjax import io
+  from rsjax.runs import io
 
   args = [
     command,
@@ -379,13 +379,13 @@ def test_mismatched_resume_and_overwrite(model_dir, tmp_path, capsys):
   assert (
     run_cli("certify", model_dir, out, *FAST, "--max", "4", "--sigma", "0.5", "--overwrite") == 0
   )
-  from rsjax import io
+  from rsjax.runs import io
 
   assert io.read_run_record(out)["sigma"]["value"] == 0.5 and len(io.read_certify(out)) == 4
 
 
 def test_max_is_an_index_bound_as_in_cohen(model_dir, tmp_path):
-  from rsjax import io
+  from rsjax.runs import io
 
   out = tmp_path / "o.tsv"
   assert run_cli("certify", model_dir, out, *FAST, "--skip", "5", "--max", "22") == 0
@@ -398,8 +398,8 @@ def _nan_model(model_dir, tmp_path):
 
   import jax
 
-  from rsjax.checkpoint import Checkpoints
   from rsjax.models import to_train_fn
+  from rsjax.models.checkpoint import Checkpoints
 
   bad = tmp_path / "nan_model"
   shutil.copytree(model_dir, bad)
@@ -532,9 +532,9 @@ def test_analyze_title_steps_and_envelope_warning(model_dir, tmp_path, capsys):
   assert run_cli("analyze", a, b, "--plot", tmp_path / "c.png") == 0
   err = capsys.readouterr().err
   assert "envelope mixes files over different inputs (a.tsv: 6, b.tsv: 3; 3 in common)" in err
-  from rsjax import io
   from rsjax.cli import analyze
-  from rsjax.runspec import RunSpec
+  from rsjax.runs import io
+  from rsjax.runs.spec import RunSpec
 
   title = analyze.plot_title(
     [RunSpec.read(a), RunSpec.read(b)], {"a": io.read_certify(a), "b": io.read_certify(b)}
@@ -545,7 +545,9 @@ def test_analyze_title_steps_and_envelope_warning(model_dir, tmp_path, capsys):
 
 
 def test_step_curve_equals_certified_accuracy():
-  from rsjax import io, metrics, plots
+  from rsjax import metrics
+  from rsjax.metrics import plots
+  from rsjax.runs import io
 
   res = io.CertifyResults(
     idx=np.arange(5),
@@ -569,7 +571,7 @@ def test_srs_refuses_non_finite_logits(getkey):
 
   import jax.numpy as jnp
 
-  from rsjax import deq, models
+  from rsjax import models, srs
 
   @dataclasses.dataclass(frozen=True)
   class NanDEQ:
@@ -587,13 +589,13 @@ def test_srs_refuses_non_finite_logits(getkey):
     sigma=0.01,
     num_classes=2,
     num=40,
-    config=deq.SRSConfig(m=4),
+    config=srs.SRSConfig(m=4),
     settings=rsjax.Sampling(batch_size=8),
     check_key=getkey(),
     ids=[4, 5, 6],
   )
   with pytest.raises(FloatingPointError, match=r"ids \[5\]"):
-    deq.srs_sample(getkey(), NanDEQ(), jnp.float32(1.0), x, **kw)
+    srs.srs_sample(getkey(), NanDEQ(), jnp.float32(1.0), x, **kw)
   x[1, 0] = 0.5
-  out = deq.srs_sample(getkey(), NanDEQ(), jnp.float32(1.0), x, **kw)
+  out = srs.srs_sample(getkey(), NanDEQ(), jnp.float32(1.0), x, **kw)
   assert out.counts.sum() == 3 * 40

@@ -22,8 +22,10 @@ from run_edits import (
   reradius,
 )
 
-from rsjax import audit, checks, cli, data, io, record, verify
-from rsjax.runspec import RunSpec
+from rsjax import cli, data, verify
+from rsjax.runs import io, record
+from rsjax.runs.spec import RunSpec
+from rsjax.verify import audit, checks
 
 N, N0 = 400, 40
 
@@ -349,13 +351,15 @@ def _claim_record(base, claim):
 
 
 def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(run40, tmp_path):
-  """The one table (``rsjax.checks.refusal``) over every combination of method, noise,
+  """The one table (``rsjax.verify.checks.refusal``) over every combination of method, noise,
   multiclass, budget rule, precision and packing: what ``Method.plan`` refuses (certify's
   path), ``verify`` refuses with the same line, and it accepts every other claim."""
   import types
 
-  from rsjax import checks, methods, noise, precision
-  from rsjax.method import Context
+  from rsjax import methods, noise
+  from rsjax.engine import precision
+  from rsjax.methods.base import Context
+  from rsjax.verify import checks
 
   assert checks.METHODS == tuple(m.name for m in methods.METHODS)
   assert checks.PRECISIONS == precision.PRECISIONS
@@ -410,7 +414,7 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
   ],
 )
 def test_certify_refuses_with_the_tables_line(model, tmp_path, capsys, flags):
-  from rsjax import checks
+  from rsjax.verify import checks
 
   args = dict(zip(flags[::2], flags[1::2], strict=False))
   grid = "--grid" in flags
@@ -587,12 +591,12 @@ def test_verify_states_the_claim_it_verified(run40):
 def test_ucan_dataset_scales_are_bound_by_their_file(model, tmp_path):
   import shutil
 
-  from rsjax import anisotropic
+  from rsjax import ucan
 
   wd = tmp_path / "wd"
   shutil.copytree(model, wd)
   sigma = np.random.default_rng(0).uniform(0.3, 0.6, (8, 8, 1)).astype(np.float32)
-  anisotropic.save_universal_noise(wd, mu=np.zeros_like(sigma), sigma=sigma)
+  ucan.save_universal_noise(wd, mu=np.zeros_like(sigma), sigma=sigma)
   out = tmp_path / "runs"
   out.mkdir()
   f = certify(wd, out / "u.tsv", "--method", "ucan", "--max", "30", "--skip", "10")
@@ -651,7 +655,7 @@ def test_a_stated_claim_digest_left_stale_is_a_mismatch(run40, tmp_path):
 
 
 def test_an_unbound_record_still_verifies_and_says_so(run40, tmp_path):
-  from rsjax import runspec
+  from rsjax.runs import spec as runspec
 
   f = copy_run(run40, tmp_path / "u.tsv")
 
@@ -671,7 +675,7 @@ def test_a_bound_run_downgraded_to_an_unbound_record_is_not_verified(model, run4
   """Found by the red team: a /3 record rewritten as /2 with its claim digest moved into
   key.fold_in draws the same noise, so its alpha could be raised after the draw. Unbound
   records are refused unless accepted knowingly, and fail the audit."""
-  from rsjax import runspec
+  from rsjax.runs import spec as runspec
 
   f = copy_run(run40, tmp_path / "d.tsv")
 
@@ -992,7 +996,7 @@ def test_a_claim_of_ten_billion_rows_fails_fast_naming_the_bound(run40, tmp_path
   import time
   import tracemalloc
 
-  from rsjax import limits
+  from rsjax.runs import limits
 
   f = copy_run(run40, tmp_path / "f.tsv")
   edit_run(f, lambda r: r["data"].update(size=10**10, stop=-1))
@@ -1015,7 +1019,7 @@ def test_a_claim_of_ten_billion_rows_fails_fast_naming_the_bound(run40, tmp_path
 def test_a_large_declared_range_is_counted_not_built(run40, tmp_path):
   import tracemalloc
 
-  from rsjax import limits
+  from rsjax.runs import limits
 
   f = copy_run(run40, tmp_path / "f.tsv")
   edit_run(f, lambda r: r["data"].update(size=limits.MAX_ROWS, stop=-1, skip=1))
@@ -1048,7 +1052,7 @@ def test_audit_and_analyze_name_a_malformed_field_in_one_line(model, run40, tmp_
 
 
 def test_budget_looks_never_take_the_ceiling_of_infinity():
-  from rsjax import checks
+  from rsjax.verify import checks
 
   # A forged ratio of 1e308: n * ratio overflows to inf, whose ceiling raised OverflowError.
   assert checks.budget_looks(400, 100, 1e308) == [100, 400]
@@ -1098,7 +1102,8 @@ def test_a_record_certify_would_never_write_is_refused(run40, tmp_path, edit, wh
 def test_the_record_strictness_tables_match_what_they_describe():
   """``limits.SAMPLING_KEYS`` and ``MODEL_FIELDS`` are what certify records (JAX-free copies)."""
   import rsjax
-  from rsjax import limits, runspec
+  from rsjax.runs import limits
+  from rsjax.runs import spec as runspec
 
   recorded = set(record.sampling_fields(rsjax.Sampling()))
   assert limits.SAMPLING_KEYS == recorded | {"pack"}
@@ -1118,7 +1123,7 @@ def test_the_same_parameters_built_another_way_fail_the_audit(model, run40, tmp_
   rep = audit.audit(run40, model_dir=other, rows=2, seed=0)
   assert not rep.ok and "configuration" in rep.reason, rep.reason
   assert audit.audit(run40, model_dir=model, rows=2, seed=0).ok
-  from rsjax.canonical import model_config_digest
+  from rsjax.runs.canonical import model_config_digest
 
   named = json.loads((model / "config.json").read_text())
   assert verify.read_run(str(run40)).model.config == model_config_digest(named)
@@ -1206,7 +1211,7 @@ def test_the_audit_needs_the_configuration_and_the_architecture_named(model, run
 
 
 def test_the_record_shape_table_is_what_certify_writes(run40):
-  from rsjax import limits
+  from rsjax.runs import limits
 
   rec = json.loads((run40.parent / (run40.name + ".run.json")).read_text())
   for part, names in limits.RECORD_SHAPE.items():

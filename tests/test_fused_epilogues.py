@@ -7,7 +7,7 @@ tests read the program the engine lowers (StableHLO, before any backend: XLA:CPU
 optimized HLO says nothing about cuDNN) for ResNet-20, ResNet-110 and ResNet-50
 with batch norm folded (``rsjax.models.fold_batch_norm``), also packed
 (``rsjax.models.pack_narrow_stage``), in float32 and bfloat16 as the engine casts
-them (``rsjax.engine.step.cast_floating``, inside ``rsjax.precision.context``), and
+them (``rsjax.engine.step.cast_floating``, inside ``rsjax.engine.precision.context``), and
 require for every convolution:
 
 * its result has one use, an ``add`` of a per-channel bias broadcast in its dtype;
@@ -28,7 +28,7 @@ import pytest
 from flax import nnx
 
 from rsjax import models
-from rsjax import precision as precision_lib
+from rsjax.engine import precision as precision_lib
 from rsjax.engine.step import cast_floating
 
 _LINE = re.compile(r"^\s*(%[\w#.]+)(?::\d+)? = (?:stablehlo\.(\w+)|call (@[\w.]+))(.*)$")

@@ -99,12 +99,12 @@ def test_sample_counts_is_one_launch(counted):
 
 @pytest.mark.parametrize("num, chains, m", [(200, 20, 30), (5_000, 50, 120)])
 def test_srs_sampling_is_one_launch_whatever_the_chunks(counted, monkeypatch, num, chains, m):
-  """SRS (``rsjax.deq.srs_sample``): the warm-started chains of every chunk, the warm-up and
+  """SRS (``rsjax.srs.srs_sample``): the warm-started chains of every chunk, the warm-up and
   the check solves of every input run in one compiled program, the warm start carried on the
   device; the host reads the results once."""
   from golden_cases import LinearDEQ
 
-  from rsjax.deq import _srs
+  from rsjax.srs import _srs
 
   launch, calls = _srs._srs_jit, []
 
@@ -121,12 +121,12 @@ def test_srs_sampling_is_one_launch_whatever_the_chunks(counted, monkeypatch, nu
     "b": jnp.float32(-1.0),
   }
   step = rsjax.models.SolverConfig(name="anderson", steps=3)
-  config = rsjax.deq.SRSConfig(
+  config = rsjax.srs.SRSConfig(
     solver=step, warmup=step.replace(steps=10), check_solver=step.replace(steps=30), m=m
   )
   x = np.random.default_rng(0).uniform(size=(2, 3)).astype(np.float32)
   with jax.transfer_guard_device_to_host("disallow"):
-    out = rsjax.deq.srs_sample(
+    out = rsjax.srs.srs_sample(
       0,
       LinearDEQ(),
       params,

@@ -27,8 +27,8 @@ half, is ``toy_rsjax_method._certify:Capped``, imported when a run is planned.
 
 import numpy as np
 
-from rsjax.checks import cohen_certificate, compare, read_rows, run_sigma
-from rsjax.method import Method, Option
+from rsjax.verify.checks import cohen_certificate, compare, read_rows, run_sigma
+from rsjax.methods.base import Method, Option
 
 
 def _check(view, res, recs, *, rtol, atol, **_):
@@ -49,7 +49,7 @@ TOY = Method("toy-capped", "Cohen's CERTIFY with the radius capped (a method fro
 '''
 
 TOY_CERTIFY = '''
-"""The JAX half of toy-capped: its certifier (an rsjax.method.MethodCertifier)."""
+"""The JAX half of toy-capped: its certifier (an rsjax.methods.base.MethodCertifier)."""
 
 import dataclasses
 from typing import ClassVar
@@ -57,7 +57,7 @@ from typing import ClassVar
 import numpy as np
 
 import rsjax
-from rsjax.method import Context, MethodCertifier
+from rsjax.methods.base import Context, MethodCertifier
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 
 import rsjax
 from rsjax import cli, methods
-from rsjax.method import Context
+from rsjax.methods.base import Context
 
 
 def _linear(params, x):
@@ -103,7 +103,7 @@ def test_every_method_has_the_one_call_shape():
   x, ids = _x(), np.array([4, 9, 2, 7])
   key, kw = jax.random.key(5), dict(num_classes=2, n0=50, n=1000, alpha=0.001, ids=ids)
   design = rsjax.idrs.ConstantSigma(0.4)
-  noise = rsjax.anisotropic.FrozenNoise(np.array([0.3, 0.5], np.float32))
+  noise = rsjax.ucan.FrozenNoise(np.array([0.3, 0.5], np.float32))
   sig = np.array([0.3, 0.4, 0.5, 0.6])
   pairs = [
     (
@@ -115,8 +115,8 @@ def test_every_method_has_the_one_call_shape():
       rsjax.idrs.certify(key, _linear, w, x, design=design, **kw),
     ),
     (
-      rsjax.certify(key, _linear, w, x, sigma=noise, certifier=rsjax.anisotropic.UCAN(), **kw),
-      rsjax.anisotropic.certify(key, _linear, w, x, sigma=noise, **kw),
+      rsjax.certify(key, _linear, w, x, sigma=noise, certifier=rsjax.ucan.UCAN(), **kw),
+      rsjax.ucan.certify(key, _linear, w, x, sigma=noise, **kw),
     ),
     (
       rsjax.certify(key, _linear, w, x, sigma=sig, certifier=rsjax.ddrs.DDRS(), **kw),

@@ -1,9 +1,11 @@
-"""Tests of rsjax.metrics and rsjax.plots on hand-made results with known answers."""
+"""Tests of rsjax.metrics and rsjax.metrics.plots on hand-made results with known answers."""
 
 import numpy as np
 import pytest
 
-from rsjax import io, metrics, plots
+from rsjax import metrics
+from rsjax.metrics import plots
+from rsjax.runs import io
 
 # 8 inputs: 5 correct with radii 0, 0.25, 0.5, 1.0, 2.0; 1 wrong with radius 0.7;
 # 2 abstentions.

@@ -69,7 +69,7 @@ HEADER = "idx\tpredict\tradius\tcounts_selection\tcounts"
 
 
 def _worker(how: str, port: int, process_id: int, out: str) -> None:
-  import rsjax.distributed as dist
+  import rsjax.runs.distributed as dist
 
   if how == "coordinator":
     pid, count = dist.initialize(
@@ -207,7 +207,7 @@ def test_two_processes_match_single_process(tmp_path, how):
 
 
 def test_split_indices_partitions():
-  import rsjax.distributed as dist
+  import rsjax.runs.distributed as dist
 
   idx = np.arange(10) * 3
   parts = [dist.split_indices(idx, process_index=p, process_count=3) for p in range(3)]
@@ -218,7 +218,7 @@ def test_split_indices_partitions():
 
 
 def test_merge_rows_sorts_dedups_and_rejects_conflicts(tmp_path):
-  import rsjax.distributed as dist
+  import rsjax.runs.distributed as dist
 
   a, b = tmp_path / "a", tmp_path / "b"
   a.write_text("idx\tv\n3\tx\n0\ty\n")
@@ -242,7 +242,7 @@ def _no_job(monkeypatch):
 
 
 def test_initialize_single_process_and_bad_arguments(monkeypatch):
-  import rsjax.distributed as dist
+  import rsjax.runs.distributed as dist
 
   _no_job(monkeypatch)
   assert dist.detect_cluster() is None
@@ -259,7 +259,7 @@ def test_initialize_single_process_and_bad_arguments(monkeypatch):
 
 @pytest.mark.parametrize("jax_detection", [True, False])
 def test_detect_cluster_reads_the_jobs_jax_detects(monkeypatch, jax_detection):
-  import rsjax.distributed as dist
+  import rsjax.runs.distributed as dist
 
   _no_job(monkeypatch)
   # JAX's own detection is reachable in this JAX (else rsjax falls back on its own list).

@@ -14,8 +14,8 @@ import pytest
 from scipy import stats as sps
 
 import rsjax
-from rsjax import grid_draw, lattice
 from rsjax import noise as noise_lib
+from rsjax.noise import grid_draw, lattice
 
 TWO64 = 2**64
 
@@ -52,7 +52,7 @@ def test_thresholds_match_mpmath():
 
 
 def _reference_draw(th, k_max, u):
-  """The draw of the 64-bit uniform ``u`` by its definition (rsjax.lattice), in Python."""
+  """The draw of the 64-bit uniform ``u`` by its definition (rsjax.noise.lattice), in Python."""
   idx = bisect.bisect_right(th, u)
   if idx >= len(th) or u == th[idx - 1]:
     return grid_draw.GRID_INVALID
@@ -399,7 +399,7 @@ def test_bound_sigma_is_the_float32_the_engine_draws_with():
 
 
 def test_srs_chains_refuse_the_lattice_noise():
-  from rsjax.deq._srs import srs_sample
+  from rsjax.srs._srs import srs_sample
 
   settings = rsjax.Sampling(noise=noise_lib.Gaussian8bit(sigma=0.25), batch_size=4)
   with pytest.raises(ValueError, match="SRS chains add sigma"):
@@ -411,5 +411,5 @@ def test_srs_chains_refuse_the_lattice_noise():
 def test_verify_refuses_a_multiclass_record_of_the_lattice_noise():
   # Short counts bound no runner-up from above; rsjax never writes such a record.
   cert = {"multiclass": True, "noise": {"name": "gaussian_8bit"}, "num_classes": 4}
-  with pytest.raises(rsjax.checks.VerifyError, match="multiclass record"):
-    rsjax.checks.cohen_certificate(cert, None, 0.25)
+  with pytest.raises(rsjax.verify.checks.VerifyError, match="multiclass record"):
+    rsjax.verify.checks.cohen_certificate(cert, None, 0.25)

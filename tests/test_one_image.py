@@ -96,7 +96,7 @@ def test_one_image_opens_few_modules_and_never_climbs_back(trained, tmp_path):
   assert not got["climbs"], got["climbs"]
   # The path stays out of the launch, training and command-line layers.
   assert not [
-    m for m in modules if m.startswith(("rsjax.launch", "rsjax.training", "rsjax.cli"))
+    m for m in modules if m.startswith(("rsjax.runs.launch", "rsjax.training", "rsjax.cli"))
   ], modules
 
 
@@ -105,7 +105,8 @@ def test_the_trace_sees_a_climb_back(trained, tmp_path):
   script = TRACE.replace(
     "certify.run(args)",
     """
-from rsjax import runner, stats
+from rsjax import stats
+from rsjax.runs import runner
 real = stats.clopper_pearson_lower
 def clopper_pearson_lower(*a, **k):  # called by Cohen's rule, calls the runner back
   runner.default_inputs_per_call()
@@ -137,4 +138,4 @@ certify.run(args)""",
   )
   assert out.returncode == 0, out.stderr
   got = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("TRACE "))[6:])
-  assert any(c.endswith("rsjax.engine.cohen_rule -> rsjax.runner") for c in got["climbs"]), got
+  assert any(c.endswith("rsjax.engine.cohen_rule -> rsjax.runs.runner") for c in got["climbs"]), got

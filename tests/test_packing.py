@@ -21,10 +21,11 @@ import pytest
 from flax import nnx
 
 import rsjax
-from rsjax import audit, cli, models, verify
+from rsjax import cli, models, verify
 from rsjax.engine.step import cast_floating, make_chunk_plan, step_counts
 from rsjax.noise import GAUSSIAN
-from rsjax.runspec import RunSpec
+from rsjax.runs.spec import RunSpec
+from rsjax.verify import audit
 
 #: float32 logits of the packed and unpacked models agree to this, relative to the largest.
 F32_TOL = 1e-5
@@ -232,7 +233,7 @@ def test_cli_pack_is_in_the_record_and_audit_rebuilds_it(tmp_path, capsys):
   import numpy as np
 
   import rsjax
-  from rsjax import io, launch
+  from rsjax.runs import io, launch
 
   run = RunSpec.read(packed)
   unpacked = dataclasses.replace(

@@ -19,10 +19,12 @@ import pytest
 from jaxpr_ops import OPS, matmul_eqns
 
 import rsjax
-from rsjax import anisotropic, data, ddrs, idrs, launch, methods, record, runspec
-from rsjax import precision as precision_lib
+from rsjax import data, ddrs, idrs, methods, ucan
 from rsjax.ddrs import _objective, _sigma
-from rsjax.method import Context
+from rsjax.engine import precision as precision_lib
+from rsjax.methods.base import Context
+from rsjax.runs import launch, record
+from rsjax.runs import spec as runspec
 
 PRECISIONS = [None, "float32", "tf32", "bfloat16"]
 
@@ -36,7 +38,7 @@ def ops(jaxpr):
 
 
 def declared(precision):
-  """The ``precision`` parameter of a dot traced inside ``rsjax.precision.context``."""
+  """The ``precision`` parameter of a dot traced inside ``rsjax.engine.precision.context``."""
   with precision_lib.context(precision):
     jaxpr = jax.make_jaxpr(jnp.dot)(jnp.ones((2, 2)), jnp.ones((2, 2)))
   (prec,) = {p for (_, p, _) in ops(jaxpr.jaxpr)}
@@ -123,7 +125,7 @@ SMALL = dict(n0=20, n=200, alpha=0.01, batch_size=100)
 
 @pytest.mark.parametrize("precision, matmul", [("float32", "highest"), ("tf32", "tensorfloat32")])
 def test_ddrs_runs_pass_their_precision_to_the_ascent(tmp_path, precision, matmul):
-  # --method ddrs (the plan, and a run of it through rsjax.launch.run): ascent and CERTIFY alike.
+  # --method ddrs (the plan, and a run of it through rsjax.runs.launch.run): ascent and CERTIFY alike.
   apply_fn, seen = _matmul_seen()
   ctx = Context(
     key=jax.random.key(3),
@@ -169,11 +171,11 @@ def test_sigma_sources_are_evaluated_at_the_declared_precision(precision, matmul
   kw = dict(num_classes=2, **SMALL)
   if precision is not None:
     kw["precision"] = precision
-  ucan = _Recorded(anisotropic.InputDependentNoise(lambda x: (None, np.full(x.shape, 0.5))))
-  rsjax.certify(0, _linear, W, X, sigma=ucan, certifier=anisotropic.UCAN(allow_unsound=True), **kw)
+  generator = _Recorded(ucan.InputDependentNoise(lambda x: (None, np.full(x.shape, 0.5))))
+  rsjax.certify(0, _linear, W, X, sigma=generator, certifier=ucan.UCAN(allow_unsound=True), **kw)
   design = _Recorded(idrs.ConstantSigma(0.5))
   rsjax.certify(0, _linear, W, X, certifier=idrs.IDRS(design), **kw)
-  assert ucan.seen == design.seen == [matmul]
+  assert generator.seen == design.seen == [matmul]
 
 
 def _linear(params, x):

@@ -13,7 +13,7 @@ import reference_outputs as ref  # tests/ is on sys.path (pytest rootdir conftes
 from flax import nnx
 
 from rsjax import models
-from rsjax.denoise import openai_import
+from rsjax.models.denoise import openai_import
 
 
 def nnx_output(case: str) -> np.ndarray:
@@ -68,7 +68,7 @@ def test_openai_directory_with_npz_weights_is_a_denoiser(tmp_path):
   """An OpenAI checkpoint saved as .npz beside openai_flags.json certifies without torch."""
   import json
 
-  from rsjax.denoise import workdir
+  from rsjax.models.denoise import workdir
 
   names, shapes, want, config = ref.load("openai_cifar10")
   np.savez(tmp_path / "weights.npz", **ref.seeded_state(names, shapes))

@@ -121,7 +121,7 @@ def test_the_driver_imports_no_rule_and_no_method():
   assert _imports(_path("rsjax.engine.driver")) <= {
     "rsjax.engine.counts",
     "rsjax.noise",
-    "rsjax.precision",
+    "rsjax.engine.precision",
     "rsjax.stats",
     "rsjax.util",
   }

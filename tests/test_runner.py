@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import rsjax
-from rsjax import io, runner
-from rsjax.method import Plan
+from rsjax.methods.base import Plan
+from rsjax.runs import io, runner
 
 
 def axis_apply(params, x):
@@ -56,7 +56,7 @@ def rows(path):
 
 
 def test_declared_indices_is_the_one_rule_of_which_rows():
-  from rsjax.runspec import declared_indices
+  from rsjax.runs.spec import declared_indices
 
   assert list(declared_indices(10, skip=3)) == [0, 3, 6, 9]
   assert list(declared_indices(10, skip=2, count=2)) == [0, 2]

@@ -235,7 +235,7 @@ def test_warns_when_n_can_never_certify():
 )
 def test_a_record_gives_back_its_settings(fields):
   """``Sampling.from_record`` inverts ``record.sampling_fields`` (speed-only fields given)."""
-  from rsjax import record
+  from rsjax.runs import record
 
   s = rsjax.Sampling(**fields)
   rec = record.sampling_fields(s)

@@ -1,10 +1,10 @@
-"""rsjax.sigma: one protocol, ``evaluate(x) -> SigmaValues``, for every method's sigma source."""
+"""rsjax.noise.sigma: one protocol, ``evaluate(x) -> SigmaValues``, for every method's sigma source."""
 
 import numpy as np
 import pytest
 
 import rsjax
-from rsjax import anisotropic, ddrs, idrs
+from rsjax import ddrs, idrs, ucan
 
 
 def _linear_apply(params, x):
@@ -13,7 +13,7 @@ def _linear_apply(params, x):
 
 
 def test_sigma_values_live_in_the_core_and_idrs_reexports_them():
-  assert idrs.SigmaValues is rsjax.SigmaValues is rsjax.sigma.SigmaValues
+  assert idrs.SigmaValues is rsjax.SigmaValues is rsjax.noise.sigma.SigmaValues
   v = rsjax.SigmaValues(np.ones(2, np.float32), 0.0, np.zeros(2))  # the IDRS positional form
   assert v.mu is None and v._fields == ("sigma", "rate", "slack", "mu")
 
@@ -24,8 +24,8 @@ def test_every_method_source_follows_the_protocol():
     "idrs constant": idrs.ConstantSigma(0.25),
     "idrs knn": idrs.KnnSigma(x + 0.5, 0.25, 0.1, k=2, m=1.0),
     "ddrs": ddrs.OptimizedSigma(0, lambda p, z: z[:, :2] * p, 1.0, 0.25, ddrs.SigmaAscent(steps=1)),
-    "ucan frozen": anisotropic.FrozenNoise(np.full(4, 0.5, np.float32), mu=0.1),
-    "ucan input": anisotropic.InputDependentNoise(lambda z: (None, 0.1 + z)),
+    "ucan frozen": ucan.FrozenNoise(np.full(4, 0.5, np.float32), mu=0.1),
+    "ucan input": ucan.InputDependentNoise(lambda z: (None, 0.1 + z)),
   }
   rates = {}
   for name, source in sources.items():
@@ -61,8 +61,8 @@ def test_idrs_certify_refuses_what_it_cannot_certify():
       _linear_apply,
       np.ones(4),
       x,
-      design=anisotropic.InputDependentNoise(lambda z: (None, 0.5)),
+      design=ucan.InputDependentNoise(lambda z: (None, 0.5)),
       **kw,
     )
   with pytest.raises(ValueError, match="zero-mean"):
-    idrs.certify(0, _linear_apply, np.ones(4), x, design=anisotropic.FrozenNoise(0.5, mu=0.1), **kw)
+    idrs.certify(0, _linear_apply, np.ones(4), x, design=ucan.FrozenNoise(0.5, mu=0.1), **kw)

@@ -128,17 +128,17 @@ def test_losses_below_cap_name_their_causes():
   """One synthetic image per cause at r = 0.5 (sigma 0.25, m = 744: cap 0.55)."""
   from scipy import stats as st
 
-  from rsjax import deq, stats
+  from rsjax import srs, stats
 
   cfg = srs_deq.get_config(False)
   n, alpha, m, target = cfg.n, cfg.alpha, 744, st.norm.cdf(2.0)
-  srs_bound = lambda c, mm: float(deq.srs_p_lower(c, n, mm, mm, alpha)[0])  # noqa: E731
+  srs_bound = lambda c, mm: float(srs.srs_p_lower(c, n, mm, mm, alpha)[0])  # noqa: E731
   # a count standard RS certifies at 0.5 and SRS would not whatever m: the alpha / 2 split
   split = next(c for c in range(9_000, n) if stats.clopper_pearson_lower(c, n, alpha) >= target)
   assert srs_bound(split, 10**7) < target
   few = 9_850  # certified by standard RS; SRS needs more than 744 checks
   assert stats.clopper_pearson_lower(few, n, alpha) >= target and srs_bound(few, m) < target
-  srs = {"predict": 1, "label": 1, "radius": 0.3, "check_selected": m, "check_agree": m}
+  srs_row = {"predict": 1, "label": 1, "radius": 0.3, "check_selected": m, "check_agree": m}
   cases = {
     "labels": dict(predict=2, count=10_000),
     "check_disagreements": dict(count=10_000, check_agree=m - 3),
@@ -146,8 +146,8 @@ def test_losses_below_cap_name_their_causes():
     "too_few_checks": dict(count=few),
   }
   std_rows = [_row(i, radius=0.6, count=c["count"]) for i, c in enumerate(cases.values())]
-  srs_rows = [{**srs, "id": i, **c} for i, c in enumerate(cases.values())]
-  srs_rows.append({**srs, "id": 9, "radius": 0.52, "count": 10_000})  # kept: not lost
+  srs_rows = [{**srs_row, "id": i, **c} for i, c in enumerate(cases.values())]
+  srs_rows.append({**srs_row, "id": 9, "radius": 0.52, "count": 10_000})  # kept: not lost
   std_rows.append(_row(9, radius=0.6, count=10_000))
   out = rows_lib.losses_below_cap(cfg, std_rows, srs_rows, "3B", m, 0.25)
   assert set(out) == {"0", "0.25", "0.5"}  # the radii below the cap 0.55

@@ -14,7 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from benchmarks import torch_archs as ta  # noqa: E402
-from rsjax import cli, io, models  # noqa: E402
+from rsjax import cli, models  # noqa: E402
+from rsjax.runs import io  # noqa: E402
 
 # arch -> input height/width: Cohen's CIFAR ResNets need 32x32 (AvgPool2d(8)),
 # torchvision's work at any size >= 32, LeNet's fc1 needs 28x28.

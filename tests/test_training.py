@@ -10,8 +10,8 @@ import pytest
 from flax import nnx
 
 from rsjax import models, training
-from rsjax.checkpoint import Checkpoints
 from rsjax.models import to_apply_fn
+from rsjax.models.checkpoint import Checkpoints
 
 
 class TinyNet(nnx.Module):

@@ -13,10 +13,13 @@ import numpy as np
 import pytest
 from run_edits import copy_run, edit_run, move_one_count, reradius
 
-from rsjax import audit, checks, cli, io, record, runspec, verify
+from rsjax import cli, verify
 from rsjax import noise as noise_lib
 from rsjax.engine import anytime
-from rsjax.runspec import KEY_DERIVATION, RunSpec
+from rsjax.runs import io, record
+from rsjax.runs import spec as runspec
+from rsjax.runs.spec import KEY_DERIVATION, RunSpec
+from rsjax.verify import audit, checks
 
 N, N0 = 500, 50
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from run_edits import copy_run, edit_column, edit_record, edit_run, move_one_count
 
-from rsjax import cli, io, record, verify
-from rsjax.runspec import RunSpec
+from rsjax import cli, verify
+from rsjax.runs import io, record
+from rsjax.runs.spec import RunSpec
 
 COMMON = ["--N", "300", "--N0", "30", "--batch", "300", "--skip", "60", "--quiet"]
 
@@ -142,13 +143,13 @@ def test_ucan_pattern_verifies_and_catches_edits(trained, tmp_path, pattern):
 
 
 def test_ucan_dataset_wise_verifies(trained, tmp_path):
-  from rsjax import anisotropic
+  from rsjax import ucan
 
   wd = tmp_path / "wd"
   shutil.copytree(trained, wd)
   rng = np.random.default_rng(0)
   sigma = rng.uniform(0.2, 0.4, (8, 8, 1)).astype(np.float32)
-  anisotropic.save_universal_noise(wd, mu=np.zeros((8, 8, 1), np.float32), sigma=sigma)
+  ucan.save_universal_noise(wd, mu=np.zeros((8, 8, 1), np.float32), sigma=sigma)
   out = tmp_path / "ucan_ds.tsv"
   assert run_cli("certify", wd, out, "--method", "ucan", *COMMON) == 0
   d = RunSpec.read(out).details
@@ -254,7 +255,7 @@ def test_deq_standard_verifies(deq_model, tmp_path):
 def test_honest_runs_of_each_method_pass_their_audit(trained, deq_model, idrs_run, tmp_path):
   # The audit draws again each method's counts and its own record fields (IDRS's sigma(x),
   # slack and rate; SRS's check counts), so an honest run of each passes.
-  from rsjax import audit
+  from rsjax.verify import audit
 
   ucan = tmp_path / "ucan.tsv"
   assert (

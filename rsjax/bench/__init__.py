@@ -7,7 +7,7 @@ how far from the device's limit.
   suite's attainable ones, and the bound (compute or memory) of a certification;
 * :mod:`rsjax.bench.probe`: a CPU's peaks, measured (a timed matmul, a timed copy);
 * :mod:`rsjax.bench.machine`: the machine, the versions, the peak memory;
-* :mod:`rsjax.bench.target`: the model to time, loaded through ``rsjax.launch``;
+* :mod:`rsjax.bench.target`: the model to time, loaded through ``rsjax.runs.launch``;
 * :mod:`rsjax.bench.harness`: ``rsjax.certify`` timed (compile apart), extrapolated to N;
 * :mod:`rsjax.bench.sweep`: samples per second against the batch size, and its plot;
 * :mod:`rsjax.bench.run`: one benchmark, every figure in one dict;

@@ -142,8 +142,8 @@ def resolve_batch(target: Target, plan: Plan, precision: str) -> int:
   """``plan.batch``, or the forward passes per step that fit the device's memory."""
   if plan.batch != "auto":
     return int(plan.batch)
-  from rsjax import precision as precision_lib
   from rsjax.engine import batching
+  from rsjax.engine import precision as precision_lib
 
   return batching.auto_batch_size(
     target.apply_fn,

@@ -15,7 +15,7 @@ from rsjax.bench import harness, machine, probe, sweep
 from rsjax.bench.costs import op_costs
 from rsjax.bench.peaks import Peaks, published_peaks
 from rsjax.bench.target import Target, shape_text
-from rsjax.launch.errors import CliError
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["SWEEP_CALL_S", "Request", "bench", "check_precisions", "device_peaks_now", "inputs"]
 
@@ -54,9 +54,9 @@ def _has_tf32(device: Any) -> bool:
 
 
 def check_precisions(names: Sequence[str], device: Any | None = None) -> tuple[str, ...]:
-  """The declared precisions (``rsjax.precision``) of ``names``, each one the device can
+  """The declared precisions (``rsjax.engine.precision``) of ``names``, each one the device can
   run; one line naming the first that is unknown or that it cannot."""
-  from rsjax import precision
+  from rsjax.engine import precision
 
   device = jax.local_devices()[0] if device is None else device
   out = []
@@ -94,7 +94,7 @@ def inputs(target: Target, count: int, request: Request) -> tuple[np.ndarray, st
     rng = np.random.default_rng(request.seed)
     x = rng.random((count, *target.input_shape), dtype=np.float32)
     return x, "uniform random images in [0, 1]"
-  from rsjax import launch
+  from rsjax.runs import launch
 
   ds = launch.open_dataset(request.dataset, "test", request.data_dir)
   if tuple(ds.input_shape) != target.input_shape:

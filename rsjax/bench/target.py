@@ -1,7 +1,7 @@
 """What ``rsjax bench`` times, loaded: a model directory, a PyTorch checkpoint or a zoo
 architecture with random weights (``rsjax.models.create_model``), optionally folded
 (``--fold-bn``), packed (``--pack``), resized and behind a denoiser, as the pure
-``apply_fn(params, x)`` that ``rsjax.certify`` takes. Loading goes through ``rsjax.launch``
+``apply_fn(params, x)`` that ``rsjax.certify`` takes. Loading goes through ``rsjax.runs.launch``
 (the same loaders, the same one-line errors as ``rsjax certify``)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rsjax.launch import loading
-from rsjax.launch.errors import CliError
+from rsjax.runs.launch import loading
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["ARCH_DEFAULTS", "Source", "Target", "load_target", "parse_shape", "shape_text"]
 
@@ -190,7 +190,7 @@ def load_target(src: Source) -> Target:
   """The model the flags name, loaded, transformed and composed; a failure the user can fix
   is a :class:`CliError` in one line."""
   from rsjax import models
-  from rsjax.launch.spec import parse_size
+  from rsjax.runs.launch.spec import parse_size
 
   name, kind, model, config = _open(src)
   model, pack, folded, notes = _transformed(model, src)
@@ -198,7 +198,7 @@ def load_target(src: Source) -> Target:
   apply_fn, params = models.to_apply_fn(model)
   sigma = _sigma(src, config)
   if src.resize is not None:
-    from rsjax.denoise.compose import Resized
+    from rsjax.models.denoise.compose import Resized
 
     apply_fn = Resized(apply_fn, parse_size(src.resize))
   if src.denoiser is not None:

@@ -4,7 +4,7 @@ train-denoiser, demo.
 One module per command (``rsjax.cli.certify``, ...), each with its ``HELP``,
 its ``add_arguments`` and its ``run``; :mod:`rsjax.cli._parser` puts them
 together and :mod:`rsjax.cli._main` runs one. The flags of certify and predict are declared
-in :mod:`rsjax.launch.flags`, below the command line, where ``rsjax.audit``
+in :mod:`rsjax.runs.launch.flags`, below the command line, where ``rsjax.verify.audit``
 reads a run's record back into them.
 
 Global JAX configuration (compilation cache) is set in ``main`` only, never at
@@ -14,6 +14,6 @@ import of the library.
 from rsjax.cli._main import compilation_cache_dir as compilation_cache_dir
 from rsjax.cli._main import main as main
 from rsjax.cli._parser import build_parser as build_parser
-from rsjax.launch.errors import CliError as CliError
+from rsjax.runs.launch.errors import CliError as CliError
 
 __all__ = ["main", "build_parser", "CliError", "compilation_cache_dir"]

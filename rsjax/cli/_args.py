@@ -1,6 +1,6 @@
 """What every command's parser shares: one-line usage errors, defaults in the help, and
 ``--debug`` after the command. The flags of certify and predict (and the value types
-of every command) are declared in :mod:`rsjax.launch.flags`."""
+of every command) are declared in :mod:`rsjax.runs.launch.flags`."""
 
 from __future__ import annotations
 

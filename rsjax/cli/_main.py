@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from rsjax.cli._parser import COMMANDS, build_parser
-from rsjax.launch.errors import CliError
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["JAX_FREE", "main", "compilation_cache_dir", "enable_compilation_cache"]
 

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from rsjax.launch.errors import CliError
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run", "plot_title"]
 
@@ -104,7 +104,9 @@ def _extra_summary(label: str, res, verified: frozenset[str], unverified: bool) 
 
 def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax analyze``; returns the exit status."""
-  from rsjax import io, metrics, plots
+  from rsjax import metrics
+  from rsjax.metrics import plots
+  from rsjax.runs import io
 
   results = {}
   labels = args.labels or [os.path.basename(p) for p in args.files]
@@ -172,11 +174,11 @@ def _warn_if_inputs_differ(results: dict) -> None:
 
 
 def _read_run(path):
-  """The run of a result file (``rsjax.runspec.RunSpec``), or None (no record or an old one;
+  """The run of a result file (``rsjax.runs.spec.RunSpec``), or None (no record or an old one;
   a record that cannot be read is named in a one-line warning)."""
   import warnings
 
-  from rsjax.runspec import RunFormatError, RunSpec, run_path
+  from rsjax.runs.spec import RunFormatError, RunSpec, run_path
 
   try:
     return RunSpec.read(path)
@@ -218,7 +220,7 @@ def _run_summary(label: str, run, res) -> str:
 
 def plot_title(runs: list, results: dict) -> str:
   """sigma, noise (norm), N, alpha and number of inputs, from the files' runs
-  (``rsjax.runspec.RunSpec``, None where a file has none)."""
+  (``rsjax.runs.spec.RunSpec``, None where a file has none)."""
   runs = [r for r in runs if r is not None]
 
   def values(get):
@@ -238,7 +240,8 @@ def plot_title(runs: list, results: dict) -> str:
 
 def _print_easy_hard(results, reference_path: str, radii) -> None:
   """Certified accuracy on easy / hard inputs (p_A >= / < 0.5 under the reference file's model)."""
-  from rsjax import io, metrics
+  from rsjax import metrics
+  from rsjax.runs import io
 
   if not os.path.exists(reference_path):
     raise CliError(f"reference file {reference_path!r} does not exist")

@@ -1,12 +1,12 @@
 """``rsjax audit``: with the model, draw the counts of random rows of a certify run again
-(``rsjax.audit``)."""
+(``rsjax.verify.audit``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from rsjax.launch import flags
-from rsjax.launch.errors import CliError
+from rsjax.runs.launch import flags
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax audit``; returns the exit status."""
-  from rsjax import audit
+  from rsjax.verify import audit
 
   if args.model_dir is None and args.torch_checkpoint is None:
     raise CliError("give the run's model: --model-dir DIR (or --torch-checkpoint F.pth)")

@@ -9,9 +9,9 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from rsjax.checks import PACKS
-from rsjax.launch import flags
-from rsjax.launch.errors import CliError
+from rsjax.runs.launch import flags
+from rsjax.runs.launch.errors import CliError
+from rsjax.verify.checks import PACKS
 
 if TYPE_CHECKING:
   from rsjax.bench import Source

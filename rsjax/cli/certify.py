@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from rsjax import launch
-from rsjax.launch import flags
-from rsjax.launch.errors import CliError
+from rsjax.runs import launch
+from rsjax.runs.launch import flags
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax certify``; returns the exit status."""
-  from rsjax import distributed
+  from rsjax.runs import distributed
 
   try:
     pid, nproc = distributed.initialize(args.coordinator, args.num_processes, args.process_id)

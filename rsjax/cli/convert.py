@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from rsjax import launch
-from rsjax.launch import flags
-from rsjax.launch.errors import CliError
+from rsjax.runs import launch
+from rsjax.runs.launch import flags
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 

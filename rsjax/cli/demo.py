@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from rsjax.launch import flags
-from rsjax.launch.errors import CliError
+from rsjax.runs.launch import flags
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax demo``; returns the exit status."""
-  from rsjax import demo
+  from rsjax.runs import demo
 
   try:
     demo.run(

@@ -6,8 +6,8 @@ import argparse
 
 import numpy as np
 
-from rsjax import launch
-from rsjax.launch import flags
+from rsjax.runs import launch
+from rsjax.runs.launch import flags
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax predict``; returns the exit status."""
   import rsjax
-  from rsjax import runner
+  from rsjax.runs import runner
 
   run, loaded = launch.run_from_flags(args)
   ds, apply_fn, params, key = loaded.dataset, loaded.apply_fn, loaded.params, launch.key(run)
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     resume=not args.overwrite,
     run=run,
   )
-  from rsjax import io, metrics
+  from rsjax import metrics
+  from rsjax.runs import io
 
   res = io.read_predict(args.outfile)
   print(

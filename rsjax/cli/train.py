@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from rsjax import launch
-from rsjax.launch import flags
-from rsjax.launch.errors import CliError
+from rsjax.runs import launch
+from rsjax.runs.launch import flags
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -20,8 +20,7 @@ HELP = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax train``."""
-  from rsjax import models, training
-  from rsjax.training import ucan
+  from rsjax import models, training, ucan
 
   flags.data_flags(p, dataset_required=True)
   p.add_argument("--model", required=True, help=", ".join(models.MODELS))
@@ -359,7 +358,7 @@ def run(args: argparse.Namespace) -> int:
 def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
   import jax
 
-  from rsjax.training import ddrs as ddrs_training
+  from rsjax.ddrs import training as ddrs_training
 
   if args.discard is not None or args.reweigh is not None:
     raise CliError("--method ddrs cannot be combined with --discard or --reweigh")
@@ -399,8 +398,8 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
   """``train --generator``: fine-tune ``--init`` (or a fresh model) with UCAN noise."""
   import jax
 
-  from rsjax import anisotropic
-  from rsjax.training import ucan
+  from rsjax import ucan
+  from rsjax.ucan import training as ucan_training
 
   if args.generator is None:
     raise CliError(
@@ -411,7 +410,7 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
   if args.init is not None:
     model, _ = launch.open_model_dir(args.init)
   try:
-    config = ucan.UCANConfig(
+    config = ucan_training.UCANConfig(
       generator=args.generator,
       sigma=args.sigma,
       epochs=args.epochs,
@@ -419,7 +418,7 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
       lr=args.lr,
       draws=args.ucan_draws,
     )
-    _, noise, _ = ucan.train_ucan(
+    _, noise, _ = ucan_training.train_ucan(
       jax.random.key(args.seed),
       model,
       train_xy,
@@ -431,10 +430,10 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
     )
   except ValueError as e:
     raise _cli_error(e) from None
-  if args.generator not in anisotropic.SOUND_GENERATORS:
+  if args.generator not in ucan.SOUND_GENERATORS:
     print(
       f"trained {args.model} with UCAN's input-dependent generator (lambda={args.sigma}) in "
-      f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.training.ucan."
+      f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.ucan.training."
       "certify_input_dependent with allow_unsound=True computes them); the sound alternative "
       "is --generator universal"
     )
@@ -443,6 +442,6 @@ def _train_ucan(args, model, train_xy, model_config) -> int:
     f"trained {args.model} with UCAN {args.generator} noise (lambda={args.sigma}): sigma in "
     f"[{noise.sigma.min():.4f}, {noise.sigma.max():.4f}], mean |mu| "
     f"{abs(noise.mu).mean():.4f}, frozen in "
-    f"{os.path.join(args.out, anisotropic.NOISE_FILE)}"
+    f"{os.path.join(args.out, ucan.NOISE_FILE)}"
   )
   return 0

@@ -3,7 +3,7 @@
 ``rsjax train-denoiser --dataset mnist5k --objective mse --sigma 0.25 --out DIR`` trains a DnCNN
 (``--objective stability --classifier MODEL_DIR`` against a frozen classifier; ``--objective
 ddpm`` a small DDPM UNet); ``rsjax certify MODEL_DIR OUT --denoiser DIR`` certifies
-``classifier(denoiser(x + delta))`` (``rsjax.launch.loading.open_denoised``).
+``classifier(denoiser(x + delta))`` (``rsjax.runs.launch.loading.open_denoised``).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from rsjax import launch
-from rsjax.launch import flags
-from rsjax.launch.errors import CliError
+from rsjax.runs import launch
+from rsjax.runs.launch import flags
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
   import jax
 
   from rsjax import models
-  from rsjax.denoise import diffusion, train, workdir
+  from rsjax.models.denoise import diffusion, train, workdir
 
   if os.path.exists(os.path.join(args.out, workdir.DENOISER_FILE)):
     raise CliError(f"{args.out!r} already holds a denoiser; use a new --out")
@@ -170,7 +170,7 @@ def _training_and_model(args: argparse.Namespace, kind: str, kwargs: dict):
   Raises:
     CliError: bad training settings, or an ``--init`` that is not a ``kind`` denoiser.
   """
-  from rsjax.denoise import train, workdir
+  from rsjax.models.denoise import train, workdir
 
   try:
     cfg = train.DenoiserTraining(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from rsjax.launch import flags
-from rsjax.launch.errors import CliError
+from rsjax.runs.launch import flags
+from rsjax.runs.launch.errors import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 

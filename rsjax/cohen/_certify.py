@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from rsjax import lattice, stats
-from rsjax.checks import thresholds_digest
+from rsjax import stats
 from rsjax.engine.anytime import Anytime, anytime_decisions
 from rsjax.engine.budget import Budget, BudgetedCertificate, as_budget
 from rsjax.engine.cohen_rule import cohen_passes
 from rsjax.engine.counts import refuse_traced, sample_counts
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
-from rsjax.method import Context, MethodCertifier
+from rsjax.methods.base import Context, MethodCertifier
+from rsjax.noise import lattice
+from rsjax.verify.checks import thresholds_digest
 
 if TYPE_CHECKING:
   import jax
@@ -119,8 +120,8 @@ def certify(
   1)``); the top class of the selection counts is certified with the one-sided
   Clopper-Pearson bound of its estimation count. Another method is a
   ``certifier`` value that says what differs (``rsjax.cohen.Cohen``,
-  ``rsjax.idrs.IDRS``, ``rsjax.anisotropic.UCAN``, ``rsjax.ddrs.DDRS``,
-  ``rsjax.deq.SRS``, ``rsjax.deq.StandardRS``); its ``certify`` is called with
+  ``rsjax.idrs.IDRS``, ``rsjax.ucan.UCAN``, ``rsjax.ddrs.DDRS``,
+  ``rsjax.srs.SRS``, ``rsjax.srs.StandardRS``); its ``certify`` is called with
   the same arguments.
 
   Args:
@@ -177,8 +178,8 @@ def certify_with(
   **options: Any,
 ) -> Certificate:
   """:func:`certify` with ``certifier, sigma = make(sigma, **options)``: each method's alias
-  (``rsjax.idrs.certify``, ``rsjax.anisotropic.certify``, ``rsjax.ddrs.certify``,
-  ``rsjax.deq.certify``) is ``functools.partial(certify_with, make)``.
+  (``rsjax.idrs.certify``, ``rsjax.ucan.certify``, ``rsjax.ddrs.certify``,
+  ``rsjax.srs.certify``) is ``functools.partial(certify_with, make)``.
 
   ``options`` that are fields of :class:`Sampling` override ``settings``; the others are
   ``make``'s (the method's own keywords, e.g. IDRS's ``design=``).
@@ -263,7 +264,7 @@ class CohenCertifier(MethodCertifier):
   def from_options(
     cls, ctx: Context, *, grid: tuple[float, ...] | None, budget_rule: str = "looks"
   ) -> CohenCertifier:
-    noise = ctx.settings.noise  # the claim is legal (Method.plan: rsjax.checks.refusal)
+    noise = ctx.settings.noise  # the claim is legal (Method.plan: rsjax.verify.checks.refusal)
     what = f"Cohen et al.'s CERTIFY, {noise.name} noise, sigma={ctx.sigma}"
     # Sound 8-bit noise: the record names its threshold table (verify computes it again).
     table = {"noise_table": lattice.table_hash(ctx.sigma)} if noise.lattice else {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from rsjax.cohen._check import check_cohen
-from rsjax.method import Method, Option
+from rsjax.methods.base import Method, Option
 
 __all__ = ["METHOD", "parse_grid"]
 

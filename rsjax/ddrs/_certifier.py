@@ -13,7 +13,7 @@ from rsjax.ddrs._certify import DDRS, DDRSCertificate
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import optimize_sigma
 from rsjax.engine.driver import Certificate
-from rsjax.method import Context, MethodCertifier
+from rsjax.methods.base import Context, MethodCertifier
 
 __all__ = ["DDRSCertifier"]
 

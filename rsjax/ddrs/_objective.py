@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from rsjax import precision as precision_lib
+from rsjax.engine import precision as precision_lib
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.step import ApplyFn, cast_floating
 from rsjax.util import as_key, check_int
@@ -226,7 +226,7 @@ def smoothing_objective(
     clip: ``(lo, hi)`` clamp of psi.
     ids: ``[B]`` dataset indices.
     family: ``"gaussian"`` or ``"uniform"`` (see ``optimize_sigma``).
-    precision: the declared precision (``rsjax.precision``; default ``"float32"``).
+    precision: the declared precision (``rsjax.engine.precision``; default ``"float32"``).
 
   Returns:
     ``[B]`` float32 NumPy array of R estimates.

@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from rsjax import precision as precision_lib
 from rsjax.ddrs._objective import SigmaAscent, check_inputs, noise, objective
+from rsjax.engine import precision as precision_lib
 from rsjax.engine.step import cast_floating
-from rsjax.sigma import SigmaValues
+from rsjax.noise.sigma import SigmaValues
 from rsjax.util import as_key
 
 __all__ = [
@@ -89,7 +89,7 @@ def sigma_ascent(
   """The traceable ascent loop of :func:`optimize_sigma` (use inside ``jax.jit``).
 
   The classifier runs in ``precision``'s compute dtype; its matmul precision is
-  the one in force while tracing: trace inside ``rsjax.precision.context(precision)``
+  the one in force while tracing: trace inside ``rsjax.engine.precision.context(precision)``
   (as :func:`optimize_sigma` does).
 
   Args:
@@ -102,7 +102,7 @@ def sigma_ascent(
     ids: ``[B]`` integer ids.
     config: a :class:`SigmaAscent` (its values enter the program as constants).
     return_path: also return the ``[steps + 1, B]`` sigmas along the path.
-    precision: the declared precision (``rsjax.precision``; default ``"float32"``).
+    precision: the declared precision (``rsjax.engine.precision``; default ``"float32"``).
 
   Returns:
     ``[B]`` optimized sigma (and the path when ``return_path``).
@@ -251,7 +251,7 @@ def optimize_sigma(
       ``sigma_min`` are traced: changing them does not recompile.
     ids: ``[B]`` dataset indices (reproducible noise per input; default positions).
     return_path: also return the ``[steps + 1, B]`` sigmas along the path.
-    precision: the declared precision of the run (``rsjax.precision``: the
+    precision: the declared precision of the run (``rsjax.engine.precision``: the
       classifier is computed as the engine computes it; default ``"float32"``,
       full-precision matmuls also on GPUs whose JAX default is TF32).
     **ascent: :class:`SigmaAscent` fields as keywords (override ``config``).
@@ -296,7 +296,7 @@ def optimize_sigma(
 class OptimizedSigma:
   """DDRS's sigma source: ``evaluate(x, ids) -> SigmaValues`` with sigma optimized per input.
 
-  A :class:`rsjax.SigmaSource` (the protocol of ``rsjax.sigma``). DDRS's sigma
+  A :class:`rsjax.SigmaSource` (the protocol of ``rsjax.noise.sigma``). DDRS's sigma
   depends on the input itself with no rate bound (``rate = inf``), so a radius
   at it is sound only after the memory (``rsjax.ddrs.certify(memory=...)``).
 
@@ -305,7 +305,7 @@ class OptimizedSigma:
     apply_fn, params: the classifier.
     sigma0: the starting sigma.
     config: the :class:`SigmaAscent`.
-    precision: the declared precision of the run (``rsjax.precision``).
+    precision: the declared precision of the run (``rsjax.engine.precision``).
   """
 
   key: jax.Array

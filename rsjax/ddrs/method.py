@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsjax.ddrs._check import check_ddrs
-from rsjax.method import Method, Option
+from rsjax.methods.base import Method, Option
 
 __all__ = ["METHOD"]
 

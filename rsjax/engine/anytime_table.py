@@ -23,7 +23,8 @@ from scipy import signal
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.checks import (
+from rsjax.engine.rounds import CountFn
+from rsjax.verify.checks import (
   anytime_need,
   anytime_stop,
   cp_count,
@@ -34,7 +35,6 @@ from rsjax.checks import (
   split_alpha,
   stop_quantile,
 )
-from rsjax.engine.rounds import CountFn
 
 __all__ = [
   "Decisions",
@@ -142,7 +142,7 @@ class Decisions:
       level = np.sum(self.m[u_a] <= m_a[:, None], axis=1).astype(np.int64) - 1
       return level, m_a, np.ones(len(s_a), bool)
     # Stopping only: the level above out of reach by n_max, or the grid's top
-    # (rsjax.checks.anytime_stop; rsjax verify calls it on a row's recorded counts).
+    # (rsjax.verify.checks.anytime_stop; rsjax verify calls it on a row's recorded counts).
     return lvl, m_a, anytime_stop(s_a, lvl, self.need[u_a], n_k, n_max, self.z_stop)
 
 

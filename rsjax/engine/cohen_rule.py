@@ -165,7 +165,7 @@ def cohen_passes(
   note = (
     (
       "; anisotropic sigma: isotropic radius min(sigma) * R (UCAN Cor. 3.3; see "
-      "rsjax.anisotropic for the full region)"
+      "rsjax.ucan for the full region)"
     )
     if aniso
     else ""

@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike, DTypeLike
 
 from rsjax import noise as noise_lib
-from rsjax import precision as precision_lib
+from rsjax.engine import precision as precision_lib
 from rsjax.engine.batching import auto_batch_size
 from rsjax.engine.step import (
   ApplyFn,
@@ -278,7 +278,7 @@ def sample_counts(
     compute_dtype: ``jnp.bfloat16`` is ``precision="bfloat16"`` (kept for
       older callers).
     devices: number of local devices to use (default: all).
-    precision: the declared precision of the classifier (``rsjax.precision``):
+    precision: the declared precision of the classifier (``rsjax.engine.precision``):
       ``"float32"`` (default: float32 with full-precision matmuls, on every
       backend), ``"tf32"``, or ``"bfloat16"`` (the noise is added in float32,
       then the noisy input and the floating parameters are cast to bfloat16;
@@ -330,7 +330,7 @@ def counts_prepared(
   ``key`` is a typed key (:func:`as_key`); ``x``, ``sig``, ``ids_arr`` are the
   NumPy arrays :func:`prepare_inputs` returns. Callers that draw several count
   passes over the same inputs (``certify``: n0 then n) validate once.
-  ``precision`` is a name of ``rsjax.precision`` (None: the default).
+  ``precision`` is a name of ``rsjax.engine.precision`` (None: the default).
   """
   return dispatch_counts(
     key,

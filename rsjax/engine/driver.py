@@ -24,8 +24,8 @@ import jax
 import numpy as np
 
 from rsjax import noise as noise_lib
-from rsjax import precision as precision_lib
 from rsjax import stats
+from rsjax.engine import precision as precision_lib
 from rsjax.engine.counts import (
   ApplyFn,
   PendingCounts,
@@ -68,7 +68,7 @@ class Sampling:
     compute_dtype: the dtype the classifier runs in, set by ``precision``
       (``compute_dtype=jnp.bfloat16`` alone is ``precision="bfloat16"``).
     devices: number of local devices to use (None: all).
-    precision: the declared precision of the classifier (``rsjax.precision``):
+    precision: the declared precision of the classifier (``rsjax.engine.precision``):
       ``"float32"`` (default: full-precision float32 matmuls, also on GPUs
       whose JAX default is TF32), ``"tf32"`` or ``"bfloat16"``. Stored resolved.
   """
@@ -88,7 +88,7 @@ class Sampling:
 
     set_("n0", check_int("n0", self.n0))
     set_("n", check_int("n", self.n))
-    why = stats.alpha_refusal(self.alpha)  # the claims table's line (rsjax.checks)
+    why = stats.alpha_refusal(self.alpha)  # the claims table's line (rsjax.verify.checks)
     if why is not None:
       raise ValueError(why)
     set_("alpha", check_alpha(self.alpha))
@@ -124,7 +124,7 @@ class Sampling:
 
   @classmethod
   def from_record(cls, fields: Mapping[str, Any], **speed: Any) -> Sampling:
-    """The settings a run record's ``sampling`` states (``rsjax.record.sampling_fields``,
+    """The settings a run record's ``sampling`` states (``rsjax.runs.record.sampling_fields``,
     its inverse), with the speed-only ``speed`` fields (``batch_size``, ``devices``) given.
 
     Generic as ``sampling_fields`` is: every field of this class the record names is
@@ -178,7 +178,7 @@ class Certificate:
 
   def record_fields(self, j: int) -> dict:
     """What row ``j``'s radius depends on beyond its counts and the run (JSON values),
-    added to its certificate record (``rsjax.record``) for ``rsjax verify``."""
+    added to its certificate record (``rsjax.runs.record``) for ``rsjax verify``."""
     return {}
 
 

@@ -16,7 +16,7 @@ sigma0). Layout:
 """
 
 from rsjax import _lazy
-from rsjax.sigma import SigmaValues as SigmaValues  # re-exported: defined in the core
+from rsjax.noise.sigma import SigmaValues as SigmaValues  # re-exported: defined in the core
 
 __getattr__, __dir__, __all__ = _lazy.exports(
   __name__,

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from rsjax import precision as precision_lib
 from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.cohen._certify import certify_with
+from rsjax.engine import precision as precision_lib
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
@@ -27,9 +27,9 @@ from rsjax.engine.driver import (
 from rsjax.idrs import _radius
 from rsjax.idrs._design import KnnSigma, make_design
 from rsjax.idrs._radius import certified_radius
-from rsjax.method import Context, MethodCertifier
+from rsjax.methods.base import Context, MethodCertifier
 from rsjax.noise import Gaussian
-from rsjax.sigma import SigmaSource, SigmaValues
+from rsjax.noise.sigma import SigmaSource, SigmaValues
 
 if TYPE_CHECKING:
   import jax

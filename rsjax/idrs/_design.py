@@ -2,7 +2,7 @@
 
 A design maps a batch of inputs to one noise level each and carries the rate r
 of its semi-elasticity ``|log s(x) - log s(y)| <= r ||x - y||_2``, which the
-certificate (Thm 3.2) needs. Designs are sigma sources (``rsjax.sigma``): the
+certificate (Thm 3.2) needs. Designs are sigma sources (``rsjax.noise.sigma``): the
 certificate takes the rate from the design (``evaluate``), never from a second
 argument.
 
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from rsjax.sigma import SigmaValues
+from rsjax.noise.sigma import SigmaValues
 
 __all__ = ["ConstantSigma", "KnnSigma", "DEFAULT_M", "make_design", "mean_knn_distance"]
 

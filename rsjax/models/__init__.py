@@ -45,7 +45,7 @@ solvers are here too:
 * ``_mdeq``: a two-resolution MDEQ-style classifier (``MDEQClassifier``) on the
   same ``DEQModel`` base.
 
-Their certification (SRS, Gao et al. 2024) is ``rsjax.deq``.
+Their certification (SRS, Gao et al. 2024) is ``rsjax.srs``.
 
 ViT and BEiT classifiers (``_vit``: ``VisionTransformer``; ``create_model("vit")``) import
 Hugging Face transformers weights (``_vit_import``: ``vit_from_transformers``,

@@ -5,7 +5,7 @@ reads::
 
   config.json       model config (model, num_classes, input_shape, model_kwargs) and
                     what else is worth recording (sigma, dataset, the training config)
-  checkpoints/<s>/  orbax checkpoint (``rsjax.checkpoint.Checkpoints``) at step s: item
+  checkpoints/<s>/  orbax checkpoint (``rsjax.models.checkpoint.Checkpoints``) at step s: item
                     "model" (params, rest) and JSON "meta"
 
 ``config.json`` holds what is needed to rebuild the model, e.g.::
@@ -64,7 +64,7 @@ def read_config(directory: str | os.PathLike) -> dict:
 
 def write_config(directory: str | os.PathLike, config: Mapping) -> None:
   """Writes ``config`` as ``config.json`` of a model directory, atomically."""
-  from rsjax.io import write_json
+  from rsjax.runs.io import write_json
 
   write_json(os.path.join(os.fspath(directory), CONFIG_FILE), dict(config))
 
@@ -86,7 +86,7 @@ def restore_model(
   """
   from flax import nnx
 
-  from rsjax.checkpoint import Checkpoints
+  from rsjax.models.checkpoint import Checkpoints
 
   ckpt_dir = os.path.join(os.fspath(directory), CHECKPOINT_DIR)
   if not os.path.isdir(ckpt_dir):
@@ -143,8 +143,8 @@ def write_checkpointed(
   Raises:
     ValueError: ``directory`` already holds checkpoints.
   """
-  from rsjax.checkpoint import Checkpoints
-  from rsjax.io import write_json
+  from rsjax.models.checkpoint import Checkpoints
+  from rsjax.runs.io import write_json
 
   directory = os.fspath(directory)
   os.makedirs(directory, exist_ok=True)

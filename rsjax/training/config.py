@@ -19,7 +19,7 @@ class BatchSigma:
   """Per-input training sigma computed on device before each step, with a state of its own.
 
   The trainer's extension point for data-dependent sigma (DDRS Algorithm 2,
-  :class:`rsjax.training.ddrs.DDRSConfig`): subclasses are frozen dataclasses
+  :class:`rsjax.ddrs.training.DDRSConfig`): subclasses are frozen dataclasses
   (hashable: a static argument of the compiled step; ``to_json`` goes into the
   training config) that implement
 

@@ -44,9 +44,9 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from rsjax import models
-from rsjax.checkpoint import Checkpoints
 from rsjax.engine.counts import as_key
-from rsjax.io import write_json
+from rsjax.models.checkpoint import Checkpoints
+from rsjax.runs.io import write_json
 from rsjax.training.config import TrainConfig
 from rsjax.training.inputs import check_compatible
 from rsjax.training.loop import epoch_message, run_epoch

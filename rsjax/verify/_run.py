@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rsjax import lattice
-from rsjax.checks import ANYTIME_RULE, Mismatch, budget_alphas, budget_looks
+from rsjax.noise import lattice
+from rsjax.verify.checks import ANYTIME_RULE, Mismatch, budget_alphas, budget_looks
 
 if TYPE_CHECKING:
   from rsjax.data import Dataset
-  from rsjax.io import CertifyResults
-  from rsjax.method import Method
-  from rsjax.runspec import RunSpec
+  from rsjax.methods.base import Method
+  from rsjax.runs.io import CertifyResults
+  from rsjax.runs.spec import RunSpec
 
 
 #: What verify says of a record written before the claim was bound into the key.
@@ -35,7 +35,7 @@ NOT_BOUND = (
 
 
 def certificate_view(run: RunSpec) -> dict:
-  """What the method checkers read of a run (``rsjax.runspec.RunSpec``), in one dict.
+  """What the method checkers read of a run (``rsjax.runs.spec.RunSpec``), in one dict.
 
   Everything here follows from the run's one record; nothing is read twice. ``path`` is
   the result file (a check may read a file the run names beside it) and ``unchecked`` a
@@ -144,7 +144,7 @@ def check_against_dataset(
 ) -> list[Mismatch]:
   """The run's declared shape, classes and size, and every row's label and input
   fingerprint, against the dataset itself."""
-  from rsjax import record as record_lib
+  from rsjax.runs import record as record_lib
 
   d = run.data
   issues = check_dataset_shape(run, ds)

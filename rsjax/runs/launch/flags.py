@@ -1,0 +1,277 @@
+"""The flags of a certify or predict run, declared once.
+
+``rsjax certify`` and ``rsjax predict`` parse them and build the run's value
+(``rsjax.runs.spec.RunSpec``) from them once (``rsjax.runs.launch.run_from_flags``).
+The value types and the data and normalization flags serve the other commands
+too.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from rsjax.verify.checks import PACKS
+
+__all__ = [
+  "positive_int",
+  "count",
+  "nonneg_int",
+  "positive_float",
+  "probability",
+  "batch_size",
+  "data_flags",
+  "normalize_flag",
+  "model_source_flags",
+  "add_sampling_flags",
+  "add_certify_flags",
+]
+
+
+def _number(convert, ok, requirement: str):
+  """An argparse ``type=``: ``convert`` the text, then require ``ok(value)``."""
+  kind = "an integer" if convert is int else "a number"
+
+  def parse(text: str):
+    try:
+      v = convert(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+    if not ok(v):
+      raise argparse.ArgumentTypeError(f"must be {requirement}, got {text}")
+    return v
+
+  return parse
+
+
+positive_int = _number(int, lambda v: v >= 1, ">= 1")
+count = _number(int, lambda v: v >= -1, ">= 0 or -1 (no limit)")
+nonneg_int = _number(int, lambda v: v >= 0, ">= 0")
+positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
+probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
+
+
+def batch_size(text: str) -> int | str:
+  """An argparse ``type=``: ``auto`` or a positive integer."""
+  return "auto" if text == "auto" else positive_int(text)
+
+
+def normalize_flag(q: argparse.ArgumentParser) -> None:
+  """``--normalize``: the input normalization of a PyTorch checkpoint."""
+  q.add_argument(
+    "--normalize",
+    default=None,
+    metavar="NORM",
+    help="input normalization of a PyTorch checkpoint: none, a dataset name "
+    "(mnist, cifar10, imagenet2012) or MEAN/STD (e.g. 0.1307/0.3081); default: "
+    "its normalization layer's values, or the architecture's as in Cohen et "
+    "al. (CIFAR, ImageNet ResNets); required where neither is known",
+  )
+
+
+def data_flags(q: argparse.ArgumentParser, dataset_required: bool = False) -> None:
+  """``--dataset`` and ``--data-dir``."""
+  q.add_argument(
+    "--dataset",
+    required=dataset_required,
+    default=None,
+    help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS), or an "
+    "array file F.npz (images x [N, H, W, C] uint8 or in [0, 1], labels y [N])",
+  )
+  q.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
+
+
+def add_sampling_flags(q: argparse.ArgumentParser) -> None:
+  """The flags ``certify`` and ``predict`` share: model, data, noise, N, alpha, ..."""
+  from rsjax import noise
+  from rsjax.engine import precision
+
+  q.add_argument(
+    "model_dir",
+    nargs="?",
+    default=None,
+    help="directory written by 'rsjax train' or 'rsjax convert'",
+  )
+  q.add_argument("outfile", help="result file (tab-separated, Cohen et al.'s format)")
+  data_flags(q)
+  q.add_argument("--split", default="test", help="dataset split")
+  q.add_argument(
+    "--sigma", type=positive_float, default=None, help="noise level (default: the training sigma)"
+  )
+  q.add_argument("--N", type=positive_int, default=100_000, help="estimation samples")
+  q.add_argument("--alpha", type=probability, default=0.001, help="failure probability")
+  q.add_argument(
+    "--batch",
+    type=batch_size,
+    default=None,
+    help="forward passes per step, or auto (from the device memory: "
+    "rsjax.engine.batching.auto_batch_size); default auto with --denoiser, else 1000",
+  )
+  q.add_argument(
+    "--skip", type=positive_int, default=1, help="use every skip-th input (Cohen et al.'s --skip)"
+  )
+  q.add_argument(
+    "--max",
+    type=count,
+    default=-1,
+    help="stop at dataset index max, exclusive, as Cohen et al.'s --max (-1: no limit)",
+  )
+  q.add_argument("--start", type=nonneg_int, default=0, help="first dataset index")
+  q.add_argument("--seed", type=int, default=0, help="PRNG seed of the noise")
+  q.add_argument(
+    "--noise",
+    default="gaussian",
+    choices=list(noise.NOISES),
+    help="noise family (sets the norm of the radius)",
+  )
+  q.add_argument(
+    "--precision",
+    default=precision.DEFAULT,
+    choices=list(precision.PRECISIONS),
+    help="how the classifier is computed: float32 with full-precision matmuls "
+    "(also on GPUs, whose JAX default is TF32), tf32, or bfloat16; part of the "
+    "run's identity (a resume at another precision is refused)",
+  )
+  q.add_argument(
+    "--pack",
+    type=int,
+    default=1,
+    choices=list(PACKS),
+    help="run the model's stage of fewer than 32 channels on G samples packed in the "
+    "channel axis (rsjax.models.pack_narrow_stage; CIFAR ResNets); 1: off. The same "
+    "function up to rounding, so part of the run's identity, as the precision",
+  )
+  q.add_argument(
+    "--inputs-per-call",
+    type=positive_int,
+    default=None,
+    help="inputs certified per engine call (rows are written after each call; "
+    "default: 16, fewer above N = 10,000, 1 at N = 100,000: "
+    "rsjax.runs.runner.default_inputs_per_call)",
+  )
+  q.add_argument(
+    "--overwrite",
+    "--restart",
+    dest="overwrite",
+    action="store_true",
+    help="start outfile over instead of resuming it (resuming needs the same run: "
+    "model, data, sigma, N, ...)",
+  )
+  q.add_argument("--quiet", action="store_true", help="no progress bar")
+  model_source_flags(q)
+
+
+def model_source_flags(q: argparse.ArgumentParser) -> None:
+  """What a run certifies besides MODEL_DIR: ``--torch-checkpoint`` (and its ``--torch-arch``,
+  ``--normalize``), ``--denoiser``, ``--resize`` (``rsjax certify``, ``predict``, ``bench``)."""
+  q.add_argument(
+    "--torch-checkpoint",
+    default=None,
+    metavar="F.pth",
+    help="certify a PyTorch checkpoint (Cohen et al.'s format, torchvision "
+    "ResNet, LeNet) instead of MODEL_DIR; needs rsjax[torch]",
+  )
+  q.add_argument(
+    "--denoiser",
+    default=None,
+    metavar="DIR",
+    help="certify classifier(denoiser(x + noise)): a denoiser directory of "
+    "'rsjax train-denoiser' or a diffusers UNet2DModel directory (one-step "
+    "diffusion denoising at --sigma), or an OpenAI improved/guided-diffusion checkpoint "
+    "directory (openai_flags.json)",
+  )
+  q.add_argument(
+    "--resize",
+    default=None,
+    metavar="HxW",
+    help="resize the (denoised) inputs to H x W, bicubic with antialiasing, before the "
+    "classifier (e.g. 224x224 for a ViT-B/16 on CIFAR-10)",
+  )
+  q.add_argument(
+    "--torch-arch",
+    default=None,
+    help="architecture of --torch-checkpoint (default: its 'arch' entry or "
+    "recognized from its keys)",
+  )
+  normalize_flag(q)
+
+
+def add_certify_flags(q: argparse.ArgumentParser) -> None:
+  """The flags of ``certify``: the sampling flags, then N0, the method and its options."""
+  from rsjax import methods
+
+  add_sampling_flags(q)
+  q.add_argument("--N0", type=positive_int, default=100, help="selection samples")
+  q.add_argument(
+    "--multiclass",
+    action="store_true",
+    help="multiclass radius with simultaneous bounds (Gaussian only)",
+  )
+  q.add_argument(
+    "--method",
+    default="cohen",
+    choices=[m.name for m in methods.available()],
+    help="certification method: "
+    + "; ".join(f"{m.name}: {m.summary}" for m in methods.available()),
+  )
+  _method_flags(q)
+  q.add_argument(
+    "--save-counts",
+    action="store_true",
+    help="add a 'counts' column (the N estimation counts per class) for "
+    "'analyze --pa-cdf / --easy-hard'",
+  )
+  q.add_argument(
+    "--coordinator",
+    default=None,
+    help="host:port of process 0 for a multi-process run (jax.distributed); "
+    "or $RSJAX_COORDINATOR_ADDRESS. Without it a Cloud TPU pod slice, SLURM "
+    "(srun), Open MPI (mpirun) or Kubernetes job is joined as JAX detects it",
+  )
+  q.add_argument(
+    "--num-processes",
+    type=positive_int,
+    default=None,
+    help="number of processes (or $RSJAX_NUM_PROCESSES); 1 stays one process inside a detected job",
+  )
+  q.add_argument(
+    "--process-id", type=int, default=None, help="this process' id (or $RSJAX_PROCESS_ID)"
+  )
+
+
+def _option_type(option):
+  """The argparse ``type=`` of a method option."""
+  if option.type in (int, float) and option.positive:
+    return positive_int if option.type is int else positive_float
+  if option.type in (int, float, str):
+    return option.type
+
+  def parse(text: str):
+    try:
+      return option.type(text)
+    except ValueError as e:
+      raise argparse.ArgumentTypeError(str(e)) from None
+
+  return parse
+
+
+def _method_flags(parser) -> None:
+  """One ``--flag`` per option of the registered methods (a shared option once)."""
+  from rsjax import methods
+
+  options, users = {}, {}
+  for method in methods.available():
+    for o in method.options:
+      if options.setdefault(o.name, o) != o:
+        raise AssertionError(f"methods declare option {o.name!r} differently")
+      users.setdefault(o.name, []).append(method.name)
+  for name, o in options.items():
+    parser.add_argument(
+      "--" + name.replace("_", "-"),
+      dest=name,
+      default=o.default,
+      type=_option_type(o),
+      choices=o.choices,
+      help=f"{o.help} (--method {', '.join(users[name])})",
+    )

@@ -1,0 +1,329 @@
+"""Certification of DEQs: the certifiers ``SRS`` (serialized RS) and ``StandardRS`` of
+``rsjax.certify``, ``certify``, their alias, and ``--method deq-standard``'s and ``--method
+srs``'s :class:`DEQStandardCertifier` and :class:`SRSCertifier`.
+
+Standard RS certifies the DEQ solved from z = 0 with a fixed solver ("30A") for
+every sample: Cohen's CERTIFY applied to ``DEQApply``. SRS (Gao et al. 2024)
+samples with warm-started chains and certifies the same classifier with the
+two-stage correlation-eliminated certificate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+from flax import nnx
+
+from rsjax import stats
+from rsjax.cohen._certify import Cohen, certify_with
+from rsjax.cohen._certify import certify as cohen_certify
+from rsjax.engine.counts import prepare_inputs
+from rsjax.engine.driver import Certificate, Sampling, run_certify
+from rsjax.methods.base import Context, MethodCertifier
+from rsjax.models import DEQApply, DEQModel, SolverConfig, as_solver_config, to_deq_fn
+from rsjax.srs._bound import SRSCertificate, srs_certificate
+from rsjax.srs._srs import SRSConfig, srs_sample
+from rsjax.util import check_int, scale_per_input
+
+if TYPE_CHECKING:
+  import jax
+  from jax.typing import ArrayLike
+
+__all__ = [
+  "DEQStandardCertifier",
+  "SRS",
+  "SRSCertifier",
+  "StandardRS",
+  "certify",
+  "MODES",
+]
+
+#: The ways :func:`certify` samples a DEQ (its ``method=``; the certifiers ``SRS`` and
+#: ``StandardRS``, and the registry's ``srs`` and ``deq-standard``).
+MODES = ("srs", "standard")
+
+
+def _describe(cfg: SolverConfig) -> str:
+  return f"{cfg.steps} {cfg.name} step{'s' if cfg.steps != 1 else ''}"
+
+
+def _prepare(deq: Any, params: Any, settings: Sampling) -> tuple[Callable, Any]:
+  """``(deq_fn, params)`` of a DEQ module or function; refuses ``batch_size="auto"``."""
+  if settings.batch_size == "auto":
+    raise ValueError("DEQ certification needs an integer batch_size, not 'auto'")
+  if isinstance(deq, nnx.Module):
+    if params is not None:
+      raise ValueError("params must be None when deq is an NNX module (its variables are used)")
+    return to_deq_fn(deq)
+  if callable(deq):
+    return deq, params
+  raise ValueError(f"deq must be a DEQ NNX module or a deq_fn callable, got {type(deq)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SRS:
+  """Serialized randomized smoothing (Gao et al. 2024) as a certifier of ``rsjax.certify``.
+
+  Samples with warm-started chains (``rsjax.srs.srs_sample``) and check samples
+  re-solved with the full solver, and certifies with the two-stage
+  correlation-eliminated certificate of ``rsjax.srs._bound``
+  (``srs_certificate``; why it holds is stated there). It certifies the same base
+  classifier as :class:`StandardRS`: the DEQ solved from z = 0 with ``solver``.
+  Keys: ``fold_in(key, 0)`` (selection), ``fold_in(key, 1)`` (estimation),
+  ``fold_in(key, 2)`` (check positions); the selection and estimation noise are
+  Cohen's with the same key, so standard RS and SRS see the same noisy inputs.
+
+  Attributes:
+    solver: the certified classifier's solver (a ``SolverConfig`` or a name;
+      default 30 Anderson steps, "30A"); it replaces ``srs.check_solver``.
+    srs: the chains and check samples (``SRSConfig``: chain and warm-up solvers,
+      ``m`` check samples, check positions, correction; default ``SRSConfig()``).
+  """
+
+  solver: SolverConfig | str | None = None
+  srs: SRSConfig | None = None
+
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: ArrayLike,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> SRSCertificate:
+    """Certifies a batch with serialized RS.
+
+    Args:
+      key: ``jax.random.key`` or int seed (not consumed).
+      apply_fn: a DEQ NNX module (``DEQClassifier``; pass ``params=None``) or a
+        pure ``deq_fn(params, x, z0, solver) -> (logits, SolverResult)``.
+      params: variables of ``deq_fn`` (None for a module).
+      x: ``[B, *input_shape]`` inputs in [0, 1].
+      sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
+      num_classes: number of classes C.
+      settings: an ``rsjax.Sampling`` (an integer ``batch_size``: the number of parallel chains).
+      ids: ``[B]`` dataset indices (reproducible noise per input).
+
+    Returns:
+      An ``SRSCertificate`` whose ``guarantee`` names the method and the certified
+      classifier; ``sound`` is False for the authors' code's bound or consecutive
+      check positions.
+    """
+    deq_fn, params = _prepare(apply_fn, params, settings)
+    srs = SRSConfig() if self.srs is None else self.srs
+    if self.solver is not None:
+      srs = srs.replace(check_solver=as_solver_config(self.solver))
+    n, alpha = settings.n, settings.alpha
+    check_int("m", srs.m)
+    stats.check_sample_size(srs.m, alpha / 2)
+    x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
+
+    def counts(key, num, selection=None, aux_key=None):
+      cfg = srs if selection is not None else srs.replace(m=0)
+      return srs_sample(
+        key,
+        deq_fn,
+        params,
+        x_np,
+        sigma=sig,
+        num_classes=num_classes,
+        num=num,
+        config=cfg,
+        settings=settings,
+        check_key=aux_key,
+        ids=ids_arr,
+      )
+
+    scale, aniso = scale_per_input(sig)
+    desc = (
+      f"the DEQ solved from z = 0 with {_describe(srs.check_solver)} (SRS chains: "
+      f"{_describe(srs.warmup)} warm-up, then {_describe(srs.solver)} per chunk of "
+      f"{min(settings.batch_size, n)})"
+    )
+
+    def rule(sel, est):
+      cert = srs_certificate(
+        sel.counts,
+        est.counts,
+        est.srs_labels,
+        est.check_labels,
+        n=n,
+        alpha=alpha,
+        scale=scale,
+        dim=int(np.prod(x_np.shape[1:])),
+        noise=settings.noise,
+        correction=srs.correction,
+        description=desc,
+      )
+      cert = dataclasses.replace(
+        cert,
+        residual=np.asarray(est.residual, np.float64),
+        check_residual=np.asarray(est.check_residual, np.float64),
+      )
+      if srs.check != "random" and srs.correction == "paper":
+        cert = dataclasses.replace(
+          cert,
+          guarantee=cert.guarantee + "; WARNING: check='consecutive' "
+          "positions are not random, the argument above does not apply",
+        )
+      if aniso:
+        cert = dataclasses.replace(
+          cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R"
+        )
+      return dataclasses.replace(cert, sound=srs.sound)
+
+    return run_certify(key, counts, rule, settings, tests=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class StandardRS:
+  """Standard randomized smoothing of a DEQ as a certifier of ``rsjax.certify``: Cohen's
+  CERTIFY of ``DEQApply``, the DEQ solved from z = 0 with ``solver`` for every sample.
+
+  Attributes:
+    solver: the solver (a ``SolverConfig`` or a name; default 30 Anderson steps).
+  """
+
+  solver: SolverConfig | str | None = None
+
+  def certify(
+    self,
+    key: jax.Array | int,
+    apply_fn: Callable,
+    params: Any,
+    x: ArrayLike,
+    *,
+    sigma: ArrayLike,
+    num_classes: int,
+    settings: Sampling,
+    ids: ArrayLike | None = None,
+  ) -> Certificate:
+    """Certifies a batch with standard RS (every sample solved from scratch).
+
+    Args:
+      key: ``jax.random.key`` or int seed (not consumed).
+      apply_fn: a DEQ NNX module (``DEQClassifier``; pass ``params=None``) or a
+        pure ``deq_fn(params, x, z0, solver) -> (logits, SolverResult)``.
+      params: variables of ``deq_fn`` (None for a module).
+      x: ``[B, *input_shape]`` inputs in [0, 1].
+      sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
+      num_classes: number of classes C.
+      settings: an ``rsjax.Sampling`` (an integer ``batch_size``).
+      ids: ``[B]`` dataset indices (reproducible noise per input).
+
+    Returns:
+      A ``Certificate`` whose ``guarantee`` names the certified classifier.
+    """
+    deq_fn, params = _prepare(apply_fn, params, settings)
+    cfg = SolverConfig("anderson", 30) if self.solver is None else as_solver_config(self.solver)
+    cert = Cohen().certify(
+      key,
+      DEQApply(deq_fn, cfg),
+      params,
+      x,
+      sigma=sigma,
+      num_classes=num_classes,
+      settings=settings,
+      ids=ids,
+    )
+    return dataclasses.replace(
+      cert,
+      guarantee=cert.guarantee + f"; base classifier: the DEQ solved from z = 0 with "
+      f"{_describe(cfg)} (standard RS, every sample from scratch)",
+    )
+
+
+def _deq(
+  sigma: ArrayLike,
+  method: str = "srs",
+  solver: SolverConfig | str | None = None,
+  srs: SRSConfig | None = None,
+) -> tuple[SRS | StandardRS, ArrayLike]:
+  """``certify(..., method="srs", solver=None, srs=None)``: ``SRS(solver, srs)`` or
+  ``StandardRS(solver)`` (``method="standard"``)."""
+  if method not in MODES:
+    raise ValueError(f"method must be one of {MODES}, got {method!r}")
+  if method == "standard" and srs is not None:
+    raise ValueError("srs= configures SRS's chains: not with method='standard'")
+  return (SRS(solver, srs) if method == "srs" else StandardRS(solver)), sigma
+
+
+#: ``rsjax.certify(key, deq, params, x, certifier=SRS(solver, srs))`` (``method="srs"``) or
+#: ``certifier=StandardRS(solver)`` (``method="standard"``) as ``certify(key, deq, params, x,
+#: sigma=, method="srs", solver=None, srs=None, ...)``: see :class:`SRS`.
+certify = functools.partial(certify_with, _deq)
+
+
+@dataclasses.dataclass(frozen=True)
+class DEQStandardCertifier(MethodCertifier):
+  """``--method deq-standard`` (``rsjax.srs.STANDARD_METHOD``): :class:`StandardRS` of the
+  run's DEQ model over a run's chunks; :class:`SRSCertifier` is ``--method srs``."""
+
+  ctx: Context
+  certifier: SRS | StandardRS
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+
+  mode: ClassVar[str] = "standard"
+  default_steps: ClassVar[int] = 30
+
+  @classmethod
+  def from_options(
+    cls, ctx: Context, *, deq_solver: str, deq_steps: int | None, **srs_options: Any
+  ) -> DEQStandardCertifier:
+    name = "srs" if cls.mode == "srs" else "deq-standard"
+    if not isinstance(ctx.model, DEQModel):
+      raise ValueError(f"--method {name} needs a DEQ model (trained with --model deq or mdeq)")
+    steps = deq_steps if deq_steps is not None else cls.default_steps
+    describe = f"DEQ {cls.mode} RS, {steps} {deq_solver} steps per sample"
+    if cls.mode != "srs":
+      standard = StandardRS(SolverConfig(deq_solver, steps))
+      return cls(ctx, standard, SRSCertificate.columns, describe)
+    # --deq-solver sets the chains; warm-up and check solves use Anderson.
+    srs = SRSConfig(
+      solver=SolverConfig(deq_solver, steps),
+      warmup=SolverConfig("anderson", srs_options["deq_warmup_steps"]),
+      m=srs_options["srs_m"],
+      correction=srs_options["srs_correction"],
+    )
+    # The chains (batch_size) change which noise each chain's warm start carries, so the
+    # counts: unlike for every other method, the batch size is part of an SRS run.
+    details = {
+      "m": srs.m,
+      "correction": srs.correction,
+      "check": srs.check,
+      "sound": bool(srs.sound),
+      "chains": ctx.settings.batch_size,
+    }
+    solver = SolverConfig("anderson", srs_options["srs_check_steps"])
+    return cls(ctx, SRS(solver, srs), SRSCertificate.columns, describe, details)
+
+  def certify(self, x: Any, ids: Any) -> Certificate:
+    ctx = self.ctx
+    return cohen_certify(
+      ctx.key,
+      ctx.model,
+      None,
+      x,
+      sigma=ctx.sigma,
+      ids=ids,
+      certifier=self.certifier,
+      num_classes=ctx.dataset.num_classes,
+      settings=ctx.settings,
+    )
+
+
+class SRSCertifier(DEQStandardCertifier):
+  """``--method srs`` (``rsjax.srs.SRS_METHOD``): :class:`SRS` of the run's DEQ model."""
+
+  mode: ClassVar[str] = "srs"
+  default_steps: ClassVar[int] = 3

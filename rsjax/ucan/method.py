@@ -1,0 +1,38 @@
+"""``--method ucan`` as a value (no JAX here: ``rsjax verify`` reads it)."""
+
+from __future__ import annotations
+
+from rsjax.methods.base import Method, Option
+from rsjax.ucan._check import check_ucan
+from rsjax.ucan._noise_file import NOISE_FILE
+
+__all__ = ["METHOD"]
+
+
+METHOD = Method(
+  "ucan",
+  "anisotropic (mu, sigma) noise, UCAN's certified region (pattern-wise or dataset-wise sigma)",
+  "rsjax.ucan._certify:UCANCertifier",
+  (
+    Option(
+      "ucan_sigma",
+      "auto",
+      f"dataset: the model directory's saved universal "
+      f"{NOISE_FILE}; pattern: --sigma times the pattern; auto: dataset if saved, else "
+      "pattern",
+      str,
+      choices=("auto", "pattern", "dataset"),
+    ),
+    Option(
+      "ucan_pattern",
+      "l2",
+      "norm p of the pattern kappa ||(a, b)||_p^2 + iota",
+      str,
+      choices=("l1", "l2", "linf"),
+    ),
+    Option("ucan_kappa", 0.2, "pattern curvature kappa", float),
+    Option("ucan_iota", 0.8, "pattern value iota at the centre", float, positive=True),
+  ),
+  check=check_ucan,
+  columns=("normalized_radius", "alm", "sound"),
+)
