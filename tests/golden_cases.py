@@ -333,7 +333,13 @@ def compute() -> dict[str, np.ndarray]:
   _cert(
     "deq/srs_code",
     srs.certify(
-      21, deq_fn, deq_params, x_deq, sigma=0.3, srs=srs_cfg.replace(correction="authors_code"), **srs_kw
+      21,
+      deq_fn,
+      deq_params,
+      x_deq,
+      sigma=0.3,
+      srs=srs_cfg.replace(correction="authors_code"),
+      **srs_kw,
     ),
     out,
   )

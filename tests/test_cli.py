@@ -613,6 +613,8 @@ def test_train_and_certify_ucan(trained, tmp_path, capsys):
       "0.01",
       "--out",
       out,
+      "--method",
+      "ucan",
       "--generator",
       "universal",
       "--init",

@@ -46,7 +46,11 @@ def test_certify_imports_no_training_and_no_denoising(tmp_path):
   assert "rsjax.cli.certify" in modules and "rsjax.models" in modules, modules
   assert len(out.read_text().splitlines()) == 2  # the header and one row
   unwanted = [
-    m for m in modules if m.startswith(("rsjax.training", "rsjax.models.denoise", "rsjax.ucan.training", "rsjax.ddrs.training"))
+    m
+    for m in modules
+    if m.startswith(
+      ("rsjax.training", "rsjax.models.denoise", "rsjax.ucan.training", "rsjax.ddrs.training")
+    )
   ]
   assert not unwanted, unwanted
   other_commands = [

@@ -28,7 +28,7 @@ half, is ``toy_rsjax_method._certify:Capped``, imported when a run is planned.
 import numpy as np
 
 from rsjax.verify.checks import cohen_certificate, compare, read_rows, run_sigma
-from rsjax.methods.base import Method, Option
+from rsjax.methods.base import Method, Option, Training
 
 
 def _check(view, res, recs, *, rtol, atol, **_):
@@ -45,7 +45,20 @@ def _check(view, res, recs, *, rtol, atol, **_):
 TOY = Method("toy-capped", "Cohen's CERTIFY with the radius capped (a method from outside)",
              "toy_rsjax_method._certify:Capped",
              (Option("toy_cap", 1.0, "the largest radius reported", float, positive=True),),
-             check=_check)
+             check=_check,
+             training=Training("toy_rsjax_method._train:train_toy",
+                               "Gaussian noise, then a note (a training half from outside)",
+                               (Option("toy_note", "none", "a word the trainer prints", str),)))
+'''
+
+TOY_TRAIN = '''
+"""The training half of toy-capped: Cohen's Gaussian training, and its option in the last line."""
+
+from rsjax.training.job import train_gaussian
+
+
+def train_toy(job, *, toy_note):
+  return f"{train_gaussian(job)} [toy note: {toy_note}]"
 '''
 
 TOY_CERTIFY = '''
@@ -97,6 +110,7 @@ def plugin(tmp_path_factory):
   (root / "toy_rsjax_method").mkdir()
   (root / "toy_rsjax_method" / "__init__.py").write_text(textwrap.dedent(TOY))
   (root / "toy_rsjax_method" / "_certify.py").write_text(textwrap.dedent(TOY_CERTIFY))
+  (root / "toy_rsjax_method" / "_train.py").write_text(textwrap.dedent(TOY_TRAIN))
   info = root / "toy_rsjax_method-0.1.dist-info"
   info.mkdir()
   (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-rsjax-method\nVersion: 0.1\n")
@@ -159,6 +173,19 @@ def test_a_method_from_outside_certifies_and_verifies(trained, plugin, tmp_path)
   out.write_text("\n".join(lines) + "\n")
   bad = _rsjax(plugin, "verify", out, check=False)
   assert bad.returncode == 1 and "radius" in bad.stdout, bad.stdout
+
+
+def test_a_method_from_outside_trains_with_its_own_options(plugin, tmp_path):
+  common = ("--dataset", "digits", "--model", "mlp", "--epochs", "1", "--batch", "64", "--quiet")
+  done = _rsjax(
+    plugin, "train", *common, "--out", tmp_path / "m", "--method", "toy-capped", "--toy-note", "hi"
+  )
+  assert "trained mlp on digits at sigma=0.25: epoch 1" in done.stdout, done.stdout
+  assert done.stdout.rstrip().endswith("[toy note: hi]"), done.stdout
+  assert json.loads((tmp_path / "m" / "config.json").read_text())["model"] == "mlp"
+  # its option with another method is refused, naming the method it belongs to
+  other = _rsjax(plugin, "train", *common, "--out", tmp_path / "n", "--toy-note", "x", check=False)
+  assert other.returncode == 2 and "--toy-note works with --method toy-capped" in other.stderr
 
 
 def test_without_its_entry_point_the_method_is_unknown(trained, tmp_path):

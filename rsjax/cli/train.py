@@ -1,5 +1,9 @@
 """``rsjax train``: a base classifier trained on noisy inputs (Gaussian, Consistency,
-SmoothAdv, MACER; Sun et al.'s strategies; DDRS; UCAN's anisotropic noise)."""
+SmoothAdv, MACER; Sun et al.'s strategies; DDRS; UCAN's anisotropic noise).
+
+The shared flags become a ``rsjax.training.TrainJob``; ``--method`` names a registered
+method with a training half (``Method.training``), whose trainer trains the job with its
+own options, declared and parsed as ``certify``'s."""
 
 from __future__ import annotations
 
@@ -19,13 +23,38 @@ HELP = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-  """The flags of ``rsjax train``."""
-  from rsjax import models, training, ucan
+  """The flags of ``rsjax train``: the model and data, the schedule, the objective and
+  Sun et al.'s strategies (shared by every method), then ``--method`` and its options."""
+  from rsjax import methods, models
 
   flags.data_flags(p, dataset_required=True)
   p.add_argument("--model", required=True, help=", ".join(models.MODELS))
   p.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
   p.add_argument("--out", required=True, help="output directory (checkpoints, config)")
+  _schedule_flags(p)
+  _objective_flags(p)
+  _strategy_flags(p)
+  p.add_argument(
+    "--overwrite",
+    "--restart",
+    dest="overwrite",
+    action="store_true",
+    help="start over: remove the checkpoints of an earlier run in OUT (by default a "
+    "run in OUT resumes from its last epoch, with the same settings)",
+  )
+  trainable = [m for m in methods.available() if m.training is not None]
+  p.add_argument(
+    "--method",
+    default="cohen",
+    choices=[m.name for m in trainable],
+    help="how to train: " + "; ".join(f"{m.name}: {m.training.summary}" for m in trainable),
+  )
+  flags.method_flags(p, flags.training_options)
+  p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _schedule_flags(p: argparse.ArgumentParser) -> None:
+  """The schedule and optimizer flags (defaults by dataset: ``rsjax.training``)."""
   p.add_argument(
     "--epochs",
     type=flags.positive_int,
@@ -56,6 +85,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
   p.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
   p.add_argument("--seed", type=int, default=0, help="seed of initialization, shuffling and noise")
+
+
+def _objective_flags(p: argparse.ArgumentParser) -> None:
+  """The training loss and its hyperparameters."""
+  from rsjax import training
+
   p.add_argument(
     "--objective",
     default="gaussian",
@@ -77,6 +112,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     help="objective hyperparameter, e.g. lbd=20 (consistency), epsilon=0.5 "
     "(smoothadv), gamma=8 (macer); repeatable",
   )
+
+
+def _strategy_flags(p: argparse.ArgumentParser) -> None:
+  """Sun et al.'s data strategies and adaptive attack."""
   p.add_argument(
     "--discard",
     type=flags.nonneg_int,
@@ -115,52 +154,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     default="l2",
     help="norm of the --sphere-attack steps (the sphere is always L2)",
   )
-  p.add_argument(
-    "--overwrite",
-    "--restart",
-    dest="overwrite",
-    action="store_true",
-    help="start over: remove the checkpoints of an earlier run in OUT (by default a "
-    "run in OUT resumes from its last epoch, with the same settings)",
-  )
-  p.add_argument(
-    "--method",
-    default="gaussian",
-    choices=["gaussian", "ddrs", "ucan"],
-    help="gaussian: Cohen et al.; ddrs: per-example optimized sigma (DDRS Alg. 2), "
-    "--sigma is sigma0; ucan: anisotropic noise of --generator",
-  )
-  p.add_argument("--sigma-steps", type=int, default=1, help="DDRS: sigma ascent steps per batch")
-  p.add_argument("--sigma-lr", type=float, default=1e-2, help="DDRS: sigma ascent step size")
-  p.add_argument(
-    "--sigma-draws", type=flags.positive_int, default=4, help="DDRS: noise draws per ascent step"
-  )
-  p.add_argument(
-    "--sigma-param",
-    default="sigma",
-    choices=["sigma", "log"],
-    help="DDRS: ascend sigma (paper) or log sigma",
-  )
-  p.add_argument(
-    "--ddrs-warmup-epochs", type=int, default=0, help="first epochs at the fixed sigma0 (ddrs)"
-  )
-  p.add_argument(
-    "--generator",
-    default=None,
-    choices=list(ucan.GENERATORS),
-    help="UCAN anisotropic noise (--sigma is the base lambda; --lr 0.001 as UCAN); "
-    "the noise is frozen in OUT/ucan_noise.npz",
-  )
-  p.add_argument("--init", default=None, help="UCAN: fine-tune the model of this workdir")
-  p.add_argument(
-    "--ucan-draws", type=flags.positive_int, default=5, help="UCAN noise draws per step"
-  )
-  p.add_argument(
-    "--allow-unsound",
-    action="store_true",
-    help="UCAN: train the input-dependent generator (its radii are NOT a certificate)",
-  )
-  p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _by_dataset(field: str) -> str:
@@ -202,8 +195,8 @@ def _objective(args):
   return training.make_objective(args.objective, **hyper)
 
 
-def _train_config(args, **more):
-  """The ``TrainConfig`` of the training flags (``more``: its other fields)."""
+def _train_config(args):
+  """The ``TrainConfig`` of the shared flags (schedule, optimizer, objective, strategies)."""
   from rsjax import training
 
   return training.TrainConfig(
@@ -216,19 +209,11 @@ def _train_config(args, **more):
     lr_step=args.lr_step_size,
     gamma=args.gamma,
     objective=_objective(args),
-    **more,
+    discard=None
+    if args.discard is None
+    else training.Discard(epoch=args.discard, threshold=args.discard_threshold),
+    reweigh=None if args.reweigh is None else training.Reweigh(epoch=args.reweigh),
   )
-
-
-def _print_trained(args, history, what: str, more) -> int:
-  """Prints the last epoch of ``history`` (``more(last)``: its method's own numbers); returns 0."""
-  if history:
-    last = history[-1]
-    print(
-      f"trained {args.model} {what}: epoch {last['epoch']}, clean accuracy "
-      f"{last['clean_acc']:.4f}, {more(last)}; saved in {args.out}"
-    )
-  return 0
 
 
 def _fill_training_defaults(args) -> None:
@@ -293,18 +278,21 @@ def _start_over(out: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  """Runs ``rsjax train``; returns the exit status."""
+  """Runs ``rsjax train``: the shared flags as a ``rsjax.training.TrainJob``, trained by the
+  method's trainer (``Method.training``) with its options; returns the exit status."""
   import jax
 
-  from rsjax import models, training
+  from rsjax import methods, models
+  from rsjax.training.job import TrainJob
 
+  method = methods.get(args.method)
+  flags.refuse_other_options(args, method, flags.training_options)
+  options = {o.name: getattr(args, o.name) for o in flags.training_options(method)}
   _fill_training_defaults(args)
   if args.overwrite:
     _start_over(args.out)
   ds_train = launch.open_dataset(args.dataset, "train", args.data_dir)
   ds_test = launch.open_dataset(args.dataset, "test", args.data_dir)
-  x, y = ds_train.arrays()
-  xt, yt = ds_test.arrays()
   try:
     model = models.create_model(
       args.model,
@@ -312,136 +300,22 @@ def run(args: argparse.Namespace) -> int:
       input_shape=tuple(ds_train.input_shape),
       rngs=args.seed,
     )
-  except ValueError as e:
-    raise CliError(str(e)) from None
-  model_config = {
-    "model": args.model,
-    "num_classes": int(ds_train.num_classes),
-    "input_shape": list(ds_train.input_shape),
-    "dataset": args.dataset,
-  }
-  if args.method == "ddrs":
-    return _train_ddrs(args, model, (x, y), (xt, yt), model_config)
-  if args.method == "ucan" or args.generator is not None:
-    return _train_ucan(args, model, (x, y), model_config)
-  if args.allow_unsound:
-    raise CliError("--allow-unsound works with --method ucan --generator input")
-  try:
-    config = _train_config(
-      args,
-      discard=None
-      if args.discard is None
-      else training.Discard(epoch=args.discard, threshold=args.discard_threshold),
-      reweigh=None if args.reweigh is None else training.Reweigh(epoch=args.reweigh),
-    )
-    _, history = training.train(
+    job = TrainJob(
       jax.random.key(args.seed),
       model,
-      (x, y),
-      config,
-      eval_data=(xt, yt),
-      workdir=args.out,
-      resume=True,
-      model_config=model_config,
+      ds_train.arrays(),
+      ds_test.arrays(),
+      _train_config(args),
+      args.out,
+      {
+        "model": args.model,
+        "num_classes": int(ds_train.num_classes),
+        "input_shape": list(ds_train.input_shape),
+        "dataset": args.dataset,
+      },
       progress=not args.quiet,
     )
-  except ValueError as e:
+    print(method.training.train(job, **options))
+  except (ValueError, FileNotFoundError) as e:
     raise _cli_error(e) from None
-  return _print_trained(
-    args,
-    history,
-    f"on {args.dataset} at sigma={args.sigma}",
-    lambda last: f"noisy accuracy {last['noisy_acc']:.4f}",
-  )
-
-
-def _train_ddrs(args, model, train_xy, test_xy, model_config) -> int:
-  import jax
-
-  from rsjax.ddrs import training as ddrs_training
-
-  if args.discard is not None or args.reweigh is not None:
-    raise CliError("--method ddrs cannot be combined with --discard or --reweigh")
-  try:
-    tc = _train_config(args)
-    cfg = ddrs_training.DDRSConfig(
-      sigma0=args.sigma,
-      sigma_steps=args.sigma_steps,
-      sigma_lr=args.sigma_lr,
-      sigma_draws=args.sigma_draws,
-      parametrization=args.sigma_param,
-      warmup_epochs=args.ddrs_warmup_epochs,
-    )
-    _, history, mem = ddrs_training.train_ddrs(
-      jax.random.key(args.seed),
-      model,
-      train_xy,
-      ddrs_config=cfg,
-      train_config=tc,
-      eval_data=test_xy,
-      workdir=args.out,
-      resume=True,
-      model_config=model_config,
-      progress=not args.quiet,
-    )
-  except ValueError as e:
-    raise _cli_error(e) from None
-  return _print_trained(
-    args,
-    history,
-    f"with DDRS (sigma0={args.sigma})",
-    lambda last: f"training sigma {mem.mean():.4f} +- {mem.std():.4f}",
-  )
-
-
-def _train_ucan(args, model, train_xy, model_config) -> int:
-  """``train --generator``: fine-tune ``--init`` (or a fresh model) with UCAN noise."""
-  import jax
-
-  from rsjax import ucan
-  from rsjax.ucan import training as ucan_training
-
-  if args.generator is None:
-    raise CliError(
-      "--method ucan needs --generator pattern-l1|pattern-l2|pattern-linf|universal|input"
-    )
-  if args.allow_unsound and args.generator != "input":
-    raise CliError("--allow-unsound works with --generator input only")
-  if args.init is not None:
-    model, _ = launch.open_model_dir(args.init)
-  try:
-    config = ucan_training.UCANConfig(
-      generator=args.generator,
-      sigma=args.sigma,
-      epochs=args.epochs,
-      batch_size=args.batch,
-      lr=args.lr,
-      draws=args.ucan_draws,
-    )
-    _, noise, _ = ucan_training.train_ucan(
-      jax.random.key(args.seed),
-      model,
-      train_xy,
-      config,
-      workdir=args.out,
-      model_config=model_config,
-      progress=not args.quiet,
-      allow_unsound=args.allow_unsound,
-    )
-  except ValueError as e:
-    raise _cli_error(e) from None
-  if args.generator not in ucan.SOUND_GENERATORS:
-    print(
-      f"trained {args.model} with UCAN's input-dependent generator (lambda={args.sigma}) in "
-      f"{args.out}: NOT SOUND, its radii are no certificate (rsjax.ucan.training."
-      "certify_input_dependent with allow_unsound=True computes them); the sound alternative "
-      "is --generator universal"
-    )
-    return 0
-  print(
-    f"trained {args.model} with UCAN {args.generator} noise (lambda={args.sigma}): sigma in "
-    f"[{noise.sigma.min():.4f}, {noise.sigma.max():.4f}], mean |mu| "
-    f"{abs(noise.mu).mean():.4f}, frozen in "
-    f"{os.path.join(args.out, ucan.NOISE_FILE)}"
-  )
   return 0

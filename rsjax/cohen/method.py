@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from rsjax.cohen._check import check_cohen
-from rsjax.methods.base import Method, Option
+from rsjax.methods.base import Method, Option, Training
 
 __all__ = ["METHOD", "parse_grid"]
 
@@ -47,4 +47,9 @@ METHOD = Method(
     ),
   ),
   check=check_cohen,
+  training=Training(
+    "rsjax.training.job:train_gaussian",
+    "noisy inputs (Gaussian by default; --objective consistency, smoothadv, macer; Sun et "
+    "al.'s --discard, --reweigh, --sphere-attack)",
+  ),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsjax.ddrs._check import check_ddrs
-from rsjax.methods.base import Method, Option
+from rsjax.methods.base import Method, Option, Training
 
 __all__ = ["METHOD"]
 
@@ -27,4 +27,17 @@ METHOD = Method(
   check=check_ddrs,
   columns=("sigma", "predict_mc", "radius_mc", "sound"),
   ordered=True,
+  training=Training(
+    "rsjax.ddrs.training:train_job",
+    "per-example sigma optimized during training (DDRS Algorithm 2); --sigma is sigma0",
+    (
+      Option("sigma_steps", 1, "DDRS: sigma ascent steps per batch", int),
+      Option("sigma_lr", 1e-2, "DDRS: sigma ascent step size", float),
+      Option("sigma_draws", 4, "DDRS: noise draws per ascent step", int, positive=True),
+      Option(
+        "sigma_param", "sigma", "DDRS: ascend sigma (paper) or log sigma", str, ("sigma", "log")
+      ),
+      Option("ddrs_warmup_epochs", 0, "DDRS: first epochs at the fixed sigma0", int),
+    ),
+  ),
 )

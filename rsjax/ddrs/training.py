@@ -42,6 +42,7 @@ from flax import nnx
 
 from rsjax import ddrs
 from rsjax.training.config import BatchSigma, TrainConfig
+from rsjax.training.job import TrainJob
 from rsjax.training.trainer import train
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
   from rsjax.util import KeyLike
 
-__all__ = ["DDRSConfig", "train_ddrs", "SIGMA_FILE"]
+__all__ = ["DDRSConfig", "SIGMA_FILE", "train_ddrs", "train_job"]
 
 #: The final per-example training sigma memory, ``[N]`` float32, in the workdir.
 SIGMA_FILE = "ddrs_sigma_train.npy"
@@ -207,3 +208,40 @@ def train_ddrs(
   if workdir is not None:
     np.save(os.path.join(os.fspath(workdir), SIGMA_FILE), memory)
   return model, history, memory
+
+
+def train_job(
+  job: TrainJob,
+  *,
+  sigma_steps: int,
+  sigma_lr: float,
+  sigma_draws: int,
+  sigma_param: str,
+  ddrs_warmup_epochs: int,
+) -> str:
+  """``rsjax train --method ddrs``: :func:`train_ddrs` of ``job`` (its sigma is sigma0) with
+  the method's training options (``rsjax.ddrs.METHOD.training``); the closing line."""
+  if job.config.discard is not None or job.config.reweigh is not None:
+    raise ValueError("DDRS training cannot be combined with Sun et al.'s discard or reweigh")
+  cfg = DDRSConfig(
+    sigma0=job.config.sigma,
+    sigma_steps=sigma_steps,
+    sigma_lr=sigma_lr,
+    sigma_draws=sigma_draws,
+    parametrization=sigma_param,
+    warmup_epochs=ddrs_warmup_epochs,
+  )
+  _, history, mem = train_ddrs(
+    job.key,
+    job.model,
+    job.train_data,
+    ddrs_config=cfg,
+    train_config=job.config,
+    eval_data=job.eval_data,
+    workdir=job.workdir,
+    resume=True,
+    model_config=job.model_config,
+    progress=job.progress,
+  )
+  spread = f"training sigma {mem.mean():.4f} +- {mem.std():.4f}"
+  return job.closing(history, f"with DDRS (sigma0={job.config.sigma})", spread)

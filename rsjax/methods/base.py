@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # types only: this module imports no JAX
 
   from rsjax.engine.driver import Certificate, Sampling
 
-__all__ = ["Context", "Method", "MethodCertifier", "Option", "Plan"]
+__all__ = ["Context", "Method", "MethodCertifier", "Option", "Plan", "Training"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +47,8 @@ class Option:
     name: keyword of the method's ``MethodCertifier.from_options``.
     default: default value.
     help: one line for ``--help``.
-    type: ``int``, ``float``, ``str`` or a ``str -> value`` converter that
-      raises ``ValueError`` on bad text.
+    type: ``int``, ``float``, ``str``, ``bool`` (a switch: ``--name`` sets it) or a
+      ``str -> value`` converter that raises ``ValueError`` on bad text.
     choices: allowed values, or None.
     positive: the value must be > 0 (numbers).
   """
@@ -174,6 +174,61 @@ class MethodCertifier(Protocol):
     raise ValueError(f"{type(self).__name__} keeps no state to restore")
 
 
+def _resolve(path: str) -> Any:
+  """The object a ``"package.module:Name"`` path names (imported now)."""
+  module, _, name = path.partition(":")
+  return getattr(importlib.import_module(module), name)
+
+
+def _check_path(owner: str, what: str, path: str) -> None:
+  """Raises ``ValueError`` unless ``path`` reads ``"package.module:Name"``."""
+  module, _, name = path.partition(":")
+  if not module or not name.isidentifier():
+    raise ValueError(f"{owner}: {what} must be 'package.module:Name', got {path!r}")
+
+
+def _with_defaults(owner: str, declared: tuple[Option, ...], given: dict[str, Any]) -> dict:
+  """``given`` over the defaults of ``declared``; raises ``ValueError`` on an unknown name."""
+  unknown = sorted(set(given) - {o.name for o in declared})
+  if unknown:
+    raise ValueError(
+      f"{owner} has no option {unknown}; its options: {sorted(o.name for o in declared)}"
+    )
+  return {**{o.name: o.default for o in declared}, **given}
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+  """How a method's base classifier is trained (``rsjax train --method <name>``): the
+  training half of a :class:`Method`, as JAX-free as its certify half.
+
+  Attributes:
+    trainer: ``"package.module:function"``, ``function(job, **options) -> str``: trains
+      ``job`` (a ``rsjax.training.TrainJob``: the model, the data, the shared
+      ``TrainConfig``, the workdir) and returns the closing line the command prints;
+      raises ``ValueError`` (one line) for settings it cannot train. Imported by
+      :meth:`train` only.
+    summary: one line for ``--help``.
+    options: its own options (``rsjax train``'s ``--name`` flags, as ``certify``'s).
+  """
+
+  trainer: str
+  summary: str
+  options: tuple[Option, ...] = ()
+
+  def __post_init__(self) -> None:
+    _check_path("training", "trainer", self.trainer)
+
+  def train(self, job: Any, **options: Any) -> str:
+    """Trains ``job`` with the given options over the defaults; the closing line.
+
+    Raises:
+      ValueError: an unknown option, or settings the trainer cannot run.
+    """
+    options = _with_defaults(f"trainer {self.trainer!r}", self.options, options)
+    return _resolve(self.trainer)(job, **options)
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
   """A certify method as one value (an entry of ``rsjax.methods.METHODS``).
@@ -190,6 +245,8 @@ class Method:
     ordered: ``rsjax verify`` requires the rows in the run's order.
     columns: the extra result columns the method defines and its ``check``
       verifies (``rsjax verify`` lists any other column as unverified).
+    training: how its base classifier is trained (``rsjax train --method``), or None
+      when it certifies classifiers trained otherwise.
   """
 
   name: str
@@ -199,13 +256,10 @@ class Method:
   check: Callable[..., list] | None = None
   ordered: bool = False
   columns: tuple[str, ...] = ()
+  training: Training | None = None
 
   def __post_init__(self) -> None:
-    module, _, name = self.certifier.partition(":")
-    if not module or not name.isidentifier():
-      raise ValueError(
-        f"method {self.name!r}: certifier must be 'package.module:Name', got {self.certifier!r}"
-      )
+    _check_path(f"method {self.name!r}", "certifier", self.certifier)
 
   def defaults(self) -> dict[str, Any]:
     """``{option: default}``."""
@@ -218,17 +272,11 @@ class Method:
     Raises:
       ValueError: an unknown option, or settings the method cannot run.
     """
-    unknown = sorted(set(options) - {o.name for o in self.options})
-    if unknown:
-      raise ValueError(
-        f"method {self.name!r} has no option {unknown}; its options: {sorted(self.defaults())}"
-      )
-    options = {**self.defaults(), **options}
+    options = _with_defaults(f"method {self.name!r}", self.options, options)
     why = claims.refusal(context.claim(self.name, options))
     if why is not None:
       raise ValueError(why)
-    module, _, name = self.certifier.partition(":")
-    kind: type[MethodCertifier] = getattr(importlib.import_module(module), name)
+    kind: type[MethodCertifier] = _resolve(self.certifier)
     c = kind.from_options(context, **options)
     return Plan(
       c.certify,

@@ -8,6 +8,8 @@
   data-dependent sigma (:class:`BatchSigma`, e.g. DDRS), with per-epoch
   evaluation, orbax checkpoints and exact resume.
 * :func:`training_defaults`: the schedule ``rsjax train`` uses per dataset.
+* :class:`TrainJob`: what a method's trainer gets (``rsjax train --method``, the
+  method's ``Training`` half); :func:`train_gaussian` is Cohen et al.'s.
 * A workdir is a model directory (``config.json`` + checkpoints: loaded with
   ``rsjax.models.load_model``, written with ``rsjax.models.save_model``) with
   the trainer's ``history.json`` and resumable state in its checkpoints.
@@ -23,6 +25,8 @@ from rsjax.training.config import TrainConfig as TrainConfig
 from rsjax.training.config import make_optimizer as make_optimizer
 from rsjax.training.defaults import TRAINING_DEFAULTS as TRAINING_DEFAULTS
 from rsjax.training.defaults import training_defaults as training_defaults
+from rsjax.training.job import TrainJob as TrainJob
+from rsjax.training.job import train_gaussian as train_gaussian
 from rsjax.training.objectives import MACER as MACER
 from rsjax.training.objectives import OBJECTIVES as OBJECTIVES
 from rsjax.training.objectives import Consistency as Consistency
@@ -52,12 +56,14 @@ __all__ = [
   "SphereAttack",
   "TRAINING_DEFAULTS",
   "TrainConfig",
+  "TrainJob",
   "correct_counts",
   "discard_mask",
   "gradient_norm_table",
   "make_objective",
   "make_optimizer",
   "per_sample_gradient_norms",
+  "train_gaussian",
   "resample",
   "reweigh_weights",
   "train",

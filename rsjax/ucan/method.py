@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rsjax.methods.base import Method, Option
+from rsjax.methods.base import Method, Option, Training
 from rsjax.ucan._check import check_ucan
-from rsjax.ucan._noise_file import NOISE_FILE
+from rsjax.ucan._noise_file import GENERATORS, NOISE_FILE
 
 __all__ = ["METHOD"]
 
@@ -35,4 +35,20 @@ METHOD = Method(
   ),
   check=check_ucan,
   columns=("normalized_radius", "alm", "sound"),
+  training=Training(
+    "rsjax.ucan.training:train_job",
+    f"anisotropic noise of --generator (--sigma is the base lambda; --lr 0.001 as UCAN), "
+    f"frozen in OUT/{NOISE_FILE}",
+    (
+      Option("generator", None, "UCAN: the noise generator", str, GENERATORS),
+      Option("init", None, "UCAN: fine-tune the model of this directory", str),
+      Option("ucan_draws", 5, "UCAN: noise draws per step", int, positive=True),
+      Option(
+        "allow_unsound",
+        False,
+        "UCAN: train the input-dependent generator (its radii are NOT a certificate)",
+        bool,
+      ),
+    ),
+  ),
 )

@@ -68,9 +68,10 @@ from rsjax.models import to_train_fn
 from rsjax.models.checkpoint import Checkpoints
 from rsjax.runs.io import write_json
 from rsjax.training.config import TrainConfig
+from rsjax.training.job import TrainJob
 from rsjax.training.objectives import Objective
 from rsjax.training.trainer import HISTORY_FILE, train
-from rsjax.ucan import GENERATORS, SOUND_GENERATORS, load_noise, save_noise
+from rsjax.ucan import GENERATORS, NOISE_FILE, SOUND_GENERATORS, load_noise, save_noise
 from rsjax.util import as_key, check_int
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ __all__ = [
   "UCANLoss",
   "UCANModel",
   "make_generator",
+  "train_job",
   "train_ucan",
   "load_ucan_model",
 ]
@@ -402,3 +404,41 @@ def train_ucan(
         meta={"epoch": int(config.epochs), "history": history},
       )
   return model, noise, history
+
+
+def train_job(
+  job: TrainJob, *, generator: str | None, init: str | None, ucan_draws: int, allow_unsound: bool
+) -> str:
+  """``rsjax train --method ucan``: :func:`train_ucan` of ``job`` (its sigma is lambda),
+  fine-tuning the model of the directory ``init`` if given, with the method's training
+  options (``rsjax.ucan.METHOD.training``); the closing line."""
+  if generator is None:
+    raise ValueError(f"UCAN training needs a generator: {' | '.join(GENERATORS)}")
+  if allow_unsound and generator != "input":
+    raise ValueError("allow_unsound=True (CLI --allow-unsound) is for the 'input' generator only")
+  model = job.model if init is None else models.load_model(init)[0]
+  c = job.config
+  config = UCANConfig(generator, c.sigma, c.epochs, c.batch_size, c.lr, draws=ucan_draws)
+  _, noise, _ = train_ucan(
+    job.key,
+    model,
+    job.train_data,
+    config,
+    workdir=job.workdir,
+    model_config=job.model_config,
+    progress=job.progress,
+    allow_unsound=allow_unsound,
+  )
+  name = job.model_config["model"]
+  if generator not in SOUND_GENERATORS:
+    return (
+      f"trained {name} with UCAN's input-dependent generator (lambda={c.sigma}) in "
+      f"{job.workdir}: NOT SOUND, its radii are no certificate "
+      "(rsjax.ucan.certify_input_dependent with allow_unsound=True computes them); the sound "
+      "alternative is the 'universal' generator"
+    )
+  return (
+    f"trained {name} with UCAN {generator} noise (lambda={c.sigma}): sigma in "
+    f"[{noise.sigma.min():.4f}, {noise.sigma.max():.4f}], mean |mu| "
+    f"{abs(noise.mu).mean():.4f}, frozen in {os.path.join(job.workdir, NOISE_FILE)}"
+  )

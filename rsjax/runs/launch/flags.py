@@ -12,6 +12,7 @@ import argparse
 
 import numpy as np
 
+from rsjax.runs.launch.errors import CliError
 from rsjax.verify.checks import PACKS
 
 __all__ = [
@@ -26,6 +27,10 @@ __all__ = [
   "model_source_flags",
   "add_sampling_flags",
   "add_certify_flags",
+  "certify_options",
+  "training_options",
+  "method_flags",
+  "refuse_other_options",
 ]
 
 
@@ -215,7 +220,7 @@ def add_certify_flags(q: argparse.ArgumentParser) -> None:
     help="certification method: "
     + "; ".join(f"{m.name}: {m.summary}" for m in methods.available()),
   )
-  _method_flags(q)
+  method_flags(q)
   q.add_argument(
     "--save-counts",
     action="store_true",
@@ -256,22 +261,46 @@ def _option_type(option):
   return parse
 
 
-def _method_flags(parser) -> None:
-  """One ``--flag`` per option of the registered methods (a shared option once)."""
+def certify_options(method) -> tuple:
+  """The options of ``method``'s certify half (``certify``'s flags)."""
+  return method.options
+
+
+def training_options(method) -> tuple:
+  """The options of ``method``'s training half (``train``'s flags); none if it has none."""
+  return method.training.options if method.training is not None else ()
+
+
+def method_flags(parser, options_of=certify_options) -> None:
+  """One ``--flag`` per option of the registered methods (a shared option once);
+  ``options_of(method)`` picks the half (:func:`certify_options`, :func:`training_options`)."""
   from rsjax import methods
 
   options, users = {}, {}
   for method in methods.available():
-    for o in method.options:
+    for o in options_of(method):
       if options.setdefault(o.name, o) != o:
         raise AssertionError(f"methods declare option {o.name!r} differently")
       users.setdefault(o.name, []).append(method.name)
   for name, o in options.items():
+    flag, help_ = "--" + name.replace("_", "-"), f"{o.help} (--method {', '.join(users[name])})"
+    if o.type is bool:
+      parser.add_argument(flag, dest=name, action="store_true", default=o.default, help=help_)
+      continue
     parser.add_argument(
-      "--" + name.replace("_", "-"),
-      dest=name,
-      default=o.default,
-      type=_option_type(o),
-      choices=o.choices,
-      help=f"{o.help} (--method {', '.join(users[name])})",
+      flag, dest=name, default=o.default, type=_option_type(o), choices=o.choices, help=help_
     )
+
+
+def refuse_other_options(args, method, options_of=certify_options) -> None:
+  """An option of another method given with ``--method`` is an error, not silently ignored."""
+  from rsjax import methods
+
+  for other in methods.available():
+    for o in options_of(other):
+      if o not in options_of(method) and getattr(args, o.name, o.default) != o.default:
+        users = [m.name for m in methods.available() if o in options_of(m)]
+        raise CliError(
+          f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
+          f"not {method.name}"
+        )

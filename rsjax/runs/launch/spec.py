@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rsjax.runs.launch import loading
+from rsjax.runs.launch import flags, loading
 from rsjax.runs.launch.errors import CliError
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   method_name = getattr(args, "method", "cohen") if command == "certify" else "cohen"
   method = methods.get(method_name)
   options = {o.name: getattr(args, o.name) for o in method.options} if command == "certify" else {}
-  _refuse_other_options(args, method)
+  flags.refuse_other_options(args, method)
   s = _flag_sampling(args)
   run = RunSpec(
     model=ref,
@@ -277,20 +277,6 @@ def _flag_sampling(args):
     )
   except ValueError as e:
     raise CliError(str(e)) from None
-
-
-def _refuse_other_options(args, method) -> None:
-  """A method option given with another ``--method`` is an error, not silently ignored."""
-  from rsjax import methods
-
-  for other in methods.available():
-    for o in other.options:
-      if o not in method.options and getattr(args, o.name, o.default) != o.default:
-        users = [m.name for m in methods.available() if o in m.options]
-        raise CliError(
-          f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
-          f"not {method.name}"
-        )
 
 
 def load(

@@ -1,0 +1,78 @@
+"""What a method's trainer gets (``rsjax train --method``): a :class:`TrainJob`, and
+Cohen et al.'s trainer, :func:`train_gaussian`.
+
+A method's training half (``rsjax.methods.Training``) names its trainer by a string
+path, ``trainer(job, **options) -> str``, as its certify half names its certifier: the
+command builds the job from the shared flags (model, data, schedule, objective, Sun
+et al.'s strategies) and the trainer adds what its method needs (DDRS's sigma memory,
+UCAN's noise generator).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from rsjax.training.config import TrainConfig
+from rsjax.training.trainer import train
+
+__all__ = ["TrainJob", "train_gaussian"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainJob:
+  """One training run of a base classifier.
+
+  Attributes:
+    key: ``jax.random.key`` of the run (initialization is the model's own).
+    model: the NNX model to train (fresh, or loaded to fine-tune).
+    train_data: ``(x [n, ...], y [n])``.
+    eval_data: ``(x, y)`` evaluated after each epoch, or None.
+    config: the shared settings (schedule, optimizer, sigma, objective, strategies).
+    workdir: the model directory written (``config.json``, checkpoints, history).
+    model_config: the architecture fields of ``config.json`` (``model``,
+      ``num_classes``, ``input_shape``, ``dataset``).
+    progress: progress bars.
+  """
+
+  key: jax.Array
+  model: Any
+  train_data: tuple[np.ndarray, np.ndarray]
+  eval_data: tuple[np.ndarray, np.ndarray] | None
+  config: TrainConfig
+  workdir: str
+  model_config: Mapping[str, Any]
+  progress: bool = True
+
+  def closing(self, history: list[dict], what: str, more: str) -> str:
+    """``"trained <model> <what>: epoch E, clean accuracy A, <more>; saved in <workdir>"``."""
+    if not history:
+      return f"trained {self.model_config['model']} {what}: nothing left to train in {self.workdir}"
+    last = history[-1]
+    return (
+      f"trained {self.model_config['model']} {what}: epoch {last['epoch']}, clean accuracy "
+      f"{last['clean_acc']:.4f}, {more.format(**last)}; saved in {self.workdir}"
+    )
+
+
+def train_gaussian(job: TrainJob) -> str:
+  """Cohen et al.'s training (``rsjax train --method cohen``): the job's objective
+  (Gaussian noise by default; Consistency, SmoothAdv, MACER) with Sun et al.'s
+  strategies if its config has them; the closing line."""
+  _, history = train(
+    job.key,
+    job.model,
+    job.train_data,
+    job.config,
+    eval_data=job.eval_data,
+    workdir=job.workdir,
+    resume=True,
+    model_config=job.model_config,
+    progress=job.progress,
+  )
+  where = f"on {job.model_config['dataset']} at sigma={job.config.sigma}"
+  return job.closing(history, where, "noisy accuracy {noisy_acc:.4f}")
