@@ -314,3 +314,36 @@ def test_certify_with_a_resize_stage(dirs, tmp_path):
   # Denoiser (fully convolutional, at 16 x 16), then the resize, then the classifier.
   argv = ("certify", clf, tmp_path / "d.tsv", "--dataset", npz, "--sigma", 0.25, "--N", 50)
   assert run_cli(*argv, "--N0", 10, "--denoiser", mse, "--resize", 8, "--quiet") == 0
+
+
+def _certify_denoised(clf, den, out):
+  argv = ("certify", clf, out, "--denoiser", den, "--sigma", 0.25, "--N0", 10, "--N", 50)
+  assert run_cli(*argv, "--batch", 50, "--max", 4, "--quiet") == 0
+  return json.loads(out.with_name(out.name + ".run.json").read_text())
+
+
+def test_a_denoisers_settings_are_bound_and_audited(dirs, tmp_path):
+  """Red team 5: the same DDPM weights with another schedule or clipping denoise otherwise;
+  the record binds the settings' digest and the audit compares it."""
+  import shutil
+
+  from rsjax.verify import audit
+
+  clf, ddpm = dirs[0], dirs[3]
+  edited = tmp_path / "edited"
+  shutil.copytree(ddpm, edited)
+  config_file = edited / workdir.DENOISER_FILE
+  config = json.loads(config_file.read_text())
+  config_file.write_text(json.dumps({**config, "schedule": {"beta_end": 0.05}, "clip": False}))
+  honest = _certify_denoised(clf, ddpm, tmp_path / "a.tsv")
+  forged = _certify_denoised(clf, edited, tmp_path / "b.tsv")
+  assert honest["model"]["fingerprint"] == forged["model"]["fingerprint"]  # the same weights
+  assert honest["model"]["denoiser_config"] != forged["model"]["denoiser_config"]
+  assert audit.audit(tmp_path / "a.tsv", model_dir=clf, rows=2).ok
+  # audited against the honest denoiser, the edited settings are named before any draw
+  report = audit.audit(tmp_path / "b.tsv", model_dir=clf, rows=2, denoiser=ddpm)
+  assert not report.ok and "denoiser's settings" in report.reason, report.reason
+  # settings edited after the run: the run's own denoiser no longer passes
+  config_file.write_text(json.dumps(config))
+  report = audit.audit(tmp_path / "b.tsv", model_dir=clf, rows=2)
+  assert not report.ok and "denoiser's settings" in report.reason, report.reason

@@ -1080,6 +1080,13 @@ def test_the_whole_claim_digest_is_folded_into_the_key(run40):
     (lambda r: r["sampling"].update(run_tag="g5MqhI"), "sampling.run_tag is not a sampling"),
     (lambda r: r["sampling"].update(pack=2.0), "sampling.pack must be one of"),
     (lambda r: r["sampling"].update(compute_dtype="int7"), "sampling.compute_dtype must be"),
+    # red team 5: dtypes certify never writes, or not the precision's
+    (lambda r: r["sampling"].update(compute_dtype="float16"), "sampling.compute_dtype must be"),
+    (
+      lambda r: r["sampling"].update(compute_dtype="bfloat16", precision="float32"),
+      "is not what precision 'float32' runs in",
+    ),
+    (lambda r: r["model"].update(denoiser_config="0" * 64), "model.denoiser_config is set, but"),
     (lambda r: r["key"].update(seed=2**63), "key.seed"),
     (lambda r: r["model"].update(torch_arch="resnet18"), "model.torch_arch is set, but"),
     (lambda r: r["model"].update(resize="abc"), "model.resize must be 'HxW'"),
@@ -1108,6 +1115,31 @@ def test_the_record_strictness_tables_match_what_they_describe():
   recorded = set(record.sampling_fields(rsjax.Sampling()))
   assert limits.SAMPLING_KEYS == recorded | {"pack"}
   assert limits.MODEL_FIELDS == {f.name for f in dataclasses.fields(runspec.ModelRef)}
+
+
+def test_the_compute_dtypes_are_the_precisions():
+  """``limits.COMPUTE_DTYPE_OF`` (JAX-free) is what ``rsjax.engine.precision`` runs in."""
+  import numpy as np
+
+  from rsjax.engine import precision
+  from rsjax.runs import limits
+
+  ran = {
+    p: None if precision.compute_dtype(p) is None else np.dtype(precision.compute_dtype(p)).name
+    for p in precision.PRECISIONS
+  }
+  assert limits.COMPUTE_DTYPE_OF == ran
+
+
+def test_a_run_that_does_not_fit_its_model_fails_the_audit(model, run40, tmp_path):
+  """Red team 5: a record verify accepts (a resize to 16x16 of the 8x8 model's digits) made
+  the audit stop with exit 2 (cannot audit) instead of failing it (exit 1)."""
+  f = copy_run(run40, tmp_path / "r.tsv")
+  edit_run(f, lambda r: r["model"].update(resize="16x16"))
+  assert verify.verify(f).ok  # the shape of the field is all verify can see
+  rep = audit.audit(f, model_dir=model, rows=2, seed=0)
+  assert not rep.ok and "after --resize" in rep.reason, rep.reason
+  assert run_cli("audit", f, "--model-dir", model, "--rows", "2") == 1
 
 
 def test_the_same_parameters_built_another_way_fail_the_audit(model, run40, tmp_path):

@@ -202,7 +202,7 @@ def load_target(src: Source) -> Target:
 
     apply_fn = Resized(apply_fn, parse_size(src.resize))
   if src.denoiser is not None:
-    apply_fn, params = loading.open_denoised(src.denoiser, apply_fn, params, sigma=sigma)
+    apply_fn, params, _ = loading.open_denoised(src.denoiser, apply_fn, params, sigma=sigma)
   return Target(
     name=name,
     kind=kind,

@@ -86,12 +86,17 @@ MODEL_FIELDS = frozenset(
     "torch_arch",
     "normalize",
     "denoiser",
+    "denoiser_config",
     "resize",
     "config",
   }
 )
-#: The compute dtypes a record may name (``rsjax.engine.precision``; None: the parameters' own).
-COMPUTE_DTYPES = (None, "bfloat16", "float16", "float32")
+#: The compute dtype each precision runs in (``rsjax.engine.precision``; None: the parameters'
+#: own, float32): what a record's ``sampling.compute_dtype`` says beside its precision (a test
+#: keeps them equal).
+COMPUTE_DTYPE_OF = {"float32": None, "tf32": None, "bfloat16": "bfloat16"}
+#: The compute dtypes a record may name.
+COMPUTE_DTYPES = tuple(dict.fromkeys(COMPUTE_DTYPE_OF.values()))
 FOLD_IN_RANGE = (0, 2**32 - 1)
 
 # An integer as rsjax and Cohen et al. write it: ASCII, "0" or no leading zero, at most 19
@@ -248,6 +253,12 @@ def check_run_record(rec: Mapping) -> None:
     raise FieldError(
       f"sampling.compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {shown(dtype)}"
     )
+  precision = s.get("precision", "float32")
+  if precision in COMPUTE_DTYPE_OF and dtype != COMPUTE_DTYPE_OF[precision]:
+    raise FieldError(
+      f"sampling.compute_dtype {shown(dtype)} is not what precision {precision!r} runs in "
+      f"({shown(COMPUTE_DTYPE_OF[precision])})"
+    )
   if "pack" in s and not (type(s["pack"]) is int and s["pack"] in PACKS):
     raise FieldError(
       f"sampling.pack must be one of {PACKS} (a JSON integer), got {shown(s['pack'])}"
@@ -303,6 +314,7 @@ def check_model_fields(m: Mapping, *, bound: bool = False) -> None:
     )
   if config is not None and not (isinstance(config, str) and _HEX64.fullmatch(config)):
     raise FieldError(f"model.config must be a SHA-256 in hex, got {shown(config)}")
+  _check_denoiser_fields(m, bound)
   resize = m.get("resize")
   if resize is not None and not (isinstance(resize, str) and _SIZE.fullmatch(resize)):
     raise FieldError(f"model.resize must be 'HxW' (e.g. '224x224'), got {resize!r}")
@@ -313,6 +325,22 @@ def check_model_fields(m: Mapping, *, bound: bool = False) -> None:
           f"model.{name} is set, but the model is not a PyTorch checkpoint "
           f"(source {m.get('source')!r})"
         )
+
+
+def _check_denoiser_fields(m: Mapping, bound: bool) -> None:
+  """A denoised run names its denoiser's settings digest (a bound run must), and only it."""
+  digest = m.get("denoiser_config")
+  if m.get("denoiser") is None:
+    if digest is not None:
+      raise FieldError("model.denoiser_config is set, but the run names no denoiser")
+    return
+  if bound and digest is None:
+    raise FieldError(
+      "model.denoiser_config is missing: a bound run (rsjax-run/3) of a denoiser names the "
+      "digest of its settings"
+    )
+  if digest is not None and not (isinstance(digest, str) and _HEX64.fullmatch(digest)):
+    raise FieldError(f"model.denoiser_config must be a SHA-256 in hex, got {shown(digest)}")
 
 
 #: The entries of each part of a run record (``rsjax.runs.spec.RunSpec.to_json``; a test

@@ -136,6 +136,10 @@ class ModelRef:
     normalize: ``--normalize`` of a PyTorch checkpoint.
     denoiser: the denoiser directory of denoised smoothing (the fingerprint
       covers its weights; a resume names it when it differs).
+    denoiser_config: the digest of what defines the denoiser's function besides its
+      weights (``rsjax.models.denoise.workdir.denoiser_digest``: its settings, architecture,
+      resolved schedule and timestep), or None (no denoiser, or a run written before it
+      was recorded).
     resize: ``"HxW"``: the classifier saw its inputs resized (bicubic, antialiased) to H x W.
     config: ``rsjax.runs.canonical.model_config_digest`` of the configuration the model was
       built from (the fingerprint covers the parameters only; static constants such as a
@@ -150,6 +154,7 @@ class ModelRef:
   torch_arch: str | None = None
   normalize: str | None = None
   denoiser: str | None = None
+  denoiser_config: str | None = None
   resize: str | None = None
   config: str | None = None
 

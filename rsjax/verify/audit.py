@@ -209,6 +209,9 @@ def audit(
       denoiser=denoiser,
       data_dir=data_dir,
     )
+  except launch.MismatchError as e:  # the model is there, the run does not fit it: failed
+    checks = [_verify_check(p, data_dir, None), Check("model", False, f"{e}: not the run's")]
+    return AuditReport(p, (), tuple(checks), seed, declared)
   except launch.CliError as e:
     raise AuditError(str(e)) from None
   checks = [_verify_check(p, data_dir, loaded.dataset), _model_check(run, loaded)]
@@ -280,7 +283,21 @@ def _model_check(run: RunSpec, loaded: launch.Loaded) -> Check:
       "(config.json's model, num_classes, input_shape or model_kwargs differ)"
     )
     return Check("model", False, why)
-  return Check("model", True, f"fingerprint {fp}")
+  if loaded.denoiser_config != run.model.denoiser_config:
+    why = (
+      f"the denoiser's settings (digest {str(loaded.denoiser_config)[:16]}) are not the run's "
+      f"({str(run.model.denoiser_config)[:16]}): the same weights with another schedule, "
+      "clipping, timestep or architecture setting"
+    )
+    return Check("model", False, why)
+  if run.model.denoiser is None:
+    return Check("model", True, f"fingerprint {fp}")
+  return Check(
+    "model",
+    True,
+    f"fingerprint {fp}, denoiser settings {loaded.denoiser_config[:16]} (the denoiser given, "
+    "or the one the run names: the run's author's; pass --denoiser to audit against your copy)",
+  )
 
 
 def _drawn_checks(

@@ -10,11 +10,14 @@ checkpoint beside an ``openai_flags.json`` (:mod:`rsjax.models.denoise.openai_im
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 from flax import nnx
 
 from rsjax.models import restore_model, write_checkpointed
@@ -23,6 +26,7 @@ from rsjax.models.denoise.dncnn import DnCNN
 from rsjax.models.denoise.openai_import import FLAGS_FILE, load_openai_dir
 from rsjax.models.denoise.schedules import diffusers_schedule
 from rsjax.models.denoise.unet import UNet2DModel, UNetConfig
+from rsjax.runs import canonical
 
 __all__ = ["DENOISER_FILE", "build_denoiser", "save_denoiser", "load_denoiser", "denoiser_fn"]
 
@@ -120,13 +124,16 @@ def load_denoiser(path: str | os.PathLike) -> tuple[nnx.Module, dict[str, Any]]:
 
 def denoiser_fn(path: str | os.PathLike, *, sigma: float) -> tuple[Callable, Any, dict[str, Any]]:
   """``(denoise_fn, params, config)`` of a denoiser directory for noise level ``sigma``:
-  a DnCNN in eval mode, or a DDPM as the one-step denoiser at ``timestep_for_sigma``."""
+  a DnCNN in eval mode, or a DDPM as the one-step denoiser at ``timestep_for_sigma``.
+
+  ``config["digest"]`` is :func:`denoiser_digest`: what defines the denoiser's function
+  besides its weights (a run record binds it, as the classifier's configuration)."""
   from rsjax.models import to_apply_fn
 
   model, config = load_denoiser(path)
   if config["kind"] == "dncnn":
     fn, params = to_apply_fn(model)
-    return fn, params, config
+    return fn, params, {**config, "digest": denoiser_digest(model, config)}
   schedule = diffusion.schedule_from(config.get("schedule", {}))
   step, params = diffusion.one_step_denoiser(
     model,
@@ -136,4 +143,37 @@ def denoiser_fn(path: str | os.PathLike, *, sigma: float) -> tuple[Callable, Any
     timestep_scale=config.get("timestep_scale", 1.0),
     eps_channels=config.get("eps_channels"),
   )
-  return step, params, {**config, "timestep": step.t}
+  digest = denoiser_digest(model, config, schedule=schedule, timestep=step.t)
+  return step, params, {**config, "timestep": step.t, "digest": digest}
+
+
+def denoiser_digest(
+  model: nnx.Module,
+  config: Mapping[str, Any],
+  *,
+  schedule: np.ndarray | None = None,
+  timestep: int | None = None,
+) -> str:
+  """The SHA-256 (hex) of what makes a denoiser's function besides its parameters: its
+  settings (``denoiser.json``, a diffusers scheduler's or OpenAI's flags: clip, timestep
+  scale, ...), its architecture (the model's ``config``, e.g. a UNet's group norm or
+  sinusoid settings that no weight shape shows), the resolved alpha-bar ``schedule [T]``
+  (float64 bytes) and the ``timestep`` chosen for the run's sigma."""
+  arch = getattr(model, "config", None)
+  settings = {k: v for k, v in config.items() if k not in ("schedule", "digest")}
+  value = {
+    "settings": settings,
+    "architecture": dataclasses.asdict(arch) if dataclasses.is_dataclass(arch) else None,
+    "schedule_sha256": None
+    if schedule is None
+    else hashlib.sha256(np.ascontiguousarray(schedule, np.float64).tobytes()).hexdigest(),
+    "timestep": None if timestep is None else int(timestep),
+  }
+  return canonical.digest(json.loads(json.dumps(value, default=_plain)))
+
+
+def _plain(v: Any) -> Any:
+  """A NumPy value, tuple or other object of a denoiser's settings as plain JSON."""
+  if hasattr(v, "tolist"):
+    return v.tolist()
+  return str(v)

@@ -11,6 +11,7 @@ fix is a :class:`CliError`.
 
 from rsjax.runs.launch import flags as flags
 from rsjax.runs.launch.errors import CliError as CliError
+from rsjax.runs.launch.errors import MismatchError as MismatchError
 from rsjax.runs.launch.execute import Report as Report
 from rsjax.runs.launch.execute import run as run
 from rsjax.runs.launch.loading import open_dataset as open_dataset
@@ -27,6 +28,7 @@ from rsjax.runs.launch.spec import settings as settings
 
 __all__ = [
   "CliError",
+  "MismatchError",
   "Loaded",
   "Report",
   "architecture_of",

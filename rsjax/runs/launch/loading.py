@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from rsjax.runs.launch.errors import CliError
+from rsjax.runs.launch.errors import CliError, MismatchError
 
 __all__ = [
   "open_dataset",
@@ -129,16 +129,25 @@ def open_torch_checkpoint(
 
 def open_denoised(
   path: str, apply_fn: Callable, params: Any, *, sigma: float
-) -> tuple[Callable, Any]:
-  """Denoised smoothing: ``(apply_fn, params)`` of classifier(denoiser(x + delta)), the
-  denoiser read from ``path`` ('rsjax train-denoiser' or a diffusers UNet2DModel)."""
+) -> tuple[Callable, Any, str]:
+  """Denoised smoothing: ``(apply_fn, params, digest)`` of classifier(denoiser(x + delta)),
+  the denoiser read from ``path`` ('rsjax train-denoiser', a diffusers UNet2DModel or an
+  OpenAI checkpoint); ``digest``: its settings' (``workdir.denoiser_digest``).
+
+  Raises:
+    CliError: no denoiser at ``path``.
+    MismatchError: a denoiser that cannot denoise at ``sigma`` (or whose settings are not
+      usable): the run does not fit it.
+  """
   from rsjax.models.denoise import compose, workdir
 
   try:
-    d_fn, d_params, _ = workdir.denoiser_fn(path, sigma=sigma)
-  except (FileNotFoundError, ValueError) as e:
+    d_fn, d_params, config = workdir.denoiser_fn(path, sigma=sigma)
+  except FileNotFoundError as e:
     raise CliError(f"--denoiser: {e}") from None
-  return compose.Denoised(d_fn, apply_fn), (d_params, params)
+  except ValueError as e:
+    raise MismatchError(f"--denoiser: {e}") from None
+  return compose.Denoised(d_fn, apply_fn), (d_params, params), config["digest"]
 
 
 def file_sha256(name: str) -> str | None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rsjax.runs.launch import flags, loading
-from rsjax.runs.launch.errors import CliError
+from rsjax.runs.launch.errors import CliError, MismatchError
 
 if TYPE_CHECKING:
   import argparse
@@ -49,6 +49,7 @@ class Loaded:
     apply_fn: ``apply_fn(params, x) -> logits`` (composed with a denoiser, if any).
     params: its variables.
     workdir: the model directory, or None.
+    denoiser_config: the denoiser's settings digest (``ModelRef.denoiser_config``), or None.
   """
 
   model: Any
@@ -57,6 +58,7 @@ class Loaded:
   apply_fn: Callable
   params: Any
   workdir: str | None = None
+  denoiser_config: str | None = None
 
 
 def settings(run: RunSpec, batch_size: int | str = 1000) -> Sampling:
@@ -111,7 +113,7 @@ def _load_model(
     have = (*parse_size(resize), have[-1])
   if want is not None and tuple(want) != have:
     shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
-    raise CliError(
+    raise MismatchError(
       f"model expects {shape(want)} inputs, {name} is "
       f"{shape(have)}{' after --resize' if resize else ''} (the model was trained on "
       f"{config.get('dataset', 'another dataset')})"
@@ -149,6 +151,7 @@ def pack_of(run: RunSpec) -> int:
 
 
 def _apply(model, denoiser, sigma, resize=None):
+  """``(apply_fn, params, denoiser digest or None)`` of the model as a run certifies it."""
   from rsjax import models
 
   apply_fn, params = models.to_apply_fn(model)
@@ -156,9 +159,10 @@ def _apply(model, denoiser, sigma, resize=None):
     from rsjax.models.denoise.compose import Resized
 
     apply_fn = Resized(apply_fn, parse_size(resize))
-  if denoiser is not None:  # denoised smoothing: classifier(denoiser(x + delta))
-    apply_fn, params = loading.open_denoised(denoiser, apply_fn, params, sigma=sigma)
-  return apply_fn, params
+  if denoiser is None:
+    return apply_fn, params, None
+  # denoised smoothing: classifier(denoiser(x + delta))
+  return loading.open_denoised(denoiser, apply_fn, params, sigma=sigma)
 
 
 def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
@@ -194,7 +198,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
   resize = None if resize is None else "x".join(map(str, parse_size(resize)))
   pack = int(getattr(args, "pack", 1))
   model = _packed(model, pack)
-  apply_fn, params = _apply(model, args.denoiser, sigma, resize)
+  apply_fn, params, denoiser_config = _apply(model, args.denoiser, sigma, resize)
   data = DataRef(
     name=ds.name,
     split=args.split,
@@ -220,6 +224,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     torch_arch=args.torch_arch if torch else None,
     normalize=args.normalize if torch else None,
     denoiser=args.denoiser,
+    denoiser_config=denoiser_config,
     resize=resize,
     config=model_config_digest(config),
   )
@@ -245,7 +250,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     versions=record.versions(),
     out=args.outfile,
   )
-  return run, Loaded(model, config, ds, apply_fn, params, args.model_dir)
+  return run, Loaded(model, config, ds, apply_fn, params, args.model_dir, denoiser_config)
 
 
 def architecture_of(config: dict, *, torch: bool) -> str | None:
@@ -304,8 +309,8 @@ def load(
   if run.model.denoiser is not None and denoiser is None:
     denoiser = run.model.denoiser
   model = _packed(model, pack_of(run))
-  apply_fn, params = _apply(model, denoiser, run.sigma, run.model.resize)
-  return Loaded(model, config, ds, apply_fn, params, model_dir)
+  apply_fn, params, denoiser_config = _apply(model, denoiser, run.sigma, run.model.resize)
+  return Loaded(model, config, ds, apply_fn, params, model_dir, denoiser_config)
 
 
 def plan(
