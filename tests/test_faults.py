@@ -197,7 +197,7 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
     w.write(idx=0, label=1, predict=1, radius=0.5, time=0.1)
     # A real second process (flock is per open file, so this also holds across processes).
     code = (
-      "import sys; from rsjax import io\n"
+      "import sys; from rsjax.runs import io\n"
       "try:\n  io.ResultsWriter(sys.argv[1], kind='certify')\n"
       "except io.ResultsLockedError as e:\n  print(e); sys.exit(3)\n"
     )
