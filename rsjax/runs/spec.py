@@ -4,19 +4,13 @@ Everything a run's certificate claims is a field of one frozen value: the
 model (its fingerprint and where it came from), the data (dataset, split, the
 declared index range, input shape, number of classes), sigma and where it came
 from, the sampling settings (N0, N, alpha, noise, precision), the method and
-its options, and the key (seed and derivation). It is built once -- from the
-flags at the command line's edge (``rsjax.runs.launch``), or directly by library
-users (``rsjax.runs.demo``) -- and written as the one record of the run,
-``<result file>.run.json`` (:func:`run_path`; :meth:`RunSpec.write`). Resume, ``rsjax verify``,
-``rsjax audit``, ``rsjax analyze`` and the demo read that record back
-(:meth:`RunSpec.read`); no field is stored twice, so what ``verify`` checks is
-what ``audit`` re-draws and what ``analyze`` prints.
-
-The record is NumPy-free JSON and this module imports neither JAX nor the
-model code, so ``rsjax verify`` reads it with the standard library alone.
-
-Old run records (rsjax before this format) are refused in one line
-(:class:`RunFormatError`): certify again.
+its options, and the key (seed and derivation). Built once (from flags by
+``rsjax.runs.launch``, or by library users such as ``rsjax.runs.demo``), it is written
+as the one record of the run, ``<result file>.run.json`` (:func:`run_path`); resume,
+``rsjax verify``, ``audit``, ``analyze`` and the demo read it back (:meth:`RunSpec.read`).
+No field is stored twice, so what ``verify`` checks is what ``audit`` re-draws and what
+``analyze`` prints. The record is NumPy-free JSON; this module imports neither JAX nor
+the model code. Older records are refused in one line (:class:`RunFormatError`).
 """
 
 from __future__ import annotations
@@ -136,10 +130,8 @@ class ModelRef:
     normalize: ``--normalize`` of a PyTorch checkpoint.
     denoiser: the denoiser directory of denoised smoothing (the fingerprint
       covers its weights; a resume names it when it differs).
-    denoiser_config: the digest of what defines the denoiser's function besides its
-      weights (``rsjax.models.denoise.workdir.denoiser_digest``: its settings, architecture,
-      resolved schedule and timestep), or None (no denoiser, or a run written before it
-      was recorded).
+    denoiser_config: ``rsjax.models.denoise.workdir.denoiser_digest`` of the denoiser's
+      settings, architecture, schedule and timestep (what its weights do not show).
     resize: ``"HxW"``: the classifier saw its inputs resized (bicubic, antialiased) to H x W.
     config: ``rsjax.runs.canonical.model_config_digest`` of the configuration the model was
       built from (the fingerprint covers the parameters only; static constants such as a

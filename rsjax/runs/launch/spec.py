@@ -183,17 +183,7 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     split=args.split,
     resize=getattr(args, "resize", None),
   )
-  sigma, sigma_source = args.sigma, "flag"
-  if sigma is None:
-    if "sigma" not in config:
-      raise CliError("--sigma is required (the model does not record its training sigma)")
-    sigma, sigma_source = float(config["sigma"]), "model"
-    if not sigma > 0:
-      raise CliError(
-        f"the model in {args.model_dir or args.torch_checkpoint!r} was trained "
-        f"without noise (sigma {sigma:g}): pass the certification noise "
-        "level with --sigma"
-      )
+  sigma, sigma_source = _flag_sigma(args, config)
   resize = getattr(args, "resize", None)
   resize = None if resize is None else "x".join(map(str, parse_size(resize)))
   pack = int(getattr(args, "pack", 1))
@@ -251,6 +241,22 @@ def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
     out=args.outfile,
   )
   return run, Loaded(model, config, ds, apply_fn, params, args.model_dir, denoiser_config)
+
+
+def _flag_sigma(args: argparse.Namespace, config: dict) -> tuple[float, str]:
+  """``(sigma, source)``: ``--sigma`` (``"flag"``), else the model's training sigma
+  (``"model"``), which must be > 0."""
+  if args.sigma is not None:
+    return args.sigma, "flag"
+  if "sigma" not in config:
+    raise CliError("--sigma is required (the model does not record its training sigma)")
+  sigma = float(config["sigma"])
+  if not sigma > 0:
+    raise CliError(
+      f"the model in {args.model_dir or args.torch_checkpoint!r} was trained "
+      f"without noise (sigma {sigma:g}): pass the certification noise level with --sigma"
+    )
+  return sigma, "model"
 
 
 def architecture_of(config: dict, *, torch: bool) -> str | None:
