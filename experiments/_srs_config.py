@@ -1,12 +1,12 @@
 """Settings of the SRS experiment (``srs_deq.py``): its ``Config``, the quick and full runs,
-the number of check samples, the names of the compared methods and the header that fixes a
-rows file's results."""
+the number of check samples, the names of the compared methods and the registry method and
+options (``rsjax.srs.method``) that certify each."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from rsjax import srs
+from rsjax import models, srs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,12 +29,10 @@ class Config:
   standard: str = "30A"
   warmup_steps: int = 10
   srs: tuple[str, ...] = ("1A", "3A", "1B", "3B")
-  block: int = 10  # images per model and sigma in one round (all of them progress together)
+  block: int = 10  # images per (model, sigma, method) in one round (all of them progress together)
   share_images: int = 2  # images on which the time share of the check solves is measured
   resnet: bool = False  # also train a ResNet of the DEQ's size (its noisy accuracy)
   train_size: int | None = None  # None: all 4,000 training digits
-  max_images: int | None = None  # None: every images_every-th held-out digit; K: the first K
-  first_image: int = 0  # J: start at the J-th of those images (a piece of the run)
   seed: int = 0
 
   def runs(self) -> list[tuple[str, float]]:
@@ -86,19 +84,21 @@ def variant_names(cfg: Config) -> dict[str, str]:
   }
 
 
-def row_settings(cfg: Config, kind: str, sigma: float, variant: str, m: int, epoch) -> dict:
-  """What fixes a rows file's results (its header): a file of other settings is refused."""
-  return {
-    "model": kind,
-    "epoch": epoch,
-    "sigma": sigma,
-    "variant": variant,
-    "n0": cfg.n0,
-    "n": cfg.n,
-    "m": m,
-    "alpha": cfg.alpha,
-    "chains": cfg.chains,
-    "warmup_steps": cfg.warmup_steps,
-    "standard": cfg.standard,
-    "seed": cfg.seed,
+def method_options(cfg: Config, variant: str, m: int) -> tuple[str, dict]:
+  """``(method, options)`` of the registry (``rsjax.srs.method``) that certify ``variant``:
+  ``deq-standard`` with the standard solver ("30A") from z = 0, or ``srs`` whose chains run
+  ``variant`` ("3B": 3 Broyden steps) after a ``warmup_steps`` chunk of the same solver, and
+  whose ``m`` check samples are solved with the standard solver (the certified classifier)."""
+  full = models.as_solver_config(cfg.standard)
+  if variant == cfg.standard:
+    return "deq-standard", {"deq_solver": full.name, "deq_steps": full.steps}
+  chain = models.as_solver_config(variant)
+  return "srs", {
+    "deq_solver": chain.name,
+    "deq_steps": chain.steps,
+    "deq_warmup_solver": chain.name,
+    "deq_warmup_steps": cfg.warmup_steps,
+    "srs_m": m,
+    "srs_check_steps": full.steps,
+    "srs_correction": "paper",
   }

@@ -1,4 +1,4 @@
-"""The report of the SRS experiment (``srs_deq.py``): the JSON of everything certified so
+"""The report of the SRS experiment (``srs_deq.py``): the JSON of everything its runs hold so
 far, its plot, and the measured time share of the check solves."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import time
 
 import _srs_rows as rows_lib
 import jax
-from _srs_config import Config, check_samples, variant_names
+from _common import repo_path
+from _srs_config import Config, check_samples, method_options, variant_names
 
 import rsjax
 from rsjax import srs, stats
@@ -49,7 +50,7 @@ def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> 
 
 
 def write_report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) -> dict:
-  """The JSON of everything certified so far (methods compared on the images every method
+  """The JSON of everything the runs hold so far (methods compared on the images every method
   of a (model, sigma) has done) and its plot."""
   names = variant_names(cfg)
   report = {
@@ -57,21 +58,23 @@ def write_report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) 
     "dataset": "mnist5k (train 4000 / test 1000)",
     "images": [int(i) for i in ids],
     "radii": list(rows_lib.RADII),
+    "timing": "seconds_per_image: median wall seconds of a run's one-image calls (its time "
+    "column); runs record no CPU time",
     "runs": {},
     "jax": jax.__version__,
     "devices": [str(d) for d in jax.devices()],
   }
   curves, done_all = {}, True
   for tag, st in setups.items():
-    by_variant = {
-      v: {r["id"]: r for r in rows_lib.read_rows(st.paths[v], st.headers[v])} for v in names
-    }
+    by_variant = {v: {r["id"]: r for r in rows_lib.read_run(st.paths[v], cfg.alpha)} for v in names}
     common = [int(i) for i in ids if all(int(i) in rows for rows in by_variant.values())]
     done_all &= len(common) == len(ids)
     results = {}
     for v, name in names.items():
       rows = [by_variant[v][i] for i in common]
       results[name] = rows_lib.summarize(cfg, rows, v, st.m)
+      method, options = method_options(cfg, v, st.m)
+      results[name].update(run=repo_path(st.paths[v]), method=method, options=options)
       if v != cfg.standard:  # images lost to standard RS below the cap, and why
         results[name]["lost_below_cap"] = rows_lib.losses_below_cap(
           cfg, [by_variant[cfg.standard][i] for i in common], rows, v, st.m, st.sigma

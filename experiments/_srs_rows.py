@@ -1,73 +1,113 @@
-"""Per-image rows of the SRS experiment (``srs_deq.py``): certify one image, keep the rows,
-summarize them.
+"""The rows of the SRS experiment (``srs_deq.py``): its runs, certified and read, and their
+summaries.
 
-Each (model, sigma, method) has one JSON-lines file: a header line with the settings
-that fix its results (``run``), then one line per certified image. Rerunning appends
-only the images without a row, so a run can stop anywhere and continue; a file whose
-header differs from the run's settings is refused (it holds another run's rows).
+Each (model, sigma, method) is one run of ``rsjax.runs.launch.run`` (``<name>.tsv`` with
+``.run.json`` and ``.cert.jsonl``, which ``rsjax verify`` checks): :func:`certify_piece`
+certifies it up to a round's last image or a time limit, :func:`read_run` gives its
+rows as dicts (the TSV's row, the estimation count of the top class and the SRS check counts
+from the certificate record); :func:`summarize`, :func:`losses_below_cap` and :func:`plot`
+turn them into the experiment's JSON and figure.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import time
 
-import jax
 import numpy as np
+from _common import certify_run
+from _srs_config import Config, method_options
 
-from rsjax import metrics, models, srs
+from rsjax import metrics, models, srs, stats
+from rsjax.runs import io, record
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)  # the radii of the table
 
 
-def read_rows(path: str, run: dict) -> list[dict]:
-  """The rows in ``path`` (none if it does not exist); a truncated last line (a run
-  killed while writing) is dropped.
-
-  Raises:
-    ValueError: the file's header is not ``run`` (rows of other settings).
-  """
+def read_run(path: str, alpha: float) -> list[dict]:
+  """The rows of the run in ``path`` (none if it does not exist), in file order: ``id``,
+  ``label``, ``predict``, ``radius``, ``seconds`` (the row's ``time``: the wall time of its
+  one-image call), ``p_lower`` and ``count`` (the top class's estimation count) from its
+  certificate record, and for an SRS run the check counts ``check_selected`` (m_A) and
+  ``check_agree`` (k) and ``mismatch_upper`` (``1 - LCB(k, m_A, alpha / 2)``)."""
   if not os.path.exists(path):
     return []
-  with open(path) as fh:
-    lines = fh.read().split("\n")
+  res, recs = io.read_certify(path), record.read_records(path)
   rows = []
-  for i, line in enumerate(lines):
-    if not line.strip():
-      continue
-    try:
-      obj = json.loads(line)
-    except json.JSONDecodeError:
-      if i >= len(lines) - 2:  # the last line, cut short
-        break
-      raise
-    if i == 0:
-      if obj.get("run") != run:
-        raise ValueError(
-          f"{path} holds rows of other settings:\n  {obj.get('run')}\nthis run:\n  "
-          f"{run}\nmove it away to start over"
-        )
-      continue
-    rows.append(obj)
+  for j, i in enumerate(res.idx):
+    rec = recs[int(i)]
+    row = {
+      "id": int(i),
+      "label": int(res.label[j]),
+      "predict": int(res.predict[j]),
+      "radius": float(res.radius[j]),
+      "seconds": float(res.time[j]),
+      "p_lower": float(rec["p_lower"]),
+      "count": max((int(c) for c in (rec.get("counts") or {}).values()), default=0),
+    }
+    if "m_a" in rec:
+      m_a, k = int(rec["m_a"]), int(rec["k"])
+      lcb = float(stats.clopper_pearson_lower(k, m_a, alpha / 2)) if m_a else 0.0
+      row.update(check_selected=m_a, check_agree=k, mismatch_upper=1.0 - lcb)
+    rows.append(row)
   return rows
 
 
-def append_row(path: str, run: dict, row: dict) -> None:
-  """Appends one row (writing the header first for a new file; dropping a cut-short tail).
-  Processes appending to one file take turns: each holds an exclusive lock while it reads
-  the tail and appends (without it, one process's tail check could cut off a row that
-  another was writing)."""
-  with open(path, "ab+") as fh:
-    fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
-    fh.seek(0)
-    keep = fh.read().rfind(b"\n") + 1  # the bytes up to the last whole line
-    fh.truncate(keep)  # a run killed while writing left a cut-short tail: dropped
-    lines = ([{"run": run}] if keep == 0 else []) + [row]
-    fh.write("".join(json.dumps(obj) + "\n" for obj in lines).encode())
-    fh.flush()
-    os.fsync(fh.fileno())
+class _Stop(Exception):
+  """A piece ends here: the next image is past the round or the time limit (``_Piece``)."""
+
+
+class _Piece:
+  """The test split as a run reads it, serving only the images in ``allowed`` (the rounds so
+  far) and only until ``deadline`` (``time.perf_counter()``): past either, ``get_batch``
+  raises :class:`_Stop` before the image is certified, so a run stops between rows (the rows
+  written stay; ``rsjax.runs.launch.run`` resumes after them)."""
+
+  def __init__(self, dataset, allowed: set, deadline: float):
+    self._dataset, self._allowed, self._deadline = dataset, allowed, deadline
+
+  def __getattr__(self, name):
+    return getattr(self._dataset, name)
+
+  def __len__(self) -> int:
+    return len(self._dataset)
+
+  def get_batch(self, idx):
+    if time.perf_counter() > self._deadline or not {int(i) for i in idx} <= self._allowed:
+      raise _Stop
+    return self._dataset.get_batch(idx)
+
+
+def _rows(path: str) -> int:
+  return len(io.read_certify(path).idx) if os.path.exists(path) else 0
+
+
+def certify_piece(cfg: Config, st, v: str, test, allowed: set, deadline: float) -> int:
+  """Certifies run ``v`` of ``st`` (one (model, sigma)) through ``_common.certify_run`` (the
+  registry's ``deq-standard`` or ``srs``, one image per call, ``cfg.chains`` samples per
+  pass) up to the round's last image or ``deadline``; returns the rows it wrote."""
+  method, options = method_options(cfg, v, st.m)
+  before = _rows(st.paths[v])
+  try:
+    certify_run(
+      st.paths[v],
+      st.model,
+      st.model_dir,
+      _Piece(test, allowed, deadline),
+      sigma=st.sigma,
+      skip=cfg.images_every,
+      n0=cfg.n0,
+      n=cfg.n,
+      alpha=cfg.alpha,
+      seed=cfg.seed,
+      method=method,
+      options=options,
+      batch_size=cfg.chains,
+      inputs_per_call=1,
+    )
+  except _Stop:
+    pass
+  return _rows(st.paths[v]) - before
 
 
 def srs_config(cfg, variant: str, m: int) -> srs.SRSConfig:
@@ -96,80 +136,17 @@ def f_evals(cfg, variant: str, m: int) -> int:
   return chain_evals(cfg.n0) + chain_evals(cfg.n) + m * full
 
 
-def certify_image(
-  cfg,
-  deq_fn,
-  variables,
-  sigma: float,
-  variant: str,
-  m: int,
-  x,
-  label: int,
-  image_id: int,
-  compile_call: bool,
-) -> dict:
-  """Certifies one image (``x [1, H, W, C]``) with one method; its row (wall and CPU
-  seconds, and the cores the process may use, included)."""
-  kw = dict(
-    sigma=sigma,
-    num_classes=10,
-    n0=cfg.n0,
-    n=cfg.n,
-    alpha=cfg.alpha,
-    batch_size=cfg.chains,
-    solver=models.as_solver_config(cfg.standard),
-  )
-  if variant == cfg.standard:
-    kw.update(method="standard")
-  else:
-    kw.update(method="srs", srs=srs_config(cfg, variant, m))
-  t0, c0 = time.perf_counter(), time.process_time()
-  cert = srs.certify(
-    jax.random.key(cfg.seed + 1), deq_fn, variables, x, ids=np.array([image_id]), **kw
-  )
-  row = {
-    "id": int(image_id),
-    "label": int(label),
-    "predict": int(cert.prediction[0]),
-    "radius": float(cert.radius[0]),
-    "p_lower": float(cert.p_lower[0]),
-    "count": int(cert.counts[0].max()),
-    "seconds": time.perf_counter() - t0,
-    "cpu_seconds": time.process_time() - c0,
-    "compile": compile_call,
-    "cores": len(os.sched_getaffinity(0)),
-  }  # cores this process may run on
-  if variant != cfg.standard:
-    row.update(
-      mismatch_upper=float(cert.mismatch_upper[0]),
-      check_selected=int(cert.check_selected[0]),
-      check_agree=int(cert.check_agree[0]),
-      residual=float(cert.residual[0]),
-    )
-  return row
-
-
-#: A row is timed only if its process ran for most of its wall time: wall seconds above
-#: ``WAIT_RATIO`` times its CPU seconds mean it waited for a core (another job was on it).
-WAIT_RATIO = 1.25
-
-
-def waited(row: dict) -> bool:
-  """Whether ``row`` was certified while its process waited for a core (not timed)."""
-  return "cpu_seconds" in row and row["seconds"] > WAIT_RATIO * row["cpu_seconds"]
-
-
 def summarize(cfg, rows: list[dict], variant: str, m: int, radii=RADII) -> dict:
-  """Certified accuracy at ``radii``, ACR, seconds per image (compile calls and rows that
-  ``waited`` for a core excluded: ``timed_images``, ``waited_images``) and the SRS check
-  statistics of ``rows``."""
+  """Certified accuracy at ``radii``, ACR, seconds per image and the SRS check statistics of
+  ``rows``. ``seconds_per_image`` is the median of the rows' wall seconds: the first call of
+  each process compiles, and the median leaves those calls (and rows slowed by another job on
+  the core) out; a run records no CPU time."""
   correct = np.array([r["predict"] == r["label"] for r in rows], bool)
   radius = np.array([r["radius"] for r in rows], float)
-  warm = [r for r in rows if not r["compile"] and not waited(r)]
   evals = f_evals(cfg, variant, m)
 
-  def mean(key, rs):
-    return float(np.mean([r[key] for r in rs])) if rs else None
+  def mean(key):
+    return float(np.mean([r[key] for r in rows])) if rows else None
 
   out = {
     "images": len(rows),
@@ -180,12 +157,7 @@ def summarize(cfg, rows: list[dict], variant: str, m: int, radii=RADII) -> dict:
       for r, a in zip(radii, metrics.certified_accuracy(correct, radius, radii), strict=True)
     },
     "acr": metrics.average_certified_radius(correct, radius) if rows else None,
-    "seconds_per_image": mean("seconds", warm),
-    "cpu_seconds_per_image": mean("cpu_seconds", warm)
-    if all("cpu_seconds" in r for r in warm)
-    else None,
-    "timed_images": len(warm),
-    "waited_images": sum(waited(r) for r in rows if not r["compile"]),
+    "seconds_per_image": float(np.median([r["seconds"] for r in rows])) if rows else None,
     "wall_seconds_total": float(sum(r["seconds"] for r in rows)),
     "f_evals_per_image": evals,
     "solver_steps_per_sample": evals / (cfg.n0 + cfg.n),
@@ -196,18 +168,16 @@ def summarize(cfg, rows: list[dict], variant: str, m: int, radii=RADII) -> dict:
     if rows:
       sel = sum(r["check_selected"] for r in rows)
       out["check_agreement"] = sum(r["check_agree"] for r in rows) / max(sel, 1)
-      out["mean_mismatch_upper"] = mean("mismatch_upper", rows)
-      out["mean_srs_residual"] = mean("residual", rows)
+      out["mean_mismatch_upper"] = mean("mismatch_upper")
   return out
 
 
 def add_speedups(results: dict, standard: str) -> None:
-  """Speed-up of every method against the standard row (wall, CPU time and f-evals)."""
+  """Speed-up of every method against the standard row (wall time and f-evals)."""
   base = results[standard]
   for res in results.values():
     for key, name in (
       ("seconds_per_image", "speedup_vs_standard"),
-      ("cpu_seconds_per_image", "cpu_speedup_vs_standard"),
       ("f_evals_per_image", "f_eval_ratio_vs_standard"),
     ):
       ok = base.get(key) and res.get(key)

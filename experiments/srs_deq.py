@@ -12,10 +12,19 @@ with Gaussian noise, certified with
   classifier. One step of either solver is one plain step, so SRS-1A and
   SRS-1B differ only in their warm-up chunk.
 
-Same held-out images and key for every row (the same noisy inputs), one image
-per call as in the paper. Seconds per image (wall and CPU) exclude each
-process's first call of a method (compilation). ``f_evals_per_image`` counts
-evaluations of the equilibrium map, a hardware-independent cost.
+Every (model, sigma, method) is one run of ``rsjax.runs.launch.run`` through
+``_common.certify_run``, which ``rsjax verify`` accepts: the registry's ``deq-standard``
+(30 Anderson steps) or ``srs`` with the options of its variant (``_srs_config.method_options``:
+``deq_solver``/``deq_steps`` of the chains, ``deq_warmup_solver``/``deq_warmup_steps`` of
+their first chunk, ``srs_m`` checks of ``srs_check_steps`` = 30 Anderson steps, the paper's
+correction); the chains are the run's batch size (400). Same held-out images for every run,
+one image per call as in the paper. Each run's key is the seed folded with 1 and its claim
+(the method and options among it), so the runs draw different noise: a method's losses to
+30A image by image include Monte-Carlo noise (with the old rows' one key they did not).
+Seconds per image: the median of a run's ``time`` column (wall seconds of each one-image
+call; the median leaves out the first call of a process, which compiles); runs record no CPU
+time. ``f_evals_per_image`` counts evaluations of the equilibrium map from the settings, a
+hardware-independent cost.
 
 Models (``rsjax.training.train``: SGD, implicit gradients with 8 Anderson
 steps, the Jacobian regularizer, 20 epochs on the 4,000 embedded ``mnist5k``
@@ -44,30 +53,54 @@ CPU seconds per image (m = 744) before -> after: 30A 54.3 -> 27.3, SRS-1A 7.3 ->
 9.6 -> 5.3, SRS-1B 5.5 -> 4.0, SRS-3B 9.1 -> 5.6 (its speed-up: 6.0x -> 4.9x). Labels of
 30A, 10A, 3A and 3B equal the old code's on 4,000 noisy samples each (logits within 6e-6).
 
-Runs in pieces: the models (final checkpoint) and one JSON-lines file of rows per (model,
-sigma, method) are committed in ``results/srs_deq_full/``; ``--full`` trains a model when its
-first round comes, certifies rounds of 10 images per (model, sigma) with every method, writes
-the JSON and ``.png`` (methods compared on the images all have) after each round that certified
-something, and continues where the rows stop. ``--max-minutes`` stops between images; a killed
-run loses at most the image in progress.
+Runs in pieces: the full run's models (final checkpoint) are committed in
+``results/srs_deq_full/<model>_sigma<sigma>/model``, its runs go beside them
+(``<method>.tsv`` with ``.run.json`` and ``.cert.jsonl``). ``--full`` trains a model when its
+first round comes, certifies rounds of 10 images per (model, sigma) with every method (each
+method's run resumed up to the round's last image), writes ``results/srs_deq_full_runs.json``
+and ``.png`` (methods compared on the images all have) after each round that certified
+something. ``--max-minutes`` stops before the next image; a killed run loses at most the image
+in progress (``launch.run`` resumes after the rows written). A run in progress does not verify
+as complete; tests/test_experiments.py names the committed ones.
+
+The rows of issue 29 (``rows_<method>.jsonl`` beside the models, summarized in
+``results/srs_deq_full.json``, the numbers below) are no runs: they record no selection counts
+and were drawn with the key seed + 1, so no run record can be built for them; they stay as
+they are until the runs replace them.
 
 Commands::
 
   python experiments/srs_deq.py --full --max-minutes 100   # a piece; rerun to continue
   # two pieces at once, one per core (XLA:CPU gains nothing from a second thread here:
-  # 30A took 24.5 s per image on 2 threads, 24 s on 1)
+  # 30A took 24.5 s per image on 2 threads, 24 s on 1); each writes its own JSON
   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
     taskset -c 0 python experiments/srs_deq.py --full --models deq --sigmas 0.25 &
   XLA_FLAGS=... taskset -c 1 python experiments/srs_deq.py --full --models deq --sigmas 0.5 &
-  # one model's images split between two processes (each appends whole lines to one file)
-  ... python experiments/srs_deq.py --full --models mdeq --images 120 &
-  ... python experiments/srs_deq.py --full --models mdeq --from-image 120 &
-  python experiments/srs_deq.py --full --report            # the JSON of the rows there are
+  python experiments/srs_deq.py --full --report            # the JSON of the runs there are
   python experiments/srs_deq.py --quick                    # ~15 min, sigma 0.5, N = 2,000
 
 ``--quick``: 5 epochs, 50 images, N = 2,000, m = 200 (cap 0.81), 100 chains, SRS-1A and 3A.
 
-Numbers produced (issue 29; ``results/srs_deq_full.json``: 200 images each; 2 CPU cores, one
+Numbers produced (``--quick``, seed 0: ``results/srs_deq_quick.json`` from the runs in
+``results/srs_deq_quick/deq_sigma0.5/``, 50 images; 773 s on 2 CPU cores shared with other
+jobs, training included; seconds: median wall per image)::
+
+             cert. acc. at r = 0 .25 .5 .75 1   ACR    s/image  speed-up  f-eval ratio
+  30A        .96 .94 .76 .70 .60                0.947  5.93     1.0x      1.0x
+  SRS-1A     .94 .78 .74 .54 0                  0.604  1.15     5.2x      6.4x
+  SRS-3A     .96 .82 .74 .54 0                  0.622  1.55     3.8x      4.6x
+
+Below the cap (0.81) SRS-1A loses 8 of 50 images at r = 0.25 and 8 at 0.75 to check samples
+that disagree (check agreement 0.972; 1 more at r = 0 and 0.5); SRS-3A (agreement 0.996) loses
+6 at 0.25 and 8 at 0.75 (4 to too few checks: m >= 507 would keep them, f-eval ratio 2.7x).
+
+The full runs' first piece (``--full --models deq --sigmas 0.25 --max-minutes 12``, 731 s:
+``results/srs_deq_full_runs_deq_sigma0.25.json``, 10 images of each method, 13 of 30A): all
+five certify 1.0 / .9 / .9 at r = 0 / .25 / .5, 30A .8 at .75 (above SRS's cap 0.55); f-eval
+ratios 8.2x (1A/1B), 5.4x (3A/3B). Its wall times (30A 36.9 s, SRS 3.4-6.6 s per image) ran
+beside other jobs on the 2 cores: no measurement of the speed-up.
+
+The rows of issue 29 (no runs: ``results/srs_deq_full.json``, 200 images each; 2 CPU cores, one
 or two pieces at once, one per core; rows that waited for a core are not timed). Speed-ups wall
 (CPU time within 0.05x); f-eval ratios 8.2x (1A/1B) and 5.4x (3A/3B)::
 
@@ -84,8 +117,8 @@ to too few checks; m >= 11,613, 0.8x) and 1, 2, 6 and 20 at r = 0, 0.5, 0.75 and
 DEQ at 0.5 (at 1.0: 12 to checks that disagree, 8 to too few checks).
 
 Earlier numbers (previous solver code, m = 420): ``results/srs_deq_full_sigma0.25_first20.json``
-(cce99da; SRS-3B 6.4x, 3 of 20 lost at r = 0.5), ``results/srs_deq_quick.json`` (``--quick``
-at 2bfff8a; SRS-1A 6.5x, SRS-3A 3.9x, 0-2 points lower at r = 0, nothing above the cap 0.81).
+(cce99da; SRS-3B 6.4x, 3 of 20 lost at r = 0.5); ``--quick`` at 2bfff8a (rows with one key for
+every method, in git history: SRS-1A 6.5x, SRS-3A 3.9x; r = 0.25: 30A .88, 1A .80, 3A .82).
 """
 
 from __future__ import annotations
@@ -93,21 +126,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import time
 import types
 
 import _srs_report as report_lib
-import _srs_rows as rows_lib
 import jax
 import numpy as np
 from _common import RESULTS, ROOT, strip_checkpoint_paths  # first: the repository on sys.path
-from _srs_config import Config, check_samples, get_config, row_settings, variant_names
+from _srs_config import Config, check_samples, get_config, variant_names
+from _srs_rows import certify_piece
 from flax import nnx
 
 import rsjax
 from rsjax import data, training
+from rsjax.runs import spec as runspec
 
 RUNS = os.path.join(ROOT, "runs")
 
@@ -217,20 +252,23 @@ def run(
   cfg: Config,
   out_path: str,
   workdir: str,
+  rundir: str | None = None,
   log=print,
   max_minutes: float | None = None,
   report_only: bool = False,
 ):
-  """Trains (or reloads) each model, certifies with every method in rounds of ``cfg.block``
-  images per (model, sigma), writes the JSON and plot at the start and after each block that
-  certified something. Rerunning the same command resumes where it stopped; ``max_minutes``
-  stops before the next image left once that much time has passed; ``report_only`` writes
-  the JSON and plot of the rows there are and certifies (and trains) nothing."""
+  """Trains (or reloads) each model into ``workdir``, certifies each (model, sigma, method)
+  as one run in ``rundir`` (default ``workdir``) in rounds of ``cfg.block`` images, and
+  writes the JSON and plot at the start and after each round that certified something.
+  Rerunning the same command resumes where the runs stop; ``max_minutes`` stops before the
+  next image once that much time has passed; ``report_only`` writes the JSON and plot of
+  the runs there are and certifies (and trains) nothing."""
   t_start = time.perf_counter()
+  deadline = math.inf if max_minutes is None else t_start + 60 * max_minutes
+  rundir = rundir or workdir
   train = data.load("mnist5k", "train")
   test = data.load("mnist5k", "test")
-  ids = np.arange(0, len(test.x), cfg.images_every)[cfg.first_image : cfg.max_images]
-  x_cert, y_cert = test.x[ids], test.y[ids].astype(np.int64)
+  ids = np.asarray(runspec.declared_indices(len(test.x), skip=cfg.images_every))
   held_out = (test.x[:500], test.y[:500].astype(np.int32))
   os.makedirs(workdir, exist_ok=True)
   setups = {}
@@ -248,21 +286,18 @@ def run(
       resnet = train_resnet(cfg, sigma, os.path.join(wd, "resnet"), train, held_out)
       shutil.rmtree(os.path.join(wd, "resnet", "checkpoints"), ignore_errors=True)
       log(f"{tag} ResNet of the same size: " + json.dumps(resnet))
-    m = check_samples(cfg, sigma)
-    epoch = history[-1]["epoch"] if history else None
-    headers = {v: row_settings(cfg, kind, sigma, v, m, epoch) for v in variant_names(cfg)}
-    paths = {v: os.path.join(wd, f"rows_{name}.jsonl") for v, name in variant_names(cfg).items()}
+    rd = os.path.join(rundir, f"{kind}_sigma{sigma:g}")
     setups[tag] = types.SimpleNamespace(
       kind=kind,
       sigma=sigma,
       model=model,
+      model_dir=os.path.join(wd, "model"),
       history=history,
       acc=acc,
       resnet=resnet,
-      m=m,
-      headers=headers,
-      paths=paths,
-      x=x_cert,
+      m=check_samples(cfg, sigma),
+      paths={v: os.path.join(rd, f"{name}.tsv") for v, name in variant_names(cfg).items()},
+      x=test.x[ids],
       share={},
     )
     return tag, setups[tag]
@@ -277,45 +312,23 @@ def run(
   for kind, sigma in cfg.runs():
     if trained(kind, sigma):
       setup(kind, sigma)
-  compiled, stop = set(), report_only
+  stop = report_only
   report = report_lib.write_report(cfg, ids, setups, out_path, t_start)
   for start in range(0, len(ids), cfg.block):
+    allowed = {int(i) for i in ids[: start + cfg.block]}
     for kind, sigma in cfg.runs():
+      stop = stop or time.perf_counter() > deadline
       if stop:
         break
       tag, st = setup(kind, sigma)
-      deq_fn, variables = rsjax.models.to_deq_fn(st.model)
-      done = {
-        v: {r["id"] for r in rows_lib.read_rows(st.paths[v], st.headers[v])} for v in st.paths
-      }
-      certified = False
-      for i in range(start, min(start + cfg.block, len(ids))):
-        todo = {v: name for v, name in variant_names(cfg).items() if int(ids[i]) not in done[v]}
-        if todo and max_minutes is not None and time.perf_counter() - t_start > 60 * max_minutes:
-          stop = True
-          log(f"stopping after {max_minutes} min; rerun the same command to continue")
-          break
-        for v, name in todo.items():
-          certified = True
-          row = rows_lib.certify_image(
-            cfg,
-            deq_fn,
-            variables,
-            st.sigma,
-            v,
-            st.m,
-            x_cert[i : i + 1],
-            y_cert[i],
-            ids[i],
-            (tag, v) not in compiled,
-          )
-          compiled.add((tag, v))
-          rows_lib.append_row(st.paths[v], st.headers[v], row)
-          log(
-            f"{tag} {name} image {int(ids[i])}: radius {row['radius']:.3f} "
-            f"({row['seconds']:.1f}s, cpu {row['cpu_seconds']:.1f}s)"
-          )
-      if certified:  # else the JSON and plot stand as they are
+      wrote = 0
+      for v, name in variant_names(cfg).items():
+        t0 = time.perf_counter()
+        new = certify_piece(cfg, st, v, test, allowed, deadline)
+        wrote += new
+        if new:
+          log(f"{tag} {name}: {new} images in {time.perf_counter() - t0:.0f}s")
+      if wrote:  # else the JSON and plot stand as they are
         report = report_lib.write_report(cfg, ids, setups, out_path, t_start)
         log(
           "progress: "
@@ -323,6 +336,8 @@ def run(
             f"{t}: {r['images_done']}/{r['images_total']}" for t, r in report["runs"].items()
           )
         )
+  if time.perf_counter() > deadline and not report["complete"]:
+    log(f"stopped after {max_minutes} min; rerun the same command to continue")
   log(f"wrote {out_path} ({time.perf_counter() - t_start:.0f}s; complete: {report['complete']})")
   return report
 
@@ -342,39 +357,25 @@ def main(argv=None):
     choices=("deq", "mdeq"),
     default=None,
     help="only these models (default: the mode's); with --sigmas, lets two "
-    "processes work on disjoint rows files at once",
-  )
-  parser.add_argument(
-    "--images",
-    type=int,
-    default=None,
-    help="only the first K of the mode's images (a piece of a run: the rows "
-    "are the run's, so the whole run resumes from them)",
-  )
-  parser.add_argument(
-    "--from-image",
-    type=int,
-    default=0,
-    help="start at the J-th of the mode's images (with --images K: images "
-    "J..K-1; two processes can split one model's images)",
+    "processes work on disjoint runs at once",
   )
   parser.add_argument(
     "--max-minutes",
     type=float,
     default=None,
-    help="stop after the image in progress once this much time has passed",
+    help="stop before the next image once this much time has passed",
   )
   parser.add_argument(
-    "--report", action="store_true", help="only write the JSON and plot of the rows there are"
+    "--report", action="store_true", help="only write the JSON and plot of the runs there are"
   )
   parser.add_argument("--out", default=None, help="output JSON path")
   parser.add_argument(
-    "--workdir", default=None, help="models and per-image rows (resume: rerun the same command)"
+    "--workdir",
+    default=None,
+    help="models and runs (resume: rerun the same command; default: see the docstring)",
   )
   args = parser.parse_args(argv)
-  cfg = dataclasses.replace(
-    get_config(args.quick), seed=args.seed, max_images=args.images, first_image=args.from_image
-  )
+  cfg = dataclasses.replace(get_config(args.quick), seed=args.seed)
   if args.sigmas:
     cfg = dataclasses.replace(
       cfg, models=tuple((k, tuple(s for s in sig if s in args.sigmas)) for k, sig in cfg.models)
@@ -383,27 +384,27 @@ def main(argv=None):
     cfg = dataclasses.replace(
       cfg, models=tuple((k, sig) for k, sig in cfg.models if k in args.models)
     )
-  tag = "quick" if args.quick else "full"
-  if args.images is not None or args.sigmas or args.models or args.from_image:  # a piece: its
-    tag += (
-      "".join(f"_{k}" for k in (args.models or ()))
-      + "".join(  # own JSON, the run's rows
-        f"_sigma{s:g}" for s in sorted({s for _, s in cfg.runs()})
-      )
-      + (f"_from{args.from_image}" if args.from_image else "")
-      + (f"_first{args.images}" if args.images is not None else "")
+  # results/srs_deq_full.json summarizes the rows of issue 29 (not runs): the runs' is beside it
+  tag = "quick" if args.quick else "full_runs"
+  if args.sigmas or args.models:  # a piece: its own JSON (the runs are the whole run's)
+    tag += "".join(f"_{k}" for k in (args.models or ())) + "".join(
+      f"_sigma{s:g}" for s in sorted({s for _, s in cfg.runs()})
     )
   out = args.out or os.path.join(RESULTS, f"srs_deq_{tag}.json")
-  # The full run's models and rows are committed next to its results (a fresh clone resumes).
-  default_wd = (
-    os.path.join(RESULTS, "srs_deq_full")
-    if not args.quick and args.seed == 0
-    else os.path.join(RUNS, f"srs_deq_{'quick' if args.quick else 'full'}_seed{args.seed}")
-  )
+  # The full run's models and runs are committed in results/ (a fresh clone resumes); the
+  # quick run's models stay in runs/, its runs go to results/srs_deq_quick/.
+  mode = "quick" if args.quick else "full"
+  workdir, rundir = args.workdir, args.workdir
+  if workdir is None and args.seed == 0:
+    workdir = os.path.join(RUNS if args.quick else RESULTS, f"srs_deq_{mode}")
+    rundir = os.path.join(RESULTS, f"srs_deq_{mode}")
+  elif workdir is None:
+    workdir = rundir = os.path.join(RUNS, f"srs_deq_{mode}_seed{args.seed}")
   run(
     cfg,
     out,
-    args.workdir or default_wd,
+    workdir,
+    rundir,
     max_minutes=args.max_minutes,
     report_only=args.report,
     log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True),

@@ -69,6 +69,17 @@ def test_declared_indices_is_the_one_rule_of_which_rows():
     declared_indices(10, start=-1)
 
 
+def test_fingerprint_counts_a_typed_key_by_its_data():
+  """A DEQ trained with the Jacobian regularizer holds a typed PRNG key among its variables;
+  the model's fingerprint hashes its key data (NumPy cannot convert the key itself)."""
+  import jax
+
+  params = {"w": np.ones(3, np.float32), "key": jax.random.key(0)}
+  same = {"w": np.ones(3, np.float32), "key": jax.random.key(0)}
+  other = {"w": np.ones(3, np.float32), "key": jax.random.key(1)}
+  assert runner.fingerprint(params) == runner.fingerprint(same) != runner.fingerprint(other)
+
+
 def test_interrupted_run_resumes_without_duplicates(tmp_path, problem):
   x, y = problem
 

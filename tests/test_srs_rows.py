@@ -1,8 +1,8 @@
-"""The SRS experiment's per-image rows (``experiments/_srs_rows.py``): what lets the full
-run stop anywhere, continue in a later session, and run as two processes at once."""
+"""The SRS experiment's runs and rows (``experiments/srs_deq.py``, ``_srs_rows.py``): each
+(model, sigma, method) is a run that ``rsjax verify`` accepts, certified in rounds that stop
+anywhere and continue in a later session, and summarized from the runs' rows."""
 
 import json
-import multiprocessing
 import os
 import sys
 
@@ -12,58 +12,13 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))  # as `python experiments/x.py` has it
 
+import _srs_config  # noqa: E402
 import _srs_rows as rows_lib  # noqa: E402
 import srs_deq  # noqa: E402
 
-RUN = {"model": "deq", "sigma": 0.25, "m": 744}
-
 
 def _row(i, **kw):
-  return {
-    "id": i,
-    "label": 1,
-    "predict": 1,
-    "radius": 0.1 * i,
-    "seconds": 2.0,
-    "cpu_seconds": 2.0,
-    "compile": False,
-    **kw,
-  }
-
-
-def test_rows_append_read_and_a_cut_short_tail(tmp_path):
-  path = str(tmp_path / "rows.jsonl")
-  assert rows_lib.read_rows(path, RUN) == []
-  rows_lib.append_row(path, RUN, _row(0))
-  rows_lib.append_row(path, RUN, _row(5))
-  with open(path) as fh:
-    assert json.loads(fh.readline()) == {"run": RUN}  # one header line, then the rows
-  with open(path, "a") as fh:  # a run killed while writing a row
-    fh.write(json.dumps(_row(10))[:17])
-  assert [r["id"] for r in rows_lib.read_rows(path, RUN)] == [0, 5]
-  rows_lib.append_row(path, RUN, _row(15))  # the cut-short line is dropped first
-  assert [r["id"] for r in rows_lib.read_rows(path, RUN)] == [0, 5, 15]
-  with pytest.raises(ValueError, match="other settings"):
-    rows_lib.read_rows(path, {**RUN, "m": 420})
-
-
-def _append_many(path, start):
-  for i in range(start, start + 300):
-    rows_lib.append_row(path, RUN, _row(i, note="x" * 200))
-
-
-def test_two_processes_appending_to_one_rows_file_lose_nothing(tmp_path):
-  path = str(tmp_path / "rows.jsonl")
-  rows_lib.append_row(path, RUN, _row(-1))
-  ctx = multiprocessing.get_context("spawn")
-  procs = [ctx.Process(target=_append_many, args=(path, s)) for s in (0, 1000)]
-  for p in procs:
-    p.start()
-  for p in procs:
-    p.join(120)
-    assert p.exitcode == 0
-  ids = sorted(r["id"] for r in rows_lib.read_rows(path, RUN))
-  assert ids == [-1, *range(300), *range(1000, 1300)]
+  return {"id": i, "label": 1, "predict": 1, "radius": 0.1 * i, "seconds": 2.0, **kw}
 
 
 def test_f_evals_of_the_full_run():
@@ -79,49 +34,75 @@ def test_f_evals_of_the_full_run():
 def test_summary_and_speedups():
   cfg = srs_deq.get_config(False)
   rows = [
-    _row(0, seconds=9.0, compile=True),
-    _row(1, seconds=4.0, cpu_seconds=4.0),
-    _row(2, seconds=6.0, cpu_seconds=6.5),
-    _row(3, predict=2),
-    _row(4, predict=2, radius=0.0, seconds=9.0, cpu_seconds=5.0),
-  ]  # waited for a core
+    _row(0, seconds=30.0),  # the process's first call: compiled
+    _row(1, seconds=4.0),
+    _row(2, seconds=6.0),
+    _row(3, predict=2, seconds=5.0),
+    _row(4, predict=2, radius=0.0, seconds=9.0),
+  ]
   s = rows_lib.summarize(cfg, rows, "30A", 744)
-  assert s["images"] == 5 and s["timed_images"] == 3 and s["waited_images"] == 1
-  assert s["seconds_per_image"] == pytest.approx(4.0)  # neither the compile call nor the wait
-  assert s["cpu_seconds_per_image"] == pytest.approx(12.5 / 3)
+  assert s["images"] == 5
+  assert s["seconds_per_image"] == pytest.approx(6.0)  # the median: not the compile call
+  assert s["wall_seconds_total"] == pytest.approx(54.0)
   # correct with radius >= r: ids 0-2 (radii 0, .1, .2); ids 3 and 4 are wrong
   assert s["certified_accuracy"] == {"0": 0.6, "0.25": 0.0, "0.5": 0.0, "0.75": 0.0, "1": 0.0}
   empty = rows_lib.summarize(cfg, [], "3B", 744)  # a piece whose images have no rows yet
   assert empty["images"] == 0 and empty["certified_accuracy"] is None and empty["acr"] is None
-  results = {
-    "standard-30A": s,
-    "SRS-3B": {
-      "seconds_per_image": 1.0,
-      "cpu_seconds_per_image": None,
-      "f_evals_per_image": 56_120,
-    },
-  }
+  results = {"standard-30A": s, "SRS-3B": {"seconds_per_image": 1.5, "f_evals_per_image": 56_120}}
   rows_lib.add_speedups(results, "standard-30A")
   assert results["SRS-3B"]["speedup_vs_standard"] == pytest.approx(4.0)
-  assert results["SRS-3B"]["cpu_speedup_vs_standard"] is None
   assert results["SRS-3B"]["f_eval_ratio_vs_standard"] == pytest.approx(303_000 / 56_120)
   assert np.isclose(results["standard-30A"]["speedup_vs_standard"], 1.0)
 
 
+def test_variants_are_the_registry_methods():
+  """30A is ``deq-standard``; SRS-3B is ``srs`` with Broyden chains after a Broyden warm-up
+  chunk, m check samples solved with 30A: options the registry takes as they are."""
+  from rsjax import methods
+
+  cfg = srs_deq.get_config(False)
+  assert _srs_config.method_options(cfg, "30A", 744) == (
+    "deq-standard",
+    {"deq_solver": "anderson", "deq_steps": 30},
+  )
+  method, options = _srs_config.method_options(cfg, "3B", 744)
+  assert method == "srs" and options == {
+    "deq_solver": "broyden",
+    "deq_steps": 3,
+    "deq_warmup_solver": "broyden",
+    "deq_warmup_steps": 10,
+    "srs_m": 744,
+    "srs_check_steps": 30,
+    "srs_correction": "paper",
+  }
+  for v in srs_deq.variant_names(cfg):
+    method, options = _srs_config.method_options(cfg, v, 744)
+    assert set(options) <= set(methods.get(method).defaults())
+
+
 def test_pieces_of_the_run_have_their_own_json(monkeypatch):
-  """``--models``/``--sigmas``/``--from-image`` select a piece; its JSON is its own."""
+  """``--models``/``--sigmas`` select a piece; its JSON is its own, its runs the full run's
+  (beside the rows of issue 29 in results/srs_deq_full/, whose summary it leaves alone)."""
   seen = {}
   monkeypatch.setattr(
-    srs_deq, "run", lambda cfg, out, workdir, **kw: seen.update(cfg=cfg, out=out, workdir=workdir)
+    srs_deq,
+    "run",
+    lambda cfg, out, workdir, rundir, **kw: seen.update(
+      cfg=cfg, out=out, workdir=workdir, rundir=rundir
+    ),
   )
-  srs_deq.main(["--full", "--models", "mdeq", "--from-image", "120", "--report"])
-  cfg = seen["cfg"]
-  assert cfg.runs() == [("mdeq", 0.25)] and cfg.first_image == 120
-  assert os.path.basename(seen["out"]) == "srs_deq_full_mdeq_sigma0.25_from120.json"
-  assert os.path.samefile(seen["workdir"], os.path.join(ROOT, "results", "srs_deq_full"))
+  srs_deq.main(["--full", "--models", "mdeq", "--report"])
+  assert seen["cfg"].runs() == [("mdeq", 0.25)]
+  assert os.path.basename(seen["out"]) == "srs_deq_full_runs_mdeq_sigma0.25.json"
+  for d in ("workdir", "rundir"):
+    assert os.path.samefile(seen[d], os.path.join(ROOT, "results", "srs_deq_full"))
   srs_deq.main(["--full", "--models", "deq", "--sigmas", "0.5"])
   assert seen["cfg"].runs() == [("deq", 0.5)]
-  assert os.path.basename(seen["out"]) == "srs_deq_full_deq_sigma0.5.json"
+  assert os.path.basename(seen["out"]) == "srs_deq_full_runs_deq_sigma0.5.json"
+  srs_deq.main(["--quick"])  # its models in runs/, its runs in results/
+  assert os.path.basename(seen["out"]) == "srs_deq_quick.json"
+  assert seen["workdir"] == os.path.join(ROOT, "runs", "srs_deq_quick")
+  assert seen["rundir"] == os.path.join(ROOT, "results", "srs_deq_quick")
 
 
 def test_losses_below_cap_name_their_causes():
@@ -164,59 +145,93 @@ def test_losses_below_cap_name_their_causes():
 
 
 def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monkeypatch):
-  """The run loop resumes from the rows: a second call over finished rows certifies no image,
-  writes the JSON once (at the start) and does not claim that a rerun would continue."""
-  cfg = srs_deq.Config(models=(("deq", (0.25,)),), max_images=3, block=2, images_every=100)
-  certified, reports, logs = [], [], []
+  """The run loop goes in rounds and resumes from the runs: a second call over finished runs
+  certifies no image, writes the JSON once (at the start) and does not claim that a rerun
+  would continue; a time limit stops it before the next image, and says so."""
+  cfg = srs_deq.Config(models=(("deq", (0.25,)),), block=2, images_every=400)  # 3 images
+  rows, calls, reports, logs = {}, [], [], []
 
   def train_model(cfg, sigma, workdir, *args, **kw):  # no model: nothing is certified here
     os.makedirs(workdir, exist_ok=True)
-    return None, [{"epoch": 1}], None
+    history = [{"epoch": e + 1} for e in range(cfg.epochs)]
+    with open(os.path.join(workdir, "history.json"), "w") as fh:
+      json.dump(history, fh)  # trained: the next call sets it up at the start
+    return None, history, None
 
-  monkeypatch.setattr(srs_deq, "train_model", train_model)
-  monkeypatch.setattr(srs_deq.rsjax.models, "to_deq_fn", lambda model: (None, None))
+  def certify_piece(cfg, st, v, test, allowed, deadline):  # the rows a run would write
+    have = rows.setdefault(st.paths[v], [])
+    new = [] if srs_deq.time.perf_counter() > deadline else sorted(allowed - set(have))
+    have += new
+    calls.extend((v, i) for i in new)
+    return len(new)
 
   def report(cfg, ids, setups, out_path, t_start):  # records the 30A rows each JSON would see
-    reports.append(
-      {
-        t: len(rows_lib.read_rows(st.paths[cfg.standard], st.headers[cfg.standard]))
-        for t, st in setups.items()
-      }
-    )
-    return {"runs": {}, "complete": False}
+    reports.append({t: len(rows.get(st.paths[cfg.standard], [])) for t, st in setups.items()})
+    done = [len(rows.get(p, [])) == len(ids) for st in setups.values() for p in st.paths.values()]
+    return {"runs": {}, "complete": bool(setups) and all(done)}
 
-  def certify_image(cfg, deq_fn, variables, sigma, variant, m, x, label, image_id, compile_call):
-    certified.append((variant, int(image_id)))
-    return _row(int(image_id))
-
+  monkeypatch.setattr(srs_deq, "train_model", train_model)
+  monkeypatch.setattr(srs_deq, "certify_piece", certify_piece)
   monkeypatch.setattr(srs_deq.report_lib, "write_report", report)
-  monkeypatch.setattr(rows_lib, "certify_image", certify_image)
   run = lambda **kw: srs_deq.run(  # noqa: E731
-    cfg,
-    str(tmp_path / "out.json"),
-    str(tmp_path / "work"),
-    log=logs.append,
-    **kw,
+    cfg, str(tmp_path / "out.json"), str(tmp_path / "work"), log=logs.append, **kw
   )
   run()
-  assert sorted(certified) == sorted(
-    (v, i) for v in srs_deq.variant_names(cfg) for i in (0, 100, 200)
-  )
-  assert reports == [{}, {"deq sigma=0.25": 2}, {"deq sigma=0.25": 3}]  # start, then each block
-  certified.clear(), reports.clear(), logs.clear()
+  assert sorted(calls) == sorted((v, i) for v in srs_deq.variant_names(cfg) for i in (0, 400, 800))
+  assert reports == [{}, {"deq sigma=0.25": 2}, {"deq sigma=0.25": 3}]  # start, then each round
+  paths = sorted(rows)
+  assert [os.path.relpath(p, tmp_path) for p in paths] == [
+    os.path.join("work", "deq_sigma0.25", f"{name}.tsv")
+    for name in sorted(srs_deq.variant_names(cfg).values())
+  ]
+  calls.clear(), reports.clear(), logs.clear()
   run(max_minutes=0.0)
-  assert certified == [] and len(reports) == 1
+  assert calls == [] and len(reports) == 1
   assert not any("rerun the same command" in line for line in logs), logs
-  # rows missing: a zero time budget stops before the first image left, and says so
-  rows = os.path.join(tmp_path, "work", "deq_sigma0.25", "rows_SRS-3B.jsonl")
-  with open(rows) as fh:
-    lines = fh.readlines()
-  with open(rows, "w") as fh:
-    fh.writelines(lines[:-1])
+  rows[paths[0]].pop()  # a row missing: a zero time limit stops before it, and says so
   reports.clear(), logs.clear()
   run(max_minutes=0.0)
-  assert certified == [] and len(reports) == 1
+  assert calls == [] and len(reports) == 1
   assert any("rerun the same command to continue" in line for line in logs)
   reports.clear()
   run()
-  assert certified == [("3B", 200)] and len(reports) == 2  # the start, the block of image 200
+  assert len(calls) == 1 and len(reports) == 2  # the start, the round of the missing row
+
+
+def test_a_piece_certifies_a_run_that_verifies_and_reads_back(tmp_path):
+  """``certify_piece``: one (model, sigma, method) is a run of ``_common.certify_run`` that
+  ``rsjax verify`` accepts; a round stops it after its images, the next resumes it, and
+  ``read_run`` gives its rows with the SRS check counts (a small DEQ with the Jacobian
+  regularizer's key among its variables, on the 8x8 digits)."""
+  import types
+
+  from rsjax import data, models, verify
+
+  test = data.load("digits", "test")
+  config = {"model": "deq", "num_classes": 10, "input_shape": [8, 8, 1], "dataset": "digits"}
+  kw = dict(channels=4, groups=2, normalize=None, jac_weight=1.0)
+  model = models.create_model("deq", num_classes=10, input_shape=(8, 8, 1), rngs=0, **kw)
+  models.save_model(str(tmp_path / "model"), model, config | {"model_kwargs": kw})
+  cfg = srs_deq.Config(n0=10, n=60, m=20, chains=20, images_every=120, srs=("1B",))
+  st = types.SimpleNamespace(
+    model=model,
+    model_dir=str(tmp_path / "model"),
+    sigma=0.5,
+    m=cfg.m,
+    paths={v: str(tmp_path / f"{name}.tsv") for v, name in srs_deq.variant_names(cfg).items()},
+  )
+  ids = list(range(0, len(test), cfg.images_every))
+  for v in st.paths:
+    assert srs_deq.certify_piece(cfg, st, v, test, set(ids[:2]), float("inf")) == 2
+    assert srs_deq.certify_piece(cfg, st, v, test, set(ids), 0.0) == 0  # past the time limit
+    report = verify.verify(st.paths[v])  # a run in progress: its rows verify, it is incomplete
+    assert not report.mismatches and not report.complete
+    assert srs_deq.certify_piece(cfg, st, v, test, set(ids), float("inf")) == len(ids) - 2
+    assert verify.verify(st.paths[v]).ok
+  std, srs_rows = (rows_lib.read_run(st.paths[v], cfg.alpha) for v in ("30A", "1B"))
+  assert [r["id"] for r in std] == [r["id"] for r in srs_rows] == ids
+  assert all(r["count"] <= cfg.n and r["seconds"] > 0 for r in std + srs_rows)
+  assert "check_selected" not in std[0]
+  for r in srs_rows:
+    assert 0 <= r["check_agree"] <= r["check_selected"] <= cfg.m
+    assert 0.0 <= r["mismatch_upper"] <= 1.0

@@ -84,10 +84,13 @@ def fingerprint(params: Any) -> str:
   """A short hash of a pytree's arrays (names, dtypes, shapes and values).
 
   Two models with the same fingerprint compute the same function (for the same
-  architecture); it identifies the model in a result file's run record.
+  architecture); it identifies the model in a result file's run record. A typed PRNG key
+  (a DEQ's Jacobian-regularizer key) counts by its key data.
   """
   h = hashlib.sha256()
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
+      leaf = jax.random.key_data(leaf)
     a = np.asarray(jax.device_get(leaf))
     h.update(f"{jax.tree_util.keystr(path)}|{a.dtype}|{a.shape}|".encode())
     h.update(np.ascontiguousarray(a).tobytes())

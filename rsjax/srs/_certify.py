@@ -288,10 +288,10 @@ class DEQStandardCertifier(MethodCertifier):
     if cls.mode != "srs":
       standard = StandardRS(SolverConfig(deq_solver, steps))
       return cls(ctx, standard, SRSCertificate.columns, describe)
-    # --deq-solver sets the chains; warm-up and check solves use Anderson.
+    # --deq-solver sets the chains, --deq-warmup-solver their first chunk; checks use Anderson.
     srs = SRSConfig(
       solver=SolverConfig(deq_solver, steps),
-      warmup=SolverConfig("anderson", srs_options["deq_warmup_steps"]),
+      warmup=SolverConfig(srs_options["deq_warmup_solver"], srs_options["deq_warmup_steps"]),
       m=srs_options["srs_m"],
       correction=srs_options["srs_correction"],
     )

@@ -40,6 +40,15 @@ _DEQ_OPTIONS = (
 )
 _SRS_OPTIONS = (
   Option("deq_warmup_steps", 10, "SRS: steps on the first chunk of each chain", int, positive=True),
+  # The chains' solvers only set where each chain starts: the certified classifier is the
+  # check samples' (srs_check_steps from scratch), so any solver here keeps the bound sound.
+  Option(
+    "deq_warmup_solver",
+    "anderson",
+    "SRS: solver of the first chunk of each chain",
+    _solver_name,
+    choices=_SOLVER_CHOICES,
+  ),
   Option("srs_m", 400, "SRS: check samples re-solved from scratch", int, positive=True),
   Option(
     "srs_check_steps",
