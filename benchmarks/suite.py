@@ -134,7 +134,7 @@ def run_workload(
   tw = twc = None
   if twin and measure.torch is not None:
     from benchmarks import reference_torch as rt
-    from benchmarks import torch_models as tm
+    from rsjax.bench import torch_models as tm
 
     tw = {"compile": "none"}
     t = time.perf_counter()

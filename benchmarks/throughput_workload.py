@@ -117,7 +117,7 @@ def run_model(
   tmod = None
   if reference and torch is not None:
     from benchmarks import reference_torch as rt
-    from benchmarks import torch_models as tm
+    from rsjax.bench import torch_models as tm
 
     tmod = tm.from_flax(model, spec.input_shape)
     xb = np.clip(

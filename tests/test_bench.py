@@ -164,7 +164,6 @@ def test_bench_of_a_model_directory_behind_a_denoiser(tmp_path, capsys):
     (["bench", "--arch", "nosuchnet"], "unknown model 'nosuchnet'"),
     (["bench", "--arch", "lenet", "--precision", "fp16"], "unknown precision 'fp16'"),
     (["bench", "--arch", "lenet", "--precision", "tf32"], "has no TensorFloat-32"),
-    (["bench", "--arch", "lenet", "--twin"], "benchmarks.throughput --suite gpu"),
     (["bench"], "give one model"),
     (["bench", "--arch", "lenet", "--resize", "32"], "--resize needs --input-shape"),
   ],
@@ -175,12 +174,38 @@ def test_errors_are_one_line(argv, needle, capsys):
   assert err.count("\n") == 1 and needle in err, err
 
 
-def test_twin_without_torch_says_so(monkeypatch):
-  from rsjax.cli import bench
-
+def test_twin_without_torch_says_so(monkeypatch, capsys):
   real = importlib.util.find_spec
   monkeypatch.setattr(
     importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
   )
-  message = str(bench.twin_error())
-  assert "--twin needs PyTorch, which is not installed" in message and "\n" not in message
+  assert cli.main(["bench", "--arch", "lenet", "--twin", *FAST]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "--twin needs PyTorch, which is not installed" in err, err
+
+
+def test_a_model_without_a_twin_says_so(capsys):
+  pytest.importorskip("torch")
+  argv = ["bench", "--arch", "deq", "--input-shape", "8,8,1", "--num-classes", "3", "--twin"]
+  assert cli.main([*argv, *FAST]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "no PyTorch twin of DEQClassifier" in err, err
+
+
+def test_the_twin_is_timed_as_rsjax_was(tmp_path, capsys):
+  """``--twin``: the same network and weights in PyTorch (logits checked first), timed at the
+  rsjax run's batch, N and images; the JSON has both and rsjax's speed-up over the twin."""
+  pytest.importorskip("torch")
+  out = tmp_path / "t.json"
+  argv = ["bench", "--arch", "lenet", "--twin", "--twin-compile", "none", "--batch", "32"]
+  assert cli.main([*argv, *FAST, "--json", str(out)]) == 0
+  doc = json.loads(out.read_text())
+  (ours,), (twin,) = doc["results"], doc["twin"]
+  assert twin["precision"] == ours["precision"] == "float32" and twin["batch"] == 32
+  assert twin["logits"]["argmax_agree"] == 1.0
+  assert twin["logits"]["max_abs_diff"] <= 1e-4 * max(twin["logits"]["logit_scale"], 1.0)
+  eager = twin["eager"]
+  assert len(eager["seconds_measured"]) == ours["images"] == 1 and twin["compiled"] is None
+  speedup = eager["seconds_per_image_measured"] / ours["seconds_per_image_measured"]
+  assert eager["rsjax_speedup"] == pytest.approx(speedup, rel=1e-12)
+  assert "PyTorch twin, float32: eager" in capsys.readouterr().out

@@ -128,7 +128,30 @@ def lines(doc: dict[str, Any]) -> list[str]:
   ]
   out += [f"note: {n}" for n in m["notes"]]
   out += _sweep_lines(doc["sweep"])
+  out += [_twin_line(t) for t in doc.get("twin", [])]
   return out
+
+
+def _twin_form(timed: dict[str, Any] | None, name: str) -> str:
+  """``"eager 0.52 s/image (rsjax 2.1x)"``, or why the form did not run."""
+  if timed is None:
+    return f"{name} not timed"
+  if "seconds_per_image_measured" not in timed:
+    return f"{name}: no torch.compile mode ran ({'; '.join(timed['tried'].values())[:120]})"
+  mode = f" ({timed['mode']}, {timed['compile_s']:.1f} s to compile)" if "mode" in timed else ""
+  return (
+    f"{name}{mode} {_num(timed['seconds_per_image_measured'])} s/image at the measured N "
+    f"(rsjax {timed['rsjax_speedup']:.2f}x as fast)"
+  )
+
+
+def _twin_line(t: dict[str, Any]) -> str:
+  """One precision's twin: its logits check, the eager and the compiled twin."""
+  return (
+    f"PyTorch twin, {t['precision']}: {_twin_form(t['eager'], 'eager')}; "
+    f"{_twin_form(t['compiled'], 'compiled')} (same weights: logits within "
+    f"{t['logits']['max_abs_diff']:.1g}, batch {t['batch']})"
+  )
 
 
 def write_json(path: str, doc: dict[str, Any]) -> str:

@@ -27,7 +27,8 @@ SWEEP_CALL_S = 0.5
 class Request:
   """What the command asks for: precisions, Cohen et al.'s n0 and the target N, the N to
   measure at (None: chosen), ``full`` (measure at the target N), images (None: chosen), the
-  batch (``"auto"``: fitted to memory), a batch sweep, real inputs from a dataset."""
+  batch (``"auto"``: fitted to memory), a batch sweep, real inputs from a dataset, the PyTorch
+  twin (``twin``: eager and under ``torch.compile`` in ``twin_compile`` modes)."""
 
   precisions: tuple[str, ...] = ("float32",)
   target_n: int = 100_000
@@ -40,6 +41,8 @@ class Request:
   dataset: str | None = None
   data_dir: str | None = None
   seed: int = 0
+  twin: bool = False
+  twin_compile: str = "auto"
 
 
 def _has_tf32(device: Any) -> bool:
@@ -135,12 +138,15 @@ def bench(
   flops, elements = op_costs(target.apply_fn, target.params, target.input_shape, batch=target.pack)
   count = (request.images or harness.MAX_AUTO_IMAGES) + 1
   xs, what = inputs(target, count, request)
-  runs, sweeps = [], []
+  runs, sweeps, twins = [], [], []
   for p in request.precisions:
     plan = _plan(request, float(flops), peaks, p)
     log(f"{p}: certifying {what}, n0 {plan.n0}, N {plan.measure_n} ...")
     run = harness.time_certify(target, xs, plan, p, progress=progress)
     runs.append({**_run_dict(run, plan), **harness.figures(run, float(flops), elements, peaks)})
+    if request.twin:
+      log(f"{p}: the PyTorch twin, eager and compiled ({request.twin_compile}) ...")
+      twins.append(_twin(target, xs, plan, run, request))
     if request.sweep:
       sizes = sweep.batch_sizes(run.batch, run.samples_per_s)
       samples = int(run.samples_per_s * SWEEP_CALL_S)  # about SWEEP_CALL_S per timed call
@@ -156,8 +162,59 @@ def bench(
     "alpha": harness.ALPHA,
     "results": runs,
     "sweep": sweeps,
+    "twin": twins,
     "machine": machine.environment(),
   }
+
+
+def twin_refusal(target: Target) -> str | None:
+  """Why ``target`` has no PyTorch twin (one line), or None: PyTorch missing, a pipeline
+  (denoiser, resize), a model ``from_flax`` does not translate."""
+  import importlib.util
+
+  if importlib.util.find_spec("torch") is None:
+    return (
+      "--twin needs PyTorch, which is not installed (pip install torch --index-url "
+      "https://download.pytorch.org/whl/cpu)"
+    )
+  if target.model is None:
+    return "--twin: a denoiser or resize pipeline has no PyTorch twin"
+  from rsjax import models
+
+  twins = (models.MLP, models.CNN, models.LeNet, models.BasicResNet, models.ResNet50)
+  if not isinstance(target.model, twins):
+    return (
+      f"--twin: no PyTorch twin of {type(target.model).__name__} (MLP, CNN, LeNet and the "
+      "ResNets have one)"
+    )
+  return None
+
+
+def _twin(
+  target: Target, xs: np.ndarray, plan: harness.Plan, run: harness.Throughput, request: Request
+) -> dict[str, Any]:
+  """The twin timed as ``run`` was (its batch, N and images), with rsjax's speed-up over it."""
+  from rsjax.bench import twin
+
+  out = twin.time_twin(
+    target.model,
+    target,
+    xs,
+    precision=run.precision,
+    n0=plan.n0,
+    n=plan.measure_n,
+    alpha=harness.ALPHA,
+    batch=run.batch,
+    images=len(run.seconds),
+    compile_modes=request.twin_compile,
+    seed=request.seed,
+  )
+  ours = run.seconds_per_image_measured
+  for form in ("eager", "compiled"):
+    timed = out.get(form) or {}
+    if "seconds_per_image_measured" in timed:
+      timed["rsjax_speedup"] = timed["seconds_per_image_measured"] / ours
+  return out
 
 
 def _run_dict(run: harness.Throughput, plan: harness.Plan) -> dict[str, Any]:

@@ -65,6 +65,9 @@ class Target:
   folded: int = 0  # conv + BatchNorm pairs folded (0: --fold-bn off or nothing to fold)
   denoiser: str | None = None
   notes: tuple[str, ...] = ()
+  # The NNX model as loaded (before --fold-bn and --pack): the network a PyTorch twin
+  # computes; None behind a denoiser or a resize (a pipeline has no twin).
+  model: Any = dataclasses.field(default=None, compare=False, repr=False)
 
   def describe(self) -> dict[str, Any]:
     """The target's facts for the JSON (no arrays)."""
@@ -192,8 +195,8 @@ def load_target(src: Source) -> Target:
   from rsjax import models
   from rsjax.runs.launch.spec import parse_size
 
-  name, kind, model, config = _open(src)
-  model, pack, folded, notes = _transformed(model, src)
+  name, kind, loaded, config = _open(src)
+  model, pack, folded, notes = _transformed(loaded, src)
   apply_fn: Callable[..., Any]
   apply_fn, params = models.to_apply_fn(model)
   sigma = _sigma(src, config)
@@ -215,6 +218,7 @@ def load_target(src: Source) -> Target:
     folded=folded,
     denoiser=src.denoiser,
     notes=tuple(notes),
+    model=loaded if src.denoiser is None and src.resize is None else None,
   )
 
 

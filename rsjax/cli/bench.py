@@ -4,7 +4,6 @@ which precision, how far from the device's limit; its figures as a table, JSON a
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import shlex
 import sys
 from typing import TYPE_CHECKING
@@ -16,7 +15,7 @@ from rsjax.verify.checks import PACKS
 if TYPE_CHECKING:
   from rsjax.bench import Source
 
-__all__ = ["HELP", "add_arguments", "run", "twin_error"]
+__all__ = ["HELP", "add_arguments", "run"]
 
 HELP = "samples per second of certification: compile, memory, FLOPs, MFU, bound"
 
@@ -111,8 +110,16 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
   p.add_argument(
     "--twin",
     action="store_true",
-    help="time the PyTorch twin: it lives in the repository's benchmarks "
-    "(python -m benchmarks.throughput --suite gpu), so here an error saying so",
+    help="also time the PyTorch twin (the same network and weights, tuned: noise on the "
+    "device, one batch, channels-last, counts on the device), eager and compiled, as rsjax "
+    "was timed; needs torch (MLP, CNN, LeNet and the ResNets have a twin)",
+  )
+  p.add_argument(
+    "--twin-compile",
+    default="auto",
+    metavar="MODES",
+    help="torch.compile modes of the compiled twin, tried in order (auto: "
+    "max-autotune-no-cudagraphs, reduce-overhead, default), or 'none'",
   )
   p.add_argument("--quiet", action="store_true", help="no progress bar")
   p.add_argument(
@@ -123,19 +130,6 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
     help="JAX's persistent compilation cache in DIR, or 'off' (a cached program compiles in "
     "no time: 'off' measures the compilation)",
   )
-
-
-def twin_error() -> CliError:
-  """Why ``--twin`` does not run here (one line): no torch, or the twin is not installed."""
-  where = "the PyTorch twin lives in the repository's benchmarks " + (
-    "(python -m benchmarks.throughput --suite gpu)"
-  )
-  if importlib.util.find_spec("torch") is None:
-    return CliError(
-      f"--twin needs PyTorch, which is not installed (pip install torch --index-url "
-      f"https://download.pytorch.org/whl/cpu); {where}"
-    )
-  return CliError(f"--twin: {where}, not in the installed package")
 
 
 def _source(args: argparse.Namespace) -> Source:
@@ -161,13 +155,14 @@ def _source(args: argparse.Namespace) -> Source:
 def run(args: argparse.Namespace) -> int:
   """Runs ``rsjax bench``; returns the exit status."""
   from rsjax.bench import Request, bench, load_target, report
-  from rsjax.bench.run import check_precisions
+  from rsjax.bench.run import check_precisions, twin_refusal
   from rsjax.bench.sweep import plot
 
   precisions = check_precisions([p.strip() for p in args.precision.split(",") if p.strip()])
-  if args.twin:
-    raise twin_error()
   target = load_target(_source(args))
+  why = twin_refusal(target) if args.twin else None
+  if why is not None:
+    raise CliError(why)
   request = Request(
     precisions=precisions,
     target_n=args.N,
@@ -180,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     dataset=args.dataset,
     data_dir=args.data_dir,
     seed=args.seed,
+    twin=args.twin,
+    twin_compile=args.twin_compile,
   )
   log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
   doc = bench(target, request, progress=not args.quiet, log=log)

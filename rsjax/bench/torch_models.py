@@ -7,7 +7,8 @@ the PyTorch modules are NCHW (as in the reference); flattening layers permute
 their weights so that the NCHW flatten order matches Flax's NHWC order.
 ``check_same_logits`` checks that they agree before anything is timed.
 
-PyTorch is a benchmark-only extra (``pip install torch``); rsjax never imports it.
+PyTorch is optional (``pip install torch``): only ``rsjax bench --twin`` (and the repository's
+benchmarks) import this module.
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ def from_flax(model, input_shape) -> nn.Module:
     An ``nn.Module`` in eval mode taking NCHW inputs (the MLP: the rsjax shape
     moved to channels-first when it is an image).
   """
-  from rsjax import models  # local import: the benchmark imports torch first
+  from rsjax import models
 
   input_shape = tuple(int(s) for s in input_shape)
   if isinstance(model, models.MLP):
