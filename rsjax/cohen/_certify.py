@@ -2,7 +2,7 @@
 ``rsjax.predict``).
 
 Cohen's CERTIFY is the driver (``rsjax.engine.driver.run_certify``) run on the
-engine's counts with Cohen's certificate rule (``cohen_passes``), under the
+engine's counts with Cohen's certificate rule (``cohen_rule``), under the
 sampling rule its caller picks: fixed ``n0`` and ``n`` by default, budgeted
 CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``. ``--method cohen`` plans its
 runs with :class:`CohenCertifier`.
@@ -20,13 +20,14 @@ import numpy as np
 from rsjax import stats
 from rsjax.engine.anytime import Anytime, anytime_decisions
 from rsjax.engine.budget import Budget, BudgetedCertificate, as_budget
-from rsjax.engine.cohen_rule import cohen_passes
-from rsjax.engine.counts import refuse_traced, sample_counts
+from rsjax.engine.cohen_rule import cohen_rule
+from rsjax.engine.counts import prepare_inputs, refuse_traced, sample_counts
 from rsjax.engine.driver import (
   ABSTAIN,
   Certificate,
   RuleFn,
   Sampling,
+  SamplingRule,
   engine_counts,
   run_certify,
 )
@@ -82,16 +83,23 @@ class Batch:
     return dataclasses.replace(self, **fields)
 
   def run_engine(
-    self, x_np: np.ndarray, sig: np.ndarray, ids_arr: np.ndarray, rule: RuleFn
+    self,
+    x_np: np.ndarray,
+    sig: np.ndarray,
+    ids_arr: np.ndarray,
+    rule: RuleFn,
+    sampling_rule: SamplingRule | None = None,
   ) -> Certificate:
-    """CERTIFY (:func:`run_certify`, fixed ``n0`` and ``n``) with the certificate rule
-    ``rule`` on the engine's counts of this batch's classifier at prepared inputs.
+    """CERTIFY (:func:`run_certify`) with the certificate rule ``rule`` on the engine's
+    counts of this batch's classifier at prepared inputs.
 
     Args:
       x_np: ``[B, *input_shape]`` inputs (``prepare_inputs``' arrays, e.g. shifted by mu).
       sig: the noise scale of each input, ``[B, 1, ...]`` or ``[B, *input_shape]``.
       ids_arr: ``[B]`` dataset indices.
       rule: ``rule(selection_counts, estimation_counts) -> Certificate``.
+      sampling_rule: how many samples it draws (default fixed ``n0`` and ``n``; a
+        ``Budget`` for budgeted CERTIFY).
 
     Returns:
       The certificate ``rule`` makes of the counts.
@@ -105,7 +113,7 @@ class Batch:
       num_classes=self.num_classes,
       settings=self.settings,
     )
-    return run_certify(self.key, counts, rule, self.settings)
+    return run_certify(self.key, counts, rule, self.settings, sampling_rule=sampling_rule)
 
 
 class Certifier(Protocol):
@@ -143,18 +151,10 @@ class Cohen:
     Returns:
       A ``Certificate`` (a ``BudgetedCertificate`` with ``budget``).
     """
-    rule = None if self.budget is None else as_budget(self.budget)
-    counts, certificate = cohen_passes(
-      batch.apply_fn,
-      batch.params,
-      batch.x,
-      batch.sigma,
-      batch.ids,
-      num_classes=batch.num_classes,
-      settings=batch.settings,
-      multiclass=self.multiclass,
-    )
-    return run_certify(batch.key, counts, certificate, batch.settings, sampling_rule=rule)
+    budget = None if self.budget is None else as_budget(self.budget)
+    x_np, sig, ids_arr = prepare_inputs(batch.x, batch.sigma, batch.ids)
+    rule = cohen_rule(batch.settings, x_np, sig, self.multiclass)
+    return batch.run_engine(x_np, sig, ids_arr, rule, sampling_rule=budget)
 
 
 def certify(
