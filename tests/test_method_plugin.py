@@ -94,9 +94,7 @@ class Capped(MethodCertifier):
     return cls(ctx, toy_cap, describe=f"Cohen's CERTIFY, radius capped at {toy_cap}")
 
   def certify(self, x, ids):
-    ctx = self.ctx
-    c = rsjax.certify(ctx.key, ctx.apply_fn, ctx.params, x, sigma=ctx.sigma, ids=ids,
-                      num_classes=ctx.dataset.num_classes, settings=ctx.settings)
+    c = rsjax.cohen.certify_chunk(self.ctx, rsjax.Cohen(), x, ids, sigma=self.ctx.sigma)
     fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
     return CappedCertificate(**{**fields, "radius": np.minimum(c.radius, self.cap)},
                              uncapped=c.radius)

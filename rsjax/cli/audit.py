@@ -44,9 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     default=None,
     help="seed of the choice of rows (default: a fresh one, printed; give it to repeat an audit)",
   )
-  p.add_argument(
-    "--batch", type=flags.positive_int, default=1000, help="forward passes per step (speed only)"
-  )
+  flags.positive_flag(p, "--batch", "forward passes per step (speed only)", default=1000)
   p.add_argument("--quiet", action="store_true", help="print the summary line only")
 
 

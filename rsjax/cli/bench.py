@@ -40,13 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     help="input shape of --arch (default: its dataset's: 28,28,1 LeNet, 32,32,3 CIFAR "
     "ResNets, 224,224,3 ImageNet ResNets) or of the noisy input before --resize",
   )
-  p.add_argument("--num-classes", type=flags.positive_int, default=None, help="classes of --arch")
+  flags.positive_flag(p, "--num-classes", "classes of --arch")
   flags.model_source_flags(p)
-  p.add_argument(
-    "--sigma",
-    type=flags.positive_float,
-    default=None,
-    help="noise level (default: the model's training sigma, else 0.25)",
+  flags.positive_flag(
+    p, "--sigma", "noise level (default: the model's training sigma, else 0.25)", real=True
   )
   p.add_argument(
     "--precision",
@@ -72,23 +69,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _sampling_flags(p: argparse.ArgumentParser) -> None:
-  p.add_argument(
-    "--N", type=flags.positive_int, default=100_000, help="estimation samples per image (target)"
-  )
-  p.add_argument("--N0", type=flags.positive_int, default=100, help="selection samples per image")
-  p.add_argument(
+  flags.positive_flag(p, "--N", "estimation samples per image (target)", default=100_000)
+  flags.positive_flag(p, "--N0", "selection samples per image", default=100)
+  flags.positive_flag(
+    p,
     "--measure-n",
-    type=flags.positive_int,
-    default=None,
-    help="estimation samples of the timed calls (default: about 4 s of work per image, at "
+    "estimation samples of the timed calls (default: about 4 s of work per image, at "
     "most 2000 on a CPU and 10000 on an accelerator); s/image at --N is extrapolated",
   )
   p.add_argument("--full", action="store_true", help="time the calls at --N itself")
-  p.add_argument(
-    "--images",
-    type=flags.positive_int,
-    default=None,
-    help="images timed after the warm-up image (default: as many as fit in 20 s, 1 to 5)",
+  flags.positive_flag(
+    p, "--images", "images timed after the warm-up image (default: as many as fit in 20 s, 1 to 5)"
   )
   p.add_argument(
     "--batch",

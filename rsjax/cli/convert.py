@@ -29,11 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument(
     "--dataset", default=None, help="record the dataset (the default dataset of certify)"
   )
-  p.add_argument(
-    "--sigma",
-    type=flags.positive_float,
-    default=None,
-    help="record the training sigma (the default sigma of certify)",
+  flags.positive_flag(
+    p, "--sigma", "record the training sigma (the default sigma of certify)", real=True
   )
 
 

@@ -22,24 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     default=[0.25, 0.5],
     help="noise levels, one model each",
   )
-  p.add_argument(
-    "--epochs",
-    type=flags.positive_int,
-    default=None,
-    help="training epochs (default: the demo's setting)",
-  )
-  p.add_argument(
-    "--N",
-    type=flags.positive_int,
-    default=None,
-    help="estimation samples (default: the demo's setting)",
-  )
-  p.add_argument(
-    "--images",
-    type=flags.positive_int,
-    default=None,
-    help="test images certified (default: the demo's setting)",
-  )
+  flags.positive_flag(p, "--epochs", "training epochs (default: the demo's setting)")
+  flags.positive_flag(p, "--N", "estimation samples (default: the demo's setting)")
+  flags.positive_flag(p, "--images", "test images certified (default: the demo's setting)")
   p.add_argument("--seed", type=int, default=0, help="PRNG seed")
   p.add_argument(
     "--overwrite",

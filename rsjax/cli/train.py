@@ -55,33 +55,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _schedule_flags(p: argparse.ArgumentParser) -> None:
   """The schedule and optimizer flags (defaults by dataset: ``rsjax.training``)."""
-  p.add_argument(
-    "--epochs",
-    type=flags.positive_int,
-    default=None,
-    help="number of epochs" + _by_dataset("epochs") + ", else 90",
+  flags.positive_flag(p, "--epochs", "number of epochs" + _by_dataset("epochs") + ", else 90")
+  flags.positive_flag(
+    p, "--batch", "training batch size" + _by_dataset("batch_size") + ", else 256"
   )
-  p.add_argument(
-    "--batch",
-    type=flags.positive_int,
-    default=None,
-    help="training batch size" + _by_dataset("batch_size") + ", else 256",
+  flags.positive_flag(
+    p, "--lr", "initial learning rate (SGD)" + _by_dataset("lr") + ", else 0.1", real=True
   )
-  p.add_argument(
-    "--lr",
-    type=flags.positive_float,
-    default=None,
-    help="initial learning rate (SGD)" + _by_dataset("lr") + ", else 0.1",
+  flags.positive_flag(
+    p, "--lr-step-size", "epochs between learning-rate drops" + _by_dataset("lr_step") + ", else 30"
   )
-  p.add_argument(
-    "--lr-step-size",
-    type=flags.positive_int,
-    default=None,
-    help="epochs between learning-rate drops" + _by_dataset("lr_step") + ", else 30",
-  )
-  p.add_argument(
-    "--gamma", type=flags.positive_float, default=0.1, help="learning-rate factor at each drop"
-  )
+  flags.positive_flag(p, "--gamma", "learning-rate factor at each drop", default=0.1, real=True)
   p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
   p.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
   p.add_argument("--seed", type=int, default=0, help="seed of initialization, shuffling and noise")
@@ -97,11 +81,10 @@ def _objective_flags(p: argparse.ArgumentParser) -> None:
     choices=list(training.OBJECTIVES),
     help="training loss (rsjax.training.objectives; default gaussian, Cohen et al.)",
   )
-  p.add_argument(
+  flags.positive_flag(
+    p,
     "--num-noise",
-    type=flags.positive_int,
-    default=None,
-    help="noise draws per input m (default: the objective's: 1 gaussian, "
+    "noise draws per input m (default: the objective's: 1 gaussian, "
     "2 consistency, 4 smoothadv, 16 macer)",
   )
   p.add_argument(
@@ -141,12 +124,13 @@ def _strategy_flags(p: argparse.ArgumentParser) -> None:
     help="Sun et al.: from E epochs on, replace each noise draw by the adaptive attack "
     "on its sphere (gaussian objective)",
   )
-  p.add_argument("--attack-steps", type=flags.positive_int, default=6, help="T of --sphere-attack")
-  p.add_argument(
+  flags.positive_flag(p, "--attack-steps", "T of --sphere-attack", default=6)
+  flags.positive_flag(
+    p,
     "--attack-step",
-    type=flags.positive_float,
+    "step eps of --sphere-attack (L2; for linf the paper's sqrt(d)*eps)",
     default=0.25,
-    help="step eps of --sphere-attack (L2; for linf the paper's sqrt(d)*eps)",
+    real=True,
   )
   p.add_argument(
     "--attack-norm",

@@ -31,9 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     help="mse: |D(x+d) - x|^2; stability: CE(f(D(x+d)), f(x)) against --classifier "
     "(Salman et al.); ddpm: a DDPM noise model for one-step diffusion denoising",
   )
-  p.add_argument(
-    "--sigma", type=flags.positive_float, default=None, help="training noise level (mse, stability)"
-  )
+  flags.positive_flag(p, "--sigma", "training noise level (mse, stability)", real=True)
   p.add_argument(
     "--classifier",
     default=None,
@@ -46,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     metavar="DIR",
     help="start from this denoiser (e.g. stability after mse: Stab+MSE)",
   )
-  p.add_argument("--depth", type=flags.positive_int, default=17, help="DnCNN conv layers")
-  p.add_argument("--features", type=flags.positive_int, default=64, help="DnCNN width")
+  flags.positive_flag(p, "--depth", "DnCNN conv layers", default=17)
+  flags.positive_flag(p, "--features", "DnCNN width", default=64)
   p.add_argument(
     "--unet-channels",
     type=flags.positive_int,
@@ -55,21 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     default=[32, 64],
     help="ddpm: UNet widths per level (attention at the last level)",
   )
-  p.add_argument(
-    "--layers-per-block", type=flags.positive_int, default=1, help="ddpm: resnets per level"
-  )
-  p.add_argument(
-    "--norm-groups", type=flags.positive_int, default=8, help="ddpm: group norm groups"
-  )
-  p.add_argument(
-    "--t-max",
-    type=flags.positive_int,
-    default=None,
-    help="ddpm: train on timesteps below this only (default: all 1000)",
-  )
-  p.add_argument("--epochs", type=flags.positive_int, default=10, help="training epochs")
-  p.add_argument("--batch", type=flags.positive_int, default=64, help="batch size")
-  p.add_argument("--lr", type=flags.positive_float, default=1e-3, help="Adam learning rate")
+  flags.positive_flag(p, "--layers-per-block", "ddpm: resnets per level", default=1)
+  flags.positive_flag(p, "--norm-groups", "ddpm: group norm groups", default=8)
+  flags.positive_flag(p, "--t-max", "ddpm: train on timesteps below this only (default: all 1000)")
+  flags.positive_flag(p, "--epochs", "training epochs", default=10)
+  flags.positive_flag(p, "--batch", "batch size", default=64)
+  flags.positive_flag(p, "--lr", "Adam learning rate", default=1e-3, real=True)
   p.add_argument("--seed", type=int, default=0, help="PRNG seed")
   p.add_argument("--out", required=True, help="output directory")
   p.add_argument("--quiet", action="store_true", help="no per-epoch lines")

@@ -2,7 +2,9 @@
 
 * ``certify`` / ``predict`` (``rsjax.certify``, ``rsjax.predict``): many
   inputs at once on the engine's counts (``rsjax.engine``), fixed ``n0`` and
-  ``n`` or budgeted on a radius grid (``budget=``).
+  ``n`` or budgeted on a radius grid (``budget=``). A certifier (``Certifier``:
+  ``Cohen`` and each method's) certifies one ``Batch``; ``certify_chunk`` certifies a
+  chunk of a run with one (a ``MethodCertifier``'s ``certify``).
 * ``METHOD``: the method value of the registry (``rsjax.methods``); its check
   derives each row's radius again from the counts for ``rsjax verify``.
 
@@ -14,9 +16,11 @@ from rsjax import _lazy
 __getattr__, __dir__, __all__ = _lazy.exports(
   __name__,
   {
+    "Batch": "rsjax.cohen._certify",
     "Certifier": "rsjax.cohen._certify",
     "Cohen": "rsjax.cohen._certify",
     "certify": "rsjax.cohen._certify",
+    "certify_chunk": "rsjax.cohen._certify",
     "certify_with": "rsjax.cohen._certify",
     "predict": "rsjax.cohen._certify",
     "METHOD": "rsjax.cohen.method",

@@ -2,7 +2,7 @@
 ``rsjax.predict``).
 
 Cohen's CERTIFY is the driver (``rsjax.engine.driver.run_certify``) run on the
-engine's counts with Cohen's certificate rule (``cohen_passes``), under the
+engine's counts with Cohen's certificate rule (``cohen_rule``), under the
 sampling rule its caller picks: fixed ``n0`` and ``n`` by default, budgeted
 CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``. ``--method cohen`` plans its
 runs with :class:`CohenCertifier`.
@@ -20,9 +20,17 @@ import numpy as np
 from rsjax import stats
 from rsjax.engine.anytime import Anytime, anytime_decisions
 from rsjax.engine.budget import Budget, BudgetedCertificate, as_budget
-from rsjax.engine.cohen_rule import cohen_passes
-from rsjax.engine.counts import refuse_traced, sample_counts
-from rsjax.engine.driver import ABSTAIN, Certificate, Sampling, run_certify
+from rsjax.engine.cohen_rule import cohen_rule
+from rsjax.engine.counts import prepare_inputs, refuse_traced, sample_counts
+from rsjax.engine.driver import (
+  ABSTAIN,
+  Certificate,
+  RuleFn,
+  Sampling,
+  SamplingRule,
+  engine_counts,
+  run_certify,
+)
 from rsjax.methods.base import Context, MethodCertifier
 from rsjax.noise import lattice
 from rsjax.verify.checks import thresholds_digest
@@ -31,24 +39,87 @@ if TYPE_CHECKING:
   import jax
   from jax.typing import ArrayLike
 
-__all__ = ["Certifier", "Cohen", "CohenCertifier", "certify", "certify_with", "predict"]
+__all__ = [
+  "Batch",
+  "Certifier",
+  "Cohen",
+  "CohenCertifier",
+  "certify",
+  "certify_chunk",
+  "certify_with",
+  "predict",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+  """What a certifier certifies: the inputs, the classifier, the noise and the settings of one
+  :func:`certify` call (``certifier.certify(batch)``).
+
+  Attributes:
+    key: ``jax.random.key`` or int seed (not consumed: the noise of an input derives
+      from it and the input's ``ids``).
+    apply_fn: ``apply_fn(params, x) -> logits`` (a DEQ model for the DEQ certifiers).
+    params: pytree for ``apply_fn`` (None for a DEQ model).
+    x: ``[B, *input_shape]`` inputs.
+    sigma: the noise scale: float, ``[B]`` or ``[B, *input_shape]``; each certifier says
+      what else it takes (a sigma source for ``UCAN``, None for ``IDRS``).
+    num_classes: number of classes C.
+    settings: the :class:`Sampling` (``n0``, ``n``, ``alpha``, ``batch_size``, ``noise``, ...).
+    ids: ``[B]`` dataset indices (reproducible noise per input), or None.
+  """
+
+  key: jax.Array | int
+  apply_fn: Callable
+  params: Any
+  x: ArrayLike
+  sigma: Any
+  num_classes: int
+  settings: Sampling
+  ids: ArrayLike | None = None
+
+  def replace(self, **fields: Any) -> Batch:
+    """This batch with ``fields`` replaced (e.g. the inputs a certifier prepared)."""
+    return dataclasses.replace(self, **fields)
+
+  def run_engine(
+    self,
+    x_np: np.ndarray,
+    sig: np.ndarray,
+    ids_arr: np.ndarray,
+    rule: RuleFn,
+    sampling_rule: SamplingRule | None = None,
+  ) -> Certificate:
+    """CERTIFY (:func:`run_certify`) with the certificate rule ``rule`` on the engine's
+    counts of this batch's classifier at prepared inputs.
+
+    Args:
+      x_np: ``[B, *input_shape]`` inputs (``prepare_inputs``' arrays, e.g. shifted by mu).
+      sig: the noise scale of each input, ``[B, 1, ...]`` or ``[B, *input_shape]``.
+      ids_arr: ``[B]`` dataset indices.
+      rule: ``rule(selection_counts, estimation_counts) -> Certificate``.
+      sampling_rule: how many samples it draws (default fixed ``n0`` and ``n``; a
+        ``Budget`` for budgeted CERTIFY).
+
+    Returns:
+      The certificate ``rule`` makes of the counts.
+    """
+    counts = engine_counts(
+      self.apply_fn,
+      self.params,
+      x_np,
+      sig,
+      ids_arr,
+      num_classes=self.num_classes,
+      settings=self.settings,
+    )
+    return run_certify(self.key, counts, rule, self.settings, sampling_rule=sampling_rule)
 
 
 class Certifier(Protocol):
-  """A method for :func:`certify`: a value whose ``certify`` certifies a batch."""
+  """A method for :func:`certify`: a value whose ``certify(batch)`` certifies a :class:`Batch`."""
 
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: Any,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> Certificate: ...
+  def certify(self, batch: Batch) -> Certificate: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,31 +142,19 @@ class Cohen:
     if self.budget is not None and self.multiclass:
       raise ValueError("budget= gives the binary radius only, not multiclass=True")
 
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: Any,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> Certificate:
-    """Selection and estimation passes on independent keys, Cohen's certificate."""
-    rule = None if self.budget is None else as_budget(self.budget)
-    counts, certificate = cohen_passes(
-      apply_fn,
-      params,
-      x,
-      sigma,
-      ids,
-      num_classes=num_classes,
-      settings=settings,
-      multiclass=self.multiclass,
-    )
-    return run_certify(key, counts, certificate, settings, sampling_rule=rule)
+  def certify(self, batch: Batch) -> Certificate:
+    """Selection and estimation passes on independent keys, Cohen's certificate.
+
+    Args:
+      batch: the inputs, classifier, noise and settings (:class:`Batch`).
+
+    Returns:
+      A ``Certificate`` (a ``BudgetedCertificate`` with ``budget``).
+    """
+    budget = None if self.budget is None else as_budget(self.budget)
+    x_np, sig, ids_arr = prepare_inputs(batch.x, batch.sigma, batch.ids)
+    rule = cohen_rule(batch.settings, x_np, sig, self.multiclass)
+    return batch.run_engine(x_np, sig, ids_arr, rule, sampling_rule=budget)
 
 
 def certify(
@@ -122,7 +181,7 @@ def certify(
   ``certifier`` value that says what differs (``rsjax.cohen.Cohen``,
   ``rsjax.idrs.IDRS``, ``rsjax.ucan.UCAN``, ``rsjax.ddrs.DDRS``,
   ``rsjax.srs.SRS``, ``rsjax.srs.StandardRS``); its ``certify`` is called with
-  the same arguments.
+  the arguments as one :class:`Batch`.
 
   Args:
     key: ``jax.random.key`` or int seed (not consumed: one key serves every
@@ -159,9 +218,7 @@ def certify(
     raise ValueError(
       "multiclass= and budget= are Cohen's: with certifier= give them to rsjax.cohen.Cohen"
     )
-  return certifier.certify(
-    key, apply_fn, params, x, sigma=sigma, num_classes=num_classes, settings=settings, ids=ids
-  )
+  return certifier.certify(Batch(key, apply_fn, params, x, sigma, num_classes, settings, ids))
 
 
 def certify_with(
@@ -199,6 +256,44 @@ def certify_with(
     settings=settings,
     ids=ids,
     **sampling,
+  )
+
+
+def certify_chunk(
+  ctx: Context,
+  certifier: Certifier,
+  x: Any,
+  ids: Any,
+  *,
+  sigma: Any,
+  classifier: tuple[Callable, Any] | None = None,
+) -> Certificate:
+  """:func:`certify` of a chunk of a run with ``certifier``: what a ``MethodCertifier``'s
+  ``certify(x, ids)`` calls, with the run's key, classifier, classes and settings.
+
+  Args:
+    ctx: the run's ``rsjax.methods.base.Context``.
+    certifier: the method's certifier (``Cohen``, ``IDRS``, ...).
+    x: ``[b, *input_shape]`` inputs of the chunk.
+    ids: ``[b]`` their dataset indices.
+    sigma: the noise the certifier takes (e.g. ``ctx.sigma``; None for ``IDRS``).
+    classifier: ``(apply_fn, params)`` to certify; default the context's
+      (``(ctx.model, None)`` for the DEQ certifiers).
+
+  Returns:
+    The certifier's ``Certificate`` of the chunk.
+  """
+  apply_fn, params = (ctx.apply_fn, ctx.params) if classifier is None else classifier
+  return certify(
+    ctx.key,
+    apply_fn,
+    params,
+    x,
+    sigma=sigma,
+    ids=ids,
+    num_classes=ctx.dataset.num_classes,
+    settings=ctx.settings,
+    certifier=certifier,
   )
 
 
@@ -295,16 +390,5 @@ class CohenCertifier(MethodCertifier):
     return cls(ctx, rule, BudgetedCertificate.columns, describe, details, inputs_per_call=16)
 
   def certify(self, x: Any, ids: Any) -> Certificate:
-    ctx = self.ctx
-    return certify(
-      ctx.key,
-      ctx.apply_fn,
-      ctx.params,
-      x,
-      sigma=ctx.sigma,
-      ids=ids,
-      num_classes=ctx.dataset.num_classes,
-      settings=ctx.settings,
-      multiclass=ctx.multiclass,
-      budget=self.rule,
-    )
+    certifier = Cohen(multiclass=self.ctx.multiclass, budget=self.rule)
+    return certify_chunk(self.ctx, certifier, x, ids, sigma=self.ctx.sigma)

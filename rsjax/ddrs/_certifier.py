@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rsjax.cohen._certify import certify
+from rsjax.cohen._certify import certify_chunk
 from rsjax.ddrs._certify import DDRS, DDRSCertificate
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import optimize_sigma
@@ -67,17 +67,7 @@ class DDRSCertifier(MethodCertifier):
       precision=ctx.settings.precision,
       **self.ascent,
     )
-    return certify(
-      ctx.key,
-      ctx.apply_fn,
-      ctx.params,
-      x,
-      sigma=sigma,
-      ids=ids,
-      certifier=DDRS(self.memory),
-      num_classes=ctx.dataset.num_classes,
-      settings=ctx.settings,
-    )
+    return certify_chunk(ctx, DDRS(self.memory), x, ids, sigma=sigma)
 
   def restore(self, x: Any, predict: Any, radius: Any) -> None:
     assert self.memory is not None  # restore is a sequential certifier's: the memory's

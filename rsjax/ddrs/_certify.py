@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import jax
 import numpy as np
 
-from rsjax.cohen._certify import Cohen, certify_with
+from rsjax.cohen._certify import Batch, Cohen, certify_with
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.engine.counts import prepare_inputs
-from rsjax.engine.driver import Certificate, Sampling
+from rsjax.engine.driver import Certificate
 
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
@@ -86,33 +84,16 @@ class DDRS:
 
   memory: MemoryCertifier | None = None
 
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: ArrayLike,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> DDRSCertificate:
+  def certify(self, batch: Batch) -> DDRSCertificate:
     """Certifies a batch at its per-input sigma, then passes it through the memory.
 
     Args:
-      key: ``jax.random.key`` or int seed (selection and estimation keys
-        ``fold_in(key, 0)`` / ``fold_in(key, 1)``, as Cohen's).
-      apply_fn: ``apply_fn(params, x) -> logits``.
-      params: pytree for ``apply_fn``.
-      x: ``[B, *input_shape]`` inputs.
-      sigma: ``[B]`` per-input sigma.
-      num_classes: number of classes C.
-      settings: an ``rsjax.Sampling``. Its noise is Gaussian (L2) or
-        ``"uniform"`` (the L1 variant: sigma is the half-width lambda, radius
-        ``2 lambda (p_A_lower - 1/2)``, Yang et al.). The memory needs Gaussian
-        noise (it works with L2 balls).
-      ids: ``[B]`` dataset indices.
+      batch: the inputs ``x [B, *input_shape]``, classifier and settings (an
+        ``rsjax.cohen.Batch``; selection and estimation keys ``fold_in(key, 0)`` /
+        ``fold_in(key, 1)``, as Cohen's). Its ``sigma`` is ``[B]`` per-input sigma; its
+        settings' noise is Gaussian (L2) or ``"uniform"`` (the L1 variant: sigma is the
+        half-width lambda, radius ``2 lambda (p_A_lower - 1/2)``, Yang et al.). The memory
+        needs Gaussian noise (it works with L2 balls).
 
     Returns:
       ``DDRSCertificate``; ``guarantee`` says what (little) it guarantees, and
@@ -121,17 +102,16 @@ class DDRS:
     Raises:
       ValueError: for bad arguments.
     """
-    x_np, _, _ = prepare_inputs(x, 1.0, ids)
-    sig = np.asarray(sigma, np.float32)
+    settings = batch.settings
+    x_np, _, _ = prepare_inputs(batch.x, 1.0, batch.ids)
+    sig = np.asarray(batch.sigma, np.float32)
     if sig.shape != (x_np.shape[0],):
       raise ValueError(f"sigma must have shape [B]={(x_np.shape[0],)}, got {sig.shape}")
     if self.memory is not None and not isinstance(self.memory, MemoryCertifier):
       raise ValueError(f"memory must be a MemoryCertifier or None, got {self.memory!r}")
     if self.memory is not None and settings.noise.norm != "l2":
       raise ValueError("the memory works with L2 balls: use Gaussian noise (noise=None) with it")
-    base = Cohen().certify(
-      key, apply_fn, params, x_np, sigma=sig, num_classes=num_classes, settings=settings, ids=ids
-    )
+    base = Cohen().certify(batch.replace(x=x_np, sigma=sig))
     pred, rad = base.prediction, base.radius
     if self.memory is None:
       guarantee = _NOT_A_CERTIFICATE + f" (alpha={settings.alpha}, {settings.noise.name} noise)"

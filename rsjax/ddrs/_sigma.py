@@ -126,8 +126,10 @@ def sigma_ascent(
   )
 
 
-@functools.partial(
-  jax.jit,
+#: :func:`_ascent` compiled: one program per classifier and static setting (steps, draws,
+#: family, parametrization, path, compute dtype); ``lr, lo, hi, sigma_min`` are traced.
+_optimize = jax.jit(
+  _ascent,
   static_argnames=(
     "apply_fn",
     "steps",
@@ -138,43 +140,6 @@ def sigma_ascent(
     "compute_dtype",
   ),
 )
-def _optimize(
-  key,
-  params,
-  x,
-  sigma0,
-  ids,
-  lr,
-  lo,
-  hi,
-  sigma_min,
-  *,
-  apply_fn,
-  steps,
-  num_samples,
-  family,
-  parametrization,
-  return_path,
-  compute_dtype,
-):
-  return _ascent(
-    key,
-    apply_fn,
-    params,
-    x,
-    sigma0,
-    ids,
-    lr,
-    lo,
-    hi,
-    sigma_min,
-    steps=steps,
-    num_samples=num_samples,
-    family=family,
-    parametrization=parametrization,
-    return_path=return_path,
-    compute_dtype=compute_dtype,
-  )
 
 
 def optimize_sigma(
@@ -270,6 +235,7 @@ def optimize_sigma(
   with precision_lib.context(precision):  # in force while the loop is traced
     out = _optimize(
       as_key(key),
+      apply_fn,
       params,
       x_np,
       sig0,
@@ -278,7 +244,6 @@ def optimize_sigma(
       f32(c.clip[0]),
       f32(c.clip[1]),
       f32(c.sigma_min),
-      apply_fn=apply_fn,
       steps=c.steps,
       num_samples=c.num_samples,
       family=c.family,

@@ -31,8 +31,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Unpack
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,7 @@ from flax import nnx
 from rsjax import ddrs
 from rsjax.training.config import BatchSigma, TrainConfig
 from rsjax.training.job import TrainJob
-from rsjax.training.trainer import train
+from rsjax.training.trainer import TrainOptions, train
 
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
@@ -150,12 +150,7 @@ def train_ddrs(
   *,
   ddrs_config: DDRSConfig,
   train_config: TrainConfig | None = None,
-  eval_data: Sequence[npt.ArrayLike] | None = None,
-  workdir: str | os.PathLike | None = None,
-  resume: bool = True,
-  model_config: Mapping | None = None,
-  keep_checkpoints: int = 2,
-  progress: bool = True,
+  **options: Unpack[TrainOptions],
 ) -> tuple[nnx.Module, list[dict], np.ndarray]:
   """Trains an NNX classifier with DDRS's per-example optimized sigma (Algorithm 2).
 
@@ -171,15 +166,12 @@ def train_ddrs(
       MACER; its ``sigma`` is replaced by ``sigma0``, the level of the
       per-epoch noisy evaluation: the training sigma comes from the memory);
       default ``TrainConfig(sigma=sigma0)``. No discard/reweigh.
-    eval_data: optional ``(x, y)``; clean and noisy (at sigma0) accuracy per epoch.
-    workdir: optional directory: ``config.json`` (``"method": "ddrs"``, the
-      DDRS settings under ``train.batch_sigma``), ``history.json``, checkpoints
-      (model, optimizer, sigma memory) and ``ddrs_sigma_train.npy`` (the final
-      memory).
-    resume: continue from the last checkpoint of ``workdir``.
-    model_config: JSON description of the model (see ``rsjax.training.train``).
-    keep_checkpoints: epoch checkpoints kept.
-    progress: progress bar and one line per epoch.
+    **options: the keywords of :func:`rsjax.training.train` (``eval_data``: clean and
+      noisy accuracy at sigma0 per epoch; ``workdir``: ``config.json`` with ``"method":
+      "ddrs"`` and the DDRS settings under ``train.batch_sigma``, ``history.json``,
+      checkpoints (model, optimizer, sigma memory) and ``ddrs_sigma_train.npy``, the
+      final memory; ``resume``, ``model_config``, ``keep_checkpoints``, ``progress``,
+      ``on_epoch_end``).
 
   Returns:
     ``(model, history, sigma_memory)``: history entries as ``rsjax.training.train``
@@ -190,21 +182,10 @@ def train_ddrs(
     raise ValueError(f"ddrs_config must be a DDRSConfig, got {type(ddrs_config).__name__}")
   tc = train_config or TrainConfig(sigma=ddrs_config.sigma0)
   tc = dataclasses.replace(tc, sigma=ddrs_config.sigma0, batch_sigma=ddrs_config)
-  mc = {**(model_config or {}), "method": "ddrs"}
-  model, history, memory = train(
-    key,
-    model,
-    train_data,
-    tc,
-    eval_data=eval_data,
-    workdir=workdir,
-    resume=resume,
-    model_config=mc,
-    keep_checkpoints=keep_checkpoints,
-    progress=progress,
-    return_state=True,
-  )
+  options["model_config"] = {**(options.get("model_config") or {}), "method": "ddrs"}
+  model, history, memory = train(key, model, train_data, tc, return_state=True, **options)
   memory = np.asarray(memory, np.float32)
+  workdir = options.get("workdir")
   if workdir is not None:
     np.save(os.path.join(os.fspath(workdir), SIGMA_FILE), memory)
   return model, history, memory

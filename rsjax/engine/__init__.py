@@ -9,7 +9,7 @@
 * :mod:`rsjax.engine.driver`: ``run_certify``, the sampling settings
   (``Sampling``), the sampling rule ``FixedN``.
 * :mod:`rsjax.engine.cohen_rule`: Cohen et al.'s certificate
-  (``certificate_from_counts``, ``CohenRule``, ``cohen_passes``).
+  (``certificate_from_counts``, ``CohenRule``, ``cohen_rule``, ``cohen_passes``).
 * :mod:`rsjax.engine.budget`: the budgeted sampling rule ``Budget`` (sound
   early stopping on a radius grid).
 * :mod:`rsjax.engine.anytime`: the budgeted sampling rule ``Anytime``

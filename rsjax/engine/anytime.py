@@ -71,15 +71,10 @@ from rsjax.engine.anytime_table import (
   level_table,
   run_decisions,
 )
-from rsjax.engine.budget import BudgetedCertificate
-from rsjax.engine.cohen_rule import CohenRule
-from rsjax.engine.counts import resolve_counts
+from rsjax.engine.budget import BudgetedCertificate, budgeted_selection, check_looks, radius_grid
 from rsjax.engine.driver import (
-  ABSTAIN,
   ESTIMATION,
-  SELECTION,
   CountsFn,
-  EngineCounts,
   RuleFn,
   Sampling,
 )
@@ -148,23 +143,8 @@ class Anytime:
   agree_weight: float = 0.5
 
   def __post_init__(self) -> None:
-    try:
-      g = np.asarray(self.grid, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-      raise ValueError(f"grid must be a sequence of radii, got {self.grid!r}") from None
-    if g.size == 0 or not np.all(np.isfinite(g)) or np.any(g < 0) or np.any(np.diff(g) <= 0):
-      raise ValueError(
-        f"grid must be non-empty, finite, >= 0 and strictly increasing, got {self.grid!r}"
-      )
-    if g[0] != 0.0:
-      g = np.concatenate([[0.0], g])
-    object.__setattr__(self, "grid", tuple(float(r) for r in g))
-    if isinstance(self.first, bool) or not isinstance(self.first, (int, np.integer)):
-      raise ValueError(f"first must be an integer >= 1, got {self.first!r}")
-    if self.first < 1:
-      raise ValueError(f"first must be an integer >= 1, got {self.first!r}")
-    if not float(self.ratio) > 1.0:
-      raise ValueError(f"ratio must be > 1, got {self.ratio!r}")
+    object.__setattr__(self, "grid", radius_grid(self.grid))
+    check_looks(self.first, self.ratio)
     if not float(self.round_ratio) > 1.0:
       raise ValueError(f"round_ratio must be > 1, got {self.round_ratio!r}")
     stats.check_alpha(self.stop_alpha)
@@ -192,41 +172,24 @@ class Anytime:
     Raises:
       ValueError: for another method than Cohen's binary one, or ``batch_size="auto"``.
     """
-    if not isinstance(counts, EngineCounts) or not isinstance(rule, CohenRule) or rule.multiclass:
-      raise ValueError(
-        "budgeted CERTIFY runs on the engine's counts with Cohen's binary radius "
-        "(rsjax.certify(..., budget=...)), not this method"
-      )
-    if settings.batch_size == "auto":
-      raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
-    c0 = resolve_counts(counts(jax.random.fold_in(key, SELECTION), settings.n0))
+    source, cohen, c0 = budgeted_selection(key, counts, rule, settings)
     guess = c0.argmax(axis=1)
     noise, n, alpha = settings.noise, settings.n, settings.alpha
-    sample_fn = round_sampler(jax.random.fold_in(key, ESTIMATION), counts, settings)
-    cache = _Rounds(sample_fn, guess, counts.num_classes, n_max=n,
+    sample_fn = round_sampler(jax.random.fold_in(key, ESTIMATION), source, settings)
+    cache = _Rounds(sample_fn, guess, source.num_classes, n_max=n,
                     step=min(int(settings.batch_size), n), ratio=self.round_ratio)  # fmt: skip
     _, used, p_lower = anytime_bounds(
-      cache, len(counts.x), n_max=n, alpha=alpha, budget=self, noise=noise,
-      scale=rule.scale, dim=rule.dim,
+      cache, len(source.x), n_max=n, alpha=alpha, budget=self, noise=noise,
+      scale=cohen.scale, dim=cohen.dim,
     )  # fmt: skip
+    test = (
+      f", anytime-valid: one-sided mixture test (KT, weight {self.agree_weight:g} on "
+      f"all-agree) per grid level at {self.mixture_share:g} alpha at every look, "
+      f"Clopper-Pearson at n={n} at the rest"
+    )
     counts1 = cache.counts(used)
-    ok = p_lower >= 0.5
-    return BudgetedCertificate(
-      prediction=np.where(ok, guess, ABSTAIN).astype(np.int64),
-      radius=rule.radius(p_lower),
-      p_lower=np.asarray(p_lower, np.float64),
-      counts=counts1,
-      counts_selection=c0,
-      norm=noise.norm,
-      guarantee=(
-        f"binary {noise.name} {noise.norm} (budgeted CERTIFY, anytime-valid: one-sided "
-        f"mixture test (KT, weight {self.agree_weight:g} on all-agree) per grid level at "
-        f"{self.mixture_share:g} alpha at every look, "
-        f"Clopper-Pearson at n={n} at the rest){noise.certifies}; holds with prob >= 1 - {alpha} per input for the "
-        "given sigma held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"
-      ),
-      num_samples=used,
-      grid=self.grid,
+    return BudgetedCertificate.of_bounds(
+      cohen, c0, counts1, used, p_lower, settings, self.grid, test
     )
 
 

@@ -136,25 +136,8 @@ class Budget:
   stop_alpha: float = 0.001
 
   def __post_init__(self) -> None:
-    try:
-      g = np.asarray(self.grid, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-      raise ValueError(f"grid must be a sequence of radii, got {self.grid!r}") from None
-    if g.size == 0 or not np.all(np.isfinite(g)) or np.any(g < 0) or np.any(np.diff(g) <= 0):
-      raise ValueError(
-        f"grid must be non-empty, finite, >= 0 and strictly increasing, got {self.grid!r}"
-      )
-    if g[0] != 0.0:
-      g = np.concatenate([[0.0], g])
-    object.__setattr__(self, "grid", tuple(float(r) for r in g))
-    if (
-      isinstance(self.first, bool)
-      or not isinstance(self.first, (int, np.integer))
-      or self.first < 1
-    ):
-      raise ValueError(f"first must be an integer >= 1, got {self.first!r}")
-    if not float(self.ratio) > 1.0:
-      raise ValueError(f"ratio must be > 1, got {self.ratio!r}")
+    object.__setattr__(self, "grid", radius_grid(self.grid))
+    check_looks(self.first, self.ratio)
     if not 0.0 < float(self.final_share) <= 1.0:
       raise ValueError(f"final_share must lie in (0, 1], got {self.final_share!r}")
     stats.check_alpha(self.stop_alpha)
@@ -189,52 +172,89 @@ class Budget:
   ) -> BudgetedCertificate:
     """Budgeted CERTIFY, the sampling rule (``rsjax.engine.driver.SamplingRule``).
 
-    The ``n0`` selection samples of ``counts`` (``fold_in(key, 0)``), then the
-    estimation in rounds (``fold_in(key, 1)``, :func:`sequential_bounds`) until
-    each input's grid radius is decided or it has ``settings.n`` samples; the
-    radius of the bound at its stopping look is the method's (``rule.radius``).
-    ``counts`` must be the engine's (``rsjax.engine.driver.EngineCounts``: the rounds
-    draw from its classifier and inputs) and ``rule`` Cohen's binary
-    ``rsjax.engine.cohen_rule.CohenRule``; ``settings.batch_size`` an integer (the
-    samples of one input per step).
+    The ``n0`` selection samples (:func:`budgeted_selection`: the engine's counts and
+    Cohen's binary rule only), then the estimation in rounds (``fold_in(key, 1)``,
+    :func:`sequential_bounds`) until each input's grid radius is decided or it has
+    ``settings.n`` samples; the radius of the bound at its stopping look is
+    ``rule.radius``'s.
 
     Raises:
       ValueError: for another method or ``batch_size="auto"``.
     """
-    if not isinstance(counts, EngineCounts) or not isinstance(rule, CohenRule) or rule.multiclass:
-      raise ValueError(
-        "budgeted CERTIFY runs on the engine's counts with Cohen's binary radius "
-        "(rsjax.certify(..., budget=...)), not this method"
-      )
-    if settings.batch_size == "auto":
-      raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
-    c0 = resolve_counts(counts(jax.random.fold_in(key, SELECTION), settings.n0))
+    source, cohen, c0 = budgeted_selection(key, counts, rule, settings)
     counts1, used, p_lower = _estimation(
       jax.random.fold_in(key, ESTIMATION),
-      counts,
-      rule,
+      source,
+      cohen,
       c0.argmax(axis=1),
       budget=self,
       settings=settings,
     )
-    noise, n, alpha = settings.noise, settings.n, settings.alpha
-    ok = p_lower >= 0.5
-    return BudgetedCertificate(
-      prediction=np.where(ok, c0.argmax(axis=1), ABSTAIN).astype(np.int64),
-      radius=rule.radius(p_lower),
-      p_lower=np.asarray(p_lower, np.float64),
-      counts=counts1,
-      counts_selection=c0,
-      norm=noise.norm,
-      guarantee=(
-        f"binary {noise.name} {noise.norm} (budgeted CERTIFY: one-sided Clopper-Pearson at "
-        f"{len(self.looks(n))} fixed looks up to n={n} samples with alpha split over them, "
-        f"union bound){noise.certifies}; holds with prob >= 1 - {alpha} per input for the "
-        "given sigma held fixed (not a guarantee if sigma was chosen from x: see rsjax.idrs)"
-      ),
-      num_samples=used,
-      grid=self.grid,
+    n = settings.n
+    test = (
+      f": one-sided Clopper-Pearson at {len(self.looks(n))} fixed looks up to n={n} samples "
+      "with alpha split over them, union bound"
     )
+    return BudgetedCertificate.of_bounds(
+      cohen, c0, counts1, used, p_lower, settings, self.grid, test
+    )
+
+
+def radius_grid(grid: Sequence[float]) -> tuple[float, ...]:
+  """The radius grid of a budgeted sampling rule, checked, with 0 first (added when missing).
+
+  Args:
+    grid: radii, ascending, >= 0.
+
+  Raises:
+    ValueError: not a non-empty, finite, >= 0 and strictly increasing sequence.
+  """
+  try:
+    g = np.asarray(grid, dtype=np.float64).reshape(-1)
+  except (TypeError, ValueError):
+    raise ValueError(f"grid must be a sequence of radii, got {grid!r}") from None
+  if g.size == 0 or not np.all(np.isfinite(g)) or np.any(g < 0) or np.any(np.diff(g) <= 0):
+    raise ValueError(f"grid must be non-empty, finite, >= 0 and strictly increasing, got {grid!r}")
+  if g[0] != 0.0:
+    g = np.concatenate([[0.0], g])
+  return tuple(float(r) for r in g)
+
+
+def check_looks(first: int, ratio: float) -> None:
+  """Raises ``ValueError`` unless ``first`` (samples at the first look) is an integer >= 1
+  and ``ratio`` (the looks' growth) > 1."""
+  if isinstance(first, bool) or not isinstance(first, (int, np.integer)) or first < 1:
+    raise ValueError(f"first must be an integer >= 1, got {first!r}")
+  if not float(ratio) > 1.0:
+    raise ValueError(f"ratio must be > 1, got {ratio!r}")
+
+
+def budgeted_selection(
+  key: jax.Array, counts: CountsFn, rule: RuleFn, settings: Sampling
+) -> tuple[EngineCounts, CohenRule, np.ndarray]:
+  """The selection pass of budgeted CERTIFY (``n0`` samples, ``fold_in(key, SELECTION)``).
+
+  Args:
+    key: the call's key.
+    counts: the method's counts source: the engine's (``EngineCounts``).
+    rule: the method's certificate rule: Cohen's binary ``CohenRule``.
+    settings: the sampling settings; an integer ``batch_size``.
+
+  Returns:
+    ``(counts, rule, c0)``: the source and rule as the budget reads them, and the
+    ``[B, C]`` selection counts.
+
+  Raises:
+    ValueError: for another method or ``batch_size="auto"``.
+  """
+  if not isinstance(counts, EngineCounts) or not isinstance(rule, CohenRule) or rule.multiclass:
+    raise ValueError(
+      "budgeted CERTIFY runs on the engine's counts with Cohen's binary radius "
+      "(rsjax.certify(..., budget=...)), not this method"
+    )
+  if settings.batch_size == "auto":
+    raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
+  return counts, rule, resolve_counts(counts(jax.random.fold_in(key, SELECTION), settings.n0))
 
 
 def as_budget(budget: Budget | Sequence[float]) -> Budget:
@@ -349,6 +369,49 @@ class BudgetedCertificate(Certificate):
   def row_fields(self, j: int) -> dict:
     assert self.num_samples is not None  # set by every budgeted run
     return {"samples": int(self.num_samples[j])}
+
+  @classmethod
+  def of_bounds(
+    cls,
+    rule: CohenRule,
+    c0: np.ndarray,
+    counts: np.ndarray,
+    used: np.ndarray,
+    p_lower: np.ndarray,
+    settings: Sampling,
+    grid: tuple[float, ...],
+    test: str,
+  ) -> BudgetedCertificate:
+    """The certificate of a budgeted run: the selection's top class where the bound is
+    >= 1/2 (else abstain), with ``rule``'s radius of the bound.
+
+    Args:
+      rule: Cohen's binary rule of the run.
+      c0: ``[B, C]`` selection counts.
+      counts: ``[B, C]`` estimation counts.
+      used: ``[B]`` estimation samples used.
+      p_lower: ``[B]`` lower bound of ``p_A``.
+      settings: the sampling settings.
+      grid: the radius grid it stopped on.
+      test: the looks' test, in words (the guarantee's "budgeted CERTIFY{test}").
+    """
+    noise, alpha = settings.noise, settings.alpha
+    ok = p_lower >= 0.5
+    return cls(
+      prediction=np.where(ok, c0.argmax(axis=1), ABSTAIN).astype(np.int64),
+      radius=rule.radius(p_lower),
+      p_lower=np.asarray(p_lower, np.float64),
+      counts=counts,
+      counts_selection=c0,
+      norm=noise.norm,
+      guarantee=(
+        f"binary {noise.name} {noise.norm} (budgeted CERTIFY{test}){noise.certifies}; holds "
+        f"with prob >= 1 - {alpha} per input for the given sigma held fixed (not a guarantee "
+        "if sigma was chosen from x: see rsjax.idrs)"
+      ),
+      num_samples=used,
+      grid=grid,
+    )
 
 
 def _estimation(

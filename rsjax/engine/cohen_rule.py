@@ -21,7 +21,7 @@ from rsjax.engine.counts import ApplyFn, prepare_inputs
 from rsjax.engine.driver import ABSTAIN, Certificate, EngineCounts, Sampling, engine_counts
 from rsjax.util import PyTree, check_alpha, scale_per_input
 
-__all__ = ["CohenRule", "certificate_from_counts", "cohen_passes"]
+__all__ = ["CohenRule", "certificate_from_counts", "cohen_passes", "cohen_rule"]
 
 
 def certificate_from_counts(
@@ -161,6 +161,25 @@ def cohen_passes(
     ``(counts, rule)`` for :func:`run_certify`.
   """
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
+  rule = cohen_rule(settings, x_np, sig, multiclass)
+  counts = engine_counts(
+    apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
+  )
+  return counts, rule
+
+
+def cohen_rule(
+  settings: Sampling, x_np: np.ndarray, sig: np.ndarray, multiclass: bool = False
+) -> CohenRule:
+  """Cohen's certificate rule of prepared inputs (:func:`prepare_inputs`' arrays).
+
+  Args:
+    settings: the sampling settings.
+    x_np: ``[B, *input_shape]`` inputs (their dimension enters the radius).
+    sig: the noise scale of each input, ``[B, 1, ...]`` or ``[B, *input_shape]``
+      (anisotropic: the radius is min(sigma) R, and the guarantee says so).
+    multiclass: Cohen's multiclass radius with simultaneous bounds.
+  """
   scale, aniso = scale_per_input(sig)
   note = (
     (
@@ -170,8 +189,4 @@ def cohen_passes(
     if aniso
     else ""
   )
-  rule = CohenRule(settings, scale, int(np.prod(x_np.shape[1:])), multiclass, note)
-  counts = engine_counts(
-    apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
-  )
-  return counts, rule
+  return CohenRule(settings, scale, int(np.prod(x_np.shape[1:])), multiclass, note)

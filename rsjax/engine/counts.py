@@ -56,7 +56,6 @@ __all__ = [
   "ApplyFn",
   "PendingCounts",
   "sample_counts",
-  "counts_prepared",
   "dispatch_counts",
   "noisy_counts",
   "as_key",
@@ -294,7 +293,7 @@ def sample_counts(
   """
   refuse_traced("rsjax.sample_counts", key, params, x, sigma, ids)
   x, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  return counts_prepared(
+  return dispatch_counts(
     as_key(key),
     apply_fn,
     params,
@@ -306,44 +305,6 @@ def sample_counts(
     batch_size=batch_size,
     noise=noise,
     precision=precision_lib.resolve(precision, compute_dtype),
-    devices=devices,
-  )
-
-
-def counts_prepared(
-  key: jax.Array,
-  apply_fn: ApplyFn,
-  params: PyTree,
-  x: np.ndarray,
-  sig: np.ndarray,
-  ids_arr: np.ndarray,
-  *,
-  num: int,
-  num_classes: int,
-  batch_size: int | str,
-  noise: noise_lib.Noise | str | None = None,
-  precision: str | None = None,
-  devices: int | None = None,
-) -> np.ndarray:
-  """:func:`sample_counts` for inputs already validated by :func:`prepare_inputs`.
-
-  ``key`` is a typed key (:func:`as_key`); ``x``, ``sig``, ``ids_arr`` are the
-  NumPy arrays :func:`prepare_inputs` returns. Callers that draw several count
-  passes over the same inputs (``certify``: n0 then n) validate once.
-  ``precision`` is a name of ``rsjax.engine.precision`` (None: the default).
-  """
-  return dispatch_counts(
-    key,
-    apply_fn,
-    params,
-    x,
-    sig,
-    ids_arr,
-    num=num,
-    num_classes=num_classes,
-    batch_size=batch_size,
-    noise=noise,
-    precision=precision,
     devices=devices,
   ).result()
 
@@ -364,7 +325,13 @@ def dispatch_counts(
   devices: int | None = None,
   placement: Placement | None = None,
 ) -> PendingCounts:
-  """Launches the counts of :func:`counts_prepared` without waiting for them.
+  """Launches the counts of :func:`sample_counts` for inputs already validated by
+  :func:`prepare_inputs`, without waiting for them.
+
+  ``key`` is a typed key (:func:`as_key`); ``x``, ``sig``, ``ids_arr`` are the NumPy
+  arrays :func:`prepare_inputs` returns (callers that draw several passes over the same
+  inputs validate once); ``precision`` a name of ``rsjax.engine.precision`` (None: the
+  default).
 
   One compiled program does every step of the pass (a device-side ``lax.scan``
   over all inputs and sample chunks), so a pass is one launch whatever ``num``
@@ -375,7 +342,7 @@ def dispatch_counts(
   ``sig`` and ``ids_arr`` places them once (None: placed anew).
 
   Returns:
-    A :class:`PendingCounts`; its ``result()`` is what :func:`counts_prepared` returns.
+    A :class:`PendingCounts`; its ``result()`` is the ``[B, C]`` int32 NumPy counts.
   """
   precision = precision_lib.resolve(precision)
   compute_dtype = precision_lib.compute_dtype(precision)

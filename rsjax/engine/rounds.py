@@ -70,24 +70,9 @@ def _items_jit(
     key: jax.Array, params: PyTree, x: jax.Array, sig: jax.Array, ids: jax.Array, items: jax.Array
   ) -> jax.Array:
     def body(counts: jax.Array, item: jax.Array) -> tuple[jax.Array, None]:
-      i, a, b = item[0], item[1], item[2]
-      j = a + jnp.arange(samples_per_step, dtype=jnp.uint32)
-
-      def take(arr: jax.Array) -> jax.Array:
-        return jax.lax.dynamic_index_in_dim(arr, i, keepdims=True)
-
+      i, x_i, sig_i, ids_i, j, valid = _item_samples(item, samples_per_step, x, sig, ids)
       c = noisy_counts(
-        apply_fn,
-        params,
-        noise,
-        num_classes,
-        key,
-        take(x),
-        take(sig),
-        take(ids),
-        j,
-        j < b,
-        compute_dtype,
+        apply_fn, params, noise, num_classes, key, x_i, sig_i, ids_i, j, valid, compute_dtype
       )
       return counts.at[i].add(c[0]), None
 
@@ -95,6 +80,37 @@ def _items_jit(
     counts, _ = jax.lax.scan(body, counts0, items[0])
     return counts[None]
 
+  return _items_on_devices(per_device, mesh, key, params, x, sig, ids, items)
+
+
+def _item_samples(
+  item: jax.Array, samples_per_step: int, x: jax.Array, sig: jax.Array, ids: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+  """What a work item ``(i, a, b)`` samples: ``(i, x [1, ...], sig [1, ...], ids [1], j [s],
+  valid [s])``, input ``i`` as a batch of one, its sample indices ``j = a .. a + s - 1``
+  (``s = samples_per_step``) and ``j < b``, the ones the item holds."""
+  i, a, b = item[0], item[1], item[2]
+  j = a + jnp.arange(samples_per_step, dtype=jnp.uint32)
+
+  def take(arr: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_index_in_dim(arr, i, keepdims=True)
+
+  return i, take(x), take(sig), take(ids), j, j < b
+
+
+def _items_on_devices(
+  per_device: Callable[..., jax.Array],
+  mesh: jax.sharding.Mesh,
+  key: jax.Array,
+  params: PyTree,
+  x: jax.Array,
+  sig: jax.Array,
+  ids: jax.Array,
+  items: jax.Array,
+) -> jax.Array:
+  """``per_device(key, params, x, sig, ids, items [1, T, 3])`` on each device of ``mesh``, its
+  row of the work items ``[devices, T, 3]`` (the rest replicated); the results stacked on a
+  leading device axis."""
   fn = jax.shard_map(
     per_device,
     mesh=mesh,
@@ -221,29 +237,16 @@ def _items_preds_jit(
     key: jax.Array, params: PyTree, x: jax.Array, sig: jax.Array, ids: jax.Array, items: jax.Array
   ) -> jax.Array:
     def body(carry: None, item: jax.Array) -> tuple[None, jax.Array]:
-      i, a, b = item[0], item[1], item[2]
-      j = a + jnp.arange(samples_per_step, dtype=jnp.uint32)
-
-      def take(arr: jax.Array) -> jax.Array:
-        return jax.lax.dynamic_index_in_dim(arr, i, keepdims=True)
-
+      _, x_i, sig_i, ids_i, j, valid = _item_samples(item, samples_per_step, x, sig, ids)
       p = noisy_predictions(
-        apply_fn, params, noise, num_classes, key, take(x), take(sig), take(ids), j, j < b,
-        compute_dtype,
-      )  # fmt: skip
+        apply_fn, params, noise, num_classes, key, x_i, sig_i, ids_i, j, valid, compute_dtype
+      )
       return None, p[0].astype(out_dtype)
 
     _, preds = jax.lax.scan(body, None, items[0])
     return preds[None]
 
-  fn = jax.shard_map(
-    per_device,
-    mesh=mesh,
-    in_specs=(P(), P(), P(), P(), P(), P("dev")),
-    out_specs=P("dev"),
-    check_vma=False,
-  )
-  return fn(key, params, x, sig, ids, items)
+  return _items_on_devices(per_device, mesh, key, params, x, sig, ids, items)
 
 
 def class_dtype(num_classes: int) -> np.dtype:

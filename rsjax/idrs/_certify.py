@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from rsjax.cohen._certify import certify as cohen_certify
-from rsjax.cohen._certify import certify_with
+from rsjax.cohen._certify import Batch, certify_chunk, certify_with
 from rsjax.engine import precision as precision_lib
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
@@ -21,8 +19,6 @@ from rsjax.engine.driver import (
   ABSTAIN,
   Certificate,
   Sampling,
-  engine_counts,
-  run_certify,
 )
 from rsjax.idrs import _radius
 from rsjax.idrs._design import KnnSigma, make_design
@@ -32,8 +28,7 @@ from rsjax.noise import Gaussian
 from rsjax.noise.sigma import SigmaSource, SigmaValues
 
 if TYPE_CHECKING:
-  import jax
-  from jax.typing import ArrayLike
+  pass
 
 __all__ = ["IDRSCertificate", "IDRSCertifier", "certify", "IDRS"]
 
@@ -84,29 +79,13 @@ class IDRS:
   thresholds: Any = None
   rtol: float = 1e-4
 
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: None,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> IDRSCertificate:
+  def certify(self, batch: Batch) -> IDRSCertificate:
     """Certifies a batch with input-dependent noise sigma(x) (IDRS Thm 3.2).
 
     Args:
-      key: ``jax.random.key`` or int seed (not consumed).
-      apply_fn: ``apply_fn(params, x) -> logits``.
-      params: pytree for ``apply_fn``.
-      x: ``[B, *input_shape]`` inputs.
-      sigma: None (the design gives sigma(x)).
-      num_classes: number of classes C.
-      settings: an ``rsjax.Sampling`` (Gaussian noise only).
-      ids: ``[B]`` dataset indices (reproducible noise per input).
+      batch: the inputs ``x [B, *input_shape]``, classifier and settings (an
+        ``rsjax.cohen.Batch``); its ``sigma`` is None (the design gives sigma(x)), its
+        ``settings`` an ``rsjax.Sampling`` with Gaussian noise.
 
     Returns:
       ``IDRSCertificate``: prediction (-1 abstain), radius, p_lower, counts,
@@ -116,7 +95,8 @@ class IDRS:
       ValueError: for bad arguments.
       IDRSNumericalError: if a radius cannot be computed reliably.
     """
-    if sigma is not None:
+    settings = batch.settings
+    if batch.sigma is not None:
       raise ValueError("IDRS takes sigma(x) from its design: pass sigma=None")
     if not isinstance(settings.noise, Gaussian):
       raise ValueError(f"IDRS certifies Gaussian noise only, got noise={settings.noise.name!r}")
@@ -124,7 +104,7 @@ class IDRS:
       raise ValueError(
         f"design must be a sigma(x) design (KnnSigma, ConstantSigma), got {self.design!r}"
       )
-    x_np, _, ids_arr = prepare_inputs(x, 1.0, ids)
+    x_np, _, ids_arr = prepare_inputs(batch.x, 1.0, batch.ids)
     values, sigma_x = self._sigma(x_np, settings)
     sig = sigma_x.reshape((-1,) + (1,) * (x_np.ndim - 1))
     dim = int(np.prod(x_np.shape[1:]))
@@ -137,10 +117,7 @@ class IDRS:
       base = certificate_from_counts(c0, c1, n=settings.n, alpha=alpha, scale=sigma64, dim=dim)
       return self._certificate(base, sigma64, rate, slack, dim, alpha)
 
-    counts = engine_counts(
-      apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
-    )
-    return run_certify(key, counts, rule, settings)
+    return batch.run_engine(x_np, sig, ids_arr, rule)
 
   def _sigma(self, x_np: np.ndarray, settings: Sampling) -> tuple[SigmaValues, np.ndarray]:
     """The design's sigma(x) of a batch, checked.
@@ -281,18 +258,7 @@ class IDRSCertifier(MethodCertifier):
     return cls(ctx, design, IDRSCertificate.columns, describe, design_details(design))
 
   def certify(self, x: Any, ids: Any) -> Certificate:
-    ctx = self.ctx
-    return cohen_certify(
-      ctx.key,
-      ctx.apply_fn,
-      ctx.params,
-      x,
-      sigma=None,
-      certifier=IDRS(self.design),
-      ids=ids,
-      num_classes=ctx.dataset.num_classes,
-      settings=ctx.settings,
-    )
+    return certify_chunk(self.ctx, IDRS(self.design), x, ids, sigma=None)
 
 
 def design_details(design: object) -> dict:

@@ -23,6 +23,7 @@ bias and use He-normal (fan-out) initialization.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 from flax import nnx
@@ -249,47 +250,25 @@ class CifarResNet(BasicResNet):
 
 
 class ResNet20(CifarResNet):
-  """CIFAR ResNet-20 (3 basic blocks per stage, about 0.27M parameters)."""
+  """CIFAR ResNet-20 (3 basic blocks per stage, about 0.27M parameters).
 
-  def __init__(
-    self,
-    *,
-    input_shape: Sequence[int] = (32, 32, 3),
-    num_classes: int = 10,
-    normalize="cifar10",
-    dtype=None,
-    rngs: nnx.Rngs,
-  ):
-    super().__init__(
-      depth=20,
-      input_shape=input_shape,
-      num_classes=num_classes,
-      normalize=normalize,
-      dtype=dtype,
-      rngs=rngs,
-    )
+  Args:
+    **options: the keywords of :class:`CifarResNet` but ``depth`` (``20``).
+  """
+
+  def __init__(self, **options: Any):
+    super().__init__(depth=20, **options)
 
 
 class ResNet110(CifarResNet):
-  """CIFAR ResNet-110 of Cohen et al. (18 basic blocks per stage, about 1.7M parameters)."""
+  """CIFAR ResNet-110 of Cohen et al. (18 basic blocks per stage, about 1.7M parameters).
 
-  def __init__(
-    self,
-    *,
-    input_shape: Sequence[int] = (32, 32, 3),
-    num_classes: int = 10,
-    normalize="cifar10",
-    dtype=None,
-    rngs: nnx.Rngs,
-  ):
-    super().__init__(
-      depth=110,
-      input_shape=input_shape,
-      num_classes=num_classes,
-      normalize=normalize,
-      dtype=dtype,
-      rngs=rngs,
-    )
+  Args:
+    **options: the keywords of :class:`CifarResNet` but ``depth`` (``110``).
+  """
+
+  def __init__(self, **options: Any):
+    super().__init__(depth=110, **options)
 
 
 class ResNet18(BasicResNet):
@@ -371,30 +350,11 @@ class ResNet50(ImageNetResNet):
   """ImageNet ResNet-50 v1.5 (torchvision layout, about 25.6M parameters at 1000 classes).
 
   Args:
-    input_shape: ``(H, W, C)``, normally ``(224, 224, 3)``; any size >= 32 works.
-    num_classes: number of output logits (1000 for ImageNet).
-    normalize: ``None``, a dataset name or ``(mean, std)``; default ImageNet.
-    dtype: optional computation dtype (parameters stay float32).
-    rngs: ``nnx.Rngs`` for initialization.
+    **options: the keywords of :class:`ImageNetResNet` but ``block`` and ``stage_sizes``
+      (``input_shape``, ``num_classes``, ``normalize``, ``dtype``, ``rngs``).
   """
 
   stage_sizes = (3, 4, 6, 3)
 
-  def __init__(
-    self,
-    *,
-    input_shape: Sequence[int] = (224, 224, 3),
-    num_classes: int = 1000,
-    normalize="imagenet2012",
-    dtype=None,
-    rngs: nnx.Rngs,
-  ):
-    super().__init__(
-      input_shape=input_shape,
-      num_classes=num_classes,
-      block="bottleneck",
-      stage_sizes=self.stage_sizes,
-      normalize=normalize,
-      dtype=dtype,
-      rngs=rngs,
-    )
+  def __init__(self, **options: Any):
+    super().__init__(block="bottleneck", stage_sizes=self.stage_sizes, **options)

@@ -19,8 +19,7 @@ import numpy as np
 from flax import nnx
 
 from rsjax import stats
-from rsjax.cohen._certify import Cohen, certify_with
-from rsjax.cohen._certify import certify as cohen_certify
+from rsjax.cohen._certify import Batch, Cohen, certify_chunk, certify_with
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import Certificate, Sampling, run_certify
 from rsjax.methods.base import Context, MethodCertifier
@@ -30,7 +29,6 @@ from rsjax.srs._srs import SRSConfig, srs_sample
 from rsjax.util import check_int, scale_per_input
 
 if TYPE_CHECKING:
-  import jax
   from jax.typing import ArrayLike
 
 __all__ = [
@@ -87,44 +85,29 @@ class SRS:
   solver: SolverConfig | str | None = None
   srs: SRSConfig | None = None
 
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: ArrayLike,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> SRSCertificate:
+  def certify(self, batch: Batch) -> SRSCertificate:
     """Certifies a batch with serialized RS.
 
     Args:
-      key: ``jax.random.key`` or int seed (not consumed).
-      apply_fn: a DEQ NNX module (``DEQClassifier``; pass ``params=None``) or a
-        pure ``deq_fn(params, x, z0, solver) -> (logits, SolverResult)``.
-      params: variables of ``deq_fn`` (None for a module).
-      x: ``[B, *input_shape]`` inputs in [0, 1].
-      sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
-      num_classes: number of classes C.
-      settings: an ``rsjax.Sampling`` (an integer ``batch_size``: the number of parallel chains).
-      ids: ``[B]`` dataset indices (reproducible noise per input).
+      batch: the inputs ``x [B, *input_shape]`` in [0, 1], noise and settings (an
+        ``rsjax.cohen.Batch``; an integer ``batch_size``: the number of parallel chains).
+        Its ``apply_fn`` is a DEQ NNX module (``DEQClassifier``; ``params`` None) or a pure
+        ``deq_fn(params, x, z0, solver) -> (logits, SolverResult)`` with its ``params``.
 
     Returns:
       An ``SRSCertificate`` whose ``guarantee`` names the method and the certified
       classifier; ``sound`` is False for the authors' code's bound or consecutive
       check positions.
     """
-    deq_fn, params = _prepare(apply_fn, params, settings)
+    settings, num_classes = batch.settings, batch.num_classes
+    deq_fn, params = _prepare(batch.apply_fn, batch.params, settings)
     srs = SRSConfig() if self.srs is None else self.srs
     if self.solver is not None:
       srs = srs.replace(check_solver=as_solver_config(self.solver))
     n, alpha = settings.n, settings.alpha
     check_int("m", srs.m)
     stats.check_sample_size(srs.m, alpha / 2)
-    x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
+    x_np, sig, ids_arr = prepare_inputs(batch.x, batch.sigma, batch.ids)
 
     def counts(key, num, selection=None, aux_key=None):
       cfg = srs if selection is not None else srs.replace(m=0)
@@ -180,7 +163,7 @@ class SRS:
         )
       return dataclasses.replace(cert, sound=srs.sound)
 
-    return run_certify(key, counts, rule, settings, tests=2)
+    return run_certify(batch.key, counts, rule, settings, tests=2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,46 +177,21 @@ class StandardRS:
 
   solver: SolverConfig | str | None = None
 
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: ArrayLike,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> Certificate:
+  def certify(self, batch: Batch) -> Certificate:
     """Certifies a batch with standard RS (every sample solved from scratch).
 
     Args:
-      key: ``jax.random.key`` or int seed (not consumed).
-      apply_fn: a DEQ NNX module (``DEQClassifier``; pass ``params=None``) or a
-        pure ``deq_fn(params, x, z0, solver) -> (logits, SolverResult)``.
-      params: variables of ``deq_fn`` (None for a module).
-      x: ``[B, *input_shape]`` inputs in [0, 1].
-      sigma: float, ``[B]`` or ``[B, *input_shape]`` noise scale.
-      num_classes: number of classes C.
-      settings: an ``rsjax.Sampling`` (an integer ``batch_size``).
-      ids: ``[B]`` dataset indices (reproducible noise per input).
+      batch: the inputs ``x [B, *input_shape]`` in [0, 1], noise and settings (an
+        ``rsjax.cohen.Batch``; an integer ``batch_size``). Its ``apply_fn`` is a DEQ NNX
+        module (``DEQClassifier``; ``params`` None) or a pure
+        ``deq_fn(params, x, z0, solver) -> (logits, SolverResult)`` with its ``params``.
 
     Returns:
       A ``Certificate`` whose ``guarantee`` names the certified classifier.
     """
-    deq_fn, params = _prepare(apply_fn, params, settings)
+    deq_fn, params = _prepare(batch.apply_fn, batch.params, batch.settings)
     cfg = SolverConfig("anderson", 30) if self.solver is None else as_solver_config(self.solver)
-    cert = Cohen().certify(
-      key,
-      DEQApply(deq_fn, cfg),
-      params,
-      x,
-      sigma=sigma,
-      num_classes=num_classes,
-      settings=settings,
-      ids=ids,
-    )
+    cert = Cohen().certify(batch.replace(apply_fn=DEQApply(deq_fn, cfg), params=params))
     return dataclasses.replace(
       cert,
       guarantee=cert.guarantee + f"; base classifier: the DEQ solved from z = 0 with "
@@ -309,17 +267,7 @@ class DEQStandardCertifier(MethodCertifier):
 
   def certify(self, x: Any, ids: Any) -> Certificate:
     ctx = self.ctx
-    return cohen_certify(
-      ctx.key,
-      ctx.model,
-      None,
-      x,
-      sigma=ctx.sigma,
-      ids=ids,
-      certifier=self.certifier,
-      num_classes=ctx.dataset.num_classes,
-      settings=ctx.settings,
-    )
+    return certify_chunk(ctx, self.certifier, x, ids, sigma=ctx.sigma, classifier=(ctx.model, None))
 
 
 class SRSCertifier(DEQStandardCertifier):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Unpack, overload
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +71,18 @@ HISTORY_FILE = "history.json"
 _M = TypeVar("_M", bound=nnx.Module)
 
 
+class TrainOptions(TypedDict, total=False):
+  """The keywords of :func:`train` but ``return_state`` (its Args say what each does)."""
+
+  eval_data: Sequence[npt.ArrayLike] | None
+  workdir: str | os.PathLike | None
+  resume: bool
+  model_config: Mapping | None
+  keep_checkpoints: int
+  progress: bool
+  on_epoch_end: Callable[[dict], None] | None
+
+
 @overload
 def train(
   key: KeyLike,
@@ -78,14 +90,8 @@ def train(
   train_data: Sequence[npt.ArrayLike],
   config: TrainConfig,
   *,
-  eval_data: Sequence[npt.ArrayLike] | None = None,
-  workdir: str | os.PathLike | None = None,
-  resume: bool = True,
-  model_config: Mapping | None = None,
-  keep_checkpoints: int = 2,
-  progress: bool = True,
-  on_epoch_end: Callable[[dict], None] | None = None,
   return_state: Literal[False] = False,
+  **options: Unpack[TrainOptions],
 ) -> tuple[_M, list[dict]]: ...
 
 
@@ -96,14 +102,8 @@ def train(
   train_data: Sequence[npt.ArrayLike],
   config: TrainConfig,
   *,
-  eval_data: Sequence[npt.ArrayLike] | None = None,
-  workdir: str | os.PathLike | None = None,
-  resume: bool = True,
-  model_config: Mapping | None = None,
-  keep_checkpoints: int = 2,
-  progress: bool = True,
-  on_epoch_end: Callable[[dict], None] | None = None,
   return_state: Literal[True],
+  **options: Unpack[TrainOptions],
 ) -> tuple[_M, list[dict], Any]: ...
 
 

@@ -7,22 +7,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from rsjax import models
-from rsjax.cohen._certify import certify as cohen_certify
-from rsjax.cohen._certify import certify_with
+from rsjax.cohen._certify import Batch, certify_chunk, certify_with
 from rsjax.engine import precision as precision_lib
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
   Certificate,
-  Sampling,
-  engine_counts,
-  run_certify,
 )
 from rsjax.methods.base import Context, MethodCertifier
 from rsjax.noise.sigma import SigmaSource
@@ -112,34 +107,17 @@ class UCAN:
   multiclass: bool = False
   allow_unsound: bool = False
 
-  def certify(
-    self,
-    key: jax.Array | int,
-    apply_fn: Callable,
-    params: Any,
-    x: ArrayLike,
-    *,
-    sigma: Any,
-    num_classes: int,
-    settings: Sampling,
-    ids: ArrayLike | None = None,
-  ) -> AnisotropicCertificate:
+  def certify(self, batch: Batch) -> AnisotropicCertificate:
     """Certifies a batch with frozen anisotropic noise ``(mu, sigma)``.
 
     Args:
-      key: ``jax.random.key`` or int seed.
-      apply_fn: ``apply_fn(params, x) -> logits``.
-      params: pytree for ``apply_fn``.
-      x: ``[B, *input_shape]`` inputs.
-      sigma: float, ``[*input_shape]`` (shared) or ``[B, *input_shape]`` scales > 0
-        (the noise is ``sigma * eps`` with ``eps`` unit base noise; fold the
-        family's lambda into sigma), or a sigma source (``rsjax.SigmaSource``:
-        ``FrozenNoise(sigma, mu)``, ``InputDependentNoise``,
-        ``UCANModel.noise_source``) whose ``evaluate(x)`` gives sigma ``[B]`` or
-        ``[B, *input_shape]``, mu and the rate.
-      num_classes: number of classes C.
-      settings: an ``rsjax.Sampling``; its noise is the base noise family.
-      ids: ``[B]`` dataset indices (reproducible noise per input).
+      batch: the inputs ``x [B, *input_shape]``, classifier and settings (an
+        ``rsjax.cohen.Batch``; the settings' noise is the base noise family). Its ``sigma``:
+        float, ``[*input_shape]`` (shared) or ``[B, *input_shape]`` scales > 0 (the noise is
+        ``sigma * eps`` with ``eps`` unit base noise; fold the family's lambda into sigma),
+        or a sigma source (``rsjax.SigmaSource``: ``FrozenNoise(sigma, mu)``,
+        ``InputDependentNoise``, ``UCANModel.noise_source``) whose ``evaluate(x)`` gives
+        sigma ``[B]`` or ``[B, *input_shape]``, mu and the rate.
 
     Returns:
       ``AnisotropicCertificate``: ``radius`` = ``min_i sigma_i * R``,
@@ -149,8 +127,9 @@ class UCAN:
       ValueError: for bad arguments, or input-dependent noise without
         ``allow_unsound``.
     """
+    settings, sigma, ids = batch.settings, batch.sigma, batch.ids
     noise = settings.noise
-    x_np, _, _ = prepare_inputs(x, 1.0, ids)
+    x_np, _, _ = prepare_inputs(batch.x, 1.0, ids)
     source = sigma if isinstance(sigma, SigmaSource) else FrozenNoise(sigma)
     with precision_lib.context(settings.precision):  # a generator network runs as the classifier
       values = source.evaluate(x_np)
@@ -208,10 +187,7 @@ class UCAN:
         alm=alm(r, sig),
       )
 
-    counts = engine_counts(
-      apply_fn, params, x_shift, sig, ids_arr, num_classes=num_classes, settings=settings
-    )
-    return run_certify(key, counts, rule, settings)
+    return batch.run_engine(x_shift, sig, ids_arr, rule)
 
 
 def _ucan(
@@ -350,18 +326,8 @@ class UCANCertifier(MethodCertifier):
     return cls(ctx, noise, AnisotropicCertificate.columns, describe, details)
 
   def certify(self, x: Any, ids: Any) -> Certificate:
-    ctx = self.ctx
-    return cohen_certify(
-      ctx.key,
-      ctx.apply_fn,
-      ctx.params,
-      x,
-      sigma=self.noise,
-      ids=ids,
-      certifier=UCAN(multiclass=ctx.multiclass),
-      num_classes=ctx.dataset.num_classes,
-      settings=ctx.settings,
-    )
+    certifier = UCAN(multiclass=self.ctx.multiclass)
+    return certify_chunk(self.ctx, certifier, x, ids, sigma=self.noise)
 
 
 def _details(noise: FrozenNoise, source: str, **pattern: Any) -> dict:

@@ -20,6 +20,7 @@ __all__ = [
   "count",
   "nonneg_int",
   "positive_float",
+  "positive_flag",
   "probability",
   "batch_size",
   "data_flags",
@@ -55,6 +56,23 @@ count = _number(int, lambda v: v >= -1, ">= 0 or -1 (no limit)")
 nonneg_int = _number(int, lambda v: v >= 0, ">= 0")
 positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
 probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
+
+
+def positive_flag(
+  q: argparse.ArgumentParser, name: str, help: str, *, default=None, real: bool = False
+) -> None:
+  """Declares the flag ``name``: a whole number >= 1 (:func:`positive_int`) or, with
+  ``real``, a finite number > 0 (:func:`positive_float`); ``default`` when it is not
+  given (None: the command picks its own).
+
+  Args:
+    q: the parser.
+    name: the flag, e.g. ``"--epochs"``.
+    help: its line for ``--help``.
+    default: its value when not given.
+    real: a float flag rather than an integer one.
+  """
+  q.add_argument(name, type=positive_float if real else positive_int, default=default, help=help)
 
 
 def batch_size(text: str) -> int | str:
@@ -101,10 +119,8 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
   q.add_argument("outfile", help="result file (tab-separated, Cohen et al.'s format)")
   data_flags(q)
   q.add_argument("--split", default="test", help="dataset split")
-  q.add_argument(
-    "--sigma", type=positive_float, default=None, help="noise level (default: the training sigma)"
-  )
-  q.add_argument("--N", type=positive_int, default=100_000, help="estimation samples")
+  positive_flag(q, "--sigma", "noise level (default: the training sigma)", real=True)
+  positive_flag(q, "--N", "estimation samples", default=100_000)
   q.add_argument("--alpha", type=probability, default=0.001, help="failure probability")
   q.add_argument(
     "--batch",
@@ -113,9 +129,7 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     help="forward passes per step, or auto (from the device memory: "
     "rsjax.engine.batching.auto_batch_size); default auto with --denoiser, else 1000",
   )
-  q.add_argument(
-    "--skip", type=positive_int, default=1, help="use every skip-th input (Cohen et al.'s --skip)"
-  )
+  positive_flag(q, "--skip", "use every skip-th input (Cohen et al.'s --skip)", default=1)
   q.add_argument(
     "--max",
     type=count,
@@ -147,11 +161,10 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     "channel axis (rsjax.models.pack_narrow_stage; CIFAR ResNets); 1: off. The same "
     "function up to rounding, so part of the run's identity, as the precision",
   )
-  q.add_argument(
+  positive_flag(
+    q,
     "--inputs-per-call",
-    type=positive_int,
-    default=None,
-    help="inputs certified per engine call (rows are written after each call; "
+    "inputs certified per engine call (rows are written after each call; "
     "default: 16, fewer above N = 10,000, 1 at N = 100,000: "
     "rsjax.runs.runner.default_inputs_per_call)",
   )
@@ -207,7 +220,7 @@ def add_certify_flags(q: argparse.ArgumentParser) -> None:
   from rsjax import methods
 
   add_sampling_flags(q)
-  q.add_argument("--N0", type=positive_int, default=100, help="selection samples")
+  positive_flag(q, "--N0", "selection samples", default=100)
   q.add_argument(
     "--multiclass",
     action="store_true",
@@ -234,11 +247,10 @@ def add_certify_flags(q: argparse.ArgumentParser) -> None:
     "or $RSJAX_COORDINATOR_ADDRESS. Without it a Cloud TPU pod slice, SLURM "
     "(srun), Open MPI (mpirun) or Kubernetes job is joined as JAX detects it",
   )
-  q.add_argument(
+  positive_flag(
+    q,
     "--num-processes",
-    type=positive_int,
-    default=None,
-    help="number of processes (or $RSJAX_NUM_PROCESSES); 1 stays one process inside a detected job",
+    "number of processes (or $RSJAX_NUM_PROCESSES); 1 stays one process inside a detected job",
   )
   q.add_argument(
     "--process-id", type=int, default=None, help="this process' id (or $RSJAX_PROCESS_ID)"
