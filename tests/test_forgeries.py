@@ -340,9 +340,12 @@ def test_verify_says_what_it_could_not_check(run40, tmp_path):
 def _claim_record(base, claim):
   """The run record ``base`` (a dict) rewritten to state ``claim``."""
   r = json.loads(json.dumps(base))
+  from rsjax.runs import limits
+
   r["sampling"].update(
     noise=claim.noise, precision=claim.precision, pack=claim.pack, alpha=claim.alpha
   )
+  r["sampling"]["compute_dtype"] = limits.COMPUTE_DTYPE_OF[claim.precision]  # as certify does
   r["method"]["name"] = claim.method
   r["method"]["multiclass"] = claim.multiclass
   grid = None if claim.budget_rule is None else [0.0, 0.25]
@@ -1140,6 +1143,51 @@ def test_a_run_that_does_not_fit_its_model_fails_the_audit(model, run40, tmp_pat
   rep = audit.audit(f, model_dir=model, rows=2, seed=0)
   assert not rep.ok and "after --resize" in rep.reason, rep.reason
   assert run_cli("audit", f, "--model-dir", model, "--rows", "2") == 1
+
+
+@pytest.mark.parametrize(
+  "edit, why",
+  [
+    (lambda r: r["sampling"].update(pack=2), "cannot pack"),  # an MLP has no stage to pack
+    (lambda r: r["data"].update(split="validation"), "the split 'validation' of digits"),
+  ],
+)
+def test_a_record_its_model_or_dataset_cannot_build_fails_the_audit(
+  model, run40, tmp_path, edit, why
+):
+  """Red team 6: a packing the model does not have, or a split the embedded dataset does not
+  have, with perfect counts: verify passed and audit stopped with exit 2, not 1."""
+  f = copy_run(run40, tmp_path / "p.tsv")
+  edit_run(f, edit)
+  rep = audit.audit(f, model_dir=model, rows=2, seed=0)
+  assert not rep.ok and why in rep.reason, rep.reason
+  assert run_cli("audit", f, "--model-dir", model, "--rows", "2") == 1
+
+
+@pytest.mark.parametrize(
+  "edit, why",
+  [
+    (lambda o: o.update(budget_rule=None), "method.options.budget_rule is null"),
+    (lambda o: o.update(grid=[0, 0.5], budget_rule="looks"), "not a value of --grid"),
+  ],
+)
+def test_an_option_certify_never_records_is_refused(run40, tmp_path, edit, why):
+  """Red team 6: null where the option's default is not (IDRS's rate: the audit then crashed),
+  or a value of another type than its parser gives (0 for 0.0)."""
+  f = copy_run(run40, tmp_path / "o.tsv")
+  edit_run(f, lambda r: edit(r["method"]["options"]))
+  with pytest.raises(verify.VerifyError, match=why):
+    verify.verify(f)
+
+
+def test_method_details_of_another_shape_are_refused_in_one_line(run40, tmp_path):
+  """Red team 6: details a list, a budget without its looks: a traceback of the API."""
+  for details, why in (([1], "method.details must be a JSON object"),
+                       ({"budget": {"ratio": 2.0}}, "method.details.budget.first")):  # fmt: skip
+    f = copy_run(run40, tmp_path / "d.tsv")
+    edit_run(f, lambda r, d=details: r["method"].update(details=d))
+    with pytest.raises(verify.VerifyError, match=why):
+      verify.verify(f)
 
 
 def test_the_same_parameters_built_another_way_fail_the_audit(model, run40, tmp_path):

@@ -92,6 +92,35 @@ def test_idrs_verifies_and_catches_edits(idrs_run, tmp_path):
   assert_caught(f, int(res.idx[j]), "does not follow from the design")
 
 
+def test_an_idrs_radius_raised_within_the_search_tolerance_is_caught(idrs_run, tmp_path):
+  """Red team 6: a radius raised into the bisection's last bracket (still sound by Thm 3.2 at
+  margin 0, below Cohen's radius) passed verify and the audit; it is not what the search
+  returns, replayed by the check."""
+  from scipy import special
+
+  from rsjax.idrs._check import _idrs_holds
+
+  res, recs, run = io.read_certify(idrs_run), record.read_records(idrs_run), RunSpec.read(idrs_run)
+  d = run.details
+  dim = int(np.prod(run.data.input_shape))
+  for j in np.flatnonzero(res.radius > 0):
+    r, claim = recs[int(res.idx[j])], float(res.radius[j])
+    p = min(float(r["p_lower"]), 1.0 - 1e-12)
+    cohen = r["sigma"] * float(special.ndtri(p))
+    args = (r["sigma"], 1.0 - p, r["rate"], r["slack"], dim, d["max_noncentrality"])
+    lo, hi = claim, min(claim + d["radius_rtol"] * cohen + d["radius_atol"], cohen)
+    for _ in range(60):  # the supremum at margin 0 above the claim
+      mid = 0.5 * (lo + hi)
+      lo, hi = (mid, hi) if _idrs_holds(mid, *args, margin=0.0) else (lo, mid)
+    if lo > claim * (1 + 1e-8):
+      break
+  else:
+    pytest.skip("no row leaves room above its radius at this size")
+  f = copy_run(idrs_run, tmp_path / "up.tsv")
+  edit_column(f, int(j), "radius", lambda v: repr(lo))
+  assert_caught(f, int(res.idx[j]), "the search of Thm 3.2 gives")
+
+
 def test_idrs_constant_sigma_is_cohens_radius(trained, tmp_path):
   out = tmp_path / "idrs0.tsv"
   assert run_cli("certify", trained, out, "--method", "idrs", "--idrs-rate", "0", *COMMON) == 0

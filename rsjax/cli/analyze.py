@@ -112,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
   labels = args.labels or [os.path.basename(p) for p in args.files]
   if len(labels) != len(args.files):
     raise CliError(f"--labels gives {len(labels)} names for {len(args.files)} files")
+  twice = sorted({label for label in labels if labels.count(label) > 1})
+  if twice:  # one label's row would show another file's numbers
+    raise CliError(f"two files are labelled {twice[0]!r}: give each its own with --labels")
   runs, verified = [], {}
   for label, path in zip(labels, args.files, strict=True):
     if not os.path.exists(path):
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
       results[label] = dataclasses.replace(res, radius=rad)
     if not len(results[label]):
       raise CliError(f"{path!r} has a header but no rows (nothing certified yet)")
-  for label, run in zip(results, runs, strict=False):
+  for label, run in zip(results, runs, strict=True):
     if run is not None:
       print(_run_summary(label, run, results[label]))
   envelope = len(results) > 1
@@ -154,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
       pa = {label: metrics.label_probability(res) for label, res in results.items()}
       print(f"p_A CDF written to {plots.plot_pa_cdf(args.pa_cdf, pa)}")
     if args.easy_hard:
-      _print_easy_hard(results, args.easy_hard, radii)
+      _print_easy_hard(results, runs, args.easy_hard, radii)
   except ValueError as e:
     raise CliError(str(e)) from None
   return 0
@@ -238,13 +241,39 @@ def plot_title(runs: list, results: dict) -> str:
   return "certified accuracy: " + "; ".join(parts)
 
 
-def _print_easy_hard(results, reference_path: str, radii) -> None:
-  """Certified accuracy on easy / hard inputs (p_A >= / < 0.5 under the reference file's model)."""
+def _same_inputs(reference_path: str, reference, runs, results) -> None:
+  """Refuses a reference run of other inputs than the files': its record names another
+  dataset, split, size or array file, or a shared row's input fingerprint differs (the
+  easy / hard split matches rows by ``idx``)."""
+  from rsjax.runs import record
+
+  if reference is None:
+    raise CliError(f"--easy-hard {reference_path}: no run record, so its inputs are unknown")
+  refs = record.read_records(reference_path)
+  for (label, res), run in zip(results.items(), runs, strict=True):
+    if run is None:
+      raise CliError(f"--easy-hard: {label} has no run record, so its inputs are unknown")
+    a, b = reference.data, run.data
+    if (a.name, a.split, a.size, a.file_sha256) != (b.name, b.split, b.size, b.file_sha256):
+      raise CliError(
+        f"--easy-hard {reference_path} certified {a.name} {a.split} ({a.size} inputs), "
+        f"{label} {b.name} {b.split} ({b.size}): not the same inputs"
+      )
+    recs = record.read_records(run.out)
+    for i in set(res.idx.tolist()) & set(refs):
+      if i in recs and recs[i].get("input") != refs[i].get("input"):
+        raise CliError(f"--easy-hard: input {i} of {label} is not the reference's input {i}")
+
+
+def _print_easy_hard(results, runs, reference_path: str, radii) -> None:
+  """Certified accuracy on easy / hard inputs (p_A >= / < 0.5 under the reference file's
+  model), the reference a run of the same inputs (:func:`_same_inputs`)."""
   from rsjax import metrics
   from rsjax.runs import io
 
   if not os.path.exists(reference_path):
     raise CliError(f"reference file {reference_path!r} does not exist")
+  _same_inputs(reference_path, _read_run(reference_path), runs, results)
   ref = io.read_certify(reference_path)
   ref_pa = (ref.idx, metrics.label_probability(ref))
   print(f"\ncertified accuracy on easy / hard inputs (p_A >= / < 0.5 under {reference_path})")

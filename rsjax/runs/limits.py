@@ -273,8 +273,12 @@ def check_run_record(rec: Mapping) -> None:
     json_int(v, f"key.fold_in[{i}]", *FOLD_IN_RANGE)
   mt = rec.get("method")
   details = mt.get("details") if isinstance(mt, Mapping) else None
+  if details is not None and not isinstance(details, Mapping):
+    raise FieldError(f"method.details must be a JSON object, got {shown(details)}")
   budget = details.get("budget") if isinstance(details, Mapping) else None
-  if isinstance(budget, Mapping) and ("first" in budget or "ratio" in budget):
+  if budget is not None and not isinstance(budget, Mapping):
+    raise FieldError(f"method.details.budget must be a JSON object, got {shown(budget)}")
+  if isinstance(budget, Mapping):  # both rules record first and ratio
     # Their ranges are the method checks' (a mismatch); here: numbers, and few enough looks.
     first = json_int(budget.get("first"), "method.details.budget.first", -MAX_SAMPLES, MAX_SAMPLES)
     ratio = json_number(budget.get("ratio"), "method.details.budget.ratio", -math.inf)

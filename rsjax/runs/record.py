@@ -192,14 +192,14 @@ def read_records(path: str | os.PathLike) -> dict[int, dict]:
     lines.pop()
   try:  # one parse of the whole file (fast); a bad line is found line by line below
     parsed = json.loads("[" + ",".join(lines) + "]")
-  except json.JSONDecodeError:
+  except (json.JSONDecodeError, RecursionError):
     parsed = None
   for lineno, line in enumerate(lines, start=1):
     try:
       r = parsed[lineno - 1] if parsed is not None else json.loads(line)
       if not isinstance(r, dict):
         raise TypeError
-    except (json.JSONDecodeError, TypeError, ValueError):
+    except (json.JSONDecodeError, TypeError, ValueError, RecursionError):
       if lineno == len(lines) and parsed is None:
         break  # an incomplete last line (a crash mid-write)
       raise ValueError(

@@ -96,6 +96,20 @@ def _range(run: RunSpec) -> str:
   return f"{d.name} {d.split}: {d.start} to {stop - 1} step {d.skip}, {len(run.indices())} inputs"
 
 
+def split_issue(run: RunSpec) -> str | None:
+  """Why the run's split is not one of its registry dataset's (``rsjax.data.DATASETS``), or
+  None (a split it has, or a dataset verify does not know)."""
+  from rsjax.data._registry import DATASETS
+
+  splits = DATASETS.get(run.data.name)
+  if run.data.file_sha256 is None and splits is not None and run.data.split not in splits:
+    return (
+      f"the run declares the split {run.data.split!r} of {run.data.name}, which has "
+      f"{', '.join(splits)}"
+    )
+  return None
+
+
 def load_dataset(run: RunSpec, data_dir: str | None) -> tuple[Dataset | None, str | None]:
   """The run's dataset split, or ``(None, why)`` when it cannot be loaded here."""
   try:
@@ -234,7 +248,11 @@ def option_refusal(method: Method, options: Mapping[str, Any]) -> str | None:
     if o is None:
       names = ", ".join(sorted(known)) or "none"
       return f"method.options.{name} is not an option of {method.name} (its options: {names})"
-    if value is None or value == o.default:
+    if value is None and o.default is None:
+      continue
+    if value is None:
+      return f"method.options.{name} is null; --{name.replace('_', '-')} never gives it"
+    if type(value) is type(o.default) and value == o.default:
       continue
     if o.choices is not None and value not in o.choices:
       return f"method.options.{name} {value!r} is not one of {list(o.choices)}"
@@ -243,7 +261,12 @@ def option_refusal(method: Method, options: Mapping[str, Any]) -> str | None:
       parsed = o.type(text)
     except (TypeError, ValueError) as e:
       return f"method.options.{name} {value!r} is not a value of --{name.replace('_', '-')}: {e}"
-    same = list(parsed) == list(value) if isinstance(value, (list, tuple)) else parsed == value
+    # The value certify records is the parser's own: the same types (not 20 for 20.0).
+    pairs = zip(parsed, value, strict=False) if isinstance(value, (list, tuple)) else ()
+    if isinstance(value, (list, tuple)):
+      same = len(parsed) == len(value) and all(type(a) is type(b) and a == b for a, b in pairs)
+    else:
+      same = type(parsed) is type(value) and parsed == value
     if not same:
       return f"method.options.{name} {value!r} is not a value of --{name.replace('_', '-')}"
   return None

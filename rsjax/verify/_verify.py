@@ -56,6 +56,7 @@ from rsjax.verify._run import (
   claim_line,
   load_dataset,
   option_refusal,
+  split_issue,
 )
 from rsjax.verify.checks import Claim, Mismatch, VerifyError, refusal
 
@@ -144,6 +145,8 @@ def verify(
     if not accept_unbound:
       issues.append(Mismatch(-1, NOT_BOUND))
     unchecked.append(UNBOUND)
+  if (why := split_issue(run)) is not None:
+    issues.append(Mismatch(-1, why))
   ds, why = (dataset, None) if dataset is not None else load_dataset(run, data_dir)
   if ds is None:
     unchecked.append(f"labels and inputs against the dataset ({why})")
@@ -152,8 +155,13 @@ def verify(
     if inputs is None:
       inputs = lambda idx: np.asarray(ds.get_batch(np.asarray(idx, np.int64))[0])  # noqa: E731
   assert method.check is not None  # verifiable() holds only methods with a check
-  view = certificate_view(run)
-  issues.extend(method.check(view, res, recs, rtol=rtol, atol=atol, inputs=inputs))
+  try:  # a record's details the method cannot read are a refusal, not a traceback
+    view = certificate_view(run)
+    issues.extend(method.check(view, res, recs, rtol=rtol, atol=atol, inputs=inputs))
+  except (KeyError, TypeError, AttributeError, IndexError) as e:
+    raise VerifyError(
+      f"{p}: the run's method.details are not what {run.method} records ({type(e).__name__}: {e})"
+    ) from None
   issues.extend(
     check_generic(res, recs, n_max=int(run.sampling["n"]), num_classes=run.data.num_classes)
   )

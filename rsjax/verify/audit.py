@@ -212,8 +212,11 @@ def audit(
   except launch.MismatchError as e:  # the model is there, the run does not fit it: failed
     checks = [_verify_check(p, data_dir, None), Check("model", False, f"{e}: not the run's")]
     return AuditReport(p, (), tuple(checks), seed, declared)
-  except launch.CliError as e:
-    raise AuditError(str(e)) from None
+  except launch.CliError as e:  # nothing to audit against: failed if verify refuses the run
+    verified = _verify_check(p, data_dir, None)
+    if verified.ok:
+      raise AuditError(str(e)) from None
+    return AuditReport(p, (), (verified,), seed, declared)
   checks = [_verify_check(p, data_dir, loaded.dataset), _model_check(run, loaded)]
   if run.data.file_sha256 is not None:  # the inputs came with the run: the file's, bound
     checks.append(_data_file_check(run))
@@ -329,8 +332,9 @@ def _drawn_checks(
     batch_size = int(chains)
   try:
     plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
-  except launch.CliError as e:  # a record verify may accept, which the model cannot rebuild
-    return [Check("method", False, f"the run cannot be rebuilt from its record: {e}")]
+  except Exception as e:  # noqa: BLE001 -- any record the model cannot rebuild: failed
+    why = str(e) if isinstance(e, launch.CliError) else f"{type(e).__name__}: {e}"
+    return [Check("method", False, f"the run cannot be rebuilt from its record: {why}")]
   method = _method_check(run, plan.details)
   if not method.ok:
     return [method]

@@ -141,8 +141,8 @@ def _packed(model, pack: int):
 
   try:
     return models.pack_narrow_stage(model, int(pack))
-  except ValueError as e:
-    raise CliError(f"--pack {pack}: {e}") from None
+  except ValueError as e:  # a model that cannot be packed: the run does not fit it
+    raise MismatchError(f"--pack {pack}: {e}") from None
 
 
 def pack_of(run: RunSpec) -> int:
