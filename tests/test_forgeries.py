@@ -1342,3 +1342,27 @@ def test_free_text_in_a_record_is_refused(run40, tmp_path, edit, why):
   edit_run(f, edit)
   with pytest.raises(verify.VerifyError, match=why):
     verify.verify(f)
+
+
+# ----------------------------------------------------------------------------- the sixth red team
+
+
+def test_analyze_refuses_two_files_of_one_label(run40, tmp_path, capsys):
+  """Two honest runs named alike (``a/r.tsv``, ``b/r.tsv``): one label's row showed the other
+  file's numbers under the first file's claim."""
+  for d in ("a", "b"):
+    (tmp_path / d).mkdir()
+    copy_run(run40, tmp_path / d / "r.tsv")
+  assert run_cli("analyze", tmp_path / "a" / "r.tsv", tmp_path / "b" / "r.tsv") == 2
+  assert "two files are labelled 'r.tsv'" in capsys.readouterr().err
+
+
+def test_easy_hard_refuses_a_reference_of_other_inputs(model, tmp_path, capsys):
+  """A reference certified on the train split over the same idx range split the test rows
+  by other inputs' p_A (the hard subset's accuracy 0.0 -> 0.8)."""
+  rows = ("--skip", "7", "--max", "70", "--save-counts")
+  test = certify(model, tmp_path / "test.tsv", *rows)
+  ref = certify(model, tmp_path / "train.tsv", "--split", "train", *rows)
+  assert run_cli("analyze", test, "--easy-hard", ref) == 2
+  assert "not the same inputs" in capsys.readouterr().err
+  assert run_cli("analyze", test, "--easy-hard", test) == 0
