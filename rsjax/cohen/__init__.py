@@ -24,6 +24,7 @@ __getattr__, __dir__, __all__ = _lazy.exports(
     "Recertify": "rsjax.cohen._recertify",
     "recertify": "rsjax.cohen._recertify",
     "METHOD": "rsjax.cohen.method",
+    "RECERTIFY": "rsjax.cohen.method",
     "parse_grid": "rsjax.cohen.method",
   },
 )

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rsjax import stats
+from rsjax.cohen._recertify_check import stated_alpha
 from rsjax.engine import precision as precision_lib
 from rsjax.engine.counts import prepare_inputs, refuse_traced, sample_counts
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling
@@ -71,12 +72,6 @@ __all__ = [
 DISAGREEMENT = 3
 #: ``fold_in(K, FALLBACK)``: Cohen's key of the rows certified from scratch (``fallback``).
 FALLBACK = 4
-
-
-def stated_alpha(parent_alpha: float, alpha: float, fallback: bool) -> float:
-  """The level each child row claims: ``alpha_1 + alpha_2`` (union bound), plus the
-  fallback's ``alpha_1`` when rows may be certified from scratch."""
-  return float(parent_alpha) + float(alpha) + (float(parent_alpha) if fallback else 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
