@@ -25,6 +25,7 @@ _LAZY_NAMES = {
   "certify": "cohen._certify",
   "Cohen": "cohen._certify",
   "predict": "cohen._certify",
+  "recertify": "cohen._recertify",
   "sample_counts": "engine.counts",
   "sample_noise": "engine.step",
   "SigmaSource": "noise.sigma",

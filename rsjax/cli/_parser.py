@@ -16,6 +16,7 @@ __all__ = ["build_parser", "COMMANDS"]
 COMMANDS = (
   "train",
   "certify",
+  "recertify",
   "predict",
   "analyze",
   "verify",

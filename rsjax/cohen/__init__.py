@@ -23,7 +23,12 @@ __getattr__, __dir__, __all__ = _lazy.exports(
     "certify_chunk": "rsjax.cohen._certify",
     "certify_with": "rsjax.cohen._certify",
     "predict": "rsjax.cohen._certify",
+    "Parent": "rsjax.cohen._recertify",
+    "Recertified": "rsjax.cohen._recertify",
+    "Recertify": "rsjax.cohen._recertify",
+    "recertify": "rsjax.cohen._recertify",
     "METHOD": "rsjax.cohen.method",
+    "RECERTIFY": "rsjax.cohen.method",
     "parse_grid": "rsjax.cohen.method",
   },
 )

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 from rsjax.cohen._check import check_cohen
+from rsjax.cohen._recertify_check import check_recertify
 from rsjax.methods.base import Method, Option, Training
 
-__all__ = ["METHOD", "parse_grid"]
+__all__ = ["METHOD", "RECERTIFY", "parse_grid"]
 
 
 def parse_grid(text: str) -> tuple[float, ...]:
@@ -52,4 +53,47 @@ METHOD = Method(
     "noisy inputs (Gaussian by default; --objective consistency, smoothadv, macer; Sun et "
     "al.'s --discard, --reweigh, --sphere-attack)",
   ),
+)
+
+
+def _digest(what: str):
+  """The ``type=`` of an option naming a digest: text, stripped."""
+
+  def parse(text: str) -> str:
+    if not text or text != text.strip():
+      raise ValueError(f"expected the {what}, got {text!r}")
+    return text
+
+  return parse
+
+
+RECERTIFY = Method(
+  "recertify",
+  "a changed model (the child) from its parent run's certificate and few disagreement "
+  "samples: rsjax recertify PARENT.tsv CHILD_MODEL OUT.tsv",
+  "rsjax.cohen._recertify_plan:RecertifyCertifier",
+  (
+    Option("parent", None, "the parent run's result file (set by rsjax recertify)", str),
+    Option(
+      "parent_claim",
+      None,
+      "the parent run's claim digest (set by rsjax recertify)",
+      _digest("parent's claim digest"),
+    ),
+    Option(
+      "parent_model",
+      None,
+      "the parent's model fingerprint (set by rsjax recertify)",
+      _digest("parent's model fingerprint"),
+    ),
+    Option(
+      "parent_records",
+      None,
+      "the SHA-256 of the parent's certificate record (set by rsjax recertify)",
+      _digest("digest of the parent's records"),
+    ),
+    Option("fallback", False, "certify the rows the parent's bound cannot from scratch", bool),
+  ),  # fmt: skip
+  check=check_recertify,
+  columns=("zeta", "fallback"),
 )

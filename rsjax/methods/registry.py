@@ -34,6 +34,7 @@ __all__ = ["ENTRY_POINT_GROUP", "METHODS", "available", "get"]
 #: The methods of rsjax, in the order of ``--help``.
 METHODS: tuple[Method, ...] = (
   cohen.METHOD,
+  cohen.RECERTIFY,
   idrs.METHOD,
   ucan.METHOD,
   ddrs.METHOD,

@@ -59,6 +59,10 @@ from rsjax.models._bridge import TrainApply as TrainApply
 from rsjax.models._bridge import count_params as count_params
 from rsjax.models._bridge import to_apply_fn as to_apply_fn
 from rsjax.models._bridge import to_train_fn as to_train_fn
+from rsjax.models._children import bfloat16_weights as bfloat16_weights
+from rsjax.models._children import prune_magnitude as prune_magnitude
+from rsjax.models._children import quantize_int8 as quantize_int8
+from rsjax.models._children import save_child as save_child
 from rsjax.models._deq import DEQApply as DEQApply
 from rsjax.models._deq import DEQCell as DEQCell
 from rsjax.models._deq import DEQClassifier as DEQClassifier
@@ -120,6 +124,10 @@ from rsjax.models._vit_import import vit_model_config as vit_model_config
 
 __all__ = [
   "AuxLoss",
+  "bfloat16_weights",
+  "prune_magnitude",
+  "quantize_int8",
+  "save_child",
   "BasicResNet",
   "CHECKPOINT_DIR",
   "CNN",

@@ -162,6 +162,7 @@ def verify(
     raise VerifyError(
       f"{p}: the run's method.details are not what {run.method} records ({type(e).__name__}: {e})"
     ) from None
+  issues.extend(_parent_issues(method, run, data_dir))
   issues.extend(
     check_generic(res, recs, n_max=int(run.sampling["n"]), num_classes=run.data.num_classes)
   )
@@ -215,6 +216,21 @@ def _method_of(p: str, run: RunSpec) -> Method:
   if refused is not None:  # the line certify refuses the same claim with
     raise VerifyError(f"{p!r}: {refused}")
   return method
+
+
+def _parent_issues(method: Method, run: RunSpec, data_dir: str | None) -> list[Mismatch]:
+  """A run certified from a parent run (an option ``parent``: ``--method recertify``) holds
+  only if its parent verifies too: one mismatch when it does not."""
+  parent = run.options.get("parent")
+  if "parent" not in {o.name for o in method.options} or not parent:
+    return []
+  try:
+    report = verify(str(parent), data_dir=data_dir)
+  except (VerifyError, ValueError) as e:
+    return [Mismatch(-1, f"the parent run {parent!r} cannot be verified: {e}")]
+  if report.ok:
+    return []
+  return [Mismatch(-1, f"the parent run {parent!r} does not verify: {report.summary()}")]
 
 
 def _order_issues(method: Method, run: RunSpec, res: io.CertifyResults) -> list[Mismatch]:

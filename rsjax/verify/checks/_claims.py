@@ -41,7 +41,7 @@ __all__ = [
 
 #: The built-in methods (``rsjax.methods.METHODS``; a test checks they agree). A method
 #: plugged in from outside meets the rules of every method (noise, multiclass, budget, alpha).
-METHODS = ("cohen", "idrs", "ucan", "ddrs", "deq-standard", "srs")
+METHODS = ("cohen", "recertify", "idrs", "ucan", "ddrs", "deq-standard", "srs")
 #: The noises, by their ``--noise`` names (``rsjax.runs.spec.NOISE_NORMS``).
 NOISES = tuple(NOISE_NORMS)
 #: Budget rules: None (fixed N), Cohen's looks with alpha spending, the anytime-valid rule.
@@ -58,7 +58,7 @@ _MULTICLASS_NOISES = frozenset({"gaussian", "gaussian_fast"})
 #: Methods certifying a per-input or DEQ sigma with Gaussian noise and the binary radius only.
 _BINARY_GAUSSIAN = frozenset({"idrs", "ddrs", "deq-standard", "srs"})
 #: Methods with a multiclass radius.
-_MULTICLASS_METHODS = frozenset({"cohen", "ucan"})
+_MULTICLASS_METHODS = frozenset({"cohen", "ucan", "recertify"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +132,8 @@ def refusal(claim: Claim) -> str | None:
       return f"--multiclass works with --method cohen or ucan, not {c.method}"
     if c.noise not in _MULTICLASS_NOISES:
       return f"--method {c.method} certifies with Gaussian noise only, not --noise {c.noise}"
+  if c.method == "recertify" and c.noise not in _MULTICLASS_NOISES:
+    return f"--method recertify bounds Gaussian noise only, not --noise {c.noise}"
   if c.multiclass and c.noise not in _MULTICLASS_NOISES:
     return (
       "--multiclass (Cohen et al.'s multiclass L2 radius) works with Gaussian noise only, "

@@ -1,0 +1,114 @@
+"""``--method recertify`` (``rsjax.cohen.RECERTIFY``): the certifier of a child run, built from
+its parent run's record, counts and model (``rsjax recertify PARENT.tsv CHILD OUT.tsv``).
+
+The parent run is read from the file its options name and must be the one they name (claim
+digest, model fingerprint, the digest of its certificate record:
+``rsjax.cohen._recertify_check.link_issues``); its model is loaded from the directory its
+record names and must have its fingerprint. The parent's bounds are Cohen's certificate of
+its recorded counts (``rsjax.engine.cohen_rule``); the child's rows are
+``rsjax.cohen._recertify.Recertify``'s, on the child run's key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from rsjax.cohen._recertify import Parent, Recertify
+from rsjax.cohen._recertify_check import link_issues, parent_of, stated_alpha
+from rsjax.engine.driver import Certificate, Sampling
+from rsjax.methods.base import Context, MethodCertifier
+from rsjax.runs.spec import RunSpec
+
+__all__ = ["RecertifyCertifier", "load_parent"]
+
+
+def _parent_model(run: RunSpec) -> tuple[Any, Any]:
+  """``(apply_fn, params)`` of the parent run's model directory, as it certified it.
+
+  Raises:
+    ValueError: a parent not certified from a model directory, or another model there now.
+  """
+  from rsjax import models
+  from rsjax.runs.runner import fingerprint
+
+  m = run.model
+  if m.source != "model_dir" or m.path is None or m.denoiser or m.resize:
+    raise ValueError(
+      "recertify needs a parent certified from a model directory, without a denoiser or --resize"
+    )
+  model, _ = models.load_model(m.path)
+  pack = int(run.sampling.get("pack", 1))
+  if pack != 1:
+    model = models.pack_narrow_stage(model, pack)
+  apply_fn, params = models.to_apply_fn(model)
+  if fingerprint(params) != m.fingerprint:
+    raise ValueError(f"the model in {m.path!r} is not the one the parent run certified")
+  return apply_fn, params
+
+
+def load_parent(run: RunSpec, dim: int) -> Parent:
+  """The :class:`Parent` of a parent run: its model and Cohen's certificate of its counts."""
+  from rsjax.engine.cohen_rule import certificate_from_counts
+  from rsjax.runs import record
+  from rsjax.verify.checks import dense
+
+  apply_fn, params = _parent_model(run)
+  settings = Sampling.from_record(run.sampling)
+  recs = record.read_records(str(run.out))
+  ids = np.asarray(sorted(recs), np.int64)
+  c = run.data.num_classes
+  c0 = np.stack([dense(recs[int(i)].get("counts0"), c) for i in ids])
+  c1 = np.stack([dense(recs[int(i)].get("counts"), c) for i in ids])
+  cert = certificate_from_counts(c0, c1, n=settings.n, alpha=settings.alpha,
+                                 scale=np.full(len(ids), run.sigma), dim=dim,
+                                 noise=settings.noise, multiclass=run.multiclass)  # fmt: skip
+  return Parent.of(cert, apply_fn, params, settings, ids=ids, multiclass=run.multiclass)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecertifyCertifier(MethodCertifier):
+  """``--method recertify``: :class:`rsjax.cohen.Recertify` of a run's chunks."""
+
+  ctx: Context
+  recertify: Recertify
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+
+  @classmethod
+  def from_options(
+    cls,
+    ctx: Context,
+    *,
+    parent: str | None,
+    parent_claim: str | None,
+    parent_model: str | None,
+    parent_records: str | None,
+    fallback: bool = False,
+  ) -> RecertifyCertifier:
+    options = {"parent": parent, "parent_claim": parent_claim, "parent_model": parent_model,
+               "parent_records": parent_records}  # fmt: skip
+    run = parent_of(options)
+    from rsjax.runs.record import noise_name
+
+    why = link_issues(run, options, sigma=ctx.sigma, noise=noise_name(ctx.settings.noise),
+                      multiclass=ctx.multiclass, dataset=ctx.dataset.name)  # fmt: skip
+    if why:
+      raise ValueError(why[0])
+    dim = int(np.prod(ctx.dataset.input_shape))
+    rc = Recertify(load_parent(run, dim), bool(fallback))
+    alpha = stated_alpha(run.sampling["alpha"], ctx.settings.alpha, bool(fallback))
+    what = (
+      f"recertify from {parent} (claim {run.claim_digest()[:12]}): {ctx.settings.n} "
+      f"disagreement samples, alpha {run.sampling['alpha']:g} + {ctx.settings.alpha:g}"
+      f"{' + fallback ' + format(run.sampling['alpha'], 'g') if fallback else ''} = {alpha:g}"
+    )
+    return cls(ctx, rc, ("zeta", "fallback"), what, {"alpha": alpha})
+
+  def certify(self, x: Any, ids: Any) -> Certificate:
+    from rsjax.cohen._certify import certify_chunk
+
+    return certify_chunk(self.ctx, self.recertify, x, ids, sigma=self.ctx.sigma)

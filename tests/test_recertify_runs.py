@@ -1,0 +1,183 @@
+"""``rsjax recertify``: the child run, its record linking the parent, verify, audit, forgeries."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from rsjax import cli, models, verify
+from rsjax.runs.spec import RunSpec
+from rsjax.verify import audit
+
+N, N0 = 400, 40
+
+
+def run_cli(*argv):
+  return cli.main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+  """A parent run (40 digits, sigma 0.5), its pruned child's model and the child's run."""
+  root = tmp_path_factory.mktemp("recert")
+  parent_dir = root / "mlp"
+  assert run_cli("train", "--dataset", "digits", "--model", "mlp", "--sigma", "0.5", "--epochs",
+                 "2", "--batch", "64", "--lr", "0.1", "--out", parent_dir, "--quiet") == 0  # fmt: skip
+  parent = root / "parent.tsv"
+  assert run_cli("certify", parent_dir, parent, "--N", N, "--N0", N0, "--batch", "400",
+                 "--quiet", "--skip", "7", "--max", "280") == 0  # fmt: skip
+  model, config = models.load_model(parent_dir)
+  child_dir = root / "pruned"
+  child = models.prune_magnitude(model, 0.6)
+  models.save_child(child_dir, child, config, {"transform": "prune", "sparsity": 0.6})
+  child = root / "child.tsv"
+  assert run_cli("recertify", parent, child_dir, child, "--N", "200", "--quiet") == 0
+  return {"root": root, "parent_dir": parent_dir, "parent": parent, "child_dir": child_dir,
+          "child": child}  # fmt: skip
+
+
+def _copy(src, dst):
+  for suffix in ("", ".run.json", ".cert.jsonl"):
+    shutil.copy(str(src) + suffix, str(dst) + suffix)
+  return dst
+
+
+def test_the_child_verifies_and_passes_the_audit(family):
+  child = RunSpec.read(family["child"])
+  parent = RunSpec.read(family["parent"])
+  assert child.method == "recertify"
+  assert child.options["parent_claim"] == parent.claim_digest()
+  assert child.options["parent_model"] == parent.model.fingerprint
+  assert child.model.fingerprint != parent.model.fingerprint
+  assert child.key_path() != parent.key_path()
+  assert child.details["alpha"] == pytest.approx(0.002)
+  report = verify.verify(family["child"])
+  assert report.ok, report.summary()
+  rows = [json.loads(line) for line in open(str(family["child"]) + ".cert.jsonl")]
+  assert all(r["n"] == 200 and r["counts0"] is None for r in rows)
+  a = audit.audit(family["child"], model_dir=family["child_dir"], rows=5, seed=1)
+  assert a.ok, a.reason
+
+
+def _edit_records(path, fn):
+  rec = str(path) + ".cert.jsonl"
+  rows = [json.loads(line) for line in open(rec)]
+  rows = [fn(r) for r in rows]
+  with open(rec, "w") as f:
+    f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+
+
+def test_edited_disagreement_counts_fail_verify(family, tmp_path):
+  f = _copy(family["child"], tmp_path / "c.tsv")
+
+  def fewer(r):
+    r["counts"] = {"0": 200}
+    return r
+
+  _edit_records(f, fewer)
+  report = verify.verify(f)
+  assert not report.ok and "zeta" in str(report.mismatches[0])
+
+
+def test_consistently_edited_counts_fail_the_audit(family, tmp_path):
+  """Counts, zeta, p_lower and radius all rewritten to agree: verify passes, the audit does
+  not (the counts drawn again are the child's)."""
+  from rsjax.cohen._recertify_check import _child_certificate
+  from rsjax.runs import io
+  from rsjax.verify.checks import cp_upper
+
+  f = _copy(family["child"], tmp_path / "c.tsv")
+  res = io.read_certify(f)
+  recs = {r["idx"]: r for r in (json.loads(x) for x in open(str(f) + ".cert.jsonl"))}
+  assert sum(r["counts"].get("1", 0) > 0 for r in recs.values()) >= 5  # it does disagree
+  lines = open(f).read().splitlines()
+  header = lines[0].split("\t")
+  out = [lines[0]]
+  for j, line in enumerate(lines[1:]):
+    cells = line.split("\t")
+    idx = int(cells[0])
+    r = recs[idx]
+    r["counts"] = {"0": 200}
+    z = float(cp_upper(0, 200, 0.001))
+    p = r["parent"]
+    pred, radius, pl = _child_certificate(np.array([p["predict"]]), np.array([p["p_lower"]]),
+                                          np.array([1.0]), np.array([z]), 0.5, False)  # fmt: skip
+    r["zeta"], r["p_lower"] = z, float(pl[0])
+    cells[header.index("zeta")] = repr(z)
+    cells[header.index("predict")] = str(int(pred[0]))
+    cells[header.index("radius")] = repr(float(radius[0]))
+    cells[header.index("correct")] = str(int(int(pred[0]) == int(res.label[j])))
+    out.append("\t".join(cells))
+  open(f, "w").write("\n".join(out) + "\n")
+  _edit_records(f, lambda r: recs[r["idx"]])
+  assert verify.verify(f).ok
+  a = audit.audit(f, model_dir=family["child_dir"], rows="all", seed=1)
+  assert not a.ok and "counts" in a.reason
+
+
+@pytest.mark.parametrize(
+  "flags,why",
+  [
+    (("--seed", "5"), "changed since the child"),  # the same claim (the seed is not one)
+    (("--alpha", "0.01"), "another claim"),
+  ],
+)
+def test_a_swapped_parent_fails_verify(family, tmp_path, flags, why):
+  other = tmp_path / "other.tsv"
+  assert run_cli("certify", family["parent_dir"], other, "--N", N, "--N0", N0, "--batch", "400",
+                 "--quiet", "--skip", "7", "--max", "280", *flags) == 0  # fmt: skip
+  # The parent's files replaced by another run's, at the path the child names.
+  saved = _copy(family["parent"], tmp_path / "saved.tsv")
+  try:
+    _copy(other, family["parent"])
+    report = verify.verify(family["child"])
+  finally:
+    _copy(saved, family["parent"])
+  assert not report.ok
+  assert any(why in str(m) for m in report.mismatches), report.mismatches[:3]
+
+
+def test_a_parent_rewritten_after_the_child_fails_verify(family, tmp_path):
+  parent = _copy(family["parent"], tmp_path / "p.tsv")
+  f = _copy(family["child"], tmp_path / "c.tsv")
+  rec = json.loads(open(str(f) + ".run.json").read())
+  rec["method"]["options"]["parent"] = str(parent)
+  open(str(f) + ".run.json", "w").write(json.dumps(rec))
+  # the child's claim named the parent at its old path: certify the same child again here
+  assert not verify.verify(f).ok  # the claim digest moved with the path
+  g = tmp_path / "c2.tsv"
+  assert run_cli("recertify", parent, family["child_dir"], g, "--N", "200", "--quiet") == 0
+  assert verify.verify(g).ok
+  _edit_records(parent, lambda r: {**r, "p_lower": r["p_lower"]})  # same content, rewritten
+  assert verify.verify(g).ok
+
+  def more(r):  # one row's counts moved to the top class: the parent's bound rises
+    c = r["counts"]
+    top = max(c, key=c.get)
+    r["counts"] = {top: sum(c.values())}
+    return r
+
+  _edit_records(parent, more)
+  report = verify.verify(g)
+  assert not report.ok
+  assert any("changed since the child" in str(m) for m in report.mismatches)
+
+
+def test_a_missing_parent_is_refused(family, tmp_path):
+  parent = _copy(family["parent"], tmp_path / "p.tsv")
+  g = tmp_path / "c.tsv"
+  assert run_cli("recertify", parent, family["child_dir"], g, "--N", "200", "--quiet") == 0
+  for suffix in ("", ".run.json", ".cert.jsonl"):
+    (tmp_path / ("p.tsv" + suffix)).unlink()
+  report = verify.verify(g)
+  assert not report.ok and "missing" in str(report.mismatches[0])
+
+
+def test_a_parent_that_does_not_verify_is_refused(family, tmp_path, capsys):
+  parent = _copy(family["parent"], tmp_path / "p.tsv")
+  _edit_records(parent, lambda r: {**r, "p_lower": 0.99})
+  assert run_cli("recertify", parent, family["child_dir"], tmp_path / "c.tsv", "--quiet") == 2
+  assert "does not verify" in capsys.readouterr().err
