@@ -7,7 +7,7 @@ are one round here: a list of ``(input, sample range)`` work items spread over
 the local devices and launched in a few fixed-size scans, so the device stays
 busy and wall time falls with the samples used. Sample ``j`` of input ``i`` is
 drawn from ``fold_in(fold_in(k_est, ids[i]), j)`` through the engine's own step
-(``rsjax.engine.step.noisy_counts``), so a later round continues the same
+(``rsjax.engine.step.noisy_logits``), so a later round continues the same
 stream and the counts at ``n_k`` equal ``rsjax.sample_counts(k_est, ...,
 num=n_k)``.
 """
@@ -28,7 +28,7 @@ from jax.typing import DTypeLike
 from rsjax import noise as noise_lib
 from rsjax.engine.counts import check_finite_outputs
 from rsjax.engine.driver import EngineCounts, Sampling
-from rsjax.engine.step import ApplyFn, cast_floating, noisy_counts, noisy_predictions
+from rsjax.engine.step import ApplyFn, cast_floating, class_counts, noisy_logits, sample_classes
 from rsjax.util import PyTree, local_mesh, num_local_devices, replicate
 
 __all__ = ["CountFn", "SampleFn", "class_dtype", "round_counter", "round_sampler"]
@@ -73,7 +73,6 @@ def _items_jit(
   transfer of a round. The results stack on a leading device axis.
   """
   params = cast_floating(params, compute_dtype)
-  step = noisy_predictions if classes else noisy_counts
   out_dtype = class_dtype(num_classes)
 
   def per_device(
@@ -81,18 +80,26 @@ def _items_jit(
   ) -> jax.Array:
     def body(counts: jax.Array | None, item: jax.Array) -> tuple[jax.Array | None, Any]:
       i, x_i, sig_i, ids_i, j, valid = _item_samples(item, samples_per_step, x, sig, ids)
-      out = step(
+      logits, counted = noisy_logits(
         apply_fn, params, noise, num_classes, key, x_i, sig_i, ids_i, j, valid, compute_dtype
-      )[0]
+      )
       if counts is None:
-        return None, out.astype(out_dtype)
-      return counts.at[i].add(out), None
+        return None, sample_classes(logits, counted, valid)[0].astype(out_dtype)
+      return counts.at[i].add(class_counts(logits, counted, num_classes)[0]), None
 
     counts0 = None if classes else jnp.zeros((x.shape[0], num_classes + 1), jnp.int32)
     counts, preds = jax.lax.scan(body, counts0, items[0])
     return preds[None] if counts is None else counts[None]
 
-  return _items_on_devices(per_device, mesh, key, params, x, sig, ids, items)
+  # Each device scans its row of the work items; the rest is replicated.
+  fn = jax.shard_map(
+    per_device,
+    mesh=mesh,
+    in_specs=(P(), P(), P(), P(), P(), P("dev")),
+    out_specs=P("dev"),
+    check_vma=False,
+  )
+  return fn(key, params, x, sig, ids, items)
 
 
 def _item_samples(
@@ -108,29 +115,6 @@ def _item_samples(
     return jax.lax.dynamic_index_in_dim(arr, i, keepdims=True)
 
   return i, take(x), take(sig), take(ids), j, j < b
-
-
-def _items_on_devices(
-  per_device: Callable[..., jax.Array],
-  mesh: jax.sharding.Mesh,
-  key: jax.Array,
-  params: PyTree,
-  x: jax.Array,
-  sig: jax.Array,
-  ids: jax.Array,
-  items: jax.Array,
-) -> jax.Array:
-  """``per_device(key, params, x, sig, ids, items [1, T, 3])`` on each device of ``mesh``, its
-  row of the work items ``[devices, T, 3]`` (the rest replicated); the results stacked on a
-  leading device axis."""
-  fn = jax.shard_map(
-    per_device,
-    mesh=mesh,
-    in_specs=(P(), P(), P(), P(), P(), P("dev")),
-    out_specs=P("dev"),
-    check_vma=False,
-  )
-  return fn(key, params, x, sig, ids, items)
 
 
 def _round_items(active: np.ndarray, start: int, stop: int, s: int) -> np.ndarray:
@@ -235,7 +219,7 @@ def round_counter(
 
 def class_dtype(num_classes: int) -> np.dtype:
   """The narrowest signed integer type of the classes ``0 .. num_classes - 1`` and the
-  negative markers (-1, -2, -3) of :func:`rsjax.engine.step.noisy_predictions`."""
+  negative markers (-1, -2, -3) of :func:`rsjax.engine.step.sample_classes`."""
   for dt in (np.int8, np.int16):
     if num_classes <= np.iinfo(dt).max:
       return np.dtype(dt)
