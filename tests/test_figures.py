@@ -1,0 +1,298 @@
+"""Figures that cannot drift: the numbers the docs quote, read from their JSON.
+
+Issue 55, item 3. Every figure ``benchmarks/RESULTS.md`` and ``README.md``
+quote from a benchmark or an experiment is bound here to the committed JSON it
+came from (under ``benchmarks/results/`` or ``results/``):
+
+* ``Bind(doc, template, json, figures)``: ``template`` is the quoted text as
+  it stands in the document, with ``{}`` where each figure is; it must match
+  exactly one line of ``doc``. ``figures`` gives, per ``{}`` in order, a key
+  path into the JSON and the rounding the prose uses (``fmt``: a format spec,
+  applied to the JSON value times ``scale``). The test formats the JSON value
+  and requires the quoted text to be exactly that string.
+* Key paths: ``a/b/0/c`` walks dicts and lists; ``results[model=lenet,
+  precision=bf16]`` picks the one element of a list whose fields are those
+  values (exactly one must match). ``Ratio(p, q)`` is the JSON value at ``p``
+  over the one at ``q``.
+* ``UNBOUND``: figures the docs quote that no committed JSON holds (machine
+  timings printed by a command, values computed by a library function, runs
+  whose output was not kept), each with its reason or the command that printed
+  it. The test checks that each still stands in its document, so the list is
+  kept when the prose changes.
+
+No JAX: only the markdown and the JSON are read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+R = "benchmarks/RESULTS.md"
+README = "README.md"
+B = "benchmarks/results/"
+
+NUMBER = r"([-+]?(?:\d[\d,]*)?\.?\d+(?:e[-+]?\d+)?)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ratio:
+  num: str
+  den: str
+
+
+@dataclasses.dataclass(frozen=True)
+class F:
+  """One figure: where it is in the JSON and how the prose rounds it."""
+
+  key: str | Ratio
+  fmt: str
+  scale: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Bind:
+  doc: str
+  template: str
+  json: str
+  figures: tuple[F, ...]
+
+
+def _f(spec, scale=1.0):
+  return lambda key: F(key, spec, scale)
+
+
+s3 = _f("#.3g")  # three significant digits, zeros kept: 0.560, 3.18, 0.0312
+f1, f2, f3 = _f(".1f"), _f(".2f"), _f(".3f")
+comma = _f(",.0f")  # 11,922
+mflop = _f(".2f", 1e-6)
+kib = _f(".1f", 1 / 1024)
+pct0 = _f(".0f", 100.0)  # a share quoted as "77%"
+
+
+# ---------------------------------------------------------------------------
+# The key paths.
+
+_SELECT = re.compile(r"^(?P<name>[^\[]*)\[(?P<sel>[^\]]*)\]$")
+
+
+def _scalar(text):
+  for cast in (int, float):
+    try:
+      return cast(text)
+    except ValueError:
+      pass
+  return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def lookup(data, path):
+  """The value at ``path`` (see the module docstring); KeyError names the part."""
+  node = data
+  for part in path.split("/"):
+    m = _SELECT.match(part)
+    name, sel = (m["name"], m["sel"]) if m else (part, None)
+    if name:
+      if isinstance(node, list):
+        if not name.isdigit() or int(name) >= len(node):
+          raise KeyError(f"{part!r} (a list of {len(node)})")
+        node = node[int(name)]
+      elif isinstance(node, dict) and name in node:
+        node = node[name]
+      else:
+        raise KeyError(f"{name!r}")
+    if sel is not None:
+      want = dict(kv.split("=", 1) for kv in sel.split(","))
+      hits = [
+        e
+        for e in node
+        if isinstance(e, dict)
+        and all(str(e.get(k)) == v or e.get(k) == _scalar(v) for k, v in want.items())
+      ]
+      if len(hits) != 1:
+        raise KeyError(f"[{sel}] matches {len(hits)} elements, not 1")
+      node = hits[0]
+  return node
+
+
+def expected(data, fig):
+  if isinstance(fig.key, Ratio):
+    value = lookup(data, fig.key.num) / lookup(data, fig.key.den)
+  else:
+    value = lookup(data, fig.key)
+  return value, format(value * fig.scale if fig.scale != 1.0 else value, fig.fmt)
+
+
+# ---------------------------------------------------------------------------
+# The bound figures.
+
+
+def _gpu_row(label, model, precision, s_fmt="{}"):
+  sel = f"results[model={model},precision={precision}]"
+  return Bind(
+    R,
+    f"| {label} | {precision} | {s_fmt} ({{}}) | {{}} | "
+    + ("**{}x**" if model == "lenet" else "{}x")
+    + " | {} / {} | {} |",
+    B + "gpu.json",
+    (
+      s3(f"{sel}/rsjax/seconds_per_image"),
+      s3(f"{sel}/rsjax/seconds_per_image_p50"),
+      s3(f"{sel}/twin/seconds_per_image"),
+      f2(f"{sel}/ratio_to_twin"),
+      comma(f"{sel}/rsjax/peak_memory_mb"),
+      comma(f"{sel}/twin/peak_memory_mb"),
+      f3(f"{sel}/mfu"),
+    ),
+  )
+
+
+def _levers_costs_row(label, model, pack):
+  sel = f"costs[model={model},pack={pack}]"
+  stage = f"{sel}/stages[stage={{}}]/flops_per_sample"
+  figures = [
+    mflop(stage.format("stage1")),
+    mflop(stage.format("stage2")),
+    mflop(stage.format("stage3")),
+    mflop(f"{sel}/total/flops_per_sample"),
+    f2(
+      Ratio(f"{sel}/total/flops_per_sample", f"costs[model={model},pack=1]/total/flops_per_sample")
+    ),
+  ]
+  template = f"| {label} | {pack} | {{}} | {{}} | {{}} | {{}} ({{}}) |"
+  if pack == 1:
+    template += " {} ({}) / {} ({}) / {} ({}) / {} ({}) |"
+    for where in [f"{sel}/stages[stage=stage{i}]" for i in (1, 2, 3)] + [f"{sel}/total"]:
+      figures += [
+        kib(f"{where}/activation_bytes_per_sample/bf16"),
+        kib(f"{where}/activation_bytes_per_sample/float32"),
+      ]
+  return Bind(R, template, B + "levers_cpu.json", tuple(figures))
+
+
+BOUND: list[Bind] = [
+  # RESULTS.md, issue 52: lever 1, FLOPs and bytes per sample by stage.
+  *[
+    _levers_costs_row(label, model, pack)
+    for label, model in (("ResNet-110", "resnet110"), ("ResNet-20", "resnet20"))
+    for pack in (1, 2, 4)
+  ],
+  # RESULTS.md, issue 43: the GPU suite on an H200.
+  *[
+    _gpu_row(label, model, precision)
+    for label, model in (("LeNet", "lenet"), ("ResNet-20", "resnet20"), ("ResNet-110", "resnet110"))
+    for precision in ("fp32", "tf32", "bf16")
+  ],
+]
+
+
+UNBOUND: list[tuple[str, str, str]] = []
+
+
+# ---------------------------------------------------------------------------
+# The checks.
+
+_DOCS: dict[str, list[str]] = {}
+_JSONS: dict[str, object] = {}
+
+
+def _doc(name):
+  if name not in _DOCS:
+    _DOCS[name] = (ROOT / name).read_text(encoding="utf-8").splitlines()
+  return _DOCS[name]
+
+
+def _json(name):
+  if name not in _JSONS:
+    _JSONS[name] = json.loads((ROOT / name).read_text(encoding="utf-8"))
+  return _JSONS[name]
+
+
+def _pattern(template):
+  parts = template.split("{}")
+  return re.compile(NUMBER.join(re.escape(p) for p in parts))
+
+
+def check(bind):
+  """The failures of one binding, one line each (empty: it holds)."""
+  pattern = _pattern(bind.template)
+  assert pattern.groups == len(bind.figures), f"{bind.template!r}: {pattern.groups} slots"
+  lines = _doc(bind.doc)
+  hits = [(i + 1, m) for i, line in enumerate(lines) if (m := pattern.search(line))]
+  if len(hits) != 1:
+    where = ", ".join(str(n) for n, _ in hits) or "no line"
+    return [f"{bind.doc}: {bind.template!r} found on {where} (must be exactly one line)"]
+  lineno, match = hits[0]
+  try:
+    data = _json(bind.json)
+  except FileNotFoundError:
+    return [f"{bind.doc}:{lineno}: {bind.json} is missing"]
+  failures = []
+  for quoted, fig in zip(match.groups(), bind.figures, strict=True):
+    key = fig.key if isinstance(fig.key, str) else f"{fig.key.num} / {fig.key.den}"
+    try:
+      value, text = expected(data, fig)
+    except (KeyError, TypeError, ZeroDivisionError) as e:
+      failures.append(f"{bind.doc}:{lineno}: {bind.json} has no {key}: {e}")
+      continue
+    if quoted != text:
+      failures.append(
+        f"{bind.doc}:{lineno}: quotes {quoted}, {bind.json} {key} = {value!r} "
+        f"gives {text} ({fig.fmt}" + (f" of x{fig.scale:g}" if fig.scale != 1.0 else "") + ")"
+      )
+  return failures
+
+
+def _id(bind):
+  return f"{bind.doc}:{bind.template[:40]}"
+
+
+@pytest.mark.parametrize("bind", BOUND, ids=_id)
+def test_quoted_figure_equals_its_json(bind):
+  failures = check(bind)
+  assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("entry", UNBOUND, ids=lambda e: f"{e[0]}:{e[1][:40]}")
+def test_unbound_figure_still_quoted(entry):
+  doc, text, reason = entry
+  assert reason
+  assert any(text in line for line in _doc(doc)), (
+    f"{doc}: {text!r} is no longer quoted; drop it from UNBOUND"
+  )
+
+
+def test_every_json_named_exists():
+  for name in {b.json for b in BOUND}:
+    assert (ROOT / name).is_file(), name
+
+
+def test_a_differing_figure_fails_with_the_line_json_and_key(tmp_path):
+  doc = tmp_path / "DOC.md"
+  doc.write_text("intro\n| x | 0.667 s | 1,205 MB |\n", encoding="utf-8")
+  js = tmp_path / "r.json"
+  js.write_text(json.dumps({"rows": [{"m": "a", "s": 0.6671, "mb": 1205.4}]}), encoding="utf-8")
+  _DOCS.clear()
+  _JSONS.clear()
+  try:
+    good = Bind(
+      str(doc), "| x | {} s | {} MB |", str(js), (s3("rows[m=a]/s"), comma("rows[m=a]/mb"))
+    )
+    assert check(good) == []
+    bad = Bind(str(doc), "| x | {} s | {} MB |", str(js), (s3("rows[m=a]/s"), f1("rows[m=a]/mb")))
+    (msg,) = check(bad)
+    assert msg.startswith(f"{doc}:2: quotes 1,205, {js} rows[m=a]/mb = 1205.4 gives 1205.4")
+    missing = Bind(
+      str(doc), "| x | {} s | {} MB |", str(js), (s3("rows[m=b]/s"), comma("rows/0/mb"))
+    )
+    (msg,) = check(missing)
+    assert f"{doc}:2: {js} has no rows[m=b]/s" in msg
+    absent = Bind(str(doc), "| y | {} s |", str(js), (s3("rows/0/s"),))
+    assert "no line" in check(absent)[0]
+  finally:
+    _DOCS.clear()
+    _JSONS.clear()
