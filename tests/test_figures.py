@@ -190,6 +190,95 @@ BOUND: list[Bind] = [
 ]
 
 
+def _objective_row(label, key):
+  k = f"objectives/{key}"
+  return Bind(
+    R,
+    f"| {label} | {{}} | {{}} | {{}} |",
+    B + "objectives.json",
+    (f1(f"{k}/ms_per_step"), f2(f"{k}/ratio_vs_gaussian_same_m"), f2(f"{k}/ratio_vs_gaussian_m1")),
+  )
+
+
+def _recertify_row(label, key):
+  acc = [
+    a
+    for r in ("0", "0.25", "0.5", "0.75")
+    for a in (f"{key}/recertify/accuracy/{r}", f"{key}/scratch/accuracy/{r}")
+  ]
+  return Bind(
+    R,
+    f"| {label} | {{}} | {{}} / {{}} |" + " {} / {} |" * 4,
+    B + "recertify.json",
+    (
+      _f(".4f")(f"{key}/zeta_upper_mean"),
+      f1(f"{key}/recertify/seconds"),
+      f1(f"{key}/scratch/seconds"),
+      *[f2(a) for a in acc],
+    ),
+  )
+
+
+BOUND += [
+  # RESULTS.md, issue 42: Carlini et al.'s pipeline on the CPU.
+  *[
+    Bind(
+      R,
+      f"| {label} | {{}} | {{}},000 ({{}} h) | {{}} s |",
+      B + "denoised_carlini_cpu.json",
+      (
+        f2(f"{side}/samples_per_s"),
+        _f(".0f", 1e-3)(f"s_per_image_at_N100000/{side}"),
+        _f(".0f", 1 / 3600)(f"s_per_image_at_N100000/{side}"),
+        f1(f"{side}/first_call_s"),
+      ),
+    )
+    for label, side in (("rsjax (JAX 0.10.2)", "rsjax"), ("PyTorch reference", "torch"))
+  ],
+  Bind(R, "| ratio | **{}x** | | |", B + "denoised_carlini_cpu.json", (f2("rsjax_over_torch"),)),
+  Bind(
+    R,
+    "The improved-diffusion CIFAR-10 UNet ({} parameters, one step at sigma = 0.25: t* = {}",
+    B + "denoised_carlini_cpu.json",
+    (_f(",d")("unet_params"), _f("d")("rsjax/timestep")),
+  ),
+  Bind(
+    R,
+    "({} parameters), random weights built in PyTorch",
+    B + "denoised_carlini_cpu.json",
+    (_f(",d")("classifier_params"),),
+  ),
+  # RESULTS.md, issue 13: cost of each training objective.
+  *[
+    _objective_row(label, key)
+    for label, key in (
+      ("Gaussian m=1", "gaussian m=1"),
+      ("Gaussian m=4", "gaussian m=4"),
+      ("Consistency m=4", "consistency m=4"),
+      ("SmoothAdv m=4, 2 PGD steps", "smoothadv m=4, 2 steps"),
+      ("MACER m=4", "macer m=4"),
+      ("Gaussian + sphere attack m=4, T=4", "gaussian+sphere attack m=4, T=4"),
+    )
+  ],
+  # RESULTS.md, incremental certification: recertify against from scratch.
+  *[
+    _recertify_row(label, key)
+    for label, key in (
+      ("bf16 (`--precision bfloat16`)", "bf16"),
+      ("int8 weights", "int8"),
+      ("pruned 50%", "prune0.5"),
+      ("fine-tuned 20 SGD steps", "tuned20"),
+    )
+  ],
+  Bind(
+    R,
+    "`rsjax recertify`: 1,000 disagreement samples an input ({}x fewer)",
+    B + "recertify.json",
+    (f1("bf16/sample_ratio"),),
+  ),
+]
+
+
 UNBOUND: list[tuple[str, str, str]] = []
 
 
