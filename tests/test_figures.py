@@ -279,7 +279,179 @@ BOUND += [
 ]
 
 
-UNBOUND: list[tuple[str, str, str]] = []
+def _sound_speed_row(label, model):
+  sel = f"speed[model={model}]"
+  return Bind(
+    R,
+    f"| {label} | {{}} | {{}} | {{}} | {{}} | {{}} |",
+    B + "sound_noise_speed_cpu.json",
+    (
+      _f(",d")(f"{sel}/num"),
+      _f(",d")(f"{sel}/batch_size"),
+      comma(f"{sel}/samples_per_s/gaussian"),
+      comma(f"{sel}/samples_per_s/gaussian_8bit"),
+      f2(f"{sel}/sound_over_float"),
+    ),
+  )
+
+
+def _sound_accuracy_row(sigma, label, noise):
+  sel = f"accuracy[sigma={sigma}]/{noise}"
+  return Bind(
+    R,
+    f"| {sigma} | {label} |" + " {} |" * 6,
+    B + "sound_noise_cpu.json",
+    (
+      *[f2(f"{sel}/certified_accuracy/{r}") for r in ("0", "0.25", "0.5", "0.75", "1")],
+      f2(f"{sel}/abstain"),
+    ),
+  )
+
+
+BOUND += [
+  # RESULTS.md, issue 41: sound 8-bit noise, speed and accuracy.
+  *[
+    _sound_speed_row(label, model)
+    for label, model in (("MLP", "mlp"), ("LeNet", "lenet"), ("ResNet-20", "resnet20"))
+  ],
+  *[
+    _sound_accuracy_row(sigma, label, noise)
+    for sigma in ("0.25", "0.5")
+    for label, noise in (("float Gaussian", "gaussian"), ("sound 8-bit", "gaussian_8bit"))
+  ],
+]
+
+
+BOUND += [
+  Bind(
+    R,
+    "`sound_noise_cpu.json`) gave {} / {} / {} for MLP / LeNet / ResNet-20",
+    B + "sound_noise_cpu.json",
+    tuple(f2(f"speed[model={m}]/sound_over_float") for m in ("mlp", "lenet", "resnet20")),
+  ),
+]
+
+
+DEMO = (
+  "printed by `time rsjax demo --out runs/demo --quiet` (timed on the machine, not from a JSON)"
+)
+BENCH = (
+  "printed by `rsjax bench --arch lenet --precision float32,bf16 --cache-dir off --json "
+  "runs/bench/lenet.json --plot runs/bench/lenet.png` (timed on the machine; its JSON is not committed)"
+)
+BENCH_RUNS = "wall time of `rsjax bench` at its defaults with `--json --plot` (timed on the machine, not from a JSON)"
+TWIN = (
+  "printed by `rsjax bench --arch lenet --twin --N 10000 --measure-n 2000 --images 2` "
+  "(timed on the machine, not from a JSON)"
+)
+
+# Quoted figures no committed JSON holds: (document, text as quoted, why / the command that printed it).
+UNBOUND: list[tuple[str, str, str]] = [
+  # README.md
+  (
+    README,
+    "688 passed",
+    "test-suite run of `bash .ci/run` (timed, not from a JSON)",
+  ),
+  (
+    README,
+    "and 2 skipped in 16 min 33 s; Python 3.12, 636 passed and 28 skipped",
+    "test-suite run of `bash .ci/run`",
+  ),
+  (README, "VM with JAX 0.10.2 on CPU (4 min 13 s in all,", DEMO),
+  (README, "training 55 s + 57 s, certification 79 s + 56 s", DEMO),
+  (README, "3 min 14 s on the idle VM before", DEMO),
+  (
+    README,
+    "sigma=0.25  0.990*  0.940*  0.890*  0.790*   0.000   0.000   0.000  0.723    0.000  100",
+    DEMO,
+  ),
+  (
+    README,
+    "sigma=0.5    0.940   0.890   0.850   0.770  0.640*  0.490*  0.260*  1.088    0.020  100",
+    DEMO,
+  ),
+  (README, "envelope     0.990   0.940   0.890   0.790   0.640   0.490   0.260", DEMO),
+  (
+    README,
+    "no radius can exceed 3.2 sigma (0.80 at sigma 0.25)",
+    "arithmetic: sigma Phi^-1(0.001^(1/10,000)), no run",
+  ),
+  (
+    README,
+    "certifies at most 1.98 sigma, against 3.17 sigma for standard RS; 2 sigma takes m = 420",
+    'computed by the `python -c "from rsjax import srs; ..."` line below it, not a run',
+  ),
+  (
+    README,
+    "`rsjax verify` took 0.42 s of wall time",
+    "timed by `python -m benchmarks.verify_speed` (not from a JSON)",
+  ),
+  (
+    README,
+    "the float path certifies class 0 with radius 1.23 (n = 1,000)",
+    "checked by tests/test_noise_8bit.py, no JSON",
+  ),
+  (
+    README,
+    "t* = 145 at sigma 0.25 and 259 at 0.5",
+    "computed by `rsjax.models.denoise.diffusion` (tested), no run",
+  ),
+  (README, "float32 131 GFLOP/s, bfloat16 118 GFLOP/s, memory 4.4 GB/s", BENCH),
+  (README, "FLOPs per sample: 833 kFLOP", BENCH),
+  (
+    README,
+    "float32     1000       5        2.8     15,959     6.27  485 MiB RSS   10%   memory 1.48 s       24%",
+    BENCH,
+  ),
+  (
+    README,
+    "bfloat16    1000       5        8.7      7,812     12.8  794 MiB RSS  5.5%  memory 0.741 s      5.8%",
+    BENCH,
+  ),
+  (README, "samples/s by batch size, float32: 32: 18,790, 64: 21,572", BENCH),
+  (README, "samples/s by batch size, bfloat16: 32: 5,354, 64: 8,274", BENCH),
+  (README, "JAX 0.10.2 on CPU, in 77 s of wall time", BENCH),
+  (README, "`--arch lenet` 28 s", BENCH_RUNS),
+  (
+    README,
+    "(18,987 samples/s), `--arch resnet20` 45 s (840 samples/s, measured at N = 2,000)",
+    BENCH_RUNS,
+  ),
+  (README, "(224 x 224, 3.63 GFLOP per sample) 54 s (25 samples/s,", BENCH_RUNS),
+  (README, "measured at N = 50: 1.1 hours per image at N = 100,000)", BENCH_RUNS),
+  (
+    README,
+    "a DnCNN denoiser (`rsjax train-denoiser --objective mse`) 36 s (2,800 samples/s)",
+    BENCH_RUNS,
+  ),
+  (README, "rsjax 2.59 s/image at N = 10,000, the eager", TWIN),
+  (
+    README,
+    "twin 3.72x slower, the compiled twin (`max-autotune-no-cudagraphs`, 90 s to compile) 1.2x faster",
+    TWIN,
+  ),
+  (
+    README,
+    "4.6e-6 (DDRS's objective)",
+    "golden outputs across instruction sets (tests/golden_cases.py --check), no JSON",
+  ),
+  (
+    README,
+    "which changed counts by up to 2 in 100,000",
+    "an H100 run of issue 25, no committed JSON",
+  ),
+  (
+    README,
+    "The paper reports 88.1% clean accuracy on CIFAR-10",
+    "Carlini et al.'s figure, not measured here",
+  ),
+  (
+    README,
+    "a CIFAR-10 image costs about 121 s on an A100 by the",
+    "Carlini et al.'s figure, not measured here",
+  ),
+]
 
 
 # ---------------------------------------------------------------------------
