@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -58,7 +59,8 @@ def test_the_child_verifies_and_passes_the_audit(family):
   assert report.ok, report.summary()
   rows = [json.loads(line) for line in open(str(family["child"]) + ".cert.jsonl")]
   assert all(r["n"] == 200 and r["counts0"] is None for r in rows)
-  a = audit.audit(family["child"], model_dir=family["child_dir"], rows=5, seed=1)
+  a = audit.audit(family["child"], model_dir=family["child_dir"], rows=5, seed=1,
+                  parent_model_dir=family["parent_dir"])  # fmt: skip
   assert a.ok, a.reason
 
 
@@ -114,7 +116,8 @@ def test_consistently_edited_counts_fail_the_audit(family, tmp_path):
   open(f, "w").write("\n".join(out) + "\n")
   _edit_records(f, lambda r: recs[r["idx"]])
   assert verify.verify(f).ok
-  a = audit.audit(f, model_dir=family["child_dir"], rows="all", seed=1)
+  a = audit.audit(f, model_dir=family["child_dir"], rows="all", seed=1,
+                  parent_model_dir=family["parent_dir"])  # fmt: skip
   assert not a.ok and "counts" in a.reason
 
 
@@ -181,3 +184,61 @@ def test_a_parent_that_does_not_verify_is_refused(family, tmp_path, capsys):
   _edit_records(parent, lambda r: {**r, "p_lower": 0.99})
   assert run_cli("recertify", parent, family["child_dir"], tmp_path / "c.tsv", "--quiet") == 2
   assert "does not verify" in capsys.readouterr().err
+
+
+def test_a_circle_of_parents_is_a_mismatch_not_a_recursion(family, tmp_path):
+  """Two child records naming each other as parent: verify says so in one mismatch (it
+  recursed into the parent's parent without end)."""
+  a, b = _copy(family["child"], tmp_path / "a.tsv"), _copy(family["child"], tmp_path / "b.tsv")
+  for f, other in ((a, b), (b, a)):
+    rec = json.loads(open(str(f) + ".run.json").read())
+    rec["method"]["options"]["parent"] = str(other)
+    open(str(f) + ".run.json", "w").write(json.dumps(rec))
+  report = verify.verify(a)
+  assert not report.ok
+  assert any("itself certified from a parent" in str(m) for m in report.mismatches)
+
+
+def test_the_audit_draws_the_parent_again_with_its_model(family, capsys):
+  """``audit --parent-model-dir``: the parent run the child names is audited too, as a check."""
+  argv = ("audit", family["child"], "--model-dir", family["child_dir"], "--rows", "3")
+  assert run_cli(*argv, "--parent-model-dir", family["parent_dir"], "--seed", "4") == 0
+  assert re.search(r"ok +parent:", capsys.readouterr().out)
+  # the parent audited with another model (the child's) fails the child's audit
+  assert run_cli(*argv, "--parent-model-dir", family["child_dir"], "--seed", "4") == 1
+
+
+def test_a_fallback_row_records_its_own_counts():
+  """Red team 7: the k-th fallback row took ``min(j, rows)`` of the fallback's certificate (an
+  IndexError, or another row's counts), not the number of fallback rows before it."""
+  import rsjax
+  from rsjax.cohen._recertify import Recertified
+
+  fb = rsjax.Certificate(
+    prediction=np.array([3, 7]), radius=np.array([0.1, 0.2]), p_lower=np.array([0.6, 0.7]),
+    counts=np.array([[0] * 3 + [5] + [0] * 6, [0] * 7 + [9] + [0] * 2]), counts_selection=None,
+  )  # fmt: skip
+  four = np.zeros(4)
+  cert = Recertified(
+    prediction=np.array([1, 3, 2, 7]), radius=four, p_lower=four, counts=np.zeros((4, 2), int),
+    counts_selection=None, zeta=four, parent_prediction=np.array([1, -1, 2, -1]),
+    parent_p_lower=four, fallback=np.array([False, True, False, True]), fallback_cert=fb,
+  )  # fmt: skip
+  assert cert.record_fields(1)["fallback"]["counts"] == {"3": 5}
+  assert cert.record_fields(3)["fallback"]["counts"] == {"7": 9}
+
+
+def test_a_child_of_another_split_than_its_parent_is_refused(family, tmp_path):
+  """Red team 7: a child declared on the train split took the test rows' parent bounds."""
+  f = _copy(family["child"], tmp_path / "s.tsv")
+  rec = json.loads(open(str(f) + ".run.json").read())
+  rec["data"]["split"] = "train"
+  rec["key"]["claim"] = RunSpec.from_json(rec).claim_digest()
+  open(str(f) + ".run.json", "w").write(json.dumps(rec))
+  report = verify.verify(f)
+  assert any("split" in str(m) and "parent" in str(m) for m in report.mismatches), report
+
+
+def test_auditing_a_child_needs_its_parents_model(family, capsys):
+  assert run_cli("audit", family["child"], "--model-dir", family["child_dir"]) == 2
+  assert "--parent-model-dir" in capsys.readouterr().err

@@ -211,12 +211,14 @@ def _budget_words(run) -> str:
 
 def _run_summary(label: str, run, res) -> str:
   """One line on what a run certified, from its record (the one ``verify`` checks)."""
+  from rsjax.verify._run import alpha_words
+
   s = run.sampling
   declared = len(run.indices())
   how = (" (multiclass radius)" if run.multiclass else "") + _budget_words(run)
   return (
     f"{label}: {run.method}{how}, sigma={run.sigma:g}, {run.noise_label}, "
-    f"N={s['n']}, alpha={s['alpha']:g}, {run.data.name} {run.data.split}: {len(res)} of "
+    f"N={s['n']}, alpha={alpha_words(run)}, {run.data.name} {run.data.split}: {len(res)} of "
     f"{declared} declared rows" + ("" if len(res) == declared else " (incomplete)")
   )
 
@@ -224,6 +226,8 @@ def _run_summary(label: str, run, res) -> str:
 def plot_title(runs: list, results: dict) -> str:
   """sigma, noise (norm), N, alpha and number of inputs, from the files' runs
   (``rsjax.runs.spec.RunSpec``, None where a file has none)."""
+  from rsjax.verify._run import alpha_words
+
   runs = [r for r in runs if r is not None]
 
   def values(get):
@@ -235,7 +239,7 @@ def plot_title(runs: list, results: dict) -> str:
     parts.append(f"sigma={values(lambda r: r.sigma)}")
     parts.append(values(lambda r: r.noise_label))
     parts.append(f"N={values(lambda r: r.sampling['n'])}")
-    parts.append(f"alpha={values(lambda r: float(r.sampling['alpha']))}")
+    parts.append(f"alpha={values(alpha_words)}")
   counts = ", ".join(dict.fromkeys(str(len(r)) for r in results.values()))
   parts.append(f"{counts} inputs")
   return "certified accuracy: " + "; ".join(parts)

@@ -36,6 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     metavar="DIR",
     help="the denoiser of a denoised run (default: the directory it recorded)",
   )
+  p.add_argument(
+    "--parent-model-dir",
+    default=None,
+    metavar="DIR",
+    help="a recertified run's parent model: audit the parent run it names too (same rows)",
+  )
   p.add_argument("--data-dir", default=None, help="TFDS data_dir of the run's dataset")
   p.add_argument("--rows", type=_rows, default=20, help="rows drawn again (default 20), or 'all'")
   p.add_argument(
@@ -64,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
       torch_checkpoint=args.torch_checkpoint,
       denoiser=args.denoiser,
       batch_size=args.batch,
+      parent_model_dir=args.parent_model_dir,
     )
   except (audit.AuditError, ValueError) as e:
     raise CliError(str(e)) from None

@@ -233,7 +233,7 @@ class Recertified(Certificate):
     out: dict = {"zeta": float(self.zeta[j]), "parent": parent}
     if self.fallback[j]:
       assert self.fallback_cert is not None
-      k = int(np.flatnonzero(self.fallback)[:j].size)  # its row in the fallback's certificate
+      k = int(np.count_nonzero(self.fallback[:j]))  # its row in the fallback's certificate
       fb = self.fallback_cert
       out["fallback"] = {
         "counts0": _sparse(fb.counts_selection[k]) if fb.counts_selection is not None else None,

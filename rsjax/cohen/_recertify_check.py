@@ -84,6 +84,18 @@ def link_issues(parent: RunSpec, options: dict, *, sigma: float, noise: str, mul
   return out
 
 
+def _same_rows(parent: RunSpec, child: RunSpec) -> list[str]:
+  """Why the child does not certify the parent's inputs, all of them: another split, size or
+  array file (row ``i`` would be another image), or another declared range (a range chosen
+  after the parent's counts were seen picks the rows its noise favoured)."""
+  a, b = parent.data, child.data
+  fields = ("name", "split", "size", "file_sha256", "start", "stop", "skip")
+  differ = [f for f in fields if getattr(a, f) != getattr(b, f)]
+  if differ:
+    return [f"the child's {', '.join(differ)} of the data differ from the parent's"]
+  return []
+
+
 def parent_bounds(parent: RunSpec, recs: dict, idx: list[int]) -> tuple[np.ndarray, ...]:
   """``(valid, predict, p_lower, p_upper)`` of the parent's rows ``idx`` from its recorded
   counts (Cohen's certificate, binary or multiclass; ``p_upper`` 1 in the binary case)."""
@@ -105,6 +117,7 @@ def parent_bounds(parent: RunSpec, recs: dict, idx: list[int]) -> tuple[np.ndarr
       up = cp_upper(others.max(initial=0), n, a1 / (2 * max(c - 1, 1)))
       pb[j] = min(float(up), 1.0 - pa[j])
       pred[j] = guess if pa[j] > pb[j] else -1
+      pb[j] = pb[j] if pred[j] != -1 else 1.0  # an abstained row: no bound kept (Parent.of)
     else:
       pa[j] = cp_lower(c1[guess], n, a1)
       pred[j] = guess if pa[j] >= 0.5 else -1
@@ -164,6 +177,7 @@ def check_recertify(
     return [Mismatch(-1, str(e))]
   why = link_issues(parent, opts, sigma=float(cert["sigma"]), noise=s["noise"],
                     multiclass=bool(cert["multiclass"]), dataset=cert["dataset"])  # fmt: skip
+  why += _same_rows(parent, RunSpec.read(str(cert["path"])))
   if why:
     return [Mismatch(-1, w) for w in why]
   issues = []
@@ -175,7 +189,13 @@ def check_recertify(
   ):
     issues.append(Mismatch(-1, f"the run states alpha {cert.get('details')}, its bound {want}"))
   idx = [int(i) for i in res.idx]
-  valid, pred, pa, pb = parent_bounds(parent, record_lib.read_records(str(opts["parent"])), idx)
+  precs = record_lib.read_records(str(opts["parent"]))
+  issues.extend(
+    Mismatch(i, "the input is not the parent's input of this row")
+    for i in idx
+    if i in recs and recs[i].get("input") != (precs.get(i) or {}).get("input")
+  )
+  valid, pred, pa, pb = parent_bounds(parent, precs, idx)
   for j, i in enumerate(idx):
     issues.extend(_row_issues(res, j, i, recs.get(i), parent, valid[j], pred[j], pa[j], pb[j],
                               n=n, a2=a2, fallback=fallback, sigma=float(cert["sigma"]),

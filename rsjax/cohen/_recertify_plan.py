@@ -39,7 +39,14 @@ def _parent_model(run: RunSpec) -> tuple[Any, Any]:
     raise ValueError(
       "recertify needs a parent certified from a model directory, without a denoiser or --resize"
     )
-  model, _ = models.load_model(m.path)
+  from rsjax.runs.canonical import model_config_digest
+
+  model, config = models.load_model(m.path)
+  if model_config_digest(config) != m.config or config.get("model") != m.architecture:
+    raise ValueError(  # the same weights built another way compute another function
+      f"the model in {m.path!r} is not built as the parent run's (its configuration digest "
+      "or architecture differ)"
+    )
   pack = int(run.sampling.get("pack", 1))
   if pack != 1:
     model = models.pack_narrow_stage(model, pack)

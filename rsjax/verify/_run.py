@@ -186,6 +186,17 @@ def check_against_dataset(
   return issues
 
 
+def alpha_words(run: RunSpec) -> str:
+  """The level each row of ``run`` holds at, in words: the sampling's alpha, or a level the
+  method states for its rows (``details["alpha"]``: a recertified run's alpha_1 + alpha_2,
+  which its check derives again)."""
+  alpha = run.sampling["alpha"]
+  stated = run.details.get("alpha") if isinstance(run.details, dict) else None
+  if isinstance(stated, float) and stated != alpha:
+    return f"{stated!r} (its own {alpha!r} and its parent's)"
+  return repr(alpha)
+
+
 def claim_line(run: RunSpec) -> str:
   """The claim verify checked, in one line: method, noise, sigma, N, alpha, the radius and
   the declared rows."""
@@ -198,7 +209,7 @@ def claim_line(run: RunSpec) -> str:
     extra.append(f"pack {s['pack']}")
   return (
     f"method {run.method}, {run.noise_label} noise, sigma {run.sigma:g}, N0 {s['n0']}, "
-    f"N {s['n']}{rule}, alpha {s['alpha']!r}, {radius}"
+    f"N {s['n']}{rule}, alpha {alpha_words(run)}, {radius}"
     + "".join(f", {e}" for e in extra)
     + f", {len(run.indices())} rows ({_range(run)})"
   )

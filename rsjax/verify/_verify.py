@@ -225,6 +225,8 @@ def _parent_issues(method: Method, run: RunSpec, data_dir: str | None) -> list[M
   if "parent" not in {o.name for o in method.options} or not parent:
     return []
   try:
+    if read_run(str(parent)).options.get("parent"):  # a chain (or a circle) of parents
+      return [Mismatch(-1, f"the parent run {parent!r} is itself certified from a parent")]
     report = verify(str(parent), data_dir=data_dir)
   except (VerifyError, ValueError) as e:
     return [Mismatch(-1, f"the parent run {parent!r} cannot be verified: {e}")]

@@ -173,6 +173,7 @@ def audit(
   torch_checkpoint: str | os.PathLike | None = None,
   denoiser: str | os.PathLike | None = None,
   batch_size: int = 1000,
+  parent_model_dir: str | os.PathLike | None = None,
 ) -> AuditReport:
   """Audits a certify run with its model (module docstring).
 
@@ -187,6 +188,8 @@ def audit(
       ``model_dir``.
     denoiser: the denoiser directory of a denoised run (default: the recorded one).
     batch_size: forward passes per step (speed only; an SRS run's chains are its own).
+    parent_model_dir: a recertified run's parent model: its parent run (the file the run
+      names) is audited too, with the same rows and seed, as one more check (``parent``).
 
   Returns:
     An :class:`AuditReport`.
@@ -199,6 +202,11 @@ def audit(
   if rows != "all" and (not isinstance(rows, int) or rows < 1):
     raise AuditError(f"rows must be >= 1 or 'all', got {rows!r}")
   run = _read_run(p)
+  if run.options.get("parent") and parent_model_dir is None:
+    raise AuditError(
+      "a recertified run holds only if its parent does: give the parent's model too "
+      "(--parent-model-dir DIR), whose run is then audited with the same rows"
+    )
   seed = secrets.randbits(63) if seed is None else int(seed)
   declared = len(run.indices())
   try:
@@ -222,7 +230,21 @@ def audit(
     checks.append(_data_file_check(run))
   chosen = _choose(run, rows, seed)
   checks.extend(_drawn_checks(p, run, loaded, chosen, batch_size, data_dir))
+  if parent_model_dir is not None:
+    checks.append(_parent_check(run, parent_model_dir, rows, seed, data_dir, batch_size))
   return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
+
+
+def _parent_check(run: RunSpec, model_dir, rows, seed: int, data_dir, batch_size: int) -> Check:
+  """The audit of a recertified run's parent (the run it names) with its model, as a check."""
+  parent = run.options.get("parent")
+  if not parent:
+    raise AuditError("--parent-model-dir: the run names no parent run (not recertified)")
+  report = audit(
+    str(parent), model_dir=model_dir, rows=rows, seed=seed, data_dir=data_dir,
+    batch_size=batch_size,
+  )  # fmt: skip
+  return Check("parent", report.ok, f"{parent}: {report.summary()}")
 
 
 def _data_file_check(run: RunSpec) -> Check:

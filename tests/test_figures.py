@@ -1,0 +1,559 @@
+"""Figures that cannot drift: the numbers the docs quote, read from their JSON.
+
+Issue 55, item 3. Every figure ``benchmarks/RESULTS.md`` and ``README.md``
+quote from a benchmark or an experiment is bound here to the committed JSON it
+came from (under ``benchmarks/results/`` or ``results/``):
+
+* ``Bind(doc, template, json, figures)``: ``template`` is the quoted text as
+  it stands in the document, with ``{}`` where each figure is; it must match
+  exactly one line of ``doc``. ``figures`` gives, per ``{}`` in order, a key
+  path into the JSON and the rounding the prose uses (``fmt``: a format spec,
+  applied to the JSON value times ``scale``). The test formats the JSON value
+  and requires the quoted text to be exactly that string.
+* Key paths: ``a/b/0/c`` walks dicts and lists; ``results[model=lenet,
+  precision=bf16]`` picks the one element of a list whose fields are those
+  values (exactly one must match). ``Ratio(p, q)`` is the JSON value at ``p``
+  over the one at ``q``.
+* ``UNBOUND``: figures the docs quote that no committed JSON holds (machine
+  timings printed by a command, values computed by a library function, runs
+  whose output was not kept), each with its reason or the command that printed
+  it. The test checks that each still stands in its document, so the list is
+  kept when the prose changes.
+
+No JAX: only the markdown and the JSON are read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+R = "benchmarks/RESULTS.md"
+README = "README.md"
+B = "benchmarks/results/"
+
+NUMBER = r"([-+]?(?:\d[\d,]*)?\.?\d+(?:e[-+]?\d+)?)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ratio:
+  num: str
+  den: str
+
+
+@dataclasses.dataclass(frozen=True)
+class F:
+  """One figure: where it is in the JSON and how the prose rounds it."""
+
+  key: str | Ratio
+  fmt: str
+  scale: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Bind:
+  doc: str
+  template: str
+  json: str
+  figures: tuple[F, ...]
+
+
+def _f(spec, scale=1.0):
+  return lambda key: F(key, spec, scale)
+
+
+s3 = _f("#.3g")  # three significant digits, zeros kept: 0.560, 3.18, 0.0312
+f1, f2, f3 = _f(".1f"), _f(".2f"), _f(".3f")
+comma = _f(",.0f")  # 11,922
+mflop = _f(".2f", 1e-6)
+kib = _f(".1f", 1 / 1024)
+pct0 = _f(".0f", 100.0)  # a share quoted as "77%"
+
+
+# ---------------------------------------------------------------------------
+# The key paths.
+
+_SELECT = re.compile(r"^(?P<name>[^\[]*)\[(?P<sel>[^\]]*)\]$")
+
+
+def _scalar(text):
+  for cast in (int, float):
+    try:
+      return cast(text)
+    except ValueError:
+      pass
+  return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def lookup(data, path):
+  """The value at ``path`` (see the module docstring); KeyError names the part."""
+  node = data
+  for part in path.split("/"):
+    m = _SELECT.match(part)
+    name, sel = (m["name"], m["sel"]) if m else (part, None)
+    if name:
+      if isinstance(node, list):
+        if not name.isdigit() or int(name) >= len(node):
+          raise KeyError(f"{part!r} (a list of {len(node)})")
+        node = node[int(name)]
+      elif isinstance(node, dict) and name in node:
+        node = node[name]
+      else:
+        raise KeyError(f"{name!r}")
+    if sel is not None:
+      want = dict(kv.split("=", 1) for kv in sel.split(","))
+      hits = [
+        e
+        for e in node
+        if isinstance(e, dict)
+        and all(str(e.get(k)) == v or e.get(k) == _scalar(v) for k, v in want.items())
+      ]
+      if len(hits) != 1:
+        raise KeyError(f"[{sel}] matches {len(hits)} elements, not 1")
+      node = hits[0]
+  return node
+
+
+def expected(data, fig):
+  if isinstance(fig.key, Ratio):
+    value = lookup(data, fig.key.num) / lookup(data, fig.key.den)
+  else:
+    value = lookup(data, fig.key)
+  return value, format(value * fig.scale if fig.scale != 1.0 else value, fig.fmt)
+
+
+# ---------------------------------------------------------------------------
+# The bound figures.
+
+
+def _gpu_row(label, model, precision, s_fmt="{}"):
+  sel = f"results[model={model},precision={precision}]"
+  return Bind(
+    R,
+    f"| {label} | {precision} | {s_fmt} ({{}}) | {{}} | "
+    + ("**{}x**" if model == "lenet" else "{}x")
+    + " | {} / {} | {} |",
+    B + "gpu.json",
+    (
+      s3(f"{sel}/rsjax/seconds_per_image"),
+      s3(f"{sel}/rsjax/seconds_per_image_p50"),
+      s3(f"{sel}/twin/seconds_per_image"),
+      f2(f"{sel}/ratio_to_twin"),
+      comma(f"{sel}/rsjax/peak_memory_mb"),
+      comma(f"{sel}/twin/peak_memory_mb"),
+      f3(f"{sel}/mfu"),
+    ),
+  )
+
+
+def _levers_costs_row(label, model, pack):
+  sel = f"costs[model={model},pack={pack}]"
+  stage = f"{sel}/stages[stage={{}}]/flops_per_sample"
+  figures = [
+    mflop(stage.format("stage1")),
+    mflop(stage.format("stage2")),
+    mflop(stage.format("stage3")),
+    mflop(f"{sel}/total/flops_per_sample"),
+    f2(
+      Ratio(f"{sel}/total/flops_per_sample", f"costs[model={model},pack=1]/total/flops_per_sample")
+    ),
+  ]
+  template = f"| {label} | {pack} | {{}} | {{}} | {{}} | {{}} ({{}}) |"
+  if pack == 1:
+    template += " {} ({}) / {} ({}) / {} ({}) / {} ({}) |"
+    for where in [f"{sel}/stages[stage=stage{i}]" for i in (1, 2, 3)] + [f"{sel}/total"]:
+      figures += [
+        kib(f"{where}/activation_bytes_per_sample/bf16"),
+        kib(f"{where}/activation_bytes_per_sample/float32"),
+      ]
+  return Bind(R, template, B + "levers_cpu.json", tuple(figures))
+
+
+BOUND: list[Bind] = [
+  # RESULTS.md, issue 52: lever 1, FLOPs and bytes per sample by stage.
+  *[
+    _levers_costs_row(label, model, pack)
+    for label, model in (("ResNet-110", "resnet110"), ("ResNet-20", "resnet20"))
+    for pack in (1, 2, 4)
+  ],
+  # RESULTS.md, issue 43: the GPU suite on an H200.
+  *[
+    _gpu_row(label, model, precision)
+    for label, model in (("LeNet", "lenet"), ("ResNet-20", "resnet20"), ("ResNet-110", "resnet110"))
+    for precision in ("fp32", "tf32", "bf16")
+  ],
+]
+
+
+def _objective_row(label, key):
+  k = f"objectives/{key}"
+  return Bind(
+    R,
+    f"| {label} | {{}} | {{}} | {{}} |",
+    B + "objectives.json",
+    (f1(f"{k}/ms_per_step"), f2(f"{k}/ratio_vs_gaussian_same_m"), f2(f"{k}/ratio_vs_gaussian_m1")),
+  )
+
+
+def _recertify_row(label, key):
+  acc = [
+    a
+    for r in ("0", "0.25", "0.5", "0.75")
+    for a in (f"{key}/recertify/accuracy/{r}", f"{key}/scratch/accuracy/{r}")
+  ]
+  return Bind(
+    R,
+    f"| {label} | {{}} | {{}} / {{}} |" + " {} / {} |" * 4,
+    B + "recertify.json",
+    (
+      _f(".4f")(f"{key}/zeta_upper_mean"),
+      f1(f"{key}/recertify/seconds"),
+      f1(f"{key}/scratch/seconds"),
+      *[f2(a) for a in acc],
+    ),
+  )
+
+
+BOUND += [
+  # RESULTS.md, issue 42: Carlini et al.'s pipeline on the CPU.
+  *[
+    Bind(
+      R,
+      f"| {label} | {{}} | {{}},000 ({{}} h) | {{}} s |",
+      B + "denoised_carlini_cpu.json",
+      (
+        f2(f"{side}/samples_per_s"),
+        _f(".0f", 1e-3)(f"s_per_image_at_N100000/{side}"),
+        _f(".0f", 1 / 3600)(f"s_per_image_at_N100000/{side}"),
+        f1(f"{side}/first_call_s"),
+      ),
+    )
+    for label, side in (("rsjax (JAX 0.10.2)", "rsjax"), ("PyTorch reference", "torch"))
+  ],
+  Bind(R, "| ratio | **{}x** | | |", B + "denoised_carlini_cpu.json", (f2("rsjax_over_torch"),)),
+  Bind(
+    R,
+    "The improved-diffusion CIFAR-10 UNet ({} parameters, one step at sigma = 0.25: t* = {}",
+    B + "denoised_carlini_cpu.json",
+    (_f(",d")("unet_params"), _f("d")("rsjax/timestep")),
+  ),
+  Bind(
+    R,
+    "({} parameters), random weights built in PyTorch",
+    B + "denoised_carlini_cpu.json",
+    (_f(",d")("classifier_params"),),
+  ),
+  # RESULTS.md, issue 13: cost of each training objective.
+  *[
+    _objective_row(label, key)
+    for label, key in (
+      ("Gaussian m=1", "gaussian m=1"),
+      ("Gaussian m=4", "gaussian m=4"),
+      ("Consistency m=4", "consistency m=4"),
+      ("SmoothAdv m=4, 2 PGD steps", "smoothadv m=4, 2 steps"),
+      ("MACER m=4", "macer m=4"),
+      ("Gaussian + sphere attack m=4, T=4", "gaussian+sphere attack m=4, T=4"),
+    )
+  ],
+  # RESULTS.md, incremental certification: recertify against from scratch.
+  *[
+    _recertify_row(label, key)
+    for label, key in (
+      ("bf16 (`--precision bfloat16`)", "bf16"),
+      ("int8 weights", "int8"),
+      ("pruned 50%", "prune0.5"),
+      ("fine-tuned 20 SGD steps", "tuned20"),
+    )
+  ],
+  Bind(
+    R,
+    "`rsjax recertify`: 1,000 disagreement samples an input ({}x fewer)",
+    B + "recertify.json",
+    (f1("bf16/sample_ratio"),),
+  ),
+]
+
+
+def _sound_speed_row(label, model):
+  sel = f"speed[model={model}]"
+  return Bind(
+    R,
+    f"| {label} | {{}} | {{}} | {{}} | {{}} | {{}} |",
+    B + "sound_noise_speed_cpu.json",
+    (
+      _f(",d")(f"{sel}/num"),
+      _f(",d")(f"{sel}/batch_size"),
+      comma(f"{sel}/samples_per_s/gaussian"),
+      comma(f"{sel}/samples_per_s/gaussian_8bit"),
+      f2(f"{sel}/sound_over_float"),
+    ),
+  )
+
+
+def _sound_accuracy_row(sigma, label, noise):
+  sel = f"accuracy[sigma={sigma}]/{noise}"
+  return Bind(
+    R,
+    f"| {sigma} | {label} |" + " {} |" * 6,
+    B + "sound_noise_cpu.json",
+    (
+      *[f2(f"{sel}/certified_accuracy/{r}") for r in ("0", "0.25", "0.5", "0.75", "1")],
+      f2(f"{sel}/abstain"),
+    ),
+  )
+
+
+BOUND += [
+  # RESULTS.md, issue 41: sound 8-bit noise, speed and accuracy.
+  *[
+    _sound_speed_row(label, model)
+    for label, model in (("MLP", "mlp"), ("LeNet", "lenet"), ("ResNet-20", "resnet20"))
+  ],
+  *[
+    _sound_accuracy_row(sigma, label, noise)
+    for sigma in ("0.25", "0.5")
+    for label, noise in (("float Gaussian", "gaussian"), ("sound 8-bit", "gaussian_8bit"))
+  ],
+]
+
+
+BOUND += [
+  Bind(
+    R,
+    "`sound_noise_cpu.json`) gave {} / {} / {} for MLP / LeNet / ResNet-20",
+    B + "sound_noise_cpu.json",
+    tuple(f2(f"speed[model={m}]/sound_over_float") for m in ("mlp", "lenet", "resnet20")),
+  ),
+]
+
+
+DEMO = (
+  "printed by `time rsjax demo --out runs/demo --quiet` (timed on the machine, not from a JSON)"
+)
+BENCH = (
+  "printed by `rsjax bench --arch lenet --precision float32,bf16 --cache-dir off --json "
+  "runs/bench/lenet.json --plot runs/bench/lenet.png` (timed on the machine; its JSON is not committed)"
+)
+BENCH_RUNS = "wall time of `rsjax bench` at its defaults with `--json --plot` (timed on the machine, not from a JSON)"
+TWIN = (
+  "printed by `rsjax bench --arch lenet --twin --N 10000 --measure-n 2000 --images 2` "
+  "(timed on the machine, not from a JSON)"
+)
+
+# Quoted figures no committed JSON holds: (document, text as quoted, why / the command that printed it).
+UNBOUND: list[tuple[str, str, str]] = [
+  # README.md
+  (
+    README,
+    "688 passed",
+    "test-suite run of `bash .ci/run` (timed, not from a JSON)",
+  ),
+  (
+    README,
+    "and 2 skipped in 16 min 33 s; Python 3.12, 636 passed and 28 skipped",
+    "test-suite run of `bash .ci/run`",
+  ),
+  (README, "VM with JAX 0.10.2 on CPU (4 min 13 s in all,", DEMO),
+  (README, "training 55 s + 57 s, certification 79 s + 56 s", DEMO),
+  (README, "3 min 14 s on the idle VM before", DEMO),
+  (
+    README,
+    "sigma=0.25  0.990*  0.940*  0.890*  0.790*   0.000   0.000   0.000  0.723    0.000  100",
+    DEMO,
+  ),
+  (
+    README,
+    "sigma=0.5    0.940   0.890   0.850   0.770  0.640*  0.490*  0.260*  1.088    0.020  100",
+    DEMO,
+  ),
+  (README, "envelope     0.990   0.940   0.890   0.790   0.640   0.490   0.260", DEMO),
+  (
+    README,
+    "no radius can exceed 3.2 sigma (0.80 at sigma 0.25)",
+    "arithmetic: sigma Phi^-1(0.001^(1/10,000)), no run",
+  ),
+  (
+    README,
+    "certifies at most 1.98 sigma, against 3.17 sigma for standard RS; 2 sigma takes m = 420",
+    'computed by the `python -c "from rsjax import srs; ..."` line below it, not a run',
+  ),
+  (
+    README,
+    "`rsjax verify` took 0.42 s of wall time",
+    "timed by `python -m benchmarks.verify_speed` (not from a JSON)",
+  ),
+  (
+    README,
+    "the float path certifies class 0 with radius 1.23 (n = 1,000)",
+    "checked by tests/test_noise_8bit.py, no JSON",
+  ),
+  (
+    README,
+    "t* = 145 at sigma 0.25 and 259 at 0.5",
+    "computed by `rsjax.models.denoise.diffusion` (tested), no run",
+  ),
+  (README, "float32 131 GFLOP/s, bfloat16 118 GFLOP/s, memory 4.4 GB/s", BENCH),
+  (README, "FLOPs per sample: 833 kFLOP", BENCH),
+  (
+    README,
+    "float32     1000       5        2.8     15,959     6.27  485 MiB RSS   10%   memory 1.48 s       24%",
+    BENCH,
+  ),
+  (
+    README,
+    "bfloat16    1000       5        8.7      7,812     12.8  794 MiB RSS  5.5%  memory 0.741 s      5.8%",
+    BENCH,
+  ),
+  (README, "samples/s by batch size, float32: 32: 18,790, 64: 21,572", BENCH),
+  (README, "samples/s by batch size, bfloat16: 32: 5,354, 64: 8,274", BENCH),
+  (README, "JAX 0.10.2 on CPU, in 77 s of wall time", BENCH),
+  (README, "`--arch lenet` 28 s", BENCH_RUNS),
+  (
+    README,
+    "(18,987 samples/s), `--arch resnet20` 45 s (840 samples/s, measured at N = 2,000)",
+    BENCH_RUNS,
+  ),
+  (README, "(224 x 224, 3.63 GFLOP per sample) 54 s (25 samples/s,", BENCH_RUNS),
+  (README, "measured at N = 50: 1.1 hours per image at N = 100,000)", BENCH_RUNS),
+  (
+    README,
+    "a DnCNN denoiser (`rsjax train-denoiser --objective mse`) 36 s (2,800 samples/s)",
+    BENCH_RUNS,
+  ),
+  (README, "rsjax 2.59 s/image at N = 10,000, the eager", TWIN),
+  (
+    README,
+    "twin 3.72x slower, the compiled twin (`max-autotune-no-cudagraphs`, 90 s to compile) 1.2x faster",
+    TWIN,
+  ),
+  (
+    README,
+    "4.6e-6 (DDRS's objective)",
+    "golden outputs across instruction sets (tests/golden_cases.py --check), no JSON",
+  ),
+  (
+    README,
+    "which changed counts by up to 2 in 100,000",
+    "an H100 run of issue 25, no committed JSON",
+  ),
+  (
+    README,
+    "The paper reports 88.1% clean accuracy on CIFAR-10",
+    "Carlini et al.'s figure, not measured here",
+  ),
+  (
+    README,
+    "a CIFAR-10 image costs about 121 s on an A100 by the",
+    "Carlini et al.'s figure, not measured here",
+  ),
+]
+
+
+# ---------------------------------------------------------------------------
+# The checks.
+
+_DOCS: dict[str, list[str]] = {}
+_JSONS: dict[str, object] = {}
+
+
+def _doc(name):
+  if name not in _DOCS:
+    _DOCS[name] = (ROOT / name).read_text(encoding="utf-8").splitlines()
+  return _DOCS[name]
+
+
+def _json(name):
+  if name not in _JSONS:
+    _JSONS[name] = json.loads((ROOT / name).read_text(encoding="utf-8"))
+  return _JSONS[name]
+
+
+def _pattern(template):
+  parts = template.split("{}")
+  return re.compile(NUMBER.join(re.escape(p) for p in parts))
+
+
+def check(bind):
+  """The failures of one binding, one line each (empty: it holds)."""
+  pattern = _pattern(bind.template)
+  assert pattern.groups == len(bind.figures), f"{bind.template!r}: {pattern.groups} slots"
+  lines = _doc(bind.doc)
+  hits = [(i + 1, m) for i, line in enumerate(lines) if (m := pattern.search(line))]
+  if len(hits) != 1:
+    where = ", ".join(str(n) for n, _ in hits) or "no line"
+    return [f"{bind.doc}: {bind.template!r} found on {where} (must be exactly one line)"]
+  lineno, match = hits[0]
+  try:
+    data = _json(bind.json)
+  except FileNotFoundError:
+    return [f"{bind.doc}:{lineno}: {bind.json} is missing"]
+  failures = []
+  for quoted, fig in zip(match.groups(), bind.figures, strict=True):
+    key = fig.key if isinstance(fig.key, str) else f"{fig.key.num} / {fig.key.den}"
+    try:
+      value, text = expected(data, fig)
+    except (KeyError, TypeError, ZeroDivisionError) as e:
+      failures.append(f"{bind.doc}:{lineno}: {bind.json} has no {key}: {e}")
+      continue
+    if quoted != text:
+      failures.append(
+        f"{bind.doc}:{lineno}: quotes {quoted}, {bind.json} {key} = {value!r} "
+        f"gives {text} ({fig.fmt}" + (f" of x{fig.scale:g}" if fig.scale != 1.0 else "") + ")"
+      )
+  return failures
+
+
+def _id(bind):
+  return f"{bind.doc}:{bind.template[:40]}"
+
+
+@pytest.mark.parametrize("bind", BOUND, ids=_id)
+def test_quoted_figure_equals_its_json(bind):
+  failures = check(bind)
+  assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("entry", UNBOUND, ids=lambda e: f"{e[0]}:{e[1][:40]}")
+def test_unbound_figure_still_quoted(entry):
+  doc, text, reason = entry
+  assert reason
+  assert any(text in line for line in _doc(doc)), (
+    f"{doc}: {text!r} is no longer quoted; drop it from UNBOUND"
+  )
+
+
+def test_every_json_named_exists():
+  for name in {b.json for b in BOUND}:
+    assert (ROOT / name).is_file(), name
+
+
+def test_a_differing_figure_fails_with_the_line_json_and_key(tmp_path):
+  doc = tmp_path / "DOC.md"
+  doc.write_text("intro\n| x | 0.667 s | 1,205 MB |\n", encoding="utf-8")
+  js = tmp_path / "r.json"
+  js.write_text(json.dumps({"rows": [{"m": "a", "s": 0.6671, "mb": 1205.4}]}), encoding="utf-8")
+  _DOCS.clear()
+  _JSONS.clear()
+  try:
+    good = Bind(
+      str(doc), "| x | {} s | {} MB |", str(js), (s3("rows[m=a]/s"), comma("rows[m=a]/mb"))
+    )
+    assert check(good) == []
+    bad = Bind(str(doc), "| x | {} s | {} MB |", str(js), (s3("rows[m=a]/s"), f1("rows[m=a]/mb")))
+    (msg,) = check(bad)
+    assert msg.startswith(f"{doc}:2: quotes 1,205, {js} rows[m=a]/mb = 1205.4 gives 1205.4")
+    missing = Bind(
+      str(doc), "| x | {} s | {} MB |", str(js), (s3("rows[m=b]/s"), comma("rows/0/mb"))
+    )
+    (msg,) = check(missing)
+    assert f"{doc}:2: {js} has no rows[m=b]/s" in msg
+    absent = Bind(str(doc), "| y | {} s |", str(js), (s3("rows/0/s"),))
+    assert "no line" in check(absent)[0]
+  finally:
+    _DOCS.clear()
+    _JSONS.clear()
