@@ -759,7 +759,7 @@ def test_ucan_scales_rewritten_are_caught(model, tmp_path):
   _scale_columns(f, 3.0, ("radius", "alm"))
   rep = verify.verify(f)
   assert not rep.ok and "is not the run's" in rep.mismatches[0].reason
-  # Claimed dataset-wise with scales x3: verify cannot rebuild a dataset's noise, the audit does.
+  # Claimed dataset-wise with scales x3 under --ucan-sigma pattern: not the options' source.
   g = copy_run(src, tmp_path / "d.tsv")
 
   def as_dataset(r):
@@ -768,6 +768,11 @@ def test_ucan_scales_rewritten_are_caught(model, tmp_path):
 
   edit_run(g, as_dataset)
   _scale_columns(g, 3.0, ("radius", "alm"))
+  rep = verify.verify(g)
+  assert not rep.ok and "is not what --ucan-sigma pattern gives" in str(rep.mismatches)
+  # ... and with the options saying auto (either source): verify cannot rebuild a dataset's
+  # noise without its file, the audit does.
+  edit_run(g, lambda r: r["method"]["options"].update(ucan_sigma="auto"))
   assert verify.verify(g).ok
   a = audit.audit(g, model_dir=model, rows=1)
   assert not a.ok and a.reason.startswith("method: the run records details"), a.reason

@@ -86,7 +86,7 @@ def test_default_stream_is_unchanged(shape):
 )
 def test_threefry_known_answers(rounds, ctr, key, out):
   u = jnp.uint32
-  got = noise._threefry2x32(u(key[0]), u(key[1]), u(ctr[0]), u(ctr[1]), rounds)
+  got = noise.families._threefry2x32(u(key[0]), u(key[1]), u(ctr[0]), u(ctr[1]), rounds)
   assert tuple(int(g) for g in got) == out
 
 
@@ -104,9 +104,12 @@ def test_fast_stream_is_a_different_standard_normal():
   for t in (2.0, 3.0):
     assert np.mean(np.abs(fast) > t) == pytest.approx(2 * st.norm.sf(t), rel=0.1)
   # Giles' erfinv agrees with XLA's to float32 precision.
-  u = noise._uniform_open(jnp.arange(1 << 16, dtype=jnp.uint32) * jnp.uint32(65537 * 4099))
+  u = noise.families._uniform_open(jnp.arange(1 << 16, dtype=jnp.uint32) * jnp.uint32(65537 * 4099))
   np.testing.assert_allclose(
-    np.asarray(noise._erfinv_giles(u)), np.asarray(jax.lax.erf_inv(u)), rtol=2e-5, atol=1e-6
+    np.asarray(noise.families._erfinv_giles(u)),
+    np.asarray(jax.lax.erf_inv(u)),
+    rtol=2e-5,
+    atol=1e-6,
   )
 
 

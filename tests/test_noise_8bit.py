@@ -270,7 +270,7 @@ def _reads_float_traces(params, z):
   u = jax.lax.erf(e / jnp.float32(math.sqrt(2)))
   k0 = jnp.round((u + 1) * 0.5 * 2**23).astype(jnp.int32)
   ks = jnp.clip(k0[:, None] + jnp.arange(-3, 4), 0, 2**23 - 1).astype(jnp.uint32)
-  normal = jnp.float32(math.sqrt(2)) * jax.lax.erf_inv(noise_lib._uniform_open(ks << 9))
+  normal = jnp.float32(math.sqrt(2)) * jax.lax.erf_inv(noise_lib.families._uniform_open(ks << 9))
   # Equal to within one float32 step: robust to a different rounding of the last bit of erfinv
   # in another XLA fusion, still rare away from x.
   near = jnp.abs(normal - e[:, None]) <= jnp.abs(jnp.nextafter(e, 2 * e + 1) - e)[:, None]
