@@ -113,3 +113,37 @@ def test_consistent_forgery_passes_verify_fails_the_audit(run, tmp_path):
   assert verify.verify(f).ok
   a = audit.audit(f, model_dir=est, rows="all")
   assert not a.ok and "estimator_counts" in a.reason
+
+
+def test_train_the_estimator_on_the_experts_targets(tmp_path):
+  """``rsjax train --method dual``: a K-class estimator from the experts' routing targets."""
+  experts = ",".join(
+    f"{s}:{_model(tmp_path / f'e{s}', 10, 1 + i, s)}" for i, s in enumerate(SIGMAS)
+  )
+  out = tmp_path / "est"
+  argv = ["train", "--method", "dual", "--dual-experts", experts, "--dual-draws", "2",
+          "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs", "1",
+          "--batch", "128", "--out", out, "--quiet"]  # fmt: skip
+  assert cli.main([str(a) for a in argv]) == 0
+  config = models.read_config(out)
+  assert config["num_classes"] == 2 and config["dual_sigmas"] == list(SIGMAS)
+
+
+def test_targets_pick_the_expert_with_the_larger_radius():
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from rsjax.dual.training import estimator_targets
+
+  def const(c):
+    return lambda params, x: jnp.tile(jax.nn.one_hot(c, 3), (x.shape[0], 1))
+
+  x = np.zeros((4, 2), np.float32)
+  y = np.asarray([0, 1, 2, 1])
+  # Expert 0 (sigma 0.25) always says 1, expert 1 (sigma 0.5) always 0: each input's target
+  # is the one right about it, the smallest sigma when neither is.
+  got = estimator_targets(
+    jax.random.key(0), [(const(1), None), (const(0), None)], (0.25, 0.5), x, y
+  )
+  assert got.tolist() == [1, 0, 0, 0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsjax.dual._check import check_dual, parse_experts
-from rsjax.methods.base import Method, Option
+from rsjax.methods.base import Method, Option, Training
 
 __all__ = ["METHOD", "parse_experts"]
 
@@ -14,19 +14,22 @@ def _experts(text: str) -> str:
   return text
 
 
+#: ``--dual-experts``: shared by ``certify`` and ``train``.
+EXPERTS = Option(
+  "dual_experts",
+  None,
+  "the classifier at each sigma, in the estimator's index order: "
+  "SIGMA:MODEL_DIR,SIGMA:MODEL_DIR,...",
+  _experts,
+)
+
 METHOD = Method(
   "dual",
   "dual randomized smoothing: a smoothed sigma estimator (the model; --sigma its noise) "
   "picks one of the experts' sigmas per input, both certified (Sun et al., ICLR 2026)",
   "rsjax.dual._certifier:DualCertifier",
   (
-    Option(
-      "dual_experts",
-      None,
-      "the classifier at each sigma, in the estimator's index order: "
-      "SIGMA:MODEL_DIR,SIGMA:MODEL_DIR,...",
-      _experts,
-    ),
+    EXPERTS,
     Option(
       "dual_alpha_split",
       0.5,
@@ -38,4 +41,10 @@ METHOD = Method(
   ),
   check=check_dual,
   columns=("sigma", "sigma_index", "estimator_radius"),
+  training=Training(
+    "rsjax.dual.training:train_job",
+    "the sigma estimator (K classes) on the experts' targets: per input the sigma whose "
+    "expert certifies the largest radius on a few noisy samples; --sigma is its noise",
+    (EXPERTS, Option("dual_draws", 8, "noisy samples per input and expert", int, positive=True)),
+  ),
 )
