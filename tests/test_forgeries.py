@@ -1366,3 +1366,26 @@ def test_easy_hard_refuses_a_reference_of_other_inputs(model, tmp_path, capsys):
   assert run_cli("analyze", test, "--easy-hard", ref) == 2
   assert "not the same inputs" in capsys.readouterr().err
   assert run_cli("analyze", test, "--easy-hard", test) == 0
+
+
+# ----------------------------------------------------------------------------- the eighth red team
+
+
+def test_a_chain_count_on_a_run_without_chains_is_not_an_audit_error(model, run40, tmp_path):
+  """``details.chains`` "abc" on a Cohen run verified, then stopped the audit (exit 2) before
+  any row was drawn: a forged run read as "could not audit". It is read for SRS only, as a
+  JSON integer, and anything the audit cannot rebuild fails its method check."""
+  f = copy_run(run40, tmp_path / "c.tsv")
+  edit_run(f, lambda r: r["method"].update(details={"chains": "abc"}))
+  rep = audit.audit(f, model_dir=model, rows=2, seed=0)
+  assert not rep.ok and "method" in rep.reason, rep.reason
+  assert run_cli("audit", f, "--model-dir", model, "--rows", "2") == 1
+
+
+def test_a_stated_alpha_is_printed_for_a_recertified_run_only(run40, tmp_path, capsys):
+  """``details.alpha`` 1e-9 on a Cohen run was printed by verify and analyze as the level."""
+  f = copy_run(run40, tmp_path / "a.tsv")
+  edit_run(f, lambda r: r["method"].update(details={"alpha": 1e-9}))
+  assert "1e-09" not in verify.verify(f).summary()
+  assert run_cli("analyze", f) == 0
+  assert "1e-09" not in capsys.readouterr().out

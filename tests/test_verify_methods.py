@@ -363,3 +363,15 @@ def test_honest_runs_of_each_method_pass_their_audit(trained, deq_model, idrs_ru
   report = audit.audit(f, model_dir=deq_model, rows=5)
   assert not report.ok and report.reason.startswith("verify: NOT verified")
   assert any(c.name == "counts" and not c.ok for c in report.checks), report.checks
+
+
+def test_ucan_scales_of_no_source_are_a_mismatch(trained, tmp_path):
+  """Red team 8: a ``details.source`` neither pattern nor dataset skipped the scale check
+  (sigma_min 1.0: ACR 0.272 -> 1.348 passed verify)."""
+  out = tmp_path / "u.tsv"
+  assert (
+    run_cli("certify", trained, out, "--method", "ucan", "--ucan-sigma", "pattern", *COMMON) == 0
+  )
+  edit_run(out, lambda r: r["method"]["details"].update(source="x", sigma_min=1.0, sigma_gmean=1.0))
+  rep = verify.verify(out)
+  assert not rep.ok and "details.source 'x'" in str(rep.mismatches), rep.mismatches

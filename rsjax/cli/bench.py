@@ -113,12 +113,9 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
     "max-autotune-no-cudagraphs, reduce-overhead, default), or 'none'",
   )
   p.add_argument("--quiet", action="store_true", help="no progress bar")
-  p.add_argument(
-    "--cache-dir",
-    dest="compilation_cache",
-    default=argparse.SUPPRESS,
-    metavar="DIR",
-    help="JAX's persistent compilation cache in DIR, or 'off' (a cached program compiles in "
+  flags.cache_dir_flag(
+    p,
+    "JAX's persistent compilation cache in DIR, or 'off' (a cached program compiles in "
     "no time: 'off' measures the compilation)",
   )
 

@@ -17,12 +17,9 @@ HELP = "certify a dataset (CERTIFY of Cohen et al.)"
 def add_arguments(p: argparse.ArgumentParser) -> None:
   """The flags of ``rsjax certify``."""
   flags.add_certify_flags(p)
-  p.add_argument(
-    "--cache-dir",
-    dest="compilation_cache",
-    default=argparse.SUPPRESS,
-    metavar="DIR",
-    help="JAX's persistent compilation cache (and XLA's GPU autotune cache) in DIR, or 'off': "
+  flags.cache_dir_flag(
+    p,
+    "JAX's persistent compilation cache (and XLA's GPU autotune cache) in DIR, or 'off': "
     "a later run compiles nothing (the global --compilation-cache, after the command)",
   )
 

@@ -31,7 +31,7 @@ from rsjax.engine.driver import (
   engine_counts,
   run_certify,
 )
-from rsjax.methods.base import Context, MethodCertifier
+from rsjax.methods.base import Context, RunCertifier
 from rsjax.noise import lattice
 from rsjax.verify.checks import thresholds_digest
 
@@ -344,16 +344,11 @@ def predict(
 
 
 @dataclasses.dataclass(frozen=True)
-class CohenCertifier(MethodCertifier):
+class CohenCertifier(RunCertifier):
   """``--method cohen`` (``rsjax.cohen.METHOD``): :func:`certify` of a run's chunks, fixed or
   budgeted on a radius grid (``--grid``, ``--budget-rule``)."""
 
-  ctx: Context
   rule: Budget | Anytime | None
-  columns: tuple[str, ...]
-  describe: str
-  details: dict | None = None
-  inputs_per_call: int | None = None
 
   @classmethod
   def from_options(
@@ -364,7 +359,7 @@ class CohenCertifier(MethodCertifier):
     # Sound 8-bit noise: the record names its threshold table (verify computes it again).
     table = {"noise_table": lattice.table_hash(ctx.sigma)} if noise.lattice else {}
     if grid is None:
-      return cls(ctx, None, Certificate.columns, what, table or None)
+      return cls(None, ctx=ctx, columns=Certificate.columns, describe=what, details=table or None)
     # Budgeted inputs stop independently and share launches: certify 16 per call. The
     # rule and its schedule (the rule's defaults) are part of the run's record.
     if budget_rule == "anytime":
@@ -387,7 +382,10 @@ class CohenCertifier(MethodCertifier):
       kind = ""
     describe = f"{what}, budgeted{kind} on the radius grid {list(grid)}"
     details = {"budget": schedule, **table}
-    return cls(ctx, rule, BudgetedCertificate.columns, describe, details, inputs_per_call=16)
+    columns = BudgetedCertificate.columns
+    return cls(
+      rule, ctx=ctx, columns=columns, describe=describe, details=details, inputs_per_call=16
+    )
 
   def certify(self, x: Any, ids: Any) -> Certificate:
     certifier = Cohen(multiclass=self.ctx.multiclass, budget=self.rule)

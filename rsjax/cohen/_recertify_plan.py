@@ -19,7 +19,7 @@ import numpy as np
 from rsjax.cohen._recertify import Parent, Recertify
 from rsjax.cohen._recertify_check import link_issues, parent_of, stated_alpha
 from rsjax.engine.driver import Certificate, Sampling
-from rsjax.methods.base import Context, MethodCertifier
+from rsjax.methods.base import Context, RunCertifier
 from rsjax.runs.spec import RunSpec
 
 __all__ = ["RecertifyCertifier", "load_parent"]
@@ -76,14 +76,10 @@ def load_parent(run: RunSpec, dim: int) -> Parent:
 
 
 @dataclasses.dataclass(frozen=True)
-class RecertifyCertifier(MethodCertifier):
+class RecertifyCertifier(RunCertifier):
   """``--method recertify``: :class:`rsjax.cohen.Recertify` of a run's chunks."""
 
-  ctx: Context
   recertify: Recertify
-  columns: tuple[str, ...]
-  describe: str
-  details: dict | None = None
 
   @classmethod
   def from_options(
@@ -113,7 +109,8 @@ class RecertifyCertifier(MethodCertifier):
       f"disagreement samples, alpha {run.sampling['alpha']:g} + {ctx.settings.alpha:g}"
       f"{' + fallback ' + format(run.sampling['alpha'], 'g') if fallback else ''} = {alpha:g}"
     )
-    return cls(ctx, rc, ("zeta", "fallback"), what, {"alpha": alpha})
+    details = {"alpha": alpha}
+    return cls(rc, ctx=ctx, columns=("zeta", "fallback"), describe=what, details=details)
 
   def certify(self, x: Any, ids: Any) -> Certificate:
     from rsjax.cohen._certify import certify_chunk

@@ -13,24 +13,20 @@ from rsjax.ddrs._certify import DDRS, DDRSCertificate
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import optimize_sigma
 from rsjax.engine.driver import Certificate
-from rsjax.methods.base import Context, MethodCertifier
+from rsjax.methods.base import Context, RunCertifier
 
 __all__ = ["DDRSCertifier"]
 
 
 @dataclasses.dataclass(frozen=True)
-class DDRSCertifier(MethodCertifier):
+class DDRSCertifier(RunCertifier):
   """``--method ddrs`` (``rsjax.ddrs.METHOD``): each chunk's sigma optimized per input
   (``optimize_sigma``), :class:`DDRS` at it, then the memory (``--ddrs-memory on``: the
   chunks in the dataset's order, ``restore`` replays the rows already written)."""
 
-  ctx: Context
   memory: MemoryCertifier | None
   key_opt: Any
   ascent: dict
-  columns: tuple[str, ...]
-  describe: str
-  sequential: bool = False
 
   @classmethod
   def from_options(
@@ -52,8 +48,8 @@ class DDRSCertifier(MethodCertifier):
       f"DDRS, sigma optimized per input from {ctx.sigma} ({ddrs_steps} steps, "
       f"lr {ddrs_lr}, {ddrs_draws} draws), Cohen's CERTIFY at it, {mem}"
     )
-    columns = DDRSCertificate.columns
-    return cls(ctx, memory, key_opt, ascent, columns, describe, sequential=memory is not None)
+    return cls(memory, key_opt, ascent, ctx=ctx, columns=DDRSCertificate.columns,
+               describe=describe, sequential=memory is not None)  # fmt: skip
 
   def certify(self, x: Any, ids: Any) -> Certificate:
     ctx = self.ctx

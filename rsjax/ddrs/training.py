@@ -218,11 +218,7 @@ def train_job(
     job.train_data,
     ddrs_config=cfg,
     train_config=job.config,
-    eval_data=job.eval_data,
-    workdir=job.workdir,
-    resume=True,
-    model_config=job.model_config,
-    progress=job.progress,
+    **job.options(),
   )
   spread = f"training sigma {mem.mean():.4f} +- {mem.std():.4f}"
   return job.closing(history, f"with DDRS (sigma0={job.config.sigma})", spread)

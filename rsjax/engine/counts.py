@@ -36,11 +36,11 @@ from rsjax.engine.step import (
   ApplyFn,
   ChunkPlan,
   cast_floating,
-  count_drawn,
+  class_counts,
   draw_step,
+  drawn_logits,
   has_convolution,
   make_chunk_plan,
-  noisy_counts,
 )
 from rsjax.engine.transfer import (
   PendingCounts,
@@ -57,7 +57,6 @@ __all__ = [
   "PendingCounts",
   "sample_counts",
   "dispatch_counts",
-  "noisy_counts",
   "as_key",
   "ChunkPlan",
   "Placement",
@@ -206,7 +205,8 @@ def _counts_jit(
       return group * g, draw_step(noise, plan, key, x_g, s_g, i_g, chunk)
 
     def add(counts: jax.Array, start: jax.Array, xn: jax.Array, ok: jax.Array) -> jax.Array:
-      c = count_drawn(apply_fn, params, num_classes, xn, ok, compute_dtype)
+      logits, ok = drawn_logits(apply_fn, params, num_classes, xn, ok, compute_dtype)
+      c = class_counts(logits, ok, num_classes)
       c_g = jax.lax.dynamic_slice_in_dim(counts, start, g) + c
       return jax.lax.dynamic_update_slice_in_dim(counts, c_g, start, 0)
 

@@ -7,7 +7,7 @@ are one round here: a list of ``(input, sample range)`` work items spread over
 the local devices and launched in a few fixed-size scans, so the device stays
 busy and wall time falls with the samples used. Sample ``j`` of input ``i`` is
 drawn from ``fold_in(fold_in(k_est, ids[i]), j)`` through the engine's own step
-(``rsjax.engine.step.noisy_counts``), so a later round continues the same
+(``rsjax.engine.step.noisy_logits``), so a later round continues the same
 stream and the counts at ``n_k`` equal ``rsjax.sample_counts(k_est, ...,
 num=n_k)``.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,7 @@ from jax.typing import DTypeLike
 from rsjax import noise as noise_lib
 from rsjax.engine.counts import check_finite_outputs
 from rsjax.engine.driver import EngineCounts, Sampling
-from rsjax.engine.step import ApplyFn, cast_floating, noisy_counts, noisy_predictions
+from rsjax.engine.step import ApplyFn, cast_floating, class_counts, noisy_logits, sample_classes
 from rsjax.util import PyTree, local_mesh, num_local_devices, replicate
 
 __all__ = ["CountFn", "SampleFn", "class_dtype", "round_counter", "round_sampler"]
@@ -40,8 +41,10 @@ SampleFn = Callable[[np.ndarray, int, int], np.ndarray]
 
 @functools.partial(
   jax.jit,
-  static_argnames=("apply_fn", "noise", "num_classes", "samples_per_step", "mesh", "compute_dtype"),
-)
+  static_argnames=(
+    "apply_fn", "noise", "num_classes", "samples_per_step", "mesh", "compute_dtype", "classes"
+  ),
+)  # fmt: skip
 def _items_jit(
   key: jax.Array,
   params: PyTree,
@@ -56,31 +59,47 @@ def _items_jit(
   samples_per_step: int,
   mesh: jax.sharding.Mesh,
   compute_dtype: DTypeLike | None,
+  classes: bool,
 ) -> jax.Array:
-  """Counts of a list of work items ``[devices, T, 3]`` uint32 ``(input, first, end)``.
+  """The samples of a list of work items ``[devices, T, 3]`` uint32 ``(input, first, end)``.
 
-  Item ``(i, a, b)`` counts samples ``a .. min(a + s, b) - 1`` of input ``i``
+  Item ``(i, a, b)`` draws samples ``a .. min(a + s, b) - 1`` of input ``i``
   (``s = samples_per_step``); padding items have ``a == b``. Each device scans
-  its row of items and returns partial counts ``[B, C + 1]`` (column ``C``:
-  samples with non-finite logits, as in the engine).
+  its row of items and returns, with ``classes`` False, partial counts
+  ``[B, C + 1]`` (column ``C``: samples with non-finite logits, as in the
+  engine); with ``classes`` True, the class of every sample ``[T, s]`` (-1:
+  non-finite logits, -2: past the item's end) in the narrowest of int8 / int16
+  / int32 that holds every class (:func:`class_dtype`), the device-to-host
+  transfer of a round. The results stack on a leading device axis.
   """
   params = cast_floating(params, compute_dtype)
+  out_dtype = class_dtype(num_classes)
 
   def per_device(
     key: jax.Array, params: PyTree, x: jax.Array, sig: jax.Array, ids: jax.Array, items: jax.Array
   ) -> jax.Array:
-    def body(counts: jax.Array, item: jax.Array) -> tuple[jax.Array, None]:
+    def body(counts: jax.Array | None, item: jax.Array) -> tuple[jax.Array | None, Any]:
       i, x_i, sig_i, ids_i, j, valid = _item_samples(item, samples_per_step, x, sig, ids)
-      c = noisy_counts(
+      logits, counted = noisy_logits(
         apply_fn, params, noise, num_classes, key, x_i, sig_i, ids_i, j, valid, compute_dtype
       )
-      return counts.at[i].add(c[0]), None
+      if counts is None:
+        return None, sample_classes(logits, counted, valid)[0].astype(out_dtype)
+      return counts.at[i].add(class_counts(logits, counted, num_classes)[0]), None
 
-    counts0 = jnp.zeros((x.shape[0], num_classes + 1), jnp.int32)
-    counts, _ = jax.lax.scan(body, counts0, items[0])
-    return counts[None]
+    counts0 = None if classes else jnp.zeros((x.shape[0], num_classes + 1), jnp.int32)
+    counts, preds = jax.lax.scan(body, counts0, items[0])
+    return preds[None] if counts is None else counts[None]
 
-  return _items_on_devices(per_device, mesh, key, params, x, sig, ids, items)
+  # Each device scans its row of the work items; the rest is replicated.
+  fn = jax.shard_map(
+    per_device,
+    mesh=mesh,
+    in_specs=(P(), P(), P(), P(), P(), P("dev")),
+    out_specs=P("dev"),
+    check_vma=False,
+  )
+  return fn(key, params, x, sig, ids, items)
 
 
 def _item_samples(
@@ -96,29 +115,6 @@ def _item_samples(
     return jax.lax.dynamic_index_in_dim(arr, i, keepdims=True)
 
   return i, take(x), take(sig), take(ids), j, j < b
-
-
-def _items_on_devices(
-  per_device: Callable[..., jax.Array],
-  mesh: jax.sharding.Mesh,
-  key: jax.Array,
-  params: PyTree,
-  x: jax.Array,
-  sig: jax.Array,
-  ids: jax.Array,
-  items: jax.Array,
-) -> jax.Array:
-  """``per_device(key, params, x, sig, ids, items [1, T, 3])`` on each device of ``mesh``, its
-  row of the work items ``[devices, T, 3]`` (the rest replicated); the results stacked on a
-  leading device axis."""
-  fn = jax.shard_map(
-    per_device,
-    mesh=mesh,
-    in_specs=(P(), P(), P(), P(), P(), P("dev")),
-    out_specs=P("dev"),
-    check_vma=False,
-  )
-  return fn(key, params, x, sig, ids, items)
 
 
 def _round_items(active: np.ndarray, start: int, stop: int, s: int) -> np.ndarray:
@@ -150,6 +146,40 @@ def _launches(
     yield real, launch.reshape(t, ndev, 3).transpose(1, 0, 2)
 
 
+def _samples_per_step(settings: Sampling) -> int:
+  """The samples of one work item: the batch size, at most ``n``."""
+  return min(int(settings.batch_size), settings.n)
+
+
+def _round_launcher(
+  k_est: jax.Array,
+  source: EngineCounts,
+  settings: Sampling,
+  max_steps_per_launch: int,
+  *,
+  classes: bool,
+) -> Callable[[np.ndarray, int, int], list[tuple[int, jax.Array]]]:
+  """``launch_round(active [m], start, stop) -> [(real items, result)]``: the launches of
+  :func:`_items_jit` (``classes`` as there) that draw samples ``start .. stop - 1`` of the
+  inputs ``active`` from ``k_est``, dispatched without waiting for their results."""
+  noise = settings.noise.bind(source.x, source.sigma)
+  ndev = num_local_devices(settings.devices)
+  mesh = local_mesh(ndev)
+  s = _samples_per_step(settings)
+  dev_args = replicate(mesh, (k_est, source.params, source.x, source.sigma, source.ids))
+  static = dict(
+    apply_fn=source.apply_fn, noise=noise, num_classes=source.num_classes, samples_per_step=s,
+    mesh=mesh, compute_dtype=settings.compute_dtype, classes=classes,
+  )  # fmt: skip
+
+  def launch_round(active: np.ndarray, start: int, stop: int) -> list[tuple[int, jax.Array]]:
+    items = _round_items(active, start, stop, s)
+    launches = _launches(items, ndev, max_steps_per_launch)
+    return [(real, _items_jit(*dev_args, launch, **static)) for real, launch in launches]
+
+  return launch_round
+
+
 def round_counter(
   k_est: jax.Array,
   source: EngineCounts,
@@ -173,85 +203,23 @@ def round_counter(
     FloatingPointError: some sample's logits were NaN or inf (when ``count_fn``
       is called).
   """
-  apply_fn, params, num_classes = source.apply_fn, source.params, source.num_classes
-  x_np, sig, ids_arr = source.x, source.sigma, source.ids
-  noise = settings.noise.bind(x_np, sig)
-  b = x_np.shape[0]
-  ndev = num_local_devices(settings.devices)
-  mesh = local_mesh(ndev)
-  s = min(int(settings.batch_size), settings.n)
-  dev_args = replicate(mesh, (k_est, params, x_np, sig, ids_arr))
-  counts = np.zeros((b, num_classes), np.int64)
+  launch_round = _round_launcher(k_est, source, settings, max_steps_per_launch, classes=False)
+  counts = np.zeros((source.x.shape[0], source.num_classes), np.int64)
 
   def count_fn(active: np.ndarray, start: int, stop: int) -> np.ndarray:
-    partials = []
-    for _, launch in _launches(_round_items(active, start, stop, s), ndev, max_steps_per_launch):
-      partials.append(
-        _items_jit(
-          *dev_args,
-          launch,
-          apply_fn=apply_fn,
-          noise=noise,
-          num_classes=num_classes,
-          samples_per_step=s,
-          mesh=mesh,
-          compute_dtype=settings.compute_dtype,
-        )
-      )
-    # One host sync per round: the launches above were dispatched asynchronously.
+    partials = [p for _, p in launch_round(active, start, stop)]
+    # One host sync per round: the launches were dispatched asynchronously.
     new = np.sum([np.asarray(jax.device_get(p), np.int64).sum(axis=0) for p in partials], axis=0)
-    check_finite_outputs(new[active, -1], ids_arr[active], stop - start)
+    check_finite_outputs(new[active, -1], source.ids[active], stop - start)
     counts[active] += new[active, :-1]
     return new[active, guess[active]]
 
   return count_fn, counts
 
 
-@functools.partial(
-  jax.jit,
-  static_argnames=("apply_fn", "noise", "num_classes", "samples_per_step", "mesh", "compute_dtype"),
-)
-def _items_preds_jit(
-  key: jax.Array,
-  params: PyTree,
-  x: jax.Array,
-  sig: jax.Array,
-  ids: jax.Array,
-  items: jax.Array,
-  *,
-  apply_fn: ApplyFn,
-  noise: noise_lib.Noise,
-  num_classes: int,
-  samples_per_step: int,
-  mesh: jax.sharding.Mesh,
-  compute_dtype: DTypeLike | None,
-) -> jax.Array:
-  """The class of every sample of a list of work items ``[devices, T, 3]``: ``[devices, T, s]``
-  (-1: non-finite logits, -2: past the item's end), as :func:`_items_jit` counts them; in the
-  narrowest of int8 / int16 / int32 that holds every class (:func:`class_dtype`), the
-  device-to-host transfer of a round."""
-  params = cast_floating(params, compute_dtype)
-  out_dtype = class_dtype(num_classes)
-
-  def per_device(
-    key: jax.Array, params: PyTree, x: jax.Array, sig: jax.Array, ids: jax.Array, items: jax.Array
-  ) -> jax.Array:
-    def body(carry: None, item: jax.Array) -> tuple[None, jax.Array]:
-      _, x_i, sig_i, ids_i, j, valid = _item_samples(item, samples_per_step, x, sig, ids)
-      p = noisy_predictions(
-        apply_fn, params, noise, num_classes, key, x_i, sig_i, ids_i, j, valid, compute_dtype
-      )
-      return None, p[0].astype(out_dtype)
-
-    _, preds = jax.lax.scan(body, None, items[0])
-    return preds[None]
-
-  return _items_on_devices(per_device, mesh, key, params, x, sig, ids, items)
-
-
 def class_dtype(num_classes: int) -> np.dtype:
   """The narrowest signed integer type of the classes ``0 .. num_classes - 1`` and the
-  negative markers (-1, -2, -3) of :func:`rsjax.engine.step.noisy_predictions`."""
+  negative markers (-1, -2, -3) of :func:`rsjax.engine.step.sample_classes`."""
   for dt in (np.int8, np.int16):
     if num_classes <= np.iinfo(dt).max:
       return np.dtype(dt)
@@ -278,36 +246,20 @@ def round_sampler(
     FloatingPointError: some sample's logits were NaN or inf (when ``sample_fn``
       is called).
   """
-  apply_fn, params, num_classes = source.apply_fn, source.params, source.num_classes
-  x_np, sig, ids_arr = source.x, source.sigma, source.ids
-  noise = settings.noise.bind(x_np, sig)
-  ndev = num_local_devices(settings.devices)
-  mesh = local_mesh(ndev)
-  s = min(int(settings.batch_size), settings.n)
-  dev_args = replicate(mesh, (k_est, params, x_np, sig, ids_arr))
+  s = _samples_per_step(settings)
+  launch_round = _round_launcher(k_est, source, settings, max_steps_per_launch, classes=True)
 
   def sample_fn(active: np.ndarray, start: int, stop: int) -> np.ndarray:
-    items = _round_items(active, start, stop, s)
-    per_input = len(items) // max(len(active), 1)
-    outs, total = [], len(items)
-    for real, launch in _launches(items, ndev, max_steps_per_launch):
-      outs.append(
-        (
-          real,
-          _items_preds_jit(
-            *dev_args, launch, apply_fn=apply_fn, noise=noise,
-            num_classes=num_classes, samples_per_step=s, mesh=mesh,
-            compute_dtype=settings.compute_dtype,
-          ),
-        )
-      )  # fmt: skip
+    outs = launch_round(active, start, stop)
+    total = sum(real for real, _ in outs)
+    per_input = total // max(len(active), 1)
     # One host sync per round; back to the items' order (launches were round-robin).
     preds = np.concatenate(
       [np.asarray(jax.device_get(p)).transpose(1, 0, 2).reshape(-1, s)[:n] for n, p in outs]
     )[:total]
     preds = preds.reshape(len(active), per_input * s)
     preds = preds[:, : stop - start] if per_input * s >= stop - start else preds
-    check_finite_outputs((preds == -1).sum(axis=1), ids_arr[active], stop - start)
+    check_finite_outputs((preds == -1).sum(axis=1), source.ids[active], stop - start)
     return preds
 
   return sample_fn

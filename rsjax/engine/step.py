@@ -23,7 +23,10 @@ __all__ = [
   "ChunkPlan",
   "cast_floating",
   "make_chunk_plan",
-  "noisy_counts",
+  "class_counts",
+  "drawn_logits",
+  "noisy_logits",
+  "sample_classes",
   "sample_noise",
   "step_counts",
 ]
@@ -129,7 +132,7 @@ def _draw(
   return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape), jnp.ones((g, s), bool)
 
 
-def _logits(
+def drawn_logits(
   apply_fn: ApplyFn,
   params: PyTree,
   num_classes: int,
@@ -137,8 +140,9 @@ def _logits(
   counted: jax.Array,
   compute_dtype: DTypeLike | None,
 ) -> tuple[jax.Array, jax.Array]:
-  """The logits ``[g * s, C]`` of a noisy batch ``xn`` ``[g * s, *shape]``, and ``counted``
-  ``[g, s]`` (which samples count) back."""
+  """The logits ``[g * s, C]`` of a drawn noisy batch ``xn`` ``[g * s, *shape]``
+  (:func:`draw_step`'s), and ``counted`` ``[g, s]`` (which samples count) back: the input
+  of :func:`class_counts`."""
   g, s = counted.shape
   shape = xn.shape[1:]
   if compute_dtype is not None:
@@ -159,7 +163,7 @@ def _logits(
   return logits, counted
 
 
-def _noisy_logits(
+def noisy_logits(
   apply_fn: ApplyFn,
   params: PyTree,
   noise: noise_lib.Noise,
@@ -170,11 +174,35 @@ def _noisy_logits(
   ids_g: jax.Array,
   j: jax.Array,
   valid: jax.Array,
-  compute_dtype: DTypeLike | None,
+  compute_dtype: DTypeLike | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-  """The logits ``[g * s, C]`` of samples ``j`` of ``g`` inputs (:func:`noisy_counts`), and
-  which samples count: ``[g, s]`` bool, ``valid`` and a valid draw (the sound 8-bit noise's
-  rare invalid draws count for no class)."""
+  """The logits of samples ``j`` of ``g`` inputs and which of them count (traceable).
+
+  Draws the noise of samples ``j`` (``[s]`` uint32, the same indices for every
+  input) with :func:`sample_noise` and runs ``apply_fn`` on the ``g * s`` noisy
+  inputs in one forward batch. Every sampler of the engine (the planned passes
+  of ``rsjax.engine.counts``, the rounds of ``rsjax.engine.rounds``, the traced
+  counts of ``rsjax.engine.traced``) draws and classifies through this function,
+  then reduces its output with :func:`class_counts` or :func:`sample_classes`.
+
+  Args:
+    apply_fn: the base classifier ``apply_fn(params, x) -> logits``.
+    params: its parameters.
+    noise: the bound noise family.
+    num_classes: C.
+    key: the noise key of the run's stream.
+    x_g: ``[g, *shape]`` inputs.
+    sig_g: their noise scales (``[g]`` or ``[g, *shape]``).
+    ids_g: ``[g]`` uint32 dataset indices (sample ``j`` of input ``ids_g[i]`` uses
+      ``fold_in(fold_in(key, ids_g[i]), j)``).
+    j: ``[s]`` uint32 sample indices.
+    valid: ``[s]`` bool, the samples that exist.
+    compute_dtype: the classifier's computation dtype, or None.
+
+  Returns:
+    ``(logits [g * s, C], counted [g, s] bool)``: ``counted`` is ``valid`` and a
+    valid draw (the sound 8-bit noise's rare invalid draws count for no class).
+  """
   g, s = x_g.shape[0], j.shape[0]
   shape = x_g.shape[1:]
 
@@ -194,7 +222,8 @@ def _noisy_logits(
   else:
     xn, drawn_ok = draw()
   # A sample with an invalid draw (sound 8-bit noise) counts against every class.
-  return _logits(apply_fn, params, num_classes, xn, valid[None, :] & drawn_ok, compute_dtype)
+  counted = valid[None, :] & drawn_ok
+  return drawn_logits(apply_fn, params, num_classes, xn, counted, compute_dtype)
 
 
 def _predictions(
@@ -206,65 +235,27 @@ def _predictions(
   return pred, bad
 
 
-def noisy_predictions(
-  apply_fn: ApplyFn,
-  params: PyTree,
-  noise: noise_lib.Noise,
-  num_classes: int,
-  key: jax.Array,
-  x_g: jax.Array,
-  sig_g: jax.Array,
-  ids_g: jax.Array,
-  j: jax.Array,
-  valid: jax.Array,
-  compute_dtype: DTypeLike | None = None,
-) -> jax.Array:
-  """The class of each sample ``j`` of ``g`` inputs: ``[g, s]`` int32 (traceable).
+def sample_classes(logits: jax.Array, counted: jax.Array, valid: jax.Array) -> jax.Array:
+  """The class of each sample: ``[g, s]`` int32 of :func:`noisy_logits`'s ``logits
+  [g * s, C]`` and ``counted [g, s]`` (its ``valid [s]``).
 
-  The same noise and forward pass as :func:`noisy_counts` (its counts are the
-  histogram of these classes); -1 where the logits are not all finite, -2
-  where ``valid`` does not hold (not a sample), -3 for an invalid draw of the
-  sound 8-bit noise (a sample that counts for no class).
+  Their histogram is :func:`class_counts`; -1 where the logits are not all
+  finite, -2 where ``valid`` does not hold (not a sample), -3 for an invalid
+  draw of the sound 8-bit noise (a sample that counts for no class).
   """
-  logits, counted = _noisy_logits(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g,
-                                  j, valid, compute_dtype)  # fmt: skip
-  pred, bad = _predictions(logits, x_g.shape[0], j.shape[0], counted)
+  g, s = counted.shape
+  pred, bad = _predictions(logits, g, s, counted)
   out = jnp.where(counted, jnp.where(bad, -1, pred), -3)
   return jnp.where(valid[None, :], out, -2).astype(jnp.int32)
 
 
-def noisy_counts(
-  apply_fn: ApplyFn,
-  params: PyTree,
-  noise: noise_lib.Noise,
-  num_classes: int,
-  key: jax.Array,
-  x_g: jax.Array,
-  sig_g: jax.Array,
-  ids_g: jax.Array,
-  j: jax.Array,
-  valid: jax.Array,
-  compute_dtype: DTypeLike | None = None,
-) -> jax.Array:
-  """Class counts of samples ``j`` of ``g`` inputs: ``[g, C + 1]`` int32 (traceable).
+def class_counts(logits: jax.Array, counted: jax.Array, num_classes: int) -> jax.Array:
+  """Class counts ``[g, C + 1]`` int32 of logits ``[g * s, C]`` where ``counted [g, s]`` holds.
 
-  Draws the noise of samples ``j`` (``[s]`` uint32, the same indices for every
-  input) with :func:`sample_noise`, runs ``apply_fn`` on the ``g * s`` noisy
-  inputs in one forward batch and counts the argmax classes of the samples
-  where ``valid`` (``[s]`` bool) holds. Column ``C`` counts the samples whose
-  logits are not all finite (their argmax is meaningless; the host refuses to
-  use counts where it is nonzero, ``rsjax.engine.counts.check_finite_outputs``). Every sampler
-  of the engine (the planned passes here, the rounds of ``rsjax.engine.budget``)
-  counts through this function.
+  Column ``C`` counts the samples whose logits are not all finite (their argmax
+  is meaningless; the host refuses to use counts where it is nonzero,
+  ``rsjax.engine.counts.check_finite_outputs``).
   """
-  logits, counted = _noisy_logits(apply_fn, params, noise, num_classes, key, x_g, sig_g, ids_g,
-                                  j, valid, compute_dtype)  # fmt: skip
-  return _class_counts(logits, counted, num_classes)
-
-
-def _class_counts(logits: jax.Array, counted: jax.Array, num_classes: int) -> jax.Array:
-  """``[g, C + 1]`` int32 counts of logits ``[g * s, C]`` where ``counted`` ``[g, s]`` holds;
-  column ``C``: counted samples whose logits are not all finite."""
   g, s = counted.shape
   pred, bad = _predictions(logits, g, s, counted)
   onehot = (pred[..., None] == jnp.arange(num_classes)) & counted[..., None]
@@ -333,19 +324,6 @@ def draw_step(
   return xn, valid[None, :] & drawn_ok
 
 
-def count_drawn(
-  apply_fn: ApplyFn,
-  params: PyTree,
-  num_classes: int,
-  xn: jax.Array,
-  counted: jax.Array,
-  compute_dtype: DTypeLike | None,
-) -> jax.Array:
-  """Counts ``[g, C + 1]`` int32 of a drawn step (:func:`draw_step`'s ``xn`` and ``counted``)."""
-  logits, counted = _logits(apply_fn, params, num_classes, xn, counted, compute_dtype)
-  return _class_counts(logits, counted, num_classes)
-
-
 def step_counts(
   apply_fn: ApplyFn,
   params: PyTree,
@@ -361,4 +339,5 @@ def step_counts(
 ) -> jax.Array:
   """Counts of one planned step: ``g`` inputs x ``s`` samples -> ``[g, C + 1]`` int32."""
   xn, counted = draw_step(noise, plan, key, x_g, sig_g, ids_g, chunk)
-  return count_drawn(apply_fn, params, num_classes, xn, counted, compute_dtype)
+  logits, counted = drawn_logits(apply_fn, params, num_classes, xn, counted, compute_dtype)
+  return class_counts(logits, counted, num_classes)

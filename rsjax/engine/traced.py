@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
-from rsjax.engine.step import ApplyFn, noisy_counts
+from rsjax.engine.step import ApplyFn, class_counts, noisy_logits
 from rsjax.util import PyTree
 
 __all__ = ["counts"]
@@ -101,7 +101,10 @@ def counts(
 
   def body(total: jax.Array, chunk: jax.Array) -> tuple[jax.Array, None]:
     j = chunk * s + jnp.arange(s, dtype=jnp.uint32)
-    c = noisy_counts(apply_fn, params, noise, num_classes, key, x, sig, ids, j, j < num)
+    logits, counted = noisy_logits(
+      apply_fn, params, noise, num_classes, key, x, sig, ids, j, j < num
+    )
+    c = class_counts(logits, counted, num_classes)
     return total + c, None
 
   total0 = jnp.zeros((b, num_classes + 1), jnp.int32)

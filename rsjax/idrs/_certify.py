@@ -23,7 +23,7 @@ from rsjax.engine.driver import (
 from rsjax.idrs import _radius
 from rsjax.idrs._design import KnnSigma, make_design
 from rsjax.idrs._radius import certified_radius
-from rsjax.methods.base import Context, MethodCertifier
+from rsjax.methods.base import Context, RunCertifier
 from rsjax.noise import Gaussian
 from rsjax.noise.sigma import SigmaSource, SigmaValues
 
@@ -233,15 +233,11 @@ certify = functools.partial(certify_with, _idrs)
 
 
 @dataclasses.dataclass(frozen=True)
-class IDRSCertifier(MethodCertifier):
+class IDRSCertifier(RunCertifier):
   """``--method idrs`` (``rsjax.idrs.METHOD``): :class:`IDRS` with the kNN design of the
   options (``--idrs-rate``, ``--idrs-k``, ``--idrs-m``) over a run's chunks."""
 
-  ctx: Context
   design: SigmaSource
-  columns: tuple[str, ...]
-  describe: str
-  details: dict | None = None
 
   @classmethod
   def from_options(
@@ -255,7 +251,8 @@ class IDRSCertifier(MethodCertifier):
     except ValueError as e:
       raise ValueError(f"{e} (set --idrs-m)") from None
     describe = f"IDRS, design {design!r}"
-    return cls(ctx, design, IDRSCertificate.columns, describe, design_details(design))
+    columns, details = IDRSCertificate.columns, design_details(design)
+    return cls(design, ctx=ctx, columns=columns, describe=describe, details=details)
 
   def certify(self, x: Any, ids: Any) -> Certificate:
     return certify_chunk(self.ctx, IDRS(self.design), x, ids, sigma=None)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # types only: this module imports no JAX
 
   from rsjax.engine.driver import Certificate, Sampling
 
-__all__ = ["Context", "Method", "MethodCertifier", "Option", "Plan", "Training"]
+__all__ = ["Context", "Method", "MethodCertifier", "Option", "Plan", "RunCertifier", "Training"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +172,24 @@ class MethodCertifier(Protocol):
   def restore(self, x: Any, predict: Any, radius: Any) -> None:
     """Replays rows already written (resume) into a ``sequential`` certifier's memory."""
     raise ValueError(f"{type(self).__name__} keeps no state to restore")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunCertifier(MethodCertifier):
+  """A :class:`MethodCertifier` that holds its run's context and its protocol attributes
+  as fields (keywords); a method's certifier adds, positionally, what it certifies with.
+
+  Attributes:
+    ctx: the run's context.
+    columns, describe, details, inputs_per_call, sequential: as :class:`MethodCertifier`.
+  """
+
+  ctx: Context
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+  inputs_per_call: int | None = None
+  sequential: bool = False
 
 
 def _resolve(path: str) -> Any:

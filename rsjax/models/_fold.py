@@ -20,6 +20,8 @@ module, an ``nnx.Conv`` attribute whose name contains ``conv`` and an
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax.numpy as jnp
 from flax import nnx
 
@@ -33,6 +35,23 @@ class Identity(nnx.Module):
     return x
 
 
+#: The attributes of an ``nnx.Conv`` that a rebuilt convolution keeps (constructor keywords).
+_CONV_GEOMETRY = ("strides", "padding", "input_dilation", "kernel_dilation", "dtype", "param_dtype")
+
+
+def conv_like(conv: nnx.Conv, in_features: int, out_features: int, **changes: Any) -> nnx.Conv:
+  """A new ``nnx.Conv`` ``in_features -> out_features`` with ``conv``'s kernel size, strides,
+  padding, dilations and dtypes, the keywords ``changes`` (``use_bias``,
+  ``feature_group_count``, ``precision``, ...) and a zero kernel for the caller to overwrite
+  (no random draw)."""
+  geometry = {name: getattr(conv, name) for name in _CONV_GEOMETRY}
+  zeros = nnx.initializers.zeros_init()
+  return nnx.Conv(
+    in_features, out_features, conv.kernel_size, **geometry, **changes, kernel_init=zeros,
+    rngs=nnx.Rngs(0),
+  )  # fmt: skip
+
+
 def _folded_conv(conv: nnx.Conv, bn: nnx.BatchNorm) -> nnx.Conv:
   get = lambda v: v.get_value()  # noqa: E731
   s = get(bn.scale) / jnp.sqrt(get(bn.var) + bn.epsilon)
@@ -40,20 +59,9 @@ def _folded_conv(conv: nnx.Conv, bn: nnx.BatchNorm) -> nnx.Conv:
   kernel = get(conv.kernel)
   if conv.bias is not None:
     bias = bias + get(conv.bias) * s
-  new = nnx.Conv(
-    conv.in_features,
-    conv.out_features,
-    conv.kernel_size,
-    strides=conv.strides,
-    padding=conv.padding,
-    input_dilation=conv.input_dilation,
-    kernel_dilation=conv.kernel_dilation,
-    feature_group_count=conv.feature_group_count,
-    use_bias=True,
-    dtype=conv.dtype,
-    param_dtype=conv.param_dtype,
-    kernel_init=nnx.initializers.zeros_init(),  # overwritten: no random draw
-    rngs=nnx.Rngs(0),
+  groups = conv.feature_group_count
+  new = conv_like(
+    conv, conv.in_features, conv.out_features, feature_group_count=groups, use_bias=True
   )
   new.kernel.set_value((kernel * s).astype(kernel.dtype))
   new.bias.set_value(bias.astype(kernel.dtype))

@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rsjax.models._fold import Identity
+from rsjax.models._fold import Identity, conv_like
 from rsjax.models._layers import Normalize
 from rsjax.models._resnet import BasicBlock, Bottleneck, ResNetBase
 
@@ -91,21 +91,9 @@ def _packed_conv(conv: nnx.Conv, g: int, where: str) -> nnx.Conv:
       f"{where}: a grouped or masked convolution (feature_group_count "
       f"{conv.feature_group_count}) cannot be packed"
     )
-  new = nnx.Conv(
-    g * conv.in_features,
-    g * conv.out_features,
-    conv.kernel_size,
-    strides=conv.strides,
-    padding=conv.padding,
-    input_dilation=conv.input_dilation,
-    kernel_dilation=conv.kernel_dilation,
-    use_bias=conv.bias is not None,
-    dtype=conv.dtype,
-    param_dtype=conv.param_dtype,
-    precision=conv.precision,
-    kernel_init=nnx.initializers.zeros_init(),  # overwritten: no random draw
-    rngs=nnx.Rngs(0),
-  )
+  has_bias, precision = conv.bias is not None, conv.precision
+  new = conv_like(conv, g * conv.in_features, g * conv.out_features, use_bias=has_bias,
+                  precision=precision)  # fmt: skip
   new.kernel.set_value(_block_diagonal(conv.kernel.get_value(), g))
   if conv.bias is not None:
     new.bias.set_value(jnp.tile(conv.bias.get_value(), g))

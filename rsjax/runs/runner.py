@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import jax
 import numpy as np
@@ -27,6 +27,7 @@ from rsjax.runs import record as record_lib
 from rsjax.runs import spec as runspec
 
 __all__ = [
+  "DatasetOptions",
   "NoCountsError",
   "Written",
   "certify_dataset",
@@ -38,6 +39,26 @@ __all__ = [
 ]
 
 PredictFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+class DatasetOptions(TypedDict, total=False):
+  """The keywords :func:`certify_dataset` and :func:`predict_dataset` share.
+
+  Attributes:
+    inputs_per_call: inputs certified together per call (rows are written after each
+      call; the ``time`` column is the call's time divided evenly); None: the function's
+      default.
+    progress: show a progress bar (default True).
+    resume: keep rows already in ``out_path`` and skip their indices (default True).
+    run: optional identity of the run (``rsjax.runs.spec.RunSpec``, or a JSON dict),
+      kept in ``<out_path>.run.json``; resuming rows of a different run raises
+      ``rsjax.runs.io.RunMismatchError``.
+  """
+
+  inputs_per_call: int | None
+  progress: bool
+  resume: bool
+  run: runspec.RunSpec | Mapping | None
 
 
 # Inputs per engine call when the caller does not choose (certify_dataset,
@@ -103,17 +124,16 @@ def _run(
   get_batch,
   indices,
   out_path,
+  options: DatasetOptions,
   *,
   inputs_per_call: int,
   row_fn,
   columns: Sequence[str] = (),
-  progress: bool,
-  resume: bool,
-  run: runspec.RunSpec | Mapping | None = None,
   restore: Callable | None = None,
   record_fn: Callable | None = None,
 ) -> Written:
-  """The resumable loop shared by certify and predict.
+  """The resumable loop shared by certify and predict (``options``' ``inputs_per_call`` as
+  the caller resolved it).
 
   ``row_fn(result, j) -> dict`` gives the ``predict``/``radius``/extra fields of
   row ``j`` of one call's ``result = fn(x, ids)``; ``record_fn(result, j, x_j)``,
@@ -123,6 +143,11 @@ def _run(
   """
   if inputs_per_call < 1:
     raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
+  progress, resume, run = (
+    options.get("progress", True),
+    options.get("resume", True),
+    options.get("run"),
+  )
   indices = np.asarray(indices, dtype=np.int64)
   written, guarantee = 0, None
   with io.ResultsWriter(
@@ -176,13 +201,10 @@ def certify_dataset(
   indices: ArrayLike,
   out_path: str | os.PathLike,
   *,
-  inputs_per_call: int | None = None,
-  progress: bool = True,
-  resume: bool = True,
-  run: runspec.RunSpec | Mapping | None = None,
   record: bool = False,
   n: int | None = None,
   save_counts: bool = False,
+  **options: Unpack[DatasetOptions],
 ) -> Written:
   """Certifies ``indices`` of a dataset with a method's plan, one row per input in ``out_path``.
 
@@ -199,14 +221,6 @@ def certify_dataset(
     get_batch: ``get_batch(indices [b]) -> (x [b, ...], labels [b])``.
     indices: dataset indices to certify, in order.
     out_path: the certify result file (Cohen et al.'s format).
-    inputs_per_call: inputs certified together per call (rows are written
-      after each call; the ``time`` column is the call's time divided evenly);
-      None: the plan's, else :func:`default_inputs_per_call` of ``n``.
-    progress: show a progress bar.
-    resume: keep rows already in ``out_path`` and skip their indices.
-    run: optional identity of the run (``rsjax.runs.spec.RunSpec``, or a JSON
-      dict), kept in ``<out_path>.run.json``; resuming rows of a different run
-      raises ``rsjax.runs.io.RunMismatchError``.
     record: keep the certificate record of every row (its selection and
       estimation counts, bound and input fingerprint) in
       ``<out_path>.cert.jsonl`` (``rsjax.runs.record``; ``rsjax verify`` checks it).
@@ -214,6 +228,8 @@ def certify_dataset(
       record their own per input).
     save_counts: add the estimation counts of each row as a column
       (``rsjax.metrics.COUNTS_COLUMN``; ``rsjax analyze --pa-cdf``).
+    **options: :class:`DatasetOptions` (``inputs_per_call`` None: the plan's, else
+      :func:`default_inputs_per_call` of ``n``).
 
   Returns:
     The number of rows written by this call (a :class:`Written`: also the
@@ -251,6 +267,7 @@ def certify_dataset(
       raise ValueError(f"the method's record fields {clash} clash with the common ones")
     return {**out, **extra}
 
+  inputs_per_call = options.get("inputs_per_call")
   if inputs_per_call is None:
     inputs_per_call = plan.inputs_per_call or default_inputs_per_call(n)
   return _run(
@@ -259,12 +276,10 @@ def certify_dataset(
     get_batch,
     indices,
     out_path,
+    options,
     inputs_per_call=inputs_per_call,
     row_fn=row,
     columns=columns,
-    progress=progress,
-    resume=resume,
-    run=run,
     restore=plan.restore,
     record_fn=record_fn if record else None,
   )
@@ -275,15 +290,11 @@ def predict_dataset(
   get_batch: Callable[[np.ndarray], tuple],
   indices: ArrayLike,
   out_path: str | os.PathLike,
-  *,
-  inputs_per_call: int | None = None,
-  progress: bool = True,
-  resume: bool = True,
-  run: runspec.RunSpec | Mapping | None = None,
+  **options: Unpack[DatasetOptions],
 ) -> int:
   """Like :func:`certify_dataset` for PREDICT (``predict_fn(x, ids) -> [b] classes``).
 
-  ``inputs_per_call`` None: ``INPUTS_PER_CALL`` (16).
+  ``options``' ``inputs_per_call`` None (or 0): ``INPUTS_PER_CALL`` (16).
   """
   return _run(
     "predict",
@@ -291,9 +302,7 @@ def predict_dataset(
     get_batch,
     indices,
     out_path,
-    inputs_per_call=inputs_per_call or default_inputs_per_call(),
+    options,
+    inputs_per_call=options.get("inputs_per_call") or default_inputs_per_call(),
     row_fn=lambda pred, j: {"predict": int(pred[j])},
-    progress=progress,
-    resume=resume,
-    run=run,
   )

@@ -22,7 +22,7 @@ from rsjax import stats
 from rsjax.cohen._certify import Batch, Cohen, certify_chunk, certify_with
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import Certificate, Sampling, run_certify
-from rsjax.methods.base import Context, MethodCertifier
+from rsjax.methods.base import Context, RunCertifier
 from rsjax.models import DEQApply, DEQModel, SolverConfig, as_solver_config, to_deq_fn
 from rsjax.srs._bound import SRSCertificate, srs_certificate
 from rsjax.srs._srs import SRSConfig, srs_sample
@@ -221,15 +221,11 @@ certify = functools.partial(certify_with, _deq)
 
 
 @dataclasses.dataclass(frozen=True)
-class DEQStandardCertifier(MethodCertifier):
+class DEQStandardCertifier(RunCertifier):
   """``--method deq-standard`` (``rsjax.srs.STANDARD_METHOD``): :class:`StandardRS` of the
   run's DEQ model over a run's chunks; :class:`SRSCertifier` is ``--method srs``."""
 
-  ctx: Context
   certifier: SRS | StandardRS
-  columns: tuple[str, ...]
-  describe: str
-  details: dict | None = None
 
   mode: ClassVar[str] = "standard"
   default_steps: ClassVar[int] = 30
@@ -245,7 +241,7 @@ class DEQStandardCertifier(MethodCertifier):
     describe = f"DEQ {cls.mode} RS, {steps} {deq_solver} steps per sample"
     if cls.mode != "srs":
       standard = StandardRS(SolverConfig(deq_solver, steps))
-      return cls(ctx, standard, SRSCertificate.columns, describe)
+      return cls(standard, ctx=ctx, columns=SRSCertificate.columns, describe=describe)
     # --deq-solver sets the chains, --deq-warmup-solver their first chunk; checks use Anderson.
     srs = SRSConfig(
       solver=SolverConfig(deq_solver, steps),
@@ -263,7 +259,8 @@ class DEQStandardCertifier(MethodCertifier):
       "chains": ctx.settings.batch_size,
     }
     solver = SolverConfig("anderson", srs_options["srs_check_steps"])
-    return cls(ctx, SRS(solver, srs), SRSCertificate.columns, describe, details)
+    columns = SRSCertificate.columns
+    return cls(SRS(solver, srs), ctx=ctx, columns=columns, describe=describe, details=details)
 
   def certify(self, x: Any, ids: Any) -> Certificate:
     ctx = self.ctx

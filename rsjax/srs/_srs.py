@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from rsjax import noise as noise_lib
 from rsjax.engine.counts import check_finite_outputs, prepare_inputs, run_on_devices
 from rsjax.engine.driver import Sampling
 from rsjax.engine.step import sample_noise
@@ -201,23 +202,37 @@ def _labels(logits):
   return jnp.where(ok, jnp.argmax(logits, axis=-1), -1).astype(jnp.int32)
 
 
-def _per_input(
-  deq_fn,
-  params,
-  key,
-  key_check,
-  x,
-  sig,
-  input_id,
-  *,
-  plan,
-  noise,
-  num_classes,
-  solver,
-  warmup,
-  check_solver,
-):
+@dataclasses.dataclass(frozen=True)
+class _ChainProgram:
+  """What the SRS program runs for every input: the jit's one static argument (hashable).
+
+  Attributes:
+    deq_fn: ``deq_fn(params, x, z0, solver) -> (logits [b, C], SolverResult)``.
+    plan: the chunks, chains and check samples (:func:`make_srs_plan`).
+    noise: the noise family.
+    num_classes: C.
+    solver: the warm-started chunks' solver.
+    warmup: chunk 0's solver, from z = 0.
+    check_solver: the check samples' full solver, from z = 0.
+  """
+
+  deq_fn: Callable
+  plan: SRSPlan
+  noise: noise_lib.Noise
+  num_classes: int
+  solver: SolverConfig
+  warmup: SolverConfig
+  check_solver: SolverConfig
+
+
+def _per_input(program: _ChainProgram, params, key, key_check, x, sig, input_id):
   """Counts, check pairs and residuals of one input on this device's chains."""
+  deq_fn, plan, noise, num_classes = (
+    program.deq_fn,
+    program.plan,
+    program.noise,
+    program.num_classes,
+  )
   dev = jax.lax.axis_index("dev")
   cpd = plan.chains_per_device
   shape = x.shape
@@ -257,12 +272,12 @@ def _per_input(
     jnp.full((plan.m,), -1, jnp.int32),
     jnp.float32(0.0),
   )
-  z, carry = chunk(0, None, warmup, carry)
+  z, carry = chunk(0, None, program.warmup, carry)
   if plan.chunks > 1:
 
     def body(state, t):
       z, carry = state
-      return chunk(t, z, solver, carry), None
+      return chunk(t, z, program.solver, carry), None
 
     (z, carry), _ = jax.lax.scan(body, (z, carry), jnp.arange(1, plan.chunks, dtype=jnp.int32))
   counts, s_check, res_sum = carry
@@ -277,7 +292,7 @@ def _per_input(
       p = dev * plan.check_per_device + s * cb + jnp.arange(cb, dtype=jnp.int32)
       ok = (p < plan.m) & (p < (dev + 1) * plan.check_per_device)
       p = jnp.minimum(p, plan.m - 1)
-      logits, res = deq_fn(params, noisy(check_idx[p]), None, check_solver)
+      logits, res = deq_fn(params, noisy(check_idx[p]), None, program.check_solver)
       labels = _labels(logits)
       # Scatter this step's labels; padding rows write nothing.
       t_check = t_check.at[jnp.where(ok, p, plan.m)].set(labels, mode="drop")
@@ -291,54 +306,12 @@ def _per_input(
   return counts, check_idx, s_check, t_check, res_sum, chk_sum
 
 
-@functools.partial(
-  jax.jit,
-  static_argnames=(
-    "deq_fn",
-    "plan",
-    "noise",
-    "num_classes",
-    "solver",
-    "warmup",
-    "check_solver",
-    "mesh",
-  ),
-)
-def _srs_jit(
-  key,
-  key_check,
-  params,
-  x,
-  sig,
-  ids,
-  *,
-  deq_fn,
-  plan,
-  noise,
-  num_classes,
-  solver,
-  warmup,
-  check_solver,
-  mesh,
-):
+@functools.partial(jax.jit, static_argnames=("program", "mesh"))
+def _srs_jit(key, key_check, params, x, sig, ids, *, program: _ChainProgram, mesh):
   def per_device(key, key_check, params, x, sig, ids):
     def one(args):
       xi, si, ii = args
-      return _per_input(
-        deq_fn,
-        params,
-        key,
-        key_check,
-        xi,
-        si,
-        ii,
-        plan=plan,
-        noise=noise,
-        num_classes=num_classes,
-        solver=solver,
-        warmup=warmup,
-        check_solver=check_solver,
-      )
+      return _per_input(program, params, key, key_check, xi, si, ii)
 
     out = jax.lax.map(one, (x, sig, ids))
     return jax.tree.map(lambda a: a[None], out)
@@ -421,15 +394,10 @@ def srs_sample(
     x_np,
     sig,
     ids_arr,
-    deq_fn=deq_fn,
-    plan=plan,
-    noise=noise,
-    num_classes=num_classes,
-    solver=config.solver,
-    warmup=config.warmup,
-    check_solver=config.check_solver,
+    program=_ChainProgram(deq_fn, plan, noise, num_classes, config.solver, config.warmup,
+                   config.check_solver),
     mesh=mesh,
-  )
+  )  # fmt: skip
   counts, check_idx, s_check, t_check, res_sum, chk_sum = jax.device_get(out)
   # Samples with non-finite logits were counted in no class; every check sample has a label.
   num_bad = plan.num - counts.sum(axis=(0, 2)) + (t_check.max(0) < 0).sum(axis=1)

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from rsjax.training.config import TrainConfig
-from rsjax.training.trainer import train
+from rsjax.training.trainer import TrainOptions, train
 
 __all__ = ["TrainJob", "train_gaussian"]
 
@@ -48,6 +48,17 @@ class TrainJob:
   model_config: Mapping[str, Any]
   progress: bool = True
 
+  def options(self) -> TrainOptions:
+    """The keywords of :func:`rsjax.training.train` for this job: its evaluation data, model
+    directory (resumed when it holds checkpoints), architecture fields and progress bars."""
+    return TrainOptions(
+      eval_data=self.eval_data,
+      workdir=self.workdir,
+      resume=True,
+      model_config=self.model_config,
+      progress=self.progress,
+    )
+
   def closing(self, history: list[dict], what: str, more: str) -> str:
     """``"trained <model> <what>: epoch E, clean accuracy A, <more>; saved in <workdir>"``."""
     if not history:
@@ -63,16 +74,6 @@ def train_gaussian(job: TrainJob) -> str:
   """Cohen et al.'s training (``rsjax train --method cohen``): the job's objective
   (Gaussian noise by default; Consistency, SmoothAdv, MACER) with Sun et al.'s
   strategies if its config has them; the closing line."""
-  _, history = train(
-    job.key,
-    job.model,
-    job.train_data,
-    job.config,
-    eval_data=job.eval_data,
-    workdir=job.workdir,
-    resume=True,
-    model_config=job.model_config,
-    progress=job.progress,
-  )
+  _, history = train(job.key, job.model, job.train_data, job.config, **job.options())
   where = f"on {job.model_config['dataset']} at sigma={job.config.sigma}"
   return job.closing(history, where, "noisy accuracy {noisy_acc:.4f}")

@@ -19,7 +19,7 @@ from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
   Certificate,
 )
-from rsjax.methods.base import Context, MethodCertifier
+from rsjax.methods.base import Context, RunCertifier
 from rsjax.noise.sigma import SigmaSource
 from rsjax.runs import record
 from rsjax.ucan._generators import FrozenNoise, pattern_sigma
@@ -286,15 +286,11 @@ def _frozen_noise(ctx: Context, ucan_sigma: str) -> FrozenNoise | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class UCANCertifier(MethodCertifier):
+class UCANCertifier(RunCertifier):
   """``--method ucan`` (``rsjax.ucan.METHOD``): :class:`UCAN` with frozen ``(mu,
   sigma)``, the model directory's dataset-wise noise or a pattern, over a run's chunks."""
 
-  ctx: Context
   noise: FrozenNoise
-  columns: tuple[str, ...]
-  describe: str
-  details: dict | None = None
 
   @classmethod
   def from_options(
@@ -323,7 +319,8 @@ class UCANCertifier(MethodCertifier):
     if source == "dataset":  # the scales' file, bound by its hash (verify reads it beside the run)
       details["noise_file"] = noise_file_hash(os.path.join(os.fspath(ctx.workdir), NOISE_FILE))
     describe = f"UCAN, {what}; radius = min(sigma) * normalized_radius"
-    return cls(ctx, noise, AnisotropicCertificate.columns, describe, details)
+    columns = AnisotropicCertificate.columns
+    return cls(noise, ctx=ctx, columns=columns, describe=describe, details=details)
 
   def certify(self, x: Any, ids: Any) -> Certificate:
     certifier = UCAN(multiclass=self.ctx.multiclass)

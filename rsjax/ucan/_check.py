@@ -134,10 +134,13 @@ def check_ucan(
         )
       )
       return issues
-  elif d.get("source") == "dataset":
+  elif d.get("source") == "dataset" and (cert.get("settings") or {}).get("ucan_sigma") != "pattern":
     issues.extend(_dataset_scales_issues(cert, d, s_min, s_gmean))
     if issues:
       return issues
+  else:  # scales of no source the options allow: none of them can be derived again
+    source, asked = d.get("source"), (cert.get("settings") or {}).get("ucan_sigma")
+    return [Mismatch(-1, f"details.source {source!r} is not what --ucan-sigma {asked} gives")]
   rows = read_rows(cert, res, recs, issues)
   predict, r_norm, p = cohen_certificate(cert, rows, 1.0)
   for column, scale in (("normalized_radius", 1.0), ("alm", s_gmean)):

@@ -187,12 +187,12 @@ def check_against_dataset(
 
 
 def alpha_words(run: RunSpec) -> str:
-  """The level each row of ``run`` holds at, in words: the sampling's alpha, or a level the
-  method states for its rows (``details["alpha"]``: a recertified run's alpha_1 + alpha_2,
-  which its check derives again)."""
+  """The level each row of ``run`` holds at, in words: the sampling's alpha, or for a run
+  certified from a parent run the level its rows state (``details["alpha"]``: alpha_1 +
+  alpha_2, which the recertify check derives again; on any other run it is not read)."""
   alpha = run.sampling["alpha"]
   stated = run.details.get("alpha") if isinstance(run.details, dict) else None
-  if isinstance(stated, float) and stated != alpha:
+  if run.options.get("parent") and isinstance(stated, float) and stated != alpha:
     return f"{stated!r} (its own {alpha!r} and its parent's)"
   return repr(alpha)
 

@@ -57,6 +57,7 @@ import numpy as np
 from rsjax import verify as verify_lib
 from rsjax.runs import launch
 from rsjax.runs import record as record_lib
+from rsjax.runs.limits import json_int
 from rsjax.runs.spec import RunSpec
 
 __all__ = ["AuditError", "AuditReport", "Check", "FLOAT_RTOL", "audit", "escape_probability"]
@@ -349,10 +350,9 @@ def _drawn_checks(
     ]
   recs = record_lib.read_records(p)
   x = np.asarray(ds.get_batch(chosen)[0])
-  chains = (run.details or {}).get("chains")
-  if chains is not None:  # SRS: the number of chains changes the counts
-    batch_size = int(chains)
   try:
+    if run.method == "srs":  # the number of chains (the batch) changes an SRS run's counts
+      batch_size = json_int((run.details or {}).get("chains"), "method.details.chains", 1, 2**31)
     plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
   except Exception as e:  # noqa: BLE001 -- any record the model cannot rebuild: failed
     why = str(e) if isinstance(e, launch.CliError) else f"{type(e).__name__}: {e}"

@@ -93,6 +93,14 @@ def normalize_flag(q: argparse.ArgumentParser) -> None:
   )
 
 
+def cache_dir_flag(q: argparse.ArgumentParser, help: str) -> None:
+  """``--cache-dir DIR`` after a command: the global ``--compilation-cache`` (the same
+  ``dest``); left out, the global flag's value stands."""
+  q.add_argument(
+    "--cache-dir", dest="compilation_cache", default=argparse.SUPPRESS, metavar="DIR", help=help
+  )
+
+
 def data_flags(q: argparse.ArgumentParser, dataset_required: bool = False) -> None:
   """``--dataset`` and ``--data-dir``."""
   q.add_argument(
