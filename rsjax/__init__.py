@@ -6,8 +6,6 @@ noise for an input (``rsjax.noise``), class counts on device
 (``rsjax.sample_counts``), and a certificate on the host (``rsjax.stats``).
 """
 
-from rsjax._version import __version__ as __version__
-
 # Everything is imported on first use, so ``import rsjax`` stays light: the core
 # never imports flax, and ``rsjax.verify`` / ``rsjax.runs.spec`` (NumPy and SciPy
 # only) never import JAX. ``rsjax.certify``, ``rsjax.models``, ... just work. The
@@ -54,7 +52,9 @@ _LAZY_MODULES = (
 def __getattr__(name):
   import importlib
 
-  if name in _LAZY_NAMES:
+  if name == "__version__":
+    value = _installed_version()
+  elif name in _LAZY_NAMES:
     value = getattr(importlib.import_module(f"rsjax.{_LAZY_NAMES[name]}"), name)
   elif name in _LAZY_MODULES:
     value = importlib.import_module(f"rsjax.{name}")
@@ -64,8 +64,18 @@ def __getattr__(name):
   return value
 
 
+def _installed_version() -> str:
+  """The installed distribution's version (``pyproject.toml`` is its one place)."""
+  import importlib.metadata as md
+
+  try:
+    return md.version("rsjax")
+  except md.PackageNotFoundError:
+    return "0+unknown"
+
+
 def __dir__():
-  return sorted(set(globals()) | set(_LAZY_NAMES) | set(_LAZY_MODULES))
+  return sorted(set(globals()) | set(_LAZY_NAMES) | set(_LAZY_MODULES) | {"__version__"})
 
 
 #: The submodules ``from rsjax import *`` hands on beside the names: the core's three steps.

@@ -90,14 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   ``--debug`` re-raises instead, showing the traceback.
   """
   argv = list(sys.argv[1:] if argv is None else argv)
-  if argv[:1] == ["--version"]:  # without building the parser (importing rsjax loads JAX)
-    from importlib import metadata
+  if argv[:1] == ["--version"]:  # without building the parser (it imports the commands)
+    from rsjax import __version__  # the installed version; imports no JAX
 
-    try:
-      version = metadata.version("rsjax")
-    except metadata.PackageNotFoundError:
-      from rsjax import __version__ as version
-    print(f"rsjax {version}")
+    print(f"rsjax {__version__}")
     raise SystemExit(0)  # as argparse's version action
   # A command builds its own parser only: it imports no other command's modules (``rsjax
   # verify`` needs NumPy and SciPy alone, ``rsjax certify`` no training). ``rsjax --help``

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 from importlib import metadata
 
-from rsjax import cohen, ddrs, idrs, srs, ucan
+from rsjax import cohen, ddrs, dual, idrs, srs, ucan
 from rsjax.methods.base import Method
 
 __all__ = ["ENTRY_POINT_GROUP", "METHODS", "available", "get"]
@@ -40,6 +40,7 @@ METHODS: tuple[Method, ...] = (
   ddrs.METHOD,
   srs.STANDARD_METHOD,
   srs.SRS_METHOD,
+  dual.METHOD,
 )
 
 #: The entry-point group through which another package registers its ``Method`` values.

@@ -62,9 +62,11 @@ def versions() -> dict:
 
   import scipy
 
-  from rsjax._version import __version__
-
-  out = {"rsjax": __version__, "numpy": np.__version__, "scipy": scipy.__version__}
+  try:
+    rsjax_version = md.version("rsjax")
+  except md.PackageNotFoundError:
+    rsjax_version = "0+unknown"
+  out = {"rsjax": rsjax_version, "numpy": np.__version__, "scipy": scipy.__version__}
   for name in ("jax", "jaxlib"):
     try:
       out[name] = md.version(name)

@@ -41,7 +41,7 @@ __all__ = [
 
 #: The built-in methods (``rsjax.methods.METHODS``; a test checks they agree). A method
 #: plugged in from outside meets the rules of every method (noise, multiclass, budget, alpha).
-METHODS = ("cohen", "recertify", "idrs", "ucan", "ddrs", "deq-standard", "srs")
+METHODS = ("cohen", "recertify", "idrs", "ucan", "ddrs", "deq-standard", "srs", "dual")
 #: The noises, by their ``--noise`` names (``rsjax.runs.spec.NOISE_NORMS``).
 NOISES = tuple(NOISE_NORMS)
 #: Budget rules: None (fixed N), Cohen's looks with alpha spending, the anytime-valid rule.
@@ -56,7 +56,7 @@ PACKS = (1, 2, 4)
 #: sound 8-bit noise is not one (invalid draws count for no class, so they bound no runner-up).
 _MULTICLASS_NOISES = frozenset({"gaussian", "gaussian_fast"})
 #: Methods certifying a per-input or DEQ sigma with Gaussian noise and the binary radius only.
-_BINARY_GAUSSIAN = frozenset({"idrs", "ddrs", "deq-standard", "srs"})
+_BINARY_GAUSSIAN = frozenset({"idrs", "ddrs", "deq-standard", "srs", "dual"})
 #: Methods with a multiclass radius.
 _MULTICLASS_METHODS = frozenset({"cohen", "ucan", "recertify"})
 

@@ -1,0 +1,50 @@
+"""``--method dual`` as a value (no JAX here: ``rsjax verify`` reads it)."""
+
+from __future__ import annotations
+
+from rsjax.dual._check import check_dual, parse_experts
+from rsjax.methods.base import Method, Option, Training
+
+__all__ = ["METHOD", "parse_experts"]
+
+
+def _experts(text: str) -> str:
+  """The ``type=`` of ``--dual-experts``: the text, once it parses (recorded as given)."""
+  parse_experts(text)
+  return text
+
+
+#: ``--dual-experts``: shared by ``certify`` and ``train``.
+EXPERTS = Option(
+  "dual_experts",
+  None,
+  "the classifier at each sigma, in the estimator's index order: "
+  "SIGMA:MODEL_DIR,SIGMA:MODEL_DIR,...",
+  _experts,
+)
+
+METHOD = Method(
+  "dual",
+  "dual randomized smoothing: a smoothed sigma estimator (the model; --sigma its noise) "
+  "picks one of the experts' sigmas per input, both certified (Sun et al., ICLR 2026)",
+  "rsjax.dual._certifier:DualCertifier",
+  (
+    EXPERTS,
+    Option(
+      "dual_alpha_split",
+      0.5,
+      "the estimator's share of --alpha (the rest: the classifier's)",
+      float,
+    ),
+    Option("dual_estimator_n", None, "the estimator's estimation samples (default --N)", int),
+    Option("dual_estimator_n0", None, "the estimator's selection samples (default --N0)", int),
+  ),
+  check=check_dual,
+  columns=("sigma", "sigma_index", "estimator_radius"),
+  training=Training(
+    "rsjax.dual.training:train_job",
+    "the sigma estimator (K classes) on the experts' targets: per input the sigma whose "
+    "expert certifies the largest radius on a few noisy samples; --sigma is its noise",
+    (EXPERTS, Option("dual_draws", 8, "noisy samples per input and expert", int, positive=True)),
+  ),
+)

@@ -1,0 +1,149 @@
+"""``rsjax certify --method dual``: honest runs verify and audit; edited estimator counts or
+an edited chosen sigma fail verify or audit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from run_edits import copy_run, edit_column, edit_record
+
+from rsjax import cli, models, verify
+from rsjax.verify import audit
+
+SIGMAS = (0.25, 0.5)
+
+
+def _model(path, num_classes, seed, sigma):
+  m = models.create_model("mlp", num_classes=num_classes, input_shape=(8, 8, 1), rngs=seed)
+  config = {"model": "mlp", "num_classes": num_classes, "input_shape": [8, 8, 1], "sigma": sigma}
+  models.save_model(path, m, config)
+  return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  base = tmp_path_factory.mktemp("dual")
+  est = _model(base / "estimator", 2, 0, 0.25)
+  experts = ",".join(f"{s}:{_model(base / f'e{s}', 10, 1 + i, s)}" for i, s in enumerate(SIGMAS))
+  out = base / "dual.tsv"
+  argv = ["certify", est, out, "--method", "dual", "--dual-experts", experts, "--dataset",
+          "digits", "--N", "400", "--N0", "40", "--skip", "30", "--batch", "400", "--quiet"]  # fmt: skip
+  assert cli.main([str(a) for a in argv]) == 0
+  return est, out
+
+
+def _records(path):
+  return [json.loads(line) for line in (path.parent / (path.name + ".cert.jsonl")).open()]
+
+
+def test_honest_run_verifies_and_audits(run):
+  est, out = run
+  rep = verify.verify(out)
+  assert rep.ok, rep.summary()
+  recs = _records(out)
+  assert {r["sigma_index"] for r in recs} <= {-1, 0, 1}
+  assert all(len(r["estimator_counts"]) == 2 for r in recs)
+  assert audit.audit(out, model_dir=est, rows="all").ok
+
+
+def _caught(est, path):
+  return not verify.verify(path).ok or not audit.audit(path, model_dir=est, rows="all").ok
+
+
+def test_edited_estimator_counts_are_caught(run, tmp_path):
+  est, out = run
+  f = copy_run(out, tmp_path / "forged.tsv")
+  r0 = _records(out)[0]
+
+  def move(r):
+    c = r["estimator_counts"]
+    top = max(range(2), key=c.__getitem__)
+    c[top], c[1 - top] = c[top] + c[1 - top] // 2 + 1, c[1 - top] - c[1 - top] // 2 - 1
+    if c[1 - top] < 0:
+      c[top], c[1 - top] = c[top] - 1, 0  # all on one index already: move one the other way
+      c[top], c[1 - top] = c[top] - 1, c[1 - top] + 1
+    return r
+
+  edit_record(f, r0["idx"], move)
+  assert _caught(est, f)
+
+
+def test_edited_sigma_choice_is_caught(run, tmp_path):
+  est, out = run
+  recs = _records(out)
+  j = next(i for i, r in enumerate(recs) if r["sigma_index"] >= 0)
+  f = copy_run(out, tmp_path / "forged.tsv")
+  k = recs[j]["sigma_index"]
+  edit_record(f, recs[j]["idx"], lambda r: {**r, "sigma_index": 1 - k})
+  edit_column(f, j, "sigma_index", lambda _: str(1 - k))
+  edit_column(f, j, "sigma", lambda _: repr(SIGMAS[1 - k]))
+  assert not verify.verify(f).ok
+
+
+def test_consistent_forgery_passes_verify_fails_the_audit(run, tmp_path):
+  """A forger who moves an estimator count and rewrites the row to match: verify cannot
+  tell, the audit draws the estimator's counts again."""
+  from rsjax.dual._certify import split_alpha
+  from rsjax.verify.checks import binary_radius, cp_lower
+
+  est, out = run
+  recs = _records(out)
+  predicts = [line.split("\t")[2] for line in out.read_text().split("\n")[1:] if line]
+  # A row whose estimator chose (and could lose a count) and whose classifier abstained:
+  # its radius is 0 whatever R_g is, so only the estimator_radius column changes.
+  j = next(
+    i
+    for i, r in enumerate(recs)
+    if r["sigma_index"] >= 0 and predicts[i] == "-1" and 0 < min(r["estimator_counts"])
+  )
+  f = copy_run(out, tmp_path / "forged.tsv")
+  k = recs[j]["sigma_index"]
+
+  def move(r):
+    r["estimator_counts"][k] += 1
+    r["estimator_counts"][1 - k] -= 1
+    return r
+
+  edit_record(f, recs[j]["idx"], move)
+  a1, _ = split_alpha(0.001, 0.5)
+  p = cp_lower(recs[j]["estimator_counts"][k] + 1, 400, a1)
+  r_g = float(binary_radius(p, 0.25, {"family": "gaussian", "norm": "l2", "name": "gaussian"}, 1))
+  edit_column(f, j, "estimator_radius", lambda _: repr(r_g))
+  assert verify.verify(f).ok
+  a = audit.audit(f, model_dir=est, rows="all")
+  assert not a.ok and "estimator_counts" in a.reason
+
+
+def test_train_the_estimator_on_the_experts_targets(tmp_path):
+  """``rsjax train --method dual``: a K-class estimator from the experts' routing targets."""
+  experts = ",".join(
+    f"{s}:{_model(tmp_path / f'e{s}', 10, 1 + i, s)}" for i, s in enumerate(SIGMAS)
+  )
+  out = tmp_path / "est"
+  argv = ["train", "--method", "dual", "--dual-experts", experts, "--dual-draws", "2",
+          "--dataset", "digits", "--model", "mlp", "--sigma", "0.25", "--epochs", "1",
+          "--batch", "128", "--out", out, "--quiet"]  # fmt: skip
+  assert cli.main([str(a) for a in argv]) == 0
+  config = models.read_config(out)
+  assert config["num_classes"] == 2 and config["dual_sigmas"] == list(SIGMAS)
+
+
+def test_targets_pick_the_expert_with_the_larger_radius():
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from rsjax.dual.training import estimator_targets
+
+  def const(c):
+    return lambda params, x: jnp.tile(jax.nn.one_hot(c, 3), (x.shape[0], 1))
+
+  x = np.zeros((4, 2), np.float32)
+  y = np.asarray([0, 1, 2, 1])
+  # Expert 0 (sigma 0.25) always says 1, expert 1 (sigma 0.5) always 0: each input's target
+  # is the one right about it, the smallest sigma when neither is.
+  got = estimator_targets(
+    jax.random.key(0), [(const(1), None), (const(0), None)], (0.25, 0.5), x, y
+  )
+  assert got.tolist() == [1, 0, 0, 0]
