@@ -21,9 +21,11 @@ which threat model: ``docs/VERIFY.md``.
 Methods: ``cohen`` and ``deq-standard`` (binary radius of Gaussian / Laplace /
 uniform noise, the multiclass radius with simultaneous bounds, and budgeted
 runs with their alpha spending), ``idrs`` (Thm 3.2 checked at the radius),
-``ucan`` (frozen (mu, sigma)), ``srs`` (the two-stage bound) and ``ddrs``
+``ucan`` (frozen (mu, sigma)), ``srs`` (the two-stage bound), ``ddrs``
 (Cohen's radius at each row's recorded sigma, then the memory step replayed in
-the file's order from the inputs).
+the file's order from the inputs), ``recertify`` (a child's rows from its parent's
+counts and its disagreement counts) and ``dual`` (the estimator's and the chosen
+expert's counts).
 
 Tolerances: predictions and counts are compared exactly; bounds and radii to a
 relative ``rtol`` (default 1e-9) plus ``atol`` 1e-12 (both sides are float64
