@@ -179,10 +179,9 @@ def twin_refusal(target: Target) -> str | None:
     )
   if target.model is None:
     return "--twin: a denoiser or resize pipeline has no PyTorch twin"
-  from rsjax import models
+  from rsjax.bench.torch_models import has_twin
 
-  twins = (models.MLP, models.CNN, models.LeNet, models.BasicResNet, models.ResNet50)
-  if not isinstance(target.model, twins):
+  if not has_twin(target.model):
     return (
       f"--twin: no PyTorch twin of {type(target.model).__name__} (MLP, CNN, LeNet and the "
       "ResNets have one)"

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["from_flax", "to_torch_layout", "check_same_logits"]
+__all__ = ["from_flax", "has_twin", "to_torch_layout", "check_same_logits"]
 
 
 def _np(var) -> np.ndarray:
@@ -215,22 +215,31 @@ def from_flax(model, input_shape) -> nn.Module:
     An ``nn.Module`` in eval mode taking NCHW inputs (the MLP: the rsjax shape
     moved to channels-first when it is an image).
   """
+  build = _builder(model)
+  if build is None:
+    raise ValueError(f"no PyTorch twin for {type(model).__name__}")
+  return build(model, tuple(int(s) for s in input_shape)).eval()
+
+
+def has_twin(model) -> bool:
+  """Whether :func:`from_flax` translates ``model``."""
+  return _builder(model) is not None
+
+
+def _builder(model):
+  """``build(model, input_shape) -> nn.Module`` of ``model``'s class, or None (no twin)."""
   from rsjax import models
 
-  input_shape = tuple(int(s) for s in input_shape)
-  if isinstance(model, models.MLP):
-    mod = MLP(model, input_shape)
-  elif isinstance(model, models.LeNet):
-    mod = LeNet(model, input_shape)
-  elif isinstance(model, models.CNN):
-    mod = CNN(model, input_shape)
-  elif isinstance(model, models.ResNet50):
-    mod = ResNet(model, bottleneck=True)
-  elif isinstance(model, models.BasicResNet):
-    mod = ResNet(model, bottleneck=False)
-  else:
-    raise ValueError(f"no PyTorch twin for {type(model).__name__}")
-  return mod.eval()
+  for kind, build in (
+    (models.MLP, MLP),
+    (models.LeNet, LeNet),
+    (models.CNN, CNN),
+    (models.ResNet50, lambda m, _: ResNet(m, bottleneck=True)),
+    (models.BasicResNet, lambda m, _: ResNet(m, bottleneck=False)),
+  ):
+    if isinstance(model, kind):
+      return build
+  return None
 
 
 def to_torch_layout(x: np.ndarray) -> np.ndarray:
