@@ -76,6 +76,10 @@ def _dataset_scales_issues(cert: dict, d: dict, s_min: float, s_gmean: float) ->
   return issues
 
 
+#: The sources of the scales each ``--ucan-sigma`` gives (``details.source``).
+_SOURCES = {"pattern": ("pattern",), "dataset": ("dataset",), "auto": ("pattern", "dataset")}
+
+
 def check_ucan(
   cert: dict, res: Any, recs: dict, *, rtol: float, atol: float, **_: object
 ) -> list[Mismatch]:
@@ -94,7 +98,10 @@ def check_ucan(
       Mismatch(-1, f"recorded sigma min {s_min!r}, geometric mean {s_gmean!r} are not scales")
     )
     return issues
-  if d.get("source") == "pattern":
+  source, asked = d.get("source"), (cert.get("settings") or {}).get("ucan_sigma", "auto")
+  if source not in _SOURCES.get(asked, ()):  # scales no source the options allow gives
+    return [Mismatch(-1, f"details.source {source!r} is not what --ucan-sigma {asked} gives")]
+  if source == "pattern":
     opts = cert.get("settings") or {}
     try:
       claimed = (float(d["sigma"]), d["pattern"], float(d["kappa"]), float(d["iota"]))
@@ -108,7 +115,7 @@ def check_ucan(
       raise VerifyError(
         "ucan run without its pattern settings (sigma, pattern, kappa, iota)"
       ) from None
-    if claimed != declared or opts.get("ucan_sigma") == "dataset":
+    if claimed != declared:
       issues.append(
         Mismatch(
           -1,
@@ -134,13 +141,10 @@ def check_ucan(
         )
       )
       return issues
-  elif d.get("source") == "dataset" and (cert.get("settings") or {}).get("ucan_sigma") != "pattern":
+  else:
     issues.extend(_dataset_scales_issues(cert, d, s_min, s_gmean))
     if issues:
       return issues
-  else:  # scales of no source the options allow: none of them can be derived again
-    source, asked = d.get("source"), (cert.get("settings") or {}).get("ucan_sigma")
-    return [Mismatch(-1, f"details.source {source!r} is not what --ucan-sigma {asked} gives")]
   rows = read_rows(cert, res, recs, issues)
   predict, r_norm, p = cohen_certificate(cert, rows, 1.0)
   for column, scale in (("normalized_radius", 1.0), ("alm", s_gmean)):
