@@ -8,6 +8,7 @@ how far from the device's limit.
 * :mod:`rsjax.bench.probe`: a CPU's peaks, measured (a timed matmul, a timed copy);
 * :mod:`rsjax.bench.machine`: the machine, the versions, the peak memory;
 * :mod:`rsjax.bench.target`: the model to time, loaded through ``rsjax.runs.launch``;
+* :mod:`rsjax.bench.layout`: the layout of its convolutions, and the network channels-last;
 * :mod:`rsjax.bench.harness`: ``rsjax.certify`` timed (compile apart), extrapolated to N;
 * :mod:`rsjax.bench.sweep`: samples per second against the batch size, and its plot;
 * :mod:`rsjax.bench.run`: one benchmark, every figure in one dict;
@@ -23,6 +24,7 @@ from rsjax.bench.peaks import bound_seconds as bound_seconds
 from rsjax.bench.run import Request as Request
 from rsjax.bench.run import bench as bench
 from rsjax.bench.target import Source as Source
+from rsjax.bench.target import Target as Target
 from rsjax.bench.target import load_target as load_target
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
   "Peaks",
   "Request",
   "Source",
+  "Target",
   "activation_elements",
   "bench",
   "bound_seconds",

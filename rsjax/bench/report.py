@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["lines", "write_json"]
+__all__ = ["layout_line", "lines", "write_json"]
 
 
 def _si(value: float, unit: str) -> str:
@@ -129,7 +129,28 @@ def lines(doc: dict[str, Any]) -> list[str]:
   out += [f"note: {n}" for n in m["notes"]]
   out += _sweep_lines(doc["sweep"])
   out += [_twin_line(t) for t in doc.get("twin", [])]
+  if doc.get("layout"):
+    out.append(layout_line(doc["layout"]))
   return out
+
+
+def layout_line(advice: dict[str, Any]) -> str:
+  """The advice of a model with channels-first convolutions, with both measured figures."""
+  nchw = sum(k for name, k in advice["convs"].items() if name[1:2] == "C")
+  written, last = advice["as_written_s"], advice["channels_last_s"]
+  verdict = (
+    f"NHWC is {written / last:.2f}x as fast here: build the model channels-last "
+    "(flax.nnx.Conv; 'rsjax convert' ports a PyTorch checkpoint NHWC)"
+    if last < written
+    else "NHWC is no faster here: keep it as it is"
+  )
+  return (
+    f"advice: {nchw} of the model's convolutions are channels-first (NCHW, as in PyTorch); "
+    f"XLA on a CPU computes them channels-last. {advice['precision']}, N = "
+    f"{advice['measured_n']:,}, {advice['images']} images: {_num(written)} s/image as written "
+    f"(NCHW), {_num(last)} s/image with the convolutions NHWC "
+    f"(rsjax.bench.layout.channels_last); {verdict}"
+  )
 
 
 def _twin_form(timed: dict[str, Any] | None, name: str) -> str:

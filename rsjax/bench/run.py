@@ -11,13 +11,21 @@ from typing import Any
 import jax
 import numpy as np
 
-from rsjax.bench import harness, machine, probe, sweep
+from rsjax.bench import harness, layout, machine, probe, sweep
 from rsjax.bench.costs import op_costs
 from rsjax.bench.peaks import Peaks, published_peaks
 from rsjax.bench.target import Target, shape_text
 from rsjax.runs.launch.errors import CliError
 
-__all__ = ["SWEEP_CALL_S", "Request", "bench", "check_precisions", "device_peaks_now", "inputs"]
+__all__ = [
+  "SWEEP_CALL_S",
+  "Request",
+  "bench",
+  "check_precisions",
+  "device_peaks_now",
+  "inputs",
+  "layout_advice",
+]
 
 #: Seconds of one timed call of the batch sweep, at the measured samples per second.
 SWEEP_CALL_S = 0.5
@@ -139,11 +147,14 @@ def bench(
   count = (request.images or harness.MAX_AUTO_IMAGES) + 1
   xs, what = inputs(target, count, request)
   runs, sweeps, twins = [], [], []
+  layout_doc = None
   for p in request.precisions:
     plan = _plan(request, float(flops), peaks, p)
     log(f"{p}: certifying {what}, n0 {plan.n0}, N {plan.measure_n} ...")
     run = harness.time_certify(target, xs, plan, p, progress=progress)
     runs.append({**_run_dict(run, plan), **harness.figures(run, float(flops), elements, peaks)})
+    if p == request.precisions[0]:
+      layout_doc = layout_advice(target, xs, plan, run, log)
     if request.twin:
       log(f"{p}: the PyTorch twin, eager and compiled ({request.twin_compile}) ...")
       twins.append(_twin(target, xs, plan, run, request))
@@ -163,7 +174,44 @@ def bench(
     "results": runs,
     "sweep": sweeps,
     "twin": twins,
+    "layout": layout_doc,
     "machine": machine.environment(),
+  }
+
+
+def layout_advice(
+  target: Target,
+  xs: np.ndarray,
+  plan: harness.Plan,
+  run: harness.Throughput,
+  log: Callable[[str], None] = print,
+) -> dict[str, Any] | None:
+  """On a CPU, a model with channels-first (NCHW) convolutions timed again with them
+  channels-last (:func:`rsjax.bench.layout.channels_last`), as ``run`` was (its precision,
+  N, batch and images); None elsewhere or without such convolutions.
+
+  Returns:
+    ``{"convs": {layout: count}, "precision", "measured_n", "images", "as_written_s",
+    "channels_last_s"}``: seconds per image at the measured N of the model as written and
+    channels-last (the advice of the report, whichever is faster).
+  """
+  if jax.local_devices()[0].platform != "cpu":
+    return None
+  convs = layout.conv_layouts(target.apply_fn, target.params, target.input_shape)
+  if not any(name[1:2] == "C" for name in convs):
+    return None
+  log(f"{run.precision}: the same network with its convolutions channels-last ...")
+  alt = dataclasses.replace(target, apply_fn=layout.channels_last(target.apply_fn))
+  again = dataclasses.replace(plan, images=len(run.seconds))
+  timed = harness.time_certify(alt, xs, again, run.precision)
+  return {
+    "convs": convs,
+    "precision": run.precision,
+    "measured_n": plan.measure_n,
+    "images": len(run.seconds),
+    "as_written_s": run.seconds_per_image_measured,
+    "channels_last_s": timed.seconds_per_image_measured,
+    "channels_last_compile_s": timed.compile_s,
   }
 
 
