@@ -1,0 +1,401 @@
+"""Figures that cannot drift, continued: what ``tests/test_figures.py`` left unbound in
+``benchmarks/RESULTS.md`` (issue 55, item 3): issue 52's levers 2 to 6 and issue 43's profile
+paragraph here, issue 40's figures in ``tests/test_figures_budgeted.py``; and the sections whose
+figures no committed JSON holds, each with the command that printed them.
+
+Two forms beside ``test_figures.Bind`` (whose key paths and templates are used here):
+
+* ``Line(template, json, figures)``: one line of RESULTS.md, as ``Bind``; a figure's key may be a
+  function of the JSON (a count, a sum, a difference) and its format a function (``8.6e-4``).
+* ``Block(header, json, rows)``: a fenced table: the line ``header`` (exactly one), then each
+  row template on the lines right after it, in order (rows that read alike are told apart by
+  their place).
+
+No JAX: only the markdown and the JSON are read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests import test_figures as tf
+
+R = tf.R
+B = tf.B
+LEVERS = B + "levers_cpu.json"
+TRACE = B + "gpu_trace_resnet110_bf16.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class G:
+  """One figure: a key path (or a function of the JSON) and the prose's rounding (a format
+  spec, or a function of the value)."""
+
+  key: str | Callable[[Any], float]
+  fmt: str | Callable[[float], str]
+  scale: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+  template: str
+  json: str
+  figures: tuple[G, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+  header: str
+  json: str
+  rows: tuple[tuple[str, tuple[G, ...]], ...]
+
+
+def _g(spec: str | Callable[[float], str], scale: float = 1.0) -> Callable[..., G]:
+  return lambda key: G(key, spec, scale)
+
+
+d0, f1, f2, f3, f4 = _g(".0f"), _g(".1f"), _g(".2f"), _g(".3f"), _g(".4f")
+s3, comma, ints = _g("#.3g"), _g(",.0f"), _g("d")
+pct0, pct1, pct2 = _g(".0f", 100.0), _g(".1f", 100.0), _g(".2f", 100.0)
+thousands = _g(".1f", 1e-3)  # 23.2 (k)
+e1 = _g(lambda v: f"{v:.1e}".replace("e-0", "e-"))  # 8.6e-4
+
+
+def _value(data: Any, fig: G) -> tuple[Any, str]:
+  value = fig.key(data) if callable(fig.key) else tf.lookup(data, fig.key)
+  scaled = value * fig.scale if fig.scale != 1.0 else value
+  return value, fig.fmt(scaled) if callable(fig.fmt) else format(scaled, fig.fmt)
+
+
+def _compare(where: str, match: Any, data: Any, figures: tuple[G, ...]) -> list[str]:
+  out = []
+  for quoted, fig in zip(match.groups(), figures, strict=True):
+    name = fig.key if isinstance(fig.key, str) else getattr(fig.key, "__name__", "a function")
+    try:
+      value, text = _value(data, fig)
+    except (KeyError, TypeError, ZeroDivisionError) as e:
+      out.append(f"{where}: the JSON has no {name}: {e}")
+      continue
+    if quoted != text:
+      out.append(f"{where}: quotes {quoted}, the JSON's {name} = {value!r} gives {text}")
+  return out
+
+
+def check_line(bind: Line) -> list[str]:
+  pattern = tf._pattern(bind.template)
+  assert pattern.groups == len(bind.figures), bind.template
+  hits = [(i + 1, m) for i, line in enumerate(tf._doc(R)) if (m := pattern.search(line))]
+  if len(hits) != 1:
+    return [f"{R}: {bind.template!r} on {len(hits)} lines (must be exactly one)"]
+  lineno, match = hits[0]
+  return _compare(f"{R}:{lineno} ({bind.json})", match, tf._json(bind.json), bind.figures)
+
+
+def check_block(block: Block) -> list[str]:
+  lines = tf._doc(R)
+  starts = [i for i, line in enumerate(lines) if block.header in line]
+  if len(starts) != 1:
+    return [f"{R}: header {block.header!r} on {len(starts)} lines (must be exactly one)"]
+  out = []
+  for k, (template, figures) in enumerate(block.rows):
+    i = starts[0] + 1 + k
+    pattern = tf._pattern(template)
+    assert pattern.groups == len(figures), template
+    match = pattern.fullmatch(lines[i]) if i < len(lines) else None
+    if match is None:
+      out.append(f"{R}:{i + 1}: expected {template!r}")
+      continue
+    out += _compare(f"{R}:{i + 1} ({block.json})", match, tf._json(block.json), figures)
+  return out
+
+
+# ---------------------------------------------------------------------------
+# Issue 52, levers 2 to 6 (levers_cpu.json).
+
+
+def _program(label: str, pack: int, fold: bool) -> Line:
+  p = f"program[pack={pack},fold_bn={fold}]"
+  s, c = f"{p}/stablehlo", f"{p}/compiled_cpu"
+  return Line(
+    f"| {label} | {{}} | {{}} / {{}}, {{}} | {{}} / {{}} | {{}} | [{{}}, {{}}] | {{}} | {{}} |",
+    LEVERS,
+    (
+      ints(f"{p}/steps"),
+      ints(f"{s}/while"),
+      ints(f"{c}/while"),
+      ints(f"{c}/while_with_known_trip_count"),
+      ints(f"{s}/conditional"),
+      ints(f"{c}/conditional"),
+      ints(f"{s}/convolution"),
+      ints(lambda d, c=c: min(tf.lookup(d, f"{c}/known_trip_counts"))),
+      ints(lambda d, c=c: max(tf.lookup(d, f"{c}/known_trip_counts"))),
+      f2(f"{s}/activation_ops_per_gap"),
+      f1(f"{c}/compile_s"),
+    ),
+  )
+
+
+def _gap(label: str, pack: int, fold: bool, ops: str, tail: str = "") -> Line:
+  key = f"program[pack={pack},fold_bn={fold}]/stablehlo/ops_between_convs/{ops}"
+  return Line(
+    f"| {label} | {ops.replace('broadcast_in_dim', 'broadcast')}{tail} | {{}} |",
+    LEVERS,
+    (ints(key),),
+  )
+
+
+NOFOLD = "broadcast_in_dim > subtract > broadcast_in_dim > multiply > broadcast_in_dim > add"
+FOLD, UNPACK = "broadcast_in_dim > add", " > reshape > transpose > reshape"
+VARIANTS = (("no fold", 1, False), ("`--fold-bn`", 1, True), ("`--pack 2 --fold-bn`", 2, True))
+R20, R50 = "timing[model=resnet20]", "timing[model=resnet50]"
+
+
+def _timing(label: str, sel: str) -> Line:
+  return Line(
+    f"| {label} | {{}} ({{}}) | {{}} | {{}} / {{}} / {{}} | {{}} / {{}} / {{}} | {{}} |",
+    LEVERS,
+    (
+      ints(f"{sel}/num"),
+      ints(f"{sel}/n0"),
+      ints(f"{sel}/batch"),
+      *[
+        fig(f"{sel}/{phase}/{k}")
+        for phase in ("cold", "warm")
+        for fig, k in ((f1, "compile_s"), (f1, "first_call_s"), (f2, "certify_s"))
+      ],
+      f1(f"{sel}/compile_saved_s"),
+    ),
+  )
+
+
+def _stage(name: str) -> Line:
+  sel = f"lease/stages[stage={name}]"
+  status = "skipped: not a GPU" if name == "lenet_nocmdbuf" else "ok"
+  return Line(
+    f"| {name} | {status} | {{}} | {{}} |", LEVERS, (ints(f"{sel}/seconds"), ints(f"{sel}/limit"))
+  )
+
+
+STAGES = (
+  "env conv conv_unfused lenet_scaling lenet_trace lenet_nocmdbuf r110_base r110_fold "
+  "r110_fold_unfused r110_pack2 r110_pack2_fold r110_pack4 r50 twin_lenet"
+).split()
+TWIN = "lease/twins/twin_lenet"
+
+LINES: list[Line] = [
+  Line("jobs running, jax 0.10.2 on its CPU backend; {} s in all;", LEVERS, (d0("seconds"),)),
+  Line(
+    "one image, N = {} at batch {} ({}",
+    LEVERS,
+    (_g(",d")("program/0/num"), _g(",d")("program/0/batch"), ints("program/0/steps")),
+  ),
+  *[
+    _program(f"ResNet-110 bf16{' ' + lab if lab != 'no fold' else ''}", p, f)
+    for lab, p, f in VARIANTS
+  ],
+  *[_gap("no fold", 1, False, NOFOLD + t) for t in (" > relu", " > add > relu", "")],
+  *[
+    _gap(lab, p, True, FOLD + t)
+    for lab, p, _ in VARIANTS[1:]
+    for t in (" > relu", " > add > relu", "")
+  ],
+  _gap("`--pack 2 --fold-bn`", 2, True, FOLD + " > add > relu" + UNPACK, " (the unpack)"),
+  Line(
+    "unfolded program has batch norm's `subtract` and `multiply` on every output (and {} `rsqrt`s,",
+    LEVERS,
+    (ints("program[fold_bn=False]/stablehlo/rsqrt"),),
+  ),
+  Line(
+    "against {} folded). Lowering took {} / {} / {} s.",
+    LEVERS,
+    (
+      ints("program[pack=1,fold_bn=True]/stablehlo/rsqrt"),
+      *[f1(f"program[pack={p},fold_bn={f}]/lower_s") for _, p, f in VARIANTS],
+    ),
+  ),
+  _timing("ResNet-20 bf16", R20),
+  _timing("ResNet-50 (224 px) bf16", R50),
+  Line(
+    "The warm cache leaves the trace and lowering ({} s and {} s): it saves {} of {} s (ResNet-20)",
+    LEVERS,
+    (
+      f1(f"{R20}/warm/compile_s"),
+      f1(f"{R50}/warm/compile_s"),
+      f1(f"{R20}/compile_saved_s"),
+      f1(f"{R20}/cold/compile_s"),
+    ),
+  ),
+  Line(
+    "and {} of {} s (ResNet-50). Whole processes: {} s -> {} s (ResNet-20) and {} s -> {} s",
+    LEVERS,
+    (
+      f1(f"{R50}/compile_saved_s"),
+      f1(f"{R50}/cold/compile_s"),
+      *[f1(f"{sel}/{ph}/process_wall_s") for sel in (R20, R50) for ph in ("cold", "warm")],
+    ),
+  ),
+  Line(
+    "(ResNet-50; its certifications themselves took {} s and {} s on the loaded machine, so the",
+    LEVERS,
+    (f2(f"{R50}/cold/certify_s"), f2(f"{R50}/warm/certify_s")),
+  ),
+  Line(
+    "{} s gained on its first image is mostly noise", LEVERS, (f1(f"{R50}/first_call_saved_s"),)
+  ),
+  Line(
+    "TWIN_MODELS=lenet`): rc {}, **{} s wall**, {} s in the stages.",
+    LEVERS,
+    (ints("lease/rc"), d0("lease/wall_s"), ints("lease/stage_seconds_sum")),
+  ),
+  *[_stage(name) for name in STAGES],
+  Line(
+    "(no mode failed), compiled in {} s; at LeNet with N = {} on this CPU it took {} s per image",
+    LEVERS,
+    (
+      f1(f"{TWIN}/compile_s"),
+      ints(lambda d: int(tf.lookup(d, "lease/sizes/NUM"))),
+      f4(f"{TWIN}/twin_compiled_s"),
+    ),
+  ),
+  Line(
+    "against the eager twin's {} s and rsjax's {} s (ratio {}): per-call costs of a {}-sample",
+    LEVERS,
+    (
+      f4(f"{TWIN}/twin_eager_s"),
+      f3(f"{TWIN}/rsjax_s"),
+      f3(f"{TWIN}/ratio_to_twin_compiled"),
+      ints(lambda d: int(d["lease"]["sizes"]["NUM"]) + int(d["lease"]["sizes"]["N0"])),
+    ),
+  ),
+]
+
+
+# ---------------------------------------------------------------------------
+# Issue 43, the profile paragraph (gpu_trace_resnet110_bf16.json).
+
+AMPERE = (
+  "top_kernels/sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize256x32x"
+)
+CONV_MS = "by_class/convolution/ms"
+
+
+def _conv_ms_after_ampere(d: Any) -> float:
+  """Convolution milliseconds but the Ampere kernel's: the 32- and 64-channel stages."""
+  ampere = [v for k, v in d["top_kernels"].items() if k.startswith(AMPERE.split("/")[1])]
+  return tf.lookup(d, CONV_MS) - ampere[0]["ms"]
+
+
+def _ampere(field: str) -> Callable[[Any], float]:
+  def get(d: Any) -> float:
+    (kernel,) = [v for k, v in d["top_kernels"].items() if k.startswith(AMPERE.split("/")[1])]
+    return kernel[field]
+
+  get.__name__ = f"the Ampere kernel's {field}"
+  return get
+
+
+LINES += [
+  Line("perfetto trace; `gpu_trace_resnet110_bf16.json`): {} ms", TRACE, (d0("wall_ms"),)),
+  Line(
+    "traced ({} ms untraced), {} kernels, **device busy {} ms**, idle {} ms inside the call's",
+    TRACE,
+    (d0("untraced_wall_ms"), comma("kernels"), f1("busy_ms"), d0("gap_ms")),
+  ),
+  Line(
+    "convolutions **{} ms** ({}% of busy), elementwise fusions {} ms (the ReLU/residual",
+    TRACE,
+    (d0(CONV_MS), pct0(lambda d: tf.lookup(d, CONV_MS) / d["busy_ms"]), d0("by_class/fusion/ms")),
+  ),
+  Line(
+    "convolution), reductions {} ms, copies {} ms. Of the convolutions,",
+    TRACE,
+    (f1("by_class/reduction/ms"), f1("by_class/copy/ms")),
+  ),
+  Line(
+    "**{} ms are {} launches of cuDNN's Ampere kernel",
+    TRACE,
+    (d0(_ampere("ms")), ints(_ampere("kernels"))),
+  ),
+  Line("n0 step and 7 steps of {} samples;", TRACE, (_g(",d")("batch_size"),)),
+  Line(
+    "{} ms for the 72 convolutions of the 32- and 64-channel stages",
+    TRACE,
+    (d0(_conv_ms_after_ampere),),
+  ),
+]
+
+
+# ---------------------------------------------------------------------------
+# Figures of those sections that no JSON holds, and the older sections: the command that
+# printed them (their output was not kept as JSON).
+
+UNBOUND: list[tuple[str, str]] = [
+  ("`loop_maximum_fusion`s, 133 ms", "the sum of the trace's loop_maximum_fusion kernels, by hand"),
+  (
+    "1.19 ms per full step, 67 GFLOP, about 57 TFLOP/s",
+    "worked out by hand from the trace's kernels",
+  ),
+  ("about 0.22 ms per full step, about 300 TFLOP/s", "worked out by hand from the trace's kernels"),
+  ("the first takes 76% of the convolution time", "worked out by hand from the trace's kernels"),
+  ("(5,492 at `s` = 0.6; 5,114 at the whole alpha", "arithmetic: log(1 / (s alpha)) / -log Phi(3)"),
+]
+
+#: ``(heading, the command its figures came from, why no JSON binds them)``.
+SECTIONS: list[tuple[str, str, str]] = [
+  ("## Per-call overhead", "python -m benchmarks.per_call", "timings printed, not kept"),
+  ("## Issue 44", "python -m benchmarks.per_image", "timings printed, not kept"),
+  ("## Issue 24", "python -m benchmarks.throughput", "timings printed, not kept"),
+  ("## Issue 16", "python -m benchmarks.throughput", "timings printed, not kept"),
+  ("## 2026-11-21", "python -m benchmarks.throughput --quick --bf16", "printed, not kept"),
+  ("## Earlier runs", "python -m benchmarks.throughput --quick --bf16", "quick.json not committed"),
+  ("## Certification measured directly", "--num 100000", "printed, not kept"),
+  ("## Goals (2-core CPU", "python -m benchmarks.throughput --quick --bf16", "printed, not kept"),
+  ("## Why MLP and LeNet miss", "python -m benchmarks.proposals", "a script since removed"),
+  ("## bfloat16 versus float32", "python -m benchmarks.precision", "printed, not kept"),
+  ("## Scaling over forced CPU devices", "python -m benchmarks.scaling", "printed, not kept"),
+  ("## GPU: ready to run", "python -m benchmarks.throughput --suite gpu", "commands, no figures"),
+]
+
+
+# ---------------------------------------------------------------------------
+# The checks.
+
+
+@pytest.mark.parametrize("bind", LINES, ids=lambda b: b.template[:48])
+def test_quoted_figure_equals_its_json(bind):
+  failures = check_line(bind)
+  assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("text, why", UNBOUND, ids=lambda e: str(e)[:40])
+def test_unbound_figure_still_quoted(text, why):
+  assert why and any(text in line for line in tf._doc(R)), f"{text!r} is gone; drop it"
+
+
+def _section(heading: str) -> list[str]:
+  lines = tf._doc(R)
+  (start,) = [i for i, line in enumerate(lines) if line.startswith(heading)]
+  end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
+  return lines[start:end]
+
+
+@pytest.mark.parametrize("heading, command, why", SECTIONS, ids=lambda e: str(e)[:32])
+def test_an_unbound_section_names_its_command(heading, command, why):
+  assert why and any(command in line for line in _section(heading)), (heading, command)
+
+
+def test_a_block_row_that_differs_fails_with_its_line(monkeypatch):
+  monkeypatch.setitem(tf._DOCS, R, ["intro", "  head", "  a   1.50", "  b   2.00"])
+  monkeypatch.setitem(tf._JSONS, "x.json", {"a": 1.5, "b": 2.004, "c": 1.0})
+  rows = (("  a   {}", (f2("a"),)), ("  b   {}", (f2("b"),)))
+  assert check_block(Block("  head", "x.json", rows)) == []
+  bad = (("  a   {}", (f2("c"),)), ("  b   {}", (f1("b"),)))
+  msgs = check_block(Block("  head", "x.json", bad))
+  assert msgs[0].startswith(f"{R}:3 (x.json): quotes 1.50, the JSON's c = 1.0 gives 1.00")
+  assert msgs[1].startswith(f"{R}:4 (x.json): quotes 2.00") and len(msgs) == 2
+  derived = Line("  b   {}", "x.json", (e1(lambda d: d["a"] * 1e-4),))
+  assert "gives 1.5e-4" in check_line(derived)[0]
