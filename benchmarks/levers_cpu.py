@@ -8,7 +8,7 @@ writes one JSON object with a section per measurement (``--sections`` picks):
   dense layers per sample (bytes in bf16 and float32: 2 and 4 per element),
   unpacked and packed (``rsjax.models.pack_narrow_stage``, ``--packs``), and the
   first stage's convolutions (channels in/out per packed convolution). Counted
-  from the traced program (``benchmarks.costs.op_costs``, no backend), on a batch
+  from the traced program (``rsjax.bench.costs.op_costs``, no backend), on a batch
   of ``lcm(packs)`` rows; stage 1 is the input normalization, the stem and the
   blocks before the first 32-channel one (packed: from the pack to the unpack),
   later stages are the blocks of one width, ``head`` the pooling and the dense
@@ -52,10 +52,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from benchmarks.costs import op_costs
 from benchmarks.levers_report import tables
 from rsjax import models
 from rsjax import noise as noise_lib
+from rsjax.bench.costs import op_costs
 from rsjax.engine import counts as engine_counts
 from rsjax.engine import precision as precision_lib
 from rsjax.engine.step import make_chunk_plan

@@ -45,14 +45,6 @@ SPECS = {
   "resnet50": Spec("resnet50", (224, 224, 3), 1000, 8, 32),
 }
 
-# Dense peak GFLOP/s of known accelerators (float32 without tensor cores, bfloat16 dense).
-_PEAKS = {
-  "H100": {"float32": 67_000.0, "bfloat16": 989_000.0},
-  "H200": {"float32": 67_000.0, "bfloat16": 989_000.0},
-  "A100": {"float32": 19_500.0, "bfloat16": 312_000.0},
-}
-
-
 # ------------------------------------------------------------------------------------------------
 # Measurement helpers
 # ------------------------------------------------------------------------------------------------
@@ -97,21 +89,24 @@ def device_peak_mb() -> float | None:
 
 
 def forward_flops(apply_fn, params, input_shape) -> float:
-  """FLOPs of one forward pass per sample, from the jaxpr (``benchmarks.costs``): the same
+  """FLOPs of one forward pass per sample, from the jaxpr (``rsjax.bench.costs``): the same
   number on every backend (XLA's GPU ``cost_analysis`` leaves out cuDNN convolutions)."""
-  from benchmarks.costs import matmul_flops
+  from rsjax.bench.costs import matmul_flops
 
   return matmul_flops(apply_fn, params, input_shape)
 
 
 def peak_gflops(dtype: str, cpu_peak: float | None) -> float | None:
+  """The first device's dense peak in GFLOP/s at ``dtype`` ("float32", "bfloat16"): the
+  vendor's (``rsjax.bench.peaks.PUBLISHED``), ``cpu_peak`` on a CPU, else None."""
+  from rsjax.bench.peaks import published_peaks
+
   dev = jax.local_devices()[0]
   if dev.platform == "cpu":
     return cpu_peak
-  for name, peaks in _PEAKS.items():
-    if name in dev.device_kind:
-      return peaks.get(dtype)
-  return None
+  peaks = published_peaks(dev.device_kind)
+  flops = None if peaks is None else peaks.flops(dtype)
+  return None if flops is None else flops / 1e9
 
 
 def environment(threads) -> dict:

@@ -39,15 +39,6 @@ def test_flops_per_sample_equal_the_hand_count(name, hand):
   assert costs.op_costs(apply_fn, params, (28, 28, 1), batch=3) == hand
 
 
-def test_the_benchmarks_import_the_counts_and_peaks_from_the_package():
-  from benchmarks import costs as bench_costs
-  from benchmarks import roofline
-
-  assert bench_costs.op_costs is costs.op_costs
-  assert roofline.bound_seconds is peaks.bound_seconds
-  assert roofline.DEVICE_PEAKS is peaks.DEVICE_PEAKS
-
-
 def test_extrapolation_at_the_measured_samples_per_second():
   assert harness.extrapolate(0.5, 2_100, 100_100) == pytest.approx(0.5 * 100_100 / 2_100)
   t = harness.Throughput(

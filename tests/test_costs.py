@@ -1,4 +1,4 @@
-"""FLOP counts of the benchmarks (``benchmarks.costs``): exact on known layers, and one count
+"""FLOP counts of the benchmarks (``rsjax.bench.costs``): exact on known layers, and one count
 whatever the backend (the jaxpr, not XLA's per-backend ``cost_analysis``)."""
 
 import jax
@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import costs
 from rsjax import models
+from rsjax.bench import costs
 
 
 def _conv_dense(params, x):

@@ -220,7 +220,7 @@ LINES: list[fr.Line] = [
     (e1("exact_error/max/anytime"),),
   ),
   Line(
-    "(the count ever reaching a look's threshold, `benchmarks.streams_exact`) at most {}. The",
+    "(the count ever reaching a look's threshold, `benchmarks.streams.crossing_probability`) at most {}. The",
     STREAMS,
     (e1("exact_error/max/looks"),),
   ),

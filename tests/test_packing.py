@@ -275,7 +275,8 @@ def test_cli_pack_refuses_a_model_it_cannot_pack(tmp_path, capsys):
 
 
 def test_the_gpu_suite_packs_where_it_can_and_records_it():
-  from benchmarks import costs, suite_rows
+  from benchmarks import suite_rows
+  from rsjax.bench import costs
 
   said = []
   row = suite_rows.row_model("resnet20", "fp32", num=10, batch_size=10, pack=2, log=said.append)

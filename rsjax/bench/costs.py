@@ -1,6 +1,6 @@
 """What one forward pass costs, counted from the model's jaxpr (the same on every backend).
 
-``rsjax bench`` reports these as FLOPs per sample; ``benchmarks.costs`` imports them from here.
+``rsjax bench`` reports these as FLOPs per sample; the benchmarks import them from here.
 
 XLA's ``cost_analysis()`` is not a FLOP count one can compare across devices: on
 a GPU it leaves out the convolutions that run as cuDNN calls (ResNet-110 read
