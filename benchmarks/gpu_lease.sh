@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device lease as one command: stages in the order of what they decide, each under its own
+# One device lease as one command: a list of config runs (`python -m benchmarks.run --config
+# benchmarks/configs/X.py --set KEY=VALUE ...`), stages in the order of what they decide, each under its own
 # time limit, all inside BUDGET seconds (540: one 600 s device call with room to spare). Each stage
 # appends a line to $OUT/stages.jsonl when it ends and `python -m benchmarks.lease merge` then
 # rewrites $OUT/gpu.json (every stage: status, seconds, limit, log, rows), so a stage killed by its
@@ -120,18 +121,25 @@ dump() {  # dump FILE: the XLA flag that saves the autotune results there (GPU o
   $ON_GPU && echo "--xla_gpu_dump_autotune_results_to=$OUT/$1"
 }
 
-suite() {  # suite NAME LIMIT XLA_FLAGS ARGS...: one benchmarks.throughput --suite gpu process
-  local name=$1 limit=$2 flags=$3
-  shift 3
-  stage "$name" "$limit" "$name.json" env XLA_FLAGS="$flags" "$PY" -m benchmarks.throughput \
-    --suite gpu --json "$OUT/$name.json" --cache-dir "$CACHE_DIR" "$@"
+cfg() {  # cfg CONFIG KEY=VALUE...: CMD = the run of benchmarks/configs/CONFIG.py with each --set
+  local config=$1 kv
+  shift
+  CMD=("$PY" -m benchmarks.run --config "benchmarks/configs/$config.py")
+  for kv in "$@"; do CMD+=(--set "$kv"); done
 }
 
-r110() {  # r110 NAME XLA_FLAGS ARGS...: a ResNet-110 bf16 variant, rsjax alone
+suite() {  # suite NAME LIMIT XLA_FLAGS KEY=VALUE...: one run of configs/gpu_suite.py
+  local name=$1 limit=$2 flags=$3
+  shift 3
+  cfg gpu_suite "json=$OUT/$name.json" "args.cache_dir=$CACHE_DIR" "$@"
+  stage "$name" "$limit" "$name.json" env XLA_FLAGS="$flags" "${CMD[@]}"
+}
+
+r110() {  # r110 NAME XLA_FLAGS KEY=VALUE...: a ResNet-110 bf16 variant, rsjax alone
   local name=$1 flags=$2
   shift 2
-  suite "$name" "$(lim 30)" "$flags" --models resnet110 --precisions bf16 --num "$NUM" \
-    --n0 "$N0" --images "$IMAGES" --batch-size "$BATCH" --no-reference "$@"
+  suite "$name" "$(lim 30)" "$flags" args.models=resnet110 args.precisions=bf16 "args.num=$NUM" \
+    "args.n0=$N0" "args.images=$IMAGES" "args.batch_size=$BATCH" args.no_reference=true "$@"
 }
 
 twin() {  # twin MODEL: rsjax, the eager twin and the compiled twin on one model, bf16
@@ -140,13 +148,13 @@ twin() {  # twin MODEL: rsjax, the eager twin and the compiled twin on one model
     skip "twin_$m" "${left} s left, under TWIN_MIN"
     return
   fi
-  local args=(--num "$NUM" --batch-size "$BATCH")
+  local args=("args.num=$NUM" "args.batch_size=$BATCH")
   case $m in
-    resnet50) args=(--num "$R50_NUM" --batch-size "$R50_BATCH" ${R50_SIZE:+--input-size "$R50_SIZE"}) ;;
-    lenet) args=(--num "$NUM" --batch-size "$LENET_BATCH") ;;
+    resnet50) args=("args.num=$R50_NUM" "args.batch_size=$R50_BATCH" ${R50_SIZE:+"args.input_size=$R50_SIZE"}) ;;
+    lenet) args=("args.num=$NUM" "args.batch_size=$LENET_BATCH") ;;
   esac
-  suite "twin_$m" "$left" "${XLA_FLAGS:-}" --models "$m" --precisions bf16 --n0 "$N0" \
-    --images "$IMAGES" --twin-compile "$TWIN_COMPILE" "${args[@]}"
+  suite "twin_$m" "$left" "${XLA_FLAGS:-}" "args.models=$m" args.precisions=bf16 "args.n0=$N0" \
+    "args.images=$IMAGES" "args.twin_compile=$TWIN_COMPILE" "${args[@]}"
 }
 
 s0() {
@@ -157,25 +165,26 @@ s0() {
 }
 
 s1() {
-  stage conv "$(lim 60)" conv.json env XLA_FLAGS="$(xla "$(dump autotune_conv.txtpb)")" \
-    "$PY" -m benchmarks.conv_micro --batch "$CONV_BATCH" --check --json "$OUT/conv.json"
-  stage conv_unfused "$(lim 30)" conv_unfused.json env XLA_FLAGS="$(xla $NOFUSE)" \
-    "$PY" -m benchmarks.conv_micro --batch "$CONV_BATCH" --cases base16,pack2 \
-    --epilogues bias_relu,bias_res_relu --tag unfused --json "$OUT/conv_unfused.json"
+  cfg conv_micro "json=$OUT/conv.json" "args.batch=$CONV_BATCH"
+  stage conv "$(lim 60)" conv.json env XLA_FLAGS="$(xla "$(dump autotune_conv.txtpb)")" "${CMD[@]}"
+  cfg conv_micro "json=$OUT/conv_unfused.json" "args.batch=$CONV_BATCH" args.check=false \
+    args.cases=base16,pack2 args.epilogues=bias_relu,bias_res_relu args.tag=unfused
+  stage conv_unfused "$(lim 30)" conv_unfused.json env XLA_FLAGS="$(xla $NOFUSE)" "${CMD[@]}"
 }
 
 s2() {
   local top=${LENET_NUMS##*,}
-  stage lenet_scaling "$(lim 45)" lenet_scaling.json "$PY" -m benchmarks.n_scaling \
-    --model lenet --precision bf16 --nums "$LENET_NUMS" --n0 "$N0" --batch-size "$LENET_BATCH" \
-    --compile-cache "$CACHE_DIR" --json "$OUT/lenet_scaling.json"
-  stage lenet_trace "$(lim 25)" trace_lenet/trace_summary.json "$PY" -m benchmarks.trace_summary \
-    --model lenet --precision bf16 --num "$top" --batch-size "$LENET_BATCH" --out "$OUT/trace_lenet"
+  cfg n_scaling "json=$OUT/lenet_scaling.json" "args.nums=$LENET_NUMS" "args.n0=$N0" \
+    "args.batch_size=$LENET_BATCH" "args.compile_cache=$CACHE_DIR"
+  stage lenet_scaling "$(lim 45)" lenet_scaling.json "${CMD[@]}"
+  cfg trace_resnet110 args.model=lenet "args.num=$top" "args.batch_size=$LENET_BATCH" \
+    "args.out=$OUT/trace_lenet"
+  stage lenet_trace "$(lim 25)" trace_lenet/trace_summary.json "${CMD[@]}"
   if $ON_GPU; then
+    cfg n_scaling "json=$OUT/lenet_nocmdbuf.json" "args.nums=$top" "args.n0=$N0" \
+      "args.batch_size=$LENET_BATCH"
     stage lenet_nocmdbuf "$(lim 20)" lenet_nocmdbuf.json \
-      env XLA_FLAGS="$(xla --xla_gpu_enable_command_buffer=)" "$PY" -m benchmarks.n_scaling \
-      --model lenet --precision bf16 --nums "$top" --n0 "$N0" --batch-size "$LENET_BATCH" \
-      --json "$OUT/lenet_nocmdbuf.json"
+      env XLA_FLAGS="$(xla --xla_gpu_enable_command_buffer=)" "${CMD[@]}"
   else
     skip lenet_nocmdbuf "not a GPU"
   fi
@@ -183,17 +192,17 @@ s2() {
 
 s3() {
   r110 r110_base "${XLA_FLAGS:-}"
-  r110 r110_fold "${XLA_FLAGS:-}" --fold-bn
-  r110 r110_fold_unfused "$(xla $NOFUSE)" --fold-bn
-  r110 r110_pack2 "${XLA_FLAGS:-}" --pack 2
-  r110 r110_pack2_fold "${XLA_FLAGS:-}" --pack 2 --fold-bn
-  r110 r110_pack4 "${XLA_FLAGS:-}" --pack 4
+  r110 r110_fold "${XLA_FLAGS:-}" args.fold_bn=true
+  r110 r110_fold_unfused "$(xla $NOFUSE)" args.fold_bn=true
+  r110 r110_pack2 "${XLA_FLAGS:-}" args.pack=2
+  r110 r110_pack2_fold "${XLA_FLAGS:-}" args.pack=2 args.fold_bn=true
+  r110 r110_pack4 "${XLA_FLAGS:-}" args.pack=4
 }
 
 s4() {
-  suite r50 "$(lim 100)" "$(xla "$(dump autotune_r50.txtpb)")" --models resnet50 \
-    --precisions bf16 --num "$R50_NUM" --n0 "$N0" --images 1 --batch-size "$R50_BATCH" \
-    --no-reference ${R50_SIZE:+--input-size "$R50_SIZE"}
+  suite r50 "$(lim 100)" "$(xla "$(dump autotune_r50.txtpb)")" args.models=resnet50 \
+    args.precisions=bf16 "args.num=$R50_NUM" "args.n0=$N0" args.images=1 \
+    "args.batch_size=$R50_BATCH" args.no_reference=true ${R50_SIZE:+"args.input_size=$R50_SIZE"}
 }
 
 s5() {
@@ -221,14 +230,14 @@ for s in "$@"; do
       stage golden "$(lim 150)" "" env JAX_PLATFORMS= PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
         "$PY" tests/golden_cases.py --check --save "$OUT/golden_gpu.npz" ;;
     trace)  # where the time of one ResNet-110 certification goes, by op class
-      stage trace "$(lim 120)" trace_r110/trace_summary.json "$PY" -m benchmarks.trace_summary \
-        --model resnet110 --precision bf16 --num "$NUM" --batch-size "$BATCH" --out "$OUT/trace_r110" ;;
+      cfg trace_resnet110 "args.num=$NUM" "args.batch_size=$BATCH" "args.out=$OUT/trace_r110"
+      stage trace "$(lim 120)" trace_r110/trace_summary.json "${CMD[@]}" ;;
     dataset)  # test-set-sized certification: fixed N and budgeted, rsjax vs the eager twin
-      suite dataset "$(lim 200)" "${XLA_FLAGS:-}" --num "$NUM" --images 0 --models none \
-        --precisions bf16 --dataset-images "$DATASET_IMAGES" --dataset-model resnet110 ;;
+      suite dataset "$(lim 200)" "${XLA_FLAGS:-}" "args.num=$NUM" args.images=0 args.models=none \
+        args.precisions=bf16 "args.dataset_images=$DATASET_IMAGES" args.dataset_model=resnet110 ;;
     suite)  # the suite's rows, the twin eager
-      suite suite "$(lim 240)" "${XLA_FLAGS:-}" --models lenet,resnet20,resnet110 \
-        --precisions bf16,fp32 --num "$NUM" --images "$IMAGES" ;;
+      suite suite "$(lim 240)" "${XLA_FLAGS:-}" args.models=lenet,resnet20,resnet110 \
+        args.precisions=bf16,fp32 "args.num=$NUM" "args.images=$IMAGES" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
