@@ -30,7 +30,7 @@ image. Per model and precision it writes into ``benchmarks/results/gpu.json``
 * the goals (``GOALS``, docs/PERFORMANCE.md) that apply and whether each was met.
 
 The same suite runs on a CPU with a small N (``tests/test_benchmarks_smoke.py``). The peaks and
-the bound are in ``rsjax.bench.peaks``, the table and the JSON in ``benchmarks.suite_report``.
+the bound are in ``rsjax.bench.peaks``, the table and the JSON in ``benchmarks.suite_rows``.
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ import time
 import numpy as np
 
 from benchmarks import measure
-from benchmarks.suite_report import table, write_json
-from benchmarks.suite_rows import ALPHA, PRECISIONS, SIGMA, row_model
+from benchmarks.suite_rows import ALPHA, PRECISIONS, SIGMA, row_model, table, write_json
 from rsjax.bench.costs import op_costs
 from rsjax.bench.peaks import bound_seconds, device_peaks
 

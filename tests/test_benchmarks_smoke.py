@@ -167,7 +167,7 @@ def test_gpu_suite_runs_on_cpu(tmp_path):
 def test_suite_json_keeps_other_entries(tmp_path):
   sys.path.insert(0, ROOT)
   try:
-    from benchmarks import suite_report
+    from benchmarks import suite_rows as suite_report
   finally:
     sys.path.remove(ROOT)
   path = str(tmp_path / "r" / "gpu.json")
