@@ -18,9 +18,10 @@ docstring carries the command and the figure it produced. It declares:
     ``--json`` (``json_flag`` names another flag, None none).
 
 ``--set KEY=VALUE`` overrides a field (dotted: ``--set args.streams=200``; the value read as
-JSON, else as text); ``--dry-run`` prints what would run. Every run records the machine once
-(``rsjax.bench.machine.environment``): under ``"machine"`` in a bench JSON, beside a script's
-own JSON as ``<json>.machine.json`` only with ``--machine-record``.
+JSON, else as text); ``--dry-run`` prints what would run. A bench run records the machine once
+(``rsjax.bench.machine.environment``), under ``"machine"`` of its JSON; a script records its own
+environment in its JSON, and ``--machine-record`` adds rsjax's record beside it
+(``<json>.machine.json``).
 """
 
 from __future__ import annotations
