@@ -54,35 +54,26 @@ def summary(path: str, radii, seconds: float | None = None) -> dict:
   return out
 
 
-def choose_estimator(cfg, experts, estimators: dict, xv, yv, alphas, radii, log):
-  """The estimator noise and logit offsets chosen on the held-out digits ``(xv, yv)``.
-
-  Returns ``(sigma_g, offsets, facts)``: facts per candidate sigma_g (predicted curves)."""
+def validation_facts(cfg, estimator, sub, sg, hits, xv, alphas, radii, envelope, log) -> dict:
+  """The offsets of an estimator (at noise ``sg``, routing to the experts ``sub``) chosen on
+  the validation digits ``xv`` (``hits``: all experts' hit shares there), with the predicted
+  curves (``rsjax.dual.choose_offsets``) and the objective's ``score``."""
   import jax
 
   from rsjax import dual
-  from rsjax.dual.training import expert_hits
 
-  key = jax.random.key(cfg.seed + 7)
-  hits = expert_hits(jax.random.fold_in(key, 0), experts, cfg.sigmas, xv, yv,
-                     draws=cfg.cal_draws)  # fmt: skip
-  facts, best = {}, None
-  for sg, (apply_fn, params) in estimators.items():
-    logits = dual.estimator_logits(jax.random.fold_in(key, 1), apply_fn, params, xv, sigma=sg,
-                                   draws=cfg.cal_draws)  # fmt: skip
-    offsets, f = dual.choose_offsets(logits, hits, cfg.sigmas, sigma_estimator=sg, n=cfg.n,
-                                     alpha=cfg.alpha, alphas=alphas, radii=radii,
-                                     objective=cfg.objective)  # fmt: skip
-    f["offsets"] = offsets.tolist()
-    facts[f"{sg:g}"] = f
-    log(f"estimator sigma {sg:g}: offsets {offsets.tolist()}, predicted gap {f['gap']:.3f}, "
-        f"shortfall {f['shortfall']:.3f} (no offsets: gap {f['gap_no_offsets']:.3f}); "
-        f"predicted {np.round(f['dual'], 3).tolist()} vs {np.round(f['envelope'], 3).tolist()}")  # fmt: skip
-    score = (f["gap"] if cfg.objective == "worst" else -f["shortfall"], np.mean(f["dual"]))
-    if best is None or score > best[2]:
-      best = (sg, offsets, score)
-  assert best is not None
-  return best[0], best[1], facts
+  apply_fn, params = estimator
+  key = jax.random.fold_in(jax.random.key(cfg.seed + 7), 1)
+  logits = dual.estimator_logits(key, apply_fn, params, xv, sigma=sg, draws=cfg.cal_draws)
+  sigmas = [cfg.sigmas[k] for k in sub]
+  offsets, f = dual.choose_offsets(logits, hits[list(sub)], sigmas, sigma_estimator=sg, n=cfg.n,
+                                   alpha=cfg.alpha, alphas=alphas, radii=radii,
+                                   objective=cfg.objective, envelope=envelope)  # fmt: skip
+  f["offsets"] = offsets.tolist()
+  f["score"] = f["gap"] if cfg.objective == "worst" else -f["shortfall"]
+  log(f"estimator {sigmas} at {sg:g}: offsets {offsets.tolist()}, predicted gap {f['gap']:.3f}, "
+      f"shortfall {f['shortfall']:.3f}; {np.round(f['dual'], 3).tolist()}")  # fmt: skip
+  return f
 
 
 def comparison_rows(cfg, expert_models, dirs, test, radii, log) -> dict:
@@ -109,7 +100,7 @@ def best_of(rows: dict, prefix: str) -> dict:
   return {r: max(c[r] for c in curves) for r in curves[0]}
 
 
-def inference_cost(cfg, estimator, experts, x, repeats: int = 2) -> dict:
+def inference_cost(cfg, estimator, experts, sigmas, x, repeats: int = 3) -> dict:
   """Wall time of dual's certificate over one smoothed classifier's (the expert at the
   largest sigma) on the same digits and settings, compiled first; and the forward passes."""
   import jax
@@ -123,10 +114,10 @@ def inference_cost(cfg, estimator, experts, x, repeats: int = 2) -> dict:
 
   def one():
     e_apply, e_params = experts[-1]
-    rsjax.certify(key, e_apply, e_params, x, sigma=cfg.sigmas[-1], num_classes=10, settings=s)
+    rsjax.certify(key, e_apply, e_params, x, sigma=sigmas[-1], num_classes=10, settings=s)
 
   def both():
-    dual.certify(key, g_apply, g_params, experts, x, sigmas=cfg.sigmas, sigma_estimator=sigma_g,
+    dual.certify(key, g_apply, g_params, experts, x, sigmas=sigmas, sigma_estimator=sigma_g,
                  num_classes=10, settings=s)  # fmt: skip
 
   times = {}
@@ -142,3 +133,37 @@ def inference_cost(cfg, estimator, experts, x, repeats: int = 2) -> dict:
     "wall_ratio": times["dual"] / times["single"],
     "inputs": len(x),
   }
+
+
+def table(result: dict) -> str:
+  """The result's certified accuracies, one row per line (the docstring's numbers)."""
+  rows = result["rows"]
+  curves = {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("cohen")}
+  curves |= {"envelope": result["envelope"]}
+  curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("idrs")}
+  curves |= {"idrs best": result["best_idrs"]}
+  curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("ddrs")}
+  curves |= {"ddrs best": result["best_ddrs"], "dual": rows["dual"]["certified_accuracy"]}
+  if "oracle" in result:
+    curves["oracle"] = result["oracle"]
+  radii = list(result["envelope"])
+  lines = ["r =         " + " ".join(f"{r:>5}" for r in radii)]
+  for name, c in curves.items():
+    lines.append(f"{name:<12}" + " ".join(f"{c[r]:5.2f}" for r in radii))
+  return "\n".join(lines)
+
+
+def oracle(cfg, radii) -> dict:
+  """Per test digit the largest radius any expert certified for its label (chosen after the
+  fact from the single-sigma runs): what a perfect, infinitely confident estimator would
+  give; an upper bound, no classifier."""
+  from rsjax.runs import io
+
+  best = None
+  for s in cfg.sigmas:
+    r = io.read_certify(os.path.join(cfg.runs, f"cohen_{s:g}.tsv"))
+    ok = np.asarray(r.correct, bool) & (np.asarray(r.predict) >= 0)
+    radius = np.where(ok, np.asarray(r.radius, np.float64), -1.0)
+    best = radius if best is None else np.maximum(best, radius)
+  assert best is not None
+  return {f"{q:g}": float(np.mean(best >= q)) for q in radii}

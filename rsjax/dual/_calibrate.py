@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special, stats
 
-__all__ = ["choose_offsets", "estimator_logits", "predicted_radii", "shift_logits"]
+__all__ = ["certified", "choose_offsets", "estimator_logits", "predicted_radii", "shift_logits"]
 
 
 def estimator_logits(
@@ -94,6 +94,12 @@ def predicted_radii(
   return np.minimum(r_g, r_f)
 
 
+def certified(radius: np.ndarray, radii: np.ndarray) -> np.ndarray:
+  """``[len(radii)]``: the share of ``radius`` (``[n]``, 0: abstain or wrong) that is positive
+  and at least each of ``radii``."""
+  return ((radius[None] > 0) & (radius[None] >= radii[:, None])).mean(axis=1)
+
+
 def choose_offsets(
   logits: np.ndarray,
   hits: np.ndarray,
@@ -106,26 +112,32 @@ def choose_offsets(
   radii: Sequence[float],
   grid: Sequence[float] = (-4.0, -2.0, -1.0, 0.0, 1.0, 2.0, 4.0),
   objective: str = "worst",
+  envelope: Sequence[float] | None = None,
 ) -> tuple[np.ndarray, dict]:
   """The offsets (first fixed at 0, the others over ``grid``) that maximize the smallest gap
   to the predicted single-sigma envelope over ``radii`` (``objective="worst"``, module
   docstring), or minimize the sum of the shortfalls below it (``"total"``; ties: the larger
-  mean).
+  mean). ``envelope`` (over ``radii``): the curve to compare with, by default the predicted
+  envelope of the ``K`` experts (give that of more experts where the estimator routes to a
+  subset of them). An input counts at radius ``r`` where its radius is positive and >= ``r``.
 
   Returns:
     ``(offsets [K], facts)``: ``facts`` has the predicted ``dual`` and ``envelope`` curves
     and the smallest ``gap``, with and without the offsets.
   """
   r = np.asarray(radii, np.float64)
-  single = [_radius(hits[k], s, n, alpha) for k, s in enumerate(sigmas)]
-  envelope = np.max([(x[None] >= r[:, None]).mean(axis=1) for x in single], axis=0)
+  if envelope is None:
+    single = [_radius(hits[k], s, n, alpha) for k, s in enumerate(sigmas)]
+    env = np.max([certified(x, r) for x in single], axis=0)
+  else:
+    env = np.asarray(envelope, np.float64)
 
   def score(b: Sequence[float] | np.ndarray) -> tuple[tuple[float, float], np.ndarray]:
     radius = predicted_radii(
       logits, np.asarray(b), hits, sigmas, sigma_estimator=sigma_estimator, n=n, alphas=alphas
     )
-    c = (radius[None] >= r[:, None]).mean(axis=1)
-    gap = c - envelope
+    c = certified(radius, r)
+    gap = c - env
     first = np.min(gap) if objective == "worst" else -np.sum(np.maximum(-gap, 0.0))
     return (float(first), float(np.mean(c))), c
 
@@ -143,12 +155,12 @@ def choose_offsets(
   facts = {
     "objective": objective,
     "radii": r.tolist(),
-    "envelope": envelope.tolist(),
+    "envelope": env.tolist(),
     "dual": best_c.tolist(),
-    "gap": float(np.min(best_c - envelope)),
-    "shortfall": float(np.sum(np.maximum(envelope - best_c, 0.0))),
+    "gap": float(np.min(best_c - env)),
+    "shortfall": float(np.sum(np.maximum(env - best_c, 0.0))),
     "dual_no_offsets": c0.tolist(),
-    "gap_no_offsets": float(np.min(c0 - envelope)),
+    "gap_no_offsets": float(np.min(c0 - env)),
   }
   return best, facts
 
