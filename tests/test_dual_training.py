@@ -112,3 +112,17 @@ def test_init_from_copies_all_but_the_head():
   for p in after:
     want = src[p] if p in same else before[p]
     np.testing.assert_array_equal(after[p], want)
+
+
+def test_consistent_targets_keep_the_majority_where_its_expert_serves():
+  from rsjax.dual.training import consistent_targets
+
+  share = np.array([[0.2, 0.8], [0.9, 0.1], [0.4, 0.6], [0.5, 0.5]])
+  hits = np.array([[1.0, 1.0, 1.0, 0.2], [0.9, 0.3, 0.4, 1.0]])  # [K, n]
+  targets = np.array([0, 1, 0, 1])
+  # 0: majority 1, its expert right on 90%: 1. 1: majority 0 (right on all): 0.
+  # 2: majority 1, its expert right on 40% < keep: the old target 0. 3: a tie goes to 0,
+  # whose expert is right on 20%: the old target 1.
+  got = consistent_targets(share, hits, targets, keep=0.5)
+  assert got.tolist() == [1, 0, 0, 1]
+  assert consistent_targets(share, hits, targets, keep=0.3).tolist() == [1, 0, 1, 1]

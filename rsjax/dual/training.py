@@ -42,6 +42,7 @@ from rsjax.training.trainer import train
 
 __all__ = [
   "RULES",
+  "consistent_targets",
   "estimator_targets",
   "expert_hits",
   "init_from",
@@ -128,6 +129,28 @@ def estimator_targets(
   """``[n]`` int: the sigma index of each ``(x, y)`` by ``rule`` (module docstring)."""
   p = expert_hits(key, experts, sigmas, x, y, draws=draws, batch=batch)
   return targets_from_hits(p, sigmas, draws=draws, rule=rule, tau=tau)
+
+
+def consistent_targets(
+  share: np.ndarray, hits: np.ndarray, targets: np.ndarray, *, keep: float = 0.5
+) -> np.ndarray:
+  """The next round's targets (the estimator half of an iterative training): each input's
+  majority vote of the current estimator under its noise where the expert it picks is right
+  on at least ``keep`` of its draws, else the input's target of this round.
+
+  The smoothed estimator's radius grows with the share of its vote, so training on its own
+  majority makes its choices more unanimous; the experts' hits keep it from routing an
+  input to an expert that gets it wrong.
+
+  Args:
+    share: ``[n, K]`` the estimator's vote shares (``rsjax.dual.estimator_logits``, argmax).
+    hits: ``[K, n]`` the experts' hit shares (:func:`expert_hits`).
+    targets: ``[n]`` this round's targets.
+    keep: the least hit share of the expert a majority picks.
+  """
+  majority = np.argmax(share, axis=1)
+  ok = hits[majority, np.arange(len(majority))] >= keep
+  return np.where(ok, majority, targets).astype(np.int64)
 
 
 def init_from(estimator: Any, expert: Any) -> int:
