@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from run_edits import copy_run, edit_column, edit_record
 
 from rsjax import cli, models, verify
 from rsjax.verify import audit
 
-SIGMAS = (0.25, 0.5)
+SIGMAS = (0.12, 0.5)  # 0.12 and the estimator's 0.3: no float32 is exact (the engine's)
+SIGMA_G = 0.3
 
 
 def _model(path, num_classes, seed, sigma):
@@ -24,7 +26,7 @@ def _model(path, num_classes, seed, sigma):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   base = tmp_path_factory.mktemp("dual")
-  est = _model(base / "estimator", 2, 0, 0.25)
+  est = _model(base / "estimator", 2, 0, SIGMA_G)
   experts = ",".join(f"{s}:{_model(base / f'e{s}', 10, 1 + i, s)}" for i, s in enumerate(SIGMAS))
   out = base / "dual.tsv"
   argv = ["certify", est, out, "--method", "dual", "--dual-experts", experts, "--dataset",
@@ -108,11 +110,27 @@ def test_consistent_forgery_passes_verify_fails_the_audit(run, tmp_path):
   edit_record(f, recs[j]["idx"], move)
   a1, _ = split_alpha(0.001, 0.5)
   p = cp_lower(recs[j]["estimator_counts"][k] + 1, 400, a1)
-  r_g = float(binary_radius(p, 0.25, {"family": "gaussian", "norm": "l2", "name": "gaussian"}, 1))
+  gauss = {"family": "gaussian", "norm": "l2", "name": "gaussian"}
+  r_g = float(binary_radius(p, float(np.float32(SIGMA_G)), gauss, 1))
   edit_column(f, j, "estimator_radius", lambda _: repr(r_g))
   assert verify.verify(f).ok
   a = audit.audit(f, model_dir=est, rows="all")
   assert not a.ok and "estimator_counts" in a.reason
+
+
+def test_an_expert_run_at_sigma_0_12_verifies(run, tmp_path):
+  """The engine draws and takes the radius at float32(sigma); verify does too (a run at
+  sigma 0.12 was refused: its radii 2e-8 below those of sigma 0.12 in float64)."""
+  est, out = run
+  where = str(est).replace("estimator", "e0.12")
+  path = tmp_path / "cohen.tsv"
+  argv = ["certify", where, path, "--sigma", "0.12", "--dataset", "digits", "--N", "400",
+          "--N0", "40", "--skip", "30", "--batch", "400", "--quiet"]  # fmt: skip
+  assert cli.main([str(a) for a in argv]) == 0
+  rep = verify.verify(path)
+  assert rep.ok, rep.summary()
+  radii = [float(line.split("\t")[3]) for line in path.read_text().split("\n")[1:] if line]
+  assert max(radii) > 0  # the check compared positive radii
 
 
 def test_train_the_estimator_on_the_experts_targets(tmp_path):

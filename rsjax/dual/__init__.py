@@ -4,6 +4,8 @@ certificate and its proof).
 
 * ``certify``: the estimator's CERTIFY, then the chosen sigma's classifier's; the radius is
   the smaller of the two at the union of their levels (``DualCertificate``).
+* ``choose_offsets`` / ``shift_logits``: offsets of the estimator's logits chosen on
+  held-out data (``rsjax.dual._calibrate``), baked into its output layer.
 * ``METHOD``: ``--method dual`` (the run's model is the estimator, ``--dual-experts`` the
   classifiers); its check derives each row again from its two sets of counts.
 
@@ -21,5 +23,9 @@ __getattr__, __dir__, __all__ = _lazy.exports(
     "certify": "rsjax.dual._certify",
     "check_sigmas": "rsjax.dual._certify",
     "split_alpha": "rsjax.dual._certify",
+    "choose_offsets": "rsjax.dual._calibrate",
+    "estimator_logits": "rsjax.dual._calibrate",
+    "predicted_radii": "rsjax.dual._calibrate",
+    "shift_logits": "rsjax.dual._calibrate",
   },
 )

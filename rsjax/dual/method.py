@@ -43,8 +43,27 @@ METHOD = Method(
   columns=("sigma", "sigma_index", "estimator_radius"),
   training=Training(
     "rsjax.dual.training:train_job",
-    "the sigma estimator (K classes) on the experts' targets: per input the sigma whose "
-    "expert certifies the largest radius on a few noisy samples; --sigma is its noise",
-    (EXPERTS, Option("dual_draws", 8, "noisy samples per input and expert", int, positive=True)),
+    "the sigma estimator (K classes) on the experts' targets: per input the largest sigma "
+    "whose expert is right on a few noisy samples (--dual-target); --sigma is its noise",
+    (
+      EXPERTS,
+      Option("dual_draws", 8, "noisy samples per input and expert", int, positive=True),
+      Option(
+        "dual_target",
+        "confident",
+        "confident: the largest sigma whose expert is right on --dual-tau of the draws; "
+        "radius: the largest estimated radius",
+        str,
+        ("confident", "radius"),
+      ),
+      Option("dual_tau", 1.0, "the confident target's share of right draws", float),
+      Option(
+        "dual_init",
+        "none",
+        "expert: start from the expert at --sigma (same architecture), all but its head",
+        str,
+        ("none", "expert"),
+      ),
+    ),
   ),
 )
