@@ -69,20 +69,36 @@ def public_names(module: str) -> Iterator[tuple[str, str, Any]]:
 
 def definition(package: str, name: str, obj: Any) -> str:
   """The dotted path where ``obj`` is defined: its module and qualified name for a module,
-  class or function; else the submodule of ``package`` that assigns ``name`` ("" if none)."""
+  class or function; else ``module.name`` of the submodule of ``package`` that assigns
+  ``name`` ("" if none)."""
   if inspect.ismodule(obj):
     return obj.__name__
   module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
   if isinstance(module, str) and isinstance(qualname, str) and module.startswith("rsjax"):
     return f"{module}.{qualname}"
+  if package == "rsjax":
+    import rsjax
+
+    return f"rsjax.{rsjax._LAZY_NAMES[name]}.{name}"
   for source in _sources(package):
     if re.search(rf"^{re.escape(name)}\s*[:=]", source.read_text(), re.M):
-      return _dotted(source)
+      return f"{_dotted(source)}.{name}"
   return ""
 
 
+def documented_by_docstring(obj: Any) -> bool:
+  """Whether ``obj`` is rendered from its own docstring (a module, class or function, also
+  behind a decorator) rather than from the ``#:`` comment of an assignment."""
+  return (
+    inspect.ismodule(obj)
+    or inspect.isclass(obj)
+    or inspect.isroutine(obj)
+    or (callable(obj) and hasattr(obj, "__wrapped__"))
+  )
+
+
 def constant_doc(path: str) -> str:
-  """The ``#:`` comment lines right above the assignment of ``path`` (module.NAME)."""
+  """The comment lines (``#:`` or ``#``) right above the assignment of ``path`` (module.NAME)."""
   module, name = path.rsplit(".", 1)
   file = _file(module)
   lines = file.read_text().splitlines()
@@ -90,8 +106,8 @@ def constant_doc(path: str) -> str:
     if re.match(rf"{re.escape(name)}\s*[:=]", line):
       doc: list[str] = []
       j = i - 1
-      while j >= 0 and lines[j].startswith("#:"):
-        doc.insert(0, lines[j][2:].strip())
+      while j >= 0 and lines[j].startswith("#"):
+        doc.insert(0, lines[j].lstrip("#:").strip())
         j -= 1
       return " ".join(doc)
   return ""
@@ -110,10 +126,7 @@ def _dotted(file: Path) -> str:
 def _sources(package: str) -> list[Path]:
   """The package's own files, the ``__init__`` last (it re-exports; others define)."""
   base = ROOT / package.replace(".", "/")
-  if package == "rsjax":
-    files = sorted(p for p in base.rglob("*.py") if "cli" not in p.parts)
-  else:
-    files = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+  files = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
   return sorted(files, key=lambda p: p.name == "__init__.py")
 
 
@@ -125,7 +138,7 @@ def api_markdown(module: str) -> str:
       f"::: rsjax.{module}\n    options:\n      members: false\n      show_root_heading: false\n"
     )
   for public, path, obj in public_names(module):
-    if path and (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj)):
+    if path and documented_by_docstring(obj):
       options = [f'heading: "{public}"', f'toc_label: "{public.rsplit(".", 1)[1]}"']
       if inspect.ismodule(obj):
         options.append("members: false")
