@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "docs-work"
 _API = re.compile(r"<!-- rsjax-api: (\w+) -->")
 _CLI = "<!-- rsjax-cli -->"
+_STARTED: dict[str, float] = {}
 
 
 def on_config(config: Any) -> Any:
@@ -48,11 +51,20 @@ def on_config(config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-  """Expands the reference markers of a page."""
+  """Expands the reference markers of a page (and starts its clock)."""
+  _STARTED[page.file.src_uri] = time.perf_counter()
   markdown = _API.sub(lambda m: api_markdown(m.group(1)), markdown)
   if _CLI in markdown:
     markdown = markdown.replace(_CLI, cli_markdown())
   return markdown
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+  """Logs how long the page took to render, its executed blocks included."""
+  seconds = time.perf_counter() - _STARTED.pop(page.file.src_uri, time.perf_counter())
+  if seconds >= 1:
+    logging.getLogger("mkdocs.hooks").info(f"docs: {page.file.src_uri} in {seconds:.0f} s")
+  return html
 
 
 def public_names(module: str) -> Iterator[tuple[str, str, Any]]:
@@ -139,14 +151,18 @@ def api_markdown(module: str) -> str:
     )
   for public, path, obj in public_names(module):
     if path and documented_by_docstring(obj):
-      options = [f'heading: "{public}"', f'toc_label: "{public.rsplit(".", 1)[1]}"']
+      options = [
+        f'heading: "{public}"',
+        f'toc_label: "{public.rsplit(".", 1)[1]}"',
+        "heading_level: 2",
+      ]
       if inspect.ismodule(obj):
         options.append("members: false")
       out.append(f"::: {path}\n    options:\n" + "".join(f"      {o}\n" for o in options))
     else:  # a constant or a functools.partial: its #: comment, where it is defined
       doc = constant_doc(path) if path else ""
       where = f"Defined in `{path.rsplit('.', 1)[0]}`. " if path else ""
-      out.append(f"### `{public}` {{ #{public} }}\n\n{doc}\n\n{where}A `{type(obj).__name__}`.\n")
+      out.append(f"## `{public}` {{ #{public} }}\n\n{doc}\n\n{where}A `{type(obj).__name__}`.\n")
   return "\n".join(out)
 
 

@@ -108,20 +108,30 @@ def test_tutorial_renders_code_and_its_executed_output(page):
 
 def test_api_page_renders_the_reference_of_certify(page):
   _load(page, "reference/api/rsjax/", "api.png")
-  heads = page.locator("article h2").all_inner_texts()
-  assert any(h.strip().startswith("rsjax.certify") for h in heads), heads[:30]
+  heads = [h.strip() for h in page.locator("article h2").all_inner_texts()]
+  assert any(h.startswith("rsjax.certify") for h in heads), heads[:30]
+  assert any(h.startswith("rsjax.Sampling") for h in heads), heads[:30]
   entry = page.locator("[id='rsjax.cohen._certify.certify']")
   assert entry.count() == 1
   doc = entry.locator("xpath=following-sibling::div[1]").inner_text()
   assert "Args" in doc or "Parameters" in doc or "key" in doc
 
 
-def test_search_returns_the_certify_reference(page):
+def _search(page, query: str) -> list[str]:
+  """The links of the search results for ``query``, typed into the landing page's box."""
   _load(page, "", "search-before.png")
-  page.locator("label.md-search__icon[for='__search']").first.click()
-  page.locator("input.md-search__input").fill("certify")
-  results = page.locator(".md-search-result__item")
-  results.first.wait_for(timeout=30_000)
-  page.screenshot(path=str(SHOTS / "search.png"))
-  links = [a.get_attribute("href") or "" for a in page.locator(".md-search-result__link").all()]
-  assert any("reference/api/rsjax/#rsjax.cohen._certify.certify" in h for h in links), links[:20]
+  box = page.locator("input.md-search__input")
+  box.click()
+  page.keyboard.type(query, delay=20)  # key events: the search reacts to typing
+  page.locator(".md-search-result__item").first.wait_for(timeout=30_000)
+  page.screenshot(path=str(SHOTS / f"search-{query}.png"))
+  return [a.get_attribute("href") or "" for a in page.locator(".md-search-result__link").all()]
+
+
+def test_search_returns_the_certify_reference(page):
+  links = _search(page, "certify")
+  assert any("#rsjax.cohen._certify.certify" in h for h in links), links[:40]
+  first = _search(page, "rsjax.certify")[:2]
+  assert any(
+    "reference/api/rsjax/" in h and h.endswith("#rsjax.cohen._certify.certify") for h in first
+  ), first
