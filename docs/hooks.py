@@ -162,7 +162,8 @@ def api_markdown(module: str) -> str:
     else:  # a constant or a functools.partial: its #: comment, where it is defined
       doc = constant_doc(path) if path else ""
       where = f"Defined in `{path.rsplit('.', 1)[0]}`. " if path else ""
-      out.append(f"## `{public}` {{ #{public} }}\n\n{doc}\n\n{where}A `{type(obj).__name__}`.\n")
+      kind = f"Type: `{type(obj).__name__}`."
+      out.append(f"## `{public}` {{ #{public} }}\n\n{doc}\n\n{where}{kind}\n")
   return "\n".join(out)
 
 
