@@ -1,7 +1,7 @@
 """Golden outputs of every public certify path (fixed keys, tiny models, small n).
 
 ``tests/test_golden.py`` compares these cases with ``tests/golden.npz`` by the
-reproducibility contract (README, "Reproducibility"): integers (counts,
+reproducibility contract (docs/guides/reproducibility.md): integers (counts,
 predictions, abstentions, selection counts) exactly, floats within
 ``FLOAT_RTOL`` / ``FLOAT_ATOL``, and the solver residual diagnostics within
 ``RESIDUAL_RTOL``. The file was recorded from the code before the certify

@@ -1,6 +1,6 @@
 """Figures that cannot drift: the numbers the docs quote, read from their JSON.
 
-Issue 55, item 3. Every figure ``benchmarks/RESULTS.md`` and ``README.md``
+Issue 55, item 3. Every figure ``benchmarks/RESULTS.md`` and the site's pages (``docs/``)
 quote from a benchmark or an experiment is bound here to the committed JSON it
 came from (under ``benchmarks/results/`` or ``results/``):
 
@@ -34,7 +34,15 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 R = "benchmarks/RESULTS.md"
-README = "README.md"
+# The site's pages (issue 58: the README's long sections moved there).
+INSTALL = "docs/guides/install.md"
+START = "docs/getting-started.md"
+SRS = "docs/tutorials/srs.md"
+VERIFY = "docs/guides/verify-audit.md"
+SOUND = "docs/tutorials/sound-8bit.md"
+DENOISED = "docs/tutorials/denoised.md"
+BENCH_DOC = "docs/guides/bench.md"
+REPRO = "docs/guides/reproducibility.md"
 B = "benchmarks/results/"
 
 NUMBER = r"([-+]?(?:\d[\d,]*)?\.?\d+(?:e[-+]?\d+)?)"
@@ -347,107 +355,107 @@ TWIN = (
 
 # Quoted figures no committed JSON holds: (document, text as quoted, why / the command that printed it).
 UNBOUND: list[tuple[str, str, str]] = [
-  # README.md
+  # the site's pages (docs/)
   (
-    README,
+    INSTALL,
     "688 passed",
     "test-suite run of `bash .ci/run` (timed, not from a JSON)",
   ),
   (
-    README,
+    INSTALL,
     "and 2 skipped in 16 min 33 s; Python 3.12, 636 passed and 28 skipped",
     "test-suite run of `bash .ci/run`",
   ),
-  (README, "VM with JAX 0.10.2 on CPU (4 min 13 s in all,", DEMO),
-  (README, "training 55 s + 57 s, certification 79 s + 56 s", DEMO),
-  (README, "3 min 14 s on the idle VM before", DEMO),
+  (START, "VM with JAX 0.10.2 on CPU (4 min 13 s in all,", DEMO),
+  (START, "training 55 s + 57 s, certification 79 s + 56 s", DEMO),
+  (START, "3 min 14 s on the idle VM before", DEMO),
   (
-    README,
+    START,
     "sigma=0.25  0.990*  0.940*  0.890*  0.790*   0.000   0.000   0.000  0.723    0.000  100",
     DEMO,
   ),
   (
-    README,
+    START,
     "sigma=0.5    0.940   0.890   0.850   0.770  0.640*  0.490*  0.260*  1.088    0.020  100",
     DEMO,
   ),
-  (README, "envelope     0.990   0.940   0.890   0.790   0.640   0.490   0.260", DEMO),
+  (START, "envelope     0.990   0.940   0.890   0.790   0.640   0.490   0.260", DEMO),
   (
-    README,
+    START,
     "no radius can exceed 3.2 sigma (0.80 at sigma 0.25)",
     "arithmetic: sigma Phi^-1(0.001^(1/10,000)), no run",
   ),
   (
-    README,
-    "certifies at most 1.98 sigma, against 3.17 sigma for standard RS; 2 sigma takes m = 420",
-    'computed by the `python -c "from rsjax import srs; ..."` line below it, not a run',
+    SRS,
+    "most 1.98 sigma, against 3.17 sigma for standard RS; 2 sigma takes m = 420",
+    "computed by the executed block below it (rsjax.srs.max_certifiable_radius), not a run",
   ),
   (
-    README,
+    VERIFY,
     "`rsjax verify` took 0.42 s of wall time",
     "timed by `python -m benchmarks.verify_speed` (not from a JSON)",
   ),
   (
-    README,
+    SOUND,
     "the float path certifies class 0 with radius 1.23 (n = 1,000)",
     "checked by tests/test_noise_8bit.py, no JSON",
   ),
   (
-    README,
+    DENOISED,
     "t* = 145 at sigma 0.25 and 259 at 0.5",
     "computed by `rsjax.models.denoise.diffusion` (tested), no run",
   ),
-  (README, "float32 131 GFLOP/s, bfloat16 118 GFLOP/s, memory 4.4 GB/s", BENCH),
-  (README, "FLOPs per sample: 833 kFLOP", BENCH),
+  (BENCH_DOC, "float32 131 GFLOP/s, bfloat16 118 GFLOP/s, memory 4.4 GB/s", BENCH),
+  (BENCH_DOC, "FLOPs per sample: 833 kFLOP", BENCH),
   (
-    README,
+    BENCH_DOC,
     "float32     1000       5        2.8     15,959     6.27  485 MiB RSS   10%   memory 1.48 s       24%",
     BENCH,
   ),
   (
-    README,
+    BENCH_DOC,
     "bfloat16    1000       5        8.7      7,812     12.8  794 MiB RSS  5.5%  memory 0.741 s      5.8%",
     BENCH,
   ),
-  (README, "samples/s by batch size, float32: 32: 18,790, 64: 21,572", BENCH),
-  (README, "samples/s by batch size, bfloat16: 32: 5,354, 64: 8,274", BENCH),
-  (README, "JAX 0.10.2 on CPU, in 77 s of wall time", BENCH),
-  (README, "`--arch lenet` 28 s", BENCH_RUNS),
+  (BENCH_DOC, "samples/s by batch size, float32: 32: 18,790, 64: 21,572", BENCH),
+  (BENCH_DOC, "samples/s by batch size, bfloat16: 32: 5,354, 64: 8,274", BENCH),
+  (BENCH_DOC, "JAX 0.10.2 on CPU, in 77 s of wall time", BENCH),
+  (BENCH_DOC, "`--arch lenet` 28 s", BENCH_RUNS),
   (
-    README,
+    BENCH_DOC,
     "(18,987 samples/s), `--arch resnet20` 45 s (840 samples/s, measured at N = 2,000)",
     BENCH_RUNS,
   ),
-  (README, "(224 x 224, 3.63 GFLOP per sample) 54 s (25 samples/s,", BENCH_RUNS),
-  (README, "measured at N = 50: 1.1 hours per image at N = 100,000)", BENCH_RUNS),
+  (BENCH_DOC, "(224 x 224, 3.63 GFLOP per sample) 54 s (25 samples/s,", BENCH_RUNS),
+  (BENCH_DOC, "measured at N = 50: 1.1 hours per image at N = 100,000)", BENCH_RUNS),
   (
-    README,
+    BENCH_DOC,
     "a DnCNN denoiser (`rsjax train-denoiser --objective mse`) 36 s (2,800 samples/s)",
     BENCH_RUNS,
   ),
-  (README, "rsjax 2.59 s/image at N = 10,000, the eager", TWIN),
+  (BENCH_DOC, "rsjax 2.59 s/image at N = 10,000, the eager", TWIN),
   (
-    README,
+    BENCH_DOC,
     "twin 3.72x slower, the compiled twin (`max-autotune-no-cudagraphs`, 90 s to compile) 1.2x faster",
     TWIN,
   ),
   (
-    README,
+    REPRO,
     "4.6e-6 (DDRS's objective)",
     "golden outputs across instruction sets (tests/golden_cases.py --check), no JSON",
   ),
   (
-    README,
+    REPRO,
     "which changed counts by up to 2 in 100,000",
     "an H100 run of issue 25, no committed JSON",
   ),
   (
-    README,
+    DENOISED,
     "The paper reports 88.1% clean accuracy on CIFAR-10",
     "Carlini et al.'s figure, not measured here",
   ),
   (
-    README,
+    DENOISED,
     "a CIFAR-10 image costs about 121 s on an A100 by the",
     "Carlini et al.'s figure, not measured here",
   ),

@@ -1,4 +1,4 @@
-"""The reproducibility contract (README, "Reproducibility") on any machine.
+"""The reproducibility contract (docs/guides/reproducibility.md) on any machine.
 
 * Counts do not depend on the device count: the 1-4 device cases run on virtual
   CPU devices in a fresh process, whatever devices this process has.

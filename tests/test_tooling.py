@@ -1,7 +1,7 @@
 """The code passes its linter, its formatter and its type checker.
 
 The settings are in pyproject.toml: ``[tool.ruff]`` (lint rules, line length,
-format) over rsjax/, tests/, benchmarks/ and experiments/, and ``[tool.mypy]``
+format) over rsjax/, tests/, benchmarks/, experiments/ and the site's Python (docs/*.py), and ``[tool.mypy]``
 (the typed core: the engine, ``rsjax.stats`` and verify's own modules, listed
 as its ``files``). Each tool runs as ``python -m ...`` of the interpreter that
 runs the tests (both are in the ``dev`` extra); a test is skipped when its tool
@@ -16,7 +16,15 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SOURCES = ("rsjax", "tests", "benchmarks", "experiments")
+SOURCES = (
+  "rsjax",
+  "tests",
+  "benchmarks",
+  "experiments",
+  "docs/hooks.py",
+  "docs/plots.py",
+  "docs/build.py",
+)
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

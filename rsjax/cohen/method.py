@@ -24,6 +24,7 @@ def parse_grid(text: str) -> tuple[float, ...]:
   return radii
 
 
+#: ``--method cohen``: Cohen et al.'s CERTIFY (any noise family, binary or multiclass, budgeted).
 METHOD = Method(
   "cohen",
   "Cohen et al.'s CERTIFY (Gaussian, Laplace or uniform noise)",
@@ -67,6 +68,7 @@ def _digest(what: str):
   return parse
 
 
+#: ``--method recertify``: a child model certified from its parent run's bounds (``rsjax recertify``).
 RECERTIFY = Method(
   "recertify",
   "a changed model (the child) from its parent run's certificate and few disagreement "

@@ -8,6 +8,7 @@ from rsjax.methods.base import Method, Option, Training
 __all__ = ["METHOD"]
 
 
+#: ``--method ddrs``: sigma optimized per input, CERTIFY at it, then the memory step.
 METHOD = Method(
   "ddrs",
   "data-dependent sigma optimized per input, then the memory-based certification (DDRS)",

@@ -47,6 +47,7 @@ __all__ = [
   "run_certify",
 ]
 
+#: The prediction of an input the smoothed classifier abstains on (no class certified).
 ABSTAIN = -1
 
 

@@ -8,6 +8,7 @@ from rsjax.methods.base import Method, Option
 __all__ = ["METHOD"]
 
 
+#: ``--method idrs``: input-dependent sigma(x) with the sound IDRS radius.
 METHOD = Method(
   "idrs",
   "input-dependent sigma(x) with the sound IDRS certificate",

@@ -38,7 +38,9 @@ __all__ = [
   "write_checkpointed",
 ]
 
+#: The file of a model directory that names its model, dataset and training settings.
 CONFIG_FILE = "config.json"
+#: The folder of a model directory that holds its orbax checkpoints.
 CHECKPOINT_DIR = "checkpoints"
 _REBUILD = ("model", "num_classes", "input_shape")
 

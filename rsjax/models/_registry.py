@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MODELS", "create_model"]
 
+#: The architectures of ``create_model`` by name (the ``--model`` choices of ``rsjax train``).
 MODELS: dict[str, Callable[..., nnx.Module]] = {
   "mlp": MLP,
   "cnn": CNN,

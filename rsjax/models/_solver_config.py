@@ -13,6 +13,7 @@ from rsjax.util import check_int
 
 __all__ = ["SOLVERS", "SolverConfig", "SolverResult", "as_solver_config"]
 
+#: The fixed-point solvers of DEQ models by name (``--deq-solver``).
 SOLVERS = ("anderson", "iteration", "broyden")
 _ALIASES = {
   "anderson": "anderson",

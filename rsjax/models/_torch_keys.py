@@ -43,6 +43,7 @@ TORCHVISION = {
   "resnet101": ("bottleneck", (3, 4, 23, 3)),
   "resnet152": ("bottleneck", (3, 8, 36, 3)),
 }
+#: The PyTorch architectures ``from_torch`` reads (``--torch-arch``).
 TORCH_ARCHITECTURES = ("cifar_resnet20", "cifar_resnet110", *TORCHVISION, "lenet")
 KNOWN = (
   "known architectures: cifar_resnetD (D = 6n + 2: cifar_resnet20, cifar_resnet110), "

@@ -406,6 +406,7 @@ class Gaussian8bit(Noise):
     return std
 
 
+#: The Gaussian noise family (the default ``noise=``), one shared value.
 GAUSSIAN = Gaussian()
 
 # The registry of noise families by name (the ``--noise`` choices of the command).

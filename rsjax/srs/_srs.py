@@ -47,7 +47,9 @@ from rsjax.util import as_key, check_int, local_mesh, num_local_devices, replica
 
 __all__ = ["SRSConfig", "SRSCounts", "SRSPlan", "make_srs_plan", "srs_sample", "check_indices"]
 
+#: How SRS picks its m check samples: at random or consecutive.
 CHECK_MODES = ("random", "consecutive")
+#: SRS's correlation correction: the paper's bound, or the authors' code's (no proven guarantee).
 CORRECTIONS = ("paper", "authors_code")
 
 

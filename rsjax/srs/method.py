@@ -68,6 +68,7 @@ _SRS_OPTIONS = (
 
 
 # Cohen's CERTIFY of the DEQ solved from scratch: Cohen's check.
+#: ``--method deq-standard``: a DEQ certified with every sample solved from scratch.
 STANDARD_METHOD = Method(
   "deq-standard",
   "a DEQ model, every sample solved from scratch",
@@ -75,6 +76,7 @@ STANDARD_METHOD = Method(
   _DEQ_OPTIONS,
   check=check_cohen,
 )
+#: ``--method srs``: serialized randomized smoothing of a DEQ (Gao et al.).
 SRS_METHOD = Method(
   "srs",
   "a DEQ model, serialized randomized smoothing (Gao et al.)",

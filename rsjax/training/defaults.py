@@ -4,7 +4,7 @@ Cohen et al.'s ``train.py`` defaults (90 epochs, batch 256, lr 0.1 dropped
 10x every 30 epochs) are the ImageNet and CIFAR-10 settings of the
 literature; on the small offline datasets they mean hours of CPU time for no
 gain. The MNIST settings are the demo's (``rsjax demo``: LeNet on ``mnist5k``,
-clean accuracy 0.99 at sigma 0.25, see the README); ``digits`` (1,797 8x8
+clean accuracy 0.99 at sigma 0.25, see docs/getting-started.md); ``digits`` (1,797 8x8
 images) takes the same schedule with smaller batches.
 """
 

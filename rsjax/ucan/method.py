@@ -9,6 +9,7 @@ from rsjax.ucan._noise_file import GENERATORS, NOISE_FILE
 __all__ = ["METHOD"]
 
 
+#: ``--method ucan``: anisotropic (mu, sigma) noise and UCAN's certified region.
 METHOD = Method(
   "ucan",
   "anisotropic (mu, sigma) noise, UCAN's certified region (pattern-wise or dataset-wise sigma)",
