@@ -207,8 +207,7 @@ def _estimator(cfg: Config, train, expert_models, log):
   import jax
 
   from rsjax import dual, models
-  from rsjax.dual._calibrate import _radius, certified
-  from rsjax.dual._certify import split_alpha
+  from rsjax.dual import certified, predicted_radius, split_alpha
   from rsjax.dual.training import (
     consistent_targets,
     expert_hits,
@@ -224,7 +223,7 @@ def _estimator(cfg: Config, train, expert_models, log):
   hits_v = expert_hits(jax.random.fold_in(jax.random.key(cfg.seed + 7), 0), experts, cfg.sigmas,
                        x[cut:], y[cut:], draws=cfg.cal_draws)  # fmt: skip
   r = np.asarray(RADII)
-  single = [_radius(hits_v[k], s, cfg.n, cfg.alpha) for k, s in enumerate(cfg.sigmas)]
+  single = [predicted_radius(hits_v[k], s, cfg.n, cfg.alpha) for k, s in enumerate(cfg.sigmas)]
   envelope = np.max([certified(v, r) for v in single], axis=0)
   alphas = split_alpha(cfg.alpha, 0.5)
   facts, best = {}, None

@@ -23,9 +23,11 @@ __getattr__, __dir__, __all__ = _lazy.exports(
     "certify": "rsjax.dual._certify",
     "check_sigmas": "rsjax.dual._certify",
     "split_alpha": "rsjax.dual._certify",
+    "certified": "rsjax.dual._calibrate",
     "choose_offsets": "rsjax.dual._calibrate",
     "estimator_logits": "rsjax.dual._calibrate",
     "predicted_radii": "rsjax.dual._calibrate",
+    "predicted_radius": "rsjax.dual._calibrate",
     "shift_logits": "rsjax.dual._calibrate",
   },
 )

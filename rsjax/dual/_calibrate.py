@@ -56,7 +56,9 @@ def estimator_logits(
   return np.concatenate(parts).astype(np.float64)
 
 
-def _radius(share: np.ndarray, sigma: np.ndarray | float, n: int, alpha: float) -> np.ndarray:
+def predicted_radius(
+  share: np.ndarray, sigma: np.ndarray | float, n: int, alpha: float
+) -> np.ndarray:
   """Cohen's radius had ``share * n`` of ``n`` samples hit (0 unless the bound is > 1/2)."""
   k = np.round(np.clip(share, 0.0, 1.0) * n)
   lower = np.where(k > 0, stats.beta.ppf(alpha, np.maximum(k, 1), n - k + 1), 0.0)
@@ -88,9 +90,9 @@ def predicted_radii(
   votes = np.argmax(logits + np.asarray(offsets)[None, None], axis=-1)  # [n_in, draws]
   share = (votes[..., None] == np.arange(k)).mean(axis=1)  # [n_in, K]
   chosen = np.argmax(share, axis=1)
-  r_g = _radius(share[np.arange(len(chosen)), chosen], sigma_estimator, n, alphas[0])
+  r_g = predicted_radius(share[np.arange(len(chosen)), chosen], sigma_estimator, n, alphas[0])
   p = hits[chosen, np.arange(len(chosen))]
-  r_f = _radius(p, np.asarray(sigmas, np.float64)[chosen], n, alphas[1])
+  r_f = predicted_radius(p, np.asarray(sigmas, np.float64)[chosen], n, alphas[1])
   return np.minimum(r_g, r_f)
 
 
@@ -127,7 +129,7 @@ def choose_offsets(
   """
   r = np.asarray(radii, np.float64)
   if envelope is None:
-    single = [_radius(hits[k], s, n, alpha) for k, s in enumerate(sigmas)]
+    single = [predicted_radius(hits[k], s, n, alpha) for k, s in enumerate(sigmas)]
     env = np.max([certified(x, r) for x in single], axis=0)
   else:
     env = np.asarray(envelope, np.float64)
