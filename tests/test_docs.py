@@ -32,10 +32,15 @@ def _hooks():
   return module
 
 
+#: Public packages the face does not hand on, each with its API page.
+_IMPORTED_BY_NAME = ("bench", "dual", "training")
+
+
 def _modules() -> list[str]:
   import rsjax
 
-  return ["rsjax", *rsjax._LAZY_MODULES]
+  # The face's lazy modules and the packages imported by name (``import rsjax.dual``).
+  return ["rsjax", *rsjax._LAZY_MODULES, *_IMPORTED_BY_NAME]
 
 
 @pytest.mark.parametrize("module", _modules())

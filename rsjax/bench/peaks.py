@@ -69,6 +69,7 @@ class Peaks:
 #     matmul at precision "highest" (rsjax's float32) as 6 bf16 passes, so the fp32 figure
 #     below is bf16 / 6, derived, not published. TPUs have no TF32.
 _T = 1e12
+#: Published peak FLOP/s and memory bandwidth of known devices, by name (see above).
 PUBLISHED: dict[str, Peaks] = {
   "H100": Peaks("H100 SXM", 67 * _T, 494.5 * _T, 989.5 * _T, 3.35e12, "NVIDIA H100 datasheet"),
   "H200": Peaks("H200 SXM", 67 * _T, 494.5 * _T, 989.5 * _T, 4.8e12, "NVIDIA H200 datasheet"),

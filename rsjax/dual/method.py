@@ -23,6 +23,7 @@ EXPERTS = Option(
   _experts,
 )
 
+#: ``--method dual``: the estimator's certificate, then the chosen sigma's expert's.
 METHOD = Method(
   "dual",
   "dual randomized smoothing: a smoothed sigma estimator (the model; --sigma its noise) "

@@ -45,6 +45,7 @@ _COHEN = TrainingDefaults(
 )
 _DEMO = TrainingDefaults(epochs=20, batch_size=128, lr=0.05, lr_step=8, source="the demo's")
 
+#: The defaults of `rsjax train` for each dataset (epochs, batch, learning rate and schedule).
 TRAINING_DEFAULTS: dict[str, TrainingDefaults] = {
   "imagenet2012": _COHEN,
   "cifar10": _COHEN,
