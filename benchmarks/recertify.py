@@ -25,7 +25,7 @@ pieces of at most 10 minutes by ``timeout 600`` and run again until it finishes)
   python -m benchmarks.recertify --root ROOT --blocks 0 --children prune tuned
   python -m benchmarks.recertify --root ROOT --blocks 1 --children int8 bf16
   python -m benchmarks.recertify --root ROOT --blocks 0 --children prune90
-  python -m benchmarks.recertify --root ROOT --blocks 2 --children int8 bf16
+  python -m benchmarks.recertify --root ROOT --blocks 2 3 4 --children int8 bf16
   python -m benchmarks.recertify --root ROOT --report
 """
 

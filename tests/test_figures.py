@@ -204,6 +204,7 @@ RECERTIFY_CHILDREN = (
   ("bf16 (`--precision bfloat16`)", "bf16"),
   ("int8 weights", "int8"),
   ("pruned 50%, `--fallback`", "prune"),
+  ("pruned 90%, `--fallback`", "prune90"),
   ("fine-tuned 1 epoch, `--fallback`", "tuned"),
 )
 
@@ -212,6 +213,7 @@ RECERTIFY_SHORT = (
   ("bf16", "bf16"),
   ("int8", "int8"),
   ("pruned 50%", "prune"),
+  ("pruned 90%", "prune90"),
   ("fine-tuned", "tuned"),
 )
 
