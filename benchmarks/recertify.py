@@ -1,134 +1,279 @@
 """Incremental certification (``rsjax recertify``) against certifying each child from scratch.
 
-Trains a parent with ``rsjax train``, certifies it (``rsjax certify``, N0 100, N ``--n``),
-makes its children (bfloat16 compute of the same model directory, int8 weights, magnitude
-pruning to ``--sparsity``, a copy fine-tuned for ``--tune-steps`` SGD steps on noisy training
-inputs), and for each child reports the samples, wall time and certified accuracy at every
-radius of ``rsjax recertify`` (``--n-disagree`` samples an input) and of ``rsjax certify``
-from scratch (N0 + N), with the mean disagreement. Every run is checked by ``rsjax verify``.
+For each sigma: trains a parent LeNet with ``rsjax train`` (the demo's: mnist5k, 20 epochs),
+makes its children (``bf16``: the same model directory run in bfloat16; ``int8``: weight-only
+int8; ``prune``: magnitude pruning to ``--sparsity``, ``prune90`` to 90%; ``tuned``: ``rsjax train --init`` of the
+parent for ``--tune-epochs``), and certifies the test digits in blocks of ``--block`` images,
+each block its own runs (so the work resumes by block, and every run stays small):
 
-Command (the results of the numbers in RESULTS.md)::
+* the parent: ``rsjax certify`` (N0 100, N ``--n``, alpha 0.001);
+* each child recertified from that block's parent run: ``rsjax recertify`` (``--n-disagree``
+  disagreement samples an input at alpha_2 0.001; ``--fallback`` for the pruned and tuned);
+* each child from scratch: ``rsjax certify`` as the parent.
 
-  python -m benchmarks.recertify --dataset mnist5k --model lenet --epochs 3 --sigma 0.25 \\
-      --images 100 --n 10000 --n-disagree 1000
+A run left unfinished resumes where it stopped (``rsjax certify`` resumes by default). Then
+``--report`` reads every block's finished runs, checks each with ``rsjax verify`` and writes
+the samples, seconds, disagreement and certified accuracy of each child and sigma, over the
+images both its runs certified (``--out``).
+
+The paper's own baseline is also run: each child from scratch on as many samples as
+``rsjax recertify`` draws (N0 100 + N ``--n-disagree`` - 100, at alpha 0.002, the child's
+total). Commands (RESULTS.md's numbers; ``ROOT`` a scratch folder; each command is cut into
+pieces of at most 10 minutes by ``timeout 600`` and run again until it finishes)::
+
+  python -m benchmarks.recertify --root ROOT --blocks 0 --children int8 bf16
+  python -m benchmarks.recertify --root ROOT --blocks 0 --children prune tuned
+  python -m benchmarks.recertify --root ROOT --blocks 1 --children int8 bf16
+  python -m benchmarks.recertify --root ROOT --blocks 0 --children prune90
+  python -m benchmarks.recertify --root ROOT --blocks 2 3 4 --children int8 bf16
+  python -m benchmarks.recertify --root ROOT --report
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import tempfile
-import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.common import dump_json
-from rsjax import cli, data, models, verify
+from rsjax import cli, models, verify
 from rsjax.runs import io
 
+#: Certified accuracy is reported at these radii (the done-when's grid, up to 1.0) ...
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: ... and its largest gap to from scratch on this finer one.
+FINE = tuple(round(0.05 * k, 2) for k in range(21))
+CHILDREN = ("bf16", "int8", "prune", "prune90", "tuned")
+#: The children recertified with ``--fallback`` (their disagreement is not small).
+FALLBACK = ("prune", "prune90", "tuned")
+N0 = 100
+#: The runs :func:`report` read, each verified by ``rsjax.verify``.
+VERIFIED: list[str] = []
 
 
-def _cli(*argv) -> float:
-  t0 = time.perf_counter()
+def _cli(*argv: object) -> None:
   if cli.main([str(a) for a in argv]) != 0:
     raise SystemExit(f"failed: rsjax {' '.join(map(str, argv))}")
-  return time.perf_counter() - t0
 
 
-def _accuracy(path: str) -> dict:
-  res = io.read_certify(path)
-  ok = (res.predict == res.label) & (res.predict >= 0)
-  return {f"{r:g}": float(np.mean(ok & (res.radius >= r))) for r in RADII}
+def _parent_dir(a: argparse.Namespace, sigma: float) -> str:
+  d = os.path.join(a.root, f"lenet_{sigma:g}")
+  if not os.path.isfile(os.path.join(d, "config.json")):
+    _cli("train", "--dataset", "mnist5k", "--model", "lenet", "--sigma", sigma, "--epochs",
+         a.epochs, "--out", d, "--quiet", "--overwrite")  # fmt: skip
+  return d
 
 
-def fine_tune(model, dataset: str, sigma: float, steps: int, lr: float, seed: int = 0):
-  """A copy of ``model`` after ``steps`` SGD steps of cross-entropy on noisy training inputs."""
-  from flax import nnx
+def _child_dir(a: argparse.Namespace, sigma: float, name: str) -> tuple[str, tuple]:
+  """``(model directory, extra flags)`` of child ``name`` of the sigma's parent."""
+  parent = _parent_dir(a, sigma)
+  if name == "bf16":
+    return parent, ("--precision", "bfloat16")
+  d = os.path.join(a.root, f"lenet_{sigma:g}_{name}")
+  if os.path.isfile(os.path.join(d, "config.json")):
+    return d, ()
+  if name == "tuned":
+    _cli("train", "--dataset", "mnist5k", "--model", "lenet", "--sigma", sigma, "--init", parent,
+         "--epochs", a.tune_epochs, "--lr", a.tune_lr, "--seed", 1, "--out", d, "--quiet",
+         "--overwrite")  # fmt: skip
+    return d, ()
+  model, config = models.load_model(parent)
+  how: dict[str, object] = {"transform": name}
+  if name == "int8":
+    child = models.quantize_int8(model)
+  elif name.startswith("prune"):  # prune: --sparsity; pruneXX: XX%
+    sparsity = a.sparsity if name == "prune" else int(name[5:]) / 100
+    child = models.prune_magnitude(model, sparsity)
+    how = {"transform": "prune", "sparsity": sparsity}
+  else:
+    raise SystemExit(f"unknown child {name!r}")
+  models.save_child(d, child, config, how)
+  return d, ()
 
-  model = nnx.clone(model)
-  train = data.load(dataset, "train")
-  apply_fn, params = models.to_apply_fn(model)
-  rng = np.random.default_rng(seed)
 
-  def loss(p, x, y):
-    logits = apply_fn(p, x)
-    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
-
-  grad = jax.jit(jax.grad(loss))
-  for _ in range(steps):
-    x, y = train.get_batch(rng.choice(len(train), 64, replace=False))
-    x = x + sigma * rng.standard_normal(x.shape).astype(np.float32)
-    g = grad(params, jnp.asarray(x), jnp.asarray(y, jnp.int32))
-    params = jax.tree.map(lambda p, d: p - lr * d if jnp.issubdtype(p.dtype, jnp.floating) else p,
-                          params, g)  # fmt: skip
-  nnx.update(model, params)
-  return model
+def _path(a: argparse.Namespace, sigma: float, block: int, what: str) -> str:
+  return os.path.join(a.root, f"s{sigma:g}", f"b{block}", f"{what}.tsv")
 
 
-def _children(a, parent_dir: str, root: str) -> dict:
-  """``{name: (model directory, extra recertify/certify flags)}``."""
-  model, config = models.load_model(parent_dir)
-  made = {
-    "int8": models.quantize_int8(model),
-    f"prune{a.sparsity:g}": models.prune_magnitude(model, a.sparsity),
-    f"tuned{a.tune_steps}": fine_tune(model, a.dataset, a.sigma, a.tune_steps, a.tune_lr),
-  }
-  out = {"bf16": (parent_dir, ("--precision", "bfloat16"))}
-  for name, child in made.items():
-    d = os.path.join(root, name)
-    if not os.path.isdir(d):
-      models.save_child(d, child, config, {"transform": name})
-    out[name] = (d, ())
+def run_block(a: argparse.Namespace, sigma: float, block: int) -> None:
+  """The block's parent run, then each child's recertify and from-scratch runs (resumed)."""
+  start, stop = block * a.block, (block + 1) * a.block
+  common = ("--dataset", "mnist5k", "--sigma", sigma, "--start", start, "--max", stop,
+            "--N0", N0, "--batch", a.batch, "--quiet")  # fmt: skip
+  rows = (*common, "--N", a.n)
+  parent = _path(a, sigma, block, "parent")
+  os.makedirs(os.path.dirname(parent), exist_ok=True)
+  _cli("certify", _parent_dir(a, sigma), parent, *rows)
+  for name in a.children:
+    d, extra = _child_dir(a, sigma, name)
+    fb = ("--fallback",) if name in FALLBACK else ()
+    _cli("recertify", parent, d, _path(a, sigma, block, f"{name}_re"), "--N", a.n_disagree,
+         "--batch", a.batch, "--quiet", *fb, *extra)  # fmt: skip
+  for name in a.children:  # the paper's baseline: from scratch on as many samples
+    d, extra = _child_dir(a, sigma, name)
+    same = (*common, "--N", a.n_disagree - N0, "--alpha", 0.002)  # recertify's total alpha
+    _cli("certify", d, _path(a, sigma, block, f"{name}_scratch_n"), *same, *extra)
+  for name in a.children:
+    d, extra = _child_dir(a, sigma, name)
+    _cli("certify", d, _path(a, sigma, block, f"{name}_scratch"), *rows, *extra)
+
+
+def _complete(path: str, want: int) -> bool:
+  return os.path.isfile(path) and len(io.read_certify(path).idx) == want
+
+
+def _runs(a: argparse.Namespace, sigma: float, what: str) -> list[str]:
+  """The finished runs of ``what`` in block order, each checked by ``rsjax verify``."""
+  out = []
+  for b in range(a.max_blocks):
+    p = _path(a, sigma, b, what)
+    if not _complete(p, a.block):
+      continue
+    report = verify.verify(p)
+    if not report.ok:
+      raise SystemExit(f"{p} does not verify: {report.summary()}")
+    VERIFIED.append(p)
+    out.append(p)
   return out
 
 
-def main(argv=None) -> None:
+def _accuracy(ok: np.ndarray, radius: np.ndarray, grid: tuple[float, ...]) -> dict:
+  return {f"{r:g}": float(np.mean(ok & (radius >= r))) for r in grid}
+
+
+def _side(paths: list[str]) -> dict:
+  """Rows of the runs ``paths`` by input: ``{idx: (correct, radius, seconds, extra)}``."""
+  rows = {}
+  for p in paths:
+    r = io.read_certify(p)
+    for j, i in enumerate(r.idx):
+      ok = bool(r.predict[j] == r.label[j] and r.predict[j] >= 0)
+      rows[int(i)] = (
+        ok,
+        float(r.radius[j]),
+        float(r.time[j]),
+        {k: v[j] for k, v in r.extra.items()},
+      )
+  return rows
+
+
+def _summary(rows: dict, ids: list[int]) -> dict:
+  ok = np.array([rows[i][0] for i in ids])
+  radius = np.array([rows[i][1] for i in ids])
+  return {
+    "seconds_per_image": float(np.mean([rows[i][2] for i in ids])),
+    "accuracy": _accuracy(ok, radius, RADII),
+    "fine": _accuracy(ok, radius, FINE),
+  }
+
+
+def cap_radius(sigma: float, n: int, alpha: float, zeta: float = 0.0) -> float:
+  """The largest radius at ``n`` samples (all of the top class) at level ``alpha``, less a
+  disagreement bound ``zeta``."""
+  from scipy.stats import norm
+
+  return float(sigma * norm.ppf(alpha ** (1.0 / n) - zeta))
+
+
+def child_report(a: argparse.Namespace, sigma: float, name: str) -> dict | None:
+  """One child's figures at one sigma, over the images both of its runs certified."""
+  re, scratch = _side(_runs(a, sigma, f"{name}_re")), _side(_runs(a, sigma, f"{name}_scratch"))
+  ids = sorted(set(re) & set(scratch))
+  if not ids:
+    return None
+  inc, full = _summary(re, ids), _summary(scratch, ids)
+  same = _side(_runs(a, sigma, f"{name}_scratch_n"))
+  same_ids = sorted(set(same) & set(ids))
+  fb = np.array([re[i][3].get("fallback", 0) for i in ids], float)
+  samples = a.n_disagree + fb.mean() * (N0 + a.n)
+  inc.update(
+    samples_per_image=samples,
+    forward_passes_per_image=2 * a.n_disagree + fb.mean() * (N0 + a.n),
+    fallback_share=float(fb.mean()),
+    # a row costs its disagreement samples, plus a from-scratch run where it fell back
+    samples_max_row=a.n_disagree + float(fb.max()) * (N0 + a.n),
+  )
+  full.update(samples_per_image=N0 + a.n, forward_passes_per_image=N0 + a.n)
+  gaps = {r: 100 * abs(inc["fine"][r] - full["fine"][r]) for r in full["fine"]}
+  worst = max(gaps, key=lambda r: (gaps[r], -float(r)))
+  zeta = np.array([re[i][3]["zeta"] for i in ids], float)
+  return {
+    "images": len(ids),
+    "zeta_upper_mean": float(zeta.mean()),
+    "zeta_upper_min": float(zeta.min()),
+    "recertify": inc,
+    "scratch": full,
+    # the paper's baseline, on the images it has: from scratch on N0 + N = n_disagree samples
+    "scratch_same_samples": {"images": len(same_ids), **_summary(same, same_ids)}
+    if same_ids
+    else None,
+    "sample_ratio": (N0 + a.n) / samples,
+    "forward_pass_ratio": (N0 + a.n) / inc["forward_passes_per_image"],
+    "seconds_ratio": full["seconds_per_image"] / inc["seconds_per_image"],
+    "at_most_scratch_plus_disagreement": inc["samples_max_row"] <= N0 + a.n + a.n_disagree,
+    "max_gap_points": max(gaps[f"{r:g}"] for r in RADII),
+    "max_fine_gap_points": gaps[worst],
+    "max_fine_gap_radius": float(worst),
+  }
+
+
+def report(a: argparse.Namespace) -> dict:
+  """Every sigma's parent and children (the JSON of ``--out``)."""
+  out: dict = {"settings": {k: v for k, v in vars(a).items() if k not in ("root", "report")}}
+  for sigma in a.sigmas:
+    key = f"sigma={sigma:g}"
+    parent = _side(_runs(a, sigma, "parent"))
+    if not parent:
+      continue
+    ids = sorted(parent)
+    out[key] = {
+      "parent": {"images": len(ids), **_summary(parent, ids)},
+      "cap_scratch": cap_radius(sigma, a.n, 0.001),
+      "cap_recertify": cap_radius(sigma, a.n, 0.001, 1 - 0.001 ** (1 / a.n_disagree)),
+      # what any sound certificate from n_disagree samples of the child reaches at most
+      "cap_child_samples": cap_radius(sigma, a.n_disagree, 0.001),
+      # the paper's baseline: from scratch on n_disagree samples (N0 of them to select)
+      "cap_scratch_same_samples": cap_radius(sigma, a.n_disagree - N0, 0.002),
+      # the recertified cap at other levels alpha_2 of the disagreement bound
+      "cap_recertify_alpha2": {
+        f"{a2:g}": cap_radius(sigma, a.n, 0.001, 1 - a2 ** (1 / a.n_disagree))
+        for a2 in (0.01, 0.05)
+      },
+    }
+    for name in CHILDREN:
+      row = child_report(a, sigma, name)
+      if row is not None:
+        out[key][name] = row
+  out["runs_verified"] = len(VERIFIED)
+  return out
+
+
+def main(argv: list[str] | None = None) -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--dataset", default="mnist5k")
-  p.add_argument("--model", default="lenet")
-  p.add_argument("--epochs", type=int, default=3)
-  p.add_argument("--sigma", type=float, default=0.25)
-  p.add_argument("--images", type=int, default=100)
-  p.add_argument("--skip", type=int, default=1)
-  p.add_argument("--n", type=int, default=10_000)
-  p.add_argument("--n-disagree", type=int, default=1000)
+  p.add_argument("--root", required=True, help="where the models and runs go (kept: resumable)")
+  p.add_argument("--sigmas", type=float, nargs="+", default=[0.25, 0.5])
+  p.add_argument("--blocks", type=int, nargs="*", default=[0])
+  p.add_argument("--block", type=int, default=10, help="images a block")
+  p.add_argument("--max-blocks", type=int, default=40, help="blocks --report looks for")
+  p.add_argument("--children", nargs="*", default=list(CHILDREN), choices=CHILDREN)
+  p.add_argument("--epochs", type=int, default=20)
+  p.add_argument("--n", type=int, default=100_000)
+  p.add_argument("--n-disagree", type=int, default=20_000)
+  p.add_argument("--batch", type=int, default=5000)
   p.add_argument("--sparsity", type=float, default=0.5)
-  p.add_argument("--tune-steps", type=int, default=20)
+  p.add_argument("--tune-epochs", type=int, default=1)
   p.add_argument("--tune-lr", type=float, default=0.01)
-  p.add_argument("--root", default=None, help="where the models and runs go (a new temp dir)")
+  p.add_argument("--report", action="store_true", help="write --out from the finished runs")
   p.add_argument("--out", default="benchmarks/results/recertify.json")
   a = p.parse_args(argv)
-  root = a.root or tempfile.mkdtemp(prefix="rsjax-recertify-")
-  parent_dir = os.path.join(root, f"{a.model}_{a.sigma:g}")
-  if not os.path.isdir(parent_dir):
-    _cli("train", "--dataset", a.dataset, "--model", a.model, "--sigma", a.sigma, "--epochs",
-         a.epochs, "--out", parent_dir, "--quiet")  # fmt: skip
-  rows = ("--max", a.images * a.skip, "--skip", a.skip, "--batch", 2000, "--quiet", "--overwrite")
-  parent = os.path.join(root, f"parent_{a.sigma:g}.tsv")
-  t_parent = _cli("certify", parent_dir, parent, "--N", a.n, *rows)
-  assert verify.verify(parent).ok
-  result = {"settings": vars(a), "parent": {"seconds": t_parent, "samples": 100 + a.n,
-                                            "accuracy": _accuracy(parent)}}  # fmt: skip
-  for name, (d, extra) in _children(a, parent_dir, root).items():
-    inc, full = os.path.join(root, f"{name}_re.tsv"), os.path.join(root, f"{name}_full.tsv")
-    t_inc = _cli("recertify", parent, d, inc, "--N", a.n_disagree, "--batch", 2000, "--quiet",
-                 "--overwrite", *extra)  # fmt: skip
-    t_full = _cli("certify", d, full, "--N", a.n, *rows, *extra)
-    assert verify.verify(inc).ok and verify.verify(full).ok
-    res = io.read_certify(inc)
-    acc_inc, acc_full = _accuracy(inc), _accuracy(full)
-    result[name] = {
-      "zeta_upper_mean": float(np.mean(res.extra["zeta"])),
-      "recertify": {"samples": a.n_disagree, "seconds": t_inc, "accuracy": acc_inc},
-      "scratch": {"samples": 100 + a.n, "seconds": t_full, "accuracy": acc_full},
-      "sample_ratio": (100 + a.n) / a.n_disagree,
-      "max_accuracy_gap_points": 100 * max(abs(acc_inc[r] - acc_full[r]) for r in acc_inc),
-    }
-    print(name, result[name], flush=True)
-  dump_json(a.out, result)
+  if a.report:
+    dump_json(a.out, report(a))
+    return
+  for block in a.blocks:
+    for sigma in a.sigmas:
+      run_block(a, sigma, block)
+      print(f"block {block} sigma {sigma:g}: done", flush=True)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ SOUND = "docs/tutorials/sound-8bit.md"
 DENOISED = "docs/tutorials/denoised.md"
 BENCH_DOC = "docs/guides/bench.md"
 REPRO = "docs/guides/reproducibility.md"
+RECERTIFY = "docs/guides/recertify.md"
 B = "benchmarks/results/"
 
 NUMBER = r"([-+]?(?:\d[\d,]*)?\.?\d+(?:e[-+]?\d+)?)"
@@ -208,21 +209,46 @@ def _objective_row(label, key):
   )
 
 
-def _recertify_row(label, key):
+RECERTIFY_CHILDREN = (
+  ("bf16 (`--precision bfloat16`)", "bf16"),
+  ("int8 weights", "int8"),
+  ("pruned 50%, `--fallback`", "prune"),
+  ("pruned 90%, `--fallback`", "prune90"),
+  ("fine-tuned 1 epoch, `--fallback`", "tuned"),
+)
+
+
+RECERTIFY_SHORT = (
+  ("bf16", "bf16"),
+  ("int8", "int8"),
+  ("pruned 50%", "prune"),
+  ("pruned 90%", "prune90"),
+  ("fine-tuned", "tuned"),
+)
+
+
+def _recertify_row(sigma, label, key):
+  """A row of RESULTS.md's recertify table: images, zeta, samples, ratio, seconds and the
+  certified accuracy (%) recertified / from scratch at each radius of the grid."""
+  k = f"sigma={sigma}/{key}"
   acc = [
-    a
-    for r in ("0", "0.25", "0.5", "0.75")
-    for a in (f"{key}/recertify/accuracy/{r}", f"{key}/scratch/accuracy/{r}")
+    pct0(f"{k}/{side}/accuracy/{r}")
+    for r in ("0", "0.25", "0.5", "0.75", "1")
+    for side in ("recertify", "scratch")
   ]
   return Bind(
     R,
-    f"| {label} | {{}} | {{}} / {{}} |" + " {} / {} |" * 4,
+    f"| {sigma} | {label} | {{}} | {{}} | {{}} / {{}} | {{}}x | {{}} / {{}} |" + " {} / {} |" * 5,
     B + "recertify.json",
     (
-      _f(".4f")(f"{key}/zeta_upper_mean"),
-      f1(f"{key}/recertify/seconds"),
-      f1(f"{key}/scratch/seconds"),
-      *[f2(a) for a in acc],
+      _f("d")(f"{k}/images"),
+      _f(".5f")(f"{k}/zeta_upper_mean"),
+      comma(f"{k}/recertify/samples_per_image"),
+      comma(f"{k}/scratch/samples_per_image"),
+      f2(f"{k}/sample_ratio"),
+      f1(f"{k}/recertify/seconds_per_image"),
+      f1(f"{k}/scratch/seconds_per_image"),
+      *acc,
     ),
   )
 
@@ -268,21 +294,67 @@ BOUND += [
       ("Gaussian + sphere attack m=4, T=4", "gaussian+sphere attack m=4, T=4"),
     )
   ],
-  # RESULTS.md, incremental certification: recertify against from scratch.
+  # RESULTS.md and the recertify guide, issue 56: recertify against from scratch.
   *[
-    _recertify_row(label, key)
-    for label, key in (
-      ("bf16 (`--precision bfloat16`)", "bf16"),
-      ("int8 weights", "int8"),
-      ("pruned 50%", "prune0.5"),
-      ("fine-tuned 20 SGD steps", "tuned20"),
+    _recertify_row(sigma, label, key)
+    for sigma in ("0.25", "0.5")
+    for label, key in RECERTIFY_CHILDREN
+  ],
+  *[
+    Bind(
+      R,
+      f"| {sigma} | {short}, 20,000 from scratch | {{}} |" + " {} |" * 5,
+      B + "recertify.json",
+      (
+        _f("d")(f"sigma={sigma}/{key}/scratch_same_samples/images"),
+        *[
+          pct0(f"sigma={sigma}/{key}/scratch_same_samples/accuracy/{r}")
+          for r in ("0", "0.25", "0.5", "0.75", "1")
+        ],
+      ),
     )
+    for sigma in ("0.25", "0.5")
+    for short, key in RECERTIFY_SHORT
+  ],
+  *[
+    Bind(
+      R,
+      f"| {sigma} | {short} | {{}} | {{}} at r {{}} | {{}} | {{}} |",
+      B + "recertify.json",
+      (
+        _f(".0f")(f"sigma={sigma}/{key}/max_gap_points"),
+        _f(".0f")(f"sigma={sigma}/{key}/max_fine_gap_points"),
+        f2(f"sigma={sigma}/{key}/max_fine_gap_radius"),
+        f2(f"sigma={sigma}/{key}/recertify/fallback_share"),
+        comma(f"sigma={sigma}/{key}/recertify/samples_max_row"),
+      ),
+    )
+    for sigma in ("0.25", "0.5")
+    for short, key in RECERTIFY_SHORT
+  ],
+  *[
+    Bind(
+      R,
+      f"| radius cap, sigma {sigma} | {{}} | {{}} | {{}} | {{}} |",
+      B + "recertify.json",
+      tuple(
+        f2(f"sigma={sigma}/{c}")
+        for c in ("cap_scratch", "cap_recertify", "cap_scratch_same_samples", "cap_child_samples")
+      ),
+    )
+    for sigma in ("0.25", "0.5")
   ],
   Bind(
-    R,
-    "`rsjax recertify`: 1,000 disagreement samples an input ({}x fewer)",
+    RECERTIFY,
+    "count is 0 gets radius {} at most, against {} from scratch; no certificate at level alpha",
     B + "recertify.json",
-    (f1("bf16/sample_ratio"),),
+    (f2("sigma=0.25/cap_recertify"), f2("sigma=0.25/cap_scratch")),
+  ),
+  Bind(
+    RECERTIFY,
+    "n samples of the child can certify beyond `sigma Phi^-1(alpha^(1/n))` ({} at 0.001).",
+    B + "recertify.json",
+    (f2("sigma=0.25/cap_child_samples"),),
   ),
 ]
 

@@ -6,7 +6,7 @@ import math
 
 from rsjax.cohen._check import check_cohen
 from rsjax.cohen._recertify_check import check_recertify
-from rsjax.methods.base import Method, Option, Training
+from rsjax.methods.base import INIT, Method, Option, Training
 
 __all__ = ["METHOD", "RECERTIFY", "parse_grid"]
 
@@ -52,7 +52,8 @@ METHOD = Method(
   training=Training(
     "rsjax.training.job:train_gaussian",
     "noisy inputs (Gaussian by default; --objective consistency, smoothadv, macer; Sun et "
-    "al.'s --discard, --reweigh, --sphere-attack)",
+    "al.'s --discard, --reweigh, --sphere-attack; --init fine-tunes a trained model)",
+    (INIT,),
   ),
 )
 

@@ -36,7 +36,16 @@ if TYPE_CHECKING:  # types only: this module imports no JAX
 
   from rsjax.engine.driver import Certificate, Sampling
 
-__all__ = ["Context", "Method", "MethodCertifier", "Option", "Plan", "RunCertifier", "Training"]
+__all__ = [
+  "INIT",
+  "Context",
+  "Method",
+  "MethodCertifier",
+  "Option",
+  "Plan",
+  "RunCertifier",
+  "Training",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +68,11 @@ class Option:
   type: Callable[[str], Any] = str
   choices: tuple | None = None
   positive: bool = False
+
+
+#: ``rsjax train --init DIR``, an option of the training halves that fine-tune: training
+#: starts from the weights of the model directory ``DIR`` (of the same architecture).
+INIT = Option("init", None, "fine-tune: start from the weights of the model in this directory", str)
 
 
 @dataclasses.dataclass(frozen=True)

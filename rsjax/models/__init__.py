@@ -60,6 +60,7 @@ from rsjax.models._bridge import count_params as count_params
 from rsjax.models._bridge import to_apply_fn as to_apply_fn
 from rsjax.models._bridge import to_train_fn as to_train_fn
 from rsjax.models._children import bfloat16_weights as bfloat16_weights
+from rsjax.models._children import fold_batch_norm_weights as fold_batch_norm_weights
 from rsjax.models._children import prune_magnitude as prune_magnitude
 from rsjax.models._children import quantize_int8 as quantize_int8
 from rsjax.models._children import save_child as save_child
@@ -168,6 +169,7 @@ __all__ = [
   "create_model",
   "fixed_point_iteration",
   "fold_batch_norm",
+  "fold_batch_norm_weights",
   "load_transformers_state_dict",
   "vit_config_from_transformers",
   "vit_from_transformers",

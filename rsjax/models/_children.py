@@ -1,6 +1,7 @@
 """Children of a trained model, the changed models ``rsjax recertify`` certifies from their
 parent's certificate: weight-only int8 quantization (per output channel, symmetric),
-magnitude pruning to a sparsity, and bfloat16 rounding of the weights. Each returns a new
+magnitude pruning to a sparsity, bfloat16 rounding of the weights, and batch norm folded
+into the convolutions' weights in the same architecture. Each returns a new
 model (the given one is not changed) with float32 weights holding the changed values, so
 it is saved, loaded and fingerprinted as any model directory (:func:`save_child`).
 """
@@ -16,7 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-__all__ = ["bfloat16_weights", "prune_magnitude", "quantize_int8", "save_child"]
+__all__ = [
+  "bfloat16_weights",
+  "fold_batch_norm_weights",
+  "prune_magnitude",
+  "quantize_int8",
+  "save_child",
+]
 
 
 def _map_kernels(model: Any, fn: Callable[[jax.Array], jax.Array], *, kernels_only: bool) -> Any:
@@ -25,7 +32,7 @@ def _map_kernels(model: Any, fn: Callable[[jax.Array], jax.Array], *, kernels_on
   out = nnx.clone(model)
   params = nnx.state(out, nnx.Param)
 
-  def one(p):
+  def one(p: Any) -> Any:
     if not jnp.issubdtype(p.dtype, jnp.floating) or (kernels_only and p.ndim < 2):
       return p
     return fn(p).astype(p.dtype)
@@ -73,6 +80,49 @@ def bfloat16_weights(model: Any) -> Any:
   """Every floating parameter rounded to bfloat16 (kept in float32 storage)."""
   return _map_kernels(model, lambda w: w.astype(jnp.bfloat16).astype(jnp.float32),
                       kernels_only=False)  # fmt: skip
+
+
+def fold_batch_norm_weights(model: Any) -> tuple[Any, int]:
+  """Each conv + BatchNorm pair folded as ``rsjax.models.fold_batch_norm`` folds it, kept in
+  the same architecture so that it saves as a model directory: the kernel scaled by
+  ``s = gamma / sqrt(var + eps)`` per output channel, the BatchNorm left as the shift
+  ``beta - mean s`` (plus ``s`` times the convolution's bias, then zeroed) with scale 1,
+  mean 0 and variance ``1 - eps`` (one without a scale or a shift stays). The same function
+  up to rounding, other weights.
+
+  Returns:
+    ``(folded copy, number of pairs folded)``; ``model`` is not changed.
+  """
+  out = nnx.clone(model)
+  folded = 0
+  for _, module in nnx.iter_graph(out):
+    if not isinstance(module, nnx.Module):
+      continue
+    for name, conv in list(vars(module).items()):
+      bn = getattr(module, name.replace("conv", "bn"), None) if "conv" in name else None
+      if isinstance(conv, nnx.Conv) and isinstance(bn, nnx.BatchNorm):
+        folded += _fold_pair(conv, bn)
+  return out, folded
+
+
+def _fold_pair(conv: nnx.Conv, bn: nnx.BatchNorm) -> bool:
+  """Folds ``bn`` into ``conv``'s kernel in place; False (nothing changed) where the
+  BatchNorm has no scale or no shift to hold the result."""
+  scale, beta = bn.scale, bn.bias
+  if scale is None or beta is None:
+    return False
+  s = scale.get_value() / jnp.sqrt(bn.var.get_value() + bn.epsilon)
+  shift = beta.get_value() - bn.mean.get_value() * s
+  if conv.bias is not None:
+    bias = conv.bias
+    shift = shift + bias.get_value() * s
+    bias.set_value(jnp.zeros_like(bias.get_value()))
+  conv.kernel.set_value(conv.kernel.get_value() * s)
+  scale.set_value(jnp.ones_like(s))
+  bn.mean.set_value(jnp.zeros_like(s))
+  bn.var.set_value(jnp.full_like(s, 1.0 - bn.epsilon))
+  beta.set_value(shift)
+  return True
 
 
 def save_child(

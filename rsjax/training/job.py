@@ -22,6 +22,9 @@ from rsjax.training.trainer import TrainOptions, train
 
 __all__ = ["TrainJob", "train_gaussian"]
 
+#: The fields of ``config.json`` that build a model: a fine-tuned model keeps them.
+_ARCHITECTURE = ("model", "num_classes", "input_shape", "model_kwargs")
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainJob:
@@ -69,11 +72,39 @@ class TrainJob:
       f"{last['clean_acc']:.4f}, {more.format(**last)}; saved in {self.workdir}"
     )
 
+  def fine_tuning(self, init: str) -> TrainJob:
+    """This job started from the weights of the model directory ``init`` (``rsjax train
+    --init``): its model is ``init``'s, and its ``config.json`` names what it derives from
+    (``derived_from``: the transform ``fine-tune`` and ``init``'s weight fingerprint).
 
-def train_gaussian(job: TrainJob) -> str:
+    Raises:
+      ValueError: ``init`` holds a model of another architecture than the job's.
+    """
+    from rsjax import models
+    from rsjax.runs.runner import fingerprint
+
+    model, config = models.load_model(init)
+    for name in _ARCHITECTURE:
+      want, got = self.model_config.get(name), config.get(name)
+      if name == "model_kwargs":
+        want, got = want or {}, got or {}
+      if name == "input_shape":
+        want, got = list(want or ()), list(got or ())
+      if want != got:
+        raise ValueError(f"--init {init!r} holds a model with {name} {got!r}, not {want!r}")
+    derived = {"transform": "fine-tune", "init": fingerprint(models.to_apply_fn(model)[1])}
+    return dataclasses.replace(
+      self, model=model, model_config={**self.model_config, "derived_from": derived}
+    )
+
+
+def train_gaussian(job: TrainJob, init: str | None = None) -> str:
   """Cohen et al.'s training (``rsjax train --method cohen``): the job's objective
   (Gaussian noise by default; Consistency, SmoothAdv, MACER) with Sun et al.'s
-  strategies if its config has them; the closing line."""
+  strategies if its config has them, from the weights of the model directory ``init``
+  if given (:meth:`TrainJob.fine_tuning`); the closing line."""
+  if init is not None:
+    job = job.fine_tuning(init)
   _, history = train(job.key, job.model, job.train_data, job.config, **job.options())
   where = f"on {job.model_config['dataset']} at sigma={job.config.sigma}"
   return job.closing(history, where, "noisy accuracy {noisy_acc:.4f}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rsjax.methods.base import Method, Option, Training
+from rsjax.methods.base import INIT, Method, Option, Training
 from rsjax.ucan._check import check_ucan
 from rsjax.ucan._noise_file import GENERATORS, NOISE_FILE
 
@@ -42,7 +42,7 @@ METHOD = Method(
     f"frozen in OUT/{NOISE_FILE}",
     (
       Option("generator", None, "UCAN: the noise generator", str, GENERATORS),
-      Option("init", None, "UCAN: fine-tune the model of this directory", str),
+      INIT,
       Option("ucan_draws", 5, "UCAN: noise draws per step", int, positive=True),
       Option(
         "allow_unsound",
