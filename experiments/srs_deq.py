@@ -94,11 +94,13 @@ Below the cap (0.81) SRS-1A loses 8 of 50 images at r = 0.25 and 8 at 0.75 to ch
 that disagree (check agreement 0.972; 1 more at r = 0 and 0.5); SRS-3A (agreement 0.996) loses
 6 at 0.25 and 8 at 0.75 (4 to too few checks: m >= 507 would keep them, f-eval ratio 2.7x).
 
-The full runs' first piece (``--full --models deq --sigmas 0.25 --max-minutes 12``, 731 s:
-``results/srs_deq_full_runs_deq_sigma0.25.json``, 10 images of each method, 13 of 30A): all
-five certify 1.0 / .9 / .9 at r = 0 / .25 / .5, 30A .8 at .75 (above SRS's cap 0.55); f-eval
-ratios 8.2x (1A/1B), 5.4x (3A/3B). Its wall times (30A 36.9 s, SRS 3.4-6.6 s per image) ran
-beside other jobs on the 2 cores: no measurement of the speed-up.
+The full runs so far (pieces ``--full --models deq --sigmas 0.25``, the second with
+``--max-minutes 140`` stopped by hand after its fourth round: ``results/srs_deq_full_runs_deq_sigma0.25.json``,
+40 images of each method, 42 of 30A): 30A certifies 1.0 / .95 / .95 / .825 at r = 0 / .25 / .5 /
+.75 (ACR 0.747); SRS-3A and 3B 1.0 / .95 / .9 / 0 (0.75 is above SRS's cap 0.55; ACR 0.528),
+SRS-1A and 1B .875 at r = .5 (ACR 0.523, 0.525); f-eval ratios 8.2x (1A/1B), 5.4x (3A/3B). Wall
+times (30A 44.1 s, SRS 8.2-14.6 s per image) ran niced beside other jobs on the 2 cores: no
+measurement of the speed-up.
 
 The rows of issue 29 (no runs: ``results/srs_deq_full.json``, 200 images each; 2 CPU cores, one
 or two pieces at once, one per core; rows that waited for a core are not timed). Speed-ups wall

@@ -150,8 +150,8 @@ LEGACY_SUMMARIES = {
 #: Committed runs in progress (pieces of the SRS full run, continued by rerunning it): every
 #: row verifies, rows are missing.
 IN_PROGRESS = {
-  f"srs_deq_full/deq_sigma0.25/{method}.tsv": "the SRS full run's first piece (--full --models "
-  "deq --sigmas 0.25 --max-minutes 12): 10 to 13 of its 200 images"
+  f"srs_deq_full/deq_sigma0.25/{method}.tsv": "the SRS full run's first pieces (--full --models "
+  "deq --sigmas 0.25): 40 to 42 of its 200 images"
   for method in _SRS_METHODS
 }
 
