@@ -257,6 +257,7 @@ def _classify(
       settings=settings,
       ids=ids[rows],
     )
+    assert f.counts_selection is not None  # Cohen's CERTIFY keeps its selection counts
     pred[rows], r_f[rows], p_f[rows] = f.prediction, f.radius, f.p_lower
     counts[rows], counts0[rows] = f.counts, f.counts_selection
   return pred, r_f, p_f, counts, counts0

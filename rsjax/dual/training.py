@@ -81,7 +81,14 @@ def expert_hits(
   for k, ((apply_fn, params), sigma) in enumerate(zip(experts, sigmas, strict=True)):
 
     @jax.jit
-    def hits(key, xb, yb, apply_fn=apply_fn, params=params, sigma=sigma):
+    def hits(
+      key: jax.Array,
+      xb: jax.Array,
+      yb: jax.Array,
+      apply_fn: Callable = apply_fn,
+      params: Any = params,
+      sigma: float = sigma,
+    ) -> jax.Array:
       noise = sigma * jax.random.normal(key, (draws, *xb.shape), xb.dtype)
       noisy = (xb[None] + noise).reshape(-1, *xb.shape[1:])
       pred = jnp.argmax(apply_fn(params, noisy), axis=-1).reshape(draws, -1)
@@ -173,7 +180,8 @@ def init_from(estimator: Any, expert: Any) -> int:
 def _experts(text: str | None) -> tuple[list[tuple[Callable, Any]], list[float]]:
   if text is None:
     raise ValueError("--method dual trains the estimator: give --dual-experts SIGMA:DIR,...")
-  loaded, sigmas = [], []
+  loaded: list[tuple[Callable, Any]] = []
+  sigmas: list[float] = []
   for sigma, where in parse_experts(text):
     model, _ = models.load_model(where)
     loaded.append(models.to_apply_fn(model))
