@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from rsjax.verify.checks import (
   ANYTIME_RULE,
   Mismatch,
@@ -26,9 +24,7 @@ def check_cohen(
   cert: dict, res: Any, recs: dict, *, rtol: float, atol: float, **_: object
 ) -> list[Mismatch]:
   issues: list[Mismatch] = []
-  # The engine draws, and takes Cohen's radius, at float32(sigma) (0.11999999731779099 for
-  # 0.12): the radius of the noise actually drawn, 2e-8 below sigma's own at sigma 0.12.
-  sigma = float(np.float32(run_sigma(cert)))
+  sigma = run_sigma(cert)  # float32(sigma): the noise actually drawn
   levels = None
   anytime = bool(cert.get("budget")) and cert["budget"].get("rule") == ANYTIME_RULE
   if anytime:

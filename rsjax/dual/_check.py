@@ -18,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from rsjax.verify.checks import Mismatch, binary_radius, cp_lower, dense, split_alpha
+from rsjax.verify.checks import (
+  Mismatch,
+  binary_radius,
+  cp_lower,
+  dense,
+  drawn_sigma,
+  split_alpha,
+)
 
 __all__ = ["check_dual", "parse_experts"]
 
@@ -86,9 +93,7 @@ def _row(cert: dict, r: dict, sig: tuple) -> tuple[int, int, float, float, float
   if r.get("sigma_index") != chosen:
     return f"sigma_index {r.get('sigma_index')!r} recorded, the estimator's counts give {chosen}"
   noise, c = cert["noise"], int(cert["num_classes"])
-  # Both halves draw, and take their radii, at float32 sigmas, as the engine does.
-  sigma_g = float(np.float32(cert["sigma"]))
-  r_g = float(binary_radius(p_g, sigma_g, noise, 1)) if chosen >= 0 else 0.0
+  r_g = float(binary_radius(p_g, drawn_sigma(cert["sigma"]), noise, 1)) if chosen >= 0 else 0.0
   c0, c1 = dense(r.get("counts0"), c), dense(r.get("counts"), c)
   if c0 is None or c1 is None:
     return "the record's classifier counts are not counts of the run's classes"
@@ -104,7 +109,7 @@ def _row(cert: dict, r: dict, sig: tuple) -> tuple[int, int, float, float, float
   p_f = float(cp_lower(c1[guess], n, a2))
   if p_f < 0.5:
     return chosen, -1, 0.0, r_g, p_f
-  r_f = float(binary_radius(p_f, float(np.float32(sigmas[chosen])), noise, 1))
+  r_f = float(binary_radius(p_f, drawn_sigma(sigmas[chosen]), noise, 1))
   return chosen, guess, min(r_g, r_f), r_g, p_f
 
 

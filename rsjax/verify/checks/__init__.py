@@ -52,6 +52,7 @@ from rsjax.verify.checks._rows import budget_levels as budget_levels
 from rsjax.verify.checks._rows import cohen_certificate as cohen_certificate
 from rsjax.verify.checks._rows import compare as compare
 from rsjax.verify.checks._rows import dense as dense
+from rsjax.verify.checks._rows import drawn_sigma as drawn_sigma
 from rsjax.verify.checks._rows import read_rows as read_rows
 from rsjax.verify.checks._rows import run_sigma as run_sigma
 from rsjax.verify.checks._stopping import anytime_need as anytime_need

@@ -118,11 +118,18 @@ class Rows:
   p_recorded: np.ndarray
 
 
+def drawn_sigma(sigma: float) -> float:
+  """The sigma the engine draws its noise at and takes its radii at: ``float32(sigma)``
+  (0.11999999731779099 for 0.12; ``sigma`` itself where float32 holds it exactly)."""
+  return float(np.float32(sigma))
+
+
 def run_sigma(cert: dict) -> float:
+  """The run's sigma as its noise was drawn (``drawn_sigma``), refused unless a number > 0."""
   sigma = cert["sigma"]
   if isinstance(sigma, str) or not (isinstance(sigma, (int, float)) and sigma > 0):
     raise VerifyError(f"{cert.get('method')} run with sigma {sigma!r}: expected a number > 0")
-  return float(sigma)
+  return drawn_sigma(sigma)
 
 
 def read_rows(
