@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rsjax.models._fold import bn_scale_shift, conv_bn_pairs
+
 __all__ = [
   "bfloat16_weights",
   "fold_batch_norm_weights",
@@ -94,15 +96,7 @@ def fold_batch_norm_weights(model: Any) -> tuple[Any, int]:
     ``(folded copy, number of pairs folded)``; ``model`` is not changed.
   """
   out = nnx.clone(model)
-  folded = 0
-  for _, module in nnx.iter_graph(out):
-    if not isinstance(module, nnx.Module):
-      continue
-    for name, conv in list(vars(module).items()):
-      bn = getattr(module, name.replace("conv", "bn"), None) if "conv" in name else None
-      if isinstance(conv, nnx.Conv) and isinstance(bn, nnx.BatchNorm):
-        folded += _fold_pair(conv, bn)
-  return out, folded
+  return out, sum(_fold_pair(conv, bn) for _, _, conv, bn in conv_bn_pairs(out))
 
 
 def _fold_pair(conv: nnx.Conv, bn: nnx.BatchNorm) -> bool:
@@ -111,8 +105,7 @@ def _fold_pair(conv: nnx.Conv, bn: nnx.BatchNorm) -> bool:
   scale, beta = bn.scale, bn.bias
   if scale is None or beta is None:
     return False
-  s = scale.get_value() / jnp.sqrt(bn.var.get_value() + bn.epsilon)
-  shift = beta.get_value() - bn.mean.get_value() * s
+  s, shift = bn_scale_shift(bn)
   if conv.bias is not None:
     bias = conv.bias
     shift = shift + bias.get_value() * s

@@ -52,10 +52,32 @@ def conv_like(conv: nnx.Conv, in_features: int, out_features: int, **changes: An
   )  # fmt: skip
 
 
+def conv_bn_pairs(model: nnx.Module) -> list[tuple[nnx.Module, str, nnx.Conv, nnx.BatchNorm]]:
+  """Each conv + BatchNorm pair of ``model``, found by name (this module's docstring):
+  ``(module holding both, the convolution's attribute name, conv, bn)``."""
+  pairs = []
+  for _, module in nnx.iter_graph(model):
+    if not isinstance(module, nnx.Module):
+      continue
+    for name, conv in list(vars(module).items()):
+      if not isinstance(conv, nnx.Conv) or "conv" not in name:
+        continue
+      bn = getattr(module, name.replace("conv", "bn"), None)
+      if isinstance(bn, nnx.BatchNorm):
+        pairs.append((module, name, conv, bn))
+  return pairs
+
+
+def bn_scale_shift(bn: nnx.BatchNorm) -> tuple[Any, Any]:
+  """``(s, beta - mean s)`` with ``s = gamma / sqrt(var + eps)``: the eval-mode BatchNorm as
+  the per-channel affine map ``y = x s + shift``."""
+  s = bn.scale.get_value() / jnp.sqrt(bn.var.get_value() + bn.epsilon)
+  return s, bn.bias.get_value() - bn.mean.get_value() * s
+
+
 def _folded_conv(conv: nnx.Conv, bn: nnx.BatchNorm) -> nnx.Conv:
   get = lambda v: v.get_value()  # noqa: E731
-  s = get(bn.scale) / jnp.sqrt(get(bn.var) + bn.epsilon)
-  bias = get(bn.bias) - get(bn.mean) * s
+  s, bias = bn_scale_shift(bn)
   kernel = get(conv.kernel)
   if conv.bias is not None:
     bias = bias + get(conv.bias) * s
@@ -78,16 +100,8 @@ def fold_batch_norm(model: nnx.Module) -> tuple[nnx.Module, int]:
     ``(folded copy, number of pairs folded)``.
   """
   model = nnx.clone(model)
-  folded = 0
-  for _, module in nnx.iter_graph(model):
-    if not isinstance(module, nnx.Module):
-      continue
-    for name, conv in list(vars(module).items()):
-      if not isinstance(conv, nnx.Conv) or "conv" not in name:
-        continue
-      bn = getattr(module, name.replace("conv", "bn"), None)
-      if isinstance(bn, nnx.BatchNorm):
-        setattr(module, name, _folded_conv(conv, bn))
-        setattr(module, name.replace("conv", "bn"), Identity())
-        folded += 1
-  return model, folded
+  pairs = conv_bn_pairs(model)
+  for module, name, conv, bn in pairs:
+    setattr(module, name, _folded_conv(conv, bn))
+    setattr(module, name.replace("conv", "bn"), Identity())
+  return model, len(pairs)
