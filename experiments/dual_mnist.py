@@ -74,6 +74,7 @@ from _common import (
   ROOT,
   BaseTraining,
   certify_run,
+  lenet_mnist5k,
   load_splits,
   repo_path,
   save_figure,
@@ -125,13 +126,7 @@ def get_config(quick: bool) -> Config:
   """``python experiments/dual_mnist.py --quick`` (``--quick``: 6 epochs, 100 digits, N 2,000)."""
   name = "dual_quick" if quick else "dual_full"
   return Config(
-    sigmas=(0.12, 0.25, 0.5, 1.0),
-    model="lenet",
-    dataset="mnist5k",
-    epochs=6 if quick else 20,
-    batch_size=128,
-    lr=0.05,
-    lr_step=3 if quick else 8,
+    **{**lenet_mnist5k(quick), "sigmas": (0.12, 0.25, 0.5, 1.0)},  # the four experts
     validation=500,
     candidates=(
       ((0.12, 0.25, 0.5, 1.0), 0.5),

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
+from test_packing import _randomize_batch_norm
 
 from rsjax import cli, models, verify
 from rsjax.runs.runner import fingerprint
@@ -26,15 +26,7 @@ def _resnet20():
   """resnet20 on 8x8 digits, its batch norm statistics away from the identity."""
   model = models.create_model("resnet20", num_classes=10, input_shape=SHAPE, normalize="digits",
                               rngs=0)  # fmt: skip
-  rng = np.random.default_rng(0)
-  for _, m in nnx.iter_graph(model):
-    if isinstance(m, nnx.BatchNorm):
-      c = m.num_features
-      m.mean.set_value(jnp.asarray(rng.normal(size=c) * 0.1, jnp.float32))
-      m.var.set_value(jnp.asarray(rng.uniform(0.5, 1.5, size=c), jnp.float32))
-      m.scale.set_value(jnp.asarray(rng.uniform(0.5, 1.5, size=c), jnp.float32))
-      m.bias.set_value(jnp.asarray(rng.normal(size=c) * 0.1, jnp.float32))
-  return model
+  return _randomize_batch_norm(model)
 
 
 def test_folded_weights_keep_the_function_and_the_architecture(tmp_path):
