@@ -51,7 +51,7 @@ from flax import nnx
 
 from rsjax.models._fold import Identity, conv_like
 from rsjax.models._layers import Normalize
-from rsjax.models._resnet import BasicBlock, Bottleneck, ResNetBase
+from rsjax.models._resnet import BasicBlock, Bottleneck, ResNetBase, stem
 
 __all__ = ["NARROW_CHANNELS", "PackedResNet", "pack_batch", "pack_narrow_stage", "unpack_batch"]
 
@@ -210,12 +210,7 @@ class PackedResNet(nnx.Module):
     pad = -b % self.g
     if pad:  # zero images fill the last packed row; their logits are sliced off
       x = jnp.pad(x, ((0, pad), (0, 0), (0, 0), (0, 0)))
-    x = pack_batch(x, self.g)
-    if self.normalize is not None:
-      x = self.normalize(x)
-    x = nnx.relu(self.stem_bn(self.stem_conv(x)))
-    if self.stem_max_pool:
-      x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    x = stem(self, pack_batch(x, self.g))
     for block in self.narrow:
       x = block(x)
     x = unpack_batch(x, self.g)

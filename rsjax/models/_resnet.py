@@ -66,6 +66,18 @@ def _conv_bn(cin, cout, k, stride, *, dtype, rngs):
   return conv, nnx.BatchNorm(cout, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype=dtype, rngs=rngs)
 
 
+def stem(model: nnx.Module, x: jax.Array) -> jax.Array:
+  """The input normalization and the conv + BN + ReLU stem of ``model`` (a :class:`ResNetBase`
+  or a packed one), with the 3x3 stride-2 max-pool after it when ``model.stem_max_pool``:
+  ``x`` ``[b, H, W, C]`` -> ``[b, H', W', widths[0]]``."""
+  if model.normalize is not None:
+    x = model.normalize(x)
+  x = nnx.relu(model.stem_bn(model.stem_conv(x)))
+  if model.stem_max_pool:
+    x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+  return x
+
+
 def _channels(input_shape, model):
   shape = tuple(int(s) for s in input_shape)
   if len(shape) != 3 or min(shape) < 1:
@@ -165,11 +177,7 @@ class ResNetBase(nnx.Module):
 
   def features(self, x: jax.Array) -> jax.Array:
     """Pooled features ``[b, widths[-1] * block expansion]`` of ``x`` ``[b, H, W, C]``."""
-    if self.normalize is not None:
-      x = self.normalize(x)
-    x = nnx.relu(self.stem_bn(self.stem_conv(x)))
-    if self.stem_max_pool:
-      x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    x = stem(self, x)
     for block in self.blocks:
       x = block(x)
     return x.mean(axis=(1, 2))
