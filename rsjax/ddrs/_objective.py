@@ -235,18 +235,18 @@ def smoothing_objective(
   check_choice("family", family, FAMILIES)
   lo, hi = check_clip(clip)
   x_np, sig, ids_arr = check_inputs(x, sigma, ids)
-  with precision_lib.context(precision):  # in force while the program is traced
-    out = _evaluate(
-      as_key(key),
-      params,
-      x_np,
-      sig,
-      ids_arr,
-      np.float32(lo),
-      np.float32(hi),
-      apply_fn=apply_fn,
-      num_samples=num_samples,
-      family=family,
-      compute_dtype=precision_lib.compute_dtype(precision),
-    )
+  out = precision_lib.traced_call(
+    precision,
+    _evaluate,
+    as_key(key),
+    params,
+    x_np,
+    sig,
+    ids_arr,
+    np.float32(lo),
+    np.float32(hi),
+    apply_fn=apply_fn,
+    num_samples=num_samples,
+    family=family,
+  )
   return np.asarray(jax.device_get(out), np.float32)

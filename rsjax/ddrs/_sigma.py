@@ -232,25 +232,25 @@ def optimize_sigma(
   x_np, sig0, ids_arr = check_inputs(x, sigma0, ids)
   sig0 = np.maximum(sig0, np.float32(c.sigma_min))
   f32 = np.float32
-  with precision_lib.context(precision):  # in force while the loop is traced
-    out = _optimize(
-      as_key(key),
-      apply_fn,
-      params,
-      x_np,
-      sig0,
-      ids_arr,
-      f32(c.lr),
-      f32(c.clip[0]),
-      f32(c.clip[1]),
-      f32(c.sigma_min),
-      steps=c.steps,
-      num_samples=c.num_samples,
-      family=c.family,
-      parametrization=c.parametrization,
-      return_path=bool(return_path),
-      compute_dtype=precision_lib.compute_dtype(precision),
-    )
+  out = precision_lib.traced_call(
+    precision,
+    _optimize,
+    as_key(key),
+    apply_fn,
+    params,
+    x_np,
+    sig0,
+    ids_arr,
+    f32(c.lr),
+    f32(c.clip[0]),
+    f32(c.clip[1]),
+    f32(c.sigma_min),
+    steps=c.steps,
+    num_samples=c.num_samples,
+    family=c.family,
+    parametrization=c.parametrization,
+    return_path=bool(return_path),
+  )
   out = jax.device_get(out)
   if return_path:
     return np.asarray(out[0], np.float32), np.asarray(out[1], np.float32)

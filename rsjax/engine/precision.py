@@ -20,12 +20,16 @@ run's identity, and a resume at another precision is refused.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-__all__ = ["DEFAULT", "PRECISIONS", "compute_dtype", "context", "resolve"]
+__all__ = ["DEFAULT", "PRECISIONS", "compute_dtype", "context", "resolve", "traced_call"]
+
+_T = TypeVar("_T")
 
 DEFAULT = "float32"
 #: name -> (compute dtype or None for float32, ``jax.default_matmul_precision`` value).
@@ -97,3 +101,13 @@ def context(precision: str | None) -> contextlib.AbstractContextManager[object]:
   if name is None:  # pragma: no cover
     return contextlib.nullcontext()
   return jax.default_matmul_precision(_TABLE[name][1])
+
+
+def traced_call(precision: str | None, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+  """``fn(*args, compute_dtype=compute_dtype(precision), **kwargs)`` inside :func:`context`.
+
+  For a jitted ``fn`` that runs a classifier in ``compute_dtype``: it is traced
+  with ``precision``'s matmul precision in force, so its program keeps it.
+  """
+  with context(precision):
+    return fn(*args, compute_dtype=compute_dtype(precision), **kwargs)
