@@ -21,7 +21,7 @@ from rsjax import stats
 from rsjax.engine.anytime import Anytime, anytime_decisions
 from rsjax.engine.budget import Budget, BudgetedCertificate, as_budget
 from rsjax.engine.cohen_rule import cohen_rule
-from rsjax.engine.counts import prepare_inputs, refuse_traced, sample_counts
+from rsjax.engine.counts import prepare_inputs, refuse_traced
 from rsjax.engine.driver import (
   ABSTAIN,
   Certificate,
@@ -33,6 +33,7 @@ from rsjax.engine.driver import (
 )
 from rsjax.methods.base import Context, RunCertifier
 from rsjax.noise import lattice
+from rsjax.util import as_key
 from rsjax.verify.checks import thresholds_digest
 
 if TYPE_CHECKING:
@@ -321,20 +322,9 @@ def predict(
   """
   refuse_traced("rsjax.predict", key, params, x, sigma, ids)
   s = Sampling.of(settings, **sampling)
-  counts = sample_counts(
-    key,
-    apply_fn,
-    params,
-    x,
-    sigma=sigma,
-    num_classes=num_classes,
-    num=s.n,
-    batch_size=s.batch_size,
-    ids=ids,
-    noise=s.noise,
-    precision=s.precision,
-    devices=s.devices,
-  )
+  x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
+  source = engine_counts(apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=s)
+  counts = source(as_key(key), s.n).result()
   order = np.argsort(-counts, axis=1, kind="stable")
   top = order[:, 0]
   n1 = counts[np.arange(len(top)), top]
