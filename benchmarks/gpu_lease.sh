@@ -31,7 +31,7 @@
 #       command buffers off. Decides fixed cost against device work.
 #   s3  r110_base, r110_fold, r110_fold_unfused, r110_pack2, r110_pack2_fold, r110_pack4 (30
 #       each): ResNet-110 bf16, rsjax alone, one process per variant, batch BATCH, IMAGES images:
-#       --fold-bn, --fold-bn with the fused-conv rewriter off, --pack 2/4 (with --fold-bn).
+#       args.fold_bn, folded with the fused-conv rewriter off, args.pack 2/4 (2 also folded).
 #   s4  r50 (100): ResNet-50 bf16 (224 px, R50_SIZE), batch R50_BATCH, N = R50_NUM, rsjax alone,
 #       compile seconds apart from seconds per image; autotune_r50.txtpb.
 #   s5  twin_<model> for each of TWIN_MODELS (what is left of BUDGET; a model starts only with

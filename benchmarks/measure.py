@@ -293,7 +293,7 @@ def row_model(
   try:
     certified = models.pack_narrow_stage(certified, pack)
   except ValueError as e:
-    log(f"  --pack {pack}: {e}; {name} runs unpacked")
+    log(f"  pack {pack}: {e}; {name} runs unpacked")
     pack = 1
   apply_fn, variables = models.to_apply_fn(certified)
   if batch_size == "auto":

@@ -20,7 +20,7 @@ counts at the union of every rule's looks) and each rule runs on them:
 * ``floor``: the oracle SPRT that knows ``p_A`` and its level ``j``, Wald's
   expected sample size ``log(1 / alpha) / KL(p_A || m_j)``.
 
-``voracek`` and ``betting`` look on a dense geometric grid (ratio ``--dense``),
+``voracek`` and ``betting`` look on a dense geometric grid (ratio ``dense``),
 so they are a little worse than looking after every sample. Levels lost: the
 share of streams where a rule certifies a lower grid level than fixed N on the
 same stream. Exact worst-case error, at ``p_A`` on each threshold: the
