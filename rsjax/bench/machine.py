@@ -81,7 +81,7 @@ def environment() -> dict[str, Any]:
     "versions": {p: _version(p) for p in PACKAGES},
     "xla_flags": os.environ.get("XLA_FLAGS", ""),
     "platform_version": getattr(device.client, "platform_version", None),
-    "matmul_precision": str(jax.config.jax_default_matmul_precision),
+    "matmul_precision": str(jax.config.values.get("jax_default_matmul_precision")),
     "torch_cuda": _torch_cuda(),
   }
 
