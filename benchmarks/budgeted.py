@@ -1,101 +1,92 @@
 """Budgeted CERTIFY versus fixed-N CERTIFY on the same inputs, grid and noise, in one run.
 
-Models (trained here with Gaussian noise, resumed from ``--workdir`` when done):
+Models: the demo's (``benchmarks.measure.demo_model``, trained once and cached):
 
 * ``mnist-lenet``: the demo's recipe, LeNet on the bundled 5,000 MNIST digits
-  (``rsjax train --dataset mnist5k --model lenet --sigma S --epochs 20 --batch
-  128 --lr 0.05 --lr-step-size 8``), at sigma 0.25 and 0.5.
+ , at sigma 0.25 and 0.5.
 * ``cifar-shaped-lenet``: no CIFAR-10 is available offline, so a CIFAR-*shaped*
   stand-in: the same digits zero-padded to 32x32 and repeated over 3 channels,
   LeNet with a 3-channel first convolution (CIFAR-10 input statistics), sigma
-  0.25, ``--cifar-epochs`` epochs. It measures the cost on 32x32x3 inputs; its
+  0.25, ``cifar_epochs`` epochs. It measures the cost on 32x32x3 inputs; its
   accuracies are not CIFAR-10 accuracies.
 
-For each model and sigma, every ``--chunk`` test inputs (every k-th test digit)
+For each model and sigma, every ``chunk`` test inputs (every k-th test digit)
 are certified by ``rsjax.certify(n=N)`` and then by ``rsjax.certify(n=N,
 budget=grid)`` with the same key, ids, ``n0``, ``alpha`` and batch size, so both
 see the same noise (an input that budgeted CERTIFY runs to ``N`` has exactly
 fixed CERTIFY's counts). Chunks of the sigmas alternate, so both methods and
-all sigmas meet the same machine load. Written to ``--json`` after every chunk:
+all sigmas meet the same machine load. Written to ``json`` after every chunk:
 per model and sigma, for ``fixed``, ``budgeted`` and ``anytime``, the mean samples per input
 (estimation samples; the ``n0`` selection samples come on top of both), the
 wall seconds (all chunks, and without the first chunk, which holds the
 compilation), the certified accuracy at each grid radius, and each input's
 samples, radius and correctness (``per_input``, in ``test_indices`` order).
 
-Command (the run that wrote ``benchmarks/results/budgeted.json``, 2026-11-26,
-every rule beside fixed N: ``Budget`` and ``Anytime`` at its defaults, mixture
-share 0.6, agree weight 1/2, looks at ratio 1.01; models trained by the
-command, 10 CIFAR-shaped epochs)::
+The run that wrote ``benchmarks/results/budgeted.json`` (2026-11-26; its figures in
+``benchmarks/RESULTS.md``, issue 40) is ``benchmarks/configs/budgeted.py``; the earlier
+``Anytime`` settings' runs on the same models are ``budgeted_anytime.json`` (alpha in halves),
+``budgeted_anytime_share06.json`` (share 0.6, no agree weight, looks 1.05) and
+``anytime_settings/*.json`` (``fixed_from`` that first file, ``anytime`` one field changed).
 
-  python -m benchmarks.budgeted --images 100 --skip 10 --cifar-images 20
+:func:`frontier`:
+Issue 40 asks for 12x fewer samples than fixed N at sigma 0.25 on the MNIST
+benchmark together with the streams goals (5.5x on the 8-value mix, within
+25% of the decide floor, no more levels lost at ``p_A = 0.999``). Three quarters
+of the benchmark's digits see every sample agree, so what they cost decides
+the ratio. This command measures the trade-off along the knob that makes
+them cheaper, ``Anytime.agree_weight``: the prior weight ``w`` on ``q = 1`` in
+each level's mixture (``rsjax.verify.checks.mixture_log_wealth``),
 
-(``--skip 10``: the bundled test split has 1,000 digits, so 100 inputs need
-every 10th.) CPU, JAX 0.10.2, 2 cores shared with other jobs, 15 min of
-certification. Grid 0, 0.25, ..., 1.5; n0 = 100, N = N_max = 100,000, alpha =
-0.001. Samples per input against fixed N, same certified accuracy at every
-radius except one digit one level lower at 1.5 (sigma 0.5, both rules):
-``Budget`` 8.9x / 4.0x / 10.9x, ``Anytime`` 11.8x / 6.7x / 15.7x at sigma 0.25 /
-sigma 0.5 / CIFAR-shaped (``benchmarks/RESULTS.md``, issue 40). The run before
-(2026-11-23, ``Budget`` only, models of an earlier command) gave ``Budget`` 9.6x
-/ 4.3x / 10.1x; the earlier ``Anytime`` settings' runs on the same models as
-this one are ``budgeted_anytime.json`` (alpha in halves), ``budgeted_anytime_share06.json``
-(share 0.6, no agree weight, looks 1.05) and ``anytime_settings/*.json``
-(``--fixed-from benchmarks/results/budgeted_anytime.json --anytime FIELD=VALUE``).
+  M_t = w 1[S = t] m^-t + (1 - w) M_t^KT,
+
+still anytime-valid (a convex combination of two test supermartingales);
+``w = 0`` is the plain one-sided KT mixture (the rule before the field),
+``w -> 1`` the likelihood-ratio test of ``p = 1`` alone, the fastest test of an
+all-agree input that spends the mixture's share of alpha.
+
+Two parts:
+
+* **MNIST** (from a run of ``benchmarks.budgeted``, default
+  ``benchmarks/results/budgeted_anytime_share06.json``, sigma 0.25): the digits
+  that stopped at the run's own all-agree stop with the top reachable level
+  (no sample disagreed before it), their stop ``n*`` under each ``(share, w)``
+  with a look after *every* sample (the most a look schedule can give; for a
+  setting slower than the run's, ``n*`` assumes they keep agreeing), and the
+  ratio it implies when every other digit keeps its measured samples divided by
+  the run's look ratio, what a look at every sample could save it at most
+  (optimistic: those samples were measured at the run's weight, and a smaller
+  KT weight makes those digits slower).
+* **Streams** (2,000 Bernoulli streams per ``p_A``, sigma 0.25, alpha 0.001,
+  N = 100,000, the rule's own looks and stopping, ``rsjax.engine.anytime``'s
+  decision table at each ``(share, w)``): samples against fixed
+  N on the 8-value mix, against the decide floor (``benchmarks.streams``),
+  levels lost at 0.999, the all-agree stream's samples, and the exact worst
+  error at the thresholds (``rsjax.engine.anytime.exact_error``: the rule's
+  decisions at every reachable count, stopping included).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import os
+import json as jsonlib
+import math
 import time
 
 import jax
 import numpy as np
 
 import rsjax
-from benchmarks.common import dump_json
-from rsjax import data, metrics, models, training
+from benchmarks.measure import demo_model, dump_json
+from benchmarks.streams import MIX, PS, wald_floor
+from rsjax import metrics, noise, stats
 from rsjax.engine import anytime
-from rsjax.engine import budget as budgeted
+from rsjax.engine import budget as budgeted_lib
 from rsjax.runs import spec as runspec
+from rsjax.verify import checks
+
+__all__ = ["budgeted", "frontier", "mnist_part", "streams_part"]
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
-
-
-def cifar_shaped(x: np.ndarray) -> np.ndarray:
-  """28x28x1 digits -> 32x32x3: zero-padded by 2 pixels, repeated over 3 channels."""
-  x = np.pad(x, ((0, 0), (2, 2), (2, 2), (0, 0)))
-  return np.repeat(x, 3, axis=-1)
-
-
-def _train(workdir, dataset, sigma, epochs, shape_fn):
-  """The demo's LeNet recipe (``rsjax train`` defaults otherwise); resumes from ``workdir``
-  (``rsjax train ... --out WORKDIR/lenet_mnist5k_sigma_S`` leaves the same run there)."""
-  train, test = data.load("mnist5k", "train"), data.load("mnist5k", "test")
-  (x, y), (xt, yt) = train.arrays(), test.arrays()
-  x, xt = shape_fn(x), shape_fn(xt)
-  shape = tuple(x.shape[1:])
-  normalize = "auto" if shape[-1] == 1 else "cifar10"
-  model = models.create_model(
-    "lenet", num_classes=10, input_shape=shape, rngs=0, normalize=normalize
-  )
-  config = {"model": "lenet", "num_classes": 10, "input_shape": list(shape), "dataset": dataset}
-  run_dir = os.path.join(workdir, f"lenet_{dataset}_sigma_{sigma:g}")
-  model, history = training.train(
-    jax.random.key(0),
-    model,
-    (x, y),
-    training.TrainConfig(sigma=sigma, epochs=epochs, batch_size=128, lr=0.05, lr_step=8),
-    eval_data=(xt, yt),
-    workdir=run_dir,
-    model_config=config,
-    progress=False,
-  )
-  apply_fn, params = models.to_apply_fn(model)
-  return apply_fn, params, xt, yt, history[-1]["clean_acc"] if history else float("nan")
 
 
 def _summary(rows, grid):
@@ -127,7 +118,7 @@ def _earlier_rows(earlier: dict, key: str, ids, method: str) -> dict:
   pos = {int(i): k for k, i in enumerate(run["test_indices"])}
   missing = [int(i) for i in ids if int(i) not in pos]
   if missing:
-    raise SystemExit(f"--fixed-from: {key} has no row of test inputs {missing}")
+    raise SystemExit(f"fixed_from: {key} has no row of test inputs {missing}")
   take = [pos[int(i)] for i in ids]
   per = run[method]["per_input"]
   return dict(
@@ -151,172 +142,258 @@ def _same_rows(now: dict, before: dict, key: str) -> None:
     )
 
 
-def main(argv=None) -> dict:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--images", type=int, default=100, help="MNIST test inputs per sigma")
-  p.add_argument("--cifar-images", type=int, default=20, help="inputs of the CIFAR-shaped model")
-  p.add_argument("--sigmas", type=float, nargs="+", default=[0.25, 0.5])
-  p.add_argument("--cifar-epochs", type=int, default=10)
-  p.add_argument("--n", type=int, default=100_000, help="fixed N = budgeted N_max")
-  p.add_argument("--n0", type=int, default=100)
-  p.add_argument("--alpha", type=float, default=0.001)
-  p.add_argument("--batch-size", type=int, default=1000)
-  p.add_argument("--chunk", type=int, default=10, help="inputs per certify call")
-  p.add_argument(
-    "--skip",
-    type=int,
-    default=10,
-    help="certify every skip-th test input (1,000 test digits: 10 gives 100)",
-  )
-  p.add_argument(
-    "--rules",
-    nargs="+",
-    default=["budgeted", "anytime"],
-    choices=["budgeted", "anytime"],
-    help="budgeted rules run beside fixed N: 'budgeted' (Budget, the looks rule), 'anytime'",
-  )
-  p.add_argument("--workdir", default="runs/budgeted")
-  p.add_argument("--json", default="benchmarks/results/budgeted.json")
-  p.add_argument(
-    "--fixed-from",
-    default=None,
-    help="take fixed N's rows from this earlier run's JSON (same --workdir models, inputs and "
-    "key) instead of certifying them again; needs 'budgeted' in --rules, whose rows must equal "
-    "that run's (else the models or the code differ, and the run stops)",
-  )
-  p.add_argument(
-    "--anytime",
-    nargs="*",
-    default=[],
-    metavar="FIELD=VALUE",
-    help="fields of the Anytime rule other than its defaults, e.g. agree_weight=0.75 ratio=1.01",
-  )
-  args = p.parse_args(argv)
-  try:
-    fields = {k: type(getattr(anytime.Anytime(GRID), k))(v)
-              for k, v in (f.split("=", 1) for f in args.anytime)}  # fmt: skip
-    rule_anytime = anytime.Anytime(GRID, **fields)
-  except (AttributeError, ValueError) as e:
-    p.error(f"--anytime: {e}")
+def _setups(images, cifar_images, sigmas, cifar_epochs, skip) -> dict:
+  """Each run's trained demo model and test inputs, by its key (``"mnist-lenet sigma=0.25"``)."""
+  runs = [("mnist-lenet", s, images, 20, False) for s in sigmas if images > 0]
+  runs += [("cifar-shaped-lenet", 0.25, cifar_images, cifar_epochs, True)] if cifar_images else []
+  setups = {}
+  for name, sigma, count, epochs, shape32 in runs:
+    demo = demo_model(sigma, epochs=epochs, shape32=shape32)
+    idx = np.asarray(runspec.declared_indices(len(demo.x_test), skip=skip, count=count))
+    setups[f"{name} sigma={sigma:g}"] = dict(
+      model=name, sigma=sigma, apply_fn=demo.apply_fn, params=demo.params, x=demo.x_test,
+      y=demo.y_test, idx=idx, clean_accuracy=demo.clean_accuracy,
+    )  # fmt: skip
+  return setups
+
+
+def _ratios(entry: dict, rules, key: str, elapsed: float) -> None:
+  """Each rule's samples, wall and accuracy gap against fixed N, into ``entry``; printed."""
+  f = entry["fixed"]
+  for rule in rules:
+    b, tag = entry[rule], "" if rule == "budgeted" else f"_{rule}"
+    entry["samples_ratio" + tag] = f["mean_samples"] / b["mean_samples"]
+    # None with fixed_from: fixed N's time was taken in another run.
+    wall = f["wall_s"] / b["wall_s"] if np.isfinite(f["wall_s"]) else None
+    entry["wall_ratio" + tag] = wall
+    entry["max_accuracy_gap_points" + tag] = 100 * max(
+      abs(f["certified_accuracy"][r] - b["certified_accuracy"][r]) for r in f["certified_accuracy"]
+    )
+    print(
+      f"[{elapsed:7.0f}s] {key} {rule}: {b['images']} images, samples {f['mean_samples']:.0f} vs "
+      f"{b['mean_samples']:.0f} ({entry['samples_ratio' + tag]:.2f}x), wall {f['wall_s']:.0f}s "
+      f"vs {b['wall_s']:.0f}s ({wall or float('nan'):.2f}x), max accuracy gap "
+      f"{entry['max_accuracy_gap_points' + tag]:.1f} points",
+      flush=True,
+    )
+
+
+def budgeted(
+  *,
+  images: int = 100,
+  cifar_images: int = 20,
+  sigmas: tuple[float, ...] = (0.25, 0.5),
+  cifar_epochs: int = 10,
+  n: int = 100_000,
+  n0: int = 100,
+  alpha: float = 0.001,
+  batch_size: int = 1000,
+  chunk: int = 10,
+  skip: int = 10,
+  rules: tuple[str, ...] = ("budgeted", "anytime"),
+  fixed_from: str | None = None,
+  anytime_fields: dict | None = None,
+  json: str | None = "benchmarks/results/budgeted.json",
+) -> dict:
+  """Fixed N against the ``rules`` ("budgeted": ``Budget``; "anytime": ``Anytime`` with
+  ``anytime_fields`` other than its defaults) on ``images`` MNIST digits (every ``skip``-th) per
+  sigma and ``cifar_images`` CIFAR-shaped ones; ``fixed_from``: fixed N's rows from that earlier
+  JSON (same models and inputs; "budgeted" must be among the rules and its rows must equal that
+  run's, else the run stops)."""
+  rule_anytime = anytime.Anytime(GRID, **(anytime_fields or {}))
   earlier = None
-  if args.fixed_from:
-    if "budgeted" not in args.rules:
-      p.error("--fixed-from needs 'budgeted' in --rules (its rows check the models are the same)")
-    with open(args.fixed_from, encoding="utf-8") as fh:
-      earlier = json.load(fh)["runs"]
-
-  runs = [
-    ("mnist-lenet", "mnist5k", s, args.images, 20, lambda a: a)
-    for s in args.sigmas
-    if args.images > 0
-  ]
-  if args.cifar_images > 0:
-    runs.append(
-      (
-        "cifar-shaped-lenet",
-        "mnist5k-32x32x3",
-        0.25,
-        args.cifar_images,
-        args.cifar_epochs,
-        cifar_shaped,
-      )
-    )
-  setups, rows = {}, {}
-  for name, dataset, sigma, images, epochs, shape_fn in runs:
-    key = f"{name} sigma={sigma:g}"
-    apply_fn, params, xt, yt, clean = _train(args.workdir, dataset, sigma, epochs, shape_fn)
-    idx = np.asarray(runspec.declared_indices(len(xt), skip=args.skip, count=images))
-    setups[key] = dict(
-      model=name,
-      sigma=sigma,
-      apply_fn=apply_fn,
-      params=params,
-      x=xt,
-      y=yt,
-      idx=idx,
-      clean_accuracy=float(clean),
-    )
-    rows[key] = {m: [] for m in ["fixed", *args.rules]}
-
-  cert_key = jax.random.key(1)
-  out = {}
-  num_chunks = max(-(-len(s["idx"]) // args.chunk) for s in setups.values())
-  t_start = time.perf_counter()
-  for c in range(num_chunks):
+  if fixed_from:
+    if "budgeted" not in rules:
+      raise SystemExit("fixed_from needs 'budgeted' in rules (its rows check the models)")
+    with open(fixed_from, encoding="utf-8") as fh:
+      earlier = jsonlib.load(fh)["runs"]
+  setups = _setups(images, cifar_images, sigmas, cifar_epochs, skip)
+  rows = {key: {m: [] for m in ["fixed", *rules]} for key in setups}
+  choice = {"fixed": None, "budgeted": GRID, "anytime": rule_anytime}
+  cert_key, out, t_start = jax.random.key(1), {}, time.perf_counter()
+  for c in range(max(-(-len(s["idx"]) // chunk) for s in setups.values())):
     for key, s in setups.items():
-      ids = s["idx"][c * args.chunk : (c + 1) * args.chunk]
+      ids = s["idx"][c * chunk : (c + 1) * chunk]
       if not len(ids):
         continue
       x, y = s["x"][ids], s["y"][ids]
-      common = dict(
-        sigma=s["sigma"],
-        num_classes=10,
-        n0=args.n0,
-        n=args.n,
-        alpha=args.alpha,
-        batch_size=args.batch_size,
-        ids=ids,
-      )
-      rules = {"fixed": None, "budgeted": GRID, "anytime": rule_anytime}
+      common = dict(sigma=s["sigma"], num_classes=10, n0=n0, n=n, alpha=alpha,
+                    batch_size=batch_size, ids=ids)  # fmt: skip
       for method in rows[key]:
-        budget = rules[method]
         if earlier is not None and method == "fixed":
           rows[key][method].append(_earlier_rows(earlier, key, ids, "fixed"))
           continue
-        t0 = time.perf_counter()
+        budget, t0 = choice[method], time.perf_counter()
         cert = rsjax.certify(cert_key, s["apply_fn"], s["params"], x, budget=budget, **common)
-        dt = time.perf_counter() - t0
-        used = cert.num_samples if budget is not None else np.full(len(ids), args.n)
-        rows[key][method].append(
-          dict(correct=(cert.prediction == y), radius=cert.radius, samples=used, seconds=dt)
-        )
+        used = cert.num_samples if budget is not None else np.full(len(ids), n)
+        rows[key][method].append(dict(correct=(cert.prediction == y), radius=cert.radius,
+                                      samples=used, seconds=time.perf_counter() - t0))  # fmt: skip
       out[key] = {
-        "model": s["model"],
-        "sigma": s["sigma"],
-        "clean_accuracy": s["clean_accuracy"],
-        "test_indices": [int(i) for i in s["idx"][: (c + 1) * args.chunk]],
+        "model": s["model"], "sigma": s["sigma"], "clean_accuracy": s["clean_accuracy"],
+        "test_indices": [int(i) for i in s["idx"][: (c + 1) * chunk]],
         **{m: _summary(r, GRID) for m, r in rows[key].items()},
-      }
+      }  # fmt: skip
       if earlier is not None:
         _same_rows(rows[key]["budgeted"][-1], _earlier_rows(earlier, key, ids, "budgeted"), key)
-        out[key]["fixed_from"] = args.fixed_from
-      f = out[key]["fixed"]
-      for rule in args.rules:
-        b, tag = out[key][rule], "" if rule == "budgeted" else f"_{rule}"
-        out[key]["samples_ratio" + tag] = f["mean_samples"] / b["mean_samples"]
-        # None with --fixed-from: fixed N's time was taken in another run.
-        wall = f["wall_s"] / b["wall_s"] if np.isfinite(f["wall_s"]) else None
-        out[key]["wall_ratio" + tag] = wall
-        out[key]["max_accuracy_gap_points" + tag] = 100 * max(
-          abs(f["certified_accuracy"][r] - b["certified_accuracy"][r])
-          for r in f["certified_accuracy"]
-        )
-        print(
-          f"[{time.perf_counter() - t_start:7.0f}s] {key} {rule}: {b['images']} images, samples "
-          f"{f['mean_samples']:.0f} vs {b['mean_samples']:.0f} "
-          f"({out[key]['samples_ratio' + tag]:.2f}x), wall {f['wall_s']:.0f}s vs "
-          f"{b['wall_s']:.0f}s ({wall or float('nan'):.2f}x), max accuracy gap "
-          f"{out[key]['max_accuracy_gap_points' + tag]:.1f} points",
-          flush=True,
-        )
-      budget = dataclasses.asdict(budgeted.Budget(GRID))
-      result = {
-        "grid": list(GRID),
-        "n": args.n,
-        "n0": args.n0,
-        "alpha": args.alpha,
-        "batch_size": args.batch_size,
-        "chunk": args.chunk,
-        "budget": budget,
+        out[key]["fixed_from"] = fixed_from
+      _ratios(out[key], rules, key, time.perf_counter() - t_start)
+      dump_json(json, {
+        "grid": list(GRID), "n": n, "n0": n0, "alpha": alpha, "batch_size": batch_size,
+        "chunk": chunk, "budget": dataclasses.asdict(budgeted_lib.Budget(GRID)),
         "anytime": {**dataclasses.asdict(rule_anytime), "rule": anytime.RULE},
-        "looks": [int(v) for v in budgeted.Budget(GRID).looks(args.n)],
-        "jax": jax.__version__,
-        "device": str(jax.devices()[0]),
-        "runs": out,
-      }
-      dump_json(args.json, result)
+        "looks": [int(v) for v in budgeted_lib.Budget(GRID).looks(n)],
+        "jax": jax.__version__, "device": str(jax.devices()[0]), "runs": out,
+      })  # fmt: skip
   return out
 
 
-if __name__ == "__main__":
-  main()
+# ------------------------------------------------------------------------------------------------
+# The frontier: Anytime's (mixture_share, agree_weight) on MNIST and on the streams
+# ------------------------------------------------------------------------------------------------
+
+
+def all_agree_stop(m: float, a: float, w: float, n_max: int) -> int:
+  """The first ``t`` at which an all-agree input's wealth reaches ``1 / a`` (``n_max + 1``: never)."""
+  t = np.arange(1, n_max + 1)
+  ok = checks.mixture_log_wealth(t, t, m, w) >= -math.log(a) + 1e-9
+  return int(t[np.argmax(ok)]) if ok.any() else n_max + 1
+
+
+def table(share: float, w: float, *, sigma: float, n_max: int, alpha: float) -> anytime.Decisions:
+  """The ``Anytime`` rule's decisions at one ``(mixture_share, agree_weight)``."""
+  rule = anytime.Anytime(grid=GRID, mixture_share=share, agree_weight=w)
+  return anytime.anytime_decisions(rule, n_max=n_max, alpha=alpha, scales=sigma)
+
+
+def streams_part(
+  share: float,
+  w: float,
+  *,
+  streams: int,
+  sigma: float,
+  n_max: int,
+  alpha: float,
+  exact: bool = True,
+):
+  """The streams metrics of one ``(share, w)``."""
+  dec = table(share, w, sigma=sigma, n_max=n_max, alpha=alpha)
+  ms = dec.m[0]
+  lk = dec.looks
+  top = int(np.searchsorted(ms, stats.clopper_pearson_lower(n_max, n_max, alpha), "right")) - 1
+  per = {}
+  for ip, p in enumerate(PS):
+    rng = np.random.default_rng(1000 + ip)
+    cum = np.cumsum(rng.binomial(np.diff(np.concatenate([[0], lk]))[None, :], p,
+                                 size=(streams, len(lk))), axis=1)  # fmt: skip
+    pos = {int(n): i for i, n in enumerate(lk)}
+
+    def count_fn(active, start, stop, cum=cum, pos=pos):
+      return cum[active, pos[stop]] - (cum[active, pos[start]] if start else 0)
+
+    _, used, pl = anytime.run_decisions(dec, count_fn, np.zeros(streams, np.int64))
+    lvl = np.searchsorted(ms, pl, "right") - 1
+    fixed = np.searchsorted(ms, stats.clopper_pearson_lower(cum[:, -1], n_max, alpha), "right") - 1
+    per[str(p)] = {
+      "mean_samples": float(used.mean()),
+      "lost_vs_fixed": float(np.mean(lvl < fixed)),
+      "floor": wald_floor(p, ms, alpha, top, decide=False),
+      "floor_decide": wald_floor(p, ms, alpha, top, decide=True),
+    }
+  dec_p = [str(p) for p in PS if per[str(p)]["floor"] <= n_max]
+  worst = (
+    max(sum(anytime.exact_error(dec, j)) for j, m in enumerate(ms) if m < 1) if exact else None
+  )
+  return {
+    "mix_ratio_fixed": n_max / float(np.mean([per[str(p)]["mean_samples"] for p in MIX])),
+    "ratio_to_floor_decide": sum(per[p]["mean_samples"] for p in dec_p)
+    / sum(per[p]["floor_decide"] for p in dec_p),
+    "lost_at_0.999": per["0.999"]["lost_vs_fixed"],
+    "lost_elsewhere": max(v["lost_vs_fixed"] for p, v in per.items() if p not in ("0.999", "0.5")),
+    "all_agree_samples": per["1.0"]["mean_samples"],
+    "exact_worst_error": worst,
+    "per_p": per,
+  }
+
+
+def mnist_part(run: dict, rule: dict, share: float, w: float, *, n_max: int, alpha: float) -> dict:
+  """The MNIST ratio a ``(share, w)`` rule with a look at every sample could reach at most.
+
+  Args:
+    run: one ``runs`` entry of a ``benchmarks.budgeted`` JSON.
+    rule: that JSON's ``anytime`` entry (the rule the run used).
+    share, w: the setting to bound.
+    n_max, alpha: the run's.
+  """
+  sigma = float(run["sigma"])
+  used = np.asarray(run["anytime"]["per_input"]["samples"], np.float64)
+  radius = np.asarray(run["anytime"]["per_input"]["radius"])
+  ms = anytime.level_table(GRID, noise.get_noise(None), sigma, 1)
+  top = int(np.searchsorted(ms, stats.clopper_pearson_lower(n_max, n_max, alpha), "right")) - 1
+  # The run's own all-agree stop: its first look at or past the crossing of the top level.
+  run_share = float(rule.get("mixture_share", 0.5))
+  run_w = float(rule.get("agree_weight", 0.0))
+  looks = np.asarray(checks.anytime_looks(n_max, int(rule["first"]), float(rule["ratio"])))
+  cross = all_agree_stop(float(ms[top]), alpha * run_share, run_w, n_max)
+  n_run = int(looks[np.searchsorted(looks, cross)])
+  # Digits that stopped there at the top level saw no sample disagree before it.
+  agree = (used == n_run) & (radius >= GRID[top] - 1e-9)
+  n_star = all_agree_stop(float(ms[top]), alpha * share, w, n_max)
+  others = np.where(used[~agree] >= n_max, n_max, used[~agree] / float(rule["ratio"])).sum()
+  total = agree.sum() * n_star + others
+  return {
+    "all_agree_digits": int(agree.sum()),
+    "all_agree_measured_samples": n_run,
+    "all_agree_stop_every_sample": n_star,
+    "others_optimistic_samples": float(others),
+    "ratio_at_most": n_max * len(used) / float(total),
+  }
+
+
+def frontier(
+  *,
+  run_json: str = "benchmarks/results/budgeted_anytime_share06.json",
+  run: str = "mnist-lenet sigma=0.25",
+  shares: tuple[float, ...] = (0.6, 0.7),
+  weights: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 0.9, 0.99),
+  streams: int = 2000,
+  exact: bool = True,
+  json: str | None = "benchmarks/results/budgeted_frontier.json",
+) -> dict:
+  """``Anytime``'s ``(mixture_share, agree_weight)`` trade-off (see the module docstring): the
+  MNIST bound from ``run`` of ``run_json`` and the streams' figures at each of ``shares`` x
+  ``weights`` (``exact``: with the exact worst errors; False for quick runs)."""
+  settings = dict(locals())
+  with open(run_json, encoding="utf-8") as fh:
+    bench = jsonlib.load(fh)
+  entry = bench["runs"][run]
+  n_max, alpha, sigma = int(bench["n"]), float(bench["alpha"]), float(entry["sigma"])
+  t0 = time.perf_counter()
+  rows = []
+  for share in shares:
+    for w in weights:
+      row = {"share": share, "w": w,
+             "mnist": mnist_part(entry, bench["anytime"], share, w, n_max=n_max, alpha=alpha),
+             "streams": streams_part(share, w, streams=streams, sigma=sigma, n_max=n_max,
+                                     alpha=alpha, exact=exact)}  # fmt: skip
+      rows.append(row)
+      s, mn = row["streams"], row["mnist"]
+      print(
+        f"share {share:.2f} w {w:.2f}: MNIST all-agree stop {mn['all_agree_stop_every_sample']}"
+        f", ratio <= {mn['ratio_at_most']:.2f}x | streams mix {s['mix_ratio_fixed']:.2f}x, "
+        f"decide floor {s['ratio_to_floor_decide']:.3f}x, lost@.999 {s['lost_at_0.999']:.4f}, "
+        f"lost elsewhere {s['lost_elsewhere']:.4f}, all-agree {s['all_agree_samples']:.0f}, "
+        f"exact worst {s['exact_worst_error'] or float('nan'):.2e}",
+        flush=True,
+      )
+  out = {
+    "settings": {
+      **settings,
+      "n_max": n_max,
+      "alpha": alpha,
+      "sigma": sigma,
+      "seconds": time.perf_counter() - t0,
+    },  # fmt: skip
+    "rows": rows,
+  }
+  dump_json(json, out)
+  return out

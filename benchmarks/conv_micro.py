@@ -1,9 +1,9 @@
 """The 16-channel 3x3 convolution of the CIFAR ResNets' first stage, alone, and its rewrites.
 
-Each case runs one ``jax.jit`` program: a ``fori_loop`` of ``--loop`` (10)
+Each case runs one ``jax.jit`` program: a ``fori_loop`` of ``loop`` (10)
 convolutions, each feeding the next, on one batch; timed with
-``block_until_ready``, best of ``--reps`` (3). Every case covers the same ``B``
-samples (``--batch``, 14,288 by default on a GPU):
+``block_until_ready``, best of ``reps`` (3). Every case covers the same ``B``
+samples (``batch``, 14,288 by default on a GPU):
 
 * ``base16``: 16 -> 16 channels at 32x32, batch B (the kernel to beat);
 * ``pack2``: two samples in the channel axis, block-diagonal 32 -> 32, batch B/2;
@@ -16,26 +16,22 @@ Each with the epilogues ``plain`` (the convolution alone), ``bias_relu``
 (``relu(conv + b)``) and ``bias_res_relu`` (``relu(conv + b + x)``): the two
 patterns that XLA's cuDNN fused-convolution rewriter turns into one cuDNN call
 when batch norm is folded. Running the command again with
-``XLA_FLAGS=--xla_disable_hlo_passes=cudnn-fused-convolution-rewriter`` (``--tag``
+``XLA_FLAGS=--xla_disable_hlo_passes=cudnn-fused-convolution-rewriter`` (``tag``
 names the row set) gives the same cases unfused.
 
 Reported per case: ms per convolution, executed FLOPs (``rsjax.bench.costs``: 2 x
 MACs, so packing counts its zero blocks) and TFLOP/s, the useful TFLOP/s (the
 base case's FLOPs over the same B samples), the bytes one convolution must move
-(input, output, residual, weights) and the GB/s that makes. ``--check`` first
+(input, output, residual, weights) and the GB/s that makes. ``check`` first
 runs every rewrite at a small batch (16) and prints the largest difference of its
 unpacked output from the base case's (equal up to rounding).
 
-Command::
-
-  python -m benchmarks.conv_micro --batch 14288 --precision bf16 --json conv_micro.json
+The command: ``benchmarks/configs/conv_micro.py`` (the lease's stage s1).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import time
 
@@ -43,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.measure import dump_json
 from rsjax.bench.costs import op_costs
 
 CHANNELS = 16
@@ -205,7 +202,7 @@ def time_case(case: Case, epilogue: str, *, batch: int, dtype, loop: int, reps: 
   }
 
 
-def check(dtype, *, batch: int = 16, loop: int = 2) -> dict:
+def check_rewrites(dtype, *, batch: int = 16, loop: int = 2) -> dict:
   """Max |difference| of each rewrite's unpacked output from the base case's, per epilogue."""
   w16, b16 = base_weights()
   out = {}
@@ -223,53 +220,45 @@ def check(dtype, *, batch: int = 16, loop: int = 2) -> dict:
   return out
 
 
-def main(argv=None) -> dict:
-  """Runs the cases named by the command line; prints a table, writes the JSON."""
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  on_gpu = jax.default_backend() == "gpu"
-  p.add_argument("--batch", type=int, default=14_288 if on_gpu else 16, help="samples B")
-  p.add_argument("--precision", default="bf16", choices=sorted(DTYPES))
-  p.add_argument("--cases", default=",".join(c.name for c in CASES))
-  p.add_argument("--epilogues", default=",".join(EPILOGUES))
-  p.add_argument("--loop", type=int, default=10, help="convolutions per program")
-  p.add_argument("--reps", type=int, default=3, help="timed runs (the best counts)")
-  p.add_argument("--check", action="store_true", help="rewrites equal the base case first")
-  p.add_argument("--tag", default="default", help="names this row set (e.g. 'unfused')")
-  p.add_argument("--json", default=None, help="write the rows here")
-  a = p.parse_args(argv)
-  dtype = DTYPES[a.precision]
-  if a.batch % 4:
-    p.error("--batch must be a multiple of 4 (the 4-packed case)")
+def conv_micro(
+  *,
+  batch: int | None = None,
+  precision: str = "bf16",
+  cases: str = ",".join(c.name for c in CASES),
+  epilogues: str = ",".join(EPILOGUES),
+  loop: int = 10,
+  reps: int = 3,
+  check: bool = False,
+  tag: str = "default",
+  json: str | None = None,
+) -> dict:
+  """Times ``cases`` x ``epilogues`` at ``batch`` samples (default 14,288 on a GPU, 16
+  elsewhere; a multiple of 4), ``loop`` convolutions a program, best of ``reps``; ``check``:
+  the rewrites equal the base case first; ``tag`` names the row set (e.g. "unfused")."""
+  batch = batch or (14_288 if jax.default_backend() == "gpu" else 16)
+  dtype = DTYPES[precision]
+  if batch % 4:
+    raise SystemExit("batch must be a multiple of 4 (the 4-packed case)")
   res = {
-    "tag": a.tag,
-    "precision": a.precision,
-    "batch": a.batch,
-    "loop": a.loop,
-    "device": str(jax.devices()[0]),
-    "xla_flags": os.environ.get("XLA_FLAGS", ""),
-  }
-  if a.check:
-    res["check"] = check(dtype)
+    "tag": tag, "precision": precision, "batch": batch, "loop": loop,
+    "device": str(jax.devices()[0]), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+  }  # fmt: skip
+  if check:
+    res["check"] = check_rewrites(dtype)
     for k, v in res["check"].items():
       print(f"check {k}: max |diff| {v['max_abs_diff']:.3g} (scale {v['scale']:.3g})", flush=True)
   by_name = {c.name: c for c in CASES}
   rows = []
-  for name in a.cases.split(","):
-    for epilogue in a.epilogues.split(","):
-      r = time_case(by_name[name], epilogue, batch=a.batch, dtype=dtype, loop=a.loop, reps=a.reps)
-      rows.append(dict(r, tag=a.tag))
+  for name in cases.split(","):
+    for epilogue in epilogues.split(","):
+      r = time_case(by_name[name], epilogue, batch=batch, dtype=dtype, loop=loop, reps=reps)
+      rows.append(dict(r, tag=tag))
       print(
-        f"{a.tag:8s} {name:7s} {epilogue:14s} {r['ms_per_conv']:8.3f} ms  "
+        f"{tag:8s} {name:7s} {epilogue:14s} {r['ms_per_conv']:8.3f} ms  "
         f"{r['tflops']:7.2f} TFLOP/s (useful {r['useful_tflops']:7.2f})  "
         f"{r['gbytes_per_s']:8.1f} GB/s  first {r['first_call_s']:.2f} s",
         flush=True,
       )
   res["rows"] = rows
-  if a.json:
-    with open(a.json, "w", encoding="utf-8") as fh:
-      json.dump(res, fh, indent=1)
+  dump_json(json, res)
   return res
-
-
-if __name__ == "__main__":
-  main()

@@ -2,7 +2,7 @@
 # One device lease as one command: a list of config runs (`python -m benchmarks.run --config
 # benchmarks/configs/X.py --set KEY=VALUE ...`), stages in the order of what they decide, each under its own
 # time limit, all inside BUDGET seconds (540: one 600 s device call with room to spare). Each stage
-# appends a line to $OUT/stages.jsonl when it ends and `python -m benchmarks.lease merge` then
+# appends a line to $OUT/stages.jsonl when it ends and `python -m benchmarks.run --lease-merge` then
 # rewrites $OUT/gpu.json (every stage: status, seconds, limit, log, rows), so a stage killed by its
 # limit loses only itself, and so does the whole command cut short. Every output is under $OUT.
 #
@@ -20,7 +20,7 @@
 # Stages (limit, s) and what each decides:
 #   s0  env (20): versions (jax, jaxlib, flax, torch, CUDA, cuDNN), nvidia-smi, the device, the
 #       topology's target_config (for later deviceless compiles): env.json, nvidia-smi.txt.
-#   s1  conv (60), conv_unfused (30): the 16-channel 3x3 conv alone (benchmarks/conv_micro.py) at
+#   s1  conv (60), conv_unfused (30): the 16-channel 3x3 conv alone (benchmarks/configs/conv_micro.py) at
 #       batch CONV_BATCH: packed 2/4, zero-padded, grouped, the 32-ch stage-2 reference, with and
 #       without the fused epilogues; conv_unfused repeats the base and 2-packed cases with the
 #       cudnn-fused-convolution-rewriter pass disabled. Decides whether packing, padding or fused
@@ -31,7 +31,7 @@
 #       command buffers off. Decides fixed cost against device work.
 #   s3  r110_base, r110_fold, r110_fold_unfused, r110_pack2, r110_pack2_fold, r110_pack4 (30
 #       each): ResNet-110 bf16, rsjax alone, one process per variant, batch BATCH, IMAGES images:
-#       --fold-bn, --fold-bn with the fused-conv rewriter off, --pack 2/4 (with --fold-bn).
+#       args.fold_bn, folded with the fused-conv rewriter off, args.pack 2/4 (2 also folded).
 #   s4  r50 (100): ResNet-50 bf16 (224 px, R50_SIZE), batch R50_BATCH, N = R50_NUM, rsjax alone,
 #       compile seconds apart from seconds per image; autotune_r50.txtpb.
 #   s5  twin_<model> for each of TWIN_MODELS (what is left of BUDGET; a model starts only with
@@ -82,7 +82,7 @@ lim() { echo $(($1 * LIMIT_SCALE / 100)); }
 record() {  # record NAME STATUS RC SECONDS LIMIT JSON: one line of stages.jsonl, then the merge
   printf '{"stage": "%s", "status": "%s", "rc": %s, "seconds": %s, "limit": %s, "log": "%s", "json": "%s"}\n' \
     "$1" "$2" "$3" "$4" "$5" "logs/$1.log" "$6" >>"$OUT/stages.jsonl"
-  "$PY" -m benchmarks.lease merge "$OUT" >/dev/null 2>&1 || echo "merge failed"
+  "$PY" -m benchmarks.run --lease-merge "$OUT" >/dev/null 2>&1 || echo "merge failed"
 }
 
 stage() {  # stage NAME LIMIT JSON COMMAND...: COMMAND under min(LIMIT, what is left of BUDGET)
@@ -131,7 +131,7 @@ cfg() {  # cfg CONFIG KEY=VALUE...: CMD = the run of benchmarks/configs/CONFIG.p
 suite() {  # suite NAME LIMIT XLA_FLAGS KEY=VALUE...: one run of configs/gpu_suite.py
   local name=$1 limit=$2 flags=$3
   shift 3
-  cfg gpu_suite "json=$OUT/$name.json" "args.cache_dir=$CACHE_DIR" "$@"
+  cfg gpu_suite "json=$OUT/$name.json" "args.compile_cache=$CACHE_DIR" "$@"
   stage "$name" "$limit" "$name.json" env XLA_FLAGS="$flags" "${CMD[@]}"
 }
 
@@ -139,7 +139,7 @@ r110() {  # r110 NAME XLA_FLAGS KEY=VALUE...: a ResNet-110 bf16 variant, rsjax a
   local name=$1 flags=$2
   shift 2
   suite "$name" "$(lim 30)" "$flags" args.models=resnet110 args.precisions=bf16 "args.num=$NUM" \
-    "args.n0=$N0" "args.images=$IMAGES" "args.batch_size=$BATCH" args.no_reference=true "$@"
+    "args.n0=$N0" "args.images=$IMAGES" "args.batch_size=$BATCH" args.reference=false "$@"
 }
 
 twin() {  # twin MODEL: rsjax, the eager twin and the compiled twin on one model, bf16
@@ -161,7 +161,7 @@ s0() {
   nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
     >>"$OUT/nvidia-smi.txt" 2>&1
-  stage env "$(lim 20)" env.json "$PY" -m benchmarks.lease env "$OUT"
+  stage env "$(lim 20)" env.json "$PY" -m benchmarks.run --lease-env "$OUT"
 }
 
 s1() {
@@ -202,7 +202,7 @@ s3() {
 s4() {
   suite r50 "$(lim 100)" "$(xla "$(dump autotune_r50.txtpb)")" args.models=resnet50 \
     args.precisions=bf16 "args.num=$R50_NUM" "args.n0=$N0" args.images=1 \
-    "args.batch_size=$R50_BATCH" args.no_reference=true ${R50_SIZE:+"args.input_size=$R50_SIZE"}
+    "args.batch_size=$R50_BATCH" args.reference=false ${R50_SIZE:+"args.input_size=$R50_SIZE"}
 }
 
 s5() {
@@ -242,4 +242,4 @@ for s in "$@"; do
   esac
 done
 echo "=== done in $((SECONDS - T0)) s (budget ${BUDGET} s)"
-"$PY" -m benchmarks.lease merge "$OUT"
+"$PY" -m benchmarks.run --lease-merge "$OUT"

@@ -1,33 +1,30 @@
-"""Where the time of one certification goes, piece by piece (default: ResNet-110 on this device).
+"""Where one certification's time goes: piece by piece on this device (:func:`profile`), and on
+an accelerator from a ``jax.profiler`` trace (:func:`trace`).
 
-Times, for one input and the engine's batch ``b`` (``batch_size="auto"`` unless
-``--batch-size``), best of ``--reps`` (wall and process CPU seconds, so a loaded
-shared machine can be read too):
+:func:`profile` times, for one input and the engine's batch ``b``, best of ``reps`` (wall and
+process CPU seconds): ``engine`` (``rsjax.sample_counts`` of ``num`` samples), ``noise`` (the
+engine's noise alone, per step), ``forward`` (``apply_fn`` on ``[b, ...]``), ``count + rest``
+(engine minus noise and forward), ``launch`` (one single-sample call minus a forward of one),
+``host statistics`` (bound and radius of one input); and per 3x3 convolution of each CIFAR
+ResNet stage, XLA in NHWC and NCHW against PyTorch at the same batch. ``noise=True`` instead
+times the Gaussian noise streams alone (1,000 samples of 784 normals, one key per sample):
+``jax.random.normal`` (and its RBG keys), the default stream and ``gaussian_fast``.
 
-* ``engine``: ``rsjax.sample_counts`` for ``--num`` samples (noise + forward + count);
-* ``noise``: the engine's noise alone (``sample_noise`` of ``b`` samples, per step);
-* ``forward``: ``apply_fn`` alone on a ``[b, ...]`` batch (per step);
-* ``count + rest``: engine minus noise and forward (noisy input, argmax, counts, loop);
-* ``launch``: one ``sample_counts`` call of a single sample, minus a forward of one;
-* ``host statistics``: Clopper-Pearson bound and radius of one input (SciPy);
-* per 3x3 convolution of each CIFAR ResNet stage (16, 32, 64 channels), XLA in
-  NHWC and NCHW layouts against PyTorch (NCHW) at the same batch, and the
-  whole forward in PyTorch (when installed), to show which kernels lose.
-
-``--noise`` instead times the Gaussian noise streams alone (1,000 samples of
-784 normals, one key per sample as in the engine): ``jax.random.normal``, the
-default stream (``jax.extend.random.threefry_2x32``, which JAX lowers on CPU to a
-rolled loop) and ``gaussian_fast`` (13 rounds, written out, fused).
-
-Commands::
-
-  python -m benchmarks.profile --model resnet110 --num 416 --reps 3
-  python -m benchmarks.profile --noise --reps 5
+:func:`trace`: one warm-up image, then one under ``jax.profiler.trace``; the trace's device
+events summarized: kernels per op class with their time, the device's busy time (the union of
+its kernels' intervals over every stream), the span from first to last kernel and the gaps in
+it, against the call's wall time. On a CPU the events are XLA's thunks (a check of the parsing);
+the figures that matter come from a GPU. Writes ``out/trace_summary.json`` and the trace.
 """
 
 from __future__ import annotations
 
-import argparse
+import glob
+import gzip
+import json as jsonlib
+import os
+import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -41,10 +38,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import rsjax  # noqa: E402
-from benchmarks.common import dump_json  # noqa: E402
+from benchmarks import measure  # noqa: E402
+from benchmarks.measure import N0, row_model  # noqa: E402
 from rsjax import models, stats  # noqa: E402
-from rsjax import noise as noise_lib
+from rsjax import noise as noise_lib  # noqa: E402
 from rsjax.engine import batching  # noqa: E402
+
+__all__ = ["noise_streams", "pieces", "profile", "report", "summarize", "trace"]
 
 SIGMA = 0.25
 
@@ -105,10 +105,8 @@ def conv_stages(batch: int, reps: int) -> list[dict]:
   return rows
 
 
-def profile(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dict:
+def pieces(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dict:
   """Piece-by-piece times of ``name``'s certification on the first device (see module doc)."""
-  from benchmarks import measure
-
   spec = measure.SPECS[name]
   model = models.create_model(
     name, num_classes=spec.num_classes, input_shape=spec.input_shape, rngs=seed
@@ -256,36 +254,174 @@ def report(out: dict) -> str:
   return "\n".join(lines)
 
 
-def main(argv=None) -> dict:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--model", default="resnet110")
-  p.add_argument("--num", type=int, default=416, help="samples of the engine run")
-  p.add_argument("--batch-size", default="auto")
-  p.add_argument("--reps", type=int, default=3)
-  p.add_argument("--noise", action="store_true", help="time the Gaussian noise streams only")
-  p.add_argument("--json", default=None)
-  args = p.parse_args(argv)
-  if args.noise:
-    out = noise_streams(args.reps)
+#: Op classes, first match wins, by substrings of the kernel name or its HLO op (lower case).
+CLASSES = (
+  ("convolution", ("conv", "fprop", "dgrad", "wgrad", "cudnn", "implicit_gemm")),
+  ("matmul", ("gemm", "cublas", "nvjet", "matmul", "dot", "cutlass", "xmma", "gmma")),
+  ("random", ("threefry", "rng", "random", "philox")),
+  ("reduction", ("reduce", "argmax", "scatter", "sort")),
+  ("copy", ("memcpy", "memset", "copy", "transpose")),
+  ("fusion", ("fusion", "loop_", "input_", "kernel")),
+)
+
+
+def op_class(name: str, hlo_op: str = "") -> str:
+  """The class of a kernel by its name and HLO op (see ``CLASSES``; else ``"other"``)."""
+  text = f"{name} {hlo_op}".lower()
+  for cls, keys in CLASSES:
+    if any(k in text for k in keys):
+      return cls
+  return "other"
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+  total, end = 0.0, -float("inf")
+  for a, b in sorted(intervals):
+    if b <= end:
+      continue
+    total += b - max(a, end)
+    end = b
+  return total
+
+
+def summarize(trace: dict) -> dict:
+  """Summary of a perfetto trace's device events (see module doc); times in milliseconds."""
+  events = trace["traceEvents"] if isinstance(trace, dict) else trace
+  procs = {
+    e["pid"]: e["args"]["name"]
+    for e in events
+    if e.get("ph") == "M" and e.get("name") == "process_name"
+  }
+  threads = {
+    (e["pid"], e.get("tid")): e["args"]["name"]
+    for e in events
+    if e.get("ph") == "M" and e.get("name") == "thread_name"
+  }
+  gpu = {p for p, n in procs.items() if "/device:" in n and "CPU" not in n.upper()}
+  if gpu:
+    dev = [e for e in events if e.get("ph") == "X" and e["pid"] in gpu]
+    source = "gpu"
+  else:  # XLA:CPU: the thunks run on XLA's worker threads, not on the Python thread
+    dev = [
+      e
+      for e in events
+      if e.get("ph") == "X"
+      and "XLA" in threads.get((e["pid"], e.get("tid")), "")
+      and "Client" not in threads.get((e["pid"], e.get("tid")), "")
+      and not e["name"].startswith("ThunkExecutor")  # the container of the thunks below it
+    ]
+    source = "cpu threads"
+  by_class: dict[str, dict] = {}
+  top: dict[str, dict] = {}
+  intervals = []
+  for e in dev:
+    dur = float(e.get("dur", 0.0)) / 1e3
+    hlo = str((e.get("args") or {}).get("hlo_op", ""))
+    cls = op_class(e["name"], hlo)
+    c = by_class.setdefault(cls, {"kernels": 0, "ms": 0.0})
+    c["kernels"] += 1
+    c["ms"] += dur
+    t = top.setdefault(e["name"][:80], {"class": cls, "kernels": 0, "ms": 0.0})
+    t["kernels"] += 1
+    t["ms"] += dur
+    intervals.append((float(e["ts"]) / 1e3, float(e["ts"]) / 1e3 + dur))
+  busy = _union_length(intervals)
+  span = (max(b for _, b in intervals) - min(a for a, _ in intervals)) if intervals else 0.0
+  return {
+    "source": source,
+    "kernels": len(dev),
+    "kernel_ms": sum(c["ms"] for c in by_class.values()),
+    "busy_ms": busy,
+    "span_ms": span,
+    "gap_ms": span - busy,
+    "by_class": dict(sorted(by_class.items(), key=lambda kv: -kv[1]["ms"])),
+    "top_kernels": dict(sorted(top.items(), key=lambda kv: -kv[1]["ms"])[:15]),
+  }
+
+
+def trace_certify(
+  name: str, precision: str, *, num: int, out: str, seed: int = 0, batch_size="auto"
+) -> dict:
+  """Traces one ``rsjax.certify`` of ``name`` (after a warm-up image); returns the summary."""
+  row = row_model(name, precision, num=num, batch_size=batch_size, seed=seed)
+  bs = row.batch_size
+  xs = np.random.default_rng(seed).random((2,) + row.spec.input_shape, dtype=np.float32)
+
+  def certify(i):
+    return row.certify(xs[i : i + 1], [i], n0=N0, num=num)
+
+  certify(0)
+  untraced, _ = measure.timed(lambda: certify(1))
+  logdir = tempfile.mkdtemp()
+  with jax.profiler.trace(logdir, create_perfetto_trace=True):
+    t = time.perf_counter()
+    certify(1)
+    wall = time.perf_counter() - t
+  (path,) = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "perfetto_trace.json.gz"))
+  with gzip.open(path, "rt", encoding="utf-8") as fh:
+    summary = summarize(jsonlib.load(fh))
+  os.makedirs(out, exist_ok=True)
+  shutil.copy(path, os.path.join(out, "perfetto_trace.json.gz"))
+  summary.update(
+    model=name,
+    precision=precision,
+    num=num,
+    n0=N0,
+    batch_size=bs,
+    wall_ms=wall * 1e3,
+    untraced_wall_ms=untraced * 1e3,
+    device=str(jax.devices()[0]),
+    jax=jax.__version__,
+  )
+  return summary
+
+
+def profile(
+  *,
+  model: str = "resnet110",
+  num: int = 416,
+  batch_size: int | str = "auto",
+  reps: int = 3,
+  noise: bool = False,
+  json: str | None = None,
+) -> dict:
+  """The pieces of one certification of ``model`` (or, with ``noise``, the noise streams)."""
+  if noise:
+    out = noise_streams(reps)
     print(
       "| stream | M normals / wall s | M normals / CPU s | batch-invariant |\n|---|---|---|---|"
     )
     for k, v in out.items():
-      print(
-        f"| {k} | {v['M_normals_per_wall_s']:.0f} | {v['M_normals_per_cpu_s']:.0f} | "
-        f"{'yes' if v['batch_invariant'] else 'NO'} |"
-      )
+      inv = "yes" if v["batch_invariant"] else "NO"
+      print(f"| {k} | {v['M_normals_per_wall_s']:.0f} | {v['M_normals_per_cpu_s']:.0f} | {inv} |")
   else:
-    out = profile(
-      args.model,
-      num=args.num,
-      batch_size=args.batch_size if args.batch_size == "auto" else int(args.batch_size),
-      reps=args.reps,
-    )
+    bs = batch_size if batch_size == "auto" else int(batch_size)
+    out = pieces(model, num=num, batch_size=bs, reps=reps)
     print(report(out))
-  dump_json(args.json, out)
+  measure.dump_json(json, out)
   return out
 
 
-if __name__ == "__main__":
-  main()
+def trace(
+  *,
+  model: str = "resnet110",
+  precision: str = "bf16",
+  num: int = 100_000,
+  out: str = ".",
+  batch_size: int | str = "auto",
+) -> dict:
+  """Traces one certification of ``model``; writes ``out/trace_summary.json``."""
+  bs = batch_size if batch_size == "auto" else int(batch_size)
+  s = trace_certify(model, precision, num=num, out=out, batch_size=bs)
+  measure.dump_json(os.path.join(out, "trace_summary.json"), s)
+  print(
+    f"{model} {precision}, N = {num}, batch {s['batch_size']} ({s['source']}): "
+    f"wall {s['wall_ms']:.1f} ms (untraced {s['untraced_wall_ms']:.1f}), "
+    f"{s['kernels']} kernels, busy {s['busy_ms']:.1f} ms, span {s['span_ms']:.1f} ms, "
+    f"gaps {s['gap_ms']:.1f} ms"
+  )
+  for cls, c in s["by_class"].items():
+    print(f"  {cls:12s} {c['kernels']:7d} kernels {c['ms']:10.2f} ms")
+  for k, c in s["top_kernels"].items():
+    print(f"  {c['ms']:10.2f} ms {c['kernels']:6d}x {c['class']:11s} {k}")
+  return s

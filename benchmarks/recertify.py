@@ -1,44 +1,52 @@
 """Incremental certification (``rsjax recertify``) against certifying each child from scratch.
 
-For each sigma: trains a parent LeNet with ``rsjax train`` (the demo's: mnist5k, 20 epochs),
+For each sigma: the demo's LeNet as the parent (``benchmarks.measure.demo_model``, 20 epochs),
 makes its children (``bf16``: the same model directory run in bfloat16; ``int8``: weight-only
-int8; ``prune``: magnitude pruning to ``--sparsity``, ``prune90`` to 90%; ``tuned``: ``rsjax train --init`` of the
-parent for ``--tune-epochs``), and certifies the test digits in blocks of ``--block`` images,
+int8; ``prune``: magnitude pruning to ``sparsity``, ``prune90`` to 90%; ``tuned``: ``rsjax train --init`` of the
+parent for ``tune_epochs``), and certifies the test digits in blocks of ``block`` images,
 each block its own runs (so the work resumes by block, and every run stays small):
 
-* the parent: ``rsjax certify`` (N0 100, N ``--n``, alpha 0.001);
-* each child recertified from that block's parent run: ``rsjax recertify`` (``--n-disagree``
+* the parent: ``rsjax certify`` (N0 100, N ``n``, alpha 0.001);
+* each child recertified from that block's parent run: ``rsjax recertify`` (``n_disagree``
   disagreement samples an input at alpha_2 0.001; ``--fallback`` for the pruned and tuned);
 * each child from scratch: ``rsjax certify`` as the parent.
 
 A run left unfinished resumes where it stopped (``rsjax certify`` resumes by default). Then
-``--report`` reads every block's finished runs, checks each with ``rsjax verify`` and writes
+``report`` reads every block's finished runs, checks each with ``rsjax verify`` and writes
 the samples, seconds, disagreement and certified accuracy of each child and sigma, over the
-images both its runs certified (``--out``).
+images both its runs certified (``json``).
 
 The paper's own baseline is also run: each child from scratch on as many samples as
-``rsjax recertify`` draws (N0 100 + N ``--n-disagree`` - 100, at alpha 0.002, the child's
-total). Commands (RESULTS.md's numbers; ``ROOT`` a scratch folder; each command is cut into
-pieces of at most 10 minutes by ``timeout 600`` and run again until it finishes)::
+``rsjax recertify`` draws (N0 100 + N ``n_disagree`` - 100, at alpha 0.002, the child's
+total). The parents are the demo's (``benchmarks.measure.demo_model``, cached); RESULTS.md's
+numbers come from ``benchmarks/configs/recertify.py`` (each of its runs cut into pieces of at
+most 10 minutes by ``timeout 600`` and run again until it finishes).
 
-  python -m benchmarks.recertify --root ROOT --blocks 0 --children int8 bf16
-  python -m benchmarks.recertify --root ROOT --blocks 0 --children prune tuned
-  python -m benchmarks.recertify --root ROOT --blocks 1 --children int8 bf16
-  python -m benchmarks.recertify --root ROOT --blocks 0 --children prune90
-  python -m benchmarks.recertify --root ROOT --blocks 2 3 4 --children int8 bf16
-  python -m benchmarks.recertify --root ROOT --report
+:func:`verify_speed`: how long ``rsjax verify`` takes on a synthetic 10,000-row certify file
+(10 classes, N0 100, N 100,000, alpha 0.001, sigma 0.25; counts from a Dirichlet-multinomial,
+radii from ``rsjax.certificate_from_counts``) with its run and certificate records: the command
+as a whole process (start-up and imports included) and ``rsjax.verify.verify`` in this process.
+The run names a dataset rsjax cannot load, so labels and inputs are not checked (the report
+says so); everything else is.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from typing import Any
 
 import numpy as np
 
-from benchmarks.common import dump_json
+from benchmarks.measure import demo_model, dump_json
 from rsjax import cli, models, verify
 from rsjax.runs import io
+
+__all__ = ["build_report", "recertify", "verify_speed", "write_run"]
 
 #: Certified accuracy is reported at these radii (the done-when's grid, up to 1.0) ...
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -57,15 +65,11 @@ def _cli(*argv: object) -> None:
     raise SystemExit(f"failed: rsjax {' '.join(map(str, argv))}")
 
 
-def _parent_dir(a: argparse.Namespace, sigma: float) -> str:
-  d = os.path.join(a.root, f"lenet_{sigma:g}")
-  if not os.path.isfile(os.path.join(d, "config.json")):
-    _cli("train", "--dataset", "mnist5k", "--model", "lenet", "--sigma", sigma, "--epochs",
-         a.epochs, "--out", d, "--quiet", "--overwrite")  # fmt: skip
-  return d
+def _parent_dir(a: Any, sigma: float) -> str:
+  return demo_model(sigma, epochs=a.epochs).directory
 
 
-def _child_dir(a: argparse.Namespace, sigma: float, name: str) -> tuple[str, tuple]:
+def _child_dir(a: Any, sigma: float, name: str) -> tuple[str, tuple]:
   """``(model directory, extra flags)`` of child ``name`` of the sigma's parent."""
   parent = _parent_dir(a, sigma)
   if name == "bf16":
@@ -92,11 +96,11 @@ def _child_dir(a: argparse.Namespace, sigma: float, name: str) -> tuple[str, tup
   return d, ()
 
 
-def _path(a: argparse.Namespace, sigma: float, block: int, what: str) -> str:
+def _path(a: Any, sigma: float, block: int, what: str) -> str:
   return os.path.join(a.root, f"s{sigma:g}", f"b{block}", f"{what}.tsv")
 
 
-def run_block(a: argparse.Namespace, sigma: float, block: int) -> None:
+def run_block(a: Any, sigma: float, block: int) -> None:
   """The block's parent run, then each child's recertify and from-scratch runs (resumed)."""
   start, stop = block * a.block, (block + 1) * a.block
   common = ("--dataset", "mnist5k", "--sigma", sigma, "--start", start, "--max", stop,
@@ -123,7 +127,7 @@ def _complete(path: str, want: int) -> bool:
   return os.path.isfile(path) and len(io.read_certify(path).idx) == want
 
 
-def _runs(a: argparse.Namespace, sigma: float, what: str) -> list[str]:
+def _runs(a: Any, sigma: float, what: str) -> list[str]:
   """The finished runs of ``what`` in block order, each checked by ``rsjax verify``."""
   out = []
   for b in range(a.max_blocks):
@@ -176,7 +180,7 @@ def cap_radius(sigma: float, n: int, alpha: float, zeta: float = 0.0) -> float:
   return float(sigma * norm.ppf(alpha ** (1.0 / n) - zeta))
 
 
-def child_report(a: argparse.Namespace, sigma: float, name: str) -> dict | None:
+def child_report(a: Any, sigma: float, name: str) -> dict | None:
   """One child's figures at one sigma, over the images both of its runs certified."""
   re, scratch = _side(_runs(a, sigma, f"{name}_re")), _side(_runs(a, sigma, f"{name}_scratch"))
   ids = sorted(set(re) & set(scratch))
@@ -218,9 +222,11 @@ def child_report(a: argparse.Namespace, sigma: float, name: str) -> dict | None:
   }
 
 
-def report(a: argparse.Namespace) -> dict:
-  """Every sigma's parent and children (the JSON of ``--out``)."""
-  out: dict = {"settings": {k: v for k, v in vars(a).items() if k not in ("root", "report")}}
+def build_report(a: Any) -> dict:
+  """Every sigma's parent and children (the JSON of ``json``)."""
+  out: dict = {
+    "settings": {k: v for k, v in vars(a).items() if k not in ("root", "report", "json")}
+  }
   for sigma in a.sigmas:
     key = f"sigma={sigma:g}"
     parent = _side(_runs(a, sigma, "parent"))
@@ -249,32 +255,91 @@ def report(a: argparse.Namespace) -> dict:
   return out
 
 
-def main(argv: list[str] | None = None) -> None:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--root", required=True, help="where the models and runs go (kept: resumable)")
-  p.add_argument("--sigmas", type=float, nargs="+", default=[0.25, 0.5])
-  p.add_argument("--blocks", type=int, nargs="*", default=[0])
-  p.add_argument("--block", type=int, default=10, help="images a block")
-  p.add_argument("--max-blocks", type=int, default=40, help="blocks --report looks for")
-  p.add_argument("--children", nargs="*", default=list(CHILDREN), choices=CHILDREN)
-  p.add_argument("--epochs", type=int, default=20)
-  p.add_argument("--n", type=int, default=100_000)
-  p.add_argument("--n-disagree", type=int, default=20_000)
-  p.add_argument("--batch", type=int, default=5000)
-  p.add_argument("--sparsity", type=float, default=0.5)
-  p.add_argument("--tune-epochs", type=int, default=1)
-  p.add_argument("--tune-lr", type=float, default=0.01)
-  p.add_argument("--report", action="store_true", help="write --out from the finished runs")
-  p.add_argument("--out", default="benchmarks/results/recertify.json")
-  a = p.parse_args(argv)
-  if a.report:
-    dump_json(a.out, report(a))
-    return
-  for block in a.blocks:
-    for sigma in a.sigmas:
-      run_block(a, sigma, block)
-      print(f"block {block} sigma {sigma:g}: done", flush=True)
+def write_run(path: str, rows: int, seed: int = 0) -> None:
+  import rsjax
+  from rsjax.runs import io, record
+  from rsjax.runs import spec as runspec
+
+  rng = np.random.default_rng(seed)
+  c, n0, n, alpha, sigma = 10, 100, 100_000, 0.001, 0.25
+  settings = rsjax.Sampling(n0=n0, n=n, alpha=alpha)
+  p = rng.dirichlet(np.full(c, 0.2), size=rows)
+  c0 = np.stack([rng.multinomial(n0, q) for q in p])
+  c1 = np.stack([rng.multinomial(n, q) for q in p])
+  cert = rsjax.certificate_from_counts(
+    c0, c1, n=n, alpha=alpha, scale=np.full(rows, sigma), dim=784
+  )
+  labels = rng.integers(0, c, rows)
+  run = runspec.RunSpec(
+    model=runspec.ModelRef(fingerprint="synthetic"),
+    data=runspec.DataRef(
+      name="synthetic-bench", split="test", size=rows, input_shape=(28, 28, 1), num_classes=c
+    ),
+    sigma=sigma,
+    sampling=record.sampling_fields(settings),
+    versions=record.versions(),
+  )
+  x = np.zeros((28, 28, 1), np.float32)
+  with (
+    io.ResultsWriter(path, kind="certify", resume=False, run=run) as w,
+    record.RecordWriter(path) as rec,
+  ):
+    for i in range(rows):
+      rec.write(i, record.row(cert, i, x, n=n))
+      w.write(idx=i, label=labels[i], predict=cert.prediction[i], radius=cert.radius[i])
 
 
-if __name__ == "__main__":
-  main()
+def recertify(
+  *,
+  root: str = "build/recertify",
+  sigmas: tuple[float, ...] = (0.25, 0.5),
+  blocks: tuple[int, ...] = (0,),
+  block: int = 10,
+  max_blocks: int = 40,
+  children: tuple[str, ...] = CHILDREN,
+  epochs: int = 20,
+  n: int = 100_000,
+  n_disagree: int = 20_000,
+  batch: int = 5000,
+  sparsity: float = 0.5,
+  tune_epochs: int = 1,
+  tune_lr: float = 0.01,
+  report: bool = False,
+  json: str = "benchmarks/results/recertify.json",
+) -> dict | None:
+  """Runs ``blocks`` of ``block`` images for each sigma and child (resumed; the runs under
+  ``root``); with ``report``, writes ``json`` from the finished runs of ``max_blocks`` blocks."""
+  bad = [c for c in children if c not in CHILDREN]
+  if bad:
+    raise SystemExit(f"children: unknown {bad}; choose from {CHILDREN}")
+  a = types.SimpleNamespace(**{k: v for k, v in locals().items() if k != "bad"})
+  if report:
+    out = build_report(a)
+    dump_json(json, out)
+    return out
+  for b in blocks:
+    for sigma in sigmas:
+      run_block(a, sigma, b)
+      print(f"block {b} sigma {sigma:g}: done", flush=True)
+  return None
+
+
+def verify_speed(*, rows: int = 10_000, json: str | None = None) -> dict:
+  """Times ``rsjax verify`` (the process) and ``rsjax.verify.verify`` on a ``rows`` run."""
+  with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "run.tsv")
+    write_run(path, rows)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "rsjax.cli", "verify", path],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rep = verify.verify(path)
+    dt = time.perf_counter() - t0
+  print(
+    f"rows {rep.rows}: 'rsjax verify' {wall:.2f} s wall (start-up included, exit "
+    f"{proc.returncode}); verify.verify {dt:.2f} s in process; all match: {rep.ok}"
+  )
+  out = {"rows": rep.rows, "command_wall_s": wall, "verify_s": dt, "ok": rep.ok}
+  dump_json(json, out)
+  return out

@@ -20,7 +20,7 @@ counts at the union of every rule's looks) and each rule runs on them:
 * ``floor``: the oracle SPRT that knows ``p_A`` and its level ``j``, Wald's
   expected sample size ``log(1 / alpha) / KL(p_A || m_j)``.
 
-``voracek`` and ``betting`` look on a dense geometric grid (ratio ``--dense``),
+``voracek`` and ``betting`` look on a dense geometric grid (ratio ``dense``),
 so they are a little worse than looking after every sample. Levels lost: the
 share of streams where a rule certifies a lower grid level than fixed N on the
 same stream. Exact worst-case error, at ``p_A`` on each threshold: the
@@ -30,15 +30,12 @@ that the count ever reaches a look's threshold (:func:`crossing_probability`: th
 of the count carried over the looks, the mass that has crossed removed at each look; stopping
 early only removes chances, so this bounds the rule's error).
 
-Command (the run in ``benchmarks/results/streams.json``)::
-
-  python -m benchmarks.streams --streams 2000
+The run in ``benchmarks/results/streams.json``: ``benchmarks/configs/streams.py``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import json as jsonlib
 import math
 import time
 
@@ -316,33 +313,35 @@ def _exact_errors(old, new, ms, *, sigma: float, n_max: int, alpha: float) -> di
   return out
 
 
-def main(argv: list[str] | None = None) -> None:
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--streams", type=int, default=2000)
-  ap.add_argument("--n-max", type=int, default=100_000)
-  ap.add_argument("--alpha", type=float, default=0.001)
-  ap.add_argument("--sigma", type=float, default=0.25)
-  ap.add_argument("--dense", type=float, default=1.01, help="look ratio of voracek / betting")
-  ap.add_argument("--ratio", type=float, default=None, help="Anytime look ratio (default its own)")
-  ap.add_argument("--stop-alpha", type=float, default=None, help="Anytime's (default its own)")
-  ap.add_argument("--mixture-share", type=float, default=None, help="Anytime's (default its own)")
-  ap.add_argument("--agree-weight", type=float, default=None, help="Anytime's (default its own)")
-  ap.add_argument("--json", default="benchmarks/results/streams.json")
-  args = ap.parse_args(argv)
+def simulate(
+  *,
+  streams: int = 2000,
+  n_max: int = 100_000,
+  alpha: float = 0.001,
+  sigma: float = 0.25,
+  dense: float = 1.01,
+  ratio: float | None = None,
+  stop_alpha: float | None = None,
+  mixture_share: float | None = None,
+  agree_weight: float | None = None,
+  json: str | None = "benchmarks/results/streams.json",
+) -> dict:
+  """:func:`run` on ``streams`` streams per ``p_A`` (``dense``: the look ratio of voracek and
+  betting; ``ratio``, ``stop_alpha``, ``mixture_share``, ``agree_weight``: ``Anytime``'s, None
+  its own); prints the figures, writes ``json``."""
+  settings = dict(locals())
   grid = tuple(float(r) for r in np.arange(0, 1.51, 0.25))
   t0 = time.perf_counter()
-  out = run(args.streams, n_max=args.n_max, alpha=args.alpha, sigma=args.sigma, grid=grid,
-            dense=args.dense, stop_alpha=args.stop_alpha, ratio=args.ratio,
-            mixture_share=args.mixture_share, agree_weight=args.agree_weight)  # fmt: skip
-  out["settings"] = {**vars(args), "grid": list(grid), "seconds": time.perf_counter() - t0}
-  with open(args.json, "w") as f:
-    json.dump(out, f, indent=1)
+  out = run(streams, n_max=n_max, alpha=alpha, sigma=sigma, grid=grid, dense=dense,
+            stop_alpha=stop_alpha, ratio=ratio, mixture_share=mixture_share,
+            agree_weight=agree_weight)  # fmt: skip
+  out["settings"] = {**settings, "grid": list(grid), "seconds": time.perf_counter() - t0}
+  if json:
+    with open(json, "w", encoding="utf-8") as f:
+      jsonlib.dump(out, f, indent=1)
   for k in ("mix_mean_samples", "mix_ratio_fixed", "ratio_to_floor", "ratio_to_floor_decide"):
     print(k, {r: round(v, 3) for r, v in out[k].items()})
   for p in ("0.999",) + tuple(str(p) for p in PS if p != 0.999):
     print(p, "lost vs fixed", {k: out["per_p"][p][k]["lost_vs_fixed"] for k in RULES})
-  print("exact worst error", out["exact_error"]["max"], "alpha", args.alpha)
-
-
-if __name__ == "__main__":
-  main()
+  print("exact worst error", out["exact_error"]["max"], "alpha", alpha)
+  return out

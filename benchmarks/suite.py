@@ -1,50 +1,42 @@
 """The GPU certification suite (docs/PERFORMANCE.md): rsjax against the tuned PyTorch twin.
 
-``python -m benchmarks.throughput --suite gpu`` runs, on one device and in one
-process, Cohen et al.'s CERTIFY (n0 = 100, N = 100,000, alpha = 0.001) for
-LeNet, ResNet-20, ResNet-110 (CIFAR) and ResNet-50 (ImageNet size), in float32
-and bfloat16, with rsjax and with the tuned PyTorch twin
-(``benchmarks.reference_torch.tuned_certify``: same weights, noise made on the
-device, large batch, channels-last, bf16 autocast, counting on the device)
-and, with ``--twin-compile``, beside it the same twin under ``torch.compile``
-(``reference_torch.compiled_twin``: compiled at the certification's batch
-sizes first, its compile seconds apart). One warm-up image (compile time), then
-``--images`` images (50 by default), rsjax and the twins alternating image by
-image. Per model and precision it writes into ``benchmarks/results/gpu.json``
-(entries of other models and precisions already there are kept):
+:func:`suite` (``benchmarks/configs/gpu_suite.py``) runs, on one device and in one process,
+Cohen et al.'s CERTIFY (n0 = 100, N = 100,000, alpha = 0.001) of LeNet, ResNet-20, ResNet-110 and
+ResNet-50 at each precision, with rsjax and the tuned twin (``rsjax.bench.twin.tuned_certify``:
+same weights, noise made on the device, large batch, channels-last, bf16 autocast, counting on
+the device) and, with ``twin_compile``, the twin under ``torch.compile`` (compiled at the
+certification's batch sizes first, its compile seconds apart). One warm-up image (compile
+time), then ``images`` images, rsjax and the twins alternating image by image. Per model and
+precision it merges into ``benchmarks/results/gpu.json``: ``samples_per_s``,
+``seconds_per_image`` (mean, p50: one ``certify`` call on one image, host statistics included),
+``compile_s`` (JAX's trace, lowering and compile events of the warm-up image),
+``peak_memory_mb`` (the process' device peak so far), for rsjax and each twin;
+``ratio_to_twin`` (twin s/image over rsjax's) and ``ratio_to_twin_compiled``; ``mfu`` and
+``bound_fraction`` (the bound of docs/PERFORMANCE.md, ``rsjax.bench.peaks``); and the ``GOALS``
+that apply. The table and the JSON are ``benchmarks.measure``'s; the CPU runs it at a small N
+(``tests/test_benchmarks_smoke.py``).
 
-* ``samples_per_s`` = (n0 + N) / mean seconds per image, ``seconds_per_image``
-  (mean and p50, wall time of one ``certify`` call on one image, host
-  statistics included), ``compile_s`` (JAX's trace + lowering + compile events of
-  the warm-up image), ``peak_memory_mb`` (device peak so far in the process:
-  run one model per command for per-model peaks), for rsjax and for the twin;
-  for the compiled twin (``twin_compiled``) also its ``mode``, ``compile_s``
-  (``torch.compile`` and one forward per batch size) and the modes that failed;
-* ``ratio_to_twin`` = twin seconds per image / rsjax seconds per image, and
-  ``ratio_to_twin_compiled`` the same against the compiled twin;
-* ``mfu`` = FLOPs per sample (XLA ``cost_analysis``) x samples/s / device peak,
-  and ``bound_fraction`` = bound / measured seconds per image, with the bound of
-  docs/PERFORMANCE.md: max(FLOPs / peak, 2.5 x conv and dense output elements x
-  bytes / HBM bandwidth), peaks 800 TFLOP/s bf16, 60 TFLOP/s fp32 and 3.35 TB/s
-  on an H100 (``--device-peaks`` elsewhere);
-* the goals (``GOALS``, docs/PERFORMANCE.md) that apply and whether each was met.
-
-The same suite runs on a CPU with a small N (``tests/test_benchmarks_smoke.py``). The peaks and
-the bound are in ``rsjax.bench.peaks``, the table and the JSON in ``benchmarks.suite_rows``.
+:func:`n_scaling`: one image certified at several N (an explicit batch), the fit
+``seconds = intercept + slope x N``: the fixed cost of a call against the cost of a sample.
 """
 
 from __future__ import annotations
 
+import json as jsonlib
 import os
 import statistics
 import time
 
+import jax
 import numpy as np
 
 from benchmarks import measure
-from benchmarks.suite_rows import ALPHA, PRECISIONS, SIGMA, row_model, table, write_json
+from benchmarks.measure import ALPHA, N0, PRECISIONS, SIGMA, row_model, table, write_json
+from rsjax.bench import peaks as peaks_of
 from rsjax.bench.costs import op_costs
-from rsjax.bench.peaks import bound_seconds, device_peaks
+from rsjax.bench.peaks import bound_seconds
+
+__all__ = ["GOALS", "n_scaling", "run_workload", "suite"]
 
 GPU_MODELS = ("lenet", "resnet20", "resnet110", "resnet50")
 
@@ -132,7 +124,9 @@ def run_workload(
 
   tw = twc = None
   if twin and measure.torch is not None:
-    from benchmarks import reference_torch as rt
+    from benchmarks import twins
+
+    rt = twins.tuned()
     from rsjax.bench import torch_models as tm
 
     tw = {"compile": "none"}
@@ -212,23 +206,14 @@ def run_workload(
     res["bound"] = bound_seconds(flops, acts, precision, peaks, n0 + num)
     res["bound_fraction"] = res["bound"]["bound_s"] / rs["seconds_per_image"]
   res["goals"] = []
-  goal = GOALS.get((name, precision))
-  if goal is not None and num == 100_000:
-    max_s, min_ratio = goal
-    res["goals"].append(
-      {
-        "goal": f"<= {max_s} s/image",
-        "value": rs["seconds_per_image"],
-        "met": rs["seconds_per_image"] <= max_s,
-      }
-    )
+  max_s, min_ratio = GOALS.get((name, precision), (None, None))
+  if max_s is not None and num == 100_000:
+    s = rs["seconds_per_image"]
+    res["goals"].append({"goal": f"<= {max_s} s/image", "value": s, "met": s <= max_s})
     if min_ratio is not None and "ratio_to_twin" in res:
+      r = res["ratio_to_twin"]
       res["goals"].append(
-        {
-          "goal": f">= {min_ratio}x the tuned twin",
-          "value": res["ratio_to_twin"],
-          "met": res["ratio_to_twin"] >= min_ratio,
-        }
+        {"goal": f">= {min_ratio}x the tuned twin", "value": r, "met": r >= min_ratio}
       )
   return res
 
@@ -300,7 +285,9 @@ def run_dataset_workload(
     f"budgeted {res['rsjax_budgeted_s']:.1f} s (mean {res['budgeted_mean_samples']:.0f} samples)"
   )
   if twin and measure.torch is not None:
-    from benchmarks import reference_torch as rt
+    from benchmarks import twins
+
+    rt = twins.tuned()
 
     tmod, _ = rt.tuned_module(model, spec.input_shape)
     gen = rt.torch_generator(seed)
@@ -327,68 +314,136 @@ def run_dataset_workload(
   return res
 
 
-def run(args, env: dict, clock) -> list[dict]:
-  """Runs the suite for the parsed ``throughput`` arguments; prints and writes the results."""
-  # "none": only the --dataset-images row.
-  models = args.models or ",".join(GPU_MODELS)
-  names = [] if models == "none" else [m.strip() for m in models.split(",") if m.strip()]
-  precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-  for p in precisions:
+def suite(
+  *,
+  models: str | None = None,
+  precisions: str = "fp32,bf16",
+  num: int = 100_000,
+  n0: int = N0,
+  images: int = 50,
+  batch_size: int | str = "auto",
+  reference: bool = True,
+  twin_compile: str = "none",
+  dataset_images: int = 0,
+  dataset_model: str = "resnet110",
+  fold_bn: bool = False,
+  pack: int = 1,
+  input_size: int | None = None,
+  device_peaks: str | None = None,
+  compile_cache: str | None = None,
+  json: str = DEFAULT_JSON,
+) -> list[dict]:
+  """The suite on this device: each of ``models`` (comma-separated, default ``GPU_MODELS``;
+  "none": only the dataset row) at each of ``precisions``; ``reference``: the tuned twin beside
+  rsjax (``twin_compile``: "none", "auto" or ``torch.compile`` modes, comma-separated, tried in
+  order); ``dataset_images``: also certify that many images of ``dataset_model`` at fixed N and
+  budgeted; ``fold_bn``/``pack``: rsjax certifies the folded/packed model; ``input_size``:
+  square inputs of that size (a small ResNet-50 on a CPU); ``device_peaks``:
+  "bf16_tflops,fp32_tflops,hbm_tbps" where the device's are not built in. Prints the table and
+  the goals; merges the rows into ``json``."""
+  if compile_cache:
+    measure.enable_compile_cache(compile_cache)
+  # rsjax and PyTorch share one accelerator: JAX must not take 75% of it up front.
+  os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
+  env = measure.environment()
+  print(f"# rsjax GPU certification suite: {jsonlib.dumps(env)}", flush=True)
+  clock = measure.CompileClock()
+  names = [] if models == "none" else [m for m in (models or ",".join(GPU_MODELS)).split(",") if m]
+  precs = [p for p in precisions.split(",") if p]
+  for p in precs:
     if p not in PRECISIONS:
-      raise SystemExit(f"--precisions: unknown precision {p!r}; choose from {sorted(PRECISIONS)}")
-  peaks = device_peaks(args.device_peaks)
-  num = args.num or 100_000
-  batch_size = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
+      raise SystemExit(f"precisions: unknown precision {p!r}; choose from {sorted(PRECISIONS)}")
+  peaks = peaks_of.device_peaks(device_peaks)
+  bs = batch_size if batch_size == "auto" else int(batch_size)
+  log = lambda s: print(s, flush=True)  # noqa: E731
   results = []
   for name in names:
-    for precision in precisions:
-      print(
-        f"# {name} {precision} (n0 = {args.n0}, N = {num}, {args.images} images) ...", flush=True
-      )
-      results.append(
-        run_workload(
-          name,
-          precision,
-          num=num,
-          n0=args.n0,
-          images=args.images,
-          batch_size=batch_size,
-          twin=not args.no_reference,
-          twin_compile=args.twin_compile,
-          peaks=peaks,
-          clock=clock,
-          fold_bn=args.fold_bn,
-          pack=args.pack,
-          input_size=args.input_size,
-          log=lambda s: print(s, flush=True),
-        )
-      )
-  if args.dataset_images:
-    for precision in precisions:
-      print(
-        f"# {args.dataset_model} {precision}: {args.dataset_images} images, fixed N and budgeted ...",
-        flush=True,
-      )
-      results.append(
-        run_dataset_workload(
-          args.dataset_model,
-          precision,
-          num=num,
-          n0=args.n0,
-          images=args.dataset_images,
-          batch_size=batch_size,
-          twin=not args.no_reference,
-          twin_compile=args.twin_compile,
-          log=lambda s: print(s, flush=True),
-        )
-      )
+    for precision in precs:
+      print(f"# {name} {precision} (n0 = {n0}, N = {num}, {images} images) ...", flush=True)
+      results.append(run_workload(
+        name, precision, num=num, n0=n0, images=images, batch_size=bs, twin=reference,
+        twin_compile=twin_compile, peaks=peaks, clock=clock, fold_bn=fold_bn, pack=pack,
+        input_size=input_size, log=log,
+      ))  # fmt: skip
+  for precision in precs if dataset_images else ():
+    print(f"# {dataset_model} {precision}: {dataset_images} images, fixed N, budgeted", flush=True)
+    results.append(run_dataset_workload(
+      dataset_model, precision, num=num, n0=n0, images=dataset_images, batch_size=bs,
+      twin=reference, twin_compile=twin_compile, log=log,
+    ))  # fmt: skip
   print()
   print(table(results))
   for r in results:
     for g in r.get("goals", []):
-      print(
-        f"goal {r['model']} {r['precision']}: {g['goal']}: {g['value']:.3g} "
-        f"({'met' if g['met'] else 'MISSED'})"
-      )
-  write_json(args.json or DEFAULT_JSON, env, results)
+      met = "met" if g["met"] else "MISSED"
+      print(f"goal {r['model']} {r['precision']}: {g['goal']}: {g['value']:.3g} ({met})")
+  write_json(json, env, results)
   return results
+
+
+def fit(nums, seconds) -> dict:
+  """Least-squares ``seconds = intercept + slope x N``."""
+  slope, intercept = np.polyfit(np.asarray(nums, float), np.asarray(seconds, float), 1)
+  return {"intercept_ms": float(intercept) * 1e3, "slope_ns_per_sample": float(slope) * 1e9}
+
+
+def n_scaling(
+  *,
+  model: str = "lenet",
+  precision: str = "bf16",
+  nums: str = "1000,10000,100000",
+  n0: int = N0,
+  reps: int = 3,
+  batch_size: int | str = "auto",
+  compile_cache: str | None = None,
+  json: str | None = None,
+) -> dict:
+  """Times ``rsjax.certify`` of one image at each N of ``nums`` (comma-separated, one batch for
+  all); writes the rows and the fit to ``json``."""
+  if compile_cache:
+    measure.enable_compile_cache(compile_cache)
+  nums = [int(v) for v in str(nums).split(",")]
+  clock, rows = measure.CompileClock(), []
+  bs = batch_size if batch_size == "auto" else int(batch_size)
+  row = row_model(model, precision, num=max(nums), batch_size=bs)  # one batch for all N
+  x = np.random.default_rng(0).random((1,) + row.spec.input_shape, dtype=np.float32)
+  for num in nums:
+    clock.total = 0.0
+    first, _ = measure.timed(lambda num=num: row.certify(x, [0], n0=n0, num=num))
+    times = [
+      measure.timed(lambda num=num: row.certify(x, [0], n0=n0, num=num))[0] for _ in range(reps)
+    ]
+    rows.append(
+      {
+        "num": num,
+        "batch_size": row.batch_size,
+        "compile_s": clock.total,
+        "first_call_s": first,
+        "seconds": times,
+        "best_s": min(times),
+        "median_s": float(np.median(times)),
+      }
+    )
+    print(
+      f"{model} {precision} N = {num}: best {min(times) * 1e3:.2f} ms, "
+      f"median {np.median(times) * 1e3:.2f} ms, compile {clock.total:.1f} s",
+      flush=True,
+    )
+  out = {
+    "model": model,
+    "precision": precision,
+    "n0": n0,
+    "reps": reps,
+    "device": str(jax.devices()[0]),
+    "rows": rows,
+  }
+  if len(nums) >= 2:
+    out["fit_best"] = fit(nums, [r["best_s"] for r in rows])
+    out["fit_median"] = fit(nums, [r["median_s"] for r in rows])
+    print(
+      f"fit (best): intercept {out['fit_best']['intercept_ms']:.2f} ms, "
+      f"slope {out['fit_best']['slope_ns_per_sample']:.2f} ns/sample",
+      flush=True,
+    )
+  measure.dump_json(json, out)
+  return out

@@ -1,11 +1,10 @@
 """The benchmarks as configs (issue 55, item 2): ``python -m benchmarks.run --config
 benchmarks/configs/X.py``. Every config loads and carries its command in its docstring; a
-script's flags are the ones the script parses (parsed, not run); every section of
-benchmarks/RESULTS.md names the config that reproduces it; the harness's flags, overrides and
-a bench config end to end at a tiny size."""
+called config's arguments bind to its function's signature (bound, not run); every section of
+benchmarks/RESULTS.md names the config that reproduces it; the harness's overrides, a dry run,
+the lease's merge and a bench config end to end at a tiny size."""
 
-import argparse
-import importlib
+import inspect
 import json
 import pathlib
 import re
@@ -19,36 +18,16 @@ CONFIGS = sorted((ROOT / "benchmarks" / "configs").glob("*.py"))
 RESULTS = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
 
 
-class _Parsed(Exception):
-  pass
-
-
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_a_config_loads_and_states_its_command(path):
-  config, module = run.load(str(path))
-  assert f"--config benchmarks/configs/{path.name}" in (module.__doc__ or "")
-  assert "Figure" in module.__doc__
-  assert config["workload"] and config["arms"] and config["measures"]
-  if "bench" in config:
-    assert callable(module.target)
-
-
 @pytest.mark.parametrize(
-  "path", [p for p in CONFIGS if "script" in run.load(str(p))[0]], ids=lambda p: p.name
+  "path", [p for p in CONFIGS if "call" in run.load(str(p))[0]], ids=lambda p: p.name
 )
-def test_a_scripts_flags_are_its_own(path, monkeypatch):
-  """Each run's argv parsed by the script's own parser, stopped right after the parse."""
+def test_a_calls_arguments_are_its_functions(path):
+  """Each call's keyword arguments bound to the function's own signature (nothing run)."""
   config, _ = run.load(str(path))
-  real = argparse.ArgumentParser.parse_args
-
-  def parse_then_stop(self, args=None, namespace=None):
-    raise _Parsed(real(self, args, namespace))
-
-  monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
-  main = importlib.import_module(config["script"]).main
-  for argv in run.script_runs(config):
-    with pytest.raises(_Parsed):
-      main(argv)
+  fn = run.function(config)
+  assert fn.__module__ == config["call"].rpartition(".")[0] and fn.__doc__
+  for kwargs in run.calls(config):
+    inspect.signature(fn).bind(**kwargs)
 
 
 def _sections():
@@ -71,18 +50,30 @@ def test_every_results_section_names_its_config():
   assert named == {p.name for p in CONFIGS}  # and every config reproduces a section
 
 
-def test_flags_and_overrides():
-  argv = run.script_argv(
-    {"n_max": 5, "quick": True, "skip": None, "off": False, "shares": [0.6, 0.7]}, "o.json", "json"
-  )
-  assert argv == ["--n-max", "5", "--quick", "--shares", "0.6", "0.7", "--json", "o.json"]
-  assert run.script_argv({"a": 1}, "o.json", None) == ["--a", "1"]
+def test_overrides_calls_and_a_dry_run(capsys):
   config = {"args": {"streams": 2000}, "json": "x.json"}
   run.override(config, "args.streams=50")
   run.override(config, "args.models=lenet,mlp")
-  assert config["args"] == {"streams": 50, "models": "lenet,mlp"}
-  runs = run.script_runs({"args": [{"n": 1, "json": "a.json"}, {"n": 2}], "json": "b.json"})
-  assert runs == [["--n", "1", "--json", "a.json"], ["--n", "2", "--json", "b.json"]]
+  run.override(config, 'args.fields={"a": 1}')
+  assert config["args"] == {"streams": 50, "models": "lenet,mlp", "fields": {"a": 1}}
+  runs = run.calls({"args": [{"n": 1, "json": "a.json"}, {"n": 2}], "json": "b.json"})
+  assert runs == [{"n": 1, "json": "a.json"}, {"n": 2, "json": "b.json"}]
+  assert run.calls({"args": {"n": 1}, "json": "b.json", "json_arg": None}) == [{"n": 1}]
+  argv = ["--config", "benchmarks/configs/streams.py", "--set", "args.streams=7", "--dry-run"]
+  assert run.main(argv) == []
+  assert 'benchmarks.streams.simulate(**{"streams": 7' in capsys.readouterr().out
+  with pytest.raises(TypeError):  # a name the function does not take fails before any run
+    run.main(["--config", "benchmarks/configs/streams.py", "--set", "args.nope=1", "--dry-run"])
+
+
+def test_the_lease_merge_reads_its_stages(tmp_path):
+  (tmp_path / "a.json").write_text('{"rows": [1]}')
+  (tmp_path / "env.json").write_text('{"cores": 2}')
+  lines = [{"stage": "a", "status": "ok", "json": "a.json"}, {"stage": "b", "status": "skipped"}]
+  (tmp_path / "stages.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+  merged = run.main(["--lease-merge", str(tmp_path)])
+  assert merged["env"] == {"cores": 2} and merged["stages"][0]["data"] == {"rows": [1]}
+  assert json.loads((tmp_path / "gpu.json").read_text())["stages"][1]["status"] == "skipped"
 
 
 def test_a_bench_config_runs_end_to_end(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """Smoke test of the benchmark harness (no timing is asserted).
 
-Runs ``python -m benchmarks.throughput`` and ``python -m benchmarks.per_image``
+Runs the configs of ``benchmarks/configs/`` (``python -m benchmarks.run --config ... --set ...``)
 on tiny workloads in subprocesses and checks that they report every figure; with
 PyTorch installed (a benchmark-only extra) it also checks the reference side:
 the PyTorch twins compute the same logits as the rsjax models, and the reference
@@ -35,27 +35,19 @@ def _benchmark_module(name: str):
     sys.path.remove(ROOT)
 
 
+def _config(name: str, json_path, **args) -> list[str]:
+  """The command of ``benchmarks/configs/NAME.py`` with ``args`` set and its JSON at ``json_path``."""
+  sets = [f"json={json_path}"] + [f"args.{k}={v}" for k, v in args.items()]
+  argv = [sys.executable, "-m", "benchmarks.run", "--config", f"benchmarks/configs/{name}.py"]
+  return argv + [a for s in sets for a in ("--set", s)]
+
+
 def test_throughput_command_reports_all_figures(tmp_path):
   out = tmp_path / "bench.json"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "benchmarks.throughput",
-      "--models",
-      "mlp",
-      "--num",
-      "500",
-      "--reps",
-      "1",
-      "--batch-size",
-      "128",
-      "--bf16",
-      "--json",
-      str(out),
-    ],
+    _config("throughput_cpu", out, models="mlp", num=500, reps=1, batch_size=128, quick="false"),
     cwd=ROOT,
     env=env,
     capture_output=True,
@@ -66,7 +58,7 @@ def test_throughput_command_reports_all_figures(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "| mlp | 500 | 128 |" in proc.stdout
   report = json.loads(out.read_text())
-  assert report["environment"]["jax"]
+  assert report["environment"]["versions"]["jax"]
   (r,) = report["results"]
   for k in (
     "rsjax_samples_per_s",
@@ -94,38 +86,22 @@ def test_gpu_suite_runs_on_cpu(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "benchmarks.throughput",
-      "--suite",
-      "gpu",
-      "--models",
-      "mlp",
-      "--num",
-      "100",
-      "--n0",
-      "10",
-      "--images",
-      "2",
-      "--batch-size",
-      "50",
-      "--twin-compile",
-      "none",
-      "--device-peaks",
-      "1,0.5,0.05",
-      "--json",
-      str(out),
-      "--compile-cache",
-      str(cache),
-      "--precisions",
-      "fp32,tf32,bf16",
-      "--dataset-images",
-      "3",
-      "--dataset-model",
-      "mlp",
-      "--fold-bn",
-    ],
+    _config(
+      "gpu_suite",
+      out,
+      models="mlp",
+      num=100,
+      n0=10,
+      images=2,
+      batch_size=50,
+      twin_compile="none",
+      device_peaks="1,0.5,0.05",
+      compile_cache=cache,
+      precisions="fp32,tf32,bf16",
+      dataset_images=3,
+      dataset_model="mlp",
+      fold_bn="true",
+    ),  # fmt: skip
     cwd=ROOT,
     env=env,
     capture_output=True,
@@ -167,7 +143,7 @@ def test_gpu_suite_runs_on_cpu(tmp_path):
 def test_suite_json_keeps_other_entries(tmp_path):
   sys.path.insert(0, ROOT)
   try:
-    from benchmarks import suite_rows as suite_report
+    from benchmarks import measure as suite_report
   finally:
     sys.path.remove(ROOT)
   path = str(tmp_path / "r" / "gpu.json")
@@ -184,7 +160,7 @@ def test_suite_json_keeps_other_entries(tmp_path):
 def test_certified_accuracy_parity():
   sys.path.insert(0, ROOT)
   try:
-    from benchmarks import precision
+    from benchmarks import quality as precision
   finally:
     sys.path.remove(ROOT)
   from types import SimpleNamespace as C
@@ -231,7 +207,7 @@ def test_torch_twin_has_the_same_logits(name, shape):
 
 def test_reference_loop_counts_every_sample():
   torch = pytest.importorskip("torch")
-  rt = _benchmark_module("reference_torch")
+  rt = _benchmark_module("twins")
   lin = torch.nn.Linear(4, 3)
   with torch.no_grad():
     lin.weight.zero_()
@@ -246,7 +222,7 @@ def test_reference_loop_counts_every_sample():
 
 def test_tuned_twin_counts_every_sample_once():
   torch = pytest.importorskip("torch")
-  rt = _benchmark_module("reference_torch")
+  rt = _benchmark_module("twins").tuned()
   lin = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
   with torch.no_grad():
     lin[1].weight.zero_()
@@ -274,7 +250,7 @@ def test_profile_reports_every_piece():
     from benchmarks import profile
   finally:
     sys.path.remove(ROOT)
-  out = profile.profile("mlp", num=20, batch_size=10, reps=1)
+  out = profile.pieces("mlp", num=20, batch_size=10, reps=1)
   assert out["steps"] == 2
   for piece in ("engine", "noise", "forward", "count + rest", "launch", "host statistics"):
     assert out["times"][piece]["wall_s"] >= 0, piece
@@ -294,7 +270,7 @@ def test_profile_reports_every_piece():
 
 
 def test_per_image_table_runs_and_prints_its_ratios(tmp_path):
-  # The issue-44 table (benchmarks.per_image) at a tiny size, in a subprocess:
+  # The issue-44 table (benchmarks.calls.per_image) at a tiny size, in a subprocess:
   # rsjax with 1, 2 and 3 images per call against the plain-JAX per-image loop.
   # The ratios are printed (and kept in the JSON), never asserted: a shared CPU
   # makes them noisy; RESULTS.md records the full run.
@@ -302,29 +278,18 @@ def test_per_image_table_runs_and_prints_its_ratios(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "benchmarks.per_image",
-      "--models",
-      "mlp",
-      "--images",
-      "1,2,3",
-      "--batch-sizes",
-      "64",
-      "--num",
-      "200",
-      "--n0",
-      "20",
-      "--reps",
-      "1",
-      "--mode",
-      "certify",
-      "--reference-images",
-      "1",
-      "--json",
-      str(out),
-    ],
+    _config(
+      "per_image",
+      out,
+      models="mlp",
+      images="1,2,3",
+      batch_sizes=64,
+      num=200,
+      n0=20,
+      reps=1,
+      mode="certify",
+      reference_images=1,
+    ),  # fmt: skip
     cwd=ROOT,
     env=env,
     capture_output=True,
@@ -358,7 +323,7 @@ def test_plain_jax_reference_loop_counts_every_sample():
   import jax.numpy as jnp
   from scipy import stats as st
 
-  rj = _benchmark_module("reference_jax")
+  rj = _benchmark_module("twins")
 
   def constant(params, x):  # class 1 whatever the input
     return jnp.zeros((x.shape[0], 3)).at[:, 1].set(params)
@@ -373,7 +338,7 @@ def test_plain_jax_reference_loop_counts_every_sample():
 
 def test_trace_summary_of_a_device_trace():
   """The device-time summary of a hand-made perfetto trace: classes, busy time, gaps."""
-  trace_summary = _benchmark_module("trace_summary")
+  trace_summary = _benchmark_module("profile")
   meta = [
     {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
     {"ph": "M", "pid": 7, "name": "process_name", "args": {"name": "/host:CPU"}},
@@ -414,9 +379,9 @@ def test_streams_and_frontier_report_their_figures(tmp_path):
   assert (
     out["exact_error"]["max"]["anytime"] <= 0.001 and out["exact_error"]["max"]["looks"] <= 0.001
   )
-  frontier = _benchmark_module("budgeted_frontier")
-  res = frontier.main(["--streams", "40", "--shares", "0.6", "--weights", "0", "0.5",
-                       "--no-exact", "--json", str(tmp_path / "f.json")])  # fmt: skip
+  budgeted = _benchmark_module("budgeted")
+  res = budgeted.frontier(streams=40, shares=(0.6,), weights=(0.0, 0.5), exact=False,
+                          json=str(tmp_path / "f.json"))  # fmt: skip
   (plain, agree) = res["rows"]
   assert plain["mnist"]["all_agree_digits"] == agree["mnist"]["all_agree_digits"] == 75
   assert (
@@ -431,11 +396,10 @@ def test_conv_micro_packed_equals_unpacked(tmp_path):
   conv_micro = _benchmark_module("conv_micro")
   import jax.numpy as jnp
 
-  for k, v in conv_micro.check(jnp.float32, batch=8).items():
+  for k, v in conv_micro.check_rewrites(jnp.float32, batch=8).items():
     assert v["max_abs_diff"] <= 1e-5 * v["scale"], k
-  out = conv_micro.main(["--batch", "8", "--precision", "fp32", "--cases", "base16,pack2",
-                         "--epilogues", "plain,bias_res_relu", "--reps", "1", "--loop", "2",
-                         "--json", str(tmp_path / "c.json")])  # fmt: skip
+  out = conv_micro.conv_micro(batch=8, precision="fp32", cases="base16,pack2", reps=1, loop=2,
+                              epilogues="plain,bias_res_relu", json=str(tmp_path / "c.json"))  # fmt: skip
   rows = {(r["case"], r["epilogue"]): r for r in out["rows"]}
   assert len(rows) == 4 and all(r["ms_per_conv"] > 0 for r in rows.values())
   base, pack2 = rows["base16", "plain"], rows["pack2", "plain"]
@@ -452,9 +416,8 @@ def test_compiled_twin_runs_beside_the_eager_one(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
-    [sys.executable, "-m", "benchmarks.throughput", "--suite", "gpu", "--models", "lenet",
-     "--num", "100", "--n0", "10", "--images", "1", "--batch-size", "50", "--precisions", "bf16",
-     "--twin-compile", "auto", "--json", str(out)],
+    _config("gpu_suite", out, models="lenet", num=100, n0=10, images=1, batch_size=50,
+            precisions="bf16", twin_compile="auto"),
     cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
   )  # fmt: skip
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -462,7 +425,7 @@ def test_compiled_twin_runs_beside_the_eager_one(tmp_path):
   twc = r["twin_compiled"]
   if twc["mode"] is None:
     pytest.skip(f"torch.compile cannot run here: {twc['tried']}")
-  rt = _benchmark_module("reference_torch")
+  rt = _benchmark_module("twins").tuned()
   assert twc["mode"] in rt.COMPILE_MODES
   assert twc["compile_s"] > 0 and twc["seconds_per_image"] > 0 and twc["images"] == 1
   assert r["twin"]["compile"] == "none" and r["twin"]["seconds_per_image"] > 0
@@ -489,7 +452,7 @@ def test_lease_script_runs_every_stage_on_cpu(tmp_path):
   )  # fmt: skip
   assert proc.returncode == 0, proc.stdout[-3000:]
   merged = json.loads((out / "gpu.json").read_text())
-  assert merged["env"]["jax"]
+  assert merged["env"]["versions"]["jax"]
   stages = {s["stage"]: s for s in merged["stages"]}
   expected = ["env", "conv", "conv_unfused", "lenet_scaling", "lenet_trace", "lenet_nocmdbuf",
               "r110_base", "r110_fold", "r110_fold_unfused", "r110_pack2", "r110_pack2_fold",
@@ -517,17 +480,17 @@ def test_lease_script_runs_every_stage_on_cpu(tmp_path):
 
 
 def test_levers_cpu_reports_costs_and_program_shape(tmp_path):
-  # benchmarks/levers_cpu.py on ResNet-20, its cheap sections (costs; the counts program lowered,
+  # benchmarks.levers on ResNet-20, its cheap sections (costs; the counts program lowered,
   # not compiled, at a tiny plan). What packing costs, by the arithmetic: a packed stage-1
   # convolution has g*I inputs and g*O outputs per row, so per row it does g^2 times one
   # sample's multiply-adds (the zero blocks of diag(W, ..., W) are multiplied too) and a row
   # carries g samples: g times the FLOPs per sample in stage 1, exactly; the later stages are
   # unchanged. Output elements per sample do not change (g*O channels over g samples).
-  levers = _benchmark_module("levers_cpu")
+  levers = _benchmark_module("levers")
   out = tmp_path / "levers.json"
-  res = levers.main(["--sections", "costs,program", "--models", "resnet20", "--packs", "1,2,4",
-                     "--program-model", "resnet20", "--program-num", "64", "--program-batch",
-                     "16", "--no-compile", "--json", str(out)])  # fmt: skip
+  res = levers.levers(sections="costs,program", cost_models="resnet20", packs="1,2,4",
+                      program_model="resnet20", program_num=64, program_batch=16,
+                      compile_program=False, json=str(out))  # fmt: skip
   assert json.loads(out.read_text())["sections"] == ["costs", "program"]
   costs = {c["pack"]: c for c in res["costs"]}
   assert set(costs) == {1, 2, 4}

@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/denoised.py (no timing is asserted)."""
+"""Smoke test of benchmarks/denoised.py: ddpm and carlini (no timing is asserted)."""
 
 import os
 import sys
@@ -12,20 +12,7 @@ def test_denoised_benchmark_reports_its_figures(tmp_path):
     from benchmarks import denoised
   finally:
     sys.path.remove(ROOT)
-  res = denoised.main(
-    [
-      "--unet",
-      "tiny",
-      "--num",
-      "64",
-      "--reps",
-      "1",
-      "--batch-size",
-      "32",
-      "--json",
-      str(tmp_path / "d.json"),
-    ]
-  )
+  res = denoised.ddpm(unet="tiny", num=64, reps=1, batch_size=32, json=str(tmp_path / "d.json"))
   assert res["timestep"] == 145 and res["num"] == 64
   assert res["samples_per_s"] > 0 and res["s_per_image_at_N100000"] > 0
   assert res["s_per_image_kind"] == "extrapolated from N=64"
@@ -48,11 +35,11 @@ def test_carlini_benchmark_compares_rsjax_and_torch(tmp_path):
   pytest.importorskip("transformers")
   sys.path.insert(0, ROOT)
   try:
-    from benchmarks import denoised_carlini
+    from benchmarks import denoised
   finally:
     sys.path.remove(ROOT)
   out = tmp_path / "c.json"
-  res = denoised_carlini.main(["--small", "--num", "8", "--batch-size", "4", "--json", str(out)])
+  res = denoised.carlini(small=True, num=8, batch_size=4, json=str(out))
   assert res["rsjax"]["timestep"] == res["torch"]["timestep"] == 1158
   assert res["rsjax"]["samples_per_s"] > 0 and res["torch"]["samples_per_s"] > 0
   assert out.exists()

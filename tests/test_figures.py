@@ -465,7 +465,7 @@ UNBOUND: list[tuple[str, str, str]] = [
   (
     VERIFY,
     "`rsjax verify` took 0.42 s of wall time",
-    "timed by `python -m benchmarks.verify_speed` (not from a JSON)",
+    "timed by `benchmarks/configs/verify_speed.py` (not from a JSON)",
   ),
   (
     SOUND,

@@ -362,6 +362,25 @@ LINES += [
   ),
 ]
 
+# The denoised-smoothing section (its config: benchmarks/configs/ddpm.py).
+DDPM = B + "denoised_cifar10_cpu.json"
+LINES += [
+  Line(
+    "google/ddpm-cifar10-32's UNet ({} parameters, one step at t* = {}) before ResNet-110,",
+    DDPM,
+    (comma("unet_params"), ints("timestep")),
+  ),
+  Line(
+    "one repetition: a rough figure): {} samples/s, about {} s ({} h) per CIFAR image at",
+    DDPM,
+    (
+      f1("samples_per_s"),
+      _g(lambda v: f"{round(v, -2):,.0f}")("s_per_image_at_N100000"),
+      _g(".1f", 1 / 3600)("s_per_image_at_N100000"),
+    ),
+  ),
+]
+
 # ---------------------------------------------------------------------------
 # Figures of those sections that no JSON holds, and the older sections: the command that
 # printed them (their output was not kept as JSON).
@@ -380,18 +399,17 @@ UNBOUND: list[tuple[str, str]] = [
 
 #: ``(heading, the command its figures came from, why no JSON binds them)``.
 SECTIONS: list[tuple[str, str, str]] = [
-  ("## Per-call overhead", "python -m benchmarks.per_call", "timings printed, not kept"),
-  ("## Issue 44", "python -m benchmarks.per_image", "timings printed, not kept"),
-  ("## Issue 24", "python -m benchmarks.throughput", "timings printed, not kept"),
-  ("## Issue 16", "python -m benchmarks.throughput", "timings printed, not kept"),
-  ("## 2026-11-21", "python -m benchmarks.throughput --quick --bf16", "printed, not kept"),
-  ("## Earlier runs", "python -m benchmarks.throughput --quick --bf16", "quick.json not committed"),
-  ("## Certification measured directly", "--num 100000", "printed, not kept"),
-  ("## Goals (2-core CPU", "python -m benchmarks.throughput --quick --bf16", "printed, not kept"),
-  ("## Why MLP and LeNet miss", "python -m benchmarks.proposals", "a script since removed"),
-  ("## bfloat16 versus float32", "python -m benchmarks.precision", "printed, not kept"),
-  ("## Scaling over forced CPU devices", "python -m benchmarks.scaling", "printed, not kept"),
-  ("## GPU: ready to run", "python -m benchmarks.throughput --suite gpu", "commands, no figures"),
+  ("## Per-call overhead", "benchmarks/configs/per_call.py", "timings printed, not kept"),
+  ("## Issue 44", "benchmarks/configs/per_image.py", "timings printed, not kept"),
+  ("## Issue 24", "benchmarks/configs/throughput_cpu.py", "timings printed, not kept"),
+  ("## Issue 16", "benchmarks/configs/throughput_cpu.py", "timings printed, not kept"),
+  ("## 2026-11-21", "benchmarks/configs/throughput_cpu.py", "printed, not kept"),
+  ("## Earlier runs", "benchmarks/configs/throughput_cpu.py", "quick.json not committed"),
+  ("## Certification measured directly", "--set args.num=100000", "printed, not kept"),
+  ("## Goals (2-core CPU", "benchmarks/configs/throughput_cpu.py", "printed, not kept"),
+  ("## bfloat16 versus float32", "benchmarks/configs/precision.py", "printed, not kept"),
+  ("## Scaling over forced CPU devices", "benchmarks/configs/scaling.py", "printed, not kept"),
+  ("## GPU: ready to run", "benchmarks/configs/gpu_suite.py", "commands, no figures"),
 ]
 
 

@@ -126,7 +126,7 @@ def test_jax_rbg_keys_are_not_batch_invariant_so_rsjax_does_not_offer_them(impl)
   # behind the same API. They draw through XLA's RngBitGenerator, whose vmap over
   # keys depends on the batch: 64 samples drawn at once differ from the same 64
   # drawn 8 at a time, so counts would change with batch_size. (They are also
-  # slower on CPU: benchmarks/profile.py --noise.) If JAX ever makes them
+  # slower on CPU: benchmarks/configs/profile.py with noise on.) If JAX ever makes them
   # batch-invariant, this test fails and the option should be reconsidered.
   key = jax.random.fold_in(jax.random.key(0, impl=impl), 5)
   f = jax.jit(

@@ -372,9 +372,9 @@ def test_command_certifies_verifies_audits_and_analyzes(tmp_path, capsys):
 
 
 def test_benchmark_reports_both_noises_side_by_side():
-  from benchmarks import sound_noise
+  from benchmarks import quality
 
-  out = sound_noise.main(["--models", "mlp", "--reps", "1", "--num", "300", "--no-accuracy"])
+  out = quality.sound_noise(models="mlp", reps=1, num=300, accuracy=False)
   (r,) = out["speed"]
   assert r["model"] == "mlp" and r["num"] == 300
   assert set(r["samples_per_s"]) == {"gaussian", "gaussian_8bit"}

@@ -275,7 +275,7 @@ def test_cli_pack_refuses_a_model_it_cannot_pack(tmp_path, capsys):
 
 
 def test_the_gpu_suite_packs_where_it_can_and_records_it():
-  from benchmarks import suite_rows
+  from benchmarks import measure as suite_rows
   from rsjax.bench import costs
 
   said = []

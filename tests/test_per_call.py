@@ -6,7 +6,7 @@ nothing; it waits for the device once (both passes' counts in one
 and folds its three keys in one launch that gives ``fold_in``'s keys (on one
 device a model's uncommitted parameters go to the launch unplaced); the NNX
 bridge hashes its graph definition once (``jax.jit`` hashes a static
-``apply_fn`` on every call). ``benchmarks/per_call.py`` times the same call.
+``apply_fn`` on every call). ``benchmarks/configs/per_call.py`` times the same call.
 """
 
 import pickle
@@ -159,8 +159,8 @@ def test_one_device_takes_a_models_parameters_as_they_are(mlp, monkeypatch):
 
 
 def test_per_call_benchmark_runs():
-  per_call = pytest.importorskip("benchmarks.per_call")
-  row = per_call.run(
+  per_call = pytest.importorskip("benchmarks.calls")
+  row = per_call.call_row(
     "mlp", n0=16, num=16, batch_size=16, reps=2, profile_calls=1, log=lambda *_: None
   )
   assert row["wall_s_best"] > 0 and row["cpu_s_best"] >= 0 and row["programs_s_best"] > 0

@@ -140,7 +140,7 @@ def test_the_declared_precision_reaches_the_traced_classifier(precision, matmul,
 
 def test_bfloat16_is_another_classifier_and_float32_is_the_default(digits256):
   # Same noise, declared precisions: float32 equals the default; bfloat16 is
-  # computed differently (its counts are its own, compared in benchmarks/precision.py).
+  # computed differently (its counts are its own, compared in benchmarks/quality.py).
   x, _ = digits256
   rng = np.random.default_rng(2)
   params = {"w": jnp.asarray(rng.normal(size=(64, 10)), jnp.float32)}

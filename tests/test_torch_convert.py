@@ -1,7 +1,7 @@
 """PyTorch checkpoint import (rsjax.models.from_torch / load_torch, rsjax convert).
 
 Checkpoints are written by PyTorch twins of the reference code
-(``benchmarks/torch_archs.py``) with random weights and BatchNorm statistics;
+(``tests/torch_archs.py``) with random weights and BatchNorm statistics;
 the converted rsjax model must give the same logits.
 """
 
@@ -13,7 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from benchmarks import torch_archs as ta  # noqa: E402
+import torch_archs as ta  # noqa: E402  (tests/ is on sys.path)
+
 from rsjax import cli, models  # noqa: E402
 from rsjax.runs import io  # noqa: E402
 

@@ -14,7 +14,7 @@ def get_config() -> dict:
     "workload": "one CIFAR-10-sized input, random weights, step 16, N = 32 per timed call",
     "arms": ["rsjax", "PyTorch (guided_diffusion + transformers)"],
     "measures": ["samples/s", "s per image at N = 100,000", "first call s"],
-    "script": "benchmarks.denoised_carlini",
+    "call": "benchmarks.denoised.carlini",
     "args": {"num": 32, "batch_size": 16, "reps": 1},
     "json": "benchmarks/results/denoised_carlini_cpu.json",
   }

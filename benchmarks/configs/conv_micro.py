@@ -15,7 +15,7 @@ def get_config() -> dict:
     "workload": "one batch of 16-channel 32x32 activations, 10 chained convolutions per program",
     "arms": ["base16", "pack2", "pack4", "pad32", "grouped", "the 32-channel stage-2 conv"],
     "measures": ["ms per convolution", "executed FLOPs", "TFLOP/s"],
-    "script": "benchmarks.conv_micro",
+    "call": "benchmarks.conv_micro.conv_micro",
     "args": {"check": True},
     "json": "gpu_out/conv.json",
   }

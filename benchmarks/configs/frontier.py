@@ -11,10 +11,10 @@ bound 11.96x at weight 0.5. Writes ``benchmarks/results/budgeted_frontier.json``
 
 def get_config() -> dict:
   return {
-    "workload": "the streams of benchmarks.streams (2,000 per p_A) and the measured MNIST run",
+    "workload": "the streams of benchmarks.streams.run (2,000 per p_A) and the measured MNIST run",
     "arms": [f"share {s}, weight {w}" for s in (0.6, 0.7) for w in (0, 0.25, 0.5, 0.75, 0.9, 0.99)],
     "measures": ["mix ratio", "ratio to the decide floor", "levels lost at 0.999", "MNIST bound"],
-    "script": "benchmarks.budgeted_frontier",
+    "call": "benchmarks.budgeted.frontier",
     "args": {"shares": [0.6, 0.7], "weights": [0.0, 0.25, 0.5, 0.75, 0.9, 0.99]},
     "json": "benchmarks/results/budgeted_frontier.json",
   }

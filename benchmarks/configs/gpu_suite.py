@@ -15,9 +15,8 @@ def get_config() -> dict:
     "workload": "random inputs, n0 100, N 100,000, alpha 0.001, sigma 0.25, 4 images a row",
     "arms": ["rsjax", "the tuned PyTorch twin (eager; compiled with twin_compile auto)"],
     "measures": ["s/image (mean, p50)", "ratio to the twin", "peak memory", "MFU", "goals"],
-    "script": "benchmarks.throughput",
+    "call": "benchmarks.suite.suite",
     "args": {
-      "suite": "gpu",
       "models": "lenet,resnet20,resnet110,resnet50",
       "precisions": "fp32,tf32,bf16",
       "images": 4,

@@ -14,7 +14,7 @@ def get_config() -> dict:
     "workload": "ResNet-110 and ResNet-20 (32x32), ResNet-50 (224 px), bf16, random weights",
     "arms": ["pack 1/2/4", "--fold-bn or not", "cold or warm compilation cache"],
     "measures": ["FLOPs and bytes per stage", "program shape", "compile s", "lease stages"],
-    "script": "benchmarks.levers_cpu",
+    "call": "benchmarks.levers.levers",
     "args": {},
     "json": "benchmarks/results/levers_cpu.json",
   }

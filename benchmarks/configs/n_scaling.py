@@ -13,7 +13,7 @@ def get_config() -> dict:
     "workload": "LeNet, bf16, one image, n0 100, an explicit batch, N = 1,000 / 10,000 / 100,000",
     "arms": ["each N"],
     "measures": ["seconds per call", "least-squares intercept (ms) and slope (ns per sample)"],
-    "script": "benchmarks.n_scaling",
+    "call": "benchmarks.suite.n_scaling",
     "args": {"model": "lenet", "precision": "bf16", "nums": "1000,10000,100000"},
     "json": "gpu_out/lenet_scaling.json",
   }

@@ -13,7 +13,7 @@ def get_config() -> dict:
     "workload": "LeNet on the first digits of mnist5k, two epochs, the second timed",
     "arms": ["Gaussian m=1", "Gaussian m=4", "Consistency", "SmoothAdv", "MACER", "sphere attack"],
     "measures": ["ms per step", "ratio to Gaussian (same m, m = 1)"],
-    "script": "benchmarks.objectives",
+    "call": "benchmarks.quality.objectives",
     "args": {},
     "json": "benchmarks/results/objectives.json",
   }

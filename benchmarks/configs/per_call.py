@@ -13,7 +13,7 @@ def get_config() -> dict:
     "workload": "one image, random weights, batch auto, one device",
     "arms": ["the whole call", "its engine programs replayed", "the rest (fixed)"],
     "measures": ["wall and CPU ms per call", "compiles and waits of a warm call", "phases"],
-    "script": "benchmarks.per_call",
+    "call": "benchmarks.calls.per_call",
     "args": [
       {"model": "mlp", "reps": 60, "profile_calls": 30, "json": "runs/per_call_mlp.json"},
       {"model": "lenet", "reps": 60, "profile_calls": 30, "json": "runs/per_call_lenet.json"},

@@ -9,10 +9,10 @@ accuracy per radius in both precisions, and the noisy samples whose class change
 
 def get_config() -> dict:
   return {
-    "workload": "LeNet trained 3 epochs on mnist5k, 40 test digits, N = 4,000",
+    "workload": "the demo LeNet (benchmarks.measure.demo_model) trained 3 epochs, 40 test digits, N = 4,000",
     "arms": ["float32", "bfloat16"],
     "measures": ["certified accuracy by radius", "changed samples"],
-    "script": "benchmarks.precision",
+    "call": "benchmarks.quality.precision",
     "args": {"model": "lenet", "epochs": 3, "images": 40, "n": 4000},
     "json": "runs/precision.json",
   }

@@ -13,7 +13,7 @@ def get_config() -> dict:
     "workload": "ResNet-110, one input, the engine's batch, N = 208",
     "arms": ["engine", "noise", "forward", "counting", "XLA NHWC/NCHW and PyTorch convolutions"],
     "measures": ["wall and CPU s, best of reps"],
-    "script": "benchmarks.profile",
+    "call": "benchmarks.profile.profile",
     "args": {"model": "resnet110", "num": 208, "reps": 2},
     "json": "runs/profile.json",
   }

@@ -18,12 +18,11 @@ def get_config() -> dict:
     "workload": "the demo's LeNet parents (sigma 0.25, 0.5), N = 100,000, 50 + 10 test digits",
     "arms": ["recertify (20,000 disagreement samples)", "from scratch (100,100 samples)"],
     "measures": ["zeta upper mean", "samples and seconds an image", "certified accuracy by radius"],
-    "script": "benchmarks.recertify",
+    "call": "benchmarks.recertify.recertify",
     "args": [
       {**blocks, "blocks": [0, 1, 2, 3, 4], "children": ["int8", "bf16"]},
       {**blocks, "blocks": [0], "children": ["prune", "tuned", "prune90"]},
       {**blocks, "report": True},
     ],
     "json": "benchmarks/results/recertify.json",
-    "json_flag": "out",
   }

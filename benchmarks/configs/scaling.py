@@ -12,8 +12,8 @@ def get_config() -> dict:
     "workload": "LeNet, random weights, N = 20,000",
     "arms": ["1 device", "2 devices"],
     "measures": ["samples/s", "counts equal"],
-    "script": "benchmarks.scaling",
+    "call": "benchmarks.throughput.scaling",
     "args": {"model": "lenet", "num": 20_000, "devices": "1,2", "reps": 3},
     "json": "runs/scaling.json",
-    "json_flag": None,
+    "json_arg": None,
   }

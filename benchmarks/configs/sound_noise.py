@@ -14,9 +14,9 @@ def get_config() -> dict:
     "workload": "one 8-bit input per model (speed); 100 MNIST test digits, N = 10,000 (accuracy)",
     "arms": ["gaussian", "gaussian_8bit"],
     "measures": ["samples/s", "sound / float", "certified accuracy by radius", "abstain"],
-    "script": "benchmarks.sound_noise",
+    "call": "benchmarks.quality.sound_noise",
     "args": [
-      {"reps": 5, "no_accuracy": True, "json": "benchmarks/results/sound_noise_speed_cpu.json"},
+      {"reps": 5, "accuracy": False, "json": "benchmarks/results/sound_noise_speed_cpu.json"},
       {"n": 10_000, "skip": 10, "json": "benchmarks/results/sound_noise_cpu.json"},
     ],
     "json": "benchmarks/results/sound_noise_cpu.json",

@@ -13,7 +13,7 @@ def get_config() -> dict:
     "workload": "2,000 Bernoulli streams per p_A (0.5 .. 1.0), sigma 0.25, N = 100,000, grid 0..1.5",
     "arms": ["looks", "anytime", "fixed", "voracek", "betting", "floor", "floor(decide)"],
     "measures": ["mean samples", "levels lost vs fixed N", "exact worst-case error"],
-    "script": "benchmarks.streams",
+    "call": "benchmarks.streams.simulate",
     "args": {"streams": 2000},
     "json": "benchmarks/results/streams.json",
   }

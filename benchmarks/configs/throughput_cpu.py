@@ -1,4 +1,4 @@
-"""rsjax's counts engine against Cohen et al.'s PyTorch loop (``benchmarks/reference_torch.py``)
+"""rsjax's counts engine against Cohen et al.'s PyTorch loop (``benchmarks.twins.sample_noise_reference``)
 on the same weights, on a CPU: the older CPU sections of RESULTS.md.
 
     python -m benchmarks.run --config benchmarks/configs/throughput_cpu.py
@@ -16,7 +16,7 @@ def get_config() -> dict:
     "workload": "every model of rsjax.models at a small N (--quick), random weights, one input",
     "arms": ["rsjax", "Cohen et al.'s loop in PyTorch (threads = cores, and 1)", "rsjax bf16"],
     "measures": ["samples/s", "ratio", "s per image at N", "compile s", "memory", "FLOPs"],
-    "script": "benchmarks.throughput",
+    "call": "benchmarks.throughput.throughput",
     "args": {"quick": True, "bf16": True},
     "json": "runs/throughput_cpu.json",
   }

@@ -15,8 +15,8 @@ def get_config() -> dict:
     "workload": "ResNet-110, bf16, one image after a warm-up, n0 100, N 100,000",
     "arms": ["rsjax"],
     "measures": ["kernels and ms by class", "busy and idle ms", "top kernels"],
-    "script": "benchmarks.trace_summary",
+    "call": "benchmarks.profile.trace",
     "args": {"model": "resnet110", "precision": "bf16", "num": 100_000, "out": "gpu_out/trace"},
     "json": "benchmarks/results/gpu_trace_resnet110_bf16.json",
-    "json_flag": None,
+    "json_arg": None,
   }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import sys
 from importlib import metadata
 from typing import Any
 
@@ -22,7 +23,7 @@ __all__ = [
 ]
 
 #: The packages whose versions a figure depends on (torch only if installed).
-PACKAGES = ("rsjax", "jax", "jaxlib", "flax", "numpy", "torch")
+PACKAGES = ("rsjax", "jax", "jaxlib", "flax", "optax", "numpy", "torch")
 
 
 def cpu_model() -> str:
@@ -48,8 +49,24 @@ def _version(package: str) -> str | None:
     return None
 
 
+def _torch_cuda() -> dict[str, Any] | None:
+  """PyTorch's CUDA and cuDNN versions and its device, where a process that imported torch
+  (the twin's side of a comparison) has CUDA; else None."""
+  torch = sys.modules.get("torch")
+  if torch is None or not torch.cuda.is_available():
+    return None
+  cudnn = torch.backends.cudnn
+  return {
+    "cuda": torch.version.cuda,
+    "cudnn": cudnn.version(),
+    "device": torch.cuda.get_device_name(0),
+    "allow_tf32": {"cudnn": cudnn.allow_tf32, "matmul": torch.backends.cuda.matmul.allow_tf32},
+  }
+
+
 def environment() -> dict[str, Any]:
-  """The machine and the versions: date, device(s), CPU, cores, load, Python and packages."""
+  """The machine and the versions: date, device(s), CPU, cores, load, Python and packages,
+  JAX's default matmul precision and, where torch is imported and has CUDA, its versions."""
   device = jax.local_devices()[0]
   return {
     "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -63,6 +80,9 @@ def environment() -> dict[str, Any]:
     "python": platform.python_version(),
     "versions": {p: _version(p) for p in PACKAGES},
     "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    "platform_version": getattr(device.client, "platform_version", None),
+    "matmul_precision": str(jax.config.values.get("jax_default_matmul_precision")),
+    "torch_cuda": _torch_cuda(),
   }
 
 

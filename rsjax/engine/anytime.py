@@ -131,7 +131,7 @@ class Anytime:
       samples instead of the KT mixture's later crossing; every other input's
       test needs ``log(1 / (1 - w))`` more evidence. 1/2 splits the prior evenly
       between the two; 0 is the plain KT mixture (records before the field).
-      ``python -m benchmarks.budgeted_frontier`` measures the trade-off.
+      ``benchmarks/configs/frontier.py`` measures the trade-off.
   """
 
   grid: tuple[float, ...]

@@ -14,7 +14,7 @@ run's identity, and a resume at another precision is refused.
 * ``"bfloat16"``: the noisy input and the floating parameters cast to bfloat16
   (the noise is drawn and added in float32, then cast). A different base
   classifier from the float32 one: compare certified accuracies
-  (``benchmarks/precision.py``) before relying on it.
+  (``benchmarks/configs/precision.py``) before relying on it.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class DatasetOptions(TypedDict, total=False):
 
 
 # Inputs per engine call when the caller does not choose (certify_dataset,
-# predict_dataset, and the command's --inputs-per-call). From benchmarks.per_image
+# predict_dataset, and the command's --inputs-per-call). From benchmarks.calls.per_image
 # (benchmarks/RESULTS.md, issue 44): on a 2-core CPU the per-image cost of the
 # MLP, LeNet and ResNet-20 does not grow with the inputs per call (1 to 32);
 # what more inputs buy is a share of the call's fixed cost (placement, two

@@ -25,7 +25,7 @@ noisy sample agree (75 of 100 MNIST digits at sigma 0.25 in
 about ``log(1 / a) / -log(m)`` samples plus the log of the inverse prior mass
 within ``1 / t`` of 1; the point mass replaces that with ``log(1 / w)``, and
 costs every other input ``log(1 / (1 - w))`` (``w = 1/2``: 0.69 nats; the
-measured trade-off is ``benchmarks.budgeted_frontier``). ``w = 0`` is the plain
+measured trade-off is ``benchmarks.budgeted.frontier``). ``w = 0`` is the plain
 KT mixture (records written before the weight was a field). Voracek (NeurIPS
 2024, "Treatment of statistical estimation problems in randomized smoothing",
 arXiv 2406.17830) uses the two-sided KT mixture; the prior here puts all its

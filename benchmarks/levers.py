@@ -1,44 +1,31 @@
-"""Issue 52's GPU levers, measured where no GPU is needed: on the CPU.
+"""Issue 52's GPU levers, measured where no GPU is needed: on the CPU. :func:`levers` prints
+and writes one JSON object with a section per measurement (``sections``):
 
-``python -m benchmarks.levers_cpu --json out.json`` prints markdown tables and
-writes one JSON object with a section per measurement (``--sections`` picks):
+* ``costs`` (levers 1, 2): per stage of the CIFAR ResNets at 32x32, FLOPs and output elements
+  per sample (bytes in bf16 and float32), unpacked and packed (``pack_narrow_stage``, ``packs``),
+  and the first stage's convolutions; counted from the traced program
+  (``rsjax.bench.costs.op_costs``) on ``lcm(packs)`` rows. Stage 1 runs from the input to the
+  first 32-channel block (packed: pack to unpack), ``head`` is the pooling and the dense layer;
+  the stages sum to the model's ``op_costs`` (checked).
+* ``program`` (levers 2, 3): the engine's counts program for ResNet-110 bf16, N = 100,000 at
+  batch 14,288 (the H200's plan), with and without folding and packed by 2: in the lowered
+  StableHLO the ``while``, ``case``/``if`` and convolution ops and the ops on activations
+  between convolutions; in XLA:CPU's compiled HLO the ``while`` and ``conditional`` ops, and
+  the compile seconds.
+* ``timing`` (lever 4): the GPU suite's config for ResNet-20 and ResNet-50 bf16, rsjax alone,
+  twice in new processes on one fresh compilation cache: cold, then warm; compile seconds
+  apart from one certification's.
+* ``lease`` (levers 5, 6): ``benchmarks/gpu_lease.sh all`` at its CPU smoke test's sizes, wall
+  and per-stage seconds, and the compiled twin of the twin stage.
 
-* ``costs`` (levers 1 and 2): per stage of ResNet-110 and ResNet-20 at 32x32,
-  matmul/conv FLOPs per sample and the output elements of the convolutions and
-  dense layers per sample (bytes in bf16 and float32: 2 and 4 per element),
-  unpacked and packed (``rsjax.models.pack_narrow_stage``, ``--packs``), and the
-  first stage's convolutions (channels in/out per packed convolution). Counted
-  from the traced program (``rsjax.bench.costs.op_costs``, no backend), on a batch
-  of ``lcm(packs)`` rows; stage 1 is the input normalization, the stem and the
-  blocks before the first 32-channel one (packed: from the pack to the unpack),
-  later stages are the blocks of one width, ``head`` the pooling and the dense
-  layer. The stages sum to the whole model's ``op_costs`` (checked).
-* ``program`` (levers 2 and 3): the engine's counts program
-  (``rsjax.engine.counts._counts_jit``) for ResNet-110 bf16, one image, N =
-  100,000 at batch 14,288 (the H200's plan: 7 steps), with and without
-  ``--fold-bn`` and packed by 2: in the lowered StableHLO, the ``while``,
-  ``case``/``if`` and convolution ops and the ops on activations between each
-  convolution and the next; in XLA:CPU's compiled HLO, the ``while`` ops (and
-  their ``known_trip_count``) and ``conditional`` ops, and the compile seconds.
-* ``timing`` (lever 4): ``python -m benchmarks.throughput --suite gpu`` (the
-  suite's own code path) for ResNet-20 and ResNet-50 (224 px) bf16, random
-  weights, explicit ``--batch-size``, rsjax alone, twice in new processes on
-  one fresh ``--cache-dir``: cold, then warm; compile seconds (the suite's
-  ``compile_s``: JAX's trace, lowering and backend-compile events of the warm-up
-  image) apart from the seconds of one certification after it.
-* ``lease`` (levers 5 and 6): ``benchmarks/gpu_lease.sh all`` at the sizes of its
-  CPU smoke test (``tests/test_benchmarks_smoke.py``), wall seconds and each
-  stage's seconds from its ``stages.jsonl``, and the twin stage's compiled twin.
-
-What the CPU cannot show (kernel choice, cuDNN fusion, host syncs per step, the
-compiled twin's ratio on the device) is for the lease; see benchmarks/RESULTS.md.
+What the CPU cannot show (kernel choice, cuDNN fusion, host syncs, the compiled twin's ratio on
+the device) is for the lease; see benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
-import json
+import json as jsonlib
 import math
 import os
 import re
@@ -52,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from benchmarks.levers_report import tables
+from benchmarks.measure import dump_json
 from rsjax import models
 from rsjax import noise as noise_lib
 from rsjax.bench.costs import op_costs
@@ -60,6 +47,8 @@ from rsjax.engine import counts as engine_counts
 from rsjax.engine import precision as precision_lib
 from rsjax.engine.step import make_chunk_plan
 from rsjax.util import local_mesh
+
+__all__ = ["levers", "program_shape", "stage_costs"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CIFAR = (32, 32, 3)
@@ -281,18 +270,17 @@ def program_shape(name: str, g: int, fold: bool, *, num: int, batch: int, compil
 
 
 def suite_timing(name: str, batch: int, *, num: int, n0: int, input_size: int | None) -> dict:
-  """Two ``benchmarks.throughput --suite gpu`` processes on one fresh cache: cold, warm."""
+  """Two runs of the GPU suite's config, each its own process, on one fresh cache: cold, warm."""
   runs = {}
   with tempfile.TemporaryDirectory(prefix="levers_cache_") as tmp:
     cache = os.path.join(tmp, "cache")
     for run in ("cold", "warm"):
       out = os.path.join(tmp, f"{run}.json")
-      cmd = [sys.executable, "-m", "benchmarks.throughput", "--suite", "gpu", "--models", name,
-             "--precisions", "bf16", "--num", str(num), "--n0", str(n0), "--images", "1",
-             "--batch-size", str(batch), "--no-reference", "--json", out,
-             "--cache-dir", cache]  # fmt: skip
-      if input_size:
-        cmd += ["--input-size", str(input_size)]
+      sets = [f"models={name}", "precisions=bf16", f"num={num}", f"n0={n0}", "images=1",
+              f"batch_size={batch}", "reference=false", f"compile_cache={cache}"]  # fmt: skip
+      sets += [f"input_size={input_size}"] if input_size else []
+      cmd = [sys.executable, "-m", "benchmarks.run", "--config", "benchmarks/configs/gpu_suite.py",
+             "--set", f"json={out}", *[a for s in sets for a in ("--set", "args." + s)]]  # fmt: skip
       t = time.perf_counter()
       proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
       wall = time.perf_counter() - t
@@ -300,7 +288,7 @@ def suite_timing(name: str, batch: int, *, num: int, n0: int, input_size: int | 
         raise RuntimeError(f"{' '.join(cmd)}: rc {proc.returncode}\n{proc.stdout[-2000:]}"
                            f"{proc.stderr[-2000:]}")  # fmt: skip
       with open(out, encoding="utf-8") as fh:
-        (row,) = json.load(fh)["results"]
+        (row,) = jsonlib.load(fh)["results"]
       rs = row["rsjax"]
       runs[run] = {
         "process_wall_s": wall, "compile_s": rs["compile_s"], "first_call_s": rs["first_call_s"],
@@ -331,9 +319,9 @@ def lease_dry_run(sizes: dict) -> dict:
                           capture_output=True, text=True, check=False)  # fmt: skip
     wall = time.perf_counter() - t
     with open(os.path.join(out, "stages.jsonl"), encoding="utf-8") as fh:
-      stages = [json.loads(line) for line in fh if line.strip()]
+      stages = [jsonlib.loads(line) for line in fh if line.strip()]
     with open(os.path.join(out, "gpu.json"), encoding="utf-8") as fh:
-      merged = {s["stage"]: s for s in json.load(fh)["stages"]}
+      merged = {s["stage"]: s for s in jsonlib.load(fh)["stages"]}
   twins = {}
   for name, s in merged.items():
     for row in (s.get("data") or {}).get("results", []) if name.startswith("twin_") else []:
@@ -352,63 +340,54 @@ def lease_dry_run(sizes: dict) -> dict:
   }  # fmt: skip
 
 
-def main(argv=None) -> dict:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--json", default=None, help="write the results here")
-  p.add_argument("--sections", default=",".join(SECTIONS), help=f"from {','.join(SECTIONS)}")
-  p.add_argument("--models", default="resnet110,resnet20", help="costs: CIFAR ResNets")
-  p.add_argument("--packs", default="1,2,4", help="costs: samples per packed row")
-  p.add_argument("--program-model", default="resnet110")
-  p.add_argument("--program-num", type=int, default=100_000)
-  p.add_argument("--program-batch", type=int, default=14_288)
-  p.add_argument("--no-compile", action="store_true", help="program: lower only")
-  p.add_argument(
-    "--timing", default="resnet20:128,resnet50:96", help="MODEL:BATCH,... for the suite runs"
-  )
-  p.add_argument("--num", type=int, default=256, help="timing: N")
-  p.add_argument("--n0", type=int, default=32, help="timing: n0")
-  p.add_argument("--r50-size", type=int, default=None, help="timing: ResNet-50's input size")
-  args = p.parse_args(argv)
-  sections = [s for s in args.sections.split(",") if s]
-  for s in sections:
+def levers(
+  *,
+  sections: str = ",".join(SECTIONS),
+  cost_models: str = "resnet110,resnet20",
+  packs: str = "1,2,4",
+  program_model: str = "resnet110",
+  program_num: int = 100_000,
+  program_batch: int = 14_288,
+  compile_program: bool = True,
+  timing: str = "resnet20:128,resnet50:96",
+  num: int = 256,
+  n0: int = 32,
+  r50_size: int | None = None,
+  json: str | None = None,
+) -> dict:
+  """The ``sections`` (comma-separated, of ``SECTIONS``): ``cost_models`` and ``packs`` for the
+  costs; the program of ``program_model`` at ``program_num``, ``program_batch`` (``compile_program``:
+  also compile it); ``timing``: MODEL:BATCH,... at ``num``, ``n0`` (ResNet-50 at
+  ``r50_size``)."""
+  chosen = [s for s in sections.split(",") if s]
+  for s in chosen:
     if s not in SECTIONS:
-      p.error(f"--sections: unknown {s!r}")
-  res: dict = {"jax": jax.__version__, "backend": jax.default_backend(), "sections": sections}
+      raise SystemExit(f"sections: unknown {s!r}")
+  res: dict = {"jax": jax.__version__, "backend": jax.default_backend(), "sections": chosen}
   started = time.perf_counter()
-  if "costs" in sections:
-    packs = [int(g) for g in args.packs.split(",")]
-    batch = math.lcm(*packs)
-    res["costs"] = [stage_costs(m, g, batch) for m in args.models.split(",") if m for g in packs]
-  if "program" in sections:
+  if "costs" in chosen:
+    gs = [int(g) for g in packs.split(",")]
+    res["costs"] = [
+      stage_costs(m, g, math.lcm(*gs)) for m in cost_models.split(",") if m for g in gs
+    ]
+  if "program" in chosen:
     res["program"] = [
       program_shape(
-        args.program_model,
-        g,
-        fold,
-        num=args.program_num,
-        batch=args.program_batch,
-        compile_=not args.no_compile,
-      )  # fmt: skip
+        program_model, g, fold, num=program_num, batch=program_batch, compile_=compile_program
+      )
       for g, fold in ((1, False), (1, True), (2, True))
     ]
-  if "timing" in sections:
+  if "timing" in chosen:
     res["timing"] = []
-    for item in args.timing.split(","):
+    for item in timing.split(","):
       name, batch = item.split(":")
-      size = args.r50_size if name == "resnet50" else None
-      res["timing"].append(
-        suite_timing(name, int(batch), num=args.num, n0=args.n0, input_size=size)
-      )
-  if "lease" in sections:
+      size = r50_size if name == "resnet50" else None
+      res["timing"].append(suite_timing(name, int(batch), num=num, n0=n0, input_size=size))
+  if "lease" in chosen:
     res["lease"] = lease_dry_run(LEASE_SMOKE)
   res["seconds"] = time.perf_counter() - started
-  print(tables(res), flush=True)
-  print(f"levers_cpu: {res['seconds']:.0f} s")
-  if args.json:
-    with open(args.json, "w", encoding="utf-8") as fh:
-      json.dump(res, fh, indent=1)
+  for key in chosen:  # the figures (RESULTS.md's tables are made from the JSON)
+    print(f"{key}: {jsonlib.dumps(res[key], default=str)[:4000]}", flush=True)
+  print(f"levers: {res['seconds']:.0f} s")
+  dump_json(json, res)
   return res
-
-
-if __name__ == "__main__":
-  main()

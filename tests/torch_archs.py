@@ -17,8 +17,7 @@ checkpoint as that code writes it (written from scratch after the originals):
 * ``cohen_model(arch)``: ``Sequential(NormalizeLayer, model)`` as in
   ``get_architecture``, ImageNet models inside ``DataParallel``.
 
-Used by the converter tests (``rsjax.models.from_torch``) and available to the
-benchmarks. Needs PyTorch; rsjax itself never imports this module.
+Used by the converter tests (``rsjax.models.from_torch``, ``tests/test_torch_convert.py``). Needs PyTorch; rsjax itself never imports this module.
 """
 
 from __future__ import annotations
