@@ -15,7 +15,7 @@
 # that a loaded machine does not time a stage out):
 #
 #   NUM=48 N0=8 IMAGES=1 BATCH=8 CONV_BATCH=16 LENET_NUMS=100,200,400 LENET_BATCH=50 R50_SIZE=32 \
-#     R50_NUM=32 R50_BATCH=16 TWIN_MODELS=lenet OUT=/tmp/lease bash benchmarks/gpu_lease.sh all
+#     R50_NUM=32 R50_BATCH=16 R110_MODEL=resnet20 TWIN_MODELS=lenet OUT=lease bash benchmarks/gpu_lease.sh all
 #
 # Stages (limit, s) and what each decides:
 #   s0  env (20): versions (jax, jaxlib, flax, torch, CUDA, cuDNN), nvidia-smi, the device, the
@@ -43,7 +43,8 @@
 # Environment (defaults): OUT (gpu_out), PYTHON (python3), BUDGET (540), LIMIT_SCALE (100: percent
 # applied to every limit and to BUDGET, for slow machines), NUM (100000), N0 (100), IMAGES (2),
 # BATCH (14288: ResNet-110/20), CONV_BATCH (14288), LENET_NUMS (1000,10000,100000), LENET_BATCH
-# (BATCH), R50_BATCH (1024), R50_NUM (NUM), R50_SIZE (the model's 224), TWIN_MODELS (resnet110
+# (BATCH), R50_BATCH (1024), R50_NUM (NUM), R50_SIZE (the model's 224), R110_MODEL
+# (resnet110: s3's model; the CPU check runs its variants on resnet20), TWIN_MODELS (resnet110
 # resnet20 resnet50), TWIN_COMPILE (auto), TWIN_MIN (60), CACHE_DIR (/tmp/rsjax_lease_cache: the
 # JAX persistent compilation cache shared by every stage), DATASET_IMAGES (100, stage dataset).
 set -u
@@ -64,6 +65,7 @@ R50_BATCH=${R50_BATCH:-1024}
 R50_NUM=${R50_NUM:-$NUM}
 R50_SIZE=${R50_SIZE:-}
 TWIN_MODELS=${TWIN_MODELS:-resnet110 resnet20 resnet50}
+R110_MODEL=${R110_MODEL:-resnet110}
 TWIN_COMPILE=${TWIN_COMPILE:-auto}
 TWIN_MIN=${TWIN_MIN:-60}
 DATASET_IMAGES=${DATASET_IMAGES:-100}
@@ -138,7 +140,7 @@ suite() {  # suite NAME LIMIT XLA_FLAGS KEY=VALUE...: one run of configs/gpu_sui
 r110() {  # r110 NAME XLA_FLAGS KEY=VALUE...: a ResNet-110 bf16 variant, rsjax alone
   local name=$1 flags=$2
   shift 2
-  suite "$name" "$(lim 30)" "$flags" args.models=resnet110 args.precisions=bf16 "args.num=$NUM" \
+  suite "$name" "$(lim 30)" "$flags" "args.models=$R110_MODEL" args.precisions=bf16 "args.num=$NUM" \
     "args.n0=$N0" "args.images=$IMAGES" "args.batch_size=$BATCH" args.reference=false "$@"
 }
 

@@ -401,6 +401,12 @@ def mismatches(results: dict, expected: dict[str, np.ndarray]) -> list[str]:
   return bad
 
 
+def save(results: dict, path: str) -> None:
+  """Writes ``results`` (of :func:`compute`) with this machine's platform to ``path``, as
+  ``--check --save`` does, for ``--compare``."""
+  np.savez_compressed(path, **results, **{PLATFORM_KEY: np.array(platform())})
+
+
 def _main(argv: list[str]) -> int:
   """``--check [--save PATH]``, ``--compare A B`` or (no argument) regenerate the file."""
   if argv[:1] == ["--compare"] and len(argv) == 3:
@@ -424,7 +430,7 @@ def _main(argv: list[str]) -> int:
     print(f"golden file made on: {made_on}\nchecked on: {platform()}", file=sys.stderr)
     print("\n".join(bad) or "golden outputs match", file=sys.stderr)
     if len(argv) == 3:  # this machine's outputs, for --compare
-      np.savez_compressed(argv[2], **results, **{PLATFORM_KEY: np.array(platform())})
+      save(results, argv[2])
     return 1 if bad else 0
   if argv:
     print("usage: golden_cases.py [--check [--save PATH] | --compare A B]", file=sys.stderr)
