@@ -258,7 +258,7 @@ def _same_inputs(reference_path: str, reference, runs, results) -> None:
     if run is None:
       raise CliError(f"--easy-hard: {label} has no run record, so its inputs are unknown")
     a, b = reference.data, run.data
-    if (a.name, a.split, a.size, a.file_sha256) != (b.name, b.split, b.size, b.file_sha256):
+    if a.differences(b):
       raise CliError(
         f"--easy-hard {reference_path} certified {a.name} {a.split} ({a.size} inputs), "
         f"{label} {b.name} {b.split} ({b.size}): not the same inputs"

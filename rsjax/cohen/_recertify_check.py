@@ -88,9 +88,7 @@ def _same_rows(parent: RunSpec, child: RunSpec) -> list[str]:
   """Why the child does not certify the parent's inputs, all of them: another split, size or
   array file (row ``i`` would be another image), or another declared range (a range chosen
   after the parent's counts were seen picks the rows its noise favoured)."""
-  a, b = parent.data, child.data
-  fields = ("name", "split", "size", "file_sha256", "start", "stop", "skip")
-  differ = [f for f in fields if getattr(a, f) != getattr(b, f)]
+  differ = parent.data.differences(child.data, rows=True)
   if differ:
     return [f"the child's {', '.join(differ)} of the data differ from the parent's"]
   return []

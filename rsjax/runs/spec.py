@@ -1,16 +1,15 @@
 """A certify (or predict) run as one value: :class:`RunSpec`.
 
-Everything a run's certificate claims is a field of one frozen value: the
-model (its fingerprint and where it came from), the data (dataset, split, the
-declared index range, input shape, number of classes), sigma and where it came
-from, the sampling settings (N0, N, alpha, noise, precision), the method and
-its options, and the key (seed and derivation). Built once (from flags by
-``rsjax.runs.launch``, or by library users such as ``rsjax.runs.demo``), it is written
-as the one record of the run, ``<result file>.run.json`` (:func:`run_path`); resume,
-``rsjax verify``, ``audit``, ``analyze`` and the demo read it back (:meth:`RunSpec.read`).
-No field is stored twice, so what ``verify`` checks is what ``audit`` re-draws and what
-``analyze`` prints. The record is NumPy-free JSON; this module imports neither JAX nor
-the model code. Older records are refused in one line (:class:`RunFormatError`).
+Everything a run's certificate claims is a field of one frozen value: the model (its
+fingerprint and where it came from), the data (dataset, split, the declared index range,
+input shape, number of classes), sigma and where it came from, the sampling settings (N0, N,
+alpha, noise, precision), the method and its options, and the key (seed and derivation).
+Built once (from flags by ``rsjax.runs.launch``, or by library users such as
+``rsjax.runs.demo``), it is written as the one record of the run, ``<result file>.run.json``
+(:func:`run_path`); resume, ``rsjax verify``, ``audit``, ``analyze`` and the demo read it
+back (:meth:`RunSpec.read`). No field is stored twice, so what ``verify`` checks is what
+``audit`` re-draws and what ``analyze`` prints. The record is NumPy-free JSON (no JAX, no
+model code here); older records are refused in one line (:class:`RunFormatError`).
 """
 
 from __future__ import annotations
@@ -180,6 +179,11 @@ class DataRef:
   def indices(self) -> range:
     """The declared dataset indices, in order (a ``range``)."""
     return declared_indices(self.size, self.start, self.stop, self.skip)
+
+  def differences(self, other: DataRef, *, rows: bool = False) -> list[str]:
+    """The fields (of dataset, split, size, array file; range too with ``rows``) that differ."""
+    fields = ("name", "split", "size", "file_sha256") + (("start", "stop", "skip") if rows else ())
+    return [f for f in fields if getattr(self, f) != getattr(other, f)]
 
 
 @dataclasses.dataclass(frozen=True)
