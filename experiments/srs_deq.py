@@ -94,12 +94,16 @@ Below the cap (0.81) SRS-1A loses 8 of 50 images at r = 0.25 and 8 at 0.75 to ch
 that disagree (check agreement 0.972; 1 more at r = 0 and 0.5); SRS-3A (agreement 0.996) loses
 6 at 0.25 and 8 at 0.75 (4 to too few checks: m >= 507 would keep them, f-eval ratio 2.7x).
 
-The full runs so far (pieces ``--full --models deq --sigmas 0.25``, the second with
-``--max-minutes 140`` stopped by hand after its fourth round: ``results/srs_deq_full_runs_deq_sigma0.25.json``,
-40 images of each method, 42 of 30A): 30A certifies 1.0 / .95 / .95 / .825 at r = 0 / .25 / .5 /
-.75 (ACR 0.747); SRS-3A and 3B 1.0 / .95 / .9 / 0 (0.75 is above SRS's cap 0.55; ACR 0.528),
-SRS-1A and 1B .875 at r = .5 (ACR 0.523, 0.525); f-eval ratios 8.2x (1A/1B), 5.4x (3A/3B). Wall
-times (30A 44.1 s, SRS 8.2-14.6 s per image) ran niced beside other jobs on the 2 cores: no
+The full runs so far (pieces ``--full --models deq --sigmas 0.25``, then one core each for
+sigma 0.25 and 0.5 as above, the last stopped by hand: ``results/srs_deq_full_runs_deq_sigma0.25.json``
+and ``..._deq_sigma0.5.json``, on the images every method has)::
+
+                   images  cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1   ACR 30A / 1A / 3A / 1B / 3B
+  DEQ sigma 0.25   140     .957 .929 .893 .814 0 vs .957 .921 .871 0 0     .717 / .503 / .506 / .503 / .506
+  DEQ sigma 0.5     50     .98 .98 .88 .86 .78 vs .98 .98 .88 .84 .72      1.250 / .933 / .943 / .940 / .949
+
+(0.75 is above SRS's cap 0.55 at sigma 0.25.) f-eval ratios 8.2x (1A/1B), 5.4x (3A/3B). Wall
+times ran beside other jobs on the 2 cores (30A 23-24 s per image, SRS 3.0-5.4 s): no
 measurement of the speed-up.
 
 The rows of issue 29 (no runs: ``results/srs_deq_full.json``, 200 images each; 2 CPU cores, one

@@ -150,8 +150,9 @@ LEGACY_SUMMARIES = {
 #: Committed runs in progress (pieces of the SRS full run, continued by rerunning it): every
 #: row verifies, rows are missing.
 IN_PROGRESS = {
-  f"srs_deq_full/deq_sigma0.25/{method}.tsv": "the SRS full run's first pieces (--full --models "
-  "deq --sigmas 0.25): 40 to 42 of its 200 images"
+  f"srs_deq_full/{run}/{method}.tsv": f"the SRS full run's first pieces (--full --models deq "
+  f"--sigmas {sigma}): {done} of its 200 images"
+  for run, sigma, done in (("deq_sigma0.25", 0.25, "140 to 150"), ("deq_sigma0.5", 0.5, "50 to 60"))
   for method in _SRS_METHODS
 }
 
