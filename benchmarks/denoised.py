@@ -72,6 +72,35 @@ SETUPS = {
 }  # the smoke test
 
 
+def _timed_counts(apply_fn, params, x, *, num: int, batch_size, reps: int):
+  """``(first, times)``: seconds of a first (compiling) ``rsjax.sample_counts`` call of ``num``
+  samples of ``x`` at ``SIGMA``, then of ``reps`` more, each on its own key."""
+
+  def counts(seed: int) -> np.ndarray:
+    c = rsjax.sample_counts(
+      jax.random.key(seed),
+      apply_fn,
+      params,
+      x,
+      sigma=SIGMA,
+      num_classes=10,
+      num=num,
+      batch_size=batch_size,
+    )
+    return np.asarray(c)
+
+  t = time.perf_counter()
+  counts(10_000)
+  first = time.perf_counter() - t
+  times = []
+  for r in range(reps):
+    t = time.perf_counter()
+    c = counts(r)
+    times.append(time.perf_counter() - t)
+  assert int(c.sum()) == num
+  return first, times
+
+
 def ddpm_rate(name: str, *, num: int, reps: int, batch_size: int, log=print) -> dict:
   """Samples/s of the composed DDPM pipeline ``name`` of ``SETUPS``."""
   config, classifier, shape = SETUPS[name]
@@ -86,27 +115,7 @@ def ddpm_rate(name: str, *, num: int, reps: int, batch_size: int, log=print) -> 
   )
   x = np.random.default_rng(0).random((1,) + shape, dtype=np.float32)
 
-  def counts(seed):
-    return rsjax.sample_counts(
-      jax.random.key(seed),
-      apply_fn,
-      params,
-      x,
-      sigma=SIGMA,
-      num_classes=10,
-      num=num,
-      batch_size=batch_size,
-    )
-
-  t = time.perf_counter()
-  counts(10_000)
-  first = time.perf_counter() - t
-  times = []
-  for r in range(reps):
-    t = time.perf_counter()
-    c = counts(r)
-    times.append(time.perf_counter() - t)
-  assert int(np.asarray(c).sum()) == num
+  first, times = _timed_counts(apply_fn, params, x, num=num, batch_size=batch_size, reps=reps)
   rate = num / min(times)
   res = {
     "unet": name,
@@ -198,28 +207,7 @@ def rsjax_rate(unet, vit, flags, *, num: int, batch_size: int, reps: int) -> dic
   apply_fn, params = denoised(fn, clf, denoiser_params=d_params, resize=(size, size))
   x = np.random.default_rng(0).random((1, 32, 32, 3), dtype=np.float32)
 
-  def counts(seed: int):
-    c = rsjax.sample_counts(
-      jax.random.key(seed),
-      apply_fn,
-      params,
-      x,
-      sigma=SIGMA,
-      num_classes=10,
-      num=num,
-      batch_size=batch_size,
-    )
-    return np.asarray(c)
-
-  t = time.perf_counter()
-  counts(10_000)
-  first = time.perf_counter() - t
-  times = []
-  for r in range(reps):
-    t = time.perf_counter()
-    c = counts(r)
-    times.append(time.perf_counter() - t)
-  assert int(c.sum()) == num
+  first, times = _timed_counts(apply_fn, params, x, num=num, batch_size=batch_size, reps=reps)
   return {"samples_per_s": num / min(times), "first_call_s": first, "timestep": fn.t}
 
 
