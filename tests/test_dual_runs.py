@@ -165,3 +165,71 @@ def test_targets_pick_the_expert_with_the_larger_radius():
     jax.random.key(0), [(const(1), None), (const(0), None)], (0.25, 0.5), x, y
   )
   assert got.tolist() == [1, 0, 0, 0]
+
+
+def test_two_rounds_fine_tune_the_experts_the_estimator_routes_to(tmp_path):
+  """``--dual-rounds 2 --dual-expert-epochs 1``: round 2 routes the training digits by the
+  round-1 estimator, fine-tunes each expert on its own (copies under ``rounds/``; the given
+  experts' files are untouched) and names the experts to certify with."""
+  dirs = [_model(tmp_path / f"e{s}", 10, 1 + i, s) for i, s in enumerate(SIGMAS)]
+  before = [models.to_apply_fn(models.load_model(d)[0])[1] for d in dirs]
+  experts = ",".join(f"{s}:{d}" for s, d in zip(SIGMAS, dirs, strict=True))
+  out = tmp_path / "est"
+  argv = ["train", "--method", "dual", "--dual-experts", experts, "--dual-draws", "2",
+          "--dual-rounds", "2", "--dual-expert-epochs", "1", "--dataset", "digits",
+          "--model", "mlp", "--sigma", "0.25", "--epochs", "1", "--batch", "128", "--out",
+          out, "--quiet"]  # fmt: skip
+  assert cli.main([str(a) for a in argv]) == 0
+  assert (out / "rounds" / "estimator_1" / "config.json").exists()
+  tuned = sorted(p.name for p in (out / "rounds" / "experts_2").iterdir())
+  assert tuned and set(tuned) <= {f"sigma_{s:g}" for s in SIGMAS}
+  for d, params in zip(dirs, before, strict=True):  # the experts given stay as they were
+    import jax
+
+    after = models.to_apply_fn(models.load_model(d)[0])[1]
+    assert all(jax.tree.leaves(jax.tree.map(lambda a, b: bool((a == b).all()), params, after)))
+  for name in tuned:  # a fine-tuned expert keeps its architecture and has new weights
+    s = float(name.split("_")[1])
+    m, config = models.load_model(out / "rounds" / "experts_2" / name)
+    assert config["num_classes"] == 10 and config["sigma"] == s
+    old = before[SIGMAS.index(s)]
+    new = models.to_apply_fn(m)[1]
+    assert not all(jax.tree.leaves(jax.tree.map(lambda a, b: bool((a == b).all()), old, new)))
+
+
+def test_next_round_routes_by_the_smoothed_majority_and_keeps_an_unrouted_expert():
+  import jax
+
+  from rsjax import training
+  from rsjax.dual.training import consistent_targets, expert_hits, next_round, vote_shares
+
+  x = jax.random.uniform(jax.random.key(0), (24, 8, 8, 1))
+  y = np.arange(24) % 10
+  est = models.create_model("mlp", num_classes=2, input_shape=(8, 8, 1), rngs=0)
+  from rsjax.dual import shift_logits
+
+  shift_logits(est, [0.0, 50.0])  # every vote goes to expert 1
+  experts = [models.create_model("mlp", num_classes=10, input_shape=(8, 8, 1), rngs=i)
+             for i in (1, 2)]  # fmt: skip
+  cfg = training.TrainConfig(sigma=0.0, epochs=1, batch_size=8, lr=0.05)
+  key = jax.random.key(3)
+  step = next_round(key, est, experts, SIGMAS, (np.asarray(x), y), sigma_estimator=0.3,
+                    draws=4, expert_config=cfg, workdirs=[None, None],
+                    model_configs=[None, None])  # fmt: skip
+  assert step.routes.tolist() == [1] * 24
+  assert step.experts[0] is experts[0] and step.experts[1] is not experts[1]
+  share = vote_shares(jax.random.fold_in(key, 0), *models.to_apply_fn(est), np.asarray(x),
+                      sigma=0.3, draws=4)  # fmt: skip
+  assert share[:, 1].tolist() == [1.0] * 24
+  fns = [models.to_apply_fn(m) for m in step.experts]
+  hits = expert_hits(jax.random.fold_in(key, 2), fns, SIGMAS, np.asarray(x), y, draws=4)
+  from rsjax.dual.training import targets_from_hits
+
+  fallback = targets_from_hits(hits, SIGMAS, draws=4)
+  want = consistent_targets(share, hits, fallback, keep=0.5)
+  assert step.targets.tolist() == want.tolist()
+  # Without an expert config the experts stay: the same objects.
+  fixed = next_round(key, est, experts, SIGMAS, (np.asarray(x), y), sigma_estimator=0.3,
+                     draws=4, expert_config=None, workdirs=[None, None],
+                     model_configs=[None, None])  # fmt: skip
+  assert all(a is b for a, b in zip(fixed.experts, experts, strict=True))

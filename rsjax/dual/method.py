@@ -65,6 +65,20 @@ METHOD = Method(
         str,
         ("none", "expert"),
       ),
+      Option(
+        "dual_rounds",
+        1,
+        "rounds of the two parts in turn: each after the first routes the training inputs by "
+        "the estimator, fine-tunes the experts on theirs and trains the estimator further",
+        int,
+        positive=True,
+      ),
+      Option(
+        "dual_expert_epochs",
+        0,
+        "epochs each round fine-tunes an expert on its routed inputs (0: the experts stay)",
+        int,
+      ),
     ),
   ),
 )

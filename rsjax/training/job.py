@@ -20,10 +20,19 @@ import numpy as np
 from rsjax.training.config import TrainConfig
 from rsjax.training.trainer import TrainOptions, train
 
-__all__ = ["TrainJob", "train_gaussian"]
+__all__ = ["ARCHITECTURE", "TrainJob", "fine_tuned_from", "train_gaussian"]
 
 #: The fields of ``config.json`` that build a model: a fine-tuned model keeps them.
-_ARCHITECTURE = ("model", "num_classes", "input_shape", "model_kwargs")
+ARCHITECTURE = ("model", "num_classes", "input_shape", "model_kwargs")
+
+
+def fine_tuned_from(model: Any) -> dict[str, str]:
+  """The ``derived_from`` field of a model fine-tuned from ``model``: the transform
+  ``fine-tune`` and ``model``'s weight fingerprint."""
+  from rsjax import models
+  from rsjax.runs.runner import fingerprint
+
+  return {"transform": "fine-tune", "init": fingerprint(models.to_apply_fn(model)[1])}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,10 +90,9 @@ class TrainJob:
       ValueError: ``init`` holds a model of another architecture than the job's.
     """
     from rsjax import models
-    from rsjax.runs.runner import fingerprint
 
     model, config = models.load_model(init)
-    for name in _ARCHITECTURE:
+    for name in ARCHITECTURE:
       want, got = self.model_config.get(name), config.get(name)
       if name == "model_kwargs":
         want, got = want or {}, got or {}
@@ -92,9 +100,8 @@ class TrainJob:
         want, got = list(want or ()), list(got or ())
       if want != got:
         raise ValueError(f"--init {init!r} holds a model with {name} {got!r}, not {want!r}")
-    derived = {"transform": "fine-tune", "init": fingerprint(models.to_apply_fn(model)[1])}
     return dataclasses.replace(
-      self, model=model, model_config={**self.model_config, "derived_from": derived}
+      self, model=model, model_config={**self.model_config, "derived_from": fine_tuned_from(model)}
     )
 
 
