@@ -144,6 +144,7 @@ def table(result: dict) -> str:
   curves |= {"idrs best": result["best_idrs"]}
   curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("ddrs")}
   curves |= {"ddrs best": result["best_ddrs"], "dual": rows["dual"]["certified_accuracy"]}
+  curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("tuned")}
   if "oracle" in result:
     curves["oracle"] = result["oracle"]
   radii = list(result["envelope"])

@@ -354,11 +354,11 @@ def train_job(
   if dual_rounds < 1 or dual_expert_epochs < 0:
     raise ValueError("--dual-rounds must be >= 1 and --dual-expert-epochs >= 0")
   experts, sigmas, dirs, configs = _experts(dual_experts)
-  kw = dict(draws=dual_draws, rule=dual_target, tau=dual_tau)
 
   def targets_of(i: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     fns = [models.to_apply_fn(m) for m in experts]
-    return estimator_targets(jax.random.fold_in(job.key, i), fns, sigmas, x, y, **kw)
+    return estimator_targets(jax.random.fold_in(job.key, i), fns, sigmas, x, y,
+                             draws=dual_draws, rule=dual_target, tau=dual_tau)  # fmt: skip
 
   x, y = job.train_data
   targets = targets_of(1, x, y)
@@ -373,7 +373,8 @@ def train_job(
       where = [os.path.join(rounds, f"experts_{r}", f"sigma_{s:g}") for s in sigmas]
       step = next_round(jax.random.fold_in(job.key, 10 + r), model, experts, sigmas, (x, y),
                         sigma_estimator=job.config.sigma, expert_config=tune, workdirs=where,
-                        model_configs=configs, **kw)  # fmt: skip
+                        model_configs=configs, draws=dual_draws, rule=dual_target,
+                        tau=dual_tau)  # fmt: skip
       dirs = [
         w if new is not old else d
         for w, d, new, old in zip(where, dirs, step.experts, experts, strict=True)
