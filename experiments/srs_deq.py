@@ -95,11 +95,11 @@ that disagree (check agreement 0.972; 1 more at r = 0 and 0.5); SRS-3A (agreemen
 6 at 0.25 and 8 at 0.75 (4 to too few checks: m >= 507 would keep them, f-eval ratio 2.7x).
 
 The full runs so far (pieces ``--full --models deq --sigmas 0.25``, then one core each for
-sigma 0.25 and 0.5 as above, the last stopped by hand: ``results/srs_deq_full_runs_deq_sigma0.25.json``
+sigma 0.25 and 0.5 as above; sigma 0.5 stopped by hand: ``results/srs_deq_full_runs_deq_sigma0.25.json``
 and ``..._deq_sigma0.5.json``, on the images every method has)::
 
                    images  cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1   ACR 30A / 1A / 3A / 1B / 3B
-  DEQ sigma 0.25   140     .957 .929 .893 .814 0 vs .957 .921 .871 0 0     .717 / .503 / .506 / .503 / .506
+  DEQ sigma 0.25   200     .955 .930 .860 .785 0 vs .955 .925 .845 0 0     .704 / .496 / .499 / .496 / .499
   DEQ sigma 0.5     50     .98 .98 .88 .86 .78 vs .98 .98 .88 .84 .72      1.250 / .933 / .943 / .940 / .949
 
 (0.75 is above SRS's cap 0.55 at sigma 0.25.) f-eval ratios 8.2x (1A/1B), 5.4x (3A/3B). Wall
