@@ -80,10 +80,14 @@ def parser(doc: str) -> argparse.ArgumentParser:
   return ap
 
 
-def sigmas_config(doc: str, get_config, argv=None):
-  """``get_config(--quick)`` with ``--sigmas`` (when given) in place of its sigmas."""
+def sigmas_config(doc: str, get_config, argv=None, flags: dict | None = None):
+  """``get_config(--quick)`` with ``--sigmas`` (when given) in place of its sigmas; each of
+  ``flags`` (``{"name": help}``) is a switch ``--name`` passed on as ``get_config(...,
+  name=True)`` when given (its ``-`` read as ``_``)."""
   p = argparse.ArgumentParser(description=doc.split("\n")[0])
   p.add_argument("--quick", action="store_true")
+  for name, text in (flags or {}).items():
+    p.add_argument("--" + name, action="store_true", help=text)
   p.add_argument(
     "--sigmas",
     type=float,
@@ -92,7 +96,8 @@ def sigmas_config(doc: str, get_config, argv=None):
     help="run only these sigma0 (default 0.25 0.5); recorded in the JSON's config",
   )
   args = p.parse_args(argv)
-  cfg = get_config(args.quick)
+  on = {k: True for k in (n.replace("-", "_") for n in flags or {}) if getattr(args, k)}
+  cfg = get_config(args.quick, **on)
   return dataclasses.replace(cfg, sigmas=tuple(args.sigmas)) if args.sigmas else cfg
 
 

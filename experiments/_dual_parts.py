@@ -21,6 +21,7 @@ def train_model(
     num_classes=model_config["num_classes"],
     input_shape=tuple(model_config["input_shape"]),
     rngs=cfg.seed,
+    **model_config.get("model_kwargs", {}),
   )
   if init is not None:
     init(m)
@@ -77,7 +78,8 @@ def validation_facts(cfg, estimator, sub, sg, hits, xv, alphas, radii, envelope,
 
 
 def comparison_rows(cfg, expert_models, dirs, test, radii, log) -> dict:
-  """IDRS and DDRS on each expert (the same models and digits), each a verified run."""
+  """IDRS and DDRS on each expert (the same models and digits), each a verified run; a method
+  whose options in ``cfg`` are None is not run."""
   rows = {}
   kw = dict(dataset=test, skip=cfg.skip, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, seed=cfg.seed)
   for s, m, d in zip(cfg.sigmas, expert_models, dirs, strict=True):
@@ -85,6 +87,8 @@ def comparison_rows(cfg, expert_models, dirs, test, radii, log) -> dict:
       ("idrs", "idrs", cfg.idrs),
       ("ddrs", "ddrs", cfg.ddrs),
     ):
+      if options is None:  # not run in this config
+        continue
       path = os.path.join(cfg.runs, f"{name}_{s:g}.tsv")
       t0 = time.perf_counter()
       certify_run(path, m, d, sigma=s, method=method, options=options, inputs_per_call=10, **kw)
@@ -143,7 +147,9 @@ def table(result: dict) -> str:
   curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("idrs")}
   curves |= {"idrs best": result["best_idrs"]}
   curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("ddrs")}
-  curves |= {"ddrs best": result["best_ddrs"], "dual": rows["dual"]["certified_accuracy"]}
+  if "best_ddrs" in result:
+    curves["ddrs best"] = result["best_ddrs"]
+  curves["dual"] = rows["dual"]["certified_accuracy"]
   curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("tuned")}
   if "oracle" in result:
     curves["oracle"] = result["oracle"]
