@@ -95,12 +95,14 @@ that disagree (check agreement 0.972; 1 more at r = 0 and 0.5); SRS-3A (agreemen
 6 at 0.25 and 8 at 0.75 (4 to too few checks: m >= 507 would keep them, f-eval ratio 2.7x).
 
 The full runs so far (pieces ``--full --models deq --sigmas 0.25``, then one core each for
-sigma 0.25 and 0.5 as above; sigma 0.5 stopped by hand: ``results/srs_deq_full_runs_deq_sigma0.25.json``
-and ``..._deq_sigma0.5.json``, on the images every method has)::
+sigma 0.25 and 0.5 as above, then MDEQ after DEQ 0.25; the last two stopped by hand:
+``results/srs_deq_full_runs_deq_sigma0.25.json``, ``..._deq_sigma0.5.json`` and
+``..._mdeq_sigma0.25.json``, on the images every method has)::
 
-                   images  cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1   ACR 30A / 1A / 3A / 1B / 3B
-  DEQ sigma 0.25   200     .955 .930 .860 .785 0 vs .955 .925 .845 0 0     .704 / .496 / .499 / .496 / .499
-  DEQ sigma 0.5     50     .98 .98 .88 .86 .78 vs .98 .98 .88 .84 .72      1.250 / .933 / .943 / .940 / .949
+                   images  cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1      ACR 30A / 1A / 3A / 1B / 3B
+  DEQ sigma 0.25   200     .955 .930 .860 .785 0 vs .955 .925 .845 0 0        .704 / .496 / .499 / .496 / .499
+  DEQ sigma 0.5    160     .950 .919 .869 .825 .731 vs .950 .919 .863 .787 .644  1.186 / .883 / .898 / .884 / .902
+  MDEQ sigma 0.25   40     1.0 1.0 .925 .875 0 vs 1.0 1.0 .925 0 0           .762 / .533 / .535 / .533 / .536
 
 (0.75 is above SRS's cap 0.55 at sigma 0.25.) f-eval ratios 8.2x (1A/1B), 5.4x (3A/3B). Wall
 times ran beside other jobs on the 2 cores (30A 23-24 s per image, SRS 3.0-5.4 s): no

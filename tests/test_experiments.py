@@ -150,9 +150,9 @@ LEGACY_SUMMARIES = {
 #: Committed runs in progress (pieces of the SRS full run, continued by rerunning it): every
 #: row verifies, rows are missing.
 IN_PROGRESS = {
-  f"srs_deq_full/{run}/{method}.tsv": f"the SRS full run's first pieces (--full --models deq "
-  f"--sigmas {sigma}): {done} of its 200 images"
-  for run, sigma, done in (("deq_sigma0.5", 0.5, "50 to 60"),)
+  f"srs_deq_full/{model}_sigma{sigma}/{method}.tsv": f"the SRS full run's pieces (--full "
+  f"--models {model} --sigmas {sigma}): {done} of its 200 images"
+  for model, sigma, done in (("deq", 0.5, "160 to 170"), ("mdeq", 0.25, "40 to 49"))
   for method in _SRS_METHODS
 }
 
