@@ -97,6 +97,23 @@ def comparison_rows(cfg, expert_models, dirs, test, radii, log) -> dict:
   return rows
 
 
+def tuned_rows(cfg, test, sigmas, where, dirs, radii, log) -> dict:
+  """Each expert the chosen estimator's rounds fine-tuned, certified alone at its sigma
+  (``tuned_<sigma>``): what the extra training gives without the routing."""
+  from rsjax import models
+
+  kw = dict(dataset=test, skip=cfg.skip, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, seed=cfg.seed)
+  rows = {}
+  for s, w, d in zip(sigmas, where, dirs, strict=True):
+    if w != d:
+      path = os.path.join(cfg.runs, f"tuned_{s:g}.tsv")
+      t0 = time.perf_counter()
+      certify_run(path, models.load_model(w)[0], w, sigma=s, inputs_per_call=10, **kw)
+      rows[f"tuned_{s:g}"] = summary(path, radii, time.perf_counter() - t0)
+      log(f"fine-tuned sigma {s:g}: {rows[f'tuned_{s:g}']['certified_accuracy']}")
+  return rows
+
+
 def best_of(rows: dict, prefix: str) -> dict:
   """At each radius, the best certified accuracy of the rows named ``prefix_*`` (chosen
   after the fact: no one classifier)."""

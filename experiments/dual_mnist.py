@@ -120,6 +120,7 @@ from _dual_parts import (
   summary,
   table,
   train_model,
+  tuned_rows,
   validation_facts,
 )
 
@@ -260,23 +261,6 @@ def _experts(cfg: Config, train, test, log):
   return ms, dirs, rows
 
 
-def _tuned_rows(cfg: Config, test, sigmas, where, dirs, log) -> dict:
-  """Each expert the chosen estimator's rounds fine-tuned, certified alone at its sigma
-  (``tuned_<sigma>``): what the extra training gives without the routing."""
-  from rsjax import models
-
-  kw = dict(dataset=test, skip=cfg.skip, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, seed=cfg.seed)
-  rows = {}
-  for s, w, d in zip(sigmas, where, dirs, strict=True):
-    if w != d:
-      path = os.path.join(cfg.runs, f"tuned_{s:g}.tsv")
-      t0 = time.perf_counter()
-      certify_run(path, models.load_model(w)[0], w, sigma=s, inputs_per_call=10, **kw)
-      rows[f"tuned_{s:g}"] = summary(path, RADII, time.perf_counter() - t0)
-      log(f"fine-tuned sigma {s:g}: {rows[f'tuned_{s:g}']['certified_accuracy']}")
-  return rows
-
-
 def _name(sub_sigmas, sg: float, cfg: Config) -> str:
   return "estimator_" + "-".join(f"{s:g}" for s in sub_sigmas) + f"_at{sg:g}_{cfg.estimator_init}"
 
@@ -389,7 +373,8 @@ def run(cfg: Config, log=print) -> dict:
               options={"dual_experts": spec})  # fmt: skip
   rows["dual"] = summary(path, RADII, time.perf_counter() - t0)
   log(f"dual: {rows['dual']}")
-  rows |= _tuned_rows(cfg, test, [cfg.sigmas[k] for k in sub], where, [dirs[k] for k in sub], log)
+  rows |= tuned_rows(cfg, test, [cfg.sigmas[k] for k in sub], where, [dirs[k] for k in sub],
+                     RADII, log)  # fmt: skip
   rows |= comparison_rows(cfg, ms, dirs, test, RADII, log)
   xt = test.arrays()[0][:: cfg.skip][: cfg.cost_inputs]
   cost = inference_cost(cfg, (*models.to_apply_fn(est), sg), [experts[k] for k in sub],
