@@ -77,11 +77,16 @@ def validation_facts(cfg, estimator, sub, sg, hits, xv, alphas, radii, envelope,
   return f
 
 
+def certify_kw(cfg, test) -> dict:
+  """The settings every certify run of the experiment shares (its digits, N0, N, alpha, seed)."""
+  return dict(dataset=test, skip=cfg.skip, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, seed=cfg.seed)
+
+
 def comparison_rows(cfg, expert_models, dirs, test, radii, log) -> dict:
   """IDRS and DDRS on each expert (the same models and digits), each a verified run; a method
   whose options in ``cfg`` are None is not run."""
   rows = {}
-  kw = dict(dataset=test, skip=cfg.skip, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, seed=cfg.seed)
+  kw = certify_kw(cfg, test)
   for s, m, d in zip(cfg.sigmas, expert_models, dirs, strict=True):
     for name, method, options in (
       ("idrs", "idrs", cfg.idrs),
@@ -102,7 +107,7 @@ def tuned_rows(cfg, test, sigmas, where, dirs, radii, log) -> dict:
   (``tuned_<sigma>``): what the extra training gives without the routing."""
   from rsjax import models
 
-  kw = dict(dataset=test, skip=cfg.skip, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, seed=cfg.seed)
+  kw = certify_kw(cfg, test)
   rows = {}
   for s, w, d in zip(sigmas, where, dirs, strict=True):
     if w != d:

@@ -33,7 +33,8 @@ Models are trained into ``runs/dual_quick`` (resumed); the certify runs are writ
 ``results/dual_quick/`` (``rsjax verify`` accepts each; ``rsjax audit`` needs the models).
 
 Numbers produced (``--quick``, seed 0, 100 test digits, N = 2,000, alpha = 0.001; 1,054 s
-with every model trained again, on 2 CPU cores shared with two other jobs)::
+with every model trained again, on 2 CPU cores shared with two other jobs; 210 s for a
+rerun over them, the machine otherwise idle)::
 
   r =             0  0.25   0.5  0.75     1  1.25   1.5  1.75     2
   cohen_0.12   0.94  0.86  0.00  0.00  0.00  0.00  0.00  0.00  0.00
@@ -52,8 +53,8 @@ with every model trained again, on 2 CPU cores shared with two other jobs)::
 (each sigma's IDRS and DDRS rows are in the JSON and printed by the script; ``tuned_*``: the
 certified estimator's experts after its round's fine-tuning, each certified alone;
 ``oracle``: each digit's best expert after the fact, no classifier). Cost: 2.0x the forward
-passes of one smoothed classifier; 2.0x its wall time in the JSON (20 digits, compiled; 1.8x
-to 2.6x over five earlier runs on shared cores).
+passes of one smoothed classifier; 2.2x its wall time in the JSON (20 digits, compiled, idle
+machine; 1.8x to 2.6x over earlier runs on shared cores).
 
 What this shows, honestly: on the validation digits no candidate routes with confidence;
 the offsets that minimize the predicted shortfall send every digit to sigma 0.5, and the
@@ -114,6 +115,7 @@ from _common import (
 )
 from _dual_parts import (
   best_of,
+  certify_kw,
   comparison_rows,
   inference_cost,
   oracle,
@@ -246,7 +248,7 @@ def _experts(cfg: Config, train, test, log):
   xt, yt = test.arrays()
   cut = len(x) - cfg.validation
   mcfg = cfg.model_config(train.input_shape)
-  kw = dict(dataset=test, skip=cfg.skip, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, seed=cfg.seed)
+  kw = certify_kw(cfg, test)
   ms, dirs, rows = [], [], {}
   for s in cfg.sigmas:
     d = os.path.join(cfg.out, f"expert_{s:g}")
@@ -350,10 +352,9 @@ def _estimator(cfg: Config, train, expert_models, dirs, log):
 
 def run(cfg: Config, log=print) -> dict:
   from rsjax import models
-
-  t_all = time.perf_counter()
   from rsjax.data import ArrayDataset
 
+  t_all = time.perf_counter()
   train, test, _ = load_splits(cfg.dataset, cfg.skip)
   if cfg.train_digits:  # its first digits (the last cfg.validation of them held out)
     train = ArrayDataset(*(a[: cfg.train_digits] for a in train.arrays()), name=train.name,
@@ -368,9 +369,8 @@ def run(cfg: Config, log=print) -> dict:
   spec = ",".join(f"{cfg.sigmas[k]:g}:{repo_path(w)}" for k, w in zip(sub, where, strict=True))
   path = os.path.join(cfg.runs, "dual.tsv")
   t0 = time.perf_counter()
-  certify_run(path, est, est_dir, dataset=test, sigma=sg, skip=cfg.skip, n0=cfg.n0, n=cfg.n,
-              alpha=cfg.alpha, seed=cfg.seed, method="dual", inputs_per_call=10,
-              options={"dual_experts": spec})  # fmt: skip
+  certify_run(path, est, est_dir, sigma=sg, method="dual", inputs_per_call=10,
+              options={"dual_experts": spec}, **certify_kw(cfg, test))  # fmt: skip
   rows["dual"] = summary(path, RADII, time.perf_counter() - t0)
   log(f"dual: {rows['dual']}")
   rows |= tuned_rows(cfg, test, [cfg.sigmas[k] for k in sub], where, [dirs[k] for k in sub],

@@ -368,6 +368,7 @@ def train_job(
   tune = dataclasses.replace(job.config, epochs=dual_expert_epochs) if dual_expert_epochs else None
   rounds = os.path.join(job.workdir, "rounds")
   history: list[dict] = []
+  eval_data = None
   for r in range(1, dual_rounds + 1):
     if r > 1:
       where = [os.path.join(rounds, f"experts_{r}", f"sigma_{s:g}") for s in sigmas]
@@ -380,8 +381,7 @@ def train_job(
         for w, d, new, old in zip(where, dirs, step.experts, experts, strict=True)
       ]
       experts, targets = step.experts, step.targets
-    eval_data = None
-    if job.eval_data is not None:
+    if job.eval_data is not None and (r == 1 or tune is not None):  # the experts changed
       eval_data = (job.eval_data[0], targets_of(2, *job.eval_data))
     workdir = job.workdir if r == dual_rounds else os.path.join(rounds, f"estimator_{r}")
     key = job.key if r == 1 else jax.random.fold_in(job.key, 20 + r)
