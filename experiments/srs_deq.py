@@ -76,6 +76,12 @@ Commands::
   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
     taskset -c 0 python experiments/srs_deq.py --full --models deq --sigmas 0.25 &
   XLA_FLAGS=... taskset -c 1 python experiments/srs_deq.py --full --models deq --sigmas 0.5 &
+  # one (model, sigma) on two cores: its methods split between two processes (30A costs about
+  # as much as the four SRS variants together)
+  XLA_FLAGS=... taskset -c 0 python experiments/srs_deq.py --full --models mdeq \
+    --methods standard-30A &
+  XLA_FLAGS=... taskset -c 1 python experiments/srs_deq.py --full --models mdeq \
+    --methods SRS-1A SRS-3A SRS-1B SRS-3B &
   python experiments/srs_deq.py --full --report            # the JSON of the runs there are
   python experiments/srs_deq.py --quick                    # ~15 min, sigma 0.5, N = 2,000
 
@@ -139,6 +145,7 @@ import os
 import shutil
 import time
 import types
+from collections.abc import Collection
 
 import _srs_report as report_lib
 import jax
@@ -264,13 +271,16 @@ def run(
   log=print,
   max_minutes: float | None = None,
   report_only: bool = False,
+  methods: Collection[str] | None = None,
 ):
   """Trains (or reloads) each model into ``workdir``, certifies each (model, sigma, method)
   as one run in ``rundir`` (default ``workdir``) in rounds of ``cfg.block`` images, and
   writes the JSON and plot at the start and after each round that certified something.
   Rerunning the same command resumes where the runs stop; ``max_minutes`` stops before the
   next image once that much time has passed; ``report_only`` writes the JSON and plot of
-  the runs there are and certifies (and trains) nothing."""
+  the runs there are and certifies (and trains) nothing; ``methods`` (names such as
+  ``"SRS-3B"``) certifies only those, so two processes can share one (model, sigma) (the
+  JSON and plot compare every method on the images all have)."""
   t_start = time.perf_counter()
   deadline = math.inf if max_minutes is None else t_start + 60 * max_minutes
   rundir = rundir or workdir
@@ -331,6 +341,8 @@ def run(
       tag, st = setup(kind, sigma)
       wrote = 0
       for v, name in variant_names(cfg).items():
+        if methods is not None and name not in methods:
+          continue
         t0 = time.perf_counter()
         new = certify_piece(cfg, st, v, test, allowed, deadline)
         wrote += new
@@ -368,6 +380,13 @@ def main(argv=None):
     "processes work on disjoint runs at once",
   )
   parser.add_argument(
+    "--methods",
+    nargs="+",
+    default=None,
+    help="certify only these methods (e.g. standard-30A SRS-1A): lets two processes share "
+    "one (model, sigma); the JSON still compares them all",
+  )
+  parser.add_argument(
     "--max-minutes",
     type=float,
     default=None,
@@ -388,6 +407,9 @@ def main(argv=None):
     cfg = dataclasses.replace(
       cfg, models=tuple((k, tuple(s for s in sig if s in args.sigmas)) for k, sig in cfg.models)
     )
+  unknown = set(args.methods or ()) - set(variant_names(cfg).values())
+  if unknown:
+    parser.error(f"--methods: no {sorted(unknown)} in {sorted(variant_names(cfg).values())}")
   if args.models:
     cfg = dataclasses.replace(
       cfg, models=tuple((k, sig) for k, sig in cfg.models if k in args.models)
@@ -415,6 +437,7 @@ def main(argv=None):
     rundir,
     max_minutes=args.max_minutes,
     report_only=args.report,
+    methods=args.methods,
     log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True),
   )
 

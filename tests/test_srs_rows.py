@@ -105,6 +105,30 @@ def test_pieces_of_the_run_have_their_own_json(monkeypatch):
   assert seen["rundir"] == os.path.join(ROOT, "results", "srs_deq_quick")
 
 
+def test_methods_split_one_run_between_processes(monkeypatch, tmp_path):
+  """``--methods`` certifies only the methods named (two processes can share a (model,
+  sigma)); an unknown name is refused before anything runs."""
+  import dataclasses
+
+  seen, calls = {}, []
+  monkeypatch.setattr(srs_deq, "run", lambda *a, **kw: seen.update(kw))
+  srs_deq.main(["--full", "--models", "mdeq", "--methods", "SRS-1A", "standard-30A", "--report"])
+  assert seen["methods"] == ["SRS-1A", "standard-30A"]
+  with pytest.raises(SystemExit):
+    srs_deq.main(["--full", "--methods", "SRS-2A"])
+  monkeypatch.undo()
+  monkeypatch.setattr(srs_deq, "train_model", lambda *a, **kw: (None, [], 0.0))
+  monkeypatch.setattr(srs_deq, "certify_piece", lambda cfg, st, v, *a: calls.append(v) or 0)
+  report = {"complete": False, "runs": {}}
+  monkeypatch.setattr(srs_deq.report_lib, "write_report", lambda *a, **kw: report)
+  cfg = dataclasses.replace(srs_deq.get_config(False), models=(("deq", (0.5,)),))
+  cfg = dataclasses.replace(cfg, images_every=500)  # 2 images: one round
+  srs_deq.run(cfg, str(tmp_path / "out.json"), str(tmp_path), methods={"SRS-1A", "SRS-3B"})
+  assert calls == ["1A", "3B"]
+  srs_deq.run(cfg, str(tmp_path / "out.json"), str(tmp_path))
+  assert calls[2:] == ["30A", "1A", "3A", "1B", "3B"]
+
+
 def test_losses_below_cap_name_their_causes():
   """One synthetic image per cause at r = 0.5 (sigma 0.25, m = 744: cap 0.55)."""
   from scipy import stats as st
