@@ -121,3 +121,28 @@ def write_report(cfg: Config, ids, setups: dict, out_path: str, t_start: float) 
   if any(rows for c in curves.values() for rows in c.values()):
     rows_lib.plot(os.path.splitext(out_path)[0] + ".png", curves, report["runs"])
   return report
+
+
+def table(report: dict) -> str:
+  """The report's runs as the module docstring's table: per (model, sigma) the images every
+  method has, certified accuracy of the standard row and of each SRS row at the radii, ACR
+  and the wall speed-up (median seconds per image) of each method."""
+
+  def acc(res):
+    return " ".join(f"{a:.3f}" for a in res["certified_accuracy"].values())
+
+  lines = []
+  for tag, run in report["runs"].items():
+    res = run["results"]
+    if not res:
+      lines.append(f"{tag}: no images yet")
+      continue
+    lines.append(f"{tag}: {run['images_done']} of {run['images_total']} images")
+    for name, r in res.items():
+      speed = r.get("speedup_vs_standard")
+      lines.append(
+        f"  {name:<13} cert. acc. {acc(r)}  ACR {r['acr']:.3f}  "
+        f"s/image {r['seconds_per_image']:.1f}  speed-up {speed or 0:.1f}x  "
+        f"f-eval ratio {r['f_eval_ratio_vs_standard']:.1f}x"
+      )
+  return "\n".join(lines)

@@ -358,6 +358,7 @@ def run(
         )
   if time.perf_counter() > deadline and not report["complete"]:
     log(f"stopped after {max_minutes} min; rerun the same command to continue")
+  log("\n" + report_lib.table(report))
   log(f"wrote {out_path} ({time.perf_counter() - t_start:.0f}s; complete: {report['complete']})")
   return report
 

@@ -259,3 +259,26 @@ def test_a_piece_certifies_a_run_that_verifies_and_reads_back(tmp_path):
   for r in srs_rows:
     assert 0 <= r["check_agree"] <= r["check_selected"] <= cfg.m
     assert 0.0 <= r["mismatch_upper"] <= 1.0
+
+
+def test_table_of_the_report():
+  """``--report`` logs the docstring's table: one line per method with its numbers."""
+  cfg = srs_deq.get_config(False)
+  checks = {"check_selected": 744, "check_agree": 744, "mismatch_upper": 0.01}
+  rows = [_row(0, **checks), _row(1, predict=2, **checks), _row(2, **checks), _row(3, **checks)]
+  results = {
+    name: rows_lib.summarize(cfg, rows, v, 744)
+    for v, name in _srs_config.variant_names(cfg).items()
+  }
+  rows_lib.add_speedups(results, "standard-30A")
+  run = {"images_done": 4, "images_total": 200, "results": results}
+  report = {"runs": {"deq sigma=0.25": run, "mdeq sigma=0.25": {"results": {}}}}
+  lines = srs_deq.report_lib.table(report).splitlines()
+  assert lines[0] == "deq sigma=0.25: 4 of 200 images"
+  assert len(lines) == 1 + len(results) + 1 and lines[-1] == "mdeq sigma=0.25: no images yet"
+  # correct with radius 0, 0.2, 0.3: certified 3/4 at 0, 1/4 at 0.25, 0 beyond; ACR 0.125
+  assert lines[1].split() == [
+    "standard-30A", "cert.", "acc.", "0.750", "0.250", "0.000", "0.000", "0.000",
+    "ACR", "0.125", "s/image", "2.0", "speed-up", "1.0x", "f-eval", "ratio", "1.0x",
+  ]  # fmt: skip
+  assert lines[2].split()[0] == "SRS-1A" and lines[2].endswith("f-eval ratio 8.2x")
