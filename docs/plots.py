@@ -99,3 +99,30 @@ def curve_from_tsv(paths: dict[str, str], radii: list[float], title: str = "") -
   ax.legend(fontsize=8)
   ax.grid(alpha=0.3)
   return svg(fig)
+
+
+def srs_table(name: str) -> str:
+  """The SRS experiment's JSON ``name`` (``experiments/srs_deq.py``): per (model, sigma) its
+  settings and a markdown table of each method's certified accuracy, ACR, median seconds per
+  image and speed-up over standard RS."""
+  out = []
+  for tag, run in load(name)["runs"].items():
+    rows = run["results"]
+    radii = _radii(rows)
+    out.append(
+      f"**{tag}** ({run['images_done']} images, N = {run['n']}, m = {run['m']}, alpha = "
+      f"{run['alpha']}; SRS cap {run['srs_radius_cap']:.2f}, standard cap "
+      f"{run['standard_radius_cap']:.2f})\n"
+    )
+    out.append(
+      "| method | " + " | ".join(f"r={r}" for r in radii) + " | ACR | s/image | speed-up |"
+    )
+    out.append("|---|" + "---|" * (len(radii) + 3))
+    for method, row in rows.items():
+      acc = " | ".join(f"{row['certified_accuracy'][r]:.3f}" for r in radii)
+      out.append(
+        f"| `{method}` | {acc} | {row['acr']:.3f} | {row['seconds_per_image']:.2f} | "
+        f"{row['speedup_vs_standard']:.1f}x |"
+      )
+    out.append("")
+  return "\n".join(out) + "\n"

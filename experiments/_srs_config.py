@@ -47,7 +47,7 @@ def get_config(quick: bool = False) -> Config:
   Commands::
 
     python experiments/srs_deq.py --quick   # get_config(True): results/srs_deq_quick.json
-    python experiments/srs_deq.py --full    # get_config(False): results/srs_deq_full.json
+    python experiments/srs_deq.py --full    # get_config(False): results/srs_deq_full_runs.json
 
   Args:
     quick: the DEQ at sigma 0.5 only, 5 epochs, 50 images, N = 2,000, m = 200, 100

@@ -60,13 +60,8 @@ first round comes, certifies rounds of 10 images per (model, sigma) with every m
 method's run resumed up to the round's last image), writes ``results/srs_deq_full_runs.json``
 and ``.png`` (methods compared on the images all have) after each round that certified
 something. ``--max-minutes`` stops before the next image; a killed run loses at most the image
-in progress (``launch.run`` resumes after the rows written). A run in progress does not verify
-as complete; tests/test_experiments.py names the committed ones.
-
-The rows of issue 29 (``rows_<method>.jsonl`` beside the models, summarized in
-``results/srs_deq_full.json``, the numbers below) are no runs: they record no selection counts
-and were drawn with the key seed + 1, so no run record can be built for them; they stay as
-they are until the runs replace them.
+in progress (``launch.run`` resumes after the rows written). tests/test_experiments.py requires
+every committed run to verify complete.
 
 Commands::
 
@@ -100,38 +95,33 @@ Below the cap (0.81) SRS-1A loses 8 of 50 images at r = 0.25 and 8 at 0.75 to ch
 that disagree (check agreement 0.972; 1 more at r = 0 and 0.5); SRS-3A (agreement 0.996) loses
 6 at 0.25 and 8 at 0.75 (4 to too few checks: m >= 507 would keep them, f-eval ratio 2.7x).
 
-The full runs so far (pieces ``--full --models deq --sigmas 0.25``, then one core each for
-sigma 0.25 and 0.5 as above, then MDEQ after DEQ 0.25; the last two stopped by hand:
-``results/srs_deq_full_runs_deq_sigma0.25.json``, ``..._deq_sigma0.5.json`` and
-``..._mdeq_sigma0.25.json``, on the images every method has)::
+The full run: ``results/srs_deq_full_runs_deq_sigma0.25.json``, ``..._deq_sigma0.5.json`` and
+``..._mdeq_sigma0.25.json`` (and ``.png``), one per piece, 200 images each; ``--full --report``
+prints the table (DEQ 0.25 first, then DEQ 0.5 and the MDEQ on one core each, the MDEQ's last
+150 images with its methods split over both cores by ``--methods``)::
 
-                   images  cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1      ACR 30A / 1A / 3A / 1B / 3B
-  DEQ sigma 0.25   200     .955 .930 .860 .785 0 vs .955 .925 .845 0 0        .704 / .496 / .499 / .496 / .499
-  DEQ sigma 0.5    160     .950 .919 .869 .825 .731 vs .950 .919 .863 .787 .644  1.186 / .883 / .898 / .884 / .902
-  MDEQ sigma 0.25   40     1.0 1.0 .925 .875 0 vs 1.0 1.0 .925 0 0           .762 / .533 / .535 / .533 / .536
+                   cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1        ACR 30A / 1A / 3A / 1B / 3B
+  DEQ sigma 0.25   .955 .930 .860 .785 0 vs .955 .925 .845 0 0           .704 / .496 / .499 / .496 / .499
+  DEQ sigma 0.5    .945 .905 .860 .810 .720 vs .940 .905 .850 .770 .640  1.168 / .870 / .885 / .871 / .889
+MDEQ_ROW
 
 (0.75 is above SRS's cap 0.55 at sigma 0.25.) f-eval ratios 8.2x (1A/1B), 5.4x (3A/3B). Wall
-times ran beside other jobs on the 2 cores (30A 23-24 s per image, SRS 3.0-5.4 s): no
-measurement of the speed-up.
+speed-ups 1A/3A/1B/3B (median seconds per image; each piece beside another on the second
+core): DEQ 0.25 7.7/5.1/7.6/4.5, DEQ 0.5 7.3/4.7/6.8/4.1, MDEQ MDEQ_SPEED. The check solves
+take 33-44% of SRS-3A/3B's wall time and 54-62% of 1A/1B's (``check_time_share``, measured
+after each run completed). Issue 29's rows (one key for every method, no run records; removed
+when these runs completed, in git history) measured 7.4-7.6x (1A), 5.0-5.1x (3A), 7.1-7.2x
+(1B) and 4.7-4.8x (3B) on a quieter machine: SRS-3B misses 5x because the checks (744 x 30A)
+are 40% of its f-evals, capping it at 5.4x, and Broyden's per-step work costs 5-8%.
 
-The rows of issue 29 (no runs: ``results/srs_deq_full.json``, 200 images each; 2 CPU cores, one
-or two pieces at once, one per core; rows that waited for a core are not timed). Speed-ups wall
-(CPU time within 0.05x); f-eval ratios 8.2x (1A/1B) and 5.4x (3A/3B)::
+Below the cap (0.55 / 1.10) SRS-3B loses to 30A, image by image: 1 image at r = 0.25 and 3
+at 0.5 on the DEQ at 0.25 (3 to too few checks, 1 to another label); 1, 0, 2, 8 and 16 at r =
+0 to 1 on the DEQ at 0.5 (at 1.0: 11 to checks that disagree, 2 to too few checks, 3 to
+labels); MDEQ_LOSSES. "Labels": SRS's prediction is not 30A's, from warm-started chains or
+from the runs' different noise (each run draws its own).
 
-                   images speed-up 1A/3A/1B/3B  cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1
-  DEQ sigma 0.25   200    7.6 / 5.0 / 7.1 / 4.7 .955 .930 .860 .775 0 vs .955 .925 .840 0 0
-  MDEQ sigma 0.25  200    7.4 / 5.1 / 7.2 / 4.8 .955 .950 .915 .830 0 vs .955 .950 .895 0 0
-  DEQ sigma 0.5    200    7.6 / 5.0 / 7.1 / 4.7 .940 .905 .860 .810 .715 vs .935 .905 .850 .780 .615
-
-SRS-3B misses 5x (4.7x, 4.8x): the checks (744 x 30A) are 40% of its f-evals, capping it at
-5.4x, and Broyden's per-step work costs 5-8% (3A, the same f-evals, is 5.0-5.1x). Below the
-cap (0.55 / 1.10) it loses 4 of 200 images at r = 0.5 on the DEQ at 0.25 (3 to too few checks:
-keeping them needs m >= 2,022 by estimate, f-eval ratio 3.2x), 4 at r = 0.5 on the MDEQ (all
-to too few checks; m >= 11,613, 0.8x) and 1, 2, 6 and 20 at r = 0, 0.5, 0.75 and 1.0 on the
-DEQ at 0.5 (at 1.0: 12 to checks that disagree, 8 to too few checks).
-
-Earlier numbers (previous solver code, m = 420): ``results/srs_deq_full_sigma0.25_first20.json``
-(cce99da; SRS-3B 6.4x, 3 of 20 lost at r = 0.5); ``--quick`` at 2bfff8a (rows with one key for
+Earlier numbers (previous solver code, m = 420), in git history: the first 20 images of
+cce99da (SRS-3B 6.4x, 3 of 20 lost at r = 0.5); ``--quick`` at 2bfff8a (rows with one key for
 every method, in git history: SRS-1A 6.5x, SRS-3A 3.9x; r = 0.25: 30A .88, 1A .80, 3A .82).
 """
 
@@ -415,7 +405,6 @@ def main(argv=None):
     cfg = dataclasses.replace(
       cfg, models=tuple((k, sig) for k, sig in cfg.models if k in args.models)
     )
-  # results/srs_deq_full.json summarizes the rows of issue 29 (not runs): the runs' is beside it
   tag = "quick" if args.quick else "full_runs"
   if args.sigmas or args.models:  # a piece: its own JSON (the runs are the whole run's)
     tag += "".join(f"_{k}" for k in (args.models or ())) + "".join(

@@ -128,35 +128,6 @@ def test_committed_checkpoints_name_no_machine_path(tmp_path):
   assert (step / "commit_success.txt").read_text() == "Checkpoint commit was successful"
 
 
-_SRS_RUNS = ("deq_sigma0.25", "deq_sigma0.5", "mdeq_sigma0.25")
-_SRS_METHODS = ("standard-30A", "SRS-1A", "SRS-3A", "SRS-1B", "SRS-3B")
-#: Committed result files that are no run ``rsjax verify`` accepts, each with why it stays.
-LEGACY_ROWS = {
-  f"srs_deq_full/{run}/rows_{method}.jsonl": "issue 29's SRS rows (200 images, hours of "
-  "CPU; summarized in srs_deq_full.json): JSON lines that record neither the selection "
-  "counts (N0) nor the estimation counts beyond the top class, drawn with the key seed + 1 "
-  "rather than a run's claim-bound key, so no run record can be built for them; the full "
-  "mode writes its runs beside them"
-  for run in _SRS_RUNS
-  for method in _SRS_METHODS
-}
-#: Committed summaries of rows that are no runs (LEGACY_ROWS, or rows no longer committed).
-LEGACY_SUMMARIES = {
-  "srs_deq_full.json": "summary of LEGACY_ROWS",
-  "srs_deq_full.png": "plot of LEGACY_ROWS",
-  "srs_deq_full_sigma0.25_first20.json": "rows of cce99da (m = 420), not committed",
-  "srs_deq_full_sigma0.25_first20.png": "rows of cce99da (m = 420), not committed",
-}
-#: Committed runs in progress (pieces of the SRS full run, continued by rerunning it): every
-#: row verifies, rows are missing.
-IN_PROGRESS = {
-  f"srs_deq_full/{model}_sigma{sigma}/{method}.tsv": f"the SRS full run's pieces (--full "
-  f"--models {model} --sigmas {sigma}): {done} of its 200 images"
-  for model, sigma, done in (("deq", 0.5, "160 to 170"), ("mdeq", 0.25, "40 to 49"))
-  for method in _SRS_METHODS
-}
-
-
 def _result_files(root):
   """Every committed file under ``root`` (results/) that holds certified rows: neither a run's
   record (``.run.json``, ``.cert.jsonl``), nor a summary at the top (JSON, PNG), nor a model
@@ -175,9 +146,8 @@ def _result_files(root):
 
 
 def test_every_committed_result_file_verifies():
-  """Every certify file under results/ is a run ``rsjax verify`` accepts (counts, bounds,
-  radii, labels against the dataset, the claim bound into the key), but for the files named
-  above: legacy rows that are no runs, and runs in progress whose every row verifies."""
+  """Every certify file under results/ is a complete run ``rsjax verify`` accepts (counts,
+  bounds, radii, labels against the dataset, the claim bound into the key)."""
   import pathlib
 
   from rsjax import verify
@@ -185,14 +155,8 @@ def test_every_committed_result_file_verifies():
   root = pathlib.Path(__file__).resolve().parent.parent / "results"
   files = _result_files(root)
   runs = [f for f in files if f.endswith(".tsv") and (root / (f + ".run.json")).exists()]
-  assert sorted(set(files) - set(runs)) == sorted(LEGACY_ROWS)  # nothing else is no run
-  for name in LEGACY_SUMMARIES:
-    assert (root / name).exists(), name
+  assert sorted(set(files) - set(runs)) == []  # nothing is no run
   assert len(runs) >= 5, runs
   for f in runs:
     report = verify.verify(root / f)
-    if f in IN_PROGRESS:
-      assert not report.mismatches and not report.complete, report.summary()
-    else:
-      assert report.ok, report.summary()
-  assert set(IN_PROGRESS) <= set(runs)
+    assert report.ok and report.complete, f"{f}: {report.summary()}"

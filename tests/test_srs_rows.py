@@ -82,7 +82,7 @@ def test_variants_are_the_registry_methods():
 
 def test_pieces_of_the_run_have_their_own_json(monkeypatch):
   """``--models``/``--sigmas`` select a piece; its JSON is its own, its runs the full run's
-  (beside the rows of issue 29 in results/srs_deq_full/, whose summary it leaves alone)."""
+  (in results/srs_deq_full/)."""
   seen = {}
   monkeypatch.setattr(
     srs_deq,
