@@ -103,22 +103,23 @@ prints the table (DEQ 0.25 first, then DEQ 0.5 and the MDEQ on one core each, th
                    cert. acc. 30A vs SRS-3B at r = 0/.25/.5/.75/1        ACR 30A / 1A / 3A / 1B / 3B
   DEQ sigma 0.25   .955 .930 .860 .785 0 vs .955 .925 .845 0 0           .704 / .496 / .499 / .496 / .499
   DEQ sigma 0.5    .945 .905 .860 .810 .720 vs .940 .905 .850 .770 .640  1.168 / .870 / .885 / .871 / .889
-MDEQ_ROW
+  MDEQ sigma 0.25  .955 .950 .910 .825 0 vs .955 .950 .900 0 0           .732 / .513 / .515 / .513 / .515
 
 (0.75 is above SRS's cap 0.55 at sigma 0.25.) f-eval ratios 8.2x (1A/1B), 5.4x (3A/3B). Wall
 speed-ups 1A/3A/1B/3B (median seconds per image; each piece beside another on the second
-core): DEQ 0.25 7.7/5.1/7.6/4.5, DEQ 0.5 7.3/4.7/6.8/4.1, MDEQ MDEQ_SPEED. The check solves
-take 33-44% of SRS-3A/3B's wall time and 54-62% of 1A/1B's (``check_time_share``, measured
-after each run completed). Issue 29's rows (one key for every method, no run records; removed
-when these runs completed, in git history) measured 7.4-7.6x (1A), 5.0-5.1x (3A), 7.1-7.2x
-(1B) and 4.7-4.8x (3B) on a quieter machine: SRS-3B misses 5x because the checks (744 x 30A)
-are 40% of its f-evals, capping it at 5.4x, and Broyden's per-step work costs 5-8%.
+core): DEQ 0.25 7.7/5.1/7.6/4.5, DEQ 0.5 7.3/4.7/6.8/4.1, MDEQ 4.8/3.3/4.7/3.0 (its last SRS
+rows beside a test suite on both cores: no measurement). The check solves take 33-44% of
+SRS-3A/3B's wall time and 54-62% of 1A/1B's (``check_time_share``, measured after each run
+completed). Issue 29's rows (one key for every method, no run records; removed when these runs
+completed, in git history) measured 7.4-7.6x (1A), 5.0-5.1x (3A), 7.1-7.2x (1B) and 4.7-4.8x
+(3B) on a quieter machine: SRS-3B misses 5x because the checks (744 x 30A) are 40% of its
+f-evals, capping it at 5.4x, and Broyden's per-step work costs 5-8%.
 
-Below the cap (0.55 / 1.10) SRS-3B loses to 30A, image by image: 1 image at r = 0.25 and 3
-at 0.5 on the DEQ at 0.25 (3 to too few checks, 1 to another label); 1, 0, 2, 8 and 16 at r =
-0 to 1 on the DEQ at 0.5 (at 1.0: 11 to checks that disagree, 2 to too few checks, 3 to
-labels); MDEQ_LOSSES. "Labels": SRS's prediction is not 30A's, from warm-started chains or
-from the runs' different noise (each run draws its own).
+Below the cap (0.55 / 1.10) SRS-3B loses to 30A, image by image: 1 image at r = 0.25 and 3 at
+0.5 on the DEQ at 0.25 (3 to too few checks, 1 to another label); 1, 0, 2, 8 and 16 at r = 0
+to 1 on the DEQ at 0.5 (at 1.0: 11 to checks that disagree, 2 to too few checks, 3 to labels);
+2 at r = 0.5 on the MDEQ (both to too few checks). "Labels": SRS's prediction is not 30A's,
+from warm-started chains or from the runs' different noise (each run draws its own).
 
 Earlier numbers (previous solver code, m = 420), in git history: the first 20 images of
 cce99da (SRS-3B 6.4x, 3 of 20 lost at r = 0.5); ``--quick`` at 2bfff8a (rows with one key for
