@@ -1,8 +1,9 @@
 """Tables and figures of the site, drawn during the build from committed JSON or from a run.
 
 The executed blocks of the pages (markdown-exec, ``html="true"``) print what these return:
-markdown tables and inline SVG figures, so every number and plot on a page comes from the
-file or the run named beside it.
+HTML tables and inline SVG figures, so every number and plot on a page comes from the
+file or the run named beside it. An ``html="true"`` block's output is inserted as it is, so a
+table written in Markdown is converted here (:func:`html`), not left for the page.
 """
 
 from __future__ import annotations
@@ -31,13 +32,20 @@ def svg(fig: Any) -> str:
   return text[text.index("<svg") :]
 
 
+def html(markdown_text: str) -> str:
+  """``markdown_text`` (tables, emphasis) as HTML, for an ``html="true"`` block."""
+  import markdown
+
+  return markdown.markdown(markdown_text, extensions=["tables"])
+
+
 def _radii(rows: dict[str, dict[str, Any]]) -> list[str]:
   first = next(iter(rows.values()))
   return sorted(first["certified_accuracy"], key=float)
 
 
 def methods_table(name: str, key: str = "methods", extra: tuple[str, ...] = ()) -> str:
-  """A markdown table of ``name``'s ``methods``: certified accuracy at each radius, ACR and
+  """An HTML table of ``name``'s ``methods``: certified accuracy at each radius, ACR and
   the fields ``extra`` (each method a row, as the experiment wrote it)."""
   rows = load(name)[key]
   radii = _radii(rows)
@@ -48,7 +56,7 @@ def methods_table(name: str, key: str = "methods", extra: tuple[str, ...] = ()) 
     cells.append(f"{row['acr']:.3f}")
     cells += [_cell(row.get(e)) for e in extra]
     out.append("| " + " | ".join(cells) + " |")
-  return "\n".join(out) + "\n"
+  return html("\n".join(out) + "\n")
 
 
 def _cell(value: Any) -> str:
@@ -103,7 +111,7 @@ def curve_from_tsv(paths: dict[str, str], radii: list[float], title: str = "") -
 
 def srs_table(name: str) -> str:
   """The SRS experiment's JSON ``name`` (``experiments/srs_deq.py``): per (model, sigma) its
-  settings and a markdown table of each method's certified accuracy, ACR, median seconds per
+  settings and an HTML table of each method's certified accuracy, ACR, median seconds per
   image and speed-up over standard RS."""
   out = []
   for tag, run in load(name)["runs"].items():
@@ -125,4 +133,4 @@ def srs_table(name: str) -> str:
         f"{row['speedup_vs_standard']:.1f}x |"
       )
     out.append("")
-  return "\n".join(out) + "\n"
+  return html("\n".join(out) + "\n")

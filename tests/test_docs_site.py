@@ -106,6 +106,14 @@ def test_tutorial_renders_code_and_its_executed_output(page):
   assert page.locator("article .highlight span").count() > 100  # Pygments' token spans
 
 
+@pytest.mark.parametrize("tutorial", ["srs", "ddrs", "ucan", "idrs", "objectives", "denoised"])
+def test_results_tables_render_as_tables(page, tutorial):
+  """The tables the build prints from results/ are HTML tables, not Markdown shown as text."""
+  _load(page, f"tutorials/{tutorial}/", f"{tutorial}.png")
+  assert page.locator("article table").count() > 0
+  assert "|---|" not in page.locator("article").inner_text()
+
+
 def test_api_page_renders_the_reference_of_certify(page):
   _load(page, "reference/api/rsjax/", "api.png")
   heads = [h.strip() for h in page.locator("article h2").all_inner_texts()]
