@@ -47,7 +47,12 @@ def _radii(rows: dict[str, dict[str, Any]]) -> list[str]:
 def methods_table(name: str, key: str = "methods", extra: tuple[str, ...] = ()) -> str:
   """An HTML table of ``name``'s ``methods``: certified accuracy at each radius, ACR and
   the fields ``extra`` (each method a row, as the experiment wrote it)."""
-  rows = load(name)[key]
+  return html(_rows_table(load(name)[key], extra))
+
+
+def _rows_table(rows: dict[str, dict[str, Any]], extra: tuple[str, ...] = ()) -> str:
+  """A Markdown table of ``rows`` (method -> its summary): certified accuracy at each radius,
+  ACR and the fields ``extra``."""
   radii = _radii(rows)
   head = ["method", *(f"r={r}" for r in radii), "ACR", *extra]
   out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -56,7 +61,7 @@ def methods_table(name: str, key: str = "methods", extra: tuple[str, ...] = ()) 
     cells.append(f"{row['acr']:.3f}")
     cells += [_cell(row.get(e)) for e in extra]
     out.append("| " + " | ".join(cells) + " |")
-  return html("\n".join(out) + "\n")
+  return "\n".join(out) + "\n"
 
 
 def _cell(value: Any) -> str:
@@ -115,22 +120,10 @@ def srs_table(name: str) -> str:
   image and speed-up over standard RS."""
   out = []
   for tag, run in load(name)["runs"].items():
-    rows = run["results"]
-    radii = _radii(rows)
     out.append(
       f"**{tag}** ({run['images_done']} images, N = {run['n']}, m = {run['m']}, alpha = "
       f"{run['alpha']}; SRS cap {run['srs_radius_cap']:.2f}, standard cap "
       f"{run['standard_radius_cap']:.2f})\n"
     )
-    out.append(
-      "| method | " + " | ".join(f"r={r}" for r in radii) + " | ACR | s/image | speed-up |"
-    )
-    out.append("|---|" + "---|" * (len(radii) + 3))
-    for method, row in rows.items():
-      acc = " | ".join(f"{row['certified_accuracy'][r]:.3f}" for r in radii)
-      out.append(
-        f"| `{method}` | {acc} | {row['acr']:.3f} | {row['seconds_per_image']:.2f} | "
-        f"{row['speedup_vs_standard']:.1f}x |"
-      )
-    out.append("")
-  return html("\n".join(out) + "\n")
+    out.append(_rows_table(run["results"], ("seconds_per_image", "speedup_vs_standard")))
+  return html("\n".join(out))

@@ -131,18 +131,19 @@ def table(report: dict) -> str:
   def acc(res):
     return " ".join(f"{a:.3f}" for a in res["certified_accuracy"].values())
 
+  def ratio(value):
+    return "n/a" if value is None else f"{value:.1f}x"
+
   lines = []
   for tag, run in report["runs"].items():
-    res = run["results"]
-    if not res:
+    if not run["images_done"]:  # no run yet, or no image every method has
       lines.append(f"{tag}: no images yet")
       continue
     lines.append(f"{tag}: {run['images_done']} of {run['images_total']} images")
-    for name, r in res.items():
-      speed = r.get("speedup_vs_standard")
+    for name, r in run["results"].items():
       lines.append(
         f"  {name:<13} cert. acc. {acc(r)}  ACR {r['acr']:.3f}  "
-        f"s/image {r['seconds_per_image']:.1f}  speed-up {speed or 0:.1f}x  "
-        f"f-eval ratio {r['f_eval_ratio_vs_standard']:.1f}x"
+        f"s/image {r['seconds_per_image']:.1f}  speed-up {ratio(r['speedup_vs_standard'])}  "
+        f"f-eval ratio {ratio(r['f_eval_ratio_vs_standard'])}"
       )
   return "\n".join(lines)

@@ -272,7 +272,8 @@ def test_table_of_the_report():
   }
   rows_lib.add_speedups(results, "standard-30A")
   run = {"images_done": 4, "images_total": 200, "results": results}
-  report = {"runs": {"deq sigma=0.25": run, "mdeq sigma=0.25": {"results": {}}}}
+  empty = {"images_done": 0, "results": {"SRS-1A": rows_lib.summarize(cfg, [], "1A", 744)}}
+  report = {"runs": {"deq sigma=0.25": run, "mdeq sigma=0.25": empty}}
   lines = srs_deq.report_lib.table(report).splitlines()
   assert lines[0] == "deq sigma=0.25: 4 of 200 images"
   assert len(lines) == 1 + len(results) + 1 and lines[-1] == "mdeq sigma=0.25: no images yet"
