@@ -177,7 +177,7 @@ class Anytime:
     noise, n, alpha = settings.noise, settings.n, settings.alpha
     sample_fn = round_sampler(jax.random.fold_in(key, ESTIMATION), source, settings)
     cache = _Rounds(sample_fn, guess, source.num_classes, n_max=n,
-                    step=min(int(settings.batch_size), n), ratio=self.round_ratio)  # fmt: skip
+                    step=min(settings.fixed_batch("the anytime rule"), n), ratio=self.round_ratio)  # fmt: skip
     _, used, p_lower = anytime_bounds(
       cache, len(source.x), n_max=n, alpha=alpha, budget=self, noise=noise,
       scale=cohen.scale, dim=cohen.dim,

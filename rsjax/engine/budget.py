@@ -252,8 +252,7 @@ def budgeted_selection(
       "budgeted CERTIFY runs on the engine's counts with Cohen's binary radius "
       "(rsjax.certify(..., budget=...)), not this method"
     )
-  if settings.batch_size == "auto":
-    raise ValueError("budgeted CERTIFY needs an integer batch_size, not 'auto'")
+  settings.fixed_batch("budgeted CERTIFY")
   return counts, rule, resolve_counts(counts(jax.random.fold_in(key, SELECTION), settings.n0))
 
 

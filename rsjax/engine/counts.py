@@ -31,7 +31,7 @@ from jax.typing import ArrayLike, DTypeLike
 
 from rsjax import noise as noise_lib
 from rsjax.engine import precision as precision_lib
-from rsjax.engine.batching import auto_batch_size
+from rsjax.engine.batch_timing import choose_batch_size
 from rsjax.engine.step import (
   ApplyFn,
   ChunkPlan,
@@ -251,7 +251,7 @@ def sample_counts(
   sigma: ArrayLike,
   num_classes: int,
   num: int,
-  batch_size: int | str = 1000,
+  batch_size: int | str | None = None,
   ids: ArrayLike | None = None,
   noise: noise_lib.Noise | str | None = None,
   compute_dtype: DTypeLike | None = None,
@@ -270,8 +270,10 @@ def sample_counts(
     sigma: noise scale: float, ``[B]`` or ``[B, *input_shape]`` (see ``rsjax.noise``).
     num_classes: C.
     num: samples per input.
-    batch_size: forward passes per step (memory bound), or ``"auto"`` to pick
-      it from the device memory (``rsjax.engine.batching.auto_batch_size``).
+    batch_size: forward passes per step; ``"auto"``: the largest that fits in the
+      device memory (``rsjax.engine.batching.auto_batch_size``); ``"timed"``: the
+      fastest of a short timed probe; None: the probe's where it pays (a large call
+      on a CPU), else as before (``rsjax.engine.batch_timing.choose_batch_size``).
     ids: ``[B]`` dataset indices of the inputs (default: positions in ``x``).
     noise: noise family or its name (default Gaussian).
     compute_dtype: ``jnp.bfloat16`` is ``precision="bfloat16"`` (kept for
@@ -319,7 +321,7 @@ def dispatch_counts(
   *,
   num: int,
   num_classes: int,
-  batch_size: int | str,
+  batch_size: int | str | None,
   noise: noise_lib.Noise | str | None = None,
   precision: str | None = None,
   devices: int | None = None,
@@ -347,12 +349,17 @@ def dispatch_counts(
   precision = precision_lib.resolve(precision)
   compute_dtype = precision_lib.compute_dtype(precision)
   num = check_int("num", num)
-  auto_batch = isinstance(batch_size, str) and batch_size == "auto"
-  step = None if auto_batch else check_int("batch_size", batch_size)
   num_classes = check_int("num_classes", num_classes)
+  step = choose_batch_size(
+    apply_fn,
+    params,
+    x.shape[1:],
+    num=num,
+    inputs=x.shape[0],
+    batch_size=batch_size,
+    compute_dtype=compute_dtype,
+  ).batch
   noise = noise_lib.get_noise(noise).bind(x, sig)
-  if step is None:
-    step = auto_batch_size(apply_fn, params, x.shape[1:], num=num, compute_dtype=compute_dtype)
   ndev = num_local_devices(devices)
   plan = make_chunk_plan(x.shape[0], num, step, ndev)
   pad = plan.padded_inputs - x.shape[0]

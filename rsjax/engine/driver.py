@@ -51,6 +51,11 @@ __all__ = [
 ABSTAIN = -1
 
 
+#: The batch of the sampling rules that need a fixed step (budgeted, anytime) and of
+#: SRS's chains when ``Sampling.batch_size`` is not told.
+DEFAULT_BATCH = 1000
+
+
 @dataclasses.dataclass(frozen=True)
 class Sampling:
   """How CERTIFY samples: the settings every method's ``certify`` takes (``settings=``).
@@ -63,8 +68,10 @@ class Sampling:
     n0: selection samples per input.
     n: estimation samples per input (budgeted CERTIFY: the most any input gets).
     alpha: failure probability per input.
-    batch_size: forward passes per step (SRS: the number of parallel chains),
-      or ``"auto"`` (``rsjax.sample_counts``).
+    batch_size: forward passes per step (SRS: the number of parallel chains);
+      ``"auto"`` (the memory fit), ``"timed"`` (a timed probe) or None (not told:
+      chosen by ``rsjax.engine.batch_timing.choose_batch_size``; the sampling rules
+      that need a fixed step, and SRS's chains, take :data:`DEFAULT_BATCH`).
     noise: noise family or its name (None: Gaussian, L2); stored resolved.
     compute_dtype: the dtype the classifier runs in, set by ``precision``
       (``compute_dtype=jnp.bfloat16`` alone is ``precision="bfloat16"``).
@@ -77,7 +84,7 @@ class Sampling:
   n0: int = 100
   n: int = 100_000
   alpha: float = 0.001
-  batch_size: int | str = 1000
+  batch_size: int | str | None = None
   noise: Any = None
   compute_dtype: Any = None
   devices: int | None = None
@@ -93,7 +100,7 @@ class Sampling:
     if why is not None:
       raise ValueError(why)
     set_("alpha", check_alpha(self.alpha))
-    if self.batch_size != "auto":
+    if self.batch_size not in (None, "auto", "timed"):
       set_("batch_size", check_int("batch_size", self.batch_size))
     if self.devices is not None:
       set_("devices", check_int("devices", self.devices))
@@ -122,6 +129,19 @@ class Sampling:
 
   def replace(self, **fields: Any) -> Sampling:
     return dataclasses.replace(self, **fields)
+
+  def fixed_batch(self, what: str) -> int:
+    """The batch as a number, for ``what`` (a sampling rule or SRS) that needs one:
+    the given int, :data:`DEFAULT_BATCH` when not told.
+
+    Raises:
+      ValueError: for ``"auto"`` or ``"timed"``.
+    """
+    if self.batch_size is None:
+      return DEFAULT_BATCH
+    if isinstance(self.batch_size, str):
+      raise ValueError(f"{what} needs an integer batch_size, not {self.batch_size!r}")
+    return int(self.batch_size)
 
   @classmethod
   def from_record(cls, fields: Mapping[str, Any], **speed: Any) -> Sampling:

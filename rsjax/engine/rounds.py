@@ -148,7 +148,7 @@ def _launches(
 
 def _samples_per_step(settings: Sampling) -> int:
   """The samples of one work item: the batch size, at most ``n``."""
-  return min(int(settings.batch_size), settings.n)
+  return min(settings.fixed_batch("budgeted CERTIFY"), settings.n)
 
 
 def _round_launcher(

@@ -51,8 +51,7 @@ def _describe(cfg: SolverConfig) -> str:
 
 def _prepare(deq: Any, params: Any, settings: Sampling) -> tuple[Callable, Any]:
   """``(deq_fn, params)`` of a DEQ module or function; refuses ``batch_size="auto"``."""
-  if settings.batch_size == "auto":
-    raise ValueError("DEQ certification needs an integer batch_size, not 'auto'")
+  settings.fixed_batch("DEQ certification")
   if isinstance(deq, nnx.Module):
     if params is not None:
       raise ValueError("params must be None when deq is an NNX module (its variables are used)")
@@ -129,7 +128,7 @@ class SRS:
     desc = (
       f"the DEQ solved from z = 0 with {_describe(srs.check_solver)} (SRS chains: "
       f"{_describe(srs.warmup)} warm-up, then {_describe(srs.solver)} per chunk of "
-      f"{min(settings.batch_size, n)})"
+      f"{min(settings.fixed_batch('DEQ certification'), n)})"
     )
 
     def rule(sel, est):
@@ -256,7 +255,7 @@ class DEQStandardCertifier(RunCertifier):
       "correction": srs.correction,
       "check": srs.check,
       "sound": bool(srs.sound),
-      "chains": ctx.settings.batch_size,
+      "chains": ctx.settings.fixed_batch("DEQ certification"),
     }
     solver = SolverConfig("anderson", srs_options["srs_check_steps"])
     columns = SRSCertificate.columns

@@ -362,7 +362,7 @@ def srs_sample(
   config = SRSConfig() if config is None else config
   settings = Sampling() if settings is None else settings
   chains, noise, devices, m, check = (
-    settings.batch_size,
+    settings.fixed_batch("DEQ certification"),
     settings.noise,
     settings.devices,
     config.m,
