@@ -35,7 +35,7 @@ benchmark together with the streams goals (5.5x on the 8-value mix, within
 of the benchmark's digits see every sample agree, so what they cost decides
 the ratio. This command measures the trade-off along the knob that makes
 them cheaper, ``Anytime.agree_weight``: the prior weight ``w`` on ``q = 1`` in
-each level's mixture (``rsjax.verify.checks.mixture_log_wealth``),
+each level's mixture (``rsjax.claims.mixture_log_wealth``),
 
   M_t = w 1[S = t] m^-t + (1 - w) M_t^KT,
 
@@ -78,11 +78,10 @@ import numpy as np
 import rsjax
 from benchmarks.measure import demo_model, dump_json
 from benchmarks.streams import MIX, PS, wald_floor
-from rsjax import metrics, noise, stats
+from rsjax import claims, metrics, noise, stats
 from rsjax.engine import anytime
 from rsjax.engine import budget as budgeted_lib
-from rsjax.runs import spec as runspec
-from rsjax.verify import checks
+from rsjax.records import spec as runspec
 
 __all__ = ["budgeted", "frontier", "mnist_part", "streams_part"]
 
@@ -255,7 +254,7 @@ def budgeted(
 def all_agree_stop(m: float, a: float, w: float, n_max: int) -> int:
   """The first ``t`` at which an all-agree input's wealth reaches ``1 / a`` (``n_max + 1``: never)."""
   t = np.arange(1, n_max + 1)
-  ok = checks.mixture_log_wealth(t, t, m, w) >= -math.log(a) + 1e-9
+  ok = claims.mixture_log_wealth(t, t, m, w) >= -math.log(a) + 1e-9
   return int(t[np.argmax(ok)]) if ok.any() else n_max + 1
 
 
@@ -332,7 +331,7 @@ def mnist_part(run: dict, rule: dict, share: float, w: float, *, n_max: int, alp
   # The run's own all-agree stop: its first look at or past the crossing of the top level.
   run_share = float(rule.get("mixture_share", 0.5))
   run_w = float(rule.get("agree_weight", 0.0))
-  looks = np.asarray(checks.anytime_looks(n_max, int(rule["first"]), float(rule["ratio"])))
+  looks = np.asarray(claims.anytime_looks(n_max, int(rule["first"]), float(rule["ratio"])))
   cross = all_agree_stop(float(ms[top]), alpha * run_share, run_w, n_max)
   n_run = int(looks[np.searchsorted(looks, cross)])
   # Digits that stopped there at the top level saw no sample disagree before it.

@@ -19,7 +19,7 @@ when batch norm is folded. Running the command again with
 ``XLA_FLAGS=--xla_disable_hlo_passes=cudnn-fused-convolution-rewriter`` (``tag``
 names the row set) gives the same cases unfused.
 
-Reported per case: ms per convolution, executed FLOPs (``rsjax.bench.costs``: 2 x
+Reported per case: ms per convolution, executed FLOPs (``rsjax.app.bench.costs``: 2 x
 MACs, so packing counts its zero blocks) and TFLOP/s, the useful TFLOP/s (the
 base case's FLOPs over the same B samples), the bytes one convolution must move
 (input, output, residual, weights) and the GB/s that makes. ``check`` first
@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.measure import dump_json
-from rsjax.bench.costs import op_costs
+from rsjax.app.bench.costs import op_costs
 
 CHANNELS = 16
 EPILOGUES = ("plain", "bias_relu", "bias_res_relu")
@@ -142,7 +142,7 @@ def program(epilogue: str, groups: int, loop: int):
 
 
 def conv_flops(case: Case, w: np.ndarray, dtype) -> int:
-  """FLOPs of one convolution of one batch row (``rsjax.bench.costs``: 2 x MACs)."""
+  """FLOPs of one convolution of one batch row (``rsjax.app.bench.costs``: 2 x MACs)."""
   shape = (case.size, case.size, case.channels)
   wt = jax.ShapeDtypeStruct(w.shape, dtype)
   return op_costs(lambda k, x: conv(x, k, case.groups), wt, shape, dtype)[0]

@@ -4,7 +4,7 @@ and writes one JSON object with a section per measurement (``sections``):
 * ``costs`` (levers 1, 2): per stage of the CIFAR ResNets at 32x32, FLOPs and output elements
   per sample (bytes in bf16 and float32), unpacked and packed (``pack_narrow_stage``, ``packs``),
   and the first stage's convolutions; counted from the traced program
-  (``rsjax.bench.costs.op_costs``) on ``lcm(packs)`` rows. Stage 1 runs from the input to the
+  (``rsjax.app.bench.costs.op_costs``) on ``lcm(packs)`` rows. Stage 1 runs from the input to the
   first 32-channel block (packed: pack to unpack), ``head`` is the pooling and the dense layer;
   the stages sum to the model's ``op_costs`` (checked).
 * ``program`` (levers 2, 3): the engine's counts program for ResNet-110 bf16, N = 100,000 at
@@ -42,7 +42,7 @@ from flax import nnx
 from benchmarks.measure import dump_json
 from rsjax import models
 from rsjax import noise as noise_lib
-from rsjax.bench.costs import op_costs
+from rsjax.app.bench.costs import op_costs
 from rsjax.engine import counts as engine_counts
 from rsjax.engine import precision as precision_lib
 from rsjax.engine.step import make_chunk_plan

@@ -2,8 +2,8 @@
 wall time, memory peaks, FLOPs, JSON output, the GPU suite's rows (rsjax's side of a row, its
 table and its merged JSON) and the trained demo model (:func:`demo_model`, cached on disk).
 
-The machine a figure was taken on is ``rsjax.bench.machine.environment()`` (one record for
-every benchmark); timing of ``rsjax bench``'s own harness is in ``rsjax.bench``.
+The machine a figure was taken on is ``rsjax.app.bench.machine.environment()`` (one record for
+every benchmark); timing of ``rsjax bench``'s own harness is in ``rsjax.app.bench``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from jax import monitoring  # noqa: E402
 
 import rsjax  # noqa: E402
 from rsjax import data, models, training  # noqa: E402
-from rsjax.bench.machine import environment, reset_peak_memory, rss_peak_bytes  # noqa: E402
+from rsjax.app.bench.machine import environment, reset_peak_memory, rss_peak_bytes  # noqa: E402
+from rsjax.app.demo import DEFAULTS  # noqa: E402
 from rsjax.engine import batching  # noqa: E402
-from rsjax.runs.demo import DEFAULTS  # noqa: E402
-from rsjax.runs.io import atomic_write_text  # noqa: E402
+from rsjax.records.io import atomic_write_text  # noqa: E402
 
 __all__ = ["SPECS", "demo_model", "dump_json", "environment", "row_model", "timed"]
 
@@ -79,7 +79,7 @@ reset_peak_rss = reset_peak_memory
 
 
 def peak_rss_mb() -> float | None:
-  """The process' peak RSS in MiB (``rsjax.bench.machine.rss_peak_bytes``), else None."""
+  """The process' peak RSS in MiB (``rsjax.app.bench.machine.rss_peak_bytes``), else None."""
   peak = rss_peak_bytes()
   return None if peak is None else peak / 2**20
 
@@ -95,17 +95,17 @@ def device_peak_mb() -> float | None:
 
 
 def forward_flops(apply_fn, params, input_shape) -> float:
-  """FLOPs of one forward pass per sample, from the jaxpr (``rsjax.bench.costs``): the same
+  """FLOPs of one forward pass per sample, from the jaxpr (``rsjax.app.bench.costs``): the same
   number on every backend (XLA's GPU ``cost_analysis`` leaves out cuDNN convolutions)."""
-  from rsjax.bench.costs import matmul_flops
+  from rsjax.app.bench.costs import matmul_flops
 
   return matmul_flops(apply_fn, params, input_shape)
 
 
 def peak_gflops(dtype: str, cpu_peak: float | None) -> float | None:
   """The first device's dense peak in GFLOP/s at ``dtype`` ("float32", "bfloat16"): the
-  vendor's (``rsjax.bench.peaks.PUBLISHED``), ``cpu_peak`` on a CPU, else None."""
-  from rsjax.bench.peaks import published_peaks
+  vendor's (``rsjax.app.bench.peaks.PUBLISHED``), ``cpu_peak`` on a CPU, else None."""
+  from rsjax.app.bench.peaks import published_peaks
 
   dev = jax.local_devices()[0]
   if dev.platform == "cpu":
@@ -186,7 +186,7 @@ def demo_model(
   seed: int = 0,
   cache: str = DEMO_CACHE,
 ) -> Demo:
-  """The demo's classifier (``rsjax.runs.demo.DEFAULTS``: LeNet on the bundled ``mnist5k``
+  """The demo's classifier (``rsjax.app.demo.DEFAULTS``: LeNet on the bundled ``mnist5k``
   digits, Gaussian noise at ``sigma``, lr 0.05 stepped every 8 epochs, batch 128, 20 epochs),
   trained once and kept in ``cache/<settings>`` (``rsjax.training.train``'s workdir: a later
   call, in any process, loads it; an unfinished one resumes). ``shape32``: the CIFAR-shaped

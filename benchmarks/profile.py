@@ -167,7 +167,7 @@ def pieces(name: str, *, num: int, batch_size, reps: int, seed: int = 0) -> dict
   )
   out["times"] = t
   if torch is not None:
-    from rsjax.bench import torch_models as tm
+    from rsjax.app.bench import torch_models as tm
 
     tmod = tm.from_flax(model, spec.input_shape)
     xt = torch.from_numpy(np.array(tm.to_torch_layout(np.asarray(xb))))

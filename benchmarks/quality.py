@@ -32,7 +32,7 @@ import numpy as np
 import rsjax
 from benchmarks.measure import SPECS, demo_model, dump_json, environment
 from rsjax import data, metrics, models, training
-from rsjax.runs.demo import DEFAULTS
+from rsjax.app.demo import DEFAULTS
 
 __all__ = ["certified_accuracy_parity", "objectives", "precision", "sound_noise"]
 

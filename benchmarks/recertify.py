@@ -43,8 +43,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.measure import demo_model, dump_json
-from rsjax import cli, models, verify
-from rsjax.runs import io
+from rsjax import models, verify
+from rsjax.app import cli
+from rsjax.records import io
 
 __all__ = ["build_report", "recertify", "verify_speed", "write_run"]
 
@@ -257,8 +258,9 @@ def build_report(a: Any) -> dict:
 
 def write_run(path: str, rows: int, seed: int = 0) -> None:
   import rsjax
-  from rsjax.runs import io, record
-  from rsjax.runs import spec as runspec
+  from rsjax.records import io
+  from rsjax.records import spec as runspec
+  from rsjax.runs import record
 
   rng = np.random.default_rng(seed)
   c, n0, n, alpha, sigma = 10, 100, 100_000, 0.001, 0.25
@@ -330,7 +332,7 @@ def verify_speed(*, rows: int = 10_000, json: str | None = None) -> dict:
     path = os.path.join(d, "run.tsv")
     write_run(path, rows)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "rsjax.cli", "verify", path],
+    proc = subprocess.run([sys.executable, "-m", "rsjax", "verify", path],
                           capture_output=True, text=True, check=False)  # fmt: skip
     wall = time.perf_counter() - t0
     t0 = time.perf_counter()

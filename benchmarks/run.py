@@ -9,7 +9,7 @@ docstring carries the command and the figure it produced. It declares:
 * ``measures``: the figures written, and ``json``: the file they go to;
 * and how it runs, one of:
 
-  - ``"bench"``: every arm is a model for ``rsjax bench``'s harness (``rsjax.bench.bench``:
+  - ``"bench"``: every arm is a model for ``rsjax bench``'s harness (``rsjax.app.bench.bench``:
     compile apart, samples per second, seconds per image at N, memory, FLOPs, MFU, the bound,
     the PyTorch twin, the NCHW advice), built by the config's ``target(arm)``;
   - ``"call"``: a function of ``benchmarks/`` (``"benchmarks.streams.simulate"``: a
@@ -20,7 +20,7 @@ docstring carries the command and the figure it produced. It declares:
 ``--set KEY=VALUE`` overrides a field (dotted: ``--set args.streams=200``; the value read as
 JSON, else as text); ``--dry-run`` prints each call, its arguments bound to the function's
 signature (so a wrong name fails without running anything). The machine is recorded once, by
-``rsjax.bench.machine.environment`` (under ``"machine"`` of a bench run's JSON; in a called
+``rsjax.app.bench.machine.environment`` (under ``"machine"`` of a bench run's JSON; in a called
 function's JSON where it writes one; ``--machine-record`` writes it beside ``json`` as
 ``<json>.machine.json``).
 
@@ -116,8 +116,8 @@ def _run_calls(config: dict[str, Any], dry: bool) -> list[Any]:
 
 
 def _run_bench(config: dict[str, Any], module: Any, dry: bool) -> dict[str, Any] | None:
-  """Each arm through ``rsjax.bench.bench`` (in order, one process); one JSON of them all."""
-  from rsjax.bench import Request, bench, machine, report
+  """Each arm through ``rsjax.app.bench.bench`` (in order, one process); one JSON of them all."""
+  from rsjax.app.bench import Request, bench, machine, report
 
   request = Request(**config["bench"])
   print(f"rsjax.bench: {request}; arms {[a['name'] for a in config['arms']]}", flush=True)
@@ -152,13 +152,13 @@ def main(argv: list[str] | None = None) -> Any:
   if "call" in config:
     out = _run_calls(config, args.dry_run)
     if args.machine_record and not args.dry_run:
-      from rsjax.bench import machine, report
+      from rsjax.app.bench import machine, report
 
       report.write_json(config["json"] + ".machine.json", machine.environment())
     return out
   doc = _run_bench(config, module, args.dry_run)
   if doc is not None:
-    from rsjax.bench import report
+    from rsjax.app.bench import report
 
     doc["command"] = shlex.join(["python", "-m", "benchmarks.run", *sys.argv[1:]])
     print(f"json: {report.write_json(config['json'], doc)}")
@@ -180,7 +180,7 @@ def _write_json(path: str, doc: Any) -> None:
 
 def lease_env(out: str) -> dict[str, Any]:
   """``OUT/env.json``: the machine record, the device's memory statistics and its topology."""
-  from rsjax.bench import machine
+  from rsjax.app.bench import machine
 
   try:  # the twin's PyTorch, so that its CUDA and cuDNN versions are recorded
     import torch  # noqa: F401

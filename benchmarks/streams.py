@@ -43,11 +43,10 @@ import numpy as np
 from scipy import signal, special
 from scipy import stats as st
 
-from rsjax import noise, stats
+from rsjax import claims, noise, stats
 from rsjax.engine import anytime
 from rsjax.engine import budget as budgeted
 from rsjax.engine.anytime_table import cp_count
-from rsjax.verify import checks
 
 PS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999, 0.9999, 1.0)
 MIX = PS[:8]  # the 8-value mix: 0.5 .. 0.999
@@ -122,11 +121,11 @@ def _cs_run(cum, dense, lower_c, upper_c):
   active = np.ones(r, bool)
   for k, n in enumerate(dense):
     s = cum[:, k]
-    lvl = checks.nested_level(s, np.broadcast_to(lower_c[k], (r, lower_c.shape[1])))
+    lvl = claims.nested_level(s, np.broadcast_to(lower_c[k], (r, lower_c.shape[1])))
     cap = (s[:, None] > upper_c[k][None, :]).sum(1) - 1
     # Not even all remaining samples successes reach the level by the last look.
     best = s + (dense[-1] - n)
-    cap = np.minimum(cap, checks.nested_level(best, lower_c[-1][None, :].repeat(r, 0)))
+    cap = np.minimum(cap, claims.nested_level(best, lower_c[-1][None, :].repeat(r, 0)))
     stop = active & ((lvl >= cap) | (k + 1 == len(dense)))
     used[stop], level[stop] = n, lvl[stop]
     active &= ~stop

@@ -2,7 +2,7 @@
 
 :func:`suite` (``benchmarks/configs/gpu_suite.py``) runs, on one device and in one process,
 Cohen et al.'s CERTIFY (n0 = 100, N = 100,000, alpha = 0.001) of LeNet, ResNet-20, ResNet-110 and
-ResNet-50 at each precision, with rsjax and the tuned twin (``rsjax.bench.twin.tuned_certify``:
+ResNet-50 at each precision, with rsjax and the tuned twin (``rsjax.app.bench.twin.tuned_certify``:
 same weights, noise made on the device, large batch, channels-last, bf16 autocast, counting on
 the device) and, with ``twin_compile``, the twin under ``torch.compile`` (compiled at the
 certification's batch sizes first, its compile seconds apart). One warm-up image (compile
@@ -12,7 +12,7 @@ precision it merges into ``benchmarks/results/gpu.json``: ``samples_per_s``,
 ``compile_s`` (JAX's trace, lowering and compile events of the warm-up image),
 ``peak_memory_mb`` (the process' device peak so far), for rsjax and each twin;
 ``ratio_to_twin`` (twin s/image over rsjax's) and ``ratio_to_twin_compiled``; ``mfu`` and
-``bound_fraction`` (the bound of docs/PERFORMANCE.md, ``rsjax.bench.peaks``); and the ``GOALS``
+``bound_fraction`` (the bound of docs/PERFORMANCE.md, ``rsjax.app.bench.peaks``); and the ``GOALS``
 that apply. The table and the JSON are ``benchmarks.measure``'s; the CPU runs it at a small N
 (``tests/test_benchmarks_smoke.py``).
 
@@ -32,9 +32,9 @@ import numpy as np
 
 from benchmarks import measure
 from benchmarks.measure import ALPHA, N0, PRECISIONS, SIGMA, row_model, table, write_json
-from rsjax.bench import peaks as peaks_of
-from rsjax.bench.costs import op_costs
-from rsjax.bench.peaks import bound_seconds
+from rsjax.app.bench import peaks as peaks_of
+from rsjax.app.bench.costs import op_costs
+from rsjax.app.bench.peaks import bound_seconds
 
 __all__ = ["GOALS", "n_scaling", "run_workload", "suite"]
 
@@ -127,7 +127,7 @@ def run_workload(
     from benchmarks import twins
 
     rt = twins.tuned()
-    from rsjax.bench import torch_models as tm
+    from rsjax.app.bench import torch_models as tm
 
     tw = {"compile": "none"}
     t = time.perf_counter()

@@ -6,7 +6,7 @@ forced CPU devices.
 * rsjax (``rsjax.sample_counts`` / ``rsjax.certify``): steady-state samples per second,
   compile time, seconds per certified image (n0 = 100 plus N), the compiled step's memory,
   peak process RSS (CPU) or device memory, FLOPs per forward pass (the jaxpr's,
-  ``rsjax.bench.costs``) and model-FLOP utilization where the peak is known (``peak_gflops``
+  ``rsjax.app.bench.costs``) and model-FLOP utilization where the peak is known (``peak_gflops``
   on a CPU);
 * the reference (``benchmarks.twins.sample_noise_reference``: Cohen et al.'s ``_sample_noise``,
   float32, batch 400, host counting) on a PyTorch copy of *the same weights* (the logits are
@@ -151,7 +151,7 @@ def run_model(
   tmod = None
   if reference and torch is not None:
     from benchmarks import twins as rt
-    from rsjax.bench import torch_models as tm
+    from rsjax.app.bench import torch_models as tm
 
     tmod = tm.from_flax(model, spec.input_shape)
     xb = np.clip(

@@ -11,9 +11,9 @@ JAX and in PyTorch, and the tuned PyTorch twin of the GPU suite.
 * :func:`sample_noise_reference`: ``Smooth._sample_noise`` re-run as published (``x.repeat``,
   ``torch.randn_like(batch) * sigma``, float32 forward under ``no_grad``, ``argmax``,
   ``.cpu().numpy()`` and a Python counting loop); the only change is the device (the
-  reference hard-codes ``cuda``). The network: ``rsjax.bench.torch_models.from_flax``.
+  reference hard-codes ``cuda``). The network: ``rsjax.app.bench.torch_models.from_flax``.
 * the *tuned* twin and its compiled form, the GPU suite's baseline and ``rsjax bench --twin``'s
-  (``rsjax.bench.twin``: ``tuned_module``, ``tuned_certify``, ``compiled_twin``, ...), handed on
+  (``rsjax.app.bench.twin``: ``tuned_module``, ``tuned_certify``, ``compiled_twin``, ...), handed on
   here for the benchmarks when PyTorch (an optional extra) is installed.
 """
 
@@ -32,9 +32,9 @@ __all__ = ["ReferenceLoop", "sample_noise_reference", "tuned"]
 
 
 def tuned() -> Any:
-  """``rsjax.bench.twin`` (imports PyTorch): the tuned twin, its compiled form, its generator
+  """``rsjax.app.bench.twin`` (imports PyTorch): the tuned twin, its compiled form, its generator
   and memory peaks."""
-  from rsjax.bench import twin
+  from rsjax.app.bench import twin
 
   return twin
 

@@ -7,7 +7,7 @@
   name of ``rsjax`` (``MODULE`` = ``rsjax``: ``rsjax.__all__``) or of one of its lazy modules
   (``rsjax.MODULE.__all__``), each rendered by mkdocstrings from the module that defines it;
   ``<!-- rsjax-cli -->`` becomes the help of ``rsjax`` and of each subcommand, from the parsers
-  (``rsjax.cli.build_parser``). The names come from the code, so a new name or command has a
+  (``rsjax.app.cli.build_parser``). The names come from the code, so a new name or command has a
   page the next build.
 
 ``public_names`` and ``constant_doc`` are also what ``tests/test_docs.py`` checks: every public
@@ -29,7 +29,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "docs-work"
-_API = re.compile(r"<!-- rsjax-api: (\w+) -->")
+_API = re.compile(r"<!-- rsjax-api: ([\w.]+) -->")
 _CLI = "<!-- rsjax-cli -->"
 _STARTED: dict[str, float] = {}
 
@@ -171,7 +171,7 @@ def cli_markdown() -> str:
   """``rsjax --help`` and the help of every subcommand, each under its own heading."""
   import argparse
 
-  from rsjax.cli import build_parser
+  from rsjax.app.cli import build_parser
 
   parser = build_parser()
   out = [f"## `rsjax`\n\n```text\n{parser.format_help()}```\n"]

@@ -99,7 +99,7 @@ def curve_from_tsv(paths: dict[str, str], radii: list[float], title: str = "") -
   import matplotlib.pyplot as plt
 
   from rsjax.metrics import certified_accuracy
-  from rsjax.runs.io import read_certify
+  from rsjax.records.io import read_certify
 
   fig, ax = plt.subplots(figsize=(6.4, 3.6))
   for label, path in paths.items():

@@ -107,7 +107,7 @@ def load_splits(dataset: str, skip: int):
   import numpy as np
 
   from rsjax import data
-  from rsjax.runs import spec as runspec
+  from rsjax.records import spec as runspec
 
   train, test = data.load(dataset, "train"), data.load(dataset, "test")
   return train, test, np.asarray(runspec.declared_indices(len(test), skip=skip))
@@ -147,21 +147,23 @@ def certify_run(
   progress: bool = False,
 ):
   """Certifies every ``skip``-th input of ``dataset`` with ``model`` into ``out``, a run that
-  ``rsjax verify`` accepts; returns the ``rsjax.runs.launch.Report``.
+  ``rsjax verify`` accepts; returns the ``rsjax.app.launch.Report``.
 
-  The run (``rsjax.runs.spec.RunSpec``) names the model by its fingerprint and its model
+  The run (``rsjax.records.spec.RunSpec``) names the model by its fingerprint and its model
   directory ``workdir`` (where ``rsjax.training`` saved it; recorded relative to the
   repository when inside it), ``method`` (``rsjax.methods``) with ``options`` (the others at
   their defaults), the sampling settings and the key (``seed`` folded with 1, then the
-  claim), and ``rsjax.runs.launch.run`` certifies it, resuming rows already in ``out``. Rows of
+  claim), and ``rsjax.app.launch.run`` certifies it, resuming rows already in ``out``. Rows of
   another run (another model, setting, or an older rsjax's record) raise
-  ``rsjax.runs.io.RunMismatchError`` on resume; then every row is certified again
+  ``rsjax.records.io.RunMismatchError`` on resume; then every row is certified again
   (``resume=False``), so a rerun never mixes rows of two runs.
   """
   import rsjax
   from rsjax import methods, models
-  from rsjax.runs import canonical, io, launch, record, runner
-  from rsjax.runs import spec as runspec
+  from rsjax.app import launch
+  from rsjax.records import canonical, io
+  from rsjax.records import spec as runspec
+  from rsjax.runs import record, runner
 
   apply_fn, params = models.to_apply_fn(model)
   config = models.read_config(workdir)

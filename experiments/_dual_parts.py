@@ -38,7 +38,7 @@ def summary(path: str, radii, seconds: float | None = None) -> dict:
   """Certified accuracy of the run at ``path`` over ``radii`` (and, for a dual run, how many
   rows chose each sigma index)."""
   from rsjax import metrics
-  from rsjax.runs import io
+  from rsjax.records import io
 
   r = io.read_certify(path)
   correct = np.asarray(r.correct, bool)
@@ -186,7 +186,7 @@ def oracle(cfg, radii) -> dict:
   """Per test digit the largest radius any expert certified for its label (chosen after the
   fact from the single-sigma runs): what a perfect, infinitely confident estimator would
   give; an upper bound, no classifier."""
-  from rsjax.runs import io
+  from rsjax.records import io
 
   best = None
   for s in cfg.sigmas:

@@ -15,7 +15,7 @@ from _srs_config import Config, check_samples, method_options, variant_names
 
 import rsjax
 from rsjax import srs, stats
-from rsjax.runs import io
+from rsjax.records import io
 
 
 def check_time_share(cfg: Config, model, sigma: float, variant: str, x, ids) -> float:

@@ -1,7 +1,7 @@
 """The rows of the SRS experiment (``srs_deq.py``): its runs, certified and read, and their
 summaries.
 
-Each (model, sigma, method) is one run of ``rsjax.runs.launch.run`` (``<name>.tsv`` with
+Each (model, sigma, method) is one run of ``rsjax.app.launch.run`` (``<name>.tsv`` with
 ``.run.json`` and ``.cert.jsonl``, which ``rsjax verify`` checks): :func:`certify_piece`
 certifies it up to a round's last image or a time limit, :func:`read_run` gives its
 rows as dicts (the TSV's row, the estimation count of the top class and the SRS check counts
@@ -19,7 +19,8 @@ from _common import certify_run
 from _srs_config import Config, method_options
 
 from rsjax import metrics, models, srs, stats
-from rsjax.runs import io, record
+from rsjax.records import io
+from rsjax.runs import record
 
 RADII = (0.0, 0.25, 0.5, 0.75, 1.0)  # the radii of the table
 
@@ -61,7 +62,7 @@ class _Piece:
   """The test split as a run reads it, serving only the images in ``allowed`` (the rounds so
   far) and only until ``deadline`` (``time.perf_counter()``): past either, ``get_batch``
   raises :class:`_Stop` before the image is certified, so a run stops between rows (the rows
-  written stay; ``rsjax.runs.launch.run`` resumes after them)."""
+  written stay; ``rsjax.app.launch.run`` resumes after them)."""
 
   def __init__(self, dataset, allowed: set, deadline: float):
     self._dataset, self._allowed, self._deadline = dataset, allowed, deadline

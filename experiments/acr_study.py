@@ -36,13 +36,13 @@ Outputs (repository root): ``results/acr_study_quick.json`` (``--quick``) or
 ``results/acr_study.json`` with ``{"config": ..., "methods": {name: {...}}}``,
 the p_A CDF plot ``results/acr_study_pa_cdf[_quick].png``, and the certify
 rows with their counts in ``results/acr_study[_quick]/<method>.tsv``: each a
-run of ``rsjax.runs.launch.run`` (Cohen's CERTIFY of the model directory in
+run of ``rsjax.app.launch.run`` (Cohen's CERTIFY of the model directory in
 ``runs/``) with its record, so ``rsjax verify`` checks every radius and
 ``rsjax analyze results/acr_study_quick/*.tsv --pa-cdf cdf.png --easy-hard
 results/acr_study_quick/gaussian.tsv`` redoes the analyses. Training
 checkpoints go to ``runs/`` (git-ignored); every step resumes.
 
-Numbers produced (``--quick``, seed 0; every row file a run of ``rsjax.runs.launch.run``
+Numbers produced (``--quick``, seed 0; every row file a run of ``rsjax.app.launch.run``
 whose key folds the whole claim, so ``rsjax verify results/acr_study_quick/*.tsv``
 checks every row; 2026-11-28: trained from nothing in 14 min 13 s, then certified
 again over those models in 3 min 33 s, on 2 cores shared with other jobs; 100 test
@@ -196,7 +196,7 @@ def train_and_certify(
   """Trains and certifies ``methods`` (resuming finished work); returns
   ``{name: (certify results, summary entry, apply_fn, params)}``."""
   from rsjax import data, metrics, models, training
-  from rsjax.runs import io
+  from rsjax.records import io
 
   rows_dir = os.path.join(results_dir, "acr_study" + ("_quick" if cfg.quick else ""))
   os.makedirs(rows_dir, exist_ok=True)

@@ -33,7 +33,7 @@ Everything resumes from ``runs/ddrs_quick`` (training checkpoints, result rows:
 each row file a run that ``rsjax verify`` accepts).
 
 Numbers produced (``--quick``, seed 0, 50 test digits, N = 2,000, alpha = 0.001;
-every row file a run of ``rsjax.runs.launch.run``, so the noise comes from the run's
+every row file a run of ``rsjax.app.launch.run``, so the noise comes from the run's
 key: seed 0 folded with 1 and the run's claim, all 256 bits of its digest (the
 model's configuration digest among them); the certifications rerun over the trained
 models in ``runs/ddrs_quick``, 4 min 40 s wall on 2 CPU cores shared with other
@@ -159,7 +159,7 @@ def run(cfg: Config, log=print) -> dict:
 
   from rsjax import ddrs, models, training
   from rsjax.ddrs.training import DDRSConfig, train_ddrs
-  from rsjax.runs import io
+  from rsjax.records import io
 
   t_all = time.perf_counter()
   train, test, idx = load_splits(cfg.dataset, cfg.skip)
@@ -227,7 +227,7 @@ def run(cfg: Config, log=print) -> dict:
     )
     key = jax.random.key(cfg.seed)
     g_apply, g_params = models.to_apply_fn(gauss)
-    # every row file is a run rsjax verify accepts (rsjax.runs.launch.run); rows of another
+    # every row file is a run rsjax verify accepts (rsjax.app.launch.run); rows of another
     # model or setting are certified again
     cert_kw = dict(
       dataset=test, sigma=s0, skip=cfg.skip, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, seed=cfg.seed
@@ -364,7 +364,7 @@ def plot(result: dict, path: str) -> None:
 def main(argv=None) -> int:
   cfg = sigmas_config(__doc__, get_config, argv)
   result = run(cfg, log=lambda m: print(m, flush=True))
-  from rsjax.runs import io
+  from rsjax.records import io
 
   result["sigma_hist"] = {}
   for name in result["methods"]:

@@ -12,7 +12,7 @@ with Gaussian noise, certified with
   classifier. One step of either solver is one plain step, so SRS-1A and
   SRS-1B differ only in their warm-up chunk.
 
-Every (model, sigma, method) is one run of ``rsjax.runs.launch.run`` through
+Every (model, sigma, method) is one run of ``rsjax.app.launch.run`` through
 ``_common.certify_run``, which ``rsjax verify`` accepts: the registry's ``deq-standard``
 (30 Anderson steps) or ``srs`` with the options of its variant (``_srs_config.method_options``:
 ``deq_solver``/``deq_steps`` of the chains, ``deq_warmup_solver``/``deq_warmup_steps`` of
@@ -148,7 +148,7 @@ from flax import nnx
 
 import rsjax
 from rsjax import data, training
-from rsjax.runs import spec as runspec
+from rsjax.records import spec as runspec
 
 RUNS = os.path.join(ROOT, "runs")
 

@@ -7,11 +7,11 @@ noise for an input (``rsjax.noise``), class counts on device
 """
 
 # Everything is imported on first use, so ``import rsjax`` stays light: the core
-# never imports flax, and ``rsjax.verify`` / ``rsjax.runs.spec`` (NumPy and SciPy
+# never imports flax, and ``rsjax.verify`` / ``rsjax.records.spec`` (NumPy and SciPy
 # only) never import JAX. ``rsjax.certify``, ``rsjax.models``, ... just work. The
-# face hands on the library below it (docs/ARCHITECTURE.md, layer 7), not the
-# layers above: ``import rsjax.training`` (or ``rsjax.runs.launch``, ``rsjax.runs.demo``,
-# ``rsjax.verify.audit``, ``rsjax.bench``, ``rsjax.cli``) names them.
+# face hands on the library below it (docs/ARCHITECTURE.md, layer 8), not the
+# applications above: ``import rsjax.training`` and ``rsjax.app`` (launch, demo, audit,
+# bench, cli) name theirs.
 _LAZY_NAMES = {
   "ABSTAIN": "engine.driver",
   "Certificate": "engine.driver",

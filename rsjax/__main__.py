@@ -1,7 +1,7 @@
-"""``python -m rsjax``: the ``rsjax`` command (as ``python -m rsjax.cli``)."""
+"""``python -m rsjax``: the ``rsjax`` command (as ``python -m rsjax.app.cli``)."""
 
 import sys
 
-from rsjax.cli import main
+from rsjax.app.cli import main
 
 sys.exit(main())

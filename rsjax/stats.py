@@ -63,7 +63,7 @@ ALPHA_MAX = 0.5
 
 def alpha_refusal(alpha: object) -> str | None:
   """Why ``alpha`` is not a level a run may claim (one line), or None
-  (``rsjax.verify.checks.refusal``'s rule, which ``rsjax.Sampling`` applies too)."""
+  (``rsjax.claims.refusal``'s rule, which ``rsjax.Sampling`` applies too)."""
   if not isinstance(alpha, numbers.Real) or isinstance(alpha, bool):
     return f"alpha must lie in (0, {ALPHA_MAX}], got {alpha!r}"
   if not 0.0 < float(alpha) <= ALPHA_MAX:  # also NaN

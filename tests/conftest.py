@@ -62,7 +62,7 @@ def digits256():
 def trained(tmp_path_factory):
   """A small MLP trained on digits by ``rsjax train`` (2 epochs, sigma 0.25), one per test
   module: its model directory."""
-  from rsjax import cli
+  from rsjax.app import cli
 
   out = tmp_path_factory.mktemp("model") / "mlp_digits"
   assert (

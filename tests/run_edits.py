@@ -47,7 +47,7 @@ def edit_run(path, fn, *, restate_claim=True):
   """Applies ``fn`` to the run record (a dict) of a result file and writes it back; as a
   forger would, the record's stated claim digest (``key.claim``) is then computed again
   from the edited fields (``restate_claim=False`` leaves it as it was)."""
-  from rsjax.runs.spec import RunFormatError, RunSpec
+  from rsjax.records.spec import RunFormatError, RunSpec
 
   rec = path.parent / (path.name + ".run.json")
   run = json.loads(rec.read_text())
@@ -79,10 +79,7 @@ def reradius(path):
   so that verify's recomputation agrees with the file."""
   import numpy as np
 
-  from rsjax.runs import io
-  from rsjax.runs.spec import RunSpec
-  from rsjax.verify._run import certificate_view
-  from rsjax.verify.checks import (
+  from rsjax.claims import (
     ANYTIME_RULE,
     anytime_certificate,
     anytime_levels,
@@ -90,6 +87,9 @@ def reradius(path):
     cohen_certificate,
     read_rows,
   )
+  from rsjax.records import io
+  from rsjax.records.spec import RunSpec
+  from rsjax.verify._run import certificate_view
 
   run = RunSpec.read(path)
   cert = certificate_view(run)

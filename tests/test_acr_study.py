@@ -11,7 +11,7 @@ from scipy.stats import norm
 
 import rsjax
 from rsjax import metrics
-from rsjax.runs import io
+from rsjax.records import io
 
 
 def test_constant_classifier_budget_end_to_end():
@@ -134,7 +134,7 @@ class _Linear:
 def test_cli_train_objective_strategies_and_analyze(tmp_path, capsys):
   import json
 
-  from rsjax import cli
+  from rsjax.app import cli
 
   run = lambda *a: cli.main([str(v) for v in a])  # noqa: E731
   out = tmp_path / "m"

@@ -20,10 +20,9 @@ import pytest
 import scipy.stats
 
 import rsjax
-from rsjax import noise
+from rsjax import claims, noise
 from rsjax.engine import anytime, anytime_table
 from rsjax.engine import budget as budgeted
-from rsjax.verify import checks
 
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 SIGMA = 0.5  # thresholds 0.5, 0.69, 0.84, 0.93, 0.977: all within reach of N = 2000
@@ -77,31 +76,31 @@ def test_exact_error_at_every_threshold(sigma, n_max, alpha, share, weight):
 def test_thresholds_are_the_mixture_crossing(weight):
   looks = (100, 250, 1000)
   m, a = 0.8, 0.01
-  c = checks.mixture_thresholds(m, a, looks, weight)
+  c = claims.mixture_thresholds(m, a, looks, weight)
   for t, ct in zip(looks, c, strict=True):
-    assert checks.mixture_log_wealth(ct, t, m, weight) >= np.log(1 / a)
-    assert checks.mixture_log_wealth(ct - 1, t, m, weight) < np.log(1 / a)
-  assert checks.mixture_thresholds(1.5, a, looks, weight).tolist() == [101, 251, 1001]
+    assert claims.mixture_log_wealth(ct, t, m, weight) >= np.log(1 / a)
+    assert claims.mixture_log_wealth(ct - 1, t, m, weight) < np.log(1 / a)
+  assert claims.mixture_thresholds(1.5, a, looks, weight).tolist() == [101, 251, 1001]
   with pytest.raises(ValueError, match="agree_weight"):
-    checks.mixture_thresholds(m, a, looks, 1.0)
+    claims.mixture_thresholds(m, a, looks, 1.0)
 
 
 def test_agree_weight_is_the_likelihood_ratio_of_all_agree():
   # The weight's part, w m^-t on the all-agree count, in closed form; the KT part scaled by 1 - w.
   m, w, t = 0.99, 0.5, np.arange(1, 2000)
-  both = checks.mixture_log_wealth(t, t, m, w)
-  kt = checks.mixture_log_wealth(t, t, m)
+  both = claims.mixture_log_wealth(t, t, m, w)
+  kt = claims.mixture_log_wealth(t, t, m)
   np.testing.assert_allclose(both, np.logaddexp(np.log(w) - t * np.log(m), np.log1p(-w) + kt),
                              rtol=1e-12)  # fmt: skip
-  np.testing.assert_allclose(checks.mixture_log_wealth(t - 1, t, m, w),
-                             np.log1p(-w) + checks.mixture_log_wealth(t - 1, t, m), rtol=1e-12)  # fmt: skip
+  np.testing.assert_allclose(claims.mixture_log_wealth(t - 1, t, m, w),
+                             np.log1p(-w) + claims.mixture_log_wealth(t - 1, t, m), rtol=1e-12)  # fmt: skip
   # An input whose samples all agree crosses sooner with the weight, any other a little later.
   a, looks = 0.0006, tuple(range(100, 20000, 10))
-  c0, c5 = checks.mixture_thresholds(m, a, looks), checks.mixture_thresholds(m, a, looks, w)
+  c0, c5 = claims.mixture_thresholds(m, a, looks), claims.mixture_thresholds(m, a, looks, w)
   first = lambda c: looks[int(np.argmax(np.asarray(c) <= np.asarray(looks)))]  # noqa: E731
   assert first(c5) < first(c0)
   assert np.all(c5[np.asarray(c5) < np.asarray(looks)] >= c0[np.asarray(c5) < np.asarray(looks)])
-  assert checks.nested_level(np.array([5, 5, 0]), np.array([[1, 9, 2], [1, 2, 9], [1, 1, 1]]))\
+  assert claims.nested_level(np.array([5, 5, 0]), np.array([[1, 9, 2], [1, 2, 9], [1, 1, 1]]))\
     .tolist() == [0, 1, -1]  # fmt: skip
 
 
@@ -240,7 +239,7 @@ def test_mixture_crossing_is_within_its_share_at_every_p_below_each_threshold():
   rule = anytime.Anytime(grid=grid)
   alpha, n_max = 0.001, 100_000
   table = anytime.anytime_decisions(rule, n_max=n_max, alpha=alpha, scales=[0.25])
-  a_mix = checks.split_alpha(alpha, rule.mixture_share)[0]
+  a_mix = claims.split_alpha(alpha, rule.mixture_share)[0]
   assert len(table.looks) == 654 and a_mix == pytest.approx(0.6 * alpha, rel=1e-15)
   reach = [j for j in range(len(rule.grid)) if np.any(table.c[0, j] <= table.looks)]
   assert reach == [0, 1, 2, 3]  # no count ever crosses the levels above: probability 0

@@ -1,4 +1,4 @@
-"""``rsjax bench`` (``rsjax.bench``): FLOPs per sample against hand counts, the extrapolation
+"""``rsjax bench`` (``rsjax.app.bench``): FLOPs per sample against hand counts, the extrapolation
 to the target N, the peaks tables, the JSON and the plot of a tiny run, one-line errors."""
 
 import importlib.util
@@ -8,9 +8,10 @@ import jax
 import numpy as np
 import pytest
 
-from rsjax import cli, models
-from rsjax.bench import costs, harness, peaks, run
-from rsjax.runs.launch.errors import CliError
+from rsjax import models
+from rsjax.app import cli
+from rsjax.app.bench import costs, harness, peaks, run
+from rsjax.app.launch.errors import CliError
 
 # A run small enough for a test: N 1000 measured at 64, n0 16, one timed image.
 FAST = ["--N", "1000", "--N0", "16", "--measure-n", "64", "--images", "1", "--quiet"]

@@ -77,7 +77,7 @@ def test_the_lease_merge_reads_its_stages(tmp_path):
 
 
 def test_a_bench_config_runs_end_to_end(tmp_path, capsys):
-  """The layout config at a tiny N: both arms through rsjax.bench, the NCHW port with its
+  """The layout config at a tiny N: both arms through rsjax.app.bench, the NCHW port with its
   channels-last figure (no timing asserted), one machine record."""
   out = tmp_path / "nchw.json"
   sets = ["bench.target_n=60", "bench.n0=8", "bench.images=1", "bench.batch=32", f"json={out}"]

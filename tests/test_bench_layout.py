@@ -1,4 +1,4 @@
-"""``rsjax.bench.layout``: the convolutions of a model by layout, the same network
+"""``rsjax.app.bench.layout``: the convolutions of a model by layout, the same network
 channels-last (same numbers), and the advice ``rsjax bench`` gives an NCHW model on a CPU."""
 
 import jax
@@ -8,7 +8,7 @@ import pytest
 from jax import lax
 
 from rsjax import models
-from rsjax.bench import Request, Target, bench, layout, report
+from rsjax.app.bench import Request, Target, bench, layout, report
 
 
 def _nchw_net(params, x):

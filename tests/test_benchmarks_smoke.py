@@ -189,7 +189,7 @@ def test_certified_accuracy_parity():
 def test_torch_twin_has_the_same_logits(name, shape):
   torch = pytest.importorskip("torch")
   from rsjax import models
-  from rsjax.bench import torch_models as tm
+  from rsjax.app.bench import torch_models as tm
 
   model = models.create_model(name, num_classes=7, input_shape=shape, rngs=3)
   apply_fn, variables = models.to_apply_fn(model)

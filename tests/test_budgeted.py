@@ -162,7 +162,7 @@ def test_budget_argument_errors():
 
 def test_samples_summary_and_table():
   from rsjax import metrics
-  from rsjax.runs import io
+  from rsjax.records import io
 
   s = metrics.samples_summary([1000, 2000, 100_000, 4000])
   assert s["mean"] == 26_750 and s["min"] == 1000 and s["max"] == 100_000

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from rsjax import cli
-from rsjax.runs import io
+from rsjax.app import cli
+from rsjax.records import io
 
 
 def run_cli(*argv):
@@ -136,7 +136,7 @@ def test_certify_survives_kill_9(trained, tmp_path):
   full = tmp_path / "full.tsv"
   assert run_cli(*[a if a is not None else full for a in args]) == 0
   part = tmp_path / "part.tsv"
-  cmd = [sys.executable, "-m", "rsjax.cli"] + [a if a is not None else str(part) for a in args]
+  cmd = [sys.executable, "-m", "rsjax"] + [a if a is not None else str(part) for a in args]
   env = dict(os.environ)
   proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
   deadline = time.time() + 120
@@ -241,7 +241,7 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
 
     procs = [
       subprocess.Popen(
-        [sys.executable, "-m", "rsjax.cli"]
+        [sys.executable, "-m", "rsjax"]
         + [a if a is not None else str(multi) for a in args]
         + flags(i),
         env=env if how == "flags" else {**env, **cluster_env(how, port, i)},
@@ -275,7 +275,7 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
   np.testing.assert_array_equal(a.correct, b.correct)
   # The merged file is one run: the same record, and it verifies.
   from rsjax import verify
-  from rsjax.runs.spec import RunSpec
+  from rsjax.records.spec import RunSpec
 
   assert RunSpec.read(multi).identity() == RunSpec.read(single).identity()
   assert verify.verify(multi).ok

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from rsjax import cli, models
-from rsjax.runs import io
+from rsjax import models
+from rsjax.app import cli
+from rsjax.records import io
 
 _TRAIN = ["train", "--dataset", "digits", "--model", "mlp", "--epochs", "1", "--quiet"]
 _CERT = ["--N0", "10", "--N", "40", "--batch", "40", "--max", "2", "--quiet"]

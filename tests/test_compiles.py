@@ -66,13 +66,13 @@ def test_an_explicit_batch_compiles_no_probe(monkeypatch):
 
 
 def test_the_cli_passes_an_explicit_batch_as_an_int():
-  from rsjax.runs.launch import flags
+  from rsjax.app.launch import flags
 
   assert flags.batch_size("64") == 64 and flags.batch_size("auto") == "auto"
 
 
 def test_certify_takes_a_cache_dir_after_the_command(monkeypatch):
-  from rsjax.cli import _main, build_parser
+  from rsjax.app.cli import _main, build_parser
 
   args = build_parser("certify").parse_args(["certify", "m", "o.tsv", "--cache-dir", "/c"])
   assert args.compilation_cache == "/c"

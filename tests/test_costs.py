@@ -1,4 +1,4 @@
-"""FLOP counts of the benchmarks (``rsjax.bench.costs``): exact on known layers, and one count
+"""FLOP counts of the benchmarks (``rsjax.app.bench.costs``): exact on known layers, and one count
 whatever the backend (the jaxpr, not XLA's per-backend ``cost_analysis``)."""
 
 import jax
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rsjax import models
-from rsjax.bench import costs
+from rsjax.app.bench import costs
 
 
 def _conv_dense(params, x):

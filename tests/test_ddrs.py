@@ -297,10 +297,11 @@ def test_memory_batch_on_device_equals_one_by_one():
 
 def _ddrs_run(out, params):
   """A ``--method ddrs`` run of ``linear_fn`` with ``params`` on six toy inputs, and what it
-  loads (``rsjax.runs.launch.run``'s arguments)."""
+  loads (``rsjax.app.launch.run``'s arguments)."""
   from rsjax import data
-  from rsjax.runs import launch, record, runner
-  from rsjax.runs import spec as runspec
+  from rsjax.app import launch
+  from rsjax.records import spec as runspec
+  from rsjax.runs import record, runner
 
   xs = _inputs([0.9, 0.1, 0.52, 0.95, 0.3, 0.7])
   ds = data.ArrayDataset(
@@ -320,8 +321,9 @@ def _ddrs_run(out, params):
 
 
 def test_a_ddrs_run_saves_sigma_resumes_and_applies_memory(tmp_path):
-  # rsjax.runs.launch.run of a RunSpec naming --method ddrs: the library's dataset run of DDRS.
-  from rsjax.runs import io, launch
+  # rsjax.app.launch.run of a RunSpec naming --method ddrs: the library's dataset run of DDRS.
+  from rsjax.app import launch
+  from rsjax.records import io
 
   out = tmp_path / "ddrs.tsv"
   spec, loaded, xs = _ddrs_run(out, W)

@@ -2,8 +2,8 @@
 
 import os
 
-from rsjax import cli
-from rsjax.runs import io
+from rsjax.app import cli
+from rsjax.records import io
 
 _SMALL = ["--sigmas", "0.25", "--epochs", "1", "--N", "64", "--images", "3", "--quiet"]
 

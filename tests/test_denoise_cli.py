@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from rsjax import cli
+from rsjax.app import cli
 from rsjax.models.denoise import workdir
-from rsjax.runs import io
+from rsjax.records import io
 
 
 def run_cli(*argv):
@@ -198,7 +198,7 @@ def test_certify_with_denoiser(dirs, tmp_path, capsys, which):
   assert "denoiser" in capsys.readouterr().err
   if which == 1:  # an honest denoised run verifies and passes its audit (the denoiser recorded)
     from rsjax import verify
-    from rsjax.verify import audit
+    from rsjax.app import audit
 
     assert verify.verify(out).ok
     report = audit.audit(out, model_dir=clf, rows=2)
@@ -327,7 +327,7 @@ def test_a_denoisers_settings_are_bound_and_audited(dirs, tmp_path):
   the record binds the settings' digest and the audit compares it."""
   import shutil
 
-  from rsjax.verify import audit
+  from rsjax.app import audit
 
   clf, ddpm = dirs[0], dirs[3]
   edited = tmp_path / "edited"

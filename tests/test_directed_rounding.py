@@ -2,7 +2,7 @@
 
 ``gaussian_8bit`` certifies in the arithmetic actually performed (Voracek and Hein,
 ICLR 2023), so its reported ``p_lower`` and radius are rounded down below their exact
-values (``rsjax.verify.checks.P_LOWER_MARGIN``, ``RADIUS_MARGIN``), by the engine and by
+values (``rsjax.claims.P_LOWER_MARGIN``, ``RADIUS_MARGIN``), by the engine and by
 ``rsjax verify`` alike; the exact values here come from a 40-digit inversion (mpmath).
 The default Gaussian keeps its round-to-nearest numbers bit for bit.
 """
@@ -12,10 +12,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from rsjax import noise, stats
+from rsjax import claims, noise, stats
 from rsjax.engine import anytime, budget
 from rsjax.engine.cohen_rule import certificate_from_counts
-from rsjax.verify import checks
 
 mp = pytest.importorskip("mpmath")
 mp.mp.dps = 40
@@ -62,11 +61,11 @@ def _engine(k, n, alpha, sigma, fam):
 
 def _verify(k, n, alpha, sigma):
   m = len(k)
-  rows = checks.Rows(np.ones(m, bool), np.ones(m, np.int64), np.asarray(k), np.zeros(m, np.int64),
+  rows = claims.Rows(np.ones(m, bool), np.ones(m, np.int64), np.asarray(k), np.zeros(m, np.int64),
                      np.full(m, n), np.full(m, alpha), np.full(m, np.nan))  # fmt: skip
   rec = {"noise": {"family": "gaussian", "name": "gaussian_8bit", "norm": "l2"},
          "input_shape": [1], "multiclass": False}  # fmt: skip
-  _, radius, p = checks.cohen_certificate(rec, rows, sigma)
+  _, radius, p = claims.cohen_certificate(rec, rows, sigma)
   return p, radius
 
 
@@ -103,8 +102,8 @@ def test_8bit_p_lower_and_radius_are_below_the_exact_ones():
         np.testing.assert_array_equal(pg, raw)
         np.testing.assert_array_equal(rg, np.where(raw > 0.5, stats.gaussian_radius(raw, s), 0.0))
   # The margins dwarf the functions' errors (measured here: under an ulp each).
-  assert worst_p < checks.P_LOWER_MARGIN / 1e4 and worst_r < checks.RADIUS_MARGIN / 100
-  assert slack_p >= 0.99 * checks.P_LOWER_MARGIN and slack_r > 0.0
+  assert worst_p < claims.P_LOWER_MARGIN / 1e4 and worst_r < claims.RADIUS_MARGIN / 100
+  assert slack_p >= 0.99 * claims.P_LOWER_MARGIN and slack_r > 0.0
   print(f"betaincinv err {worst_p:.2e}, ndtri err {worst_r:.2e}, slack p {slack_p:.2e}, "
         f"R {slack_r:.2e}")  # fmt: skip
 
@@ -114,10 +113,10 @@ def test_8bit_budgeted_and_anytime_bounds_are_rounded_down():
   table = anytime.anytime_decisions(
     anytime.Anytime(grid=(0.0, 0.25, 0.5)), n_max=2000, alpha=0.001, noise=fam, scales=[0.25]
   )
-  assert table.cp_margin == checks.P_LOWER_MARGIN
+  assert table.cp_margin == claims.P_LOWER_MARGIN
   s = np.arange(1000, 2001)
   _, p_lower, _ = table.decide(s, -1)
-  cp = stats.clopper_pearson_lower(s, 2000, table.cp_alpha) * (1 - checks.P_LOWER_MARGIN)
+  cp = stats.clopper_pearson_lower(s, 2000, table.cp_alpha) * (1 - claims.P_LOWER_MARGIN)
   assert np.all(p_lower >= cp) and np.all(
     p_lower[p_lower > table.m[0, -1]] == cp[p_lower > table.m[0, -1]]
   )
@@ -134,7 +133,7 @@ def test_alpha_splits_sum_to_at_most_alpha_exactly(alpha):
   over = 0
   for k in range(1, 400, 7):
     for share in (0.5, 0.3, 0.7, 0.1, 1 / 3, 0.9, 1.0):
-      levels = checks.budget_alphas(alpha, k, share)
+      levels = claims.budget_alphas(alpha, k, share)
       exact = sum(Fraction(v) for v in levels)
       assert exact <= Fraction(alpha) and all(v >= 0 for v in levels) and levels[-1] > 0
       naive = [(1.0 - share) * alpha / (k - 1)] * (k - 1) + [share * alpha] if k > 1 else [alpha]
@@ -145,8 +144,8 @@ def test_alpha_splits_sum_to_at_most_alpha_exactly(alpha):
   rule = budget.Budget(grid=(0.0, 0.5))
   np.testing.assert_array_equal(
     rule.alphas(alpha, 10_000),
-    checks.budget_alphas(alpha, len(rule.looks(10_000)), rule.final_share),
+    claims.budget_alphas(alpha, len(rule.looks(10_000)), rule.final_share),
   )
   for share in (0.6, 0.5, 0.3, 0.1, 0.77):
-    a_mix, rest = checks.split_alpha(alpha, share)
+    a_mix, rest = claims.split_alpha(alpha, share)
     assert Fraction(a_mix) + Fraction(rest) <= Fraction(alpha) and rest > 0

@@ -33,7 +33,7 @@ def _hooks():
 
 
 #: Public packages the face does not hand on, each with its API page.
-_IMPORTED_BY_NAME = ("bench", "dual", "training")
+_IMPORTED_BY_NAME = ("app.bench", "dual", "training")
 
 
 def _modules() -> list[str]:
@@ -70,7 +70,7 @@ def test_every_module_has_an_api_page_in_the_navigation():
 
 
 def test_every_subcommand_has_a_cli_entry():
-  from rsjax.cli._parser import COMMANDS
+  from rsjax.app.cli._parser import COMMANDS
 
   assert "<!-- rsjax-cli -->" in (DOCS / "reference/cli.md").read_text()
   text = _hooks().cli_markdown()
@@ -87,7 +87,7 @@ def _command_lines() -> list[tuple[str, str]]:
     for block in re.findall(r"```bash[^\n]*\n(.*?)```", md.read_text(), re.S):
       for line in re.sub(r"\\\n\s*", " ", block).splitlines():
         line = line.strip()
-        if line.startswith(("rsjax ", "python -m rsjax.cli ")):
+        if line.startswith(("rsjax ", "python -m rsjax ")):
           out.append((str(md.relative_to(ROOT)), line))
   return out
 
@@ -109,7 +109,7 @@ def test_the_pages_have_command_lines():
 
 @pytest.mark.parametrize("where, line", _command_lines(), ids=lambda v: v[:60])
 def test_a_command_line_of_a_page_parses(where, line):
-  from rsjax.cli import build_parser
+  from rsjax.app.cli import build_parser
 
   argv = _argv(line)
   try:
@@ -120,7 +120,7 @@ def test_a_command_line_of_a_page_parses(where, line):
 
 
 def test_a_renamed_flag_fails_to_parse():
-  from rsjax.cli import build_parser
+  from rsjax.app.cli import build_parser
 
   with pytest.raises(SystemExit):
     build_parser().parse_args(_argv("rsjax certify m out.tsv --N-samples 10"))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from run_edits import copy_run, edit_column, edit_record
 
-from rsjax import cli, models, verify
-from rsjax.verify import audit
+from rsjax import models, verify
+from rsjax.app import audit, cli
 
 SIGMAS = (0.12, 0.5)  # 0.12 and the estimator's 0.3: no float32 is exact (the engine's)
 SIGMA_G = 0.3
@@ -86,8 +86,8 @@ def test_edited_sigma_choice_is_caught(run, tmp_path):
 def test_consistent_forgery_passes_verify_fails_the_audit(run, tmp_path):
   """A forger who moves an estimator count and rewrites the row to match: verify cannot
   tell, the audit draws the estimator's counts again."""
+  from rsjax.claims import binary_radius, cp_lower
   from rsjax.dual._certify import split_alpha
-  from rsjax.verify.checks import binary_radius, cp_lower
 
   est, out = run
   recs = _records(out)

@@ -47,7 +47,7 @@ def test_shift_logits_adds_the_offsets_to_the_output_layer():
 
 
 def _cohen(share, sigma, n, alpha):
-  from rsjax.verify.checks import cp_lower
+  from rsjax.claims import cp_lower
 
   p = float(cp_lower(round(share * n), n, alpha))
   return sigma * float(jax.scipy.stats.norm.ppf(p)) if p > 0.5 else 0.0

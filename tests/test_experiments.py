@@ -65,13 +65,13 @@ def test_recorded_results_are_in_results_dir():
 @pytest.mark.parametrize("method", ["cohen", "ddrs"])
 def test_certify_run_writes_a_verified_run_and_starts_over_on_another_model(tmp_path, method):
   """``_common.certify_run``: every result file of the experiments is a run through
-  ``rsjax.runs.launch.run`` that ``rsjax verify`` accepts; a rerun resumes its rows, and rows
+  ``rsjax.app.launch.run`` that ``rsjax verify`` accepts; a rerun resumes its rows, and rows
   of another model are certified again."""
   import _common
 
   from rsjax import data, models, verify
-  from rsjax.runs import io
-  from rsjax.runs import spec as runspec
+  from rsjax.records import io
+  from rsjax.records import spec as runspec
 
   test = data.load("digits", "test")
   config = {"model": "mlp", "num_classes": 10, "input_shape": [8, 8, 1], "dataset": "digits"}

@@ -107,7 +107,7 @@ def test_unbatched_input_gets_a_clear_error():
 
 
 def _write_rows(path, idx, run=None, resume=True):
-  from rsjax.runs import io
+  from rsjax.records import io
 
   with io.ResultsWriter(path, kind="certify", run=run, resume=resume) as w:
     for i in idx:
@@ -116,7 +116,7 @@ def _write_rows(path, idx, run=None, resume=True):
 
 def test_pandas_reads_files_with_a_run_record(tmp_path):
   pd = pytest.importorskip("pandas")
-  from rsjax.runs import io
+  from rsjax.records import io
 
   path = tmp_path / "o.tsv"
   _write_rows(path, [0, 1, 2], run={"N": 100, "sigma": 0.25})
@@ -127,7 +127,7 @@ def test_pandas_reads_files_with_a_run_record(tmp_path):
 
 
 def test_mismatched_resume_names_the_differing_fields(tmp_path):
-  from rsjax.runs import io
+  from rsjax.records import io
 
   path = tmp_path / "o.tsv"
   run = {"N": 2000, "sigma": 0.25, "alpha": 0.001, "model": "abc"}
@@ -163,7 +163,7 @@ def test_mismatched_resume_names_the_differing_fields(tmp_path):
   ],
 )
 def test_corrupted_rows_are_errors_naming_file_and_line(tmp_path, row, needle):
-  from rsjax.runs import io
+  from rsjax.records import io
 
   path = tmp_path / "o.tsv"
   _write_rows(path, [0, 1])
@@ -175,7 +175,7 @@ def test_corrupted_rows_are_errors_naming_file_and_line(tmp_path, row, needle):
 
 
 def test_only_an_incomplete_last_line_is_repaired(tmp_path):
-  from rsjax.runs import io
+  from rsjax.records import io
 
   path = tmp_path / "o.tsv"
   _write_rows(path, [0, 1])
@@ -190,14 +190,14 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
   import subprocess
   import sys
 
-  from rsjax.runs import io
+  from rsjax.records import io
 
   path = tmp_path / "o.tsv"
   with io.ResultsWriter(path, kind="certify") as w:
     w.write(idx=0, label=1, predict=1, radius=0.5, time=0.1)
     # A real second process (flock is per open file, so this also holds across processes).
     code = (
-      "import sys; from rsjax.runs import io\n"
+      "import sys; from rsjax.records import io\n"
       "try:\n  io.ResultsWriter(sys.argv[1], kind='certify')\n"
       "except io.ResultsLockedError as e:\n  print(e); sys.exit(3)\n"
     )
@@ -214,7 +214,7 @@ def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
 
 
 def run_cli(*argv):
-  from rsjax import cli
+  from rsjax.app import cli
 
   return cli.main([str(a) for a in argv])
 
@@ -253,7 +253,7 @@ def _popen(*argv):
   import sys
 
   return subprocess.Popen(
-    [sys.executable, "-m", "rsjax.cli"] + [str(a) for a in argv],
+    [sys.executable, "-m", "rsjax"] + [str(a) for a in argv],
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     text=True,
@@ -283,7 +283,7 @@ def _kill_9(proc):
 def test_kill_9_and_a_concurrent_writer(model_dir, tmp_path, capsys, command):
   """A second writer is refused while the first runs; after kill -9 the run resumes
   and ends with exactly the rows of an uninterrupted run."""
-  from rsjax.runs import io
+  from rsjax.records import io
 
   args = [
     command,
@@ -379,13 +379,13 @@ def test_mismatched_resume_and_overwrite(model_dir, tmp_path, capsys):
   assert (
     run_cli("certify", model_dir, out, *FAST, "--max", "4", "--sigma", "0.5", "--overwrite") == 0
   )
-  from rsjax.runs import io
+  from rsjax.records import io
 
   assert io.read_run_record(out)["sigma"]["value"] == 0.5 and len(io.read_certify(out)) == 4
 
 
 def test_max_is_an_index_bound_as_in_cohen(model_dir, tmp_path):
-  from rsjax.runs import io
+  from rsjax.records import io
 
   out = tmp_path / "o.tsv"
   assert run_cli("certify", model_dir, out, *FAST, "--skip", "5", "--max", "22") == 0
@@ -453,7 +453,7 @@ def test_unwritable_output_is_one_line(model_dir, tmp_path, case, needle):
       resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
 
   proc = subprocess.run(
-    [sys.executable, "-m", "rsjax.cli", "certify", str(model_dir), str(out), *FAST, "--max", "20"],
+    [sys.executable, "-m", "rsjax", "certify", str(model_dir), str(out), *FAST, "--max", "20"],
     capture_output=True,
     text=True,
     preexec_fn=preexec,
@@ -498,14 +498,15 @@ def test_cli_mistakes_are_one_line(model_dir, tmp_path, capsys):
   assert e.value.code == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "--start: must be >= 0" in err
-  from rsjax import cli
+  from rsjax.app import cli
 
   with pytest.raises(cli.CliError, match="has a header but no rows"):  # --debug: the exception
     run_cli("analyze", header_only, "--debug")
 
 
 def test_help_version_and_predict_summary(model_dir, tmp_path, capsys):
-  from rsjax import __version__, cli
+  from rsjax import __version__
+  from rsjax.app import cli
 
   with pytest.raises(SystemExit):
     run_cli("--version")
@@ -532,9 +533,9 @@ def test_analyze_title_steps_and_envelope_warning(model_dir, tmp_path, capsys):
   assert run_cli("analyze", a, b, "--plot", tmp_path / "c.png") == 0
   err = capsys.readouterr().err
   assert "envelope mixes files over different inputs (a.tsv: 6, b.tsv: 3; 3 in common)" in err
-  from rsjax.cli import analyze
-  from rsjax.runs import io
-  from rsjax.runs.spec import RunSpec
+  from rsjax.app.cli import analyze
+  from rsjax.records import io
+  from rsjax.records.spec import RunSpec
 
   title = analyze.plot_title(
     [RunSpec.read(a), RunSpec.read(b)], {"a": io.read_certify(a), "b": io.read_certify(b)}
@@ -547,7 +548,7 @@ def test_analyze_title_steps_and_envelope_warning(model_dir, tmp_path, capsys):
 def test_step_curve_equals_certified_accuracy():
   from rsjax import metrics
   from rsjax.metrics import plots
-  from rsjax.runs import io
+  from rsjax.records import io
 
   res = io.CertifyResults(
     idx=np.arange(5),

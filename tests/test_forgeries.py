@@ -22,10 +22,11 @@ from run_edits import (
   reradius,
 )
 
-from rsjax import cli, data, verify
-from rsjax.runs import io, record
-from rsjax.runs.spec import RunSpec
-from rsjax.verify import audit, checks
+from rsjax import claims, data, verify
+from rsjax.app import audit, cli
+from rsjax.records import io
+from rsjax.records.spec import RunSpec
+from rsjax.runs import record
 
 N, N0 = 400, 40
 
@@ -340,7 +341,7 @@ def test_verify_says_what_it_could_not_check(run40, tmp_path):
 def _claim_record(base, claim):
   """The run record ``base`` (a dict) rewritten to state ``claim``."""
   r = json.loads(json.dumps(base))
-  from rsjax.runs import limits
+  from rsjax.records import limits
 
   r["sampling"].update(
     noise=claim.noise, precision=claim.precision, pack=claim.pack, alpha=claim.alpha
@@ -354,24 +355,23 @@ def _claim_record(base, claim):
 
 
 def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(run40, tmp_path):
-  """The one table (``rsjax.verify.checks.refusal``) over every combination of method, noise,
+  """The one table (``rsjax.claims.refusal``) over every combination of method, noise,
   multiclass, budget rule, precision and packing: what ``Method.plan`` refuses (certify's
   path), ``verify`` refuses with the same line, and it accepts every other claim."""
   import types
 
-  from rsjax import methods, noise
+  from rsjax import claims, methods, noise
   from rsjax.engine import precision
-  from rsjax.methods.base import Context
-  from rsjax.verify import checks
+  from rsjax.runs.method import Context
 
-  assert checks.METHODS == tuple(m.name for m in methods.METHODS)
-  assert checks.PRECISIONS == precision.PRECISIONS
-  assert checks.NOISES == tuple(noise.NOISES)
+  assert claims.METHODS == tuple(m.name for m in methods.METHODS)
+  assert claims.PRECISIONS == precision.PRECISIONS
+  assert claims.NOISES == tuple(noise.NOISES)
   f = copy_run(run40, tmp_path / "c.tsv")
   base = json.loads((tmp_path / "c.tsv.run.json").read_text())
   refused = 0
-  for claim in checks.every_claim():
-    why = checks.refusal(claim)
+  for claim in claims.every_claim():
+    why = claims.refusal(claim)
     (tmp_path / "c.tsv.run.json").write_text(json.dumps(_claim_record(base, claim)))
     try:
       verify.verify(f)
@@ -398,7 +398,7 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
       method.plan(ctx, **(options if claim.budget_rule is not None else {}))
     # The plan names the noise by its registry name (uniform_l1 is uniform), as its record does.
     named = dataclasses.replace(claim, noise=record.noise_name(settings.noise))
-    assert str(e.value) == checks.refusal(named), claim
+    assert str(e.value) == claims.refusal(named), claim
   assert refused > 1000  # most combinations are not certificates
 
 
@@ -417,18 +417,18 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
   ],
 )
 def test_certify_refuses_with_the_tables_line(model, tmp_path, capsys, flags):
-  from rsjax.verify import checks
+  from rsjax import claims
 
   args = dict(zip(flags[::2], flags[1::2], strict=False))
   grid = "--grid" in flags
-  claim = checks.Claim(
+  claim = claims.Claim(
     method=args.get("--method", "cohen"),
     noise=args.get("--noise", "gaussian"),
     multiclass="--multiclass" in flags,
     budget_rule="looks" if grid else None,
     alpha=float(args.get("--alpha", 0.001)),
   )
-  why = checks.refusal(claim)
+  why = claims.refusal(claim)
   assert why is not None
   assert run_cli("certify", model, tmp_path / "x.tsv", "--N", "100", "--quiet", *flags) == 2
   assert why in capsys.readouterr().err
@@ -479,7 +479,7 @@ def budgeted_runs(model, tmp_path_factory):
 
 def _looks(path):
   b = RunSpec.read(path).details["budget"]
-  return checks.budget_looks(2000, b["first"], b["ratio"])  # both rules' looks
+  return claims.budget_looks(2000, b["first"], b["ratio"])  # both rules' looks
 
 
 @pytest.mark.parametrize("rule", ["looks", "anytime"])
@@ -522,7 +522,7 @@ def test_the_stopping_check_is_the_engines_at_every_count_of_every_look(budgeted
     # One row per count s = 0..n_k at each look n_k before N.
     s = np.concatenate([np.arange(k + 1) for k in looks[:-1]])
     m, zero = len(s), np.zeros(len(s), np.int64)
-    rows = checks.Rows(
+    rows = claims.Rows(
       valid=np.ones(m, bool), guess=zero, n_a=s, runner_up=zero,
       n=np.concatenate([np.full(k + 1, k) for k in looks[:-1]]),
       alpha=np.full(m, alpha), p_recorded=np.full(m, np.nan),
@@ -533,9 +533,9 @@ def test_the_stopping_check_is_the_engines_at_every_count_of_every_look(budgeted
                                         scales=run.sigma, dim=dim)  # fmt: skip
       goes_on = ~np.concatenate([table.decide(np.arange(k + 1), i)[2] for i, k in
                                  enumerate(looks[:-1])])  # fmt: skip
-      found = checks.anytime_stop_issues(cert, res, rows, run.sigma)
+      found = claims.anytime_stop_issues(cert, res, rows, run.sigma)
     else:
-      levels = checks.budget_levels(cert, n, alpha, [])
+      levels = claims.budget_levels(cert, n, alpha, [])
       assert len(looks) == 2  # N 2000: one look (1000) before N, where s is the count
 
       def count_fn(active, start, stop, s=s):  # the count s at the first look, then nothing
@@ -545,7 +545,7 @@ def test_the_stopping_check_is_the_engines_at_every_count_of_every_look(budgeted
                                             budget=budget.Budget(grid=grid), scale=run.sigma,
                                             dim=dim)  # fmt: skip
       goes_on = used > looks[0]
-      found = checks.looks_stop_issues(cert, res, rows, levels, run.sigma)
+      found = claims.looks_stop_issues(cert, res, rows, levels, run.sigma)
     assert goes_on.any() and not goes_on.all(), rule
     assert sorted(m.idx for m in found) == np.flatnonzero(goes_on).tolist(), rule
 
@@ -658,7 +658,7 @@ def test_a_stated_claim_digest_left_stale_is_a_mismatch(run40, tmp_path):
 
 
 def test_an_unbound_record_still_verifies_and_says_so(run40, tmp_path):
-  from rsjax.runs import spec as runspec
+  from rsjax.records import spec as runspec
 
   f = copy_run(run40, tmp_path / "u.tsv")
 
@@ -678,7 +678,7 @@ def test_a_bound_run_downgraded_to_an_unbound_record_is_not_verified(model, run4
   """Found by the red team: a /3 record rewritten as /2 with its claim digest moved into
   key.fold_in draws the same noise, so its alpha could be raised after the draw. Unbound
   records are refused unless accepted knowingly, and fail the audit."""
-  from rsjax.runs import spec as runspec
+  from rsjax.records import spec as runspec
 
   f = copy_run(run40, tmp_path / "d.tsv")
 
@@ -1004,7 +1004,7 @@ def test_a_claim_of_ten_billion_rows_fails_fast_naming_the_bound(run40, tmp_path
   import time
   import tracemalloc
 
-  from rsjax.runs import limits
+  from rsjax.records import limits
 
   f = copy_run(run40, tmp_path / "f.tsv")
   edit_run(f, lambda r: r["data"].update(size=10**10, stop=-1))
@@ -1027,7 +1027,7 @@ def test_a_claim_of_ten_billion_rows_fails_fast_naming_the_bound(run40, tmp_path
 def test_a_large_declared_range_is_counted_not_built(run40, tmp_path):
   import tracemalloc
 
-  from rsjax.runs import limits
+  from rsjax.records import limits
 
   f = copy_run(run40, tmp_path / "f.tsv")
   edit_run(f, lambda r: r["data"].update(size=limits.MAX_ROWS, stop=-1, skip=1))
@@ -1060,11 +1060,11 @@ def test_audit_and_analyze_name_a_malformed_field_in_one_line(model, run40, tmp_
 
 
 def test_budget_looks_never_take_the_ceiling_of_infinity():
-  from rsjax.verify import checks
+  from rsjax import claims
 
   # A forged ratio of 1e308: n * ratio overflows to inf, whose ceiling raised OverflowError.
-  assert checks.budget_looks(400, 100, 1e308) == [100, 400]
-  assert checks.anytime_looks(400, 100, 1e308) == [100, 400]
+  assert claims.budget_looks(400, 100, 1e308) == [100, 400]
+  assert claims.anytime_looks(400, 100, 1e308) == [100, 400]
 
 
 # ----------------------------------------------------------------------------- the second red team
@@ -1117,8 +1117,8 @@ def test_a_record_certify_would_never_write_is_refused(run40, tmp_path, edit, wh
 def test_the_record_strictness_tables_match_what_they_describe():
   """``limits.SAMPLING_KEYS`` and ``MODEL_FIELDS`` are what certify records (JAX-free copies)."""
   import rsjax
-  from rsjax.runs import limits
-  from rsjax.runs import spec as runspec
+  from rsjax.records import limits
+  from rsjax.records import spec as runspec
 
   recorded = set(record.sampling_fields(rsjax.Sampling()))
   assert limits.SAMPLING_KEYS == recorded | {"pack"}
@@ -1130,7 +1130,7 @@ def test_the_compute_dtypes_are_the_precisions():
   import numpy as np
 
   from rsjax.engine import precision
-  from rsjax.runs import limits
+  from rsjax.records import limits
 
   ran = {
     p: None if precision.compute_dtype(p) is None else np.dtype(precision.compute_dtype(p)).name
@@ -1208,7 +1208,7 @@ def test_the_same_parameters_built_another_way_fail_the_audit(model, run40, tmp_
   rep = audit.audit(run40, model_dir=other, rows=2, seed=0)
   assert not rep.ok and "configuration" in rep.reason, rep.reason
   assert audit.audit(run40, model_dir=model, rows=2, seed=0).ok
-  from rsjax.runs.canonical import model_config_digest
+  from rsjax.records.canonical import model_config_digest
 
   named = json.loads((model / "config.json").read_text())
   assert verify.read_run(str(run40)).model.config == model_config_digest(named)
@@ -1240,9 +1240,9 @@ def test_ddrs_sigmas_stated_higher_than_drawn_fail_the_audit(model, tmp_path):
   for idx in io.read_certify(f).idx.tolist():
     edit_record(f, idx, lambda r: {**r, "sigma": float(np.float32(r["sigma"] * raise_by))})
   run, res, recs = verify.read_run(str(f)), io.read_certify(f), record.read_records(f)
-  rows = checks.read_rows(certificate_view(run), res, recs, [])
+  rows = claims.read_rows(certificate_view(run), res, recs, [])
   sigma = np.array([recs[int(i)]["sigma"] for i in res.idx])
-  pred_mc, rad_mc, p_lower = checks.cohen_certificate(certificate_view(run), rows, sigma)
+  pred_mc, rad_mc, p_lower = claims.cohen_certificate(certificate_view(run), rows, sigma)
   x = np.asarray(data.load("digits", "test").get_batch(np.asarray(res.idx))[0])
   pred, rad = replay_memory(x.reshape(len(res), -1), pred_mc, rad_mc)
   for j, idx in enumerate(res.idx.tolist()):
@@ -1296,7 +1296,7 @@ def test_the_audit_needs_the_configuration_and_the_architecture_named(model, run
 
 
 def test_the_record_shape_table_is_what_certify_writes(run40):
-  from rsjax.runs import limits
+  from rsjax.records import limits
 
   rec = json.loads((run40.parent / (run40.name + ".run.json")).read_text())
   for part, names in limits.RECORD_SHAPE.items():

@@ -7,7 +7,7 @@ import sys
 
 _CERTIFY = """
 import sys
-from rsjax.cli import main
+from rsjax.app.cli import main
 status = main(["certify", sys.argv[1], sys.argv[2], "--N0", "10", "--N", "100", "--max", "1",
                "--quiet"])
 print(status)
@@ -43,7 +43,7 @@ def test_certify_imports_no_training_and_no_denoising(tmp_path):
   status, modules = done.stdout.strip().splitlines()[-2:]
   assert status == "0", done.stdout + done.stderr
   modules = modules.split()
-  assert "rsjax.cli.certify" in modules and "rsjax.models" in modules, modules
+  assert "rsjax.app.cli.certify" in modules and "rsjax.models" in modules, modules
   assert len(out.read_text().splitlines()) == 2  # the header and one row
   unwanted = [
     m
@@ -53,10 +53,10 @@ def test_certify_imports_no_training_and_no_denoising(tmp_path):
     )
   ]
   assert not unwanted, unwanted
+  cli = "rsjax.app.cli."
   other_commands = [
     m
     for m in modules
-    if m.startswith("rsjax.cli.")
-    and m not in ("rsjax.cli.certify", "rsjax.cli._main", "rsjax.cli._parser", "rsjax.cli._args")
+    if m.startswith(cli) and m.removeprefix(cli) not in ("certify", "_main", "_parser", "_args")
   ]
   assert not other_commands, other_commands

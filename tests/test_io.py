@@ -1,11 +1,11 @@
-"""Tests of rsjax.runs.io: the certify/predict file format, durable writes and resume."""
+"""Tests of rsjax.records.io: the certify/predict file format, durable writes and resume."""
 
 import os
 
 import numpy as np
 import pytest
 
-from rsjax.runs import io
+from rsjax.records import io
 
 
 def _write_certify(path, rows, **kw):

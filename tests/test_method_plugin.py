@@ -27,8 +27,8 @@ half, is ``toy_rsjax_method._certify:Capped``, imported when a run is planned.
 
 import numpy as np
 
-from rsjax.verify.checks import cohen_certificate, compare, read_rows, run_sigma
-from rsjax.methods.base import Method, Option, Training
+from rsjax.claims import cohen_certificate, compare, read_rows, run_sigma
+from rsjax.runs.method import Method, Option, Training
 
 
 def _check(view, res, recs, *, rtol, atol, **_):
@@ -62,7 +62,7 @@ def train_toy(job, *, toy_note):
 '''
 
 TOY_CERTIFY = '''
-"""The JAX half of toy-capped: its certifier (an rsjax.methods.base.MethodCertifier)."""
+"""The JAX half of toy-capped: its certifier (an rsjax.runs.method.MethodCertifier)."""
 
 import dataclasses
 from typing import ClassVar
@@ -70,7 +70,7 @@ from typing import ClassVar
 import numpy as np
 
 import rsjax
-from rsjax.methods.base import Context, MethodCertifier
+from rsjax.runs.method import Context, MethodCertifier
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +122,7 @@ def _rsjax(plugin, *args, check=True):
     "PYTHONPATH": os.pathsep.join([str(plugin), *filter(None, [os.environ.get("PYTHONPATH")])]),
   }
   out = subprocess.run(
-    [sys.executable, "-m", "rsjax.cli", *map(str, args)],
+    [sys.executable, "-m", "rsjax", *map(str, args)],
     env=env,
     capture_output=True,
     text=True,
@@ -191,7 +191,7 @@ def test_without_its_entry_point_the_method_is_unknown(trained, tmp_path):
     [
       sys.executable,
       "-m",
-      "rsjax.cli",
+      "rsjax",
       "certify",
       str(trained),
       str(tmp_path / "o.tsv"),

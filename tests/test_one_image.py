@@ -20,7 +20,7 @@ MAX_MODULES = 14
 TRACE = r"""
 import json, os, sys
 import rsjax
-from rsjax.cli import _parser, certify
+from rsjax.app.cli import _parser, certify
 root = os.path.dirname(rsjax.__file__)
 args = _parser.build_parser().parse_args(sys.argv[1:])
 order, climbs, active = [], [], [False]
@@ -96,7 +96,7 @@ def test_one_image_opens_few_modules_and_never_climbs_back(trained, tmp_path):
   assert not got["climbs"], got["climbs"]
   # The path stays out of the launch, training and command-line layers.
   assert not [
-    m for m in modules if m.startswith(("rsjax.runs.launch", "rsjax.training", "rsjax.cli"))
+    m for m in modules if m.startswith(("rsjax.app.launch", "rsjax.training", "rsjax.app.cli"))
   ], modules
 
 

@@ -21,11 +21,11 @@ import pytest
 from flax import nnx
 
 import rsjax
-from rsjax import cli, models, verify
+from rsjax import models, verify
+from rsjax.app import audit, cli
 from rsjax.engine.step import cast_floating, make_chunk_plan, step_counts
 from rsjax.noise import GAUSSIAN
-from rsjax.runs.spec import RunSpec
-from rsjax.verify import audit
+from rsjax.records.spec import RunSpec
 
 #: float32 logits of the packed and unpacked models agree to this, relative to the largest.
 F32_TOL = 1e-5
@@ -233,7 +233,8 @@ def test_cli_pack_is_in_the_record_and_audit_rebuilds_it(tmp_path, capsys):
   import numpy as np
 
   import rsjax
-  from rsjax.runs import io, launch
+  from rsjax.app import launch
+  from rsjax.records import io
 
   run = RunSpec.read(packed)
   unpacked = dataclasses.replace(
@@ -276,7 +277,7 @@ def test_cli_pack_refuses_a_model_it_cannot_pack(tmp_path, capsys):
 
 def test_the_gpu_suite_packs_where_it_can_and_records_it():
   from benchmarks import measure as suite_rows
-  from rsjax.bench import costs
+  from rsjax.app.bench import costs
 
   said = []
   row = suite_rows.row_model("resnet20", "fp32", num=10, batch_size=10, pack=2, log=said.append)

@@ -20,11 +20,12 @@ from jaxpr_ops import OPS, matmul_eqns
 
 import rsjax
 from rsjax import data, ddrs, idrs, methods, ucan
+from rsjax.app import launch
 from rsjax.ddrs import _objective, _sigma
 from rsjax.engine import precision as precision_lib
-from rsjax.methods.base import Context
-from rsjax.runs import launch, record
-from rsjax.runs import spec as runspec
+from rsjax.records import spec as runspec
+from rsjax.runs import record
+from rsjax.runs.method import Context
 
 PRECISIONS = [None, "float32", "tf32", "bfloat16"]
 
@@ -125,7 +126,7 @@ SMALL = dict(n0=20, n=200, alpha=0.01, batch_size=100)
 
 @pytest.mark.parametrize("precision, matmul", [("float32", "highest"), ("tf32", "tensorfloat32")])
 def test_ddrs_runs_pass_their_precision_to_the_ascent(tmp_path, precision, matmul):
-  # --method ddrs (the plan, and a run of it through rsjax.runs.launch.run): ascent and CERTIFY alike.
+  # --method ddrs (the plan, and a run of it through rsjax.app.launch.run): ascent and CERTIFY alike.
   apply_fn, seen = _matmul_seen()
   ctx = Context(
     key=jax.random.key(3),

@@ -52,7 +52,7 @@ def _small(line: str) -> str:
   words = shlex.split(line, comments=True)
   if words[:1] == ["rsjax"]:
     at = 1
-  elif words[:3] == ["python", "-m", "rsjax.cli"]:
+  elif words[:3] == ["python", "-m", "rsjax"]:
     at = 3
   else:
     return line
@@ -83,7 +83,7 @@ def shell(tmp_path_factory):
   bin_dir.mkdir()
   # Scripts, not symlinks: a virtual environment's python started through a link that lives
   # outside the environment does not find the environment (its pyvenv.cfg) nor its packages.
-  for name, args in (("python", ""), ("rsjax", " -m rsjax.cli")):
+  for name, args in (("python", ""), ("rsjax", " -m rsjax")):
     exe = bin_dir / name
     exe.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)}{args} "$@"\n')
     exe.chmod(0o755)
@@ -118,8 +118,8 @@ def test_small_keeps_the_command_and_shrinks_its_sizes():
     "rsjax certify a b --N0 16 --N 64 --skip 5 --max 25"
   )
   assert _small("rsjax certify a b --N 6000") == "rsjax certify a b --N 64 --N0 16 --max 25"
-  assert _small("python -m rsjax.cli train --dataset d --epochs 20 --out o") == (
-    "python -m rsjax.cli train --dataset d --epochs 1 --out o"
+  assert _small("python -m rsjax train --dataset d --epochs 20 --out o") == (
+    "python -m rsjax train --dataset d --epochs 1 --out o"
   )
   assert (
     _small("rsjax analyze f.tsv --radii 0 0.5  # two radii") == "rsjax analyze f.tsv --radii 0 0.5"

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from test_packing import _randomize_batch_norm
 
-from rsjax import cli, models, verify
+from rsjax import models, verify
+from rsjax.app import cli
+from rsjax.records.spec import RunSpec
 from rsjax.runs.runner import fingerprint
-from rsjax.runs.spec import RunSpec
 
 SHAPE = (8, 8, 1)
 CONFIG = {"model": "resnet20", "num_classes": 10, "input_shape": list(SHAPE), "dataset": "digits",

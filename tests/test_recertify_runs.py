@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from rsjax import cli, models, verify
-from rsjax.runs.spec import RunSpec
-from rsjax.verify import audit
+from rsjax import models, verify
+from rsjax.app import audit, cli
+from rsjax.records.spec import RunSpec
 
 N, N0 = 400, 40
 
@@ -87,9 +87,9 @@ def test_edited_disagreement_counts_fail_verify(family, tmp_path):
 def test_consistently_edited_counts_fail_the_audit(family, tmp_path):
   """Counts, zeta, p_lower and radius all rewritten to agree: verify passes, the audit does
   not (the counts drawn again are the child's)."""
+  from rsjax.claims import cp_upper
   from rsjax.cohen._recertify_check import _child_certificate
-  from rsjax.runs import io
-  from rsjax.verify.checks import cp_upper
+  from rsjax.records import io
 
   f = _copy(family["child"], tmp_path / "c.tsv")
   res = io.read_certify(f)

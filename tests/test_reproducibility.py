@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import rsjax
-from rsjax import cli
-from rsjax.runs import io
+from rsjax.app import cli
+from rsjax.records import io
 
 # Counts of a small MLP and CNN for given devices, printed as JSON; run in a child
 # process so that its backend and device count are its own.

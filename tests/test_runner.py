@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 import rsjax
-from rsjax.methods.base import Plan
-from rsjax.runs import io, runner
+from rsjax.records import io
+from rsjax.runs import runner
+from rsjax.runs.method import Plan
 
 
 def axis_apply(params, x):
@@ -56,7 +57,7 @@ def rows(path):
 
 
 def test_declared_indices_is_the_one_rule_of_which_rows():
-  from rsjax.runs.spec import declared_indices
+  from rsjax.records.spec import declared_indices
 
   assert list(declared_indices(10, skip=3)) == [0, 3, 6, 9]
   assert list(declared_indices(10, skip=2, count=2)) == [0, 2]

@@ -15,8 +15,9 @@ torch = pytest.importorskip("torch")
 
 import torch_archs as ta  # noqa: E402  (tests/ is on sys.path)
 
-from rsjax import cli, models  # noqa: E402
-from rsjax.runs import io  # noqa: E402
+from rsjax import models  # noqa: E402
+from rsjax.app import cli  # noqa: E402
+from rsjax.records import io  # noqa: E402
 
 # arch -> input height/width: Cohen's CIFAR ResNets need 32x32 (AvgPool2d(8)),
 # torchvision's work at any size >= 32, LeNet's fc1 needs 28x28.

@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from rsjax import cli, models
+from rsjax import models
+from rsjax.app import cli
 from rsjax.runs.runner import fingerprint
 
 

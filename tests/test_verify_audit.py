@@ -13,13 +13,15 @@ import numpy as np
 import pytest
 from run_edits import copy_run, edit_run, move_one_count, reradius
 
-from rsjax import cli, verify
+from rsjax import claims as checks
 from rsjax import noise as noise_lib
+from rsjax import verify
+from rsjax.app import audit, cli
 from rsjax.engine import anytime
-from rsjax.runs import io, record
-from rsjax.runs import spec as runspec
-from rsjax.runs.spec import KEY_DERIVATION, RunSpec
-from rsjax.verify import audit, checks
+from rsjax.records import io
+from rsjax.records import spec as runspec
+from rsjax.records.spec import KEY_DERIVATION, RunSpec
+from rsjax.runs import record
 
 N, N0 = 500, 50
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from run_edits import copy_run, edit_column, edit_record, move_one_count
 
-from rsjax import cli, ddrs, verify
+from rsjax import ddrs, verify
+from rsjax.app import audit, cli
 from rsjax.ddrs import _check as _ddrs
-from rsjax.runs import io
-from rsjax.verify import audit
+from rsjax.records import io
 
 COMMON = ["--N", "300", "--N0", "30", "--batch", "300", "--skip", "60", "--quiet"]
 

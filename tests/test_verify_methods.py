@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from run_edits import copy_run, edit_column, edit_record, edit_run, move_one_count
 
-from rsjax import cli, verify
-from rsjax.runs import io, record
-from rsjax.runs.spec import RunSpec
+from rsjax import verify
+from rsjax.app import cli
+from rsjax.records import io
+from rsjax.records.spec import RunSpec
+from rsjax.runs import record
 
 COMMON = ["--N", "300", "--N0", "30", "--batch", "300", "--skip", "60", "--quiet"]
 
@@ -284,7 +286,7 @@ def test_deq_standard_verifies(deq_model, tmp_path):
 def test_honest_runs_of_each_method_pass_their_audit(trained, deq_model, idrs_run, tmp_path):
   # The audit draws again each method's counts and its own record fields (IDRS's sigma(x),
   # slack and rate; SRS's check counts), so an honest run of each passes.
-  from rsjax.verify import audit
+  from rsjax.app import audit
 
   ucan = tmp_path / "ucan.tsv"
   assert (

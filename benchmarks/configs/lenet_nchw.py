@@ -5,7 +5,7 @@ bench``'s harness on a CPU.
     JAX_PLATFORMS=cpu python -m benchmarks.run --config benchmarks/configs/lenet_nchw.py
 
 Figure (RESULTS.md, "Issue 55"): seconds per image at N = 10,000 (n0 100, 6 images, measured in
-full) of the NCHW port as written and channels-last (``rsjax.bench.layout.channels_last``, the
+full) of the NCHW port as written and channels-last (``rsjax.app.bench.layout.channels_last``, the
 advice ``rsjax bench`` prints), and of rsjax's LeNet. Writes
 ``benchmarks/results/lenet_nchw_cpu.json``.
 """
@@ -40,9 +40,9 @@ def lenet_nchw(p: dict[str, Any], x: Any) -> Any:
 
 
 def target(arm: dict[str, Any]) -> Any:
-  """The arm's model for ``rsjax.bench.bench``."""
+  """The arm's model for ``rsjax.app.bench.bench``."""
   from rsjax import models
-  from rsjax.bench import Target
+  from rsjax.app.bench import Target
 
   if arm["name"] == "rsjax lenet":
     model = models.create_model("lenet", num_classes=10, input_shape=(28, 28, 1), rngs=0)

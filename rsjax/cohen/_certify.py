@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from rsjax import stats
+from rsjax.claims import thresholds_digest
 from rsjax.engine.anytime import Anytime, anytime_decisions
 from rsjax.engine.budget import Budget, BudgetedCertificate, as_budget
 from rsjax.engine.cohen_rule import cohen_rule
@@ -31,10 +32,9 @@ from rsjax.engine.driver import (
   engine_counts,
   run_certify,
 )
-from rsjax.methods.base import Context, RunCertifier
 from rsjax.noise import lattice
+from rsjax.runs.method import Context, RunCertifier
 from rsjax.util import as_key
-from rsjax.verify.checks import thresholds_digest
 
 if TYPE_CHECKING:
   import jax
@@ -273,7 +273,7 @@ def certify_chunk(
   ``certify(x, ids)`` calls, with the run's key, classifier, classes and settings.
 
   Args:
-    ctx: the run's ``rsjax.methods.base.Context``.
+    ctx: the run's ``rsjax.runs.method.Context``.
     certifier: the method's certifier (``Cohen``, ``IDRS``, ...).
     x: ``[b, *input_shape]`` inputs of the chunk.
     ids: ``[b]`` their dataset indices.
@@ -344,7 +344,7 @@ class CohenCertifier(RunCertifier):
   def from_options(
     cls, ctx: Context, *, grid: tuple[float, ...] | None, budget_rule: str = "looks"
   ) -> CohenCertifier:
-    noise = ctx.settings.noise  # the claim is legal (Method.plan: rsjax.verify.checks.refusal)
+    noise = ctx.settings.noise  # the claim is legal (Method.plan: rsjax.claims.refusal)
     what = f"Cohen et al.'s CERTIFY, {noise.name} noise, sigma={ctx.sigma}"
     # Sound 8-bit noise: the record names its threshold table (verify computes it again).
     table = {"noise_table": lattice.table_hash(ctx.sigma)} if noise.lattice else {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsjax.verify.checks import (
+from rsjax.claims import (
   ANYTIME_RULE,
   Mismatch,
   anytime_certificate,

@@ -30,7 +30,7 @@ Keys. The disagreement samples of input ``idx`` are drawn with
 ``FALLBACK`` (4) differ from the passes of every certify run (selection 0, estimation 1,
 auxiliary 2), so even a child key equal to its parent's would draw other noise (Threefry
 under one key is a permutation of its input); a child run's key binds its claim, which names
-the parent's claim digest, so its key is not its parent's (``rsjax.runs.spec``).
+the parent's claim digest, so its key is not its parent's (``rsjax.records.spec``).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from rsjax.claims import Mismatch, binary_radius, cp_lower, cp_upper, dense
+from rsjax.records.spec import RunFormatError, RunSpec
 from rsjax.runs import record as record_lib
-from rsjax.runs.spec import RunFormatError, RunSpec
-from rsjax.verify.checks import Mismatch, binary_radius, cp_lower, cp_upper, dense
 
 __all__ = ["check_recertify", "link_issues", "parent_of", "records_digest", "stated_alpha"]
 

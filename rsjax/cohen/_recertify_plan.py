@@ -19,8 +19,8 @@ import numpy as np
 from rsjax.cohen._recertify import Parent, Recertify
 from rsjax.cohen._recertify_check import link_issues, parent_of, stated_alpha
 from rsjax.engine.driver import Certificate, Sampling
-from rsjax.methods.base import Context, RunCertifier
-from rsjax.runs.spec import RunSpec
+from rsjax.records.spec import RunSpec
+from rsjax.runs.method import Context, RunCertifier
 
 __all__ = ["RecertifyCertifier", "load_parent"]
 
@@ -39,7 +39,7 @@ def _parent_model(run: RunSpec) -> tuple[Any, Any]:
     raise ValueError(
       "recertify needs a parent certified from a model directory, without a denoiser or --resize"
     )
-  from rsjax.runs.canonical import model_config_digest
+  from rsjax.records.canonical import model_config_digest
 
   model, config = models.load_model(m.path)
   if model_config_digest(config) != m.config or config.get("model") != m.architecture:
@@ -58,9 +58,9 @@ def _parent_model(run: RunSpec) -> tuple[Any, Any]:
 
 def load_parent(run: RunSpec, dim: int) -> Parent:
   """The :class:`Parent` of a parent run: its model and Cohen's certificate of its counts."""
+  from rsjax.claims import dense
   from rsjax.engine.cohen_rule import certificate_from_counts
   from rsjax.runs import record
-  from rsjax.verify.checks import dense
 
   apply_fn, params = _parent_model(run)
   settings = Sampling.from_record(run.sampling)

@@ -6,7 +6,7 @@ import math
 
 from rsjax.cohen._check import check_cohen
 from rsjax.cohen._recertify_check import check_recertify
-from rsjax.methods.base import INIT, Method, Option, Training
+from rsjax.runs.method import INIT, Method, Option, Training
 
 __all__ = ["METHOD", "RECERTIFY", "parse_grid"]
 

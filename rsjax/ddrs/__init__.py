@@ -14,7 +14,7 @@ A flat API over private modules:
   deployment run.
 * ``_certify``: ``certify`` (Cohen's CERTIFY at the optimized per-input sigma,
   then the memory; ``DDRSCertificate``). A resumable dataset run is the method
-  ``METHOD`` (``--method ddrs``; ``rsjax.runs.launch.run`` of a ``RunSpec`` naming it).
+  ``METHOD`` (``--method ddrs``; ``rsjax.app.launch.run`` of a ``RunSpec`` naming it).
 
 Soundness: a sigma chosen from x itself (as ``optimize_sigma`` does) changes the
 smoothed classifier from input to input, so Cohen's radius at that sigma is NOT

@@ -13,7 +13,7 @@ from rsjax.ddrs._certify import DDRS, DDRSCertificate
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.ddrs._sigma import optimize_sigma
 from rsjax.engine.driver import Certificate
-from rsjax.methods.base import Context, RunCertifier
+from rsjax.runs.method import Context, RunCertifier
 
 __all__ = ["DDRSCertifier"]
 

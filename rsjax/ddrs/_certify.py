@@ -1,6 +1,6 @@
 """DDRS's CERTIFY at per-input optimized sigma, then the memory (the certifier :class:`DDRS`
 of ``rsjax.certify`` and :func:`certify`, its alias). A dataset run is ``--method ddrs``
-(``rsjax.ddrs.METHOD`` through ``rsjax.runs.launch.run``): one result file, a run that
+(``rsjax.ddrs.METHOD`` through ``rsjax.app.launch.run``): one result file, a run that
 ``rsjax verify`` checks."""
 
 from __future__ import annotations

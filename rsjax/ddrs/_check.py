@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from rsjax.claims import Mismatch, VerifyError, cohen_certificate, compare, read_rows
 from rsjax.runs import record as record_lib
-from rsjax.verify.checks import Mismatch, VerifyError, cohen_certificate, compare, read_rows
 
 #: Rows whose distances to all earlier rows are bounded by one matrix product.
 _BLOCK = 512

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsjax.ddrs._check import check_ddrs
-from rsjax.methods.base import Method, Option, Training
+from rsjax.runs.method import Method, Option, Training
 
 __all__ = ["METHOD"]
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from rsjax.dual._certify import DualCertificate, certify, split_alpha
 from rsjax.dual.method import parse_experts
-from rsjax.methods.base import Context, MethodCertifier
+from rsjax.runs.method import Context, MethodCertifier
 
 __all__ = ["DualCertifier"]
 
@@ -18,7 +18,7 @@ __all__ = ["DualCertifier"]
 def _load_expert(where: str, ctx: Context) -> tuple[tuple[Any, Any], dict]:
   """``((apply_fn, params), {fingerprint, config})`` of an expert's model directory."""
   from rsjax import models
-  from rsjax.runs.canonical import model_config_digest
+  from rsjax.records.canonical import model_config_digest
   from rsjax.runs.runner import fingerprint
 
   try:

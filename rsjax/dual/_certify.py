@@ -53,10 +53,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import jax
 import numpy as np
 
+from rsjax.claims import split_alpha as exact_split
 from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling
 from rsjax.util import as_key
-from rsjax.verify.checks import split_alpha as exact_split
 
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
@@ -117,7 +117,7 @@ class DualCertificate(Certificate):
 
 def split_alpha(alpha: float, alpha_split: float) -> tuple[float, float]:
   """``(alpha_1, alpha_2)``: the estimator's share ``alpha * alpha_split`` and the rest, as
-  floats whose exact sum is at most ``alpha`` (``rsjax.verify.checks.split_alpha``)."""
+  floats whose exact sum is at most ``alpha`` (``rsjax.claims.split_alpha``)."""
   if not 0.0 < alpha_split < 1.0:
     raise ValueError(f"alpha_split must be in (0, 1), got {alpha_split}")
   return exact_split(alpha, alpha_split)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rsjax.verify.checks import (
+from rsjax.claims import (
   Mismatch,
   binary_radius,
   cp_lower,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsjax.dual._check import check_dual, parse_experts
-from rsjax.methods.base import Method, Option, Training
+from rsjax.runs.method import Method, Option, Training
 
 __all__ = ["METHOD", "parse_experts"]
 

@@ -64,6 +64,7 @@ from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
+from rsjax.claims import ANYTIME_RULE, anytime_looks
 from rsjax.engine.anytime_table import (
   Decisions,
   anytime_decisions,
@@ -79,7 +80,6 @@ from rsjax.engine.driver import (
   Sampling,
 )
 from rsjax.engine.rounds import CountFn, SampleFn, round_sampler
-from rsjax.verify.checks import ANYTIME_RULE, anytime_looks
 
 __all__ = [
   "Anytime",

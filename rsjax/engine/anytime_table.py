@@ -23,8 +23,7 @@ from scipy import signal
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.engine.rounds import CountFn
-from rsjax.verify.checks import (
+from rsjax.claims import (
   anytime_need,
   anytime_stop,
   cp_count,
@@ -35,6 +34,7 @@ from rsjax.verify.checks import (
   split_alpha,
   stop_quantile,
 )
+from rsjax.engine.rounds import CountFn
 
 __all__ = [
   "Decisions",

@@ -87,6 +87,7 @@ from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
+from rsjax.claims import budget_alphas, looks_decision, radius_level
 from rsjax.engine.cohen_rule import CohenRule
 from rsjax.engine.counts import resolve_counts
 from rsjax.engine.driver import (
@@ -100,7 +101,6 @@ from rsjax.engine.driver import (
   Sampling,
 )
 from rsjax.engine.rounds import CountFn, round_counter
-from rsjax.verify.checks import budget_alphas, looks_decision, radius_level
 
 __all__ = ["Budget", "BudgetedCertificate", "as_budget", "sequential_bounds", "grid_level"]
 

@@ -23,9 +23,9 @@ from rsjax.engine.driver import (
 from rsjax.idrs import _radius
 from rsjax.idrs._design import KnnSigma, make_design
 from rsjax.idrs._radius import certified_radius
-from rsjax.methods.base import Context, RunCertifier
 from rsjax.noise import Gaussian
 from rsjax.noise.sigma import SigmaSource, SigmaValues
+from rsjax.runs.method import Context, RunCertifier
 
 if TYPE_CHECKING:
   pass

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from rsjax.verify.checks import Mismatch, VerifyError, cp_lower, read_rows
+from rsjax.claims import Mismatch, VerifyError, cp_lower, read_rows
 
 _U32 = 2.0**-24  # float32 unit roundoff
 _IDRS_MIN_P_B = 1e-12  # the IDRS radius caps p_A at 1 - 1e-12 (lowering a lower bound is sound)

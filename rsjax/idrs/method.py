@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsjax.idrs._check import check_idrs
-from rsjax.methods.base import Method, Option
+from rsjax.runs.method import Method, Option
 
 __all__ = ["METHOD"]
 

@@ -1,4 +1,4 @@
-"""The registry of certify methods: a tuple of method values (``rsjax.methods.base.Method``).
+"""The registry of certify methods: a tuple of method values (``rsjax.runs.method.Method``).
 
 Each method lives in its own package and exports its value from a module
 without JAX (``rsjax.cohen.METHOD``, ...): its name, options (the
@@ -27,7 +27,7 @@ import functools
 from importlib import metadata
 
 from rsjax import cohen, ddrs, dual, idrs, srs, ucan
-from rsjax.methods.base import Method
+from rsjax.runs.method import Method
 
 __all__ = ["ENTRY_POINT_GROUP", "METHODS", "available", "get"]
 
@@ -60,7 +60,7 @@ def available() -> tuple[Method, ...]:
     if not isinstance(value, Method):
       raise ValueError(
         f"entry point {entry.name!r} of {ENTRY_POINT_GROUP!r} ({entry.value}) is "
-        f"not an rsjax.methods.base.Method"
+        f"not an rsjax.methods.Method"
       )
     found.append(value)
   names = [m.name for m in found]

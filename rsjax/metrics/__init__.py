@@ -1,7 +1,7 @@
 """Metrics of certification results: certified accuracy, ACR, abstention, envelopes.
 
 All functions work on host NumPy arrays of one row per test input, as read by
-:mod:`rsjax.runs.io` (``correct`` bool, ``radius`` float, ``predict`` int with -1 for
+:mod:`rsjax.records.io` (``correct`` bool, ``radius`` float, ``predict`` int with -1 for
 abstain). An abstention always counts as wrong: its ``correct`` is 0 and its
 radius 0.0, and when ``predict`` is given it is also masked explicitly.
 

@@ -66,7 +66,7 @@ def read_config(directory: str | os.PathLike) -> dict:
 
 def write_config(directory: str | os.PathLike, config: Mapping) -> None:
   """Writes ``config`` as ``config.json`` of a model directory, atomically."""
-  from rsjax.runs.io import write_json
+  from rsjax.records.io import write_json
 
   write_json(os.path.join(os.fspath(directory), CONFIG_FILE), dict(config))
 
@@ -146,7 +146,7 @@ def write_checkpointed(
     ValueError: ``directory`` already holds checkpoints.
   """
   from rsjax.models.checkpoint import Checkpoints
-  from rsjax.runs.io import write_json
+  from rsjax.records.io import write_json
 
   directory = os.fspath(directory)
   os.makedirs(directory, exist_ok=True)

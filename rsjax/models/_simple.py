@@ -17,7 +17,7 @@ from rsjax.models._layers import Normalize, resolve_normalization, torch_default
 
 _W = torch_default_init
 #: The named scope of LeNet's one-channel convolution written as multiply-adds
-#: (``_single_channel_conv``); ``rsjax.bench.costs`` counts its multiplies as a convolution's.
+#: (``_single_channel_conv``); ``rsjax.app.bench.costs`` counts its multiplies as a convolution's.
 SINGLE_CHANNEL_CONV = "single_channel_conv"
 
 __all__ = ["MLP", "LeNet", "CNN"]
@@ -94,7 +94,7 @@ def _single_channel_conv(conv: nnx.Conv, x: jax.Array, *, pad: int) -> jax.Array
   Returns:
     ``[b, H + 2 pad - kh + 1, W + 2 pad - kw + 1, out_features]``.
   """
-  # The named scope lets FLOP counters find these multiply-adds (rsjax.bench.costs); it
+  # The named scope lets FLOP counters find these multiply-adds (rsjax.app.bench.costs); it
   # changes no arithmetic.
   with jax.named_scope(SINGLE_CHANNEL_CONV):
     dtype = conv.dtype or x.dtype

@@ -43,9 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from rsjax import stats
+from rsjax import claims, stats
 from rsjax.noise import grid_draw, lattice
-from rsjax.verify import checks
 
 __all__ = [
   "standard_normal",
@@ -76,10 +75,10 @@ class Noise:
 
   def round_p_lower(self, p_lower: ArrayLike) -> np.ndarray:
     """A Clopper-Pearson bound as the engine reports it: rounded down by
-    :attr:`p_lower_margin` (``rsjax.verify.checks.round_down``), unchanged when it is 0."""
+    :attr:`p_lower_margin` (``rsjax.claims.round_down``), unchanged when it is 0."""
     if self.p_lower_margin == 0:
       return np.asarray(p_lower, np.float64)
-    return checks.round_down(p_lower, self.p_lower_margin)
+    return claims.round_down(p_lower, self.p_lower_margin)
 
   def sample(
     self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
@@ -344,8 +343,8 @@ class Gaussian8bit(Noise):
   sigma: float | None = None
 
   lattice: ClassVar[bool] = True
-  # The certificate is rounded down, below its exact value (rsjax.verify.checks.P_LOWER_MARGIN).
-  p_lower_margin: ClassVar[float] = checks.P_LOWER_MARGIN
+  # The certificate is rounded down, below its exact value (rsjax.claims.P_LOWER_MARGIN).
+  p_lower_margin: ClassVar[float] = claims.P_LOWER_MARGIN
   certifies: ClassVar[str] = (
     "; sound in floating point (Voracek and Hein 2023): certifies every 8-bit image x' "
     "(values m/255) with ||x' - x||_2 < R, for the network as it runs on float32(m/255); "
@@ -400,7 +399,7 @@ class Gaussian8bit(Noise):
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
     """``sigma Phi^-1(p_lower)`` rounded down, below its exact value (``RADIUS_MARGIN``)."""
-    return checks.round_down(stats.gaussian_radius(p_lower, sigma), checks.RADIUS_MARGIN)
+    return claims.round_down(stats.gaussian_radius(p_lower, sigma), claims.RADIUS_MARGIN)
 
   def scale_from_std(self, std: float) -> float:
     return std

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
-from rsjax.runs.io import atomic_write_text
+from rsjax.records.io import atomic_write_text
 from rsjax.util import check_int
 
 __all__ = [

@@ -2,10 +2,10 @@
 
 A certify run writes three files side by side:
 
-* ``<file>`` -- the rows in Cohen et al.'s format (``rsjax.runs.io``), read by any
+* ``<file>`` -- the rows in Cohen et al.'s format (``rsjax.records.io``), read by any
   TSV reader as before;
 * ``<file>.run.json`` -- the run record, the one value of the run
-  (``rsjax.runs.spec.RunSpec``): what holds for every row (model fingerprint,
+  (``rsjax.records.spec.RunSpec``): what holds for every row (model fingerprint,
   dataset and declared index range, sigma, sampling settings, method and
   options, key derivation, versions);
 * ``<file>.cert.jsonl`` -- one JSON object per row (:func:`row`): ``idx``,
@@ -15,7 +15,7 @@ A certify run writes three files side by side:
   fingerprint ``input`` of the input image.
 
 ``rsjax.verify`` recomputes every radius from these files with SciPy alone;
-``rsjax.verify.audit`` re-draws the counts of chosen rows with the model.
+``rsjax.app.audit`` re-draws the counts of chosen rows with the model.
 
 Writing is as durable as the rows: each record line is flushed and fsynced
 before its TSV row, so every row in the TSV has its record; on resume
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from rsjax.runs.io._durable import atomic_write_text
+from rsjax.records._durable import atomic_write_text
 
 __all__ = [
   "RECORD_SUFFIX",
@@ -182,7 +182,7 @@ def read_records(path: str | os.PathLike) -> dict[int, dict]:
       ``0..rsjax.runs.limits.MAX_INDEX``, or an ``idx`` recorded twice with different contents
       (naming the file and line).
   """
-  from rsjax.runs import limits
+  from rsjax.records import limits
 
   rec = record_path(path)
   if not os.path.exists(rec):
@@ -224,7 +224,7 @@ def read_records(path: str | os.PathLike) -> dict[int, dict]:
 class RecordWriter:
   """Appends row records to ``<path>.cert.jsonl``, each flushed and fsynced.
 
-  Opened after the TSV's ``rsjax.runs.io.ResultsWriter`` (whose lock covers it) with
+  Opened after the TSV's ``rsjax.records.io.ResultsWriter`` (whose lock covers it) with
   the set of rows already in the TSV: record lines of other rows are dropped,
   so the record and the TSV hold the same rows.
   """

@@ -21,10 +21,10 @@ import numpy as np
 from jax.typing import ArrayLike
 from tqdm.auto import tqdm
 
-from rsjax.methods.base import Plan
-from rsjax.runs import io
+from rsjax.records import io
+from rsjax.records import spec as runspec
 from rsjax.runs import record as record_lib
-from rsjax.runs import spec as runspec
+from rsjax.runs.method import Plan
 
 __all__ = [
   "DatasetOptions",
@@ -50,9 +50,9 @@ class DatasetOptions(TypedDict, total=False):
       default.
     progress: show a progress bar (default True).
     resume: keep rows already in ``out_path`` and skip their indices (default True).
-    run: optional identity of the run (``rsjax.runs.spec.RunSpec``, or a JSON dict),
+    run: optional identity of the run (``rsjax.records.spec.RunSpec``, or a JSON dict),
       kept in ``<out_path>.run.json``; resuming rows of a different run raises
-      ``rsjax.runs.io.RunMismatchError``.
+      ``rsjax.records.io.RunMismatchError``.
   """
 
   inputs_per_call: int | None
@@ -213,7 +213,7 @@ def certify_dataset(
   certificate record (``rsjax.runs.record.row`` and ``Certificate.record_fields``).
 
   Args:
-    plan: an ``rsjax.methods.base.Plan`` (a method's, ``Method.plan``, or
+    plan: an ``rsjax.runs.method.Plan`` (a method's, ``Method.plan``, or
       ``Plan(certify=fn)`` for any ``fn(x [b, ...], ids [b]) -> Certificate``).
       Its ``restore`` replays the rows already in ``out_path`` into the
       method's state (the DDRS memory) before resuming; its ``inputs_per_call``
@@ -236,8 +236,8 @@ def certify_dataset(
     ``guarantee`` of the last certificate).
 
   Raises:
-    rsjax.runs.io.ResultsLockedError: another run is writing ``out_path``.
-    rsjax.runs.io.RunMismatchError: see ``run``.
+    rsjax.records.io.ResultsLockedError: another run is writing ``out_path``.
+    rsjax.records.io.RunMismatchError: see ``run``.
     ValueError: a malformed row in ``out_path`` (named by line), or a
       certificate whose columns or record fields are not the plan's.
   """

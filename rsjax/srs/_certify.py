@@ -22,8 +22,8 @@ from rsjax import stats
 from rsjax.cohen._certify import Batch, Cohen, certify_chunk, certify_with
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import Certificate, Sampling, run_certify
-from rsjax.methods.base import Context, RunCertifier
 from rsjax.models import DEQApply, DEQModel, SolverConfig, as_solver_config, to_deq_fn
+from rsjax.runs.method import Context, RunCertifier
 from rsjax.srs._bound import SRSCertificate, srs_certificate
 from rsjax.srs._srs import SRSConfig, srs_sample
 from rsjax.util import check_int, scale_per_input

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rsjax.verify.checks import (
+from rsjax.claims import (
   Mismatch,
   VerifyError,
   binary_radius,

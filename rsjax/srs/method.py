@@ -6,7 +6,7 @@ certifies with the two-stage correlation-eliminated bound."""
 from __future__ import annotations
 
 from rsjax.cohen._check import check_cohen
-from rsjax.methods.base import Method, Option
+from rsjax.runs.method import Method, Option
 from rsjax.srs._check import check_srs
 
 __all__ = ["SRS_METHOD", "STANDARD_METHOD"]

@@ -136,7 +136,7 @@ def correct_counts(
   Returns:
     ``[N]`` int64 counts in ``[0, num]``.
   """
-  from rsjax import sample_counts
+  from rsjax.engine.counts import sample_counts
 
   counts = sample_counts(
     key,

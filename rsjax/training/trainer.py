@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 from rsjax import models
 from rsjax.engine.counts import as_key
 from rsjax.models.checkpoint import Checkpoints
-from rsjax.runs.io import write_json
+from rsjax.records.io import write_json
 from rsjax.training.config import TrainConfig
 from rsjax.training.inputs import check_compatible
 from rsjax.training.loop import epoch_message, run_epoch

@@ -19,9 +19,9 @@ from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import (
   Certificate,
 )
-from rsjax.methods.base import Context, RunCertifier
 from rsjax.noise.sigma import SigmaSource
 from rsjax.runs import record
+from rsjax.runs.method import Context, RunCertifier
 from rsjax.ucan._generators import FrozenNoise, pattern_sigma
 from rsjax.ucan._noise_file import NOISE_FILE, load_universal_noise, noise_file_hash
 from rsjax.ucan._region import alm, isotropic_radius

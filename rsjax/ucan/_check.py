@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from rsjax.claims import Mismatch, VerifyError, cohen_certificate, compare, read_rows
 from rsjax.runs.record import input_fingerprint
 from rsjax.ucan._noise_file import NOISE_FILE, noise_file_hash
-from rsjax.verify.checks import Mismatch, VerifyError, cohen_certificate, compare, read_rows
 
 
 def _ucan_pattern(shape, sigma: float, pattern: str, kappa: float, iota: float) -> np.ndarray:

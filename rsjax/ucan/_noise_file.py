@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from rsjax.runs.io import atomic_write
+from rsjax.records.io import atomic_write
 
 if TYPE_CHECKING:
   from rsjax.ucan._generators import FrozenNoise

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rsjax.methods.base import INIT, Method, Option, Training
+from rsjax.runs.method import INIT, Method, Option, Training
 from rsjax.ucan._check import check_ucan
 from rsjax.ucan._noise_file import GENERATORS, NOISE_FILE
 

@@ -66,7 +66,7 @@ from flax import nnx
 from rsjax import models, ucan
 from rsjax.models import to_train_fn
 from rsjax.models.checkpoint import Checkpoints
-from rsjax.runs.io import write_json
+from rsjax.records.io import write_json
 from rsjax.training.config import TrainConfig
 from rsjax.training.job import TrainJob
 from rsjax.training.objectives import Objective

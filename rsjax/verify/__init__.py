@@ -3,13 +3,13 @@
 * :func:`verify` (``rsjax verify``, module ``rsjax.verify._verify``): every
   prediction, bound and radius recomputed from the recorded counts with NumPy
   and SciPy only (no model, no JAX).
-* :mod:`rsjax.verify.checks`: the formulas it recomputes with, written out
-  again, and the table of legal claims that ``certify`` shares.
-* :mod:`rsjax.verify.audit` (``rsjax audit``): the counts of a run's rows drawn
-  again with its model (imported by name: it sits above the library).
+  The formulas it recomputes with, written out again, and the table of legal
+  claims that ``certify`` shares are :mod:`rsjax.claims`, at the bottom of the library.
+* ``rsjax audit`` (the counts of a run's rows drawn again with its model) is
+  :mod:`rsjax.app.audit`, above the library.
 
 What each proves, under which threat model: ``docs/VERIFY.md``. The names are
-imported on first use, so importing ``rsjax.verify.checks`` imports nothing else.
+imported on first use.
 """
 
 from typing import TYPE_CHECKING
@@ -34,5 +34,4 @@ __getattr__, __dir__, __all__ = _lazy.exports(
     "verifiable": "rsjax.verify._verify",
     "verify": "rsjax.verify._verify",
   },
-  submodules=("checks",),
 )

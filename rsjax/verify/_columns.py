@@ -9,7 +9,7 @@ Every column a reader reads is either verified or named as unverified:
   ``sigma``): verified by the method's check;
 * ``samples`` (budgeted runs) and ``counts`` (``--save-counts``): verified here,
   against the certificate record, whatever the method (that a row stopped before N
-  where its rule stops: by the budgeted check, ``rsjax.verify.checks.looks_stop_issues``,
+  where its rule stops: by the budgeted check, ``rsjax.claims.looks_stop_issues``,
   ``anytime_stop_issues``);
 * ``time`` and every other column: not verified. ``verify`` lists them, and
   ``rsjax analyze`` reads them only with ``--unverified``.
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rsjax.verify.checks import Mismatch, dense
+from rsjax.claims import Mismatch, dense
 
 if TYPE_CHECKING:
-  from rsjax.runs.io import CertifyResults
+  from rsjax.records.io import CertifyResults
 
 __all__ = ["STANDARD", "check_generic", "unverified_columns", "verified_columns"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rsjax.verify.checks import Mismatch, VerifyError
+from rsjax.claims import Mismatch, VerifyError
 
 __all__ = ["Mismatch", "VerifyError", "VerifyReport"]
 

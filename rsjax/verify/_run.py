@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rsjax.claims import ANYTIME_RULE, Mismatch, budget_alphas, budget_looks
 from rsjax.noise import lattice
-from rsjax.verify.checks import ANYTIME_RULE, Mismatch, budget_alphas, budget_looks
 
 if TYPE_CHECKING:
   from rsjax.data import Dataset
-  from rsjax.methods.base import Method
-  from rsjax.runs.io import CertifyResults
-  from rsjax.runs.spec import RunSpec
+  from rsjax.records.io import CertifyResults
+  from rsjax.records.spec import RunSpec
+  from rsjax.runs.method import Method
 
 
 #: What verify says of a record written before the claim was bound into the key.
@@ -35,7 +35,7 @@ NOT_BOUND = (
 
 
 def certificate_view(run: RunSpec) -> dict:
-  """What the method checkers read of a run (``rsjax.runs.spec.RunSpec``), in one dict.
+  """What the method checkers read of a run (``rsjax.records.spec.RunSpec``), in one dict.
 
   Everything here follows from the run's one record; nothing is read twice. ``path`` is
   the result file (a check may read a file the run names beside it) and ``unchecked`` a

@@ -1,7 +1,7 @@
 """``rsjax verify``: recompute every prediction and radius of a certify run from its counts.
 
 A certify run keeps its run record (``<file>.run.json``, the one value of the
-run: ``rsjax.runs.spec.RunSpec``) and the counts of each row in
+run: ``rsjax.records.spec.RunSpec``) and the counts of each row in
 ``<file>.cert.jsonl`` (``rsjax.runs.record``). :func:`verify` recomputes, for every
 row of the TSV, the bound, the prediction and the radius from the recorded
 counts with NumPy and SciPy only (no model, no JAX, no device), by the formulas
@@ -11,7 +11,7 @@ inconsistent (counts that do not sum to N0 / N, a row without a record, a
 ``correct`` column that does not follow from ``predict`` and ``label``, a
 budgeted run's looks or alpha levels, a budgeted row that stopped before N where
 its counts there do not meet its rule's stopping test: the engine's own decision,
-``rsjax.verify.checks.looks_decision`` and ``anytime_stop``). The rows must be exactly the run's
+``rsjax.claims.looks_decision`` and ``anytime_stop``). The rows must be exactly the run's
 declared indices (a missing row leaves the run incomplete, a row outside them
 is a mismatch), and whenever the run's dataset can be loaded (the embedded
 ones always) every label and input fingerprint is checked against it; the
@@ -42,9 +42,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rsjax import methods
-from rsjax.methods.base import Method
-from rsjax.runs import io
+from rsjax.claims import Claim, Mismatch, VerifyError, refusal
+from rsjax.records import io
 from rsjax.runs import record as record_lib
+from rsjax.runs.method import Method
 from rsjax.verify._columns import check_generic, unverified_columns
 from rsjax.verify._report import VerifyReport
 from rsjax.verify._run import (
@@ -60,11 +61,10 @@ from rsjax.verify._run import (
   option_refusal,
   split_issue,
 )
-from rsjax.verify.checks import Claim, Mismatch, VerifyError, refusal
 
 if TYPE_CHECKING:
   from rsjax.data import Dataset
-  from rsjax.runs.spec import RunSpec
+  from rsjax.records.spec import RunSpec
 
 __all__ = ["Mismatch", "VerifyError", "VerifyReport", "read_run", "verifiable", "verify"]
 
@@ -76,12 +76,12 @@ def verifiable() -> dict[str, Method]:
 
 
 def read_run(path: str | os.PathLike[str]) -> RunSpec:
-  """The run of a certify result file (``rsjax.runs.spec.RunSpec``).
+  """The run of a certify result file (``rsjax.records.spec.RunSpec``).
 
   Raises:
     VerifyError: no such file, no readable run record, or not a certify run.
   """
-  from rsjax.runs.spec import RunFormatError, RunSpec
+  from rsjax.records.spec import RunFormatError, RunSpec
 
   p = os.fspath(path)
   if not os.path.exists(p):
@@ -108,7 +108,7 @@ def verify(
   """Recomputes every prediction and radius of a certify result file from its record.
 
   Args:
-    path: a certify result file with its run record (``rsjax.runs.spec.RunSpec``)
+    path: a certify result file with its run record (``rsjax.records.spec.RunSpec``)
       and certificate record (``rsjax certify``, or
       ``rsjax.runs.runner.certify_dataset(..., run=spec, record=True)``).
     rtol: relative tolerance of the radii and bounds.
@@ -131,7 +131,7 @@ def verify(
   Raises:
     VerifyError: the file has no readable run record, was not a certify run,
       or has a method whose radius cannot be recomputed from counts.
-    ValueError: the file is not a certify file (``rsjax.runs.io``; a duplicated idx).
+    ValueError: the file is not a certify file (``rsjax.records.io``; a duplicated idx).
   """
   p = os.fspath(path)
   run = read_run(p)

@@ -26,7 +26,7 @@ from rsjax.models.denoise.dncnn import DnCNN
 from rsjax.models.denoise.openai_import import FLAGS_FILE, load_openai_dir
 from rsjax.models.denoise.schedules import diffusers_schedule
 from rsjax.models.denoise.unet import UNet2DModel, UNetConfig
-from rsjax.runs import canonical
+from rsjax.records import canonical
 
 __all__ = ["DENOISER_FILE", "build_denoiser", "save_denoiser", "load_denoiser", "denoiser_fn"]
 

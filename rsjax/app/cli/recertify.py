@@ -1,0 +1,98 @@
+"""``rsjax recertify PARENT.tsv CHILD_MODEL OUT.tsv``: certify a changed model from its parent
+run's certificate (incremental randomized smoothing, ``--method recertify``).
+
+The parent run is verified first (a parent that does not verify is refused). The child run
+certifies the parent's declared rows with the parent's dataset, sigma, noise and radius;
+its own settings are the disagreement samples (``--N``), their level (``--alpha``, alpha_2;
+default the parent's) and the child's precision and packing. Its record names the parent's
+result file, claim digest, model fingerprint and the digest of its certificate record, so
+``rsjax verify OUT.tsv`` re-derives each child row from both runs' counts and ``rsjax audit
+OUT.tsv --model-dir CHILD_MODEL`` draws the disagreement counts again.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rsjax.app import launch
+from rsjax.app.launch import flags
+from rsjax.app.launch.errors import CliError
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = "certify a changed model from its parent run's certificate with few samples"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+  """The flags of ``rsjax recertify``."""
+  p.add_argument("parent", help="the parent's certify result file (a verified --method cohen run)")
+  p.add_argument("model_dir", metavar="CHILD_MODEL", help="the child's model directory")
+  p.add_argument("outfile", metavar="OUT", help="the child's result file")
+  p.add_argument("--N", type=flags.positive_int, default=2000,
+                 help="disagreement samples per input (parent and child on each)")  # fmt: skip
+  p.add_argument("--alpha", type=flags.probability, default=None,
+                 help="level of the disagreement bound, alpha_2 (default: the parent's alpha); "
+                 "each row claims alpha_1 + alpha_2")  # fmt: skip
+  p.add_argument("--precision", default="float32", choices=("float32", "tf32", "bfloat16"),
+                 help="the precision the child runs in")  # fmt: skip
+  p.add_argument("--pack", type=int, default=1, choices=(1, 2, 4),
+                 help="the child's narrow stage packed this many samples a row")  # fmt: skip
+  p.add_argument("--fallback", action="store_true",
+                 help="certify the rows the bound cannot from scratch (the parent's N0, N, "
+                 "alpha_1; each row then claims 2 alpha_1 + alpha_2)")  # fmt: skip
+  p.add_argument("--seed", type=int, default=0, help="PRNG seed of the disagreement noise")
+  p.add_argument("--batch", type=flags.batch_size, default=None, help="forward passes per step")
+  p.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
+  p.add_argument("--overwrite", action="store_true", help="start the result file over")
+  p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def child_flags(args: argparse.Namespace, parent) -> argparse.Namespace:
+  """The ``rsjax certify --method recertify`` flags of the child run (the parent's data,
+  sigma, noise and radius; the child's own settings)."""
+  from rsjax.cohen._recertify_check import records_digest
+
+  d, s = parent.data, parent.sampling
+  return argparse.Namespace(
+    model_dir=args.model_dir, torch_checkpoint=None, torch_arch=None, normalize=None,
+    data_dir=args.data_dir, dataset=d.name, split=d.split, sigma=parent.sigma, resize=None,
+    pack=args.pack, denoiser=None, start=d.start, max=d.stop, skip=d.skip, seed=args.seed,
+    command="certify", method="recertify", N0=int(s["n0"]), N=args.N,
+    alpha=float(s["alpha"]) if args.alpha is None else args.alpha, batch=args.batch,
+    noise=s["noise"], precision=args.precision, outfile=args.outfile,
+    multiclass=parent.multiclass, parent=args.parent, parent_claim=parent.claim_digest(),
+    parent_model=parent.model.fingerprint, parent_records=records_digest(args.parent),
+    fallback=bool(args.fallback),
+  )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+  """Runs ``rsjax recertify``; returns the exit status."""
+  from rsjax import verify
+
+  try:
+    report = verify.verify(args.parent, data_dir=args.data_dir)
+  except (verify.VerifyError, ValueError) as e:
+    raise CliError(f"the parent run: {e}") from None
+  if not report.ok:
+    raise CliError(f"the parent run does not verify: {report.summary()}")
+  parent = verify.read_run(args.parent)
+  spec, loaded = launch.run_from_flags(child_flags(args, parent))
+  out = launch.run(
+    spec,
+    loaded,
+    batch_size=launch.batch_of(args),
+    progress=not args.quiet,
+    resume=not args.overwrite,
+    data_dir=args.data_dir,
+  )
+  n_parent = int(parent.sampling["n0"]) + int(parent.sampling["n"])
+  print(
+    f"recertified {out.written} new inputs in {out.seconds:.1f}s "
+    f"({out.compile_seconds:.1f}s of it compiling): {args.N} disagreement samples an input "
+    f"against the parent's {n_parent}; results in {out.path}"
+  )
+  print(f"method: {out.describe}")
+  if out.guarantee:
+    print(f"guarantee: {out.guarantee}")
+  return 0

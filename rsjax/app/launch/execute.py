@@ -1,0 +1,147 @@
+"""One certify run from its value: ``run(spec, loaded) -> Report``.
+
+Every path that certifies a dataset goes through :func:`run`: ``rsjax certify``
+(flags -> ``RunSpec`` -> ``run``), ``rsjax demo`` and the experiments. It plans
+the method (:func:`rsjax.app.launch.spec.plan`), certifies this process' share of
+the declared rows into the result file (resuming rows already there, or
+starting over), and, on several processes, merges the shares on process 0. The
+file it leaves is a run that ``rsjax verify`` reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rsjax.app.launch import spec as spec_lib
+from rsjax.app.launch.errors import CliError
+from rsjax.util import compile_clock
+
+if TYPE_CHECKING:
+  from rsjax.records.spec import RunSpec
+
+__all__ = ["Report", "run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """What one :func:`run` did.
+
+  Attributes:
+    run: the run as recorded (its ``details`` filled in by the method's plan).
+    path: the result file.
+    written: rows this call wrote (rows resumed from the file are not counted).
+    mine: rows selected in this process.
+    selected: rows the run declares (all processes).
+    process: ``(index, count)`` of this process.
+    seconds: wall seconds of the certification (planning and compiling included).
+    compile_seconds: of those, JAX's tracing, lowering and compiling (its
+      ``jax.monitoring`` events; near 0 when the persistent cache had the programs).
+    describe: the method's one-line description.
+    guarantee: what the radii of the last certificate guarantee, or None.
+  """
+
+  run: RunSpec
+  path: str
+  written: int
+  mine: int
+  selected: int
+  process: tuple[int, int]
+  seconds: float
+  compile_seconds: float
+  describe: str
+  guarantee: str | None
+
+
+def run(
+  spec: RunSpec,
+  loaded: spec_lib.Loaded,
+  *,
+  batch_size: int | str = 1000,
+  inputs_per_call: int | None = None,
+  progress: bool = True,
+  resume: bool = True,
+  save_counts: bool = False,
+  data_dir: str | None = None,
+  process: tuple[int, int] = (0, 1),
+) -> Report:
+  """Certifies the rows ``spec`` declares into ``spec.out``, with its record.
+
+  Args:
+    spec: the run (``rsjax.records.spec.RunSpec``); ``spec.out`` is the result file.
+    loaded: what it certifies (:func:`rsjax.app.launch.spec.load`, or built by the caller).
+    batch_size: noisy samples per forward pass, or ``"auto"`` (speed only, never counts).
+    inputs_per_call: inputs per engine call (None: the method's default).
+    progress: a progress bar.
+    resume: keep rows already in the file (another run's rows raise
+      ``rsjax.records.io.RunMismatchError``); False starts the file over.
+    save_counts: add the estimation counts column.
+    data_dir: where datasets live (a method that reads another split).
+    process: ``(index, count)``: each process certifies a strided share of the
+      rows into its own file; process 0 merges them (after a barrier). Noise
+      depends only on the key and an input's index, so the merged file equals a
+      one-process run.
+
+  Returns:
+    A :class:`Report`.
+
+  Raises:
+    CliError: a setting the method refuses, or a sequential method on several processes.
+  """
+  from rsjax.runs import distributed, record, runner
+
+  if spec.out is None:
+    raise ValueError("the run names no result file (RunSpec.out)")
+  pid, nproc = process
+  out = str(spec.out)
+  t0 = time.perf_counter()
+  with compile_clock() as compiling:
+    plan = spec_lib.plan(spec, loaded, batch_size=batch_size, data_dir=data_dir)
+    spec = dataclasses.replace(spec, details=plan.details)
+    if plan.sequential and nproc > 1:
+      raise CliError(f"--method {spec.method} certifies inputs one after another in one process")
+    indices = np.asarray(spec.indices(), np.int64)
+    mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
+    parts = [
+      distributed.process_path(out, process_index=p, process_count=nproc) for p in range(nproc)
+    ]
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    try:
+      wrote = runner.certify_dataset(
+        plan,
+        loaded.dataset.get_batch,
+        mine,
+        out if nproc == 1 else parts[pid],
+        inputs_per_call=inputs_per_call,
+        progress=progress,
+        resume=resume,
+        run=spec,
+        record=True,
+        n=int(spec.sampling["n"]),
+        save_counts=save_counts,
+      )
+    except runner.NoCountsError as e:
+      raise CliError(f"--save-counts: {e}") from None
+  seconds = time.perf_counter() - t0
+  if nproc > 1:
+    distributed.barrier("rsjax-certify-rows-written")
+    if pid == 0:
+      distributed.merge_rows(parts, out)
+      spec.write(out)
+      record.merge(parts, out)
+  return Report(
+    run=spec,
+    path=out,
+    written=int(wrote),
+    mine=len(mine),
+    selected=len(indices),
+    process=(pid, nproc),
+    seconds=seconds,
+    compile_seconds=compiling[0],
+    describe=plan.describe,
+    guarantee=wrote.guarantee,
+  )

@@ -1,7 +1,0 @@
-"""``python -m rsjax.cli``: the ``rsjax`` command."""
-
-import sys
-
-from rsjax.cli import main
-
-sys.exit(main())

@@ -1,0 +1,321 @@
+"""What a certify method is: one value (:class:`Method`) with its options, its plan and its check.
+
+A method package (``rsjax.cohen``, ``rsjax.idrs``, ``rsjax.ucan``, ``rsjax.ddrs``,
+``rsjax.srs``) exports its :class:`Method` value from a module that imports
+no JAX (``<package>.method``), so ``rsjax verify`` can read the registry
+(``rsjax.methods.METHODS``, the tuple of these values) without a device. The
+value says everything that differs between methods:
+
+* ``name``, ``summary`` and ``options`` (each an :class:`Option`; the command
+  turns it into ``--name``),
+* ``certifier``: the string path (``"package.module:Name"``) of its JAX half, a
+  :class:`MethodCertifier` (imported when a run is planned): built from the
+  run's context and the options, it certifies a chunk of inputs and says in
+  which order, its result columns and its run-wide details. :meth:`Method.plan`
+  is the one plan of every method,
+* ``check(view, results, records, *, rtol, atol, inputs) -> [Mismatch]``: how
+  ``rsjax verify`` derives every row's radius again from its record (NumPy and
+  SciPy only),
+* ``ordered``: the rows must be in the run's order (a memory across inputs).
+
+Each row's output comes from its certificate (``Certificate.columns``,
+``row_fields``, ``record_fields``), not from callbacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rsjax.claims import _claims as claims
+
+if TYPE_CHECKING:  # types only: this module imports no JAX
+  import jax
+
+  from rsjax.engine.driver import Certificate, Sampling
+
+__all__ = [
+  "INIT",
+  "Context",
+  "Method",
+  "MethodCertifier",
+  "Option",
+  "Plan",
+  "RunCertifier",
+  "Training",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+  """One option of a method (the command's ``--name`` with ``_`` -> ``-``).
+
+  Attributes:
+    name: keyword of the method's ``MethodCertifier.from_options``.
+    default: default value.
+    help: one line for ``--help``.
+    type: ``int``, ``float``, ``str``, ``bool`` (a switch: ``--name`` sets it) or a
+      ``str -> value`` converter that raises ``ValueError`` on bad text.
+    choices: allowed values, or None.
+    positive: the value must be > 0 (numbers).
+  """
+
+  name: str
+  default: Any
+  help: str
+  type: Callable[[str], Any] = str
+  choices: tuple | None = None
+  positive: bool = False
+
+
+#: ``rsjax train --init DIR``, an option of the training halves that fine-tune: training
+#: starts from the weights of the model directory ``DIR`` (of the same architecture).
+INIT = Option("init", None, "fine-tune: start from the weights of the model in this directory", str)
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What every method gets: the trained model, the data and the common settings.
+
+  Attributes:
+    key: ``jax.random.key`` of the run (the noise of input ``i`` derives from it
+      and ``i``; it is not consumed).
+    model: the trained NNX model.
+    apply_fn: its pure eval-mode ``apply_fn(params, x) -> logits``.
+    params: variables of ``apply_fn``.
+    dataset: the dataset certified (``num_classes``, ``input_shape``, ``name``).
+    sigma: the noise level (float; by default the training sigma).
+    settings: the ``rsjax.Sampling`` of every certify call (``n0``, ``n``,
+      ``alpha``, ``batch_size``, the noise family, ...).
+    multiclass: the multiclass radius with simultaneous bounds.
+    workdir: the model directory (methods may read saved state from it), or None.
+    load_split: ``load_split(split) -> Dataset`` of the same dataset (e.g. the
+      training inputs of IDRS's kNN sigma).
+  """
+
+  key: jax.Array
+  model: Any
+  apply_fn: Callable[..., Any]
+  params: Any
+  dataset: Any
+  sigma: float
+  settings: Sampling
+  multiclass: bool = False
+  workdir: str | None = None
+  load_split: Callable[[str], Any] | None = None
+
+  def claim(self, method: str, options: dict[str, Any]) -> claims.Claim:
+    """What a run of ``method`` with ``options`` in this context claims
+    (``rsjax.claims.refusal`` says whether rsjax certifies it)."""
+    from rsjax.runs.record import noise_name
+
+    s = self.settings
+    return claims.Claim.of_run(
+      method=method,
+      # Packing is a model transform (rsjax.models.pack_narrow_stage), legal in every claim:
+      # verify reads it from the record.
+      sampling={"noise": noise_name(s.noise), "precision": s.precision, "alpha": s.alpha},
+      options=options,
+      multiclass=self.multiclass,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """A method ready to run on chunks of a dataset (``rsjax.runs.runner.certify_dataset``).
+
+  Attributes:
+    certify: ``certify(x [b, ...], ids [b]) -> Certificate``; the certificate
+      gives each row's extra columns and record fields.
+    columns: the extra result columns (``Certificate.columns`` of what
+      ``certify`` returns).
+    describe: one line on the settings (printed by the command).
+    sequential: the chunks must run in the dataset's order in one process
+      (a memory carries state from input to input).
+    restore: ``restore(x [b, ...], predict [b], radius [b])`` replays rows
+      already written (resume) into the method's state; None when it has none.
+    inputs_per_call: a good number of inputs per call, or None (the caller's default).
+    details: run-wide facts the radius depends on (JSON dict), kept in the
+      run record (``RunSpec.details``) for ``rsjax verify``.
+  """
+
+  certify: Callable[[Any, Any], Certificate]
+  columns: tuple[str, ...] = ()
+  describe: str = ""
+  sequential: bool = False
+  restore: Callable[[Any, Any, Any], None] | None = None
+  inputs_per_call: int | None = None
+  details: dict | None = None
+
+
+class MethodCertifier(Protocol):
+  """The JAX half of a method: ``Method.certifier`` names its class, imported only when a run
+  is planned. Built from the run's context and the method's options (``from_options``), it
+  certifies the run's chunks; :meth:`Method.plan` makes the :class:`Plan` of it.
+
+  A certifier subclasses this protocol for its defaults: no run-wide details, the caller's
+  inputs per call, chunks in any order (no memory).
+
+  Attributes:
+    columns: the extra result columns (``Certificate.columns`` of what ``certify`` returns).
+    describe: one line on the settings (printed by the command).
+    details: run-wide facts the radius depends on (JSON dict) for ``rsjax verify``, or None.
+    inputs_per_call: a good number of inputs per call, or None (the caller's default).
+    sequential: the chunks must run in the dataset's order in one process (a memory
+      carries state from input to input; ``restore`` replays the rows already written).
+  """
+
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+  inputs_per_call: int | None = None
+  sequential: bool = False
+
+  @classmethod
+  def from_options(cls, ctx: Context, *args: Any, **options: Any) -> MethodCertifier:
+    """The certifier of a run in ``ctx`` with every option given (``Method.plan`` fills the
+    defaults); raises ``ValueError`` (one line) for settings it cannot run."""
+    ...
+
+  def certify(self, x: Any, ids: Any) -> Certificate:
+    """``x [b, ...]`` with their dataset indices ``ids [b]`` -> their ``Certificate``."""
+    ...
+
+  def restore(self, x: Any, predict: Any, radius: Any) -> None:
+    """Replays rows already written (resume) into a ``sequential`` certifier's memory."""
+    raise ValueError(f"{type(self).__name__} keeps no state to restore")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunCertifier(MethodCertifier):
+  """A :class:`MethodCertifier` that holds its run's context and its protocol attributes
+  as fields (keywords); a method's certifier adds, positionally, what it certifies with.
+
+  Attributes:
+    ctx: the run's context.
+    columns, describe, details, inputs_per_call, sequential: as :class:`MethodCertifier`.
+  """
+
+  ctx: Context
+  columns: tuple[str, ...]
+  describe: str
+  details: dict | None = None
+  inputs_per_call: int | None = None
+  sequential: bool = False
+
+
+def _resolve(path: str) -> Any:
+  """The object a ``"package.module:Name"`` path names (imported now)."""
+  module, _, name = path.partition(":")
+  return getattr(importlib.import_module(module), name)
+
+
+def _check_path(owner: str, what: str, path: str) -> None:
+  """Raises ``ValueError`` unless ``path`` reads ``"package.module:Name"``."""
+  module, _, name = path.partition(":")
+  if not module or not name.isidentifier():
+    raise ValueError(f"{owner}: {what} must be 'package.module:Name', got {path!r}")
+
+
+def _with_defaults(owner: str, declared: tuple[Option, ...], given: dict[str, Any]) -> dict:
+  """``given`` over the defaults of ``declared``; raises ``ValueError`` on an unknown name."""
+  unknown = sorted(set(given) - {o.name for o in declared})
+  if unknown:
+    raise ValueError(
+      f"{owner} has no option {unknown}; its options: {sorted(o.name for o in declared)}"
+    )
+  return {**{o.name: o.default for o in declared}, **given}
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+  """How a method's base classifier is trained (``rsjax train --method <name>``): the
+  training half of a :class:`Method`, as JAX-free as its certify half.
+
+  Attributes:
+    trainer: ``"package.module:function"``, ``function(job, **options) -> str``: trains
+      ``job`` (a ``rsjax.training.TrainJob``: the model, the data, the shared
+      ``TrainConfig``, the workdir) and returns the closing line the command prints;
+      raises ``ValueError`` (one line) for settings it cannot train. Imported by
+      :meth:`train` only.
+    summary: one line for ``--help``.
+    options: its own options (``rsjax train``'s ``--name`` flags, as ``certify``'s).
+  """
+
+  trainer: str
+  summary: str
+  options: tuple[Option, ...] = ()
+
+  def __post_init__(self) -> None:
+    _check_path("training", "trainer", self.trainer)
+
+  def train(self, job: Any, **options: Any) -> str:
+    """Trains ``job`` with the given options over the defaults; the closing line.
+
+    Raises:
+      ValueError: an unknown option, or settings the trainer cannot run.
+    """
+    options = _with_defaults(f"trainer {self.trainer!r}", self.options, options)
+    return _resolve(self.trainer)(job, **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """A certify method as one value (an entry of ``rsjax.methods.METHODS``).
+
+  Attributes:
+    name: the ``--method`` name.
+    summary: one line for ``--help``.
+    certifier: ``"package.module:Name"``, the :class:`MethodCertifier` of the method
+      (its JAX half: imported by :meth:`plan`, never by ``rsjax verify``).
+    options: its options (shared ``Option`` objects may appear in several methods).
+    check: ``check(view, results, records, *, rtol, atol, inputs) -> [Mismatch]``,
+      the radii derived again from the run's records (``rsjax.claims``; NumPy
+      and SciPy only), or None when the method's radius cannot be verified.
+    ordered: ``rsjax verify`` requires the rows in the run's order.
+    columns: the extra result columns the method defines and its ``check``
+      verifies (``rsjax verify`` lists any other column as unverified).
+    training: how its base classifier is trained (``rsjax train --method``), or None
+      when it certifies classifiers trained otherwise.
+  """
+
+  name: str
+  summary: str
+  certifier: str
+  options: tuple[Option, ...] = ()
+  check: Callable[..., list] | None = None
+  ordered: bool = False
+  columns: tuple[str, ...] = ()
+  training: Training | None = None
+
+  def __post_init__(self) -> None:
+    _check_path(f"method {self.name!r}", "certifier", self.certifier)
+
+  def defaults(self) -> dict[str, Any]:
+    """``{option: default}``."""
+    return {o.name: o.default for o in self.options}
+
+  def plan(self, context: Context, **options: Any) -> Plan:
+    """The run's plan: the certifier (``certifier``) built from the given options over the
+    defaults, once the claim of the run is legal (``rsjax.claims.refusal``).
+
+    Raises:
+      ValueError: an unknown option, or settings the method cannot run.
+    """
+    options = _with_defaults(f"method {self.name!r}", self.options, options)
+    why = claims.refusal(context.claim(self.name, options))
+    if why is not None:
+      raise ValueError(why)
+    kind: type[MethodCertifier] = _resolve(self.certifier)
+    c = kind.from_options(context, **options)
+    return Plan(
+      c.certify,
+      c.columns,
+      describe=c.describe,
+      sequential=c.sequential,
+      restore=c.restore if c.sequential else None,
+      inputs_per_call=c.inputs_per_call,
+      details=c.details,
+    )
