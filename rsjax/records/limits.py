@@ -353,6 +353,7 @@ def _check_denoiser_fields(m: Mapping, bound: bool) -> None:
 RECORD_SHAPE: dict[str, frozenset[str]] = {
   "": frozenset(
     {"format", "command", "model", "data", "sigma", "sampling", "method", "key", "versions"}
+    | {"execution"}
   ),
   "data": frozenset(
     {"name", "split", "size", "input_shape", "num_classes", "start", "stop", "skip", "file_sha256"}
@@ -370,6 +371,7 @@ _TYPES: tuple[tuple[str, str, type], ...] = (
   ("method", "name", str),
   ("method", "multiclass", bool),
   ("method", "options", dict),
+  ("", "execution", dict),
 )
 
 

@@ -279,6 +279,9 @@ class Method:
       verifies (``rsjax verify`` lists any other column as unverified).
     training: how its base classifier is trained (``rsjax train --method``), or None
       when it certifies classifiers trained otherwise.
+    timed_batch: the run's batch changes only its speed (the engine's forward batch), so a
+      run not told one takes a timed probe's (``rsjax.engine.batch_timing``); False where
+      the batch is part of the run (SRS: the number of chains).
   """
 
   name: str
@@ -289,6 +292,7 @@ class Method:
   ordered: bool = False
   columns: tuple[str, ...] = ()
   training: Training | None = None
+  timed_batch: bool = True
 
   def __post_init__(self) -> None:
     _check_path(f"method {self.name!r}", "certifier", self.certifier)

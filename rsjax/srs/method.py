@@ -75,6 +75,7 @@ STANDARD_METHOD = Method(
   "rsjax.srs._certify:DEQStandardCertifier",
   _DEQ_OPTIONS,
   check=check_cohen,
+  timed_batch=False,
 )
 #: ``--method srs``: serialized randomized smoothing of a DEQ (Gao et al.).
 SRS_METHOD = Method(
@@ -83,4 +84,5 @@ SRS_METHOD = Method(
   "rsjax.srs._certify:SRSCertifier",
   _DEQ_OPTIONS + _SRS_OPTIONS,
   check=check_srs,
+  timed_batch=False,
 )

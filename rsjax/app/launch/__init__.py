@@ -13,6 +13,7 @@ from rsjax.app.launch import flags as flags
 from rsjax.app.launch.errors import CliError as CliError
 from rsjax.app.launch.errors import MismatchError as MismatchError
 from rsjax.app.launch.execute import Report as Report
+from rsjax.app.launch.execute import describe_batch as describe_batch
 from rsjax.app.launch.execute import run as run
 from rsjax.app.launch.loading import open_dataset as open_dataset
 from rsjax.app.launch.loading import open_model_dir as open_model_dir
@@ -33,6 +34,7 @@ __all__ = [
   "Report",
   "architecture_of",
   "batch_of",
+  "describe_batch",
   "flags",
   "key",
   "load",

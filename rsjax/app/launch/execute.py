@@ -22,9 +22,10 @@ from rsjax.app.launch.errors import CliError
 from rsjax.util import compile_clock
 
 if TYPE_CHECKING:
+  from rsjax.engine.batch_timing import BatchChoice
   from rsjax.records.spec import RunSpec
 
-__all__ = ["Report", "run"]
+__all__ = ["Report", "batch_choice", "describe_batch", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +62,7 @@ def run(
   spec: RunSpec,
   loaded: spec_lib.Loaded,
   *,
-  batch_size: int | str = 1000,
+  batch_size: int | str | None = None,
   inputs_per_call: int | None = None,
   progress: bool = True,
   resume: bool = True,
@@ -74,7 +75,9 @@ def run(
   Args:
     spec: the run (``rsjax.records.spec.RunSpec``); ``spec.out`` is the result file.
     loaded: what it certifies (:func:`rsjax.app.launch.spec.load`, or built by the caller).
-    batch_size: noisy samples per forward pass, or ``"auto"`` (speed only, never counts).
+    batch_size: noisy samples per forward pass, ``"auto"`` (the memory fit) or None (a
+      timed probe's where it pays: :func:`batch_choice`); speed only, never counts. The
+      record's ``execution.batch`` says which batch ran and how it was chosen.
     inputs_per_call: inputs per engine call (None: the method's default).
     progress: a progress bar.
     resume: keep rows already in the file (another run's rows raise
@@ -100,12 +103,13 @@ def run(
   out = str(spec.out)
   t0 = time.perf_counter()
   with compile_clock() as compiling:
-    plan = spec_lib.plan(spec, loaded, batch_size=batch_size, data_dir=data_dir)
-    spec = dataclasses.replace(spec, details=plan.details)
-    if plan.sequential and nproc > 1:
-      raise CliError(f"--method {spec.method} certifies inputs one after another in one process")
     indices = np.asarray(spec.indices(), np.int64)
     mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
+    choice = batch_choice(spec, loaded, batch_size, rows=len(mine))
+    plan = spec_lib.plan(spec, loaded, batch_size=choice.batch, data_dir=data_dir)
+    spec = dataclasses.replace(spec, details=plan.details, execution={"batch": choice.to_json()})
+    if plan.sequential and nproc > 1:
+      raise CliError(f"--method {spec.method} certifies inputs one after another in one process")
     parts = [
       distributed.process_path(out, process_index=p, process_count=nproc) for p in range(nproc)
     ]
@@ -145,3 +149,41 @@ def run(
     describe=plan.describe,
     guarantee=wrote.guarantee,
   )
+
+
+def batch_choice(
+  spec: RunSpec, loaded: spec_lib.Loaded, batch_size: int | str | None, *, rows: int
+) -> BatchChoice:
+  """The engine batch of a run of ``rows`` rows (``rsjax.engine.batch_timing``): as given;
+  else, where the batch changes speed only (``Method.timed_batch``, and not a budgeted
+  run, whose rounds are sized by it), the timed probe's where it pays, or the memory fit
+  (``"auto"``); else ``rsjax.engine.driver.DEFAULT_BATCH``."""
+  from rsjax import methods
+  from rsjax.engine import batch_timing, precision
+  from rsjax.engine.driver import DEFAULT_BATCH
+
+  fixed = not methods.get(spec.method).timed_batch or spec.options.get("grid") is not None
+  if batch_size is None and fixed:
+    return batch_timing.BatchChoice(DEFAULT_BATCH, "default")
+  return batch_timing.choose_batch_size(
+    loaded.apply_fn,
+    loaded.params,
+    loaded.dataset.input_shape,
+    num=int(spec.sampling["n"]),
+    inputs=max(rows, 1),
+    batch_size=batch_size,
+    compute_dtype=precision.compute_dtype(spec.sampling.get("precision")),
+  )
+
+
+def describe_batch(spec: RunSpec) -> str:
+  """The record's batch and how it was chosen, in one line (``execution.batch``)."""
+  batch = (spec.execution or {}).get("batch") or {}
+  how = {"given": "given", "default": "not told; too short a run for a timed probe",
+         "memory": "the largest that fits in memory", "timed": "timed probe",
+         "cached": "an earlier timed probe"}.get(batch.get("chosen"), "not recorded")  # fmt: skip
+  probe = batch.get("probe") or []
+  if probe:
+    best = max(probe, key=lambda p: p["median"])
+    how += f": best median {best['median']:,.0f} samples/s at {best['batch']}"
+  return f"{batch.get('size', '?')} ({how})"

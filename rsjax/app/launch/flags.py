@@ -134,8 +134,9 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     "--batch",
     type=batch_size,
     default=None,
-    help="forward passes per step, or auto (from the device memory: "
-    "rsjax.engine.batching.auto_batch_size); default auto with --denoiser, else 1000",
+    help="forward passes per step, or auto (the largest that fits in the device memory); "
+    "default: auto with --denoiser, else the fastest of a short timed probe where the run "
+    "is long enough to pay for it (on a CPU; cached with the compilation cache), else 1000",
   )
   positive_flag(q, "--skip", "use every skip-th input (Cohen et al.'s --skip)", default=1)
   q.add_argument(

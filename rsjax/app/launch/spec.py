@@ -265,12 +265,13 @@ def architecture_of(config: dict, *, torch: bool) -> str | None:
   return config.get("torch_arch" if torch else "model") or config.get("model")
 
 
-def batch_of(args: argparse.Namespace) -> int | str:
+def batch_of(args: argparse.Namespace) -> int | str | None:
   """The ``--batch`` of a certify or predict command: as given, else ``"auto"`` with a
-  denoiser (its memory per sample is unknown: measured) and 1000 without."""
-  batch = getattr(args, "batch", 1000)
+  denoiser (its memory per sample is unknown: measured), else None (not told: a timed
+  probe's where it pays, ``rsjax.app.launch.execute.batch_choice``)."""
+  batch = getattr(args, "batch", None)
   if batch is None:
-    return "auto" if getattr(args, "denoiser", None) else 1000
+    return "auto" if getattr(args, "denoiser", None) else None
   return batch
 
 
