@@ -19,7 +19,7 @@ from rsjax.app.launch.errors import CliError
 __all__ = ["JAX_FREE", "main", "compilation_cache_dir", "enable_compilation_cache"]
 
 #: Commands that never import JAX (the parser of the others does).
-JAX_FREE = frozenset({"verify"})
+JAX_FREE = frozenset({"verify", "analyze"})
 
 
 def compilation_cache_dir(flag: str | None, environ: Mapping[str, str] = os.environ) -> str | None:

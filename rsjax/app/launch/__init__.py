@@ -7,42 +7,32 @@ and denoiser (:mod:`rsjax.app.launch.loading`), the run's value
 what it loads, and the method's plan; and the run itself (:func:`run`,
 :mod:`rsjax.app.launch.execute`), the one path every certify takes. A failure the user can
 fix is a :class:`CliError`.
+
+Names are imported on first use (``rsjax._lazy``): ``rsjax.app.cli`` takes the error types
+from here without importing JAX.
 """
 
-from rsjax.app.launch import flags as flags
-from rsjax.app.launch.errors import CliError as CliError
-from rsjax.app.launch.errors import MismatchError as MismatchError
-from rsjax.app.launch.execute import Report as Report
-from rsjax.app.launch.execute import describe_batch as describe_batch
-from rsjax.app.launch.execute import run as run
-from rsjax.app.launch.loading import open_dataset as open_dataset
-from rsjax.app.launch.loading import open_model_dir as open_model_dir
-from rsjax.app.launch.loading import open_torch_checkpoint as open_torch_checkpoint
-from rsjax.app.launch.spec import Loaded as Loaded
-from rsjax.app.launch.spec import architecture_of as architecture_of
-from rsjax.app.launch.spec import batch_of as batch_of
-from rsjax.app.launch.spec import key as key
-from rsjax.app.launch.spec import load as load
-from rsjax.app.launch.spec import plan as plan
-from rsjax.app.launch.spec import run_from_flags as run_from_flags
-from rsjax.app.launch.spec import settings as settings
+from rsjax import _lazy
 
-__all__ = [
-  "CliError",
-  "MismatchError",
-  "Loaded",
-  "Report",
-  "architecture_of",
-  "batch_of",
-  "describe_batch",
-  "flags",
-  "key",
-  "load",
-  "open_dataset",
-  "open_model_dir",
-  "open_torch_checkpoint",
-  "plan",
-  "run",
-  "run_from_flags",
-  "settings",
-]
+__getattr__, __dir__, __all__ = _lazy.exports(
+  __name__,
+  {
+    "CliError": "rsjax.app.launch.errors",
+    "Loaded": "rsjax.app.launch.spec",
+    "MismatchError": "rsjax.app.launch.errors",
+    "Report": "rsjax.app.launch.execute",
+    "architecture_of": "rsjax.app.launch.spec",
+    "batch_of": "rsjax.app.launch.spec",
+    "describe_batch": "rsjax.app.launch.execute",
+    "key": "rsjax.app.launch.spec",
+    "load": "rsjax.app.launch.spec",
+    "open_dataset": "rsjax.app.launch.loading",
+    "open_model_dir": "rsjax.app.launch.loading",
+    "open_torch_checkpoint": "rsjax.app.launch.loading",
+    "plan": "rsjax.app.launch.spec",
+    "run": "rsjax.app.launch.execute",
+    "run_from_flags": "rsjax.app.launch.spec",
+    "settings": "rsjax.app.launch.spec",
+  },
+  submodules=("errors", "execute", "flags", "loading", "spec"),
+)

@@ -115,8 +115,7 @@ def data_flags(q: argparse.ArgumentParser, dataset_required: bool = False) -> No
 
 def add_sampling_flags(q: argparse.ArgumentParser) -> None:
   """The flags ``certify`` and ``predict`` share: model, data, noise, N, alpha, ..."""
-  from rsjax import noise
-  from rsjax.engine import precision
+  from rsjax.claims import NOISES, PRECISIONS  # JAX-free: --help imports no JAX
 
   q.add_argument(
     "model_dir",
@@ -150,13 +149,13 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
   q.add_argument(
     "--noise",
     default="gaussian",
-    choices=list(noise.NOISES),
+    choices=list(NOISES),
     help="noise family (sets the norm of the radius)",
   )
   q.add_argument(
     "--precision",
-    default=precision.DEFAULT,
-    choices=list(precision.PRECISIONS),
+    default=PRECISIONS[0],
+    choices=list(PRECISIONS),
     help="how the classifier is computed: float32 with full-precision matmuls "
     "(also on GPUs, whose JAX default is TF32), tf32, or bfloat16; part of the "
     "run's identity (a resume at another precision is refused)",
