@@ -134,3 +134,31 @@ def test_counts_do_not_depend_on_the_chosen_batch(getkey, monkeypatch):
   told = rsjax.sample_counts(key, _mlp, params, x, **kw)
   np.testing.assert_array_equal(np.asarray(timed), np.asarray(fixed))
   np.testing.assert_array_equal(np.asarray(told), np.asarray(fixed))
+
+
+def _certify_run(trained, out, *extra):
+  from rsjax.app import cli
+
+  argv = ["certify", trained, out, "--N", "2000", "--max", "6", "--quiet", *extra]
+  assert cli.main([str(a) for a in argv]) == 0
+  return json.loads(open(f"{out}.run.json").read())
+
+
+def test_a_run_records_its_batch_and_verifies(trained, tmp_path, monkeypatch, capsys):
+  from rsjax import verify
+
+  given = _certify_run(trained, tmp_path / "given.tsv", "--batch", "500")
+  assert given["versions"]["batch"] == "500 (given)"
+  short = _certify_run(trained, tmp_path / "short.tsv")
+  assert short["versions"]["batch"].startswith("1000 (not told; too short")
+  _quick_probe(monkeypatch)
+  monkeypatch.setattr(bt, "PAYS", 1000)  # six rows of 2,000 samples now pay
+  timed = _certify_run(trained, tmp_path / "timed.tsv")
+  how = "timed probe" if jax.devices()[0].platform == "cpu" else "the largest that fits"
+  assert how in timed["versions"]["batch"]
+  assert "batch: " in capsys.readouterr().out
+  for name in ("given", "short", "timed"):
+    assert verify.verify(str(tmp_path / f"{name}.tsv")).ok
+  rows = [open(tmp_path / f"{n}.tsv").read().splitlines()[1:] for n in ("given", "short", "timed")]
+  strip = [[r.rsplit("\t", 1)[0] for r in part] for part in rows]  # the time column aside
+  assert strip[0] == strip[1] == strip[2]  # the batch changes speed only

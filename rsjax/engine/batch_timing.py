@@ -87,6 +87,21 @@ class BatchChoice:
   how: str
   rates: tuple[tuple[int, float, float, float], ...] = ()
 
+  def describe(self) -> str:
+    """One line: the batch and how it was chosen (a run record's ``versions.batch``)."""
+    how = {
+      "given": "given",
+      "default": "not told; too short a run for a timed probe",
+      "memory": "the largest that fits in memory",
+      "timed": "timed probe",
+      "cached": "an earlier timed probe",
+    }[self.how]
+    if self.rates:
+      how += ", samples/s median (min-max): " + ", ".join(
+        f"{b}: {med:,.0f} ({lo:,.0f}-{hi:,.0f})" for b, lo, med, hi in self.rates
+      )
+    return f"{self.batch} ({how})"
+
   def to_json(self) -> dict[str, Any]:
     """The choice as a JSON value (the run record's ``batch``)."""
     out: dict[str, Any] = {"size": self.batch, "chosen": self.how}

@@ -72,8 +72,9 @@ SAMPLING_KEYS = frozenset({"n0", "n", "alpha", "noise", "compute_dtype", "precis
 PACKS = (1, 2, 4)
 #: How a run's sigma was given (``rsjax.records.spec.RunSpec.sigma_source``).
 SIGMA_SOURCES = ("flag", "model", "library")
-#: The packages a run record names the versions of (``rsjax.runs.record.versions``).
-VERSION_KEYS = frozenset({"rsjax", "numpy", "scipy", "jax", "jaxlib"})
+#: The packages a run record names the versions of (``rsjax.runs.record.versions``), and
+#: ``batch``: the engine batch that ran and how it was chosen (speed only, as the versions).
+VERSION_KEYS = frozenset({"rsjax", "numpy", "scipy", "jax", "jaxlib", "batch"})
 #: Where a run's model came from (``rsjax.records.spec.ModelRef.source``).
 MODEL_SOURCES = ("model_dir", "torch_checkpoint", "library")
 #: The fields of a record's ``model`` (``rsjax.records.spec.ModelRef``; a test keeps them equal).
@@ -353,7 +354,6 @@ def _check_denoiser_fields(m: Mapping, bound: bool) -> None:
 RECORD_SHAPE: dict[str, frozenset[str]] = {
   "": frozenset(
     {"format", "command", "model", "data", "sigma", "sampling", "method", "key", "versions"}
-    | {"execution"}
   ),
   "data": frozenset(
     {"name", "split", "size", "input_shape", "num_classes", "start", "stop", "skip", "file_sha256"}
@@ -371,7 +371,6 @@ _TYPES: tuple[tuple[str, str, type], ...] = (
   ("method", "name", str),
   ("method", "multiclass", bool),
   ("method", "options", dict),
-  ("", "execution", dict),
 )
 
 

@@ -64,15 +64,7 @@ _DERIVATIONS = {FORMAT: KEY_DERIVATION, UNBOUND_FORMAT: UNBOUND_KEY_DERIVATION}
 #: Record fields that are not part of the claim the key binds: the key itself, who wrote it,
 #: where things were, how sigma was given, and the run-wide facts the method derives from the
 #: rest (``rsjax audit`` rebuilds those and compares).
-NOT_CLAIM = (
-  "key",
-  "versions",
-  "execution",
-  "format",
-  "model.path",
-  "sigma.source",
-  "method.details",
-)
+NOT_CLAIM = ("key", "versions", "format", "model.path", "sigma.source", "method.details")
 
 #: ``--noise`` name -> (family, norm of the radius); ``rsjax.noise.NOISES`` agrees (a test
 #: checks it). The record names the noise once; its family and norm follow from the name.
@@ -89,7 +81,7 @@ NOISE_NORMS = {
 #: Fields of the record that say where things were, which software ran or how sigma was
 #: given, not what was certified: a resume may differ in them (a copied model, another
 #: rsjax, ``--sigma`` given equal to the training sigma).
-NOT_IDENTITY = ("versions", "execution", "model.path", "sigma.source", "key.claim")
+NOT_IDENTITY = ("versions", "model.path", "sigma.source", "key.claim")
 
 
 class RunFormatError(ValueError):
@@ -218,9 +210,6 @@ class RunSpec:
     key_fold_in: integers the key is folded with, in order, before certifying.
     command: ``"certify"`` or ``"predict"``.
     versions: software versions that wrote the run (not part of its identity).
-    execution: how the run was executed, speed only (not part of its identity or claim):
-      ``{"batch": {"size", "chosen", "probe"}}``, the engine batch and how it was chosen
-      (``rsjax.engine.batch_timing.BatchChoice.to_json``), or None.
     out: the result file (the record lives beside it, so it is not written).
     format: the record's format: :data:`FORMAT` (the claim is bound into the key), or
       :data:`UNBOUND_FORMAT` for a record read from an older rsjax.
@@ -241,7 +230,6 @@ class RunSpec:
   key_fold_in: tuple[int, ...] = ()
   command: str = "certify"
   versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  execution: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
   out: str | None = dataclasses.field(default=None, compare=False)
   format: str = FORMAT
   stated_claim: Any = dataclasses.field(default=None, compare=False)
@@ -328,8 +316,6 @@ class RunSpec:
       "key": key,
       "versions": _plain(self.versions),
     }
-    if self.execution is not None:
-      rec["execution"] = _plain(self.execution)
     if self.claim_bound:  # stated for readers; verify derives it again
       key["claim"] = canonical.digest(_claim_of(rec))
     return rec
@@ -388,7 +374,6 @@ class RunSpec:
         key_fold_in=tuple(int(v) for v in k.get("fold_in", ())),
         command=str(rec["command"]),
         versions=dict(rec.get("versions") or {}),
-        execution=rec.get("execution"),
         out=out,
         format=rec["format"],
         stated_claim=k.get("claim"),

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     f"{report.mine} of {report.selected} selected in process {pid} of {nproc}); "
     f"results in {report.path}"
   )
-  print(f"batch: {launch.describe_batch(report.run)}")
+  print(f"batch: {report.run.versions.get('batch')}")
   pack = f"; pack: {args.pack}" if args.pack != 1 else ""
   print(f"method: {report.describe}; precision: {args.precision}{pack}")
   if report.guarantee:

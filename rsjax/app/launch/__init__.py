@@ -23,7 +23,6 @@ __getattr__, __dir__, __all__ = _lazy.exports(
     "Report": "rsjax.app.launch.execute",
     "architecture_of": "rsjax.app.launch.spec",
     "batch_of": "rsjax.app.launch.spec",
-    "describe_batch": "rsjax.app.launch.execute",
     "key": "rsjax.app.launch.spec",
     "load": "rsjax.app.launch.spec",
     "open_dataset": "rsjax.app.launch.loading",

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
   from rsjax.engine.batch_timing import BatchChoice
   from rsjax.records.spec import RunSpec
 
-__all__ = ["Report", "batch_choice", "describe_batch", "run"]
+__all__ = ["Report", "batch_choice", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +77,7 @@ def run(
     loaded: what it certifies (:func:`rsjax.app.launch.spec.load`, or built by the caller).
     batch_size: noisy samples per forward pass, ``"auto"`` (the memory fit) or None (a
       timed probe's where it pays: :func:`batch_choice`); speed only, never counts. The
-      record's ``execution.batch`` says which batch ran and how it was chosen.
+      record's ``versions.batch`` says which batch ran and how it was chosen.
     inputs_per_call: inputs per engine call (None: the method's default).
     progress: a progress bar.
     resume: keep rows already in the file (another run's rows raise
@@ -107,7 +107,8 @@ def run(
     mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
     choice = batch_choice(spec, loaded, batch_size, rows=len(mine))
     plan = spec_lib.plan(spec, loaded, batch_size=choice.batch, data_dir=data_dir)
-    spec = dataclasses.replace(spec, details=plan.details, execution={"batch": choice.to_json()})
+    versions = {**spec.versions, "batch": choice.describe()}
+    spec = dataclasses.replace(spec, details=plan.details, versions=versions)
     if plan.sequential and nproc > 1:
       raise CliError(f"--method {spec.method} certifies inputs one after another in one process")
     parts = [
@@ -174,16 +175,3 @@ def batch_choice(
     batch_size=batch_size,
     compute_dtype=precision.compute_dtype(spec.sampling.get("precision")),
   )
-
-
-def describe_batch(spec: RunSpec) -> str:
-  """The record's batch and how it was chosen, in one line (``execution.batch``)."""
-  batch = (spec.execution or {}).get("batch") or {}
-  how = {"given": "given", "default": "not told; too short a run for a timed probe",
-         "memory": "the largest that fits in memory", "timed": "timed probe",
-         "cached": "an earlier timed probe"}.get(batch.get("chosen"), "not recorded")  # fmt: skip
-  probe = batch.get("probe") or []
-  if probe:
-    best = max(probe, key=lambda p: p["median"])
-    how += f": best median {best['median']:,.0f} samples/s at {best['batch']}"
-  return f"{batch.get('size', '?')} ({how})"
