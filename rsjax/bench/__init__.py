@@ -9,8 +9,11 @@ how far from the device's limit.
 * :mod:`rsjax.bench.machine`: the machine, the versions, the peak memory;
 * :mod:`rsjax.bench.target`: the model to time, loaded through ``rsjax.runs.launch``;
 * :mod:`rsjax.bench.layout`: the layout of its convolutions, and the network channels-last;
+* :mod:`rsjax.bench.rounds`: every timing in rounds (3 of 1 s at least): minimum, median,
+  maximum, and a busy machine told;
 * :mod:`rsjax.bench.harness`: ``rsjax.certify`` timed (compile apart), extrapolated to N;
-* :mod:`rsjax.bench.sweep`: samples per second against the batch size, and its plot;
+* :mod:`rsjax.bench.sweep`: samples per second against the batch size, the run's batch beside
+  the best one, and its plot;
 * :mod:`rsjax.bench.run`: one benchmark, every figure in one dict;
 * :mod:`rsjax.bench.report`: that dict as text and as JSON.
 """
