@@ -10,12 +10,15 @@
 #
 #   OUT=gpu_out bash benchmarks/gpu_lease.sh            # all: s0 s1 s2 s3 s4 s5
 #   OUT=gpu_out bash benchmarks/gpu_lease.sh s1 s3      # some stages, in the order given
+#   (s3_fold and s3_pack are s3's two halves: r110_base/_fold/_fold_unfused, r110_pack*)
 #
-# CPU check of the script itself (tests/test_benchmarks_smoke.py runs it; LIMIT_SCALE=400 there so
-# that a loaded machine does not time a stage out):
+# CPU check of the script itself (tests/test_benchmarks_smoke.py runs it, stage group by stage
+# group, at benchmarks/levers.py's LEASE_SMOKE sizes; LIMIT_SCALE=10000 there so that no load of
+# the machine times a stage out):
 #
-#   NUM=48 N0=8 IMAGES=1 BATCH=8 CONV_BATCH=16 LENET_NUMS=100,200,400 LENET_BATCH=50 R50_SIZE=32 \
-#     R50_NUM=32 R50_BATCH=16 R110_MODEL=resnet20 TWIN_MODELS=lenet OUT=lease bash benchmarks/gpu_lease.sh all
+#   LIMIT_SCALE=10000 NUM=8 N0=8 IMAGES=1 BATCH=8 CONV_BATCH=8 LENET_NUMS=8,16 LENET_BATCH=8 \
+#     R50_SIZE=32 R50_NUM=8 R50_BATCH=8 R110_MODEL=resnet20 TWIN_MODELS=mlp TWIN_COMPILE=default \
+#     OUT=lease bash benchmarks/gpu_lease.sh all
 #
 # Stages (limit, s) and what each decides:
 #   s0  env (20): versions (jax, jaxlib, flax, torch, CUDA, cuDNN), nvidia-smi, the device, the
@@ -193,9 +196,17 @@ s2() {
 }
 
 s3() {
+  s3_fold
+  s3_pack
+}
+
+s3_fold() {  # s3's first half: the base, folded, folded with the fused-conv rewriter off
   r110 r110_base "${XLA_FLAGS:-}"
   r110 r110_fold "${XLA_FLAGS:-}" args.fold_bn=true
   r110 r110_fold_unfused "$(xla $NOFUSE)" args.fold_bn=true
+}
+
+s3_pack() {  # s3's second half: packed by 2 (also folded) and by 4
   r110 r110_pack2 "${XLA_FLAGS:-}" args.pack=2
   r110 r110_pack2_fold "${XLA_FLAGS:-}" args.pack=2 args.fold_bn=true
   r110 r110_pack4 "${XLA_FLAGS:-}" args.pack=4
@@ -226,6 +237,8 @@ for s in "$@"; do
     s1) s1 ;;
     s2) s2 ;;
     s3) s3 ;;
+    s3_fold) s3_fold ;;
+    s3_pack) s3_pack ;;
     s4) s4 ;;
     s5 | compiled) s5 ;;
     golden)  # the golden outputs (made on a CPU) against this device at the default precision

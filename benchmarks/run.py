@@ -120,7 +120,7 @@ def _run_bench(config: dict[str, Any], module: Any, dry: bool) -> dict[str, Any]
   from rsjax.app.bench import Request, bench, machine, report
 
   request = Request(**config["bench"])
-  print(f"rsjax.bench: {request}; arms {[a['name'] for a in config['arms']]}", flush=True)
+  print(f"rsjax.app.bench: {request}; arms {[a['name'] for a in config['arms']]}", flush=True)
   if dry:
     return None
   target: Callable[[dict[str, Any]], Any] = module.target

@@ -1,5 +1,7 @@
 """``rsjax bench`` (``rsjax.app.bench``): FLOPs per sample against hand counts, the extrapolation
-to the target N, the peaks tables, the JSON and the plot of a tiny run, one-line errors."""
+to the target N, the peaks tables, the rounds of a timing and their spread (the busy-machine
+warning), the run's batch beside the best point of the sweep, the JSON and the plot of a tiny
+run, the twin at rsjax's batch and at its own best one, one-line errors."""
 
 import importlib.util
 import json
@@ -8,13 +10,20 @@ import jax
 import numpy as np
 import pytest
 
-from rsjax import models
-from rsjax.app import cli
-from rsjax.app.bench import costs, harness, peaks, run
+from rsjax import cli, models
+from rsjax.app.bench import costs, harness, peaks, report, rounds, run, sweep
 from rsjax.app.launch.errors import CliError
 
 # A run small enough for a test: N 1000 measured at 64, n0 16, one timed image.
 FAST = ["--N", "1000", "--N0", "16", "--measure-n", "64", "--images", "1", "--quiet"]
+#: Seconds of a round in these tests (1 s in a real run): the rounds' logic, not the figures.
+ROUND_S = 0.2
+
+
+@pytest.fixture(autouse=True)
+def short_rounds(monkeypatch):
+  monkeypatch.setattr(rounds, "ROUND_S", ROUND_S)
+  monkeypatch.setattr(run, "SWEEP_CALL_S", 0.1)  # a sweep's call: 0.5 s in a real run
 
 
 def _lenet_hand_count() -> tuple[int, int]:
@@ -47,12 +56,13 @@ def test_extrapolation_at_the_measured_samples_per_second():
     batch=100,
     compile_s=1.0,
     first_call_s=1.5,
-    seconds=(0.2, 0.4),
-    measured_samples=2_100,
+    timing=rounds.Rounds(calls=(1, 2, 1), seconds=(0.2, 0.6, 0.4), samples=2_100),
+    images=2,
     target_samples=100_100,
     peak_memory={"bytes": None, "kind": "x"},
   )
-  assert t.seconds_per_image_measured == pytest.approx(0.3)
+  assert t.seconds == pytest.approx((0.2, 0.3, 0.4))
+  assert t.seconds_per_image_measured == pytest.approx(0.3)  # the median round's
   assert t.samples_per_s == pytest.approx(2_100 / 0.3)
   assert t.seconds_per_image == pytest.approx(100_100 / (2_100 / 0.3))
   p = peaks.Peaks("x", 1e12, None, 4e12, 1e11, "test")
@@ -64,6 +74,95 @@ def test_extrapolation_at_the_measured_samples_per_second():
   assert harness.figures(t, 1e6, 1000, None)["mfu"] is None
   tf32 = harness.Throughput(**{**t.__dict__, "precision": "tf32"})
   assert harness.figures(tf32, 1e6, 1000, p)["mfu"] is None  # no TF32 unit: no MFU
+
+
+class _FakeClock:
+  """A clock that each timed call moves on by the next of ``durations`` seconds."""
+
+  def __init__(self, durations):
+    self.now, self.durations, self.calls = 0.0, iter(durations), []
+
+  def __call__(self) -> float:
+    return self.now
+
+  def call(self, i: int) -> None:
+    self.calls.append(i)
+    self.now += next(self.durations)
+
+
+def test_rounds_group_calls_until_a_round_is_long_enough(monkeypatch):
+  monkeypatch.setattr(rounds, "ROUND_S", 1.0)
+  # 0.4 s calls: three a round (1.2 s); the third round's calls are slower (0.6 s: two).
+  clock = _FakeClock([0.4] * 6 + [0.6] * 2)
+  r = rounds.time_rounds(clock.call, 100, clock=clock)
+  assert r.calls == (3, 3, 2) and r.seconds == pytest.approx((1.2, 1.2, 1.2))
+  assert clock.calls == list(range(8))  # every call its own index (the images in turn)
+  d = r.as_dict()
+  assert d["samples_per_s_min"] == pytest.approx(200 / 1.2)
+  assert d["samples_per_s_max"] == pytest.approx(300 / 1.2)
+  assert d["samples_per_s"] == d["samples_per_s_median"] == pytest.approx(300 / 1.2)
+  assert d["spread"] == pytest.approx(1.5) and d["busy"]
+  assert [x["calls"] for x in d["rounds"]] == [3, 3, 2]
+  # A call longer than a round is a round; rounds go on until min_calls calls have run.
+  clock = _FakeClock([2.0, 2.1, 2.2, 2.3, 2.4])
+  r = rounds.time_rounds(clock.call, 10, min_calls=5, clock=clock)
+  assert r.calls == (1,) * 5 and r.spread == pytest.approx(2.4 / 2.0)
+  assert r.median == pytest.approx(10 / 2.2)
+
+
+def test_rounds_more_than_20_percent_apart_are_busy():
+  def spread(*seconds):
+    return rounds.Rounds(calls=(1,) * len(seconds), seconds=seconds, samples=10)
+
+  assert not spread(1.0, 1.1, 1.2).busy  # 1.2 exactly: not busy
+  assert spread(1.0, 1.1, 1.21).busy
+  quiet, loaded = spread(1.0, 1.05, 1.1).as_dict(), spread(1.0, 1.6, 1.35).as_dict()
+  doc = {
+    "results": [{"precision": "float32", **loaded}],
+    "sweep": [
+      {"precision": "float32", "batch": 32, **quiet},
+      {"precision": "float32", "batch": 64, **loaded},
+    ],
+    "twin": [
+      {
+        "precision": "float32",
+        "eager": {**quiet, "sweep": [{"batch": 32, **loaded}]},
+        "compiled": {"mode": None, "tried": {}},
+      }
+    ],
+  }
+  assert report.busy_points(doc) == [
+    ("float32 certify", pytest.approx(1.6)),
+    ("sweep float32 batch 64", pytest.approx(1.6)),
+    ("eager twin float32 batch 32", pytest.approx(1.6)),
+  ]
+  (line,) = report.busy_warning(doc)
+  assert line.startswith("warning: busy machine: these figures are not to be trusted")
+  assert "sweep float32 batch 64 1.60x" in line and "batch 32 1.60x" in line
+  quiet_doc = {"results": [{"precision": "float32", **quiet}], "sweep": [], "twin": []}
+  assert report.busy_warning(quiet_doc) == []
+
+
+def test_the_run_batch_beside_the_best_point_of_the_sweep():
+  points = [
+    {"precision": "float32", "batch": b, "samples_per_s": v}
+    for b, v in ((64, 9_000.0), (256, 12_000.0), (1000, 10_000.0))
+  ]
+  best = sweep.best_point(points, 1000, auto=True)
+  assert best["best_batch"] == 256 and best["gain"] == pytest.approx(0.2)
+  assert report.best_line(best) == (
+    "batch 1000 (auto): 10,000 samples/s; best point batch 256: 12,000 samples/s (20% more)"
+  )
+  at_best = sweep.best_point(points, 256, auto=False)
+  assert report.best_line(at_best) == (
+    "batch 256 (--batch): 12,000 samples/s, the best point of the sweep"
+  )
+  unswept = sweep.best_point(points, 4096, auto=True)
+  assert unswept["samples_per_s"] is None and unswept["gain"] is None
+  assert "batch 4096 (auto): not in the sweep" in report.best_line(unswept)
+  assert sweep.best_point([], 8, auto=True) is None
+  # The run's batch is timed first (a sweep cut short by its budget still has it).
+  assert sorted([8, 1, 32, 4], key=lambda b: (b != 32, b)) == [32, 1, 4, 8]
 
 
 def test_measured_n_from_the_flops_and_the_peak():
@@ -121,8 +220,19 @@ def test_bench_writes_every_figure_and_the_plot(tmp_path, capsys):
     doc["flops_per_sample"] * r["samples_per_s"] / doc["peaks"]["fp32"]
   )
   assert r["bound"]["bound"] in ("compute", "memory") and 0 < r["bound_fraction"]
-  assert doc["sweep"] and all(p["samples_per_s"] > 0 for p in doc["sweep"])
-  assert np.all(np.diff([p["batch"] for p in doc["sweep"]]) > 0)
+  assert doc["sweep"] and np.all(np.diff([p["batch"] for p in doc["sweep"]]) > 0)
+  for p in [r, *doc["sweep"]]:  # every timing: 3 rounds of ROUND_S at least, their spread
+    assert len(p["rounds"]) >= 3 and all(x["seconds"] >= ROUND_S for x in p["rounds"])
+    low, mid, high = (p[f"samples_per_s_{k}"] for k in ("min", "median", "max"))
+    assert 0 < low <= mid <= high and p["samples_per_s"] == mid
+    assert p["spread"] == pytest.approx(high / low) and p["busy"] == (p["spread"] > 1.2)
+  (best,) = doc["sweep_best"]
+  assert best["batch"] == r["batch"] and best["auto"]
+  assert best["best_samples_per_s"] == max(p["samples_per_s"] for p in doc["sweep"])
+  assert report.best_line(best) in text
+  busy = [b["what"] for b in doc["busy"]]
+  assert ("warning: busy machine: these figures are not to be trusted" in text) == bool(busy)
+  assert ("float32 certify" in busy) == r["busy"]
   assert png.stat().st_size > 0 and doc["plot"] == str(png)
 
 
@@ -184,10 +294,11 @@ def test_a_model_without_a_twin_says_so(capsys):
   assert err.count("\n") == 1 and "no PyTorch twin of DEQClassifier" in err, err
 
 
-def test_the_twin_is_timed_as_rsjax_was(tmp_path, capsys):
+def test_the_twin_is_timed_as_rsjax_was(tmp_path, monkeypatch, capsys):
   """``--twin``: the same network and weights in PyTorch (logits checked first), timed at the
   rsjax run's batch, N and images; the JSON has both and rsjax's speed-up over the twin."""
   pytest.importorskip("torch")
+  monkeypatch.setattr(sweep, "MAX_POINTS", 3)
   out = tmp_path / "t.json"
   argv = ["bench", "--arch", "lenet", "--twin", "--twin-compile", "none", "--batch", "32"]
   assert cli.main([*argv, *FAST, "--json", str(out)]) == 0
@@ -197,7 +308,44 @@ def test_the_twin_is_timed_as_rsjax_was(tmp_path, capsys):
   assert twin["logits"]["argmax_agree"] == 1.0
   assert twin["logits"]["max_abs_diff"] <= 1e-4 * max(twin["logits"]["logit_scale"], 1.0)
   eager = twin["eager"]
-  assert len(eager["seconds_measured"]) == ours["images"] == 1 and twin["compiled"] is None
+  assert ours["images"] == 1 and twin["compiled"] is None
+  assert len(eager["seconds_measured"]) == len(eager["rounds"]) >= 3
   speedup = eager["seconds_per_image_measured"] / ours["seconds_per_image_measured"]
   assert eager["rsjax_speedup"] == pytest.approx(speedup, rel=1e-12)
-  assert "PyTorch twin, float32: eager" in capsys.readouterr().out
+  assert eager["samples_per_s_min"] <= eager["samples_per_s_median"] <= eager["samples_per_s_max"]
+
+  # --twin sweeps both sides over the same batches (rsjax's sweep, up to the run's batch 32).
+  # (the twin's largest batch first, until the sweep's time budget is spent).
+  swept = [p["batch"] for p in eager["sweep"]]
+  assert set(swept) <= {p["batch"] for p in doc["sweep"]} and swept[-1] == 32
+  assert doc["sweep"][-1]["batch"] == 32
+  top = max(eager["sweep"], key=lambda p: p["samples_per_s"])
+  assert eager["best"] == {"batch": top["batch"], "samples_per_s": top["samples_per_s"]}
+  mine = max(doc["sweep"], key=lambda p: p["samples_per_s"])
+  assert twin["rsjax_best"]["samples_per_s"] == mine["samples_per_s"]
+  ratio = mine["samples_per_s"] / top["samples_per_s"]
+  assert eager["rsjax_best_ratio"] == pytest.approx(ratio, rel=1e-12)
+  text = capsys.readouterr().out
+  assert "PyTorch twin, float32, at rsjax's batch 32: eager" in text
+  assert f"(rsjax best / twin best {ratio:.2f}x)" in text
+
+
+def test_the_compiled_twin_at_its_best_batches(tmp_path, monkeypatch, capsys):
+  """The compiled twin at the smallest settings that compile it (MLP, batch 8, N 16, float32,
+  one ``torch.compile`` mode): timed at rsjax's batch and swept over the eager twin's best
+  batches (two here), compiled once for all of them."""
+  pytest.importorskip("torch")
+  monkeypatch.setattr(sweep, "MAX_POINTS", 2)
+  out = tmp_path / "t.json"
+  argv = ["bench", "--arch", "mlp", "--twin", "--twin-compile", "default", "--batch", "8"]
+  small = ["--N", "100", "--N0", "8", "--measure-n", "16", "--images", "1", "--quiet"]
+  assert cli.main([*argv, *small, "--json", str(out)]) == 0
+  (twin,) = json.loads(out.read_text())["twin"]
+  compiled = twin["compiled"]
+  if compiled["mode"] is None:
+    pytest.skip(f"torch.compile cannot run here: {compiled['tried']}")
+  assert compiled["mode"] == "default" and compiled["compile_s"] > 0
+  assert sorted(p["batch"] for p in compiled["sweep"]) == [4, 8]
+  assert compiled["rsjax_speedup"] > 0 and compiled["rsjax_best_ratio"] > 0
+  assert compiled["best"]["batch"] in (4, 8)
+  assert "compiled twin batch" in capsys.readouterr().out

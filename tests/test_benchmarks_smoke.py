@@ -17,6 +17,9 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The wall-clock limit of a subprocess: a hang, never a loaded machine (issue 66: a 300 s limit
+#: failed a fresh clone's CI on a busy machine). No timing is asserted here.
+HANG_S = 1800
 
 
 def _has_torch() -> bool:
@@ -52,7 +55,7 @@ def test_throughput_command_reports_all_figures(tmp_path):
     env=env,
     capture_output=True,
     text=True,
-    timeout=240,
+    timeout=HANG_S,
     check=False,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -106,7 +109,7 @@ def test_gpu_suite_runs_on_cpu(tmp_path):
     env=env,
     capture_output=True,
     text=True,
-    timeout=600,
+    timeout=HANG_S,
     check=False,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -294,7 +297,7 @@ def test_per_image_table_runs_and_prints_its_ratios(tmp_path):
     env=env,
     capture_output=True,
     text=True,
-    timeout=240,
+    timeout=HANG_S,
     check=False,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -409,16 +412,17 @@ def test_conv_micro_packed_equals_unpacked(tmp_path):
 
 
 def test_compiled_twin_runs_beside_the_eager_one(tmp_path):
-  # --twin-compile: LeNet's twin under torch.compile (the first mode that runs on this CPU),
-  # compiled at the certification's batch sizes, timed beside the eager twin.
+  # --twin-compile at the smallest settings that still compile the twin: the MLP's twin under
+  # torch.compile (one mode, "default": no autotuning), N = n0 = batch = 8 (one batch shape to
+  # compile), float32, one image; timed beside the eager twin.
   pytest.importorskip("torch")
   out = tmp_path / "gpu.json"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
-    _config("gpu_suite", out, models="lenet", num=100, n0=10, images=1, batch_size=50,
-            precisions="bf16", twin_compile="auto"),
-    cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    _config("gpu_suite", out, models="mlp", num=8, n0=8, images=1, batch_size=8,
+            precisions="fp32", twin_compile="default"),
+    cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S, check=False,
   )  # fmt: skip
   assert proc.returncode == 0, proc.stderr[-3000:]
   (r,) = json.loads(out.read_text())["results"]
@@ -426,59 +430,76 @@ def test_compiled_twin_runs_beside_the_eager_one(tmp_path):
   if twc["mode"] is None:
     pytest.skip(f"torch.compile cannot run here: {twc['tried']}")
   rt = _benchmark_module("twins").tuned()
-  assert twc["mode"] in rt.COMPILE_MODES
+  assert twc["mode"] == "default" and twc["mode"] in rt.COMPILE_MODES
   assert twc["compile_s"] > 0 and twc["seconds_per_image"] > 0 and twc["images"] == 1
   assert r["twin"]["compile"] == "none" and r["twin"]["seconds_per_image"] > 0
   assert r["ratio_to_twin_compiled"] > 0
   assert len(twc["predictions"]) == 1
 
 
-def test_lease_script_runs_every_stage_on_cpu(tmp_path):
-  # benchmarks/gpu_lease.sh end to end on the CPU at tiny sizes: every stage ends with rc 0 (or
-  # is skipped as a GPU-only stage) and leaves its rows in gpu.json. Limits are scaled up
-  # (LIMIT_SCALE) so that a loaded machine does not turn into a failure. The lease image has
-  # PyTorch, so the script is tried where torch is installed (its twin stage runs): one CI
-  # environment, not two. s3's six variants run on ResNet-20 (R110_MODEL): the same blocks
-  # as ResNet-110's, a fifth of the program to compile in each of their processes.
+#: The lease script's stages, by the groups each test runs (``gpu_lease.sh`` takes stage names).
+LEASE_GROUPS = {
+  "s0 s1": ["env", "conv", "conv_unfused"],
+  "s2": ["lenet_scaling", "lenet_trace", "lenet_nocmdbuf"],
+  "s3_fold": ["r110_base", "r110_fold", "r110_fold_unfused"],
+  "s3_pack": ["r110_pack2", "r110_pack2_fold", "r110_pack4"],
+  "s4 s5": ["r50", "twin_mlp"],
+}
+
+
+@pytest.mark.parametrize("group", list(LEASE_GROUPS))
+def test_lease_script_runs_every_stage_on_cpu(tmp_path, group):
+  # benchmarks/gpu_lease.sh on the CPU at the smallest sizes (benchmarks.levers.LEASE_SMOKE),
+  # what it must prove: every stage ends with rc 0 (or is skipped as a GPU-only stage) and
+  # leaves its JSON, merged into gpu.json. One group of stages a test (all of them in one took
+  # 789 s on a loaded machine; s3 in two halves); limits x 100 (LIMIT_SCALE) so that no load reaches one. The
+  # lease image has PyTorch, so the script is tried where torch is installed (its twin stage
+  # runs): one CI environment, not two. s3's six variants run on ResNet-20 (R110_MODEL): the
+  # same blocks as ResNet-110's, a fifth of the program to compile in each of their processes.
   pytest.importorskip("torch")
+  sizes = _benchmark_module("levers").LEASE_SMOKE
   out = tmp_path / "out"
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHON=sys.executable, OUT=str(out),
-             CACHE_DIR=str(tmp_path / "cache"), LIMIT_SCALE="400", NUM="48", N0="8", IMAGES="1",
-             BATCH="8", CONV_BATCH="16", LENET_NUMS="100,200,400", LENET_BATCH="50",
-             R50_SIZE="32", R50_NUM="32", R50_BATCH="16", R110_MODEL="resnet20",
-             TWIN_MODELS="lenet")  # fmt: skip
+             CACHE_DIR=str(tmp_path / "cache"), **sizes)  # fmt: skip
   env.pop("XLA_FLAGS", None)
   proc = subprocess.run(
-    ["bash", "benchmarks/gpu_lease.sh", "all"],
-    cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500, check=False,
+    ["bash", "benchmarks/gpu_lease.sh", *group.split()],
+    cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S, check=False,
   )  # fmt: skip
   assert proc.returncode == 0, proc.stdout[-3000:]
   merged = json.loads((out / "gpu.json").read_text())
-  assert merged["env"]["versions"]["jax"]
   stages = {s["stage"]: s for s in merged["stages"]}
-  expected = ["env", "conv", "conv_unfused", "lenet_scaling", "lenet_trace", "lenet_nocmdbuf",
-              "r110_base", "r110_fold", "r110_fold_unfused", "r110_pack2", "r110_pack2_fold",
-              "r110_pack4", "r50", "twin_lenet"]  # fmt: skip
-  assert [s["stage"] for s in merged["stages"]] == expected
+  assert [s["stage"] for s in merged["stages"]] == LEASE_GROUPS[group]
   for name, s in stages.items():
     if s["status"].startswith("skipped"):
-      assert name == "lenet_nocmdbuf" or name.startswith("r110_pack"), (name, s["status"])
+      assert name == "lenet_nocmdbuf", (name, s["status"])  # GPU only
       continue
     assert (s["status"], s["rc"]) == ("ok", 0), (name, s, (out / s["log"]).read_text()[-2000:])
     assert s["data"], name  # the stage's JSON was written and merged
-  assert len(stages["conv"]["data"]["rows"]) == 18 and stages["conv"]["data"]["check"]
-  assert {r["tag"] for r in stages["conv_unfused"]["data"]["rows"]} == {"unfused"}
-  fit = stages["lenet_scaling"]["data"]["fit_best"]
-  assert set(fit) == {"intercept_ms", "slope_ns_per_sample"}
-  assert stages["lenet_trace"]["data"]["kernels"] > 0
+  _check_lease_stages(merged, stages)
+
+
+def _check_lease_stages(merged: dict, stages: dict) -> None:
+  """What each stage of the lease script wrote, for the stages of one group."""
+  if "env" in stages:
+    assert merged["env"]["versions"]["jax"]
+  if "conv" in stages:
+    assert len(stages["conv"]["data"]["rows"]) == 18 and stages["conv"]["data"]["check"]
+    assert {r["tag"] for r in stages["conv_unfused"]["data"]["rows"]} == {"unfused"}
+  if "lenet_scaling" in stages:
+    fit = stages["lenet_scaling"]["data"]["fit_best"]
+    assert set(fit) == {"intercept_ms", "slope_ns_per_sample"}
+    assert stages["lenet_trace"]["data"]["kernels"] > 0
   for name in ("r110_base", "r110_fold", "r110_fold_unfused", "r50"):
-    (row,) = stages[name]["data"]["results"]
-    assert row["rsjax"]["seconds_per_image"] > 0 and row["rsjax"]["compile_s"] > 0, name
-  assert stages["r110_fold"]["data"]["results"][0]["fold_bn"] is True
-  (twin,) = stages["twin_lenet"]["data"]["results"]
-  assert "twin_compiled" in twin
-  if _has_torch():
+    if name in stages:
+      (row,) = stages[name]["data"]["results"]
+      assert row["rsjax"]["seconds_per_image"] > 0 and row["rsjax"]["compile_s"] > 0, name
+  if "r110_fold" in stages:
+    assert stages["r110_fold"]["data"]["results"][0]["fold_bn"] is True
+  if "twin_mlp" in stages:
+    (twin,) = stages["twin_mlp"]["data"]["results"]
     assert twin["twin"]["seconds_per_image"] > 0
+    assert twin["twin_compiled"]["mode"] in ("default", None)
 
 
 def test_levers_cpu_reports_costs_and_program_shape(tmp_path):

@@ -254,7 +254,7 @@ def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
     outs = []
     for p in procs:
       try:
-        outs.append((p.wait(timeout=180), p.stdout.read(), p.stderr.read()))
+        outs.append((p.wait(timeout=1800), p.stdout.read(), p.stderr.read()))
       except subprocess.TimeoutExpired:
         for q in procs:
           q.kill()

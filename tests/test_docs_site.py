@@ -59,6 +59,7 @@ def page():
     with sync_api.sync_playwright() as p:
       browser = p.chromium.launch(executable_path=exe, args=ARGS)
       tab = browser.new_page(viewport={"width": 1280, "height": 900})
+      tab.set_default_timeout(600_000)  # a hang, not a busy machine (Playwright's 30 s is not)
       tab.base = f"http://127.0.0.1:{server.server_address[1]}/"  # type: ignore[attr-defined]
       yield tab
       browser.close()
@@ -131,7 +132,7 @@ def _search(page, query: str) -> list[str]:
   box = page.locator("input.md-search__input")
   box.click()
   page.keyboard.type(query, delay=20)  # key events: the search reacts to typing
-  page.locator(".md-search-result__item").first.wait_for(timeout=30_000)
+  page.locator(".md-search-result__item").first.wait_for()
   page.screenshot(path=str(SHOTS / f"search-{query}.png"))
   return [a.get_attribute("href") or "" for a in page.locator(".md-search-result__link").all()]
 

@@ -260,7 +260,7 @@ def _popen(*argv):
   )
 
 
-def _wait_for_rows(proc, path, rows, timeout=180):
+def _wait_for_rows(proc, path, rows, timeout=1800):
   import time
 
   deadline = time.time() + timeout
@@ -345,7 +345,7 @@ def test_kill_9_during_train_resumes(tmp_path):
   proc = _popen(*args, "--quiet")
   import time
 
-  deadline = time.time() + 180
+  deadline = time.time() + 1800
   while time.time() < deadline and proc.poll() is None and not (out / "history.json").exists():
     time.sleep(0.05)
   assert proc.poll() is None, proc.communicate()[1][-2000:]
@@ -354,7 +354,7 @@ def test_kill_9_during_train_resumes(tmp_path):
   assert 1 <= done < 40
   args[args.index("40")] = str(done + 1)
   proc = _popen(*args)
-  text = "".join(proc.communicate(timeout=180))
+  text = "".join(proc.communicate(timeout=1800))
   assert proc.returncode == 0, text[-2000:]
   assert f"resuming {out} after epoch {done} of {done + 1} (a new workdir starts over)" in text
   assert len(json.loads((out / "history.json").read_text())) == done + 1

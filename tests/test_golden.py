@@ -73,7 +73,7 @@ def test_golden_outputs_under_a_capped_instruction_set():
     env=env,
     capture_output=True,
     text=True,
-    timeout=600,
+    timeout=1800,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "golden outputs match" in proc.stderr

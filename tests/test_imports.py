@@ -37,7 +37,7 @@ def test_certify_imports_no_training_and_no_denoising(tmp_path):
     capture_output=True,
     text=True,
     env=dict(os.environ),
-    timeout=600,
+    timeout=1800,
   )
   assert done.returncode == 0, done.stderr
   status, modules = done.stdout.strip().splitlines()[-2:]

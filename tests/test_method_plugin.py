@@ -126,7 +126,7 @@ def _rsjax(plugin, *args, check=True):
     env=env,
     capture_output=True,
     text=True,
-    timeout=600,
+    timeout=1800,
   )
   if check and out.returncode != 0:
     raise AssertionError(f"rsjax {args[0]} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
@@ -200,6 +200,6 @@ def test_without_its_entry_point_the_method_is_unknown(trained, tmp_path):
     ],
     capture_output=True,
     text=True,
-    timeout=600,
+    timeout=1800,
   )
   assert out.returncode == 2 and "toy-capped" in out.stderr

@@ -73,10 +73,10 @@ def _worker(how: str, port: int, process_id: int, out: str) -> None:
 
   if how == "coordinator":
     pid, count = dist.initialize(
-      f"127.0.0.1:{port}", num_processes=2, process_id=process_id, initialization_timeout=60
+      f"127.0.0.1:{port}", num_processes=2, process_id=process_id, initialization_timeout=600
     )
   else:  # the cluster's variables only
-    pid, count = dist.initialize(initialization_timeout=60)
+    pid, count = dist.initialize(initialization_timeout=600)
   assert (pid, count) == (process_id, 2)
   mine = dist.split_indices(np.arange(NUM_INPUTS))
   cert = _certify(mine)
@@ -161,7 +161,7 @@ def _launch(tmp_path, how, port):
     )
     for i in range(2)
   ]
-  deadline = time.monotonic() + 120
+  deadline = time.monotonic() + 1800
   results = []
   for p in procs:
     try:

@@ -68,7 +68,7 @@ print("TRACE " + json.dumps({"modules": order, "climbs": sorted(set(climbs))}))
 
 def _trace(*argv):
   out = subprocess.run(
-    [sys.executable, "-c", TRACE, *map(str, argv)], capture_output=True, text=True, timeout=600
+    [sys.executable, "-c", TRACE, *map(str, argv)], capture_output=True, text=True, timeout=1800
   )
   assert out.returncode == 0, out.stderr
   line = next(x for x in out.stdout.splitlines() if x.startswith("TRACE "))
@@ -134,7 +134,7 @@ certify.run(args)""",
     ],
     capture_output=True,
     text=True,
-    timeout=600,
+    timeout=1800,
   )
   assert out.returncode == 0, out.stderr
   got = json.loads(next(x for x in out.stdout.splitlines() if x.startswith("TRACE "))[6:])

@@ -95,7 +95,7 @@ def shell(tmp_path_factory):
 
   def run(script: str, what: str) -> str:
     out = subprocess.run(
-      ["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=900
+      ["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=1800
     )
     assert out.returncode == 0, (
       f"README {what} failed (status {out.returncode}):\n{script}\n"

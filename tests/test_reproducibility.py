@@ -58,7 +58,7 @@ def _child_counts(devices, **env):
     env=environ,
     capture_output=True,
     text=True,
-    timeout=300,
+    timeout=1800,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])

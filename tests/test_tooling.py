@@ -34,7 +34,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     cwd=ROOT,
     capture_output=True,
     text=True,
-    timeout=600,
+    timeout=1800,
     check=False,
   )
 

@@ -8,14 +8,14 @@ percent of the samples it needs:
 * **Per grid level, an anytime-valid test** at ``mixture_share * alpha``
   (default ``0.6 alpha``): a one-sided mixture of likelihood ratios against
   ``p_A = m_j``, ``m_j`` the smallest probability whose radius reaches the
-  level's radius ``r_j`` (``rsjax.verify.checks.mixture_thresholds``): weight
+  level's radius ``r_j`` (``rsjax.claims.mixture_thresholds``): weight
   ``agree_weight`` (default 1/2) on ``q = 1``, where every sample agrees, and
   the rest on the Krichevsky-Trofimov prior Beta(1/2, 1/2) restricted to
   ``[m_j, 1]`` (Voracek, NeurIPS 2024, arXiv 2406.17830, one-sided). At
   look ``n_k`` the test is an integer threshold ``c_j(n_k)`` on the top-class
   count, computed on the host once per ``(m_j, alpha, looks)`` and cached.
   The certified level at a look is the highest ``j`` whose test and those of
-  every level below reject (``rsjax.verify.checks.nested_level``); ``p_lower`` is
+  every level below reject (``rsjax.claims.nested_level``); ``p_lower`` is
   ``m_j``.
 * **At ``n_max``, Cohen's look** at the rest of ``alpha``: the one-sided
   Clopper-Pearson bound of the count, so an input that runs to ``n_max``
@@ -38,7 +38,7 @@ be reached by ``n_max``: the count at ``n_max`` it needs (mixture or Clopper-Pea
 by more than ``z`` standard deviations, ``z`` the upper ``stop_alpha`` normal
 quantile, with ``p_A`` estimated from the count so far and the spread of the
 estimate and of the samples still to come together (this covers futility:
-``p_A`` below the next level, and abstain). It is ``rsjax.verify.checks.anytime_stop``,
+``p_A`` below the next level, and abstain). It is ``rsjax.claims.anytime_stop``,
 which ``rsjax verify`` applies to a row's recorded counts at the look it stopped at.
 
 **Rounds and looks.** The looks (``first``, then ratio ``ratio``: about 650 up

@@ -142,7 +142,7 @@ class Decisions:
       level = np.sum(self.m[u_a] <= m_a[:, None], axis=1).astype(np.int64) - 1
       return level, m_a, np.ones(len(s_a), bool)
     # Stopping only: the level above out of reach by n_max, or the grid's top
-    # (rsjax.verify.checks.anytime_stop; rsjax verify calls it on a row's recorded counts).
+    # (rsjax.claims.anytime_stop; rsjax verify calls it on a row's recorded counts).
     return lvl, m_a, anytime_stop(s_a, lvl, self.need[u_a], n_k, n_max, self.z_stop)
 
 

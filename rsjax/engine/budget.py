@@ -43,7 +43,7 @@ quantile of ``Binomial(n_j - n_k, UB_k)`` (even if ``p_A`` is above the next
 level, ``n_max`` samples are too few to show it). This covers "clears the
 largest grid radius", "cannot reach the next level", "cannot reach it within
 ``n_max``" and "abstain is certain". The decision at a look is one pure function
-of the count there (``rsjax.verify.checks.looks_decision``), which ``rsjax verify``
+of the count there (``rsjax.claims.looks_decision``), which ``rsjax verify``
 applies to a row's recorded counts at the look it stopped at.
 
 What stopping can cost: say look ``k`` stops an input, and the last look
@@ -161,7 +161,7 @@ class Budget:
     By the union bound the probability that *any* look's lower bound exceeds
     ``p_A`` is at most the sum, ``alpha`` (module docstring): the exact sum of the
     float levels, the early ones stepped down an ulp where it would exceed ``alpha``
-    (``rsjax.verify.checks.budget_alphas``, which ``rsjax verify`` recomputes).
+    (``rsjax.claims.budget_alphas``, which ``rsjax verify`` recomputes).
     """
     alpha = stats.check_alpha(alpha)
     k = len(self.looks(n_max))

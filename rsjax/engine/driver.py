@@ -96,7 +96,7 @@ class Sampling:
 
     set_("n0", check_int("n0", self.n0))
     set_("n", check_int("n", self.n))
-    why = stats.alpha_refusal(self.alpha)  # the claims table's line (rsjax.verify.checks)
+    why = stats.alpha_refusal(self.alpha)  # the claims table's line (rsjax.claims)
     if why is not None:
       raise ValueError(why)
     set_("alpha", check_alpha(self.alpha))

@@ -1,18 +1,21 @@
 """``rsjax bench``: how many noisy samples per second a model certifies, in which precision,
 how far from the device's limit.
 
-* :mod:`rsjax.bench.costs`: FLOPs and output elements per sample, counted in the traced
+* :mod:`rsjax.app.bench.costs`: FLOPs and output elements per sample, counted in the traced
   program (the same on every backend);
-* :mod:`rsjax.bench.peaks`: the vendors' peaks (H100, H200, A100, TPU v4, v5e, v5p), the GPU
+* :mod:`rsjax.app.bench.peaks`: the vendors' peaks (H100, H200, A100, TPU v4, v5e, v5p), the GPU
   suite's attainable ones, and the bound (compute or memory) of a certification;
-* :mod:`rsjax.bench.probe`: a CPU's peaks, measured (a timed matmul, a timed copy);
-* :mod:`rsjax.bench.machine`: the machine, the versions, the peak memory;
-* :mod:`rsjax.bench.target`: the model to time, loaded through ``rsjax.runs.launch``;
-* :mod:`rsjax.bench.layout`: the layout of its convolutions, and the network channels-last;
-* :mod:`rsjax.bench.harness`: ``rsjax.certify`` timed (compile apart), extrapolated to N;
-* :mod:`rsjax.bench.sweep`: samples per second against the batch size, and its plot;
-* :mod:`rsjax.bench.run`: one benchmark, every figure in one dict;
-* :mod:`rsjax.bench.report`: that dict as text and as JSON.
+* :mod:`rsjax.app.bench.probe`: a CPU's peaks, measured (a timed matmul, a timed copy);
+* :mod:`rsjax.app.bench.machine`: the machine, the versions, the peak memory;
+* :mod:`rsjax.app.bench.target`: the model to time, loaded through ``rsjax.app.launch``;
+* :mod:`rsjax.app.bench.layout`: the layout of its convolutions, and the network channels-last;
+* :mod:`rsjax.app.bench.rounds`: every timing in rounds (3 of 1 s at least): minimum, median,
+  maximum, and a busy machine told;
+* :mod:`rsjax.app.bench.harness`: ``rsjax.certify`` timed (compile apart), extrapolated to N;
+* :mod:`rsjax.app.bench.sweep`: samples per second against the batch size, the run's batch beside
+  the best one, and its plot;
+* :mod:`rsjax.app.bench.run`: one benchmark, every figure in one dict;
+* :mod:`rsjax.app.bench.report`: that dict as text and as JSON.
 """
 
 from rsjax.app.bench.costs import activation_elements as activation_elements

@@ -3,7 +3,9 @@
 One warm-up image first: its compile-phase seconds (``rsjax.util.compile_clock``: trace,
 lowering, backend compile) are the compile time, reported apart. Then ``images`` images, one
 ``certify`` call each (n0 selection samples, then N estimation samples, host statistics
-included), at the measured N. The target N is reached by extrapolation at the measured
+included), at the measured N, in rounds (:mod:`rsjax.app.bench.rounds`: 3 rounds of 1 s at least,
+the images taken in turn, each at least once); the median round is the figure quoted, the
+minimum and the maximum beside it. The target N is reached by extrapolation at the measured
 samples per second unless the run was at the target N (``--full``): a measured call's fixed
 costs are spread over fewer samples, so the extrapolated seconds per image are an upper
 estimate.
@@ -21,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rsjax.app.bench import machine
+from rsjax.app.bench import machine, rounds
 from rsjax.app.bench.peaks import Peaks, bound_seconds, peak_key
 from rsjax.app.bench.target import Target
 
@@ -66,20 +68,32 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class Throughput:
-  """What one precision measured, and what it gives at the target N."""
+  """What one precision measured (``timing``: its rounds of ``certify`` calls, one image a
+  call, ``images`` images in turn), and what it gives at the target N."""
 
   precision: str
   batch: int
   compile_s: float
   first_call_s: float
-  seconds: tuple[float, ...]  # each timed image at the measured N
-  measured_samples: int  # n0 + measured N per image
+  timing: rounds.Rounds  # its samples: n0 + measured N, one image
+  images: int
   target_samples: int  # n0 + target N per image
   peak_memory: dict[str, Any]
 
   @property
+  def measured_samples(self) -> int:
+    """n0 + the measured N: the samples of one image."""
+    return self.timing.samples
+
+  @property
+  def seconds(self) -> tuple[float, ...]:
+    """Seconds per image at the measured N, of each round."""
+    return tuple(self.timing.per_call)
+
+  @property
   def seconds_per_image_measured(self) -> float:
-    return statistics.fmean(self.seconds)
+    """Of the median round."""
+    return statistics.median(self.seconds)
 
   @property
   def samples_per_s(self) -> float:
@@ -139,26 +153,30 @@ def _certify(target: Target, x: np.ndarray, i: int, plan: Plan, precision: str, 
 
 
 def resolve_batch(target: Target, plan: Plan, precision: str) -> int:
-  """``plan.batch``, or the forward passes per step that fit the device's memory."""
+  """``plan.batch``, or (``"auto"``) the batch a run would take: on a CPU the fastest of
+  the timed probe (``rsjax.engine.batch_timing``, cached with the compilation cache), on an
+  accelerator the largest that fits in its memory."""
   if plan.batch != "auto":
     return int(plan.batch)
-  from rsjax.engine import batching
+  from rsjax.engine import batch_timing
   from rsjax.engine import precision as precision_lib
 
-  return batching.auto_batch_size(
+  on_cpu = jax.devices()[0].platform == "cpu"
+  return batch_timing.choose_batch_size(
     target.apply_fn,
     target.params,
     target.input_shape,
-    num=plan.measure_n,
+    num=plan.target_n,
+    batch_size="timed" if on_cpu else "auto",
     compute_dtype=precision_lib.compute_dtype(precision),
-  )
+  ).batch
 
 
 def time_certify(
   target: Target, xs: np.ndarray, plan: Plan, precision: str, *, progress: bool = False
 ) -> Throughput:
   """Times ``rsjax.certify`` of ``target`` on the images ``xs`` (one warm-up image, then the
-  timed ones) at ``plan.measure_n`` and ``precision``."""
+  timed ones in rounds) at ``plan.measure_n`` and ``precision``."""
   from tqdm.auto import tqdm
 
   from rsjax.util import compile_clock
@@ -175,20 +193,21 @@ def time_certify(
     run_s = max(first - clock[0], 1e-6)
     images = plan.images or int(min(MAX_AUTO_IMAGES, max(1, TIMED_BUDGET_S // run_s)))
     images = min(images, len(xs) - 1)
-    seconds = []
-    bar = tqdm(range(1, images + 1), desc=f"  {precision}", unit="image", disable=not progress)
-    for i in bar:
-      t = time.perf_counter()
-      _certify(target, xs, i, plan, precision, batch)
-      seconds.append(time.perf_counter() - t)
+    bar = tqdm(desc=f"  {precision}", unit="image", disable=not progress)
+    timing = rounds.time_rounds(
+      lambda i: _certify(target, xs, 1 + i % images, plan, precision, batch),
+      plan.n0 + plan.measure_n,
+      min_calls=images,
+      tick=bar.update,
+    )
     bar.close()
   return Throughput(
     precision=precision,
     batch=batch,
     compile_s=clock[0],
     first_call_s=first,
-    seconds=tuple(seconds),
-    measured_samples=plan.n0 + plan.measure_n,
+    timing=timing,
+    images=images,
     target_samples=plan.n0 + plan.target_n,
     peak_memory=machine.peak_memory(),
   )

@@ -3,7 +3,7 @@
 Two tables. :data:`PUBLISHED` holds the vendors' figures (dense FLOP/s per precision, memory
 bandwidth), against which ``rsjax bench`` states MFU and the bound; :data:`DEVICE_PEAKS` holds
 the GPU suite's attainable peaks (``benchmarks.suite``: the H100/H200 datasheet figures derated,
-docs/PERFORMANCE.md). A CPU has no table: ``rsjax.bench.probe`` measures it.
+docs/PERFORMANCE.md). A CPU has no table: ``rsjax.app.bench.probe`` measures it.
 
 The bound of ``S`` forward passes of a model of ``F`` FLOPs and ``A`` output elements per
 sample (:func:`bound_seconds`): ``max(F S / peak[precision], 2.5 A bytes S / bandwidth)``.
@@ -105,7 +105,7 @@ def peak_key(precision: str) -> str:
 
 def published_peaks(device_kind: str) -> Peaks | None:
   """The vendor's peaks of a device (its ``device_kind``), or None for a device not in
-  :data:`PUBLISHED` (a CPU among them: ``rsjax.bench.probe.cpu_peaks`` measures one)."""
+  :data:`PUBLISHED` (a CPU among them: ``rsjax.app.bench.probe.cpu_peaks`` measures one)."""
   for pattern, name in _KINDS:
     if pattern.lower() in device_kind.lower():
       return PUBLISHED[name]

@@ -1,5 +1,8 @@
-"""What ``rsjax bench`` prints and writes: the figures of :func:`rsjax.bench.run.bench` as
-lines of text (a small table, one row per precision) and as JSON."""
+"""What ``rsjax bench`` prints and writes: the figures of :func:`rsjax.app.bench.run.bench` as
+lines of text (a small table, one row per precision; the sweep, one table per precision and the
+run's batch beside its best point; the twin) and as JSON. Each timing is given as the minimum,
+median and maximum of its rounds (:mod:`rsjax.app.bench.rounds`), and a warning names the timings
+whose rounds are more than 20% apart."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ import json
 import os
 from typing import Any
 
-__all__ = ["layout_line", "lines", "write_json"]
+from rsjax.app.bench.rounds import BUSY, BUSY_SPREAD
+
+__all__ = ["best_line", "busy_points", "busy_warning", "layout_line", "lines", "write_json"]
 
 
 def _si(value: float, unit: str) -> str:
@@ -59,14 +64,20 @@ def _memory(r: dict[str, Any]) -> str:
   return f"{r['peak_memory_bytes'] / 2**20:,.0f} MiB {kind}"
 
 
+def _rates(r: dict[str, Any]) -> list[str]:
+  """Minimum, median and maximum samples per second of a timing's rounds."""
+  return [f"{r[f'samples_per_s_{k}']:,.0f}" for k in ("min", "median", "max")]
+
+
 def _row(r: dict[str, Any]) -> list[str]:
   bound = r["bound"]
   return [
     r["precision"],
     str(r["batch"]),
     str(r["images"]),
+    str(len(r["rounds"])),
     f"{r['compile_s']:.1f}",
-    f"{r['samples_per_s']:,.0f}",
+    *_rates(r),
     _num(r["seconds_per_image"]),
     _memory(r),
     "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.2g}%",
@@ -79,8 +90,11 @@ _HEADER = [
   "precision",
   "batch",
   "images",
+  "rounds",
   "compile s",
-  "samples/s",
+  "samples/s min",
+  "median",
+  "max",
   "s/image",
   "peak memory",
   "MFU",
@@ -99,14 +113,58 @@ def _table(rows: list[list[str]]) -> list[str]:
   ]
 
 
-def _sweep_lines(points: list[dict[str, Any]]) -> list[str]:
-  out = []
-  for p in dict.fromkeys(q["precision"] for q in points):
-    pts = ", ".join(
-      f"{q['batch']}: {q['samples_per_s']:,.0f}" for q in points if q["precision"] == p
-    )
-    out.append(f"samples/s by batch size, {p}: {pts}")
+def _sweep_lines(doc: dict[str, Any]) -> list[str]:
+  """Per precision: the sweep's points (samples/s of the estimation pass: min, median, max of
+  the rounds; the spread) and the run's batch beside the best point."""
+  points, out = doc["sweep"], []
+  for best in doc.get("sweep_best", []):
+    p = best["precision"]
+    out.append(f"batch sweep, {p} (samples/s of the estimation pass, rounds of >= 1 s):")
+    rows = [
+      [str(q["batch"]), *_rates(q), f"{q['spread']:.2f}x", str(len(q["rounds"]))]
+      for q in points
+      if q["precision"] == p
+    ]
+    table = _table([["batch", "samples/s min", "median", "max", "max/min", "rounds"], *rows])
+    out += ["  " + row for row in table]
+    out.append(best_line(best))
   return out
+
+
+def best_line(best: dict[str, Any]) -> str:
+  """``"batch 1000 (auto): X samples/s; best point batch 256: Y samples/s (Z% more)"``."""
+  how = "auto" if best["auto"] else "--batch"
+  head = f"batch {best['batch']} ({how})"
+  top = f"batch {best['best_batch']}: {best['best_samples_per_s']:,.0f} samples/s"
+  if best["samples_per_s"] is None:
+    return f"{head}: not in the sweep (a call of it would be too long); best point {top}"
+  mine = f"{head}: {best['samples_per_s']:,.0f} samples/s"
+  if best["best_batch"] == best["batch"]:
+    return f"{mine}, the best point of the sweep"
+  return f"{mine}; best point {top} ({100 * best['gain']:.0f}% more)"
+
+
+def busy_points(doc: dict[str, Any]) -> list[tuple[str, float]]:
+  """The timings of ``doc`` whose rounds are more than 20% apart: ``(what, max / min)``."""
+  timed = [(f"{r['precision']} certify", r) for r in doc["results"]]
+  timed += [(f"sweep {q['precision']} batch {q['batch']}", q) for q in doc["sweep"]]
+  for t in doc.get("twin", []):
+    for form in ("eager", "compiled"):
+      twin = t.get(form) or {}
+      name = f"{form} twin {t['precision']}"
+      timed += [(f"{name} certify", twin)] if "spread" in twin else []
+      timed += [(f"{name} batch {q['batch']}", q) for q in twin.get("sweep", [])]
+  return [(what, r["spread"]) for what, r in timed if r["spread"] > BUSY_SPREAD]
+
+
+def busy_warning(doc: dict[str, Any]) -> list[str]:
+  """The warning line of a benchmark with busy timings (:func:`busy_points`), or none."""
+  busy = busy_points(doc)
+  if not busy:
+    return []
+  which = "; ".join(f"{what} {spread:.2f}x" for what, spread in busy)
+  limit = f"{100 * (BUSY_SPREAD - 1):.0f}%"
+  return [f"warning: {BUSY} (rounds more than {limit} apart, max/min: {which})"]
 
 
 def lines(doc: dict[str, Any]) -> list[str]:
@@ -127,11 +185,12 @@ def lines(doc: dict[str, Any]) -> list[str]:
     *_table([_HEADER, *(_row(r) for r in doc["results"])]),
   ]
   out += [f"note: {n}" for n in m["notes"]]
-  out += _sweep_lines(doc["sweep"])
-  out += [_twin_line(t) for t in doc.get("twin", [])]
+  out += _sweep_lines(doc)
+  for t in doc.get("twin", []):
+    out += [_twin_line(t), _twin_best_line(t)]
   if doc.get("layout"):
     out.append(layout_line(doc["layout"]))
-  return out
+  return out + busy_warning(doc)
 
 
 def layout_line(advice: dict[str, Any]) -> str:
@@ -149,12 +208,13 @@ def layout_line(advice: dict[str, Any]) -> str:
     f"XLA on a CPU computes them channels-last. {advice['precision']}, N = "
     f"{advice['measured_n']:,}, {advice['images']} images: {_num(written)} s/image as written "
     f"(NCHW), {_num(last)} s/image with the convolutions NHWC "
-    f"(rsjax.bench.layout.channels_last); {verdict}"
+    f"(rsjax.app.bench.layout.channels_last); {verdict}"
   )
 
 
 def _twin_form(timed: dict[str, Any] | None, name: str) -> str:
-  """``"eager 0.52 s/image (rsjax 2.1x)"``, or why the form did not run."""
+  """``"eager 0.52 s/image at the measured N (samples/s 190 / 200 / 210), rsjax 2.10x as
+  fast"``, or why the form did not run."""
   if timed is None:
     return f"{name} not timed"
   if "seconds_per_image_measured" not in timed:
@@ -162,16 +222,36 @@ def _twin_form(timed: dict[str, Any] | None, name: str) -> str:
   mode = f" ({timed['mode']}, {timed['compile_s']:.1f} s to compile)" if "mode" in timed else ""
   return (
     f"{name}{mode} {_num(timed['seconds_per_image_measured'])} s/image at the measured N "
-    f"(rsjax {timed['rsjax_speedup']:.2f}x as fast)"
+    f"(samples/s min / median / max {' / '.join(_rates(timed))}), "
+    f"rsjax {timed['rsjax_speedup']:.2f}x as fast"
   )
 
 
 def _twin_line(t: dict[str, Any]) -> str:
-  """One precision's twin: its logits check, the eager and the compiled twin."""
+  """One precision's twin at rsjax's batch: its logits check, the eager and the compiled twin."""
   return (
-    f"PyTorch twin, {t['precision']}: {_twin_form(t['eager'], 'eager')}; "
-    f"{_twin_form(t['compiled'], 'compiled')} (same weights: logits within "
-    f"{t['logits']['max_abs_diff']:.1g}, batch {t['batch']})"
+    f"PyTorch twin, {t['precision']}, at rsjax's batch {t['batch']}: "
+    f"{_twin_form(t['eager'], 'eager')}; {_twin_form(t['compiled'], 'compiled')} (same "
+    f"weights: logits within {t['logits']['max_abs_diff']:.1g})"
+  )
+
+
+def _twin_best_line(t: dict[str, Any]) -> str:
+  """Each side at its own best batch of the sweep (median samples/s of the estimation pass),
+  and rsjax's best over each twin's best."""
+  mine = t["rsjax_best"]
+  parts = [f"rsjax batch {mine['batch']} {mine['samples_per_s']:,.0f}"]
+  for form in ("eager", "compiled"):
+    timed = t.get(form) or {}
+    if timed.get("best"):
+      best = timed["best"]
+      parts.append(
+        f"{form} twin batch {best['batch']} {best['samples_per_s']:,.0f} "
+        f"(rsjax best / twin best {timed['rsjax_best_ratio']:.2f}x)"
+      )
+  return (
+    f"PyTorch twin, {t['precision']}, each side at its best batch (samples/s of the "
+    f"estimation pass, median): {'; '.join(parts)}"
   )
 
 

@@ -1,6 +1,7 @@
 """One benchmark of a loaded model: the device's peaks, the FLOPs per sample, the timing of
-each precision asked, MFU and the bound, and the batch sweep; every figure in one dict (what
-``rsjax bench --json`` writes)."""
+each precision asked, MFU and the bound, the batch sweep (the run's batch beside its best
+point), the PyTorch twin (at the run's batch and at its own best one); every figure in one dict
+(what ``rsjax bench --json`` writes), every timing in rounds with its spread."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rsjax.app.bench import harness, layout, machine, probe, sweep
+from rsjax.app.bench import harness, layout, machine, probe, report, sweep
 from rsjax.app.bench.costs import op_costs
 from rsjax.app.bench.peaks import Peaks, published_peaks
 from rsjax.app.bench.target import Target, shape_text
@@ -36,7 +37,8 @@ class Request:
   """What the command asks for: precisions, Cohen et al.'s n0 and the target N, the N to
   measure at (None: chosen), ``full`` (measure at the target N), images (None: chosen), the
   batch (``"auto"``: fitted to memory), a batch sweep, real inputs from a dataset, the PyTorch
-  twin (``twin``: eager and under ``torch.compile`` in ``twin_compile`` modes)."""
+  twin (``twin``: eager and under ``torch.compile`` in ``twin_compile`` modes; it sweeps the
+  batch too, to compare the best batches)."""
 
   precisions: tuple[str, ...] = ("float32",)
   target_n: int = 100_000
@@ -146,7 +148,7 @@ def bench(
   flops, elements = op_costs(target.apply_fn, target.params, target.input_shape, batch=target.pack)
   count = (request.images or harness.MAX_AUTO_IMAGES) + 1
   xs, what = inputs(target, count, request)
-  runs, sweeps, twins = [], [], []
+  runs, sweeps, best, twins = [], [], [], []
   layout_doc = None
   for p in request.precisions:
     plan = _plan(request, float(flops), peaks, p)
@@ -155,14 +157,19 @@ def bench(
     runs.append({**_run_dict(run, plan), **harness.figures(run, float(flops), elements, peaks)})
     if p == request.precisions[0]:
       layout_doc = layout_advice(target, xs, plan, run, log)
-    if request.twin:
-      log(f"{p}: the PyTorch twin, eager and compiled ({request.twin_compile}) ...")
-      twins.append(_twin(target, xs, plan, run, request))
-    if request.sweep:
+    points: list[dict[str, Any]] = []
+    if request.sweep or request.twin:
       sizes = sweep.batch_sizes(run.batch, run.samples_per_s)
       samples = int(run.samples_per_s * SWEEP_CALL_S)  # about SWEEP_CALL_S per timed call
-      sweeps += sweep.sweep(target, xs[:1], sizes, p, samples=samples, progress=progress)
-  return {
+      points = sweep.sweep(
+        target, xs[:1], sizes, p, samples=samples, first=run.batch, progress=progress
+      )
+      sweeps += points
+      best.append(sweep.best_point(points, run.batch, auto=request.batch == "auto"))
+    if request.twin:
+      log(f"{p}: the PyTorch twin, eager and compiled ({request.twin_compile}) ...")
+      twins.append(_twin(target, xs, plan, run, request, points))
+  doc = {
     "model": target.describe(),
     "inputs": what,
     "flops_per_sample": float(flops),
@@ -173,10 +180,13 @@ def bench(
     "alpha": harness.ALPHA,
     "results": runs,
     "sweep": sweeps,
+    "sweep_best": best,
     "twin": twins,
     "layout": layout_doc,
     "machine": machine.environment(),
   }
+  doc["busy"] = [{"what": w, "spread": s} for w, s in report.busy_points(doc)]
+  return doc
 
 
 def layout_advice(
@@ -187,7 +197,7 @@ def layout_advice(
   log: Callable[[str], None] = print,
 ) -> dict[str, Any] | None:
   """On a CPU, a model with channels-first (NCHW) convolutions timed again with them
-  channels-last (:func:`rsjax.bench.layout.channels_last`), as ``run`` was (its precision,
+  channels-last (:func:`rsjax.app.bench.layout.channels_last`), as ``run`` was (its precision,
   N, batch and images); None elsewhere or without such convolutions.
 
   Returns:
@@ -202,13 +212,13 @@ def layout_advice(
     return None
   log(f"{run.precision}: the same network with its convolutions channels-last ...")
   alt = dataclasses.replace(target, apply_fn=layout.channels_last(target.apply_fn))
-  again = dataclasses.replace(plan, images=len(run.seconds))
+  again = dataclasses.replace(plan, images=run.images)
   timed = harness.time_certify(alt, xs, again, run.precision)
   return {
     "convs": convs,
     "precision": run.precision,
     "measured_n": plan.measure_n,
-    "images": len(run.seconds),
+    "images": run.images,
     "as_written_s": run.seconds_per_image_measured,
     "channels_last_s": timed.seconds_per_image_measured,
     "channels_last_compile_s": timed.compile_s,
@@ -238,9 +248,16 @@ def twin_refusal(target: Target) -> str | None:
 
 
 def _twin(
-  target: Target, xs: np.ndarray, plan: harness.Plan, run: harness.Throughput, request: Request
+  target: Target,
+  xs: np.ndarray,
+  plan: harness.Plan,
+  run: harness.Throughput,
+  request: Request,
+  points: list[dict[str, Any]],
 ) -> dict[str, Any]:
-  """The twin timed as ``run`` was (its batch, N and images), with rsjax's speed-up over it."""
+  """The twin timed as ``run`` was (its batch, N and images), with rsjax's speed-up over it,
+  and swept over the batches of ``points`` (rsjax's sweep): each side's best batch and
+  rsjax's best over the twin's."""
   from rsjax.app.bench import twin
 
   out = twin.time_twin(
@@ -252,15 +269,21 @@ def _twin(
     n=plan.measure_n,
     alpha=harness.ALPHA,
     batch=run.batch,
-    images=len(run.seconds),
+    images=run.images,
     compile_modes=request.twin_compile,
     seed=request.seed,
+    sweep_batches=[p["batch"] for p in points],
+    sweep_call_s=SWEEP_CALL_S,
   )
   ours = run.seconds_per_image_measured
+  mine = max(points, key=lambda p: p["samples_per_s"])
+  out["rsjax_best"] = {"batch": mine["batch"], "samples_per_s": mine["samples_per_s"]}
   for form in ("eager", "compiled"):
     timed = out.get(form) or {}
     if "seconds_per_image_measured" in timed:
       timed["rsjax_speedup"] = timed["seconds_per_image_measured"] / ours
+    if timed.get("best"):
+      timed["rsjax_best_ratio"] = mine["samples_per_s"] / timed["best"]["samples_per_s"]
   return out
 
 
@@ -270,12 +293,12 @@ def _run_dict(run: harness.Throughput, plan: harness.Plan) -> dict[str, Any]:
     "batch": run.batch,
     "measured_n": plan.measure_n,
     "extrapolated": plan.extrapolated,
-    "images": len(run.seconds),
+    "images": run.images,
     "compile_s": run.compile_s,
     "first_call_s": run.first_call_s,
     "seconds_per_image_measured": run.seconds_per_image_measured,
     "seconds_measured": list(run.seconds),
-    "samples_per_s": run.samples_per_s,
+    **run.timing.as_dict(),
     "seconds_per_image": run.seconds_per_image,
     "peak_memory_bytes": run.peak_memory["bytes"],
     "peak_memory_kind": run.peak_memory["kind"],

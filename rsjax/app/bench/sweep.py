@@ -1,8 +1,10 @@
-"""Samples per second against the batch size (``rsjax bench --plot``): the estimation pass
-(``rsjax.sample_counts``, what ``certify`` runs for its N samples) of one image at a few
-batch sizes, each compiled first and then timed (the better of two calls under half a second) over the same number
-of samples, at least :data:`CHUNKS` batches. The sweep stops early once it has used its time
-budget (each batch size is a new program to compile)."""
+"""Samples per second against the batch size (``rsjax bench --plot``, ``--twin``): the
+estimation pass (``rsjax.sample_counts``, what ``certify`` runs for its N samples) of one image
+at a few batch sizes, each compiled first and then timed in rounds (:mod:`rsjax.app.bench.rounds`:
+3 rounds of 1 s at least, minimum, median and maximum) over the same number of samples a call,
+at least :data:`CHUNKS` batches. The run's own batch (the automatic one, by default) is timed
+first; the sweep stops early once it has used its time budget (each batch size is a new program
+to compile). :func:`best_point` sets the run's batch beside the best point of the sweep."""
 
 from __future__ import annotations
 
@@ -13,14 +15,17 @@ from typing import Any
 import jax
 import numpy as np
 
+from rsjax.app.bench import rounds
 from rsjax.app.bench.target import Target
 
-__all__ = ["CHUNKS", "MAX_POINTS", "batch_sizes", "plot", "sweep"]
+__all__ = ["BUDGET_S", "CHUNKS", "MAX_POINTS", "batch_sizes", "best_point", "plot", "sweep"]
 
 #: Batches per timed call of a sweep point.
 CHUNKS = 4
 #: Points of a sweep at most.
 MAX_POINTS = 6
+#: Seconds a sweep may take: it stops after the point that passes them.
+BUDGET_S = 60.0
 
 
 def batch_sizes(largest: int, samples_per_s: float, *, max_call_s: float = 2.0) -> list[int]:
@@ -37,15 +42,21 @@ def batch_sizes(largest: int, samples_per_s: float, *, max_call_s: float = 2.0) 
   return fits[-MAX_POINTS:]
 
 
+def point_samples(batch: int, samples: int) -> int:
+  """The samples of one timed call at ``batch``: ``samples`` in whole batches, at least
+  :data:`CHUNKS` of them."""
+  return batch * max(CHUNKS, -(-samples // batch))
+
+
 def _point(
   target: Target, x: np.ndarray, batch: int, samples: int, precision: str
 ) -> dict[str, Any]:
   import rsjax
   from rsjax.util import compile_clock
 
-  num = batch * max(CHUNKS, -(-samples // batch))  # whole batches, at least CHUNKS of them
+  num = point_samples(batch, samples)
 
-  def call() -> None:
+  def call(_: int = 0) -> None:
     counts = rsjax.sample_counts(
       jax.random.key(0),
       target.apply_fn,
@@ -61,20 +72,8 @@ def _point(
 
   with compile_clock() as clock:
     call()
-  t = time.perf_counter()
-  call()
-  seconds = time.perf_counter() - t
-  if seconds < 0.5:  # a short call: the better of two
-    t = time.perf_counter()
-    call()
-    seconds = min(seconds, time.perf_counter() - t)
-  return {
-    "batch": batch,
-    "samples": num,
-    "seconds": seconds,
-    "samples_per_s": num / seconds,
-    "compile_s": clock[0],
-  }
+  timing = rounds.time_rounds(call, num)
+  return {"batch": batch, "samples": num, **timing.as_dict(), "compile_s": clock[0]}
 
 
 def sweep(
@@ -84,23 +83,47 @@ def sweep(
   precision: str,
   *,
   samples: int,
-  budget_s: float = 40.0,
+  first: int | None = None,
+  budget_s: float | None = None,
   progress: bool = False,
 ) -> list[dict[str, Any]]:
   """One point per batch size (``x``: one image ``[1, *input_shape]``), each timed over
-  ``samples`` samples (rounded up to whole batches), in increasing order; stops after the
-  point that passes ``budget_s`` seconds in all."""
+  ``samples`` samples a call (rounded up to whole batches); ``first`` (the run's batch, when
+  among ``batches``) first, then the others in increasing order; stops after the point that
+  passes ``budget_s`` seconds in all (:data:`BUDGET_S`). The points in increasing batch order."""
   from tqdm.auto import tqdm
 
+  budget_s = BUDGET_S if budget_s is None else budget_s
+  order = sorted(batches, key=lambda b: (b != first, b))
   points = []
   start = time.perf_counter()
-  bar = tqdm(batches, desc=f"  sweep {precision}", unit="batch", disable=not progress)
+  bar = tqdm(order, desc=f"  sweep {precision}", unit="batch", disable=not progress)
   for b in bar:
     points.append({"precision": precision, **_point(target, x, b, samples, precision)})
     if time.perf_counter() - start > budget_s:
       break
   bar.close()
-  return points
+  return sorted(points, key=lambda p: p["batch"])
+
+
+def best_point(points: list[dict[str, Any]], batch: int, *, auto: bool) -> dict[str, Any] | None:
+  """The run's ``batch`` (``auto``: chosen automatically) beside the best point of the sweep
+  ``points`` (one precision; median samples per second), None without points: ``batch``,
+  ``auto``, ``samples_per_s`` (None when the batch is not among the points), ``best_batch``,
+  ``best_samples_per_s``, ``gain`` (best over the batch's, less 1; None as ``samples_per_s``)."""
+  if not points:
+    return None
+  best = max(points, key=lambda p: p["samples_per_s"])
+  mine = next((p["samples_per_s"] for p in points if p["batch"] == batch), None)
+  return {
+    "precision": best["precision"],
+    "batch": batch,
+    "auto": auto,
+    "samples_per_s": mine,
+    "best_batch": best["batch"],
+    "best_samples_per_s": best["samples_per_s"],
+    "gain": None if mine is None else best["samples_per_s"] / mine - 1,
+  }
 
 
 def plot(points: list[dict[str, Any]], path: str, *, title: str) -> str:

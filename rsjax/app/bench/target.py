@@ -1,7 +1,7 @@
 """What ``rsjax bench`` times, loaded: a model directory, a PyTorch checkpoint or a zoo
 architecture with random weights (``rsjax.models.create_model``), optionally folded
 (``--fold-bn``), packed (``--pack``), resized and behind a denoiser, as the pure
-``apply_fn(params, x)`` that ``rsjax.certify`` takes. Loading goes through ``rsjax.runs.launch``
+``apply_fn(params, x)`` that ``rsjax.certify`` takes. Loading goes through ``rsjax.app.launch``
 (the same loaders, the same one-line errors as ``rsjax certify``)."""
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
 """The tuned PyTorch twin of an ``rsjax.models`` model: the baseline ``rsjax bench --twin``
 and the repository's GPU suite time rsjax against (docs/PERFORMANCE.md).
 
-The same network with the same weights (:mod:`rsjax.bench.torch_models`), on the fastest
+The same network with the same weights (:mod:`rsjax.app.bench.torch_models`), on the fastest
 PyTorch path we know: noise drawn on the device and added by broadcasting (no ``repeat``),
 one large batch, channels-last memory format, optional TF32 or bfloat16 autocast, counting
 on the device (``scatter_add_``, no host sync until the counts are read), cuDNN autotuning
 (:func:`tuned_module`, :func:`tuned_counts`, :func:`tuned_certify`); and that twin under
 ``torch.compile`` (:func:`compiled_twin`: static shapes, compiled at the certification's
 batch sizes before any timing, so its compile time is reported apart). :func:`time_twin`
-times both as ``rsjax bench`` timed rsjax.
+times both as ``rsjax bench`` timed rsjax (in rounds, :mod:`rsjax.app.bench.rounds`), at rsjax's
+batch and over the batches of rsjax's sweep (:func:`sweep_counts`), for each side's best.
 
 PyTorch is optional (``pip install torch``): only ``rsjax bench --twin`` imports this module.
 """
@@ -16,20 +17,25 @@ PyTorch is optional (``pip install torch``): only ``rsjax bench --twin`` imports
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 
 import numpy as np
 import torch
 from torch import nn
 
+from rsjax.app.bench import rounds, sweep
+from rsjax.app.bench.sweep import CHUNKS, point_samples
 from rsjax.app.bench.torch_models import from_flax, to_torch_layout
 
 __all__ = [
   "AUTOCAST",
+  "COMPILED_SWEEP_POINTS",
   "COMPILE_MODES",
   "compiled_twin",
   "peak_memory_mb",
   "reset_peak_memory",
+  "sweep_counts",
   "time_twin",
   "torch_device",
   "torch_generator",
@@ -41,6 +47,8 @@ __all__ = [
 #: ``torch.compile`` modes, the one expected fastest on a GPU first: ``compiled_twin``'s
 #: ``"auto"`` takes the first of them that compiles and runs.
 COMPILE_MODES = ("max-autotune-no-cudagraphs", "reduce-overhead", "default")
+#: Batches the compiled twin is swept at (each one compiled): the eager twin's best ones.
+COMPILED_SWEEP_POINTS = 3
 
 
 def torch_device() -> torch.device:
@@ -270,22 +278,72 @@ def tuned_certify(
 AUTOCAST = {"float32": "fp32", "tf32": "tf32", "bfloat16": "bf16"}
 
 
-def _timed(certify, images: int) -> dict:
+def _timed(certify, images: int, samples: int) -> dict:
   """One warm-up image (``certify(0)``: cuDNN autotuning, a compiled module's first call),
-  then ``images`` timed ones (``certify(1)``, ...)."""
+  then ``images`` images (``certify(1)``, ...) in turn, in rounds (``samples`` a call)."""
   t = time.perf_counter()
   certify(0)
   first = time.perf_counter() - t
-  seconds = []
-  for i in range(1, images + 1):
-    t = time.perf_counter()
-    certify(i)
-    seconds.append(time.perf_counter() - t)
+  timing = rounds.time_rounds(lambda i: certify(1 + i % images), samples, min_calls=images)
   return {
     "first_call_s": first,
-    "seconds_measured": seconds,
-    "seconds_per_image_measured": float(np.mean(seconds)),
+    "seconds_measured": timing.per_call,
+    "seconds_per_image_measured": statistics.median(timing.per_call),
+    **timing.as_dict(),
   }
+
+
+def _count_point(module, x, batch: int, call_s: float, seed: int, **kw) -> dict:
+  gen = torch_generator(seed)
+  t = time.perf_counter()
+  # cuDNN autotuning, a compiled module's first call at this batch; and the pace of this batch
+  tuned_counts(module, x, CHUNKS * batch, batch, generator=gen, **kw)
+  first = time.perf_counter() - t
+  num = point_samples(batch, int(CHUNKS * batch * call_s / max(first, 1e-6)))
+
+  def call(_: int = 0) -> None:
+    tuned_counts(module, x, num, batch, generator=gen, **kw)
+
+  timing = rounds.time_rounds(call, num)
+  return {"batch": batch, "samples": num, "first_call_s": first, **timing.as_dict()}
+
+
+def sweep_counts(
+  module: nn.Module,
+  x: np.ndarray,
+  batches,
+  *,
+  sigma: float,
+  num_classes: int,
+  autocast_dtype: str = "fp32",
+  call_s: float = 0.5,
+  budget_s: float | None = None,
+  seed: int = 0,
+) -> list[dict]:
+  """The twin's side of ``rsjax bench``'s batch sweep (``rsjax.app.bench.sweep``): the counts of
+  one input (:func:`tuned_counts`) at each batch of ``batches``, the largest first, until the
+  point that passes ``budget_s`` seconds in all (``rsjax.app.bench.sweep.BUDGET_S``). At each
+  batch, one untimed call of ``CHUNKS`` batches first (warm-up, and the pace of the batch),
+  then rounds (:mod:`rsjax.app.bench.rounds`) of calls of about ``call_s`` seconds at that pace
+  (whole batches, at least ``CHUNKS``: ``rsjax.app.bench.sweep.point_samples``). One dict a batch,
+  in increasing order: ``batch``, ``samples`` (of a call), ``first_call_s``, the samples per
+  second (median, min, max) and the rounds."""
+  kw = dict(sigma=sigma, num_classes=num_classes, autocast_dtype=autocast_dtype)
+  budget_s = sweep.BUDGET_S if budget_s is None else budget_s
+  points, start = [], time.perf_counter()
+  for b in sorted({int(b) for b in batches}, reverse=True):
+    points.append(_count_point(module, x, b, call_s, seed, **kw))
+    if time.perf_counter() - start > budget_s:
+      break
+  return sorted(points, key=lambda p: p["batch"])
+
+
+def _best(points: list[dict]) -> dict | None:
+  """The batch of ``points`` with the most samples per second (median), None without points."""
+  if not points:
+    return None
+  best = max(points, key=lambda p: p["samples_per_s"])
+  return {"batch": best["batch"], "samples_per_s": best["samples_per_s"]}
 
 
 def time_twin(
@@ -301,14 +359,18 @@ def time_twin(
   images: int,
   compile_modes: str = "auto",
   seed: int = 0,
+  sweep_batches=(),
+  sweep_call_s: float = 0.5,
 ) -> dict:
   """Times the tuned twin of ``model``, eager and compiled, as ``rsjax bench`` timed rsjax:
   Cohen et al.'s CERTIFY (n0 selection and N estimation samples, one image a call) of one
-  warm-up image ``xs[0]``, then ``xs[1 : images + 1]``, at ``precision`` and ``batch``.
+  warm-up image ``xs[0]``, then ``xs[1 : images + 1]`` in turn, in rounds, at ``precision``
+  and ``batch``; then the counts of ``xs[0]`` at each of ``sweep_batches`` (eager; the compiled
+  twin at the eager one's :data:`COMPILED_SWEEP_POINTS` best, compiled with the rest).
 
   Args:
     model: the ``rsjax.models`` NNX model whose twin is timed (``from_flax``).
-    target: the ``rsjax.bench.Target`` rsjax timed (its ``apply_fn`` and ``params``: the
+    target: the ``rsjax.app.bench.Target`` rsjax timed (its ``apply_fn`` and ``params``: the
       twin's logits are checked against them first, on noisy inputs), its sigma and classes.
     xs: ``[images + 1, *input_shape]`` inputs in rsjax's layout.
     precision: an rsjax precision (:data:`AUTOCAST`).
@@ -316,11 +378,13 @@ def time_twin(
     compile_modes: ``torch.compile`` modes tried in order (``"auto"``: :data:`COMPILE_MODES`),
       or ``"none"`` (the eager twin only).
     seed: seed of the twin's noise.
+    sweep_batches, sweep_call_s: the batches of rsjax's sweep, the seconds of a timed call.
 
   Returns:
     ``{"precision", "batch", "logits", "eager", "compiled"}``: the logits check, and for each
-    form its first call and the seconds of each timed image (``compiled`` also has its mode,
-    compile seconds and the modes that failed; None with ``compile_modes="none"``).
+    form its first call, the seconds per image of each round, its samples per second (median,
+    min, max), its ``sweep`` (:func:`sweep_counts`) and ``best`` point (``compiled`` also has
+    its mode, compile seconds and the modes that failed; None with ``compile_modes="none"``).
 
   Raises:
     ValueError: no twin of this model (``from_flax``).
@@ -333,21 +397,26 @@ def time_twin(
   noisy = np.clip(xs[:4] + target.sigma * rng.standard_normal(xs[:4].shape), 0, 1)
   logits = check_same_logits(eager, target.apply_fn, target.params, noisy.astype(np.float32))
   autocast = AUTOCAST[precision]
+  kw = dict(sigma=target.sigma, num_classes=target.num_classes)
 
-  def certifier(module):
+  def timed(module, batches) -> dict:
     gen = torch_generator(seed)
-    kw = dict(n0=n0, n=n, alpha=alpha, sigma=target.sigma, num_classes=target.num_classes)
-    return lambda i: tuned_certify(
-      module, xs[i], batch_size=batch, autocast_dtype=autocast, generator=gen, **kw
+    cert = dict(n0=n0, n=n, alpha=alpha, batch_size=batch, autocast_dtype=autocast, **kw)
+    out = _timed(lambda i: tuned_certify(module, xs[i], generator=gen, **cert), images, n0 + n)
+    points = sweep_counts(
+      module, xs[0], batches, autocast_dtype=autocast, call_s=sweep_call_s, seed=seed, **kw
     )
+    return {**out, "sweep": points, "best": _best(points)}
 
   out = {"precision": precision, "batch": batch, "logits": logits, "compiled": None}
-  out["eager"] = _timed(certifier(eager), images)
+  out["eager"] = timed(eager, sweep_batches)
   if compile_modes != "none":
-    sizes = (min(batch, n0), min(batch, n))
+    ranked = sorted(out["eager"]["sweep"], key=lambda p: -p["samples_per_s"])
+    top = sorted(p["batch"] for p in ranked[:COMPILED_SWEEP_POINTS])
+    sizes = (min(batch, n0), min(batch, n), *top)
     c = compiled_twin(eager, target.input_shape, modes=compile_modes, batch_sizes=sizes,
                       autocast_dtype=autocast)  # fmt: skip
     out["compiled"] = {"mode": c["mode"], "compile_s": c["compile_s"], "tried": c["tried"]}
     if c["mode"] is not None:
-      out["compiled"].update(_timed(certifier(c["module"]), images))
+      out["compiled"].update(timed(c["module"], top))
   return out

@@ -79,13 +79,17 @@ def _sampling_flags(p: argparse.ArgumentParser) -> None:
   )
   p.add_argument("--full", action="store_true", help="time the calls at --N itself")
   flags.positive_flag(
-    p, "--images", "images timed after the warm-up image (default: as many as fit in 20 s, 1 to 5)"
+    p,
+    "--images",
+    "images timed after the warm-up image, in turn, in rounds (3 of 1 s at least; default: as "
+    "many images as fit in 20 s, 1 to 5)",
   )
   p.add_argument(
     "--batch",
     type=flags.batch_size,
     default="auto",
-    help="forward passes per step, or auto (fitted to the device memory)",
+    help="forward passes per step, or auto (on a CPU the fastest of a short timed probe, "
+    "cached with the compilation cache; elsewhere the largest that fits in memory)",
   )
   p.add_argument("--seed", type=int, default=0, help="seed of the weights, inputs and noise")
 
@@ -96,14 +100,16 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
     "--plot",
     default=None,
     metavar="F.png",
-    help="plot samples per second against the batch size (a sweep of a few batch sizes)",
+    help="plot samples per second against the batch size (a sweep of a few batch sizes, "
+    "each in rounds; the run's batch beside the best one)",
   )
   p.add_argument(
     "--twin",
     action="store_true",
     help="also time the PyTorch twin (the same network and weights, tuned: noise on the "
     "device, one batch, channels-last, counts on the device), eager and compiled, as rsjax "
-    "was timed; needs torch (MLP, CNN, LeNet and the ResNets have a twin)",
+    "was timed, and each side at its best batch of the sweep (--twin sweeps); needs torch "
+    "(MLP, CNN, LeNet and the ResNets have a twin)",
   )
   p.add_argument(
     "--twin-compile",
