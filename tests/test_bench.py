@@ -10,7 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from rsjax import cli, models
+from rsjax import models
+from rsjax.app import cli
 from rsjax.app.bench import costs, harness, peaks, report, rounds, run, sweep
 from rsjax.app.launch.errors import CliError
 
