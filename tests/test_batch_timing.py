@@ -68,7 +68,7 @@ def test_a_given_batch_is_used_as_given():
 
 def test_a_small_call_keeps_the_old_default_and_auto_is_the_memory_fit():
   small = bt.choose_batch_size(_mlp, _params(), (4, 4), num=5000, inputs=2)
-  assert (small.batch, small.how) == (batching._even_steps(1000, 5000), "default")
+  assert (small.batch, small.how) == (batching.even_steps(1000, 5000), "default")
   memory = bt.choose_batch_size(_mlp, _params(), (4, 4), num=5000, batch_size="auto")
   assert memory.how == "memory"
   assert memory.batch == batching.auto_batch_size(_mlp, _params(), (4, 4), num=5000)
@@ -87,7 +87,7 @@ def test_timed_probe_then_the_process_cache(monkeypatch):
   assert choice.how == "timed"
   assert [r[0] for r in choice.rates] == [8, 16, 32]
   assert all(lo <= med <= hi for _, lo, med, hi in choice.rates)
-  assert choice.batch == batching._even_steps(bt._best(choice.rates), 10_000)
+  assert choice.batch == batching.even_steps(bt._best(choice.rates), 10_000)
   assert choice.to_json()["chosen"] == "timed" and len(choice.to_json()["probe"]) == 3
 
   def no_probe(*a, **k):

@@ -50,11 +50,11 @@ def test_auto_batch_size_follows_the_budget_and_the_caps():
 
 
 def test_even_steps_keep_padding_small():
-  assert batching._even_steps(1024, 100_000) == 1024  # 98 steps of 1021 -> 1024 (multiple of 8)
-  assert batching._even_steps(1000, 1500) == 752  # 2 steps, not 1000 + 500
-  assert batching._even_steps(512, 100) == 512  # several inputs share a step
+  assert batching.even_steps(1024, 100_000) == 1024  # 98 steps of 1021 -> 1024 (multiple of 8)
+  assert batching.even_steps(1000, 1500) == 752  # 2 steps, not 1000 + 500
+  assert batching.even_steps(512, 100) == 512  # several inputs share a step
   for batch, num in ((1000, 1500), (1024, 100_000), (300, 1001)):
-    s = batching._even_steps(batch, num)
+    s = batching.even_steps(batch, num)
     assert s <= batch and -(-num // s) == -(-num // batch)
 
 

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rsjax import noise as noise_lib
-from rsjax.engine.batching import _even_steps, _params_signature, auto_batch_size
+from rsjax.engine.batching import auto_batch_size, even_steps, params_signature
 from rsjax.engine.step import ApplyFn, cast_floating, make_chunk_plan, step_counts
 from rsjax.util import PyTree, check_int
 
@@ -288,20 +288,20 @@ def choose_batch_size(
   input_shape = tuple(int(s) for s in input_shape)
   device = jax.local_devices()[0] if device is None else device
   dtype = None if compute_dtype is None else jnp.dtype(compute_dtype)
-  memo_key = (apply_fn, _params_signature(params), input_shape, dtype, device)
+  memo_key = (apply_fn, params_signature(params), input_shape, dtype, device)
   known = _MEMO.get(memo_key)
   if known is not None and batch_size != "auto":
-    return dataclasses.replace(known, batch=_even_steps(known.batch, num))
+    return dataclasses.replace(known, batch=even_steps(known.batch, num))
   small = inputs * num < PAYS
   if batch_size is None and small and math.prod(input_shape) <= _SMALL_INPUT:
-    return BatchChoice(_even_steps(SMALL_CALL_BATCH, num), "default")
+    return BatchChoice(even_steps(SMALL_CALL_BATCH, num), "default")
   fit = auto_batch_size(apply_fn, params, input_shape, num=num, compute_dtype=dtype, device=device)
   timed = batch_size == "timed" or (batch_size is None and not small and device.platform == "cpu")
   if not timed:
     return BatchChoice(fit, "memory")
   choice = _timed_choice(apply_fn, params, input_shape, dtype, device, fit)
   _MEMO[memo_key] = dataclasses.replace(choice, how="cached")
-  return dataclasses.replace(choice, batch=_even_steps(choice.batch, num))
+  return dataclasses.replace(choice, batch=even_steps(choice.batch, num))
 
 
 def _timed_choice(apply_fn, params, input_shape, dtype, device, fit: int) -> BatchChoice:

@@ -35,7 +35,7 @@ from rsjax import noise as noise_lib
 from rsjax.engine.step import ApplyFn, cast_floating, make_chunk_plan, step_counts
 from rsjax.util import PyTree, check_int
 
-__all__ = ["auto_batch_size", "StepProbe", "probe_step"]
+__all__ = ["auto_batch_size", "even_steps", "params_signature", "StepProbe", "probe_step"]
 
 _PROBE_BATCH = 16
 _ACCELERATOR_CAP = 16384
@@ -67,7 +67,8 @@ class StepProbe:
 _LeafSignature = tuple[tuple[tuple[int, ...], Any], ...]
 
 
-def _params_signature(params: PyTree) -> tuple[jax.tree_util.PyTreeDef, _LeafSignature]:
+def params_signature(params: PyTree) -> tuple[jax.tree_util.PyTreeDef, _LeafSignature]:
+  """``(treedef, ((shape, dtype), ...))`` of ``params``: what a compiled step depends on."""
   leaves, treedef = jax.tree.flatten(params)
   sig = tuple(
     (tuple(a.shape), a.dtype) if hasattr(a, "dtype") else (tuple(jnp.shape(a)), jnp.result_type(a))
@@ -174,7 +175,7 @@ def probe_step(
   batch = check_int("batch", batch)
   input_shape = tuple(int(s) for s in input_shape)
   device = jax.local_devices()[0] if device is None else device
-  treedef, leaf_sig = _params_signature(params)
+  treedef, leaf_sig = params_signature(params)
   dtype = None if compute_dtype is None else jnp.dtype(compute_dtype)
   return _probe_cached(apply_fn, treedef, leaf_sig, input_shape, int(batch), dtype, device)
 
@@ -187,7 +188,7 @@ def _cpu_cap(input_size: int) -> int:
   return 256
 
 
-def _even_steps(batch: int, num: int) -> int:
+def even_steps(batch: int, num: int) -> int:
   """The smallest step (multiple of 8) that covers ``num`` in as many steps as ``batch``."""
   if num <= batch:
     return batch
@@ -252,7 +253,7 @@ def auto_batch_size(
     cpu_budget_bytes=int(cpu_budget_bytes),
     accelerator_cap=int(accelerator_cap),
   )
-  return _even_steps(batch, num)
+  return even_steps(batch, num)
 
 
 def _batch_from_budget(
