@@ -17,19 +17,10 @@ class CliError(Exception):
 
 
 # The arguments of rsjax.app.launch.prepare / run that a message names -> their flags.
-FLAGS = {
-  "model": "MODEL_DIR",
-  "dataset": "--dataset",
-  "sigma": "--sigma",
-  "resize": "--resize",
-  "pack": "--pack",
-  "denoiser": "--denoiser",
-  "normalize": "--normalize",
-  "method": "--method",
-  "options": "--method",
-  "start": "--start",
-  "stop": "--max",
-  "save_counts": "--save-counts",
+FLAGS = {"model": "MODEL_DIR", "options": "--method", "stop": "--max"} | {
+  a: "--" + a.replace("_", "-")
+  for a in ("dataset", "sigma", "resize", "pack", "denoiser", "normalize", "method", "start")
+  + ("save_counts",)
 }
 
 

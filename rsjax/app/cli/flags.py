@@ -335,28 +335,18 @@ def run_from_flags(args: argparse.Namespace):
   from rsjax import Sampling, methods
   from rsjax.app import launch
 
-  if args.torch_checkpoint is None and args.model_dir is None:
+  if (args.torch_checkpoint is None) == (args.model_dir is None):
     raise CliError(
-      "give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or --torch-checkpoint F.pth"
+      "give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or --torch-checkpoint F.pth "
+      "(one of them)"
     )
-  if args.torch_checkpoint is not None and args.model_dir is not None:
-    raise CliError("give either MODEL_DIR or --torch-checkpoint, not both")
   if args.model_dir is not None and args.normalize is not None:
     raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its own)")
   command = getattr(args, "command", "certify")
   method = methods.get(getattr(args, "method", "cohen") if command == "certify" else "cohen")
   refuse_other_options(args, method)
-  try:
-    sampling = Sampling(
-      n0=getattr(args, "N0", 100),
-      n=args.N,
-      alpha=args.alpha,
-      batch_size=batch_of(args),
-      noise=args.noise,
-      precision=args.precision,
-    )
-  except ValueError as e:
-    raise CliError(str(e)) from None
+  n0, precision = getattr(args, "N0", 100), args.precision
+  sampling = Sampling(n0=n0, n=args.N, alpha=args.alpha, noise=args.noise, precision=precision)
   torch = args.torch_checkpoint
   return launch.prepare(
     launch.TorchCheckpoint(torch, args.torch_arch, args.normalize) if torch else args.model_dir,

@@ -56,32 +56,17 @@ def prepare_child(args: argparse.Namespace, parent):
 
   d, s = parent.data, parent.sampling
   alpha = float(s["alpha"]) if args.alpha is None else args.alpha
-  sampling = Sampling(
-    n0=int(s["n0"]), n=args.N, alpha=alpha, noise=s["noise"], precision=args.precision
-  )
-  options = dict(
-    parent=args.parent,
-    parent_claim=parent.claim_digest(),
-    parent_model=parent.model.fingerprint,
-    parent_records=records_digest(args.parent),
-    fallback=bool(args.fallback),
-  )
+  sampling = Sampling(n0=int(s["n0"]), n=args.N, alpha=alpha, noise=s["noise"],
+                      precision=args.precision)  # fmt: skip
+  options = dict(parent=args.parent, parent_claim=parent.claim_digest(),
+                 parent_model=parent.model.fingerprint, parent_records=records_digest(args.parent),
+                 fallback=bool(args.fallback))  # fmt: skip
   return launch.prepare(
-    args.model_dir,
-    sampling=sampling,
-    out=args.outfile,
-    dataset=d.name,
-    split=d.split,
-    sigma=parent.sigma,
-    sigma_source="flag",
-    method="recertify",
-    options=options,
-    rows=launch.DataRange(d.start, d.stop, d.skip),
-    seed=args.seed,
-    multiclass=parent.multiclass,
-    pack=args.pack,
-    data_dir=args.data_dir,
-  )
+    args.model_dir, sampling=sampling, out=args.outfile, dataset=d.name, split=d.split,
+    sigma=parent.sigma, sigma_source="flag", method="recertify", options=options,
+    rows=launch.DataRange(d.start, d.stop, d.skip), seed=args.seed,
+    multiclass=parent.multiclass, pack=args.pack, data_dir=args.data_dir,
+  )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -50,10 +50,6 @@ class Execution:
   overwrite: bool = False
   on_mismatch: str = "error"
 
-  def __post_init__(self) -> None:
-    if self.on_mismatch not in ("error", "restart"):
-      raise RunError(f"on_mismatch must be 'error' or 'restart', got {self.on_mismatch!r}")
-
 
 @dataclasses.dataclass(frozen=True)
 class Report:

@@ -99,24 +99,20 @@ def key(run: RunSpec) -> jax.Array:
   return k
 
 
-def _load_model(
-  *, model_dir, torch_checkpoint, torch_arch, normalize, data_dir, dataset, split, resize=None
-):
-  """``(model, config, dataset_name, dataset)`` of a model directory or PyTorch checkpoint."""
-  if torch_checkpoint is not None:
+def _load_model(model_dir, torch: TorchCheckpoint | None, dataset, split, data_dir, resize):
+  """``(model, config, dataset)`` of a model directory or PyTorch checkpoint."""
+  if torch is not None:
     if model_dir is not None:
       raise RunError("model: a model directory or a PyTorch checkpoint, not both", "model")
     if dataset is None:
       raise RunError("dataset is required with a PyTorch checkpoint", "dataset")
     ds = loading.open_dataset(dataset, split, data_dir)
     model, config = loading.open_torch_checkpoint(
-      torch_checkpoint, torch_arch, normalize, ds.input_shape
+      torch.path, torch.arch, torch.normalize, ds.input_shape
     )
     return model, config, ds
   if model_dir is None:
     raise RunError("model: give a model directory or a PyTorch checkpoint", "model")
-  if normalize is not None:
-    raise RunError("normalize: a model directory keeps its normalization", "normalize")
   model, config = loading.open_model_dir(model_dir)
   loading.warn_if_unfinished(model_dir, config)
   name = dataset or config.get("dataset")
@@ -243,8 +239,9 @@ def prepare(
     sigma, sigma_source = _sigma(sigma, sigma_source, loaded.config, loaded.workdir)
   else:
     torch = model if isinstance(model, TorchCheckpoint) else None
+    model_dir = None if torch or model is None else str(model)
     loaded, sigma, sigma_source = _open(
-      model, torch, dataset, split, data_dir, sigma, sigma_source, pack, resize, denoiser
+      model_dir, torch, dataset, split, data_dir, sigma, sigma_source, pack, resize, denoiser
     )
   data = _data_ref(loaded.dataset, split, rows)
   if command == "certify":
@@ -309,19 +306,10 @@ def _data_ref(ds, split: str, rows: DataRange):
   return data
 
 
-def _open(model, torch, dataset, split, data_dir, sigma, sigma_source, pack, resize, denoiser):
-  """``(loaded, sigma, sigma_source)`` of a model directory or checkpoint (:func:`prepare`)."""
-  model_dir = None if torch else str(model)
-  net, config, ds = _load_model(
-    model_dir=model_dir,
-    torch_checkpoint=torch and torch.path,
-    torch_arch=torch and torch.arch,
-    normalize=torch and torch.normalize,
-    data_dir=data_dir,
-    dataset=dataset,
-    split=split,
-    resize=resize,
-  )
+def _open(model_dir, torch, dataset, split, data_dir, sigma, sigma_source, pack, resize, denoiser):
+  """``(loaded, sigma, sigma_source)`` of a model directory or checkpoint, as a run certifies
+  it (:func:`prepare`, :func:`load`)."""
+  net, config, ds = _load_model(model_dir, torch, dataset, split, data_dir, resize)
   sigma, sigma_source = _sigma(sigma, sigma_source, config, model_dir or torch.path)
   net = _packed(net, pack)
   apply_fn, params, denoiser_config = _apply(net, denoiser, sigma, resize)
@@ -362,21 +350,12 @@ def load(
   ``torch_checkpoint`` (with the run's ``--torch-arch`` / ``--normalize``, packed as the run
   was: :func:`pack_of`), the denoiser
   from ``denoiser`` (default: the recorded directory), the run's dataset split."""
-  model, config, ds = _load_model(
-    model_dir=model_dir,
-    torch_checkpoint=torch_checkpoint,
-    torch_arch=run.model.torch_arch,
-    normalize=run.model.normalize,
-    data_dir=data_dir,
-    dataset=run.data.name,
-    resize=run.model.resize,
-    split=run.data.split,
-  )  # a run's dataset name is never empty (RunSpec refuses it)
-  if run.model.denoiser is not None and denoiser is None:
-    denoiser = run.model.denoiser
-  model = _packed(model, pack_of(run))
-  apply_fn, params, denoiser_config = _apply(model, denoiser, run.sigma, run.model.resize)
-  return Loaded(model, config, ds, apply_fn, params, model_dir, denoiser_config)
+  ref = run.model
+  torch = torch_checkpoint and TorchCheckpoint(torch_checkpoint, ref.torch_arch, ref.normalize)
+  denoiser = denoiser or ref.denoiser
+  data = run.data  # a run's dataset name is never empty (RunSpec refuses it)
+  where = (model_dir, torch or None, data.name, data.split, data_dir)
+  return _open(*where, run.sigma, "", pack_of(run), ref.resize, denoiser)[0]
 
 
 def plan(
