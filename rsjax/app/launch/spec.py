@@ -127,7 +127,7 @@ def _load_model(model_dir, torch: TorchCheckpoint | None, dataset, split, data_d
     shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
     raise MismatchError(
       f"model expects {shape(want)} inputs, {name} is "
-      f"{shape(have)}{' after resize' if resize else ''} (the model was trained on "
+      f"{shape(have)}{' after --resize' if resize else ''} (the model was trained on "
       f"{config.get('dataset', 'another dataset')})",
       "dataset",
     )
