@@ -153,57 +153,33 @@ def certify_run(
   directory ``workdir`` (where ``rsjax.training`` saved it; recorded relative to the
   repository when inside it), ``method`` (``rsjax.methods``) with ``options`` (the others at
   their defaults), the sampling settings and the key (``seed`` folded with 1, then the
-  claim), and ``rsjax.app.launch.run`` certifies it, resuming rows already in ``out``. Rows of
-  another run (another model, setting, or an older rsjax's record) raise
-  ``rsjax.records.io.RunMismatchError`` on resume; then every row is certified again
-  (``resume=False``), so a rerun never mixes rows of two runs.
+  claim): ``rsjax.app.launch.prepare``, and ``rsjax.app.launch.run`` certifies it, resuming
+  rows already in ``out``. Rows of another run (another model, setting, or an older rsjax's
+  record) are certified again (``Execution(on_mismatch="restart")``), so a rerun never mixes
+  rows of two runs.
   """
   import rsjax
-  from rsjax import methods, models
+  from rsjax import models
   from rsjax.app import launch
-  from rsjax.records import canonical, io
-  from rsjax.records import spec as runspec
-  from rsjax.runs import record, runner
 
   apply_fn, params = models.to_apply_fn(model)
   config = models.read_config(workdir)
-  spec = runspec.RunSpec(
-    model=runspec.ModelRef(
-      fingerprint=runner.fingerprint(params),
-      architecture=config.get("model"),
-      source="model_dir",
-      path=repo_path(workdir),
-      config=canonical.model_config_digest(config),
-    ),
-    data=runspec.DataRef(
-      name=dataset.name,
-      split=dataset.split,
-      size=len(dataset),
-      input_shape=tuple(int(d) for d in dataset.input_shape),
-      num_classes=int(dataset.num_classes),
-      skip=skip,
-    ),
-    sigma=float(sigma),
-    sampling=record.sampling_fields(rsjax.Sampling(n0=n0, n=n, alpha=alpha)),
-    method=method,
-    options={o.name: o.default for o in methods.get(method).options} | dict(options or {}),
-    seed=seed,
-    key_fold_in=(1,),
-    versions=record.versions(),
+  spec, loaded = launch.prepare(
+    launch.Loaded(model, config, dataset, apply_fn, params, workdir),
+    sampling=rsjax.Sampling(n0=n0, n=n, alpha=alpha),
     out=out,
+    sigma=sigma,
+    method=method,
+    options=options,
+    rows=launch.DataRange(skip=skip),
+    seed=seed,
+    path=repo_path(workdir),
+    key_fold_in=(1,),
   )
-  loaded = launch.Loaded(model, config, dataset, apply_fn, params, workdir)
-  kw = dict(
-    batch_size=batch_size,
-    inputs_per_call=inputs_per_call,
-    save_counts=save_counts,
-    progress=progress,
+  execution = launch.Execution(
+    batch_size=batch_size, inputs_per_call=inputs_per_call, progress=progress, on_mismatch="restart"
   )
-  try:
-    return launch.run(spec, loaded, **kw)
-  except io.RunMismatchError as e:
-    print(f"{e}: certifying again", flush=True)
-    return launch.run(spec, loaded, resume=False, **kw)
+  return launch.run(spec, loaded, execution=execution, save_counts=save_counts)
 
 
 def run_script(doc: str, get_config, run, plot, argv=None) -> int:

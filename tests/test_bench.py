@@ -13,7 +13,7 @@ import pytest
 from rsjax import models
 from rsjax.app import cli
 from rsjax.app.bench import costs, harness, peaks, report, rounds, run, sweep
-from rsjax.app.launch.errors import CliError
+from rsjax.app.launch.errors import RunError
 
 # A run small enough for a test: N 1000 measured at 64, n0 16, one timed image.
 FAST = ["--N", "1000", "--N0", "16", "--measure-n", "64", "--images", "1", "--quiet"]
@@ -192,9 +192,9 @@ def test_published_peaks_by_device_kind():
 def test_precisions_are_checked_against_the_device():
   cpu = jax.devices("cpu")[0]
   assert run.check_precisions(["fp32", "bf16", "float32"], cpu) == ("float32", "bfloat16")
-  with pytest.raises(CliError, match="unknown precision 'fp16'"):
+  with pytest.raises(RunError, match="unknown precision 'fp16'"):
     run.check_precisions(["fp16"], cpu)
-  with pytest.raises(CliError, match="has no TensorFloat-32"):
+  with pytest.raises(RunError, match="has no TensorFloat-32"):
     run.check_precisions(["tf32"], cpu)
 
 

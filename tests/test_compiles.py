@@ -66,7 +66,7 @@ def test_an_explicit_batch_compiles_no_probe(monkeypatch):
 
 
 def test_the_cli_passes_an_explicit_batch_as_an_int():
-  from rsjax.app.launch import flags
+  from rsjax.app.cli import flags
 
   assert flags.batch_size("64") == 64 and flags.batch_size("auto") == "auto"
 

@@ -327,7 +327,7 @@ def test_a_ddrs_run_saves_sigma_resumes_and_applies_memory(tmp_path):
 
   out = tmp_path / "ddrs.tsv"
   spec, loaded, xs = _ddrs_run(out, W)
-  kw = dict(batch_size=250, inputs_per_call=2, progress=False)
+  kw = dict(execution=launch.Execution(batch_size=250, inputs_per_call=2, progress=False))
   get_batch, calls = loaded.dataset.get_batch, []
 
   def interrupted(idx):  # the run stops after two calls (4 rows written)

@@ -151,7 +151,9 @@ def test_ddrs_runs_pass_their_precision_to_the_ascent(tmp_path, precision, matmu
     out=str(tmp_path / "d.tsv"),
   )
   loaded = launch.Loaded(None, {}, ds, apply_fn, W)
-  launch.run(spec, loaded, batch_size=SMALL["batch_size"], progress=False)
+  launch.run(
+    spec, loaded, execution=launch.Execution(batch_size=SMALL["batch_size"], progress=False)
+  )
   assert n_plan and seen2 and set(seen + seen2) == {matmul}
 
 

@@ -221,7 +221,7 @@ def audit(
   except launch.MismatchError as e:  # the model is there, the run does not fit it: failed
     checks = [_verify_check(p, data_dir, None), Check("model", False, f"{e}: not the run's")]
     return AuditReport(p, (), tuple(checks), seed, declared)
-  except launch.CliError as e:  # nothing to audit against: failed if verify refuses the run
+  except launch.RunError as e:  # nothing to audit against: failed if verify refuses the run
     verified = _verify_check(p, data_dir, None)
     if verified.ok:
       raise AuditError(str(e)) from None
@@ -355,7 +355,7 @@ def _drawn_checks(
       batch_size = json_int((run.details or {}).get("chains"), "method.details.chains", 1, 2**31)
     plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
   except Exception as e:  # noqa: BLE001 -- any record the model cannot rebuild: failed
-    why = str(e) if isinstance(e, launch.CliError) else f"{type(e).__name__}: {e}"
+    why = str(e) if isinstance(e, launch.RunError) else f"{type(e).__name__}: {e}"
     return [Check("method", False, f"the run cannot be rebuilt from its record: {why}")]
   method = _method_check(run, plan.details)
   if not method.ok:

@@ -13,7 +13,6 @@ training runs and result rows.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import shutil
 import time
@@ -122,6 +121,7 @@ def run(
   """
   import rsjax
   from rsjax import data
+  from rsjax.app import launch
   from rsjax.records import io
   from rsjax.records import spec as runspec
 
@@ -131,15 +131,7 @@ def run(
   indices = runspec.declared_indices(
     len(test), skip=cfg["skip"], count=-1 if num_images is None else num_images
   )
-  data_ref = runspec.DataRef(
-    name=cfg["dataset"],
-    split="test",
-    size=len(test),
-    input_shape=tuple(test.input_shape),
-    num_classes=test.num_classes,
-    skip=cfg["skip"],
-    stop=int(indices[-1]) + 1,
-  )
+  rows = launch.DataRange(stop=int(indices[-1]) + 1, skip=cfg["skip"])
   settings = rsjax.Sampling(n0=cfg["n0"], n=cfg["n"], alpha=cfg["alpha"], batch_size=2000)
   t_start = time.perf_counter()
   # Every reuse is checked before anything is trained.
@@ -148,7 +140,7 @@ def run(
   for job in jobs:
     model, t_train, clean = _train(job, cfg, train, test, seed, progress)
     t0 = time.perf_counter()
-    _certify(job, cfg, model, test, data_ref, settings, seed, progress, overwrite)
+    _certify(job, model, test, rows, settings, seed, progress, overwrite)
     t_cert = time.perf_counter() - t0
     results[f"sigma={job.sigma:g}"] = _selected(io.read_certify(job.rows), indices)
     print(
@@ -225,46 +217,32 @@ def _train(job: _Job, cfg: dict, train, test, seed: int, progress: bool):
   return model, time.perf_counter() - t0, clean
 
 
-def _certify(job: _Job, cfg, model, test, data_ref, settings, seed, progress, overwrite) -> None:
-  """Certifies the job's rows through ``rsjax.app.launch.run`` (resuming its file, or
-  starting it over when it holds another model's rows and ``overwrite``)."""
+def _certify(job: _Job, model, test, rows, settings, seed, progress, overwrite) -> None:
+  """Certifies the job's rows: ``rsjax.app.launch.prepare`` of the model, then ``run``
+  (resuming its file, or starting it over when it holds another model's rows and
+  ``overwrite``)."""
   from rsjax import models
   from rsjax.app import launch
-  from rsjax.records import canonical, io
-  from rsjax.records import spec as runspec
-  from rsjax.runs import record, runner
+  from rsjax.records import io
 
   apply_fn, params = models.to_apply_fn(model)
-  spec = runspec.RunSpec(
-    model=runspec.ModelRef(
-      fingerprint=runner.fingerprint(params),
-      architecture=cfg["model"],
-      source="model_dir",
-      path=job.workdir,
-      config=canonical.model_config_digest(models.read_config(job.workdir)),
-    ),
-    data=data_ref,
-    sigma=float(job.sigma),
-    sampling=record.sampling_fields(settings),
-    seed=seed,
-    key_fold_in=(1,),
-    versions=record.versions(),
-    out=job.rows,
+  config = models.read_config(job.workdir)
+  loaded = launch.Loaded(model, config, test, apply_fn, params, job.workdir)
+  spec, loaded = launch.prepare(
+    loaded, sampling=settings, out=job.rows, sigma=job.sigma, rows=rows, seed=seed, key_fold_in=(1,)
   )
-  model_json = {"model": cfg["model"], "num_classes": int(test.num_classes)}
-  loaded = launch.Loaded(model, model_json, test, apply_fn, params, job.workdir)
-  certify = functools.partial(
-    launch.run, spec, loaded, batch_size=settings.batch_size, progress=progress
+  execution = launch.Execution(
+    batch_size=settings.batch_size,
+    progress=progress,
+    on_mismatch="restart" if overwrite else "error",
   )
   try:
-    certify()
+    launch.run(spec, loaded, execution=execution)
   except io.RunMismatchError:  # another model (the settings were checked above)
-    if not overwrite:
-      raise ValueError(
-        f"{job.rows} holds rows of another model ({job.workdir} was retrained): "
-        "'rsjax demo --overwrite' starts it over, or use another --out"
-      ) from None
-    certify(resume=False)
+    raise ValueError(
+      f"{job.rows} holds rows of another model ({job.workdir} was retrained): "
+      "'rsjax demo --overwrite' starts it over, or use another --out"
+    ) from None
 
 
 def _report(out: str, results: dict, cfg: dict, images: int, files: list[str]) -> None:

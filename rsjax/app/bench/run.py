@@ -16,7 +16,7 @@ from rsjax.app.bench import harness, layout, machine, probe, report, sweep
 from rsjax.app.bench.costs import op_costs
 from rsjax.app.bench.peaks import Peaks, published_peaks
 from rsjax.app.bench.target import Target, shape_text
-from rsjax.app.launch.errors import CliError
+from rsjax.app.launch.errors import RunError
 
 __all__ = [
   "SWEEP_CALL_S",
@@ -77,12 +77,12 @@ def check_precisions(names: Sequence[str], device: Any | None = None) -> tuple[s
     try:
       p = precision.resolve(name)
     except ValueError:
-      raise CliError(
+      raise RunError(
         f"--precision: unknown precision {name!r}; choose from "
         f"{', '.join(precision.PRECISIONS)} (or fp32, bf16)"
       ) from None
     if p == "tf32" and not _has_tf32(device):
-      raise CliError(
+      raise RunError(
         f"--precision tf32: this device ({device.platform}: {device.device_kind}) has no "
         "TensorFloat-32 (NVIDIA Ampere or later GPUs); it would compute float32"
       )
@@ -111,7 +111,7 @@ def inputs(target: Target, count: int, request: Request) -> tuple[np.ndarray, st
 
   ds = launch.open_dataset(request.dataset, "test", request.data_dir)
   if tuple(ds.input_shape) != target.input_shape:
-    raise CliError(
+    raise RunError(
       f"--dataset {request.dataset}: its inputs are {shape_text(ds.input_shape)}, the model "
       f"takes {shape_text(target.input_shape)}"
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rsjax.app.launch import loading
-from rsjax.app.launch.errors import CliError
+from rsjax.app.launch.errors import RunError
 
 __all__ = ["ARCH_DEFAULTS", "Source", "Target", "load_target", "parse_shape", "shape_text"]
 
@@ -92,7 +92,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
   except ValueError:
     shape = ()
   if not shape or min(shape) < 1:
-    raise CliError(f"--input-shape must be sizes like 28,28,1 or 32x32x3, got {text!r}")
+    raise RunError(f"--input-shape must be sizes like 28,28,1 or 32x32x3, got {text!r}")
   return shape
 
 
@@ -104,20 +104,20 @@ def _zoo(name: str, src: Source) -> tuple[Any, dict[str, Any]]:
   shape = src.input_shape or shape
   classes = src.num_classes or classes
   if shape is None or classes is None:
-    raise CliError(
+    raise RunError(
       f"--arch {name}: give --input-shape and --num-classes (no default for this architecture)"
     )
   try:
     model = models.create_model(name, num_classes=classes, input_shape=shape, rngs=src.seed)
   except (TypeError, ValueError) as e:
-    raise CliError(f"--arch {name}: {e}") from None
+    raise RunError(f"--arch {name}: {e}") from None
   return model, {"model": name, "input_shape": list(shape), "num_classes": classes}
 
 
-def _unknown(name: str) -> CliError:
+def _unknown(name: str) -> RunError:
   from rsjax import models
 
-  return CliError(
+  return RunError(
     f"unknown model {name!r}: no such model directory, and no architecture of rsjax.models "
     f"({', '.join(sorted(models.MODELS))}); give a directory of 'rsjax train' or "
     "'rsjax convert', --torch-checkpoint F.pth or --arch NAME"
@@ -130,7 +130,7 @@ def _open(src: Source) -> tuple[str, str, Any, dict[str, Any]]:
 
   given = [s for s in (src.model, src.arch, src.torch_checkpoint) if s is not None]
   if len(given) != 1:
-    raise CliError(
+    raise RunError(
       "give one model: MODEL (a directory or an architecture), --torch-checkpoint F.pth "
       "or --arch NAME"
     )
@@ -140,7 +140,7 @@ def _open(src: Source) -> tuple[str, str, Any, dict[str, Any]]:
     )
     return os.path.basename(src.torch_checkpoint), "PyTorch checkpoint", model, config
   if src.normalize is not None or src.torch_arch is not None:
-    raise CliError("--normalize and --torch-arch work with --torch-checkpoint")
+    raise RunError("--normalize and --torch-arch work with --torch-checkpoint")
   name = src.arch or src.model
   assert name is not None
   if src.arch is None and os.path.isdir(name):
@@ -184,14 +184,14 @@ def _sigma(src: Source, config: dict[str, Any]) -> float:
 def _input_shape(src: Source, config: dict[str, Any]) -> tuple[int, ...]:
   if src.resize is not None:  # the pipeline's input is the denoiser's, before the resize
     if src.input_shape is None:
-      raise CliError("--resize needs --input-shape (the noisy input's shape, before the resize)")
+      raise RunError("--resize needs --input-shape (the noisy input's shape, before the resize)")
     return src.input_shape
   return tuple(int(d) for d in (src.input_shape or config["input_shape"]))
 
 
 def load_target(src: Source) -> Target:
   """The model the flags name, loaded, transformed and composed; a failure the user can fix
-  is a :class:`CliError` in one line."""
+  is a :class:`RunError` in one line."""
   from rsjax import models
   from rsjax.app.launch.spec import parse_size
 

@@ -1,13 +1,39 @@
-"""What every command's parser shares: one-line usage errors, defaults in the help, and
+"""What every command's parser shares: one-line usage errors (:class:`CliError`, and a
+library's ``RunError`` told in flags: :func:`flag_message`), defaults in the help, and
 ``--debug`` after the command. The flags of certify and predict (and the value types
-of every command) are declared in :mod:`rsjax.app.launch.flags`."""
+of every command) are declared in :mod:`rsjax.app.cli.flags`."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from typing import NoReturn
 
-__all__ = ["Parser", "HelpFormatter", "common_flags"]
+__all__ = ["CliError", "Parser", "HelpFormatter", "common_flags", "flag_message"]
+
+
+class CliError(Exception):
+  """An error reported to the user as one line, exit status 2."""
+
+
+# The arguments of rsjax.app.launch.prepare / run that a message names -> their flags.
+FLAGS = {"model": "MODEL_DIR", "options": "--method", "stop": "--max"} | {
+  a: "--" + a.replace("_", "-")
+  for a in ("dataset", "sigma", "resize", "pack", "denoiser", "normalize", "method", "start")
+  + ("save_counts",)
+}
+
+
+def flag_message(e: Exception) -> str:
+  """The message of a library ``RunError`` in the command's words: the argument it starts
+  with, and every ``name=value`` in it, as its flag (``pack=4:`` -> ``--pack 4:``)."""
+  text, name = str(e), getattr(e, "argument", None)
+  if not hasattr(e, "argument"):  # not a RunError: as it is
+    return text
+  if name in FLAGS and re.match(rf"{name}\b(?!=)", text):
+    text = FLAGS[name] + text[len(name) :]
+  return re.sub(r"\b(\w+)=", lambda m: f"{FLAGS[m[1]]} " if m[1] in FLAGS else m[0], text)
+
 
 DEBUG_HELP = "show the full traceback of an error instead of one line"
 

@@ -13,8 +13,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from rsjax.app.cli._args import CliError, flag_message
 from rsjax.app.cli._parser import COMMANDS, build_parser
-from rsjax.app.launch.errors import CliError
 
 __all__ = ["JAX_FREE", "main", "compilation_cache_dir", "enable_compilation_cache"]
 
@@ -78,7 +78,7 @@ def _one_line(e: BaseException) -> str:
   if isinstance(e, OSError) and e.strerror:
     text = f"{e.strerror}: {e.filename!r}" if e.filename else e.strerror
   else:
-    text = str(e) or type(e).__name__
+    text = flag_message(e) or type(e).__name__
     if not isinstance(e, (CliError, ValueError, FloatingPointError, RuntimeError)):
       text = f"{type(e).__name__}: {text}"
   return " ".join(text.split())

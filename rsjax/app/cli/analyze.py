@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from rsjax.app.launch.errors import CliError
+from rsjax.app.cli._args import CliError
 
 __all__ = ["HELP", "add_arguments", "run", "plot_title"]
 

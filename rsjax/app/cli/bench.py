@@ -8,8 +8,8 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from rsjax.app.launch import flags
-from rsjax.app.launch.errors import CliError
+from rsjax.app.cli import flags
+from rsjax.app.cli._args import CliError
 from rsjax.claims import PACKS
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from rsjax.app import launch
-from rsjax.app.launch import flags
-from rsjax.app.launch.errors import CliError
+from rsjax.app.cli import flags
+from rsjax.app.cli._args import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -40,14 +40,17 @@ def run(args: argparse.Namespace) -> int:
       "samples that bound p_A, N0 the few that select the class (Cohen et al.: "
       "N0 100, N 100000); swap them?"
     )
-  spec, loaded = launch.run_from_flags(args)
+  spec, loaded = flags.run_from_flags(args)
+  execution = launch.Execution(
+    batch_size=flags.batch_of(args),
+    inputs_per_call=args.inputs_per_call,
+    progress=not args.quiet,
+    overwrite=args.overwrite,
+  )
   report = launch.run(
     spec,
     loaded,
-    batch_size=launch.batch_of(args),
-    inputs_per_call=args.inputs_per_call,
-    progress=not args.quiet,
-    resume=not args.overwrite,
+    execution=execution,
     save_counts=args.save_counts,
     data_dir=args.data_dir,
     process=(pid, nproc),

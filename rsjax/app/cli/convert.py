@@ -7,8 +7,8 @@ import argparse
 import os
 
 from rsjax.app import launch
-from rsjax.app.launch import flags
-from rsjax.app.launch.errors import CliError
+from rsjax.app.cli import flags
+from rsjax.app.cli._args import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 

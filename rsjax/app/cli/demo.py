@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from rsjax.app.launch import flags
-from rsjax.app.launch.errors import CliError
+from rsjax.app.cli import flags
+from rsjax.app.cli._args import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 

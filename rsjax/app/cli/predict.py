@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from rsjax.app import launch
-from rsjax.app.launch import flags
+from rsjax.app.cli import flags
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
   import rsjax
   from rsjax.runs import runner
 
-  run, loaded = launch.run_from_flags(args)
+  run, loaded = flags.run_from_flags(args)
   ds, apply_fn, params, key = loaded.dataset, loaded.apply_fn, loaded.params, launch.key(run)
   indices = np.asarray(run.indices(), np.int64)
 
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
       num_classes=ds.num_classes,
       n=args.N,
       alpha=args.alpha,
-      batch_size=launch.batch_of(args),
+      batch_size=flags.batch_of(args),
       ids=ids,
       noise=args.noise,
       precision=args.precision,

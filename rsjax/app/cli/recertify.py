@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 
 from rsjax.app import launch
-from rsjax.app.launch import flags
-from rsjax.app.launch.errors import CliError
+from rsjax.app.cli import flags
+from rsjax.app.cli._args import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -47,22 +47,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def child_flags(args: argparse.Namespace, parent) -> argparse.Namespace:
-  """The ``rsjax certify --method recertify`` flags of the child run (the parent's data,
-  sigma, noise and radius; the child's own settings)."""
+def prepare_child(args: argparse.Namespace, parent):
+  """``(run, loaded)`` of the child: an ``rsjax certify --method recertify`` run
+  (``rsjax.app.launch.prepare``) with the parent's data, sigma, noise and radius and the
+  child's own settings."""
+  from rsjax import Sampling
   from rsjax.cohen._recertify_check import records_digest
 
   d, s = parent.data, parent.sampling
-  return argparse.Namespace(
-    model_dir=args.model_dir, torch_checkpoint=None, torch_arch=None, normalize=None,
-    data_dir=args.data_dir, dataset=d.name, split=d.split, sigma=parent.sigma, resize=None,
-    pack=args.pack, denoiser=None, start=d.start, max=d.stop, skip=d.skip, seed=args.seed,
-    command="certify", method="recertify", N0=int(s["n0"]), N=args.N,
-    alpha=float(s["alpha"]) if args.alpha is None else args.alpha, batch=args.batch,
-    noise=s["noise"], precision=args.precision, outfile=args.outfile,
-    multiclass=parent.multiclass, parent=args.parent, parent_claim=parent.claim_digest(),
-    parent_model=parent.model.fingerprint, parent_records=records_digest(args.parent),
-    fallback=bool(args.fallback),
+  alpha = float(s["alpha"]) if args.alpha is None else args.alpha
+  sampling = Sampling(n0=int(s["n0"]), n=args.N, alpha=alpha, noise=s["noise"],
+                      precision=args.precision)  # fmt: skip
+  options = dict(parent=args.parent, parent_claim=parent.claim_digest(),
+                 parent_model=parent.model.fingerprint, parent_records=records_digest(args.parent),
+                 fallback=bool(args.fallback))  # fmt: skip
+  return launch.prepare(
+    args.model_dir, sampling=sampling, out=args.outfile, dataset=d.name, split=d.split,
+    sigma=parent.sigma, sigma_source="flag", method="recertify", options=options,
+    rows=launch.DataRange(d.start, d.stop, d.skip), seed=args.seed,
+    multiclass=parent.multiclass, pack=args.pack, data_dir=args.data_dir,
   )  # fmt: skip
 
 
@@ -77,15 +80,11 @@ def run(args: argparse.Namespace) -> int:
   if not report.ok:
     raise CliError(f"the parent run does not verify: {report.summary()}")
   parent = verify.read_run(args.parent)
-  spec, loaded = launch.run_from_flags(child_flags(args, parent))
-  out = launch.run(
-    spec,
-    loaded,
-    batch_size=launch.batch_of(args),
-    progress=not args.quiet,
-    resume=not args.overwrite,
-    data_dir=args.data_dir,
+  spec, loaded = prepare_child(args, parent)
+  execution = launch.Execution(
+    batch_size=args.batch, progress=not args.quiet, overwrite=args.overwrite
   )
+  out = launch.run(spec, loaded, execution=execution, data_dir=args.data_dir)
   n_parent = int(parent.sampling["n0"]) + int(parent.sampling["n"])
   print(
     f"recertified {out.written} new inputs in {out.seconds:.1f}s "

@@ -1,7 +1,8 @@
 """One certify run from its value: ``run(spec, loaded) -> Report``.
 
 Every path that certifies a dataset goes through :func:`run`: ``rsjax certify``
-(flags -> ``RunSpec`` -> ``run``), ``rsjax demo`` and the experiments. It plans
+(flags -> ``prepare`` -> ``run``), ``rsjax demo`` and the experiments; how it runs (batch,
+progress, resuming) is an :class:`Execution`, never part of the run's value. It plans
 the method (:func:`rsjax.app.launch.spec.plan`), certifies this process' share of
 the declared rows into the result file (resuming rows already there, or
 starting over), and, on several processes, merges the shares on process 0. The
@@ -18,14 +19,36 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rsjax.app.launch import spec as spec_lib
-from rsjax.app.launch.errors import CliError
+from rsjax.app.launch.errors import RunError
 from rsjax.util import compile_clock
 
 if TYPE_CHECKING:
   from rsjax.engine.batch_timing import BatchChoice
   from rsjax.records.spec import RunSpec
 
-__all__ = ["Report", "batch_choice", "run"]
+__all__ = ["Execution", "Report", "batch_choice", "run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+  """How :func:`run` certifies a run: speed and the result file, never the counts.
+
+  Attributes:
+    batch_size: noisy samples per forward pass, ``"auto"`` (the memory fit) or None (a
+      timed probe's where it pays: :func:`batch_choice`). The record's ``versions.batch``
+      says which batch ran and how it was chosen.
+    inputs_per_call: inputs per engine call (None: the method's default).
+    progress: a progress bar.
+    overwrite: start the result file over instead of resuming the rows already there.
+    on_mismatch: rows of another run in the file (``rsjax.records.io.RunMismatchError``):
+      ``"error"`` raises, ``"restart"`` says so and starts the file over.
+  """
+
+  batch_size: int | str | None = None
+  inputs_per_call: int | None = None
+  progress: bool = True
+  overwrite: bool = False
+  on_mismatch: str = "error"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +85,7 @@ def run(
   spec: RunSpec,
   loaded: spec_lib.Loaded,
   *,
-  batch_size: int | str | None = None,
-  inputs_per_call: int | None = None,
-  progress: bool = True,
-  resume: bool = True,
+  execution: Execution = Execution(),
   save_counts: bool = False,
   data_dir: str | None = None,
   process: tuple[int, int] = (0, 1),
@@ -73,15 +93,9 @@ def run(
   """Certifies the rows ``spec`` declares into ``spec.out``, with its record.
 
   Args:
-    spec: the run (``rsjax.records.spec.RunSpec``); ``spec.out`` is the result file.
-    loaded: what it certifies (:func:`rsjax.app.launch.spec.load`, or built by the caller).
-    batch_size: noisy samples per forward pass, ``"auto"`` (the memory fit) or None (a
-      timed probe's where it pays: :func:`batch_choice`); speed only, never counts. The
-      record's ``versions.batch`` says which batch ran and how it was chosen.
-    inputs_per_call: inputs per engine call (None: the method's default).
-    progress: a progress bar.
-    resume: keep rows already in the file (another run's rows raise
-      ``rsjax.records.io.RunMismatchError``); False starts the file over.
+    spec: the run (:func:`rsjax.app.launch.prepare`); ``spec.out`` is the result file.
+    loaded: what it certifies (from ``prepare``, or :func:`rsjax.app.launch.spec.load`).
+    execution: how (:class:`Execution`): batch, inputs per call, progress, resuming.
     save_counts: add the estimation counts column.
     data_dir: where datasets live (a method that reads another split).
     process: ``(index, count)``: each process certifies a strided share of the
@@ -93,24 +107,41 @@ def run(
     A :class:`Report`.
 
   Raises:
-    CliError: a setting the method refuses, or a sequential method on several processes.
+    RunError: a setting the method refuses, or a sequential method on several processes.
+    rsjax.records.io.RunMismatchError: rows of another run in the file (``on_mismatch``
+      ``"error"``).
   """
+  from rsjax.records import io
+
+  try:
+    return _run(spec, loaded, execution, not execution.overwrite, save_counts, data_dir, process)
+  except io.RunMismatchError as e:
+    if execution.on_mismatch != "restart":
+      raise
+    print(f"{e}: certifying again", flush=True)
+  return _run(spec, loaded, execution, False, save_counts, data_dir, process)
+
+
+def _run(spec, loaded, execution, resume, save_counts, data_dir, process) -> Report:
+  """:func:`run`, resuming the file or not."""
   from rsjax.runs import distributed, record, runner
 
   if spec.out is None:
-    raise ValueError("the run names no result file (RunSpec.out)")
+    raise RunError("out: the run names no result file (RunSpec.out)", "out")
   pid, nproc = process
   out = str(spec.out)
   t0 = time.perf_counter()
   with compile_clock() as compiling:
     indices = np.asarray(spec.indices(), np.int64)
     mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
-    choice = batch_choice(spec, loaded, batch_size, rows=len(mine))
+    choice = batch_choice(spec, loaded, execution.batch_size, rows=len(mine))
     plan = spec_lib.plan(spec, loaded, batch_size=choice.batch, data_dir=data_dir)
     versions = {**spec.versions, "batch": choice.describe()}
     spec = dataclasses.replace(spec, details=plan.details, versions=versions)
     if plan.sequential and nproc > 1:
-      raise CliError(f"--method {spec.method} certifies inputs one after another in one process")
+      raise RunError(
+        f"method {spec.method} certifies inputs one after another in one process", "process"
+      )
     parts = [
       distributed.process_path(out, process_index=p, process_count=nproc) for p in range(nproc)
     ]
@@ -121,8 +152,8 @@ def run(
         loaded.dataset.get_batch,
         mine,
         out if nproc == 1 else parts[pid],
-        inputs_per_call=inputs_per_call,
-        progress=progress,
+        inputs_per_call=execution.inputs_per_call,
+        progress=execution.progress,
         resume=resume,
         run=spec,
         record=True,
@@ -130,7 +161,7 @@ def run(
         save_counts=save_counts,
       )
     except runner.NoCountsError as e:
-      raise CliError(f"--save-counts: {e}") from None
+      raise RunError(f"save_counts: {e}", "save_counts") from None
   seconds = time.perf_counter() - t0
   if nproc > 1:
     distributed.barrier("rsjax-certify-rows-written")

@@ -1,6 +1,6 @@
 """Opening what a run names: its dataset, its model (a model directory or a PyTorch
 checkpoint) and its denoiser through ``rsjax.data`` and ``rsjax.models`` (which load
-them), each failure told as a :class:`CliError` the command prints in one line."""
+them), each failure a :class:`RunError` naming the argument at fault."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from rsjax.app.launch.errors import CliError, MismatchError
+from rsjax.app.launch.errors import MismatchError, RunError
 
 __all__ = [
   "open_dataset",
@@ -27,10 +27,8 @@ def open_dataset(name: str, split: str, data_dir: str | None) -> Any:
 
   try:
     return data.load(name, split, data_dir=data_dir)
-  except data.DatasetNotFoundError as e:
-    raise CliError(str(e)) from None
-  except ValueError as e:
-    raise CliError(str(e)) from None
+  except (data.DatasetNotFoundError, ValueError) as e:
+    raise RunError(str(e), "dataset") from None
 
 
 def open_model_dir(model_dir: str) -> tuple[Any, dict]:
@@ -39,24 +37,26 @@ def open_model_dir(model_dir: str) -> tuple[Any, dict]:
   from rsjax import models
 
   if not os.path.isdir(model_dir):
-    raise CliError(
+    raise RunError(
       f"model directory {model_dir!r} does not exist; train one with "
-      "'rsjax train --dataset mnist5k --model lenet --sigma 0.25 --out DIR'"
+      "'rsjax train --dataset mnist5k --model lenet --sigma 0.25 --out DIR'",
+      "model",
     )
   try:
     return models.load_model(model_dir)
   except (FileNotFoundError, ValueError) as e:
     if "tree structures do not match" not in str(e):
-      raise CliError(f"no usable trained model in {model_dir!r}: {e}") from None
+      raise RunError(f"no usable trained model in {model_dir!r}: {e}", "model") from None
   # orbax reports another architecture as a long tree dump: say which one it holds.
   config = models.read_config(model_dir)
   named = config.get("model")
   held = _architecture_held(model_dir, config)
   holds = f"holds a {held!r} model" if held else "holds another architecture"
-  raise CliError(
+  raise RunError(
     f"the checkpoint in {model_dir!r} {holds}, but its config.json says {named!r} "
     f"(num_classes {config.get('num_classes')}, input_shape "
-    f"{config.get('input_shape')}); retrain or fix config.json"
+    f"{config.get('input_shape')}); retrain or fix config.json",
+    "model",
   )
 
 
@@ -109,17 +109,11 @@ def open_torch_checkpoint(
     norm = "auto" if normalize is None else models.parse_normalize(normalize)
     model, config = models.load_torch(path, arch, normalize=norm, input_shape=input_shape)
   except models.UnknownNormalizationError as e:
-    raise CliError(
-      str(
-        models.UnknownNormalizationError(
-          e.arch,
-          how="pass --normalize none, a dataset name (mnist, cifar10, imagenet2012, ...) "
-          "or MEAN/STD (e.g. 0.1307/0.3081)",
-        )
-      )
-    ) from None
+    how = "pass normalize=none, a dataset name (mnist, cifar10, imagenet2012, ...) or MEAN/STD"
+    why = models.UnknownNormalizationError(e.arch, how=how + " (e.g. 0.1307/0.3081)")
+    raise RunError(str(why), "normalize") from None
   except (FileNotFoundError, ImportError, ValueError) as e:
-    raise CliError(str(e)) from None
+    raise RunError(str(e), "model") from None
   print(
     f"{os.path.basename(path)}: {config['torch_arch']}, input normalization "
     f"{config['normalization']}"
@@ -135,7 +129,7 @@ def open_denoised(
   OpenAI checkpoint); ``digest``: its settings' (``workdir.denoiser_digest``).
 
   Raises:
-    CliError: no denoiser at ``path``.
+    RunError: no denoiser at ``path``.
     MismatchError: a denoiser that cannot denoise at ``sigma`` (or whose settings are not
       usable): the run does not fit it.
   """
@@ -144,9 +138,9 @@ def open_denoised(
   try:
     d_fn, d_params, config = workdir.denoiser_fn(path, sigma=sigma)
   except FileNotFoundError as e:
-    raise CliError(f"--denoiser: {e}") from None
+    raise RunError(f"denoiser: {e}", "denoiser") from None
   except ValueError as e:
-    raise MismatchError(f"--denoiser: {e}") from None
+    raise MismatchError(f"denoiser: {e}", "denoiser") from None
   return compose.Denoised(d_fn, apply_fn), (d_params, params), config["digest"]
 
 

@@ -1,24 +1,23 @@
-"""A certify or predict run: its value (``rsjax.records.spec.RunSpec``) from the flags, what it
-loads (model, dataset, denoiser), and the method's plan built from the value.
+"""A certify or predict run: its value (``rsjax.records.spec.RunSpec``), built by one
+constructor (:func:`prepare`) with what it loads (model, dataset, denoiser), and the method's
+plan built from the value.
 
-``rsjax certify`` and ``rsjax predict`` build the value once from their flags
-(:func:`run_from_flags`); ``rsjax.app.audit`` loads the same things again from a
-run's record (:func:`load`) and plans it the same way (:func:`plan`), so the
+``rsjax certify`` / ``predict`` / ``recertify`` (their flags), ``rsjax demo``, the experiments
+and a Python caller build runs with :func:`prepare`; ``rsjax.app.audit`` loads the same things
+again from a run's record (:func:`load`) and plans it the same way (:func:`plan`), so the
 audit re-draws exactly the run that ``rsjax verify`` checks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rsjax.app.launch import flags, loading
-from rsjax.app.launch.errors import CliError, MismatchError
+from rsjax.app.launch import loading
+from rsjax.app.launch.errors import MismatchError, RunError
 
 if TYPE_CHECKING:
-  import argparse
-
   import jax
 
   from rsjax.engine.driver import Sampling
@@ -26,14 +25,15 @@ if TYPE_CHECKING:
   from rsjax.runs.method import Plan
 
 __all__ = [
+  "DataRange",
   "Loaded",
+  "TorchCheckpoint",
   "architecture_of",
-  "batch_of",
   "key",
   "load",
   "pack_of",
   "plan",
-  "run_from_flags",
+  "prepare",
   "settings",
 ]
 
@@ -61,6 +61,26 @@ class Loaded:
   denoiser_config: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class TorchCheckpoint:
+  """A PyTorch checkpoint to certify (``rsjax.models.load_torch``): its ``path``, its ``arch``
+  (None: its 'arch' entry or recognized from its keys) and input ``normalize`` (None: its
+  normalization layer's, or the architecture's)."""
+
+  path: str
+  arch: str | None = None
+  normalize: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataRange:
+  """The declared dataset indices ``start, start + skip, ...`` below ``stop`` (-1: the end)."""
+
+  start: int = 0
+  stop: int = -1
+  skip: int = 1
+
+
 def settings(run: RunSpec, batch_size: int | str = 1000) -> Sampling:
   """The ``rsjax.Sampling`` of a run (``batch_size`` changes speed, never counts)."""
   from rsjax import Sampling
@@ -79,33 +99,25 @@ def key(run: RunSpec) -> jax.Array:
   return k
 
 
-def _load_model(
-  *, model_dir, torch_checkpoint, torch_arch, normalize, data_dir, dataset, split, resize=None
-):
-  """``(model, config, dataset_name, dataset)`` of a model directory or PyTorch checkpoint."""
-  if torch_checkpoint is not None:
+def _load_model(model_dir, torch: TorchCheckpoint | None, dataset, split, data_dir, resize):
+  """``(model, config, dataset)`` of a model directory or PyTorch checkpoint."""
+  if torch is not None:
     if model_dir is not None:
-      raise CliError("give either MODEL_DIR or --torch-checkpoint, not both")
+      raise RunError("model: a model directory or a PyTorch checkpoint, not both", "model")
     if dataset is None:
-      raise CliError("--dataset is required with --torch-checkpoint")
+      raise RunError("dataset is required with a PyTorch checkpoint", "dataset")
     ds = loading.open_dataset(dataset, split, data_dir)
     model, config = loading.open_torch_checkpoint(
-      torch_checkpoint, torch_arch, normalize, ds.input_shape
+      torch.path, torch.arch, torch.normalize, ds.input_shape
     )
     return model, config, ds
   if model_dir is None:
-    raise CliError(
-      "give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or --torch-checkpoint F.pth"
-    )
-  if normalize is not None:
-    raise CliError(
-      "--normalize works with --torch-checkpoint (a model directory keeps its normalization)"
-    )
+    raise RunError("model: give a model directory or a PyTorch checkpoint", "model")
   model, config = loading.open_model_dir(model_dir)
   loading.warn_if_unfinished(model_dir, config)
   name = dataset or config.get("dataset")
   if not name:
-    raise CliError("--dataset is required (the model directory does not name one)")
+    raise RunError("dataset is required (the model directory does not name one)", "dataset")
   ds = loading.open_dataset(name, split, data_dir)
   want = config.get("input_shape")
   have = tuple(ds.input_shape)
@@ -116,7 +128,8 @@ def _load_model(
     raise MismatchError(
       f"model expects {shape(want)} inputs, {name} is "
       f"{shape(have)}{' after --resize' if resize else ''} (the model was trained on "
-      f"{config.get('dataset', 'another dataset')})"
+      f"{config.get('dataset', 'another dataset')})",
+      "dataset",
     )
   return model, config, ds
 
@@ -131,7 +144,7 @@ def parse_size(text: str) -> tuple[int, int]:
   if len(size) == 1:
     size = size * 2
   if len(size) != 2 or min(size) < 1:
-    raise CliError(f"--resize must be N or HxW (e.g. 224x224), got {text!r}")
+    raise RunError(f"resize must be N or HxW (e.g. 224x224), got {text!r}", "resize")
   return size  # type: ignore[return-value]
 
 
@@ -142,7 +155,7 @@ def _packed(model, pack: int):
   try:
     return models.pack_narrow_stage(model, int(pack))
   except ValueError as e:  # a model that cannot be packed: the run does not fit it
-    raise MismatchError(f"--pack {pack}: {e}") from None
+    raise MismatchError(f"pack={pack}: {e}", "pack") from None
 
 
 def pack_of(run: RunSpec) -> int:
@@ -165,96 +178,156 @@ def _apply(model, denoiser, sigma, resize=None):
   return loading.open_denoised(denoiser, apply_fn, params, sigma=sigma)
 
 
-def run_from_flags(args: argparse.Namespace) -> tuple[RunSpec, Loaded]:
-  """``(run, loaded)``: the run value of ``rsjax certify`` / ``rsjax predict`` flags and what
-  it loads. ``--sigma`` defaults to the model's training sigma."""
+def prepare(
+  model: str | TorchCheckpoint | Loaded,
+  *,
+  sampling: Sampling,
+  out: str | None = None,
+  dataset: str | None = None,
+  split: str = "test",
+  sigma: float | None = None,
+  method: str = "cohen",
+  options: Mapping[str, Any] | None = None,
+  rows: DataRange = DataRange(),
+  seed: int = 0,
+  multiclass: bool = False,
+  pack: int = 1,
+  resize: str | None = None,
+  denoiser: str | None = None,
+  data_dir: str | None = None,
+  path: str | None = None,
+  key_fold_in: tuple[int, ...] = (),
+  sigma_source: str = "library",
+  command: str = "certify",
+) -> tuple[RunSpec, Loaded]:
+  """``(run, loaded)``: the value of a certify (or predict) run and what it certifies, the
+  one constructor of a run (``rsjax certify`` is one caller; :func:`run` certifies it).
+
+  Args:
+    model: a model directory (``rsjax train`` / ``rsjax convert``), a :class:`TorchCheckpoint`,
+      or a :class:`Loaded` already in memory (then ``dataset``, ``pack``, ``resize`` and
+      ``denoiser`` are its own: left at their defaults).
+    sampling: the ``rsjax.Sampling`` (``n0``, ``n``, ``alpha``, noise, precision; its batch
+      size is speed only: ``Execution.batch_size``).
+    out: the result file.
+    dataset, split, data_dir: the inputs (default dataset: the one the model names).
+    sigma: the noise level (None: the model's training sigma).
+    method, options: the method (``rsjax.methods``) and its options (others at their defaults).
+    rows: the declared dataset indices.
+    seed, key_fold_in: the key, ``jax.random.key(seed)`` folded with these, then the claim.
+    multiclass: the multiclass radius with simultaneous bounds.
+    pack: the model's narrow stage packed this many samples a row (1: as it is).
+    resize: ``"HxW"``: inputs resized before the classifier.
+    denoiser: a denoiser directory (denoised smoothing).
+    path: the model's path as recorded (default: as given).
+    sigma_source: who chose a given ``sigma`` (``"library"``, ``"flag"``).
+    command: ``"certify"`` or ``"predict"`` (no method options).
+
+  Raises:
+    RunError: an argument that cannot be used (its name in ``argument``).
+    MismatchError: a dataset, resize, pack or denoiser that does not fit the model.
+  """
   from rsjax import methods
   from rsjax.records.canonical import model_config_digest
-  from rsjax.records.spec import DataRef, ModelRef, RunSpec
+  from rsjax.records.spec import ModelRef, RunSpec
   from rsjax.runs import record, runner
 
-  model, config, ds = _load_model(
-    model_dir=args.model_dir,
-    torch_checkpoint=args.torch_checkpoint,
-    torch_arch=args.torch_arch,
-    normalize=args.normalize,
-    data_dir=args.data_dir,
-    dataset=args.dataset,
-    split=args.split,
-    resize=getattr(args, "resize", None),
-  )
-  sigma, sigma_source = _flag_sigma(args, config)
-  resize = getattr(args, "resize", None)
-  resize = None if resize is None else "x".join(map(str, parse_size(resize)))
-  pack = int(getattr(args, "pack", 1))
-  model = _packed(model, pack)
-  apply_fn, params, denoiser_config = _apply(model, args.denoiser, sigma, resize)
-  data = DataRef(
-    name=ds.name,
-    split=args.split,
-    size=len(ds),
-    input_shape=tuple(int(d) for d in ds.input_shape),
-    num_classes=int(ds.num_classes),
-    start=args.start,
-    stop=args.max,
-    skip=args.skip,
-    file_sha256=loading.file_sha256(ds.name),
-  )
-  if not data.indices():
-    raise CliError(
-      f"no input selected: {ds.name} {args.split} has {len(ds)} inputs, "
-      f"--start {args.start} --max {args.max}"
+  if isinstance(model, Loaded):
+    if (dataset, pack, resize, denoiser) != (None, 1, None, None):
+      raise RunError("model: a Loaded model takes no dataset, pack, resize or denoiser", "model")
+    loaded, torch = model, None
+    sigma, sigma_source = _sigma(sigma, sigma_source, loaded.config, loaded.workdir)
+  else:
+    torch = model if isinstance(model, TorchCheckpoint) else None
+    model_dir = None if torch or model is None else str(model)
+    loaded, sigma, sigma_source = _open(
+      model_dir, torch, dataset, split, data_dir, sigma, sigma_source, pack, resize, denoiser
     )
-  torch = args.torch_checkpoint is not None
+  data = _data_ref(loaded.dataset, split, rows)
+  if command == "certify":
+    known = {o.name: o.default for o in methods.get(method).options}
+    other = sorted(set(options or {}) - set(known))
+    if other:
+      raise RunError(f"options: method {method} has no option {other[0]!r}", "options")
+    options = known | dict(options or {})
   ref = ModelRef(
-    fingerprint=runner.fingerprint(params),
-    architecture=architecture_of(config, torch=torch),
+    fingerprint=runner.fingerprint(loaded.params),
+    architecture=architecture_of(loaded.config, torch=torch is not None),
     source="torch_checkpoint" if torch else "model_dir",
-    path=args.torch_checkpoint if torch else args.model_dir,
-    torch_arch=args.torch_arch if torch else None,
-    normalize=args.normalize if torch else None,
-    denoiser=args.denoiser,
-    denoiser_config=denoiser_config,
-    resize=resize,
-    config=model_config_digest(config),
+    path=path or (torch.path if torch else loaded.workdir),
+    torch_arch=torch.arch if torch else None,
+    normalize=torch.normalize if torch else None,
+    denoiser=denoiser,
+    denoiser_config=loaded.denoiser_config,
+    resize=resize and "x".join(map(str, parse_size(resize))),
+    config=model_config_digest(loaded.config),
   )
-  command = getattr(args, "command", "certify")
-  method_name = getattr(args, "method", "cohen") if command == "certify" else "cohen"
-  method = methods.get(method_name)
-  options = {o.name: getattr(args, o.name) for o in method.options} if command == "certify" else {}
-  flags.refuse_other_options(args, method)
-  s = _flag_sampling(args)
   run = RunSpec(
     model=ref,
     data=data,
     sigma=float(sigma),
     sigma_source=sigma_source,
-    # --pack changes the arithmetic, as the precision does; named only when on, so the
+    # pack changes the arithmetic, as the precision does; named only when on, so the
     # records of unpacked runs (and of older rsjax) read the same.
-    sampling={**record.sampling_fields(s), **({"pack": pack} if pack != 1 else {})},
-    method=method_name,
-    options=options,
-    multiclass=bool(getattr(args, "multiclass", False)),
-    seed=args.seed,
+    sampling={**record.sampling_fields(sampling), **({"pack": pack} if pack != 1 else {})},
+    method=method if command == "certify" else "cohen",
+    options=options if command == "certify" else {},
+    multiclass=multiclass,
+    seed=seed,
+    key_fold_in=tuple(key_fold_in),
     command=command,
     versions=record.versions(),
-    out=args.outfile,
+    out=out,
   )
-  return run, Loaded(model, config, ds, apply_fn, params, args.model_dir, denoiser_config)
+  return run, loaded
 
 
-def _flag_sigma(args: argparse.Namespace, config: dict) -> tuple[float, str]:
-  """``(sigma, source)``: ``--sigma`` (``"flag"``), else the model's training sigma
-  (``"model"``), which must be > 0."""
-  if args.sigma is not None:
-    return args.sigma, "flag"
+def _data_ref(ds, split: str, rows: DataRange):
+  """The ``DataRef`` of ``rows`` of the dataset ``ds`` (:func:`prepare`)."""
+  from rsjax.records.spec import DataRef
+
+  data = DataRef(
+    name=ds.name,
+    split=getattr(ds, "split", split),
+    size=len(ds),
+    input_shape=tuple(int(d) for d in ds.input_shape),
+    num_classes=int(ds.num_classes),
+    start=rows.start,
+    stop=rows.stop,
+    skip=rows.skip,
+    file_sha256=loading.file_sha256(ds.name),
+  )
+  if not data.indices():
+    raise RunError(
+      f"rows select no input: {ds.name} {data.split} has {len(ds)} inputs, "
+      f"start={rows.start} stop={rows.stop}",
+      "rows",
+    )
+  return data
+
+
+def _open(model_dir, torch, dataset, split, data_dir, sigma, sigma_source, pack, resize, denoiser):
+  """``(loaded, sigma, sigma_source)`` of a model directory or checkpoint, as a run certifies
+  it (:func:`prepare`, :func:`load`)."""
+  net, config, ds = _load_model(model_dir, torch, dataset, split, data_dir, resize)
+  sigma, sigma_source = _sigma(sigma, sigma_source, config, model_dir or torch.path)
+  net = _packed(net, pack)
+  apply_fn, params, denoiser_config = _apply(net, denoiser, sigma, resize)
+  return Loaded(net, config, ds, apply_fn, params, model_dir, denoiser_config), sigma, sigma_source
+
+
+def _sigma(sigma, source: str, config: dict, where) -> tuple[float, str]:
+  """``(sigma, source)``: as given, else the model's training sigma (``"model"``), > 0."""
+  if sigma is not None:
+    return sigma, source
   if "sigma" not in config:
-    raise CliError("--sigma is required (the model does not record its training sigma)")
+    raise RunError("sigma is required (the model does not record its training sigma)", "sigma")
   sigma = float(config["sigma"])
   if not sigma > 0:
-    raise CliError(
-      f"the model in {args.model_dir or args.torch_checkpoint!r} was trained "
-      f"without noise (sigma {sigma:g}): pass the certification noise level with --sigma"
+    raise RunError(
+      f"sigma is required: the model in {where!r} was trained without noise "
+      f"(sigma {sigma:g}); give the certification noise level",
+      "sigma",
     )
   return sigma, "model"
 
@@ -263,32 +336,6 @@ def architecture_of(config: dict, *, torch: bool) -> str | None:
   """The architecture a run names for a model of this configuration (a PyTorch
   checkpoint's ``torch_arch``, else the configuration's ``model``)."""
   return config.get("torch_arch" if torch else "model") or config.get("model")
-
-
-def batch_of(args: argparse.Namespace) -> int | str | None:
-  """The ``--batch`` of a certify or predict command: as given, else ``"auto"`` with a
-  denoiser (its memory per sample is unknown: measured), else None (not told: a timed
-  probe's where it pays, ``rsjax.app.launch.execute.batch_choice``)."""
-  batch = getattr(args, "batch", None)
-  if batch is None:
-    return "auto" if getattr(args, "denoiser", None) else None
-  return batch
-
-
-def _flag_sampling(args):
-  from rsjax import Sampling
-
-  try:
-    return Sampling(
-      n0=getattr(args, "N0", 100),
-      n=args.N,
-      alpha=args.alpha,
-      batch_size=batch_of(args),
-      noise=args.noise,
-      precision=args.precision,
-    )
-  except ValueError as e:
-    raise CliError(str(e)) from None
 
 
 def load(
@@ -303,21 +350,12 @@ def load(
   ``torch_checkpoint`` (with the run's ``--torch-arch`` / ``--normalize``, packed as the run
   was: :func:`pack_of`), the denoiser
   from ``denoiser`` (default: the recorded directory), the run's dataset split."""
-  model, config, ds = _load_model(
-    model_dir=model_dir,
-    torch_checkpoint=torch_checkpoint,
-    torch_arch=run.model.torch_arch,
-    normalize=run.model.normalize,
-    data_dir=data_dir,
-    dataset=run.data.name,
-    resize=run.model.resize,
-    split=run.data.split,
-  )  # a run's dataset name is never empty (RunSpec refuses it)
-  if run.model.denoiser is not None and denoiser is None:
-    denoiser = run.model.denoiser
-  model = _packed(model, pack_of(run))
-  apply_fn, params, denoiser_config = _apply(model, denoiser, run.sigma, run.model.resize)
-  return Loaded(model, config, ds, apply_fn, params, model_dir, denoiser_config)
+  ref = run.model
+  torch = torch_checkpoint and TorchCheckpoint(torch_checkpoint, ref.torch_arch, ref.normalize)
+  denoiser = denoiser or ref.denoiser
+  data = run.data  # a run's dataset name is never empty (RunSpec refuses it)
+  where = (model_dir, torch or None, data.name, data.split, data_dir)
+  return _open(*where, run.sigma, "", pack_of(run), ref.resize, denoiser)[0]
 
 
 def plan(
@@ -344,4 +382,4 @@ def plan(
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in run.options.items()}
     return methods.get(run.method).plan(ctx, **options)
   except ValueError as e:
-    raise CliError(str(e)) from None
+    raise RunError(str(e), "method") from None

@@ -1,7 +1,8 @@
 """The flags of a certify or predict run, declared once.
 
 ``rsjax certify`` and ``rsjax predict`` parse them and build the run's value
-(``rsjax.records.spec.RunSpec``) from them once (``rsjax.app.launch.run_from_flags``).
+(``rsjax.records.spec.RunSpec``) from them once (:func:`run_from_flags`, a caller of
+``rsjax.app.launch.prepare``).
 The value types and the data and normalization flags serve the other commands
 too.
 """
@@ -12,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from rsjax.app.launch.errors import CliError
+from rsjax.app.cli._args import CliError
 from rsjax.claims import PACKS
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
   "training_options",
   "method_flags",
   "refuse_other_options",
+  "run_from_flags",
+  "batch_of",
 ]
 
 
@@ -324,3 +327,53 @@ def refuse_other_options(args, method, options_of=certify_options) -> None:
           f"--{o.name.replace('_', '-')} works with --method {' or '.join(users)}, "
           f"not {method.name}"
         )
+
+
+def run_from_flags(args: argparse.Namespace):
+  """``(run, loaded)`` of ``rsjax certify`` / ``rsjax predict`` flags: ``rsjax.app.launch.prepare``
+  of their values. ``--sigma`` defaults to the model's training sigma."""
+  from rsjax import Sampling, methods
+  from rsjax.app import launch
+
+  if (args.torch_checkpoint is None) == (args.model_dir is None):
+    raise CliError(
+      "give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or --torch-checkpoint F.pth "
+      "(one of them)"
+    )
+  if args.model_dir is not None and args.normalize is not None:
+    raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its own)")
+  command = getattr(args, "command", "certify")
+  method = methods.get(getattr(args, "method", "cohen") if command == "certify" else "cohen")
+  refuse_other_options(args, method)
+  n0, precision = getattr(args, "N0", 100), args.precision
+  sampling = Sampling(n0=n0, n=args.N, alpha=args.alpha, noise=args.noise, precision=precision)
+  torch = args.torch_checkpoint
+  return launch.prepare(
+    launch.TorchCheckpoint(torch, args.torch_arch, args.normalize) if torch else args.model_dir,
+    sampling=sampling,
+    out=args.outfile,
+    dataset=args.dataset,
+    split=args.split,
+    sigma=args.sigma,
+    sigma_source="flag",
+    method=method.name,
+    options={o.name: getattr(args, o.name) for o in method.options} if command == "certify" else {},
+    rows=launch.DataRange(args.start, args.max, args.skip),
+    seed=args.seed,
+    multiclass=bool(getattr(args, "multiclass", False)),
+    pack=int(getattr(args, "pack", 1)),
+    resize=getattr(args, "resize", None),
+    denoiser=args.denoiser,
+    data_dir=args.data_dir,
+    command=command,
+  )
+
+
+def batch_of(args: argparse.Namespace) -> int | str | None:
+  """The ``--batch`` of a certify or predict command: as given, else ``"auto"`` with a
+  denoiser (its memory per sample is unknown: measured), else None (not told: a timed
+  probe's where it pays, ``rsjax.app.launch.execute.batch_choice``)."""
+  batch = getattr(args, "batch", None)
+  if batch is None:
+    return "auto" if getattr(args, "denoiser", None) else None
+  return batch
