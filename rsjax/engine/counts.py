@@ -350,15 +350,18 @@ def dispatch_counts(
   compute_dtype = precision_lib.compute_dtype(precision)
   num = check_int("num", num)
   num_classes = check_int("num_classes", num_classes)
-  step = choose_batch_size(
-    apply_fn,
-    params,
-    x.shape[1:],
-    num=num,
-    inputs=x.shape[0],
-    batch_size=batch_size,
-    compute_dtype=compute_dtype,
-  ).batch
+  if batch_size is None or isinstance(batch_size, str):  # not told, or a rule: choose
+    step = choose_batch_size(
+      apply_fn,
+      params,
+      x.shape[1:],
+      num=num,
+      inputs=x.shape[0],
+      batch_size=batch_size,
+      compute_dtype=compute_dtype,
+    ).batch
+  else:
+    step = check_int("batch_size", batch_size)
   noise = noise_lib.get_noise(noise).bind(x, sig)
   ndev = num_local_devices(devices)
   plan = make_chunk_plan(x.shape[0], num, step, ndev)
