@@ -21,7 +21,7 @@ from rsjax.claims._anytime import anytime_stop_issues as anytime_stop_issues
 from rsjax.claims._anytime import anytime_table_issues as anytime_table_issues
 from rsjax.claims._anytime import thresholds_digest as thresholds_digest
 from rsjax.claims._claims import ALPHA_MAX as ALPHA_MAX
-from rsjax.claims._claims import METHODS as METHODS
+from rsjax.claims._claims import GAUSSIAN as GAUSSIAN
 from rsjax.claims._claims import NOISES as NOISES
 from rsjax.claims._claims import PACKS as PACKS
 from rsjax.claims._claims import PRECISIONS as PRECISIONS

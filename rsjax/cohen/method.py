@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from rsjax.claims import GAUSSIAN
 from rsjax.cohen._check import check_cohen
 from rsjax.cohen._recertify_check import check_recertify
 from rsjax.runs.method import INIT, Method, Option, Training
@@ -49,6 +50,8 @@ METHOD = Method(
     ),
   ),
   check=check_cohen,
+  multiclass=True,
+  budget=True,
   training=Training(
     "rsjax.training.job:train_gaussian",
     "noisy inputs (Gaussian by default; --objective consistency, smoothadv, macer; Sun et "
@@ -98,5 +101,7 @@ RECERTIFY = Method(
     Option("fallback", False, "certify the rows the parent's bound cannot from scratch", bool),
   ),  # fmt: skip
   check=check_recertify,
+  noises=GAUSSIAN,
+  multiclass=True,
   columns=("zeta", "fallback"),
 )

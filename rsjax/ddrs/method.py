@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsjax.claims import GAUSSIAN
 from rsjax.ddrs._check import check_ddrs
 from rsjax.runs.method import Method, Option, Training
 
@@ -26,6 +27,7 @@ METHOD = Method(
     ),
   ),
   check=check_ddrs,
+  noises=GAUSSIAN,
   columns=("sigma", "predict_mc", "radius_mc", "sound"),
   ordered=True,
   training=Training(

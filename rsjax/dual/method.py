@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsjax.claims import GAUSSIAN
 from rsjax.dual._check import check_dual, parse_experts
 from rsjax.runs.method import Method, Option, Training
 
@@ -41,6 +42,7 @@ METHOD = Method(
     Option("dual_estimator_n0", None, "the estimator's selection samples (default --N0)", int),
   ),
   check=check_dual,
+  noises=GAUSSIAN,
   columns=("sigma", "sigma_index", "estimator_radius"),
   training=Training(
     "rsjax.dual.training:train_job",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsjax.claims import GAUSSIAN
 from rsjax.idrs._check import check_idrs
 from rsjax.runs.method import Method, Option
 
@@ -21,5 +22,6 @@ METHOD = Method(
     ),
   ),
   check=check_idrs,
+  noises=GAUSSIAN,
   columns=("sigma",),
 )

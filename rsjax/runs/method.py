@@ -279,6 +279,10 @@ class Method:
       verifies (``rsjax verify`` lists any other column as unverified).
     training: how its base classifier is trained (``rsjax train --method``), or None
       when it certifies classifiers trained otherwise.
+    noises: the ``--noise`` names it certifies (``rsjax.claims.GAUSSIAN``: Gaussian only), or
+      None: every noise.
+    multiclass: it gives the multiclass radius (``--multiclass``, Gaussian noise).
+    budget: it runs budgeted CERTIFY (options ``grid`` and ``budget_rule``).
     timed_batch: the run's batch changes only its speed (the engine's forward batch), so a
       run not told one takes a timed probe's (``rsjax.engine.batch_timing``); False where
       the batch is part of the run (SRS: the number of chains).
@@ -292,6 +296,9 @@ class Method:
   ordered: bool = False
   columns: tuple[str, ...] = ()
   training: Training | None = None
+  noises: tuple[str, ...] | None = None
+  multiclass: bool = False
+  budget: bool = False
   timed_batch: bool = True
 
   def __post_init__(self) -> None:
@@ -309,7 +316,7 @@ class Method:
       ValueError: an unknown option, or settings the method cannot run.
     """
     options = _with_defaults(f"method {self.name!r}", self.options, options)
-    why = claims.refusal(context.claim(self.name, options))
+    why = claims.refusal(context.claim(self.name, options), self)
     if why is not None:
       raise ValueError(why)
     kind: type[MethodCertifier] = _resolve(self.certifier)

@@ -5,6 +5,7 @@ certifies with the two-stage correlation-eliminated bound."""
 
 from __future__ import annotations
 
+from rsjax.claims import GAUSSIAN
 from rsjax.cohen._check import check_cohen
 from rsjax.runs.method import Method, Option
 from rsjax.srs._check import check_srs
@@ -75,6 +76,7 @@ STANDARD_METHOD = Method(
   "rsjax.srs._certify:DEQStandardCertifier",
   _DEQ_OPTIONS,
   check=check_cohen,
+  noises=GAUSSIAN,
   timed_batch=False,
 )
 #: ``--method srs``: serialized randomized smoothing of a DEQ (Gao et al.).
@@ -84,5 +86,6 @@ SRS_METHOD = Method(
   "rsjax.srs._certify:SRSCertifier",
   _DEQ_OPTIONS + _SRS_OPTIONS,
   check=check_srs,
+  noises=GAUSSIAN,
   timed_batch=False,
 )
