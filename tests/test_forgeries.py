@@ -356,7 +356,7 @@ def _claim_record(base, claim):
 
 def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(run40, tmp_path):
   """The one table (``rsjax.claims.refusal``) over every combination of method, noise,
-  multiclass, budget rule, precision and packing: what ``Method.plan`` refuses (certify's
+  multiclass, budget rule, precision and packing: what ``Method.build`` refuses (certify's
   path), ``verify`` refuses with the same line, and it accepts every other claim."""
   import types
 
@@ -394,8 +394,8 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
     )
     ctx = Context(None, None, None, None, None, 0.5, settings, multiclass=claim.multiclass)
     with pytest.raises(ValueError) as e:
-      method.plan(ctx, **(options if claim.budget_rule is not None else {}))
-    # The plan names the noise by its registry name (uniform_l1 is uniform), as its record does.
+      method.build(ctx, **(options if claim.budget_rule is not None else {}))
+    # The certifier names the noise by its registry name (uniform_l1 is uniform), as its record does.
     named = dataclasses.replace(claim, noise=record.noise_name(settings.noise))
     assert str(e.value) == claims.refusal(named, method), claim
   assert refused > 1000  # most combinations are not certificates

@@ -11,7 +11,7 @@ file (``compare``), each difference a :class:`Mismatch`; the budgeted rules'
 stopping decision at a look (``looks_decision``, ``anytime_stop``: the engine's rules
 call them too) and the check that a row which stopped before N meets it there
 (``looks_stop_issues``, ``anytime_stop_issues``); and the one table of legal
-claims (:func:`refusal`), which ``Method.plan`` and ``rsjax verify`` share.
+claims (:func:`refusal`), which ``Method.build`` and ``rsjax verify`` share.
 """
 
 from rsjax.claims._anytime import ANYTIME_RULE as ANYTIME_RULE

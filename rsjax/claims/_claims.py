@@ -8,7 +8,7 @@ radius of Cohen et al.'s Theorem 1 holds for Gaussian noise only; the budgeted
 rules give the binary radius). What each method certifies (its noises, a multiclass
 radius, a budget rule) is part of its value (``rsjax.runs.method.Method``: ``noises``,
 ``multiclass``, ``budget``), so this table names no method. :func:`refusal` says, in one
-line, why a claim is not legal; ``Method.plan`` (certify, audit, the demo) and ``rsjax verify`` both call
+line, why a claim is not legal; ``Method.build`` (certify, audit, the demo) and ``rsjax verify`` both call
 it, so a record that ``certify`` would never write is refused by ``verify`` with
 the same line, whoever wrote it.
 

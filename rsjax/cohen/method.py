@@ -29,7 +29,7 @@ def parse_grid(text: str) -> tuple[float, ...]:
 METHOD = Method(
   "cohen",
   "Cohen et al.'s CERTIFY (Gaussian, Laplace or uniform noise)",
-  "rsjax.cohen._certify:CohenCertifier",
+  "rsjax.cohen._certify:Cohen",
   (
     Option(
       "grid",
@@ -77,7 +77,7 @@ RECERTIFY = Method(
   "recertify",
   "a changed model (the child) from its parent run's certificate and few disagreement "
   "samples: rsjax recertify PARENT.tsv CHILD_MODEL OUT.tsv",
-  "rsjax.cohen._recertify_plan:RecertifyCertifier",
+  "rsjax.cohen._recertify:Recertify",
   (
     Option("parent", None, "the parent run's result file (set by rsjax recertify)", str),
     Option(

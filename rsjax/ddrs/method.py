@@ -13,7 +13,7 @@ __all__ = ["METHOD"]
 METHOD = Method(
   "ddrs",
   "data-dependent sigma optimized per input, then the memory-based certification (DDRS)",
-  "rsjax.ddrs._certifier:DDRSCertifier",
+  "rsjax.ddrs._certify:DDRS",
   (
     Option("ddrs_steps", 100, "sigma ascent steps per input", int),
     Option("ddrs_lr", 1e-4, "sigma ascent step size", float),

@@ -29,7 +29,7 @@ METHOD = Method(
   "dual",
   "dual randomized smoothing: a smoothed sigma estimator (the model; --sigma its noise) "
   "picks one of the experts' sigmas per input, both certified (Sun et al., ICLR 2026)",
-  "rsjax.dual._certifier:DualCertifier",
+  "rsjax.dual._certify:Dual",
   (
     EXPERTS,
     Option(

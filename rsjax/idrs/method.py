@@ -13,7 +13,7 @@ __all__ = ["METHOD"]
 METHOD = Method(
   "idrs",
   "input-dependent sigma(x) with the sound IDRS certificate",
-  "rsjax.idrs._certify:IDRSCertifier",
+  "rsjax.idrs._certify:IDRS",
   (
     Option("idrs_rate", 0.01, "IDRS semi-elasticity r", float),
     Option("idrs_k", 20, "IDRS nearest neighbours k", int, positive=True),

@@ -73,7 +73,7 @@ _SRS_OPTIONS = (
 STANDARD_METHOD = Method(
   "deq-standard",
   "a DEQ model, every sample solved from scratch",
-  "rsjax.srs._certify:DEQStandardCertifier",
+  "rsjax.srs._certify:StandardRS",
   _DEQ_OPTIONS,
   check=check_cohen,
   noises=GAUSSIAN,
@@ -83,7 +83,7 @@ STANDARD_METHOD = Method(
 SRS_METHOD = Method(
   "srs",
   "a DEQ model, serialized randomized smoothing (Gao et al.)",
-  "rsjax.srs._certify:SRSCertifier",
+  "rsjax.srs._certify:SRS",
   _DEQ_OPTIONS + _SRS_OPTIONS,
   check=check_srs,
   noises=GAUSSIAN,

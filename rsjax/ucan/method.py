@@ -14,7 +14,7 @@ __all__ = ["METHOD"]
 METHOD = Method(
   "ucan",
   "anisotropic (mu, sigma) noise, UCAN's certified region (pattern-wise or dataset-wise sigma)",
-  "rsjax.ucan._certify:UCANCertifier",
+  "rsjax.ucan._certify:UCAN",
   (
     Option(
       "ucan_sigma",

@@ -106,10 +106,10 @@ def run(
     indices = np.asarray(spec.indices(), np.int64)
     mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
     choice = batch_choice(spec, loaded, batch_size, rows=len(mine))
-    plan = spec_lib.plan(spec, loaded, batch_size=choice.batch, data_dir=data_dir)
+    ctx, certifier = spec_lib.plan(spec, loaded, batch_size=choice.batch, data_dir=data_dir)
     versions = {**spec.versions, "batch": choice.describe()}
-    spec = dataclasses.replace(spec, details=plan.details, versions=versions)
-    if plan.sequential and nproc > 1:
+    spec = dataclasses.replace(spec, details=certifier.details(ctx), versions=versions)
+    if certifier.sequential and nproc > 1:
       raise CliError(f"--method {spec.method} certifies inputs one after another in one process")
     parts = [
       distributed.process_path(out, process_index=p, process_count=nproc) for p in range(nproc)
@@ -117,7 +117,8 @@ def run(
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     try:
       wrote = runner.certify_dataset(
-        plan,
+        ctx,
+        certifier,
         loaded.dataset.get_batch,
         mine,
         out if nproc == 1 else parts[pid],
@@ -147,7 +148,7 @@ def run(
     process=(pid, nproc),
     seconds=seconds,
     compile_seconds=compiling[0],
-    describe=plan.describe,
+    describe=certifier.describe(ctx),
     guarantee=wrote.guarantee,
   )
 
