@@ -231,6 +231,17 @@ class Training:
 class Method:
   """A certify method as one value (an entry of ``rsjax.methods.METHODS``).
 
+  The protocol, in three parts. What a run may claim is data here (``noises``,
+  ``multiclass``, ``budget``), read alike by certify, verify and audit through
+  ``rsjax.claims.refusal``. Its certifier (``certifier``) is one value: the class
+  ``rsjax.certify(..., certifier=...)`` takes, built for a run by :meth:`build` with
+  ``Certifier.from_options(ctx, **options)`` and run by
+  ``rsjax.runs.runner.certify_dataset(ctx, certifier, ...)``, each chunk
+  ``certifier.certify(Batch(...))`` with the run's key, ``classifier(ctx)``,
+  ``sigma_of(ctx)`` and settings; its ``columns``, ``sequential``, ``describe(ctx)``,
+  ``details(ctx)`` and ``restore`` say the rest (:class:`Certifier`). Its ``check``
+  derives each row again for ``rsjax verify``, without JAX.
+
   Attributes:
     name: the ``--method`` name.
     summary: one line for ``--help``.

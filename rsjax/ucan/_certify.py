@@ -112,7 +112,7 @@ class UCAN(Certifier):
   multiclass: bool = False
   allow_unsound: bool = False
   noise: FrozenNoise | None = dataclasses.field(default=None, compare=False)
-  pattern: dict | None = None
+  pattern: dict | None = dataclasses.field(default=None, compare=False)
 
   columns: ClassVar[tuple[str, ...]] = AnisotropicCertificate.columns
 
