@@ -129,7 +129,10 @@ def test_errors_name_their_file_and_hide_internals(model_dir, tmp_path, capsys):
       "--multiclass (Cohen et al.'s multiclass L2 radius) "
       "works with Gaussian noise only, not --noise laplace",
     ),
-    (["--method", "idrs", "--multiclass"], "--multiclass works with --method cohen or ucan"),
+    (
+      ["--method", "idrs", "--multiclass"],
+      "--method idrs gives the binary radius only, not --multiclass",
+    ),
   ],
 )
 def test_bad_combinations_are_refused_before_anything_is_written(

@@ -356,7 +356,7 @@ def _claim_record(base, claim):
 
 def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(run40, tmp_path):
   """The one table (``rsjax.claims.refusal``) over every combination of method, noise,
-  multiclass, budget rule, precision and packing: what ``Method.plan`` refuses (certify's
+  multiclass, budget rule, precision and packing: what ``Method.build`` refuses (certify's
   path), ``verify`` refuses with the same line, and it accepts every other claim."""
   import types
 
@@ -364,14 +364,13 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
   from rsjax.engine import precision
   from rsjax.runs.method import Context
 
-  assert claims.METHODS == tuple(m.name for m in methods.METHODS)
   assert claims.PRECISIONS == precision.PRECISIONS
   assert claims.NOISES == tuple(noise.NOISES)
   f = copy_run(run40, tmp_path / "c.tsv")
   base = json.loads((tmp_path / "c.tsv.run.json").read_text())
   refused = 0
-  for claim in claims.every_claim():
-    why = claims.refusal(claim)
+  for claim in claims.every_claim(m.name for m in methods.METHODS):
+    why = claims.refusal(claim, methods.get(claim.method))
     (tmp_path / "c.tsv.run.json").write_text(json.dumps(_claim_record(base, claim)))
     try:
       verify.verify(f)
@@ -386,7 +385,7 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
     method = methods.get(claim.method)
     options = {"grid": (0.0, 0.25), "budget_rule": claim.budget_rule}
     if claim.budget_rule is not None and "grid" not in method.defaults():
-      continue  # certify refuses --grid of another method before any plan (same line)
+      continue  # certify refuses --grid of another method before any plan (its option line)
     settings = types.SimpleNamespace(
       noise=noise.get_noise(claim.noise),
       precision=claim.precision,
@@ -395,10 +394,10 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
     )
     ctx = Context(None, None, None, None, None, 0.5, settings, multiclass=claim.multiclass)
     with pytest.raises(ValueError) as e:
-      method.plan(ctx, **(options if claim.budget_rule is not None else {}))
-    # The plan names the noise by its registry name (uniform_l1 is uniform), as its record does.
+      method.build(ctx, **(options if claim.budget_rule is not None else {}))
+    # The certifier names the noise by its registry name (uniform_l1 is uniform), as its record does.
     named = dataclasses.replace(claim, noise=record.noise_name(settings.noise))
-    assert str(e.value) == claims.refusal(named), claim
+    assert str(e.value) == claims.refusal(named, method), claim
   assert refused > 1000  # most combinations are not certificates
 
 
@@ -417,7 +416,7 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
   ],
 )
 def test_certify_refuses_with_the_tables_line(model, tmp_path, capsys, flags):
-  from rsjax import claims
+  from rsjax import claims, methods
 
   args = dict(zip(flags[::2], flags[1::2], strict=False))
   grid = "--grid" in flags
@@ -428,8 +427,10 @@ def test_certify_refuses_with_the_tables_line(model, tmp_path, capsys, flags):
     budget_rule="looks" if grid else None,
     alpha=float(args.get("--alpha", 0.001)),
   )
-  why = claims.refusal(claim)
+  why = claims.refusal(claim, methods.get(claim.method))
   assert why is not None
+  if grid and claim.method != "cohen":  # the command refuses another method's option first
+    why = f"--grid works with --method cohen, not {claim.method}"
   assert run_cli("certify", model, tmp_path / "x.tsv", "--N", "100", "--quiet", *flags) == 2
   assert why in capsys.readouterr().err
 

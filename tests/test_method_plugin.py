@@ -62,7 +62,8 @@ def train_toy(job, *, toy_note):
 '''
 
 TOY_CERTIFY = '''
-"""The JAX half of toy-capped: its certifier (an rsjax.runs.method.MethodCertifier)."""
+"""The JAX half of toy-capped: its certifier (an rsjax.methods.Certifier), the value
+rsjax.certify(certifier=...) takes too."""
 
 import dataclasses
 from typing import ClassVar
@@ -70,7 +71,7 @@ from typing import ClassVar
 import numpy as np
 
 import rsjax
-from rsjax.runs.method import Context, MethodCertifier
+from rsjax.methods import Certifier
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,18 +84,19 @@ class CappedCertificate(rsjax.Certificate):
 
 
 @dataclasses.dataclass(frozen=True)
-class Capped(MethodCertifier):
-  ctx: Context
-  cap: float
-  columns: tuple[str, ...] = CappedCertificate.columns
-  describe: str = ""
+class Capped(Certifier):
+  cap: float = 1.0
+  columns: ClassVar[tuple[str, ...]] = CappedCertificate.columns
 
   @classmethod
   def from_options(cls, ctx, *, toy_cap):
-    return cls(ctx, toy_cap, describe=f"Cohen's CERTIFY, radius capped at {toy_cap}")
+    return cls(toy_cap)
 
-  def certify(self, x, ids):
-    c = rsjax.cohen.certify_chunk(self.ctx, rsjax.Cohen(), x, ids, sigma=self.ctx.sigma)
+  def describe(self, ctx):
+    return f"Cohen's CERTIFY, radius capped at {self.cap}"
+
+  def certify(self, batch):
+    c = rsjax.Cohen().certify(batch)
     fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
     return CappedCertificate(**{**fields, "radius": np.minimum(c.radius, self.cap)},
                              uncapped=c.radius)

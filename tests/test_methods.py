@@ -10,6 +10,7 @@ import pytest
 import rsjax
 from rsjax import methods
 from rsjax.app import cli
+from rsjax.runs import runner
 from rsjax.runs.method import Context
 
 
@@ -38,29 +39,29 @@ def _x():
 
 def test_cohen_entry_is_rsjax_certify():
   ctx = _context()
-  plan = methods.get("cohen").plan(ctx)
+  certifier = methods.get("cohen").build(ctx)
   ids = np.array([4, 9, 2, 7])
-  got = plan.certify(_x(), ids)
+  got = runner.certify_inputs(ctx, certifier, _x(), ids)
   want = rsjax.certify(
     ctx.key, _linear, ctx.params, _x(), sigma=0.5, num_classes=2, ids=ids, settings=ctx.settings
   )
   np.testing.assert_array_equal(got.counts, want.counts)
   np.testing.assert_array_equal(got.radius, want.radius)
-  assert plan.columns == () and plan.restore is None
+  assert certifier == rsjax.Cohen() and certifier.columns == () and not certifier.sequential
 
 
-def test_plan_fills_defaults_and_rejects_unknown_options():
+def test_build_fills_defaults_and_rejects_unknown_options():
   with pytest.raises(ValueError, match="no option"):
-    methods.get("ucan").plan(_context(), ucan_patern="l1")
+    methods.get("ucan").build(_context(), ucan_patern="l1")
   assert methods.get("ucan").defaults()["ucan_pattern"] == "l2"
 
 
 def test_ddrs_memory_keeps_balls_of_other_classes_apart_and_replays():
   ctx = _context()
   x, ids = _x(), np.arange(4)
-  plan = methods.get("ddrs").plan(ctx, ddrs_steps=5, ddrs_lr=0.01)
-  cert = plan.certify(x, ids)
-  assert plan.sequential and cert.memory_used
+  ddrs = methods.get("ddrs").build(ctx, ddrs_steps=5, ddrs_lr=0.01)
+  cert = runner.certify_inputs(ctx, ddrs, x, ids)
+  assert ddrs.sequential and cert.memory_used
   flat = x.astype(np.float64)
   for i in range(4):
     for j in range(i):
@@ -71,15 +72,15 @@ def test_ddrs_memory_keeps_balls_of_other_classes_apart_and_replays():
         assert np.linalg.norm(flat[i] - flat[j]) >= cert.radius[i] + cert.radius[j]
   rows = [cert.row_fields(j) for j in range(4)]
   assert all(r["sound"] == 1 for r in rows)
-  # A fresh plan replays the rows written into its memory; other rows are refused.
-  again = methods.get("ddrs").plan(ctx, ddrs_steps=5, ddrs_lr=0.01)
+  # A fresh certifier replays the rows written into its memory; other rows are refused.
+  again = methods.get("ddrs").build(ctx, ddrs_steps=5, ddrs_lr=0.01)
   again.restore(x, cert.prediction, cert.radius)
-  bad = methods.get("ddrs").plan(ctx, ddrs_steps=5, ddrs_lr=0.01)
+  bad = methods.get("ddrs").build(ctx, ddrs_steps=5, ddrs_lr=0.01)
   bad.restore(x[:1], np.array([0]), np.array([5.0]))
   with pytest.raises(ValueError, match="replay"):
     bad.restore(x[1:2], np.array([1]), np.array([1.0]))
-  off = methods.get("ddrs").plan(ctx, ddrs_steps=5, ddrs_lr=0.01, ddrs_memory="off")
-  cert_off = off.certify(x, ids)
+  off = methods.get("ddrs").build(ctx, ddrs_steps=5, ddrs_lr=0.01, ddrs_memory="off")
+  cert_off = runner.certify_inputs(ctx, off, x, ids)
   assert "NOT A CERTIFICATE" in cert_off.guarantee
   assert all(cert_off.row_fields(j)["sound"] == 0 for j in range(4))
   np.testing.assert_array_equal(cert_off.radius, cert.radius_mc)

@@ -24,7 +24,7 @@ from rsjax.app import launch
 from rsjax.ddrs import _objective, _sigma
 from rsjax.engine import precision as precision_lib
 from rsjax.records import spec as runspec
-from rsjax.runs import record
+from rsjax.runs import record, runner
 from rsjax.runs.method import Context
 
 PRECISIONS = [None, "float32", "tf32", "bfloat16"]
@@ -137,7 +137,8 @@ def test_ddrs_runs_pass_their_precision_to_the_ascent(tmp_path, precision, matmu
     sigma=0.5,
     settings=rsjax.Sampling(precision=precision, **SMALL),
   )
-  methods.get("ddrs").plan(ctx, ddrs_steps=2, ddrs_lr=0.01).certify(X, np.arange(4))
+  ddrs = methods.get("ddrs").build(ctx, ddrs_steps=2, ddrs_lr=0.01)
+  runner.certify_inputs(ctx, ddrs, X, np.arange(4))
   n_plan = len(seen)
   apply_fn, seen2 = _matmul_seen()
   ds = data.ArrayDataset(X, np.zeros(4, np.int64), name="toy", split="test", num_classes=2)

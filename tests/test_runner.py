@@ -1,12 +1,14 @@
 """Resumable dataset runs: rows written as they are done, resumed without loss."""
 
+import types
+
 import numpy as np
 import pytest
 
 import rsjax
 from rsjax.records import io
 from rsjax.runs import runner
-from rsjax.runs.method import Plan
+from rsjax.runs.method import Certifier
 
 
 def axis_apply(params, x):
@@ -49,6 +51,21 @@ def make_fn(calls=None, fail_after=None):
   return fn
 
 
+class Fn(Certifier):
+  """A run's certifier of any ``fn(x, ids) -> Certificate`` (the runner gives the chunk)."""
+
+  def __init__(self, fn):
+    self.fn = fn
+
+  def certify(self, batch):
+    return self.fn(batch.x, batch.ids)
+
+
+#: What the runner reads of the run's context for ``Fn`` (``fn`` holds the rest).
+CTX = types.SimpleNamespace(key=None, apply_fn=None, params=None, sigma=None, settings=None,
+                            dataset=types.SimpleNamespace(num_classes=2))  # fmt: skip
+
+
 def rows(path):
   r = io.read_certify(path)
   return list(
@@ -89,12 +106,14 @@ def test_interrupted_run_resumes_without_duplicates(tmp_path, problem):
 
   idx = np.arange(0, len(x), 2)
   full = tmp_path / "full.tsv"
-  runner.certify_dataset(Plan(make_fn()), get_batch, idx, full, inputs_per_call=3, progress=False)
+  runner.certify_dataset(
+    CTX, Fn(make_fn()), get_batch, idx, full, inputs_per_call=3, progress=False
+  )
   part = tmp_path / "part.tsv"
   calls = []
   with pytest.raises(KeyboardInterrupt):
     runner.certify_dataset(
-      Plan(make_fn(calls, fail_after=2)), get_batch, idx, part, inputs_per_call=3, progress=False
+      CTX, Fn(make_fn(calls, fail_after=2)), get_batch, idx, part, inputs_per_call=3, progress=False
     )
   assert len(rows(part)) == 6  # two calls of 3 rows made it to disk
   # Simulate a kill in the middle of writing a row.
@@ -102,7 +121,7 @@ def test_interrupted_run_resumes_without_duplicates(tmp_path, problem):
     f.write("99\t1\t1\t0.3")
   calls2 = []
   wrote = runner.certify_dataset(
-    Plan(make_fn(calls2)), get_batch, idx, part, inputs_per_call=3, progress=False
+    CTX, Fn(make_fn(calls2)), get_batch, idx, part, inputs_per_call=3, progress=False
   )
   assert wrote == len(idx) - 6
   assert sorted(sum(calls2, [])) == sorted(set(idx.tolist()) - set(sum(calls[:2], [])))
@@ -119,7 +138,7 @@ def test_rows_are_on_disk_before_the_run_ends(tmp_path, problem):
     return make_fn()(x_, ids)
 
   runner.certify_dataset(
-    Plan(fn), lambda i: (x[i], y[i]), np.arange(6), path, inputs_per_call=2, progress=False
+    CTX, Fn(fn), lambda i: (x[i], y[i]), np.arange(6), path, inputs_per_call=2, progress=False
   )
   assert seen == [0, 2, 4]
 

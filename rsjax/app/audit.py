@@ -14,7 +14,7 @@ counts are the model's. An audit, given the model, checks that they are:
    (``rsjax.records.canonical.model_config_digest``: architecture, classes, input shape,
    ``model_kwargs`` such as a normalization).
 3. **The method.** The method's run-wide facts rebuilt from the run's settings
-   and model (``rsjax.runs.method.Plan.details``: UCAN's scales, a budgeted run's
+   and model (``rsjax.runs.method.Certifier.details``: UCAN's scales, a budgeted run's
    schedule, IDRS's design, SRS's checks) equal the recorded ones.
 4. **Drawn rows.** ``rows`` of the run's declared indices are drawn with a
    fresh random seed (printed, so the audit can be repeated with ``seed=``; a
@@ -353,18 +353,19 @@ def _drawn_checks(
   try:
     if run.method == "srs":  # the number of chains (the batch) changes an SRS run's counts
       batch_size = json_int((run.details or {}).get("chains"), "method.details.chains", 1, 2**31)
-    plan = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
+    ctx, certifier = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
+    details = certifier.details(ctx)
   except Exception as e:  # noqa: BLE001 -- any record the model cannot rebuild: failed
     why = str(e) if isinstance(e, launch.RunError) else f"{type(e).__name__}: {e}"
     return [Check("method", False, f"the run cannot be rebuilt from its record: {why}")]
-  method = _method_check(run, plan.details)
+  method = _method_check(run, details)
   if not method.ok:
     return [method]
-  return [method, _redraw(run, plan, chosen, x, recs)]
+  return [method, _redraw(run, ctx, certifier, chosen, x, recs)]
 
 
 def _method_check(run: RunSpec, details) -> Check:
-  """Whether a plan's run-wide facts (``details``) are the ones the run records."""
+  """Whether a certifier's run-wide facts (``details``) are the ones the run records."""
   rebuilt = _as_recorded(run, details)
   same = _same_tree(rebuilt, run.details)
   return Check(
@@ -397,16 +398,16 @@ def _same_tree(a, b, rtol: float = 1e-9) -> bool:
   return a == b and type(a) is type(b)
 
 
-def _redraw(run, plan, chosen, x, recs) -> Check:
+def _redraw(run, ctx, certifier, chosen, x, recs) -> Check:
   """Draws the counts of the chosen rows again from the run's record and compares them."""
   from rsjax.runs import runner
 
   n = int(run.sampling["n"])
-  per_call = plan.inputs_per_call or runner.default_inputs_per_call(n)
+  per_call = certifier.inputs_per_call or runner.default_inputs_per_call(n)
   differ = []
   for s in range(0, len(chosen), per_call):
     ids = chosen[s : s + per_call]
-    c = plan.certify(x[s : s + per_call], ids)
+    c = runner.certify_inputs(ctx, certifier, x[s : s + per_call], ids)
     for j, i in enumerate(ids):
       own = c.record_fields(j)
       # As the record holds them (JSON values), to compare like with like.

@@ -11,7 +11,7 @@ file (``compare``), each difference a :class:`Mismatch`; the budgeted rules'
 stopping decision at a look (``looks_decision``, ``anytime_stop``: the engine's rules
 call them too) and the check that a row which stopped before N meets it there
 (``looks_stop_issues``, ``anytime_stop_issues``); and the one table of legal
-claims (:func:`refusal`), which ``Method.plan`` and ``rsjax verify`` share.
+claims (:func:`refusal`), which ``Method.build`` and ``rsjax verify`` share.
 """
 
 from rsjax.claims._anytime import ANYTIME_RULE as ANYTIME_RULE
@@ -21,7 +21,7 @@ from rsjax.claims._anytime import anytime_stop_issues as anytime_stop_issues
 from rsjax.claims._anytime import anytime_table_issues as anytime_table_issues
 from rsjax.claims._anytime import thresholds_digest as thresholds_digest
 from rsjax.claims._claims import ALPHA_MAX as ALPHA_MAX
-from rsjax.claims._claims import METHODS as METHODS
+from rsjax.claims._claims import GAUSSIAN as GAUSSIAN
 from rsjax.claims._claims import NOISES as NOISES
 from rsjax.claims._claims import PACKS as PACKS
 from rsjax.claims._claims import PRECISIONS as PRECISIONS

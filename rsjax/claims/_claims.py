@@ -5,9 +5,10 @@ the noise (its family and the norm of the radius), the multiclass radius, the
 budget rule of a budgeted run, the compute precision and the narrow-stage
 packing. Some combinations have no sound certificate in rsjax (the multiclass
 radius of Cohen et al.'s Theorem 1 holds for Gaussian noise only; the budgeted
-rules give the binary radius; the per-input sigma of IDRS, DDRS and the DEQ
-methods is Gaussian). :func:`refusal` says, in one line, why a claim is not
-legal; ``Method.plan`` (certify, audit, the demo) and ``rsjax verify`` both call
+rules give the binary radius). What each method certifies (its noises, a multiclass
+radius, a budget rule) is part of its value (``rsjax.runs.method.Method``: ``noises``,
+``multiclass``, ``budget``), so this table names no method. :func:`refusal` says, in one
+line, why a claim is not legal; ``Method.build`` (certify, audit, the demo) and ``rsjax verify`` both call
 it, so a record that ``certify`` would never write is refused by ``verify`` with
 the same line, whoever wrote it.
 
@@ -19,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 from rsjax.records.spec import NOISE_NORMS
 from rsjax.stats import ALPHA_MAX, alpha_refusal
@@ -28,7 +29,7 @@ from rsjax.stats import ALPHA_MAX, alpha_refusal
 __all__ = [
   "ALPHA_MAX",
   "BUDGET_RULES",
-  "METHODS",
+  "GAUSSIAN",
   "NOISES",
   "PACKS",
   "PRECISIONS",
@@ -39,9 +40,6 @@ __all__ = [
 ]
 
 
-#: The built-in methods (``rsjax.methods.METHODS``; a test checks they agree). A method
-#: plugged in from outside meets the rules of every method (noise, multiclass, budget, alpha).
-METHODS = ("cohen", "recertify", "idrs", "ucan", "ddrs", "deq-standard", "srs", "dual")
 #: The noises, by their ``--noise`` names (``rsjax.records.spec.NOISE_NORMS``).
 NOISES = tuple(NOISE_NORMS)
 #: Budget rules: None (fixed N), Cohen's looks with alpha spending, the anytime-valid rule.
@@ -52,13 +50,19 @@ PRECISIONS = ("float32", "tf32", "bfloat16")
 #: Samples packed into a narrow stage's channels (``rsjax.models.pack_narrow_stage``; 1: off).
 PACKS = (1, 2, 4)
 
-#: Noises whose multiclass radius (Cohen et al., Theorem 1, Gaussian L2) rsjax certifies: the
-#: sound 8-bit noise is not one (invalid draws count for no class, so they bound no runner-up).
-_MULTICLASS_NOISES = frozenset({"gaussian", "gaussian_fast"})
-#: Methods certifying a per-input or DEQ sigma with Gaussian noise and the binary radius only.
-_BINARY_GAUSSIAN = frozenset({"idrs", "ddrs", "deq-standard", "srs", "dual"})
-#: Methods with a multiclass radius.
-_MULTICLASS_METHODS = frozenset({"cohen", "ucan", "recertify"})
+#: The Gaussian noises: those of the multiclass radius (Cohen et al., Theorem 1, Gaussian L2),
+#: and the ``noises`` of a method that certifies Gaussian noise only. The sound 8-bit noise is
+#: not one (invalid draws count for no class, so they bound no runner-up).
+GAUSSIAN = ("gaussian", "gaussian_fast")
+
+
+class MethodClaims(Protocol):
+  """What :func:`refusal` reads of a method (``rsjax.runs.method.Method``)."""
+
+  name: str
+  noises: tuple[str, ...] | None  # the noises it certifies; None: every noise
+  multiclass: bool  # it gives the multiclass radius
+  budget: bool  # it runs budgeted CERTIFY (a radius grid and a budget rule)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,15 +111,16 @@ class Claim:
     )
 
 
-def refusal(claim: Claim) -> str | None:
-  """Why ``claim`` is not one rsjax certifies, in one line; None when it is legal.
+def refusal(claim: Claim, method: MethodClaims) -> str | None:
+  """Why ``claim`` (a run of ``method``) is not one rsjax certifies, in one line; None when
+  it is legal.
 
   The rules are tried in the order ``rsjax certify`` meets them (an option of another
   method, alpha, then the method's plan), so both name the same first reason.
   """
-  c = claim
-  if c.budget_rule is not None and c.method != "cohen":
-    return f"--grid works with --method cohen, not {c.method}"
+  c, m = claim, method
+  if c.budget_rule is not None and not m.budget:
+    return f"--method {m.name} has no budgeted CERTIFY (--grid)"
   why = alpha_refusal(c.alpha)
   if why is not None:
     return why
@@ -127,31 +132,25 @@ def refusal(claim: Claim) -> str | None:
     return f"unknown precision {c.precision!r} (known: {', '.join(PRECISIONS)})"
   if c.pack not in PACKS or isinstance(c.pack, bool):
     return f"pack must be one of {list(PACKS)}, got {c.pack!r}"
-  if c.method in _BINARY_GAUSSIAN:
-    if c.multiclass:
-      return f"--multiclass works with --method cohen or ucan, not {c.method}"
-    if c.noise not in _MULTICLASS_NOISES:
-      return f"--method {c.method} certifies with Gaussian noise only, not --noise {c.noise}"
-  if c.method == "recertify" and c.noise not in _MULTICLASS_NOISES:
-    return f"--method recertify bounds Gaussian noise only, not --noise {c.noise}"
-  if c.multiclass and c.noise not in _MULTICLASS_NOISES:
+  if c.multiclass and not m.multiclass:
+    return f"--method {m.name} gives the binary radius only, not --multiclass"
+  if c.multiclass and c.noise not in GAUSSIAN:
     return (
       "--multiclass (Cohen et al.'s multiclass L2 radius) works with Gaussian noise only, "
       f"not --noise {c.noise}"
     )
+  if m.noises is not None and c.noise not in m.noises:
+    only = "Gaussian noise only" if set(m.noises) == set(GAUSSIAN) else ", ".join(m.noises)
+    return f"--method {m.name} certifies with {only}, not --noise {c.noise}"
   if c.budget_rule is not None and c.multiclass:
-    return "--grid (budgeted CERTIFY) works with --method cohen and the binary radius only"
-  if c.method == "ucan" and c.noise == "gaussian_8bit":
-    return (
-      "--method ucan scales the noise per pixel; the sound 8-bit noise has one sigma for "
-      "every pixel (--noise gaussian_8bit works with --method cohen)"
-    )
+    return "--grid (budgeted CERTIFY) works with the binary radius only"
   return None
 
 
-def every_claim() -> Iterator[Claim]:
-  """Every combination of the table's fields (for tests and documentation)."""
+def every_claim(methods: Iterable[str]) -> Iterator[Claim]:
+  """Every combination of the table's fields for the methods named (for tests and
+  documentation)."""
   for method, noise, multiclass, rule, precision, pack in itertools.product(
-    METHODS, NOISES, (False, True), BUDGET_RULES, PRECISIONS, PACKS
+    methods, NOISES, (False, True), BUDGET_RULES, PRECISIONS, PACKS
   ):
     yield Claim(method, noise, multiclass, rule, precision, pack)

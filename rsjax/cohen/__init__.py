@@ -3,8 +3,8 @@
 * ``certify`` / ``predict`` (``rsjax.certify``, ``rsjax.predict``): many
   inputs at once on the engine's counts (``rsjax.engine``), fixed ``n0`` and
   ``n`` or budgeted on a radius grid (``budget=``). A certifier (``Certifier``:
-  ``Cohen`` and each method's) certifies one ``Batch``; ``certify_chunk`` certifies a
-  chunk of a run with one (a ``MethodCertifier``'s ``certify``).
+  ``Cohen`` and each method's) certifies one ``Batch``, the same value whether
+  ``rsjax.certify`` or a run (``rsjax.runs.runner.certify_dataset``) calls it.
 * ``METHOD``: the method value of the registry (``rsjax.methods``); its check
   derives each row's radius again from the counts for ``rsjax verify``.
 
@@ -20,7 +20,6 @@ __getattr__, __dir__, __all__ = _lazy.exports(
     "Certifier": "rsjax.cohen._certify",
     "Cohen": "rsjax.cohen._certify",
     "certify": "rsjax.cohen._certify",
-    "certify_chunk": "rsjax.cohen._certify",
     "certify_with": "rsjax.cohen._certify",
     "predict": "rsjax.cohen._certify",
     "Parent": "rsjax.cohen._recertify",

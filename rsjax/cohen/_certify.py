@@ -4,8 +4,8 @@
 Cohen's CERTIFY is the driver (``rsjax.engine.driver.run_certify``) run on the
 engine's counts with Cohen's certificate rule (``cohen_rule``), under the
 sampling rule its caller picks: fixed ``n0`` and ``n`` by default, budgeted
-CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``. ``--method cohen`` plans its
-runs with :class:`CohenCertifier`.
+CERTIFY's ``rsjax.engine.budget.Budget`` with ``budget=``. ``--method cohen`` runs with
+:class:`Cohen` too.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,15 +25,13 @@ from rsjax.engine.cohen_rule import cohen_rule
 from rsjax.engine.counts import prepare_inputs, refuse_traced
 from rsjax.engine.driver import (
   ABSTAIN,
+  Batch,
   Certificate,
-  RuleFn,
   Sampling,
-  SamplingRule,
   engine_counts,
-  run_certify,
 )
 from rsjax.noise import lattice
-from rsjax.runs.method import Context, RunCertifier
+from rsjax.runs.method import Certifier, Context
 from rsjax.util import as_key
 
 if TYPE_CHECKING:
@@ -44,88 +42,17 @@ __all__ = [
   "Batch",
   "Certifier",
   "Cohen",
-  "CohenCertifier",
   "certify",
-  "certify_chunk",
   "certify_with",
   "predict",
 ]
 
 
 @dataclasses.dataclass(frozen=True)
-class Batch:
-  """What a certifier certifies: the inputs, the classifier, the noise and the settings of one
-  :func:`certify` call (``certifier.certify(batch)``).
-
-  Attributes:
-    key: ``jax.random.key`` or int seed (not consumed: the noise of an input derives
-      from it and the input's ``ids``).
-    apply_fn: ``apply_fn(params, x) -> logits`` (a DEQ model for the DEQ certifiers).
-    params: pytree for ``apply_fn`` (None for a DEQ model).
-    x: ``[B, *input_shape]`` inputs.
-    sigma: the noise scale: float, ``[B]`` or ``[B, *input_shape]``; each certifier says
-      what else it takes (a sigma source for ``UCAN``, None for ``IDRS``).
-    num_classes: number of classes C.
-    settings: the :class:`Sampling` (``n0``, ``n``, ``alpha``, ``batch_size``, ``noise``, ...).
-    ids: ``[B]`` dataset indices (reproducible noise per input), or None.
-  """
-
-  key: jax.Array | int
-  apply_fn: Callable
-  params: Any
-  x: ArrayLike
-  sigma: Any
-  num_classes: int
-  settings: Sampling
-  ids: ArrayLike | None = None
-
-  def replace(self, **fields: Any) -> Batch:
-    """This batch with ``fields`` replaced (e.g. the inputs a certifier prepared)."""
-    return dataclasses.replace(self, **fields)
-
-  def run_engine(
-    self,
-    x_np: np.ndarray,
-    sig: np.ndarray,
-    ids_arr: np.ndarray,
-    rule: RuleFn,
-    sampling_rule: SamplingRule | None = None,
-  ) -> Certificate:
-    """CERTIFY (:func:`run_certify`) with the certificate rule ``rule`` on the engine's
-    counts of this batch's classifier at prepared inputs.
-
-    Args:
-      x_np: ``[B, *input_shape]`` inputs (``prepare_inputs``' arrays, e.g. shifted by mu).
-      sig: the noise scale of each input, ``[B, 1, ...]`` or ``[B, *input_shape]``.
-      ids_arr: ``[B]`` dataset indices.
-      rule: ``rule(selection_counts, estimation_counts) -> Certificate``.
-      sampling_rule: how many samples it draws (default fixed ``n0`` and ``n``; a
-        ``Budget`` for budgeted CERTIFY).
-
-    Returns:
-      The certificate ``rule`` makes of the counts.
-    """
-    counts = engine_counts(
-      self.apply_fn,
-      self.params,
-      x_np,
-      sig,
-      ids_arr,
-      num_classes=self.num_classes,
-      settings=self.settings,
-    )
-    return run_certify(self.key, counts, rule, self.settings, sampling_rule=sampling_rule)
-
-
-class Certifier(Protocol):
-  """A method for :func:`certify`: a value whose ``certify(batch)`` certifies a :class:`Batch`."""
-
-  def certify(self, batch: Batch) -> Certificate: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class Cohen:
-  """Cohen et al.'s certificate: what :func:`certify` does by default (a certifier).
+class Cohen(Certifier):
+  """Cohen et al.'s certificate: what :func:`certify` does by default (a certifier), and
+  ``--method cohen``'s (``rsjax.cohen.METHOD``): fixed, or budgeted on a radius grid
+  (``--grid``, ``--budget-rule``).
 
   Attributes:
     multiclass: the multiclass radius with simultaneous bounds.
@@ -142,6 +69,56 @@ class Cohen:
   def __post_init__(self) -> None:
     if self.budget is not None and self.multiclass:
       raise ValueError("budget= gives the binary radius only, not multiclass=True")
+
+  @classmethod
+  def from_options(
+    cls, ctx: Context, *, grid: tuple[float, ...] | None, budget_rule: str = "looks"
+  ) -> Cohen:
+    if grid is None:
+      return cls(ctx.multiclass)
+    rule = Anytime if budget_rule == "anytime" else Budget
+    return cls(ctx.multiclass, rule(grid=tuple(grid)))
+
+  @property
+  def columns(self) -> tuple[str, ...]:  # type: ignore[override]
+    return Certificate.columns if self.budget is None else BudgetedCertificate.columns
+
+  @property
+  def inputs_per_call(self) -> int | None:  # type: ignore[override]
+    # Budgeted inputs stop independently and share launches: certify 16 per call.
+    return None if self.budget is None else 16
+
+  def describe(self, ctx: Context) -> str:
+    # The claim is legal (Method.build: rsjax.claims.refusal).
+    what = f"Cohen et al.'s CERTIFY, {ctx.settings.noise.name} noise, sigma={ctx.sigma}"
+    if self.budget is None:
+      return what
+    budget = as_budget(self.budget)
+    kind = " (anytime-valid)" if isinstance(budget, Anytime) else ""
+    return f"{what}, budgeted{kind} on the radius grid {[float(r) for r in budget.grid]}"
+
+  def details(self, ctx: Context) -> dict | None:
+    noise = ctx.settings.noise
+    # Sound 8-bit noise: the record names its threshold table (verify computes it again).
+    table = {"noise_table": lattice.table_hash(ctx.sigma)} if noise.lattice else {}
+    if self.budget is None:
+      return table or None
+    # The rule and its schedule (the rule's defaults) are part of the run's record.
+    rule = as_budget(self.budget)
+    if isinstance(rule, Anytime):
+      # The integer thresholds the engine will use, named by their digest (verify derives
+      # them again and compares).
+      s, dim = ctx.settings, math.prod(ctx.dataset.input_shape)
+      t = anytime_decisions(rule, n_max=s.n, alpha=s.alpha, noise=noise, scales=ctx.sigma, dim=dim)
+      schedule = {**rule.record(), "thresholds": thresholds_digest(t.looks, t.c[0].T)}
+    else:
+      schedule = {
+        "first": rule.first,
+        "ratio": rule.ratio,
+        "final_share": rule.final_share,
+        "stop_alpha": rule.stop_alpha,
+      }
+    return {"budget": schedule, **table}
 
   def certify(self, batch: Batch) -> Certificate:
     """Selection and estimation passes on independent keys, Cohen's certificate.
@@ -260,44 +237,6 @@ def certify_with(
   )
 
 
-def certify_chunk(
-  ctx: Context,
-  certifier: Certifier,
-  x: Any,
-  ids: Any,
-  *,
-  sigma: Any,
-  classifier: tuple[Callable, Any] | None = None,
-) -> Certificate:
-  """:func:`certify` of a chunk of a run with ``certifier``: what a ``MethodCertifier``'s
-  ``certify(x, ids)`` calls, with the run's key, classifier, classes and settings.
-
-  Args:
-    ctx: the run's ``rsjax.runs.method.Context``.
-    certifier: the method's certifier (``Cohen``, ``IDRS``, ...).
-    x: ``[b, *input_shape]`` inputs of the chunk.
-    ids: ``[b]`` their dataset indices.
-    sigma: the noise the certifier takes (e.g. ``ctx.sigma``; None for ``IDRS``).
-    classifier: ``(apply_fn, params)`` to certify; default the context's
-      (``(ctx.model, None)`` for the DEQ certifiers).
-
-  Returns:
-    The certifier's ``Certificate`` of the chunk.
-  """
-  apply_fn, params = (ctx.apply_fn, ctx.params) if classifier is None else classifier
-  return certify(
-    ctx.key,
-    apply_fn,
-    params,
-    x,
-    sigma=sigma,
-    ids=ids,
-    num_classes=ctx.dataset.num_classes,
-    settings=ctx.settings,
-    certifier=certifier,
-  )
-
-
 def predict(
   key: jax.Array | int,
   apply_fn: Callable,
@@ -331,52 +270,3 @@ def predict(
   n2 = counts[np.arange(len(top)), order[:, 1]] if counts.shape[1] > 1 else np.zeros_like(n1)
   pval = stats.binomial_test_half(n1, n2)
   return np.where(pval <= s.alpha, top, ABSTAIN).astype(np.int64)
-
-
-@dataclasses.dataclass(frozen=True)
-class CohenCertifier(RunCertifier):
-  """``--method cohen`` (``rsjax.cohen.METHOD``): :func:`certify` of a run's chunks, fixed or
-  budgeted on a radius grid (``--grid``, ``--budget-rule``)."""
-
-  rule: Budget | Anytime | None
-
-  @classmethod
-  def from_options(
-    cls, ctx: Context, *, grid: tuple[float, ...] | None, budget_rule: str = "looks"
-  ) -> CohenCertifier:
-    noise = ctx.settings.noise  # the claim is legal (Method.plan: rsjax.claims.refusal)
-    what = f"Cohen et al.'s CERTIFY, {noise.name} noise, sigma={ctx.sigma}"
-    # Sound 8-bit noise: the record names its threshold table (verify computes it again).
-    table = {"noise_table": lattice.table_hash(ctx.sigma)} if noise.lattice else {}
-    if grid is None:
-      return cls(None, ctx=ctx, columns=Certificate.columns, describe=what, details=table or None)
-    # Budgeted inputs stop independently and share launches: certify 16 per call. The
-    # rule and its schedule (the rule's defaults) are part of the run's record.
-    if budget_rule == "anytime":
-      rule: Budget | Anytime = Anytime(grid=tuple(grid))
-      # The integer thresholds the engine will use, named by their digest (verify derives
-      # them again and compares).
-      s = ctx.settings
-      dim = math.prod(ctx.dataset.input_shape)
-      t = anytime_decisions(rule, n_max=s.n, alpha=s.alpha, noise=noise, scales=ctx.sigma, dim=dim)
-      schedule = {**rule.record(), "thresholds": thresholds_digest(t.looks, t.c[0].T)}
-      kind = " (anytime-valid)"
-    else:
-      rule = b = Budget(grid=tuple(grid))
-      schedule = {
-        "first": b.first,
-        "ratio": b.ratio,
-        "final_share": b.final_share,
-        "stop_alpha": b.stop_alpha,
-      }
-      kind = ""
-    describe = f"{what}, budgeted{kind} on the radius grid {list(grid)}"
-    details = {"budget": schedule, **table}
-    columns = BudgetedCertificate.columns
-    return cls(
-      rule, ctx=ctx, columns=columns, describe=describe, details=details, inputs_per_call=16
-    )
-
-  def certify(self, x: Any, ids: Any) -> Certificate:
-    certifier = Cohen(multiclass=self.ctx.multiclass, budget=self.rule)
-    return certify_chunk(self.ctx, certifier, x, ids, sigma=self.ctx.sigma)

@@ -50,6 +50,7 @@ from rsjax.engine.counts import prepare_inputs, refuse_traced, sample_counts
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling
 from rsjax.engine.step import cast_floating
 from rsjax.noise import Gaussian
+from rsjax.runs.method import Certifier, Context
 from rsjax.util import as_key
 
 if TYPE_CHECKING:
@@ -249,19 +250,51 @@ def _sparse(counts: np.ndarray) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class Recertify:
-  """The certifier of a child (``rsjax.certify(..., certifier=Recertify(parent))``): the
-  ``apply_fn`` and ``params`` it is called with are the child's, ``settings`` the
-  disagreement's (``n`` samples, ``alpha`` = alpha_2, the parent's noise, the child's
-  precision).
+class Recertify(Certifier):
+  """The certifier of a child (``rsjax.certify(..., certifier=Recertify(parent))``, and
+  ``--method recertify``'s): the ``apply_fn`` and ``params`` it is called with are the
+  child's, ``settings`` the disagreement's (``n`` samples, ``alpha`` = alpha_2, the parent's
+  noise, the child's precision).
 
   Attributes:
     parent: the parent's model and certificate (:class:`Parent`).
     fallback: certify the rows the bound cannot from scratch (module docstring).
+    parent_run: the parent's run record (``RunSpec``) where a run names its parent, or None.
+    parent_path: the parent's result file there, or None.
   """
 
   parent: Parent
   fallback: bool = False
+  parent_run: Any = dataclasses.field(default=None, compare=False)
+  parent_path: str | None = None
+
+  columns: ClassVar[tuple[str, ...]] = Recertified.columns
+
+  @classmethod
+  def from_options(cls, ctx: Context, *, fallback: bool = False, **parent: Any) -> Recertify:
+    """``--method recertify``: the parent run its options name (``rsjax.cohen._recertify_plan``)."""
+    from rsjax.cohen._recertify_plan import load_parent
+
+    run, (cert, apply_fn, params, settings, ids) = load_parent(ctx, **parent)
+    p = Parent.of(cert, apply_fn, params, settings, ids=ids, multiclass=run.multiclass)
+    return cls(p, bool(fallback), parent_run=run, parent_path=parent["parent"])
+
+  def _alpha(self, ctx: Context) -> float:
+    """The row's total alpha the run states (``stated_alpha``)."""
+    return stated_alpha(self.parent_run.sampling["alpha"], ctx.settings.alpha, self.fallback)
+
+  def describe(self, ctx: Context) -> str:
+    if self.parent_run is None:
+      return "recertify"
+    a, s = self.parent_run.sampling["alpha"], ctx.settings
+    return (
+      f"recertify from {self.parent_path} (claim {self.parent_run.claim_digest()[:12]}): "
+      f"{s.n} disagreement samples, alpha {a:g} + {s.alpha:g}"
+      f"{' + fallback ' + format(a, 'g') if self.fallback else ''} = {self._alpha(ctx):g}"
+    )
+
+  def details(self, ctx: Context) -> dict | None:
+    return None if self.parent_run is None else {"alpha": self._alpha(ctx)}
 
   def certify(self, batch: Batch) -> Recertified:
     """The disagreement counts on ``fold_in(key, DISAGREEMENT)``, the child's bound, and

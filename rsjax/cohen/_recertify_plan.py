@@ -1,5 +1,6 @@
-"""``--method recertify`` (``rsjax.cohen.RECERTIFY``): the certifier of a child run, built from
-its parent run's record, counts and model (``rsjax recertify PARENT.tsv CHILD OUT.tsv``).
+"""``--method recertify`` (``rsjax.cohen.RECERTIFY``): the certifier of a child run
+(``rsjax.cohen.Recertify``), built from its parent run's record, counts and model
+(``rsjax recertify PARENT.tsv CHILD OUT.tsv``).
 
 The parent run is read from the file its options name and must be the one they name (claim
 digest, model fingerprint, the digest of its certificate record:
@@ -11,18 +12,16 @@ its recorded counts (``rsjax.engine.cohen_rule``); the child's rows are
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
-from rsjax.cohen._recertify import Parent, Recertify
-from rsjax.cohen._recertify_check import link_issues, parent_of, stated_alpha
-from rsjax.engine.driver import Certificate, Sampling
+from rsjax.cohen._recertify_check import link_issues, parent_of
+from rsjax.engine.driver import Sampling
 from rsjax.records.spec import RunSpec
-from rsjax.runs.method import Context, RunCertifier
+from rsjax.runs.method import Context
 
-__all__ = ["RecertifyCertifier", "load_parent"]
+__all__ = ["load_parent"]
 
 
 def _parent_model(run: RunSpec) -> tuple[Any, Any]:
@@ -56,12 +55,28 @@ def _parent_model(run: RunSpec) -> tuple[Any, Any]:
   return apply_fn, params
 
 
-def load_parent(run: RunSpec, dim: int) -> Parent:
-  """The :class:`Parent` of a parent run: its model and Cohen's certificate of its counts."""
+def load_parent(
+  ctx: Context,
+  *,
+  parent: str | None,
+  parent_claim: str | None,
+  parent_model: str | None,
+  parent_records: str | None,
+) -> tuple[RunSpec, tuple]:
+  """The parent run a child run's options name, once it is the one they name, and the
+  arguments of ``Parent.of``: its model and Cohen's certificate of its counts."""
   from rsjax.claims import dense
   from rsjax.engine.cohen_rule import certificate_from_counts
   from rsjax.runs import record
+  from rsjax.runs.record import noise_name
 
+  options = {"parent": parent, "parent_claim": parent_claim, "parent_model": parent_model,
+             "parent_records": parent_records}  # fmt: skip
+  run = parent_of(options)
+  why = link_issues(run, options, sigma=ctx.sigma, noise=noise_name(ctx.settings.noise),
+                    multiclass=ctx.multiclass, dataset=ctx.dataset.name)  # fmt: skip
+  if why:
+    raise ValueError(why[0])
   apply_fn, params = _parent_model(run)
   settings = Sampling.from_record(run.sampling)
   recs = record.read_records(str(run.out))
@@ -70,49 +85,7 @@ def load_parent(run: RunSpec, dim: int) -> Parent:
   c0 = np.stack([dense(recs[int(i)].get("counts0"), c) for i in ids])
   c1 = np.stack([dense(recs[int(i)].get("counts"), c) for i in ids])
   cert = certificate_from_counts(c0, c1, n=settings.n, alpha=settings.alpha,
-                                 scale=np.full(len(ids), run.sigma), dim=dim,
+                                 scale=np.full(len(ids), run.sigma),
+                                 dim=int(np.prod(ctx.dataset.input_shape)),
                                  noise=settings.noise, multiclass=run.multiclass)  # fmt: skip
-  return Parent.of(cert, apply_fn, params, settings, ids=ids, multiclass=run.multiclass)
-
-
-@dataclasses.dataclass(frozen=True)
-class RecertifyCertifier(RunCertifier):
-  """``--method recertify``: :class:`rsjax.cohen.Recertify` of a run's chunks."""
-
-  recertify: Recertify
-
-  @classmethod
-  def from_options(
-    cls,
-    ctx: Context,
-    *,
-    parent: str | None,
-    parent_claim: str | None,
-    parent_model: str | None,
-    parent_records: str | None,
-    fallback: bool = False,
-  ) -> RecertifyCertifier:
-    options = {"parent": parent, "parent_claim": parent_claim, "parent_model": parent_model,
-               "parent_records": parent_records}  # fmt: skip
-    run = parent_of(options)
-    from rsjax.runs.record import noise_name
-
-    why = link_issues(run, options, sigma=ctx.sigma, noise=noise_name(ctx.settings.noise),
-                      multiclass=ctx.multiclass, dataset=ctx.dataset.name)  # fmt: skip
-    if why:
-      raise ValueError(why[0])
-    dim = int(np.prod(ctx.dataset.input_shape))
-    rc = Recertify(load_parent(run, dim), bool(fallback))
-    alpha = stated_alpha(run.sampling["alpha"], ctx.settings.alpha, bool(fallback))
-    what = (
-      f"recertify from {parent} (claim {run.claim_digest()[:12]}): {ctx.settings.n} "
-      f"disagreement samples, alpha {run.sampling['alpha']:g} + {ctx.settings.alpha:g}"
-      f"{' + fallback ' + format(run.sampling['alpha'], 'g') if fallback else ''} = {alpha:g}"
-    )
-    details = {"alpha": alpha}
-    return cls(rc, ctx=ctx, columns=("zeta", "fallback"), describe=what, details=details)
-
-  def certify(self, x: Any, ids: Any) -> Certificate:
-    from rsjax.cohen._certify import certify_chunk
-
-    return certify_chunk(self.ctx, self.recertify, x, ids, sigma=self.ctx.sigma)
+  return run, (cert, apply_fn, params, settings, ids)

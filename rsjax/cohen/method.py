@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from rsjax.claims import GAUSSIAN
 from rsjax.cohen._check import check_cohen
 from rsjax.cohen._recertify_check import check_recertify
 from rsjax.runs.method import INIT, Method, Option, Training
@@ -28,7 +29,7 @@ def parse_grid(text: str) -> tuple[float, ...]:
 METHOD = Method(
   "cohen",
   "Cohen et al.'s CERTIFY (Gaussian, Laplace or uniform noise)",
-  "rsjax.cohen._certify:CohenCertifier",
+  "rsjax.cohen._certify:Cohen",
   (
     Option(
       "grid",
@@ -49,6 +50,8 @@ METHOD = Method(
     ),
   ),
   check=check_cohen,
+  multiclass=True,
+  budget=True,
   training=Training(
     "rsjax.training.job:train_gaussian",
     "noisy inputs (Gaussian by default; --objective consistency, smoothadv, macer; Sun et "
@@ -74,7 +77,7 @@ RECERTIFY = Method(
   "recertify",
   "a changed model (the child) from its parent run's certificate and few disagreement "
   "samples: rsjax recertify PARENT.tsv CHILD_MODEL OUT.tsv",
-  "rsjax.cohen._recertify_plan:RecertifyCertifier",
+  "rsjax.cohen._recertify:Recertify",
   (
     Option("parent", None, "the parent run's result file (set by rsjax recertify)", str),
     Option(
@@ -98,5 +101,7 @@ RECERTIFY = Method(
     Option("fallback", False, "certify the rows the parent's bound cannot from scratch", bool),
   ),  # fmt: skip
   check=check_recertify,
+  noises=GAUSSIAN,
+  multiclass=True,
   columns=("zeta", "fallback"),
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -15,6 +15,8 @@ from rsjax.cohen._certify import Batch, Cohen, certify_with
 from rsjax.ddrs._memory import MemoryCertifier
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import Certificate
+from rsjax.runs.method import Certifier, Context
+from rsjax.util import as_key
 
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
@@ -72,17 +74,61 @@ class DDRSCertificate(Certificate):
 
 
 @dataclasses.dataclass(frozen=True)
-class DDRS:
+class DDRS(Certifier):
   """DDRS (Alfarra et al. 2022) as a certifier of ``rsjax.certify``: Cohen's CERTIFY at
   per-input sigma (``sigma``: ``[B]``, e.g. from ``optimize_sigma``; DDRS's
-  ``certify_ds``), then the optional memory.
+  ``certify_ds``), then the optional memory. ``--method ddrs`` (``rsjax.ddrs.METHOD``)
+  optimizes each input's sigma first (``ascent``) and, with ``--ddrs-memory on``, runs the
+  chunks in the dataset's order (``restore`` replays the rows already written).
 
   Attributes:
     memory: a ``MemoryCertifier`` (updated in place, in the inputs' order), or
       None: Cohen's radius at the optimized sigma, NOT a certificate.
+    ascent: ``optimize_sigma``'s keywords (``steps``, ``lr``, ``num_samples``): the batch's
+      ``sigma`` is sigma0 and each input's sigma is optimized from it, on the key
+      ``fold_in(key, 2)`` (independent of CERTIFY's ``fold_in(key, 0)`` and
+      ``fold_in(key, 1)``); None: the batch's ``sigma`` is the ``[B]`` per-input sigma.
   """
 
   memory: MemoryCertifier | None = None
+  ascent: dict | None = None
+
+  columns: ClassVar[tuple[str, ...]] = DDRSCertificate.columns
+
+  @classmethod
+  def from_options(
+    cls, ctx: Context, *, ddrs_steps: int, ddrs_lr: float, ddrs_draws: int, ddrs_memory: str
+  ) -> DDRS:
+    if ddrs_steps < 0 or not ddrs_lr >= 0:
+      raise ValueError(f"--ddrs-steps and --ddrs-lr must be >= 0, got {ddrs_steps}, {ddrs_lr}")
+    memory = MemoryCertifier() if ddrs_memory == "on" else None
+    return cls(memory, {"steps": ddrs_steps, "lr": ddrs_lr, "num_samples": ddrs_draws})
+
+  @property
+  def sequential(self) -> bool:  # type: ignore[override]
+    return self.memory is not None
+
+  def describe(self, ctx: Context) -> str:
+    a = self.ascent or {}
+    mem = (
+      "then the memory-based step (DDRS Alg. 3) in the dataset's order"
+      if self.memory is not None
+      else "WITHOUT the memory: NOT a certificate"
+    )
+    return (
+      f"DDRS, sigma optimized per input from {ctx.sigma} ({a.get('steps')} steps, "
+      f"lr {a.get('lr')}, {a.get('num_samples')} draws), Cohen's CERTIFY at it, {mem}"
+    )
+
+  def restore(self, x: Any, predict: Any, radius: Any) -> None:
+    if self.memory is None:
+      raise ValueError("DDRS without its memory keeps no state to restore")
+    c, r = self.memory.update_batch(x, predict, radius)
+    if np.any(c != predict) or np.any(r != radius):
+      raise ValueError(
+        "the rows already written do not replay into the DDRS memory (another "
+        "run's rows?); start over with --restart"
+      )
 
   def certify(self, batch: Batch) -> DDRSCertificate:
     """Certifies a batch at its per-input sigma, then passes it through the memory.
@@ -103,6 +149,8 @@ class DDRS:
       ValueError: for bad arguments.
     """
     settings = batch.settings
+    if self.ascent is not None:
+      batch = batch.replace(sigma=self._optimized(batch))
     x_np, _, _ = prepare_inputs(batch.x, 1.0, batch.ids)
     sig = np.asarray(batch.sigma, np.float32)
     if sig.shape != (x_np.shape[0],):
@@ -131,6 +179,24 @@ class DDRS:
       prediction_mc=base.prediction,
       radius_mc=base.radius,
       memory_used=self.memory is not None,
+    )
+
+  def _optimized(self, batch: Batch) -> np.ndarray:
+    """``[B]`` sigma of each input optimized from the batch's sigma0 (``ascent``)."""
+    import jax
+
+    from rsjax.ddrs._sigma import optimize_sigma
+
+    key_opt = jax.random.fold_in(as_key(batch.key), 2)
+    return optimize_sigma(
+      key_opt,
+      batch.apply_fn,
+      batch.params,
+      batch.x,
+      sigma0=batch.sigma,
+      ids=batch.ids,
+      precision=batch.settings.precision,
+      **self.ascent,
     )
 
 

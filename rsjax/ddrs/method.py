@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsjax.claims import GAUSSIAN
 from rsjax.ddrs._check import check_ddrs
 from rsjax.runs.method import Method, Option, Training
 
@@ -12,7 +13,7 @@ __all__ = ["METHOD"]
 METHOD = Method(
   "ddrs",
   "data-dependent sigma optimized per input, then the memory-based certification (DDRS)",
-  "rsjax.ddrs._certifier:DDRSCertifier",
+  "rsjax.ddrs._certify:DDRS",
   (
     Option("ddrs_steps", 100, "sigma ascent steps per input", int),
     Option("ddrs_lr", 1e-4, "sigma ascent step size", float),
@@ -26,6 +27,7 @@ METHOD = Method(
     ),
   ),
   check=check_ddrs,
+  noises=GAUSSIAN,
   columns=("sigma", "predict_mc", "radius_mc", "sound"),
   ordered=True,
   training=Training(

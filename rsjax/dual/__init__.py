@@ -19,6 +19,7 @@ __getattr__, __dir__, __all__ = _lazy.exports(
   {
     "METHOD": "rsjax.dual.method",
     "parse_experts": "rsjax.dual.method",
+    "Dual": "rsjax.dual._certify",
     "DualCertificate": "rsjax.dual._certify",
     "certify": "rsjax.dual._certify",
     "check_sigmas": "rsjax.dual._certify",

@@ -56,12 +56,13 @@ import numpy as np
 from rsjax.claims import split_alpha as exact_split
 from rsjax.cohen._certify import certify as cohen_certify
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling
+from rsjax.runs.method import Certifier, Context
 from rsjax.util import as_key
 
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
 
-__all__ = ["DualCertificate", "certify", "check_sigmas", "split_alpha"]
+__all__ = ["Dual", "DualCertificate", "certify", "check_sigmas", "split_alpha"]
 
 #: The noises whose Cohen radius both halves use (the binary Gaussian L2 radius).
 GAUSSIAN_NOISES = ("gaussian", "gaussian_fast")
@@ -261,3 +262,112 @@ def _classify(
     pred[rows], r_f[rows], p_f[rows] = f.prediction, f.radius, f.p_lower
     counts[rows], counts0[rows] = f.counts, f.counts_selection
   return pred, r_f, p_f, counts, counts0
+
+
+def _load_expert(where: str, ctx: Context) -> tuple[tuple[Any, Any], dict]:
+  """``((apply_fn, params), {fingerprint, config})`` of an expert's model directory."""
+  from rsjax import models
+  from rsjax.records.canonical import model_config_digest
+  from rsjax.runs.runner import fingerprint
+
+  try:
+    model, config = models.load_model(where)
+  except (FileNotFoundError, ValueError) as e:
+    raise ValueError(f"--dual-experts: no usable model in {where!r}: {e}") from None
+  ds = ctx.dataset
+  if int(config["num_classes"]) != int(ds.num_classes):
+    raise ValueError(
+      f"--dual-experts: {where!r} has {config['num_classes']} classes, the data {ds.num_classes}"
+    )
+  apply_fn, params = models.to_apply_fn(model)
+  return (apply_fn, params), {
+    "fingerprint": fingerprint(params),
+    "config": model_config_digest(config),
+  }
+
+
+@dataclasses.dataclass(frozen=True)
+class Dual(Certifier):
+  """Dual randomized smoothing as a certifier of ``rsjax.certify`` and of ``--method dual``
+  (``rsjax.dual.METHOD``): the batch's classifier is the estimator (its ``K`` logits the
+  sigma indices), smoothed at the batch's sigma; :func:`certify` does the rest.
+
+  Attributes:
+    experts: ``K`` pairs ``(apply_fn, params)``, the classifier at each sigma.
+    sigmas: the ``K`` sigmas the estimator chooses among.
+    alpha_split, estimator_n, estimator_n0: as :func:`certify`.
+    facts: each expert's ``{fingerprint, config}`` for the run record (``--dual-experts``).
+  """
+
+  experts: tuple[tuple[Any, Any], ...]
+  sigmas: tuple[float, ...]
+  alpha_split: float = 0.5
+  estimator_n: int | None = None
+  estimator_n0: int | None = None
+  facts: tuple[dict, ...] = dataclasses.field(default=(), compare=False)
+
+  columns: ClassVar[tuple[str, ...]] = DualCertificate.columns
+
+  @classmethod
+  def from_options(
+    cls,
+    ctx: Context,
+    *,
+    dual_experts: str | None,
+    dual_alpha_split: float,
+    dual_estimator_n: int | None,
+    dual_estimator_n0: int | None,
+  ) -> Dual:
+    import jax.numpy as jnp
+
+    from rsjax.dual.method import parse_experts
+
+    if dual_experts is None:
+      raise ValueError("--method dual needs --dual-experts SIGMA:MODEL_DIR,SIGMA:MODEL_DIR,...")
+    pairs = parse_experts(dual_experts)
+    split_alpha(ctx.settings.alpha, dual_alpha_split)
+    for name, v in (("n", dual_estimator_n), ("n0", dual_estimator_n0)):
+      if v is not None and v < 1:
+        raise ValueError(f"--dual-estimator-{name} must be >= 1, got {v}")
+    shape = tuple(ctx.dataset.input_shape)
+    logits = ctx.apply_fn(ctx.params, jnp.zeros((1, *shape), jnp.float32))
+    if logits.shape[-1] != len(pairs):
+      raise ValueError(
+        f"the estimator (the model) has {logits.shape[-1]} outputs, --dual-experts "
+        f"{len(pairs)} sigmas"
+      )
+    loaded = [_load_expert(where, ctx) for _, where in pairs]
+    experts, facts = tuple(e for e, _ in loaded), tuple(f for _, f in loaded)
+    sigmas = tuple(s for s, _ in pairs)
+    return cls(experts, sigmas, dual_alpha_split, dual_estimator_n, dual_estimator_n0, facts)
+
+  def describe(self, ctx: Context) -> str:
+    a1, a2 = split_alpha(ctx.settings.alpha, self.alpha_split)
+    return (
+      f"dual randomized smoothing: estimator at sigma={ctx.sigma} (alpha {a1:g}), "
+      f"experts at sigmas {list(self.sigmas)} (alpha {a2:g})"
+    )
+
+  def details(self, ctx: Context) -> dict:
+    return {
+      "sigmas": list(self.sigmas),
+      "alphas": list(split_alpha(ctx.settings.alpha, self.alpha_split)),
+      "experts": [{"sigma": s, **f} for s, f in zip(self.sigmas, self.facts, strict=True)],
+    }
+
+  def certify(self, batch: Any) -> DualCertificate:
+    return certify(
+      batch.key,
+      batch.apply_fn,
+      batch.params,
+      self.experts,
+      batch.x,
+      sigmas=self.sigmas,
+      sigma_estimator=batch.sigma,
+      num_classes=batch.num_classes,
+      settings=batch.settings,
+      ids=batch.ids,
+      alpha_split=self.alpha_split,
+      estimator_n=self.estimator_n,
+      estimator_n0=self.estimator_n0,
+    )

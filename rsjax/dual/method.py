@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsjax.claims import GAUSSIAN
 from rsjax.dual._check import check_dual, parse_experts
 from rsjax.runs.method import Method, Option, Training
 
@@ -28,7 +29,7 @@ METHOD = Method(
   "dual",
   "dual randomized smoothing: a smoothed sigma estimator (the model; --sigma its noise) "
   "picks one of the experts' sigmas per input, both certified (Sun et al., ICLR 2026)",
-  "rsjax.dual._certifier:DualCertifier",
+  "rsjax.dual._certify:Dual",
   (
     EXPERTS,
     Option(
@@ -41,6 +42,7 @@ METHOD = Method(
     Option("dual_estimator_n0", None, "the estimator's selection samples (default --N0)", int),
   ),
   check=check_dual,
+  noises=GAUSSIAN,
   columns=("sigma", "sigma_index", "estimator_radius"),
   training=Training(
     "rsjax.dual.training:train_job",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import jax
 import numpy as np
@@ -36,8 +36,12 @@ from rsjax.engine.counts import (
 )
 from rsjax.util import KeyLike, PyTree, as_key, check_alpha, check_int
 
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
+
 __all__ = [
   "ABSTAIN",
+  "Batch",
   "Certificate",
   "EngineCounts",
   "FixedN",
@@ -368,3 +372,68 @@ def run_certify(
   # computes the classifier at the run's declared precision.
   with precision_lib.context(settings.precision):
     return sampling_rule.run(key, counts, rule, settings)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+  """What a certifier certifies: the inputs, the classifier, the noise and the settings of one
+  ``rsjax.certify`` call or one chunk of a run (``certifier.certify(batch)``).
+
+  Attributes:
+    key: ``jax.random.key`` or int seed (not consumed: the noise of an input derives
+      from it and the input's ``ids``).
+    apply_fn: ``apply_fn(params, x) -> logits`` (a DEQ model for the DEQ certifiers).
+    params: pytree for ``apply_fn`` (None for a DEQ model).
+    x: ``[B, *input_shape]`` inputs.
+    sigma: the noise scale: float, ``[B]`` or ``[B, *input_shape]``; each certifier says
+      what else it takes (a sigma source for ``UCAN``, None for ``IDRS``).
+    num_classes: number of classes C.
+    settings: the :class:`Sampling` (``n0``, ``n``, ``alpha``, ``batch_size``, ``noise``, ...).
+    ids: ``[B]`` dataset indices (reproducible noise per input), or None.
+  """
+
+  key: jax.Array | int
+  apply_fn: Callable
+  params: Any
+  x: ArrayLike
+  sigma: Any
+  num_classes: int
+  settings: Sampling
+  ids: ArrayLike | None = None
+
+  def replace(self, **fields: Any) -> Batch:
+    """This batch with ``fields`` replaced (e.g. the inputs a certifier prepared)."""
+    return dataclasses.replace(self, **fields)
+
+  def run_engine(
+    self,
+    x_np: np.ndarray,
+    sig: np.ndarray,
+    ids_arr: np.ndarray,
+    rule: RuleFn,
+    sampling_rule: SamplingRule | None = None,
+  ) -> Certificate:
+    """CERTIFY (:func:`run_certify`) with the certificate rule ``rule`` on the engine's
+    counts of this batch's classifier at prepared inputs.
+
+    Args:
+      x_np: ``[B, *input_shape]`` inputs (``prepare_inputs``' arrays, e.g. shifted by mu).
+      sig: the noise scale of each input, ``[B, 1, ...]`` or ``[B, *input_shape]``.
+      ids_arr: ``[B]`` dataset indices.
+      rule: ``rule(selection_counts, estimation_counts) -> Certificate``.
+      sampling_rule: how many samples it draws (default fixed ``n0`` and ``n``; a
+        ``Budget`` for budgeted CERTIFY).
+
+    Returns:
+      The certificate ``rule`` makes of the counts.
+    """
+    counts = engine_counts(
+      self.apply_fn,
+      self.params,
+      x_np,
+      sig,
+      ids_arr,
+      num_classes=self.num_classes,
+      settings=self.settings,
+    )
+    return run_certify(self.key, counts, rule, self.settings, sampling_rule=sampling_rule)

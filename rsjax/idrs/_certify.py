@@ -1,17 +1,17 @@
 """CERTIFY with input-dependent sigma(x) (IDRS, Súkeník et al. Algorithm 3): the
-certifier :class:`IDRS` of ``rsjax.certify``, :func:`certify`, its alias, and
-``--method idrs``'s :class:`IDRSCertifier`.
+certifier :class:`IDRS` of ``rsjax.certify`` and of ``--method idrs``, and :func:`certify`,
+its alias.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from rsjax.cohen._certify import Batch, certify_chunk, certify_with
+from rsjax.cohen._certify import Batch, certify_with
 from rsjax.engine import precision as precision_lib
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
@@ -25,12 +25,9 @@ from rsjax.idrs._design import KnnSigma, make_design
 from rsjax.idrs._radius import certified_radius
 from rsjax.noise import Gaussian
 from rsjax.noise.sigma import SigmaSource, SigmaValues
-from rsjax.runs.method import Context, RunCertifier
+from rsjax.runs.method import Certifier, Context
 
-if TYPE_CHECKING:
-  pass
-
-__all__ = ["IDRSCertificate", "IDRSCertifier", "certify", "IDRS"]
+__all__ = ["IDRSCertificate", "certify", "IDRS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +54,10 @@ class IDRSCertificate(Certificate):
 
 
 @dataclasses.dataclass(frozen=True)
-class IDRS:
-  """IDRS (Súkeník et al., ICML 2022, Algorithm 3) as a certifier of ``rsjax.certify``.
+class IDRS(Certifier):
+  """IDRS (Súkeník et al., ICML 2022, Algorithm 3) as a certifier of ``rsjax.certify``, and
+  ``--method idrs``'s (``rsjax.idrs.METHOD``) with the kNN design of its options
+  (``--idrs-rate``, ``--idrs-k``, ``--idrs-m``).
 
   sigma(x) comes from the design (pass ``sigma=None``); counts are sampled with
   that per-input sigma through the core engine; Cohen's selection (``n0``) and
@@ -78,6 +77,30 @@ class IDRS:
   design: SigmaSource
   thresholds: Any = None
   rtol: float = 1e-4
+
+  columns: ClassVar[tuple[str, ...]] = IDRSCertificate.columns
+
+  @classmethod
+  def from_options(
+    cls, ctx: Context, *, idrs_rate: float, idrs_k: int, idrs_m: float | None
+  ) -> IDRS:
+    xtr = ctx.load_split("train").arrays()[0] if idrs_rate > 0 else None
+    try:
+      design = make_design(
+        xtr, sigma=ctx.sigma, rate=idrs_rate, k=idrs_k, m=idrs_m, dataset=ctx.dataset.name
+      )
+    except ValueError as e:
+      raise ValueError(f"{e} (set --idrs-m)") from None
+    return cls(design)
+
+  def sigma_of(self, ctx: Context) -> None:
+    return None  # the design gives sigma(x)
+
+  def describe(self, ctx: Context) -> str:
+    return f"IDRS, design {self.design!r}"
+
+  def details(self, ctx: Context) -> dict:
+    return design_details(self.design)
 
   def certify(self, batch: Batch) -> IDRSCertificate:
     """Certifies a batch with input-dependent noise sigma(x) (IDRS Thm 3.2).
@@ -230,32 +253,6 @@ def _idrs(
 #: ``rsjax.certify(key, apply_fn, params, x, sigma=None, certifier=IDRS(design, thresholds,
 #: rtol), ...)`` as ``certify(key, apply_fn, params, x, design=, ...)``: see :class:`IDRS`.
 certify = functools.partial(certify_with, _idrs)
-
-
-@dataclasses.dataclass(frozen=True)
-class IDRSCertifier(RunCertifier):
-  """``--method idrs`` (``rsjax.idrs.METHOD``): :class:`IDRS` with the kNN design of the
-  options (``--idrs-rate``, ``--idrs-k``, ``--idrs-m``) over a run's chunks."""
-
-  design: SigmaSource
-
-  @classmethod
-  def from_options(
-    cls, ctx: Context, *, idrs_rate: float, idrs_k: int, idrs_m: float | None
-  ) -> IDRSCertifier:
-    xtr = ctx.load_split("train").arrays()[0] if idrs_rate > 0 else None
-    try:
-      design = make_design(
-        xtr, sigma=ctx.sigma, rate=idrs_rate, k=idrs_k, m=idrs_m, dataset=ctx.dataset.name
-      )
-    except ValueError as e:
-      raise ValueError(f"{e} (set --idrs-m)") from None
-    describe = f"IDRS, design {design!r}"
-    columns, details = IDRSCertificate.columns, design_details(design)
-    return cls(design, ctx=ctx, columns=columns, describe=describe, details=details)
-
-  def certify(self, x: Any, ids: Any) -> Certificate:
-    return certify_chunk(self.ctx, IDRS(self.design), x, ids, sigma=None)
 
 
 def design_details(design: object) -> dict:

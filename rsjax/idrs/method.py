@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsjax.claims import GAUSSIAN
 from rsjax.idrs._check import check_idrs
 from rsjax.runs.method import Method, Option
 
@@ -12,7 +13,7 @@ __all__ = ["METHOD"]
 METHOD = Method(
   "idrs",
   "input-dependent sigma(x) with the sound IDRS certificate",
-  "rsjax.idrs._certify:IDRSCertifier",
+  "rsjax.idrs._certify:IDRS",
   (
     Option("idrs_rate", 0.01, "IDRS semi-elasticity r", float),
     Option("idrs_k", 20, "IDRS nearest neighbours k", int, positive=True),
@@ -21,5 +22,6 @@ METHOD = Method(
     ),
   ),
   check=check_idrs,
+  noises=GAUSSIAN,
   columns=("sigma",),
 )

@@ -1,10 +1,10 @@
 """Certify methods: which there are (:mod:`rsjax.methods.registry`), and what a method is
 (handed on from :mod:`rsjax.runs.method`).
 
-* :class:`Method`, :class:`Option`, :class:`Context`, :class:`Plan` and the
-  :class:`MethodCertifier` protocol: a method is a JAX-free description (name,
-  options, its check for ``rsjax verify``) and a certifier named by a string
-  path, built from the options by one generic plan.
+* :class:`Method`, :class:`Option`, :class:`Context` and the :class:`Certifier`
+  protocol: a method is a JAX-free description (name, options, what it may claim, its
+  check for ``rsjax verify``) and a certifier named by a string path, the value
+  ``rsjax.certify`` takes, built from the options by ``Method.build``.
 * :data:`METHODS`, :func:`available`, :func:`get`: the registry, with the
   methods other packages register through the entry-point group
   :data:`ENTRY_POINT_GROUP`.
@@ -23,13 +23,12 @@ if TYPE_CHECKING:
   from rsjax.methods.registry import METHODS as METHODS
   from rsjax.methods.registry import available as available
   from rsjax.methods.registry import get as get
+  from rsjax.runs.method import Certifier as Certifier
   from rsjax.runs.method import Context as Context
   from rsjax.runs.method import Method as Method
-  from rsjax.runs.method import MethodCertifier as MethodCertifier
   from rsjax.runs.method import Option as Option
-  from rsjax.runs.method import Plan as Plan
 
-_METHOD = ("Context", "Method", "MethodCertifier", "Option", "Plan")
+_METHOD = ("Certifier", "Context", "Method", "Option")
 _REGISTRY = ("ENTRY_POINT_GROUP", "METHODS", "available", "get")
 
 __getattr__, __dir__, __all__ = _lazy.exports(

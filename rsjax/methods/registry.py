@@ -2,16 +2,21 @@
 
 Each method lives in its own package and exports its value from a module
 without JAX (``rsjax.cohen.METHOD``, ...): its name, options (the
-command's flags), how it plans a run and how ``rsjax verify`` checks it. The
-command line, ``rsjax verify``, ``rsjax audit`` and research code all read
-this one table::
+command's flags), what a run of it may claim (``noises``, ``multiclass``, ``budget``),
+its certifier and how ``rsjax verify`` checks it. The command line, ``rsjax verify``,
+``rsjax audit`` and research code all read this one table::
 
   import rsjax
   method = rsjax.methods.get("ucan")
-  plan = method.plan(context, ucan_pattern="l1")   # the other options at their defaults
-  rsjax.runs.runner.certify_dataset(plan, ds.get_batch, indices, "out.tsv")
+  certifier = method.build(context, ucan_pattern="l1")  # the other options at their defaults
+  rsjax.runs.runner.certify_dataset(context, certifier, ds.get_batch, indices, "out.tsv")
 
-Adding a method is its package and one line in :data:`METHODS`. A method of
+Adding a method is its package and one line in :data:`METHODS`, nothing else: the package
+holds its ``Method`` value (``<package>.method``, no JAX) with its claims, and the
+certifier that value names (an ``rsjax.runs.method.Certifier``: ``from_options``,
+``certify(batch)``, and where they differ from the defaults ``columns``, ``sequential``,
+``sigma_of``, ``classifier``, ``describe``, ``details``, ``restore``), the same value
+``rsjax.certify(certifier=...)`` takes; ``rsjax.claims`` names no method. A method of
 another package registers itself without touching rsjax: an entry point of
 the group ``rsjax.methods`` (``[project.entry-points."rsjax.methods"]`` in its
 ``pyproject.toml``) that names its ``Method`` value; :func:`available` and

@@ -204,7 +204,7 @@ class RunSpec:
     options: the method's own options.
     multiclass: the multiclass radius with simultaneous bounds.
     details: run-wide facts of the method its radius depends on
-      (``rsjax.methods.Plan.details``; a budgeted run's schedule is its
+      (``rsjax.runs.method.Certifier.details``; a budgeted run's schedule is its
       ``"budget"``: ``first``, ``ratio``, ``final_share``, ``stop_alpha``), or None.
     seed: the seed of ``jax.random.key``.
     key_fold_in: integers the key is folded with, in order, before certifying.

@@ -1,7 +1,7 @@
 """A run: what a method is, each row's record, and how a dataset's rows are certified.
 
 * :mod:`rsjax.runs.method`: what a certify method is (``Method``, its ``Training`` half,
-  ``Option``, ``Context``, ``Plan`` and the ``MethodCertifier`` protocol), handed on by
+  ``Option``, ``Context`` and the ``Certifier`` protocol), handed on by
   ``rsjax.methods`` with the registry.
 * :mod:`rsjax.runs.record`: each row's certificate record (``.cert.jsonl``).
 * :mod:`rsjax.runs.runner`: a dataset into rows, resumably.

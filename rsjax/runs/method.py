@@ -1,4 +1,5 @@
-"""What a certify method is: one value (:class:`Method`) with its options, its plan and its check.
+"""What a certify method is: one value (:class:`Method`) with its options, its claims, its
+certifier and its check.
 
 A method package (``rsjax.cohen``, ``rsjax.idrs``, ``rsjax.ucan``, ``rsjax.ddrs``,
 ``rsjax.srs``) exports its :class:`Method` value from a module that imports
@@ -9,10 +10,13 @@ value says everything that differs between methods:
 * ``name``, ``summary`` and ``options`` (each an :class:`Option`; the command
   turns it into ``--name``),
 * ``certifier``: the string path (``"package.module:Name"``) of its JAX half, a
-  :class:`MethodCertifier` (imported when a run is planned): built from the
-  run's context and the options, it certifies a chunk of inputs and says in
-  which order, its result columns and its run-wide details. :meth:`Method.plan`
-  is the one plan of every method,
+  :class:`Certifier` (imported when a run is built): the one value of the method,
+  what ``rsjax.certify(certifier=...)`` takes and what a run executes. Built from the
+  run's context and the options (``from_options``), it certifies each chunk of the run
+  and says in which order, its result columns and its run-wide details.
+  :meth:`Method.build` is the one way every run gets it,
+* ``noises``, ``multiclass``, ``budget``: what a run of it may claim (JAX-free data that
+  ``rsjax.claims.refusal`` reads alike for certify, verify and audit),
 * ``check(view, results, records, *, rtol, atol, inputs) -> [Mismatch]``: how
   ``rsjax verify`` derives every row's radius again from its record (NumPy and
   SciPy only),
@@ -34,18 +38,9 @@ from rsjax.claims import _claims as claims
 if TYPE_CHECKING:  # types only: this module imports no JAX
   import jax
 
-  from rsjax.engine.driver import Certificate, Sampling
+  from rsjax.engine.driver import Batch, Certificate, Sampling
 
-__all__ = [
-  "INIT",
-  "Context",
-  "Method",
-  "MethodCertifier",
-  "Option",
-  "Plan",
-  "RunCertifier",
-  "Training",
-]
+__all__ = ["INIT", "Certifier", "Context", "Method", "Option", "Training"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +48,7 @@ class Option:
   """One option of a method (the command's ``--name`` with ``_`` -> ``-``).
 
   Attributes:
-    name: keyword of the method's ``MethodCertifier.from_options``.
+    name: keyword of the method's ``Certifier.from_options``.
     default: default value.
     help: one line for ``--help``.
     type: ``int``, ``float``, ``str``, ``bool`` (a switch: ``--name`` sets it) or a
@@ -122,88 +117,59 @@ class Context:
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-  """A method ready to run on chunks of a dataset (``rsjax.runs.runner.certify_dataset``).
+class Certifier(Protocol):
+  """A method's certifier: the value ``rsjax.certify(..., certifier=)`` takes is what a run of
+  the method executes. ``Method.certifier`` names its class (imported only when a run is
+  built); :meth:`from_options` builds it from the run's context and options, and
+  ``rsjax.runs.runner.certify_dataset`` certifies each chunk of the run with
+  ``certify(Batch(ctx.key, *classifier(ctx), x, sigma_of(ctx), ...))``, which is
+  ``rsjax.certify(ctx.key, apply_fn, params, x, sigma=sigma_of(ctx), ids=ids,
+  certifier=self, settings=ctx.settings)``.
 
-  Attributes:
-    certify: ``certify(x [b, ...], ids [b]) -> Certificate``; the certificate
-      gives each row's extra columns and record fields.
-    columns: the extra result columns (``Certificate.columns`` of what
-      ``certify`` returns).
-    describe: one line on the settings (printed by the command).
-    sequential: the chunks must run in the dataset's order in one process
-      (a memory carries state from input to input).
-    restore: ``restore(x [b, ...], predict [b], radius [b])`` replays rows
-      already written (resume) into the method's state; None when it has none.
-    inputs_per_call: a good number of inputs per call, or None (the caller's default).
-    details: run-wide facts the radius depends on (JSON dict), kept in the
-      run record (``RunSpec.details``) for ``rsjax verify``.
-  """
-
-  certify: Callable[[Any, Any], Certificate]
-  columns: tuple[str, ...] = ()
-  describe: str = ""
-  sequential: bool = False
-  restore: Callable[[Any, Any, Any], None] | None = None
-  inputs_per_call: int | None = None
-  details: dict | None = None
-
-
-class MethodCertifier(Protocol):
-  """The JAX half of a method: ``Method.certifier`` names its class, imported only when a run
-  is planned. Built from the run's context and the method's options (``from_options``), it
-  certifies the run's chunks; :meth:`Method.plan` makes the :class:`Plan` of it.
-
-  A certifier subclasses this protocol for its defaults: no run-wide details, the caller's
-  inputs per call, chunks in any order (no memory).
+  A certifier subclasses this protocol for its defaults: the run's sigma and classifier, no
+  extra columns, no run-wide details, the caller's inputs per call, chunks in any order.
 
   Attributes:
     columns: the extra result columns (``Certificate.columns`` of what ``certify`` returns).
-    describe: one line on the settings (printed by the command).
-    details: run-wide facts the radius depends on (JSON dict) for ``rsjax verify``, or None.
+    sequential: the chunks must run in the dataset's order in one process (a memory carries
+      state from input to input; :meth:`restore` replays the rows already written).
     inputs_per_call: a good number of inputs per call, or None (the caller's default).
-    sequential: the chunks must run in the dataset's order in one process (a memory
-      carries state from input to input; ``restore`` replays the rows already written).
   """
 
-  columns: tuple[str, ...]
-  describe: str
-  details: dict | None = None
-  inputs_per_call: int | None = None
+  columns: tuple[str, ...] = ()
   sequential: bool = False
+  inputs_per_call: int | None = None
 
   @classmethod
-  def from_options(cls, ctx: Context, *args: Any, **options: Any) -> MethodCertifier:
-    """The certifier of a run in ``ctx`` with every option given (``Method.plan`` fills the
+  def from_options(cls, ctx: Context, *args: Any, **options: Any) -> Certifier:
+    """The certifier of a run in ``ctx`` with every option given (``Method.build`` fills the
     defaults); raises ``ValueError`` (one line) for settings it cannot run."""
+    raise ValueError(f"{cls.__name__} has no options to be built from")
+
+  def certify(self, batch: Batch) -> Certificate:
+    """The ``Certificate`` of a ``rsjax.engine.driver.Batch`` (one call, or a run's chunk)."""
     ...
 
-  def certify(self, x: Any, ids: Any) -> Certificate:
-    """``x [b, ...]`` with their dataset indices ``ids [b]`` -> their ``Certificate``."""
-    ...
+  def sigma_of(self, ctx: Context) -> Any:
+    """The ``sigma`` of ``rsjax.certify`` in a run (default the run's sigma)."""
+    return ctx.sigma
+
+  def classifier(self, ctx: Context) -> tuple[Callable, Any]:
+    """``(apply_fn, params)`` of ``rsjax.certify`` in a run (default the run's)."""
+    return ctx.apply_fn, ctx.params
+
+  def describe(self, ctx: Context) -> str:
+    """One line on the run's settings (printed by the command)."""
+    return type(self).__name__
+
+  def details(self, ctx: Context) -> dict | None:
+    """Run-wide facts the radius depends on (JSON dict), kept in the run record
+    (``RunSpec.details``) for ``rsjax verify``; None when there are none."""
+    return None
 
   def restore(self, x: Any, predict: Any, radius: Any) -> None:
     """Replays rows already written (resume) into a ``sequential`` certifier's memory."""
     raise ValueError(f"{type(self).__name__} keeps no state to restore")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RunCertifier(MethodCertifier):
-  """A :class:`MethodCertifier` that holds its run's context and its protocol attributes
-  as fields (keywords); a method's certifier adds, positionally, what it certifies with.
-
-  Attributes:
-    ctx: the run's context.
-    columns, describe, details, inputs_per_call, sequential: as :class:`MethodCertifier`.
-  """
-
-  ctx: Context
-  columns: tuple[str, ...]
-  describe: str
-  details: dict | None = None
-  inputs_per_call: int | None = None
-  sequential: bool = False
 
 
 def _resolve(path: str) -> Any:
@@ -265,11 +231,23 @@ class Training:
 class Method:
   """A certify method as one value (an entry of ``rsjax.methods.METHODS``).
 
+  The protocol, in three parts. What a run may claim is data here (``noises``,
+  ``multiclass``, ``budget``), read alike by certify, verify and audit through
+  ``rsjax.claims.refusal``. Its certifier (``certifier``) is one value: the class
+  ``rsjax.certify(..., certifier=...)`` takes, built for a run by :meth:`build` with
+  ``Certifier.from_options(ctx, **options)`` and run by
+  ``rsjax.runs.runner.certify_dataset(ctx, certifier, ...)``, each chunk
+  ``certifier.certify(Batch(...))`` with the run's key, ``classifier(ctx)``,
+  ``sigma_of(ctx)`` and settings; its ``columns``, ``sequential``, ``describe(ctx)``,
+  ``details(ctx)`` and ``restore`` say the rest (:class:`Certifier`). Its ``check``
+  derives each row again for ``rsjax verify``, without JAX.
+
   Attributes:
     name: the ``--method`` name.
     summary: one line for ``--help``.
-    certifier: ``"package.module:Name"``, the :class:`MethodCertifier` of the method
-      (its JAX half: imported by :meth:`plan`, never by ``rsjax verify``).
+    certifier: ``"package.module:Name"``, the :class:`Certifier` of the method (its JAX
+      half, the class ``rsjax.certify`` takes too: imported by :meth:`build`, never by
+      ``rsjax verify``).
     options: its options (shared ``Option`` objects may appear in several methods).
     check: ``check(view, results, records, *, rtol, atol, inputs) -> [Mismatch]``,
       the radii derived again from the run's records (``rsjax.claims``; NumPy
@@ -279,6 +257,10 @@ class Method:
       verifies (``rsjax verify`` lists any other column as unverified).
     training: how its base classifier is trained (``rsjax train --method``), or None
       when it certifies classifiers trained otherwise.
+    noises: the ``--noise`` names it certifies (``rsjax.claims.GAUSSIAN``: Gaussian only), or
+      None: every noise.
+    multiclass: it gives the multiclass radius (``--multiclass``, Gaussian noise).
+    budget: it runs budgeted CERTIFY (options ``grid`` and ``budget_rule``).
     timed_batch: the run's batch changes only its speed (the engine's forward batch), so a
       run not told one takes a timed probe's (``rsjax.engine.batch_timing``); False where
       the batch is part of the run (SRS: the number of chains).
@@ -292,6 +274,9 @@ class Method:
   ordered: bool = False
   columns: tuple[str, ...] = ()
   training: Training | None = None
+  noises: tuple[str, ...] | None = None
+  multiclass: bool = False
+  budget: bool = False
   timed_batch: bool = True
 
   def __post_init__(self) -> None:
@@ -301,25 +286,15 @@ class Method:
     """``{option: default}``."""
     return {o.name: o.default for o in self.options}
 
-  def plan(self, context: Context, **options: Any) -> Plan:
-    """The run's plan: the certifier (``certifier``) built from the given options over the
-    defaults, once the claim of the run is legal (``rsjax.claims.refusal``).
+  def build(self, context: Context, **options: Any) -> Certifier:
+    """The run's certifier (the class ``certifier`` names) built from the given options over
+    the defaults, once the claim of the run is legal (``rsjax.claims.refusal``).
 
     Raises:
       ValueError: an unknown option, or settings the method cannot run.
     """
     options = _with_defaults(f"method {self.name!r}", self.options, options)
-    why = claims.refusal(context.claim(self.name, options))
+    why = claims.refusal(context.claim(self.name, options), self)
     if why is not None:
       raise ValueError(why)
-    kind: type[MethodCertifier] = _resolve(self.certifier)
-    c = kind.from_options(context, **options)
-    return Plan(
-      c.certify,
-      c.columns,
-      describe=c.describe,
-      sequential=c.sequential,
-      restore=c.restore if c.sequential else None,
-      inputs_per_call=c.inputs_per_call,
-      details=c.details,
-    )
+    return _resolve(self.certifier).from_options(context, **options)

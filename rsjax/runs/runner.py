@@ -21,16 +21,18 @@ import numpy as np
 from jax.typing import ArrayLike
 from tqdm.auto import tqdm
 
+from rsjax.engine.driver import Batch, Certificate
 from rsjax.records import io
 from rsjax.records import spec as runspec
 from rsjax.runs import record as record_lib
-from rsjax.runs.method import Plan
+from rsjax.runs.method import Certifier, Context
 
 __all__ = [
   "DatasetOptions",
   "NoCountsError",
   "Written",
   "certify_dataset",
+  "certify_inputs",
   "predict_dataset",
   "fingerprint",
   "default_inputs_per_call",
@@ -195,8 +197,25 @@ def _run(
   return out
 
 
+def certify_inputs(ctx: Context, certifier: Certifier, x: Any, ids: Any) -> Certificate:
+  """``rsjax.certify(ctx.key, apply_fn, params, x, sigma=certifier.sigma_of(ctx), ids=ids,
+  certifier=certifier, settings=ctx.settings)`` of a run's inputs ``x [b, ...]`` with their
+  dataset indices ``ids [b]`` (``apply_fn, params = certifier.classifier(ctx)``)."""
+  return _chunks(ctx, certifier)(x, ids)
+
+
+def _chunks(ctx: Context, certifier: Certifier) -> Callable[[Any, Any], Certificate]:
+  """:func:`certify_inputs` of a run, its classifier and sigma asked once."""
+  (apply_fn, params), sigma = certifier.classifier(ctx), certifier.sigma_of(ctx)
+  key, classes, settings = ctx.key, ctx.dataset.num_classes, ctx.settings
+  return lambda x, ids: certifier.certify(
+    Batch(key, apply_fn, params, x, sigma, classes, settings, ids)
+  )
+
+
 def certify_dataset(
-  plan: Plan,
+  ctx: Context,
+  certifier: Certifier,
   get_batch: Callable[[np.ndarray], tuple],
   indices: ArrayLike,
   out_path: str | os.PathLike,
@@ -206,18 +225,22 @@ def certify_dataset(
   save_counts: bool = False,
   **options: Unpack[DatasetOptions],
 ) -> Written:
-  """Certifies ``indices`` of a dataset with a method's plan, one row per input in ``out_path``.
+  """Certifies ``indices`` of a dataset with a method's certifier, one row per input in
+  ``out_path``: each chunk ``x`` of inputs is ``rsjax.certify(ctx.key, apply_fn, params, x,
+  sigma=certifier.sigma_of(ctx), ids=ids, certifier=certifier, settings=ctx.settings)``
+  (``apply_fn, params = certifier.classifier(ctx)``;
+  :func:`certify_inputs`).
 
-  Each row is the certificate's: ``predict``, ``radius``, the plan's extra
+  Each row is the certificate's: ``predict``, ``radius``, the certifier's extra
   ``columns`` (``Certificate.row_fields``) and, with ``record``, its
   certificate record (``rsjax.runs.record.row`` and ``Certificate.record_fields``).
 
   Args:
-    plan: an ``rsjax.runs.method.Plan`` (a method's, ``Method.plan``, or
-      ``Plan(certify=fn)`` for any ``fn(x [b, ...], ids [b]) -> Certificate``).
-      Its ``restore`` replays the rows already in ``out_path`` into the
-      method's state (the DDRS memory) before resuming; its ``inputs_per_call``
-      is the default of ``inputs_per_call``.
+    ctx: the run's ``rsjax.runs.method.Context`` (key, classifier, classes, settings).
+    certifier: an ``rsjax.runs.method.Certifier`` (a method's, ``Method.build``). Where it
+      is ``sequential`` its ``restore`` replays the rows already in ``out_path`` into its
+      state (the DDRS memory) before resuming; its ``inputs_per_call`` is the default of
+      ``inputs_per_call``.
     get_batch: ``get_batch(indices [b]) -> (x [b, ...], labels [b])``.
     indices: dataset indices to certify, in order.
     out_path: the certify result file (Cohen et al.'s format).
@@ -228,7 +251,7 @@ def certify_dataset(
       record their own per input).
     save_counts: add the estimation counts of each row as a column
       (``rsjax.metrics.COUNTS_COLUMN``; ``rsjax analyze --pa-cdf``).
-    **options: :class:`DatasetOptions` (``inputs_per_call`` None: the plan's, else
+    **options: :class:`DatasetOptions` (``inputs_per_call`` None: the certifier's, else
       :func:`default_inputs_per_call` of ``n``).
 
   Returns:
@@ -239,9 +262,9 @@ def certify_dataset(
     rsjax.records.io.ResultsLockedError: another run is writing ``out_path``.
     rsjax.records.io.RunMismatchError: see ``run``.
     ValueError: a malformed row in ``out_path`` (named by line), or a
-      certificate whose columns or record fields are not the plan's.
+      certificate whose columns or record fields are not the certifier's.
   """
-  columns = tuple(plan.columns)
+  columns = tuple(certifier.columns)
   if save_counts:
     from rsjax.metrics import COUNTS_COLUMN, format_counts
 
@@ -255,7 +278,8 @@ def certify_dataset(
       extra = {**extra, COUNTS_COLUMN: format_counts(cert.counts[j])}
     if set(extra) != set(columns):
       raise ValueError(
-        f"the certificate fills the columns {sorted(extra)}, the plan declares {sorted(columns)}"
+        f"the certificate fills the columns {sorted(extra)}, the certifier declares "
+        f"{sorted(columns)}"
       )
     return dict(predict=int(cert.prediction[j]), radius=float(cert.radius[j]), **extra)
 
@@ -269,10 +293,10 @@ def certify_dataset(
 
   inputs_per_call = options.get("inputs_per_call")
   if inputs_per_call is None:
-    inputs_per_call = plan.inputs_per_call or default_inputs_per_call(n)
+    inputs_per_call = certifier.inputs_per_call or default_inputs_per_call(n)
   return _run(
     "certify",
-    plan.certify,
+    _chunks(ctx, certifier),
     get_batch,
     indices,
     out_path,
@@ -280,7 +304,7 @@ def certify_dataset(
     inputs_per_call=inputs_per_call,
     row_fn=row,
     columns=columns,
-    restore=plan.restore,
+    restore=certifier.restore if certifier.sequential else None,
     record_fn=record_fn if record else None,
   )
 

@@ -1,6 +1,6 @@
 """Certification of DEQs: the certifiers ``SRS`` (serialized RS) and ``StandardRS`` of
-``rsjax.certify``, ``certify``, their alias, and ``--method deq-standard``'s and ``--method
-srs``'s :class:`DEQStandardCertifier` and :class:`SRSCertifier`.
+``rsjax.certify`` and of ``--method srs`` and ``--method deq-standard``, and ``certify``,
+their alias.
 
 Standard RS certifies the DEQ solved from z = 0 with a fixed solver ("30A") for
 every sample: Cohen's CERTIFY applied to ``DEQApply``. SRS (Gao et al. 2024)
@@ -13,17 +13,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flax import nnx
 
 from rsjax import stats
-from rsjax.cohen._certify import Batch, Cohen, certify_chunk, certify_with
+from rsjax.cohen._certify import Batch, Cohen, certify_with
 from rsjax.engine.counts import prepare_inputs
 from rsjax.engine.driver import Certificate, Sampling, run_certify
 from rsjax.models import DEQApply, DEQModel, SolverConfig, as_solver_config, to_deq_fn
-from rsjax.runs.method import Context, RunCertifier
+from rsjax.runs.method import Certifier, Context
 from rsjax.srs._bound import SRSCertificate, srs_certificate
 from rsjax.srs._srs import SRSConfig, srs_sample
 from rsjax.util import check_int, scale_per_input
@@ -32,9 +32,7 @@ if TYPE_CHECKING:
   from jax.typing import ArrayLike
 
 __all__ = [
-  "DEQStandardCertifier",
   "SRS",
-  "SRSCertifier",
   "StandardRS",
   "certify",
   "MODES",
@@ -61,8 +59,23 @@ def _prepare(deq: Any, params: Any, settings: Sampling) -> tuple[Callable, Any]:
   raise ValueError(f"deq must be a DEQ NNX module or a deq_fn callable, got {type(deq)}")
 
 
+class _DEQRun(Certifier):
+  """What ``--method srs`` and ``--method deq-standard`` share: the run's DEQ model is the
+  classifier (``(ctx.model, None)``)."""
+
+  def classifier(self, ctx: Context) -> tuple[Any, None]:
+    return ctx.model, None
+
+  @staticmethod
+  def _solver(ctx: Context, name: str, deq_solver: str, steps: int) -> SolverConfig:
+    """The run's chain solver; refuses a model that is not a DEQ."""
+    if not isinstance(ctx.model, DEQModel):
+      raise ValueError(f"--method {name} needs a DEQ model (trained with --model deq or mdeq)")
+    return SolverConfig(deq_solver, steps)
+
+
 @dataclasses.dataclass(frozen=True)
-class SRS:
+class SRS(_DEQRun):
   """Serialized randomized smoothing (Gao et al. 2024) as a certifier of ``rsjax.certify``.
 
   Samples with warm-started chains (``rsjax.srs.srs_sample``) and check samples
@@ -83,6 +96,43 @@ class SRS:
 
   solver: SolverConfig | str | None = None
   srs: SRSConfig | None = None
+
+  @classmethod
+  def from_options(
+    cls,
+    ctx: Context,
+    *,
+    deq_solver: str,
+    deq_steps: int | None,
+    deq_warmup_steps: int,
+    deq_warmup_solver: str,
+    srs_m: int,
+    srs_check_steps: int,
+    srs_correction: str,
+  ) -> SRS:
+    """``--method srs`` (``rsjax.srs.SRS_METHOD``): ``--deq-solver`` sets the chains,
+    ``--deq-warmup-solver`` their first chunk; the check samples use Anderson."""
+    chains = cls._solver(ctx, "srs", deq_solver, 3 if deq_steps is None else deq_steps)
+    ctx.settings.fixed_batch("DEQ certification")  # the chains: a number, part of the run
+    warmup = SolverConfig(deq_warmup_solver, deq_warmup_steps)
+    srs = SRSConfig(solver=chains, warmup=warmup, m=srs_m, correction=srs_correction)
+    return cls(SolverConfig("anderson", srs_check_steps), srs)
+
+  def describe(self, ctx: Context) -> str:
+    chains = (self.srs or SRSConfig()).solver
+    return f"DEQ srs RS, {chains.steps} {chains.name} steps per sample"
+
+  def details(self, ctx: Context) -> dict:
+    # The chains (batch_size) change which noise each chain's warm start carries, so the
+    # counts: unlike for every other method, the batch size is part of an SRS run.
+    srs = self.srs or SRSConfig()
+    return {
+      "m": srs.m,
+      "correction": srs.correction,
+      "check": srs.check,
+      "sound": bool(srs.sound),
+      "chains": ctx.settings.fixed_batch("DEQ certification"),
+    }
 
   def certify(self, batch: Batch) -> SRSCertificate:
     """Certifies a batch with serialized RS.
@@ -166,7 +216,7 @@ class SRS:
 
 
 @dataclasses.dataclass(frozen=True)
-class StandardRS:
+class StandardRS(_DEQRun):
   """Standard randomized smoothing of a DEQ as a certifier of ``rsjax.certify``: Cohen's
   CERTIFY of ``DEQApply``, the DEQ solved from z = 0 with ``solver`` for every sample.
 
@@ -175,6 +225,16 @@ class StandardRS:
   """
 
   solver: SolverConfig | str | None = None
+
+  @classmethod
+  def from_options(cls, ctx: Context, *, deq_solver: str, deq_steps: int | None) -> StandardRS:
+    """``--method deq-standard`` (``rsjax.srs.STANDARD_METHOD``)."""
+    steps = 30 if deq_steps is None else deq_steps
+    return cls(cls._solver(ctx, "deq-standard", deq_solver, steps))
+
+  def describe(self, ctx: Context) -> str:
+    cfg = as_solver_config(self.solver or SolverConfig("anderson", 30))
+    return f"DEQ standard RS, {cfg.steps} {cfg.name} steps per sample"
 
   def certify(self, batch: Batch) -> Certificate:
     """Certifies a batch with standard RS (every sample solved from scratch).
@@ -217,57 +277,3 @@ def _deq(
 #: ``certifier=StandardRS(solver)`` (``method="standard"``) as ``certify(key, deq, params, x,
 #: sigma=, method="srs", solver=None, srs=None, ...)``: see :class:`SRS`.
 certify = functools.partial(certify_with, _deq)
-
-
-@dataclasses.dataclass(frozen=True)
-class DEQStandardCertifier(RunCertifier):
-  """``--method deq-standard`` (``rsjax.srs.STANDARD_METHOD``): :class:`StandardRS` of the
-  run's DEQ model over a run's chunks; :class:`SRSCertifier` is ``--method srs``."""
-
-  certifier: SRS | StandardRS
-
-  mode: ClassVar[str] = "standard"
-  default_steps: ClassVar[int] = 30
-
-  @classmethod
-  def from_options(
-    cls, ctx: Context, *, deq_solver: str, deq_steps: int | None, **srs_options: Any
-  ) -> DEQStandardCertifier:
-    name = "srs" if cls.mode == "srs" else "deq-standard"
-    if not isinstance(ctx.model, DEQModel):
-      raise ValueError(f"--method {name} needs a DEQ model (trained with --model deq or mdeq)")
-    steps = deq_steps if deq_steps is not None else cls.default_steps
-    describe = f"DEQ {cls.mode} RS, {steps} {deq_solver} steps per sample"
-    if cls.mode != "srs":
-      standard = StandardRS(SolverConfig(deq_solver, steps))
-      return cls(standard, ctx=ctx, columns=SRSCertificate.columns, describe=describe)
-    # --deq-solver sets the chains, --deq-warmup-solver their first chunk; checks use Anderson.
-    srs = SRSConfig(
-      solver=SolverConfig(deq_solver, steps),
-      warmup=SolverConfig(srs_options["deq_warmup_solver"], srs_options["deq_warmup_steps"]),
-      m=srs_options["srs_m"],
-      correction=srs_options["srs_correction"],
-    )
-    # The chains (batch_size) change which noise each chain's warm start carries, so the
-    # counts: unlike for every other method, the batch size is part of an SRS run.
-    details = {
-      "m": srs.m,
-      "correction": srs.correction,
-      "check": srs.check,
-      "sound": bool(srs.sound),
-      "chains": ctx.settings.fixed_batch("DEQ certification"),
-    }
-    solver = SolverConfig("anderson", srs_options["srs_check_steps"])
-    columns = SRSCertificate.columns
-    return cls(SRS(solver, srs), ctx=ctx, columns=columns, describe=describe, details=details)
-
-  def certify(self, x: Any, ids: Any) -> Certificate:
-    ctx = self.ctx
-    return certify_chunk(ctx, self.certifier, x, ids, sigma=ctx.sigma, classifier=(ctx.model, None))
-
-
-class SRSCertifier(DEQStandardCertifier):
-  """``--method srs`` (``rsjax.srs.SRS_METHOD``): :class:`SRS` of the run's DEQ model."""
-
-  mode: ClassVar[str] = "srs"
-  default_steps: ClassVar[int] = 3

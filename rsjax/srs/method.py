@@ -5,6 +5,7 @@ certifies with the two-stage correlation-eliminated bound."""
 
 from __future__ import annotations
 
+from rsjax.claims import GAUSSIAN
 from rsjax.cohen._check import check_cohen
 from rsjax.runs.method import Method, Option
 from rsjax.srs._check import check_srs
@@ -72,17 +73,19 @@ _SRS_OPTIONS = (
 STANDARD_METHOD = Method(
   "deq-standard",
   "a DEQ model, every sample solved from scratch",
-  "rsjax.srs._certify:DEQStandardCertifier",
+  "rsjax.srs._certify:StandardRS",
   _DEQ_OPTIONS,
   check=check_cohen,
+  noises=GAUSSIAN,
   timed_batch=False,
 )
 #: ``--method srs``: serialized randomized smoothing of a DEQ (Gao et al.).
 SRS_METHOD = Method(
   "srs",
   "a DEQ model, serialized randomized smoothing (Gao et al.)",
-  "rsjax.srs._certify:SRSCertifier",
+  "rsjax.srs._certify:SRS",
   _DEQ_OPTIONS + _SRS_OPTIONS,
   check=check_srs,
+  noises=GAUSSIAN,
   timed_batch=False,
 )

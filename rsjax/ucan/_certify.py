@@ -1,6 +1,6 @@
 """UCAN's CERTIFY (Cohen's passes on the shifted input ``x + mu``, the normalized region): the
-certifier :class:`UCAN` of ``rsjax.certify``, :func:`certify`, its alias, and ``--method
-ucan``'s :class:`UCANCertifier`."""
+certifier :class:`UCAN` of ``rsjax.certify`` and of ``--method ucan``, and :func:`certify`,
+its alias."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from rsjax import models
-from rsjax.cohen._certify import Batch, certify_chunk, certify_with
+from rsjax.cohen._certify import Batch, certify_with
 from rsjax.engine import precision as precision_lib
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
@@ -21,7 +21,7 @@ from rsjax.engine.driver import (
 )
 from rsjax.noise.sigma import SigmaSource
 from rsjax.runs import record
-from rsjax.runs.method import Context, RunCertifier
+from rsjax.runs.method import Certifier, Context
 from rsjax.ucan._generators import FrozenNoise, pattern_sigma
 from rsjax.ucan._noise_file import NOISE_FILE, load_universal_noise, noise_file_hash
 from rsjax.ucan._region import alm, isotropic_radius
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
   import jax
   from jax.typing import ArrayLike
 
-__all__ = ["AnisotropicCertificate", "certify", "certify_input_dependent", "UCAN", "UCANCertifier"]
+__all__ = ["AnisotropicCertificate", "certify", "certify_input_dependent", "UCAN"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +89,10 @@ def _noise_arrays(values, x_shape) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclasses.dataclass(frozen=True)
-class UCAN:
-  """Anisotropic smoothing (UCAN Theorem 3.2) as a certifier of ``rsjax.certify``.
+class UCAN(Certifier):
+  """Anisotropic smoothing (UCAN Theorem 3.2) as a certifier of ``rsjax.certify``, and
+  ``--method ucan``'s (``rsjax.ucan.METHOD``): frozen ``(mu, sigma)``, the model directory's
+  dataset-wise noise or a pattern.
 
   Certifies ``g(x) = argmax_c P[f(x + mu + sigma * eps) = c]``: Cohen et al.'s
   CERTIFY (``rsjax.run_certify``) on the shifted input ``x + mu`` with
@@ -102,10 +104,56 @@ class UCAN:
     multiclass: Cohen's multiclass radius for the unit noise (Gaussian only).
     allow_unsound: certify noise whose rate is not 0 (``(mu, sigma)`` computed
       from ``x``) anyway, labelled ``NOT A CERTIFICATE`` (``sound=False``).
+    noise: a run's frozen ``(mu, sigma)`` (its ``sigma_of``), or None: the run's sigma.
+    pattern: the pattern's parameters (``pattern``, ``kappa``, ``iota``) where ``noise`` is
+      a pattern, None where it is the model directory's dataset-wise noise.
   """
 
   multiclass: bool = False
   allow_unsound: bool = False
+  noise: FrozenNoise | None = dataclasses.field(default=None, compare=False)
+  pattern: dict | None = dataclasses.field(default=None, compare=False)
+
+  columns: ClassVar[tuple[str, ...]] = AnisotropicCertificate.columns
+
+  @classmethod
+  def from_options(
+    cls, ctx: Context, *, ucan_sigma: str, ucan_pattern: str, ucan_kappa: float, ucan_iota: float
+  ) -> UCAN:
+    noise = _frozen_noise(ctx, ucan_sigma)
+    if noise is not None:
+      return cls(ctx.multiclass, noise=noise)
+    shape = tuple(ctx.dataset.input_shape)
+    scales = pattern_sigma(shape, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota)
+    pattern = {"pattern": ucan_pattern, "kappa": ucan_kappa, "iota": ucan_iota}
+    return cls(ctx.multiclass, noise=FrozenNoise(ctx.sigma * scales), pattern=pattern)
+
+  def sigma_of(self, ctx: Context) -> Any:
+    return ctx.sigma if self.noise is None else self.noise
+
+  def describe(self, ctx: Context) -> str:
+    if self.noise is None:
+      return "UCAN"
+    lo, hi = f"{self.noise.sigma.min():.4g}", f"{self.noise.sigma.max():.4g}"
+    if self.pattern is None:
+      what = f"dataset-wise (mu, sigma) from {NOISE_FILE} (sigma in [{lo}, {hi}])"
+    else:
+      p = self.pattern
+      what = (
+        f"pattern-wise sigma = {ctx.sigma} * ({p['kappa']} ||(a, b)||_{p['pattern'][1:]}^2 + "
+        f"{p['iota']}) in [{lo}, {hi}]"
+      )
+    return f"UCAN, {what}; radius = min(sigma) * normalized_radius"
+
+  def details(self, ctx: Context) -> dict | None:
+    if self.noise is None:
+      return None
+    if self.pattern is not None:
+      return _details(self.noise, "pattern", sigma=ctx.sigma, **self.pattern)
+    # The scales' file, bound by its hash (verify reads it beside the run).
+    details = _details(self.noise, "dataset")
+    details["noise_file"] = noise_file_hash(os.path.join(os.fspath(ctx.workdir), NOISE_FILE))
+    return details
 
   def certify(self, batch: Batch) -> AnisotropicCertificate:
     """Certifies a batch with frozen anisotropic noise ``(mu, sigma)``.
@@ -283,48 +331,6 @@ def _frozen_noise(ctx: Context, ucan_sigma: str) -> FrozenNoise | None:
       f"{NOISE_FILE} holds sigma of shape {noise.sigma.shape}, the dataset's inputs are {shape}"
     )
   return noise
-
-
-@dataclasses.dataclass(frozen=True)
-class UCANCertifier(RunCertifier):
-  """``--method ucan`` (``rsjax.ucan.METHOD``): :class:`UCAN` with frozen ``(mu,
-  sigma)``, the model directory's dataset-wise noise or a pattern, over a run's chunks."""
-
-  noise: FrozenNoise
-
-  @classmethod
-  def from_options(
-    cls, ctx: Context, *, ucan_sigma: str, ucan_pattern: str, ucan_kappa: float, ucan_iota: float
-  ) -> UCANCertifier:
-    noise = _frozen_noise(ctx, ucan_sigma)
-    if noise is not None:
-      source = "dataset"
-      what = (
-        f"dataset-wise (mu, sigma) from {NOISE_FILE} (sigma in "
-        f"[{noise.sigma.min():.4g}, {noise.sigma.max():.4g}])"
-      )
-    else:
-      shape = tuple(ctx.dataset.input_shape)
-      noise = FrozenNoise(
-        ctx.sigma * pattern_sigma(shape, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota)
-      )
-      source = "pattern"
-      what = (
-        f"pattern-wise sigma = {ctx.sigma} * ({ucan_kappa} ||(a, b)||_{ucan_pattern[1:]}^2 + "
-        f"{ucan_iota}) in [{noise.sigma.min():.4g}, {noise.sigma.max():.4g}]"
-      )
-    details = _details(
-      noise, source, sigma=ctx.sigma, pattern=ucan_pattern, kappa=ucan_kappa, iota=ucan_iota
-    )
-    if source == "dataset":  # the scales' file, bound by its hash (verify reads it beside the run)
-      details["noise_file"] = noise_file_hash(os.path.join(os.fspath(ctx.workdir), NOISE_FILE))
-    describe = f"UCAN, {what}; radius = min(sigma) * normalized_radius"
-    columns = AnisotropicCertificate.columns
-    return cls(noise, ctx=ctx, columns=columns, describe=describe, details=details)
-
-  def certify(self, x: Any, ids: Any) -> Certificate:
-    certifier = UCAN(multiclass=self.ctx.multiclass)
-    return certify_chunk(self.ctx, certifier, x, ids, sigma=self.noise)
 
 
 def _details(noise: FrozenNoise, source: str, **pattern: Any) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rsjax.claims import NOISES
 from rsjax.runs.method import INIT, Method, Option, Training
 from rsjax.ucan._check import check_ucan
 from rsjax.ucan._noise_file import GENERATORS, NOISE_FILE
@@ -13,7 +14,7 @@ __all__ = ["METHOD"]
 METHOD = Method(
   "ucan",
   "anisotropic (mu, sigma) noise, UCAN's certified region (pattern-wise or dataset-wise sigma)",
-  "rsjax.ucan._certify:UCANCertifier",
+  "rsjax.ucan._certify:UCAN",
   (
     Option(
       "ucan_sigma",
@@ -35,6 +36,9 @@ METHOD = Method(
     Option("ucan_iota", 0.8, "pattern value iota at the centre", float, positive=True),
   ),
   check=check_ucan,
+  # It scales the noise per pixel; the sound 8-bit noise has one sigma for every pixel.
+  noises=tuple(n for n in NOISES if n != "gaussian_8bit"),
+  multiclass=True,
   columns=("normalized_radius", "alm", "sound"),
   training=Training(
     "rsjax.ucan.training:train_job",

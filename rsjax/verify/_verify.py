@@ -211,7 +211,8 @@ def _method_of(p: str, run: RunSpec) -> Method:
   refused = refusal(
     Claim.of_run(
       method=run.method, sampling=run.sampling, options=run.options, multiclass=run.multiclass
-    )
+    ),
+    method,
   )
   if refused is None:
     refused = option_refusal(method, run.options)

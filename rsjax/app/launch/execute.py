@@ -135,10 +135,10 @@ def _run(spec, loaded, execution, resume, save_counts, data_dir, process) -> Rep
     indices = np.asarray(spec.indices(), np.int64)
     mine = distributed.split_indices(indices, process_index=pid, process_count=nproc)
     choice = batch_choice(spec, loaded, execution.batch_size, rows=len(mine))
-    plan = spec_lib.plan(spec, loaded, batch_size=choice.batch, data_dir=data_dir)
+    ctx, certifier = spec_lib.plan(spec, loaded, batch_size=choice.batch, data_dir=data_dir)
     versions = {**spec.versions, "batch": choice.describe()}
-    spec = dataclasses.replace(spec, details=plan.details, versions=versions)
-    if plan.sequential and nproc > 1:
+    spec = dataclasses.replace(spec, details=certifier.details(ctx), versions=versions)
+    if certifier.sequential and nproc > 1:
       raise RunError(
         f"method {spec.method} certifies inputs one after another in one process", "process"
       )
@@ -148,7 +148,8 @@ def _run(spec, loaded, execution, resume, save_counts, data_dir, process) -> Rep
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     try:
       wrote = runner.certify_dataset(
-        plan,
+        ctx,
+        certifier,
         loaded.dataset.get_batch,
         mine,
         out if nproc == 1 else parts[pid],
@@ -178,7 +179,7 @@ def _run(spec, loaded, execution, resume, save_counts, data_dir, process) -> Rep
     process=(pid, nproc),
     seconds=seconds,
     compile_seconds=compiling[0],
-    describe=plan.describe,
+    describe=certifier.describe(ctx),
     guarantee=wrote.guarantee,
   )
 

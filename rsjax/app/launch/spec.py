@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
   from rsjax.engine.driver import Sampling
   from rsjax.records.spec import RunSpec
-  from rsjax.runs.method import Plan
+  from rsjax.runs.method import Certifier, Context
 
 __all__ = [
   "DataRange",
@@ -360,8 +360,9 @@ def load(
 
 def plan(
   run: RunSpec, loaded: Loaded, *, batch_size: int | str = 1000, data_dir: str | None = None
-) -> Plan:
-  """The method's plan of ``run`` (``rsjax.methods``) over what it loaded."""
+) -> tuple[Context, Certifier]:
+  """The context of ``run`` over what it loaded, and its method's certifier
+  (``rsjax.methods``: ``Method.build``)."""
   from rsjax import methods
   from rsjax.runs.method import Context
 
@@ -380,6 +381,6 @@ def plan(
       load_split=lambda split: loading.open_dataset(ds.name, split, data_dir),
     )
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in run.options.items()}
-    return methods.get(run.method).plan(ctx, **options)
+    return ctx, methods.get(run.method).build(ctx, **options)
   except ValueError as e:
     raise RunError(str(e), "method") from None
