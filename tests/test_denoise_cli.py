@@ -250,12 +250,12 @@ def test_cli_errors_are_one_line(dirs, tmp_path, capsys):
 
 def test_certify_from_an_array_file_equals_the_registry_dataset(dirs, tmp_path, monkeypatch):
   from rsjax import data
-  from rsjax.engine import counts
+  from rsjax.engine import batch_timing
 
   sizes = []
-  auto = counts.auto_batch_size
+  auto = batch_timing.auto_batch_size
   monkeypatch.setattr(
-    counts, "auto_batch_size", lambda *a, **k: sizes.append(auto(*a, **k)) or sizes[-1]
+    batch_timing, "auto_batch_size", lambda *a, **k: sizes.append(auto(*a, **k)) or sizes[-1]
   )
 
   clf, mse = dirs[0], dirs[1]
