@@ -59,10 +59,14 @@ GAUSSIAN = ("gaussian", "gaussian_fast")
 class MethodClaims(Protocol):
   """What :func:`refusal` reads of a method (``rsjax.runs.method.Method``)."""
 
-  name: str
-  noises: tuple[str, ...] | None  # the noises it certifies; None: every noise
-  multiclass: bool  # it gives the multiclass radius
-  budget: bool  # it runs budgeted CERTIFY (a radius grid and a budget rule)
+  @property
+  def name(self) -> str: ...
+  @property
+  def noises(self) -> tuple[str, ...] | None: ...  # the noises it certifies; None: every noise
+  @property
+  def multiclass(self) -> bool: ...  # it gives the multiclass radius
+  @property
+  def budget(self) -> bool: ...  # it runs budgeted CERTIFY (a radius grid and a budget rule)
 
 
 @dataclasses.dataclass(frozen=True)

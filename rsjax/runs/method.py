@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from rsjax.claims import _claims as claims
 
@@ -136,7 +136,7 @@ class Certifier(Protocol):
     inputs_per_call: a good number of inputs per call, or None (the caller's default).
   """
 
-  columns: tuple[str, ...] = ()
+  columns: ClassVar[tuple[str, ...]] = ()
   sequential: bool = False
   inputs_per_call: int | None = None
 

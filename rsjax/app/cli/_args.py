@@ -24,7 +24,7 @@ FLAGS = {"model": "MODEL_DIR", "options": "--method", "stop": "--max"} | {
 }
 
 
-def flag_message(e: Exception) -> str:
+def flag_message(e: BaseException) -> str:
   """The message of a library ``RunError`` in the command's words: the argument it starts
   with, and every ``name=value`` in it, as its flag (``pack=4:`` -> ``--pack 4:``)."""
   text, name = str(e), getattr(e, "argument", None)
