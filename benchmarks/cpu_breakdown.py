@@ -266,7 +266,7 @@ def _rsjax_pieces(model, batch: int, seed: int):
   (the previous piece's output), and the whole forward."""
   from flax import nnx
 
-  from rsjax.models._simple import _single_channel_conv
+  from rsjax.models import single_channel_conv
 
   graphdef, state = nnx.split(model)
 
@@ -281,7 +281,7 @@ def _rsjax_pieces(model, batch: int, seed: int):
     return m.fc3(nnx.relu(m.fc2(nnx.relu(m.fc1(x)))))
 
   fns = {
-    "conv1": piece(lambda m, x: _single_channel_conv(m.conv1, m.normalize(x), pad=m.padding)),
+    "conv1": piece(lambda m, x: single_channel_conv(m.conv1, m.normalize(x), pad=m.padding)),
     "pool1": piece(lambda m, x: pool(x)),
     "conv2": piece(lambda m, x: m.conv2(x)),
     "pool2": piece(lambda m, x: pool(x)),

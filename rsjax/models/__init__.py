@@ -102,6 +102,7 @@ from rsjax.models._resnet import ResNet110 as ResNet110
 from rsjax.models._simple import CNN as CNN
 from rsjax.models._simple import MLP as MLP
 from rsjax.models._simple import LeNet as LeNet
+from rsjax.models._simple import single_channel_conv as single_channel_conv
 from rsjax.models._solvers import SOLVERS as SOLVERS
 from rsjax.models._solvers import SolverConfig as SolverConfig
 from rsjax.models._solvers import SolverResult as SolverResult
@@ -143,6 +144,7 @@ __all__ = [
   "EvalApply",
   "ImageNetResNet",
   "LeNet",
+  "single_channel_conv",
   "MDEQCell",
   "MDEQClassifier",
   "MLP",

@@ -17,10 +17,10 @@ from rsjax.models._layers import Normalize, resolve_normalization, torch_default
 
 _W = torch_default_init
 #: The named scope of LeNet's one-channel convolution written as multiply-adds
-#: (``_single_channel_conv``); ``rsjax.app.bench.costs`` counts its multiplies as a convolution's.
+#: (``single_channel_conv``); ``rsjax.app.bench.costs`` counts its multiplies as a convolution's.
 SINGLE_CHANNEL_CONV = "single_channel_conv"
 
-__all__ = ["MLP", "LeNet", "CNN"]
+__all__ = ["MLP", "LeNet", "CNN", "single_channel_conv"]
 
 
 def _image_shape(input_shape, model: str) -> tuple[int, int, int]:
@@ -78,7 +78,7 @@ class MLP(nnx.Module):
     return self.head(x)
 
 
-def _single_channel_conv(conv: nnx.Conv, x: jax.Array, *, pad: int) -> jax.Array:
+def single_channel_conv(conv: nnx.Conv, x: jax.Array, *, pad: int) -> jax.Array:
   """``conv(x)`` for a one-channel input as kh * kw multiply-adds per output channel.
 
   Same arithmetic as the convolution (sums in another order, so results agree to
@@ -180,7 +180,7 @@ class LeNet(nnx.Module):
     if self.normalize is not None:
       x = self.normalize(x)
     if self.conv1.in_features == 1 and self.conv1.out_features <= 8:
-      x = _single_channel_conv(self.conv1, x, pad=self.padding)
+      x = single_channel_conv(self.conv1, x, pad=self.padding)
     else:
       x = self.conv1(x)
     x = nnx.max_pool(nnx.relu(x), (2, 2), strides=(2, 2))
