@@ -2,7 +2,7 @@
 
 * ``certify`` / ``predict`` (``rsjax.certify``, ``rsjax.predict``): many
   inputs at once on the engine's counts (``rsjax.engine``), fixed ``n0`` and
-  ``n`` or budgeted on a radius grid (``budget=``). A certifier (``Certifier``:
+  ``n`` or budgeted on a radius grid (``budget=``). A certifier (``rsjax.methods.Certifier``:
   ``Cohen`` and each method's) certifies one ``Batch``, the same value whether
   ``rsjax.certify`` or a run (``rsjax.runs.runner.certify_dataset``) calls it.
 * ``METHOD``: the method value of the registry (``rsjax.methods``); its check
@@ -17,7 +17,6 @@ __getattr__, __dir__, __all__ = _lazy.exports(
   __name__,
   {
     "Batch": "rsjax.cohen._certify",
-    "Certifier": "rsjax.cohen._certify",
     "Cohen": "rsjax.cohen._certify",
     "certify": "rsjax.cohen._certify",
     "certify_with": "rsjax.cohen._certify",

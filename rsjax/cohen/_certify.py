@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = [
   "Batch",
-  "Certifier",
   "Cohen",
   "certify",
   "certify_with",
