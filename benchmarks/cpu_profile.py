@@ -67,6 +67,12 @@ BATCHES = {"lenet": [64, 256, 1000], "resnet20": [64, 256, 512], "resnet110": [6
 STEPS = {"lenet": 8, "resnet20": 2, "resnet110": 2}
 
 
+def _argv() -> list[str]:
+  """The command line, paths inside the repository relative to it (no machine's paths)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+  return [a.replace(root, "") for a in sys.argv]
+
+
 def _sync(x):
   return jax.block_until_ready(x)
 
@@ -299,10 +305,10 @@ def cpu_profile(
   trace_batch = {"lenet": 1000, "resnet20": 256, "resnet110": 256, **(trace_batch or {})}
   if torch is not None:
     torch.set_num_threads(os.cpu_count() or 1)
-  record = {"argv": sys.argv, "sections": sections, "load_avg_start": _load()}
+  record = {"argv": _argv(), "sections": sections, "load_avg_start": _load()}
   updating = bool(update and json and os.path.exists(json))
   doc = {
-    "argv": sys.argv,
+    "argv": _argv(),
     "args": {
       "models": names,
       "batches": {n: batches[n] for n in names},
