@@ -29,7 +29,6 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -101,16 +100,6 @@ class BatchChoice:
         f"{b}: {med:,.0f} ({lo:,.0f}-{hi:,.0f})" for b, lo, med, hi in self.rates
       )
     return f"{self.batch} ({how})"
-
-  def to_json(self) -> dict[str, Any]:
-    """The choice as a JSON value (the run record's ``batch``)."""
-    out: dict[str, Any] = {"size": self.batch, "chosen": self.how}
-    if self.rates:
-      out["probe"] = [
-        {"batch": b, "min": round(lo, 1), "median": round(med, 1), "max": round(hi, 1)}
-        for b, lo, med, hi in self.rates
-      ]
-    return out
 
 
 def time_batches(
