@@ -153,7 +153,7 @@ def classify(i: Instr) -> str:
     return "noise"
   if "convolution" in i.contents or i.opcode == "convolution":
     return "conv"
-  if "conv_general_dilated" in name or "single_channel_conv" in name:
+  if "conv_general_dilated" in name or "few_channel_conv" in name:
     return "conv"
   if "dot" in i.contents or "dot_general" in name or i.opcode == "dot":
     return "dense"
@@ -266,8 +266,6 @@ def _rsjax_pieces(model, batch: int, seed: int):
   (the previous piece's output), and the whole forward."""
   from flax import nnx
 
-  from rsjax.models import single_channel_conv
-
   graphdef, state = nnx.split(model)
 
   def piece(fn):
@@ -281,7 +279,7 @@ def _rsjax_pieces(model, batch: int, seed: int):
     return m.fc3(nnx.relu(m.fc2(nnx.relu(m.fc1(x)))))
 
   fns = {
-    "conv1": piece(lambda m, x: single_channel_conv(m.conv1, m.normalize(x), pad=m.padding)),
+    "conv1": piece(lambda m, x: m.first_conv(m.normalize(x))),
     "pool1": piece(lambda m, x: pool(x)),
     "conv2": piece(lambda m, x: m.conv2(x)),
     "pool2": piece(lambda m, x: pool(x)),

@@ -329,11 +329,9 @@ def _lenet_forward(conv2: str):
   ``"lax"`` (``nnx.Conv``'s ``lax.conv``) or ``"im2col"`` (:func:`im2col_conv`)."""
   from flax import nnx
 
-  from rsjax.models import single_channel_conv
-
   def forward(graphdef, state, x):
     m = nnx.merge(graphdef, state)
-    x = single_channel_conv(m.conv1, m.normalize(x), pad=m.padding)
+    x = m.first_conv(m.normalize(x))
     x = nnx.max_pool(nnx.relu(x), (2, 2), strides=(2, 2))
     if conv2 == "lax":
       x = m.conv2(x)

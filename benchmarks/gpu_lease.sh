@@ -182,8 +182,8 @@ s2() {
   cfg n_scaling "json=$OUT/lenet_scaling.json" "args.nums=$LENET_NUMS" "args.n0=$N0" \
     "args.batch_size=$LENET_BATCH" "args.compile_cache=$CACHE_DIR"
   stage lenet_scaling "$(lim 45)" lenet_scaling.json "${CMD[@]}"
-  cfg trace_resnet110 args.model=lenet "args.num=$top" "args.batch_size=$LENET_BATCH" \
-    "args.out=$OUT/trace_lenet"
+  cfg trace_resnet110 args.model=lenet "args.num=$top" "args.n0=$N0" \
+    "args.batch_size=$LENET_BATCH" "args.out=$OUT/trace_lenet"
   stage lenet_trace "$(lim 25)" trace_lenet/trace_summary.json "${CMD[@]}"
   if $ON_GPU; then
     cfg n_scaling "json=$OUT/lenet_nocmdbuf.json" "args.nums=$top" "args.n0=$N0" \
@@ -245,7 +245,8 @@ for s in "$@"; do
       stage golden "$(lim 150)" "" env JAX_PLATFORMS= PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
         "$PY" tests/golden_cases.py --check --save "$OUT/golden_gpu.npz" ;;
     trace)  # where the time of one ResNet-110 certification goes, by op class
-      cfg trace_resnet110 "args.num=$NUM" "args.batch_size=$BATCH" "args.out=$OUT/trace_r110"
+      cfg trace_resnet110 "args.num=$NUM" "args.n0=$N0" "args.batch_size=$BATCH" \
+        "args.out=$OUT/trace_r110"
       stage trace "$(lim 120)" trace_r110/trace_summary.json "${CMD[@]}" ;;
     dataset)  # test-set-sized certification: fixed N and budgeted, rsjax vs the eager twin
       suite dataset "$(lim 200)" "${XLA_FLAGS:-}" "args.num=$NUM" args.images=0 args.models=none \

@@ -340,7 +340,7 @@ def summarize(trace: dict) -> dict:
 
 
 def trace_certify(
-  name: str, precision: str, *, num: int, out: str, seed: int = 0, batch_size="auto"
+  name: str, precision: str, *, num: int, out: str, seed: int = 0, batch_size="auto", n0: int = N0
 ) -> dict:
   """Traces one ``rsjax.certify`` of ``name`` (after a warm-up image); returns the summary."""
   row = row_model(name, precision, num=num, batch_size=batch_size, seed=seed)
@@ -348,7 +348,7 @@ def trace_certify(
   xs = np.random.default_rng(seed).random((2,) + row.spec.input_shape, dtype=np.float32)
 
   def certify(i):
-    return row.certify(xs[i : i + 1], [i], n0=N0, num=num)
+    return row.certify(xs[i : i + 1], [i], n0=n0, num=num)
 
   certify(0)
   untraced, _ = measure.timed(lambda: certify(1))
@@ -366,7 +366,7 @@ def trace_certify(
     model=name,
     precision=precision,
     num=num,
-    n0=N0,
+    n0=n0,
     batch_size=bs,
     wall_ms=wall * 1e3,
     untraced_wall_ms=untraced * 1e3,
@@ -409,10 +409,12 @@ def trace(
   num: int = 100_000,
   out: str = ".",
   batch_size: int | str = "auto",
+  n0: int = N0,
 ) -> dict:
-  """Traces one certification of ``model``; writes ``out/trace_summary.json``."""
+  """Traces one certification of ``model`` (``n0`` selection samples, ``num`` estimation
+  samples); writes ``out/trace_summary.json``."""
   bs = batch_size if batch_size == "auto" else int(batch_size)
-  s = trace_certify(model, precision, num=num, out=out, batch_size=bs)
+  s = trace_certify(model, precision, num=num, out=out, batch_size=bs, n0=n0)
   measure.dump_json(os.path.join(out, "trace_summary.json"), s)
   print(
     f"{model} {precision}, N = {num}, batch {s['batch_size']} ({s['source']}): "

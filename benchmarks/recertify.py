@@ -113,8 +113,9 @@ def run_block(a: Any, sigma: float, block: int) -> None:
   for name in a.children:
     d, extra = _child_dir(a, sigma, name)
     fb = ("--fallback",) if name in FALLBACK else ()
+    # --gamma off: RESULTS.md's figures (issue 56) predate the gamma switch
     _cli("recertify", parent, d, _path(a, sigma, block, f"{name}_re"), "--N", a.n_disagree,
-         "--batch", a.batch, "--quiet", *fb, *extra)  # fmt: skip
+         "--batch", a.batch, "--quiet", "--gamma", "off", *fb, *extra)  # fmt: skip
   for name in a.children:  # the paper's baseline: from scratch on as many samples
     d, extra = _child_dir(a, sigma, name)
     same = (*common, "--N", a.n_disagree - N0, "--alpha", 0.002)  # recertify's total alpha
@@ -278,7 +279,7 @@ def write_run(path: str, rows: int, seed: int = 0) -> None:
       name="synthetic-bench", split="test", size=rows, input_shape=(28, 28, 1), num_classes=c
     ),
     sigma=sigma,
-    sampling=record.sampling_fields(settings),
+    sampling=record.run_sampling(settings),
     versions=record.versions(),
   )
   x = np.zeros((28, 28, 1), np.float32)

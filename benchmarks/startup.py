@@ -20,6 +20,7 @@ __all__ = ["COMMANDS", "startup"]
 COMMANDS = (
   ("--version",),
   ("--help",),
+  ("train", "--help"),
   ("certify", "--help"),
   ("verify", "--help"),
   ("verify", "RUN"),

@@ -34,6 +34,28 @@ def train_model(
   return m, hist
 
 
+def expert_rows(cfg, train, test, radii, log):
+  """Trains the experts (resumed), certifies each with Cohen's CERTIFY at its sigma:
+  ``(models, dirs, rows)``."""
+  x, y = train.arrays()
+  xt, yt = test.arrays()
+  cut = len(x) - cfg.validation
+  mcfg = cfg.model_config(train.input_shape)
+  kw = certify_kw(cfg, test)
+  ms, dirs, rows = [], [], {}
+  for s in cfg.sigmas:
+    d = os.path.join(cfg.out, f"expert_{s:g}")
+    m, _ = train_model(cfg, d, mcfg, (x[:cut], y[:cut]), s, (xt, yt))
+    ms.append(m)
+    dirs.append(d)
+    path = os.path.join(cfg.runs, f"cohen_{s:g}.tsv")
+    t0 = time.perf_counter()
+    certify_run(path, m, d, sigma=s, inputs_per_call=10, **kw)
+    rows[f"cohen_{s:g}"] = summary(path, radii, time.perf_counter() - t0)
+    log(f"sigma {s:g}: {rows[f'cohen_{s:g}']['certified_accuracy']}")
+  return ms, dirs, rows
+
+
 def summary(path: str, radii, seconds: float | None = None) -> dict:
   """Certified accuracy of the run at ``path`` over ``radii`` (and, for a dual run, how many
   rows chose each sigma index)."""
@@ -82,15 +104,16 @@ def certify_kw(cfg, test) -> dict:
   return dict(dataset=test, skip=cfg.skip, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, seed=cfg.seed)
 
 
-def comparison_rows(cfg, expert_models, dirs, test, radii, log) -> dict:
-  """IDRS and DDRS on each expert (the same models and digits), each a verified run; a method
-  whose options in ``cfg`` are None is not run."""
+def comparison_rows(cfg, expert_models, dirs, test, radii, log, prefix: str = "") -> dict:
+  """IDRS and DDRS on each expert (the same models and digits), each a verified run named
+  ``<prefix>idrs_<sigma>`` (``prefix`` tells other models apart); a method whose options
+  in ``cfg`` are None is not run."""
   rows = {}
   kw = certify_kw(cfg, test)
   for s, m, d in zip(cfg.sigmas, expert_models, dirs, strict=True):
     for name, method, options in (
-      ("idrs", "idrs", cfg.idrs),
-      ("ddrs", "ddrs", cfg.ddrs),
+      (prefix + "idrs", "idrs", cfg.idrs),
+      (prefix + "ddrs", "ddrs", cfg.ddrs),
     ):
       if options is None:  # not run in this config
         continue
@@ -173,6 +196,11 @@ def table(result: dict) -> str:
     curves["ddrs best"] = result["best_ddrs"]
   curves["dual"] = rows["dual"]["certified_accuracy"]
   curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("tuned")}
+  curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("joint")}
+  if "joint_envelope" in result:
+    curves["joint best"] = result["joint_envelope"]
+  curves |= {k: v["certified_accuracy"] for k, v in rows.items() if k.startswith("dual_")}
+  curves |= {f"{k} best": result[f"best_{k}"] for k in ("jidrs", "jddrs") if f"best_{k}" in result}
   if "oracle" in result:
     curves["oracle"] = result["oracle"]
   radii = list(result["envelope"])

@@ -2,7 +2,8 @@
 
 A method package's ``__init__`` hands on names from its submodules lazily, so
 that importing one JAX-free submodule (its ``method`` value, its check) does
-not import JAX through the package.
+not import JAX through the package. :func:`module` does the same for one module a
+JAX-free start-up need not pay for (SciPy's ``stats`` and ``special``).
 """
 
 from __future__ import annotations
@@ -41,3 +42,22 @@ def exports(
     return sorted(set(namespace) | set(table) | set(submodules))
 
   return __getattr__, __dir__, sorted(table)
+
+
+class _Module:
+  """A module imported on its first attribute access (:func:`module`)."""
+
+  def __init__(self, name: str) -> None:
+    self._name = name
+    self._module: Any = None
+
+  def __getattr__(self, attr: str) -> Any:
+    if self._module is None:
+      self._module = importlib.import_module(self._name)
+    return getattr(self._module, attr)
+
+
+def module(name: str) -> Any:
+  """Module ``name`` (e.g. ``"scipy.stats"``), imported when one of its attributes is first
+  read: ``stats = module("scipy.stats")`` costs nothing until ``stats.norm`` runs."""
+  return _Module(name)

@@ -21,12 +21,16 @@ import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats as _st
+
+from rsjax import _lazy
+
+_st = _lazy.module("scipy.stats")  # 1-2 s of start-up: on first use
 
 __all__ = [
   "ALPHA_MAX",
   "alpha_refusal",
   "check_alpha",
+  "check_integral",
   "clopper_pearson_lower",
   "clopper_pearson_upper",
   "binomial_test_half",
@@ -54,7 +58,11 @@ def check_alpha(alpha: float) -> float:
   return a
 
 
-_check_alpha = check_alpha
+def check_integral(name: str, value: float, minimum: int = 1) -> None:
+  """``ValueError`` unless ``value`` equals an integer ``>= minimum`` (``2.0`` passes too)."""
+  if int(value) != value or value < minimum:
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
 
 #: The largest alpha a run may claim: a certificate holds with probability 1 - alpha,
 #: and a "bound" that fails more often than it holds states nothing.
@@ -92,7 +100,7 @@ def clopper_pearson_lower(k: ArrayLike, n: ArrayLike, alpha: float) -> np.ndarra
   Returns:
     float64 array: ``Beta.ppf(alpha; k, n - k + 1)``, and 0 where ``k == 0``.
   """
-  alpha = _check_alpha(alpha)
+  alpha = check_alpha(alpha)
   k, n = _counts(k, n)
   with np.errstate(invalid="ignore"):
     out = _st.beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)
@@ -110,7 +118,7 @@ def clopper_pearson_upper(k: ArrayLike, n: ArrayLike, alpha: float) -> np.ndarra
   Returns:
     float64 array: ``Beta.ppf(1 - alpha; k + 1, n - k)``, and 1 where ``k == n``.
   """
-  alpha = _check_alpha(alpha)
+  alpha = check_alpha(alpha)
   k, n = _counts(k, n)
   with np.errstate(invalid="ignore"):
     out = _st.beta.ppf(1.0 - alpha, k + 1, np.maximum(n - k, 1e-300))
@@ -166,7 +174,7 @@ def multiclass_bounds(
   Returns:
     ``(p_lower_a [B], p_upper_b [B])`` float64.
   """
-  alpha = _check_alpha(alpha)
+  alpha = check_alpha(alpha)
   others = np.asarray(counts_others, dtype=np.float64)
   num_others = max(others.shape[-1], 1)
   p_a = clopper_pearson_lower(counts_a, n, alpha / 2)
@@ -205,7 +213,7 @@ def uniform_linf_radius(p_lower: ArrayLike, lam: ArrayLike, dim: int) -> np.ndar
 
 def max_probability_lower(n: ArrayLike, alpha: float) -> np.ndarray:
   """The largest lower bound ``n`` samples can give: ``alpha ** (1 / n)`` (all successes)."""
-  alpha = _check_alpha(alpha)
+  alpha = check_alpha(alpha)
   return np.power(alpha, 1.0 / np.asarray(n, dtype=np.float64))
 
 
@@ -219,7 +227,7 @@ def max_radius(n: ArrayLike, alpha: float, sigma: ArrayLike = 1.0) -> np.ndarray
 
 def min_samples_to_certify(alpha: float) -> int:
   """The smallest ``n`` whose all-success lower bound exceeds 1/2."""
-  alpha = _check_alpha(alpha)
+  alpha = check_alpha(alpha)
   return int(math.floor(math.log(alpha) / math.log(0.5))) + 1
 
 

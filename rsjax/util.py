@@ -1,7 +1,8 @@
 """Helpers shared by every rsjax module: argument checks, keys and local devices.
 
 * Argument checks raise ``ValueError`` with a one-line message that names the
-  argument: :func:`check_int`, :func:`check_alpha`, :func:`check_finite_positive`.
+  argument: :func:`check_int`, :func:`check_integral`, :func:`check_alpha`,
+  :func:`check_finite_positive`.
 * Keys: :func:`as_key` accepts a typed key, a legacy ``uint32[2]`` key or an
   int seed.
 * Devices: :func:`num_local_devices`, :func:`local_mesh` (a one-axis ``"dev"``
@@ -25,7 +26,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
-from rsjax.stats import check_alpha
+from rsjax.stats import check_alpha, check_integral
 
 __all__ = [
   "COMPILE_EVENTS",
@@ -36,6 +37,7 @@ __all__ = [
   "check_alpha",
   "check_finite_positive",
   "check_int",
+  "check_integral",
   "local_mesh",
   "num_local_devices",
   "replicate",

@@ -95,7 +95,7 @@ def reradius(path):
   cert = certificate_view(run)
   res = io.read_certify(path)
   recs = record.read_records(path)
-  budget, n, alpha = cert.get("budget"), int(run.sampling["n"]), float(run.sampling["alpha"])
+  budget, n, alpha = cert.get("budget"), run.sampling.n, run.sampling.alpha
   anytime = bool(budget) and budget.get("rule") == ANYTIME_RULE
   levels = None
   if budget:

@@ -15,6 +15,9 @@ from rsjax.app import cli
 from rsjax.app.bench import costs, harness, peaks, report, rounds, run, sweep
 from rsjax.app.launch.errors import RunError
 
+# A test of the tools around the library: .ci/run runs it in the py311 stage only.
+pytestmark = pytest.mark.tools
+
 # A run small enough for a test: N 1000 measured at 64, n0 16, one timed image.
 FAST = ["--N", "1000", "--N0", "16", "--measure-n", "64", "--images", "1", "--quiet"]
 #: Seconds of a round in these tests (1 s in a real run): the rounds' logic, not the figures.

@@ -10,6 +10,9 @@ from jax import lax
 from rsjax import models
 from rsjax.app.bench import Request, Target, bench, layout, report
 
+# A test of the tools around the library: .ci/run runs it in the py311 stage only.
+pytestmark = pytest.mark.tools
+
 
 def _nchw_net(params, x):
   """A small LeNet as PyTorch ports write it: ``x`` of ``[b, 1, 12, 12]``, NCHW convolutions

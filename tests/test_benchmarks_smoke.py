@@ -16,6 +16,9 @@ import sys
 import numpy as np
 import pytest
 
+# A test of the tools around the library: .ci/run runs it in the py311 stage only.
+pytestmark = pytest.mark.tools
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The wall-clock limit of a subprocess: a hang, never a loaded machine (issue 66: a 300 s limit
 #: failed a fresh clone's CI on a busy machine). No timing is asserted here.

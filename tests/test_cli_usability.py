@@ -177,3 +177,25 @@ def test_analyze_reads_cohen_three_digit_radii_and_full_precision(tmp_path, caps
     if line.startswith(("cohen", "full"))
   ]
   assert [[v.rstrip("*") for v in r[1:4]] for r in rows] == [["0.500", "0.500", "0.000"]] * 2
+
+
+def test_refusals_name_arguments_and_the_command_line_tells_them_as_flags():
+  """A claim rsjax refuses is told in the library's argument words (no flag), and the
+  command line turns every ``name=value`` of it into its flag."""
+  import re
+
+  from rsjax import claims, methods
+  from rsjax.app.cli._args import flag_message
+  from rsjax.app.launch.errors import RunError
+
+  told = set()
+  for claim in claims.every_claim(m.name for m in methods.available()):
+    why = claims.refusal(claim, methods.get(claim.method))
+    if why is None:
+      continue
+    assert "--" not in why, why
+    line = flag_message(RunError(why, "method"))
+    assert not re.search(r"\b\w+=", line), line
+    told.add(line)
+  assert "--method idrs gives the binary radius only, not --multiclass" in told
+  assert "--method srs has no budgeted CERTIFY (--grid ...)" in told

@@ -69,3 +69,17 @@ def test_the_count_does_not_depend_on_the_compute_dtype_or_a_lowering():
     dtype=jnp.bfloat16,
   )
   assert f32 == bf16 and f32[0] > 5e5
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3])
+def test_lenets_multiply_add_convolution_counts_as_the_convolution(channels):
+  # LeNet's first convolution runs as multiply-adds (``models.few_channel_conv``) for few
+  # input channels; the count is the one the convolution itself would give.
+  shape = (28, 28, channels)
+  model = models.create_model("lenet", num_classes=10, input_shape=shape, rngs=0)
+  apply_fn, variables = models.to_apply_fn(model)
+  flops, _ = costs.op_costs(apply_fn, variables, shape)
+  conv1 = 2 * (28 * 28 * 6) * (5 * 5 * channels)  # padding 2: 28x28 outputs
+  conv2 = 2 * (10 * 10 * 16) * (5 * 5 * 6)
+  dense = 2 * (400 * 120 + 120 * 84 + 84 * 10)
+  assert flops == conv1 + conv2 + dense

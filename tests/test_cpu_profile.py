@@ -15,6 +15,9 @@ import sys
 
 import pytest
 
+# A test of the tools around the library: .ci/run runs it in the py311 stage only.
+pytestmark = pytest.mark.tools
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 JSON = ROOT / "benchmarks" / "results" / "cpu_profile.json"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"

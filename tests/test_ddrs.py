@@ -311,7 +311,7 @@ def _ddrs_run(out, params):
     model=runspec.ModelRef(fingerprint=runner.fingerprint(params)),
     data=runspec.DataRef(name="toy", split="test", size=len(ds), input_shape=(4,), num_classes=2),
     sigma=0.05,
-    sampling=record.sampling_fields(rsjax.Sampling(n0=32, n=500, alpha=0.01)),
+    sampling=record.run_sampling(rsjax.Sampling(n0=32, n=500, alpha=0.01)),
     method="ddrs",
     options=dict(ddrs_steps=20, ddrs_lr=0.01, ddrs_draws=8, ddrs_memory="on"),
     seed=3,

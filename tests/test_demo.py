@@ -2,8 +2,13 @@
 
 import os
 
+import pytest
+
 from rsjax.app import cli
 from rsjax.records import io
+
+# A test of the tools around the library: .ci/run runs it in the py311 stage only.
+pytestmark = pytest.mark.tools
 
 _SMALL = ["--sigmas", "0.25", "--epochs", "1", "--N", "64", "--images", "3", "--quiet"]
 

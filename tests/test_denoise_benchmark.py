@@ -3,6 +3,11 @@
 import os
 import sys
 
+import pytest
+
+# A test of the tools around the library: .ci/run runs it in the py311 stage only.
+pytestmark = pytest.mark.tools
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -422,5 +422,5 @@ def test_certify_deq_options_and_errors(getkey):
     srs.certify(7, deq_fn, params, x, **dict(kw, srs=srs_cfg.replace(m=0)))
   with pytest.raises(ValueError, match="sigma"):
     srs.certify(7, deq_fn, params, x, **dict(kw, sigma=-1.0))
-  with pytest.raises(ValueError, match="params"):
+  with pytest.raises(TypeError, match="to_apply_fn"):  # the module itself, not apply_fn
     srs.certify(7, models.DEQClassifier(channels=4, rngs=0), params, x, **kw)

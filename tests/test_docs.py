@@ -33,7 +33,7 @@ def _hooks():
 
 
 #: Public packages the face does not hand on, each with its API page.
-_IMPORTED_BY_NAME = ("app.bench", "app.launch", "dual", "training")
+_IMPORTED_BY_NAME = ("ablation", "app.bench", "app.launch", "dual", "training")
 
 
 def _modules() -> list[str]:

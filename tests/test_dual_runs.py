@@ -4,6 +4,7 @@ an edited chosen sigma fail verify or audit."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -50,7 +51,9 @@ def test_honest_run_verifies_and_audits(run):
 
 
 def _caught(est, path):
-  return not verify.verify(path).ok or not audit.audit(path, model_dir=est, rows="all").ok
+  # The forged copies lie in another folder than the experts: the audit is told where.
+  found = audit.audit(path, model_dir=est, rows="all", experts_dir=est.parent)
+  return not verify.verify(path).ok or not found.ok
 
 
 def test_edited_estimator_counts_are_caught(run, tmp_path):
@@ -114,7 +117,7 @@ def test_consistent_forgery_passes_verify_fails_the_audit(run, tmp_path):
   r_g = float(binary_radius(p, float(np.float32(SIGMA_G)), gauss, 1))
   edit_column(f, j, "estimator_radius", lambda _: repr(r_g))
   assert verify.verify(f).ok
-  a = audit.audit(f, model_dir=est, rows="all")
+  a = audit.audit(f, model_dir=est, rows="all", experts_dir=est.parent)
   assert not a.ok and "estimator_counts" in a.reason
 
 
@@ -233,3 +236,118 @@ def test_next_round_routes_by_the_smoothed_majority_and_keeps_an_unrouted_expert
                      draws=4, expert_config=None, workdirs=[None, None],
                      model_configs=[None, None])  # fmt: skip
   assert all(a is b for a, b in zip(fixed.experts, experts, strict=True))
+
+
+def _argv(est, out, experts, *more):
+  return ["certify", est, out, "--method", "dual", "--dual-experts", experts, "--dataset",
+          "digits", "--N", "400", "--N0", "40", "--skip", "30", "--batch", "400", "--quiet",
+          *more]  # fmt: skip
+
+
+def test_the_record_names_the_experts_relative_and_binds_them(run):
+  """Item 3 of issue 68: the experts' fingerprints and configuration digests are options,
+  so part of the claim (and the key); their paths relative to the result file's folder."""
+  from rsjax.records.spec import RunSpec
+
+  _, out = run
+  spec = RunSpec.read(out)
+  assert spec.options["dual_experts"] == "0.12:e0.12,0.5:e0.5"
+  facts = [f"{e['fingerprint']}:{e['config']}" for e in spec.details["experts"]]
+  assert spec.options["dual_expert_models"] == ",".join(facts)
+  assert "dual_expert_models" in spec.claim()["method"]["options"]
+
+
+def test_other_experts_under_the_same_names_change_the_claim(run, tmp_path):
+  """Red team 8: other models copied under the experts' names gave the same claim digest,
+  the same noise, and both checks passed. Now the claim (so the noise) moves with them, and
+  the run's audit against the swapped experts fails."""
+  from rsjax.records.spec import RunSpec
+
+  est, out = run
+  shutil.copytree(out.parent, tmp_path / "a")
+  a = tmp_path / "a"
+  shutil.rmtree(a / "e0.12")
+  _model(a / "e0.12", 10, 9, 0.12)  # another model under the same name
+  assert not audit.audit(a / "dual.tsv", model_dir=a / "estimator", rows=2, seed=0).ok
+  again, first = a / "again.tsv", tmp_path / "first.tsv"
+  assert cli.main([str(v) for v in _argv(a / "estimator", again, "0.12:" + str(a / "e0.12") +
+                                         ",0.5:" + str(a / "e0.5"), "--max", "61")]) == 0  # fmt: skip
+  assert cli.main([str(v) for v in _argv(est, first, "0.12:" + str(est.parent / "e0.12") +
+                                         ",0.5:" + str(est.parent / "e0.5"), "--max", "61")]) == 0  # fmt: skip
+  assert RunSpec.read(again).claim_digest() != RunSpec.read(first).claim_digest()
+  assert verify.verify(again).ok
+
+
+def test_a_record_without_bound_experts_fails_verify(run, tmp_path):
+  from rsjax.records.spec import RunSpec
+
+  _, out = run
+  f = copy_run(out, tmp_path / "old.tsv")
+  rec = json.loads(open(str(f) + ".run.json").read())
+  del rec["method"]["options"]["dual_expert_models"]
+  rec["key"]["claim"] = RunSpec.from_json(rec).claim_digest()
+  open(str(f) + ".run.json", "w").write(json.dumps(rec))
+  rep = verify.verify(f)
+  assert not rep.ok and any("does not bind the experts" in str(m) for m in rep.mismatches)
+
+
+def test_a_moved_run_checks_from_another_directory(run, tmp_path, monkeypatch, capsys):
+  """Red team 8: from another directory an honest Dual run's audit failed (exit 1, "no usable
+  model in 'e025'"). A missing expert is "cannot audit" (exit 2), never FAILED."""
+  est, out = run
+  moved, elsewhere = tmp_path / "moved", tmp_path / "cwd"
+  shutil.copytree(out.parent, moved)
+  elsewhere.mkdir()
+  monkeypatch.chdir(elsewhere)
+  argv = ["audit", moved / "dual.tsv", "--model-dir", moved / "estimator", "--rows", "3"]
+  assert cli.main([str(v) for v in ["verify", moved / "dual.tsv"]]) == 0
+  assert cli.main([str(v) for v in argv]) == 0
+  shutil.rmtree(moved / "e0.5")
+  capsys.readouterr()
+  assert cli.main([str(v) for v in argv]) == 2
+  assert "--experts-dir" in capsys.readouterr().err
+  assert cli.main([str(v) for v in [*argv, "--experts-dir", est.parent]]) == 0
+
+
+def test_analyze_reads_only_declared_radius_columns_labelled(run, capsys):
+  """Red team 8: --radius-column read estimator_radius, sigma or sigma_index as radii with
+  no label. Only a declared radius column is read, headed "not the certified radius"."""
+  _, out = run
+  assert cli.main(["analyze", str(out), "--radius-column", "estimator_radius"]) == 0
+  text = capsys.readouterr().out
+  assert "dual.tsv [estimator_radius: not the certified radius]" in text
+  assert "the sigma estimator's radius: of the choice of sigma, not of the class" in text
+  for column in ("sigma", "sigma_index"):
+    assert cli.main(["analyze", str(out), "--radius-column", column]) == 2
+    assert "not a radius column of method 'dual'" in capsys.readouterr().err
+
+
+def test_a_method_column_that_is_not_a_number_is_named(run, tmp_path, capsys):
+  """Red team 8: 'could not convert string to float' without the file, line and field."""
+  _, out = run
+  f = copy_run(out, tmp_path / "abc.tsv")
+  edit_column(f, 1, "sigma", lambda _: "abc")
+  assert cli.main(["verify", str(f)]) == 2
+  err = capsys.readouterr().err
+  assert "abc.tsv' line 3: sigma must be a number, got 'abc'" in err, err
+
+
+def test_train_the_estimator_the_papers_way(tmp_path, capsys):
+  """``--dual-target soft --dual-consistency 40 --dual-rebalance``: the paper's training
+  (``rsjax.dual.paper``), at a sigma_g no smaller than the largest expert's sigma."""
+  experts = ",".join(
+    f"{s}:{_model(tmp_path / f'e{s}', 10, 1 + i, s)}" for i, s in enumerate(SIGMAS)
+  )
+  base = ["train", "--method", "dual", "--dual-experts", experts, "--dual-draws", "4",
+          "--dataset", "digits", "--model", "mlp", "--epochs", "1", "--batch", "128",
+          "--dual-target", "soft", "--dual-consistency", "40", "--dual-rebalance", "--quiet"]  # fmt: skip
+  out = tmp_path / "est"
+  assert cli.main([str(a) for a in [*base, "--sigma", "0.5", "--out", out]]) == 0
+  config = models.read_config(out)
+  assert config["num_classes"] == 2 and config["dual_target"] == "soft"
+  recipe = config["dual_recipe"]
+  assert recipe["lbd"] == 40 and recipe["consistency"] and recipe["rebalance"]
+  assert "the paper's way" in capsys.readouterr().out
+  # sigma_g below the largest candidate (0.5) is refused, naming the argument.
+  assert cli.main([str(a) for a in [*base, "--sigma", "0.25", "--out", tmp_path / "low"]]) != 0
+  assert "sigma_g must be >= the largest candidate" in capsys.readouterr().err

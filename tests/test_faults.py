@@ -14,6 +14,9 @@ from flax import nnx
 import rsjax
 from rsjax import training
 
+# A test of the tools around the library: .ci/run runs it in the py311 stage only.
+pytestmark = pytest.mark.tools
+
 
 class NanAfter(nnx.Module):
   """Linear classifier whose logits become NaN when the batch mean exceeds ``threshold``."""

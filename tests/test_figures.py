@@ -37,9 +37,7 @@ R = "benchmarks/RESULTS.md"
 # The site's pages (issue 58: the README's long sections moved there).
 INSTALL = "docs/guides/install.md"
 START = "docs/getting-started.md"
-SRS = "docs/tutorials/srs.md"
 VERIFY = "docs/guides/verify-audit.md"
-SOUND = "docs/tutorials/sound-8bit.md"
 DENOISED = "docs/tutorials/denoised.md"
 BENCH_DOC = "docs/guides/bench.md"
 REPRO = "docs/guides/reproducibility.md"
@@ -196,6 +194,55 @@ BOUND: list[Bind] = [
     for label, model in (("LeNet", "lenet"), ("ResNet-20", "resnet20"), ("ResNet-110", "resnet110"))
     for precision in ("fp32", "tf32", "bf16")
   ],
+  # RESULTS.md, issue 66 item 2: rsjax against the twin, each at its best batch, quiet.
+  *[
+    Bind(
+      R,
+      f"| {label} | {{}} ({{}}) | {{}} ({{}}): rsjax {{}}x | {{}} ({{}}) | **{{}}x** |",
+      B + f"twin_cpu_quiet/{model}.json",
+      (
+        comma("twin/0/rsjax_best/samples_per_s"),
+        _f("d")("twin/0/rsjax_best/batch"),
+        comma("twin/0/eager/best/samples_per_s"),
+        _f("d")("twin/0/eager/best/batch"),
+        f2("twin/0/eager/rsjax_best_ratio"),
+        comma("twin/0/compiled/best/samples_per_s"),
+        _f("d")("twin/0/compiled/best/batch"),
+        f2("twin/0/compiled/rsjax_best_ratio"),
+      ),
+    )
+    for label, model in (("LeNet", "lenet"), ("ResNet-20", "resnet20"))
+  ],
+  Bind(
+    R,
+    "samples, median):** rsjax's noise {}, forward {}, counting {}, whole pass {}; the compiled",
+    B + "cpu_profile_lenet_quiet.json",
+    tuple(
+      f1(f"models/lenet/batches/1000/sides/rsjax/times/{t}/median")
+      for t in ("noise", "forward", "count", "pass")
+    ),
+  ),
+  Bind(
+    R,
+    "twin's noise {}, forward {}, pass {}. The noise draw is near the twin's (Threefry at 1.2x",
+    B + "cpu_profile_lenet_quiet.json",
+    tuple(
+      f1(f"models/lenet/batches/1000/sides/compiled@2/times/{t}/median")
+      for t in ("noise", "forward", "pass")
+    ),
+  ),
+  Bind(
+    R,
+    "convolution {}, ReLU + pool {}, the 6 -> 16 convolution {}, ReLU + pool {}, the dense",
+    B + "cpu_lenet_layers.json",
+    tuple(f1(f"ms_per_1000/{k}/median") for k in ("conv1", "relu_pool1", "conv2", "relu_pool2")),
+  ),
+  Bind(
+    R,
+    "layers {}; the whole forward {}. The two convolutions are three quarters of it. The second",
+    B + "cpu_lenet_layers.json",
+    (f1("ms_per_1000/fc/median"), f1("ms_per_1000/forward/median")),
+  ),
 ]
 
 
@@ -359,6 +406,43 @@ BOUND += [
 ]
 
 
+def _recertify_paper_row(sigma, child, n, marks):
+  """A row of the recertify guide's table of the paper's measure (issue 73); ``marks``: the
+  ``≤ `` / ``≥ `` before each of its three ratios."""
+  k = f"sigma={sigma}/{child}"
+  re_, sc = f"{k}/recertify/{n}", f"{k}/scratch/{n}"
+  ratios = "".join(f" {m}{{}}x |" for m in marks)
+  return Bind(
+    RECERTIFY,
+    f"| {sigma} | {child} | {n:,} | {{}} / {{}} | {{}} | {{}} / {{}} |" + ratios,
+    "results/recertify_quick.json",
+    (
+      f3(f"{re_}/acr"),
+      f3(f"{sc}/acr"),
+      f2(f"{re_}/switched_share"),
+      f2(f"{re_}/seconds_per_image"),
+      f2(f"{sc}/seconds_per_image"),
+      f2(f"{re_}/time_ratio_at_equal_acr/ratio"),
+      f2(f"{re_}/pass_ratio_at_equal_acr/ratio"),
+      f2(f"{re_}/replay_pass_ratio_at_equal_acr/ratio"),
+    ),  # fmt: skip
+  )
+
+
+def _marks(sigma, child, n):
+  """``≤ `` where from scratch reached the recertified ACR at its smallest n_p already."""
+  low = (sigma, n) == ("0.25", 1000) or (sigma, child, n) == ("0.5", "int8", 1000)
+  return ("≤ ",) * 3 if low else ("",) * 3
+
+
+BOUND += [
+  _recertify_paper_row(sigma, child, n, _marks(sigma, child, n))
+  for sigma in ("1", "0.25", "0.5")
+  for child in ("int8", "bf16")
+  for n in (1000, 4000)
+]
+
+
 def _sound_speed_row(label, model):
   sel = f"speed[model={model}]"
   return Bind(
@@ -412,6 +496,80 @@ BOUND += [
 ]
 
 
+# Issue 71: PyTorch modules as they are against the eager modules (torch_module_cpu.json: quiet).
+TORCH_MODULE = "docs/guides/torch-module.md"
+TM = "benchmarks/results/torch_module_cpu.json"
+BOUND += [
+  Bind(
+    TORCH_MODULE,
+    f"| {label} | {{}} | {{}} | {{}}x |",
+    TM,
+    (
+      comma(f"arms/{i}/results/0/samples_per_s"),
+      comma(f"arms/{i}/twin/0/eager/samples_per_s"),
+      f2(f"arms/{i}/twin/0/eager/rsjax_speedup"),
+    ),
+  )
+  for i, label in enumerate(
+    ("WideResNet-16-4 (785 MFLOP per sample)", "ViT (15.3 MFLOP per sample)")
+  )
+]
+BOUND += [
+  Bind(
+    TORCH_MODULE,
+    "Each at its best batch of the sweep: WideResNet-16-4 rsjax {} samples/s against the eager",
+    TM,
+    (comma("arms/0/sweep_best/0/best_samples_per_s"),),
+  ),
+  Bind(
+    TORCH_MODULE,
+    "module's {} ({}x); ViT {} against {} ({}x).",
+    TM,
+    (
+      comma("arms/0/twin/0/eager/best/samples_per_s"),
+      f2("arms/0/twin/0/eager/rsjax_best_ratio"),
+      comma("arms/1/sweep_best/0/best_samples_per_s"),
+      comma("arms/1/twin/0/eager/best/samples_per_s"),
+      f2("arms/1/twin/0/eager/rsjax_best_ratio"),
+    ),
+  ),
+]
+
+
+TM_BUSY = "benchmarks/results/torch_module_cpu_busy.json"
+BOUND += [
+  Bind(
+    TORCH_MODULE,
+    f"{label}, batch 100: rsjax {{}} samples/s against the eager module's {{}} ({{}}x; {{}}x at",
+    TM_BUSY,
+    (
+      comma(f"arms/{i}/results/0/samples_per_s"),
+      comma(f"arms/{i}/twin/0/eager/samples_per_s"),
+      f2(f"arms/{i}/twin/0/eager/rsjax_speedup"),
+      f2(f"arms/{i}/twin/0/eager/rsjax_best_ratio"),
+    ),
+  )
+  for i, label in enumerate(("WideResNet-16-4", "ViT"))
+]
+
+
+TM_RERUN = "benchmarks/results/torch_module_cpu_rerun.json"
+BOUND += [
+  Bind(
+    TORCH_MODULE,
+    f"{label} at batch 100: rsjax {{}} samples/s, the eager module {{}} ({{}}x; {{}}x at the best",
+    TM_RERUN,
+    (
+      comma(f"arms/{i}/results/0/samples_per_s"),
+      comma(f"arms/{i}/twin/0/eager/samples_per_s"),
+      f2(f"arms/{i}/twin/0/eager/rsjax_speedup"),
+      f2(f"arms/{i}/twin/0/eager/rsjax_best_ratio"),
+    ),
+  )
+  for i, label in enumerate(("WideResNet-16-4", "ViT"))
+]
+
+
 DEMO = (
   "printed by `time rsjax demo --out runs/demo --quiet` (timed on the machine, not from a JSON)"
 )
@@ -458,24 +616,24 @@ UNBOUND: list[tuple[str, str, str]] = [
     "arithmetic: sigma Phi^-1(0.001^(1/10,000)), no run",
   ),
   (
-    SRS,
-    "most 1.98 sigma, against 3.17 sigma for standard RS; 2 sigma takes m = 420",
-    "computed by the executed block below it (rsjax.srs.max_certifiable_radius), not a run",
-  ),
-  (
     VERIFY,
     "`rsjax verify` took 0.42 s of wall time",
     "timed by `benchmarks/configs/verify_speed.py` (not from a JSON)",
   ),
   (
-    SOUND,
-    "the float path certifies class 0 with radius 1.23 (n = 1,000)",
-    "checked by tests/test_noise_8bit.py, no JSON",
-  ),
-  (
     DENOISED,
     "t* = 145 at sigma 0.25 and 259 at 0.5",
-    "computed by `rsjax.models.denoise.diffusion` (tested), no run",
+    "computed by `rsjax.models.denoise.diffusion`, checked by tests/test_tutorial_prose.py",
+  ),
+  (
+    TORCH_MODULE,
+    "the ViT's forward ran 470 samples/s instead of 556",
+    "a forward-only timing of run_graph with and without channels_last (not from a JSON)",
+  ),
+  (
+    TORCH_MODULE,
+    "`from_torch_module` ran its forward at 0.88x the speed of `from_torch`'s (109 against 124",
+    "a forward-only timing of both conversions of one module, jitted (not from a JSON)",
   ),
   (BENCH_DOC, "FLOPs per sample: 833 kFLOP", BENCH),
   (BENCH_DOC, "`--arch lenet` 28 s", BENCH_RUNS),

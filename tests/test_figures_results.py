@@ -381,6 +381,226 @@ LINES += [
   ),
 ]
 
+# Issue 72, item 3: token dropping (its config: benchmarks/configs/token_dropping.py).
+TOKENS = B + "token_dropping_cpu.json"
+LINES += [
+  Line("load average {} at the end, so not quiet)", TOKENS, (f1("machine/load_avg_1m"),)),
+  Line(
+    "each keeping 7 or 14 of the 49 patch tokens ({} on average;", TOKENS, (f2("tokens_kept_mean"),)
+  ),
+  Line(
+    "(`patch_counts`, what `--method patch` runs) | {} | {} |",
+    TOKENS,
+    (f2("images_per_s/full"), f2("images_per_s_median/full")),
+  ),
+  Line(
+    "masked out of attention | {} | {} |",
+    TOKENS,
+    (f2("images_per_s/masked"), f2("images_per_s_median/masked")),
+  ),
+  Line(
+    "(`rsjax.ablation.token_counts`) | {} | {} |",
+    TOKENS,
+    (f2("images_per_s/dropped"), f2("images_per_s_median/dropped")),
+  ),
+  Line("certifies **{}x** as many images per second", TOKENS, (f2("speedup_dropped_over_full"),)),
+  Line(
+    "best rounds; {}x at the medians",
+    TOKENS,
+    (f1(lambda d: d["images_per_s_median"]["dropped"] / d["images_per_s_median"]["full"]),),
+  ),
+  Line("image ({} of 32 differ)", TOKENS, (ints("images_counts_differ_dropped_masked"),)),
+  Line(
+    "ablation; they are not the plain full image's ({} of 32 images",
+    TOKENS,
+    (ints("images_counts_differ_dropped_full"),),
+  ),
+  Line("(the top class holds {} of the votes on average)", TOKENS, (f2("top_share_mean"),)),
+]
+
+# Issue 72, item 5: ART 1.20.1 on the same weights (its config: benchmarks/configs/art_patch.py).
+ART = B + "art_patch_cpu.json"
+
+
+LINES += [
+  Line("VM shared with other sessions, load average {}). LeNet", ART, (f1("machine/load_avg_1m"),)),
+  Line("within {} of rsjax's); 200", ART, (e1("twin_logits/max_abs_diff"),)),
+  Line(
+    "the same for every image ({} of 200 differ; {} image has",
+    ART,
+    (ints("images_counts_differ"), ints("images_with_near_threshold_votes")),
+  ),
+  *[
+    Line(
+      f"| {side} | {{}} | {{}} | {{}} | {{}} | {{}} |",
+      ART,
+      tuple(ints(f"certified_{key}_at_size/{m}") for m in range(1, 6)),
+    )
+    for side, key in (("rsjax", "rsjax"), ("ART", "art"))
+  ],
+  Line("The {} that differ are ART's tie rule", ART, (ints(lambda d: len(d["certified_differ"])),)),
+  Line("rsjax {} certified", ART, (f1("images_per_s/rsjax"),)),
+  Line(
+    "images/s, ART {}: rsjax is **{}x** ART here",
+    ART,
+    (f1("images_per_s/art"), f2("speedup_rsjax_over_art")),
+  ),
+]
+
+# Issue 72, item 5: block ablation against ART (its config: benchmarks/configs/art_patch_block.py).
+ART_BLOCK = B + "art_patch_block_cpu.json"
+LINES += [
+  Line("sessions; load average {}). LeNet trained by", ART_BLOCK, (f1("machine/load_avg_1m"),)),
+  Line("(logits within {} of rsjax's); 10", ART_BLOCK, (e1("twin_logits/max_abs_diff"),)),
+  Line(
+    "the same for every image ({} of 10 differ; no vote", ART_BLOCK, (ints("images_counts_differ"),)
+  ),
+  *[
+    Line(
+      f"| {side}, block | {{}} | {{}} | {{}} | {{}} | {{}} |",
+      ART_BLOCK,
+      tuple(ints(f"certified_{key}_at_size/{m}") for m in range(1, 6)),
+    )
+    for side, key in (("rsjax", "rsjax"), ("ART", "art"))
+  ],
+  Line(
+    "rsjax certified {} images/s, ART {} (best of 2",
+    ART_BLOCK,
+    (f1("images_per_s/rsjax"), f2("images_per_s/art")),
+  ),
+  Line("certifies **{}x** as many here", ART_BLOCK, (f2("speedup_rsjax_over_art"),)),
+]
+
+# Issue 72, item 5: the column workload cut at its layers (benchmarks/configs/patch_profile.py).
+PROFILE = B + "patch_profile_cpu.json"
+LINES += [
+  Line(
+    "7 alternated rounds, ms per 1000 forward passes (median), rsjax at batch {}:",
+    PROFILE,
+    (ints("batch"),),
+  ),
+  Line(
+    "{} at the start, {} at the end: other",
+    PROFILE,
+    (f1("load_avg_1m/start"), f1("load_avg_1m/end")),
+  ),
+  *[
+    Line(
+      f"| {label} | {{}} | {{}} |",
+      PROFILE,
+      (f2(f"ms_per_1000/rsjax/{key}"), f3(f"variable_fraction/{key}")),
+    )
+    for label, key in (
+      ("first convolution (2 -> 6 channels, 5x5)", "conv1"),
+      ("ReLU and pooling after the first", "relu_pool1"),
+      ("second convolution (6 -> 16, 5x5)", "conv2"),
+      ("ReLU and pooling after the second", "relu_pool2"),
+    )
+  ],
+  Line("| dense layers | {} | 1 |", PROFILE, (f2("ms_per_1000/rsjax/fc"),)),
+  Line("| whole forward, one program | {} | |", PROFILE, (f2("ms_per_1000/rsjax/forward"),)),
+  Line(
+    "the first convolution is {}% of rsjax's forward",
+    PROFILE,
+    (
+      d0(lambda d: 100 * d["ms_per_1000"]["rsjax"]["conv1"] / d["ms_per_1000"]["rsjax"]["forward"]),
+    ),
+  ),
+  Line(
+    "would take at least {} ms per 1000, **{}x** less than",
+    PROFILE,
+    (f2("bound_ms"), f2(lambda d: d["ms_per_1000"]["rsjax"]["forward"] / d["bound_ms"])),
+  ),
+  Line("batch 128 took {} ms per 1000 here", PROFILE, (d0("ms_per_1000/torch_b128/forward"),)),
+]
+
+# Issue 72, item 5: the column workload after main's few_channel_conv (benchmarks/configs/
+# art_patch.py with --set json=...; ART's PyTorch on every core, then on one thread).
+ART_FC = B + "art_patch_fewconv_cpu.json"
+ART_FC1 = B + "art_patch_fewconv_1thread_cpu.json"
+LINES += [
+  Line(
+    "load average {} and {}; 200 `mnist5k`",
+    ART_FC,
+    (f1("machine/load_avg_1m"), f1(lambda d: tf._json(ART_FC1)["machine"]["load_avg_1m"])),
+  ),
+  Line(
+    "| 2 (every core, the config's default) | {} | {} | {} |",
+    ART_FC,
+    (f1("images_per_s/rsjax"), f1("images_per_s/art"), f2("speedup_rsjax_over_art")),
+  ),
+  Line(
+    "| 1 (one thread) | {} | {} | {} |",
+    ART_FC1,
+    (f1("images_per_s/rsjax"), f1("images_per_s/art"), f2("speedup_rsjax_over_art")),
+  ),
+  Line(
+    "the same for every image in both runs ({} of 200 differ); the certificates differ",
+    ART_FC,
+    (ints(lambda d: d["images_counts_differ"] + tf._json(ART_FC1)["images_counts_differ"]),),
+  ),
+  Line("on {} (image, side) pairs, both", ART_FC1, (ints(lambda d: len(d["certified_differ"])),)),
+  Line("**{}x** as many images per second, up from", ART_FC1, (f2("speedup_rsjax_over_art"),)),
+]
+
+
+# Issue 72, item 5: the same two runs on a quiet machine (nothing else running).
+ART_Q = B + "art_patch_quiet_cpu.json"
+ART_Q1 = B + "art_patch_quiet_1thread_cpu.json"
+LINES += [
+  Line(
+    "| 2 (the default: both cores), quiet | {} | {} | {} |",
+    ART_Q,
+    (f1("images_per_s/rsjax"), f1("images_per_s/art"), f2("speedup_rsjax_over_art")),
+  ),
+  Line(
+    "| 1 (one thread), quiet | {} | {} | {} |",
+    ART_Q1,
+    (f1("images_per_s/rsjax"), f1("images_per_s/art"), f2("speedup_rsjax_over_art")),
+  ),
+  Line(
+    "The counts are the same for every image in both runs ({} of 200 differ); the certificates",
+    ART_Q,
+    (ints(lambda d: d["images_counts_differ"] + tf._json(ART_Q1)["images_counts_differ"]),),
+  ),
+  Line(
+    "differ on the same {} (image, side) pairs",
+    ART_Q1,
+    (ints(lambda d: len(d["certified_differ"])),),
+  ),
+  Line(
+    "(both cores) rsjax is **{}x** as fast in certified images per second",
+    ART_Q,
+    (f2("speedup_rsjax_over_art"),),
+  ),
+]
+
+PROFILE_FC = B + "patch_profile_fewconv_cpu.json"
+LINES += [
+  Line(
+    "forward now runs it, load as above): the forward takes {} ms per 1000 (from {}),",
+    PROFILE_FC,
+    (
+      f2("ms_per_1000/rsjax/forward"),
+      f2(lambda d: tf._json(PROFILE)["ms_per_1000"]["rsjax"]["forward"]),
+    ),
+  ),
+  Line(
+    "first convolution {} of it, and the bound of the band's columns {}, {}x less than the",
+    PROFILE_FC,
+    (
+      f2("ms_per_1000/rsjax/conv1"),
+      f2("bound_ms"),
+      f2(lambda d: d["ms_per_1000"]["rsjax"]["forward"] / d["bound_ms"]),
+    ),
+  ),
+]
+
+UNBOUND_ART = [
+  ("about 7,400 forward passes/s", "printed by a one-off timing, not kept"),
+  ("15,500/s at ART's batch of 128", "printed by a one-off timing, not kept"),
+]
+
 # ---------------------------------------------------------------------------
 # Figures of those sections that no JSON holds, and the older sections: the command that
 # printed them (their output was not kept as JSON).
@@ -395,6 +615,7 @@ UNBOUND: list[tuple[str, str]] = [
   ("about 0.22 ms per full step, about 300 TFLOP/s", "worked out by hand from the trace's kernels"),
   ("the first takes 76% of the convolution time", "worked out by hand from the trace's kernels"),
   ("(5,492 at `s` = 0.6; 5,114 at the whole alpha", "arithmetic: log(1 / (s alpha)) / -log Phi(3)"),
+  *UNBOUND_ART,
 ]
 
 #: ``(heading, the command its figures came from, why no JSON binds them)``.

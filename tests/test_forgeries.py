@@ -417,6 +417,8 @@ def test_every_illegal_claim_is_refused_by_plan_and_verify_with_the_same_line(ru
 )
 def test_certify_refuses_with_the_tables_line(model, tmp_path, capsys, flags):
   from rsjax import claims, methods
+  from rsjax.app.cli._args import flag_message
+  from rsjax.app.launch.errors import RunError
 
   args = dict(zip(flags[::2], flags[1::2], strict=False))
   grid = "--grid" in flags
@@ -429,8 +431,14 @@ def test_certify_refuses_with_the_tables_line(model, tmp_path, capsys, flags):
   )
   why = claims.refusal(claim, methods.get(claim.method))
   assert why is not None
+  why = flag_message(RunError(why, "method"))  # the table's line, in the command's words
   if grid and claim.method != "cohen":  # the command refuses another method's option first
     why = f"--grid works with --method cohen, not {claim.method}"
+  if "--alpha" in flags:  # its parser refuses it first (a usage error), with the table's bound
+    with pytest.raises(SystemExit, match="2"):
+      run_cli("certify", model, tmp_path / "x.tsv", "--quiet", *flags)
+    assert f"--alpha: must be in (0, 0.5], got {args['--alpha']}" in capsys.readouterr().err
+    return
   assert run_cli("certify", model, tmp_path / "x.tsv", "--N", "100", "--quiet", *flags) == 2
   assert why in capsys.readouterr().err
 
@@ -445,7 +453,7 @@ def test_a_linf_run_relabelled_multiclass_is_refused(model, tmp_path, capsys):
     with pytest.raises(verify.VerifyError, match="multiclass.*Gaussian noise only"):
       verify.verify(f)
     assert run_cli("verify", f) == 2
-    assert f"not --noise {name}" in capsys.readouterr().err
+    assert f"not noise={name}" in capsys.readouterr().err  # the record's field
 
 
 def test_alpha_outside_the_legal_range_is_refused(run40, tmp_path):
@@ -517,7 +525,7 @@ def test_the_stopping_check_is_the_engines_at_every_count_of_every_look(budgeted
 
   for rule, path in budgeted_runs.items():
     run = RunSpec.read(path)
-    cert, n, alpha = certificate_view(run), 2000, run.sampling["alpha"]
+    cert, n, alpha = certificate_view(run), 2000, run.sampling.alpha
     looks, dim = _looks(path), int(np.prod(run.data.input_shape))
     grid = tuple(run.options["grid"])
     # One row per count s = 0..n_k at each look n_k before N.
@@ -576,10 +584,12 @@ def test_time_and_foreign_columns_are_unverified_and_analyze_skips_them(run40, t
   assert rep.ok and rep.unverified == ("time", "alm")
   assert "columns not verified" in rep.summary() and "alm" in rep.summary()
   assert run_cli("analyze", f, "--radius-column", "alm") == 2
-  assert "--unverified" in capsys.readouterr().err
-  assert run_cli("analyze", f, "--radius-column", "alm", "--unverified") == 0
-  out = capsys.readouterr().out
-  assert "unverified column 'alm'" in out and "alm (unverified)" in out
+  assert "not a radius column" in capsys.readouterr().err
+  # issue 68: --radius-column reads only the radius columns the run's method declares
+  assert run_cli("analyze", f, "--radius-column", "alm", "--unverified") == 2
+  assert "not a radius column of method 'cohen'" in capsys.readouterr().err
+  assert run_cli("analyze", f, "--unverified") == 0
+  assert "alm (unverified)" in capsys.readouterr().out
   assert run_cli("analyze", f) == 0
   assert "alm" not in capsys.readouterr().out
 
@@ -1121,8 +1131,8 @@ def test_the_record_strictness_tables_match_what_they_describe():
   from rsjax.records import limits
   from rsjax.records import spec as runspec
 
-  recorded = set(record.sampling_fields(rsjax.Sampling()))
-  assert limits.SAMPLING_KEYS == recorded | {"pack"}
+  recorded = set(record.run_sampling(rsjax.Sampling(), pack=2).to_json())
+  assert limits.SAMPLING_KEYS == recorded
   assert limits.MODEL_FIELDS == {f.name for f in dataclasses.fields(runspec.ModelRef)}
 
 
@@ -1395,3 +1405,47 @@ def test_a_stated_alpha_is_printed_for_a_recertified_run_only(run40, tmp_path, c
   assert "1e-09" not in verify.verify(f).summary()
   assert run_cli("analyze", f) == 0
   assert "1e-09" not in capsys.readouterr().out
+
+
+def test_analyze_says_seed_rows_and_what_verify_rejects(run40, tmp_path, capsys):
+  """Issue 68, items 4 and 5: the run line states the seed and the rows of the split the run
+  covers, marks a run of part of its split, and one that verify rejects or cannot check."""
+  size = RunSpec.read(run40).data.size
+  assert run_cli("analyze", run40) == 0
+  out = capsys.readouterr().out
+  assert f"seed 0, digits test rows 0:280:7 of {size} (PART of the split)" in out
+  assert "REJECTS" not in out
+  f = copy_run(run40, tmp_path / "edited.tsv")
+  edit_column(f, 0, "radius", lambda _: "2.0")
+  assert run_cli("analyze", f) == 0
+  assert "edited.tsv: rsjax verify REJECTS it" in capsys.readouterr().out
+  bare = tmp_path / "bare.tsv"
+  bare.write_text(run40.read_text())
+  assert run_cli("analyze", bare) == 0
+  assert "no run record: rsjax verify cannot check bare.tsv" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("suffix", ["", ".cert.jsonl", ".run.json"])
+def test_bytes_that_are_not_utf8_are_named_by_file_and_line(run40, tmp_path, capsys, suffix):
+  """Issue 68, item 5: a UTF-8 decode error printed without the file and the line."""
+  f = copy_run(run40, tmp_path / "b.tsv")
+  target = tmp_path / ("b.tsv" + suffix)
+  lines = target.read_bytes().split(b"\n")
+  lines[1] = b"\xff" + lines[1]
+  target.write_bytes(b"\n".join(lines))
+  assert run_cli("verify", f) == 2
+  err = capsys.readouterr().err
+  assert "b.tsv" + suffix in err and "line 2: not UTF-8" in err, err
+
+
+def test_the_samples_message_shows_a_plain_number():
+  """Issue 68, item 5: the edited-samples message printed ``np.float64(100.0)``."""
+  from rsjax.verify._columns import check_generic
+
+  one = np.zeros(1, np.int64)
+  res = io.CertifyResults(
+    idx=one, label=one, predict=one, correct=one.astype(bool), time=np.zeros(1),
+    extra={"samples": np.asarray([100.0])}, radius=np.zeros(1),
+  )  # fmt: skip
+  (m,) = check_generic(res, {0: {"n": 200}}, n_max=200, num_classes=10)
+  assert "samples 100.0 in the file" in m.reason and "np." not in m.reason

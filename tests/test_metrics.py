@@ -150,3 +150,23 @@ def test_plot_png(tmp_path):
   assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
   assert img.std() > 0  # not a blank image
   assert matplotlib.get_backend() == backend  # global backend untouched
+
+
+def test_a_long_plot_title_is_broken_into_lines_that_fit():
+  """`rsjax analyze --plot`'s title (sigma, noise, N, alpha, inputs) was cut off on both sides:
+  it is wider than the figure on one line, and is broken until every line fits."""
+  title = (
+    "certified accuracy: sigma=0.12, 0.25, 0.5, 1; Gaussian (L2); N=100000; "
+    "alpha=0.001 (0.0005 each side); 500 inputs"
+  )
+  fig, ax = plots._axes()
+  renderer = fig.canvas.get_renderer()
+  figure_box = fig.get_window_extent()
+  assert ax.set_title(title).get_window_extent(renderer).width > figure_box.width  # else moot
+  plots._fit_title(fig, ax, title)
+  fig.tight_layout()
+  fig.canvas.draw()
+  box = ax.title.get_window_extent(renderer)
+  assert ax.title.get_text().replace("\n", " ") == title
+  assert figure_box.x0 <= box.x0 and box.x1 <= figure_box.x1
+  assert box.y1 <= figure_box.y1

@@ -301,3 +301,21 @@ def test_fold_batch_norm_keeps_the_function(name, shape, pairs):
   # The same function up to float32 rounding (logits of order 1).
   np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4 * np.abs(a).max())
   assert np.abs(a).max() > 0.1
+
+
+@pytest.mark.parametrize(
+  "channels, pad, bias", [(1, 2, True), (2, 2, True), (3, 0, False), (4, 1, True)]
+)
+def test_few_channel_conv_is_the_convolution(channels, pad, bias, getkey):
+  # LeNet's first convolution as multiply-adds: the convolution's values to float rounding.
+  conv = nnx.Conv(
+    channels, 6, (5, 5), padding=((pad, pad), (pad, pad)), use_bias=bias, rngs=nnx.Rngs(0)
+  )
+  if bias:
+    conv.bias[...] = jax.random.normal(getkey(), conv.bias.shape)
+  x = jax.random.uniform(getkey(), (3, 12, 11, channels))
+  got = models.few_channel_conv(conv, x, pad=pad)
+  want = conv(x)
+  assert got.shape == want.shape == (3, 12 + 2 * pad - 4, 11 + 2 * pad - 4, 6)
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(jnp.max(jnp.abs(want))))
+  assert not np.array_equal(np.asarray(got), np.zeros(got.shape))

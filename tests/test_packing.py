@@ -224,8 +224,8 @@ def test_cli_pack_is_in_the_record_and_audit_rebuilds_it(tmp_path, capsys):
   assert cli.main(["certify", str(d), str(plain), *common]) == 0
   assert cli.main(["certify", str(d), str(packed), *common, "--pack", "2"]) == 0
   assert "pack: 2" in capsys.readouterr().out
-  assert "pack" not in RunSpec.read(plain).sampling  # unpacked records read as before
-  assert RunSpec.read(packed).sampling["pack"] == 2
+  assert "pack" not in RunSpec.read(plain).sampling.to_json()  # unpacked records as before
+  assert RunSpec.read(packed).sampling.pack == 2
   # The packed run is another claim, so its key differs from the plain run's: the unpacked
   # model certified with the packed run's key gives the same predictions and radii.
   import dataclasses
@@ -237,9 +237,7 @@ def test_cli_pack_is_in_the_record_and_audit_rebuilds_it(tmp_path, capsys):
   from rsjax.records import io
 
   run = RunSpec.read(packed)
-  unpacked = dataclasses.replace(
-    run, sampling={k: v for k, v in run.sampling.items() if k != "pack"}
-  )
+  unpacked = dataclasses.replace(run, sampling=dataclasses.replace(run.sampling, pack=1))
   loaded = launch.load(unpacked, model_dir=str(d))
   res = io.read_certify(packed)
   x = np.asarray(loaded.dataset.get_batch(res.idx)[0])

@@ -146,7 +146,7 @@ def test_ddrs_runs_pass_their_precision_to_the_ascent(tmp_path, precision, matmu
     model=runspec.ModelRef(fingerprint="toy"),
     data=runspec.DataRef(name="toy", split="test", size=4, input_shape=(2,), num_classes=2),
     sigma=0.5,
-    sampling=record.sampling_fields(rsjax.Sampling(precision=precision, **SMALL)),
+    sampling=record.run_sampling(rsjax.Sampling(precision=precision, **SMALL)),
     method="ddrs",
     options=dict(ddrs_steps=2, ddrs_lr=0.01, ddrs_draws=1, ddrs_memory="on"),
     out=str(tmp_path / "d.tsv"),

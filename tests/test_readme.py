@@ -16,11 +16,16 @@ from pathlib import Path
 
 import pytest
 
+# A test of the tools around the library: .ci/run runs it in the py311 stage only.
+pytestmark = pytest.mark.tools
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 # A distinctive piece of each block that is not run -> why.
 _NOT_RUN = {
+  'pip install ".[torch]"': "installs the package (.ci/run's wheel stage installs it so and "
+  "runs the command from it; test_the_install_lines_are_what_ci_installs)",
   'pip install -e ".[dev]"\npython -m pytest': "installs the package and runs this suite",
   "python docs/build.py --serve": "installs the docs tools and serves the site until stopped "
   "(tests/test_docs_site.py tests the built site; the site's executed pages run when it is built)",
@@ -107,6 +112,27 @@ def shell(tmp_path_factory):
   return run
 
 
+def test_the_install_lines_are_what_ci_installs():
+  """The README's user line is the plain package, as .ci/run's wheel stage installs it (then
+  runs the command from it); the developer line is the suites'; every extra named exists; the
+  install guide says the same."""
+  import tomllib
+
+  setup = _blocks("bash")[0].splitlines()
+  assert [x.split("#")[0].strip() for x in setup[1:]] == ["pip install .", 'pip install ".[torch]"']
+  ci = (ROOT / ".ci" / "run").read_text()
+  wheel = ci[ci.index("stage_wheel()") :]
+  wheel = wheel[: wheel.index("\n}\n")]
+  assert '-m pip install --quiet "$work/"' in wheel and "rsjax certify" in wheel
+  assert ci.count('-m pip install --quiet -e ".[dev]"') == 2  # py311 and py312
+  extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+  assert {"torch", "dev"} <= set(extras) and extras["torch"] == ["torch>=2.4"]
+  guide = (ROOT / "docs" / "guides" / "install.md").read_text()
+  for line in ("pip install .", 'pip install ".[torch]"', 'pip install -e ".[dev]"'):
+    assert line in README.read_text() and line in guide, line
+  assert "download.pytorch.org/whl/cpu" in guide
+
+
 def test_the_not_run_list_matches_one_block_each():
   blocks = _blocks("bash")
   for piece in _NOT_RUN:
@@ -137,11 +163,11 @@ def test_every_readme_block_runs(shell):
     ran += 1
   assert ran >= 2  # the demo and verify (the long commands run as executed pages of the site)
   for i, block in enumerate(_blocks("python")):
-    if "training.train(" in block:  # the ten lines: 1 epoch, 3 images, N 64
+    if "training.train(" in block:  # the ten lines: 1 epoch, 3 images, N0 16, N 64
       for big, small in (
         ("epochs=10", "epochs=1"),
         ("range(100)", "range(3)"),
-        ("n=10_000", "n=64"),
+        ("n0=100, n=10_000", "n0=16, n=64"),
       ):
         assert big in block, big
         block = block.replace(big, small)

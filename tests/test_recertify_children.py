@@ -85,5 +85,5 @@ def test_the_child_recertifies_and_verifies(parent, child):
   # The packed model's weights are laid out anew: a fingerprint of their own, as the fold's.
   assert spec.model.fingerprint != RunSpec.read(run).model.fingerprint
   assert (spec.model.path == RunSpec.read(run).model.path) == (child == "pack")
-  assert spec.sampling.get("pack", 1) == (2 if child == "pack" else 1)
+  assert spec.sampling.pack == (2 if child == "pack" else 1)
   jax.clear_caches()

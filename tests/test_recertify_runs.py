@@ -46,6 +46,13 @@ def _copy(src, dst):
   return dst
 
 
+def _copy_child(family, dst):
+  """The child run copied to ``dst``, its parent beside it (as the child's record names it:
+  relative to the child's folder)."""
+  _copy(family["parent"], dst.parent / family["parent"].name)
+  return _copy(family["child"], dst)
+
+
 def test_the_child_verifies_and_passes_the_audit(family):
   child = RunSpec.read(family["child"])
   parent = RunSpec.read(family["parent"])
@@ -73,7 +80,7 @@ def _edit_records(path, fn):
 
 
 def test_edited_disagreement_counts_fail_verify(family, tmp_path):
-  f = _copy(family["child"], tmp_path / "c.tsv")
+  f = _copy_child(family, tmp_path / "c.tsv")
 
   def fewer(r):
     r["counts"] = {"0": 200}
@@ -91,7 +98,7 @@ def test_consistently_edited_counts_fail_the_audit(family, tmp_path):
   from rsjax.cohen._recertify_check import _child_certificate
   from rsjax.records import io
 
-  f = _copy(family["child"], tmp_path / "c.tsv")
+  f = _copy_child(family, tmp_path / "c.tsv")
   res = io.read_certify(f)
   recs = {r["idx"]: r for r in (json.loads(x) for x in open(str(f) + ".cert.jsonl"))}
   assert sum(r["counts"].get("1", 0) > 0 for r in recs.values()) >= 5  # it does disagree
@@ -151,6 +158,7 @@ def test_a_parent_rewritten_after_the_child_fails_verify(family, tmp_path):
   open(str(f) + ".run.json", "w").write(json.dumps(rec))
   # the child's claim named the parent at its old path: certify the same child again here
   assert not verify.verify(f).ok  # the claim digest moved with the path
+  shutil.copytree(family["parent_dir"], tmp_path / "mlp")  # where the parent's record names it
   g = tmp_path / "c2.tsv"
   assert run_cli("recertify", parent, family["child_dir"], g, "--N", "200", "--quiet") == 0
   assert verify.verify(g).ok
@@ -171,12 +179,13 @@ def test_a_parent_rewritten_after_the_child_fails_verify(family, tmp_path):
 
 def test_a_missing_parent_is_refused(family, tmp_path):
   parent = _copy(family["parent"], tmp_path / "p.tsv")
+  shutil.copytree(family["parent_dir"], tmp_path / "mlp")  # where the parent's record names it
   g = tmp_path / "c.tsv"
   assert run_cli("recertify", parent, family["child_dir"], g, "--N", "200", "--quiet") == 0
   for suffix in ("", ".run.json", ".cert.jsonl"):
     (tmp_path / ("p.tsv" + suffix)).unlink()
-  report = verify.verify(g)
-  assert not report.ok and "missing" in str(report.mismatches[0])
+  with pytest.raises(verify.VerifyError, match="--parent"):  # cannot verify: not a failure
+    verify.verify(g)
 
 
 def test_a_parent_that_does_not_verify_is_refused(family, tmp_path, capsys):
@@ -230,7 +239,7 @@ def test_a_fallback_row_records_its_own_counts():
 
 def test_a_child_of_another_split_than_its_parent_is_refused(family, tmp_path):
   """Red team 7: a child declared on the train split took the test rows' parent bounds."""
-  f = _copy(family["child"], tmp_path / "s.tsv")
+  f = _copy_child(family, tmp_path / "s.tsv")
   rec = json.loads(open(str(f) + ".run.json").read())
   rec["data"]["split"] = "train"
   rec["key"]["claim"] = RunSpec.from_json(rec).claim_digest()
@@ -242,3 +251,114 @@ def test_a_child_of_another_split_than_its_parent_is_refused(family, tmp_path):
 def test_auditing_a_child_needs_its_parents_model(family, capsys):
   assert run_cli("audit", family["child"], "--model-dir", family["child_dir"]) == 2
   assert "--parent-model-dir" in capsys.readouterr().err
+
+
+def test_the_record_names_the_parent_relative_to_the_child(family):
+  """The parent file and the models are recorded relative to the result file's folder."""
+  child, parent = RunSpec.read(family["child"]), RunSpec.read(family["parent"])
+  assert child.options["parent"] == "parent.tsv"
+  assert parent.model.path == "mlp" and child.model.path == "pruned"
+
+
+def test_a_moved_family_checks_from_another_directory(family, tmp_path, monkeypatch, capsys):
+  """Red team 8: from another directory an honest child was "NOT verified", and a child whose
+  parent model moved failed its audit even with the right --parent-model-dir."""
+  runs, models_dir, elsewhere = tmp_path / "runs", tmp_path / "models", tmp_path / "cwd"
+  for d in (runs, models_dir, elsewhere):
+    d.mkdir()
+  _copy_child(family, runs / "child.tsv")
+  for name in ("mlp", "pruned"):  # the models moved away from where the records name them
+    shutil.copytree(family[{"mlp": "parent_dir", "pruned": "child_dir"}[name]], models_dir / name)
+  monkeypatch.chdir(elsewhere)
+  assert verify.verify(runs / "child.tsv").ok
+  assert run_cli("verify", runs / "child.tsv") == 0
+  a = audit.audit(runs / "child.tsv", model_dir=models_dir / "pruned", rows=3, seed=2,
+                  parent_model_dir=models_dir / "mlp")  # fmt: skip
+  assert a.ok, a.reason
+  assert [c.name for c in a.checks][-1] == "parent"
+  # a parent model that is not there: cannot audit (exit 2), never FAILED
+  argv = ("audit", runs / "child.tsv", "--model-dir", models_dir / "pruned", "--rows", "2")
+  capsys.readouterr()
+  assert run_cli(*argv, "--parent-model-dir", tmp_path / "gone") == 2
+  assert "--parent-model-dir" in capsys.readouterr().err
+
+
+def test_a_parent_moved_away_is_given_with_parent(family, tmp_path, capsys):
+  """The child alone in its folder: verify and audit refuse (exit 2) until told the parent."""
+  f = _copy(family["child"], tmp_path / "c.tsv")
+  assert run_cli("verify", f) == 2
+  assert "--parent" in capsys.readouterr().err
+  assert run_cli("verify", f, "--parent", family["parent"]) == 0
+  argv = ("audit", f, "--model-dir", family["child_dir"], "--rows", "2", "--seed", "3",
+          "--parent-model-dir", family["parent_dir"])  # fmt: skip
+  assert run_cli(*argv) == 2
+  assert run_cli(*argv, "--parent", family["parent"]) == 0
+
+
+def test_a_child_of_other_classes_is_refused(family, tmp_path, capsys):
+  """Red team 8: a 3-class model was accepted as the child of a 10-class parent."""
+  small = models.create_model("mlp", num_classes=3, input_shape=(8, 8, 1), rngs=0)
+  config = {"model": "mlp", "num_classes": 3, "input_shape": [8, 8, 1], "sigma": 0.5}
+  models.save_model(tmp_path / "three", small, config)
+  out = tmp_path / "c3.tsv"
+  assert run_cli("recertify", family["parent"], tmp_path / "three", out, "--N", "50") == 2
+  assert "3 classes" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def switched(family):
+  """The pruned child recertified with the gamma switch at 0.9 (the parent's N 400 reaches
+  p_A_lower 0.98), N0 40, N 300."""
+  child = family["root"] / "switched.tsv"
+  assert run_cli("recertify", family["parent"], family["child_dir"], child, "--N", "300",
+                 "--N0", "40", "--gamma", "0.9", "--quiet") == 0  # fmt: skip
+  return child
+
+
+def test_switched_rows_verify_and_pass_the_audit(family, switched):
+  """Rows whose parent p_A_lower >= gamma are certified from scratch (fallback column 2, no
+  disagreement samples, alpha_1 + alpha_2 stated); verify derives them and the audit draws
+  them again."""
+  run = RunSpec.read(switched)
+  assert run.options["gamma"] == 0.9 and run.details["alpha"] == pytest.approx(0.002)
+  rows = [json.loads(line) for line in open(str(switched) + ".cert.jsonl")]
+  on = [r for r in rows if "switched" in r]
+  assert on and len(on) < len(rows)
+  assert all(r["counts"] == {} and sum(r["switched"]["counts"].values()) == 300 for r in on)
+  assert all(r["parent"]["p_lower"] >= 0.9 for r in on)
+  assert all(r["parent"]["p_lower"] < 0.9 for r in rows if "switched" not in r)
+  report = verify.verify(switched)
+  assert report.ok, report.summary()
+  a = audit.audit(switched, model_dir=family["child_dir"], rows=5, seed=1,
+                  parent_model_dir=family["parent_dir"])  # fmt: skip
+  assert a.ok, a.reason
+
+
+def test_an_edited_switched_row_fails_verify(family, switched, tmp_path):
+  _copy(family["parent"], tmp_path / family["parent"].name)
+  f = _copy(switched, tmp_path / "s.tsv")
+
+  def more(r):
+    if "switched" in r:
+      top = max(r["switched"]["counts"], key=r["switched"]["counts"].get)
+      r["switched"]["counts"] = {top: 300}
+    return r
+
+  _edit_records(f, more)
+  report = verify.verify(f)
+  assert not report.ok
+
+
+def test_a_switched_row_dropped_to_the_bound_fails_verify(family, switched, tmp_path):
+  """A switched row rewritten as a bound row (the switch hidden) is a mismatch."""
+  _copy(family["parent"], tmp_path / family["parent"].name)
+  f = _copy(switched, tmp_path / "s.tsv")
+
+  def hide(r):
+    if r.pop("switched", None) is not None:
+      r["counts"] = {"0": 300}
+    return r
+
+  _edit_records(f, hide)
+  report = verify.verify(f)
+  assert not report.ok and "switched" in str(report.mismatches[0])

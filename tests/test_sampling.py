@@ -234,12 +234,15 @@ def test_warns_when_n_can_never_certify():
   ],
 )
 def test_a_record_gives_back_its_settings(fields):
-  """``Sampling.from_record`` inverts ``record.sampling_fields`` (speed-only fields given)."""
+  """``Sampling.from_record`` inverts ``record.run_sampling`` (speed-only fields given), and
+  the record's JSON gives back the same value."""
+  from rsjax.records.sampling import RunSampling
   from rsjax.runs import record
 
   s = rsjax.Sampling(**fields)
-  rec = record.sampling_fields(s)
-  assert "batch_size" not in rec
-  back = rsjax.Sampling.from_record({**rec, "pack": 2}, batch_size=s.batch_size)
-  assert back == s
+  rec = record.run_sampling(s, pack=2)
+  assert "batch_size" not in rec.to_json() and rec.pack == 2
+  assert RunSampling.from_json(rec.to_json()) == rec
+  assert rsjax.Sampling.from_record(rec, batch_size=s.batch_size) == s
   assert rsjax.Sampling.from_record(rec).batch_size == rsjax.Sampling().batch_size
+  assert "pack" not in record.run_sampling(s).to_json()  # unpacked records read as before

@@ -98,9 +98,9 @@ def edit_lines(path, fn):
 def test_record_has_what_a_third_party_needs(models, honest):
   res = io.read_certify(honest)
   run = RunSpec.read(honest)
-  assert run.sampling["n"] == N and run.sampling["n0"] == N0
-  assert run.sampling["alpha"] == 0.001 and run.sigma == 0.25 and run.sigma_source == "model"
-  assert (run.sampling["noise"], run.noise_family, run.norm) == ("gaussian", "gaussian", "l2")
+  assert run.sampling.n == N and run.sampling.n0 == N0
+  assert run.sampling.alpha == 0.001 and run.sigma == 0.25 and run.sigma_source == "model"
+  assert (run.sampling.noise, run.noise_family, run.norm) == ("gaussian", "gaussian", "l2")
   assert run.seed == 0 and "fold_in(K, 1), idx), j)" in KEY_DERIVATION
   assert set(run.versions) >= {"rsjax", "jax", "jaxlib"} and run.model.fingerprint
   assert (run.data.name, run.data.split, run.data.skip, run.data.size) == (
@@ -109,7 +109,11 @@ def test_record_has_what_a_third_party_needs(models, honest):
     60,
     300,
   )
-  assert list(run.indices()) == [0, 60, 120, 180, 240] and run.model.path == str(models[0])
+  assert list(run.indices()) == [0, 60, 120, 180, 240]
+  # The model's path relative to the result file's folder (issue 68), resolving to the model.
+  from rsjax.records.paths import resolve
+
+  assert not run.model.path.startswith("/") and resolve(run.model.path, honest) == str(models[0])
   # Each field once: the record is the value's JSON, nothing else.
   raw = json.loads((honest.parent / (honest.name + ".run.json")).read_text())
   assert RunSpec.from_json(raw) == run and set(raw) == {

@@ -9,7 +9,7 @@ each command a fresh process, and whether it imported JAX.
 
 def get_config() -> dict:
   return {
-    "workload": "rsjax --version, --help, certify --help, verify --help, verify and analyze of "
+    "workload": "rsjax --version, --help, train --help, certify --help, verify --help, verify and analyze of "
     "a committed 100-row run",
     "arms": ["each command as a fresh process"],
     "measures": ["wall s (min, median, max of 5 rounds)", "imports JAX"],

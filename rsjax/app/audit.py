@@ -138,7 +138,7 @@ class AuditReport:
 
   def summary(self) -> str:
     if self.ok:
-      said = "".join(f"; {c.detail}" for c in self.checks if c.name == "data file")
+      said = "".join(f"; {c.detail}" for c in self.checks if c.name.startswith("data "))
       return (
         f"audit passed: {self.path}, {len(self.rows)} rows re-drawn with identical counts "
         f"(seed {self.seed}); {self.power()}{said}"
@@ -175,6 +175,8 @@ def audit(
   denoiser: str | os.PathLike | None = None,
   batch_size: int = 1000,
   parent_model_dir: str | os.PathLike | None = None,
+  experts_dir: str | os.PathLike | None = None,
+  parent: str | os.PathLike | None = None,
 ) -> AuditReport:
   """Audits a certify run with its model (module docstring).
 
@@ -190,7 +192,12 @@ def audit(
     denoiser: the denoiser directory of a denoised run (default: the recorded one).
     batch_size: forward passes per step (speed only; an SRS run's chains are its own).
     parent_model_dir: a recertified run's parent model: its parent run (the file the run
-      names) is audited too, with the same rows and seed, as one more check (``parent``).
+      names) is audited too, with the same rows and seed, as one more check (``parent``),
+      and the child's disagreement counts are drawn again with it.
+    experts_dir: the folder a Dual RS run's experts were moved to (each looked up by its
+      folder's name; default: where the record names them, relative to the result file).
+    parent: a recertified run's parent result file, where it was moved (default: the one
+      the record names, relative to the result file).
 
   Returns:
     An :class:`AuditReport`.
@@ -210,6 +217,8 @@ def audit(
     )
   seed = secrets.randbits(63) if seed is None else int(seed)
   declared = len(run.indices())
+  moved = {"experts_dir": experts_dir, "parent": parent, "parent_model": parent_model_dir}
+  files = _files(p, run, **moved)
   try:
     loaded = launch.load(
       run,
@@ -219,30 +228,44 @@ def audit(
       data_dir=data_dir,
     )
   except launch.MismatchError as e:  # the model is there, the run does not fit it: failed
-    checks = [_verify_check(p, data_dir, None), Check("model", False, f"{e}: not the run's")]
+    checks = [_verify_check(p, data_dir, None, files), Check("model", False, f"{e}: not the run's")]
     return AuditReport(p, (), tuple(checks), seed, declared)
   except launch.RunError as e:  # nothing to audit against: failed if verify refuses the run
-    verified = _verify_check(p, data_dir, None)
+    verified = _verify_check(p, data_dir, None, files)
     if verified.ok:
       raise AuditError(str(e)) from None
     return AuditReport(p, (), (verified,), seed, declared)
-  checks = [_verify_check(p, data_dir, loaded.dataset), _model_check(run, loaded)]
+  checks = [_verify_check(p, data_dir, loaded.dataset, files), _model_check(run, loaded)]
   if run.data.file_sha256 is not None:  # the inputs came with the run: the file's, bound
     checks.append(_data_file_check(run))
+  if run.data.images_sha256 is not None:  # read from a folder: its images, named and bound
+    checks.append(Check("data folder", *launch.loading.folder_check(run, loaded.dataset)))
   chosen = _choose(run, rows, seed)
-  checks.extend(_drawn_checks(p, run, loaded, chosen, batch_size, data_dir))
+  checks.extend(_drawn_checks(p, run, loaded, chosen, batch_size, data_dir, files))
   if parent_model_dir is not None:
-    checks.append(_parent_check(run, parent_model_dir, rows, seed, data_dir, batch_size))
+    checks.append(_parent_check(run, files, rows, seed, data_dir, batch_size))
   return AuditReport(p, tuple(int(i) for i in chosen), tuple(checks), seed, declared)
 
 
-def _parent_check(run: RunSpec, model_dir, rows, seed: int, data_dir, batch_size: int) -> Check:
+def _files(p: str, run: RunSpec, **moved) -> dict[str, str]:
+  """Where the files the run names are (``rsjax.records.paths.find``); one that is not there
+  is an :class:`AuditError` (cannot audit, not a failure)."""
+  from rsjax import methods
+  from rsjax.records import paths
+
+  try:
+    return paths.find(methods.get(run.method).located, run.options, p, moved)
+  except (KeyError, FileNotFoundError) as e:
+    raise AuditError(str(e).strip("'\"")) from None
+
+
+def _parent_check(run: RunSpec, files: dict, rows, seed: int, data_dir, batch_size: int) -> Check:
   """The audit of a recertified run's parent (the run it names) with its model, as a check."""
-  parent = run.options.get("parent")
-  if not parent:
+  parent = files.get("parent")
+  if not run.options.get("parent") or not parent:
     raise AuditError("--parent-model-dir: the run names no parent run (not recertified)")
   report = audit(
-    str(parent), model_dir=model_dir, rows=rows, seed=seed, data_dir=data_dir,
+    str(parent), model_dir=files["parent_model"], rows=rows, seed=seed, data_dir=data_dir,
     batch_size=batch_size,
   )  # fmt: skip
   return Check("parent", report.ok, f"{parent}: {report.summary()}")
@@ -270,11 +293,11 @@ def _read_run(p: str) -> RunSpec:
     raise AuditError(str(e)) from None
 
 
-def _verify_check(p: str, data_dir: str | os.PathLike | None, ds) -> Check:
+def _verify_check(p: str, data_dir: str | os.PathLike | None, ds, files: dict) -> Check:
   """``verify`` of the whole file: every row, its label and input against ``ds``, the
   dataset the audit loaded (a refusal an :class:`AuditError`)."""
   try:
-    report = verify_lib.verify(p, data_dir=data_dir, dataset=ds)
+    report = verify_lib.verify(p, data_dir=data_dir, dataset=ds, parent=files.get("parent"))
   except verify_lib.VerifyError as e:
     raise AuditError(str(e)) from None
   return Check("verify", report.ok, report.summary())
@@ -318,12 +341,11 @@ def _model_check(run: RunSpec, loaded: launch.Loaded) -> Check:
     return Check("model", False, why)
   if run.model.denoiser is None:
     return Check("model", True, f"fingerprint {fp}")
-  return Check(
-    "model",
-    True,
+  why = (
     f"fingerprint {fp}, denoiser settings {loaded.denoiser_config[:16]} (the denoiser given, "
-    "or the one the run names: the run's author's; pass --denoiser to audit against your copy)",
+    "or the one the run names: the run's author's; pass --denoiser to audit against your copy)"
   )
+  return Check("model", True, why)
 
 
 def _drawn_checks(
@@ -333,27 +355,25 @@ def _drawn_checks(
   chosen: np.ndarray,
   batch_size: int,
   data_dir: str | os.PathLike | None,
+  files: dict[str, str],
 ) -> list[Check]:
   """The checks of the ``chosen`` rows (``[r]`` dataset indices): the dataset, the method's
   run-wide facts rebuilt and, when they are the run's, the counts drawn again; each stops
   at its first failure."""
+  from rsjax import methods
   from rsjax.verify._run import check_dataset_shape
 
   ds = loaded.dataset
   if check_dataset_shape(run, ds):  # nothing can be drawn again from another dataset
-    return [
-      Check(
-        "data",
-        False,
-        f"{run.data.name} {run.data.split} is not the dataset the run declares (see verify)",
-      )
-    ]
+    why = f"{run.data.name} {run.data.split} is not the dataset the run declares (see verify)"
+    return [Check("data", False, why)]
   recs = record_lib.read_records(p)
   x = np.asarray(ds.get_batch(chosen)[0])
   try:
-    if run.method == "srs":  # the number of chains (the batch) changes an SRS run's counts
-      batch_size = json_int((run.details or {}).get("chains"), "method.details.chains", 1, 2**31)
-    ctx, certifier = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir)
+    entry = methods.get(run.method).batch_detail  # a batch that changes counts: the run's
+    if entry is not None:
+      batch_size = json_int((run.details or {}).get(entry), f"method.details.{entry}", 1, 2**31)
+    ctx, certifier = launch.plan(run, loaded, batch_size=batch_size, data_dir=data_dir, files=files)
     details = certifier.details(ctx)
   except Exception as e:  # noqa: BLE001 -- any record the model cannot rebuild: failed
     why = str(e) if isinstance(e, launch.RunError) else f"{type(e).__name__}: {e}"
@@ -402,7 +422,7 @@ def _redraw(run, ctx, certifier, chosen, x, recs) -> Check:
   """Draws the counts of the chosen rows again from the run's record and compares them."""
   from rsjax.runs import runner
 
-  n = int(run.sampling["n"])
+  n = run.sampling.n
   per_call = certifier.inputs_per_call or runner.default_inputs_per_call(n)
   differ = []
   for s in range(0, len(chosen), per_call):
@@ -425,10 +445,6 @@ def _redraw(run, ctx, certifier, chosen, x, recs) -> Check:
     what = {"counts0": "selection counts", "counts": "estimation counts", "n": "samples"}.get(
       field, field
     )
-    return Check(
-      "counts",
-      False,
-      f"{len(differ)} of {len(chosen)} rows drawn again give other "
-      f"counts (first idx {i}: {what} {was} recorded, {now} drawn)",
-    )
+    why = f"{len(differ)} of {len(chosen)} rows drawn again give other counts "
+    return Check("counts", False, why + f"(first idx {i}: {what} {was} recorded, {now} drawn)")
   return Check("counts", True, f"{len(chosen)} rows drawn again give the recorded counts exactly")

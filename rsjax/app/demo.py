@@ -37,6 +37,57 @@ DEFAULTS = dict(
   radii=(0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5),
 )
 
+# What the demo's phases took on an idle 2-core Intel Xeon VM (JAX 0.10.2, CPU; the defaults in
+# 3 min 14 s, docs/getting-started.md): the basis of the estimate it prints at the start.
+_SECONDS_PER_EPOCH = 2.2  # LeNet, 4,000 digits, batch 128
+_SECONDS_PER_IMAGE_PER_1000 = 0.053  # CERTIFY of one digit, per 1,000 samples
+_SECONDS_FIXED = 15.0  # loading the data, compiling, the table, the plot, verify
+
+
+def _plan(cfg: dict, sigmas: Sequence[float], images: int, out: str) -> str:
+  """The lines the demo prints first: its phases, what each does and the time to expect."""
+  train = cfg["epochs"] * _SECONDS_PER_EPOCH
+  certify = images * (cfg["n0"] + cfg["n"]) / 1000 * _SECONDS_PER_IMAGE_PER_1000
+  total = _SECONDS_FIXED + len(sigmas) * (train + certify)
+  each = ", ".join(f"{s:g}" for s in sigmas)
+  return (
+    f"rsjax demo: {len(sigmas)} model(s), sigma {each}, in 4 phases:\n"
+    f"  1. train LeNet on the 4,000 mnist5k training digits, {cfg['epochs']} epochs "
+    f"(about {train:.0f} s per sigma)\n"
+    f"  2. certify {images} held-out digits, N0 = {cfg['n0']}, N = {cfg['n']} "
+    f"(about {certify:.0f} s per sigma)\n"
+    "  3. the certified-accuracy table and certified_accuracy.png\n"
+    "  4. verify every radius from its recorded counts\n"
+    f"expected: about {_minutes(total)} on an idle 2-core CPU (longer on a busy one; less "
+    f"where {out} holds finished steps); interrupted, it keeps every finished epoch and row: "
+    "run the same command again to resume"
+  )
+
+
+def _minutes(seconds: float) -> str:
+  """``"3 min 10 s"`` (``"40 s"`` under a minute)."""
+  m, s = divmod(int(round(seconds)), 60)
+  return f"{m} min {s} s" if m else f"{s} s"
+
+
+def _rows_kept(path: str) -> int:
+  """The complete rows of result file ``path`` (0 if there is none)."""
+  try:
+    with open(path, "rb") as f:
+      lines = f.read().count(b"\n")
+  except FileNotFoundError:
+    return 0
+  return max(lines - 1, 0)  # less the header
+
+
+def _kept(jobs: Sequence, images: int, out: str) -> str:
+  """What an interrupted demo keeps, and how to resume: the rows of each result file."""
+  rows = "; ".join(f"{_rows_kept(j.rows)} of {images} rows in {j.rows}" for j in jobs)
+  return (
+    f"kept: {rows}, and the finished training epochs under {out}; run the same command "
+    "again to resume from there"
+  )
+
 
 def _differences(saved, now) -> str:
   """``'k saved there, now here; ...'`` over the keys whose values differ ('' if none)."""
@@ -79,7 +130,7 @@ def _reusable(workdir: str, rows: str, train_json: dict, rows_run: dict, overwri
 
 def _settings(run) -> dict:
   """The demo's settings of a run (what the demo's flags change), compared before reuse."""
-  return dict(sigma=run.sigma, seed=run.seed, images=len(run.indices()), **run.sampling)
+  return dict(sigma=run.sigma, seed=run.seed, images=len(run.indices()), **run.sampling.to_json())
 
 
 def _selected(res, indices):
@@ -136,17 +187,21 @@ def run(
   t_start = time.perf_counter()
   # Every reuse is checked before anything is trained.
   jobs = [_job(out, cfg, sigma, seed, settings, len(indices), overwrite) for sigma in sigmas]
+  print(_plan(cfg, sigmas, len(indices), out), flush=True)
   results = {}
-  for job in jobs:
-    model, t_train, clean = _train(job, cfg, train, test, seed, progress)
-    t0 = time.perf_counter()
-    _certify(job, model, test, rows, settings, seed, progress, overwrite)
-    t_cert = time.perf_counter() - t0
-    results[f"sigma={job.sigma:g}"] = _selected(io.read_certify(job.rows), indices)
-    print(
-      f"[{job.tag}] clean accuracy {clean:.4f}, training {t_train:.0f}s, "
-      f"certification {t_cert:.0f}s ({len(indices)} images, N={cfg['n']})"
-    )
+  try:
+    for job in jobs:
+      model, t_train, clean = _train(job, cfg, train, test, seed, progress)
+      t0 = time.perf_counter()
+      _certify(job, model, test, rows, settings, seed, progress, overwrite)
+      t_cert = time.perf_counter() - t0
+      results[f"sigma={job.sigma:g}"] = _selected(io.read_certify(job.rows), indices)
+      print(
+        f"[{job.tag}] clean accuracy {clean:.4f}, training {t_train:.0f}s, "
+        f"certification {t_cert:.0f}s ({len(indices)} images, N={cfg['n']})"
+      )
+  except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under the command: say what is kept
+    raise type(e)(_kept(jobs, len(indices), out)) from None
   _report(out, results, cfg, len(indices), [job.rows for job in jobs])
   print(f"total time {time.perf_counter() - t_start:.0f}s")
   return results
@@ -177,7 +232,7 @@ def _job(out, cfg, sigma, seed, settings, images, overwrite) -> _Job:
     lr=cfg["lr"],
     lr_step=cfg["lr_step"],
   )
-  rows_run = dict(sigma=sigma, seed=seed, images=images, **record.sampling_fields(settings))
+  rows_run = dict(sigma=sigma, seed=seed, images=images, **record.run_sampling(settings).to_json())
   job = _Job(
     sigma,
     tag,

@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+from rsjax.records.sampling import RunSampling
 from rsjax.records.spec import NOISE_NORMS
 from rsjax.stats import ALPHA_MAX, alpha_refusal
 
@@ -96,7 +97,7 @@ class Claim:
     cls,
     *,
     method: str,
-    sampling: Mapping[str, Any],
+    sampling: RunSampling,
     options: Mapping[str, Any],
     multiclass: bool,
   ) -> Claim:
@@ -106,12 +107,12 @@ class Claim:
     rule = None if grid is None else str(options.get("budget_rule") or "looks")
     return cls(
       method=str(method),
-      noise=str(sampling.get("noise")),
+      noise=sampling.noise,
       multiclass=bool(multiclass),
       budget_rule=rule,
-      precision=str(sampling.get("precision") or "float32"),
-      pack=sampling.get("pack", 1),
-      alpha=sampling.get("alpha", 0.001),
+      precision=sampling.precision,
+      pack=sampling.pack,
+      alpha=sampling.alpha,
     )
 
 
@@ -124,7 +125,7 @@ def refusal(claim: Claim, method: MethodClaims) -> str | None:
   """
   c, m = claim, method
   if c.budget_rule is not None and not m.budget:
-    return f"--method {m.name} has no budgeted CERTIFY (--grid)"
+    return f"method={m.name} has no budgeted CERTIFY (grid=...)"
   why = alpha_refusal(c.alpha)
   if why is not None:
     return why
@@ -137,17 +138,17 @@ def refusal(claim: Claim, method: MethodClaims) -> str | None:
   if c.pack not in PACKS or isinstance(c.pack, bool):
     return f"pack must be one of {list(PACKS)}, got {c.pack!r}"
   if c.multiclass and not m.multiclass:
-    return f"--method {m.name} gives the binary radius only, not --multiclass"
+    return f"method={m.name} gives the binary radius only, not multiclass=True"
   if c.multiclass and c.noise not in GAUSSIAN:
     return (
-      "--multiclass (Cohen et al.'s multiclass L2 radius) works with Gaussian noise only, "
-      f"not --noise {c.noise}"
+      "multiclass=True (Cohen et al.'s multiclass L2 radius) works with Gaussian noise only, "
+      f"not noise={c.noise}"
     )
   if m.noises is not None and c.noise not in m.noises:
     only = "Gaussian noise only" if set(m.noises) == set(GAUSSIAN) else ", ".join(m.noises)
-    return f"--method {m.name} certifies with {only}, not --noise {c.noise}"
+    return f"method={m.name} certifies with {only}, not noise={c.noise}"
   if c.budget_rule is not None and c.multiclass:
-    return "--grid (budgeted CERTIFY) works with the binary radius only"
+    return "grid=... (budgeted CERTIFY) works with the binary radius only"
   return None
 
 

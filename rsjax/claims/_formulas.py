@@ -11,9 +11,11 @@ from fractions import Fraction
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import special
 
+from rsjax import _lazy
 from rsjax.claims._mismatch import VerifyError
+
+special = _lazy.module("scipy.special")  # on first use: start-up pays no SciPy
 
 #: The noise whose certificate is rounded down (:func:`round_down`): ``gaussian_8bit``.
 DIRECTED_NOISE = "gaussian_8bit"

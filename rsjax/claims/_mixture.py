@@ -44,7 +44,10 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy import special
+
+from rsjax import _lazy
+
+special = _lazy.module("scipy.special")  # on first use: start-up pays no SciPy
 
 __all__ = [
   "anytime_looks",

@@ -25,12 +25,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.stats
 from numpy.typing import ArrayLike
 
-from rsjax import stats
+from rsjax import _lazy, stats
 from rsjax.claims._formulas import P_LOWER_MARGIN, binary_radius, directed, round_down
 from rsjax.claims._mismatch import Mismatch
+
+_stats = _lazy.module("scipy.stats")  # on first use: start-up pays no SciPy
 
 if TYPE_CHECKING:
   from rsjax.claims._rows import Rows
@@ -99,9 +100,7 @@ def looks_decision(
   later = zip(looks[k + 1 :], alphas[k + 1 :], strict=True)
   best = np.max(
     [
-      stats.clopper_pearson_lower(
-        s_a + scipy.stats.binom.ppf(1.0 - stop_alpha, n_j - n_k, ub), n_j, a_j
-      )
+      stats.clopper_pearson_lower(s_a + _stats.binom.ppf(1.0 - stop_alpha, n_j - n_k, ub), n_j, a_j)
       for n_j, a_j in later
     ],
     axis=0,
@@ -141,7 +140,7 @@ def anytime_need(c_final: ArrayLike, m: ArrayLike, n_max: int, cp_alpha: float) 
 
 def stop_quantile(stop_alpha: float) -> float:
   """The Anytime rule's ``z_stop``: the upper ``stop_alpha`` normal quantile."""
-  return float(scipy.stats.norm.isf(stop_alpha))
+  return float(_stats.norm.isf(stop_alpha))
 
 
 def anytime_stop(

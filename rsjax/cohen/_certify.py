@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,10 +43,78 @@ if TYPE_CHECKING:
 __all__ = [
   "Batch",
   "Cohen",
+  "INPUT_RANGE",
   "certify",
   "certify_with",
   "predict",
 ]
+
+#: The scale rsjax expects inputs in, as Cohen et al.'s images: sigma is in units of ``x``.
+INPUT_RANGE = (0.0, 1.0)
+
+
+def check_input_range(name: str, x: Any, input_range: tuple[float, float] | None) -> None:
+  """Raises ``ValueError`` if images ``x`` hold a value outside ``input_range`` by more than
+  half its width (one host-side min and max; None: no check). A uint8 image in 0-255 (or one
+  normalized by a mean and std) would otherwise be certified with ``sigma`` in other units
+  than meant; an image plus a small perturbation (a radius under test) is not refused.
+
+  Images are inputs of an integer dtype or of 3 or more axes (``[B, H, W(, C)]``); feature
+  vectors ``[B, d]`` of a float dtype have no canonical scale and are not checked.
+  """
+  if input_range is None:
+    return
+  a = np.asarray(x)  # a jax.Array keeps its host copy for prepare_inputs
+  if a.size == 0 or not np.issubdtype(a.dtype, np.number):
+    return  # prepare_inputs says what is wrong
+  if a.ndim < 3 and not np.issubdtype(a.dtype, np.integer):
+    return
+  lo, hi = float(np.min(a)), float(np.max(a))
+  low, high = input_range
+  slack = 0.5 * (high - low)  # x + a small perturbation (a test of a radius) stays accepted
+  if not (math.isfinite(lo) and math.isfinite(hi)) or (lo >= low - slack and hi <= high + slack):
+    return  # NaN and inf: prepare_inputs refuses them
+  hint = " (uint8 pixels? divide by 255)" if a.dtype == np.uint8 or hi > 1.5 else ""
+  raise ValueError(
+    f"{name}: x holds values in [{lo:g}, {hi:g}], outside input_range={tuple(input_range)}"
+    f"{hint}; sigma is in the units of x, so rescale x, or pass input_range=(low, high) "
+    "to certify at this scale (input_range=None: no check)"
+  )
+
+
+def check_apply_fn(name: str, apply_fn: Any, params: Any) -> None:
+  """Raises ``TypeError`` when ``apply_fn`` is a Flax NNX module rather than a function
+  ``apply_fn(params, x) -> logits`` (the module would be called as ``model(params, x)``)."""
+  nnx = sys.modules.get("flax.nnx")
+  if nnx is None or not isinstance(apply_fn, nnx.Module):
+    return
+  raise TypeError(
+    f"{name}: apply_fn is an NNX module ({type(apply_fn).__name__}), not a function "
+    "apply_fn(params, x) -> logits: pass the pair rsjax.models.to_apply_fn(model) "
+    "returns, apply_fn, params = rsjax.models.to_apply_fn(model)"
+    + ("" if params is None else " (params given here are not the module's state)")
+  )
+
+
+def check_sample_sizes(name: str, settings: Sampling) -> None:
+  """Raises ``ValueError`` if ``n < n0``: every input would abstain (or the two were swapped)."""
+  if settings.n < settings.n0:
+    raise ValueError(
+      f"{name}: n={settings.n} is smaller than n0={settings.n0}: n counts the estimation "
+      "samples that bound p_A, n0 the few that select the class (Cohen et al.: n0=100, "
+      "n=100_000); swapped?"
+    )
+
+
+def _announce(name: str, x: Any, samples: str) -> float:
+  """``progress=True``: a line on stderr before the call; its start time."""
+  b = int(np.shape(x)[0]) if np.ndim(x) else 0
+  print(f"{name}: {b} inputs x {samples} noisy samples ...", file=sys.stderr, flush=True)
+  return time.perf_counter()
+
+
+def _done(name: str, start: float) -> None:
+  print(f"{name}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +217,8 @@ def certify(
   ids: ArrayLike | None = None,
   multiclass: bool = False,
   budget: Budget | Anytime | Sequence[float] | None = None,
+  input_range: tuple[float, float] | None = INPUT_RANGE,
+  progress: bool = False,
   **sampling: Any,
 ) -> Certificate:
   """CERTIFY of a batch of inputs with any method: the one call shape of rsjax.
@@ -176,9 +248,14 @@ def certify(
     ids: ``[B]`` dataset indices (reproducible noise per input).
     multiclass: Cohen's multiclass radius (``Cohen(multiclass=True)``).
     budget: budgeted CERTIFY on this radius grid (``Cohen(budget=...)``).
+    input_range: ``(low, high)`` the values of images ``x`` (integer dtype, or 3 or more
+      axes) must lie in, up to half its width (default ``(0, 1)``, the scale of Cohen et
+      al.'s images: ``sigma`` is in units of ``x``); None: no check.
+    progress: say on stderr what is drawn before the call and its time after (off by
+      default; ``rsjax certify`` shows a progress bar over its inputs).
     **sampling: fields of :class:`Sampling` given as keywords (``n0=100,
       n=100_000, alpha=0.001, batch_size=1000, noise=None, ...``); they override
-      ``settings``.
+      ``settings``. ``n < n0`` is refused.
 
   Returns:
     The certifier's ``Certificate`` (NumPy fields; a ``BudgetedCertificate``,
@@ -188,14 +265,21 @@ def certify(
     ValueError: for bad arguments (named in the message).
   """
   refuse_traced("rsjax.certify", key, params, x, sigma, ids)
+  check_apply_fn("rsjax.certify", apply_fn, params)
   settings = Sampling.of(settings, **sampling)
+  check_sample_sizes("rsjax.certify", settings)
+  check_input_range("rsjax.certify", x, input_range)
   if certifier is None:
     certifier = Cohen(multiclass=multiclass, budget=budget)
   elif multiclass or budget is not None:
     raise ValueError(
       "multiclass= and budget= are Cohen's: with certifier= give them to rsjax.cohen.Cohen"
     )
-  return certifier.certify(Batch(key, apply_fn, params, x, sigma, num_classes, settings, ids))
+  start = _announce("rsjax.certify", x, f"(n0 {settings.n0} + n {settings.n})") if progress else 0
+  cert = certifier.certify(Batch(key, apply_fn, params, x, sigma, num_classes, settings, ids))
+  if progress:
+    _done("rsjax.certify", start)
+  return cert
 
 
 def certify_with(
@@ -209,6 +293,8 @@ def certify_with(
   sigma: Any = None,
   settings: Sampling | None = None,
   ids: ArrayLike | None = None,
+  input_range: tuple[float, float] | None = INPUT_RANGE,
+  progress: bool = False,
   **options: Any,
 ) -> Certificate:
   """:func:`certify` with ``certifier, sigma = make(sigma, **options)``: each method's alias
@@ -232,6 +318,8 @@ def certify_with(
     certifier=certifier,
     settings=settings,
     ids=ids,
+    input_range=input_range,
+    progress=progress,
     **sampling,
   )
 
@@ -246,6 +334,8 @@ def predict(
   num_classes: int,
   settings: Sampling | None = None,
   ids: ArrayLike | None = None,
+  input_range: tuple[float, float] | None = INPUT_RANGE,
+  progress: bool = False,
   **sampling: Any,
 ) -> np.ndarray:
   """Cohen et al.'s PREDICT: the top class, or -1 when the two-sided binomial test
@@ -253,16 +343,21 @@ def predict(
 
   Uses ``n`` samples (key ``key`` itself), ``alpha``, ``batch_size``, ``noise``,
   ``precision`` and ``devices`` of the settings (``settings`` and/or the
-  same keywords as :func:`certify`).
+  same keywords as :func:`certify`); ``input_range`` and ``progress`` as :func:`certify`'s.
 
   Returns:
     ``[B]`` int NumPy array of classes (-1 = abstain).
   """
   refuse_traced("rsjax.predict", key, params, x, sigma, ids)
+  check_apply_fn("rsjax.predict", apply_fn, params)
   s = Sampling.of(settings, **sampling)
+  check_input_range("rsjax.predict", x, input_range)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
+  start = _announce("rsjax.predict", x, f"n {s.n}") if progress else 0.0
   source = engine_counts(apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=s)
   counts = source(as_key(key), s.n).result()
+  if progress:
+    _done("rsjax.predict", start)
   order = np.argsort(-counts, axis=1, kind="stable")
   top = order[:, 0]
   n1 = counts[np.arange(len(top)), top]

@@ -7,7 +7,9 @@ A child run names its parent in its options, all of them part of its claim (so o
 parent's certificate record, ``<parent>.cert.jsonl``, when the child was certified). The
 check refuses a child whose parent is missing or differs in any of them, then derives every
 child row again, with the formulas written out here, from the parent's recorded counts and
-the child's own disagreement counts (``rsjax.cohen._recertify`` states the bound).
+the child's own disagreement counts (``rsjax.cohen._recertify`` states the bound), and the
+rows of the gamma switch (option ``gamma``) from their own from-scratch counts: a row is
+switched exactly where the parent's recorded counts give ``p_A_lower >= gamma``.
 ``rsjax verify`` also verifies the parent run itself.
 """
 
@@ -23,8 +25,17 @@ from rsjax.claims import Mismatch, binary_radius, cp_lower, cp_upper, dense
 from rsjax.records.spec import RunFormatError, RunSpec
 from rsjax.runs import record as record_lib
 
-__all__ = ["check_recertify", "link_issues", "parent_of", "records_digest", "stated_alpha"]
+__all__ = [
+  "check_gamma",
+  "check_recertify",
+  "link_issues",
+  "parent_of",
+  "records_digest",
+  "stated_alpha",
+]
 
+#: ``fallback`` column of a row the gamma switch certified from scratch.
+SWITCHED = 2
 #: The parent's noises the bound holds for (Gaussian, L2).
 GAUSSIAN = ("gaussian", "gaussian_fast")
 
@@ -40,6 +51,29 @@ def records_digest(result_file: str | os.PathLike) -> str:
 def stated_alpha(parent_alpha: float, alpha: float, fallback: bool) -> float:
   """The level each child row claims: ``alpha_1 + alpha_2`` (+ ``alpha_1`` with fallback)."""
   return float(parent_alpha) + float(alpha) + (float(parent_alpha) if fallback else 0.0)
+
+
+def check_gamma(gamma: Any) -> float:
+  """``gamma`` as a float in (1/2, 1] (the gamma switch's threshold on the parent's bound).
+
+  Raises:
+    ValueError: another value or type.
+  """
+  if isinstance(gamma, bool) or not isinstance(gamma, (int, float)):
+    raise ValueError(f"gamma must be a number in (0.5, 1], got {gamma!r}")
+  g = float(gamma)
+  if not 0.5 < g <= 1.0:
+    raise ValueError(f"gamma must be in (0.5, 1], got {g:g}")
+  return g
+
+
+def parse_gamma(text: str) -> float:
+  """``--gamma``'s value (a number in (1/2, 1])."""
+  try:
+    value = float(text)
+  except ValueError:
+    raise ValueError(f"gamma must be a number in (0.5, 1], got {text!r}") from None
+  return check_gamma(value)
 
 
 def parent_of(options: dict) -> RunSpec:
@@ -77,8 +111,8 @@ def link_issues(parent: RunSpec, options: dict, *, sigma: float, noise: str, mul
     out.append(f"the parent's certificate record {p!r} changed since the child was certified")
   if parent.method != "cohen" or parent.options.get("grid") is not None:
     out.append(f"the parent {p!r} is no fixed-N --method cohen run")
-  if parent.sampling.get("noise") not in GAUSSIAN or parent.sampling.get("noise") != noise:
-    out.append(f"the parent's noise {parent.sampling.get('noise')} is not the child's {noise}")
+  if parent.sampling.noise not in GAUSSIAN or parent.sampling.noise != noise:
+    out.append(f"the parent's noise {parent.sampling.noise} is not the child's {noise}")
   if parent.sigma != sigma or parent.multiclass != multiclass or parent.data.name != dataset:
     out.append(f"the child's sigma, radius or dataset differ from the parent's {p!r}")
   return out
@@ -98,7 +132,7 @@ def parent_bounds(parent: RunSpec, recs: dict, idx: list[int]) -> tuple[np.ndarr
   """``(valid, predict, p_lower, p_upper)`` of the parent's rows ``idx`` from its recorded
   counts (Cohen's certificate, binary or multiclass; ``p_upper`` 1 in the binary case)."""
   s = parent.sampling
-  n0, n, a1, c = int(s["n0"]), int(s["n"]), float(s["alpha"]), parent.data.num_classes
+  n0, n, a1, c = s.n0, s.n, s.alpha, parent.data.num_classes
   b = len(idx)
   valid, pred = np.zeros(b, bool), np.full(b, -1, np.int64)
   pa, pb = np.zeros(b), np.ones(b)
@@ -144,7 +178,16 @@ def _fallback_row(fb: Any, parent: RunSpec, sigma: float) -> tuple[int, float, f
   """``(predict, radius, p_lower)`` of a row certified from scratch (Cohen's CERTIFY at the
   parent's n0, n, alpha_1), or None when its record is not one."""
   s = parent.sampling
-  n0, n, a1, c = int(s["n0"]), int(s["n"]), float(s["alpha"]), parent.data.num_classes
+  return _scratch_row(fb, parent, sigma, n0=s.n0, n=s.n, a1=s.alpha)
+
+
+def _scratch_row(
+  fb: Any, parent: RunSpec, sigma: float, *, n0: int, n: int, a1: float
+) -> tuple[int, float, float] | None:
+  """``(predict, radius, p_lower)`` of a row certified from scratch by Cohen's CERTIFY at
+  ``n0``, ``n`` and level ``a1`` (the parent's classes and radius), or None when its record
+  is not one."""
+  c = parent.data.num_classes
   if not isinstance(fb, dict):
     return None
   c0, c1 = dense(fb.get("counts0"), c), dense(fb.get("counts"), c)
@@ -179,8 +222,12 @@ def check_recertify(
   if why:
     return [Mismatch(-1, w) for w in why]
   issues = []
-  a1, n, a2 = float(parent.sampling["alpha"]), int(s["n"]), float(s["alpha"])
+  a1, n, a2 = parent.sampling.alpha, int(s["n"]), float(s["alpha"])
   fallback = bool(opts.get("fallback"))
+  try:
+    gamma = None if opts.get("gamma") is None else check_gamma(opts["gamma"])
+  except ValueError as e:
+    return [Mismatch(-1, str(e))]
   want = stated_alpha(a1, a2, fallback)
   if not isinstance((cert.get("details") or {}).get("alpha"), float) or not np.isclose(
     cert["details"]["alpha"], want, rtol=1e-12, atol=0
@@ -195,10 +242,49 @@ def check_recertify(
   )
   valid, pred, pa, pb = parent_bounds(parent, precs, idx)
   for j, i in enumerate(idx):
+    switched = gamma is not None and valid[j] and pred[j] != -1 and pa[j] >= gamma
+    if switched:
+      issues.extend(_switched_issues(res, j, i, recs.get(i), parent, n0=int(s["n0"]), n=n,
+                                     a2=a2, sigma=float(cert["sigma"]), rtol=rtol, atol=atol))  # fmt: skip
+      continue
     issues.extend(_row_issues(res, j, i, recs.get(i), parent, valid[j], pred[j], pa[j], pb[j],
                               n=n, a2=a2, fallback=fallback, sigma=float(cert["sigma"]),
                               rtol=rtol, atol=atol))  # fmt: skip
   return issues
+
+
+def _switched_issues(res, j, i, r, parent, *, n0, n, a2, sigma, rtol, atol):
+  """The mismatches of a row the gamma switch certified from scratch (at the child's ``n0``,
+  ``n`` and ``alpha_1 + alpha_2``): no disagreement samples, its own counts."""
+  if r is None:
+    return [Mismatch(i, "no certificate record for this row")]
+  d = dense(r.get("counts"), 2)
+  if d is None or d.sum() != 0 or r.get("counts0") is not None or r.get("fallback") is not None:
+    return [Mismatch(i, "a switched row (parent p_A_lower >= gamma) records disagreement samples")]
+  got = _scratch_row(r.get("switched"), parent, sigma, n0=n0, n=n, a1=parent.sampling.alpha + a2)
+  if got is None:
+    return [Mismatch(i, "a switched row (parent p_A_lower >= gamma) has no from-scratch counts")]
+  p, radius, p_low = got
+  out = []
+  if not _close(0.0, r.get("zeta"), rtol, atol) or float(res.extra["zeta"][j]) != 0.0:
+    out.append(Mismatch(i, f"zeta {res.extra['zeta'][j]} recorded on a switched row"))
+  out += _certificate_issues(res, j, i, r, (p, radius, p_low), rtol, atol)
+  if int(res.extra["fallback"][j]) != SWITCHED:
+    out.append(Mismatch(i, f"fallback {res.extra['fallback'][j]}, the switch says {SWITCHED}"))
+  return out
+
+
+def _certificate_issues(res, j, i, r, derived, rtol: float, atol: float) -> list[Mismatch]:
+  """Row ``j``'s prediction, radius and recorded ``p_lower`` against ``derived`` (``(predict,
+  radius, p_lower)`` from its counts)."""
+  p, radius, p_low = derived
+  out = []
+  if int(res.predict[j]) != p or not _close(radius, float(res.radius[j]), rtol, atol):
+    out.append(Mismatch(i, f"predict {res.predict[j]} radius {res.radius[j]}; counts give "
+                           f"{p} {radius}"))  # fmt: skip
+  if not _close(p_low, r.get("p_lower"), rtol, atol):
+    out.append(Mismatch(i, f"p_lower {r.get('p_lower')} recorded, {p_low} from the counts"))
+  return out
 
 
 def _close(a: float, b: Any, rtol: float, atol: float) -> bool:
@@ -232,15 +318,13 @@ def _row_issues(res, j, i, r, parent, valid, pred, pa, pb, *, n, a2, fallback, s
     (p, radius, p_low), used = got, True
   elif r.get("fallback") is not None:
     return [Mismatch(i, "a fallback record on a row that had none")]
+  if r.get("switched") is not None:
+    return [Mismatch(i, "a switched record on a row the switch leaves (parent p_A_lower < gamma)")]
   out = []
   if not _close(zeta, r.get("zeta"), rtol, atol) or not _close(zeta, res.extra["zeta"][j], rtol,
                                                                 atol):  # fmt: skip
     out.append(Mismatch(i, f"zeta {res.extra['zeta'][j]} recorded, {zeta} from the counts"))
-  if int(res.predict[j]) != p or not _close(radius, float(res.radius[j]), rtol, atol):
-    out.append(Mismatch(i, f"predict {res.predict[j]} radius {res.radius[j]}; counts give "
-                           f"{p} {radius}"))  # fmt: skip
-  if not _close(p_low, r.get("p_lower"), rtol, atol):
-    out.append(Mismatch(i, f"p_lower {r.get('p_lower')} recorded, {p_low} from the counts"))
+  out += _certificate_issues(res, j, i, r, (p, radius, p_low), rtol, atol)
   if int(res.extra["fallback"][j]) != int(used):
     out.append(Mismatch(i, f"fallback {res.extra['fallback'][j]}, the record says {int(used)}"))
   return out

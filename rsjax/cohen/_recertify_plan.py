@@ -24,8 +24,10 @@ from rsjax.runs.method import Context
 __all__ = ["load_parent"]
 
 
-def _parent_model(run: RunSpec) -> tuple[Any, Any]:
-  """``(apply_fn, params)`` of the parent run's model directory, as it certified it.
+def _parent_model(run: RunSpec, moved: str | None = None) -> tuple[Any, Any]:
+  """``(apply_fn, params)`` of the parent run's model directory, as it certified it: the
+  directory its record names (resolved against its result file's folder), or ``moved``
+  (``rsjax audit --parent-model-dir``).
 
   Raises:
     ValueError: a parent not certified from a model directory, or another model there now.
@@ -39,20 +41,39 @@ def _parent_model(run: RunSpec) -> tuple[Any, Any]:
       "recertify needs a parent certified from a model directory, without a denoiser or --resize"
     )
   from rsjax.records.canonical import model_config_digest
+  from rsjax.records.paths import resolve
 
-  model, config = models.load_model(m.path)
+  where = moved or resolve(m.path, run.out)
+  try:
+    model, config = models.load_model(where)
+  except FileNotFoundError as e:
+    raise ValueError(f"the parent's model {where!r} cannot be found: {e}") from None
   if model_config_digest(config) != m.config or config.get("model") != m.architecture:
     raise ValueError(  # the same weights built another way compute another function
-      f"the model in {m.path!r} is not built as the parent run's (its configuration digest "
+      f"the model in {where!r} is not built as the parent run's (its configuration digest "
       "or architecture differ)"
     )
-  pack = int(run.sampling.get("pack", 1))
+  pack = run.sampling.pack
   if pack != 1:
     model = models.pack_narrow_stage(model, pack)
   apply_fn, params = models.to_apply_fn(model)
   if fingerprint(params) != m.fingerprint:
-    raise ValueError(f"the model in {m.path!r} is not the one the parent run certified")
+    raise ValueError(f"the model in {where!r} is not the one the parent run certified")
   return apply_fn, params
+
+
+def _same_classes(ctx: Context, parent: RunSpec) -> None:
+  """Raises ``ValueError`` unless the child (the context's model) has the parent run's
+  classes: the bound compares the two models' classes one by one."""
+  import jax.numpy as jnp
+
+  x = jnp.zeros((1, *tuple(ctx.dataset.input_shape)), jnp.float32)
+  classes = int(ctx.apply_fn(ctx.params, x).shape[-1])
+  if classes != parent.data.num_classes:
+    raise ValueError(
+      f"the child model has {classes} classes, its parent run {parent.data.num_classes}: "
+      "a child recertifies a model of its parent's classes"
+    )
 
 
 def load_parent(
@@ -77,7 +98,8 @@ def load_parent(
                     multiclass=ctx.multiclass, dataset=ctx.dataset.name)  # fmt: skip
   if why:
     raise ValueError(why[0])
-  apply_fn, params = _parent_model(run)
+  _same_classes(ctx, run)
+  apply_fn, params = _parent_model(run, ctx.files.get("parent_model"))
   settings = Sampling.from_record(run.sampling)
   recs = record.read_records(str(run.out))
   ids = np.asarray(sorted(recs), np.int64)

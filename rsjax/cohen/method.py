@@ -6,7 +6,7 @@ import math
 
 from rsjax.claims import GAUSSIAN
 from rsjax.cohen._check import check_cohen
-from rsjax.cohen._recertify_check import check_recertify
+from rsjax.cohen._recertify_check import check_recertify, parse_gamma
 from rsjax.runs.method import INIT, Method, Option, Training
 
 __all__ = ["METHOD", "RECERTIFY", "parse_grid"]
@@ -72,6 +72,12 @@ def _digest(what: str):
   return parse
 
 
+def _parent_paths(options: dict, locate) -> dict:
+  """The options with the parent's result file mapped by ``locate("parent", path)``."""
+  parent = options.get("parent")
+  return {**options, "parent": locate("parent", str(parent))} if parent else options
+
+
 #: ``--method recertify``: a child model certified from its parent run's bounds (``rsjax recertify``).
 RECERTIFY = Method(
   "recertify",
@@ -99,8 +105,15 @@ RECERTIFY = Method(
       _digest("digest of the parent's records"),
     ),
     Option("fallback", False, "certify the rows the parent's bound cannot from scratch", bool),
+    Option(
+      "gamma",
+      None,
+      "certify from scratch (alpha_1 + alpha_2) the rows whose parent p_A_lower >= gamma",
+      parse_gamma,
+    ),
   ),  # fmt: skip
   check=check_recertify,
+  paths=_parent_paths,
   noises=GAUSSIAN,
   multiclass=True,
   columns=("zeta", "fallback"),

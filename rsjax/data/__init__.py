@@ -12,27 +12,30 @@ in [0, 1], NHWC ``[N, H, W, C]``) and int64 labels, with ``num_classes``,
   "toy2d" (half-moons in [0, 1]^2);
 - TFDS, read offline from a prepared ``data_dir``: "mnist", "cifar10",
   "imagenet2012" (resize 256 + center crop 224). Missing data raises
-  ``DatasetNotFoundError`` saying how to prepare it.
+  ``DatasetNotFoundError`` saying how to prepare it;
+- the same "cifar10" and "imagenet2012" from the folders PyTorch users keep, found
+  in ``data_dir`` by themselves: torchvision's ``cifar-10-batches-py`` and an
+  ImageNet image folder ``val/<wnid>/<image>``, index ``i`` torchvision's ``i``-th
+  image, decoded as torchvision decodes (``CifarBatchesDataset``,
+  ``ImageFolderDataset``; ``images_sha256`` binds the images a run read;
+  ``imagenet_wnids`` the 1,000 class folders in label order).
 """
 
 from rsjax.data._arrays import is_array_file as is_array_file
 from rsjax.data._bundled import stratified_split as stratified_split
+from rsjax.data._cifar_batches import CifarBatchesDataset as CifarBatchesDataset
 from rsjax.data._dataset import ArrayDataset as ArrayDataset
 from rsjax.data._dataset import Dataset as Dataset
+from rsjax.data._image_folder import FolderError as FolderError
+from rsjax.data._image_folder import ImageFolderDataset as ImageFolderDataset
+from rsjax.data._images import CorruptImageError as CorruptImageError
 from rsjax.data._registry import DATASETS as DATASETS
 from rsjax.data._registry import load as load
+from rsjax.data._storage import imagenet_wnids as imagenet_wnids
+from rsjax.data._storage import images_sha256 as images_sha256
 from rsjax.data._tfds import DatasetNotFoundError as DatasetNotFoundError
 from rsjax.data._tfds import TfdsDataset as TfdsDataset
 from rsjax.data._tfds import resize_center_crop as resize_center_crop
 
-__all__ = [
-  "ArrayDataset",
-  "DATASETS",
-  "Dataset",
-  "DatasetNotFoundError",
-  "TfdsDataset",
-  "is_array_file",
-  "load",
-  "resize_center_crop",
-  "stratified_split",
-]
+#: Every name imported above.
+__all__ = sorted(name for name in dir() if not name.startswith("_"))

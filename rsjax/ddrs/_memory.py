@@ -65,15 +65,12 @@ class MemoryCertifier:
 
   def _append(self, x, cls, radius):
     if self._x is None:
-      cap = 16
-      self._x = np.zeros((cap, x.shape[0]), np.float64)
-      self._cls = np.zeros((cap,), np.int64)
-      self._radius = np.zeros((cap,), np.float64)
-    elif self._size == self._x.shape[0]:
-      cap = 2 * self._size
-      self._x = np.concatenate([self._x, np.zeros_like(self._x)])[:cap]
-      self._cls = np.concatenate([self._cls, np.zeros_like(self._cls)])[:cap]
-      self._radius = np.concatenate([self._radius, np.zeros_like(self._radius)])[:cap]
+      self._x = np.zeros((0, x.shape[0]), np.float64)
+    if self._size == len(self._cls):  # full: 16 rows, then double
+      pad = max(16, self._size)
+      self._x = np.concatenate([self._x, np.zeros((pad, self._x.shape[1]))])
+      self._cls = np.concatenate([self._cls, np.zeros((pad,), np.int64)])
+      self._radius = np.concatenate([self._radius, np.zeros((pad,), np.float64)])
     self._x[self._size] = x
     self._cls[self._size] = cls
     self._radius[self._size] = radius
@@ -172,8 +169,7 @@ class MemoryCertifier:
     m0 = self._size
     pts = xf if m0 == 0 else np.concatenate([self._x[:m0], xf])
     d_all = np.asarray(jax.device_get(_distances(xf.astype(np.float32), pts.astype(np.float32))))
-    out_c = np.empty(b, np.int64)
-    out_r = np.empty(b, np.float64)
+    out_c, out_r = np.empty(b, np.int64), np.empty(b, np.float64)
     for i in range(b):
       out_c[i], out_r[i] = self._decide(xf[i], int(cls[i]), float(radius[i]), d_all[i, : m0 + i])
     return out_c, out_r

@@ -24,11 +24,7 @@ from rsjax.engine.step import cast_floating
 from rsjax.noise.sigma import SigmaValues
 from rsjax.util import as_key
 
-__all__ = [
-  "OptimizedSigma",
-  "optimize_sigma",
-  "sigma_ascent",
-]
+__all__ = ["OptimizedSigma", "optimize_sigma", "sigma_ascent"]
 
 
 def _ascent(

@@ -29,6 +29,10 @@ METHOD = Method(
   check=check_ddrs,
   noises=GAUSSIAN,
   columns=("sigma", "predict_mc", "radius_mc", "sound"),
+  radius_columns={
+    "radius_mc": "the Monte-Carlo radius before the memory: not the certificate of the "
+    "memory's prediction",
+  },
   ordered=True,
   training=Training(
     "rsjax.ddrs.training:train_job",

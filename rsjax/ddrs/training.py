@@ -41,6 +41,7 @@ import numpy.typing as npt
 from flax import nnx
 
 from rsjax import ddrs
+from rsjax.ddrs._objective import check_choice, check_clip
 from rsjax.training.config import BatchSigma, TrainConfig
 from rsjax.training.job import TrainJob
 from rsjax.training.trainer import TrainOptions, train
@@ -89,14 +90,8 @@ class DDRSConfig(BatchSigma):
         raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
     if not (math.isfinite(self.sigma_lr) and self.sigma_lr >= 0):
       raise ValueError(f"sigma_lr must be >= 0, got {self.sigma_lr!r}")
-    if self.parametrization not in ddrs.PARAMETRIZATIONS:
-      raise ValueError(
-        f"parametrization must be one of {ddrs.PARAMETRIZATIONS}, got {self.parametrization!r}"
-      )
-    object.__setattr__(self, "clip", tuple(float(c) for c in self.clip))
-    lo, hi = self.clip
-    if not 0 < lo < hi < 1:
-      raise ValueError(f"clip must satisfy 0 < lo < hi < 1, got {self.clip!r}")
+    check_choice("parametrization", self.parametrization, ddrs.PARAMETRIZATIONS)
+    object.__setattr__(self, "clip", check_clip(self.clip))
     if not (math.isfinite(self.sigma_min) and 0 < self.sigma_min <= self.sigma0):
       raise ValueError(f"sigma_min must lie in (0, sigma0], got {self.sigma_min!r}")
 
@@ -113,9 +108,7 @@ class DDRSConfig(BatchSigma):
     )
 
   def to_json(self) -> dict:
-    d = {"name": "ddrs", **dataclasses.asdict(self)}
-    d["clip"] = list(self.clip)
-    return d
+    return {"name": "ddrs", **dataclasses.asdict(self), "clip": list(self.clip)}
 
   def init(self, n: int) -> jax.Array:
     """The memory: ``[n]`` float32, all ``sigma0``."""
@@ -135,12 +128,7 @@ class DDRSConfig(BatchSigma):
   def summary(self, state: ArrayLike) -> dict:
     """Mean, spread and range of the memory ``state`` ``[N]``."""
     s = np.asarray(state)
-    return {
-      "sigma_mean": float(s.mean()),
-      "sigma_std": float(s.std()),
-      "sigma_min": float(s.min()),
-      "sigma_max": float(s.max()),
-    }
+    return {f"sigma_{stat}": float(getattr(s, stat)()) for stat in ("mean", "std", "min", "max")}
 
 
 def train_ddrs(

@@ -6,6 +6,9 @@ certificate and its proof).
   the smaller of the two at the union of their levels (``DualCertificate``).
 * ``choose_offsets`` / ``shift_logits``: offsets of the estimator's logits chosen on
   held-out data (``rsjax.dual._calibrate``), baked into its output layer.
+* ``rsjax.dual.paper``: the estimator trained the paper's way (soft radius targets, the
+  consistency term, rebalancing, AdamW, sigma_g at least the largest candidate) and
+  ``CandidateSigma``, one classifier trained for every candidate sigma.
 * ``METHOD``: ``--method dual`` (the run's model is the estimator, ``--dual-experts`` the
   classifiers); its check derives each row again from its two sets of counts.
 

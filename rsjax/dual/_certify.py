@@ -188,7 +188,6 @@ def certify(
   b = x.shape[0]
   ids_arr = np.arange(b, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
   root = as_key(key)
-  sg = s.replace(alpha=a1, n=estimator_n or s.n, n0=estimator_n0 or s.n0)
   g = cohen_certify(
     jax.random.fold_in(root, 0),
     estimator_apply,
@@ -196,7 +195,7 @@ def certify(
     x,
     sigma=float(sigma_estimator),
     num_classes=len(sig),
-    settings=sg,
+    settings=s.replace(alpha=a1, n=estimator_n or s.n, n0=estimator_n0 or s.n0),
     ids=ids_arr,
   )
   chosen = np.where(g.p_lower > 0.5, g.prediction, ABSTAIN).astype(np.int64)
@@ -240,10 +239,8 @@ def _classify(
   ``(prediction, radius, p_lower, counts, counts_selection)``."""
   b = x.shape[0]
   pred = np.full(b, ABSTAIN, np.int64)
-  r_f = np.zeros(b)
-  p_f = np.zeros(b)
-  counts = np.zeros((b, num_classes), np.int64)
-  counts0 = np.zeros((b, num_classes), np.int64)
+  r_f, p_f = np.zeros(b), np.zeros(b)
+  counts, counts0 = np.zeros((b, num_classes), np.int64), np.zeros((b, num_classes), np.int64)
   for k, (apply_fn, params) in enumerate(experts):
     rows = np.flatnonzero(chosen == k)
     if rows.size == 0:
@@ -264,8 +261,8 @@ def _classify(
   return pred, r_f, p_f, counts, counts0
 
 
-def _load_expert(where: str, ctx: Context) -> tuple[tuple[Any, Any], dict]:
-  """``((apply_fn, params), {fingerprint, config})`` of an expert's model directory."""
+def _open_expert(where: str) -> tuple[tuple[Any, Any], dict, int]:
+  """``((apply_fn, params), {fingerprint, config}, classes)`` of an expert's model directory."""
   from rsjax import models
   from rsjax.records.canonical import model_config_digest
   from rsjax.runs.runner import fingerprint
@@ -274,16 +271,59 @@ def _load_expert(where: str, ctx: Context) -> tuple[tuple[Any, Any], dict]:
     model, config = models.load_model(where)
   except (FileNotFoundError, ValueError) as e:
     raise ValueError(f"--dual-experts: no usable model in {where!r}: {e}") from None
-  ds = ctx.dataset
-  if int(config["num_classes"]) != int(ds.num_classes):
-    raise ValueError(
-      f"--dual-experts: {where!r} has {config['num_classes']} classes, the data {ds.num_classes}"
-    )
   apply_fn, params = models.to_apply_fn(model)
-  return (apply_fn, params), {
-    "fingerprint": fingerprint(params),
-    "config": model_config_digest(config),
-  }
+  facts = {"fingerprint": fingerprint(params), "config": model_config_digest(config)}
+  return (apply_fn, params), facts, int(config["num_classes"])
+
+
+def _expert_text(facts: Sequence[dict]) -> str:
+  """``dual_expert_models`` of the experts' facts: ``FP:CONFIG,FP:CONFIG``."""
+  return ",".join(f"{f['fingerprint']}:{f['config']}" for f in facts)
+
+
+def bind(options: dict) -> dict:
+  """``Method.bind`` of ``--method dual``: the options with ``dual_expert_models``, each
+  expert's fingerprint and configuration digest from the directories ``dual_experts`` names,
+  filled in before any noise is drawn, so the claim (and the key) binds the experts, not
+  only their paths.
+
+  Raises:
+    ValueError: an expert that cannot be loaded, or a ``dual_expert_models`` given that is
+      not the experts'.
+  """
+  from rsjax.dual.method import parse_experts
+
+  if options.get("dual_experts") is None:
+    return options
+  facts = [_open_expert(where)[1] for _, where in parse_experts(options["dual_experts"])]
+  text = _expert_text(facts)
+  given = options.get("dual_expert_models")
+  if given is not None and given != text:
+    raise ValueError(f"--dual-expert-models {given!r} are not the experts' ({text})")
+  return {**options, "dual_expert_models": text}
+
+
+def _load_expert(where: str, ctx: Context) -> tuple[tuple[Any, Any], dict]:
+  """``((apply_fn, params), {fingerprint, config})`` of an expert's model directory."""
+  expert, facts, classes = _open_expert(where)
+  ds = ctx.dataset
+  if classes != int(ds.num_classes):
+    raise ValueError(f"--dual-experts: {where!r} has {classes} classes, the data {ds.num_classes}")
+  return expert, facts
+
+
+def _check_bound(facts: Sequence[dict], pairs: Sequence, bound: str | None) -> None:
+  """Raises ``ValueError`` unless the experts loaded are the ones the claim binds
+  (``dual_expert_models``; None: a certifier built without a claim, in a library)."""
+  if bound is None or _expert_text(facts) == bound:
+    return
+  for (_, where), f, want in zip(pairs, facts, bound.split(","), strict=False):
+    if f"{f['fingerprint']}:{f['config']}" != want:
+      raise ValueError(
+        f"--dual-experts: the model in {where!r} (fingerprint {f['fingerprint']}) is not "
+        f"the expert the run's claim binds ({want}): another model under the same name"
+      )
+  raise ValueError(f"--dual-experts: the claim binds {bound!r}, the experts are not those")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,6 +357,7 @@ class Dual(Certifier):
     dual_alpha_split: float,
     dual_estimator_n: int | None,
     dual_estimator_n0: int | None,
+    dual_expert_models: str | None = None,
   ) -> Dual:
     import jax.numpy as jnp
 
@@ -338,6 +379,7 @@ class Dual(Certifier):
       )
     loaded = [_load_expert(where, ctx) for _, where in pairs]
     experts, facts = tuple(e for e, _ in loaded), tuple(f for _, f in loaded)
+    _check_bound(facts, pairs, dual_expert_models)
     sigmas = tuple(s for s, _ in pairs)
     return cls(experts, sigmas, dual_alpha_split, dual_estimator_n, dual_estimator_n0, facts)
 

@@ -27,7 +27,9 @@ from rsjax.claims import (
   split_alpha,
 )
 
-__all__ = ["check_dual", "parse_experts"]
+__all__ = ["check_dual", "parse_expert_models", "parse_experts"]
+
+_HEX = frozenset("0123456789abcdef")
 
 
 def parse_experts(text: str) -> tuple[tuple[float, str], ...]:
@@ -49,6 +51,34 @@ def parse_experts(text: str) -> tuple[tuple[float, str], ...]:
   if len(out) < 2 or len(set(sigmas)) != len(sigmas):
     raise ValueError(f"--dual-experts needs at least two distinct sigmas, got {sigmas}")
   return tuple(out)
+
+
+def parse_expert_models(text: str) -> tuple[tuple[str, str], ...]:
+  """``"FP:CONFIG,FP:CONFIG"`` -> ``(("FP", "CONFIG"), ...)`` (``dual_expert_models``): each
+  expert's model fingerprint and configuration digest (lower-case hex), in order."""
+  out = []
+  for part in str(text).split(","):
+    fp, sep, config = part.partition(":")
+    if not sep or not fp or not config or not set(fp + config) <= _HEX:
+      raise ValueError(f"expected FINGERPRINT:CONFIG_DIGEST (hex) per expert, got {part!r}")
+    out.append((fp, config))
+  return tuple(out)
+
+
+def _expert_issues(cert: dict, k: int) -> list[Mismatch]:
+  """Why the claim does not bind the run's ``k`` experts (``dual_expert_models``, in the
+  claim) as the record's details state them (empty: it does)."""
+  text = cert["settings"].get("dual_expert_models")
+  if not text:
+    return [Mismatch(-1, "the claim does not bind the experts (no dual_expert_models): "
+                         "certified by an older rsjax; certify the run again")]  # fmt: skip
+  bound = parse_expert_models(text)
+  stated = [(e.get("fingerprint"), e.get("config")) for e in (cert.get("details") or {}).get(
+    "experts", [])]  # fmt: skip
+  if len(bound) != k or list(bound) != stated:
+    return [Mismatch(-1, f"the claim binds the experts {list(bound)}, the record states "
+                         f"{stated} for its {k} sigmas")]  # fmt: skip
+  return []
 
 
 def _estimator(r: dict, k: int, n0: int, n: int) -> tuple[np.ndarray, np.ndarray] | str:
@@ -121,9 +151,10 @@ def check_dual(
     return [Mismatch(-1, "a dual run with non-Gaussian noise: rsjax never certifies it")]
   try:
     sig = _settings(cert)
-  except (TypeError, ValueError) as e:
+    sigmas = sig[0]
+    issues.extend(_expert_issues(cert, len(sigmas)))
+  except (TypeError, ValueError, AttributeError) as e:
     return [Mismatch(-1, f"the run's dual options do not parse: {e}")]
-  sigmas = sig[0]
   extra = res.extra
   for j, idx in enumerate(res.idx):
     idx = int(idx)

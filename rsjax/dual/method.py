@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rsjax.claims import GAUSSIAN
-from rsjax.dual._check import check_dual, parse_experts
+from rsjax.dual._check import check_dual, parse_expert_models, parse_experts
 from rsjax.runs.method import Method, Option, Training
 
 __all__ = ["METHOD", "parse_experts"]
@@ -13,6 +15,24 @@ def _experts(text: str) -> str:
   """The ``type=`` of ``--dual-experts``: the text, once it parses (recorded as given)."""
   parse_experts(text)
   return text
+
+
+def _expert_models(text: str) -> str:
+  """The ``type=`` of ``--dual-expert-models``: the text, once it parses."""
+  parse_expert_models(text)
+  return text
+
+
+def _paths(options: dict, locate: Callable[[str, str], str]) -> dict:
+  """The options with each expert's directory mapped by ``locate("expert", path)``
+  (``Method.paths``); each sigma's text as recorded."""
+  text = options.get("dual_experts")
+  if not text:
+    return options
+  parse_experts(text)
+  parts = [part.partition(":") for part in text.split(",")]
+  moved = ",".join(f"{s}:{locate('expert', where)}" for s, _, where in parts)
+  return {**options, "dual_experts": moved}
 
 
 #: ``--dual-experts``: shared by ``certify`` and ``train``.
@@ -40,10 +60,22 @@ METHOD = Method(
     ),
     Option("dual_estimator_n", None, "the estimator's estimation samples (default --N)", int),
     Option("dual_estimator_n0", None, "the estimator's selection samples (default --N0)", int),
+    Option(
+      "dual_expert_models",
+      None,
+      "each expert's FINGERPRINT:CONFIG_DIGEST, in order (set by certify from the experts "
+      "before any noise is drawn: the claim binds them)",
+      _expert_models,
+    ),
   ),
   check=check_dual,
+  paths=_paths,
+  bind="rsjax.dual._certify:bind",
   noises=GAUSSIAN,
   columns=("sigma", "sigma_index", "estimator_radius"),
+  radius_columns={
+    "estimator_radius": "the sigma estimator's radius: of the choice of sigma, not of the class",
+  },
   training=Training(
     "rsjax.dual.training:train_job",
     "the sigma estimator (K classes) on the experts' targets: per input the largest sigma "
@@ -55,11 +87,29 @@ METHOD = Method(
         "dual_target",
         "confident",
         "confident: the largest sigma whose expert is right on --dual-tau of the draws; "
-        "radius: the largest estimated radius",
+        "radius: the largest estimated radius; soft: the paper's softmax over the estimated "
+        "radii (trained with AdamW, rsjax.dual.paper)",
         str,
-        ("confident", "radius"),
+        ("confident", "radius", "soft"),
       ),
       Option("dual_tau", 1.0, "the confident target's share of right draws", float),
+      Option(
+        "dual_temperature", 0.25, "the soft targets' softmax temperature", float, positive=True
+      ),  # fmt: skip
+      Option(
+        "dual_consistency",
+        0.0,
+        "KL weight of the paper's consistency term (2 noise copies, entropy weight 0.5; "
+        "the paper's 40); 0: none. Trains with AdamW (rsjax.dual.paper)",
+        float,
+      ),
+      Option(
+        "dual_rebalance",
+        False,
+        "weight each input by the inverse frequency of its best sigma (the paper's); trains "
+        "with AdamW (rsjax.dual.paper)",
+        bool,
+      ),
       Option(
         "dual_init",
         "none",

@@ -63,7 +63,8 @@ __all__ = [
   "vote_shares",
 ]
 
-#: The target rules of :func:`targets_from_hits`.
+#: The target rules of :func:`targets_from_hits` (``--dual-target soft`` is the paper's,
+#: ``rsjax.dual.paper.soft_targets``).
 RULES = ("confident", "radius")
 
 
@@ -303,15 +304,14 @@ def _experts(text: str | None) -> tuple[list[Any], list[float], list[str], list[
   derives from, as ``rsjax train --init`` records)."""
   if text is None:
     raise ValueError("--method dual trains the estimator: give --dual-experts SIGMA:DIR,...")
-  loaded, sigmas, dirs, configs = [], [], [], []
-  for sigma, where in parse_experts(text):
-    model, config = models.load_model(where)
-    loaded.append(model)
-    sigmas.append(sigma)
-    dirs.append(where)
-    fields = {k: config[k] for k in (*ARCHITECTURE, "dataset") if k in config}
-    configs.append(fields | {"derived_from": fine_tuned_from(model)})
-  return loaded, sigmas, dirs, configs
+  pairs = parse_experts(text)
+  loaded = [models.load_model(where) for _, where in pairs]
+  configs = [
+    {k: config[k] for k in (*ARCHITECTURE, "dataset") if k in config}
+    | {"derived_from": fine_tuned_from(model)}
+    for model, config in loaded
+  ]
+  return [m for m, _ in loaded], [s for s, _ in pairs], [w for _, w in pairs], configs
 
 
 def _estimator(job: TrainJob, sigmas: Sequence[float], dirs: Sequence[str], init: str) -> Any:
@@ -340,6 +340,9 @@ def train_job(
   dual_draws: int,
   dual_target: str = "confident",
   dual_tau: float = 1.0,
+  dual_temperature: float = 0.25,
+  dual_consistency: float = 0.0,
+  dual_rebalance: bool = False,
   dual_init: str = "none",
   dual_rounds: int = 1,
   dual_expert_epochs: int = 0,
@@ -348,12 +351,31 @@ def train_job(
   the expert at that sigma with ``dual_init="expert"``), then ``dual_rounds - 1`` rounds of
   :func:`next_round` (the experts fine-tuned ``dual_expert_epochs`` each round, saved under
   ``<workdir>/rounds``); the closing line (the share of each target, and the experts to
-  certify with when they were fine-tuned)."""
+  certify with when they were fine-tuned). With soft targets, a consistency weight or
+  rebalancing, the paper's training instead (``rsjax.dual.paper.train_job``; one round)."""
   if not 0.0 < dual_tau <= 1.0:
     raise ValueError(f"--dual-tau must be in (0, 1], got {dual_tau}")
   if dual_rounds < 1 or dual_expert_epochs < 0:
     raise ValueError("--dual-rounds must be >= 1 and --dual-expert-epochs >= 0")
   experts, sigmas, dirs, configs = _experts(dual_experts)
+  if dual_target == "soft" or dual_consistency or dual_rebalance:
+    if dual_rounds != 1:
+      raise ValueError("--dual-rounds must be 1 with the paper's training (soft targets, "
+                       "--dual-consistency, --dual-rebalance)")  # fmt: skip
+    from rsjax.dual import paper
+
+    fns = [models.to_apply_fn(m) for m in experts]
+    hits = expert_hits(jax.random.fold_in(job.key, 1), fns, sigmas, *job.train_data,
+                       draws=dual_draws)  # fmt: skip
+    if dual_target == "soft":
+      soft = paper.soft_targets(hits, sigmas, draws=dual_draws, temperature=dual_temperature)
+    else:
+      hard = targets_from_hits(hits, sigmas, draws=dual_draws, rule=dual_target, tau=dual_tau)
+      soft = paper.hard_soft_targets(hard, len(sigmas))
+    model = _estimator(job, sigmas, dirs, dual_init)
+    return paper.train_job(job, soft, sigmas, model, target=dual_target,
+                           temperature=dual_temperature, consistency=dual_consistency,
+                           rebalance=dual_rebalance)  # fmt: skip
 
   def targets_of(i: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     fns = [models.to_apply_fn(m) for m in experts]

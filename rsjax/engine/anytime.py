@@ -73,12 +73,7 @@ from rsjax.engine.anytime_table import (
   run_decisions,
 )
 from rsjax.engine.budget import BudgetedCertificate, budgeted_selection, check_looks, radius_grid
-from rsjax.engine.driver import (
-  ESTIMATION,
-  CountsFn,
-  RuleFn,
-  Sampling,
-)
+from rsjax.engine.driver import ESTIMATION, CountsFn, RuleFn, Sampling
 from rsjax.engine.rounds import CountFn, SampleFn, round_sampler
 
 __all__ = [
@@ -173,10 +168,9 @@ class Anytime:
       ValueError: for another method than Cohen's binary one, or ``batch_size="auto"``.
     """
     source, cohen, c0 = budgeted_selection(key, counts, rule, settings)
-    guess = c0.argmax(axis=1)
     noise, n, alpha = settings.noise, settings.n, settings.alpha
     sample_fn = round_sampler(jax.random.fold_in(key, ESTIMATION), source, settings)
-    cache = _Rounds(sample_fn, guess, source.num_classes, n_max=n,
+    cache = _Rounds(sample_fn, c0.argmax(axis=1), source.num_classes, n_max=n,
                     step=min(settings.fixed_batch("the anytime rule"), n), ratio=self.round_ratio)  # fmt: skip
     _, used, p_lower = anytime_bounds(
       cache, len(source.x), n_max=n, alpha=alpha, budget=self, noise=noise,
@@ -187,9 +181,8 @@ class Anytime:
       f"all-agree) per grid level at {self.mixture_share:g} alpha at every look, "
       f"Clopper-Pearson at n={n} at the rest"
     )
-    counts1 = cache.counts(used)
     return BudgetedCertificate.of_bounds(
-      cohen, c0, counts1, used, p_lower, settings, self.grid, test
+      cohen, c0, cache.counts(used), used, p_lower, settings, self.grid, test
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -197,17 +198,44 @@ def run_decisions(
     look where each input stopped.
   """
   which = np.asarray(scale_index, np.int64).reshape(-1)
-  num_inputs = len(which)
+
+  def decide(s_a: np.ndarray, k: int, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return table.decide(s_a, k, which[active])[1:]
+
+  return run_looks(table.looks.tolist(), count_fn, len(which), decide)
+
+
+def run_looks(
+  looks: list[int],
+  count_fn: CountFn,
+  num_inputs: int,
+  decide: Callable[[np.ndarray, int, np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The sequential loop of a budgeted rule on the host: count each running input's
+  successes up to look ``k``, stop those ``decide`` stops, until none runs or the looks end.
+
+  Args:
+    looks: ``n_1 < ... < n_K``, the sample counts of the looks.
+    count_fn: ``count_fn(active [m] int, start, stop) -> [m]`` top-class successes among
+      samples ``start .. stop - 1``.
+    num_inputs: B.
+    decide: ``decide(successes [m], k, active [m]) -> (p_lower [m], stop [m] bool)`` at look
+      ``k`` for the running inputs ``active``.
+
+  Returns:
+    ``(successes [B] int64, samples [B] int64, p_lower [B] float64)`` at the look where
+    each input stopped.
+  """
   successes = np.zeros(num_inputs, np.int64)
   samples = np.zeros(num_inputs, np.int64)
   p_lower = np.zeros(num_inputs, np.float64)
   active = np.arange(num_inputs)
   start = 0
-  for k, n_k in enumerate(table.looks.tolist()):
+  for k, n_k in enumerate(looks):
     successes[active] += np.asarray(count_fn(active, start, n_k), np.int64)
     samples[active] = n_k
-    _, m_a, stop = table.decide(successes[active], k, which[active])
-    p_lower[active[stop]] = m_a[stop]
+    lb, stop = decide(successes[active], k, active)
+    p_lower[active[stop]] = lb[stop]
     active = active[~stop]
     start = n_k
     if active.size == 0:

@@ -176,17 +176,10 @@ def _disk_key(apply_fn, params, input_shape, dtype, device, candidates) -> str:
   spec = jax.ShapeDtypeStruct((1, *input_shape), dtype or jnp.float32)
   abstract = jax.tree.map(lambda p: jax.ShapeDtypeStruct(jnp.shape(p), jnp.result_type(p)), params)
   program = str(jax.make_jaxpr(apply_fn)(abstract, spec))
-  parts = [
-    program,
-    repr(tuple(input_shape)),
-    str(dtype),
-    device.platform,
-    getattr(device, "device_kind", ""),
-    str(os.cpu_count()),
-    jax.__version__,
-    _jaxlib_version(),
-    repr(tuple(candidates)),
-  ]
+  model = [program, repr(tuple(input_shape)), str(dtype)]
+  machine = [device.platform, getattr(device, "device_kind", ""), str(os.cpu_count())]
+  versions = [jax.__version__, _jaxlib_version(), repr(tuple(candidates))]
+  parts = model + machine + versions
   return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -209,11 +202,8 @@ def _read_cache(key: str) -> BatchChoice | None:
   try:
     with open(path) as f:  # type: ignore[arg-type]
       entry = json.load(f)[key]
-    return BatchChoice(
-      int(entry["batch"]),
-      "cached",
-      tuple(tuple(r) for r in entry["rates"]),  # type: ignore[misc]
-    )
+    rates = tuple(tuple(r) for r in entry["rates"])
+    return BatchChoice(int(entry["batch"]), "cached", rates)  # type: ignore[arg-type]
   except (TypeError, OSError, ValueError, KeyError):
     return None
 

@@ -93,11 +93,8 @@ def _probe_cached(
 
   # The engine's own step (``rsjax.engine.step.step_counts``) for one input and
   # ``batch`` samples: what is measured is what the engine runs.
-  num_classes = int(
-    jax.eval_shape(
-      apply_fn, abstract_params, jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)
-    ).shape[-1]
-  )
+  x_spec = jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)
+  num_classes = int(jax.eval_shape(apply_fn, abstract_params, x_spec).shape[-1])
   plan = make_chunk_plan(1, batch, batch, 1)
 
   def step(key: jax.Array, params: PyTree, x: jax.Array, sigma: jax.Array) -> jax.Array:
@@ -116,7 +113,6 @@ def _probe_cached(
       compute_dtype,
     )
 
-  x_spec = jax.ShapeDtypeStruct((1,) + input_shape, jnp.float32)
   key_spec = jax.eval_shape(lambda: jax.random.key(0))
   sharding = jax.sharding.SingleDeviceSharding(device)
   lowered = jax.jit(step, in_shardings=sharding, out_shardings=sharding).lower(
@@ -128,10 +124,7 @@ def _probe_cached(
   compiled = lowered.compile()
   mem = compiled.memory_analysis()
   x_bytes = batch * math.prod(input_shape) * 4
-  if mem is not None:
-    temp = int(getattr(mem, "temp_size_in_bytes", 0))
-  else:
-    temp = 0
+  temp = 0 if mem is None else int(getattr(mem, "temp_size_in_bytes", 0))
   # Each sample is charged its noisy copy on top of the step's temporaries.
   param_bytes = sum(math.prod(s) * jnp.dtype(d).itemsize for s, d in leaf_sig)
   per_sample = (temp + x_bytes) / batch

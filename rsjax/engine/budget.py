@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -87,7 +86,8 @@ from jax.typing import ArrayLike
 
 from rsjax import noise as noise_lib
 from rsjax import stats
-from rsjax.claims import budget_alphas, looks_decision, radius_level
+from rsjax.claims import budget_alphas, budget_looks, looks_decision, radius_level
+from rsjax.engine.anytime_table import run_looks
 from rsjax.engine.cohen_rule import CohenRule
 from rsjax.engine.counts import resolve_counts
 from rsjax.engine.driver import (
@@ -144,14 +144,7 @@ class Budget:
 
   def looks(self, n_max: int) -> np.ndarray:
     """The sample counts ``n_1 < ... < n_K = n_max`` at which bounds are computed: ``[K]`` int64."""
-    n_max = int(n_max)
-    looks = []
-    n = min(int(self.first), n_max)
-    while n < n_max:
-      looks.append(n)
-      n = max(n + 1, math.ceil(n * float(self.ratio)))
-    looks.append(n_max)
-    return np.asarray(looks, dtype=np.int64)
+    return np.asarray(budget_looks(int(n_max), self.first, self.ratio), dtype=np.int64)
 
   def alphas(self, alpha: float, n_max: int) -> np.ndarray:
     """The level ``alpha_k`` of each look: ``[K]`` float64 summing to ``alpha``.
@@ -182,21 +175,20 @@ class Budget:
       ValueError: for another method or ``batch_size="auto"``.
     """
     source, cohen, c0 = budgeted_selection(key, counts, rule, settings)
-    counts1, used, p_lower = _estimation(
-      jax.random.fold_in(key, ESTIMATION),
-      source,
-      cohen,
-      c0.argmax(axis=1),
-      budget=self,
-      settings=settings,
-    )
-    n = settings.n
+    # The looks' samples of the inputs still running are drawn in rounds on device
+    # (rsjax.engine.rounds); the host decides after each which inputs stop.
+    k_est, n = jax.random.fold_in(key, ESTIMATION), settings.n
+    count_fn, counts1 = round_counter(k_est, source, c0.argmax(axis=1), settings)
+    _, used, p_lower = sequential_bounds(
+      count_fn, len(source.x), n_max=n, alpha=settings.alpha, budget=self, noise=settings.noise,
+      scale=cohen.scale, dim=cohen.dim,
+    )  # fmt: skip
     test = (
       f": one-sided Clopper-Pearson at {len(self.looks(n))} fixed looks up to n={n} samples "
       "with alpha split over them, union bound"
     )
     return BudgetedCertificate.of_bounds(
-      cohen, c0, counts1, used, p_lower, settings, self.grid, test
+      cohen, c0, counts1.astype(np.int32), used, p_lower, settings, self.grid, test
     )
 
 
@@ -324,30 +316,19 @@ def sequential_bounds(
   noise = noise_lib.get_noise(noise)
   looks, alphas = budget.looks(n_max), budget.alphas(alpha, n_max)
   scale = np.broadcast_to(np.asarray(scale, np.float64), (num_inputs,))
-  successes = np.zeros(num_inputs, np.int64)
-  samples = np.zeros(num_inputs, np.int64)
-  p_lower = np.zeros(num_inputs, np.float64)
-  active = np.arange(num_inputs)
-  start = 0
-  for k, n_k in enumerate(looks):
-    successes[active] += np.asarray(count_fn(active, start, int(n_k)), np.int64)
-    samples[active] = n_k
-    s_a = successes[active]
+
+  def decide(s_a: np.ndarray, k: int, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     level = functools.partial(
       grid_level, grid=budget.grid, noise=noise, scale=scale[active], dim=dim
     )
     # The rule's decision at this look, one pure function of the count (module docstring;
     # rsjax verify calls the same one on a row's recorded counts).
-    lb, stop = looks_decision(
+    return looks_decision(
       s_a, k, looks=looks, alphas=alphas, stop_alpha=budget.stop_alpha, level=level,
       margin=noise.p_lower_margin,
     )  # fmt: skip
-    p_lower[active[stop]] = lb[stop]
-    active = active[~stop]
-    start = int(n_k)
-    if active.size == 0:
-      break
-  return successes, samples, p_lower
+
+  return run_looks(looks.tolist(), count_fn, num_inputs, decide)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,31 +392,3 @@ class BudgetedCertificate(Certificate):
       num_samples=used,
       grid=grid,
     )
-
-
-def _estimation(
-  k_est: jax.Array,
-  source: EngineCounts,
-  rule: CohenRule,
-  guess: np.ndarray,
-  *,
-  budget: Budget,
-  settings: Sampling,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The sequential estimation pass: ``(counts [B, C] int32, used [B], p_lower [B])``.
-
-  The looks' samples of the inputs still running are drawn in rounds on device
-  (``rsjax.engine.rounds``); the host decides after each which inputs stop.
-  """
-  count_fn, counts = round_counter(k_est, source, guess, settings)
-  _, used, p_lower = sequential_bounds(
-    count_fn,
-    len(source.x),
-    n_max=settings.n,
-    alpha=settings.alpha,
-    budget=budget,
-    noise=settings.noise,
-    scale=rule.scale,
-    dim=rule.dim,
-  )
-  return counts.astype(np.int32), used, p_lower

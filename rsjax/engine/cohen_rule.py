@@ -18,7 +18,7 @@ from jax.typing import ArrayLike
 from rsjax import noise as noise_lib
 from rsjax import stats
 from rsjax.engine.counts import ApplyFn, prepare_inputs
-from rsjax.engine.driver import ABSTAIN, Certificate, EngineCounts, Sampling, engine_counts
+from rsjax.engine.driver import ABSTAIN, Certificate, EngineCounts, Sampling
 from rsjax.util import PyTree, check_alpha, scale_per_input
 
 __all__ = ["CohenRule", "certificate_from_counts", "cohen_passes", "cohen_rule"]
@@ -55,8 +55,7 @@ def certificate_from_counts(
   """
   noise = noise_lib.get_noise(noise)
   alpha = check_alpha(alpha)
-  counts0 = np.asarray(counts_selection)
-  counts = np.asarray(counts)
+  counts0, counts = np.asarray(counts_selection), np.asarray(counts)
   b = counts.shape[0]
   guess = counts0.argmax(axis=1)
   n_a = counts[np.arange(b), guess]
@@ -75,9 +74,8 @@ def certificate_from_counts(
     radius = np.where(ok & (p_lower > 0.5), noise.radius(p_lower, scale, dim), 0.0)
     desc = f"binary {noise.name} {noise.norm} (Cohen et al. CERTIFY, one-sided Clopper-Pearson)"
     desc += noise.certifies
-  prediction = np.where(ok, guess, ABSTAIN).astype(np.int64)
   return Certificate(
-    prediction=prediction,
+    prediction=np.where(ok, guess, ABSTAIN).astype(np.int64),
     radius=np.asarray(radius, np.float64),
     p_lower=np.asarray(p_lower, np.float64),
     counts=counts,
@@ -162,10 +160,7 @@ def cohen_passes(
   """
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
   rule = cohen_rule(settings, x_np, sig, multiclass)
-  counts = engine_counts(
-    apply_fn, params, x_np, sig, ids_arr, num_classes=num_classes, settings=settings
-  )
-  return counts, rule
+  return EngineCounts(apply_fn, params, x_np, sig, ids_arr, num_classes, settings), rule
 
 
 def cohen_rule(
@@ -182,11 +177,7 @@ def cohen_rule(
   """
   scale, aniso = scale_per_input(sig)
   note = (
-    (
-      "; anisotropic sigma: isotropic radius min(sigma) * R (UCAN Cor. 3.3; see "
-      "rsjax.ucan for the full region)"
-    )
-    if aniso
-    else ""
+    "; anisotropic sigma: isotropic radius min(sigma) * R (UCAN Cor. 3.3; see "
+    "rsjax.ucan for the full region)"
   )
-  return CohenRule(settings, scale, int(np.prod(x_np.shape[1:])), multiclass, note)
+  return CohenRule(settings, scale, int(np.prod(x_np.shape[1:])), multiclass, note if aniso else "")

@@ -196,13 +196,13 @@ def _counts_jit(
     # the chunk past the last group's last one: every j >= num, never counted.
     first = jax.lax.axis_index("dev").astype(jnp.int32) * steps
 
-    def draw(t: jax.Array | int) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    def draw(t: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array]:
       step = first + t
       group = jnp.minimum(step // chunks, plan.groups - 1)
       chunk = jnp.minimum(step - group * chunks, chunks).astype(jnp.uint32)
       x_g, s_g, i_g = (jax.lax.dynamic_slice_in_dim(a, group * g, g)
                        for a in (x_pad, sig_pad, ids_pad))  # fmt: skip
-      return group * g, draw_step(noise, plan, key, x_g, s_g, i_g, chunk)
+      return group * g, *draw_step(noise, plan, key, x_g, s_g, i_g, chunk)
 
     def add(counts: jax.Array, start: jax.Array, xn: jax.Array, ok: jax.Array) -> jax.Array:
       logits, ok = drawn_logits(apply_fn, params, num_classes, xn, ok, compute_dtype)
@@ -211,8 +211,7 @@ def _counts_jit(
       return jax.lax.dynamic_update_slice_in_dim(counts, c_g, start, 0)
 
     def body(t: jax.Array, counts: jax.Array) -> jax.Array:
-      start, (xn, ok) = draw(t)
-      return add(counts, start, xn, ok)
+      return add(counts, *draw(t))
 
     def body_ahead(t: jax.Array, carry: tuple) -> tuple:
       # The noisy batch of step t was drawn in step t - 1 and crossed the loop
@@ -222,24 +221,18 @@ def _counts_jit(
       # step with several input groups). A barrier does not hold on XLA:CPU,
       # and a conditional around the draw costs a GPU a host sync per step.
       counts, start, xn, ok = carry
-      return (add(counts, start, xn, ok), *_flat(draw(t + 1)))
+      return (add(counts, start, xn, ok), *draw(t + 1))
 
     counts0 = jnp.zeros((plan.padded_inputs, num_classes + 1), jnp.int32)
     if not ahead:
       return jax.lax.fori_loop(0, steps, body, counts0)[None]
-    carry = jax.lax.fori_loop(0, steps, body_ahead, (counts0, *_flat(draw(0))))
+    carry = jax.lax.fori_loop(0, steps, body_ahead, (counts0, *draw(0)))
     return carry[0][None]
 
   # Each device returns its partial counts; they are summed on the host. The
   # program has no collective, so devices never wait on each other (in-process
   # CPU collectives can deadlock when devices outnumber cores).
   return run_on_devices(per_device, mesh, key, params, x_pad, sig_pad, ids_pad)
-
-
-def _flat(drawn: tuple) -> tuple:
-  """``(start, (xn, ok))`` as ``(start, xn, ok)``."""
-  start, (xn, ok) = drawn
-  return start, xn, ok
 
 
 def sample_counts(

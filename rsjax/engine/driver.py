@@ -17,8 +17,8 @@ Counts come from the device engine (``rsjax.engine.counts``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
 import jax
 import numpy as np
@@ -148,15 +148,14 @@ class Sampling:
     return int(self.batch_size)
 
   @classmethod
-  def from_record(cls, fields: Mapping[str, Any], **speed: Any) -> Sampling:
-    """The settings a run record's ``sampling`` states (``rsjax.runs.record.sampling_fields``,
-    its inverse), with the speed-only ``speed`` fields (``batch_size``, ``devices``) given.
-
-    Generic as ``sampling_fields`` is: every field of this class the record names is
-    read; the record's other entries (e.g. ``pack``, a model transform) are not settings.
+  def from_record(cls, stated: Any, **speed: Any) -> Sampling:
+    """The settings a run states (an ``rsjax.records.sampling.RunSampling``; the inverse of
+    ``rsjax.runs.record.run_sampling``), with the speed-only ``speed`` fields
+    (``batch_size``, ``devices``) given. Its ``pack`` is a model transform, not a setting.
     """
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls.of(**{k: v for k, v in fields.items() if k in names}, **speed)
+    fields = dataclasses.asdict(stated)
+    fields.pop("pack")
+    return cls.of(**fields, **speed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +204,13 @@ class Certificate:
     """What row ``j``'s radius depends on beyond its counts and the run (JSON values),
     added to its certificate record (``rsjax.runs.record``) for ``rsjax verify``."""
     return {}
+
+  @classmethod
+  def from_base(cls, base: Certificate, **fields: Any) -> Self:
+    """A ``cls`` with the :class:`Certificate` fields of ``base`` (e.g. Cohen's certificate
+    of the counts), ``fields`` replacing or adding to them."""
+    own = {f.name: getattr(base, f.name) for f in dataclasses.fields(Certificate)}
+    return cls(**(own | fields))
 
 
 #: ``counts(key, num, *, selection=None, aux_key=None) -> counts`` (see :func:`run_certify`).
@@ -427,13 +433,6 @@ class Batch:
     Returns:
       The certificate ``rule`` makes of the counts.
     """
-    counts = engine_counts(
-      self.apply_fn,
-      self.params,
-      x_np,
-      sig,
-      ids_arr,
-      num_classes=self.num_classes,
-      settings=self.settings,
-    )
+    args = (self.apply_fn, self.params, x_np, sig, ids_arr, self.num_classes, self.settings)
+    counts = EngineCounts(*args)
     return run_certify(self.key, counts, rule, self.settings, sampling_rule=sampling_rule)

@@ -70,15 +70,12 @@ def resolve(precision: str | None = None, compute_dtype: DTypeLike | None = None
   from_dtype = None
   if compute_dtype is not None:
     dt = jnp.dtype(compute_dtype)
-    if dt == jnp.bfloat16:
-      from_dtype = "bfloat16"
-    elif dt == jnp.float32:
-      from_dtype = None
-    else:
+    if dt not in (jnp.bfloat16, jnp.float32):
       raise ValueError(
         f"compute_dtype must be float32 or bfloat16, got {dt}; use "
         f"precision= one of {list(PRECISIONS)}"
       )
+    from_dtype = "bfloat16" if dt == jnp.bfloat16 else None
   if name is None:
     return from_dtype or DEFAULT
   if from_dtype is not None and from_dtype != name:
@@ -97,10 +94,7 @@ def context(precision: str | None) -> contextlib.AbstractContextManager[object]:
   JAX reads the default matmul precision when a function is traced, and keys
   its compilation cache on it, so a program traced inside this context keeps it.
   """
-  name = resolve(precision)
-  if name is None:  # pragma: no cover
-    return contextlib.nullcontext()
-  return jax.default_matmul_precision(_TABLE[name][1])
+  return jax.default_matmul_precision(_TABLE[resolve(precision)][1])
 
 
 def traced_call(precision: str | None, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:

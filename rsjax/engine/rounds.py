@@ -92,13 +92,8 @@ def _items_jit(
     return preds[None] if counts is None else counts[None]
 
   # Each device scans its row of the work items; the rest is replicated.
-  fn = jax.shard_map(
-    per_device,
-    mesh=mesh,
-    in_specs=(P(), P(), P(), P(), P(), P("dev")),
-    out_specs=P("dev"),
-    check_vma=False,
-  )
+  specs = (P(),) * 5 + (P("dev"),)
+  fn = jax.shard_map(per_device, mesh=mesh, in_specs=specs, out_specs=P("dev"), check_vma=False)
   return fn(key, params, x, sig, ids, items)
 
 

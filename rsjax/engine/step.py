@@ -105,14 +105,12 @@ def sample_noise(
 
 def cast_floating(params: PyTree, dtype: DTypeLike | None) -> PyTree:
   """``params`` with every floating array cast to ``dtype`` (None: unchanged)."""
-  if dtype is None:
-    return params
-  return jax.tree.map(
-    lambda p: (
-      p.astype(dtype) if isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating) else p
-    ),
-    params,
-  )
+
+  def cast(p: PyTree) -> PyTree:
+    floating = isinstance(p, jax.Array) and jnp.issubdtype(p.dtype, jnp.floating)
+    return p.astype(dtype) if floating else p
+
+  return params if dtype is None else jax.tree.map(cast, params)
 
 
 def _draw(
@@ -125,10 +123,11 @@ def _draw(
 ) -> tuple[jax.Array, jax.Array]:
   """The noisy batch ``[g * s, *shape]`` of samples ``j`` (``[s]``) of ``g`` inputs and its
   valid draws ``[g, s]`` bool (all true but for the sound 8-bit noise's rare invalid draws)."""
-  if noise.lattice:  # integer grid offsets: the image stays integer through the add
-    return _draw_lattice(noise, key, x_g, ids_g, j)
   g, s, shape = x_g.shape[0], j.shape[0], x_g.shape[1:]
   eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)  # [g, s, *shape]
+  if noise.lattice:  # integer grid offsets: the image stays integer through the add
+    xn, ok = noise.noisy(x_g[:, None], eps)  # type: ignore[attr-defined]
+    return xn.reshape((-1,) + shape), ok
   return (x_g[:, None] + sig_g[:, None] * eps).reshape((g * s,) + shape), jnp.ones((g, s), bool)
 
 
@@ -203,13 +202,12 @@ def noisy_logits(
     ``(logits [g * s, C], counted [g, s] bool)``: ``counted`` is ``valid`` and a
     valid draw (the sound 8-bit noise's rare invalid draws count for no class).
   """
-  g, s = x_g.shape[0], j.shape[0]
-  shape = x_g.shape[1:]
+  g, s, shape = x_g.shape[0], j.shape[0], x_g.shape[1:]
 
   def draw() -> tuple[jax.Array, jax.Array]:
     return _draw(noise, key, x_g, sig_g, ids_g, j)
 
-  if has_convolution(apply_fn, params, x_g.shape[1:], compute_dtype or x_g.dtype):
+  if has_convolution(apply_fn, params, shape, compute_dtype or x_g.dtype):
     # The noisy batch is drawn in a conditional (no valid sample: no draw), so
     # it is written to memory before the forward pass. Left to fuse, XLA:CPU
     # folds the draw into the first convolution's input fusion and recomputes
@@ -263,20 +261,6 @@ def class_counts(logits: jax.Array, counted: jax.Array, num_classes: int) -> jax
     [jnp.sum(onehot, axis=1, dtype=jnp.int32), jnp.sum(bad, axis=1, dtype=jnp.int32)[:, None]],
     axis=1,
   )
-
-
-def _draw_lattice(
-  noise: noise_lib.Noise,
-  key: jax.Array,
-  x_g: jax.Array,
-  ids_g: jax.Array,
-  j: jax.Array,
-) -> tuple[jax.Array, jax.Array]:
-  """A lattice family's noisy batch ``[g * s, *shape]`` float32 and its valid draws ``[g, s]``."""
-  shape = x_g.shape[1:]
-  eps = jax.vmap(lambda i: sample_noise(noise, key, i, j, shape))(ids_g)
-  xn, ok = noise.noisy(x_g[:, None], eps)  # type: ignore[attr-defined]
-  return xn.reshape((-1,) + x_g.shape[1:]), ok
 
 
 def has_convolution(

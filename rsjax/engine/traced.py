@@ -104,8 +104,7 @@ def counts(
     logits, counted = noisy_logits(
       apply_fn, params, noise, num_classes, key, x, sig, ids, j, j < num
     )
-    c = class_counts(logits, counted, num_classes)
-    return total + c, None
+    return total + class_counts(logits, counted, num_classes), None
 
   total0 = jnp.zeros((b, num_classes + 1), jnp.int32)
   total, _ = jax.lax.scan(body, total0, jnp.arange(chunks, dtype=jnp.uint32))

@@ -15,11 +15,7 @@ from rsjax.cohen._certify import Batch, certify_with
 from rsjax.engine import precision as precision_lib
 from rsjax.engine.cohen_rule import certificate_from_counts
 from rsjax.engine.counts import prepare_inputs
-from rsjax.engine.driver import (
-  ABSTAIN,
-  Certificate,
-  Sampling,
-)
+from rsjax.engine.driver import ABSTAIN, Certificate, Sampling
 from rsjax.idrs import _radius
 from rsjax.idrs._design import KnnSigma, make_design
 from rsjax.idrs._radius import certified_radius
@@ -132,13 +128,11 @@ class IDRS(Certifier):
     sig = sigma_x.reshape((-1,) + (1,) * (x_np.ndim - 1))
     dim = int(np.prod(x_np.shape[1:]))
     sigma64 = sigma_x.astype(np.float64)
-    rate = float(values.rate)
-    slack = np.asarray(values.slack, np.float64)
     alpha = settings.alpha
 
     def rule(c0, c1):
       base = certificate_from_counts(c0, c1, n=settings.n, alpha=alpha, scale=sigma64, dim=dim)
-      return self._certificate(base, sigma64, rate, slack, dim, alpha)
+      return self._certificate(base, values, sigma64, dim, alpha)
 
     return batch.run_engine(x_np, sig, ids_arr, rule)
 
@@ -174,21 +168,15 @@ class IDRS(Certifier):
     return values, sigma_x
 
   def _certificate(
-    self,
-    base: Certificate,
-    sigma64: np.ndarray,
-    rate: float,
-    slack: np.ndarray,
-    dim: int,
-    alpha: float,
+    self, base: Certificate, values: SigmaValues, sigma64: np.ndarray, dim: int, alpha: float
   ) -> IDRSCertificate:
     """The IDRS certificate of Cohen's certificate ``base`` at sigma(x).
 
     Args:
       base: Cohen's certificate of the counts at scale ``sigma64`` (its ``p_lower``).
+      values: the design's sigma(x): its ``rate`` (the semi-elasticity of the radius, the
+        design's rate with rounding margin) and ``[B]`` additive envelope ``slack``.
       sigma64: ``[B]`` float64 sigma(x).
-      rate: the semi-elasticity of the radius (the design's rate with rounding margin).
-      slack: ``[B]`` float64 additive envelope slack.
       dim: input dimension.
       alpha: the failure probability of each input's bound.
 
@@ -196,6 +184,7 @@ class IDRS(Certifier):
       An ``IDRSCertificate``: Cohen's radius where sigma is constant (rate 0, no slack,
       no thresholds), else Theorem 3.2's.
     """
+    rate, slack = float(values.rate), np.asarray(values.slack, np.float64)
     constant = rate == 0.0 and np.all(slack == 0.0) and self.thresholds is None
     ok = base.prediction != ABSTAIN
     radius = np.zeros(len(base), np.float64)
@@ -211,12 +200,9 @@ class IDRS(Certifier):
         thresholds=self.thresholds,
         rtol=self.rtol,
       )
-    return IDRSCertificate(
-      prediction=base.prediction,
+    return IDRSCertificate.from_base(
+      base,
       radius=radius,
-      p_lower=base.p_lower,
-      counts=base.counts,
-      counts_selection=base.counts_selection,
       norm="l2",
       guarantee=self._guarantee(base, bool(constant), rate, alpha),
       sound=True,

@@ -206,9 +206,7 @@ class KnnSigma:
     self.sigma_max = None if sigma_max is None else float(sigma_max)
     if self.sigma_min is not None and not self.sigma_min > 0:
       raise ValueError("sigma_min must be > 0")
-    if (
-      self.sigma_min is not None and self.sigma_max is not None and self.sigma_max < self.sigma_min
-    ):
+    if None not in (self.sigma_min, self.sigma_max) and self.sigma_max < self.sigma_min:
       raise ValueError("sigma_max must be >= sigma_min")
     self.input_shape = train.shape[1:]
     self.num_train = train.shape[0]
@@ -297,12 +295,9 @@ def make_design(
   if train_x is None:
     raise ValueError("train_x is required for an input-dependent design (rate > 0)")
   if m is None:
-    key = None if dataset is None else str(dataset).lower()
-    for name, value in DEFAULT_M.items():
-      if key is not None and key.startswith(name):
-        m = value
-        break
-    else:
+    key = "" if dataset is None else str(dataset).lower()
+    m = next((value for name, value in DEFAULT_M.items() if key.startswith(name)), None)
+    if m is None:
       raise ValueError(
         f"m is required (no default for dataset {dataset!r}; the paper uses {DEFAULT_M})"
       )

@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 from scipy import optimize as _opt
 from scipy import stats as _st
 
-from rsjax.idrs._xi import MIN_P_B, IDRSNumericalError, check_dim, xi_side
+from rsjax.idrs._xi import MIN_P_B, IDRSNumericalError, as_result, check_dim, xi_side
 from rsjax.util import check_int
 
 __all__ = [
@@ -310,8 +310,7 @@ def sigma_ratio_threshold(
     out = np.asarray(vals).reshape(np.shape(p))
   else:
     raise ValueError(f"method must be 'theorem', 'corollary' or 'exact', got {method!r}")
-  out = np.asarray(out, np.float64)
-  return out[()] if out.ndim == 0 else out
+  return as_result(out)
 
 
 def _renyi_objective(alpha, log_pa, log_pb, pa, pb, s0, s1, n):

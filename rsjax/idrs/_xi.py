@@ -77,7 +77,21 @@ def check_dim(dim: int) -> int:
   return dim
 
 
-def _check_p_a(p_a) -> tuple[np.ndarray, np.ndarray]:
+def _check_positive(name, v) -> np.ndarray:
+  v = np.asarray(v, dtype=np.float64)
+  if np.any(~np.isfinite(v)) or np.any(v <= 0.0):
+    raise ValueError(f"{name} must be finite and > 0")
+  return v
+
+
+def _check_args(a, sigma0, sigma1, p_a, dim):
+  """Validated float64 ``(a, sigma0, sigma1, p_a, p_b)`` and the int ``dim``."""
+  dim = check_dim(dim)
+  a = np.asarray(a, dtype=np.float64)
+  if np.any(~np.isfinite(a)) or np.any(a < 0.0):
+    raise ValueError("a (the distance) must be finite and >= 0")
+  s0 = _check_positive("sigma0", sigma0)
+  s1 = _check_positive("sigma1", sigma1)
   p_a = np.asarray(p_a, dtype=np.float64)
   if np.any(~np.isfinite(p_a)) or np.any(p_a <= 0.0) or np.any(p_a >= 1.0):
     raise ValueError("p_a must lie in the open interval (0, 1)")
@@ -87,30 +101,6 @@ def _check_p_a(p_a) -> tuple[np.ndarray, np.ndarray]:
       f"p_a too close to 1: p_B = 1 - p_a below MIN_P_B={MIN_P_B} is outside the validated "
       "range of the chi-square quantiles (lowering p_a to 1 - MIN_P_B is sound)"
     )
-  return p_a, p_b
-
-
-def _check_positive(name, v) -> np.ndarray:
-  v = np.asarray(v, dtype=np.float64)
-  if np.any(~np.isfinite(v)) or np.any(v <= 0.0):
-    raise ValueError(f"{name} must be finite and > 0")
-  return v
-
-
-def _check_distance(a) -> np.ndarray:
-  a = np.asarray(a, dtype=np.float64)
-  if np.any(~np.isfinite(a)) or np.any(a < 0.0):
-    raise ValueError("a (the distance) must be finite and >= 0")
-  return a
-
-
-def _check_args(a, sigma0, sigma1, p_a, dim):
-  """Validated float64 ``(a, sigma0, sigma1, p_a, p_b)`` and the int ``dim``."""
-  dim = check_dim(dim)
-  a = _check_distance(a)
-  s0 = _check_positive("sigma0", sigma0)
-  s1 = _check_positive("sigma1", sigma1)
-  p_a, p_b = _check_p_a(p_a)
   return a, s0, s1, p_a, p_b, dim
 
 
@@ -185,7 +175,8 @@ def xi_side(
   return val, q, lam0, lam1
 
 
-def _finish(v):
+def as_result(v):
+  """``v`` as float64: a Python float for a scalar, else an array."""
   v = np.asarray(v, np.float64)
   return v[()] if v.ndim == 0 else v
 
@@ -213,7 +204,7 @@ def xi_greater(
   if np.any(s1 >= s0):
     raise ValueError("xi_greater needs sigma1 < sigma0 (use xi_less for sigma1 > sigma0)")
   rho = s1 / s0
-  return _finish(xi_side(a / s0, (1.0 - rho) * (1.0 + rho), rho * rho, p_b, dim, True)[0])
+  return as_result(xi_side(a / s0, (1.0 - rho) * (1.0 + rho), rho * rho, p_b, dim, True)[0])
 
 
 def xi_less(
@@ -239,7 +230,7 @@ def xi_less(
   if np.any(s1 <= s0):
     raise ValueError("xi_less needs sigma1 > sigma0 (use xi_greater for sigma1 < sigma0)")
   rho = s1 / s0
-  return _finish(xi_side(a / s0, (rho - 1.0) * (rho + 1.0), rho * rho, p_b, dim, False)[0])
+  return as_result(xi_side(a / s0, (rho - 1.0) * (rho + 1.0), rho * rho, p_b, dim, False)[0])
 
 
 def xi(
@@ -263,7 +254,7 @@ def xi(
       out[mask] = xi_side(
         a[mask] / s0[mask], np.abs((1.0 - r) * (1.0 + r)), r * r, p_b[mask], dim, greater
       )[0]
-  return _finish(out)
+  return as_result(out)
 
 
 def worst_case_ball(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 from importlib import metadata
 
-from rsjax import cohen, ddrs, dual, idrs, srs, ucan
+from rsjax import ablation, cohen, ddrs, dual, idrs, srs, ucan
 from rsjax.runs.method import Method
 
 __all__ = ["ENTRY_POINT_GROUP", "METHODS", "available", "get"]
@@ -46,6 +46,8 @@ METHODS: tuple[Method, ...] = (
   srs.STANDARD_METHOD,
   srs.SRS_METHOD,
   dual.METHOD,
+  ablation.PATCH_METHOD,
+  ablation.L0_METHOD,
 )
 
 #: The entry-point group through which another package registers its ``Method`` values.

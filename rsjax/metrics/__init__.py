@@ -38,22 +38,5 @@ from rsjax.metrics._acr_study import format_counts as format_counts
 from rsjax.metrics._acr_study import label_probability as label_probability
 from rsjax.metrics._acr_study import parse_counts as parse_counts
 
-__all__ = [
-  "COUNTS_COLUMN",
-  "abstention_rate",
-  "average_certified_radius",
-  "acr",
-  "best_over_sigma",
-  "certified_accuracy",
-  "constant_classifier_budget",
-  "easy_hard_accuracy",
-  "envelope",
-  "format_counts",
-  "format_table",
-  "high_prob_certified_accuracy",
-  "label_probability",
-  "parse_counts",
-  "radius_grid",
-  "samples_summary",
-  "summarize",
-]
+#: Every name imported above.
+__all__ = sorted(name for name in dir() if not name.startswith("_"))

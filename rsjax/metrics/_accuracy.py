@@ -220,11 +220,7 @@ def samples_summary(samples: ArrayLike) -> dict:
   q = np.percentile(s, [0, 10, 50, 90, 100])
   return {
     "mean": float(s.mean()),
-    "min": q[0],
-    "p10": q[1],
-    "median": q[2],
-    "p90": q[3],
-    "max": q[4],
+    **dict(zip(("min", "p10", "median", "p90", "max"), q, strict=True)),
   }
 
 

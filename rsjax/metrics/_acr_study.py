@@ -147,8 +147,7 @@ def constant_classifier_budget(margin: float, num_classes: int, sigma: float, al
   alpha = stats.check_alpha(alpha)
   if not (margin > 0 and math.isfinite(margin)):
     raise ValueError(f"margin must be > 0, got {margin!r}")
-  if int(num_classes) != num_classes or num_classes < 1:
-    raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
+  stats.check_integral("num_classes", num_classes)
   if not (sigma > 0 and math.isfinite(sigma)):
     raise ValueError(f"sigma must be > 0, got {sigma!r}")
   log_phi = norm.logcdf(margin * num_classes / sigma)

@@ -26,6 +26,20 @@ def _axes():
   return fig, fig.add_subplot()
 
 
+def _fit_title(fig, ax, title: str) -> None:
+  """Sets ``title``, broken into lines at spaces until each fits the figure's width:
+  a title wider than the figure would be cut off on both sides."""
+  import textwrap
+
+  width = fig.get_window_extent().width * 0.96
+  renderer = fig.canvas.get_renderer()
+  text = ax.set_title(title)
+  chars = len(title)
+  while text.get_window_extent(renderer).width > width and chars > 10:
+    chars = int(chars * 0.85)
+    text.set_text("\n".join(textwrap.wrap(title, chars)))
+
+
 def _save(fig, ax, path, *, title, dpi, legend: str) -> str:
   """Finishes ``ax`` and writes ``fig`` to ``path`` (``.png`` added when it has no extension)."""
   path = os.fspath(path)
@@ -34,7 +48,7 @@ def _save(fig, ax, path, *, title, dpi, legend: str) -> str:
   ax.grid(True, alpha=0.3)
   ax.legend(loc=legend)
   if title:
-    ax.set_title(title)
+    _fit_title(fig, ax, title)
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, dpi=dpi)
@@ -102,10 +116,7 @@ def plot_certified_accuracy(
   if show_envelope:
     best, _ = metrics.envelope(np.stack(curves))
     ax.step(radii, best, where="post", linestyle="--", color="black", label="envelope")
-  ax.set_xlim(0, max_radius)
-  ax.set_ylim(0, 1)
-  ax.set_xlabel("radius")
-  ax.set_ylabel("certified accuracy")
+  ax.set(xlim=(0, max_radius), ylim=(0, 1), xlabel="radius", ylabel="certified accuracy")
   return _save(fig, ax, path, title=title, dpi=dpi, legend="upper right")
 
 
@@ -149,8 +160,6 @@ def plot_pa_cdf(
       label=str(label),
     )
   ax.axvline(0.5, color="gray", linestyle=":", linewidth=1)
-  ax.set_xlim(0, 1)
-  ax.set_ylim(0, 1)
-  ax.set_xlabel("p_A (fraction of noisy samples on the label)")
-  ax.set_ylabel("fraction of inputs with p_A <= x")
+  xlabel = "p_A (fraction of noisy samples on the label)"
+  ax.set(xlim=(0, 1), ylim=(0, 1), xlabel=xlabel, ylabel="fraction of inputs with p_A <= x")
   return _save(fig, ax, path, title=title, dpi=dpi, legend="upper left")

@@ -47,6 +47,13 @@ solvers are here too:
 
 Their certification (SRS, Gao et al. 2024) is ``rsjax.srs``.
 
+Any other PyTorch ``nn.Module`` whose forward ``torch.export`` captures runs as it is
+(``_torch_export``: ``from_torch_module``, ``load_torch_module``): its Core ATen graph is
+interpreted with ``jax.lax`` (``_aten``: one rule per operator; ``_torch_graph``:
+``TorchGraph``)::
+
+  apply_fn, params = rsjax.models.from_torch_module(net, torch.rand(1, 3, 32, 32))
+
 ViT and BEiT classifiers (``_vit``: ``VisionTransformer``; ``create_model("vit")``) import
 Hugging Face transformers weights (``_vit_import``: ``vit_from_transformers``,
 ``load_transformers_state_dict``, ``vit_model_config`` for a model directory).
@@ -102,7 +109,7 @@ from rsjax.models._resnet import ResNet110 as ResNet110
 from rsjax.models._simple import CNN as CNN
 from rsjax.models._simple import MLP as MLP
 from rsjax.models._simple import LeNet as LeNet
-from rsjax.models._simple import single_channel_conv as single_channel_conv
+from rsjax.models._simple import few_channel_conv as few_channel_conv
 from rsjax.models._solvers import SOLVERS as SOLVERS
 from rsjax.models._solvers import SolverConfig as SolverConfig
 from rsjax.models._solvers import SolverResult as SolverResult
@@ -117,6 +124,11 @@ from rsjax.models._torch import UnknownNormalizationError as UnknownNormalizatio
 from rsjax.models._torch import from_torch as from_torch
 from rsjax.models._torch import load_torch as load_torch
 from rsjax.models._torch import parse_normalize as parse_normalize
+from rsjax.models._torch_export import from_torch_module as from_torch_module
+from rsjax.models._torch_export import load_module as load_module
+from rsjax.models._torch_export import load_torch_module as load_torch_module
+from rsjax.models._torch_graph import TorchGraph as TorchGraph
+from rsjax.models._torch_graph import UnsupportedOperatorError as UnsupportedOperatorError
 from rsjax.models._vit import VisionTransformer as VisionTransformer
 from rsjax.models._vit import ViTConfig as ViTConfig
 from rsjax.models._vit_import import load_transformers_state_dict as load_transformers_state_dict
@@ -124,75 +136,5 @@ from rsjax.models._vit_import import vit_config_from_transformers as vit_config_
 from rsjax.models._vit_import import vit_from_transformers as vit_from_transformers
 from rsjax.models._vit_import import vit_model_config as vit_model_config
 
-__all__ = [
-  "AuxLoss",
-  "bfloat16_weights",
-  "prune_magnitude",
-  "quantize_int8",
-  "save_child",
-  "BasicResNet",
-  "CHECKPOINT_DIR",
-  "CNN",
-  "CONFIG_FILE",
-  "CifarResNet",
-  "DEQApply",
-  "DEQCell",
-  "DEQClassifier",
-  "DEQForward",
-  "DEQModel",
-  "Diagnostic",
-  "EvalApply",
-  "ImageNetResNet",
-  "LeNet",
-  "single_channel_conv",
-  "MDEQCell",
-  "MDEQClassifier",
-  "MLP",
-  "MODELS",
-  "NORMALIZATION",
-  "Normalize",
-  "PackedResNet",
-  "ResNet110",
-  "ResNet18",
-  "ResNet20",
-  "ResNet50",
-  "SOLVERS",
-  "SolverConfig",
-  "SolverResult",
-  "TORCH_ARCHITECTURES",
-  "TrainApply",
-  "UnknownNormalizationError",
-  "ViTConfig",
-  "VisionTransformer",
-  "anderson",
-  "as_solver_config",
-  "broyden",
-  "count_params",
-  "create_model",
-  "fixed_point_iteration",
-  "fold_batch_norm",
-  "fold_batch_norm_weights",
-  "load_transformers_state_dict",
-  "vit_config_from_transformers",
-  "vit_from_transformers",
-  "vit_model_config",
-  "from_torch",
-  "implicit_fixed_point",
-  "jacobian_frobenius_sq",
-  "load_model",
-  "load_torch",
-  "make_apply_fn",
-  "pack_batch",
-  "pack_narrow_stage",
-  "parse_normalize",
-  "read_config",
-  "relative_residual",
-  "restore_model",
-  "save_model",
-  "solve",
-  "to_apply_fn",
-  "to_deq_fn",
-  "to_train_fn",
-  "write_checkpointed",
-  "write_config",
-]
+#: Every name imported above.
+__all__ = sorted(name for name in dir() if not name.startswith("_"))

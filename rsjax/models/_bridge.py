@@ -26,10 +26,6 @@ _EVAL = {"deterministic": True, "use_running_average": True}
 _TRAIN = {"deterministic": False, "use_running_average": False}
 
 
-def _view(model: nnx.Module, flags: dict) -> nnx.Module:
-  return nnx.view(model, raise_if_not_found=False, **flags)
-
-
 class _CachedHash:
   """Hashes ``graphdef`` once per object: ``jax.jit`` hashes a static ``apply_fn``
   on every call, and a graph definition's hash walks every node of the model
@@ -107,7 +103,7 @@ def to_apply_fn(model: nnx.Module) -> tuple[EvalApply, nnx.State]:
     apply_fn, variables = to_apply_fn(model)
     cert = rsjax.certify(key, apply_fn, variables, x, sigma=0.25, num_classes=10)
   """
-  graphdef, variables = nnx.split(_view(model, _EVAL))
+  graphdef, variables = nnx.split(nnx.view(model, raise_if_not_found=False, **_EVAL))
   return EvalApply(graphdef), variables
 
 
@@ -125,7 +121,8 @@ def to_train_fn(model: nnx.Module) -> tuple[TrainApply, nnx.State, nnx.State]:
   Returns:
     ``(train_fn, params, rest)``.
   """
-  graphdef, params, rest = nnx.split(_view(model, _TRAIN), nnx.Param, ...)
+  view = nnx.view(model, raise_if_not_found=False, **_TRAIN)
+  graphdef, params, rest = nnx.split(view, nnx.Param, ...)
   return TrainApply(graphdef), params, rest
 
 

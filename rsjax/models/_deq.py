@@ -32,7 +32,7 @@ from flax import nnx
 
 from rsjax.models._aux import AuxLoss, Diagnostic
 from rsjax.models._implicit import implicit_fixed_point, jacobian_frobenius_sq
-from rsjax.models._layers import Normalize, NormalizeArg, resolve_normalization
+from rsjax.models._layers import NormalizeArg, image_shape, normalize_layer, normalized
 from rsjax.models._solvers import SolverConfig, SolverResult, as_solver_config, solve
 
 __all__ = [
@@ -46,7 +46,9 @@ __all__ = [
 ]
 
 
-def _normal(std):
+def normal_init(std: float):
+  """An initializer drawing ``N(0, std^2)`` values."""
+
   def init(key, shape, dtype=jnp.float32):
     return std * jax.random.normal(key, (math.prod(shape),), dtype).reshape(shape)
 
@@ -80,7 +82,7 @@ class DEQCell(nnx.Module):
     for name, c in (("channels", channels), ("hidden", hidden)):
       if c % groups:
         raise ValueError(f"{name}={c} must be a multiple of groups={groups}")
-    w = _normal(init_std)
+    w = normal_init(init_std)
     kw = dict(dtype=dtype, rngs=rngs)
     self.conv1 = nnx.Conv(channels, hidden, (3, 3), use_bias=False, kernel_init=w, **kw)
     self.gn1 = nnx.GroupNorm(hidden, num_groups=groups, **kw)
@@ -112,13 +114,9 @@ class DEQModel(nnx.Module):
     self, input_shape: Sequence[int], num_classes: int, normalize: NormalizeArg
   ) -> tuple[int, int, int]:
     """Validates and stores ``input_shape``, ``num_classes`` and the normalization layer."""
-    shape = tuple(int(s) for s in input_shape)
-    if len(shape) != 3 or min(shape) < 1:
-      raise ValueError(f"input_shape must be (H, W, C) with positive sizes, got {input_shape}")
-    self.input_shape = shape
+    self.input_shape = shape = image_shape(input_shape, type(self).__name__)
     self.num_classes = int(num_classes)
-    norm = resolve_normalization(normalize, shape[-1])
-    self.normalize = Normalize(*norm) if norm is not None else None
+    self.normalize = normalize_layer(normalize, shape[-1])
     return shape
 
   def normalized(self, x: jax.Array) -> jax.Array:
@@ -127,7 +125,7 @@ class DEQModel(nnx.Module):
       raise ValueError(
         f"x must have shape [b, {', '.join(map(str, self.input_shape))}], got {x.shape}"
       )
-    return x if self.normalize is None else self.normalize(x)
+    return normalized(self, x)
 
   def setup_solver(
     self,

@@ -76,11 +76,10 @@ def bn_scale_shift(bn: nnx.BatchNorm) -> tuple[Any, Any]:
 
 
 def _folded_conv(conv: nnx.Conv, bn: nnx.BatchNorm) -> nnx.Conv:
-  get = lambda v: v.get_value()  # noqa: E731
   s, bias = bn_scale_shift(bn)
-  kernel = get(conv.kernel)
+  kernel = conv.kernel.get_value()
   if conv.bias is not None:
-    bias = bias + get(conv.bias) * s
+    bias = bias + conv.bias.get_value() * s
   groups = conv.feature_group_count
   new = conv_like(
     conv, conv.in_features, conv.out_features, feature_group_count=groups, use_bias=True

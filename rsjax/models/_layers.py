@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.typing import DTypeLike
 
-__all__ = ["NORMALIZATION", "Normalize", "conv_init", "resolve_normalization", "torch_default_init"]
+__all__ = [
+  "NORMALIZATION",
+  "Normalize",
+  "attention",
+  "conv_init",
+  "image_shape",
+  "normalize_layer",
+  "normalized",
+  "resolve_normalization",
+  "torch_default_init",
+]
 
 # Per-channel (mean, std) of each dataset, in [0, 1] pixel scale.
 # CIFAR-10 values are the ones of Cohen et al.'s code (``code/datasets.py``).
@@ -72,6 +83,14 @@ def torch_default_init(
   return _flat_sample(
     lambda k, s, d: jax.random.uniform(k, s, d, minval=-bound, maxval=bound), key, shape, dtype
   )
+
+
+def image_shape(input_shape: Sequence[int], model: str) -> tuple[int, int, int]:
+  """``input_shape`` as ``(H, W, C)`` ints; ``ValueError`` naming ``model`` unless it is one."""
+  shape = tuple(int(s) for s in input_shape)
+  if len(shape) != 3 or min(shape) < 1:
+    raise ValueError(f"{model} needs input_shape (H, W, C) with positive sizes; got {input_shape}.")
+  return shape
 
 
 def resolve_normalization(
@@ -134,3 +153,31 @@ class Normalize(nnx.Module):
     mean = jnp.asarray(self.mean, dtype=x.dtype)
     std = jnp.asarray(self.std, dtype=x.dtype)
     return (x - mean) / std
+
+
+def normalize_layer(normalize: NormalizeArg, num_channels: int) -> Normalize | None:
+  """The :class:`Normalize` layer of ``normalize`` (:func:`resolve_normalization`), or None."""
+  norm = resolve_normalization(normalize, num_channels)
+  return Normalize(*norm) if norm is not None else None
+
+
+def normalized(model: Any, x: jax.Array) -> jax.Array:
+  """``x`` through ``model.normalize`` (a :class:`Normalize` layer or None)."""
+  return x if model.normalize is None else model.normalize(x)
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+  """Multi-head ``softmax(q k^T / sqrt(d) + bias) v`` with the softmax in float32.
+
+  Args:
+    q, k, v: ``[b, n, heads, d]`` queries, keys and values.
+    bias: optional logit bias broadcasting to ``[b, heads, n, n]``.
+
+  Returns:
+    ``[b, n, heads, d]``.
+  """
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+  if bias is not None:
+    logits = logits + bias.astype(logits.dtype)
+  weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(v.dtype)
+  return jnp.einsum("bhqk,bkhd->bqhd", weights, v)

@@ -23,17 +23,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rsjax.models._deq import DEQCell, DEQModel
+from rsjax.models._deq import DEQCell, DEQModel, normal_init
 from rsjax.models._solvers import SolverConfig
 
 __all__ = ["MDEQCell", "MDEQClassifier"]
-
-
-def _small(std):
-  def init(key, shape, dtype=jnp.float32):
-    return std * jax.random.normal(key, shape, dtype)
-
-  return init
 
 
 class MDEQCell(nnx.Module):
@@ -51,7 +44,7 @@ class MDEQCell(nnx.Module):
     (self.shape1, self.shape2) = (tuple(shapes[0]), tuple(shapes[1]))
     c1, c2 = self.shape1[-1], self.shape2[-1]
     kw = dict(dtype=dtype, rngs=rngs)
-    w = _small(init_std)
+    w = normal_init(init_std)
     self.block1 = DEQCell(c1, groups=groups, init_std=init_std, **kw)
     self.block2 = DEQCell(c2, groups=groups, init_std=init_std, **kw)
     self.up = nnx.Conv(c2, c1, (1, 1), use_bias=False, kernel_init=w, **kw)

@@ -20,6 +20,7 @@ from rsjax.models._resnet import (
   ResNet110,
 )
 from rsjax.models._simple import CNN, MLP, LeNet
+from rsjax.models._torch_graph import TorchGraph
 from rsjax.models._vit import create_vit
 
 if TYPE_CHECKING:
@@ -45,6 +46,11 @@ MODELS: dict[str, Callable[..., nnx.Module]] = {
   # ViT / BEiT (``rsjax.models.VisionTransformer``; ``vit_model_config`` writes its config).
   "vit": create_vit,
 }
+
+#: Architectures a model directory is rebuilt as, never trained from scratch (not
+#: ``rsjax train --model`` choices): any PyTorch module through ``torch.export``
+#: (``rsjax.models.load_torch_module``; its ``graph=``).
+CONVERTED: dict[str, Callable[..., nnx.Module]] = {"torch_graph": TorchGraph}
 
 # Names used by Cohen et al.'s code (``code/architectures.py``).
 _ALIASES = {"cifar_resnet20": "resnet20", "cifar_resnet110": "resnet110"}
@@ -83,7 +89,8 @@ def create_model(
     The model: ``model(x)`` maps ``[b, *input_shape]`` to ``[b, num_classes]``.
   """
   key = _ALIASES.get(name, name)
-  if key not in MODELS:
+  build = MODELS.get(key) or CONVERTED.get(key)
+  if build is None:
     raise ValueError(
       f"Unknown model name {name!r}; available: {sorted(MODELS) + sorted(_ALIASES)}."
     )
@@ -93,6 +100,6 @@ def create_model(
     rngs = nnx.Rngs(rngs)
   if normalize != "auto":
     kwargs["normalize"] = normalize
-  return MODELS[key](
+  return build(
     input_shape=tuple(input_shape), num_classes=int(num_classes), dtype=dtype, rngs=rngs, **kwargs
   )

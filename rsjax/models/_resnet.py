@@ -31,9 +31,10 @@ from flax import nnx
 from rsjax.models._layers import (
   BN_EPSILON,
   BN_MOMENTUM,
-  Normalize,
   conv_init,
-  resolve_normalization,
+  image_shape,
+  normalize_layer,
+  normalized,
   torch_default_init,
 )
 
@@ -70,19 +71,11 @@ def stem(model: nnx.Module, x: jax.Array) -> jax.Array:
   """The input normalization and the conv + BN + ReLU stem of ``model`` (a :class:`ResNetBase`
   or a packed one), with the 3x3 stride-2 max-pool after it when ``model.stem_max_pool``:
   ``x`` ``[b, H, W, C]`` -> ``[b, H', W', widths[0]]``."""
-  if model.normalize is not None:
-    x = model.normalize(x)
+  x = normalized(model, x)
   x = nnx.relu(model.stem_bn(model.stem_conv(x)))
   if model.stem_max_pool:
     x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
   return x
-
-
-def _channels(input_shape, model):
-  shape = tuple(int(s) for s in input_shape)
-  if len(shape) != 3 or min(shape) < 1:
-    raise ValueError(f"{model} needs input_shape (H, W, C) with positive sizes; got {input_shape}.")
-  return shape[-1]
 
 
 class _ResidualBlock(nnx.Module):
@@ -141,6 +134,9 @@ class ResNetBase(nnx.Module):
   max-pool when ``stem_max_pool``), stages of residual blocks, global average pooling and a
   linear head."""
 
+  # The stem: a 3x3 stride-1 convolution (CIFAR-style), no max-pool.
+  stem_kernel = 3
+  stem_stride = 1
   stem_max_pool = False
 
   def _build(
@@ -152,18 +148,15 @@ class ResNetBase(nnx.Module):
     stage_sizes,
     widths,
     *,
-    stem_kernel: int,
-    stem_stride: int,
     dtype,
     rngs: nnx.Rngs,
   ):
-    """Creates the layers; the stem has ``widths[0]`` channels, stage ``i > 0`` starts with
-    stride 2."""
-    c = _channels(input_shape, type(self).__name__)
-    norm = resolve_normalization(normalize, c)
-    self.normalize = Normalize(*norm) if norm is not None else None
+    """Creates the layers; the stem (a ``stem_kernel`` convolution of stride ``stem_stride``)
+    has ``widths[0]`` channels, stage ``i > 0`` starts with stride 2."""
+    c = image_shape(input_shape, type(self).__name__)[-1]
+    self.normalize = normalize_layer(normalize, c)
     self.stem_conv, self.stem_bn = _conv_bn(
-      c, widths[0], stem_kernel, stem_stride, dtype=dtype, rngs=rngs
+      c, widths[0], self.stem_kernel, self.stem_stride, dtype=dtype, rngs=rngs
     )
     blocks = []
     cin = widths[0]
@@ -221,8 +214,6 @@ class BasicResNet(ResNetBase):
       BasicBlock,
       stage_sizes,
       widths,
-      stem_kernel=3,
-      stem_stride=1,
       dtype=dtype,
       rngs=rngs,
     )
@@ -322,6 +313,8 @@ class ImageNetResNet(ResNetBase):
   """
 
   widths = (64, 128, 256, 512)
+  stem_kernel = 7
+  stem_stride = 2
   stem_max_pool = True
 
   def __init__(
@@ -347,8 +340,6 @@ class ImageNetResNet(ResNetBase):
       blocks_by_name[block],
       stage_sizes,
       self.widths,
-      stem_kernel=7,
-      stem_stride=2,
       dtype=dtype,
       rngs=rngs,
     )

@@ -110,17 +110,14 @@ def as_solver_config(
   Returns:
     The ``SolverConfig``.
   """
+  if steps is not None:
+    kw["steps"] = steps
   if isinstance(solver, SolverConfig):
-    over = dict(kw)
-    if steps is not None:
-      over["steps"] = steps
-    return solver.replace(**over) if over else solver
+    return solver.replace(**kw) if kw else solver
   if not isinstance(solver, str):
     raise ValueError(f"solver must be a name in {SOLVERS} or a SolverConfig, got {solver!r}")
   label = _LABEL.match(solver)
   if label:
     solver = label.group(2)
-    kw.setdefault("steps", int(label.group(1)))
-  if steps is not None:
-    kw["steps"] = steps
+    kw.setdefault("steps", int(label.group(1)))  # unless given
   return SolverConfig(name=solver, **kw)

@@ -156,9 +156,8 @@ def _spd_solve_ones(a: jax.Array) -> jax.Array:
   inv_sqrt_d = jax.lax.rsqrt(jnp.diagonal(a, axis1=1, axis2=2))  # [B, n]
   a = a * inv_sqrt_d[:, :, None] * inv_sqrt_d[:, None, :]
 
-  def chol(
-    j: jax.Array, low: jax.Array
-  ) -> jax.Array:  # column j of the Cholesky factor (columns >= j of low are 0)
+  # Column j of the Cholesky factor (columns >= j of low are 0).
+  def chol(j: jax.Array, low: jax.Array) -> jax.Array:
     v = a[:, :, j] - jnp.einsum("bik,bk->bi", low, low[:, j, :])
     v = jnp.where(rows >= j, v, 0.0)
     piv = jnp.maximum(jnp.take(v, j, axis=1), 1e-30)
@@ -221,12 +220,11 @@ def _anderson_mix(
   mixed = jnp.einsum("bj,bjd->bd", alpha, F)
   plain = jax.lax.dynamic_index_in_dim(F, latest, 1, keepdims=False)
   if cfg.beta != 1.0:  # beta F + (1 - beta) X = F - (1 - beta) G
-    mixed = mixed - (1.0 - cfg.beta) * jnp.einsum("bj,bjd->bd", alpha.astype(G.dtype), G).astype(
+    damp = 1.0 - cfg.beta
+    mixed = mixed - damp * jnp.einsum("bj,bjd->bd", alpha.astype(G.dtype), G).astype(F.dtype)
+    plain = plain - damp * jax.lax.dynamic_index_in_dim(G, latest, 1, keepdims=False).astype(
       F.dtype
     )
-    plain = plain - (1.0 - cfg.beta) * jax.lax.dynamic_index_in_dim(
-      G, latest, 1, keepdims=False
-    ).astype(F.dtype)
   ok = jnp.all(jnp.isfinite(alpha), axis=1) & jnp.all(jnp.isfinite(mixed), axis=1)
   return jnp.where(ok[:, None], mixed, plain)
 
@@ -378,12 +376,7 @@ def _resolve(
   config: SolverConfig | None, default_name: str, steps: int | None, tol: float | None
 ) -> SolverConfig:
   cfg = config if config is not None else SolverConfig(name=default_name)
-  over: dict[str, int | float] = {}
-  if steps is not None:
-    over["steps"] = steps
-  if tol is not None:
-    over["tol"] = tol
-  return cfg.replace(**over) if over else cfg
+  return as_solver_config(cfg, steps, **({} if tol is None else {"tol": tol}))
 
 
 def solve(

@@ -38,24 +38,11 @@ from typing import Any
 import numpy as np
 from flax import nnx
 
+from rsjax.models import _torch_keys as torch_keys
 from rsjax.models._bridge import EvalApply, to_apply_fn
 from rsjax.models._layers import NORMALIZATION, Normalize, NormalizeArg, resolve_normalization
 from rsjax.models._registry import create_model
-from rsjax.models._torch_keys import (
-  DEFAULT_HW,
-  IGNORED_SUFFIX,
-  KNOWN,
-  LAYER_NAMES,
-  TORCH_ARCHITECTURES,
-  arch_family,
-  convert_layout,
-  detect_arch,
-  head_key,
-  layer_names,
-  lenet_fc1,
-  lenet_kwargs,
-  split_state_dict,
-)
+from rsjax.models._torch_keys import TORCH_ARCHITECTURES
 
 __all__ = [
   "TORCH_ARCHITECTURES",
@@ -87,6 +74,8 @@ def _read(path_or_state_dict) -> tuple[dict[str, np.ndarray], str | None]:
     path = os.fspath(obj)
     if not os.path.isfile(path):
       raise FileNotFoundError(f"PyTorch checkpoint {path!r} does not exist")
+    if os.path.getsize(path) == 0:
+      raise ValueError(f"PyTorch checkpoint {path!r} is empty (0 bytes): a cut download or copy?")
     try:
       import torch
     except ImportError:
@@ -249,11 +238,11 @@ def load_torch(
       the missing and unexpected keys and the known architectures).
   """
   raw, ckpt_arch = _read(path_or_state_dict)
-  sd, norm_sd, wrapped = split_state_dict(raw)
-  arch = arch or ckpt_arch or detect_arch(sd)
-  family, name, kwargs = arch_family(arch)
+  sd, norm_sd, wrapped = torch_keys.split_state_dict(raw)
+  arch = arch or ckpt_arch or torch_keys.detect_arch(sd)
+  family, name, kwargs = torch_keys.arch_family(arch)
   if family == "lenet":
-    kwargs.update(lenet_kwargs(sd))
+    kwargs.update(torch_keys.lenet_kwargs(sd))
   num_classes, input_shape = _head_and_input(sd, family, input_shape)
 
   # The normalization layer holds no variables: it is set after the weights are
@@ -268,7 +257,7 @@ def load_torch(
   stage_sizes = (
     kwargs["stage_sizes"] if family == "imagenet" else [(kwargs.get("depth", 2) - 2) // 6] * 3
   )
-  sources = _sources(sd, layer_names(family, abstract, stage_sizes), targets, arch)
+  sources = _sources(sd, torch_keys.layer_names(family, abstract, stage_sizes), targets, arch)
   new = _converted(sd, sources, targets, arch, family, kwargs, input_shape)
   norm, norm_how = _normalization(normalize, norm_sd, family, arch, wrapped=wrapped)
   _warn_unmapped(norm_sd)
@@ -300,12 +289,12 @@ def _head_and_input(
   default ``(H, W)`` with the stem's channels. Without the head or the stem, they are
   those of a stand-in model: the key check of :func:`_sources` reports what is missing.
   """
-  head = sd.get(head_key(family, sd))
+  head = sd.get(torch_keys.head_key(family, sd))
   num_classes = int(head.shape[0]) if head is not None and head.ndim else 1
   if input_shape is None:
     stem = sd.get("conv1.weight")
     channels = int(stem.shape[1]) if stem is not None and stem.ndim == 4 else 1
-    input_shape = (*DEFAULT_HW[family], channels)
+    input_shape = (*torch_keys.DEFAULT_HW[family], channels)
   return num_classes, tuple(int(s) for s in input_shape)
 
 
@@ -326,18 +315,18 @@ def _sources(
   """
   values, expected = {}, set()
   for t_module, path, kind in layers:
-    for t_name, r_name in LAYER_NAMES[kind]:
+    for t_name, r_name in torch_keys.LAYER_NAMES[kind]:
       if path + (r_name,) in targets:
         key = f"{t_module}.{t_name}"
         expected.add(key)
         if key in sd:
           values[path + (r_name,)] = (key, kind, t_name)
   missing = expected - set(sd)
-  unexpected = {k for k in sd if k not in expected and not k.endswith(IGNORED_SUFFIX)}
+  unexpected = {k for k in sd if k not in expected and not k.endswith(torch_keys.IGNORED_SUFFIX)}
   if missing or unexpected:
     raise ValueError(
       f"checkpoint does not fit {arch}: missing keys {_short(missing)}, "
-      f"unexpected keys {_short(unexpected)}; {KNOWN}"
+      f"unexpected keys {_short(unexpected)}; {torch_keys.KNOWN}"
     )
   return values
 
@@ -368,8 +357,8 @@ def _converted(
     key, kind, t_name = sources[path]
     value = sd[key]
     if family == "lenet" and path == ("fc1", "kernel"):
-      value = lenet_fc1(value, input_shape, kwargs["channels"][1], kwargs["padding"])
-    value = convert_layout(kind, t_name, value, var.shape)
+      value = torch_keys.lenet_fc1(value, input_shape, kwargs["channels"][1], kwargs["padding"])
+    value = torch_keys.convert_layout(kind, t_name, value, var.shape)
     if value.shape != tuple(var.shape):
       bad.append(f"{key} {tuple(sd[key].shape)} (needs {tuple(var.shape)} in rsjax layout)")
       continue
@@ -377,7 +366,8 @@ def _converted(
   if bad:
     hint = f" with input_shape {input_shape}" if family == "lenet" else ""
     raise ValueError(
-      f"checkpoint does not fit {arch}{hint}: shapes differ for {_short(bad, 4)}; {KNOWN}"
+      f"checkpoint does not fit {arch}{hint}: shapes differ for {_short(bad, 4)}; "
+      f"{torch_keys.KNOWN}"
     )
   return new
 
@@ -388,7 +378,7 @@ def _warn_unmapped(norm_sd: dict[str, np.ndarray]) -> None:
   unmapped = sorted(
     k
     for k in norm_sd
-    if k not in ("means", "sds", "mean", "std") and not k.endswith(IGNORED_SUFFIX)
+    if k not in ("means", "sds", "mean", "std") and not k.endswith(torch_keys.IGNORED_SUFFIX)
   )
   if unmapped:
     warnings.warn(

@@ -154,11 +154,8 @@ def lenet_kwargs(sd: Mapping[str, np.ndarray]) -> dict:
 
 
 def head_key(family: str, sd: Mapping[str, np.ndarray]) -> str:
-  if family == "lenet":
-    i = 1
-    while f"fc{i + 1}.weight" in sd:
-      i += 1
-    return f"fc{i}.weight"
+  if family == "lenet":  # the last of fc1, fc2, ...
+    return f"fc{len(lenet_kwargs(sd)['hidden_sizes']) + 1}.weight"
   return "fc.weight"
 
 
@@ -200,8 +197,7 @@ def convert_layout(
     out_f, in_f = value.shape
     if tuple(target_shape) == (in_f, out_f):
       return value.T
-    return value  # the shape check reports it
-  return value
+  return value  # a linear weight of another shape: the shape check reports it
 
 
 def lenet_fc1(

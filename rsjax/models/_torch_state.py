@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-__all__ = ["float32_array", "load_torch_state"]
+__all__ = ["float32_array", "load_torch_state", "read_weights"]
 
 M = TypeVar("M", bound=nnx.Module)
 
@@ -25,6 +25,20 @@ def float32_array(value: Any) -> np.ndarray:
   if hasattr(value, "detach"):  # a torch tensor
     value = value.detach().cpu().float().numpy()
   return np.asarray(value, np.float32)
+
+
+def read_weights(path: str) -> Mapping[str, Any]:
+  """The state dict of a weight file: ``.safetensors`` (read with safetensors), ``.npz``
+  (NumPy) or else a PyTorch file (read with ``torch.load``, which needs torch)."""
+  if path.endswith(".safetensors"):
+    from safetensors.numpy import load_file
+
+    return load_file(path)
+  if path.endswith(".npz"):
+    return dict(np.load(path))
+  import torch
+
+  return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def load_torch_state(

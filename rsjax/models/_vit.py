@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from rsjax.models._layers import attention
 
 __all__ = ["ViTConfig", "VisionTransformer", "create_vit"]
 
@@ -75,8 +76,7 @@ def relative_position_index(grid: int) -> np.ndarray:
   """``[(g*g + 1)^2]`` indices into BEiT's bias table (transformers' construction)."""
   coords = np.stack(np.meshgrid(np.arange(grid), np.arange(grid), indexing="ij")).reshape(2, -1)
   rel = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0)
-  rel[:, :, 0] += grid - 1
-  rel[:, :, 1] += grid - 1
+  rel += grid - 1
   rel[:, :, 0] *= 2 * grid - 1
   n = (2 * grid - 1) ** 2 + 3
   index = np.zeros((grid * grid + 1,) * 2, np.int64)
@@ -101,11 +101,7 @@ class Attention(nnx.Module):
     b, n, d = x.shape
     split = lambda a: a.reshape(b, n, self.heads, d // self.heads)  # noqa: E731
     q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d // self.heads)
-    if bias is not None:
-      logits = logits + bias.astype(logits.dtype)
-    weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(v.dtype)
-    return self.o_proj(jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, n, d))
+    return self.o_proj(attention(q, k, v, bias).reshape(b, n, d))
 
 
 class MLP(nnx.Module):
@@ -142,8 +138,18 @@ class Layer(nnx.Module):
     rel = cfg.use_relative_position_bias
     self.relative_position_bias = RelativePositionBias(cfg, rngs=rngs) if rel else None
 
-  def __call__(self, h: jax.Array) -> jax.Array:
-    bias = self.relative_position_bias() if self.relative_position_bias is not None else None
+  def __call__(
+    self, h: jax.Array, index: jax.Array | None = None, mask: jax.Array | None = None
+  ) -> jax.Array:
+    """``h [b, t, d]``; ``index [b, t]``: which of the ``g*g + 1`` tokens each row of ``h`` is
+    (None: all, in order); ``mask [b, 1, 1, t]``: a logit bias (0 or -inf) on the keys."""
+    bias = None
+    if self.relative_position_bias is not None:
+      bias = self.relative_position_bias()
+      if index is not None:  # [1, heads, T, T] -> [b, heads, t, t]: the kept tokens' pairs
+        bias = bias[0][:, index[:, :, None], index[:, None, :]].transpose(1, 0, 2, 3)
+    if mask is not None:
+      bias = mask if bias is None else bias + mask
     a = self.attention(self.layernorm_before(h), bias)
     h = h + (a * self.lambda_1[...] if self.lambda_1 is not None else a)
     m = self.mlp(self.layernorm_after(h))
@@ -175,25 +181,66 @@ class VisionTransformer(nnx.Module):
     self.pooler = nnx.LayerNorm(d, epsilon=eps, rngs=rngs) if cfg.use_mean_pooling else None
     self.classifier = nnx.Linear(d, cfg.num_labels, rngs=rngs)
 
-  def __call__(self, x: jax.Array) -> jax.Array:
+  def __call__(
+    self, x: jax.Array, tokens: jax.Array | None = None, valid: jax.Array | None = None
+  ) -> jax.Array:
+    """Logits ``[b, num_labels]`` of ``x [b, H, W, C]`` in [0, 1].
+
+    Token dropping (Salman et al., CVPR 2022) with ``tokens [b, t]`` int: only those patch
+    tokens (row-major indices into the ``g x g`` grid), the [CLS] token and their position
+    embeddings go through the blocks. ``valid [b, t]`` bool (or ``[b, g*g]`` without
+    ``tokens``) marks the tokens that count: the others are masked out of every attention's
+    keys and of the mean pooling, so they change nothing. Without both the forward is the
+    plain one.
+    """
     cfg = self.config
     mean = jnp.asarray(cfg.mean, x.dtype)
     std = jnp.asarray(cfg.std, x.dtype)
-    h = self.projection((x - mean) / std)
+    x = (x - mean) / std
+    h = self._embed(x) if tokens is None else self._embed_tokens(x, tokens)
     b = h.shape[0]
-    h = h.reshape(b, -1, h.shape[-1])
     cls = jnp.broadcast_to(self.cls_token[...].astype(h.dtype), (b, 1, h.shape[-1]))
     h = jnp.concatenate([cls, h], axis=1)
+    index = None
+    if tokens is not None:
+      index = jnp.concatenate([jnp.zeros((b, 1), tokens.dtype), tokens + 1], axis=1)
     if self.position_embeddings is not None:
-      h = h + self.position_embeddings[...].astype(h.dtype)
+      pos = self.position_embeddings[...].astype(h.dtype)
+      h = h + (pos if index is None else pos[0][index])
+    mask = None
+    if valid is not None:
+      valid = jnp.concatenate([jnp.ones((b, 1), bool), valid.astype(bool)], axis=1)
+      mask = jnp.where(valid, 0.0, -jnp.inf).astype(jnp.float32)[:, None, None, :]
     for layer in self.layers:
-      h = layer(h)
+      h = layer(h, index, mask)
     if self.pooler is not None:
-      pooled = self.pooler(h[:, 1:].mean(axis=1))
+      patches = h[:, 1:]
+      if valid is None:
+        pooled = self.pooler(patches.mean(axis=1))
+      else:
+        w = valid[:, 1:, None].astype(h.dtype)
+        pooled = self.pooler((patches * w).sum(axis=1) / w.sum(axis=1))
     else:
       assert self.layernorm is not None
       pooled = self.layernorm(h)[:, 0]
     return self.classifier(pooled)
+
+  def _embed(self, x: jax.Array) -> jax.Array:
+    """``[b, g*g, d]``: every patch token of the normalized ``x``."""
+    h = self.projection(x)
+    return h.reshape(h.shape[0], -1, h.shape[-1])
+
+  def _embed_tokens(self, x: jax.Array, tokens: jax.Array) -> jax.Array:
+    """``[b, t, d]``: the patch tokens ``tokens [b, t]`` of the normalized ``x`` only (the
+    stride-p convolution as a product with the kept patches' pixels)."""
+    b, p, g = x.shape[0], self.config.patch_size, self.config.grid
+    patches = x.reshape(b, g, p, g, p, x.shape[-1]).transpose(0, 1, 3, 2, 4, 5)
+    patches = patches.reshape(b, g * g, p, p, x.shape[-1])
+    kept = jnp.take_along_axis(patches, tokens[:, :, None, None, None], axis=1)
+    kernel = self.projection.kernel[...].astype(x.dtype)  # [p, p, C, d]
+    h = jnp.einsum("btijc,ijcd->btd", kept, kernel)
+    bias = self.projection.bias
+    return h if bias is None else h + bias[...].astype(h.dtype)
 
 
 def create_vit(

@@ -60,7 +60,6 @@ def vit_config_from_transformers(config: Mapping[str, Any]) -> ViTConfig:
   if config.get("use_shared_relative_position_bias"):
     raise ValueError("use_shared_relative_position_bias is not supported (per-layer only)")
   labels = config.get("num_labels") or len(config.get("id2label") or {}) or 1000
-  beit = kind == "beit"
   common = dict(
     kind=kind,
     image_size=int(config.get("image_size", 224)),
@@ -73,7 +72,7 @@ def vit_config_from_transformers(config: Mapping[str, Any]) -> ViTConfig:
     layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
     num_labels=int(labels),
   )
-  if beit:
+  if kind == "beit":
     return ViTConfig(
       **common,
       use_absolute_position_embeddings=bool(config.get("use_absolute_position_embeddings", False)),

@@ -36,12 +36,7 @@ def _keys_to_data(tree):
 
 
 def _abstract(tree):
-  def leaf(a):
-    if _is_key(a):
-      a = jax.random.key_data(a)
-    return ocp.utils.to_shape_dtype_struct(a)
-
-  return jax.tree.map(leaf, tree)
+  return jax.tree.map(ocp.utils.to_shape_dtype_struct, _keys_to_data(tree))
 
 
 def _data_to_keys(restored, target):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import ClassVar
 
 import jax
@@ -58,6 +59,9 @@ __all__ = [
   "get_noise",
 ]
 
+#: The shape of a draw of noise (``Noise.sample``).
+Shape = tuple[int, ...]
+
 
 @dataclasses.dataclass(frozen=True)
 class Noise:
@@ -80,9 +84,7 @@ class Noise:
       return np.asarray(p_lower, np.float64)
     return claims.round_down(p_lower, self.p_lower_margin)
 
-  def sample(
-    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
-  ) -> jax.Array:
+  def sample(self, key: jax.Array, shape: Shape, dtype: DTypeLike = jnp.float32) -> jax.Array:
     """Unit-scale noise of ``shape`` (multiply by ``sigma``)."""
     raise NotImplementedError
 
@@ -201,8 +203,15 @@ _STREAMS = {
 }
 
 
+def _stream(stream: str) -> tuple[int, Callable[[jax.Array], jax.Array]]:
+  """``(rounds, erfinv)`` of a Gaussian stream; ``ValueError`` for an unknown one."""
+  if stream not in _STREAMS:
+    raise ValueError(f"stream: unknown Gaussian stream {stream!r}; choose from {sorted(_STREAMS)}")
+  return _STREAMS[stream]
+
+
 def standard_normal(
-  key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32, stream: str = "threefry20"
+  key: jax.Array, shape: Shape, dtype: DTypeLike = jnp.float32, stream: str = "threefry20"
 ) -> jax.Array:
   """Standard normal samples from one key: ``[*shape]``.
 
@@ -222,12 +231,7 @@ def standard_normal(
       and Giles' ``erfinv`` written out; cheaper on CPUs, weaker margin, a
       different stream (same distribution).
   """
-  try:
-    rounds, erfinv = _STREAMS[stream]
-  except KeyError:
-    raise ValueError(
-      f"stream: unknown Gaussian stream {stream!r}; choose from {sorted(_STREAMS)}"
-    ) from None
+  rounds, erfinv = _stream(stream)
   n = math.prod(shape)
 
   def to_normal(w):
@@ -259,14 +263,9 @@ class Gaussian(Noise):
   stream: str = "threefry20"
 
   def __post_init__(self) -> None:
-    if self.stream not in _STREAMS:
-      raise ValueError(
-        f"stream: unknown Gaussian stream {self.stream!r}; choose from {sorted(_STREAMS)}"
-      )
+    _stream(self.stream)
 
-  def sample(
-    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
-  ) -> jax.Array:
+  def sample(self, key: jax.Array, shape: Shape, dtype: DTypeLike = jnp.float32) -> jax.Array:
     return standard_normal(key, shape, dtype, self.stream)
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
@@ -283,9 +282,7 @@ class Laplace(Noise):
   name: str = "laplace"
   norm: str = "l1"
 
-  def sample(
-    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
-  ) -> jax.Array:
+  def sample(self, key: jax.Array, shape: Shape, dtype: DTypeLike = jnp.float32) -> jax.Array:
     return jax.random.laplace(key, shape, dtype)
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
@@ -306,9 +303,7 @@ class Uniform(Noise):
     if self.norm not in ("l1", "linf"):
       raise ValueError(f"Uniform noise certifies norm 'l1' or 'linf', got {self.norm!r}")
 
-  def sample(
-    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32
-  ) -> jax.Array:
+  def sample(self, key: jax.Array, shape: Shape, dtype: DTypeLike = jnp.float32) -> jax.Array:
     return jax.random.uniform(key, shape, dtype, minval=-1.0, maxval=1.0)
 
   def radius(self, p_lower: ArrayLike, sigma: ArrayLike, dim: int) -> np.ndarray:
@@ -380,9 +375,7 @@ class Gaussian8bit(Noise):
       raise ValueError(f"noise {self.name}: bind it to a sigma first (Gaussian8bit(sigma=...))")
     return lattice.table(self.sigma)
 
-  def sample(
-    self, key: jax.Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.int32
-  ) -> jax.Array:
+  def sample(self, key: jax.Array, shape: Shape, dtype: DTypeLike = jnp.int32) -> jax.Array:
     """int32 grid offsets of ``shape`` (``grid_draw.GRID_INVALID`` where not valid)."""
     return grid_draw.grid_offsets(self.table(), key, math.prod(shape)).reshape(shape)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rsjax.records import limits
 
@@ -16,6 +16,20 @@ _TIMEDELTA = re.compile(
   r"^(?:(?P<days>-?\d{1,9}) days?, )?(?P<h>\d{1,9}):(?P<m>\d{1,2}):(?P<s>\d{1,2}(?:\.\d*)?)$",
   re.ASCII,
 )
+
+
+def read_text(path: str | os.PathLike, what: str) -> str:
+  """The UTF-8 text of a file; bytes that are not UTF-8 are an error naming the file (``what``
+  it is) and the line (a ``ValueError``, one line)."""
+  with open(path, "rb") as f:
+    data = f.read()
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data[: e.start].count(b"\n") + 1
+    raise ValueError(
+      f"{what} {os.fspath(path)!r} line {line}: not UTF-8 text (byte 0x{data[e.start]:02x})"
+    ) from None
 
 
 def parse_time(text: str) -> float:
@@ -34,8 +48,7 @@ def parse_time(text: str) -> float:
   text = text.strip()
   m = _TIMEDELTA.match(text)
   if m is not None:
-    days = int(m["days"]) if m["days"] else 0
-    return days * 86400.0 + int(m["h"]) * 3600.0 + int(m["m"]) * 60.0 + float(m["s"])
+    return int(m["days"] or 0) * 86400.0 + int(m["h"]) * 3600.0 + int(m["m"]) * 60.0 + float(m["s"])
   try:
     return limits.float_text(text)
   except ValueError:
@@ -72,22 +85,19 @@ def check_header(names: Sequence[str], kind: str, path: str | os.PathLike) -> li
 
 _ASCII = "(ASCII digits, no '+', no leading zeros)"
 
+
+def _integer(lo: int, hi: int) -> tuple[Callable[[str], int], str]:
+  """The check of an integer column in ``[lo, hi]``: ``(parse, what a valid value is)``."""
+  return lambda t: limits.int_text(t, lo, hi), f"an integer in {lo}..{hi} {_ASCII}"
+
+
 # Check of each standard column: (parse, what a valid value is). Integers are ASCII digits
 # (``int()`` also reads ``"1_0"``, ``"+10"``, ``"010"`` and other scripts' digits) within
 # ``rsjax.records.limits``; numbers are ASCII decimals, finite.
 _FIELDS = {
-  "idx": (
-    lambda t: limits.int_text(t, 0, limits.MAX_INDEX),
-    f"an integer in 0..{limits.MAX_INDEX} {_ASCII}",
-  ),
-  "label": (
-    lambda t: limits.int_text(t, 0, limits.MAX_CLASSES - 1),
-    f"an integer in 0..{limits.MAX_CLASSES - 1} {_ASCII}",
-  ),
-  "predict": (
-    lambda t: limits.int_text(t, -1, limits.MAX_CLASSES - 1),
-    f"an integer in -1..{limits.MAX_CLASSES - 1} {_ASCII}",
-  ),
+  "idx": _integer(0, limits.MAX_INDEX),
+  "label": _integer(0, limits.MAX_CLASSES - 1),
+  "predict": _integer(-1, limits.MAX_CLASSES - 1),
   "radius": (lambda t: limits.float_text(t, 0.0), "a finite number >= 0 in ASCII digits"),
   "correct": (lambda t: {"0": 0, "1": 1}[t], "0 or 1"),
   "time": (parse_time, "finite seconds or H:MM:SS in ASCII digits"),

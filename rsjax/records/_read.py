@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
 import numpy as np
 
-from rsjax.records._format import check_header, parse_rows, split_header
+from rsjax.records._format import check_header, parse_rows, read_text, split_header
+
+#: The integer columns of both kinds of file (``correct`` read as a flag).
+INT_COLUMNS = ("idx", "label", "predict", "correct")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +58,7 @@ def _parse_extra(values: list[str]) -> np.ndarray:
 
 
 def _read(path, kind: str | None):
-  with open(path, encoding="utf-8", newline="") as f:
-    text = f.read()
+  text = read_text(path, "result file")
   if not text:
     raise ValueError(f"{os.fspath(path)!r} is empty (no header)")
   lines = text.split("\n")
@@ -70,25 +73,15 @@ def _read(path, kind: str | None):
   partial = body.pop() if body else ""
   get = parse_rows(path, body, header)
   if partial:
-    try:
+    with contextlib.suppress(ValueError):
       get = parse_rows(path, body + [partial], header)
-    except ValueError:
-      pass
 
-  def ints(name):
-    return np.asarray(get[name], dtype=np.int64)
-
-  common = dict(
-    idx=ints("idx"),
-    label=ints("label"),
-    predict=ints("predict"),
-    correct=ints("correct").astype(bool),
-    time=np.asarray(get["time"], dtype=np.float64),
-    extra={name: _parse_extra(list(get[name])) for name in extra_names},
-  )
+  common: dict = {name: np.asarray(get[name], np.int64) for name in INT_COLUMNS}
+  common["correct"] = common["correct"].astype(bool)
+  common["time"] = np.asarray(get["time"], dtype=np.float64)
+  common["extra"] = {name: _parse_extra(list(get[name])) for name in extra_names}
   if kind == "certify":
-    radius = np.asarray(get["radius"], dtype=np.float64)
-    return CertifyResults(radius=radius, **common)
+    return CertifyResults(radius=np.asarray(get["radius"], dtype=np.float64), **common)
   return PredictResults(**common)
 
 

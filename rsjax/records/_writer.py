@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import pathlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -41,21 +42,16 @@ def resume(
   """
   cols = check_kind(kind) + tuple(extra_columns)
   header = "\t".join(cols) + "\n"
-  if not os.path.exists(path) or os.path.getsize(path) == 0:
-    write_header(path, header)
-    return set()
-  with open(path, "rb") as f:
-    data = f.read()
+  data = pathlib.Path(path).read_bytes() if os.path.exists(path) else b""
   text = data.decode("utf-8", errors="replace")
   end = data.rfind(b"\n") + 1  # bytes up to and including the last newline
   if end == 0:
-    # Not even a complete header: a partial header of ours is rewritten.
+    # A new or empty file, or not even a complete header: a partial header of ours is rewritten.
     if header.startswith(text):
       write_header(path, header)
       return set()
     raise ValueError(f"{os.fspath(path)!r} has no header line; expected {header.strip()!r}")
-  first = text.split("\n", 1)[0]
-  names = split_header(first)
+  names = split_header(text.split("\n", 1)[0])
   got_extra = check_header(names, kind, path)
   if tuple(got_extra) != tuple(extra_columns):
     raise ValueError(
@@ -189,8 +185,7 @@ class ResultsWriter:
       fields.append(_fmt_float(radius))
     elif radius is not None:
       raise ValueError("a predict file has no radius column")
-    fields.append(str(int(predict == label)))
-    fields.append(_fmt_float(time))
+    fields += [str(int(predict == label)), _fmt_float(time)]
     fields.extend(str(extra[name]) for name in self.extra_columns)
     try:
       self._f.write("\t".join(fields) + "\n")

@@ -64,10 +64,12 @@ def read_json(path: str) -> Any:
   Raises:
     ValueError: not valid JSON, a key twice, or nested too deeply (one line each).
   """
-  with open(path, encoding="utf-8") as f:
-    try:
-      return json.load(f, object_pairs_hook=unique_keys)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"not valid JSON ({e})") from None
-    except RecursionError:
-      raise ValueError("nested too deeply") from None
+  from rsjax.records._format import read_text
+
+  text = read_text(path, "file")
+  try:
+    return json.loads(text, object_pairs_hook=unique_keys)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"not valid JSON ({e})") from None
+  except RecursionError:
+    raise ValueError("nested too deeply") from None

@@ -66,7 +66,7 @@ MAX_LOOKS = 10_000
 #: unsigned integer.
 SEED_RANGE = (-(2**63), 2**63 - 1)
 #: The entries a record's ``sampling`` may hold: ``rsjax.Sampling``'s recorded fields
-#: (``rsjax.runs.record.sampling_fields``; a test keeps them equal) and ``pack``. Any other
+#: (``rsjax.records.sampling.RunSampling``; a test keeps them equal). Any other
 #: entry would be claimed, and hashed into the key, without meaning anything.
 SAMPLING_KEYS = frozenset({"n0", "n", "alpha", "noise", "compute_dtype", "precision", "pack"})
 PACKS = (1, 2, 4)
@@ -79,18 +79,8 @@ VERSION_KEYS = frozenset({"rsjax", "numpy", "scipy", "jax", "jaxlib", "batch"})
 MODEL_SOURCES = ("model_dir", "torch_checkpoint", "library")
 #: The fields of a record's ``model`` (``rsjax.records.spec.ModelRef``; a test keeps them equal).
 MODEL_FIELDS = frozenset(
-  {
-    "fingerprint",
-    "architecture",
-    "source",
-    "path",
-    "torch_arch",
-    "normalize",
-    "denoiser",
-    "denoiser_config",
-    "resize",
-    "config",
-  }
+  "fingerprint architecture source path torch_arch normalize denoiser denoiser_config resize "
+  "config".split()
 )
 #: The compute dtype each precision runs in (``rsjax.engine.precision``; None: the parameters'
 #: own, float32): what a record's ``sampling.compute_dtype`` says beside its precision (a test
@@ -129,12 +119,9 @@ def int_text(text: str, lo: int, hi: int) -> int:
   Raises:
     ValueError: anything else (the caller names the field).
   """
-  if not _INT.match(text):
+  if not (_INT.match(text) and lo <= int(text) <= hi):
     raise ValueError(text)
-  v = int(text)
-  if not lo <= v <= hi:
-    raise ValueError(text)
-  return v
+  return int(text)
 
 
 def float_text(text: str, lo: float = -math.inf) -> float:
@@ -143,9 +130,7 @@ def float_text(text: str, lo: float = -math.inf) -> float:
   Raises:
     ValueError: anything else (``inf``, ``nan``, ``1e999``, other scripts' digits).
   """
-  if not _FLOAT.match(text):
-    raise ValueError(text)
-  v = float(text)
+  v = float(text) if _FLOAT.match(text) else math.nan
   if not (math.isfinite(v) and v >= lo):
     raise ValueError(text)
   return v
@@ -159,19 +144,15 @@ def class_key(key: object, num_classes: int) -> int | None:
   return c if c < num_classes else None
 
 
-def _is_int(value: object) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
-
-
 def json_int(value: object, name: str, lo: int, hi: int) -> int:
   """``value`` if it is a JSON integer in ``[lo, hi]``.
 
   Raises:
     FieldError: naming ``name`` and what was expected.
   """
-  if not (_is_int(value) and lo <= value <= hi):  # type: ignore[operator]
+  if isinstance(value, bool) or not (isinstance(value, int) and lo <= value <= hi):
     raise FieldError(f"{name} must be a JSON integer in [{lo}, {hi}], got {shown(value)}")
-  return int(value)  # type: ignore[call-overload]
+  return int(value)
 
 
 def json_number(
@@ -198,6 +179,17 @@ def _get(section: object, section_name: str, key: str) -> object:
   if key not in section:
     raise FieldError(f"{section_name}.{key} is missing")
   return section[key]
+
+
+def _one_of(value: object, name: str, choices: tuple) -> object:
+  """``value`` if it is one of ``choices``.
+
+  Raises:
+    FieldError: naming ``name`` and the choices.
+  """
+  if value not in choices:
+    raise FieldError(f"{name} must be one of {list(choices)}, got {shown(value)}")
+  return value
 
 
 def _count_looks(n_max: int, first: int, ratio: float) -> int:
@@ -249,11 +241,7 @@ def check_run_record(rec: Mapping) -> None:
       f"sampling.{other[0]} is not a sampling setting (a record's sampling holds "
       f"{', '.join(sorted(SAMPLING_KEYS))})"
     )
-  dtype = s.get("compute_dtype")
-  if dtype not in COMPUTE_DTYPES:
-    raise FieldError(
-      f"sampling.compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {shown(dtype)}"
-    )
+  dtype = _one_of(s.get("compute_dtype"), "sampling.compute_dtype", COMPUTE_DTYPES)
   precision = s.get("precision", "float32")
   if precision in COMPUTE_DTYPE_OF and dtype != COMPUTE_DTYPE_OF[precision]:
     raise FieldError(
@@ -303,14 +291,10 @@ def check_model_fields(m: Mapping, *, bound: bool = False) -> None:
   Raises:
     FieldError: naming the first field that is not what it should be.
   """
-  names = MODEL_FIELDS
-  other = sorted(set(m) - names)
+  other = sorted(set(m) - MODEL_FIELDS)
   if other:
-    raise FieldError(f"model.{other[0]} is not a model field ({', '.join(sorted(names))})")
-  if m.get("source", "library") not in MODEL_SOURCES:
-    raise FieldError(
-      f"model.source must be one of {list(MODEL_SOURCES)}, got {shown(m.get('source'))}"
-    )
+    raise FieldError(f"model.{other[0]} is not a model field ({', '.join(sorted(MODEL_FIELDS))})")
+  _one_of(m.get("source", "library"), "model.source", MODEL_SOURCES)
   config = m.get("config")
   if bound and config is None and m.get("source") != "library":
     raise FieldError(
@@ -352,11 +336,9 @@ def _check_denoiser_fields(m: Mapping, bound: bool) -> None:
 #: keeps them equal) and the JSON type of the ones a reader reads as text or a flag. An entry
 #: certify never writes would be claimed, and hashed, without meaning anything.
 RECORD_SHAPE: dict[str, frozenset[str]] = {
-  "": frozenset(
-    {"format", "command", "model", "data", "sigma", "sampling", "method", "key", "versions"}
-  ),
+  "": frozenset("format command model data sigma sampling method key versions".split()),
   "data": frozenset(
-    {"name", "split", "size", "input_shape", "num_classes", "start", "stop", "skip", "file_sha256"}
+    "name split size input_shape num_classes start stop skip file_sha256 images_sha256".split()
   ),
   "sigma": frozenset({"value", "source"}),
   "method": frozenset({"name", "options", "multiclass", "details"}),
@@ -368,10 +350,18 @@ _TYPES: tuple[tuple[str, str, type], ...] = (
   ("data", "split", str),
   ("sigma", "source", str),
   ("data", "file_sha256", str),
+  ("data", "images_sha256", str),
   ("method", "name", str),
   ("method", "multiclass", bool),
   ("method", "options", dict),
 )
+
+
+def _check_images(d: Mapping) -> None:
+  """A folder dataset's images' SHA-256 is one (``rsjax.data.images_sha256``)."""
+  digest = d.get("images_sha256")
+  if digest is not None and not _HEX64.fullmatch(str(digest)):
+    raise FieldError(f"data.images_sha256 must be a SHA-256 in hex, got {shown(digest)}")
 
 
 def check_record_shape(rec: Mapping) -> None:
@@ -398,9 +388,8 @@ def check_record_shape(rec: Mapping) -> None:
     )
   if d.get("file_sha256") is not None and not _HEX64.fullmatch(str(d["file_sha256"])):
     raise FieldError(f"data.file_sha256 must be a SHA-256 in hex, got {shown(d['file_sha256'])}")
-  source = rec["sigma"].get("source")
-  if source not in SIGMA_SOURCES:
-    raise FieldError(f"sigma.source must be one of {list(SIGMA_SOURCES)}, got {shown(source)}")
+  _check_images(d)
+  _one_of(rec["sigma"].get("source"), "sigma.source", SIGMA_SOURCES)
   versions = rec.get("versions", {})
   if not (
     isinstance(versions, Mapping)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rsjax.records import canonical
+from rsjax.records.sampling import RunSampling
 
 __all__ = [
   "FORMAT",
@@ -155,15 +156,14 @@ class DataRef:
   """The inputs a run certified: a split of a dataset and the declared index range.
 
   Attributes:
-    name: the dataset's name (``rsjax.data.load``).
-    split: its split.
-    size: the number of inputs in the split.
-    input_shape: the shape of one input.
-    num_classes: C.
+    name, split: the dataset's name (``rsjax.data.load``) and its split.
+    size, input_shape, num_classes: the inputs in the split, the shape of one, C.
     start, stop, skip: the declared indices ``start, start + skip, ...`` below
       ``stop`` (-1: the split's end); a complete run has exactly these rows.
     file_sha256: for a dataset given as an array file (``name`` its path), the SHA-256 of
       its contents: the run's author supplied the inputs, and this binds which.
+    images_sha256: for a dataset read from a folder, the SHA-256 of its declared images'
+      indices, names, labels and bytes (``rsjax.data.images_sha256``).
   """
 
   name: str
@@ -175,6 +175,7 @@ class DataRef:
   stop: int = -1
   skip: int = 1
   file_sha256: str | None = None
+  images_sha256: str | None = None
 
   def indices(self) -> range:
     """The declared dataset indices, in order (a ``range``)."""
@@ -197,9 +198,8 @@ class RunSpec:
       pattern, IDRS and DDRS compute per-input sigma from it).
     sigma_source: ``"flag"`` (given), ``"model"`` (the training sigma) or
       ``"library"``.
-    sampling: ``n0``, ``n``, ``alpha``, ``noise`` (a name of
-      :data:`NOISE_NORMS`), ``precision`` and the other fields of
-      ``rsjax.Sampling`` that change counts (``rsjax.runs.record.sampling_fields``).
+    sampling: the sampling settings that change counts (``n0``, ``n``, ``alpha``, the
+      noise by its name in :data:`NOISE_NORMS`, the precision, the packing).
     method: the method's name (``rsjax.methods.METHODS``).
     options: the method's own options.
     multiclass: the multiclass radius with simultaneous bounds.
@@ -220,7 +220,7 @@ class RunSpec:
   model: ModelRef
   data: DataRef
   sigma: float
-  sampling: Mapping[str, Any]
+  sampling: RunSampling
   sigma_source: str = "library"
   method: str = "cohen"
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -235,7 +235,7 @@ class RunSpec:
   stated_claim: Any = dataclasses.field(default=None, compare=False)
 
   def __post_init__(self) -> None:
-    noise = self.sampling.get("noise")
+    noise = self.sampling.noise
     if noise not in NOISE_NORMS:
       raise RunFormatError(f"run: unknown noise {noise!r} (known: {sorted(NOISE_NORMS)})")
     if not (isinstance(self.sigma, (int, float)) and self.sigma > 0):
@@ -245,19 +245,19 @@ class RunSpec:
 
   @property
   def noise_family(self) -> str:
-    return NOISE_NORMS[self.sampling["noise"]][0]
+    return NOISE_NORMS[self.sampling.noise][0]
 
   @property
   def norm(self) -> str:
     """The norm of the radius (``l2``, ``l1``, ``linf``)."""
-    return NOISE_NORMS[self.sampling["noise"]][1]
+    return NOISE_NORMS[self.sampling.noise][1]
 
   @property
   def noise_label(self) -> str:
     """The noise and the norm of its radius, as ``analyze`` labels a run: ``"gaussian (l2)"``;
     sound 8-bit noise says so: ``"gaussian_8bit (l2, sound 8-bit)"``."""
-    sound = ", sound 8-bit" if self.sampling["noise"] == "gaussian_8bit" else ""
-    return f"{self.sampling['noise']} ({self.norm}{sound})"
+    sound = ", sound 8-bit" if self.sampling.noise == "gaussian_8bit" else ""
+    return f"{self.sampling.noise} ({self.norm}{sound})"
 
   def indices(self) -> range:
     """The declared dataset indices of the run (a ``range``)."""
@@ -311,7 +311,7 @@ class RunSpec:
       "model": model,
       "data": data,
       "sigma": {"value": float(self.sigma), "source": self.sigma_source},
-      "sampling": _plain(self.sampling),
+      "sampling": _plain(self.sampling.to_json()),
       "method": method,
       "key": key,
       "versions": _plain(self.versions),
@@ -353,7 +353,7 @@ class RunSpec:
         start=int(d["start"]),
         stop=int(d["stop"]),
         skip=int(d["skip"]),
-        file_sha256=d.get("file_sha256"),
+        **{k: d.get(k) for k in ("file_sha256", "images_sha256")},
       )
       if not data.name or data.skip < 1 or data.start < 0 or data.size < 0 or data.num_classes < 1:
         raise RunFormatError(f"{where}: impossible data range {d}")
@@ -365,7 +365,7 @@ class RunSpec:
         data=data,
         sigma=float(rec["sigma"]["value"]),
         sigma_source=str(rec["sigma"]["source"]),
-        sampling=dict(rec["sampling"]),
+        sampling=RunSampling.from_json(rec["sampling"]),
         method=str(mt["name"]),
         options=dict(mt.get("options") or {}),
         multiclass=bool(mt.get("multiclass", False)),

@@ -181,42 +181,40 @@ def initialize(
   """
   if coordinator_address is None:
     coordinator_address = os.environ.get(ENV_COORDINATOR) or None
-  if num_processes is None:
-    num_processes = _env_int(ENV_NUM_PROCESSES)
-  if process_id is None:
-    process_id = _env_int(ENV_PROCESS_ID)
+  num_processes = _env_int(ENV_NUM_PROCESSES) if num_processes is None else num_processes
+  process_id = _env_int(ENV_PROCESS_ID) if process_id is None else process_id
   if coordinator_address is None and num_processes is None and process_id is None:
     return _join_detected(local_device_ids, initialization_timeout) if detect else (0, 1)
   num_processes = check_int("num_processes", num_processes)
   if num_processes == 1 and process_id in (None, 0):
     return 0, 1
-  if (
-    isinstance(process_id, bool)
-    or not isinstance(process_id, (int, np.integer))
-    or not 0 <= process_id < num_processes
-  ):
-    raise ValueError(f"process_id must be an integer in [0, {num_processes}), got {process_id!r}")
-  host, _, port = (
-    coordinator_address.rpartition(":") if isinstance(coordinator_address, str) else ("", "", "")
-  )
+  process_id = _index("process_id", process_id, num_processes)
+  address = coordinator_address if isinstance(coordinator_address, str) else ""
+  host, _, port = address.rpartition(":")
   if not host or not port.isdigit() or not 0 < int(port) < 65536:
     raise ValueError(f"coordinator_address must be 'host:port', got {coordinator_address!r}")
-  if jax.distributed.is_initialized():
-    if (jax.process_count(), jax.process_index()) != (num_processes, int(process_id)):
-      raise ValueError(
-        f"jax.distributed is already initialized as process {jax.process_index()} of "
-        f"{jax.process_count()}, not {process_id} of {num_processes}"
-      )
-    return jax.process_index(), jax.process_count()
-  jax.distributed.initialize(
-    coordinator_address=coordinator_address,
-    num_processes=num_processes,
-    process_id=int(process_id),
-    local_device_ids=local_device_ids,
-    initialization_timeout=int(initialization_timeout),
-  )
-  _how.update(how="the coordinator given", coordinator=coordinator_address)
+  if not jax.distributed.is_initialized():
+    jax.distributed.initialize(
+      coordinator_address=coordinator_address,
+      num_processes=num_processes,
+      process_id=process_id,
+      local_device_ids=local_device_ids,
+      initialization_timeout=int(initialization_timeout),
+    )
+    _how.update(how="the coordinator given", coordinator=coordinator_address)
+  elif (jax.process_count(), jax.process_index()) != (num_processes, process_id):
+    raise ValueError(
+      f"jax.distributed is already initialized as process {jax.process_index()} of "
+      f"{jax.process_count()}, not {process_id} of {num_processes}"
+    )
   return jax.process_index(), jax.process_count()
+
+
+def _index(name: str, value: object, count: int) -> int:
+  """``value`` if it is an integer in ``[0, count)``; else a ValueError naming ``name``."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < count:
+    raise ValueError(f"{name} must be an integer in [0, {count}), got {value!r}")
+  return int(value)
 
 
 def _join_detected(local_device_ids, initialization_timeout) -> tuple[int, int]:
@@ -283,9 +281,7 @@ def split_indices(
   count = jax.process_count() if process_count is None else process_count
   index = jax.process_index() if process_index is None else process_index
   count = check_int("process_count", count)
-  if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < count:
-    raise ValueError(f"process_index must be an integer in [0, {count}), got {index!r}")
-  return arr[int(index) :: int(count)].astype(np.int64)
+  return arr[_index("process_index", index, count) :: int(count)].astype(np.int64)
 
 
 def process_path(
@@ -306,15 +302,6 @@ def process_path(
   if count < 1 or not 0 <= index < count:
     raise ValueError(f"process_index must lie in [0, {count}), got {index}")
   return f"{os.fspath(path)}.part-{index:05d}-of-{count:05d}"
-
-
-def _read_rows(path) -> tuple[str, list[str]]:
-  with open(path, encoding="utf-8") as f:
-    lines = f.read().splitlines()
-  if not lines:
-    raise ValueError(f"rows file {os.fspath(path)!r} is empty (no header)")
-  rows = [ln for ln in lines[1:] if ln.strip()]
-  return lines[0], rows
 
 
 def merge_rows(
@@ -343,12 +330,15 @@ def merge_rows(
   header = None
   by_idx: dict[int, str] = {}
   for p in paths:
-    h, rows = _read_rows(p)
+    with open(p, encoding="utf-8") as f:
+      h, *rows = f.read().splitlines() or [None]
+    if h is None:
+      raise ValueError(f"rows file {os.fspath(p)!r} is empty (no header)")
     if header is None:
       header = h
     elif h != header:
       raise ValueError(f"rows file {os.fspath(p)!r} has header {h!r}, expected {header!r}")
-    for row in rows:
+    for row in filter(str.strip, rows):
       first = row.split("\t", 1)[0]
       try:
         idx = int(first)

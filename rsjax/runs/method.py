@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from rsjax.claims import _claims as claims
@@ -88,6 +88,8 @@ class Context:
     workdir: the model directory (methods may read saved state from it), or None.
     load_split: ``load_split(split) -> Dataset`` of the same dataset (e.g. the
       training inputs of IDRS's kNN sigma).
+    files: files a method reads that its options do not name, where a reader moved them,
+      by role (``rsjax audit --parent-model-dir``: ``{"parent_model": DIR}``).
   """
 
   key: jax.Array
@@ -100,10 +102,12 @@ class Context:
   multiclass: bool = False
   workdir: str | None = None
   load_split: Callable[[str], Any] | None = None
+  files: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
 
   def claim(self, method: str, options: dict[str, Any]) -> claims.Claim:
     """What a run of ``method`` with ``options`` in this context claims
     (``rsjax.claims.refusal`` says whether rsjax certifies it)."""
+    from rsjax.records.sampling import RunSampling
     from rsjax.runs.record import noise_name
 
     s = self.settings
@@ -111,7 +115,7 @@ class Context:
       method=method,
       # Packing is a model transform (rsjax.models.pack_narrow_stage), legal in every claim:
       # verify reads it from the record.
-      sampling={"noise": noise_name(s.noise), "precision": s.precision, "alpha": s.alpha},
+      sampling=RunSampling(noise=noise_name(s.noise), precision=s.precision, alpha=s.alpha),
       options=options,
       multiclass=self.multiclass,
     )
@@ -264,6 +268,24 @@ class Method:
     timed_batch: the run's batch changes only its speed (the engine's forward batch), so a
       run not told one takes a timed probe's (``rsjax.engine.batch_timing``); False where
       the batch is part of the run (SRS: the number of chains).
+    batch_detail: the entry of the run's ``details`` that states the batch its counts depend
+      on (SRS: ``"chains"``), which ``rsjax audit`` draws again with; None where the batch
+      changes no count.
+    radius_columns: ``{column: what it is}``, the extra columns of ``columns`` that hold
+      radii other than the certified ``radius`` (``rsjax analyze --radius-column`` reads
+      only these, headed "not the certified radius").
+    paths: ``paths(options, locate) -> options``, the options with every file path they name
+      mapped by ``locate(role, path)`` (JAX-free), or None when they name none: certify
+      records the paths relative to the result file's folder, verify and audit resolve them
+      against it (``rsjax.records.paths``).
+    bind: ``"package.module:function"``, ``function(options) -> options``: the options with
+      the facts of the files they name (Dual RS's experts' fingerprints) added before any
+      noise is drawn, so the claim, and the key, bind them; or None. Imported when a run is
+      prepared.
+    claim_words: ``claim_words(options, sampling) -> str``, what a run of it claims in words
+      where the noise, sigma and radius of the run's record do not say it (the ablation
+      methods draw no noise), for ``rsjax verify``'s and ``rsjax analyze``'s one-line
+      summaries (JAX-free); None: the noise, sigma, N and alpha.
   """
 
   name: str
@@ -278,9 +300,30 @@ class Method:
   multiclass: bool = False
   budget: bool = False
   timed_batch: bool = True
+  batch_detail: str | None = None
+  radius_columns: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+  paths: Callable[[dict, Callable[[str, str], str]], dict] | None = None
+  bind: str | None = None
+  claim_words: Callable[[Mapping[str, Any], Any], str] | None = None
 
   def __post_init__(self) -> None:
     _check_path(f"method {self.name!r}", "certifier", self.certifier)
+    if self.bind is not None:
+      _check_path(f"method {self.name!r}", "bind", self.bind)
+    other = sorted(set(self.radius_columns) - set(self.columns))
+    if other:
+      raise ValueError(f"method {self.name!r}: radius_columns {other} are not in its columns")
+
+  def located(self, options: Mapping[str, Any], locate: Callable[[str, str], str]) -> dict:
+    """``options`` with the file paths they name mapped by ``locate(role, path)`` (as they
+    are for a method whose options name no file)."""
+    options = dict(options)
+    return options if self.paths is None else self.paths(options, locate)
+
+  def bound(self, options: Mapping[str, Any]) -> dict:
+    """``options`` with the facts of the files they name (``bind``), before any noise."""
+    options = dict(options)
+    return options if self.bind is None else _resolve(self.bind)(options)
 
   def defaults(self) -> dict[str, Any]:
     """``{option: default}``."""

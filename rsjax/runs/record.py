@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from rsjax.records._durable import atomic_write_text
+from rsjax.records.sampling import RunSampling
 
 __all__ = [
   "RECORD_SUFFIX",
@@ -44,7 +45,7 @@ __all__ = [
   "read_records",
   "record_path",
   "row",
-  "sampling_fields",
+  "run_sampling",
   "versions",
 ]
 
@@ -104,19 +105,20 @@ def _jsonable(v):
 SPEED_ONLY = frozenset({"batch_size", "devices"})
 
 
-def sampling_fields(sampling: Any) -> dict:
-  """The fields of an ``rsjax.Sampling`` as JSON values (the noise by name), but
-  :data:`SPEED_ONLY`.
+def run_sampling(sampling: Any, *, pack: int = 1) -> RunSampling:
+  """What a run record states of an ``rsjax.Sampling``: its fields but :data:`SPEED_ONLY`
+  (the noise by name, a dtype by its name), and the model's packing ``pack``.
 
-  Generic on purpose: a field added to ``Sampling`` (e.g. a compute precision)
-  is recorded without a change here.
+  Generic on purpose: a field added to ``Sampling`` (e.g. a compute precision) needs
+  only its field in ``RunSampling``.
   """
-  return {
+  fields = {
     f.name: noise_name(v) if f.name == "noise" else _jsonable(v)
     for f in dataclasses.fields(sampling)
     if f.name not in SPEED_ONLY
     for v in [getattr(sampling, f.name)]
   }
+  return RunSampling(**fields, pack=pack)
 
 
 def noise_name(noise: Any) -> str:
@@ -188,8 +190,9 @@ def read_records(path: str | os.PathLike) -> dict[int, dict]:
   if not os.path.exists(rec):
     return {}
   out: dict[int, dict] = {}
-  with open(rec, encoding="utf-8") as f:
-    lines = f.read().split("\n")
+  from rsjax.records._format import read_text
+
+  lines = read_text(rec, "certificate record").split("\n")
   if lines and lines[-1] == "":
     lines.pop()
   try:  # one parse of the whole file (fast); a bad line is found line by line below

@@ -145,11 +145,8 @@ def _run(
   """
   if inputs_per_call < 1:
     raise ValueError(f"inputs_per_call must be >= 1, got {inputs_per_call}")
-  progress, resume, run = (
-    options.get("progress", True),
-    options.get("resume", True),
-    options.get("run"),
-  )
+  progress = options.get("progress", True)
+  resume, run = options.get("resume", True), options.get("run")
   indices = np.asarray(indices, dtype=np.int64)
   written, guarantee = 0, None
   with io.ResultsWriter(
@@ -161,19 +158,12 @@ def _run(
       done = io.read_certify(out_path)  # rows already written, in processing order
       x_done, _ = get_batch(np.asarray(done.idx))
       restore(np.asarray(x_done), np.asarray(done.predict), np.asarray(done.radius))
-    if progress and len(todo) < len(indices):
+    skipped = len(indices) - len(todo)
+    if progress and skipped:
       print(
-        f"resuming: {len(indices) - len(todo)} of {len(indices)} rows done ({out_path})",
-        file=sys.stderr,
-        flush=True,
+        f"resuming: {skipped} of {len(indices)} rows done ({out_path})", file=sys.stderr, flush=True
       )
-    bar = tqdm(
-      total=len(indices),
-      initial=len(indices) - len(todo),
-      disable=not progress,
-      desc=kind,
-      unit="input",
-    )
+    bar = tqdm(total=len(indices), initial=skipped, disable=not progress, desc=kind, unit="input")
     for start in range(0, len(todo), inputs_per_call):
       chunk = todo[start : start + inputs_per_call]
       x, labels = get_batch(chunk)

@@ -137,11 +137,8 @@ def srs_p_lower(
   r = _lcb(k, m_a, a2)
   mismatch_upper = 1.0 - r
   n_a_eff = np.asarray(n_a, np.float64) * (1.0 - mismatch_upper)
-  if correction == "paper":
-    p = _lcb(n_a_eff, n, a2)
-  else:
-    p = _lcb(n_a_eff, np.asarray(n, np.float64) * r, a2)
-  return p, r
+  trials = n if correction == "paper" else np.asarray(n, np.float64) * r
+  return _lcb(n_a_eff, trials, a2), r
 
 
 def srs_certificate(
@@ -178,13 +175,8 @@ def srs_certificate(
     ``SRSCertificate``.
   """
   noise = noise_lib.get_noise(noise)
-  alpha = check_alpha(alpha)
-  if correction not in CORRECTIONS:
-    raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-  c0 = np.asarray(counts_selection)
-  c1 = np.asarray(counts)
-  s = np.asarray(srs_labels)
-  t = np.asarray(check_labels)
+  alpha = check_alpha(alpha)  # the correction is checked by srs_p_lower
+  c0, c1, s, t = map(np.asarray, (counts_selection, counts, srs_labels, check_labels))
   if c0.shape != c1.shape or c1.ndim != 2:
     raise ValueError(f"counts_selection and counts must both be [B, C], got {c0.shape}, {c1.shape}")
   b, num_classes = c1.shape
@@ -195,9 +187,8 @@ def srs_certificate(
   if s.size and (s.min() < 0 or t.min() < 0):
     raise ValueError("srs_labels/check_labels contain missing (-1) entries")
   m = s.shape[1]
-  rows = np.arange(b)
   guess = c0.argmax(axis=1)
-  n_a = c1[rows, guess]
+  n_a = c1[np.arange(b), guess]
   if correction == "paper":
     cls = guess
   else:  # the code's class: argmax of the SRS labels of the check subset

@@ -31,12 +31,7 @@ from rsjax.util import check_int, scale_per_input
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
 
-__all__ = [
-  "SRS",
-  "StandardRS",
-  "certify",
-  "MODES",
-]
+__all__ = ["SRS", "StandardRS", "certify", "MODES"]
 
 #: The ways :func:`certify` samples a DEQ (its ``method=``; the certifiers ``SRS`` and
 #: ``StandardRS``, and the registry's ``srs`` and ``deq-standard``).
@@ -195,22 +190,21 @@ class SRS(_DEQRun):
         correction=srs.correction,
         description=desc,
       )
-      cert = dataclasses.replace(
+      guarantee = cert.guarantee
+      if srs.check != "random" and srs.correction == "paper":
+        guarantee += (
+          "; WARNING: check='consecutive' positions are not random, the argument above does "
+          "not apply"
+        )
+      if aniso:
+        guarantee += "; anisotropic sigma: isotropic radius min(sigma) * R"
+      return dataclasses.replace(
         cert,
+        guarantee=guarantee,
+        sound=srs.sound,
         residual=np.asarray(est.residual, np.float64),
         check_residual=np.asarray(est.check_residual, np.float64),
       )
-      if srs.check != "random" and srs.correction == "paper":
-        cert = dataclasses.replace(
-          cert,
-          guarantee=cert.guarantee + "; WARNING: check='consecutive' "
-          "positions are not random, the argument above does not apply",
-        )
-      if aniso:
-        cert = dataclasses.replace(
-          cert, guarantee=cert.guarantee + "; anisotropic sigma: isotropic radius min(sigma) * R"
-        )
-      return dataclasses.replace(cert, sound=srs.sound)
 
     return run_certify(batch.key, counts, rule, settings, tests=2)
 

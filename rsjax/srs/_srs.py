@@ -229,12 +229,7 @@ class _ChainProgram:
 
 def _per_input(program: _ChainProgram, params, key, key_check, x, sig, input_id):
   """Counts, check pairs and residuals of one input on this device's chains."""
-  deq_fn, plan, noise, num_classes = (
-    program.deq_fn,
-    program.plan,
-    program.noise,
-    program.num_classes,
-  )
+  deq_fn, plan, num_classes = program.deq_fn, program.plan, program.num_classes
   dev = jax.lax.axis_index("dev")
   cpd = plan.chains_per_device
   shape = x.shape
@@ -242,7 +237,7 @@ def _per_input(program: _ChainProgram, params, key, key_check, x, sig, input_id)
   chain_ok = chain < plan.chains
 
   def noisy(j):
-    return x[None] + sig[None] * sample_noise(noise, key, input_id, j, shape)
+    return x[None] + sig[None] * sample_noise(program.noise, key, input_id, j, shape)
 
   check_idx = check_indices(key_check, input_id, plan)
 
@@ -361,13 +356,7 @@ def srs_sample(
   """
   config = SRSConfig() if config is None else config
   settings = Sampling() if settings is None else settings
-  chains, noise, devices, m, check = (
-    settings.fixed_batch("DEQ certification"),
-    settings.noise,
-    settings.devices,
-    config.m,
-    config.check,
-  )
+  chains, noise = settings.fixed_batch("DEQ certification"), settings.noise
   if noise.lattice:
     raise ValueError(
       f"noise {noise.name}: SRS chains add sigma * eps in float; the sound 8-bit noise is "
@@ -376,8 +365,8 @@ def srs_sample(
   num_classes = check_int("num_classes", num_classes)
   key = as_key(key)
   x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
-  ndev = num_local_devices(devices)
-  plan = make_srs_plan(num, chains, m, ndev, check)
+  ndev = num_local_devices(settings.devices)
+  plan = make_srs_plan(num, chains, config.m, ndev, config.check)
   if plan.m and plan.check == "random":
     if check_key is None:
       raise ValueError("check_key is required for m > 0 with check='random'")
@@ -389,27 +378,16 @@ def srs_sample(
   key, check_key, params, x_np, sig, ids_arr = replicate(
     mesh, (key, check_key, params, x_np, sig, ids_arr)
   )
-  out = _srs_jit(
-    key,
-    check_key,
-    params,
-    x_np,
-    sig,
-    ids_arr,
-    program=_ChainProgram(deq_fn, plan, noise, num_classes, config.solver, config.warmup,
-                   config.check_solver),
-    mesh=mesh,
-  )  # fmt: skip
+  program = _ChainProgram(
+    deq_fn, plan, noise, num_classes, config.solver, config.warmup, config.check_solver
+  )
+  out = _srs_jit(key, check_key, params, x_np, sig, ids_arr, program=program, mesh=mesh)
   counts, check_idx, s_check, t_check, res_sum, chk_sum = jax.device_get(out)
   # Samples with non-finite logits were counted in no class; every check sample has a label.
   num_bad = plan.num - counts.sum(axis=(0, 2)) + (t_check.max(0) < 0).sum(axis=1)
   check_finite_outputs(num_bad, np.asarray(ids_arr), plan.num)
-  with np.errstate(invalid="ignore", divide="ignore"):
-    chk_mean = (
-      (chk_sum.sum(0) / plan.m).astype(np.float32)
-      if plan.m
-      else np.full(counts.shape[1], np.nan, np.float32)
-    )
+  none = np.full(counts.shape[1], np.nan, np.float32)  # m = 0: no check samples
+  chk_mean = (chk_sum.sum(0) / plan.m).astype(np.float32) if plan.m else none
   return SRSCounts(
     counts=counts.sum(0, dtype=np.int64).astype(np.int32),
     check_idx=check_idx[0],

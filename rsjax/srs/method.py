@@ -88,4 +88,5 @@ SRS_METHOD = Method(
   check=check_srs,
   noises=GAUSSIAN,
   timed_batch=False,
+  batch_detail="chains",
 )

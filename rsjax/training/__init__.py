@@ -18,6 +18,8 @@
   :mod:`rsjax.metrics`.
 """
 
+import inspect
+
 from rsjax.training.analysis import gradient_norm_table as gradient_norm_table
 from rsjax.training.analysis import per_sample_gradient_norms as per_sample_gradient_norms
 from rsjax.training.config import BatchSigma as BatchSigma
@@ -43,29 +45,9 @@ from rsjax.training.strategies import resample as resample
 from rsjax.training.strategies import reweigh_weights as reweigh_weights
 from rsjax.training.trainer import train as train
 
-__all__ = [
-  "BatchSigma",
-  "Consistency",
-  "Discard",
-  "Gaussian",
-  "MACER",
-  "OBJECTIVES",
-  "Objective",
-  "Reweigh",
-  "SmoothAdv",
-  "SphereAttack",
-  "TRAINING_DEFAULTS",
-  "TrainConfig",
-  "TrainJob",
-  "correct_counts",
-  "discard_mask",
-  "gradient_norm_table",
-  "make_objective",
-  "make_optimizer",
-  "per_sample_gradient_norms",
-  "train_gaussian",
-  "resample",
-  "reweigh_weights",
-  "train",
-  "training_defaults",
-]
+#: Every name imported above (the submodules aside).
+__all__ = sorted(
+  name
+  for name, value in globals().items()
+  if not name.startswith("_") and not inspect.ismodule(value)
+)

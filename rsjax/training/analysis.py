@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
+from rsjax.training.attacks import cross_entropy
 from rsjax.training.objectives import replicate
 
 if TYPE_CHECKING:
@@ -31,13 +32,10 @@ __all__ = ["per_sample_gradient_norms", "gradient_norm_table"]
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "m"))
 def _norms(key, params, x, y, sigma, *, apply_fn, m):
-  import optax
-
   def one(xi, yi, ki):
     def loss(p):
       xr, yr, delta = replicate(ki, xi[None], yi[None], sigma, m)
-      logits = apply_fn(p, xr + delta).astype(jnp.float32)
-      return optax.softmax_cross_entropy_with_integer_labels(logits, yr).mean()
+      return cross_entropy(apply_fn(p, xr + delta), yr).mean()
 
     g = jax.grad(loss)(params)
     return jnp.sqrt(
@@ -79,19 +77,11 @@ def per_sample_gradient_norms(
   y = np.asarray(y, np.int32)
   out = []
   for start in range(0, x.shape[0], batch_size):
-    out.append(
-      np.asarray(
-        _norms(
-          jax.random.fold_in(key, start),
-          params,
-          x[start : start + batch_size],
-          y[start : start + batch_size],
-          jnp.float32(sigma),
-          apply_fn=apply_fn,
-          m=num_noise,
-        )
-      )
+    chunk, chunk_key = slice(start, start + batch_size), jax.random.fold_in(key, start)
+    norms = _norms(
+      chunk_key, params, x[chunk], y[chunk], jnp.float32(sigma), apply_fn=apply_fn, m=num_noise
     )
+    out.append(np.asarray(norms))
   return np.concatenate(out).astype(np.float64)
 
 

@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rsjax.stats import check_integral
+
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
 
@@ -84,14 +86,12 @@ class SphereAttack:
   start_epoch: int = 0
 
   def __post_init__(self):
-    if int(self.steps) != self.steps or self.steps < 1:
-      raise ValueError(f"steps must be an integer >= 1, got {self.steps!r}")
+    check_integral("steps", self.steps)
     if not (math.isfinite(self.step_size) and self.step_size > 0):
       raise ValueError(f"step_size must be > 0, got {self.step_size!r}")
     if self.norm not in ("l2", "linf"):
       raise ValueError(f"norm must be 'l2' or 'linf', got {self.norm!r}")
-    if int(self.start_epoch) != self.start_epoch or self.start_epoch < 0:
-      raise ValueError(f"start_epoch must be an integer >= 0, got {self.start_epoch!r}")
+    check_integral("start_epoch", self.start_epoch, 0)
 
   def __call__(self, apply_fn, params, x, y, delta0):
     """Runs Algorithm 1 on every row.

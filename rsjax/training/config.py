@@ -9,6 +9,7 @@ from typing import Any
 
 import optax
 
+from rsjax.stats import check_integral
 from rsjax.training.objectives import Gaussian, Objective
 from rsjax.training.strategies import Discard, Reweigh
 
@@ -94,11 +95,9 @@ class TrainConfig:
 
     if not (math.isfinite(self.sigma) and self.sigma >= 0):
       bad("sigma", "must be a finite number >= 0")
-    if int(self.epochs) != self.epochs or self.epochs < 0:
-      bad("epochs", "must be an integer >= 0")
+    check_integral("epochs", self.epochs, 0)
     for name in ("batch_size", "lr_step", "eval_batch_size"):
-      if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
-        bad(name, "must be an integer >= 1")
+      check_integral(name, getattr(self, name))
     if not (math.isfinite(self.lr) and self.lr > 0):
       bad("lr", "must be > 0")
     if not 0 <= self.momentum < 1:

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtri, xlogy
 
+from rsjax.stats import check_integral
 from rsjax.training.attacks import SphereAttack as SphereAttack
 from rsjax.training.attacks import cross_entropy, row_norm, smoothed_pgd, warmup_epsilon
 
@@ -117,12 +118,9 @@ class Objective:
     return {"name": self.name, **dataclasses.asdict(self)}
 
   def __post_init__(self):
-    if int(self.num_noise) != self.num_noise or self.num_noise < 1:
-      raise ValueError(f"num_noise must be an integer >= 1, got {self.num_noise!r}")
+    check_integral("num_noise", self.num_noise)
     for name in self.epoch_fields:
-      v = getattr(self, name)
-      if int(v) != v or v < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+      check_integral(name, getattr(self, name), 0)
 
   def noisy_logits(
     self,
@@ -251,9 +249,7 @@ class SmoothAdv(Objective):
     if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
       raise ValueError(f"epsilon must be >= 0, got {self.epsilon!r}")
     for name in ("steps", "warmup"):
-      v = getattr(self, name)
-      if int(v) != v or v < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+      check_integral(name, getattr(self, name))
 
   def epsilon_at(self, epoch: ArrayLike) -> jax.Array:
     """The warmed-up radius of a (0-based) epoch."""

@@ -236,9 +236,5 @@ def place_state(state: TrainState, device: jax.sharding.Sharding) -> TrainState:
     device: the run's placement (``TrainSetup.device``): one for both, so a
       resumed run reuses the compiled step.
   """
-  params, rest, opt_state, sigma_state = jax.device_put(
-    (state.params, state.rest, state.opt_state, state.sigma_state), device
-  )
-  return dataclasses.replace(
-    state, params=params, rest=rest, opt_state=opt_state, sigma_state=sigma_state
-  )
+  names = ("params", "rest", "opt_state", "sigma_state")
+  return dataclasses.replace(state, **jax.device_put({n: getattr(state, n) for n in names}, device))

@@ -42,10 +42,8 @@ __all__ = ["Discard", "Reweigh", "correct_counts", "discard_mask", "resample", "
 
 
 def _check_epoch(obj):
-  if int(obj.epoch) != obj.epoch or obj.epoch < 0:
-    raise ValueError(f"epoch must be an integer >= 0, got {obj.epoch!r}")
-  if int(obj.num_noise) != obj.num_noise or obj.num_noise < 1:
-    raise ValueError(f"num_noise must be an integer >= 1, got {obj.num_noise!r}")
+  stats.check_integral("epoch", obj.epoch, 0)
+  stats.check_integral("num_noise", obj.num_noise)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +91,7 @@ class Reweigh:
 
   def __post_init__(self):
     _check_epoch(self)
-    if int(self.every) != self.every or self.every < 1:
-      raise ValueError(f"every must be an integer >= 1, got {self.every!r}")
+    stats.check_integral("every", self.every)
     stats.check_alpha(self.alpha)
     if not 0.5 < self.p_min < 1:
       raise ValueError(f"p_min must lie in (0.5, 1), got {self.p_min!r}")

@@ -270,12 +270,9 @@ def restore_state(
     params=items["model"]["params"],
     rest=items["model"]["rest"],
     opt_state=train_items["opt_state"],
-    weights=(
-      np.asarray(train_items["weights"], np.float32)
-      if config.strategy_epoch is not None
-      else state.weights
-    ),
-    sigma_state=train_items["batch_sigma"] if config.batch_sigma is not None else state.sigma_state,
+    # A checkpoint holds the weights and the sigma state only when the config uses them.
+    weights=np.asarray(train_items.get("weights", state.weights), np.float32),
+    sigma_state=train_items.get("batch_sigma", state.sigma_state),
     epoch=start,
     step=start * setup.steps_per_epoch,
   )

@@ -14,11 +14,9 @@ import numpy as np
 from rsjax import models
 from rsjax.cohen._certify import Batch, certify_with
 from rsjax.engine import precision as precision_lib
-from rsjax.engine.cohen_rule import certificate_from_counts
+from rsjax.engine.cohen_rule import CohenRule
 from rsjax.engine.counts import prepare_inputs
-from rsjax.engine.driver import (
-  Certificate,
-)
+from rsjax.engine.driver import Certificate
 from rsjax.noise.sigma import SigmaSource
 from rsjax.runs import record
 from rsjax.runs.method import Certifier, Context
@@ -151,9 +149,8 @@ class UCAN(Certifier):
     if self.pattern is not None:
       return _details(self.noise, "pattern", sigma=ctx.sigma, **self.pattern)
     # The scales' file, bound by its hash (verify reads it beside the run).
-    details = _details(self.noise, "dataset")
-    details["noise_file"] = noise_file_hash(os.path.join(os.fspath(ctx.workdir), NOISE_FILE))
-    return details
+    noise_file = noise_file_hash(os.path.join(os.fspath(ctx.workdir), NOISE_FILE))
+    return _details(self.noise, "dataset", noise_file=noise_file)
 
   def certify(self, batch: Batch) -> AnisotropicCertificate:
     """Certifies a batch with frozen anisotropic noise ``(mu, sigma)``.
@@ -210,24 +207,14 @@ class UCAN(Certifier):
         "dataset-wise generators frozen after training"
       )
 
+    cohen = CohenRule(settings, np.ones(b), dim, self.multiclass)  # unit noise
+
     def rule(c0, c1):
-      base = certificate_from_counts(
-        c0,
-        c1,
-        n=settings.n,
-        alpha=settings.alpha,
-        scale=np.ones(b),
-        dim=dim,
-        noise=noise,
-        multiclass=self.multiclass,
-      )
+      base = cohen(c0, c1)
       r = base.radius  # unit-noise radius: the normalized R
-      return AnisotropicCertificate(
-        prediction=base.prediction,
+      return AnisotropicCertificate.from_base(
+        base,
         radius=isotropic_radius(r, sig),
-        p_lower=base.p_lower,
-        counts=base.counts,
-        counts_selection=base.counts_selection,
         norm=p,
         guarantee=guarantee,
         sound=not input_dependent,
@@ -333,19 +320,18 @@ def _frozen_noise(ctx: Context, ucan_sigma: str) -> FrozenNoise | None:
   return noise
 
 
-def _details(noise: FrozenNoise, source: str, **pattern: Any) -> dict:
+def _details(noise: FrozenNoise, source: str, **extra: Any) -> dict:
   """What ``rsjax verify`` needs of UCAN's frozen ``(mu, sigma)``: the scales' minimum
   (radius = min(sigma) R) and geometric mean (alm), fingerprints of both arrays, and
-  the pattern's parameters when sigma is a pattern."""
+  ``extra``: the pattern's parameters when sigma is a pattern, the scales file's hash
+  when it is dataset-wise."""
   sig = np.asarray(noise.sigma, np.float32)
   mu = np.zeros_like(sig) if noise.mu is None else np.asarray(noise.mu, np.float32)
-  out = {
+  return {
     "source": source,
     "sigma_min": float(sig.min()),
     "sigma_gmean": float(np.exp(np.mean(np.log(sig.astype(np.float64))))),
     "sigma_fingerprint": record.input_fingerprint(sig),
     "mu_fingerprint": record.input_fingerprint(mu),
+    **extra,
   }
-  if source == "pattern":
-    out.update(pattern)
-  return out

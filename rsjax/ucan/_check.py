@@ -61,19 +61,25 @@ def _dataset_scales_issues(cert: dict, d: dict, s_min: float, s_gmean: float) ->
     "mu_fingerprint"
   ):
     issues.append(Mismatch(-1, f"the (mu, sigma) fingerprints in the details are not {where}'s"))
-  want_min = float(sig.min())
-  want_gmean = float(np.exp(np.mean(np.log(sig.astype(np.float64)))))
-  if not (
-    math.isclose(s_min, want_min, rel_tol=1e-6) and math.isclose(s_gmean, want_gmean, rel_tol=1e-6)
+  return issues + _scales_issues(s_min, s_gmean, sig, NOISE_FILE)
+
+
+def _scales_issues(s_min: float, s_gmean: float, scales: np.ndarray, what: str) -> list[Mismatch]:
+  """A mismatch where the recorded minimum or geometric mean of the scales is not that of
+  ``scales`` (``what``: where they come from), else none."""
+  want_min = float(scales.min())
+  want_gmean = float(np.exp(np.mean(np.log(scales.astype(np.float64)))))
+  if math.isclose(s_min, want_min, rel_tol=1e-6) and math.isclose(
+    s_gmean, want_gmean, rel_tol=1e-6
   ):
-    issues.append(
-      Mismatch(
-        -1,
-        f"recorded sigma min {s_min!r} / geometric mean {s_gmean!r} are not those of "
-        f"{NOISE_FILE} ({want_min!r}, {want_gmean!r})",
-      )
+    return []
+  return [
+    Mismatch(
+      -1,
+      f"recorded sigma min {s_min!r} / geometric mean {s_gmean!r} are not those of "
+      f"{what} ({want_min!r}, {want_gmean!r})",
     )
-  return issues
+  ]
 
 
 #: The sources of the scales each ``--ucan-sigma`` gives (``details.source``).
@@ -94,10 +100,9 @@ def check_ucan(
   issues: list[Mismatch] = []
   s_min, s_gmean = float(d["sigma_min"]), float(d["sigma_gmean"])
   if not (s_min > 0 and s_gmean >= s_min):
-    issues.append(
+    return [
       Mismatch(-1, f"recorded sigma min {s_min!r}, geometric mean {s_gmean!r} are not scales")
-    )
-    return issues
+    ]
   source, asked = d.get("source"), (cert.get("settings") or {}).get("ucan_sigma", "auto")
   if source not in _SOURCES.get(asked, ()):  # scales no source the options allow gives
     return [Mismatch(-1, f"details.source {source!r} is not what --ucan-sigma {asked} gives")]
@@ -116,35 +121,21 @@ def check_ucan(
         "ucan run without its pattern settings (sigma, pattern, kappa, iota)"
       ) from None
     if claimed != declared:
-      issues.append(
+      return [
         Mismatch(
           -1,
           f"the pattern (sigma, p, kappa, iota) {claimed} in the details "
           f"is not the run's {declared}",
         )
-      )
-      return issues
+      ]
     scales = _ucan_pattern(
       cert["input_shape"], float(d["sigma"]), d["pattern"], float(d["kappa"]), float(d["iota"])
     )
-    want_min = float(scales.min())
-    want_gmean = float(np.exp(np.mean(np.log(scales.astype(np.float64)))))
-    if not (
-      math.isclose(s_min, want_min, rel_tol=1e-6)
-      and math.isclose(s_gmean, want_gmean, rel_tol=1e-6)
-    ):
-      issues.append(
-        Mismatch(
-          -1,
-          f"recorded sigma min {s_min!r} / geometric mean {s_gmean!r} "
-          f"are not those of the pattern ({want_min!r}, {want_gmean!r})",
-        )
-      )
-      return issues
+    issues.extend(_scales_issues(s_min, s_gmean, scales, "the pattern"))
   else:
     issues.extend(_dataset_scales_issues(cert, d, s_min, s_gmean))
-    if issues:
-      return issues
+  if issues:
+    return issues
   rows = read_rows(cert, res, recs, issues)
   predict, r_norm, p = cohen_certificate(cert, rows, 1.0)
   for column, scale in (("normalized_radius", 1.0), ("alm", s_gmean)):

@@ -203,6 +203,4 @@ def universal_loss(
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
 
-  m = eps.shape[0]
-  total_ce = jnp.sum(jax.vmap(ce)(eps))
-  return total_ce - weight * m * jnp.min(jnp.abs(sigma))
+  return jnp.sum(jax.vmap(ce)(eps)) - weight * eps.shape[0] * jnp.min(jnp.abs(sigma))

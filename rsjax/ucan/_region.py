@@ -36,12 +36,6 @@ def normalized_radius(
   return np.where(p > 0.5, np.asarray(noise.radius(safe, 1.0, dim), np.float64), 0.0)
 
 
-def _check_norm(norm: str) -> float:
-  if norm not in NORM_ORDERS:
-    raise ValueError(f"norm must be one of {sorted(NORM_ORDERS)}, got {norm!r}")
-  return NORM_ORDERS[norm]
-
-
 def in_certified_region(
   delta: ArrayLike, sigma: ArrayLike, radius: ArrayLike, norm: str = "l2"
 ) -> np.ndarray:
@@ -56,13 +50,14 @@ def in_certified_region(
   Returns:
     ``[B]`` bool.
   """
-  order = _check_norm(norm)
+  if norm not in NORM_ORDERS:
+    raise ValueError(f"norm must be one of {sorted(NORM_ORDERS)}, got {norm!r}")
   delta = np.asarray(delta, np.float64)
   if delta.ndim < 2:
     raise ValueError(f"delta must have shape [B, *input_shape], got {delta.shape}")
   sig = np.broadcast_to(np.asarray(sigma, np.float64), delta.shape)
   u = (delta / sig).reshape(delta.shape[0], -1)
-  return np.linalg.norm(u, ord=order, axis=1) <= np.asarray(radius, np.float64)
+  return np.linalg.norm(u, ord=NORM_ORDERS[norm], axis=1) <= np.asarray(radius, np.float64)
 
 
 def _reduce_sigma(r, sigma, fn) -> np.ndarray:

@@ -40,6 +40,11 @@ METHOD = Method(
   noises=tuple(n for n in NOISES if n != "gaussian_8bit"),
   multiclass=True,
   columns=("normalized_radius", "alm", "sound"),
+  radius_columns={
+    "normalized_radius": "R of the unit noise: a radius in the noise's whitened space, "
+    "not in the input's norm",
+    "alm": "ALM, the volume-equivalent radius: not a ball guarantee",
+  },
   training=Training(
     "rsjax.ucan.training:train_job",
     f"anisotropic noise of --generator (--sigma is the base lambda; --lr 0.001 as UCAN), "

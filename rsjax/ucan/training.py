@@ -64,8 +64,6 @@ import optax
 from flax import nnx
 
 from rsjax import models, ucan
-from rsjax.models import to_train_fn
-from rsjax.models.checkpoint import Checkpoints
 from rsjax.records.io import write_json
 from rsjax.training.config import TrainConfig
 from rsjax.training.job import TrainJob
@@ -394,15 +392,11 @@ def train_ucan(
       "ucan": ucan_cfg,
       "sound": generator in SOUND_GENERATORS,
     }
-    models.write_config(workdir, cfg)
     write_json(os.path.join(workdir, HISTORY_FILE), history)
-    _, params, rest = to_train_fn(model)
-    with Checkpoints(os.path.join(workdir, models.CHECKPOINT_DIR), max_to_keep=1) as ckpt:
-      ckpt.save(
-        int(config.epochs),
-        items={"model": {"params": params, "rest": rest}},
-        meta={"epoch": int(config.epochs), "history": history},
-      )
+    meta = {"epoch": int(config.epochs), "history": history}
+    models.write_checkpointed(
+      workdir, models.CONFIG_FILE, model, cfg, step=meta["epoch"], meta=meta
+    )
   return model, noise, history
 
 

@@ -28,7 +28,13 @@ from rsjax.claims import Mismatch, dense
 if TYPE_CHECKING:
   from rsjax.records.io import CertifyResults
 
-__all__ = ["STANDARD", "check_generic", "unverified_columns", "verified_columns"]
+__all__ = [
+  "STANDARD",
+  "check_generic",
+  "non_numeric",
+  "unverified_columns",
+  "verified_columns",
+]
 
 #: The standard columns verify checks for every method.
 STANDARD = ("idx", "label", "predict", "radius", "correct")
@@ -49,10 +55,24 @@ def unverified_columns(res: CertifyResults, method_columns: Iterable[str]) -> tu
   return ("time", *(c for c in res.extra if c not in ok))
 
 
-def _row_samples(rec: dict, n_max: int) -> object:
-  """The estimation samples a row's record states (N when it states none)."""
-  n = rec.get("n")
-  return n_max if n is None else n
+def non_numeric(res: CertifyResults, names: Iterable[str]) -> str | None:
+  """Where the first of the columns ``names`` holds a value that is not a number (the file's
+  line, the column, the value, in words), or None when each is numeric."""
+  for name in names:
+    col = res.extra.get(name)
+    if col is None or col.dtype != object:
+      continue
+    for j, v in enumerate(col):
+      try:
+        float(v)
+      except (TypeError, ValueError):
+        return f"line {j + 2}: {name} must be a number, got {str(v)[:40]!r}"
+  return None
+
+
+def _shown(v: object) -> object:
+  """A value as a message shows it (a NumPy float as a Python one)."""
+  return float(v) if isinstance(v, np.floating) else v
 
 
 def check_generic(
@@ -70,24 +90,20 @@ def check_generic(
     One :class:`Mismatch` per row whose column differs from its record.
   """
   issues: list[Mismatch] = []
+  rows = [(j, idx, recs.get(idx)) for j, idx in enumerate(res.idx.tolist())]
+  rows = [(j, idx, r) for j, idx, r in rows if r is not None]  # else: a row without a record
   if SAMPLES in res.extra:
     col = res.extra[SAMPLES]
-    for j, idx in enumerate(res.idx.tolist()):
-      r = recs.get(idx)
-      if r is None:
-        continue  # reported as a row without a record
-      want = _row_samples(r, n_max)
+    for j, idx, r in rows:
+      want = n_max if r.get("n") is None else r["n"]  # N where the record states none
       got = col[j]
       if not (isinstance(got, (float, np.floating)) and float(got) == want):
         issues.append(
-          Mismatch(idx, f"samples {got!r} in the file, the record's counts are of {want!r}")
+          Mismatch(idx, f"samples {_shown(got)!r} in the file, the record's counts are of {want!r}")
         )
   if COUNTS in res.extra:
     col = res.extra[COUNTS]
-    for j, idx in enumerate(res.idx.tolist()):
-      r = recs.get(idx)
-      if r is None:
-        continue
+    for j, idx, r in rows:
       text = col[j]
       if isinstance(text, (float, np.floating)):  # one class: parsed as a number
         text = str(int(text)) if float(text).is_integer() and text >= 0 else repr(text)

@@ -50,7 +50,10 @@ class VerifyReport:
 
   def summary(self) -> str:
     if self.mismatches:
-      bad = len({m.idx for m in self.mismatches})
+      bad = len({m.idx for m in self.mismatches if m.idx >= 0})
+      if not bad:  # about the run as a whole (rows missing from the file), no row to count
+        held = f" ({self.rows} of {self.declared} declared rows in it)" if self.declared else ""
+        return f"NOT verified: {self.path}{held}: {self.mismatches[0]}"
       return (
         f"NOT verified: {bad} of {self.rows} rows of {self.path} do not match their "
         f"recorded counts (first: {self.mismatches[0]})"
@@ -67,7 +70,6 @@ class VerifyReport:
     if self.unchecked:
       text += "; not checked: " + "; ".join(self.unchecked)
     if self.unverified:
-      text += "; columns not verified (analyze reads them only with --unverified): " + ", ".join(
-        self.unverified
-      )
+      columns = ", ".join(self.unverified)
+      text += f"; columns not verified (analyze reads them only with --unverified): {columns}"
     return text

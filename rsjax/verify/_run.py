@@ -3,7 +3,7 @@ and inputs against the dataset, and the view of the run the method checkers read
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,8 +48,8 @@ def certificate_view(run: RunSpec) -> dict:
     "unchecked": [],
     "method": run.method,
     "settings": dict(run.options),
-    "sampling": dict(s),
-    "noise": {"family": run.noise_family, "name": s["noise"], "norm": run.norm},
+    "sampling": s.to_json(),
+    "noise": {"family": run.noise_family, "name": s.noise, "norm": run.norm},
     "sigma": run.sigma,
     "multiclass": run.multiclass,
     "input_shape": list(run.data.input_shape),
@@ -63,12 +63,12 @@ def certificate_view(run: RunSpec) -> dict:
     out["budget"] = {**dict(budget), "grid": list(run.options.get("grid") or ())}
   elif budget is not None:
     b = dict(budget)
-    looks = budget_looks(int(s["n"]), int(b["first"]), float(b["ratio"]))
+    looks = budget_looks(s.n, int(b["first"]), float(b["ratio"]))
     out["budget"] = {
       **b,
       "grid": list(run.options.get("grid") or ()),
       "looks": looks,
-      "alphas": budget_alphas(float(s["alpha"]), len(looks), float(b["final_share"])),
+      "alphas": budget_alphas(s.alpha, len(looks), float(b["final_share"])),
     }
   return out
 
@@ -121,6 +121,14 @@ def load_dataset(run: RunSpec, data_dir: str | None) -> tuple[Dataset | None, st
         f"{run.data.file_sha256[:16]}): verify loads registry datasets only; the audit "
         "loads the file and checks its SHA-256"
       )
+    if run.data.images_sha256 is not None and data_dir is None and run.data.name in data.DATASETS:
+      return None, (
+        f"the run read {run.data.name} {run.data.split} from a folder (its images' SHA-256 "
+        f"{run.data.images_sha256[:16]}): give that folder with --data-dir"
+      )
+    if run.data.images_sha256 is not None and run.data.name not in data.DATASETS:
+      folder = data_dir or run.data.name  # an image folder named by its path
+      return data.load(folder, run.data.split), None
     if run.data.name not in data.DATASETS:
       return None, f"dataset {run.data.name!r} is not one rsjax can load"
     return data.load(run.data.name, run.data.split, data_dir=data_dir), None
@@ -164,6 +172,8 @@ def check_against_dataset(
   issues = check_dataset_shape(run, ds)
   if issues:
     return issues
+  issues.extend(check_images(run, ds))
+  named = _namer(ds)
   idx = np.asarray(res.idx, np.int64)
   inside = (idx >= 0) & (idx < len(ds))
   rows = np.flatnonzero(inside)
@@ -175,13 +185,18 @@ def check_against_dataset(
       i = int(idx[j])
       if int(res.label[j]) != int(yi):
         issues.append(
-          Mismatch(i, f"label {int(res.label[j])} in the file, {int(yi)} in {d.name} {d.split}")
+          Mismatch(
+            i, f"label {int(res.label[j])} in the file, {int(yi)} in {d.name} {d.split}{named(i)}"
+          )
         )
         continue
       r = recs.get(i)
       if r is not None and r.get("input") != record_lib.input_fingerprint(xi):
         issues.append(
-          Mismatch(i, f"the recorded input fingerprint is not that of {d.name} {d.split} input {i}")
+          Mismatch(
+            i,
+            f"the recorded input fingerprint is not that of {d.name} {d.split} input {i}{named(i)}",
+          )
         )
   return issues
 
@@ -190,26 +205,31 @@ def alpha_words(run: RunSpec) -> str:
   """The level each row of ``run`` holds at, in words: the sampling's alpha, or for a run
   certified from a parent run the level its rows state (``details["alpha"]``: alpha_1 +
   alpha_2, which the recertify check derives again; on any other run it is not read)."""
-  alpha = run.sampling["alpha"]
+  alpha = run.sampling.alpha
   stated = run.details.get("alpha") if isinstance(run.details, dict) else None
   if run.options.get("parent") and isinstance(stated, float) and stated != alpha:
     return f"{stated!r} (its own {alpha!r} and its parent's)"
   return repr(alpha)
 
 
-def claim_line(run: RunSpec) -> str:
+def claim_line(run: RunSpec, words: Callable[[Any, Any], str] | None = None) -> str:
   """The claim verify checked, in one line: method, noise, sigma, N, alpha, the radius and
-  the declared rows."""
+  the declared rows (``words(options, sampling)``, the method's ``claim_words``, in place of
+  the noise, sigma, N, alpha and radius where it has them)."""
   s = run.sampling
+  if words is not None:
+    return (
+      f"method {run.method}, {words(run.options, s)}, {len(run.indices())} rows ({_range(run)})"
+    )
   budget = (run.details or {}).get("budget")
   rule = "" if not budget else f", budgeted ({budget.get('rule', 'looks')} rule)"
   radius = "multiclass radius" if run.multiclass else "binary radius"
-  extra = [f"precision {s['precision']}"] if s.get("precision") not in (None, "float32") else []
-  if s.get("pack", 1) != 1:
-    extra.append(f"pack {s['pack']}")
+  extra = [f"precision {s.precision}"] if s.precision != "float32" else []
+  if s.pack != 1:
+    extra.append(f"pack {s.pack}")
   return (
-    f"method {run.method}, {run.noise_label} noise, sigma {run.sigma:g}, N0 {s['n0']}, "
-    f"N {s['n']}{rule}, alpha {alpha_words(run)}, {radius}"
+    f"method {run.method}, {run.noise_label} noise, sigma {run.sigma:g}, N0 {s.n0}, "
+    f"N {s.n}{rule}, alpha {alpha_words(run)}, {radius}"
     + "".join(f", {e}" for e in extra)
     + f", {len(run.indices())} rows ({_range(run)})"
   )
@@ -235,7 +255,7 @@ def check_claim_digest(run: RunSpec) -> list[Mismatch]:
 def check_noise_table(run: RunSpec) -> list[Mismatch]:
   """The threshold table of sound 8-bit noise (``gaussian_8bit``), computed again from sigma,
   against the hash the run recorded (``details.noise_table``)."""
-  if run.sampling.get("noise") != "gaussian_8bit":
+  if run.sampling.noise != "gaussian_8bit":
     return []
   want = lattice.table_hash(run.sigma)
   got = (run.details or {}).get("noise_table")
@@ -281,3 +301,56 @@ def option_refusal(method: Method, options: Mapping[str, Any]) -> str | None:
     if not same:
       return f"method.options.{name} {value!r} is not a value of --{name.replace('_', '-')}"
   return None
+
+
+def _namer(ds: Dataset) -> Callable[[int], str]:
+  """``named(i)``: `` (its file)`` of input ``i`` of a folder dataset, else ``""``."""
+  name_of = getattr(ds, "image_name", None)
+  if name_of is None:
+    return lambda i: ""
+  return lambda i: f" ({name_of(i)})"
+
+
+def images_words(run: RunSpec, ds: Dataset) -> str | None:
+  """Which images a run read from a folder, in words (None for a dataset of another
+  storage): the folder, how many, the first and last, their SHA-256."""
+  d = run.data
+  if d.images_sha256 is None:
+    return None
+  declared = run.indices()
+  names, name_of = "", getattr(ds, "image_name", None)
+  if name_of is not None and len(declared) and declared[-1] < len(ds):
+    names = f": {name_of(declared[0])} to {name_of(declared[-1])}"
+  return (
+    f"{d.name} {d.split} read from the folder {getattr(ds, 'root', '?')}, "
+    f"{len(declared)} images{names} (SHA-256 {d.images_sha256[:16]})"
+  )
+
+
+def check_images(run: RunSpec, ds: Dataset) -> list[Mismatch]:
+  """Whether ``ds`` holds the images a run read from a folder: a folder, and the same
+  names, labels and bytes of the declared images (``rsjax.data.images_sha256``)."""
+  from rsjax import data
+
+  d = run.data
+  if d.images_sha256 is None:
+    return []
+  have = data.images_sha256(ds, run.indices())
+  if have is None:
+    return [
+      Mismatch(
+        -1,
+        f"the run read {d.name} {d.split} from a folder, the dataset given here is not one "
+        "(TFDS): give that folder (--data-dir)",
+      )
+    ]
+  if have == d.images_sha256:
+    return []
+  return [
+    Mismatch(
+      -1,
+      f"the folder {getattr(ds, 'root', '?')} is not the one the run read: the names, labels "
+      f"and bytes of its {len(run.indices())} declared images have SHA-256 {have[:16]}, "
+      f"the run's {d.images_sha256[:16]}",
+    )
+  ]

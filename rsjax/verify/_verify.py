@@ -24,8 +24,9 @@ runs with their alpha spending), ``idrs`` (Thm 3.2 checked at the radius),
 ``ucan`` (frozen (mu, sigma)), ``srs`` (the two-stage bound), ``ddrs``
 (Cohen's radius at each row's recorded sigma, then the memory step replayed in
 the file's order from the inputs), ``recertify`` (a child's rows from its parent's
-counts and its disagreement counts) and ``dual`` (the estimator's and the chosen
-expert's counts).
+counts and its disagreement counts), ``dual`` (the estimator's and the chosen
+expert's counts), ``patch`` (the exact votes of every band or block, the patch rule with its
+tie to the smaller class) and ``ablation`` (Cohen's counts, the L0 radius).
 
 Tolerances: predictions and counts are compared exactly; bounds and radii to a
 relative ``rtol`` (default 1e-9) plus ``atol`` 1e-12 (both sides are float64
@@ -46,7 +47,7 @@ from rsjax.claims import Claim, Mismatch, VerifyError, refusal
 from rsjax.records import io
 from rsjax.runs import record as record_lib
 from rsjax.runs.method import Method
-from rsjax.verify._columns import check_generic, unverified_columns
+from rsjax.verify._columns import check_generic, non_numeric, unverified_columns
 from rsjax.verify._report import VerifyReport
 from rsjax.verify._run import (
   NOT_BOUND,
@@ -57,6 +58,7 @@ from rsjax.verify._run import (
   check_noise_table,
   check_rows_declared,
   claim_line,
+  images_words,
   load_dataset,
   option_refusal,
   split_issue,
@@ -104,6 +106,7 @@ def verify(
   data_dir: str | None = None,
   dataset: Dataset | None = None,
   accept_unbound: bool = False,
+  parent: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
   """Recomputes every prediction and radius of a certify result file from its record.
 
@@ -123,6 +126,8 @@ def verify(
       claim. Off by default: any ``rsjax-run/3`` run can be rewritten as one with the
       same key (its claim digest moved into ``key.fold_in``), after which alpha, the
       multiclass radius and the declared range could be chosen after the draw.
+    parent: a recertified run's parent result file, where a reader moved it (default: the
+      one its record names, resolved against the result file's folder).
 
   Returns:
     A :class:`VerifyReport`; ``report.ok`` when the run is complete and every
@@ -136,7 +141,10 @@ def verify(
   p = os.fspath(path)
   run = read_run(p)
   method = _method_of(p, run)
+  located = _located(p, run, method, parent)
   res = io.read_certify(p)
+  if (why := non_numeric(res, method.columns)) is not None:
+    raise VerifyError(f"{p!r} {why}")
   recs = record_lib.read_records(p)
   issues, missing = check_rows_declared(run, res)
   issues.extend(check_noise_table(run))
@@ -158,16 +166,14 @@ def verify(
       inputs = lambda idx: np.asarray(ds.get_batch(np.asarray(idx, np.int64))[0])  # noqa: E731
   assert method.check is not None  # verifiable() holds only methods with a check
   try:  # a record's details the method cannot read are a refusal, not a traceback
-    view = certificate_view(run)
+    view = certificate_view(located)
     issues.extend(method.check(view, res, recs, rtol=rtol, atol=atol, inputs=inputs))
   except (KeyError, TypeError, AttributeError, IndexError) as e:
     raise VerifyError(
       f"{p}: the run's method.details are not what {run.method} records ({type(e).__name__}: {e})"
     ) from None
-  issues.extend(_parent_issues(method, run, data_dir))
-  issues.extend(
-    check_generic(res, recs, n_max=int(run.sampling["n"]), num_classes=run.data.num_classes)
-  )
+  issues.extend(_parent_issues(method, located, data_dir))
+  issues.extend(check_generic(res, recs, n_max=run.sampling.n, num_classes=run.data.num_classes))
   unchecked.extend(view["unchecked"])
   issues.extend(_correct_column_issues(res))
   issues.extend(_extra_record_issues(res, recs))
@@ -179,8 +185,8 @@ def verify(
     declared=len(run.indices()),
     missing=missing,
     unchecked=tuple(unchecked),
-    data=None if ds is None else _data_words(run),
-    claim=claim_line(run),
+    data=None if ds is None else (images_words(run, ds) or _data_words(run)),
+    claim=claim_line(run, method.claim_words),
     unverified=unverified_columns(res, method.columns),
   )
 
@@ -219,6 +225,27 @@ def _method_of(p: str, run: RunSpec) -> Method:
   if refused is not None:  # the line certify refuses the same claim with
     raise VerifyError(f"{p!r}: {refused}")
   return method
+
+
+def _located(
+  p: str, run: RunSpec, method: Method, parent: str | os.PathLike[str] | None
+) -> RunSpec:
+  """The run with the files its options name resolved against the result file's folder
+  (``rsjax.records.paths``), the parent where ``parent`` says; refuses a parent run that is
+  not there (it cannot be verified from here: exit 2, not a failure)."""
+  import dataclasses
+
+  from rsjax.records.paths import locator
+
+  moved = {"parent": None if parent is None else os.fspath(parent)}
+  options = method.located(run.options, locator(p, moved))
+  named = options.get("parent")
+  if named and not os.path.exists(str(named)):
+    raise VerifyError(
+      f"{p!r}: its parent run {run.options.get('parent')!r} is not at {str(named)!r}: "
+      "give it with --parent FILE"
+    )
+  return dataclasses.replace(run, options=options)
 
 
 def _parent_issues(method: Method, run: RunSpec, data_dir: str | None) -> list[Mismatch]:
@@ -269,7 +296,9 @@ def _extra_record_issues(res: io.CertifyResults, recs: dict[int, dict]) -> list[
   if extra:
     return [
       Mismatch(
-        -1, f"the record holds {len(extra)} rows that are not in the file (first idx {extra[0]})"
+        -1,
+        f"the record holds {len(extra)} rows that are not in the file (first idx "
+        f"{extra[0]}): a truncated or edited file?",
       )
     ]
   return []

@@ -15,7 +15,9 @@ how far from the device's limit.
 * :mod:`rsjax.app.bench.sweep`: samples per second against the batch size, the run's batch beside
   the best one, and its plot;
 * :mod:`rsjax.app.bench.run`: one benchmark, every figure in one dict;
-* :mod:`rsjax.app.bench.report`: that dict as text and as JSON.
+* :mod:`rsjax.app.bench.report`: that dict as text and as JSON;
+* :mod:`rsjax.app.bench.ablation`: ``--method patch`` / ``ablation``, the ablation workloads
+  (positions or ablated samples per second) through ``rsjax.certify`` with their certifiers.
 """
 
 from rsjax.app.bench.costs import activation_elements as activation_elements

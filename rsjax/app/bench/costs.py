@@ -50,11 +50,11 @@ def _conv_flops(eqn: Any) -> int:
 
 _COUNTERS = {"dot_general": _dot_flops, "conv_general_dilated": _conv_flops}
 
-# LeNet's one-channel first convolution is written as multiply-adds of shifted images (faster on
-# a CPU: ``rsjax.models.LeNet``) inside this named scope: each ``mul`` there is one tap of the
+# LeNet's first convolution (up to 4 input channels) is written as multiply-adds of shifted
+# images (faster on a CPU: ``rsjax.models.few_channel_conv``) inside this named scope: each ``mul`` there is one tap of the
 # convolution (2 FLOPs per output element with its add), its ``stack`` (a
 # ``concatenate`` in older JAX) the output.
-_ELEMENTWISE_CONV = "single_channel_conv"
+_ELEMENTWISE_CONV = "few_channel_conv"
 
 
 def _elementwise_conv(eqn: Any) -> tuple[int, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import time
 import warnings
 from typing import Any
 
@@ -135,7 +134,7 @@ def choose_measure_n(
 def _certify(target: Target, x: np.ndarray, i: int, plan: Plan, precision: str, batch: int) -> Any:
   import rsjax
 
-  cert = rsjax.certify(
+  return rsjax.certify(
     jax.random.key(plan.seed),
     target.apply_fn,
     target.params,
@@ -148,8 +147,7 @@ def _certify(target: Target, x: np.ndarray, i: int, plan: Plan, precision: str, 
     alpha=ALPHA,
     batch_size=batch,
     precision=precision,
-  )
-  return cert.prediction
+  ).prediction
 
 
 def resolve_batch(target: Target, plan: Plan, precision: str) -> int:
@@ -161,13 +159,12 @@ def resolve_batch(target: Target, plan: Plan, precision: str) -> int:
   from rsjax.engine import batch_timing
   from rsjax.engine import precision as precision_lib
 
-  on_cpu = jax.devices()[0].platform == "cpu"
   return batch_timing.choose_batch_size(
     target.apply_fn,
     target.params,
     target.input_shape,
     num=plan.target_n,
-    batch_size="timed" if on_cpu else "auto",
+    batch_size="timed" if jax.devices()[0].platform == "cpu" else "auto",
     compute_dtype=precision_lib.compute_dtype(precision),
   ).batch
 
@@ -187,9 +184,7 @@ def time_certify(
     batch = resolve_batch(target, plan, precision)
     machine.reset_peak_memory()
     with compile_clock() as clock:
-      t = time.perf_counter()
-      _certify(target, xs, 0, plan, precision, batch)
-      first = time.perf_counter() - t
+      first = rounds.seconds(lambda: _certify(target, xs, 0, plan, precision, batch))
     run_s = max(first - clock[0], 1e-6)
     images = plan.images or int(min(MAX_AUTO_IMAGES, max(1, TIMED_BUDGET_S // run_s)))
     images = min(images, len(xs) - 1)
@@ -217,18 +212,16 @@ def figures(run: Throughput, flops: float, elements: int, peaks: Peaks | None) -
   """MFU and the bound of ``run`` against ``peaks`` (None where the device has no peaks or
   no unit for the precision): ``mfu``, ``bound`` (compute and memory seconds per image at the
   target N, which one binds), ``bound_fraction`` (bound / measured time)."""
-  out: dict[str, Any] = {"peak_flops": None, "mfu": None, "bound": None, "bound_fraction": None}
   peak = None if peaks is None else peaks.flops(run.precision)
   if peaks is None or not peak:
-    return out
+    return {"peak_flops": None, "mfu": None, "bound": None, "bound_fraction": None}
   key = peak_key(run.precision)
   bound = bound_seconds(
     flops, elements, key, {key: peak, "hbm": peaks.bandwidth}, run.target_samples
   )
-  out.update(
-    peak_flops=peak,
-    mfu=flops * run.samples_per_s / peak,
-    bound=bound,
-    bound_fraction=bound["bound_s"] / run.seconds_per_image,
-  )
-  return out
+  return {
+    "peak_flops": peak,
+    "mfu": flops * run.samples_per_s / peak,
+    "bound": bound,
+    "bound_fraction": bound["bound_s"] / run.seconds_per_image,
+  }

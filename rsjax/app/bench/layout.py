@@ -14,6 +14,7 @@ numbers up to float rounding; what ``rsjax bench`` times against the model as wr
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -51,10 +52,8 @@ def _convs(jaxpr: Any) -> list[Any]:
 
 def _layout_name(spec: Sequence[int]) -> str:
   """``lhs_spec`` (batch, feature, spatial...) as a name: ``(0, 1, 2, 3)`` -> ``"NCHW"``."""
-  letters = ["?"] * len(spec)
-  for axis, letter in zip(spec, "NC" + "HWD"[: len(spec) - 2], strict=True):
-    letters[axis] = letter
-  return "".join(letters)
+  letters = "NC" + "HWD"[: len(spec) - 2]  # of the axes in spec's order
+  return "".join(letters[k] for k in _inverse(spec))
 
 
 def conv_layouts(apply_fn: Callable[..., Any], params: Any, input_shape: Sequence[int]) -> dict:
@@ -62,18 +61,12 @@ def conv_layouts(apply_fn: Callable[..., Any], params: Any, input_shape: Sequenc
   ``x`` of ``[1, *input_shape]`` by the layout of their input (empty without convolutions)."""
   x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
   closed = jax.make_jaxpr(apply_fn)(params, x)
-  out: dict[str, int] = {}
-  for eqn in _convs(closed.jaxpr):
-    name = _layout_name(eqn.params["dimension_numbers"].lhs_spec)
-    out[name] = out.get(name, 0) + 1
-  return out
+  names = (_layout_name(eqn.params["dimension_numbers"].lhs_spec) for eqn in _convs(closed.jaxpr))
+  return dict(collections.Counter(names))
 
 
 def _inverse(perm: Sequence[int]) -> tuple[int, ...]:
-  inv = [0] * len(perm)
-  for k, a in enumerate(perm):
-    inv[a] = k
-  return tuple(inv)
+  return tuple(sorted(range(len(perm)), key=perm.__getitem__))
 
 
 def _natural(value: Any, perm: Perm) -> Any:
@@ -140,8 +133,7 @@ def _broadcast(eqn: Any, ins: list[tuple[Any, Perm]], target: Perm) -> tuple[Any
 def _windowed(eqn: Any, ins: list[tuple[Any, Perm]]) -> tuple[Any, Perm]:
   """Pooling: its per-axis parameters permuted as the operand is."""
   (v, p) = ins[0]
-  if p is None:
-    return eqn.primitive.bind(v, **eqn.params), None
+  assert p is not None  # _apply calls it with its operand permuted
   params = dict(eqn.params)
   for name in (*_WINDOW_PARAMS, "window_dilation"):
     params[name] = tuple(eqn.params[name][a] for a in p)
@@ -151,8 +143,7 @@ def _windowed(eqn: Any, ins: list[tuple[Any, Perm]]) -> tuple[Any, Perm]:
 def _reduction(eqn: Any, ins: list[tuple[Any, Perm]]) -> tuple[Any, Perm]:
   """A reduction over the stored axes of the reduced ones; the kept axes keep their order."""
   (v, p) = ins[0]
-  if p is None:
-    return eqn.primitive.bind(v, **eqn.params), None
+  assert p is not None  # _apply calls it with its operand permuted
   axes = set(eqn.params["axes"])
   stored_axes = tuple(sorted(_inverse(p)[a] for a in axes))
   kept = [a for a in p if a not in axes]
@@ -195,8 +186,6 @@ def _apply(eqn: Any, ins: list[tuple[Any, Perm]], target: Perm) -> list[tuple[An
     rule = _RULES.get(name)
     if rule is not None:
       return [rule(eqn, ins)]
-    if name in _ELEMENTWISE:
-      return [_elementwise(eqn, ins)]
     if name == "broadcast_in_dim":
       return [_broadcast(eqn, ins, target)]
   if name == "conv_general_dilated":
@@ -210,6 +199,7 @@ def _apply(eqn: Any, ins: list[tuple[Any, Perm]], target: Perm) -> list[tuple[An
 _RULES: dict[str, Callable[[Any, list[tuple[Any, Perm]]], tuple[Any, Perm]]] = {
   "conv_general_dilated": _conv,
   "transpose": _transpose,
+  **{n: _elementwise for n in _ELEMENTWISE},
   **{n: _windowed for n in _WINDOWED},
   **{n: _reduction for n in _REDUCTIONS},
 }

@@ -26,16 +26,22 @@ __all__ = [
 PACKAGES = ("rsjax", "jax", "jaxlib", "flax", "optax", "numpy", "torch")
 
 
-def cpu_model() -> str:
-  """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+def _proc_field(path: str, name: str) -> str | None:
+  """The value of the first line ``name: value`` of a ``/proc`` file, else None."""
   try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
       for line in f:
-        if line.startswith("model name"):
+        if line.startswith(name):
           return line.split(":", 1)[1].strip()
   except OSError:
     pass
-  return platform.processor() or "unknown"
+  return None
+
+
+def cpu_model() -> str:
+  """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+  name = _proc_field("/proc/cpuinfo", "model name")
+  return (platform.processor() or "unknown") if name is None else name
 
 
 def _version(package: str) -> str | None:
@@ -91,21 +97,13 @@ def _device_peak_bytes() -> int | None:
     stats = jax.local_devices()[0].memory_stats()
   except Exception:  # noqa: BLE001 -- not every backend has memory_stats
     return None
-  if not stats or "peak_bytes_in_use" not in stats:
-    return None
-  return int(stats["peak_bytes_in_use"])
+  return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
 
 
 def rss_peak_bytes() -> int | None:
   """The process' peak resident memory in bytes (Linux ``VmHWM``), else None."""
-  try:
-    with open("/proc/self/status", encoding="ascii") as f:
-      for line in f:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    return None
-  return None
+  peak = _proc_field("/proc/self/status", "VmHWM:")  # "1234 kB"
+  return None if peak is None else int(peak.split()[0]) * 1024
 
 
 def reset_peak_memory() -> bool:

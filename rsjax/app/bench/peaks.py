@@ -79,18 +79,9 @@ PUBLISHED: dict[str, Peaks] = {
   "TPU v5p": Peaks("TPU v5p", 459 * _T / 6, None, 459 * _T, 2.765e12, "Google Cloud TPU v5p docs"),
 }
 
-# ``device_kind`` as JAX reports it -> the entry of :data:`PUBLISHED` (the first match wins:
-# "TPU v5 lite" is a v5e, a plain "TPU v5" a v5p).
-_KINDS = (
-  ("H100", "H100"),
-  ("H200", "H200"),
-  ("A100", "A100"),
-  ("TPU v4", "TPU v4"),
-  ("TPU v5 lite", "TPU v5e"),
-  ("TPU v5e", "TPU v5e"),
-  ("TPU v5p", "TPU v5p"),
-  ("TPU v5", "TPU v5p"),
-)
+# ``device_kind`` as JAX reports it -> the entry of :data:`PUBLISHED`, the first match winning:
+# each name of the table itself, then "TPU v5 lite" (a v5e) and a plain "TPU v5" (a v5p).
+_KINDS = (*((name, name) for name in PUBLISHED), ("TPU v5 lite", "TPU v5e"), ("TPU v5", "TPU v5p"))
 
 _KEYS = {"float32": "fp32", "fp32": "fp32", "tf32": "tf32", "bfloat16": "bf16", "bf16": "bf16"}
 
@@ -106,10 +97,8 @@ def peak_key(precision: str) -> str:
 def published_peaks(device_kind: str) -> Peaks | None:
   """The vendor's peaks of a device (its ``device_kind``), or None for a device not in
   :data:`PUBLISHED` (a CPU among them: ``rsjax.app.bench.probe.cpu_peaks`` measures one)."""
-  for pattern, name in _KINDS:
-    if pattern.lower() in device_kind.lower():
-      return PUBLISHED[name]
-  return None
+  kind = device_kind.lower()
+  return next((PUBLISHED[name] for pattern, name in _KINDS if pattern.lower() in kind), None)
 
 
 def device_peaks(override: str | None = None) -> dict[str, float] | None:
@@ -123,10 +112,7 @@ def device_peaks(override: str | None = None) -> dict[str, float] | None:
     bf16, tf32, fp32, hbm = values
     return {"bf16": bf16, "tf32": tf32, "fp32": fp32, "hbm": hbm}
   kind = jax.local_devices()[0].device_kind
-  for name, peaks in DEVICE_PEAKS.items():
-    if name in kind:
-      return peaks
-  return None
+  return next((peaks for name, peaks in DEVICE_PEAKS.items() if name in kind), None)
 
 
 def bound_seconds(

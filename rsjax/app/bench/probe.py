@@ -5,13 +5,13 @@ work delivers less than its datasheet anyway: the probe measures what this proce
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from rsjax.app.bench import rounds
 from rsjax.app.bench.peaks import Peaks
 
 __all__ = ["best_seconds", "copy_bandwidth", "cpu_peaks", "matmul_flops_per_s"]
@@ -23,9 +23,7 @@ def best_seconds(fn: Callable[[], Any], *, repeats: int = 5, min_seconds: float 
   jax.block_until_ready(fn())
   best, total, calls = float("inf"), 0.0, 0
   while calls < repeats or (total < min_seconds and calls < 50):
-    t = time.perf_counter()
-    jax.block_until_ready(fn())
-    dt = time.perf_counter() - t
+    dt = rounds.seconds(lambda: jax.block_until_ready(fn()))
     best, total, calls = min(best, dt), total + dt, calls + 1
   return best
 

@@ -86,30 +86,18 @@ def _row(r: dict[str, Any]) -> list[str]:
   ]
 
 
-_HEADER = [
-  "precision",
-  "batch",
-  "images",
-  "rounds",
-  "compile s",
-  "samples/s min",
-  "median",
-  "max",
-  "s/image",
-  "peak memory",
-  "MFU",
-  "bound s/image",
-  "of bound",
-]
+#: The columns of the table, one row per precision (:func:`_row`).
+_HEADER = (
+  "precision|batch|images|rounds|compile s|samples/s min|median|max|s/image|peak memory|MFU|"
+  "bound s/image|of bound"
+).split("|")
 
 
 def _table(rows: list[list[str]]) -> list[str]:
-  widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+  """``rows`` of cells as aligned lines: the first column to the left, the others right."""
+  widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
   return [
-    "  ".join(
-      c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-    )
-    for row in rows
+    "  ".join([row[0].ljust(widths[0]), *map(str.rjust, row[1:], widths[1:])]) for row in rows
   ]
 
 
@@ -243,8 +231,7 @@ def _twin_best_line(t: dict[str, Any]) -> str:
   parts = [f"rsjax batch {mine['batch']} {mine['samples_per_s']:,.0f}"]
   for form in ("eager", "compiled"):
     timed = t.get(form) or {}
-    if timed.get("best"):
-      best = timed["best"]
+    if best := timed.get("best"):
       parts.append(
         f"{form} twin batch {best['batch']} {best['samples_per_s']:,.0f} "
         f"(rsjax best / twin best {timed['rsjax_best_ratio']:.2f}x)"

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BUSY", "BUSY_SPREAD", "ROUNDS", "ROUND_S", "Rounds", "time_rounds"]
+__all__ = ["BUSY", "BUSY_SPREAD", "ROUNDS", "ROUND_S", "Rounds", "seconds", "time_rounds"]
 
 #: Rounds of a timing at least.
 ROUNDS = 3
@@ -71,6 +71,13 @@ class Rounds:
       "busy": self.busy,
       "rounds": [{"calls": c, "seconds": s} for c, s in zip(self.calls, self.seconds, strict=True)],
     }
+
+
+def seconds(call: Callable[[], Any], clock: Callable[[], float] = time.perf_counter) -> float:
+  """The seconds one ``call()`` takes (a first call, timed apart from the rounds)."""
+  start = clock()
+  call()
+  return clock() - start
 
 
 def time_rounds(

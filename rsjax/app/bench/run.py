@@ -86,9 +86,8 @@ def check_precisions(names: Sequence[str], device: Any | None = None) -> tuple[s
         f"--precision tf32: this device ({device.platform}: {device.device_kind}) has no "
         "TensorFloat-32 (NVIDIA Ampere or later GPUs); it would compute float32"
       )
-    if p not in out:
-      out.append(p)
-  return tuple(out)
+    out.append(p)
+  return tuple(dict.fromkeys(out))
 
 
 def device_peaks_now() -> Peaks | None:
@@ -125,13 +124,12 @@ def _plan(request: Request, flops: float, peaks: Peaks | None, p: str) -> harnes
   elif request.measure_n is not None:
     n = min(request.measure_n, request.target_n)
   else:
-    cpu = jax.local_devices()[0].platform == "cpu"
     n = harness.choose_measure_n(
       n0=request.n0,
       target_n=request.target_n,
       flops_per_sample=flops,
       peak_flops=None if peaks is None else peaks.flops(p),
-      cap=2000 if cpu else 10_000,
+      cap=2000 if jax.local_devices()[0].platform == "cpu" else 10_000,
     )
   return harness.Plan(request.n0, request.target_n, n, request.images, request.batch, request.seed)
 
@@ -241,8 +239,8 @@ def twin_refusal(target: Target) -> str | None:
 
   if not has_twin(target.model):
     return (
-      f"--twin: no PyTorch twin of {type(target.model).__name__} (MLP, CNN, LeNet and the "
-      "ResNets have one)"
+      f"--twin: no PyTorch twin of {type(target.model).__name__} (MLP, CNN, LeNet, the "
+      "ResNets and a --torch-module have one)"
     )
   return None
 
@@ -275,13 +273,12 @@ def _twin(
     sweep_batches=[p["batch"] for p in points],
     sweep_call_s=SWEEP_CALL_S,
   )
-  ours = run.seconds_per_image_measured
   mine = max(points, key=lambda p: p["samples_per_s"])
   out["rsjax_best"] = {"batch": mine["batch"], "samples_per_s": mine["samples_per_s"]}
   for form in ("eager", "compiled"):
     timed = out.get(form) or {}
     if "seconds_per_image_measured" in timed:
-      timed["rsjax_speedup"] = timed["seconds_per_image_measured"] / ours
+      timed["rsjax_speedup"] = timed["seconds_per_image_measured"] / run.seconds_per_image_measured
     if timed.get("best"):
       timed["rsjax_best_ratio"] = mine["samples_per_s"] / timed["best"]["samples_per_s"]
   return out

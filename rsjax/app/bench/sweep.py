@@ -32,11 +32,7 @@ def batch_sizes(largest: int, samples_per_s: float, *, max_call_s: float = 2.0) 
   """Powers of two from 1 up to ``largest`` (and ``largest`` itself), the largest
   :data:`MAX_POINTS` of them whose timed call of :data:`CHUNKS` batches takes at most
   ``max_call_s`` at ``samples_per_s``."""
-  sizes = []
-  b = 1
-  while b < largest:
-    sizes.append(b)
-    b *= 2
+  sizes = [2**k for k in range(int(largest).bit_length()) if 2**k < largest]
   sizes.append(max(1, int(largest)))
   fits = [s for s in sizes if CHUNKS * s <= max_call_s * samples_per_s] or sizes[:1]
   return fits[-MAX_POINTS:]
@@ -95,8 +91,7 @@ def sweep(
 
   budget_s = BUDGET_S if budget_s is None else budget_s
   order = sorted(batches, key=lambda b: (b != first, b))
-  points = []
-  start = time.perf_counter()
+  points, start = [], time.perf_counter()
   bar = tqdm(order, desc=f"  sweep {precision}", unit="batch", disable=not progress)
   for b in bar:
     points.append({"precision": precision, **_point(target, x, b, samples, precision)})

@@ -19,15 +19,11 @@ __all__ = ["ARCH_DEFAULTS", "Source", "Target", "load_target", "parse_shape", "s
 #: ``(input_shape, num_classes)`` a zoo architecture is benchmarked at unless told otherwise:
 #: the datasets it is made for (MNIST, CIFAR-10, ImageNet).
 ARCH_DEFAULTS: dict[str, tuple[tuple[int, ...], int]] = {
-  "mlp": ((28, 28, 1), 10),
-  "cnn": ((28, 28, 1), 10),
-  "lenet": ((28, 28, 1), 10),
-  "resnet20": ((32, 32, 3), 10),
-  "resnet110": ((32, 32, 3), 10),
-  "cifar_resnet20": ((32, 32, 3), 10),
-  "cifar_resnet110": ((32, 32, 3), 10),
-  "resnet18": ((224, 224, 3), 1000),
-  "resnet50": ((224, 224, 3), 1000),
+  **dict.fromkeys(("mlp", "cnn", "lenet"), ((28, 28, 1), 10)),
+  **dict.fromkeys(
+    ("resnet20", "resnet110", "cifar_resnet20", "cifar_resnet110"), ((32, 32, 3), 10)
+  ),
+  **dict.fromkeys(("resnet18", "resnet50"), ((224, 224, 3), 1000)),
 }
 
 
@@ -38,6 +34,7 @@ class Source:
   model: str | None = None  # a model directory, or a zoo architecture's name
   arch: str | None = None
   torch_checkpoint: str | None = None
+  torch_module: str | None = None
   torch_arch: str | None = None
   normalize: str | None = None
   input_shape: tuple[int, ...] | None = None
@@ -66,7 +63,8 @@ class Target:
   denoiser: str | None = None
   notes: tuple[str, ...] = ()
   # The NNX model as loaded (before --fold-bn and --pack): the network a PyTorch twin
-  # computes; None behind a denoiser or a resize (a pipeline has no twin).
+  # computes (a PyTorch module's: the module itself); None behind a denoiser or a resize
+  # (a pipeline has no twin).
   model: Any = dataclasses.field(default=None, compare=False, repr=False)
 
   def describe(self) -> dict[str, Any]:
@@ -114,25 +112,24 @@ def _zoo(name: str, src: Source) -> tuple[Any, dict[str, Any]]:
   return model, {"model": name, "input_shape": list(shape), "num_classes": classes}
 
 
-def _unknown(name: str) -> RunError:
-  from rsjax import models
-
-  return RunError(
-    f"unknown model {name!r}: no such model directory, and no architecture of rsjax.models "
-    f"({', '.join(sorted(models.MODELS))}); give a directory of 'rsjax train' or "
-    "'rsjax convert', --torch-checkpoint F.pth or --arch NAME"
-  )
-
-
 def _open(src: Source) -> tuple[str, str, Any, dict[str, Any]]:
-  """``(name, kind, model, config)`` of the one source the flags name."""
+  """``(name, kind, model, config)`` of the one source the flags name (a PyTorch module's
+  ``config["twin"]``: the module itself, its twin)."""
   from rsjax import models
 
   given = [s for s in (src.model, src.arch, src.torch_checkpoint) if s is not None]
+  if src.torch_module is not None:
+    if src.model is not None or src.arch is not None:
+      raise RunError("give one model: --torch-module SPEC, MODEL or --arch NAME")
+    model, config, module = loading.open_torch_module(
+      src.torch_module, src.torch_checkpoint, src.normalize, src.input_shape
+    )
+    label = os.path.basename(src.torch_module)
+    return label, "PyTorch module (torch.export)", model, {**config, "twin": module}
   if len(given) != 1:
     raise RunError(
-      "give one model: MODEL (a directory or an architecture), --torch-checkpoint F.pth "
-      "or --arch NAME"
+      "give one model: MODEL (a directory or an architecture), --torch-checkpoint F.pth, "
+      "--torch-module SPEC or --arch NAME"
     )
   if src.torch_checkpoint is not None:
     model, config = loading.open_torch_checkpoint(
@@ -149,7 +146,11 @@ def _open(src: Source) -> tuple[str, str, Any, dict[str, Any]]:
   if name not in models.MODELS and name not in ARCH_DEFAULTS:
     if src.arch is None and (os.sep in name or os.path.exists(name)):
       loading.open_model_dir(name)  # its own one-line error
-    raise _unknown(name)
+    raise RunError(
+      f"unknown model {name!r}: no such model directory, and no architecture of rsjax.models "
+      f"({', '.join(sorted(models.MODELS))}); give a directory of 'rsjax train' or "
+      "'rsjax convert', --torch-checkpoint F.pth or --arch NAME"
+    )
   model, config = _zoo(name, src)
   return name, "architecture (random weights)", model, config
 
@@ -218,7 +219,7 @@ def load_target(src: Source) -> Target:
     folded=folded,
     denoiser=src.denoiser,
     notes=tuple(notes),
-    model=loaded if src.denoiser is None and src.resize is None else None,
+    model=config.get("twin", loaded) if src.denoiser is None and src.resize is None else None,
   )
 
 

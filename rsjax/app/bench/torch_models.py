@@ -13,6 +13,8 @@ benchmarks) import this module.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from torch import nn
@@ -230,16 +232,15 @@ def _builder(model):
   """``build(model, input_shape) -> nn.Module`` of ``model``'s class, or None (no twin)."""
   from rsjax import models
 
-  for kind, build in (
+  builds = (
+    (nn.Module, lambda m, _: copy.deepcopy(m)),  # a PyTorch module: its own twin
     (models.MLP, MLP),
     (models.LeNet, LeNet),
     (models.CNN, CNN),
     (models.ResNet50, lambda m, _: ResNet(m, bottleneck=True)),
     (models.BasicResNet, lambda m, _: ResNet(m, bottleneck=False)),
-  ):
-    if isinstance(model, kind):
-      return build
-  return None
+  )
+  return next((build for kind, build in builds if isinstance(model, kind)), None)
 
 
 def to_torch_layout(x: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from torch import nn
 
 from rsjax.app.bench import rounds, sweep
 from rsjax.app.bench.sweep import CHUNKS, point_samples
-from rsjax.app.bench.torch_models import from_flax, to_torch_layout
+from rsjax.app.bench.torch_models import check_same_logits, from_flax, to_torch_layout
 
 __all__ = [
   "AUTOCAST",
@@ -94,15 +94,10 @@ def tuned_module(model, input_shape, *, compile_mode: str = "none") -> tuple[nn.
   try:
     compiled = torch.compile(mod, mode=None if compile_mode == "default" else compile_mode)
     with torch.inference_mode():  # compile errors surface on the first call
-      compiled(torch.zeros((2,) + _torch_shape(input_shape), device=dev))
+      compiled(torch.stack(2 * [_torch_input(np.zeros(input_shape), dev)]))
   except Exception as e:  # noqa: BLE001 - no compiler toolchain: eager is the twin
     return mod, f"none ({type(e).__name__})"
   return compiled, compile_mode
-
-
-def _torch_shape(input_shape) -> tuple[int, ...]:
-  s = tuple(int(v) for v in input_shape)
-  return (s[2], s[0], s[1]) if len(s) == 3 else s
 
 
 def _forward_context(dev: torch.device, autocast_dtype: str) -> contextlib.ExitStack:
@@ -116,11 +111,6 @@ def _forward_context(dev: torch.device, autocast_dtype: str) -> contextlib.ExitS
     torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast_dtype == "bf16")
   )
   return stack
-
-
-def _sync(dev: torch.device) -> None:
-  if dev.type == "cuda":
-    torch.cuda.synchronize(dev)
 
 
 def _torch_input(x: np.ndarray, dev: torch.device) -> torch.Tensor:
@@ -145,7 +135,8 @@ def _compile_once(module, mode, input_shape, batch_sizes, autocast_dtype) -> nn.
   with _forward_context(dev, autocast_dtype):
     for b in dict.fromkeys(int(v) for v in batch_sizes):
       compiled(_noisy_batch(xt, torch.zeros((b,) + tuple(xt.shape), device=dev), 0.25)).argmax(1)
-  _sync(dev)
+  if dev.type == "cuda":
+    torch.cuda.synchronize(dev)
   return compiled
 
 
@@ -182,6 +173,7 @@ def compiled_twin(
   elif isinstance(modes, str):
     modes = tuple(m.strip() for m in modes.split(",") if m.strip())
   tried = {}
+  out = {"module": module, "mode": None, "compile_s": None, "tried": tried}
   for mode in modes:
     t = time.perf_counter()
     try:
@@ -190,13 +182,8 @@ def compiled_twin(
       tried[mode] = f"{type(e).__name__}: {e}"[:300]
       torch._dynamo.reset()
       continue
-    return {
-      "module": compiled,
-      "mode": mode,
-      "compile_s": time.perf_counter() - t,
-      "tried": tried,
-    }
-  return {"module": module, "mode": None, "compile_s": None, "tried": tried}
+    return {**out, "module": compiled, "mode": mode, "compile_s": time.perf_counter() - t}
+  return out
 
 
 def tuned_counts(
@@ -281,9 +268,7 @@ AUTOCAST = {"float32": "fp32", "tf32": "tf32", "bfloat16": "bf16"}
 def _timed(certify, images: int, samples: int) -> dict:
   """One warm-up image (``certify(0)``: cuDNN autotuning, a compiled module's first call),
   then ``images`` images (``certify(1)``, ...) in turn, in rounds (``samples`` a call)."""
-  t = time.perf_counter()
-  certify(0)
-  first = time.perf_counter() - t
+  first = rounds.seconds(lambda: certify(0))
   timing = rounds.time_rounds(lambda i: certify(1 + i % images), samples, min_calls=images)
   return {
     "first_call_s": first,
@@ -295,16 +280,14 @@ def _timed(certify, images: int, samples: int) -> dict:
 
 def _count_point(module, x, batch: int, call_s: float, seed: int, **kw) -> dict:
   gen = torch_generator(seed)
-  t = time.perf_counter()
-  # cuDNN autotuning, a compiled module's first call at this batch; and the pace of this batch
-  tuned_counts(module, x, CHUNKS * batch, batch, generator=gen, **kw)
-  first = time.perf_counter() - t
-  num = point_samples(batch, int(CHUNKS * batch * call_s / max(first, 1e-6)))
 
-  def call(_: int = 0) -> None:
+  def count(num: int) -> None:
     tuned_counts(module, x, num, batch, generator=gen, **kw)
 
-  timing = rounds.time_rounds(call, num)
+  # cuDNN autotuning, a compiled module's first call at this batch; and the pace of this batch
+  first = rounds.seconds(lambda: count(CHUNKS * batch))
+  num = point_samples(batch, int(CHUNKS * batch * call_s / max(first, 1e-6)))
+  timing = rounds.time_rounds(lambda _: count(num), num)
   return {"batch": batch, "samples": num, "first_call_s": first, **timing.as_dict()}
 
 
@@ -340,10 +323,8 @@ def sweep_counts(
 
 def _best(points: list[dict]) -> dict | None:
   """The batch of ``points`` with the most samples per second (median), None without points."""
-  if not points:
-    return None
-  best = max(points, key=lambda p: p["samples_per_s"])
-  return {"batch": best["batch"], "samples_per_s": best["samples_per_s"]}
+  best = max(points, key=lambda p: p["samples_per_s"], default=None)
+  return None if best is None else {"batch": best["batch"], "samples_per_s": best["samples_per_s"]}
 
 
 def time_twin(
@@ -390,8 +371,6 @@ def time_twin(
     ValueError: no twin of this model (``from_flax``).
     AssertionError: the twin's logits differ from rsjax's (``check_same_logits``).
   """
-  from rsjax.app.bench.torch_models import check_same_logits
-
   eager, _ = tuned_module(model, target.input_shape)
   rng = np.random.default_rng(seed)
   noisy = np.clip(xs[:4] + target.sigma * rng.standard_normal(xs[:4].shape), 0, 1)

@@ -7,11 +7,14 @@ never at import of the library.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Mapping, Sequence
-from typing import TextIO
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TextIO
 
 from rsjax.app.cli._args import CliError, flag_message
 from rsjax.app.cli._parser import COMMANDS, build_parser
@@ -73,6 +76,39 @@ def _command(argv: Sequence[str]) -> str | None:
   return None
 
 
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised in the main thread as an interrupt is: a command ends as on Ctrl-C (what
+  it wrote is kept, its message says so) instead of silently."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+  """SIGTERM raises :class:`Terminated` while the command runs (main thread only); the
+  previous handler is restored after."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+
+  def handler(signum: int, frame: Any) -> None:
+    del signum, frame
+    raise Terminated("SIGTERM")
+
+  previous = signal.signal(signal.SIGTERM, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(command: str, e: KeyboardInterrupt) -> int:
+  """Tells an interrupt (Ctrl-C, or SIGTERM) on one line, with what the command says it kept
+  (the interrupt's message, where it gives one); the exit status 130, or 143 for SIGTERM."""
+  how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+  kept = str(e) if e.args and str(e) != "SIGTERM" else ""
+  print(f"rsjax {command}: {how}" + (f"; {kept}" if kept else ""), file=sys.stderr)
+  return 143 if isinstance(e, Terminated) else 130
+
+
 def _one_line(e: BaseException) -> str:
   """The message of an error as one line (an OSError names its file)."""
   if isinstance(e, OSError) and e.strerror:
@@ -126,15 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     if args.command not in JAX_FREE:
       _setup_jax(args)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _sigterm_interrupts():
       if not args.debug:
         warnings.showwarning = show_warning
       return int(args.func(args) or 0)
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as e:
     if args.debug:
       raise
-    print(f"rsjax {args.command}: interrupted", file=sys.stderr)
-    return 130
+    return _interrupted(args.command, e)
   except Exception as e:  # noqa: BLE001 -- one line for the user; --debug shows the traceback
     if args.debug:
       raise

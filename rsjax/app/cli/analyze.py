@@ -36,8 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument(
     "--radius-column",
     default=None,
-    help="read radii from this extra column (e.g. 'alm' of --method ucan; ALM is "
-    "not a ball guarantee)",
+    help="read radii from this extra column, one the run's method declares a radius "
+    "(e.g. 'alm' of --method ucan: not a ball guarantee); the table heads it 'not the "
+    "certified radius'",
   )
   p.add_argument(
     "--unverified",
@@ -122,24 +123,15 @@ def run(args: argparse.Namespace) -> int:
     results[label] = io.read_certify(path)
     runs.append(_read_run(path))
     verified[label] = _verified_extra(runs[-1])
-    if args.radius_column:
-      res = results[label]
-      if args.radius_column not in res.extra:
-        raise CliError(f"{path} has no column {args.radius_column!r} (has {sorted(res.extra)})")
-      if args.radius_column not in verified[label]:
-        if not args.unverified:
-          raise CliError(
-            f"{path}: column {args.radius_column!r} is not one rsjax verify vouches for "
-            f"(the run's method does not define it); read it with --unverified"
-          )
-        print(f"{label}: radii from the unverified column {args.radius_column!r}")
-      rad = np.where(res.predict >= 0, np.asarray(res.extra[args.radius_column], np.float64), 0.0)
-      results[label] = dataclasses.replace(res, radius=rad)
     if not len(results[label]):
       raise CliError(f"{path!r} has a header but no rows (nothing certified yet)")
-  for label, run in zip(results, runs, strict=True):
-    if run is not None:
-      print(_run_summary(label, run, results[label]))
+  if args.radius_column:
+    results = _other_radii(results, runs, args.files, args.radius_column)
+    verified = dict(zip(results, verified.values(), strict=True))
+  for label, run, path in zip(results, runs, args.files, strict=True):
+    print(_run_summary(label, run, results[label]) if run is not None else _no_record(label))
+    if run is not None and (rejected := _verify_words(path)):
+      print(f"{label}: {rejected}")
   envelope = len(results) > 1
   if envelope:
     _warn_if_inputs_differ(results)
@@ -161,6 +153,60 @@ def run(args: argparse.Namespace) -> int:
   except ValueError as e:
     raise CliError(str(e)) from None
   return 0
+
+
+def _radius_columns(run) -> dict[str, str]:
+  """``{column: what it is}``: the radius columns the run's method declares (none without a
+  run record)."""
+  from rsjax import methods
+
+  try:
+    return dict(methods.get(run.method).radius_columns) if run is not None else {}
+  except (KeyError, ValueError):
+    return {}
+
+
+def _other_radii(results: dict, runs: list, files: list, column: str) -> dict:
+  """The results with radii from ``column``, a radius column each run's method declares
+  (``Method.radius_columns``), each relabelled "not the certified radius"; refuses any other
+  column (a sigma, an index, a column the method does not define)."""
+  from rsjax.verify._columns import non_numeric
+
+  out = {}
+  for (label, res), run, path in zip(results.items(), runs, files, strict=True):
+    declared = _radius_columns(run)
+    if column not in declared:
+      method = f"method {run.method!r}" if run is not None else "a run without a run record"
+      raise CliError(
+        f"{path}: column {column!r} is not a radius column of {method} (its radius "
+        f"columns: {', '.join(sorted(declared)) or 'none'}; the certified radius is 'radius')"
+      )
+    if column not in res.extra:
+      raise CliError(f"{path} has no column {column!r} (has {sorted(res.extra)})")
+    if (why := non_numeric(res, (column,))) is not None:
+      raise CliError(f"{path!r} {why}")
+    print(f"{label}: radii from column {column!r}, {declared[column]}: not the certified radius")
+    rad = np.where(res.predict >= 0, np.asarray(res.extra[column], np.float64), 0.0)
+    out[f"{label} [{column}: not the certified radius]"] = dataclasses.replace(res, radius=rad)
+  return out
+
+
+def _no_record(label: str) -> str:
+  """The run line of a file without a run record."""
+  return f"no run record: rsjax verify cannot check {label} (NOT verified)"
+
+
+def _verify_words(path: str) -> str:
+  """'' when ``rsjax verify`` accepts the run in ``path``, else a line saying it rejects it."""
+  from rsjax import verify
+
+  try:
+    report = verify.verify(path)
+  except (verify.VerifyError, ValueError) as e:
+    return f"rsjax verify REJECTS it: {e}"
+  if not report.ok:
+    return f"rsjax verify REJECTS it: {report.summary()}"
+  return ""
 
 
 def _warn_if_inputs_differ(results: dict) -> None:
@@ -213,14 +259,36 @@ def _run_summary(label: str, run, res) -> str:
   """One line on what a run certified, from its record (the one ``verify`` checks)."""
   from rsjax.verify._run import alpha_words
 
-  s = run.sampling
   declared = len(run.indices())
   how = (" (multiclass radius)" if run.multiclass else "") + _budget_words(run)
+  drawn = f"sigma={run.sigma:g}, {run.noise_label}, N={run.sampling.n}, alpha={alpha_words(run)}"
+  words = _claim_words(run.method)
+  if words is not None:
+    drawn = words(run.options, run.sampling)
   return (
-    f"{label}: {run.method}{how}, sigma={run.sigma:g}, {run.noise_label}, "
-    f"N={s['n']}, alpha={alpha_words(run)}, {run.data.name} {run.data.split}: {len(res)} of "
-    f"{declared} declared rows" + ("" if len(res) == declared else " (incomplete)")
+    f"{label}: {run.method}{how}, {drawn}, seed {run.seed}, {run.data.name} "
+    f"{run.data.split} {_rows_words(run)}: {len(res)} of {declared} declared rows"
+    + ("" if len(res) == declared else " (incomplete)")
   )
+
+
+def _claim_words(name: str):
+  """The ``claim_words`` of the registered method ``name`` (None: none, or no such method)."""
+  from rsjax import methods
+
+  try:
+    return methods.get(name).claim_words
+  except KeyError:
+    return None
+
+
+def _rows_words(run) -> str:
+  """The rows of its split a run covers: ``rows 0:100 of 1797 (PART of the split)``."""
+  d = run.data
+  stop = d.size if d.stop < 0 else min(d.stop, d.size)
+  rows = f"rows {d.start}:{stop}" + (f":{d.skip}" if d.skip != 1 else "") + f" of {d.size}"
+  whole = d.start == 0 and stop == d.size and d.skip == 1
+  return rows + ("" if whole else " (PART of the split)")
 
 
 def plot_title(runs: list, results: dict) -> str:
@@ -238,7 +306,7 @@ def plot_title(runs: list, results: dict) -> str:
   if runs:
     parts.append(f"sigma={values(lambda r: r.sigma)}")
     parts.append(values(lambda r: r.noise_label))
-    parts.append(f"N={values(lambda r: r.sampling['n'])}")
+    parts.append(f"N={values(lambda r: r.sampling.n)}")
     parts.append(f"alpha={values(alpha_words)}")
   counts = ", ".join(dict.fromkeys(str(len(r)) for r in results.values()))
   parts.append(f"{counts} inputs")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from rsjax.app.cli import flags
-from rsjax.app.cli._args import CliError
+from rsjax.app.cli._args import CliError, parent_flag
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -42,7 +42,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     metavar="DIR",
     help="a recertified run's parent model: audit the parent run it names too (same rows)",
   )
-  p.add_argument("--data-dir", default=None, help="TFDS data_dir of the run's dataset")
+  parent_flag(p)
+  p.add_argument(
+    "--experts-dir",
+    default=None,
+    metavar="DIR",
+    help="the folder a Dual RS run's experts were moved to, each found by its folder's name "
+    "(default: where the record names them, relative to the result file's folder)",
+  )
+  p.add_argument("--data-dir", default=None, help="TFDS data_dir or folder of the run's dataset")
   p.add_argument("--rows", type=_rows, default=20, help="rows drawn again (default 20), or 'all'")
   p.add_argument(
     "--seed",
@@ -71,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
       denoiser=args.denoiser,
       batch_size=args.batch,
       parent_model_dir=args.parent_model_dir,
+      experts_dir=args.experts_dir,
+      parent=args.parent,
     )
   except (audit.AuditError, ValueError) as e:
     raise CliError(str(e)) from None

@@ -4,6 +4,7 @@ which precision, how far from the device's limit; its figures as a table, JSON a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from typing import TYPE_CHECKING
@@ -13,7 +14,9 @@ from rsjax.app.cli._args import CliError
 from rsjax.claims import PACKS
 
 if TYPE_CHECKING:
-  from rsjax.app.bench import Source
+  from collections.abc import Callable
+
+  from rsjax.app.bench import Request, Source, Target
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -25,17 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument(
     "model",
     nargs="?",
-    default=None,
     metavar="MODEL",
     help="a directory of 'rsjax train' or 'rsjax convert', or an architecture of "
     "rsjax.models (random weights: lenet, resnet20, resnet18, ...)",
   )
-  p.add_argument(
-    "--arch", default=None, metavar="NAME", help="an architecture of rsjax.models, random weights"
-  )
+  p.add_argument("--arch", metavar="NAME", help="an architecture of rsjax.models, random weights")
   p.add_argument(
     "--input-shape",
-    default=None,
     metavar="H,W,C",
     help="input shape of --arch (default: its dataset's: 28,28,1 LeNet, 32,32,3 CIFAR "
     "ResNets, 224,224,3 ImageNet ResNets) or of the noisy input before --resize",
@@ -65,7 +64,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     help="fold eval-mode batch norm into the convolutions (rsjax.models.fold_batch_norm)",
   )
   flags.data_flags(p)
+  _ablation_flags(p)
   _output_flags(p)
+
+
+def _ablation_flags(p: argparse.ArgumentParser) -> None:
+  q = p.add_argument_group("ablation workloads (a model of encoded images, H,W,2C)")
+  q.add_argument(
+    "--method",
+    choices=("patch", "ablation"),
+    default=None,
+    help="time derandomized smoothing (patch: band or block positions per second) or "
+    "randomized ablation (ablation: samples per second) instead of Gaussian noise",
+  )
+  q.add_argument("--ablation", choices=("column", "row", "block"), default="column",
+                 help="--method patch: the kept region")  # fmt: skip
+  flags.positive_flag(q, "--ablation-size", "--method patch: band width or block side", default=4)
+  flags.positive_flag(q, "--keep", "--method ablation: pixels kept", default=45)
+  q.add_argument("--drop-tokens", action="store_true",
+                 help="--method patch with a ViT: only the kept tokens go through it")  # fmt: skip
 
 
 def _sampling_flags(p: argparse.ArgumentParser) -> None:
@@ -98,7 +115,6 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
   p.add_argument("--json", default=None, metavar="F.json", help="write every figure to F.json")
   p.add_argument(
     "--plot",
-    default=None,
     metavar="F.png",
     help="plot samples per second against the batch size (a sweep of a few batch sizes, "
     "each in rounds; the run's batch beside the best one)",
@@ -109,7 +125,7 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
     help="also time the PyTorch twin (the same network and weights, tuned: noise on the "
     "device, one batch, channels-last, counts on the device), eager and compiled, as rsjax "
     "was timed, and each side at its best batch of the sweep (--twin sweeps); needs torch "
-    "(MLP, CNN, LeNet and the ResNets have a twin)",
+    "(MLP, CNN, LeNet and the ResNets have a twin; a --torch-module is its own)",
   )
   p.add_argument(
     "--twin-compile",
@@ -127,23 +143,13 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _source(args: argparse.Namespace) -> Source:
+  """The :class:`~rsjax.app.bench.Source` the flags name (each field the flag of its name)."""
   from rsjax.app.bench import Source, target
 
-  return Source(
-    model=args.model,
-    arch=args.arch,
-    torch_checkpoint=args.torch_checkpoint,
-    torch_arch=args.torch_arch,
-    normalize=args.normalize,
-    input_shape=None if args.input_shape is None else target.parse_shape(args.input_shape),
-    num_classes=args.num_classes,
-    denoiser=args.denoiser,
-    resize=args.resize,
-    sigma=args.sigma,
-    pack=args.pack,
-    fold_bn=args.fold_bn,
-    seed=args.seed,
-  )
+  given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Source)}
+  if args.input_shape is not None:
+    given["input_shape"] = target.parse_shape(args.input_shape)
+  return Source(**given)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,26 +159,23 @@ def run(args: argparse.Namespace) -> int:
   from rsjax.app.bench.sweep import plot
 
   precisions = check_precisions([p.strip() for p in args.precision.split(",") if p.strip()])
+  if args.method is not None and (args.twin or args.plot):
+    raise CliError("--twin and --plot time Gaussian noise; not with --method")
   target = load_target(_source(args))
   why = twin_refusal(target) if args.twin else None
   if why is not None:
     raise CliError(why)
+  same = "measure_n full images batch dataset data_dir seed twin twin_compile".split()
   request = Request(
     precisions=precisions,
     target_n=args.N,
-    measure_n=args.measure_n,
-    full=args.full,
     n0=args.N0,
-    images=args.images,
-    batch=args.batch,
     sweep=args.plot is not None,
-    dataset=args.dataset,
-    data_dir=args.data_dir,
-    seed=args.seed,
-    twin=args.twin,
-    twin_compile=args.twin_compile,
+    **{name: getattr(args, name) for name in same},
   )
   log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+  if args.method is not None:
+    return _run_ablation(args, target, request, log)
   doc = bench(target, request, progress=not args.quiet, log=log)
   doc["command"] = shlex.join(["rsjax", *getattr(args, "argv", sys.argv[1:])])
   if args.plot:
@@ -183,6 +186,24 @@ def run(args: argparse.Namespace) -> int:
   print("\n".join(report.lines(doc)))
   if args.plot:
     print(f"plot: {doc['plot']}")
+  if args.json:
+    print(f"json: {report.write_json(args.json, doc)}")
+  return 0
+
+
+def _run_ablation(
+  args: argparse.Namespace, target: Target, request: Request, log: Callable[[str], None]
+) -> int:
+  """``rsjax bench --method patch`` / ``ablation`` (:mod:`rsjax.app.bench.ablation`)."""
+  from rsjax.app.bench import ablation, report
+
+  options = {"ablation": args.ablation, "ablation_size": args.ablation_size}
+  options["drop_tokens"] = args.drop_tokens
+  if args.method == "ablation":
+    options = {"keep": args.keep}
+  doc = ablation.bench_ablation(target, request, args.method, options, log=log)
+  doc["command"] = shlex.join(["rsjax", *getattr(args, "argv", sys.argv[1:])])
+  print("\n".join(ablation.lines(doc)))
   if args.json:
     print(f"json: {report.write_json(args.json, doc)}")
   return 0

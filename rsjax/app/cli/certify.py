@@ -15,10 +15,11 @@ HELP = "certify a dataset (CERTIFY of Cohen et al.)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-  """The flags of ``rsjax certify``."""
-  flags.add_certify_flags(p)
+  """The flags of ``rsjax certify``, in groups (``flags.add_certify_flags``)."""
+  p.usage = "%(prog)s [MODEL_DIR] OUTFILE [flags]"
+  out = flags.add_certify_flags(p)
   flags.cache_dir_flag(
-    p,
+    out,
     "JAX's persistent compilation cache (and XLA's GPU autotune cache) in DIR, or 'off': "
     "a later run compiles nothing (the global --compilation-cache, after the command)",
   )

@@ -13,8 +13,8 @@ import argparse
 
 import numpy as np
 
-from rsjax.app.cli._args import CliError
-from rsjax.claims import PACKS
+from rsjax.app.cli._args import CliError, torch_module_flag
+from rsjax.claims import ALPHA_MAX, PACKS
 
 __all__ = [
   "positive_int",
@@ -23,11 +23,13 @@ __all__ = [
   "positive_float",
   "positive_flag",
   "probability",
+  "alpha_level",
   "batch_size",
   "data_flags",
   "normalize_flag",
   "model_source_flags",
   "add_sampling_flags",
+  "output_flags",
   "add_certify_flags",
   "certify_options",
   "training_options",
@@ -59,10 +61,13 @@ count = _number(int, lambda v: v >= -1, ">= 0 or -1 (no limit)")
 nonneg_int = _number(int, lambda v: v >= 0, ">= 0")
 positive_float = _number(float, lambda v: v > 0 and np.isfinite(v), "> 0")
 probability = _number(float, lambda v: 0.0 < v < 1.0, "in (0, 1)")
+#: ``--alpha`` of a run: a probability no larger than ``rsjax.claims.ALPHA_MAX`` (a bound that
+#: fails more often than it holds states nothing), refused before anything loads.
+alpha_level = _number(float, lambda v: 0.0 < v <= ALPHA_MAX, f"in (0, {ALPHA_MAX:g}]")
 
 
 def positive_flag(
-  q: argparse.ArgumentParser, name: str, help: str, *, default=None, real: bool = False
+  q: argparse._ActionsContainer, name: str, help: str, *, default=None, real: bool = False
 ) -> None:
   """Declares the flag ``name``: a whole number >= 1 (:func:`positive_int`) or, with
   ``real``, a finite number > 0 (:func:`positive_float`); ``default`` when it is not
@@ -83,7 +88,7 @@ def batch_size(text: str) -> int | str:
   return "auto" if text == "auto" else positive_int(text)
 
 
-def normalize_flag(q: argparse.ArgumentParser) -> None:
+def normalize_flag(q: argparse._ActionsContainer) -> None:
   """``--normalize``: the input normalization of a PyTorch checkpoint."""
   q.add_argument(
     "--normalize",
@@ -96,7 +101,7 @@ def normalize_flag(q: argparse.ArgumentParser) -> None:
   )
 
 
-def cache_dir_flag(q: argparse.ArgumentParser, help: str) -> None:
+def cache_dir_flag(q: argparse._ActionsContainer, help: str) -> None:
   """``--cache-dir DIR`` after a command: the global ``--compilation-cache`` (the same
   ``dest``); left out, the global flag's value stands."""
   q.add_argument(
@@ -104,21 +109,39 @@ def cache_dir_flag(q: argparse.ArgumentParser, help: str) -> None:
   )
 
 
-def data_flags(q: argparse.ArgumentParser, dataset_required: bool = False) -> None:
+def data_flags(q: argparse._ActionsContainer, dataset_required: bool = False) -> None:
   """``--dataset`` and ``--data-dir``."""
   q.add_argument(
     "--dataset",
     required=dataset_required,
     default=None,
-    help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS), or an "
-    "array file F.npz (images x [N, H, W, C] uint8 or in [0, 1], labels y [N])",
+    help="digits, mnist5k (embedded, offline), mnist, cifar10, imagenet2012 (TFDS or a "
+    "folder: --data-dir), an array file F.npz (images x [N, H, W, C] uint8 or in [0, 1], "
+    "labels y [N]), or an image folder DIR (DIR/<class>/<image>)",
   )
-  q.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
+  q.add_argument(
+    "--data-dir",
+    default=None,
+    help="TFDS data_dir holding prepared datasets, or torchvision's cifar-10-batches-py "
+    "(or the folder holding it), or an ImageNet folder holding val/<wnid>/<image>",
+  )
 
 
-def add_sampling_flags(q: argparse.ArgumentParser) -> None:
-  """The flags ``certify`` and ``predict`` share: model, data, noise, N, alpha, ..."""
-  from rsjax.claims import NOISES, PRECISIONS  # JAX-free: --help imports no JAX
+def add_sampling_flags(
+  q: argparse.ArgumentParser, *, certify: bool = False
+) -> dict[str, argparse._ArgumentGroup]:
+  """The flags ``certify`` and ``predict`` share, in groups: the run (data, noise, the
+  sample counts, the rows), the model, the computation, output and execution.
+
+  Args:
+    q: the parser.
+    certify: add ``certify``'s own core flags in their places: ``--N0`` beside ``--N``,
+      ``--multiclass`` and ``--method`` after ``--alpha``.
+
+  Returns:
+    ``{"run", "model", "computation", "output"}``: the groups, for the command's own flags.
+  """
+  from rsjax.claims import NOISES  # JAX-free: --help imports no JAX
 
   q.add_argument(
     "model_dir",
@@ -127,34 +150,83 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     help="directory written by 'rsjax train' or 'rsjax convert'",
   )
   q.add_argument("outfile", help="result file (tab-separated, Cohen et al.'s format)")
-  data_flags(q)
-  q.add_argument("--split", default="test", help="dataset split")
-  positive_flag(q, "--sigma", "noise level (default: the training sigma)", real=True)
-  positive_flag(q, "--N", "estimation samples", default=100_000)
-  q.add_argument("--alpha", type=probability, default=0.001, help="failure probability")
-  q.add_argument(
-    "--batch",
-    type=batch_size,
-    default=None,
-    help="forward passes per step, or auto (the largest that fits in the device memory); "
-    "default: auto with --denoiser, else the fastest of a short timed probe where the run "
-    "is long enough to pay for it (on a CPU; cached with the compilation cache), else 1000",
-  )
-  positive_flag(q, "--skip", "use every skip-th input (Cohen et al.'s --skip)", default=1)
-  q.add_argument(
-    "--max",
-    type=count,
-    default=-1,
-    help="stop at dataset index max, exclusive, as Cohen et al.'s --max (-1: no limit)",
-  )
-  q.add_argument("--start", type=nonneg_int, default=0, help="first dataset index")
-  q.add_argument("--seed", type=int, default=0, help="PRNG seed of the noise")
-  q.add_argument(
+  groups = {
+    "run": q.add_argument_group("the run", "the data, the noise, the samples and the rows"),
+    "model": q.add_argument_group("the model", "what is certified besides MODEL_DIR"),
+    "computation": q.add_argument_group(
+      "computation", "how the classifier is computed and how fast"
+    ),
+  }
+  run = groups["run"]
+  data_flags(run)
+  run.add_argument("--split", default="test", help="dataset split")
+  positive_flag(run, "--sigma", "noise level (default: the training sigma)", real=True)
+  run.add_argument(
     "--noise",
     default="gaussian",
     choices=list(NOISES),
     help="noise family (sets the norm of the radius)",
   )
+  if certify:
+    positive_flag(run, "--N0", "selection samples", default=100)
+  positive_flag(run, "--N", "estimation samples", default=100_000)
+  run.add_argument("--alpha", type=alpha_level, default=0.001, help="failure probability")
+  if certify:
+    _method_choice(run)
+  run.add_argument("--seed", type=int, default=0, help="PRNG seed of the noise")
+  run.add_argument("--start", type=nonneg_int, default=0, help="first dataset index")
+  run.add_argument(
+    "--max",
+    type=count,
+    default=-1,
+    help="stop at dataset index max, exclusive, as Cohen et al.'s --max (-1: no limit)",
+  )
+  positive_flag(run, "--skip", "use every skip-th input (Cohen et al.'s --skip)", default=1)
+  model_source_flags(groups["model"])
+  _computation_flags(groups["computation"])
+  # Last: the method groups come between (add_certify_flags), then output and execution.
+  return groups
+
+
+def output_flags(q: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+  """The group "output and execution" of ``certify`` and ``predict``: ``--overwrite``,
+  ``--quiet``; the command adds its own."""
+  out = q.add_argument_group("output and execution")
+  out.add_argument(
+    "--overwrite",
+    "--restart",
+    dest="overwrite",
+    action="store_true",
+    help="start outfile over instead of resuming it (resuming needs the same run: "
+    "model, data, sigma, N, ...)",
+  )
+  out.add_argument("--quiet", action="store_true", help="no progress bar")
+  return out
+
+
+def _method_choice(q) -> None:
+  """``--multiclass`` and ``--method`` (``certify``)."""
+  from rsjax import methods
+
+  q.add_argument(
+    "--multiclass",
+    action="store_true",
+    help="multiclass radius with simultaneous bounds (Gaussian only)",
+  )
+  q.add_argument(
+    "--method",
+    default="cohen",
+    choices=[m.name for m in methods.available()],
+    help="certification method: "
+    + "; ".join(f"{m.name}: {m.summary}" for m in methods.available()),
+  )
+
+
+def _computation_flags(q) -> None:
+  """``--precision``, ``--pack`` (both part of the run's identity), ``--batch`` and
+  ``--inputs-per-call`` (speed only)."""
+  from rsjax.claims import PRECISIONS  # JAX-free: --help imports no JAX
+
   q.add_argument(
     "--precision",
     default=PRECISIONS[0],
@@ -172,6 +244,14 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     "channel axis (rsjax.models.pack_narrow_stage; CIFAR ResNets); 1: off. The same "
     "function up to rounding, so part of the run's identity, as the precision",
   )
+  q.add_argument(
+    "--batch",
+    type=batch_size,
+    default=None,
+    help="forward passes per step, or auto (the largest that fits in the device memory); "
+    "default: auto with --denoiser, else the fastest of a short timed probe where the run "
+    "is long enough to pay for it (on a CPU; cached with the compilation cache), else 1000",
+  )
   positive_flag(
     q,
     "--inputs-per-call",
@@ -179,28 +259,19 @@ def add_sampling_flags(q: argparse.ArgumentParser) -> None:
     "default: 16, fewer above N = 10,000, 1 at N = 100,000: "
     "rsjax.runs.runner.default_inputs_per_call)",
   )
-  q.add_argument(
-    "--overwrite",
-    "--restart",
-    dest="overwrite",
-    action="store_true",
-    help="start outfile over instead of resuming it (resuming needs the same run: "
-    "model, data, sigma, N, ...)",
-  )
-  q.add_argument("--quiet", action="store_true", help="no progress bar")
-  model_source_flags(q)
 
 
-def model_source_flags(q: argparse.ArgumentParser) -> None:
+def model_source_flags(q: argparse._ActionsContainer) -> None:
   """What a run certifies besides MODEL_DIR: ``--torch-checkpoint`` (and its ``--torch-arch``,
   ``--normalize``), ``--denoiser``, ``--resize`` (``rsjax certify``, ``predict``, ``bench``)."""
   q.add_argument(
     "--torch-checkpoint",
     default=None,
     metavar="F.pth",
-    help="certify a PyTorch checkpoint (Cohen et al.'s format, torchvision "
-    "ResNet, LeNet) instead of MODEL_DIR; needs rsjax[torch]",
+    help="certify a PyTorch checkpoint (Cohen et al.'s format, torchvision ResNet, LeNet) "
+    "instead of MODEL_DIR (or the state dict of --torch-module); needs rsjax[torch]",
   )
+  torch_module_flag(q, "certify")
   q.add_argument(
     "--denoiser",
     default=None,
@@ -226,32 +297,20 @@ def model_source_flags(q: argparse.ArgumentParser) -> None:
   normalize_flag(q)
 
 
-def add_certify_flags(q: argparse.ArgumentParser) -> None:
-  """The flags of ``certify``: the sampling flags, then N0, the method and its options."""
-  from rsjax import methods
-
-  add_sampling_flags(q)
-  positive_flag(q, "--N0", "selection samples", default=100)
-  q.add_argument(
-    "--multiclass",
-    action="store_true",
-    help="multiclass radius with simultaneous bounds (Gaussian only)",
-  )
-  q.add_argument(
-    "--method",
-    default="cohen",
-    choices=[m.name for m in methods.available()],
-    help="certification method: "
-    + "; ".join(f"{m.name}: {m.summary}" for m in methods.available()),
-  )
+def add_certify_flags(q: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+  """The flags of ``certify``, in groups: the run (``--N0`` beside ``--N``, ``--method``),
+  the model, the computation, one group per method's options, then output and execution
+  (returned: ``certify`` adds ``--cache-dir`` to it)."""
+  add_sampling_flags(q, certify=True)
   method_flags(q)
-  q.add_argument(
+  out = output_flags(q)
+  out.add_argument(
     "--save-counts",
     action="store_true",
     help="add a 'counts' column (the N estimation counts per class) for "
     "'analyze --pa-cdf / --easy-hard'",
   )
-  q.add_argument(
+  out.add_argument(
     "--coordinator",
     default=None,
     help="host:port of process 0 for a multi-process run (jax.distributed); "
@@ -259,13 +318,14 @@ def add_certify_flags(q: argparse.ArgumentParser) -> None:
     "(srun), Open MPI (mpirun) or Kubernetes job is joined as JAX detects it",
   )
   positive_flag(
-    q,
+    out,
     "--num-processes",
     "number of processes (or $RSJAX_NUM_PROCESSES); 1 stays one process inside a detected job",
   )
-  q.add_argument(
+  out.add_argument(
     "--process-id", type=int, default=None, help="this process' id (or $RSJAX_PROCESS_ID)"
   )
+  return out
 
 
 def _option_type(option):
@@ -295,8 +355,10 @@ def training_options(method) -> tuple:
 
 
 def method_flags(parser, options_of=certify_options) -> None:
-  """One ``--flag`` per option of the registered methods (a shared option once);
-  ``options_of(method)`` picks the half (:func:`certify_options`, :func:`training_options`)."""
+  """One ``--flag`` per option of the registered methods (a shared option once), in one
+  argument group per method (per set of methods, for a shared option), in the order of
+  the registry; ``options_of(method)`` picks the half (:func:`certify_options`,
+  :func:`training_options`)."""
   from rsjax import methods
 
   options, users = {}, {}
@@ -305,12 +367,16 @@ def method_flags(parser, options_of=certify_options) -> None:
       if options.setdefault(o.name, o) != o:
         raise AssertionError(f"methods declare option {o.name!r} differently")
       users.setdefault(o.name, []).append(method.name)
+  groups: dict[tuple[str, ...], argparse._ArgumentGroup] = {}
   for name, o in options.items():
-    flag, help_ = "--" + name.replace("_", "-"), f"{o.help} (--method {', '.join(users[name])})"
+    who = tuple(users[name])
+    if who not in groups:
+      groups[who] = parser.add_argument_group(f"--method {', '.join(who)}")
+    flag, help_ = "--" + name.replace("_", "-"), o.help  # the group names the method
     if o.type is bool:
-      parser.add_argument(flag, dest=name, action="store_true", default=o.default, help=help_)
+      groups[who].add_argument(flag, dest=name, action="store_true", default=o.default, help=help_)
       continue
-    parser.add_argument(
+    groups[who].add_argument(
       flag, dest=name, default=o.default, type=_option_type(o), choices=o.choices, help=help_
     )
 
@@ -335,10 +401,11 @@ def run_from_flags(args: argparse.Namespace):
   from rsjax import Sampling, methods
   from rsjax.app import launch
 
-  if (args.torch_checkpoint is None) == (args.model_dir is None):
+  module = getattr(args, "torch_module", None)
+  if (args.torch_checkpoint is None and module is None) == (args.model_dir is None):
     raise CliError(
-      "give MODEL_DIR (from 'rsjax train' or 'rsjax convert') or --torch-checkpoint F.pth "
-      "(one of them)"
+      "give MODEL_DIR (from 'rsjax train' or 'rsjax convert'), --torch-checkpoint F.pth or "
+      "--torch-module SPEC (one of them)"
     )
   if args.model_dir is not None and args.normalize is not None:
     raise CliError("--normalize works with --torch-checkpoint (a model directory keeps its own)")
@@ -347,9 +414,10 @@ def run_from_flags(args: argparse.Namespace):
   refuse_other_options(args, method)
   n0, precision = getattr(args, "N0", 100), args.precision
   sampling = Sampling(n0=n0, n=args.N, alpha=args.alpha, noise=args.noise, precision=precision)
-  torch = args.torch_checkpoint
+  torch = args.torch_checkpoint or module
+  what = launch.TorchCheckpoint(torch, args.torch_arch, args.normalize, module) if torch else None
   return launch.prepare(
-    launch.TorchCheckpoint(torch, args.torch_arch, args.normalize) if torch else args.model_dir,
+    what or args.model_dir,
     sampling=sampling,
     out=args.outfile,
     dataset=args.dataset,

@@ -15,8 +15,10 @@ HELP = "predict with abstention (PREDICT of Cohen et al.)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-  """The flags of ``rsjax predict``."""
+  """The flags of ``rsjax predict``, in groups (``flags.add_sampling_flags``)."""
+  p.usage = "%(prog)s [MODEL_DIR] OUTFILE [flags]"
   flags.add_sampling_flags(p)
+  flags.output_flags(p)
 
 
 def run(args: argparse.Namespace) -> int:

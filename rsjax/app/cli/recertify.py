@@ -4,7 +4,9 @@ run's certificate (incremental randomized smoothing, ``--method recertify``).
 The parent run is verified first (a parent that does not verify is refused). The child run
 certifies the parent's declared rows with the parent's dataset, sigma, noise and radius;
 its own settings are the disagreement samples (``--N``), their level (``--alpha``, alpha_2;
-default the parent's) and the child's precision and packing. Its record names the parent's
+default the parent's) and the child's precision and packing. With ``--gamma`` (default 0.99,
+the paper's) a row whose parent ``p_A_lower >= gamma`` is certified from scratch instead, with
+``--N0`` and ``--N`` samples of the child at ``alpha_1 + alpha_2``. Its record names the parent's
 result file, claim digest, model fingerprint and the digest of its certificate record, so
 ``rsjax verify OUT.tsv`` re-derives each child row from both runs' counts and ``rsjax audit
 OUT.tsv --model-dir CHILD_MODEL`` draws the disagreement counts again.
@@ -40,11 +42,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument("--fallback", action="store_true",
                  help="certify the rows the bound cannot from scratch (the parent's N0, N, "
                  "alpha_1; each row then claims 2 alpha_1 + alpha_2)")  # fmt: skip
+  p.add_argument("--gamma", type=_gamma, default=0.99,
+                 help="the paper's switch: certify from scratch (the child's N0 and N, alpha_1 + "
+                 "alpha_2) the rows whose parent p_A_lower >= GAMMA, where the disagreement "
+                 "bound cannot help (default 0.99; 'off': never)")  # fmt: skip
+  p.add_argument("--N0", type=flags.positive_int, default=None,
+                 help="selection samples of the rows certified from scratch by the switch "
+                 "(default: the parent's N0)")  # fmt: skip
   p.add_argument("--seed", type=int, default=0, help="PRNG seed of the disagreement noise")
   p.add_argument("--batch", type=flags.batch_size, default=None, help="forward passes per step")
   p.add_argument("--data-dir", default=None, help="TFDS data_dir holding prepared datasets")
   p.add_argument("--overwrite", action="store_true", help="start the result file over")
   p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _gamma(text: str) -> float | None:
+  """``--gamma``: a number in (1/2, 1], or ``off``."""
+  from rsjax.cohen._recertify_check import parse_gamma
+
+  if text.strip().lower() == "off":
+    return None
+  try:
+    return parse_gamma(text)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def prepare_child(args: argparse.Namespace, parent):
@@ -55,12 +76,14 @@ def prepare_child(args: argparse.Namespace, parent):
   from rsjax.cohen._recertify_check import records_digest
 
   d, s = parent.data, parent.sampling
-  alpha = float(s["alpha"]) if args.alpha is None else args.alpha
-  sampling = Sampling(n0=int(s["n0"]), n=args.N, alpha=alpha, noise=s["noise"],
-                      precision=args.precision)  # fmt: skip
+  alpha = s.alpha if args.alpha is None else args.alpha
+  n0 = s.n0 if args.N0 is None else args.N0
+  sampling = Sampling(n0=n0, n=args.N, alpha=alpha, noise=s.noise, precision=args.precision)
   options = dict(parent=args.parent, parent_claim=parent.claim_digest(),
                  parent_model=parent.model.fingerprint, parent_records=records_digest(args.parent),
                  fallback=bool(args.fallback))  # fmt: skip
+  if args.gamma is not None:  # no option: the runs before the switch verify as they did
+    options["gamma"] = args.gamma
   return launch.prepare(
     args.model_dir, sampling=sampling, out=args.outfile, dataset=d.name, split=d.split,
     sigma=parent.sigma, sigma_source="flag", method="recertify", options=options,
@@ -85,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     batch_size=args.batch, progress=not args.quiet, overwrite=args.overwrite
   )
   out = launch.run(spec, loaded, execution=execution, data_dir=args.data_dir)
-  n_parent = int(parent.sampling["n0"]) + int(parent.sampling["n"])
+  n_parent = parent.sampling.n0 + parent.sampling.n
   print(
     f"recertified {out.written} new inputs in {out.seconds:.1f}s "
     f"({out.compile_seconds:.1f}s of it compiling): {args.N} disagreement samples an input "

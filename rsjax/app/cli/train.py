@@ -11,7 +11,7 @@ import argparse
 import os
 
 from rsjax.app import launch
-from rsjax.app.cli import flags
+from rsjax.app.cli import _names, flags
 from rsjax.app.cli._args import CliError
 
 __all__ = ["HELP", "add_arguments", "run"]
@@ -23,18 +23,33 @@ HELP = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-  """The flags of ``rsjax train``: the model and data, the schedule, the objective and
-  Sun et al.'s strategies (shared by every method), then ``--method`` and its options."""
-  from rsjax import methods, models
+  """The flags of ``rsjax train``, in groups: the model and data (``--method`` among them),
+  the schedule, the objective and Sun et al.'s strategies (shared by every method), one
+  group per method's options, then output and execution."""
+  from rsjax import methods
 
-  flags.data_flags(p, dataset_required=True)
-  p.add_argument("--model", required=True, help=", ".join(models.MODELS))
-  p.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
-  p.add_argument("--out", required=True, help="output directory (checkpoints, config)")
-  _schedule_flags(p)
-  _objective_flags(p)
-  _strategy_flags(p)
-  p.add_argument(
+  p.usage = "%(prog)s --dataset DATASET --model MODEL --out OUT [flags]"
+  core = p.add_argument_group("the model and data")
+  core.add_argument("--model", required=True, help=", ".join(_names.MODELS))
+  flags.data_flags(core, dataset_required=True)
+  core.add_argument("--sigma", type=float, default=0.25, help="training noise std (0 = clean)")
+  trainable = [m for m in methods.available() if m.training is not None]
+  core.add_argument(
+    "--method",
+    default="cohen",
+    choices=[m.name for m in trainable],
+    help="how to train: " + "; ".join(f"{m.name}: {m.training.summary}" for m in trainable),
+  )
+  core.add_argument(
+    "--seed", type=int, default=0, help="seed of initialization, shuffling and noise"
+  )
+  _schedule_flags(p.add_argument_group("schedule and optimizer"))
+  _objective_flags(p.add_argument_group("objective"))
+  _strategy_flags(p.add_argument_group("Sun et al.'s strategies"))
+  flags.method_flags(p, flags.training_options)
+  out = p.add_argument_group("output and execution")
+  out.add_argument("--out", required=True, help="output directory (checkpoints, config)")
+  out.add_argument(
     "--overwrite",
     "--restart",
     dest="overwrite",
@@ -42,18 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     help="start over: remove the checkpoints of an earlier run in OUT (by default a "
     "run in OUT resumes from its last epoch, with the same settings)",
   )
-  trainable = [m for m in methods.available() if m.training is not None]
-  p.add_argument(
-    "--method",
-    default="cohen",
-    choices=[m.name for m in trainable],
-    help="how to train: " + "; ".join(f"{m.name}: {m.training.summary}" for m in trainable),
-  )
-  flags.method_flags(p, flags.training_options)
-  p.add_argument("--quiet", action="store_true", help="no progress bars")
+  out.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _schedule_flags(p: argparse.ArgumentParser) -> None:
+def _schedule_flags(p) -> None:
   """The schedule and optimizer flags (defaults by dataset: ``rsjax.training``)."""
   flags.positive_flag(p, "--epochs", "number of epochs" + _by_dataset("epochs") + ", else 90")
   flags.positive_flag(
@@ -68,17 +75,14 @@ def _schedule_flags(p: argparse.ArgumentParser) -> None:
   flags.positive_flag(p, "--gamma", "learning-rate factor at each drop", default=0.1, real=True)
   p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
   p.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
-  p.add_argument("--seed", type=int, default=0, help="seed of initialization, shuffling and noise")
 
 
-def _objective_flags(p: argparse.ArgumentParser) -> None:
+def _objective_flags(p) -> None:
   """The training loss and its hyperparameters."""
-  from rsjax import training
-
   p.add_argument(
     "--objective",
     default="gaussian",
-    choices=list(training.OBJECTIVES),
+    choices=list(_names.OBJECTIVES),
     help="training loss (rsjax.training.objectives; default gaussian, Cohen et al.)",
   )
   flags.positive_flag(
@@ -97,7 +101,7 @@ def _objective_flags(p: argparse.ArgumentParser) -> None:
   )
 
 
-def _strategy_flags(p: argparse.ArgumentParser) -> None:
+def _strategy_flags(p) -> None:
   """Sun et al.'s data strategies and adaptive attack."""
   p.add_argument(
     "--discard",
@@ -141,11 +145,10 @@ def _strategy_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _by_dataset(field: str) -> str:
-  """The end of a schedule flag's help: its value per dataset (``rsjax.training``)."""
-  from rsjax import training
-
+  """The end of a schedule flag's help: its value per dataset (``rsjax.training``'s, as
+  ``_names`` lists them)."""
   return "; default by dataset: " + ", ".join(
-    f"{name} {getattr(d, field):g}" for name, d in training.TRAINING_DEFAULTS.items()
+    f"{name} {d[field]:g}" for name, d in _names.TRAINING_DEFAULTS.items()
   )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from rsjax.app.cli import flags
-from rsjax.app.cli._args import CliError
+from rsjax.app.cli._args import CliError, parent_flag
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -31,11 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     help="verify rsjax-run/2 records, whose key does not bind the claim (alpha, multiclass, "
     "declared range may have been chosen after the draw); refused by default",
   )
+  parent_flag(p)
   p.add_argument(
     "--data-dir",
     default=None,
-    help="TFDS data_dir of a ddrs run's dataset (its memory step is replayed from "
-    "the inputs; the bundled datasets need none)",
+    help="TFDS data_dir or folder of the run's dataset (labels and inputs checked against it, "
+    "a folder's images against the record; a ddrs run's memory step is replayed from the "
+    "inputs; the bundled datasets need none)",
   )
 
 
@@ -46,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
   status = 0
   for path in args.files:
     try:
-      report = verify.verify(path, data_dir=args.data_dir, accept_unbound=args.accept_unbound)
+      report = verify.verify(
+        path, data_dir=args.data_dir, accept_unbound=args.accept_unbound, parent=args.parent
+      )
     except (verify.VerifyError, ValueError) as e:
       raise CliError(str(e)) from None
     for m in report.mismatches[: args.show]:

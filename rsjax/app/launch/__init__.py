@@ -30,6 +30,7 @@ __getattr__, __dir__, __all__ = _lazy.exports(
     "open_dataset": "rsjax.app.launch.loading",
     "open_model_dir": "rsjax.app.launch.loading",
     "open_torch_checkpoint": "rsjax.app.launch.loading",
+    "open_torch_module": "rsjax.app.launch.loading",
     "plan": "rsjax.app.launch.spec",
     "prepare": "rsjax.app.launch.spec",
     "run": "rsjax.app.launch.execute",

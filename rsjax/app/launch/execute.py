@@ -158,7 +158,7 @@ def _run(spec, loaded, execution, resume, save_counts, data_dir, process) -> Rep
         resume=resume,
         run=spec,
         record=True,
-        n=int(spec.sampling["n"]),
+        n=spec.sampling.n,
         save_counts=save_counts,
       )
     except runner.NoCountsError as e:
@@ -202,8 +202,8 @@ def batch_choice(
     loaded.apply_fn,
     loaded.params,
     loaded.dataset.input_shape,
-    num=int(spec.sampling["n"]),
+    num=spec.sampling.n,
     inputs=max(rows, 1),
     batch_size=batch_size,
-    compute_dtype=precision.compute_dtype(spec.sampling.get("precision")),
+    compute_dtype=precision.compute_dtype(spec.sampling.precision),
   )

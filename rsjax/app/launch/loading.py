@@ -16,6 +16,7 @@ __all__ = [
   "open_dataset",
   "open_model_dir",
   "open_torch_checkpoint",
+  "open_torch_module",
   "open_denoised",
   "warn_if_unfinished",
 ]
@@ -121,6 +122,40 @@ def open_torch_checkpoint(
   return model, config
 
 
+def open_torch_module(
+  spec: str, checkpoint: str | None, normalize: str | None, input_shape: tuple[int, ...] | None
+) -> tuple[Any, dict, Any]:
+  """``(model, config, module)`` of any PyTorch module (``FILE.pt`` or ``FILE.py:CLASS`` with
+  ``checkpoint``, ``rsjax.models.load_module``) through ``torch.export``
+  (``rsjax.models.load_torch_module``), exported at ``input_shape`` (rsjax's: ``(H, W, C)``,
+  the module takes ``[b, C, H, W]``); prints the graph's digest and the normalization."""
+  import numpy as np
+
+  from rsjax import models
+
+  if input_shape is None:
+    raise RunError(
+      f"{spec}: the input shape is needed to export it (--input-shape H,W,C; certify: the "
+      "dataset's)",
+      "model",
+    )
+  shape = tuple(int(d) for d in input_shape)
+  torch_shape = (shape[-1], *shape[:-1]) if len(shape) == 3 else shape
+  example = np.random.default_rng(0).uniform(size=(2, *torch_shape)).astype(np.float32)
+  try:
+    norm = None if normalize is None else models.parse_normalize(normalize)
+    module = models.load_module(spec, checkpoint)
+    model, config = models.load_torch_module(module, example, normalize=norm)
+  except (FileNotFoundError, ImportError, ValueError) as e:
+    raise RunError(f"{spec}: {e}", "model") from None
+  nodes = len(config["model_kwargs"]["graph"]["nodes"])
+  print(
+    f"{os.path.basename(spec)}: {config['torch_arch']} through torch.export ({nodes} nodes, "
+    f"graph {config['graph_digest'][:12]}), input normalization {config['normalization']}"
+  )
+  return model, config, module
+
+
 def open_denoised(
   path: str, apply_fn: Callable, params: Any, *, sigma: float
 ) -> tuple[Callable, Any, str]:
@@ -156,3 +191,43 @@ def file_sha256(name: str) -> str | None:
     for block in iter(lambda: f.read(1 << 20), b""):
       h.update(block)
   return h.hexdigest()
+
+
+def bind_images(ref: Any, ds: Any) -> Any:
+  """``ref`` (a ``DataRef``) with the images' SHA-256 of a dataset read from a folder
+  (``rsjax.data.images_sha256`` of its declared indices: each file is read once more, a few
+  seconds per GB); ``ref`` itself for a dataset of TFDS, a package or an array file."""
+  import dataclasses
+
+  from rsjax import data
+
+  digest = data.images_sha256(ds, ref.indices())
+  if digest is None:
+    return ref
+  return dataclasses.replace(ref, images_sha256=digest)
+
+
+def check_classes(num_classes: int | None, ds: Any, where: str) -> None:
+  """Refuses a classifier whose number of classes is not the dataset's, before any input is
+  read (a folder of another dataset, a checkpoint of another).
+
+  Raises:
+    MismatchError: naming both counts and, for a folder dataset, the folder.
+  """
+  if num_classes is None or int(num_classes) == ds.num_classes:
+    return
+  folder = f" (the folder {ds.root})" if hasattr(ds, "root") else ""
+  raise MismatchError(
+    f"{where} classifies {int(num_classes)} classes, {ds.name} {ds.split}{folder} has "
+    f"{ds.num_classes}: not the dataset of this model",
+    "dataset",
+  )
+
+
+def folder_check(run: Any, ds: Any) -> tuple[bool, str]:
+  """``(ok, words)``: whether the folder ``ds`` holds the images the run ``run`` read from a
+  folder (their SHA-256, ``rsjax.data.images_sha256``), and which they are, or why not."""
+  from rsjax.verify._run import check_images, images_words
+
+  issues = check_images(run, ds)
+  return not issues, issues[0].reason if issues else (images_words(run, ds) or "")

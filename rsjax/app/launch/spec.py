@@ -31,7 +31,6 @@ __all__ = [
   "architecture_of",
   "key",
   "load",
-  "pack_of",
   "plan",
   "prepare",
   "settings",
@@ -65,11 +64,15 @@ class Loaded:
 class TorchCheckpoint:
   """A PyTorch checkpoint to certify (``rsjax.models.load_torch``): its ``path``, its ``arch``
   (None: its 'arch' entry or recognized from its keys) and input ``normalize`` (None: its
-  normalization layer's, or the architecture's)."""
+  normalization layer's, or the architecture's). With ``module`` (``FILE.pt`` or
+  ``FILE.py:CLASS``), any PyTorch module through ``torch.export``
+  (``rsjax.models.load_torch_module``): ``path`` is then its state dict, or ``module`` itself
+  (none), and ``normalize`` None means none."""
 
   path: str
   arch: str | None = None
   normalize: str | None = None
+  module: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,9 +110,16 @@ def _load_model(model_dir, torch: TorchCheckpoint | None, dataset, split, data_d
     if dataset is None:
       raise RunError("dataset is required with a PyTorch checkpoint", "dataset")
     ds = loading.open_dataset(dataset, split, data_dir)
-    model, config = loading.open_torch_checkpoint(
-      torch.path, torch.arch, torch.normalize, ds.input_shape
-    )
+    if torch.module is not None:
+      weights = None if torch.path == torch.module else torch.path
+      model, config, _ = loading.open_torch_module(
+        torch.module, weights, torch.normalize, ds.input_shape
+      )
+    else:
+      model, config = loading.open_torch_checkpoint(
+        torch.path, torch.arch, torch.normalize, ds.input_shape
+      )
+    loading.check_classes(config.get("num_classes"), ds, torch.module or torch.path)
     return model, config, ds
   if model_dir is None:
     raise RunError("model: give a model directory or a PyTorch checkpoint", "model")
@@ -123,6 +133,8 @@ def _load_model(model_dir, torch: TorchCheckpoint | None, dataset, split, data_d
   have = tuple(ds.input_shape)
   if resize is not None and len(have) == 3:  # the resize stage feeds the classifier
     have = (*parse_size(resize), have[-1])
+  if config.get("input_encoding") == "ablation" and len(have) == 3:  # rsjax.ablation's
+    have = (*have[:2], 2 * have[2])  # encoding: (x, 1 - x) at kept pixels, 2 x the channels
   if want is not None and tuple(want) != have:
     shape = lambda s: "x".join(str(d) for d in s)  # noqa: E731
     raise MismatchError(
@@ -156,11 +168,6 @@ def _packed(model, pack: int):
     return models.pack_narrow_stage(model, int(pack))
   except ValueError as e:  # a model that cannot be packed: the run does not fit it
     raise MismatchError(f"pack={pack}: {e}", "pack") from None
-
-
-def pack_of(run: RunSpec) -> int:
-  """The narrow-stage packing a run certified with (``--pack``; a record without it: 1)."""
-  return int(run.sampling.get("pack", 1))
 
 
 def _apply(model, denoiser, sigma, resize=None):
@@ -249,12 +256,12 @@ def prepare(
     other = sorted(set(options or {}) - set(known))
     if other:
       raise RunError(f"options: method {method} has no option {other[0]!r}", "options")
-    options = known | dict(options or {})
+    options = _bound(methods.get(method), known | dict(options or {}), out)
   ref = ModelRef(
     fingerprint=runner.fingerprint(loaded.params),
     architecture=architecture_of(loaded.config, torch=torch is not None),
     source="torch_checkpoint" if torch else "model_dir",
-    path=path or (torch.path if torch else loaded.workdir),
+    path=path or _recorded(torch.path if torch else loaded.workdir, out),
     torch_arch=torch.arch if torch else None,
     normalize=torch.normalize if torch else None,
     denoiser=denoiser,
@@ -267,9 +274,7 @@ def prepare(
     data=data,
     sigma=float(sigma),
     sigma_source=sigma_source,
-    # pack changes the arithmetic, as the precision does; named only when on, so the
-    # records of unpacked runs (and of older rsjax) read the same.
-    sampling={**record.sampling_fields(sampling), **({"pack": pack} if pack != 1 else {})},
+    sampling=record.run_sampling(sampling, pack=pack),
     method=method if command == "certify" else "cohen",
     options=options if command == "certify" else {},
     multiclass=multiclass,
@@ -280,6 +285,24 @@ def prepare(
     out=out,
   )
   return run, loaded
+
+
+def _bound(method, options: dict, out: str | None) -> dict:
+  """A run's options with the facts of the files they name (``Method.bind``: Dual RS's
+  experts), their paths then recorded relative to the result file's folder."""
+  try:
+    options = method.bound(options)
+  except ValueError as e:
+    raise RunError(str(e), "options") from None
+  return method.located(options, lambda _role, p: _recorded(p, out))
+
+
+def _recorded(path: str | None, out: str | None) -> str | None:
+  """A path as the record keeps it: relative to the result file's folder
+  (``rsjax.records.paths``), as given without a result file."""
+  from rsjax.records import paths
+
+  return path if path is None or out is None else paths.relative_to(path, out)
 
 
 def _data_ref(ds, split: str, rows: DataRange):
@@ -303,7 +326,7 @@ def _data_ref(ds, split: str, rows: DataRange):
       f"start={rows.start} stop={rows.stop}",
       "rows",
     )
-  return data
+  return loading.bind_images(data, ds)
 
 
 def _open(model_dir, torch, dataset, split, data_dir, sigma, sigma_source, pack, resize, denoiser):
@@ -323,6 +346,12 @@ def _sigma(sigma, source: str, config: dict, where) -> tuple[float, str]:
   if "sigma" not in config:
     raise RunError("sigma is required (the model does not record its training sigma)", "sigma")
   sigma = float(config["sigma"])
+  if config.get("input_encoding") == "ablation":  # rsjax.ablation: no noise is drawn
+    raise RunError(
+      f"sigma is required: the model in {where!r} takes ablated images (--method patch or "
+      "ablation draw no noise): give any sigma > 0, which the run records and does not use",
+      "sigma",
+    )
   if not sigma > 0:
     raise RunError(
       f"sigma is required: the model in {where!r} was trained without noise "
@@ -348,23 +377,33 @@ def load(
 ) -> Loaded:
   """What ``run`` certified, loaded again (``rsjax audit``): the model from ``model_dir`` or
   ``torch_checkpoint`` (with the run's ``--torch-arch`` / ``--normalize``, packed as the run
-  was: :func:`pack_of`), the denoiser
+  was: ``run.sampling.pack``), the denoiser
   from ``denoiser`` (default: the recorded directory), the run's dataset split."""
   ref = run.model
   torch = torch_checkpoint and TorchCheckpoint(torch_checkpoint, ref.torch_arch, ref.normalize)
   denoiser = denoiser or ref.denoiser
   data = run.data  # a run's dataset name is never empty (RunSpec refuses it)
   where = (model_dir, torch or None, data.name, data.split, data_dir)
-  return _open(*where, run.sigma, "", pack_of(run), ref.resize, denoiser)[0]
+  return _open(*where, run.sigma, "", run.sampling.pack, ref.resize, denoiser)[0]
 
 
 def plan(
-  run: RunSpec, loaded: Loaded, *, batch_size: int | str = 1000, data_dir: str | None = None
+  run: RunSpec,
+  loaded: Loaded,
+  *,
+  batch_size: int | str = 1000,
+  data_dir: str | None = None,
+  files: Mapping[str, str | None] | None = None,
 ) -> tuple[Context, Certifier]:
   """The context of ``run`` over what it loaded, and its method's certifier
-  (``rsjax.methods``: ``Method.build``)."""
+  (``rsjax.methods``: ``Method.build``); the files its options name are resolved against
+  the result file's folder, or are where ``files`` says a reader moved them
+  (``rsjax.records.paths.locator``)."""
   from rsjax import methods
+  from rsjax.records import paths
   from rsjax.runs.method import Context
+
+  files = {k: v for k, v in (files or {}).items() if v is not None}
 
   ds = loaded.dataset
   try:
@@ -379,8 +418,11 @@ def plan(
       multiclass=run.multiclass,
       workdir=loaded.workdir,
       load_split=lambda split: loading.open_dataset(ds.name, split, data_dir),
+      files=files,
     )
-    options = {k: tuple(v) if isinstance(v, list) else v for k, v in run.options.items()}
-    return ctx, methods.get(run.method).build(ctx, **options)
+    method = methods.get(run.method)
+    options = method.located(run.options, paths.locator(run.out, files))
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+    return ctx, method.build(ctx, **options)
   except ValueError as e:
     raise RunError(str(e), "method") from None

@@ -19,7 +19,7 @@ from typing import Any
 
 from flax import nnx
 
-from rsjax.models._torch_state import load_torch_state
+from rsjax.models._torch_state import load_torch_state, read_weights
 from rsjax.models.denoise.unet import UNet2DModel, UNetConfig
 
 __all__ = ["load_state_dict", "from_diffusers", "load_diffusers_dir", "unet_shapes"]
@@ -82,16 +82,8 @@ def load_diffusers_dir(path: str | os.PathLike) -> UNet2DModel:
     raise FileNotFoundError(f"no config.json in {path!r} (a diffusers UNet2DModel directory)")
   with open(cfg_file, encoding="utf-8") as f:
     config = UNetConfig.from_diffusers(json.load(f))
-  st = os.path.join(path, "diffusion_pytorch_model.safetensors")
-  binf = os.path.join(path, "diffusion_pytorch_model.bin")
-  if os.path.exists(st):
-    from safetensors.numpy import load_file
-
-    state = load_file(st)
-  elif os.path.exists(binf):
-    import torch
-
-    state = torch.load(binf, map_location="cpu", weights_only=True)
-  else:
+  files = [os.path.join(path, f"diffusion_pytorch_model.{ext}") for ext in ("safetensors", "bin")]
+  found = [f for f in files if os.path.exists(f)]
+  if not found:
     raise FileNotFoundError(f"no diffusion_pytorch_model.safetensors or .bin in {path!r}")
-  return load_state_dict(unet_shapes(config), state)
+  return load_state_dict(unet_shapes(config), read_weights(found[0]))

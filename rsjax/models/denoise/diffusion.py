@@ -206,10 +206,7 @@ def one_step_denoiser(
     ``(denoise_fn, params)`` for :func:`rsjax.models.denoise.denoised`.
   """
   t = timestep_for_sigma(alphas_cumprod, sigma)
-  if callable(model) and params is not None:
-    fn = model
-  else:
-    fn, params = eps_apply(model)
+  fn, params = (model, params) if callable(model) and params is not None else eps_apply(model)
   if eps_channels is not None:
     fn = _FirstChannels(fn, int(eps_channels))
   a_t = float(np.asarray(alphas_cumprod, np.float64)[t])

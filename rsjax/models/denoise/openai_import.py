@@ -24,10 +24,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from flax import nnx
 
-from rsjax.models._torch_state import load_torch_state
+from rsjax.models._torch_state import load_torch_state, read_weights
 from rsjax.models.denoise.openai_unet import OpenAIUNet, OpenAIUNetConfig
 
 __all__ = [
@@ -234,14 +233,4 @@ def load_openai_dir(path: str | os.PathLike) -> tuple[OpenAIUNet, dict]:
   weights = os.path.join(path, flags.pop("checkpoint", "model.pt"))
   if not os.path.exists(weights):
     raise FileNotFoundError(f"no checkpoint {weights!r} (named by {FLAGS_FILE})")
-  if weights.endswith(".safetensors"):
-    from safetensors.numpy import load_file
-
-    state: Mapping[str, Any] = load_file(weights)
-  elif weights.endswith(".npz"):
-    state = dict(np.load(weights))
-  else:
-    import torch
-
-    state = torch.load(weights, map_location="cpu", weights_only=True)
-  return load_openai(state, flags)
+  return load_openai(read_weights(weights), flags)

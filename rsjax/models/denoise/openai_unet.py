@@ -34,13 +34,13 @@ epsilon in its first half of channels and the variance interpolation in the seco
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rsjax.models.denoise.unet import timestep_embedding
+from rsjax.models._layers import attention
+from rsjax.models.denoise.unet import Upsample, padded_conv, timestep_embedding
 
 __all__ = ["OpenAIUNetConfig", "OpenAIUNet"]
 
@@ -106,11 +106,6 @@ class OpenAIUNetConfig:
     return self.num_heads
 
 
-def _conv(cin: int, cout: int, k: int, rngs: nnx.Rngs, *, stride: int = 1) -> nnx.Conv:
-  pad = ((k // 2, k // 2),) * 2
-  return nnx.Conv(cin, cout, (k, k), strides=(stride, stride), padding=pad, rngs=rngs)
-
-
 def _norm(c: int, rngs: nnx.Rngs) -> nnx.GroupNorm:
   return nnx.GroupNorm(c, num_groups=_GROUPS, epsilon=_EPS, rngs=rngs)
 
@@ -146,11 +141,11 @@ class ResBlock(nnx.Module):
     self, cin: int, cout: int, temb: int, *, scale_shift: bool, resample: str, rngs: nnx.Rngs
   ) -> None:
     self.in_norm = _norm(cin, rngs)
-    self.in_conv = _conv(cin, cout, 3, rngs)
+    self.in_conv = padded_conv(cin, cout, 3, rngs)
     self.emb = nnx.Linear(temb, 2 * cout if scale_shift else cout, rngs=rngs)
     self.out_norm = _norm(cout, rngs)
-    self.out_conv = _conv(cout, cout, 3, rngs)
-    self.skip = _conv(cin, cout, 1, rngs) if cin != cout else None
+    self.out_conv = padded_conv(cout, cout, 3, rngs)
+    self.skip = padded_conv(cin, cout, 1, rngs) if cin != cout else None
     self.scale_shift = scale_shift
     self.resample = resample  # "", "up" or "down"
 
@@ -173,8 +168,6 @@ class ResBlock(nnx.Module):
 class AttentionBlock(nnx.Module):
   """``AttentionBlock`` (torch names ``norm``, ``qkv``, ``proj_out``; 1x1 convs as linears)."""
 
-  TORCH: dict[str, str] = {}
-
   def __init__(self, c: int, *, heads: int, new_order: bool, rngs: nnx.Rngs) -> None:
     if c % heads:
       raise ValueError(f"{heads} attention heads must divide the width {c}")
@@ -192,40 +185,22 @@ class AttentionBlock(nnx.Module):
     shape = (3, self.heads, d) if self.new_order else (self.heads, 3, d)
     qkv = qkv.reshape(b, hgt * wid, *shape)
     q, k, v = (qkv[:, :, i] if self.new_order else qkv[:, :, :, i] for i in range(3))
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)
-    weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(v.dtype)
-    out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, hgt * wid, c)
+    out = attention(q, k, v).reshape(b, hgt * wid, c)
     return x + self.proj_out(out).reshape(b, hgt, wid, c)
 
 
 class Downsample(nnx.Module):
   """Stride-2 3x3 conv, padding 1 (torch name ``op``)."""
 
-  TORCH: dict[str, str] = {}
-
   def __init__(self, c: int, *, rngs: nnx.Rngs) -> None:
-    self.op = _conv(c, c, 3, rngs, stride=2)
+    self.op = padded_conv(c, c, 3, rngs, stride=2)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     return self.op(x)
 
 
-class Upsample(nnx.Module):
-  """Nearest-neighbour x2, then a 3x3 conv (torch name ``conv``)."""
-
-  TORCH: dict[str, str] = {}
-
-  def __init__(self, c: int, *, rngs: nnx.Rngs) -> None:
-    self.conv = _conv(c, c, 3, rngs)
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    return self.conv(_nearest2(x))
-
-
 class Sequence(nnx.Module):
   """``TimestepEmbedSequential``: the layers in order, residual blocks given the embedding."""
-
-  TORCH: dict[str, str] = {}
 
   def __init__(self, layers: list[nnx.Module]) -> None:
     self.layers = nnx.List(layers)
@@ -273,7 +248,7 @@ class OpenAIUNet(nnx.Module):
       return AttentionBlock(c, heads=heads, new_order=cfg.use_new_attention_order, rngs=rngs)
 
     ch = widths[0]
-    blocks: list[Sequence] = [Sequence([_conv(cfg.in_channels, ch, 3, rngs)])]
+    blocks: list[Sequence] = [Sequence([padded_conv(cfg.in_channels, ch, 3, rngs)])]
     skips, ds = [ch], 1
     for level, width in enumerate(widths):
       for _ in range(cfg.num_res_blocks):
@@ -303,7 +278,7 @@ class OpenAIUNet(nnx.Module):
         out_blocks.append(Sequence(layers))
     self.output_blocks = nnx.List(out_blocks)
     self.out_norm = _norm(ch, rngs)
-    self.out_conv = _conv(widths[0], cfg.out_channels, 3, rngs)
+    self.out_conv = padded_conv(widths[0], cfg.out_channels, 3, rngs)
 
   def __call__(self, x: jax.Array, t: jax.Array | float, *, full: bool = False) -> jax.Array:
     """``x [b, H, W, in_channels]`` (model space, [-1, 1]), ``t`` scalar or ``[b]`` -> epsilon

@@ -40,18 +40,19 @@ _IGNORED = {
   "dynamic_thresholding_ratio",
   "sample_max_value",
 }
+# The applied fields and diffusers' defaults for them.
 _APPLIED = {
-  "num_train_timesteps",
-  "beta_start",
-  "beta_end",
-  "beta_schedule",
-  "trained_betas",
-  "rescale_betas_zero_snr",
-  "clip_sample",
-  "clip_sample_range",
-  "variance_type",
-  "prediction_type",
-  "thresholding",
+  "num_train_timesteps": 1000,
+  "beta_start": 1e-4,
+  "beta_end": 0.02,
+  "beta_schedule": "linear",
+  "trained_betas": None,
+  "rescale_betas_zero_snr": False,
+  "clip_sample": True,
+  "clip_sample_range": 1.0,
+  "variance_type": "fixed_small",
+  "prediction_type": "epsilon",
+  "thresholding": False,
 }
 _CLASSES = ("DDPMScheduler", "DDIMScheduler")
 
@@ -79,22 +80,9 @@ def diffusers_schedule(config: Mapping[str, Any], *, where: str = "scheduler") -
   cls = config.get("_class_name", "DDPMScheduler")
   if cls not in _CLASSES:
     raise ValueError(f"{where}: scheduler {cls!r} is not supported (only {', '.join(_CLASSES)})")
-  if unknown := sorted(set(config) - _IGNORED - _APPLIED):
+  if unknown := sorted(set(config) - _IGNORED - set(_APPLIED)):
     raise ValueError(f"{where}: scheduler fields {unknown} are not supported")
-  c = {
-    "num_train_timesteps": 1000,
-    "beta_start": 1e-4,
-    "beta_end": 0.02,
-    "beta_schedule": "linear",
-    "trained_betas": None,
-    "rescale_betas_zero_snr": False,
-    "clip_sample": True,
-    "clip_sample_range": 1.0,
-    "variance_type": "fixed_small",
-    "prediction_type": "epsilon",
-    "thresholding": False,
-    **config,
-  }
+  c = {**_APPLIED, **config}
   if c["prediction_type"] != "epsilon":
     raise ValueError(
       f"{where}: prediction_type {c['prediction_type']!r} is not supported (only 'epsilon')"

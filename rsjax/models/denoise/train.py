@@ -29,6 +29,7 @@ from flax import nnx
 from jax.typing import ArrayLike
 
 from rsjax.models.denoise import diffusion
+from rsjax.stats import check_integral
 
 __all__ = ["OBJECTIVES", "DenoiserTraining", "train_denoiser"]
 
@@ -61,8 +62,7 @@ class DenoiserTraining:
     if self.objective != "ddpm" and not self.sigma > 0:
       raise ValueError(f"sigma must be > 0, got {self.sigma!r}")
     for name in ("epochs", "batch_size"):
-      if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+      check_integral(name, getattr(self, name))
     if not self.lr > 0:
       raise ValueError(f"lr must be > 0, got {self.lr!r}")
 

@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rsjax.models._layers import attention
+
 __all__ = ["UNetConfig", "UNet2DModel", "timestep_embedding"]
 
 _DOWN = ("DownBlock2D", "AttnDownBlock2D")
@@ -104,9 +106,7 @@ class UNetConfig:
       norm_eps=1e-5,
       attention_head_dim=8,
     )
-    for k, v in defaults.items():
-      kwargs.setdefault(k, v)
-    return cls(**kwargs)
+    return cls(**{**defaults, **kwargs})
 
 
 def timestep_embedding(
@@ -128,7 +128,8 @@ def timestep_embedding(
   return emb
 
 
-def _conv(cin, cout, k, rngs, *, stride=1, padding=None):
+def padded_conv(cin, cout, k, rngs, *, stride=1, padding=None):
+  """A ``k x k`` convolution, zero-padded by ``k // 2`` on each side unless ``padding`` says."""
   pad = ((k // 2, k // 2),) * 2 if padding is None else padding
   return nnx.Conv(cin, cout, (k, k), strides=(stride, stride), padding=pad, rngs=rngs)
 
@@ -148,11 +149,11 @@ class ResnetBlock(nnx.Module):
     rngs: nnx.Rngs,
   ):
     self.norm1 = nnx.GroupNorm(cin, num_groups=groups, epsilon=eps, rngs=rngs)
-    self.conv1 = _conv(cin, cout, 3, rngs)
+    self.conv1 = padded_conv(cin, cout, 3, rngs)
     self.time_emb_proj = nnx.Linear(temb, cout, rngs=rngs)
     self.norm2 = nnx.GroupNorm(cout, num_groups=groups, epsilon=eps, rngs=rngs)
-    self.conv2 = _conv(cout, cout, 3, rngs)
-    self.conv_shortcut = _conv(cin, cout, 1, rngs) if cin != cout else None
+    self.conv2 = padded_conv(cout, cout, 3, rngs)
+    self.conv_shortcut = padded_conv(cin, cout, 1, rngs) if cin != cout else None
     self.output_scale_factor = output_scale_factor
 
   def __call__(self, x, temb):
@@ -192,9 +193,7 @@ class Attention(nnx.Module):
     h = self.group_norm(x).reshape(b, hgt * wid, c)
     split = lambda a: a.reshape(b, hgt * wid, self.heads, c // self.heads)  # noqa: E731
     q, k, v = split(self.to_q(h)), split(self.to_k(h)), split(self.to_v(h))
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(c // self.heads)
-    weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(v.dtype)
-    out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, hgt * wid, c)
+    out = attention(q, k, v).reshape(b, hgt * wid, c)
     out = self.to_out(out).reshape(b, hgt, wid, c)
     return (out + x) / self.rescale_output_factor
 
@@ -204,7 +203,7 @@ class Downsample(nnx.Module):
 
   def __init__(self, c: int, *, padding: int, rngs: nnx.Rngs):
     pad = ((0, 1), (0, 1)) if padding == 0 else ((padding, padding),) * 2
-    self.conv = _conv(c, c, 3, rngs, stride=2, padding=pad)
+    self.conv = padded_conv(c, c, 3, rngs, stride=2, padding=pad)
 
   def __call__(self, x):
     return self.conv(x)
@@ -214,10 +213,21 @@ class Upsample(nnx.Module):
   """Nearest-neighbour x2, then a 3x3 conv (diffusers ``Upsample2D``)."""
 
   def __init__(self, c: int, *, rngs: nnx.Rngs):
-    self.conv = _conv(c, c, 3, rngs)
+    self.conv = padded_conv(c, c, 3, rngs)
 
   def __call__(self, x):
     return self.conv(jnp.repeat(jnp.repeat(x, 2, axis=1), 2, axis=2))
+
+
+def _attentions(c: int, num: int, cfg: UNetConfig, rngs: nnx.Rngs) -> nnx.List:
+  """``num`` attention layers of a down or up block at ``c`` channels."""
+  g, eps = cfg.norm_num_groups, cfg.norm_eps
+  return nnx.List(
+    [
+      Attention(c, head_dim=cfg.attention_head_dim, groups=g, eps=eps, rngs=rngs)
+      for _ in range(num)
+    ]
+  )
 
 
 class DownBlock(nnx.Module):
@@ -229,14 +239,7 @@ class DownBlock(nnx.Module):
         for i in range(num_layers)
       ]
     )
-    self.attentions = nnx.List(
-      [
-        Attention(cout, head_dim=cfg.attention_head_dim, groups=g, eps=eps, rngs=rngs)
-        for _ in range(num_layers)
-      ]
-      if attn
-      else []
-    )
+    self.attentions = _attentions(cout, num_layers if attn else 0, cfg, rngs)
     self.downsamplers = nnx.List(
       [Downsample(cout, padding=cfg.downsample_padding, rngs=rngs)] if downsample else []
     )
@@ -263,14 +266,7 @@ class UpBlock(nnx.Module):
         ResnetBlock((prev if i == 0 else cout) + skip, cout, temb, groups=g, eps=eps, rngs=rngs)
       )
     self.resnets = nnx.List(resnets)
-    self.attentions = nnx.List(
-      [
-        Attention(cout, head_dim=cfg.attention_head_dim, groups=g, eps=eps, rngs=rngs)
-        for _ in range(num_layers)
-      ]
-      if attn
-      else []
-    )
+    self.attentions = _attentions(cout, num_layers if attn else 0, cfg, rngs)
     self.upsamplers = nnx.List([Upsample(cout, rngs=rngs)] if upsample else [])
 
   def __call__(self, h, temb, skips):
@@ -333,11 +329,10 @@ class UNet2DModel(nnx.Module):
 
   def __init__(self, config: UNetConfig, *, rngs: nnx.Rngs | int):
     rngs = nnx.Rngs(rngs) if isinstance(rngs, int) else rngs
-    cfg = config
-    self.config = config
+    cfg = self.config = config
     ch = cfg.block_out_channels
     temb = ch[0] * 4
-    self.conv_in = _conv(cfg.in_channels, ch[0], 3, rngs)
+    self.conv_in = padded_conv(cfg.in_channels, ch[0], 3, rngs)
     self.time_embedding = TimestepEmbedding(ch[0], temb, rngs=rngs)
     n = len(ch)
     down, cout = [], ch[0]
@@ -379,7 +374,7 @@ class UNet2DModel(nnx.Module):
     self.conv_norm_out = nnx.GroupNorm(
       ch[0], num_groups=cfg.norm_num_groups, epsilon=cfg.norm_eps, rngs=rngs
     )
-    self.conv_out = _conv(ch[0], cfg.out_channels, 3, rngs)
+    self.conv_out = padded_conv(ch[0], cfg.out_channels, 3, rngs)
 
   def __call__(self, x: jax.Array, t) -> jax.Array:
     """``x [b, H, W, in_channels]`` (model space, [-1, 1]), ``t`` scalar or ``[b]`` ->

@@ -1,0 +1,148 @@
+"""The parent of a child run (``rsjax.cohen._recertify``): its model and certificate
+(:class:`Parent`), the child's bound from the parent's bounds and the disagreement
+(:func:`child_bounds`), and the classifier whose counts are the disagreement
+(:class:`PairDisagreement`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rsjax import stats
+from rsjax.engine import precision as precision_lib
+from rsjax.engine.driver import ABSTAIN, Certificate, Sampling
+from rsjax.engine.step import cast_floating
+
+if TYPE_CHECKING:
+  from jax.typing import ArrayLike
+
+__all__ = ["PairDisagreement", "Parent", "child_bounds"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Parent:
+  """The parent's model and its certificate of the inputs, by dataset index.
+
+  Attributes:
+    apply_fn: the parent's ``apply_fn(params, x) -> logits``.
+    params: its variables.
+    settings: the parent run's ``rsjax.Sampling`` (its ``n0``, ``n``, ``alpha`` (alpha_1),
+      noise and precision).
+    ids: ``[M]`` the dataset indices of its rows.
+    prediction: ``[M]`` its certified class per row (-1: abstained).
+    p_lower: ``[M]`` its lower bound on the certified class's probability.
+    p_upper: ``[M]`` its upper bound on every other class (multiclass), or None (binary).
+  """
+
+  apply_fn: Callable
+  params: Any
+  settings: Sampling
+  ids: np.ndarray
+  prediction: np.ndarray
+  p_lower: np.ndarray
+  p_upper: np.ndarray | None = None
+
+  @property
+  def multiclass(self) -> bool:
+    return self.p_upper is not None
+
+  @classmethod
+  def of(
+    cls,
+    cert: Certificate,
+    apply_fn: Callable,
+    params: Any,
+    settings: Sampling,
+    *,
+    ids: ArrayLike | None = None,
+    multiclass: bool = False,
+  ) -> Parent:
+    """The parent of ``rsjax.certify``'s certificate ``cert`` (of inputs ``ids``, default
+    their positions) under ``settings``; ``multiclass`` as it was certified."""
+    ids = np.arange(len(cert)) if ids is None else np.asarray(ids, np.int64)
+    upper = None
+    if multiclass:
+      counts = np.asarray(cert.counts, np.int64)
+      guess = np.asarray(cert.counts_selection).argmax(axis=1)
+      b = counts.shape[0]
+      others = counts[np.arange(counts.shape[1]) != guess[:, None]].reshape(b, -1)
+      _, upper = stats.multiclass_bounds(
+        counts[np.arange(len(guess)), guess], others, settings.n, settings.alpha
+      )
+      upper = np.where(cert.prediction == ABSTAIN, 1.0, upper)
+    return cls(
+      apply_fn,
+      params,
+      settings,
+      ids,
+      np.asarray(cert.prediction, np.int64),
+      np.asarray(cert.p_lower, np.float64),
+      upper,
+    )
+
+  def rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(prediction, p_lower, p_upper)`` of dataset indices ``ids``.
+
+    Raises:
+      ValueError: an index the parent did not certify.
+    """
+    order = np.argsort(self.ids, kind="stable")
+    pos = np.searchsorted(self.ids[order], ids)
+    pos = np.minimum(pos, len(order) - 1)
+    found = self.ids[order][pos] == ids
+    if not np.all(found):
+      raise ValueError(f"the parent has no row of input {int(ids[~found][0])}")
+    at = order[pos]
+    upper = None if self.p_upper is None else self.p_upper[at]
+    return self.prediction[at], self.p_lower[at], upper
+
+
+def child_bounds(
+  prediction: np.ndarray,
+  p_lower: np.ndarray,
+  p_upper: np.ndarray | None,
+  zeta: np.ndarray,
+  sigma: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The child's ``(prediction, radius, p_lower)`` from the parent's bounds and the
+  disagreement bound ``zeta`` (module docstring); -1 and radius 0 where it cannot certify."""
+  pa = np.asarray(p_lower, np.float64) - np.asarray(zeta, np.float64)
+  if p_upper is None:
+    ok = (prediction != ABSTAIN) & (pa > 0.5)
+    radius = np.where(ok, stats.gaussian_radius(np.clip(pa, 0.0, 1.0), sigma), 0.0)
+  else:
+    pb = np.minimum(np.asarray(p_upper, np.float64) + zeta, 1.0 - pa)
+    ok = (prediction != ABSTAIN) & (pa > pb) & (pa > 0.0)
+    radius = np.where(ok, stats.multiclass_radius(np.clip(pa, 0.0, 1.0), pb, sigma), 0.0)
+  return np.where(ok, prediction, ABSTAIN).astype(np.int64), radius, np.maximum(pa, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairDisagreement:
+  """``apply_fn((parent_params, child_params), x) -> [b, 2]``: one-hot of agree (0) or
+  disagree (1) of the two models' top classes, each computed at its own precision
+  (casts and matmul precision as ``rsjax.engine.precision`` declares them); NaN where either
+  model's logits are not finite, so the engine refuses the counts."""
+
+  parent_fn: Callable
+  child_fn: Callable
+  parent_precision: str = "float32"
+  child_precision: str = "float32"
+
+  def _top(self, fn: Callable, params: Any, x: jax.Array, precision: str) -> tuple:
+    dtype = precision_lib.compute_dtype(precision)
+    with precision_lib.context(precision):
+      xs = x if dtype is None else x.astype(dtype)
+      logits = fn(cast_floating(params, dtype), xs)
+    return jnp.argmax(logits, axis=-1), jnp.all(jnp.isfinite(logits), axis=-1)
+
+  def __call__(self, params: tuple, x: jax.Array) -> jax.Array:
+    a, ok_a = self._top(self.parent_fn, params[0], x, self.parent_precision)
+    b, ok_b = self._top(self.child_fn, params[1], x, self.child_precision)
+    onehot = jax.nn.one_hot((a != b).astype(jnp.int32), 2, dtype=jnp.float32)
+    return jnp.where((ok_a & ok_b)[:, None], onehot, jnp.nan)
