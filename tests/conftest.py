@@ -14,6 +14,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # The command's persistent compilation cache (on by default) stays out of the user's
 # home during the tests.
 os.environ.setdefault("RSJAX_COMPILATION_CACHE", "off")
+# So does the kept parse of the bundled datasets (tests/test_data.py tests it in a tmp folder).
+os.environ.setdefault("RSJAX_DATA_CACHE", "off")
 # The suite is one process even when started inside a cluster job (srun, mpirun): without the
 # variables JAX detects jobs by, rsjax.runs.distributed.initialize() joins none. The multi-process
 # tests set them for their own child processes.

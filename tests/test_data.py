@@ -71,6 +71,60 @@ def test_mnist5k_matches_source():
   np.testing.assert_array_equal(ds.arrays()[1], y_src[idx])
 
 
+def _csv_gz(path, table):
+  import gzip
+
+  with gzip.open(path, "wt") as f:
+    f.write("\n".join(",".join(str(v) for v in row) for row in table) + "\n")
+
+
+def test_a_parsed_csv_is_kept_and_reread_only_while_it_is_sound(tmp_path, monkeypatch):
+  from rsjax.data import _bundled
+
+  rng = np.random.default_rng(3)
+  table = rng.integers(0, 256, size=(7, 5), dtype=np.uint8)
+  src, cache = tmp_path / "t.csv.gz", tmp_path / "cache"
+  _csv_gz(src, table)
+  monkeypatch.setenv("RSJAX_DATA_CACHE", str(cache))
+  np.testing.assert_array_equal(_bundled._parsed_csv(str(src), (7, 5)), table)
+  (kept,) = cache.iterdir()
+  np.testing.assert_array_equal(np.load(kept), table)
+  # Read back from the kept file: a planted value there shows it was the one read.
+  planted = table.copy()
+  planted[0, 0] ^= 1
+  np.save(kept, planted)
+  np.testing.assert_array_equal(_bundled._parsed_csv(str(src), (7, 5)), planted)
+  # A changed source has another digest, so another kept file: never the old parse.
+  _csv_gz(src, table[::-1])
+  np.testing.assert_array_equal(_bundled._parsed_csv(str(src), (7, 5)), table[::-1])
+  assert len(list(cache.iterdir())) == 2
+  # A kept file that is garbage or of another shape is parsed again and replaced.
+  for bad in (b"not an npy file", None):
+    for f in cache.iterdir():
+      f.write_bytes(bad) if bad else np.save(f, table[:3])
+    np.testing.assert_array_equal(_bundled._parsed_csv(str(src), (7, 5)), table[::-1])
+  kept_now = sorted(p for p in cache.iterdir())
+  assert any(np.array_equal(np.load(p), table[::-1]) for p in kept_now)
+  with pytest.raises(ValueError, match="expected a 8 x 5 table, got"):
+    _bundled._parsed_csv(str(src), (8, 5))
+  # Off: nothing kept; a cache folder that cannot be written: parsed, nothing raised.
+  monkeypatch.setenv("RSJAX_DATA_CACHE", "off")
+  assert _bundled.data_cache_dir() is None
+  blocked = tmp_path / "file"
+  blocked.write_text("")
+  monkeypatch.setenv("RSJAX_DATA_CACHE", str(blocked / "sub"))
+  np.testing.assert_array_equal(_bundled._parsed_csv(str(src), (7, 5)), table[::-1])
+  assert not (blocked / "sub").exists()
+
+
+def test_the_data_cache_folder_follows_the_environment():
+  from rsjax.data._bundled import data_cache_dir
+
+  assert data_cache_dir({"RSJAX_DATA_CACHE": "/c"}) == "/c"
+  assert data_cache_dir({"RSJAX_DATA_CACHE": "OFF"}) is None
+  assert data_cache_dir({"XDG_CACHE_HOME": "/x"}) == os.path.join("/x", "rsjax", "data")
+
+
 def test_mnist5k32_is_mnist5k_padded_in_three_channels():
   for split in ("train", "test"):
     small, big = data.load("mnist5k", split), data.load("mnist5k32", split)
