@@ -544,6 +544,42 @@ LINES += [
 ]
 
 
+# Issue 72, item 5: the same runs on another host CPU (AVX-512 FP16, AMX), quiet.
+ART_S = B + "art_patch_spr_cpu.json"
+ART_S1 = B + "art_patch_spr_1thread_cpu.json"
+PROFILE_S = B + "patch_profile_spr_cpu.json"
+LINES += [
+  Line(
+    "| 2 (the default: both cores), other CPU | {} | {} | {} |",
+    ART_S,
+    (f1("images_per_s/rsjax"), f1("images_per_s/art"), f2("speedup_rsjax_over_art")),
+  ),
+  Line(
+    "| 1 (one thread), other CPU | {} | {} | {} |",
+    ART_S1,
+    (f1("images_per_s/rsjax"), f1("images_per_s/art"), f2("speedup_rsjax_over_art")),
+  ),
+  Line(
+    "The counts are again the same for every image ({} of 200 differ in either run)",
+    ART_S,
+    (ints(lambda d: d["images_counts_differ"] + tf._json(ART_S1)["images_counts_differ"]),),
+  ),
+  Line("1.29x to **{}x**: PyTorch's oneDNN", ART_S, (f2("speedup_rsjax_over_art"),)),
+  Line(
+    "rsjax's forward takes {} ms per 1000 (its first convolution,",
+    PROFILE_S,
+    (f2("ms_per_1000/rsjax/forward"),),
+  ),
+  Line(
+    "the elementwise `few_channel_conv`, {} of it), PyTorch's eager forward at batch 128 {} ms",
+    PROFILE_S,
+    (f2("ms_per_1000/rsjax/conv1"), f2("ms_per_1000/torch_b128/forward")),
+  ),
+  Line("(its first convolution {}). The", PROFILE_S, (f2("ms_per_1000/torch_b128/conv1"),)),
+  Line("bound of the profile is {} ms per 1000,", PROFILE_S, (f2("bound_ms"),)),
+]
+
+
 # Issue 72, item 5: the same two runs on a quiet machine (nothing else running).
 ART_Q = B + "art_patch_quiet_cpu.json"
 ART_Q1 = B + "art_patch_quiet_1thread_cpu.json"
