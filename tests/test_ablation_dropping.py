@@ -101,6 +101,7 @@ def _train(out, init):
   return PATCH_METHOD.training.train(job, **opts)
 
 
+@pytest.mark.heavy
 def test_a_trained_vit_certifies_with_dropped_tokens_and_verifies(tmp_path):
   init = tmp_path / "init"
   config = {"model": "vit", "num_classes": 10, "input_shape": [8, 8, 2], "model_kwargs": VIT,

@@ -131,6 +131,7 @@ class _Linear:
     return isinstance(other, _Linear)
 
 
+@pytest.mark.heavy
 def test_cli_train_objective_strategies_and_analyze(tmp_path, capsys):
   import json
 

@@ -144,6 +144,7 @@ def _certify_run(trained, out, *extra):
   return json.loads(open(f"{out}.run.json").read())
 
 
+@pytest.mark.heavy
 def test_a_run_records_its_batch_and_verifies(trained, tmp_path, monkeypatch, capsys):
   from rsjax import verify
 

@@ -76,6 +76,7 @@ def test_the_lease_merge_reads_its_stages(tmp_path):
   assert json.loads((tmp_path / "gpu.json").read_text())["stages"][1]["status"] == "skipped"
 
 
+@pytest.mark.heavy
 def test_a_bench_config_runs_end_to_end(tmp_path, capsys):
   """The layout config at a tiny N: both arms through rsjax.app.bench, the NCHW port with its
   channels-last figure (no timing asserted), one machine record."""

@@ -114,6 +114,7 @@ def test_certify_grid_budgeted_and_analyze(trained, tmp_path, capsys):
   assert run_cli("certify", trained, tmp_path / "m.tsv", "--grid", "0,0.5", "--multiclass") == 2
 
 
+@pytest.mark.heavy
 def test_certify_survives_kill_9(trained, tmp_path):
   args = [
     "certify",
@@ -202,6 +203,7 @@ def test_bad_flags(flags, needle, capsys):
   assert needle in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("how", ["flags", "slurm"])
 def test_certify_across_two_processes_matches_one(trained, tmp_path, how):
   # Two processes join through --coordinator and its flags, or with no flag from a simulated
@@ -334,6 +336,7 @@ def test_certify_idrs_method(trained, tmp_path):
   )
 
 
+@pytest.mark.heavy
 def test_train_and_certify_a_deq_standard_and_srs(tmp_path):
   out = tmp_path / "deq"
   assert (
@@ -518,6 +521,7 @@ def test_certify_ddrs_memory_guarantee_and_resume(trained, tmp_path, capsys):
   assert "sound=0 (NOT a certificate) on 8 of 8 rows" in text and "sigma: mean" in text
 
 
+@pytest.mark.heavy
 def test_train_and_certify_ddrs(tmp_path, capsys):
   out = tmp_path / "ddrs"
   assert (
@@ -594,6 +598,7 @@ def test_train_and_certify_ddrs(tmp_path, capsys):
   assert run_cli("analyze", res_file) == 0
 
 
+@pytest.mark.heavy
 def test_train_and_certify_ucan(trained, tmp_path, capsys):
   out = tmp_path / "ucan"
   assert (

@@ -47,6 +47,7 @@ def denoisers():
   return {"diffusers": (ddpm, 1.0, None), "openai": (openai, 0.25, 3)}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("which", ["diffusers", "openai", "openai+vit"])
 def test_bf16_runs_every_conv_and_matmul_in_bf16(which):
   model, scale, eps_channels = denoisers()[which.split("+")[0]]

@@ -109,6 +109,7 @@ def dirs(tmp_path_factory):
   return clf, mse, stab, ddpm
 
 
+@pytest.mark.heavy
 def test_denoiser_directories(dirs):
   _, mse, stab, ddpm = dirs
   for d, kind, objective in (
@@ -125,6 +126,7 @@ def test_denoiser_directories(dirs):
   assert c["timestep"] == 259
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("which", [1, 2, 3])
 def test_certify_with_denoiser(dirs, tmp_path, capsys, which):
   clf, den = dirs[0], dirs[which]
@@ -322,6 +324,7 @@ def _certify_denoised(clf, den, out):
   return json.loads(out.with_name(out.name + ".run.json").read_text())
 
 
+@pytest.mark.heavy
 def test_a_denoisers_settings_are_bound_and_audited(dirs, tmp_path):
   """Red team 5: the same DDPM weights with another schedule or clipping denoise otherwise;
   the record binds the settings' digest and the audit compares it."""

@@ -42,6 +42,7 @@ def test_forward_shapes_solvers_and_warm_start(small):
     model.inject(jnp.zeros((2, 28, 28, 1)))
 
 
+@pytest.mark.heavy
 def test_implicit_gradient_trains(small):
   model, x = small
   model = nnx.clone(model)
@@ -78,6 +79,7 @@ def _two_halves(n=64, size=8, seed=0):
   return np.clip(x + 0.1 * rng.normal(size=(n, size, size, 1)), 0, 1).astype(np.float32), y
 
 
+@pytest.mark.heavy
 def test_generic_trainer_trains_a_deq():
   """Gaussian augmentation, the Jacobian regularizer (an AuxLoss the trainer adds) and
   the solver's residual and steps logged per epoch, all through rsjax.training.train."""
@@ -108,6 +110,7 @@ def test_generic_trainer_trains_a_deq():
   assert reg[-1]["jacobian"] < reg[0]["jacobian"]
 
 
+@pytest.mark.heavy
 def test_mdeq_trains_through_the_generic_trainer_and_reloads(tmp_path):
   model = models.MDEQClassifier(
     input_shape=(8, 8, 1),

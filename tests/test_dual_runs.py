@@ -40,6 +40,7 @@ def _records(path):
   return [json.loads(line) for line in (path.parent / (path.name + ".cert.jsonl")).open()]
 
 
+@pytest.mark.heavy
 def test_honest_run_verifies_and_audits(run):
   est, out = run
   rep = verify.verify(out)
@@ -136,6 +137,7 @@ def test_an_expert_run_at_sigma_0_12_verifies(run, tmp_path):
   assert max(radii) > 0  # the check compared positive radii
 
 
+@pytest.mark.heavy
 def test_train_the_estimator_on_the_experts_targets(tmp_path):
   """``rsjax train --method dual``: a K-class estimator from the experts' routing targets."""
   experts = ",".join(
@@ -170,6 +172,7 @@ def test_targets_pick_the_expert_with_the_larger_radius():
   assert got.tolist() == [1, 0, 0, 0]
 
 
+@pytest.mark.heavy
 def test_two_rounds_fine_tune_the_experts_the_estimator_routes_to(tmp_path):
   """``--dual-rounds 2 --dual-expert-epochs 1``: round 2 routes the training digits by the
   round-1 estimator, fine-tunes each expert on its own (copies under ``rounds/``; the given
@@ -200,6 +203,7 @@ def test_two_rounds_fine_tune_the_experts_the_estimator_routes_to(tmp_path):
     assert not all(jax.tree.leaves(jax.tree.map(lambda a, b: bool((a == b).all()), old, new)))
 
 
+@pytest.mark.heavy
 def test_next_round_routes_by_the_smoothed_majority_and_keeps_an_unrouted_expert():
   import jax
 
@@ -332,6 +336,7 @@ def test_a_method_column_that_is_not_a_number_is_named(run, tmp_path, capsys):
   assert "abc.tsv' line 3: sigma must be a number, got 'abc'" in err, err
 
 
+@pytest.mark.heavy
 def test_train_the_estimator_the_papers_way(tmp_path, capsys):
   """``--dual-target soft --dual-consistency 40 --dual-rebalance``: the paper's training
   (``rsjax.dual.paper``), at a sigma_g no smaller than the largest expert's sigma."""

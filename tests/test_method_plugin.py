@@ -135,6 +135,7 @@ def _rsjax(plugin, *args, check=True):
   return out
 
 
+@pytest.mark.heavy
 def test_a_method_from_outside_certifies_and_verifies(trained, plugin, tmp_path):
   out = tmp_path / "toy.tsv"
   _rsjax(
@@ -175,6 +176,7 @@ def test_a_method_from_outside_certifies_and_verifies(trained, plugin, tmp_path)
   assert bad.returncode == 1 and "radius" in bad.stdout, bad.stdout
 
 
+@pytest.mark.heavy
 def test_a_method_from_outside_trains_with_its_own_options(plugin, tmp_path):
   common = ("--dataset", "digits", "--model", "mlp", "--epochs", "1", "--batch", "64", "--quiet")
   done = _rsjax(

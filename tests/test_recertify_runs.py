@@ -53,6 +53,7 @@ def _copy_child(family, dst):
   return _copy(family["child"], dst)
 
 
+@pytest.mark.heavy
 def test_the_child_verifies_and_passes_the_audit(family):
   child = RunSpec.read(family["child"])
   parent = RunSpec.read(family["parent"])
@@ -315,6 +316,7 @@ def switched(family):
   return child
 
 
+@pytest.mark.heavy
 def test_switched_rows_verify_and_pass_the_audit(family, switched):
   """Rows whose parent p_A_lower >= gamma are certified from scratch (fallback column 2, no
   disagreement samples, alpha_1 + alpha_2 stated); verify derives them and the audit draws

@@ -222,6 +222,7 @@ def test_rerunning_a_finished_run_certifies_and_rewrites_nothing(tmp_path, monke
   assert len(calls) == 1 and len(reports) == 2  # the start, the round of the missing row
 
 
+@pytest.mark.heavy
 def test_a_piece_certifies_a_run_that_verifies_and_reads_back(tmp_path):
   """``certify_piece``: one (model, sigma, method) is a run of ``_common.certify_run`` that
   ``rsjax verify`` accepts; a round stops it after its images, the next resumes it, and

@@ -251,6 +251,7 @@ def test_optimizer_matches_torch_sgd_step():
     np.testing.assert_allclose(p["w"], pt, rtol=1e-6)
 
 
+@pytest.mark.heavy
 def test_strategies_discard_reweigh_attack_and_resume(digits, tmp_path):
   """Sun et al.'s three strategies together: the discard keeps exactly p_A >= p_t, the
   sampling weights survive a restart, and a resumed run equals an uninterrupted one."""

@@ -70,6 +70,7 @@ def test_ucan_config_checks_its_fields():
     ucan_training.UCANConfig("universal", 0.25, draws=0)
 
 
+@pytest.mark.heavy
 def test_input_dependent_generator_needs_the_opt_in_and_is_marked_unsound(digits256, tmp_path):
   with pytest.raises(ValueError, match="not sound"):
     ucan_training.train_ucan(0, _model(), digits256, _config("input"))

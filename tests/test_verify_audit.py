@@ -217,6 +217,7 @@ def test_swapped_checkpoint_is_caught(models, honest, capsys):
   assert len(out) == 1 and out[0].startswith("audit FAILED") and "another checkpoint" in out[0]
 
 
+@pytest.mark.heavy
 def test_noise_scaled_run_fails_an_audit(models, tmp_path, monkeypatch):
   # The attack of arXiv 2306.14043: the run's noise generator draws 0.9 times the noise. Its
   # counts are consistent with its radii (verify passes); drawn again they differ.
@@ -233,6 +234,7 @@ def test_noise_scaled_run_fails_an_audit(models, tmp_path, monkeypatch):
   assert not a.ok and a.reason.startswith("counts: 1 of 1 rows"), a.reason
 
 
+@pytest.mark.heavy
 def test_budgeted_and_multiclass_runs_verify(models, tmp_path):
   b = certify(models[0], tmp_path / "b.tsv", "--grid", "0,0.25,0.5", "--N", "4000")
   rep = verify.verify(b)

@@ -228,6 +228,7 @@ def edit_check(r):
   return r
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("correction", ["paper", "authors_code"])
 def test_srs_verifies_and_catches_edits(deq_model, tmp_path, correction):
   out = tmp_path / "srs.tsv"
@@ -272,6 +273,7 @@ def test_srs_verifies_and_catches_edits(deq_model, tmp_path, correction):
   assert_caught(f, int(res.idx[j]), "p_lower")
 
 
+@pytest.mark.heavy
 def test_deq_standard_verifies(deq_model, tmp_path):
   out = tmp_path / "std.tsv"
   assert (
@@ -283,6 +285,7 @@ def test_deq_standard_verifies(deq_model, tmp_path):
 # ----------------------------------------------------------------------------- audit
 
 
+@pytest.mark.heavy
 def test_honest_runs_of_each_method_pass_their_audit(trained, deq_model, idrs_run, tmp_path):
   # The audit draws again each method's counts and its own record fields (IDRS's sigma(x),
   # slack and rate; SRS's check counts), so an honest run of each passes.
