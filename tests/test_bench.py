@@ -353,3 +353,25 @@ def test_the_compiled_twin_at_its_best_batches(tmp_path, monkeypatch, capsys):
   assert compiled["rsjax_speedup"] > 0 and compiled["rsjax_best_ratio"] > 0
   assert compiled["best"]["batch"] in (4, 8)
   assert "compiled twin batch" in capsys.readouterr().out
+
+
+def test_the_machine_record_names_the_cpu_extensions(tmp_path):
+  # The same model string ("Intel(R) Xeon(R) Processor") hid a CPU with AMX one session and one
+  # without the next; the record keeps the extensions that decide the kernels.
+  from rsjax.app.bench.machine import cpu_isa
+
+  x86, arm, other = tmp_path / "x86", tmp_path / "arm", tmp_path / "other"
+  x86.write_text("model name\t: X\nflags\t\t: fpu sse avx2 fma avx512f avx512_fp16 amx_tile\n")
+  arm.write_text("Features\t: fp asimd sve i8mm crc32\n")
+  other.write_text("processor\t: 0\n")
+  assert cpu_isa(str(x86)) == ["amx_tile", "avx2", "avx512_fp16", "avx512f", "fma"]
+  assert cpu_isa(str(arm)) == ["asimd", "i8mm", "sve"]
+  assert cpu_isa(str(other)) is None and cpu_isa(str(tmp_path / "none")) is None
+  assert report.isa_summary(cpu_isa(str(x86))) == "AVX-512, AMX"
+  assert report.isa_summary(["avx2", "fma"]) == "AVX2"
+  assert report.isa_summary(cpu_isa(str(arm))) == "NEON, SVE"
+  assert report.isa_summary(None) == ""
+  machine = {"platform": "cpu", "device_kind": "cpu", "cpu": "X", "cores": 2}
+  doc = {"machine": {**machine, "cpu_isa": ["avx2", "avx512f"]}, "peaks": None}
+  assert report._peaks_line(doc).startswith("device: cpu, X (AVX-512), 2 cores;")
+  assert report._peaks_line({"machine": machine, "peaks": None}).startswith("device: cpu, X, 2")

@@ -15,6 +15,7 @@ import jax
 
 __all__ = [
   "PACKAGES",
+  "cpu_isa",
   "cpu_model",
   "environment",
   "peak_memory",
@@ -44,6 +45,21 @@ def cpu_model() -> str:
   return (platform.processor() or "unknown") if name is None else name
 
 
+#: The CPU features that decide which kernels XLA and PyTorch run (x86: AVX-512 and AMX;
+#: ARM: SVE, bf16 and int8 dot products): the same model string can hide either.
+ISA_FEATURES = frozenset(
+  "avx2 fma avx512f avx512bw avx512vl avx512_vnni avx512_bf16 avx512_fp16 amx_tile amx_bf16 "
+  "amx_int8 asimd sve sve2 bf16 i8mm".split()
+)
+
+
+def cpu_isa(path: str = "/proc/cpuinfo") -> list[str] | None:
+  """The CPU's vector and matrix extensions among :data:`ISA_FEATURES` (its ``flags`` or,
+  on ARM, ``Features`` line), sorted; None where the file has neither (not Linux)."""
+  flags = _proc_field(path, "flags") or _proc_field(path, "Features")
+  return None if flags is None else sorted(set(flags.split()) & ISA_FEATURES)
+
+
 def _version(package: str) -> str | None:
   try:
     return metadata.version(package)
@@ -71,8 +87,9 @@ def _torch_cuda() -> dict[str, Any] | None:
 
 
 def environment() -> dict[str, Any]:
-  """The machine and the versions: date, device(s), CPU, cores, load, Python and packages,
-  JAX's default matmul precision and, where torch is imported and has CUDA, its versions."""
+  """The machine and the versions: date, device(s), CPU and its vector extensions, cores,
+  load, Python and packages, JAX's default matmul precision and, where torch is imported and
+  has CUDA, its versions."""
   device = jax.local_devices()[0]
   return {
     "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -80,6 +97,7 @@ def environment() -> dict[str, Any]:
     "device_kind": device.device_kind,
     "devices": len(jax.local_devices()),
     "cpu": cpu_model(),
+    "cpu_isa": cpu_isa(),
     "cores": os.cpu_count(),
     "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     "os": platform.platform(),

@@ -12,7 +12,15 @@ from typing import Any
 
 from rsjax.app.bench.rounds import BUSY, BUSY_SPREAD
 
-__all__ = ["best_line", "busy_points", "busy_warning", "layout_line", "lines", "write_json"]
+__all__ = [
+  "best_line",
+  "busy_points",
+  "busy_warning",
+  "isa_summary",
+  "layout_line",
+  "lines",
+  "write_json",
+]
 
 
 def _si(value: float, unit: str) -> str:
@@ -23,10 +31,32 @@ def _si(value: float, unit: str) -> str:
   return f"{value:.3g} {unit}"
 
 
+def isa_summary(isa: list[str] | None) -> str:
+  """The CPU extensions of ``rsjax.app.bench.machine.cpu_isa`` that set the kernels, in a few
+  words: ``"AVX-512, AMX"``, ``"AVX2"``, ``"SVE"``; empty where none is known."""
+  have = set(isa or ())
+  names = [
+    name
+    for name, flag in (
+      ("AVX2", "avx2"),
+      ("AVX-512", "avx512f"),
+      ("AMX", "amx_tile"),
+      ("NEON", "asimd"),
+      ("SVE", "sve"),
+    )  # fmt: skip
+    if flag in have
+  ]
+  if "AVX-512" in names:
+    names.remove("AVX2")
+  return ", ".join(names)
+
+
 def _peaks_line(doc: dict[str, Any]) -> str:
   m, peaks = doc["machine"], doc["peaks"]
   kind = "" if m["device_kind"] == m["platform"] else f" ({m['device_kind']})"
-  head = f"device: {m['platform']}{kind}, {m['cpu']}, {m['cores']} cores"
+  isa = isa_summary(m.get("cpu_isa"))
+  cpu = f"{m['cpu']} ({isa})" if isa else m["cpu"]
+  head = f"device: {m['platform']}{kind}, {cpu}, {m['cores']} cores"
   if peaks is None:
     return f"{head}; no peaks known for this device (MFU and bound left out)"
   flops = ", ".join(
