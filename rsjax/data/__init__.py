@@ -19,10 +19,14 @@ in [0, 1], NHWC ``[N, H, W, C]``) and int64 labels, with ``num_classes``,
   image, decoded as torchvision decodes (``CifarBatchesDataset``,
   ``ImageFolderDataset``; ``images_sha256`` binds the images a run read;
   ``imagenet_wnids`` the 1,000 class folders in label order).
+
+``cache_dir(setting, name)`` is where rsjax keeps a cache (``$XDG_CACHE_HOME/rsjax/<name>``
+unless set or ``off``): the parsed ``mnist5k`` here, the command's compiled programs.
 """
 
 from rsjax.data._arrays import is_array_file as is_array_file
 from rsjax.data._bundled import stratified_split as stratified_split
+from rsjax.data._cache import cache_dir as cache_dir
 from rsjax.data._cifar_batches import CifarBatchesDataset as CifarBatchesDataset
 from rsjax.data._dataset import ArrayDataset as ArrayDataset
 from rsjax.data._dataset import Dataset as Dataset

@@ -19,12 +19,15 @@ each example's row in the bundled array.
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
+import io
 import os
 import tempfile
 
 import numpy as np
 
+from rsjax.data._cache import cache_dir
 from rsjax.data._dataset import ArrayDataset
 
 __all__ = ["load_digits", "load_mnist5k", "load_mnist5k32", "stratified_split"]
@@ -63,13 +66,7 @@ def _digits_raw():
 def data_cache_dir(environ=os.environ) -> str | None:
   """Where parsed bundled datasets are kept: ``$RSJAX_DATA_CACHE``, else
   ``$XDG_CACHE_HOME/rsjax/data`` (``~/.cache/rsjax/data``); ``off`` (or ``none``): nowhere."""
-  value = environ.get("RSJAX_DATA_CACHE")
-  if value is not None and value.strip().lower() in ("off", "none", ""):
-    return None
-  if value:
-    return value
-  base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return os.path.join(base, "rsjax", "data")
+  return cache_dir(environ.get("RSJAX_DATA_CACHE"), "data", environ)
 
 
 def _parsed_csv(path: str, shape: tuple[int, int]) -> np.ndarray:
@@ -81,7 +78,8 @@ def _parsed_csv(path: str, shape: tuple[int, int]) -> np.ndarray:
   another shape, is parsed again), so a changed file is never read from an old parse.
   """
   with open(path, "rb") as f:
-    digest = hashlib.sha256(f.read()).hexdigest()[:32]
+    raw = f.read()
+  digest = hashlib.sha256(raw).hexdigest()[:32]
   folder = data_cache_dir()
   cached = (
     None if folder is None else os.path.join(folder, f"{os.path.basename(path)}-{digest}.npy")
@@ -93,7 +91,8 @@ def _parsed_csv(path: str, shape: tuple[int, int]) -> np.ndarray:
         return table
     except (OSError, ValueError):
       pass  # unreadable: parsed again below
-  table = np.loadtxt(path, delimiter=",", dtype=np.uint8)
+  text = gzip.decompress(raw) if path.endswith(".gz") else raw  # the bytes read once
+  table = np.loadtxt(io.BytesIO(text), delimiter=",", dtype=np.uint8)
   if table.shape != shape:
     raise ValueError(f"{path}: expected a {shape[0]} x {shape[1]} table, got {table.shape}")
   if cached is not None:

@@ -29,15 +29,12 @@ def compilation_cache_dir(flag: str | None, environ: Mapping[str, str] = os.envi
   """The persistent compilation cache of the command: ``--compilation-cache``, else
   ``$RSJAX_COMPILATION_CACHE``, else ``$XDG_CACHE_HOME/rsjax/jax`` (``~/.cache/rsjax/jax``);
   ``off`` (or ``none``) turns it off. None: off, or left to ``$JAX_COMPILATION_CACHE_DIR``."""
+  from rsjax.data import cache_dir
+
   value = flag if flag is not None else environ.get("RSJAX_COMPILATION_CACHE")
-  if value is not None and value.strip().lower() in ("off", "none", ""):
-    return None
-  if value:
-    return value
-  if environ.get("JAX_COMPILATION_CACHE_DIR"):
+  if value is None and environ.get("JAX_COMPILATION_CACHE_DIR"):
     return None  # JAX reads it itself
-  base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return os.path.join(base, "rsjax", "jax")
+  return cache_dir(value, "jax", environ)
 
 
 def enable_compilation_cache(cache: str) -> None:
