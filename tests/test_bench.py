@@ -370,7 +370,9 @@ def test_the_machine_record_names_the_cpu_extensions(tmp_path):
   assert report.isa_summary(cpu_isa(str(x86))) == "AVX-512, AMX"
   assert report.isa_summary(["avx2", "fma"]) == "AVX2"
   assert report.isa_summary(cpu_isa(str(arm))) == "NEON, SVE"
-  assert report.isa_summary(None) == ""
+  assert report.isa_summary(None) == "" and report.isa_summary(["avx512f", "amx_tile"]) == (
+    "AVX-512, AMX"
+  )
   machine = {"platform": "cpu", "device_kind": "cpu", "cpu": "X", "cores": 2}
   doc = {"machine": {**machine, "cpu_isa": ["avx2", "avx512f"]}, "peaks": None}
   assert report._peaks_line(doc).startswith("device: cpu, X (AVX-512), 2 cores;")

@@ -33,22 +33,12 @@ def _si(value: float, unit: str) -> str:
 
 def isa_summary(isa: list[str] | None) -> str:
   """The CPU extensions of ``rsjax.app.bench.machine.cpu_isa`` that set the kernels, in a few
-  words: ``"AVX-512, AMX"``, ``"AVX2"``, ``"SVE"``; empty where none is known."""
+  words: ``"AVX-512, AMX"``, ``"AVX2"``, ``"NEON, SVE"``; empty where none is known."""
   have = set(isa or ())
-  names = [
-    name
-    for name, flag in (
-      ("AVX2", "avx2"),
-      ("AVX-512", "avx512f"),
-      ("AMX", "amx_tile"),
-      ("NEON", "asimd"),
-      ("SVE", "sve"),
-    )  # fmt: skip
-    if flag in have
-  ]
-  if "AVX-512" in names:
-    names.remove("AVX2")
-  return ", ".join(names)
+  vector = "AVX-512" if "avx512f" in have else "AVX2" if "avx2" in have else None
+  extra = [name for name, flag in (("AMX", "amx_tile"), ("NEON", "asimd"), ("SVE", "sve"))
+           if flag in have]  # fmt: skip
+  return ", ".join([vector] + extra if vector else extra)
 
 
 def _peaks_line(doc: dict[str, Any]) -> str:
