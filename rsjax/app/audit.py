@@ -5,17 +5,15 @@ recorded counts, that the run is complete and, where the dataset can be
 loaded, that labels and inputs are the dataset's; it cannot tell whether the
 counts are the model's. An audit, given the model, checks that they are:
 
-1. **verify** on the whole file, against the run's dataset as the audit loads
-   it (by its recorded name and split, never another): every row, completeness,
-   bounds, the dataset's input shape, classes and size, and every row's label
-   and input fingerprint.
-2. **The model.** The fingerprint of the given model's parameters equals the
-   run's, and so does the digest of the configuration it is built from
-   (``rsjax.records.canonical.model_config_digest``: architecture, classes, input shape,
-   ``model_kwargs`` such as a normalization).
-3. **The method.** The method's run-wide facts rebuilt from the run's settings
-   and model (``rsjax.runs.method.Certifier.details``: UCAN's scales, a budgeted run's
-   schedule, IDRS's design, SRS's checks) equal the recorded ones.
+1. **verify** on the whole file, against the run's dataset as the audit loads it (by its
+   recorded name and split, never another): every row, completeness, bounds, the dataset's
+   input shape, classes and size, and every row's label and input fingerprint.
+2. **The model.** The fingerprint of the given model's parameters equals the run's, and so
+   does the digest of the configuration it is built from (``rsjax.records.canonical.
+   model_config_digest``: architecture, classes, input shape, ``model_kwargs``).
+3. **The method.** The method's run-wide facts rebuilt from the run's settings and model
+   (``rsjax.runs.method.Certifier.details``: UCAN's scales, a budgeted run's schedule,
+   IDRS's design, SRS's checks) equal the recorded ones.
 4. **Drawn rows.** ``rows`` of the run's declared indices are drawn with a
    fresh random seed (printed, so the audit can be repeated with ``seed=``; a
    forger cannot know which rows will be drawn). For each: the row is in the
@@ -27,21 +25,18 @@ counts are the model's. An audit, given the model, checks that they are:
    no false alarm; a method's own float facts (DDRS's and IDRS's sigma(x)) are
    compared to :data:`FLOAT_RTOL`.
 
-Detection power: a run with ``k`` forged rows among ``M`` declared ones
-escapes ``r`` drawn rows with probability ``C(M - k, r) / C(M, r)``
-(:func:`escape_probability`), stated in the summary; ``rows="all"`` draws
-every row. Any forgery of what the counts are drawn with (sigma, noise,
-method and its options, input shape, key, precision) changes every row's counts,
-so one drawn row catches it. Settings that change only the bound (alpha, the
-multiclass radius, the declared range) are part of the claim whose digest the
-run's key folds in (``rsjax-run/3``), so editing them after the draw changes
-every row's counts too. An ``rsjax-run/2`` record, whose key binds no claim,
-fails the audit (its ``verify`` check). The seed is the run's choice: a run
+Detection power: a run with ``k`` forged rows among ``M`` declared ones escapes ``r`` drawn
+rows with probability ``C(M - k, r) / C(M, r)`` (:func:`escape_probability`), stated in the
+summary; ``rows="all"`` draws every row. Any forgery of what the counts are drawn with (sigma,
+noise, method and its options, input shape, key, precision) changes every row's counts, so one
+drawn row catches it. Settings that change only the bound (alpha, the multiclass radius, the
+declared range) are part of the claim whose digest the run's key folds in (``rsjax-run/3``), so
+editing them after the draw changes every row's counts too. An ``rsjax-run/2`` record, whose
+key binds no claim, fails the audit (its ``verify`` check). The seed is the run's choice: a run
 certified again with other seeds and the best one kept is not detected.
 
-There are no statistical tests of the noise: they would test the auditor's
-own noise generator, not the run's (a run's noise is never stored), so they
-cannot see a forger's noise; re-drawing the counts does.
+No statistical test of the noise: it would test the auditor's own noise generator, not the
+run's (never stored), so it cannot see a forger's noise; re-drawing the counts does.
 """
 
 from __future__ import annotations
@@ -260,15 +255,20 @@ def _files(p: str, run: RunSpec, **moved) -> dict[str, str]:
 
 
 def _parent_check(run: RunSpec, files: dict, rows, seed: int, data_dir, batch_size: int) -> Check:
-  """The audit of a recertified run's parent (the run it names) with its model, as a check."""
+  """The audit of a recertified run's parent (the run it names) with its model, as a check;
+  of a replayed child, the parent's stored votes of the audited rows drawn again too."""
   parent = files.get("parent")
   if not run.options.get("parent") or not parent:
     raise AuditError("--parent-model-dir: the run names no parent run (not recertified)")
-  report = audit(
-    str(parent), model_dir=files["parent_model"], rows=rows, seed=seed, data_dir=data_dir,
-    batch_size=batch_size,
-  )  # fmt: skip
-  return Check("parent", report.ok, f"{parent}: {report.summary()}")
+  report = audit(str(parent), model_dir=files["parent_model"], rows=rows, seed=seed,
+                 data_dir=data_dir, batch_size=batch_size)  # fmt: skip
+  ok, detail = report.ok, f"{parent}: {report.summary()}"
+  if ok and run.options.get("replay") is not None:
+    from rsjax.app.parent_votes import votes_again
+
+    ok, detail = votes_again(RunSpec.read(str(parent)), str(parent), files["parent_model"],
+                             report.rows, data_dir, batch_size, detail)  # fmt: skip
+  return Check("parent", ok, detail)
 
 
 def _data_file_check(run: RunSpec) -> Check:

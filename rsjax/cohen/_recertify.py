@@ -37,8 +37,10 @@ the parent's true ``p_A >= gamma``, ``E_p`` (for ``p_A``) implies ``S`` and ``P(
 small count of another class, negatively associated with the small count of ``c_A`` that
 ``not S`` is, so ``P(E_B, not S) <= P(E_B) P(not S)``). The paper replays the parent's noise
 instead (no parent forward pass); that breaks the independence, and it then certifies the
-switched rows at ``alpha_1`` only (``docs/guides/recertify.md``). The fallback applies to the
-rows the switch leaves.
+switched rows at ``alpha_1`` only. ``replay`` (``rsjax recertify --replay``,
+``rsjax.cohen._recertify_replay``) replays it too, against the parent's stored votes, and
+switches on the parent's selection counts instead, which keeps every row at ``alpha_1 +
+alpha_2``. The fallback applies to the rows the switch leaves.
 :func:`stated_alpha` is the level every row of a run claims.
 
 Keys. The disagreement samples of input ``idx`` are drawn with
@@ -62,8 +64,9 @@ import jax
 import numpy as np
 
 from rsjax import stats
-from rsjax.cohen._recertify_check import SWITCHED, check_gamma, stated_alpha
+from rsjax.cohen._recertify_check import SWITCHED, check_gamma, replay_switched, stated_alpha
 from rsjax.cohen._recertify_parent import PairDisagreement, Parent, child_bounds
+from rsjax.cohen._recertify_replay import ParentVotes, sample_votes
 from rsjax.engine.counts import prepare_inputs, refuse_traced, sample_counts
 from rsjax.engine.driver import ABSTAIN, Certificate, Sampling
 from rsjax.noise import Gaussian
@@ -180,6 +183,9 @@ class Recertify(Certifier):
       None: no switch.
     parent_run: the parent's run record (``RunSpec``) where a run names its parent, or None.
     parent_path: the parent's result file there, or None.
+    replay: the parent's stored votes: the bound rows replay the parent's estimation
+      samples and the switch reads the parent's selection counts
+      (``rsjax.cohen._recertify_replay``); None: fresh noise for both models.
   """
 
   parent: Parent
@@ -187,20 +193,23 @@ class Recertify(Certifier):
   gamma: float | None = None
   parent_run: Any = dataclasses.field(default=None, compare=False)
   parent_path: str | None = None
+  replay: ParentVotes | None = dataclasses.field(default=None, compare=False)
 
   columns: ClassVar[tuple[str, ...]] = Recertified.columns
 
   @classmethod
   def from_options(
-    cls, ctx: Context, *, fallback: bool = False, gamma: float | None = None, **parent: Any
-  ) -> Recertify:
+    cls, ctx: Context, *, fallback: bool = False, gamma: float | None = None,
+    replay: str | None = None, **parent: Any,
+  ) -> Recertify:  # fmt: skip
     """``--method recertify``: the parent run its options name (``rsjax.cohen._recertify_plan``)."""
-    from rsjax.cohen._recertify_plan import load_parent
+    from rsjax.cohen._recertify_plan import load_parent, load_votes
 
     run, (cert, apply_fn, params, settings, ids) = load_parent(ctx, **parent)
     p = Parent.of(cert, apply_fn, params, settings, ids=ids, multiclass=run.multiclass)
     g = None if gamma is None else check_gamma(gamma)
-    return cls(p, bool(fallback), g, parent_run=run, parent_path=parent["parent"])
+    votes = None if replay is None else load_votes(run, parent["parent"], replay)
+    return cls(p, bool(fallback), g, parent_run=run, parent_path=parent["parent"], replay=votes)
 
   def _alpha(self, ctx: Context) -> float:
     """The row's total alpha the run states (``stated_alpha``)."""
@@ -214,8 +223,15 @@ class Recertify(Certifier):
       f"recertify from {self.parent_path} (claim {self.parent_run.claim_digest()[:12]}): "
       f"{s.n} disagreement samples, alpha {a:g} + {s.alpha:g}"
       f"{' + fallback ' + format(a, 'g') if self.fallback else ''} = {self._alpha(ctx):g}"
-      + ("" if self.gamma is None else f"; from scratch where the parent's p_A >= {self.gamma:g}")
-    )
+      + ("" if self.replay is None else " on the parent's replayed samples")
+      + ("" if self.gamma is None else f"; from scratch where the parent's {self._switch_on} >= "
+         f"{self.gamma:g}")
+    )  # fmt: skip
+
+  @property
+  def _switch_on(self) -> str:
+    """What the gamma switch reads of the parent."""
+    return "p_A_lower" if self.replay is None else "selection share"
 
   def details(self, ctx: Context) -> dict | None:
     return None if self.parent_run is None else {"alpha": self._alpha(ctx)}
@@ -239,13 +255,16 @@ class Recertify(Certifier):
     x_np, sig, ids_arr = prepare_inputs(x, sigma, ids)
     pred, p_lo, p_up = self.parent.rows(ids_arr.astype(np.int64))
     key = as_key(key)
-    switched = self.switched_rows(pred, p_lo)
+    switched = self.switched_rows(pred, p_lo, ids_arr)
     bound = ~switched
     counts = np.zeros((len(pred), 2), np.int64)
     zeta = np.zeros(len(pred), np.float64)
     if np.any(bound):
-      counts[bound] = self._disagreement(key, apply_fn, params, x_np[bound], sig[bound],
-                                         ids_arr[bound], settings)  # fmt: skip
+      args = (apply_fn, params, x_np[bound], sig[bound], ids_arr[bound], settings)
+      if self.replay is None:
+        counts[bound] = self._disagreement(key, *args)
+      else:
+        counts[bound] = self._replayed(*args, num_classes)
       zeta[bound] = stats.clopper_pearson_upper(counts[bound, 1], settings.n, settings.alpha)
     scale = sig.reshape(len(sig), -1)[:, 0]
     prediction, radius, p_lower = child_bounds(pred, p_lo, p_up, zeta, scale)
@@ -275,12 +294,28 @@ class Recertify(Certifier):
       fallback=use, fallback_cert=fb, switched=switched, switched_cert=sw,
     )  # fmt: skip
 
-  def switched_rows(self, prediction: np.ndarray, p_lower: np.ndarray) -> np.ndarray:
-    """``[B]`` bool: the rows the gamma switch certifies from scratch (the parent certified
-    them with ``p_A_lower >= gamma``)."""
+  def switched_rows(
+    self, prediction: np.ndarray, p_lower: np.ndarray, ids: np.ndarray | None = None
+  ) -> np.ndarray:
+    """``[B]`` bool: the rows the gamma switch certifies from scratch: the parent certified
+    them with ``p_A_lower >= gamma`` or, replayed, its selection share of the selected class
+    is at least ``gamma`` (rows of dataset indices ``ids``)."""
     if self.gamma is None:
       return np.zeros(len(prediction), bool)
+    if self.replay is not None:
+      return replay_switched(self.parent.selection_share(np.asarray(ids, np.int64)), self.gamma)
     return (np.asarray(prediction) != ABSTAIN) & (np.asarray(p_lower) >= self.gamma)
+
+  def _replayed(self, apply_fn, params, x, sig, ids, settings, num_classes) -> np.ndarray:
+    """``[b, 2]`` counts of ``settings.n`` of the parent's own estimation samples: (the rest,
+    the parent voted ``c_A`` and the child did not); one child pass a sample."""
+    assert self.replay is not None
+    n = settings.n
+    classes, parent = self.replay.rows(np.asarray(ids, np.int64), n)
+    child = sample_votes(self.replay.key, apply_fn, params, x, sig, ids, classes, num=n,
+                         num_classes=num_classes, settings=settings)  # fmt: skip
+    d = np.count_nonzero(parent & ~child, axis=1)
+    return np.stack([n - d, d], axis=1).astype(np.int64)
 
   def _disagreement(self, key, apply_fn, params, x, sig, ids, settings) -> np.ndarray:
     """``[b, 2]`` (agree, disagree) counts of ``settings.n`` fresh samples of both models."""
@@ -308,8 +343,11 @@ class Recertify(Certifier):
     switch = (
       ""
       if self.gamma is None
-      else f"; rows whose parent p_A_lower >= {self.gamma:g} from scratch at alpha_1 + alpha_2"
+      else f"; rows whose parent {self._switch_on} >= {self.gamma:g} from scratch at alpha_1 + "
+      "alpha_2"
     )
+    if self.replay is not None:
+      switch = "; the disagreement on the parent's replayed samples" + switch
     return (
       f"{kind} Gaussian L2 radius of the child from the parent's bound (alpha_1 {a1:g}) "
       f"minus the disagreement's Clopper-Pearson upper bound (alpha_2 {settings.alpha:g}): "

@@ -31,6 +31,7 @@ __all__ = [
   "link_issues",
   "parent_of",
   "records_digest",
+  "replay_switched",
   "stated_alpha",
 ]
 
@@ -65,6 +66,13 @@ def check_gamma(gamma: Any) -> float:
   if not 0.5 < g <= 1.0:
     raise ValueError(f"gamma must be in (0.5, 1], got {g:g}")
   return g
+
+
+def replay_switched(share, gamma: float) -> np.ndarray:
+  """``[b]`` bool: the rows a replayed child (option ``replay``) certifies from scratch: the
+  parent's selection share of ``c_A`` (``counts0[c_A] / n0``) is at least ``gamma`` (less
+  1e-12 for the share's rounding; ``rsjax.cohen._recertify_replay``)."""
+  return np.asarray(share, np.float64) >= float(gamma) - 1e-12
 
 
 def parse_gamma(text: str) -> float:
@@ -241,8 +249,17 @@ def check_recertify(
     if i in recs and recs[i].get("input") != (precs.get(i) or {}).get("input")
   )
   valid, pred, pa, pb = parent_bounds(parent, precs, idx)
+  if opts.get("replay") is None:
+    switch = (pred != -1) & (pa >= gamma) if gamma is not None else np.zeros(len(idx), bool)
+  else:
+    votes, why = _votes_issues(parent, str(opts["parent"]), opts["replay"], precs)
+    if why:
+      return issues + [Mismatch(-1, why)]
+    issues.extend(_replay_issues(votes, recs, idx, n))
+    share = _selection_share(parent, precs, idx)
+    switch = replay_switched(share, gamma) if gamma is not None else np.zeros(len(idx), bool)
   for j, i in enumerate(idx):
-    switched = gamma is not None and valid[j] and pred[j] != -1 and pa[j] >= gamma
+    switched = bool(valid[j] and switch[j])
     if switched:
       issues.extend(_switched_issues(res, j, i, recs.get(i), parent, n0=int(s["n0"]), n=n,
                                      a2=a2, sigma=float(cert["sigma"]), rtol=rtol, atol=atol))  # fmt: skip
@@ -251,6 +268,64 @@ def check_recertify(
                               n=n, a2=a2, fallback=fallback, sigma=float(cert["sigma"]),
                               rtol=rtol, atol=atol))  # fmt: skip
   return issues
+
+
+def _selection_share(parent: RunSpec, recs: dict, idx: list[int]) -> np.ndarray:
+  """``[b]`` the parent's selection share of its selected class (``counts0[c_A] / n0``) of
+  rows ``idx`` (0 where the record has none)."""
+  c = parent.data.num_classes
+  out = np.zeros(len(idx))
+  for j, i in enumerate(idx):
+    c0 = dense((recs.get(int(i)) or {}).get("counts0"), c)
+    if c0 is not None and c0.sum() > 0:
+      out[j] = c0.max() / c0.sum()
+  return out
+
+
+def _votes_issues(parent: RunSpec, path: str, digest: Any, precs: dict) -> tuple[Any, str]:
+  """``(votes, why)``: the parent's stored votes of a replayed child (``{id: (c_A, bits [N]
+  bool)}``) once they are the file the child names and add up to the parent's recorded counts
+  of ``c_A``; else ``why`` they are not (``rsjax.cohen._recertify_replay``)."""
+  from rsjax.cohen._recertify_replay import votes_path
+
+  if parent.multiclass:
+    return None, "a replayed child of a multiclass parent (the votes test its class only)"
+  vp = votes_path(path)
+  try:
+    with open(vp, "rb") as f:
+      raw = f.read()
+    with np.load(vp, allow_pickle=False) as z:
+      ids, classes, n, bits = (np.asarray(z[k]) for k in ("ids", "classes", "n", "bits"))
+  except (OSError, KeyError, ValueError) as e:
+    return None, f"the parent's votes {vp!r} cannot be read: {e}"
+  if hashlib.sha256(raw).hexdigest() != digest:
+    return None, f"the parent's votes {vp!r} are not the ones the child was certified from"
+  n, c = int(n), parent.data.num_classes
+  if n != parent.sampling.n or bits.shape != (len(ids), -(-n // 8)) or classes.shape != ids.shape:
+    return None, f"the parent's votes {vp!r} are not {parent.sampling.n} bits an input"
+  votes = {}
+  for i, k, b in zip(ids.tolist(), classes.tolist(), bits, strict=True):
+    r = precs.get(int(i)) or {}
+    c0, c1 = dense(r.get("counts0"), c), dense(r.get("counts"), c)
+    v = np.unpackbits(b, count=n, bitorder="little").astype(bool)
+    if c0 is None or c1 is None or int(np.argmax(c0)) != k or int(v.sum()) != int(c1[k]):
+      return None, f"the parent's votes of input {i} are not its recorded counts"
+    votes[int(i)] = (k, v)
+  return votes, ""
+
+
+def _replay_issues(votes: dict, recs: dict, idx: list[int], n: int) -> list[Mismatch]:
+  """A replayed row's disagreement count is at most the parent's votes for ``c_A`` among
+  the samples it replayed (the first ``n``)."""
+  out = []
+  for i in idx:
+    d = dense((recs.get(i) or {}).get("counts"), 2)
+    if i not in votes:
+      out.append(Mismatch(i, "the parent's votes hold no row of this input"))
+    elif d is not None and d.sum() == n and d[1] > int(votes[i][1][:n].sum()):
+      out.append(Mismatch(i, f"{d[1]} disagreements where the parent voted c_A "
+                             f"{int(votes[i][1][:n].sum())} times"))  # fmt: skip
+  return out
 
 
 def _switched_issues(res, j, i, r, parent, *, n0, n, a2, sigma, rtol, atol):

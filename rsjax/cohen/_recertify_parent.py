@@ -37,6 +37,8 @@ class Parent:
     prediction: ``[M]`` its certified class per row (-1: abstained).
     p_lower: ``[M]`` its lower bound on the certified class's probability.
     p_upper: ``[M]`` its upper bound on every other class (multiclass), or None (binary).
+    share: ``[M]`` its selection pass's share of the selected class (``counts0[c_A] / n0``),
+      or None where its certificate holds no selection counts.
   """
 
   apply_fn: Callable
@@ -46,6 +48,7 @@ class Parent:
   prediction: np.ndarray
   p_lower: np.ndarray
   p_upper: np.ndarray | None = None
+  share: np.ndarray | None = None
 
   @property
   def multiclass(self) -> bool:
@@ -75,6 +78,10 @@ class Parent:
         counts[np.arange(len(guess)), guess], others, settings.n, settings.alpha
       )
       upper = np.where(cert.prediction == ABSTAIN, 1.0, upper)
+    share = None
+    if cert.counts_selection is not None:
+      c0 = np.asarray(cert.counts_selection, np.int64)
+      share = c0.max(axis=1) / np.maximum(c0.sum(axis=1), 1)
     return cls(
       apply_fn,
       params,
@@ -83,10 +90,11 @@ class Parent:
       np.asarray(cert.prediction, np.int64),
       np.asarray(cert.p_lower, np.float64),
       upper,
+      share,
     )
 
-  def rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """``(prediction, p_lower, p_upper)`` of dataset indices ``ids``.
+  def _at(self, ids: np.ndarray) -> np.ndarray:
+    """The positions of dataset indices ``ids`` among the parent's rows.
 
     Raises:
       ValueError: an index the parent did not certify.
@@ -97,7 +105,21 @@ class Parent:
     found = self.ids[order][pos] == ids
     if not np.all(found):
       raise ValueError(f"the parent has no row of input {int(ids[~found][0])}")
-    at = order[pos]
+    return order[pos]
+
+  def selection_share(self, ids: np.ndarray) -> np.ndarray:
+    """``[b]`` the selection share of the selected class of dataset indices ``ids``."""
+    if self.share is None:
+      raise ValueError("the parent's certificate holds no selection counts")
+    return self.share[self._at(np.asarray(ids, np.int64))]
+
+  def rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(prediction, p_lower, p_upper)`` of dataset indices ``ids``.
+
+    Raises:
+      ValueError: an index the parent did not certify.
+    """
+    at = self._at(ids)
     upper = None if self.p_upper is None else self.p_upper[at]
     return self.prediction[at], self.p_lower[at], upper
 

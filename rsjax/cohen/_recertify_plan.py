@@ -21,7 +21,7 @@ from rsjax.engine.driver import Sampling
 from rsjax.records.spec import RunSpec
 from rsjax.runs.method import Context
 
-__all__ = ["load_parent"]
+__all__ = ["load_parent", "load_votes"]
 
 
 def _parent_model(run: RunSpec, moved: str | None = None) -> tuple[Any, Any]:
@@ -111,3 +111,25 @@ def load_parent(
                                  dim=int(np.prod(ctx.dataset.input_shape)),
                                  noise=settings.noise, multiclass=run.multiclass)  # fmt: skip
   return run, (cert, apply_fn, params, settings, ids)
+
+
+def load_votes(run: RunSpec, parent: str, digest: str):
+  """The stored votes of the parent run ``run`` (result file ``parent``) a replayed child's
+  option ``replay`` names by their SHA-256 ``digest`` (``rsjax.cohen._recertify_replay``).
+
+  Raises:
+    ValueError: a multiclass parent, no votes file, or another file than the one named.
+  """
+  from rsjax.cohen._recertify_replay import ParentVotes, file_digest, parent_key, votes_path
+
+  if run.multiclass:
+    raise ValueError("a replayed child needs a binary parent (the votes test its class only)")
+  path = votes_path(parent)
+  try:
+    got = file_digest(path)
+  except OSError:
+    raise ValueError(f"the parent's votes {path!r} are missing: rsjax recertify --replay "
+                     "stores them") from None  # fmt: skip
+  if got != digest:
+    raise ValueError(f"the parent's votes {path!r} are not the ones the child was certified from")
+  return ParentVotes.read(path, parent_key(run))

@@ -111,6 +111,13 @@ RECERTIFY = Method(
       "certify from scratch (alpha_1 + alpha_2) the rows whose parent p_A_lower >= gamma",
       parse_gamma,
     ),
+    Option(
+      "replay",
+      None,
+      "the SHA-256 of the parent's stored votes: the disagreement on the parent's own "
+      "estimation samples (set by rsjax recertify --replay)",
+      _digest("digest of the parent's votes"),
+    ),
   ),  # fmt: skip
   check=check_recertify,
   paths=_parent_paths,

@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     process=(pid, nproc),
   )
   print(
-    f"certified {report.written} new inputs in {report.seconds:.1f}s "
-    f"({report.compile_seconds:.1f}s of it compiling; "
+    f"certified {report.written} new inputs in {report.seconds:.2f}s "
+    f"({report.compile_seconds:.2f}s of it compiling; "
     f"{report.mine} of {report.selected} selected in process {pid} of {nproc}); "
     f"results in {report.path}"
   )

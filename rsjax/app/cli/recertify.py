@@ -9,7 +9,11 @@ the paper's) a row whose parent ``p_A_lower >= gamma`` is certified from scratch
 ``--N0`` and ``--N`` samples of the child at ``alpha_1 + alpha_2``. Its record names the parent's
 result file, claim digest, model fingerprint and the digest of its certificate record, so
 ``rsjax verify OUT.tsv`` re-derives each child row from both runs' counts and ``rsjax audit
-OUT.tsv --model-dir CHILD_MODEL`` draws the disagreement counts again.
+OUT.tsv --model-dir CHILD_MODEL`` draws the disagreement counts again. With ``--replay`` the
+child runs on the parent's own estimation samples and is compared with the parent's votes on
+them, stored once per parent in ``PARENT.tsv.votes.npz`` (drawn again from the parent's model
+when missing), so a disagreement sample costs one child pass instead of a pass of each; the
+switch then reads the parent's selection counts (``rsjax.cohen._recertify_replay``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                  help="the paper's switch: certify from scratch (the child's N0 and N, alpha_1 + "
                  "alpha_2) the rows whose parent p_A_lower >= GAMMA, where the disagreement "
                  "bound cannot help (default 0.99; 'off': never)")  # fmt: skip
+  p.add_argument("--replay", action="store_true",
+                 help="run the child on the parent's own samples against its stored votes "
+                 "(PARENT.tsv.votes.npz, drawn once from the parent's model when missing): one "
+                 "child pass a disagreement sample; the switch reads the parent's selection "
+                 "share")  # fmt: skip
   p.add_argument("--N0", type=flags.positive_int, default=None,
                  help="selection samples of the rows certified from scratch by the switch "
                  "(default: the parent's N0)")  # fmt: skip
@@ -68,7 +77,7 @@ def _gamma(text: str) -> float | None:
     raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def prepare_child(args: argparse.Namespace, parent):
+def prepare_child(args: argparse.Namespace, parent, votes: str | None = None):
   """``(run, loaded)`` of the child: an ``rsjax certify --method recertify`` run
   (``rsjax.app.launch.prepare``) with the parent's data, sigma, noise and radius and the
   child's own settings."""
@@ -84,6 +93,10 @@ def prepare_child(args: argparse.Namespace, parent):
                  fallback=bool(args.fallback))  # fmt: skip
   if args.gamma is not None:  # no option: the runs before the switch verify as they did
     options["gamma"] = args.gamma
+  if votes is not None:
+    from rsjax.cohen._recertify_replay import file_digest
+
+    options["replay"] = file_digest(votes)
   return launch.prepare(
     args.model_dir, sampling=sampling, out=args.outfile, dataset=d.name, split=d.split,
     sigma=parent.sigma, sigma_source="flag", method="recertify", options=options,
@@ -103,15 +116,33 @@ def run(args: argparse.Namespace) -> int:
   if not report.ok:
     raise CliError(f"the parent run does not verify: {report.summary()}")
   parent = verify.read_run(args.parent)
-  spec, loaded = prepare_child(args, parent)
+  votes = None
+  if args.replay:
+    import os
+    import time
+
+    from rsjax.cohen._recertify_replay import votes_path
+
+    votes = votes_path(args.parent)
+    if not os.path.exists(votes):
+      from rsjax.app.parent_votes import store_votes
+
+      start = time.perf_counter()
+      try:
+        store_votes(parent, args.parent, data_dir=args.data_dir, batch=args.batch)
+      except ValueError as e:
+        raise CliError(str(e)) from None
+      print(f"stored the parent's votes ({parent.sampling.n} samples an input, once per parent) "
+            f"in {time.perf_counter() - start:.1f}s: {votes}")  # fmt: skip
+  spec, loaded = prepare_child(args, parent, votes)
   execution = launch.Execution(
     batch_size=args.batch, progress=not args.quiet, overwrite=args.overwrite
   )
   out = launch.run(spec, loaded, execution=execution, data_dir=args.data_dir)
   n_parent = parent.sampling.n0 + parent.sampling.n
   print(
-    f"recertified {out.written} new inputs in {out.seconds:.1f}s "
-    f"({out.compile_seconds:.1f}s of it compiling): {args.N} disagreement samples an input "
+    f"recertified {out.written} new inputs in {out.seconds:.2f}s "
+    f"({out.compile_seconds:.2f}s of it compiling): {args.N} disagreement samples an input "
     f"against the parent's {n_parent}; results in {out.path}"
   )
   print(f"method: {out.describe}")
