@@ -8,6 +8,8 @@ ablation``).
 * ``_rules``: the certificates from the counts (the patch rule with its tie to the smaller
   class, the L0 radius in exact fractions).
 * ``_certify``: the certifiers ``Patch`` and ``L0Ablation`` (``rsjax.certify(certifier=...)``).
+* ``_band``: a speed path of ``certify_patch`` for a LeNet and column or row bands: its first
+  convolution computed only near each band (elsewhere it is its bias), the same counts.
 * ``_tokens``: token dropping with a ViT (Salman et al. 2022): the counts of
   ``patch_counts`` with only the kept region's patch tokens through the transformer.
 * ``_check``: ``rsjax verify``'s half; ``method``: the two ``Method`` values.

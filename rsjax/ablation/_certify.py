@@ -113,7 +113,8 @@ def certify_patch(
   ``precision`` as ``rsjax.Sampling``'s, None: float32; ``threshold``: every class whose
   softmax is at least it votes, None: the top class; ``patch_tokens``: the ViT's patch side,
   its ablated tokens dropped (``apply_fn`` a :class:`~rsjax.ablation.TokenApply`), None: the
-  whole encoded image through ``apply_fn``)."""
+  whole encoded image through ``apply_fn``, or for an rsjax LeNet without input normalization
+  and bands, its first convolution only near each band: ``_band``, the same counts)."""
   x = _images(x, "patch")
   masks = _ablate.position_masks(x.shape[1:], ablation, size)
   if patch_tokens is not None:
@@ -124,9 +125,12 @@ def certify_patch(
       threshold,
     )  # fmt: skip
   else:
-    counts = _ablate.patch_counts(
-      apply_fn, params, x, masks, num_classes, batch, precision or "float32", threshold
-    )
+    from rsjax.ablation import _band
+
+    args = (apply_fn, params, x, masks, num_classes, batch, precision or "float32", threshold)
+    counts = _band.band_counts(*args)  # a LeNet's band-only first convolution, None else
+    if counts is None:
+      counts = _ablate.patch_counts(*args)
   top = _rules.smoothed_class(counts)
   radius = _rules.patch_radius(counts, ablation, size, x.shape[1:]).astype(np.float64)
   p = masks.shape[0]

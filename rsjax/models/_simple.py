@@ -170,21 +170,32 @@ class LeNet(nnx.Module):
       layer = nnx.Linear(sizes[i], sizes[i + 1], kernel_init=_W, dtype=dtype, rngs=rngs)
       setattr(self, f"fc{i + 1}", layer)
 
+  @property
+  def elementwise_first_conv(self) -> bool:
+    """Whether :meth:`first_conv` runs as :func:`few_channel_conv` (few input and output
+    channels) rather than as the convolution."""
+    return self.conv1.in_features <= FEW_CHANNELS and self.conv1.out_features <= 8
+
   def first_conv(self, x: jax.Array) -> jax.Array:
     """``conv1`` of normalized images ``[b, H, W, C]`` as the forward runs it:
     :func:`few_channel_conv` for few input and output channels, else the convolution."""
-    if self.conv1.in_features <= FEW_CHANNELS and self.conv1.out_features <= 8:
+    if self.elementwise_first_conv:
       return few_channel_conv(self.conv1, x, pad=self.padding)
     return self.conv1(x)
 
-  def __call__(self, x: jax.Array) -> jax.Array:
-    """``x`` of shape ``[b, H, W, C]`` -> logits ``[b, num_classes]``."""
-    x = nnx.max_pool(nnx.relu(self.first_conv(normalized(self, x))), (2, 2), strides=(2, 2))
+  def after_first_conv(self, h: jax.Array) -> jax.Array:
+    """The rest of the forward: ``conv1``'s output ``h [b, H', W', channels[0]]`` (before
+    its ReLU) -> logits ``[b, num_classes]``."""
+    x = nnx.max_pool(nnx.relu(h), (2, 2), strides=(2, 2))
     x = nnx.max_pool(nnx.relu(self.conv2(x)), (2, 2), strides=(2, 2))
     x = x.reshape(x.shape[0], -1)
     for i in range(1, self.num_fc):
       x = nnx.relu(getattr(self, f"fc{i}")(x))
     return getattr(self, f"fc{self.num_fc}")(x)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """``x`` of shape ``[b, H, W, C]`` -> logits ``[b, num_classes]``."""
+    return self.after_first_conv(self.first_conv(normalized(self, x)))
 
 
 class CNN(nnx.Module):
