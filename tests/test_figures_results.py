@@ -544,6 +544,28 @@ LINES += [
 ]
 
 
+# Issue 72, item 5: the band-only first convolution against ART, on an AMD EPYC, quiet.
+ART_Z = B + "art_patch_zen5_cpu.json"
+ART_Z1 = B + "art_patch_zen5_1thread_cpu.json"
+LINES += [
+  Line(
+    "| 2 (the default: both cores), band-only conv1 | {} | {} | {} |",
+    ART_Z,
+    (f1("images_per_s/rsjax"), f1("images_per_s/art"), f2("speedup_rsjax_over_art")),
+  ),
+  Line(
+    "| 1 (one thread), band-only conv1 | {} | {} | {} |",
+    ART_Z1,
+    (f1("images_per_s/rsjax"), f1("images_per_s/art"), f2("speedup_rsjax_over_art")),
+  ),
+  Line(
+    "The counts are the same for every image ({} of 200 differ in either run) and",
+    ART_Z,
+    (ints(lambda d: d["images_counts_differ"] + tf._json(ART_Z1)["images_counts_differ"]),),
+  ),
+]
+
+
 # Issue 72, item 5: the same runs on another host CPU (AVX-512 FP16, AMX), quiet.
 ART_S = B + "art_patch_spr_cpu.json"
 ART_S1 = B + "art_patch_spr_1thread_cpu.json"
