@@ -130,14 +130,15 @@ def test_committed_checkpoints_name_no_machine_path(tmp_path):
 
 def _result_files(root):
   """Every committed file under ``root`` (results/) that holds certified rows: neither a run's
-  record (``.run.json``, ``.cert.jsonl``, its timing ``.seconds.json``), nor a summary at the top (JSON, PNG), nor a model
-  (under a ``model/`` directory)."""
+  record (``.run.json``, ``.cert.jsonl``, its timing ``.seconds.json``, a parent's stored votes
+  ``.votes.npz``), nor a summary at the top (JSON, PNG), nor a model (under a ``model/``
+  directory)."""
   out = []
   for p in sorted(root.rglob("*")):
     rel = p.relative_to(root)
     if not p.is_file() or "model" in rel.parts[:-1]:
       continue
-    if p.name.endswith((".run.json", ".cert.jsonl", ".seconds.json")):
+    if p.name.endswith((".run.json", ".cert.jsonl", ".seconds.json", ".votes.npz")):
       continue
     if len(rel.parts) == 1 and p.suffix in (".json", ".png"):
       continue
