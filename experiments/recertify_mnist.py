@@ -26,7 +26,7 @@ Commands::
   python experiments/recertify_mnist.py --quick --cifar-shaped   # results/recertify_cifar_shaped_quick.json
 
 Numbers produced (seed 0, 2026-12-07, 2-core AMD EPYC, nothing else running; about 22 minutes
-for the first command, 5 for the second once its parent is trained; the tables are in
+for the first command, 15 for the second once its parents are trained; the tables are in
 ``docs/guides/recertify.md``, the runs in ``results/recertify_full/`` and
 ``results/recertify_cifar_shaped_quick/``): at sigma 1.0 the int8 child replayed at n_p 1,000
 has ACR 1.016 against 0.964 from scratch at the same n_p and is 3.14x faster at equal ACR
@@ -86,8 +86,8 @@ def get_config(quick: bool = True, cifar_shaped: bool = False) -> Config:
 
   ``--quick`` certifies every 50th of the first 1,000 test digits; otherwise every 20th.
   ``--cifar-shaped``: the demo's ResNet-20 on ``mnist5k32`` (the digits padded to 32x32x3,
-  CIFAR-10's shape, not its data) in place of LeNet on ``mnist5k``, smaller: sigma 1.0, a
-  parent of N 10,000, ``n_p`` 1,000 (from scratch 1,000 to 4,000), every 100th test digit
+  CIFAR-10's shape, not its data) in place of LeNet on ``mnist5k``, smaller: a parent of N
+  10,000, ``n_p`` 1,000 (from scratch 1,000 to 4,000), every 100th test digit
   (``--quick``; else every 50th).
   """
   name = "recertify_" + ("cifar_shaped_" if cifar_shaped else "") + ("quick" if quick else "full")
@@ -107,7 +107,7 @@ def get_config(quick: bool = True, cifar_shaped: bool = False) -> Config:
   )
   if cifar_shaped:  # ResNet-20 costs about 100x LeNet's pass: fewer digits and samples
     return dataclasses.replace(
-      cfg, model="resnet20", dataset="mnist5k32", sigmas=(1.0,), skip=100 if quick else 50,
+      cfg, model="resnet20", dataset="mnist5k32", skip=100 if quick else 50,
       parent_n=10_000, recert_n=(1000,), scratch_n=(1000, 2000, 4000), batch=1000, repeats=1,
     )  # fmt: skip
   return cfg

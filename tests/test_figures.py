@@ -477,6 +477,7 @@ BOUND += [
   )  # fmt: skip
   for how in ("recertify", "replay")
   for child in ("int8", "bf16")
+  for sigma in ("1", "0.25", "0.5")
 ]
 
 
