@@ -344,51 +344,33 @@ def _ratio(r: dict) -> str:
   return ("≥ " if r["at_least"] else "≤ " if r["at_most"] else "") + f"{r['ratio']:.2f}x"
 
 
-def table(results: dict) -> str:
-  """The guide's table: per sigma, child and n_p, ACR recertified / from scratch at the same
-  n_p, the switched share, seconds an image of both, and the ratios at equal ACR."""
-  lines = [
-    "| sigma | child | n_p | ACR recertified / from scratch | switched | s an image "
-    "recertified / from scratch | time ratio at equal ACR | forward-pass ratio at equal ACR | "
-    "the same with replay (projected) |",
-    "|---|---|---|---|---|---|---|---|---|",
-  ]
+def table(results: dict, how: str = "recertify") -> str:
+  """The guide's table of the fresh-noise children (``how="recertify"``) or the replayed ones
+  (``"replay"``): per sigma, child and n_p, ACR recertified / from scratch at the same n_p,
+  the switched share, seconds an image of both, and the ratios at equal ACR (with the
+  projected replay's passes for the fresh-noise children)."""
+  fresh = how == "recertify"
+  word = "recertified" if fresh else "replayed"
+  head = (
+    f"| sigma | child | n_p | ACR {word} / from scratch | switched | s an image {word} / from "
+    "scratch | time ratio at equal ACR | forward-pass ratio at equal ACR |"
+  )
+  lines = [head + (" the same with replay (projected) |" if fresh else ""),
+           "|---" * (9 if fresh else 8) + "|"]  # fmt: skip
   for key, res in results.items():
     if not key.startswith("sigma="):
       continue
     for child in (k for k in res if k != "parent"):
-      for n, r in res[child]["recertify"].items():
+      for n, r in res[child][how].items():
         s = res[child]["scratch"][n]
+        ratios = [r["time_ratio_at_equal_acr"], r["pass_ratio_at_equal_acr"]]
+        ratios += [r["replay_pass_ratio_at_equal_acr"]] if fresh else []
         lines.append(
-          f"| {key[6:]} | {child} | {int(n):,} | {r['acr']:.3f} / {s['acr']:.3f} | "
-          f"{r['switched_share']:.2f} | {r['seconds_per_image']:.2f} / "
-          f"{s['seconds_per_image']:.2f} | {_ratio(r['time_ratio_at_equal_acr'])} | "
-          f"{_ratio(r['pass_ratio_at_equal_acr'])} | "
-          f"{_ratio(r['replay_pass_ratio_at_equal_acr'])} |"
-        )
-  return "\n".join(lines)
-
-
-def replay_table(results: dict) -> str:
-  """The guide's table of the replayed children (``--replay``): per sigma, child and n_p, ACR
-  replayed / from scratch at the same n_p, the switched share, seconds an image of both and
-  the ratios at equal ACR."""
-  lines = [
-    "| sigma | child | n_p | ACR replayed / from scratch | switched | s an image replayed / "
-    "from scratch | time ratio at equal ACR | forward-pass ratio at equal ACR |",
-    "|---|---|---|---|---|---|---|---|",
-  ]
-  for key, res in results.items():
-    if not key.startswith("sigma="):
-      continue
-    for child in (k for k in res if k != "parent"):
-      for n, r in res[child]["replay"].items():
-        s = res[child]["scratch"][n]
-        lines.append(
-          f"| {key[6:]} | {child} replayed | {int(n):,} | {r['acr']:.3f} / {s['acr']:.3f} | "
-          f"{r['switched_share']:.2f} | {r['seconds_per_image']:.2f} / "
-          f"{s['seconds_per_image']:.2f} | {_ratio(r['time_ratio_at_equal_acr'])} | "
-          f"{_ratio(r['pass_ratio_at_equal_acr'])} |"
+          f"| {key[6:]} | {child}{'' if fresh else ' replayed'} | {int(n):,} | "
+          f"{r['acr']:.3f} / {s['acr']:.3f} | {r['switched_share']:.2f} | "
+          f"{r['seconds_per_image']:.2f} / {s['seconds_per_image']:.2f} | "
+          + " | ".join(_ratio(x) for x in ratios)
+          + " |"
         )
   return "\n".join(lines)
 
@@ -405,7 +387,7 @@ def run(cfg: Config) -> dict:
     print(f"sigma {sigma:g}: done", flush=True)
   plot(cfg, results, cfg.results + ".png")
   print(table(results))
-  print(replay_table(results))
+  print(table(results, "replay"))
   return results
 
 

@@ -415,32 +415,9 @@ def _mark(r: dict) -> str:
   return "≥ " if r["at_least"] else "≤ " if r["at_most"] else ""
 
 
-def _recertify_paper_row(sigma, child, n):
-  """A row of the recertify guide's table of the paper's measure (issue 73)."""
-  k = f"sigma={sigma}/{child}"
-  re_, sc = f"{k}/recertify/{n}", f"{k}/scratch/{n}"
-  r = json.loads((ROOT / RECERTIFY_RUNS).read_text())[f"sigma={sigma}"][child]
-  r = r["recertify"][str(n)]
-  keys = ("time_ratio_at_equal_acr", "pass_ratio_at_equal_acr", "replay_pass_ratio_at_equal_acr")
-  ratios = "".join(f" {_mark(r[key])}{{}}x |" for key in keys)
-  return Bind(
-    RECERTIFY,
-    f"| {sigma} | {child} | {n:,} | {{}} / {{}} | {{}} | {{}} / {{}} |" + ratios,
-    RECERTIFY_RUNS,
-    (
-      f3(f"{re_}/acr"),
-      f3(f"{sc}/acr"),
-      f2(f"{re_}/switched_share"),
-      f2(f"{re_}/seconds_per_image"),
-      f2(f"{sc}/seconds_per_image"),
-      *(f2(f"{re_}/{key}/ratio") for key in keys),
-    ),  # fmt: skip
-  )
-
-
-def _recertify_replay_row(sigma, child, n, runs=RECERTIFY_RUNS, how="replay", label=None):
-  """A row of the recertify guide's table of the replayed children (``--replay``), or with
-  ``how="recertify"`` of a fresh-noise one, its child shown as ``label``."""
+def _recertify_row(sigma, child, n, how, runs=RECERTIFY_RUNS, label=None):
+  """A row of the recertify guide's tables of the paper's measure (issue 73): a fresh-noise
+  child (``how="recertify"``) or a replayed one (``"replay"``), its child shown as ``label``."""
   k = f"sigma={sigma}/{child}"
   re_, sc = f"{k}/{how}/{n}", f"{k}/scratch/{n}"
   r = json.loads((ROOT / runs).read_text())[f"sigma={sigma}"][child][how][str(n)]
@@ -465,15 +442,15 @@ def _recertify_replay_row(sigma, child, n, runs=RECERTIFY_RUNS, how="replay", la
 
 
 BOUND += [
-  make(sigma, child, n)
-  for make in (_recertify_paper_row, _recertify_replay_row)
+  _recertify_row(sigma, child, n, how)
+  for how in ("recertify", "replay")
   for sigma in ("1", "0.25", "0.5")
   for child in ("int8", "bf16")
   for n in (1000, 4000)
 ]
 BOUND += [
-  _recertify_replay_row(
-    "1", child, 1000, "results/recertify_cifar_shaped_quick.json", how, f"ResNet-20 {child}"
+  _recertify_row(
+    sigma, child, 1000, how, "results/recertify_cifar_shaped_quick.json", f"ResNet-20 {child}"
   )  # fmt: skip
   for how in ("recertify", "replay")
   for child in ("int8", "bf16")

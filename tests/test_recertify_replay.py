@@ -13,12 +13,10 @@ import pytest
 
 from rsjax import Sampling, models, sample_counts, stats, verify
 from rsjax.app import audit, cli
-from rsjax.cohen._recertify_check import replay_switched
+from rsjax.cohen._recertify_check import file_sha256, replay_switched, votes_path
 from rsjax.cohen._recertify_replay import (
   ParentVotes,
-  file_digest,
   sample_votes,
-  votes_path,
   write_votes,
 )
 from rsjax.engine.counts import prepare_inputs
@@ -59,7 +57,7 @@ def test_the_votes_file_round_trips(tmp_path):
   bits = np.random.default_rng(1).random((3, 21)) < 0.5
   path = str(tmp_path / "p.tsv.votes.npz")
   digest = write_votes(path, [5, 2, 9], [1, 0, 3], bits)
-  assert digest == file_digest(path)
+  assert digest == file_sha256(path)
   votes = ParentVotes.read(path, jax.random.key(0))
   classes, got = votes.rows(np.array([9, 5]), 21)
   np.testing.assert_array_equal(classes, [3, 1])
@@ -67,7 +65,7 @@ def test_the_votes_file_round_trips(tmp_path):
   np.testing.assert_array_equal(votes.rows(np.array([2]), 10)[1], bits[[1], :10])
   with pytest.raises(ValueError, match="at most the parent's 21"):
     votes.rows(np.array([2]), 22)
-  with pytest.raises(ValueError, match="no row"):
+  with pytest.raises(ValueError, match="no row of input 4"):
     votes.rows(np.array([4]), 5)
 
 
@@ -139,7 +137,7 @@ def _copy_family(fam, root):
 
 def test_a_replayed_child_verifies_and_passes_the_audit(replayed):
   child = RunSpec.read(replayed["child"])
-  assert child.options["replay"] == file_digest(votes_path(replayed["parent"]))
+  assert child.options["replay"] == file_sha256(votes_path(replayed["parent"]))
   report = verify.verify(replayed["child"])
   assert report.ok, report.summary()
   rows = [json.loads(line) for line in open(str(replayed["child"]) + ".cert.jsonl")]

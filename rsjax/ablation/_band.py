@@ -47,7 +47,14 @@ from rsjax.engine import precision as precision_lib
 from rsjax.engine.step import cast_floating
 from rsjax.models import EvalApply, LeNet, few_channel_conv
 
-__all__ = ["BandPlan", "band_counts", "band_first_conv", "band_lenet", "band_plan"]
+__all__ = [
+  "BandPlan",
+  "band_counts",
+  "band_first_conv",
+  "band_lenet",
+  "band_plan",
+  "merged_model",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,16 +143,21 @@ def band_plan(masks: np.ndarray, kernel: tuple[int, int], pad: int) -> BandPlan 
   )
 
 
+def merged_model(graphdef, params) -> nnx.Module | None:
+  """The NNX model of ``graphdef`` with ``params`` (a copy), or None where they do not merge."""
+  try:
+    return nnx.merge(graphdef, params, copy=True)
+  except Exception:  # noqa: BLE001 -- any failure: not an NNX model of these params
+    return None
+
+
 def band_lenet(apply_fn, params) -> LeNet | None:
   """The rsjax :class:`~rsjax.models.LeNet` behind ``apply_fn`` (an
   ``rsjax.models.to_apply_fn`` forward) when the band path computes its votes: no input
   normalization and a :func:`~rsjax.models.few_channel_conv` first convolution; else None."""
   if not isinstance(apply_fn, EvalApply):
     return None
-  try:
-    model = nnx.merge(apply_fn.graphdef, params, copy=True)
-  except Exception:  # noqa: BLE001 -- any failure: not an NNX model of these params
-    return None
+  model = merged_model(apply_fn.graphdef, params)
   if not isinstance(model, LeNet) or model.normalize is not None:
     return None
   return model if model.elementwise_first_conv else None

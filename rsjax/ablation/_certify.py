@@ -221,17 +221,11 @@ class Patch(Certifier):
 def vit_patch(apply_fn, params) -> int:
   """The patch side of the ``rsjax.models.VisionTransformer`` behind ``apply_fn`` (an
   ``nnx`` graph definition's forward); refused for any other classifier."""
-  from flax import nnx
-
+  from rsjax.ablation._band import merged_model
   from rsjax.models import VisionTransformer
 
   graphdef = getattr(apply_fn, "graphdef", None)
-  model = None
-  if graphdef is not None:
-    try:
-      model = nnx.merge(graphdef, params, copy=True)
-    except Exception:  # noqa: BLE001 -- any failure: not an NNX model of these params
-      model = None
+  model = None if graphdef is None else merged_model(graphdef, params)
   if not isinstance(model, VisionTransformer):
     raise ValueError(
       "drop_tokens: the model must be a rsjax ViT (rsjax.models.VisionTransformer, its "

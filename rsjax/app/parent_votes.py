@@ -22,7 +22,7 @@ def draw_votes(parent: RunSpec, path: str, ids=None, *, model_dir=None, data_dir
     ValueError: the votes do not add up to the parent's recorded counts (another model or
       platform than the parent's).
   """
-  from rsjax.claims import dense
+  from rsjax.cohen._recertify_plan import recorded_counts
   from rsjax.cohen._recertify_replay import parent_key, sample_votes
   from rsjax.engine.counts import prepare_inputs
   from rsjax.records.paths import resolve
@@ -34,8 +34,7 @@ def draw_votes(parent: RunSpec, path: str, ids=None, *, model_dir=None, data_dir
   recs = record.read_records(path)
   ids = np.asarray(sorted(recs) if ids is None else ids, np.int64)
   c = parent.data.num_classes
-  c0 = np.stack([dense(recs[int(i)].get("counts0"), c) for i in ids])
-  c1 = np.stack([dense(recs[int(i)].get("counts"), c) for i in ids])
+  c0, c1 = recorded_counts(recs, ids, c)
   classes = c0.argmax(axis=1)
   x, sig, ids_arr = prepare_inputs(np.asarray(loaded.dataset.get_batch(ids)[0]), parent.sigma, ids)
   settings = launch.settings(parent, batch_size=batch or 1000)
@@ -53,7 +52,8 @@ def draw_votes(parent: RunSpec, path: str, ids=None, *, model_dir=None, data_dir
 def store_votes(parent: RunSpec, path: str, *, data_dir=None, batch=None) -> str:
   """Draws the parent run's votes (:func:`draw_votes`) and writes them beside its result file
   ``path``; returns the votes file."""
-  from rsjax.cohen._recertify_replay import votes_path, write_votes
+  from rsjax.cohen._recertify_check import votes_path
+  from rsjax.cohen._recertify_replay import write_votes
 
   out = votes_path(path)
   write_votes(out, *draw_votes(parent, path, data_dir=data_dir, batch=batch))
@@ -64,7 +64,8 @@ def votes_again(parent, path, model_dir, rows, data_dir, batch, detail) -> tuple
   """``(ok, detail)``: whether the stored votes of ``rows`` of the parent run ``parent``
   (result file ``path``) are its model's drawn again (``rsjax audit --parent-model-dir``);
   ``detail`` the parent's audit, extended."""
-  from rsjax.cohen._recertify_replay import ParentVotes, parent_key, votes_path
+  from rsjax.cohen._recertify_check import votes_path
+  from rsjax.cohen._recertify_replay import ParentVotes, parent_key
 
   try:
     ids, classes, votes = draw_votes(parent, path, rows, model_dir=model_dir, data_dir=data_dir,

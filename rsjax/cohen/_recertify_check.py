@@ -26,13 +26,17 @@ from rsjax.records.spec import RunFormatError, RunSpec
 from rsjax.runs import record as record_lib
 
 __all__ = [
+  "VOTES_SUFFIX",
   "check_gamma",
   "check_recertify",
+  "file_sha256",
   "link_issues",
   "parent_of",
+  "read_votes",
   "records_digest",
   "replay_switched",
   "stated_alpha",
+  "votes_path",
 ]
 
 #: ``fallback`` column of a row the gamma switch certified from scratch.
@@ -41,12 +45,45 @@ SWITCHED = 2
 GAUSSIAN = ("gaussian", "gaussian_fast")
 
 
-def records_digest(result_file: str | os.PathLike) -> str:
-  """The SHA-256 (hex) of a run's certificate record (``<file>.cert.jsonl``), as bytes."""
+#: A parent's stored votes beside its result file: ``<parent>.votes.npz``
+#: (``rsjax.cohen._recertify_replay``).
+VOTES_SUFFIX = ".votes.npz"
+
+
+def votes_path(parent: str | os.PathLike) -> str:
+  """The votes file of the parent run whose result file is ``parent``."""
+  return os.fspath(parent) + VOTES_SUFFIX
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+  """The SHA-256 (hex) of a file's bytes."""
   h = hashlib.sha256()
-  with open(record_lib.record_path(result_file), "rb") as f:
+  with open(path, "rb") as f:
     h.update(f.read())
   return h.hexdigest()
+
+
+def records_digest(result_file: str | os.PathLike) -> str:
+  """The SHA-256 (hex) of a run's certificate record (``<file>.cert.jsonl``), as bytes."""
+  return file_sha256(record_lib.record_path(result_file))
+
+
+def read_votes(path: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+  """``(ids [M], classes [M], n, bits [M, ceil(n / 8)])`` of a parent's stored votes
+  (``rsjax.cohen._recertify_replay``).
+
+  Raises:
+    ValueError: the file is unreadable or not one row of ``n`` bits per input.
+  """
+  try:
+    with np.load(path, allow_pickle=False) as z:
+      ids, classes, n, bits = (np.asarray(z[k]) for k in ("ids", "classes", "n", "bits"))
+  except (OSError, KeyError, ValueError) as e:
+    raise ValueError(f"the parent's votes {path!r} cannot be read: {e}") from None
+  n = int(n)
+  if ids.ndim != 1 or classes.shape != ids.shape or bits.shape != (len(ids), -(-n // 8)):
+    raise ValueError(f"the parent's votes {path!r} are not one row of bits per input")
+  return ids.astype(np.int64), classes.astype(np.int64), n, bits
 
 
 def stated_alpha(parent_alpha: float, alpha: float, fallback: bool) -> float:
@@ -286,22 +323,18 @@ def _votes_issues(parent: RunSpec, path: str, digest: Any, precs: dict) -> tuple
   """``(votes, why)``: the parent's stored votes of a replayed child (``{id: (c_A, bits [N]
   bool)}``) once they are the file the child names and add up to the parent's recorded counts
   of ``c_A``; else ``why`` they are not (``rsjax.cohen._recertify_replay``)."""
-  from rsjax.cohen._recertify_replay import votes_path
-
   if parent.multiclass:
     return None, "a replayed child of a multiclass parent (the votes test its class only)"
   vp = votes_path(path)
   try:
-    with open(vp, "rb") as f:
-      raw = f.read()
-    with np.load(vp, allow_pickle=False) as z:
-      ids, classes, n, bits = (np.asarray(z[k]) for k in ("ids", "classes", "n", "bits"))
-  except (OSError, KeyError, ValueError) as e:
-    return None, f"the parent's votes {vp!r} cannot be read: {e}"
-  if hashlib.sha256(raw).hexdigest() != digest:
+    ids, classes, n, bits = read_votes(vp)
+    same = file_sha256(vp) == digest
+  except (OSError, ValueError) as e:
+    return None, str(e) if isinstance(e, ValueError) else f"the parent's votes {vp!r}: {e}"
+  if not same:
     return None, f"the parent's votes {vp!r} are not the ones the child was certified from"
-  n, c = int(n), parent.data.num_classes
-  if n != parent.sampling.n or bits.shape != (len(ids), -(-n // 8)) or classes.shape != ids.shape:
+  c = parent.data.num_classes
+  if n != parent.sampling.n:
     return None, f"the parent's votes {vp!r} are not {parent.sampling.n} bits an input"
   votes = {}
   for i, k, b in zip(ids.tolist(), classes.tolist(), bits, strict=True):

@@ -21,7 +21,21 @@ from rsjax.engine.step import cast_floating
 if TYPE_CHECKING:
   from jax.typing import ArrayLike
 
-__all__ = ["PairDisagreement", "Parent", "child_bounds"]
+__all__ = ["PairDisagreement", "Parent", "child_bounds", "row_positions"]
+
+
+def row_positions(known: np.ndarray, ids: np.ndarray) -> np.ndarray:
+  """The positions of dataset indices ``ids`` among a parent's rows ``known``.
+
+  Raises:
+    ValueError: an index the parent has no row of.
+  """
+  order = np.argsort(known, kind="stable")
+  pos = np.minimum(np.searchsorted(known[order], ids), len(order) - 1)
+  found = known[order][pos] == ids
+  if not np.all(found):
+    raise ValueError(f"the parent has no row of input {int(np.asarray(ids)[~found][0])}")
+  return order[pos]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,25 +107,11 @@ class Parent:
       share,
     )
 
-  def _at(self, ids: np.ndarray) -> np.ndarray:
-    """The positions of dataset indices ``ids`` among the parent's rows.
-
-    Raises:
-      ValueError: an index the parent did not certify.
-    """
-    order = np.argsort(self.ids, kind="stable")
-    pos = np.searchsorted(self.ids[order], ids)
-    pos = np.minimum(pos, len(order) - 1)
-    found = self.ids[order][pos] == ids
-    if not np.all(found):
-      raise ValueError(f"the parent has no row of input {int(ids[~found][0])}")
-    return order[pos]
-
   def selection_share(self, ids: np.ndarray) -> np.ndarray:
     """``[b]`` the selection share of the selected class of dataset indices ``ids``."""
     if self.share is None:
       raise ValueError("the parent's certificate holds no selection counts")
-    return self.share[self._at(np.asarray(ids, np.int64))]
+    return self.share[row_positions(self.ids, np.asarray(ids, np.int64))]
 
   def rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``(prediction, p_lower, p_upper)`` of dataset indices ``ids``.
@@ -119,7 +119,7 @@ class Parent:
     Raises:
       ValueError: an index the parent did not certify.
     """
-    at = self._at(ids)
+    at = row_positions(self.ids, ids)
     upper = None if self.p_upper is None else self.p_upper[at]
     return self.prediction[at], self.p_lower[at], upper
 

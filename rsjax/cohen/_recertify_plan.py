@@ -21,7 +21,16 @@ from rsjax.engine.driver import Sampling
 from rsjax.records.spec import RunSpec
 from rsjax.runs.method import Context
 
-__all__ = ["load_parent", "load_votes"]
+__all__ = ["load_parent", "load_votes", "recorded_counts"]
+
+
+def recorded_counts(recs: dict, ids: np.ndarray, num_classes: int) -> tuple[np.ndarray, ...]:
+  """``(counts0 [M, C], counts [M, C])``: a run's recorded selection and estimation counts of
+  its rows ``ids`` (``recs``: ``rsjax.runs.record.read_records``'s)."""
+  from rsjax.claims import dense
+
+  c0 = np.stack([dense(recs[int(i)].get("counts0"), num_classes) for i in ids])
+  return c0, np.stack([dense(recs[int(i)].get("counts"), num_classes) for i in ids])
 
 
 def _parent_model(run: RunSpec, moved: str | None = None) -> tuple[Any, Any]:
@@ -86,7 +95,6 @@ def load_parent(
 ) -> tuple[RunSpec, tuple]:
   """The parent run a child run's options name, once it is the one they name, and the
   arguments of ``Parent.of``: its model and Cohen's certificate of its counts."""
-  from rsjax.claims import dense
   from rsjax.engine.cohen_rule import certificate_from_counts
   from rsjax.runs import record
   from rsjax.runs.record import noise_name
@@ -103,9 +111,7 @@ def load_parent(
   settings = Sampling.from_record(run.sampling)
   recs = record.read_records(str(run.out))
   ids = np.asarray(sorted(recs), np.int64)
-  c = run.data.num_classes
-  c0 = np.stack([dense(recs[int(i)].get("counts0"), c) for i in ids])
-  c1 = np.stack([dense(recs[int(i)].get("counts"), c) for i in ids])
+  c0, c1 = recorded_counts(recs, ids, run.data.num_classes)
   cert = certificate_from_counts(c0, c1, n=settings.n, alpha=settings.alpha,
                                  scale=np.full(len(ids), run.sigma),
                                  dim=int(np.prod(ctx.dataset.input_shape)),
@@ -120,13 +126,14 @@ def load_votes(run: RunSpec, parent: str, digest: str):
   Raises:
     ValueError: a multiclass parent, no votes file, or another file than the one named.
   """
-  from rsjax.cohen._recertify_replay import ParentVotes, file_digest, parent_key, votes_path
+  from rsjax.cohen._recertify_check import file_sha256, votes_path
+  from rsjax.cohen._recertify_replay import ParentVotes, parent_key
 
   if run.multiclass:
     raise ValueError("a replayed child needs a binary parent (the votes test its class only)")
   path = votes_path(parent)
   try:
-    got = file_digest(path)
+    got = file_sha256(path)
   except OSError:
     raise ValueError(f"the parent's votes {path!r} are missing: rsjax recertify --replay "
                      "stores them") from None  # fmt: skip

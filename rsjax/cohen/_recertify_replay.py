@@ -33,40 +33,22 @@ so every row, switched or not, holds at ``alpha_1 + alpha_2``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 
 import jax
 import numpy as np
 
+from rsjax.cohen._recertify_check import file_sha256, read_votes
+from rsjax.cohen._recertify_parent import row_positions
 from rsjax.engine.driver import ESTIMATION, EngineCounts, Sampling
 from rsjax.engine.rounds import round_sampler
 
 __all__ = [
   "ParentVotes",
-  "VOTES_SUFFIX",
-  "file_digest",
   "parent_key",
   "sample_votes",
-  "votes_path",
   "write_votes",
 ]
-
-#: The parent's votes beside its result file: ``<parent>.votes.npz``.
-VOTES_SUFFIX = ".votes.npz"
-
-
-def votes_path(parent: str | os.PathLike) -> str:
-  """The votes file of the parent run whose result file is ``parent``."""
-  return os.fspath(parent) + VOTES_SUFFIX
-
-
-def file_digest(path: str | os.PathLike) -> str:
-  """The SHA-256 (hex) of a file's bytes."""
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    h.update(f.read())
-  return h.hexdigest()
 
 
 def parent_key(run) -> jax.Array:
@@ -126,7 +108,7 @@ def write_votes(path: str, ids, classes, bits: np.ndarray) -> str:
       bits=np.packbits(np.asarray(bits, bool), axis=1, bitorder="little"),
     )
   os.replace(tmp, path)
-  return file_digest(path)
+  return file_sha256(path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,15 +136,8 @@ class ParentVotes:
     Raises:
       ValueError: the file is unreadable or inconsistent.
     """
-    try:
-      with np.load(path, allow_pickle=False) as z:
-        ids, classes, n, bits = (np.asarray(z[k]) for k in ("ids", "classes", "n", "bits"))
-    except (OSError, KeyError, ValueError) as e:
-      raise ValueError(f"the parent's votes {path!r} cannot be read: {e}") from None
-    n = int(n)
-    if ids.ndim != 1 or classes.shape != ids.shape or bits.shape != (len(ids), -(-n // 8)):
-      raise ValueError(f"the parent's votes {path!r} are not one row of bits per input")
-    return cls(ids.astype(np.int64), classes.astype(np.int64), bits, n, key)
+    ids, classes, n, bits = read_votes(path)
+    return cls(ids, classes, bits, n, key)
 
   def rows(self, ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``(classes [b], votes [b, n] bool)`` of dataset indices ``ids``, the first ``n`` samples.
@@ -172,10 +147,6 @@ class ParentVotes:
     """
     if n > self.n:
       raise ValueError(f"a replayed child takes at most the parent's {self.n} samples, not {n}")
-    order = np.argsort(self.ids, kind="stable")
-    pos = np.minimum(np.searchsorted(self.ids[order], ids), len(order) - 1)
-    if not np.all(self.ids[order][pos] == ids):
-      raise ValueError("the parent's votes hold no row of some input")
-    at = order[pos]
+    at = row_positions(self.ids, np.asarray(ids, np.int64))
     votes = np.unpackbits(self.bits[at], axis=1, count=self.n, bitorder="little")
     return self.classes[at], votes[:, :n].astype(bool)

@@ -94,9 +94,9 @@ def prepare_child(args: argparse.Namespace, parent, votes: str | None = None):
   if args.gamma is not None:  # no option: the runs before the switch verify as they did
     options["gamma"] = args.gamma
   if votes is not None:
-    from rsjax.cohen._recertify_replay import file_digest
+    from rsjax.cohen._recertify_check import file_sha256
 
-    options["replay"] = file_digest(votes)
+    options["replay"] = file_sha256(votes)
   return launch.prepare(
     args.model_dir, sampling=sampling, out=args.outfile, dataset=d.name, split=d.split,
     sigma=parent.sigma, sigma_source="flag", method="recertify", options=options,
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     import os
     import time
 
-    from rsjax.cohen._recertify_replay import votes_path
+    from rsjax.cohen._recertify_check import votes_path
 
     votes = votes_path(args.parent)
     if not os.path.exists(votes):
