@@ -13,11 +13,11 @@ in [0, 1], NHWC ``[N, H, W, C]``) and int64 labels, with ``num_classes``,
 - TFDS, read offline from a prepared ``data_dir``: "mnist", "cifar10",
   "imagenet2012" (resize 256 + center crop 224). Missing data raises
   ``DatasetNotFoundError`` saying how to prepare it;
-- the same "cifar10" and "imagenet2012" from the folders PyTorch users keep, found
-  in ``data_dir`` by themselves: torchvision's ``cifar-10-batches-py`` and an
-  ImageNet image folder ``val/<wnid>/<image>``, index ``i`` torchvision's ``i``-th
-  image, decoded as torchvision decodes (``CifarBatchesDataset``,
-  ``ImageFolderDataset``; ``images_sha256`` binds the images a run read;
+- the same "mnist", "cifar10" and "imagenet2012" from the folders PyTorch users keep,
+  found in ``data_dir`` by themselves: MNIST's four IDX files, torchvision's
+  ``cifar-10-batches-py`` and an ImageNet image folder ``val/<wnid>/<image>``, index ``i``
+  torchvision's ``i``-th image, decoded as torchvision decodes (``MnistIdxDataset``,
+  ``CifarBatchesDataset``, ``ImageFolderDataset``; ``images_sha256`` binds the images a run read;
   ``imagenet_wnids`` the 1,000 class folders in label order).
 
 ``cache_dir(setting, name)`` is where rsjax keeps a cache (``$XDG_CACHE_HOME/rsjax/<name>``
@@ -28,6 +28,7 @@ from rsjax.data._arrays import is_array_file as is_array_file
 from rsjax.data._bundled import stratified_split as stratified_split
 from rsjax.data._cache import cache_dir as cache_dir
 from rsjax.data._cifar_batches import CifarBatchesDataset as CifarBatchesDataset
+from rsjax.data._mnist_idx import MnistIdxDataset as MnistIdxDataset
 from rsjax.data._dataset import ArrayDataset as ArrayDataset
 from rsjax.data._dataset import Dataset as Dataset
 from rsjax.data._image_folder import FolderError as FolderError

@@ -51,7 +51,8 @@ def load(name: str, split: str, *, data_dir: str | os.PathLike | None = None) ->
       TFDS slices such as "test[:500]" (indices then count within the slice).
     data_dir: folder holding prepared TFDS datasets (default: the
       ``TFDS_DATA_DIR`` environment variable, else ``~/tensorflow_datasets``), or
-      the folders PyTorch users keep: for "cifar10" torchvision's
+      the folders PyTorch users keep: for "mnist" LeCun's IDX files (in ``data_dir``,
+      ``raw/`` or ``MNIST/raw/``), for "cifar10" torchvision's
       ``cifar-10-batches-py`` (in ``data_dir`` or ``data_dir`` itself), for
       "imagenet2012" an image folder ``val/<wnid>/<image>`` (``train/`` for train,
       or ``data_dir`` itself holding the ``<wnid>`` folders), found by itself

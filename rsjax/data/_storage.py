@@ -1,8 +1,10 @@
 """Which storage a ``data_dir`` holds, and the digest that binds the images a run read.
 
-``cifar10`` and ``imagenet2012`` are read from TFDS's prepared files or from the folders
-PyTorch users keep: ``open_folder`` looks in ``data_dir`` for
+``mnist``, ``cifar10`` and ``imagenet2012`` are read from TFDS's prepared files or from the
+folders PyTorch users keep: ``open_folder`` looks in ``data_dir`` for
 
+- ``mnist``: LeCun's four IDX files (``t10k-images-idx3-ubyte`` ..., or ``.gz``) in
+  ``data_dir``, ``raw/`` or ``MNIST/raw/`` (torchvision's layout; ``rsjax.data._mnist_idx``);
 - ``cifar10``: ``cifar-10-batches-py/`` (or ``data_dir`` is that folder): torchvision's
   pickled batches (``rsjax.data._cifar_batches``);
 - ``imagenet2012``: ``val/`` (or ``validation/``) for the validation split, ``train/`` for
@@ -31,11 +33,12 @@ import numpy as np
 from rsjax.data._cifar_batches import CifarBatchesDataset, find_batches
 from rsjax.data._dataset import Dataset
 from rsjax.data._image_folder import FolderError, ImageFolderDataset
+from rsjax.data._mnist_idx import IDX_STORAGE, MnistIdxDataset, find_idx
 
 __all__ = ["STORAGES", "images_sha256", "is_image_folder", "open_folder", "open_image_folder"]
 
 #: The storages of folder datasets (their ``storage`` attribute).
-STORAGES = ("cifar-10-batches-py", "image-folder")
+STORAGES = ("cifar-10-batches-py", "image-folder", IDX_STORAGE)
 
 _WNID = re.compile(r"^n\d{8}$")
 _IMAGENET_SPLIT_FOLDERS = {"validation": ("val", "validation"), "train": ("train",)}
@@ -63,8 +66,8 @@ def _imagenet_folder(data_dir: str, split: str) -> str | None:
 
 
 def open_folder(name: str, split: str, data_dir, transform=None) -> Dataset | None:
-  """The folder dataset of ``name`` (``"cifar10"`` or ``"imagenet2012"``) and ``split``
-  (TFDS's name: ``"validation"``, not its alias) in ``data_dir``, or None (none there).
+  """The folder dataset of ``name`` (``"mnist"``, ``"cifar10"`` or ``"imagenet2012"``) and
+  ``split`` (TFDS's name: ``"validation"``, not its alias) in ``data_dir``, or None (none there).
 
   Args:
     transform: for ImageNet, uint8 ``[H, W, 3]`` -> uint8 ``[224, 224, 3]``.
@@ -73,12 +76,14 @@ def open_folder(name: str, split: str, data_dir, transform=None) -> Dataset | No
     FolderError: a mix of layouts, a slice of a split (``"test[:500]"``: TFDS's syntax), or
       a folder that is not what its dataset needs (see the folder datasets).
   """
-  if data_dir is None or name not in ("cifar10", "imagenet2012"):
+  if data_dir is None or name not in ("mnist", "cifar10", "imagenet2012"):
     return None
   data_dir = os.fspath(data_dir)
   if not os.path.isdir(data_dir):
     return None
-  if name == "cifar10":
+  if name == "mnist":
+    folder = find_idx(data_dir)
+  elif name == "cifar10":
     folder = find_batches(data_dir)
   else:
     folder = _imagenet_folder(data_dir, split.split("[")[0])
@@ -91,6 +96,8 @@ def open_folder(name: str, split: str, data_dir, transform=None) -> Dataset | No
     )
   if folder != data_dir:
     _refuse_mix(data_dir, os.path.basename(folder), name)
+  if name == "mnist":
+    return MnistIdxDataset(folder, split, name=name)
   if name == "cifar10":
     return CifarBatchesDataset(folder, split, name=name)
   listing = _flat_imagenet_val(folder) if split == "validation" else None

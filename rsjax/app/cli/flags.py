@@ -122,7 +122,8 @@ def data_flags(q: argparse._ActionsContainer, dataset_required: bool = False) ->
   q.add_argument(
     "--data-dir",
     default=None,
-    help="TFDS data_dir holding prepared datasets, or torchvision's cifar-10-batches-py "
+    help="TFDS data_dir holding prepared datasets, or MNIST's IDX files (or MNIST/raw/ holding "
+    "them), or torchvision's cifar-10-batches-py "
     "(or the folder holding it), or an ImageNet folder holding val/<wnid>/<image>",
   )
 
