@@ -28,12 +28,12 @@ from rsjax.data._arrays import is_array_file as is_array_file
 from rsjax.data._bundled import stratified_split as stratified_split
 from rsjax.data._cache import cache_dir as cache_dir
 from rsjax.data._cifar_batches import CifarBatchesDataset as CifarBatchesDataset
-from rsjax.data._mnist_idx import MnistIdxDataset as MnistIdxDataset
 from rsjax.data._dataset import ArrayDataset as ArrayDataset
 from rsjax.data._dataset import Dataset as Dataset
 from rsjax.data._image_folder import FolderError as FolderError
 from rsjax.data._image_folder import ImageFolderDataset as ImageFolderDataset
 from rsjax.data._images import CorruptImageError as CorruptImageError
+from rsjax.data._mnist_idx import MnistIdxDataset as MnistIdxDataset
 from rsjax.data._registry import DATASETS as DATASETS
 from rsjax.data._registry import load as load
 from rsjax.data._storage import imagenet_wnids as imagenet_wnids

@@ -15,7 +15,7 @@ import pickle
 
 import numpy as np
 
-from rsjax.data._dataset import Dataset
+from rsjax.data._dataset import Uint8Dataset
 from rsjax.data._image_folder import FolderError
 
 __all__ = ["CifarBatchesDataset", "find_batches", "BATCHES_FOLDER"]
@@ -70,7 +70,7 @@ def _read_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
   return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
-class CifarBatchesDataset(Dataset):
+class CifarBatchesDataset(Uint8Dataset):
   """CIFAR-10's ``test`` or ``train`` split from the pickled batches (module docstring).
 
   Args:
@@ -98,19 +98,7 @@ class CifarBatchesDataset(Dataset):
     labels = np.concatenate([p[1] for p in parts])
     if labels.size and (labels.min() < 0 or labels.max() > 9):
       raise FolderError(f"the CIFAR-10 folder {folder!r} has labels outside 0..9")
-    super().__init__(name=name, split=split, num_classes=10, input_shape=(32, 32, 3))
-    images.flags.writeable = False
-    self.root, self.images, self.labels = folder, images, labels
-
-  def __len__(self) -> int:
-    return len(self.labels)
-
-  def get_uint8(self, indices) -> np.ndarray:
-    """uint8 ``[b, 32, 32, 3]``: the images of ``indices``."""
-    return self.images[self._check_indices(indices)]
-
-  def _load(self, indices):
-    return self.images[indices].astype(np.float32) / np.float32(255.0), self.labels[indices]
+    super().__init__(folder, images, labels, name=name, split=split, num_classes=10)
 
   def image_name(self, i: int) -> str:
     """``<batch file>[<row>]`` of image ``i``."""

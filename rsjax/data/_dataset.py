@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Dataset", "ArrayDataset"]
+__all__ = ["Dataset", "ArrayDataset", "Uint8Dataset"]
 
 # ``arrays()`` refuses to materialize more than this (float32 bytes).
 MAX_ARRAY_BYTES = 4 << 30
@@ -152,3 +152,30 @@ class ArrayDataset(Dataset):
 
   def arrays(self) -> tuple[np.ndarray, np.ndarray]:
     return self.x, self.y
+
+
+class Uint8Dataset(Dataset):
+  """A folder's images held in memory as they are stored, uint8, read as float32 in ``[0, 1]``
+  (``x / 255``): the base of the folder datasets that read a whole split at once.
+
+  Args:
+    root: the folder read.
+    images: uint8 ``[N, *input_shape]`` (kept read-only).
+    labels: int64 ``[N]``.
+    name, split, num_classes: see ``Dataset``.
+  """
+
+  def __init__(self, root: str, images, labels, *, name: str, split: str, num_classes: int):
+    super().__init__(name=name, split=split, num_classes=num_classes, input_shape=images.shape[1:])
+    images.flags.writeable = False
+    self.root, self.images, self.labels = root, images, labels
+
+  def __len__(self) -> int:
+    return len(self.labels)
+
+  def get_uint8(self, indices) -> np.ndarray:
+    """uint8 ``[b, *input_shape]``: the images of ``indices`` as stored."""
+    return self.images[self._check_indices(indices)]
+
+  def _load(self, indices):
+    return self.images[indices].astype(np.float32) / np.float32(255.0), self.labels[indices]

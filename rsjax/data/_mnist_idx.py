@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from rsjax.data._dataset import Dataset
+from rsjax.data._dataset import Uint8Dataset
 from rsjax.data._image_folder import FolderError
 
 __all__ = ["IDX_STORAGE", "MnistIdxDataset", "find_idx"]
@@ -72,7 +72,7 @@ def read_idx(path: str, kind: str) -> np.ndarray:
   return np.frombuffer(raw, np.uint8, offset=head).reshape(shape)
 
 
-class MnistIdxDataset(Dataset):
+class MnistIdxDataset(Uint8Dataset):
   """MNIST's ``train`` or ``test`` split from its IDX files (module docstring).
 
   Args:
@@ -99,19 +99,7 @@ class MnistIdxDataset(Dataset):
         f"the MNIST folder {folder!r}: {len(images)} images and {len(labels)} labels "
         f"(labels up to {labels.max() if labels.size else None}, expected 0..9)"
       )
-    super().__init__(name=name, split=split, num_classes=10, input_shape=images.shape[1:])
-    images.flags.writeable = False
-    self.root, self.images, self.labels = folder, images, labels
-
-  def __len__(self) -> int:
-    return len(self.labels)
-
-  def get_uint8(self, indices) -> np.ndarray:
-    """uint8 ``[b, 28, 28, 1]``: the images of ``indices``."""
-    return self.images[self._check_indices(indices)]
-
-  def _load(self, indices):
-    return self.images[indices].astype(np.float32) / np.float32(255.0), self.labels[indices]
+    super().__init__(folder, images, labels, name=name, split=split, num_classes=10)
 
   def image_name(self, i: int) -> str:
     """``train-images[i]`` or ``t10k-images[i]`` (whatever the copy names its file)."""
