@@ -28,6 +28,7 @@ ROWS = (
   ("k = 45, 120 epochs | 1,000", "l0_n1000_e120", L0_RADII),
   ("k = 45 | 4,000", "l0_n4000", L0_RADII),
   ("k = 45, all of MNIST (500 test digits) | 60,000", "l0_n60000", L0_RADII),
+  ("k = 45, all of MNIST, 60 epochs (500 test digits) | 60,000", "l0_n60000_e60", L0_RADII),
 )
 
 
