@@ -193,13 +193,18 @@ def _key(name: str, size: int, epochs: int, cifar_shaped: bool = False) -> str:
   )
 
 
+def _paths(name: str, size: int, epochs: int, cifar_shaped: bool) -> tuple[str, str]:
+  """``(model directory, row file)`` of one run."""
+  model = os.path.join(RUNS, _key(name, size, epochs, cifar_shaped))
+  return model, model + ".tsv"
+
+
 def _commands(
   name: str, size: int, epochs: int, mnist_dir: str, cifar_shaped: bool = False
 ) -> tuple[list, list, list]:
   """The ``rsjax train``, ``certify`` and ``verify`` arguments of one run."""
   s = SETTINGS[name]
-  model = os.path.join(RUNS, _key(name, size, epochs, cifar_shaped))
-  tsv = model + ".tsv"
+  model, tsv = _paths(name, size, epochs, cifar_shaped)
   arch = CIFAR_SHAPED["model"] if cifar_shaped else "lenet"
   data = functools.partial(_data, size, mnist_dir=mnist_dir, cifar_shaped=cifar_shaped)
   train = ["train", "--model", arch, *data("train"), "--epochs", str(epochs)]
@@ -220,9 +225,8 @@ def run_one(
     raise SystemExit("--sizes 60000 reads MNIST's IDX files: give --mnist-dir (or $MNIST_DIR)")
   if cifar_shaped and size != 4000:
     raise SystemExit("--cifar-shaped trains on all 4,000 of mnist5k32's digits: --sizes 4000")
-  model = os.path.join(RUNS, _key(name, size, epochs, cifar_shaped))
-  tsv = model + ".tsv"
   train, certify, verify_args = _commands(name, size, epochs, mnist_dir or "", cifar_shaped)
+  model, tsv = _paths(name, size, epochs, cifar_shaped)
   shown = _commands(name, size, epochs, MNIST_DIR, cifar_shaped)
   out: dict = {"train": "rsjax " + " ".join(shown[0]), "certify": "rsjax " + " ".join(shown[1])}
   if not os.path.exists(os.path.join(model, "config.json")):

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import pathlib
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -58,7 +59,7 @@ class F:
   """One figure: where it is in the JSON and how the prose rounds it."""
 
   key: str | Ratio
-  fmt: str
+  fmt: str | Callable[[float], str]
   scale: float = 1.0
 
 
@@ -131,7 +132,8 @@ def expected(data, fig):
     value = lookup(data, fig.key.num) / lookup(data, fig.key.den)
   else:
     value = lookup(data, fig.key)
-  return value, format(value * fig.scale if fig.scale != 1.0 else value, fig.fmt)
+  scaled = value * fig.scale if fig.scale != 1.0 else value
+  return value, fig.fmt(scaled) if callable(fig.fmt) else format(scaled, fig.fmt)
 
 
 # ---------------------------------------------------------------------------
@@ -745,7 +747,9 @@ def check(bind):
     if quoted != text:
       failures.append(
         f"{bind.doc}:{lineno}: quotes {quoted}, {bind.json} {key} = {value!r} "
-        f"gives {text} ({fig.fmt}" + (f" of x{fig.scale:g}" if fig.scale != 1.0 else "") + ")"
+        f"gives {text} ({getattr(fig.fmt, '__name__', fig.fmt)}"
+        + (f" of x{fig.scale:g}" if fig.scale != 1.0 else "")
+        + ")"
       )
   return failures
 

@@ -6,14 +6,12 @@ none). No JAX: only the markdown and the JSON.
 
 from __future__ import annotations
 
-import json
-import pathlib
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "DUAL.md"
-RUNS = ROOT / "results" / "dual_cifar_shaped.json"
+from tests import test_figures as tf
+
+DOC = "docs/DUAL.md"
+RUNS = "results/dual_cifar_shaped.json"
 RADII = ("0", "0.25", "0.5", "0.75", "1", "1.25", "1.5", "1.75", "2")
 
 #: (the row's label, the curve's path in the JSON)
@@ -33,17 +31,16 @@ ROWS = (
 
 
 def _cell(value: float) -> str:
+  """A table cell: two decimals, ``0`` for none."""
   return "0" if value == 0 else f"{value:.2f}"
 
 
-@pytest.mark.parametrize("label, path", ROWS, ids=[r[0][:36] for r in ROWS])
-def test_a_cifar_shaped_row_is_its_curve(label, path):
-  lines = [
-    ln for ln in DOC.read_text(encoding="utf-8").splitlines() if ln.startswith(f"| {label} |")
-  ]
-  assert len(lines) == 1, f"{label!r} on {len(lines)} lines of {DOC.name} (must be one)"
-  quoted = [c.strip() for c in lines[0].split("|")[2:-1]]
-  curve = json.loads(RUNS.read_text(encoding="utf-8"))
-  for part in path.split("/"):
-    curve = curve[part]
-  assert quoted == [_cell(curve[r]) for r in RADII], f"{label}: {quoted}"
+def _bind(label: str, curve: str) -> tf.Bind:
+  figures = tuple(tf.F(f"{curve}/{r}", _cell) for r in RADII)
+  return tf.Bind(DOC, f"| {label} |" + " {} |" * len(RADII), RUNS, figures)
+
+
+@pytest.mark.parametrize("bind", [_bind(*row) for row in ROWS], ids=lambda b: b.template[2:40])
+def test_a_cifar_shaped_row_is_its_curve(bind):
+  failures = tf.check(bind)
+  assert not failures, "\n".join(failures)
